@@ -1,0 +1,593 @@
+//! The policy bundle, version 1: what the filter receives as its plugin configuration.
+//!
+//! Parsing is strict: unknown fields and wrong types are errors. Semantic checks that serde
+//! cannot express live in [`crate::validate`].
+
+use serde::{Deserialize, Serialize};
+
+/// The only `apiVersion` this crate reads and writes.
+pub const API_VERSION: &str = "mcp-access.io/v1";
+
+/// A compiled set of access policies for one data plane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Bundle {
+    /// Must be `mcp-access.io/v1`.
+    pub api_version: String,
+    /// How callers are identified.
+    #[serde(default)]
+    pub identity: IdentitySettings,
+    /// Gateways and their listeners: the Gateway level of evaluation.
+    #[serde(default)]
+    pub gateways: Vec<Gateway>,
+    /// MCP servers, recognised from Envoy's routing decision: the Backend level.
+    #[serde(default)]
+    pub backends: Vec<Backend>,
+    /// External HTTP authorizers that `ExternalAuth` policies call.
+    #[serde(default)]
+    pub authorizers: Vec<Authorizer>,
+    /// Access policies at both levels.
+    #[serde(default)]
+    pub policies: Vec<Policy>,
+    /// What a client sees when the filter itself denies a request.
+    #[serde(default)]
+    pub deny_response: DenyResponse,
+    /// Request limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// How the filter fits into the Envoy it runs in.
+    #[serde(default)]
+    pub envoy: EnvoySettings,
+}
+
+/// Where caller identities come from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct IdentitySettings {
+    /// SPIFFE trust domain; required when any rule names a ServiceAccount
+    /// (`spiffe://<trustDomain>/ns/<namespace>/sa/<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_domain: Option<String>,
+    /// How the caller's SPIFFE ID is read.
+    #[serde(default)]
+    pub spiffe: SpiffeSettings,
+    /// JWT providers whose verified claims Envoy's `jwt_authn` filter leaves in metadata.
+    #[serde(default)]
+    pub jwt: JwtSettings,
+}
+
+/// Where the SPIFFE ID comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum SpiffeSource {
+    /// The URI SAN of the mTLS peer certificate, as Envoy reports it.
+    #[default]
+    PeerCertificate,
+    /// A request header set by a trusted front proxy (see `header`).
+    TrustedHeader,
+}
+
+/// SPIFFE ID settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SpiffeSettings {
+    /// `PeerCertificate` (default) or `TrustedHeader`.
+    #[serde(default)]
+    pub source: SpiffeSource,
+    /// The trusted header; required with `source: TrustedHeader`, rejected otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<TrustedHeader>,
+}
+
+/// A header that carries the caller identity, set by a proxy the operator trusts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TrustedHeader {
+    /// Header name (case-insensitive).
+    pub name: String,
+    /// `Plain`: the value is the SPIFFE ID. `Xfcc`: Envoy's x-forwarded-client-cert; the `URI=`
+    /// of its last element is used.
+    #[serde(default)]
+    pub format: TrustedHeaderFormat,
+}
+
+/// Format of a trusted identity header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum TrustedHeaderFormat {
+    /// The header value is the SPIFFE ID itself.
+    #[default]
+    Plain,
+    /// `x-forwarded-client-cert` syntax.
+    Xfcc,
+}
+
+/// JWT settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct JwtSettings {
+    /// Providers configured in Envoy's `jwt_authn` filter.
+    #[serde(default)]
+    pub providers: Vec<JwtProvider>,
+}
+
+/// One `jwt_authn` provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct JwtProvider {
+    /// The `iss` the provider verifies.
+    pub issuer: String,
+    /// The provider's `payload_in_metadata` key.
+    pub metadata_key: String,
+}
+
+/// A Gateway: one Envoy deployment's set of listeners.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Gateway {
+    /// Gateway name.
+    pub name: String,
+    /// Gateway namespace.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Listeners; a request belongs to the one whose port (and hostname, if set) it arrived on.
+    pub listeners: Vec<Listener>,
+}
+
+/// A Gateway listener.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Listener {
+    /// Listener (section) name.
+    pub name: String,
+    /// The port Envoy listens on for it (the request's destination port).
+    pub port: u16,
+    /// Optional host (`:authority` without port) the listener is limited to; `*.` wildcards allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+/// An MCP server (XBackend), recognised from Envoy's routing decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Backend {
+    /// Backend name.
+    pub name: String,
+    /// Backend namespace.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Envoy route names (`xds.route_name`) that lead to this backend.
+    #[serde(default)]
+    pub route_names: Vec<String>,
+    /// Envoy upstream cluster names (`xds.cluster_name`) of this backend.
+    #[serde(default)]
+    pub cluster_names: Vec<String>,
+}
+
+/// An external HTTP authorizer with Envoy ext_authz HTTP-service semantics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Authorizer {
+    /// Name policies refer to.
+    pub name: String,
+    /// Envoy cluster the callout goes to.
+    pub cluster: String,
+    /// `:authority` of the callout; defaults to the client request's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority: Option<String>,
+    /// Prefix added to the client request path.
+    #[serde(default)]
+    pub path_prefix: String,
+    /// Callout timeout in milliseconds.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u32,
+    /// Client request headers sent besides the always-sent Host, Method, Path, Content-Length
+    /// and Authorization.
+    #[serde(default)]
+    pub allowed_headers: Vec<String>,
+    /// Authorizer response headers copied to the upstream request on allow. Empty: all but
+    /// pseudo, hop-by-hop, framing and Host headers.
+    #[serde(default)]
+    pub allowed_response_headers: Vec<String>,
+    /// Forward up to this many body bytes (0: none).
+    #[serde(default)]
+    pub forward_body_max_bytes: u32,
+    /// What an unreachable authorizer, a timeout or a 5xx means.
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+}
+
+/// Outcome when an authorizer cannot give an answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum FailureMode {
+    /// Fail closed (default).
+    #[default]
+    Deny,
+    /// Fail open: treat as an allow without added headers.
+    Allow,
+}
+
+/// The level a policy acts at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum Level {
+    /// Targets Gateways (optionally one listener); evaluated first.
+    Gateway,
+    /// Targets Backends; evaluated after the Gateway level allowed.
+    Backend,
+}
+
+/// What a policy does with the requests its rules select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum Action {
+    /// Send selected requests to an authorizer; any denial denies.
+    ExternalAuth,
+    /// Admit what any rule admits; at its level everything else is denied.
+    Allow,
+    /// Deny what any rule matches.
+    Deny,
+}
+
+/// An access policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Policy {
+    /// Policy name.
+    pub name: String,
+    /// Policy namespace (default for ServiceAccount namespaces and target namespaces).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Gateway or Backend: the kind of every target.
+    pub level: Level,
+    /// Objects the policy attaches to.
+    pub targets: Vec<PolicyTarget>,
+    /// ExternalAuth, Allow or Deny.
+    pub action: Action,
+    /// Authorizer name; required for `ExternalAuth`, rejected otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_auth: Option<String>,
+    /// Lower is more senior (older); ties broken by namespace/name. Decides which denial is
+    /// relayed and the order authorizer headers are applied.
+    #[serde(default)]
+    pub seniority: u64,
+    /// Absent: the policy applies to every request. Present: only to what a rule matches
+    /// (an empty list matches nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<Rule>>,
+}
+
+/// A policy target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PolicyTarget {
+    /// Gateway or Backend name.
+    pub name: String,
+    /// Defaults to the policy namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Gateway listener name (Gateway level only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// A rule: who (source) may do what (authorization).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Rule {
+    /// Rule name, unique within the policy.
+    pub name: String,
+    /// Absent: any caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    /// Absent: any request of that caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<Authorization>,
+}
+
+/// Kind of source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum SourceType {
+    /// Every caller, authenticated or not.
+    Any,
+    /// An exact SPIFFE ID.
+    #[serde(rename = "SPIFFE")]
+    Spiffe,
+    /// A Kubernetes ServiceAccount, through the trust domain.
+    ServiceAccount,
+    /// Verified JWT claims.
+    #[serde(rename = "JWT")]
+    Jwt,
+}
+
+/// Who the caller is; exactly the field named by `type` is set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Source {
+    /// Any, SPIFFE, ServiceAccount or JWT.
+    #[serde(rename = "type")]
+    pub kind: SourceType,
+    /// `spiffe://<trust-domain>/<path>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spiffe: Option<String>,
+    /// ServiceAccount; namespace defaults to the policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<ServiceAccount>,
+    /// JWT conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<JwtSource>,
+}
+
+/// A ServiceAccount reference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServiceAccount {
+    /// Defaults to the policy namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// ServiceAccount name.
+    pub name: String,
+}
+
+/// Conditions on a verified JWT.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct JwtSource {
+    /// Required `iss`; must be one of `identity.jwt.providers`.
+    pub issuer: String,
+    /// Required `sub`, if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// Every claim listed must hold.
+    #[serde(default)]
+    pub claims: Vec<ClaimMatch>,
+}
+
+/// A claim condition: the claim (or, for a list claim, one of its elements) equals one of `values`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClaimMatch {
+    /// Top-level claim name.
+    pub name: String,
+    /// Accepted values (strings; numbers and booleans compare by their JSON text).
+    pub values: Vec<String>,
+}
+
+/// What the request must be. Every condition that is set must hold; lists are OR.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Authorization {
+    /// MCP conditions; absent: any MCP method (or none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpMatch>,
+    /// HTTP methods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// Request paths (without query).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathMatch>,
+    /// Header conditions, all of which must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HeaderMatch>,
+    /// Hosts (`:authority` without port); `*.` wildcards allowed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    /// Destination ports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+}
+
+/// MCP conditions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct McpMatch {
+    /// Admitted methods; empty: every non-base method.
+    #[serde(default)]
+    pub methods: Vec<McpMethod>,
+    /// Whether base protocol traffic (initialize, ping, tools/list, notifications/*,
+    /// completion/*, logging/*, SSE GET, session DELETE) is admitted.
+    #[serde(default)]
+    pub base_protocol: BaseProtocol,
+}
+
+/// Base protocol option.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum BaseProtocol {
+    /// Base protocol traffic is not admitted by this rule.
+    #[default]
+    Skip,
+    /// Base protocol traffic is admitted.
+    Match,
+}
+
+/// One MCP method, or a category (`tools`, `prompts`, `resources`) matching its sub-methods.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct McpMethod {
+    /// `tools`, `prompts`, `resources`, `tools/list`, `prompts/list`, `resources/list`,
+    /// `resources/templates/list`, `tools/call`, `prompts/get`, `resources/read`,
+    /// `resources/subscribe` or `resources/unsubscribe`.
+    pub name: String,
+    /// Tool / prompt names (`params.name`) or resource URIs (`params.uri`). Absent: any;
+    /// present: only these (empty admits none). Only for call/get/read/subscribe/unsubscribe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Vec<String>>,
+}
+
+/// Path match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PathMatch {
+    /// Exact, PathPrefix (segment-wise, Gateway API style) or RegularExpression (full match).
+    #[serde(rename = "type", default = "default_path_match")]
+    pub kind: MatchType,
+    /// Path or pattern.
+    pub value: String,
+}
+
+/// Header match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HeaderMatch {
+    /// Header name (case-insensitive).
+    pub name: String,
+    /// Exact (default) or RegularExpression (full match).
+    #[serde(rename = "type", default)]
+    pub kind: MatchType,
+    /// Value or pattern.
+    pub value: String,
+}
+
+/// String match kinds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum MatchType {
+    /// Equal.
+    #[default]
+    Exact,
+    /// Path prefix on segment boundaries (paths only).
+    PathPrefix,
+    /// Regular expression matching the whole value.
+    RegularExpression,
+}
+
+/// Response for requests the filter denies itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DenyResponse {
+    /// HTTP status of a policy denial.
+    #[serde(default = "default_deny_status")]
+    pub http_status: u16,
+    /// JSON-RPC error code of a policy denial.
+    #[serde(default = "default_deny_code")]
+    pub json_rpc_code: i32,
+    /// JSON-RPC error message of a policy denial.
+    #[serde(default = "default_deny_message")]
+    pub message: String,
+    /// Put level, policy, rule and reason in `error.data`.
+    #[serde(default)]
+    pub expose_details: bool,
+}
+
+impl Default for DenyResponse {
+    fn default() -> Self {
+        DenyResponse {
+            http_status: default_deny_status(),
+            json_rpc_code: default_deny_code(),
+            message: default_deny_message(),
+            expose_details: false,
+        }
+    }
+}
+
+/// Request limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+    /// Largest request body buffered; larger is answered 413.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: u32,
+    /// Deepest JSON nesting accepted.
+    #[serde(default = "default_max_depth")]
+    pub max_json_depth: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: default_max_body(),
+            max_json_depth: default_max_depth(),
+        }
+    }
+}
+
+/// Integration with the hosting Envoy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EnvoySettings {
+    /// Hold request headers until the decision (needs `allow_on_headers_stop_iteration: true`
+    /// on the Wasm filter). When false, headers reach the upstream before the body is decided;
+    /// a denial then resets that stream, and authorizer headers cannot be added.
+    #[serde(default = "default_true")]
+    pub hold_headers: bool,
+    /// Requests Envoy routes to no known backend: `Deny` (default) or `GatewayOnly` (only
+    /// Gateway-level policies apply).
+    #[serde(default)]
+    pub unknown_backend: UnknownBackend,
+}
+
+impl Default for EnvoySettings {
+    fn default() -> Self {
+        EnvoySettings {
+            hold_headers: true,
+            unknown_backend: UnknownBackend::default(),
+        }
+    }
+}
+
+/// Treatment of requests routed to no known backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum UnknownBackend {
+    /// Deny them.
+    #[default]
+    Deny,
+    /// Decide them on Gateway-level policies alone.
+    GatewayOnly,
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+fn default_timeout_ms() -> u32 {
+    200
+}
+fn default_path_match() -> MatchType {
+    MatchType::PathPrefix
+}
+fn default_deny_status() -> u16 {
+    403
+}
+fn default_deny_code() -> i32 {
+    -32001
+}
+fn default_deny_message() -> String {
+    "Access denied".to_string()
+}
+fn default_max_body() -> u32 {
+    1024 * 1024
+}
+fn default_max_depth() -> u32 {
+    64
+}
+fn default_true() -> bool {
+    true
+}

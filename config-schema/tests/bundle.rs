@@ -1,0 +1,131 @@
+//! Strict parsing, field paths in errors, semantic validation, and the checked-in schema.
+
+use mcp_access_bundle::{parse_bundle, Action, Level, API_VERSION};
+
+fn minimal() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": API_VERSION,
+        "identity": {
+            "trustDomain": "example.org",
+            "jwt": {"providers": [{"issuer": "https://issuer.test", "metadataKey": "jwt"}]}
+        },
+        "gateways": [{"name": "gw", "listeners": [{"name": "https", "port": 8443}]}],
+        "backends": [{"name": "tools", "routeNames": ["tools-route"]}],
+        "authorizers": [{"name": "opa", "cluster": "authz"}],
+        "policies": [
+            {"name": "p1", "level": "Gateway", "targets": [{"name": "gw"}], "action": "Allow",
+             "rules": [{"name": "r1",
+                        "source": {"type": "ServiceAccount", "serviceAccount": {"name": "alpha"}},
+                        "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": ["echo"]}]}}}]},
+            {"name": "p2", "level": "Backend", "targets": [{"name": "tools"}], "action": "ExternalAuth",
+             "externalAuth": "opa"}
+        ]
+    })
+}
+
+fn err_at(v: serde_json::Value) -> (String, String) {
+    let e = parse_bundle(v.to_string().as_bytes()).expect_err("must be rejected");
+    (e.path, e.message)
+}
+
+#[test]
+fn minimal_bundle_parses_with_defaults() {
+    let b = parse_bundle(minimal().to_string().as_bytes()).unwrap();
+    assert_eq!(b.policies[0].level, Level::Gateway);
+    assert_eq!(b.policies[1].action, Action::ExternalAuth);
+    assert_eq!(b.limits.max_body_bytes, 1024 * 1024);
+    assert_eq!(b.deny_response.http_status, 403);
+    assert_eq!(b.authorizers[0].timeout_ms, 200);
+    assert!(b.envoy.hold_headers);
+    assert_eq!(b.gateways[0].namespace, "default");
+}
+
+#[test]
+fn unknown_field_is_rejected_with_its_path() {
+    let mut v = minimal();
+    v["policies"][0]["rules"][0]["source"]["spife"] = "x".into();
+    let (path, msg) = err_at(v);
+    assert_eq!(path, "policies[0].rules[0].source.spife");
+    assert!(msg.contains("unknown field `spife`"), "{msg}");
+}
+
+#[test]
+fn wrong_type_is_rejected_with_its_path() {
+    let mut v = minimal();
+    v["gateways"][0]["listeners"][0]["port"] = "8443".into();
+    let (path, msg) = err_at(v);
+    assert_eq!(path, "gateways[0].listeners[0].port");
+    assert!(msg.contains("invalid type"), "{msg}");
+}
+
+#[test]
+fn wrong_api_version() {
+    let mut v = minimal();
+    v["apiVersion"] = "v0".into();
+    assert_eq!(err_at(v).0, "apiVersion");
+}
+
+#[test]
+fn trailing_garbage_is_rejected() {
+    let text = format!("{} x", minimal());
+    assert!(parse_bundle(text.as_bytes()).is_err());
+}
+
+#[test]
+fn semantic_errors_name_the_field() {
+    let cases: Vec<(fn(&mut serde_json::Value), &str)> = vec![
+        (|v| v["policies"][1]["externalAuth"] = "nope".into(), "policies[1].externalAuth"),
+        (|v| v["policies"][0]["externalAuth"] = "opa".into(), "policies[0].externalAuth"),
+        (|v| { v["policies"][1].as_object_mut().unwrap().remove("externalAuth"); }, "policies[1].externalAuth"),
+        (|v| v["policies"][0]["targets"][0]["name"] = "other".into(), "policies[0].targets[0].name"),
+        (|v| v["policies"][0]["targets"][0]["sectionName"] = "nope".into(), "policies[0].targets[0].sectionName"),
+        (|v| v["policies"][1]["targets"][0]["sectionName"] = "https".into(), "policies[1].targets[0].sectionName"),
+        (|v| v["policies"][0]["targets"] = serde_json::json!([]), "policies[0].targets"),
+        (|v| v["policies"][0]["rules"][0]["authorization"]["mcp"]["methods"][0]["name"] = "tools/delete".into(),
+         "policies[0].rules[0].authorization.mcp.methods[0].name"),
+        (|v| v["policies"][0]["rules"][0]["authorization"]["mcp"]["methods"][0]["name"] = "tools/list".into(),
+         "policies[0].rules[0].authorization.mcp.methods[0].params"),
+        (|v| v["policies"][0]["rules"][0]["source"] = serde_json::json!({"type": "SPIFFE", "spiffe": "http://x"}),
+         "policies[0].rules[0].source.spiffe"),
+        (|v| v["policies"][0]["rules"][0]["source"] = serde_json::json!({"type": "SPIFFE"}),
+         "policies[0].rules[0].source.spiffe"),
+        (|v| v["policies"][0]["rules"][0]["source"] = serde_json::json!({"type": "Any", "spiffe": "spiffe://a/b"}),
+         "policies[0].rules[0].source.spiffe"),
+        (|v| v["policies"][0]["rules"][0]["source"] = serde_json::json!({"type": "JWT", "jwt": {"issuer": "other"}}),
+         "policies[0].rules[0].source.jwt.issuer"),
+        (|v| { v["identity"].as_object_mut().unwrap().remove("trustDomain"); }, "policies[0].rules[0].source.serviceAccount"),
+        (|v| v["policies"][0]["rules"][0]["authorization"]["paths"] = serde_json::json!([{"type": "RegularExpression", "value": "("}]),
+         "policies[0].rules[0].authorization.paths[0].value"),
+        (|v| v["policies"][0]["rules"][0]["authorization"]["methods"] = serde_json::json!(["FETCH"]),
+         "policies[0].rules[0].authorization.methods[0]"),
+        (|v| v["policies"][0]["rules"][0]["name"] = "Bad_Name".into(), "policies[0].rules[0].name"),
+        (|v| { let r = v["policies"][0]["rules"][0].clone(); v["policies"][0]["rules"].as_array_mut().unwrap().push(r); },
+         "policies[0].rules[1].name"),
+        (|v| v["backends"][0]["routeNames"] = serde_json::json!([]), "backends[0].routeNames"),
+        (|v| v["authorizers"][0]["pathPrefix"] = "no-slash".into(), "authorizers[0].pathPrefix"),
+        (|v| v["denyResponse"] = serde_json::json!({"httpStatus": 200}), "denyResponse.httpStatus"),
+        (|v| v["limits"] = serde_json::json!({"maxBodyBytes": 0}), "limits.maxBodyBytes"),
+        (|v| v["identity"]["spiffe"] = serde_json::json!({"source": "TrustedHeader"}), "identity.spiffe.header"),
+        (|v| v["gateways"][0]["listeners"][0]["hostname"] = "Bad..host".into(), "gateways[0].listeners[0].hostname"),
+    ];
+    for (i, (mutate, want)) in cases.into_iter().enumerate() {
+        let mut v = minimal();
+        mutate(&mut v);
+        let (path, msg) = err_at(v);
+        assert_eq!(path, want, "case {i}: {msg}");
+    }
+}
+
+#[test]
+fn schema_file_is_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/bundle.schema.json");
+    let fresh = mcp_access_bundle::json_schema_text();
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        std::fs::write(path, &fresh).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        on_disk == fresh,
+        "config-schema/bundle.schema.json is stale: run `UPDATE_SCHEMA=1 cargo test -p mcp-access-bundle --test bundle`"
+    );
+}

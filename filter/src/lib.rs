@@ -1,0 +1,12 @@
+//! mcp-access: the Proxy-Wasm filter and its pure decision logic.
+//!
+//! A request is parsed in [`mcp`], its caller identified in [`identity`], decided in
+//! [`policy`], authorizers are called through [`callout`], and it is answered in [`answer`].
+//! [`flow`] strings these together per request; [`host`] is the thin proxy-wasm adapter.
+
+pub mod mcp;
+pub mod policy;
+pub mod request;
+pub mod answer;
+pub mod callout;
+pub mod flow;

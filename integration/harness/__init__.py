@@ -1,0 +1,34 @@
+"""End-to-end test harness for mcp-access: real Envoy, real MCP SDK client and server."""
+
+from .certs import ALPHA, BETA, CertPair, Pki, make_pki
+from .client import Denied, HttpResult, McpAgent, delete, get, initialize_params, post_jsonrpc, request, rpc, text_of
+from .envoy import (
+    Cluster,
+    EnvoyProcess,
+    JwtProvider,
+    Listener,
+    Route,
+    Tls,
+    Wasm,
+    build_bootstrap,
+    envoy_binary,
+    render_envoy_config,
+)
+from .jwt import JwtKeys, make_jwt_keys
+from .ports import free_port, free_ports, port_open, wait_for_port
+from .procs import (
+    AuthorizerProc,
+    ManagedProcess,
+    McpServerProc,
+    start_authorizer,
+    start_mcp_server,
+    start_python,
+)
+
+__all__ = [
+    "ALPHA", "BETA", "AuthorizerProc", "CertPair", "Cluster", "Denied", "EnvoyProcess", "HttpResult", "JwtKeys",
+    "JwtProvider", "Listener", "ManagedProcess", "McpAgent", "McpServerProc", "Pki", "Route", "Tls", "Wasm",
+    "build_bootstrap", "delete", "envoy_binary", "free_port", "free_ports", "get", "initialize_params",
+    "make_jwt_keys", "make_pki", "port_open", "post_jsonrpc", "render_envoy_config", "request", "rpc",
+    "start_authorizer", "start_mcp_server", "start_python", "text_of", "wait_for_port",
+]
