@@ -1,0 +1,352 @@
+//! semantics.md §3–§4 and the seeds' test vectors, row by row.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use mcp_access_bundle::Level;
+use mcp_access_filter::policy::{AuthzOutcome, Decision, Reason};
+use mcp_access_filter::request::McpOp;
+use serde_json::json;
+
+/// One row of seed 000's tables. `None` = the step is not reached ("-").
+struct Row {
+    gw_ext: Option<bool>,
+    gw_deny: Option<bool>,
+    gw_inline: Option<bool>,
+    be_ext: Option<bool>,
+    be_deny: Option<bool>,
+    be_inline: Option<bool>,
+    allowed: bool,
+}
+
+/// Builds the policies so that each step gives the row's answer for a call of tool `t`, runs the
+/// evaluation, and checks the result and that unreached steps were not consulted.
+fn check_row(i: usize, row: &Row, with_deny: bool) {
+    let mut policies = vec![
+        ext("gw-ext", "Gateway", "gw", "gw-authz", 1),
+        ext("be-ext", "Backend", "tools", "be-authz", 2),
+        // "Allow" admits t; "Deny (none allows)" admits only u.
+        inline_tools(
+            "gw-inline",
+            "Gateway",
+            "gw",
+            if row.gw_inline.unwrap_or(true) { &["t", "u"] } else { &["u"] },
+        ),
+        inline_tools(
+            "be-inline",
+            "Backend",
+            "tools",
+            if row.be_inline.unwrap_or(true) { &["t"] } else { &["u"] },
+        ),
+    ];
+    if with_deny {
+        // "Deny (any matches)" matches t; "Allow (no matches)" matches only v.
+        let gw: &[&str] = if row.gw_deny == Some(true) { &["t"] } else { &["v"] };
+        let be: &[&str] = if row.be_deny == Some(true) { &["t"] } else { &["v"] };
+        policies.push(deny_tools("gw-deny", "Gateway", "gw", gw));
+        policies.push(deny_tools("be-deny", "Backend", "tools", be));
+    }
+    let engine = engine(&bundle(policies, &["gw-authz", "be-authz"]));
+    let outcome = |v: Option<bool>| if v.unwrap_or(true) { allow() } else { deny(403) };
+    let outcomes = HashMap::from([("gw-ext", outcome(row.gw_ext)), ("be-ext", outcome(row.be_ext))]);
+    let (decision, batches) = run(&engine, &call("t"), &outcomes);
+    assert_eq!(is_allow(&decision), row.allowed, "row {i}: {decision:?}");
+
+    // The backend authorizer is consulted only if the whole gateway level allowed.
+    let gateway_passed = row.gw_ext == Some(true)
+        && row.gw_deny != Some(true)
+        && row.gw_inline == Some(true);
+    let expected: Vec<Vec<String>> = if gateway_passed {
+        vec![vec!["gw-ext".into()], vec!["be-ext".into()]]
+    } else {
+        vec![vec!["gw-ext".into()]]
+    };
+    assert_eq!(batches, expected, "row {i}: authorizer calls");
+
+    if let Decision::Deny(d) = &decision {
+        let level = if gateway_passed { Level::Backend } else { Level::Gateway };
+        assert_eq!(d.level, Some(level), "row {i}: level");
+        let first_no = [
+            (row.gw_ext, Reason::ExternalAuthDenied),
+            (row.gw_deny.map(|x| !x), Reason::DenyPolicy),
+            (row.gw_inline, Reason::NotAllowed),
+            (row.be_ext, Reason::ExternalAuthDenied),
+            (row.be_deny.map(|x| !x), Reason::DenyPolicy),
+            (row.be_inline, Reason::NotAllowed),
+        ]
+        .into_iter()
+        .find(|(v, _)| *v == Some(false))
+        .map(|(_, r)| r);
+        assert_eq!(Some(d.reason), first_no, "row {i}: reason");
+    }
+}
+
+const Y: Option<bool> = Some(true);
+const N: Option<bool> = Some(false);
+const X: Option<bool> = None;
+
+#[test]
+fn seed_000_summary_table_without_deny() {
+    let rows = [
+        Row { gw_ext: N, gw_deny: X, gw_inline: X, be_ext: X, be_deny: X, be_inline: X, allowed: false },
+        Row { gw_ext: Y, gw_deny: X, gw_inline: N, be_ext: X, be_deny: X, be_inline: X, allowed: false },
+        Row { gw_ext: Y, gw_deny: X, gw_inline: Y, be_ext: N, be_deny: X, be_inline: X, allowed: false },
+        Row { gw_ext: Y, gw_deny: X, gw_inline: Y, be_ext: Y, be_deny: X, be_inline: N, allowed: false },
+        Row { gw_ext: Y, gw_deny: X, gw_inline: Y, be_ext: Y, be_deny: X, be_inline: Y, allowed: true },
+    ];
+    for (i, r) in rows.iter().enumerate() {
+        check_row(i + 1, r, false);
+    }
+}
+
+#[test]
+fn seed_000_summary_table_with_deny() {
+    let rows = [
+        Row { gw_ext: N, gw_deny: X, gw_inline: X, be_ext: X, be_deny: X, be_inline: X, allowed: false },
+        Row { gw_ext: Y, gw_deny: Y, gw_inline: X, be_ext: X, be_deny: X, be_inline: X, allowed: false },
+        Row { gw_ext: Y, gw_deny: N, gw_inline: N, be_ext: X, be_deny: X, be_inline: X, allowed: false },
+        Row { gw_ext: Y, gw_deny: N, gw_inline: Y, be_ext: N, be_deny: X, be_inline: X, allowed: false },
+        Row { gw_ext: Y, gw_deny: N, gw_inline: Y, be_ext: Y, be_deny: Y, be_inline: X, allowed: false },
+        Row { gw_ext: Y, gw_deny: N, gw_inline: Y, be_ext: Y, be_deny: N, be_inline: N, allowed: false },
+        Row { gw_ext: Y, gw_deny: N, gw_inline: Y, be_ext: Y, be_deny: N, be_inline: Y, allowed: true },
+    ];
+    for (i, r) in rows.iter().enumerate() {
+        check_row(i + 1, r, true);
+    }
+}
+
+/// Seed 000's example: two ExternalAuth and two InlineTools policies at each level.
+fn eight_policies(order_reversed: bool) -> serde_json::Value {
+    let mut p = vec![
+        ext("gateway-policy-external-auth-1", "Gateway", "gw", "a1", 10),
+        ext("gateway-policy-external-auth-2", "Gateway", "gw", "a2", 20),
+        inline_tools("gateway-policy-inline-tools-1", "Gateway", "gw", &["pay", "refund"]),
+        inline_tools("gateway-policy-inline-tools-2", "Gateway", "gw", &["balance"]),
+        ext("backend-policy-external-auth-1", "Backend", "tools", "b1", 30),
+        ext("backend-policy-external-auth-2", "Backend", "tools", "b2", 40),
+        inline_tools("backend-policy-inline-tools-1", "Backend", "tools", &["pay"]),
+        inline_tools("backend-policy-inline-tools-2", "Backend", "tools", &["balance"]),
+    ];
+    if order_reversed {
+        p.reverse();
+    }
+    bundle(p, &["a1", "a2", "b1", "b2"])
+}
+
+#[test]
+fn seed_000_eight_policy_example() {
+    let all_allow: HashMap<&str, AuthzOutcome> = [
+        "gateway-policy-external-auth-1",
+        "gateway-policy-external-auth-2",
+        "backend-policy-external-auth-1",
+        "backend-policy-external-auth-2",
+    ]
+    .into_iter()
+    .map(|n| (n, allow()))
+    .collect();
+    for reversed in [false, true] {
+        let e = engine(&eight_policies(reversed));
+        // pay: inline-1 at both levels admits; balance: inline-2 at both levels.
+        for tool in ["pay", "balance"] {
+            let (d, batches) = run(&e, &call(tool), &all_allow);
+            assert!(is_allow(&d), "{tool}: {d:?}");
+            // Both gateway authorizers in one batch (parallel), then both backend ones.
+            assert_eq!(batches.len(), 2);
+            assert_eq!(batches[0].len(), 2);
+            assert!(batches[1].iter().all(|n| n.starts_with("backend")));
+        }
+        // refund: a gateway inline policy admits it, no backend inline policy does.
+        let (d, _) = run(&e, &call("refund"), &all_allow);
+        match d {
+            Decision::Deny(d) => {
+                assert_eq!((d.level, d.reason), (Some(Level::Backend), Reason::NotAllowed))
+            }
+            other => panic!("refund: {other:?}"),
+        }
+        // transfer: no gateway inline policy admits it -> denied at the gateway.
+        let (d, batches) = run(&e, &call("transfer"), &all_allow);
+        match d {
+            Decision::Deny(d) => {
+                assert_eq!((d.level, d.reason), (Some(Level::Gateway), Reason::NotAllowed))
+            }
+            other => panic!("transfer: {other:?}"),
+        }
+        assert_eq!(batches.len(), 1, "backend authorizers never called");
+        // One gateway authorizer denies: denied, whatever the order, backend not called.
+        let mut one_denies = all_allow.clone();
+        one_denies.insert("gateway-policy-external-auth-2", deny(401));
+        let (d, batches) = run(&e, &call("pay"), &one_denies);
+        match d {
+            Decision::Deny(d) => {
+                assert_eq!(d.reason, Reason::ExternalAuthDenied);
+                assert_eq!(d.policy.as_deref(), Some("default/gateway-policy-external-auth-2"));
+                assert_eq!(d.relay.as_ref().map(|r| r.0), Some(401));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(batches.len(), 1);
+        // Both deny: the most senior denial is relayed.
+        let mut both = one_denies.clone();
+        both.insert("gateway-policy-external-auth-1", deny(403));
+        let (d, _) = run(&e, &call("pay"), &both);
+        match d {
+            Decision::Deny(d) => {
+                assert_eq!(d.policy.as_deref(), Some("default/gateway-policy-external-auth-1"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A backend authorizer denies.
+        let mut be = all_allow.clone();
+        be.insert("backend-policy-external-auth-1", deny(403));
+        let (d, _) = run(&e, &call("pay"), &be);
+        assert!(matches!(d, Decision::Deny(ref x) if x.level == Some(Level::Backend)));
+    }
+}
+
+#[test]
+fn seed_001_x_y_example_is_denied_at_the_gateway() {
+    let e = engine(&bundle(
+        vec![
+            inline_tools("gw-x", "Gateway", "gw", &["x"]),
+            inline_tools("be-y", "Backend", "tools", &["y"]),
+        ],
+        &[],
+    ));
+    let (d, _) = run(&e, &call("y"), &HashMap::new());
+    match d {
+        Decision::Deny(d) => {
+            assert_eq!((d.level, d.reason), (Some(Level::Gateway), Reason::NotAllowed))
+        }
+        other => panic!("{other:?}"),
+    }
+    // x passes the gateway but the backend admits only y.
+    let (d, _) = run(&e, &call("x"), &HashMap::new());
+    assert!(matches!(d, Decision::Deny(ref x) if x.level == Some(Level::Backend)));
+}
+
+#[test]
+fn no_policies_allow_everything_and_empty_tools_admit_no_call() {
+    let e = engine(&bundle(vec![], &[]));
+    assert!(is_allow(&run(&e, &call("anything"), &HashMap::new()).0));
+    let e = engine(&bundle(vec![inline_tools("none", "Backend", "tools", &[])], &[]));
+    assert!(!is_allow(&run(&e, &call("anything"), &HashMap::new()).0));
+    // ... but the base protocol still passes.
+    let init = request(McpOp::Call { method: "initialize".into(), param: None }, Some(ALPHA));
+    assert!(is_allow(&run(&e, &init, &HashMap::new()).0));
+}
+
+#[test]
+fn allow_with_empty_rule_list_denies_everything_at_its_level() {
+    let p = json!({"name": "nothing", "level": "Gateway", "targets": [{"name": "gw"}],
+                   "action": "Allow", "rules": []});
+    let e = engine(&bundle(vec![p], &[]));
+    let init = request(McpOp::Call { method: "initialize".into(), param: None }, Some(ALPHA));
+    assert!(!is_allow(&run(&e, &init, &HashMap::new()).0));
+}
+
+#[test]
+fn section_name_limits_a_gateway_policy_to_one_listener() {
+    let p = json!({"name": "internal-only", "level": "Gateway",
+                   "targets": [{"name": "gw", "sectionName": "internal"}],
+                   "action": "Deny"});
+    let e = engine(&bundle(vec![p], &[]));
+    let mut req = call("t");
+    assert!(is_allow(&run(&e, &req, &HashMap::new()).0));
+    req.port = 9443;
+    assert!(!is_allow(&run(&e, &req, &HashMap::new()).0));
+}
+
+#[test]
+fn unknown_listener_and_backend_fail_closed() {
+    let e = engine(&bundle(vec![], &[]));
+    let mut req = call("t");
+    req.port = 1;
+    match run(&e, &req, &HashMap::new()).0 {
+        Decision::Deny(d) => assert_eq!(d.reason, Reason::UnknownListener),
+        d => panic!("{d:?}"),
+    }
+    let mut req = call("t");
+    req.route_name = Some("nope".into());
+    req.cluster_name = Some("nope".into());
+    match run(&e, &req, &HashMap::new()).0 {
+        Decision::Deny(d) => assert_eq!(d.reason, Reason::UnknownBackend),
+        d => panic!("{d:?}"),
+    }
+    // Recognised by cluster when the route is unknown.
+    req.cluster_name = Some("other-cluster".into());
+    assert!(is_allow(&run(&e, &req, &HashMap::new()).0));
+}
+
+#[test]
+fn sources_spiffe_service_account_and_any() {
+    let p = json!({"name": "who", "level": "Backend", "targets": [{"name": "tools"}], "action": "Allow",
+        "rules": [
+            {"name": "alpha-by-sa", "source": {"type": "ServiceAccount",
+                "serviceAccount": {"namespace": "agents", "name": "alpha"}},
+             "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": ["echo"]}]}}},
+            {"name": "beta-by-id", "source": {"type": "SPIFFE", "spiffe": BETA},
+             "authorization": {"mcp": {"methods": [{"name": "tools"}]}}}
+        ]});
+    let e = engine(&bundle(vec![p], &[]));
+    let mut req = call("echo");
+    assert!(is_allow(&run(&e, &req, &HashMap::new()).0));
+    req.caller.spiffe = Some(BETA.into());
+    assert!(is_allow(&run(&e, &req, &HashMap::new()).0));
+    req.caller.spiffe = None;
+    assert!(!is_allow(&run(&e, &req, &HashMap::new()).0));
+    // beta may call any tool but alpha only echo.
+    let mut other = call("delete_repo");
+    assert!(!is_allow(&run(&e, &other, &HashMap::new()).0));
+    other.caller.spiffe = Some(BETA.into());
+    assert!(is_allow(&run(&e, &other, &HashMap::new()).0));
+}
+
+#[test]
+fn authorizer_failure_follows_failure_mode() {
+    let mut b = bundle(vec![ext("gw-ext", "Gateway", "gw", "a", 0)], &["a"]);
+    let err = AuthzOutcome::Error { detail: "timeout".into() };
+    let e = engine(&b);
+    match run(&e, &call("t"), &HashMap::from([("gw-ext", err.clone())])).0 {
+        Decision::Deny(d) => assert_eq!(d.reason, Reason::AuthorizerFailed),
+        d => panic!("{d:?}"),
+    }
+    b["authorizers"][0]["failureMode"] = "Allow".into();
+    let e = engine(&b);
+    assert!(is_allow(&run(&e, &call("t"), &HashMap::from([("gw-ext", err)])).0));
+}
+
+#[test]
+fn external_auth_rules_select_which_requests_are_sent() {
+    let mut p = ext("only-delete", "Gateway", "gw", "a", 0);
+    p["rules"] = json!([{"name": "deletes", "authorization": {"mcp": {
+        "methods": [{"name": "tools/call", "params": ["delete_repo"]}]}}}]);
+    let e = engine(&bundle(vec![p], &["a"]));
+    let outcomes = HashMap::from([("only-delete", deny(403))]);
+    let (d, batches) = run(&e, &call("echo"), &outcomes);
+    assert!(is_allow(&d));
+    assert!(batches.is_empty());
+    let (d, batches) = run(&e, &call("delete_repo"), &outcomes);
+    assert!(!is_allow(&d));
+    assert_eq!(batches.len(), 1);
+}
+
+#[test]
+fn authorizer_headers_are_collected_in_evaluation_order() {
+    let e = engine(&bundle(
+        vec![ext("g", "Gateway", "gw", "a", 0), ext("b", "Backend", "tools", "b", 0)],
+        &["a", "b"],
+    ));
+    let outcomes = HashMap::from([
+        ("g", AuthzOutcome::Allow { headers: vec![("x-user".into(), "g".into())] }),
+        ("b", AuthzOutcome::Allow { headers: vec![("x-user".into(), "b".into())] }),
+    ]);
+    match run(&e, &call("t"), &outcomes).0 {
+        Decision::Allow { add_headers } => assert_eq!(
+            add_headers,
+            vec![("x-user".to_string(), "g".to_string()), ("x-user".to_string(), "b".to_string())]
+        ),
+        d => panic!("{d:?}"),
+    }
+}
