@@ -20,7 +20,11 @@ impl fmt::Display for BundleError {
         if self.path.is_empty() {
             write!(f, "invalid policy bundle: {}", self.message)
         } else {
-            write!(f, "invalid policy bundle at `{}`: {}", self.path, self.message)
+            write!(
+                f,
+                "invalid policy bundle at `{}`: {}",
+                self.path, self.message
+            )
         }
     }
 }
@@ -435,7 +439,11 @@ impl Validator {
         }
         if let Some(j) = &s.jwt {
             self.check(
-                b.identity.jwt.providers.iter().any(|p| p.issuer == j.issuer),
+                b.identity
+                    .jwt
+                    .providers
+                    .iter()
+                    .any(|p| p.issuer == j.issuer),
                 || format!("{at}.jwt.issuer"),
                 format!("\"{}\" is not in identity.jwt.providers", j.issuer),
             );
@@ -542,7 +550,8 @@ fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b.first() != Some(&b'-')
         && b.last() != Some(&b'-')
 }
@@ -582,14 +591,12 @@ pub fn is_spiffe_id(s: &str) -> bool {
 /// RFC 7230 token.
 pub fn is_header_name(s: &str) -> bool {
     !s.is_empty()
-        && s.bytes().all(|c| {
-            c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
-        })
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
 }
 
 fn is_path_prefix(s: &str) -> bool {
     s.starts_with('/')
-        && s.bytes().all(|c| {
-            c.is_ascii_alphanumeric() || b"-/._~!$&'()*+,;=:@%".contains(&c)
-        })
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"-/._~!$&'()*+,;=:@%".contains(&c))
 }

@@ -1,4 +1,11 @@
 //! Strict parsing, field paths in errors, semantic validation, and the checked-in schema.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::type_complexity
+)]
 
 use mcp_access_bundle::{parse_bundle, Action, Level, API_VERSION};
 
@@ -74,39 +81,133 @@ fn trailing_garbage_is_rejected() {
 #[test]
 fn semantic_errors_name_the_field() {
     let cases: Vec<(fn(&mut serde_json::Value), &str)> = vec![
-        (|v| v["policies"][1]["externalAuth"] = "nope".into(), "policies[1].externalAuth"),
-        (|v| v["policies"][0]["externalAuth"] = "opa".into(), "policies[0].externalAuth"),
-        (|v| { v["policies"][1].as_object_mut().unwrap().remove("externalAuth"); }, "policies[1].externalAuth"),
-        (|v| v["policies"][0]["targets"][0]["name"] = "other".into(), "policies[0].targets[0].name"),
-        (|v| v["policies"][0]["targets"][0]["sectionName"] = "nope".into(), "policies[0].targets[0].sectionName"),
-        (|v| v["policies"][1]["targets"][0]["sectionName"] = "https".into(), "policies[1].targets[0].sectionName"),
-        (|v| v["policies"][0]["targets"] = serde_json::json!([]), "policies[0].targets"),
-        (|v| v["policies"][0]["rules"][0]["authorization"]["mcp"]["methods"][0]["name"] = "tools/delete".into(),
-         "policies[0].rules[0].authorization.mcp.methods[0].name"),
-        (|v| v["policies"][0]["rules"][0]["authorization"]["mcp"]["methods"][0]["name"] = "tools/list".into(),
-         "policies[0].rules[0].authorization.mcp.methods[0].params"),
-        (|v| v["policies"][0]["rules"][0]["source"] = serde_json::json!({"type": "SPIFFE", "spiffe": "http://x"}),
-         "policies[0].rules[0].source.spiffe"),
-        (|v| v["policies"][0]["rules"][0]["source"] = serde_json::json!({"type": "SPIFFE"}),
-         "policies[0].rules[0].source.spiffe"),
-        (|v| v["policies"][0]["rules"][0]["source"] = serde_json::json!({"type": "Any", "spiffe": "spiffe://a/b"}),
-         "policies[0].rules[0].source.spiffe"),
-        (|v| v["policies"][0]["rules"][0]["source"] = serde_json::json!({"type": "JWT", "jwt": {"issuer": "other"}}),
-         "policies[0].rules[0].source.jwt.issuer"),
-        (|v| { v["identity"].as_object_mut().unwrap().remove("trustDomain"); }, "policies[0].rules[0].source.serviceAccount"),
-        (|v| v["policies"][0]["rules"][0]["authorization"]["paths"] = serde_json::json!([{"type": "RegularExpression", "value": "("}]),
-         "policies[0].rules[0].authorization.paths[0].value"),
-        (|v| v["policies"][0]["rules"][0]["authorization"]["methods"] = serde_json::json!(["FETCH"]),
-         "policies[0].rules[0].authorization.methods[0]"),
-        (|v| v["policies"][0]["rules"][0]["name"] = "Bad_Name".into(), "policies[0].rules[0].name"),
-        (|v| { let r = v["policies"][0]["rules"][0].clone(); v["policies"][0]["rules"].as_array_mut().unwrap().push(r); },
-         "policies[0].rules[1].name"),
-        (|v| v["backends"][0]["routeNames"] = serde_json::json!([]), "backends[0].routeNames"),
-        (|v| v["authorizers"][0]["pathPrefix"] = "no-slash".into(), "authorizers[0].pathPrefix"),
-        (|v| v["denyResponse"] = serde_json::json!({"httpStatus": 200}), "denyResponse.httpStatus"),
-        (|v| v["limits"] = serde_json::json!({"maxBodyBytes": 0}), "limits.maxBodyBytes"),
-        (|v| v["identity"]["spiffe"] = serde_json::json!({"source": "TrustedHeader"}), "identity.spiffe.header"),
-        (|v| v["gateways"][0]["listeners"][0]["hostname"] = "Bad..host".into(), "gateways[0].listeners[0].hostname"),
+        (
+            |v| v["policies"][1]["externalAuth"] = "nope".into(),
+            "policies[1].externalAuth",
+        ),
+        (
+            |v| v["policies"][0]["externalAuth"] = "opa".into(),
+            "policies[0].externalAuth",
+        ),
+        (
+            |v| {
+                v["policies"][1]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("externalAuth");
+            },
+            "policies[1].externalAuth",
+        ),
+        (
+            |v| v["policies"][0]["targets"][0]["name"] = "other".into(),
+            "policies[0].targets[0].name",
+        ),
+        (
+            |v| v["policies"][0]["targets"][0]["sectionName"] = "nope".into(),
+            "policies[0].targets[0].sectionName",
+        ),
+        (
+            |v| v["policies"][1]["targets"][0]["sectionName"] = "https".into(),
+            "policies[1].targets[0].sectionName",
+        ),
+        (
+            |v| v["policies"][0]["targets"] = serde_json::json!([]),
+            "policies[0].targets",
+        ),
+        (
+            |v| {
+                v["policies"][0]["rules"][0]["authorization"]["mcp"]["methods"][0]["name"] =
+                    "tools/delete".into()
+            },
+            "policies[0].rules[0].authorization.mcp.methods[0].name",
+        ),
+        (
+            |v| {
+                v["policies"][0]["rules"][0]["authorization"]["mcp"]["methods"][0]["name"] =
+                    "tools/list".into()
+            },
+            "policies[0].rules[0].authorization.mcp.methods[0].params",
+        ),
+        (
+            |v| {
+                v["policies"][0]["rules"][0]["source"] =
+                    serde_json::json!({"type": "SPIFFE", "spiffe": "http://x"})
+            },
+            "policies[0].rules[0].source.spiffe",
+        ),
+        (
+            |v| v["policies"][0]["rules"][0]["source"] = serde_json::json!({"type": "SPIFFE"}),
+            "policies[0].rules[0].source.spiffe",
+        ),
+        (
+            |v| {
+                v["policies"][0]["rules"][0]["source"] =
+                    serde_json::json!({"type": "Any", "spiffe": "spiffe://a/b"})
+            },
+            "policies[0].rules[0].source.spiffe",
+        ),
+        (
+            |v| {
+                v["policies"][0]["rules"][0]["source"] =
+                    serde_json::json!({"type": "JWT", "jwt": {"issuer": "other"}})
+            },
+            "policies[0].rules[0].source.jwt.issuer",
+        ),
+        (
+            |v| {
+                v["identity"].as_object_mut().unwrap().remove("trustDomain");
+            },
+            "policies[0].rules[0].source.serviceAccount",
+        ),
+        (
+            |v| {
+                v["policies"][0]["rules"][0]["authorization"]["paths"] =
+                    serde_json::json!([{"type": "RegularExpression", "value": "("}])
+            },
+            "policies[0].rules[0].authorization.paths[0].value",
+        ),
+        (
+            |v| {
+                v["policies"][0]["rules"][0]["authorization"]["methods"] =
+                    serde_json::json!(["FETCH"])
+            },
+            "policies[0].rules[0].authorization.methods[0]",
+        ),
+        (
+            |v| v["policies"][0]["rules"][0]["name"] = "Bad_Name".into(),
+            "policies[0].rules[0].name",
+        ),
+        (
+            |v| {
+                let r = v["policies"][0]["rules"][0].clone();
+                v["policies"][0]["rules"].as_array_mut().unwrap().push(r);
+            },
+            "policies[0].rules[1].name",
+        ),
+        (
+            |v| v["backends"][0]["routeNames"] = serde_json::json!([]),
+            "backends[0].routeNames",
+        ),
+        (
+            |v| v["authorizers"][0]["pathPrefix"] = "no-slash".into(),
+            "authorizers[0].pathPrefix",
+        ),
+        (
+            |v| v["denyResponse"] = serde_json::json!({"httpStatus": 200}),
+            "denyResponse.httpStatus",
+        ),
+        (
+            |v| v["limits"] = serde_json::json!({"maxBodyBytes": 0}),
+            "limits.maxBodyBytes",
+        ),
+        (
+            |v| v["identity"]["spiffe"] = serde_json::json!({"source": "TrustedHeader"}),
+            "identity.spiffe.header",
+        ),
+        (
+            |v| v["gateways"][0]["listeners"][0]["hostname"] = "Bad..host".into(),
+            "gateways[0].listeners[0].hostname",
+        ),
     ];
     for (i, (mutate, want)) in cases.into_iter().enumerate() {
         let mut v = minimal();

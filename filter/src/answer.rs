@@ -48,11 +48,11 @@ pub fn rejection(status: u16, id: Option<&str>, code: i32, message: &str) -> Loc
 
 /// A policy denial: the authorizer's own response when it denied, else a JSON-RPC error.
 pub fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> LocalResponse {
-    if let Some((status, headers, body)) = &d.relay {
+    if let Some(r) = &d.relay {
         return LocalResponse {
-            status: *status,
-            headers: headers.clone(),
-            body: body.clone(),
+            status: r.status,
+            headers: r.headers.clone(),
+            body: r.body.clone(),
         };
     }
     let data = settings.expose_details.then(|| {

@@ -435,4 +435,3 @@ impl RequestFlow {
         )
     }
 }
-

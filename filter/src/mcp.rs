@@ -3,7 +3,8 @@
 //! [`parse_message`] checks the whole body against RFC 8259 (UTF-8 only, no BOM, no
 //! trailing data, bounded nesting) and the JSON-RPC / MCP rules the filter relies on,
 //! without building a DOM and without recursion (an explicit stack bounded by
-//! [`ParseLimits::max_depth`]). Duplicate keys are rejected in every object, comparing
+//! [`ParseLimits::max_depth`]). String runs containing non-ASCII bytes are checked with
+//! `std::str::from_utf8` as they are reached. Duplicate keys are rejected in every object, comparing
 //! keys after escape decoding, so the filter and the MCP server cannot disagree on
 //! which `method`, `params.name` or `params.uri` a message carries.
 //!
@@ -174,8 +175,6 @@ enum ParamsKind {
 /// One open object or array.
 struct Frame<'a> {
     is_object: bool,
-    /// A value has been read since the frame opened, so `,` or the closer comes next.
-    after_value: bool,
     role: Role,
     /// Start of this object's keys in `Parser::keys` (while `set` is None).
     keys_start: usize,
@@ -269,13 +268,10 @@ impl<'a> Parser<'a> {
                 "body contains only whitespace"
             }));
         }
-        self.value(Slot::Root)?;
+        // Whether the innermost container was just opened (no value read yet).
+        let mut opened = self.value(Slot::Root)?;
 
-        loop {
-            let (is_object, after_value) = match self.stack.last() {
-                Some(f) => (f.is_object, f.after_value),
-                None => break,
-            };
+        while let Some(is_object) = self.stack.last().map(|f| f.is_object) {
             self.skip_ws();
             let b = self.bytes.get(self.pos).copied();
             let closer = if is_object { b'}' } else { b']' };
@@ -286,9 +282,10 @@ impl<'a> Parser<'a> {
                         self.keys.truncate(frame.keys_start);
                     }
                 }
+                opened = false;
                 continue;
             }
-            if after_value {
+            if !opened {
                 if b != Some(b',') {
                     return Err(self.unexpected(if is_object {
                         "expected ',' or '}'"
@@ -299,15 +296,12 @@ impl<'a> Parser<'a> {
                 self.pos += 1;
                 self.skip_ws();
             }
-            if let Some(f) = self.stack.last_mut() {
-                f.after_value = true;
-            }
             let slot = if is_object {
                 self.member_key()?
             } else {
                 Slot::Ignore
             };
-            self.value(slot)?;
+            opened = self.value(slot)?;
         }
 
         self.skip_ws();
@@ -472,14 +466,16 @@ impl<'a> Parser<'a> {
         }
         self.keys.push(key);
         if self.keys.len().saturating_sub(start) > LINEAR_KEYS {
-            frame.set = Some(self.keys.drain(start..).collect());
+            let mut set = HashSet::with_capacity(4 * LINEAR_KEYS);
+            set.extend(self.keys.drain(start..));
+            frame.set = Some(set);
         }
         true
     }
 
     /// Reads one value starting at `self.pos` (whitespace already skipped). Containers
-    /// are only opened here; `run` reads their contents.
-    fn value(&mut self, slot: Slot) -> Result<(), ParseError> {
+    /// are only opened here (returns true); `run` reads their contents.
+    fn value(&mut self, slot: Slot) -> Result<bool, ParseError> {
         let bytes = self.bytes;
         let start = self.pos;
         let Some(&b) = bytes.get(start) else {
@@ -502,30 +498,37 @@ impl<'a> Parser<'a> {
                 };
                 self.stack.push(Frame {
                     is_object,
-                    after_value: false,
                     role,
                     keys_start: self.keys.len(),
                     set: None,
                 });
-                self.on_value(slot, if is_object { Val::Object } else { Val::Array })
+                if slot != Slot::Ignore {
+                    self.on_value(slot, if is_object { Val::Object } else { Val::Array })?;
+                }
+                return Ok(true);
             }
             b'"' => {
                 self.pos += 1;
                 let want = matches!(slot, Slot::Jsonrpc | Slot::Method | Slot::Name | Slot::Uri);
                 let decoded = self.string_body(want)?;
-                let raw = bytes.get(start..self.pos).unwrap_or_default();
-                self.on_value(slot, Val::Str { decoded, raw })
+                if slot != Slot::Ignore {
+                    let raw = bytes.get(start..self.pos).unwrap_or_default();
+                    self.on_value(slot, Val::Str { decoded, raw })?;
+                }
             }
             b'-' | b'0'..=b'9' => {
                 self.number()?;
-                let raw = bytes.get(start..self.pos).unwrap_or_default();
-                self.on_value(slot, Val::Number(raw))
+                if slot != Slot::Ignore {
+                    let raw = bytes.get(start..self.pos).unwrap_or_default();
+                    self.on_value(slot, Val::Number(raw))?;
+                }
             }
-            b't' => self.literal(b"true", slot),
-            b'f' => self.literal(b"false", slot),
-            b'n' => self.literal(b"null", slot),
-            _ => Err(self.unexpected("expected a value")),
+            b't' => self.literal(b"true", slot)?,
+            b'f' => self.literal(b"false", slot)?,
+            b'n' => self.literal(b"null", slot)?,
+            _ => return Err(self.unexpected("expected a value")),
         }
+        Ok(false)
     }
 
     fn literal(&mut self, word: &[u8], slot: Slot) -> Result<(), ParseError> {
@@ -537,6 +540,9 @@ impl<'a> Parser<'a> {
             )));
         }
         self.pos = end;
+        if slot == Slot::Ignore {
+            return Ok(());
+        }
         self.on_value(slot, Val::Literal)
     }
 
@@ -640,7 +646,19 @@ impl<'a> Parser<'a> {
         // Start of the input not yet copied into `buf`.
         let mut run = start;
         loop {
-            i = skip_plain(bytes, i);
+            let (end, non_ascii) = scan_plain(bytes, i);
+            if non_ascii {
+                // The run ends at an ASCII byte or the end of input, never inside a
+                // well-formed sequence, so validating runs validates the whole string.
+                let segment = bytes.get(i..end).unwrap_or_default();
+                if let Err(e) = std::str::from_utf8(segment) {
+                    return Err(ParseError::Parse(format!(
+                        "invalid UTF-8 at offset {}",
+                        i + e.valid_up_to()
+                    )));
+                }
+            }
+            i = end;
             let Some(&b) = bytes.get(i) else {
                 return Err(ParseError::Parse(format!(
                     "unterminated string starting at offset {}",
@@ -670,15 +688,10 @@ impl<'a> Parser<'a> {
                     i = escape(bytes, i, buf.as_mut())?;
                     run = i;
                 }
-                0x00..=0x1F => {
+                _ => {
                     return Err(ParseError::Parse(format!(
                         "unescaped control character 0x{b:02x} in string at offset {i}"
                     )));
-                }
-                _ => {
-                    i = utf8_char(bytes, i).ok_or_else(|| {
-                        ParseError::Parse(format!("invalid UTF-8 at offset {i}"))
-                    })?;
                 }
             }
         }
@@ -752,70 +765,39 @@ fn digits(bytes: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// Index of the first byte at or after `i` that a string scan must look at: `"`, `\`,
-/// a control character or a non-ASCII byte (or the end).
+/// Scans string contents from `i` to the first `"`, `\\` or control character (or the
+/// end). Also says whether the run may contain non-ASCII bytes (it may over-report).
 #[inline]
-fn skip_plain(bytes: &[u8], mut i: usize) -> usize {
+fn scan_plain(bytes: &[u8], mut i: usize) -> (usize, bool) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
-    // Eight bytes at a time. For bytes in 0x20..=0x7F other than '"' and '\' none of the
-    // terms below sets a high bit and no borrow occurs; at the first special byte a high
-    // bit is set. Borrows can only produce extra hits above a real one, which just ends
-    // the fast loop.
+    let mut high = 0u64;
+    // Eight bytes at a time with the "has zero byte" trick, `(x - 1) & !x & 0x80`, applied
+    // to `x = w ^ c` for '"' and '\' and as `(w - 0x20) & !w` for bytes below 0x20. A
+    // borrow can only mark bytes above a real hit, so the lowest marked byte is exact.
     while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
         let w = u64::from_le_bytes(*chunk);
-        let control = w.wrapping_sub(ONES * 0x20);
-        let quote = (w ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES);
-        let backslash = (w ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES);
-        if (control | quote | backslash | w) & HIGH != 0 {
-            break;
+        let q = w ^ (ONES * u64::from(b'"'));
+        let b = w ^ (ONES * u64::from(b'\\'));
+        let hit = (w.wrapping_sub(ONES * 0x20) & !w
+            | q.wrapping_sub(ONES) & !q
+            | b.wrapping_sub(ONES) & !b)
+            & HIGH;
+        high |= w;
+        if hit != 0 {
+            let at = i + (hit.trailing_zeros() / 8) as usize;
+            return (at, high & HIGH != 0);
         }
         i += 8;
     }
-    while let Some(&b) = bytes.get(i) {
-        if b < 0x20 || b >= 0x80 || b == b'"' || b == b'\\' {
+    while let Some(&c) = bytes.get(i) {
+        if c < 0x20 || c == b'"' || c == b'\\' {
             break;
         }
+        high |= u64::from(c);
         i += 1;
     }
-    i
-}
-
-/// Validates the UTF-8 sequence starting at `i` (a non-ASCII lead byte) and returns the
-/// index after it; None for invalid, overlong, surrogate or > U+10FFFF encodings.
-fn utf8_char(bytes: &[u8], i: usize) -> Option<usize> {
-    let cont = |j: usize, lo: u8, hi: u8| -> Option<()> {
-        let b = *bytes.get(j)?;
-        (lo..=hi).contains(&b).then_some(())
-    };
-    match *bytes.get(i)? {
-        0xC2..=0xDF => {
-            cont(i + 1, 0x80, 0xBF)?;
-            Some(i + 2)
-        }
-        lead @ 0xE0..=0xEF => {
-            let (lo, hi) = match lead {
-                0xE0 => (0xA0, 0xBF), // no overlong
-                0xED => (0x80, 0x9F), // no surrogates
-                _ => (0x80, 0xBF),
-            };
-            cont(i + 1, lo, hi)?;
-            cont(i + 2, 0x80, 0xBF)?;
-            Some(i + 3)
-        }
-        lead @ 0xF0..=0xF4 => {
-            let (lo, hi) = match lead {
-                0xF0 => (0x90, 0xBF), // no overlong
-                0xF4 => (0x80, 0x8F), // not above U+10FFFF
-                _ => (0x80, 0xBF),
-            };
-            cont(i + 1, lo, hi)?;
-            cont(i + 2, 0x80, 0xBF)?;
-            cont(i + 3, 0x80, 0xBF)?;
-            Some(i + 4)
-        }
-        _ => None,
-    }
+    (i, high & HIGH != 0)
 }
 
 /// Decodes the escape whose backslash is at `at`, appending to `out` if given; returns
@@ -925,7 +907,9 @@ mod tests {
 
     #[test]
     fn tools_call_request() {
-        let m = ok(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#);
+        let m = ok(
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#,
+        );
         assert_eq!(
             m,
             McpMessage {
@@ -1108,11 +1092,12 @@ mod tests {
                 assert_eq!(code(body.as_bytes()), INVALID_PARAMS, "{body}");
             }
             // name at the top level is not params.name
-            let body =
-                format!(r#"{{"jsonrpc":"2.0","id":1,"name":"echo","method":"{method}"}}"#);
+            let body = format!(r#"{{"jsonrpc":"2.0","id":1,"name":"echo","method":"{method}"}}"#);
             assert_eq!(code(body.as_bytes()), INVALID_PARAMS, "{body}");
         }
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"greet","arguments":{"who":"x"}}}"#);
+        let m = ok(
+            r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"greet","arguments":{"who":"x"}}}"#,
+        );
         assert_eq!(m.name.as_deref(), Some("greet"));
         assert_eq!(m.uri, None);
         // Notifications follow the same rule.
@@ -1146,21 +1131,27 @@ mod tests {
                 assert_eq!(code(body.as_bytes()), INVALID_PARAMS, "{body}");
             }
         }
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x:\/\/\u00e9"}}"#);
+        let m = ok(
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x:\/\/\u00e9"}}"#,
+        );
         assert_eq!(m.uri.as_deref(), Some("x://é"));
     }
 
     #[test]
     fn name_and_uri_only_for_their_methods() {
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"a","uri":"b"}}"#);
+        let m =
+            ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"a","uri":"b"}}"#);
         assert_eq!((m.name, m.uri), (None, None));
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","uri":"b"}}"#);
+        let m =
+            ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","uri":"b"}}"#);
         assert_eq!((m.name.as_deref(), m.uri), (Some("a"), None));
     }
 
     #[test]
     fn params_before_method() {
-        let m = ok(r#"{"params":{"arguments":{"name":"no"},"name":"echo"},"id":1,"method":"tools/call","jsonrpc":"2.0"}"#);
+        let m = ok(
+            r#"{"params":{"arguments":{"name":"no"},"name":"echo"},"id":1,"method":"tools/call","jsonrpc":"2.0"}"#,
+        );
         assert_eq!(m.method.as_deref(), Some("tools/call"));
         assert_eq!(m.name.as_deref(), Some("echo"));
         let m = ok(r#"{"params":{"uri":"u"},"method":"resources/read","jsonrpc":"2.0","id":"i"}"#);
@@ -1169,9 +1160,13 @@ mod tests {
 
     #[test]
     fn escaped_names_are_decoded() {
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"n\u0061me":"ec\u0068o"}}"#);
+        let m = ok(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"n\u0061me":"ec\u0068o"}}"#,
+        );
         assert_eq!(m.name.as_deref(), Some("echo"));
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"m\u0065thod":"tools\/call","p\u0061rams":{"name":"a\"b\\c\n\u00e9\ud83d\ude00"}}"#);
+        let m = ok(
+            r#"{"jsonrpc":"2.0","id":1,"m\u0065thod":"tools\/call","p\u0061rams":{"name":"a\"b\\c\n\u00e9\ud83d\ude00"}}"#,
+        );
         assert_eq!(m.method.as_deref(), Some("tools/call"));
         assert_eq!(m.name.as_deref(), Some("a\"b\\c\né😀"));
     }
@@ -1182,7 +1177,8 @@ mod tests {
         assert_eq!(m.method.as_deref(), Some("tools/call\0"));
         assert_ne!(m.method.as_deref(), Some("tools/call"));
         assert_eq!(m.name, None);
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ec\u0000ho"}}"#);
+        let m =
+            ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ec\u0000ho"}}"#);
         assert_eq!(m.name.as_deref(), Some("ec\0ho"));
     }
 
@@ -1224,14 +1220,20 @@ mod tests {
         ok(&with_arg(
             r#"{"a":{"a":{"a":1},"b":{"a":2}},"b":[{"a":1},{"a":1}]}"#,
         ));
-        ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","params":{"name":"y","method":"z"}}}"#);
+        ok(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","params":{"name":"y","method":"z"}}}"#,
+        );
     }
 
     #[test]
     fn keys_are_case_sensitive() {
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"Method":"tools/call","method":"ping","METHOD":"x","params":{"Name":"a","NAME":"b"}}"#);
+        let m = ok(
+            r#"{"jsonrpc":"2.0","id":1,"Method":"tools/call","method":"ping","METHOD":"x","params":{"Name":"a","NAME":"b"}}"#,
+        );
         assert_eq!(m.method.as_deref(), Some("ping"));
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"a","name":"b"}}"#);
+        let m = ok(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"a","name":"b"}}"#,
+        );
         assert_eq!(m.name.as_deref(), Some("b"));
     }
 
@@ -1283,7 +1285,10 @@ mod tests {
     #[test]
     fn batch_and_non_objects() {
         let (e, id) = rejected(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
-        assert_eq!(e, ParseError::InvalidRequest("batch requests are not supported".into()));
+        assert_eq!(
+            e,
+            ParseError::InvalidRequest("batch requests are not supported".into())
+        );
         assert_eq!(id, None);
         assert_eq!(code(b"[]"), INVALID_REQUEST);
         for body in ["1", "\"x\"", "null", "true", " 0 "] {
@@ -1297,7 +1302,9 @@ mod tests {
     fn whitespace_and_trailing_data() {
         ok(" \t\r\n{\"jsonrpc\":\"2.0\" , \"method\" :\r\n\"ping\",\t\"id\":1 } \n\t\r ");
         let good = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-        for tail in [" {}", "{}", "x", "\0", ",", "]", "}", " 1", "\u{a0}", "\x0c"] {
+        for tail in [
+            " {}", "{}", "x", "\0", ",", "]", "}", " 1", "\u{a0}", "\x0c",
+        ] {
             let body = format!("{good}{tail}");
             let (e, id) = rejected(body.as_bytes());
             assert_eq!(e.code(), PARSE, "{body:?}");
@@ -1350,7 +1357,9 @@ mod tests {
             let body = in_string(raw.as_bytes());
             assert!(parse(&body).is_ok(), "{raw:?}");
             // also as a decoded name
-            let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{raw}"}}}}"#);
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{raw}"}}}}"#
+            );
             assert_eq!(ok(&body).name.as_deref(), Some(raw));
         }
     }
@@ -1360,22 +1369,22 @@ mod tests {
         let cases: &[&[u8]] = &[
             b"\xff",
             b"\xfe",
-            b"\x80",                 // lone continuation
+            b"\x80", // lone continuation
             b"\xbf",
-            b"\xc3",                 // truncated
-            b"\xe2\x82",             // truncated
-            b"\xf0\x9f\x98",         // truncated
-            b"\xc3\x28",             // bad continuation
-            b"\xc0\xaf",             // overlong '/'
-            b"\xc1\xbf",             // overlong
-            b"\xe0\x80\xaf",         // overlong
-            b"\xe0\x9f\xbf",         // overlong
-            b"\xf0\x80\x80\xaf",     // overlong
-            b"\xf0\x8f\xbf\xbf",     // overlong
-            b"\xed\xa0\x80",         // U+D800 encoded
-            b"\xed\xbf\xbf",         // U+DFFF encoded
+            b"\xc3",                     // truncated
+            b"\xe2\x82",                 // truncated
+            b"\xf0\x9f\x98",             // truncated
+            b"\xc3\x28",                 // bad continuation
+            b"\xc0\xaf",                 // overlong '/'
+            b"\xc1\xbf",                 // overlong
+            b"\xe0\x80\xaf",             // overlong
+            b"\xe0\x9f\xbf",             // overlong
+            b"\xf0\x80\x80\xaf",         // overlong
+            b"\xf0\x8f\xbf\xbf",         // overlong
+            b"\xed\xa0\x80",             // U+D800 encoded
+            b"\xed\xbf\xbf",             // U+DFFF encoded
             b"\xed\xa0\xbd\xed\xb8\x80", // CESU-8 pair
-            b"\xf4\x90\x80\x80",     // > U+10FFFF
+            b"\xf4\x90\x80\x80",         // > U+10FFFF
             b"\xf5\x80\x80\x80",
             b"\xf8\x88\x80\x80\x80",
             b"ab\xe2\x82\xacc\xe2\x82",
@@ -1430,7 +1439,9 @@ mod tests {
     // ----- escapes -----
 
     fn decoded_name(escaped: &str) -> Result<String, Rejection> {
-        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{escaped}"}}}}"#);
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{escaped}"}}}}"#
+        );
         parse(body.as_bytes()).map(|m| m.name.unwrap_or_default())
     }
 
@@ -1497,9 +1508,28 @@ mod tests {
     #[test]
     fn number_grammar() {
         for n in [
-            "0", "-0", "1", "-1", "10", "1234567890", "0.0", "-0.0", "0.5", "1.25", "1e5",
-            "1E5", "1e+5", "1e-5", "1E-05", "0e0", "-0e-0", "1.5e10", "-1.5E+10",
-            "123456789012345678901234567890", "1e400", "0.000001",
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "10",
+            "1234567890",
+            "0.0",
+            "-0.0",
+            "0.5",
+            "1.25",
+            "1e5",
+            "1E5",
+            "1e+5",
+            "1e-5",
+            "1E-05",
+            "0e0",
+            "-0e-0",
+            "1.5e10",
+            "-1.5E+10",
+            "123456789012345678901234567890",
+            "1e400",
+            "0.000001",
         ] {
             ok(&with_arg(n));
             ok(&with_arg(&format!("[{n}]")));
@@ -1507,9 +1537,31 @@ mod tests {
             assert_eq!(ok(&body).id.as_deref(), Some(n));
         }
         for n in [
-            "01", "-01", "00", "+1", ".5", "-.5", "1.", "-", "--1", "1.e5", "1e", "1e+", "1E-",
-            "1e5.5", "0x10", "1_000", "Infinity", "-Infinity", "NaN", "1.2.3", "- 1", "1 2",
-            "0.-1", "1ee5", "\u{0660}",
+            "01",
+            "-01",
+            "00",
+            "+1",
+            ".5",
+            "-.5",
+            "1.",
+            "-",
+            "--1",
+            "1.e5",
+            "1e",
+            "1e+",
+            "1E-",
+            "1e5.5",
+            "0x10",
+            "1_000",
+            "Infinity",
+            "-Infinity",
+            "NaN",
+            "1.2.3",
+            "- 1",
+            "1 2",
+            "0.-1",
+            "1ee5",
+            "\u{0660}",
         ] {
             assert_eq!(code(with_arg(n).as_bytes()), PARSE, "{n}");
             assert_eq!(code(with_arg(&format!("[{n}]")).as_bytes()), PARSE, "{n}");
@@ -1526,7 +1578,17 @@ mod tests {
     #[test]
     fn literals() {
         ok(&with_arg("[true,false,null]"));
-        for l in ["tru", "True", "TRUE", "nul", "NULL", "fals", "truee", "nil", "undefined"] {
+        for l in [
+            "tru",
+            "True",
+            "TRUE",
+            "nul",
+            "NULL",
+            "fals",
+            "truee",
+            "nil",
+            "undefined",
+        ] {
             assert_eq!(code(with_arg(l).as_bytes()), PARSE, "{l}");
         }
         assert_eq!(code(b"nul"), PARSE);
@@ -1634,10 +1696,44 @@ mod tests {
         let e = ParseError::InvalidRequest("x".into());
         assert_eq!((e.code(), e.message()), (-32600, "Invalid Request"));
         let e = ParseError::InvalidParams("y".into());
-        assert_eq!((e.code(), e.to_string()), (-32602, "Invalid params: y".into()));
+        assert_eq!(
+            (e.code(), e.to_string()),
+            (-32602, "Invalid params: y".into())
+        );
         // Details never echo input text.
         let (e, _) = rejected(b"{\"<script>\":\"\xff\"}");
         assert!(!e.detail().contains("script"), "{e}");
+    }
+
+    #[test]
+    fn scan_plain_matches_naive() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let alphabet = [
+            b'a', b'Z', b' ', b'~', b'"', b'\\', 0x00, 0x1f, 0x20, 0x7f, 0x80, 0xc3, 0xff,
+        ];
+        for _ in 0..20_000 {
+            let len = rng.below(40);
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    if rng.chance(80) {
+                        b'a' + rng.below(26) as u8
+                    } else {
+                        rng.pick(&alphabet)
+                    }
+                })
+                .collect();
+            for start in 0..=len {
+                let want = bytes[start..]
+                    .iter()
+                    .position(|&c| c < 0x20 || c == b'"' || c == b'\\')
+                    .map_or(len, |p| start + p);
+                let (end, non_ascii) = scan_plain(&bytes, start);
+                assert_eq!(end, want, "{bytes:x?} from {start}");
+                if bytes[start..end].iter().any(|&c| c >= 0x80) {
+                    assert!(non_ascii, "{bytes:x?} from {start}");
+                }
+            }
+        }
     }
 
     // ----- differential test against serde_json -----
@@ -1659,8 +1755,8 @@ mod tests {
         fn chance(&mut self, percent: usize) -> bool {
             self.below(100) < percent
         }
-        fn pick<'x, T>(&mut self, items: &'x [T]) -> &'x T {
-            &items[self.below(items.len())]
+        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.below(items.len())]
         }
     }
 
@@ -1721,26 +1817,39 @@ mod tests {
     ];
 
     const NUMBERS: &[&str] = &[
-        "0", "-0", "1", "42", "-7", "3.25", "1e3", "-2.5E-3", "1E+2", "100000000000000000000",
+        "0",
+        "-0",
+        "1",
+        "42",
+        "-7",
+        "3.25",
+        "1e3",
+        "-2.5E-3",
+        "1E+2",
+        "100000000000000000000",
     ];
 
     fn ws(rng: &mut Rng, out: &mut String) {
         if rng.chance(20) {
-            out.push_str(*rng.pick(&[" ", "\n", "\t", "\r\n", "  "]));
+            out.push_str(rng.pick(&[" ", "\n", "\t", "\r\n", "  "]));
         }
     }
 
     fn gen_value(rng: &mut Rng, depth: usize, out: &mut String) {
-        let kind = if depth > 6 { rng.below(4) } else { rng.below(7) };
+        let kind = if depth > 6 {
+            rng.below(4)
+        } else {
+            rng.below(7)
+        };
         match kind {
             0 => {
-                let w = *rng.pick(WORDS);
+                let w = rng.pick(WORDS);
                 gen_string(rng, w, out);
             }
-            1 => out.push_str(*rng.pick(NUMBERS)),
-            2 => out.push_str(*rng.pick(&["true", "false", "null"])),
+            1 => out.push_str(rng.pick(NUMBERS)),
+            2 => out.push_str(rng.pick(&["true", "false", "null"])),
             3 => {
-                let w = *rng.pick(WORDS);
+                let w = rng.pick(WORDS);
                 gen_string(rng, w, out);
             }
             4 | 5 => {
@@ -1751,7 +1860,7 @@ mod tests {
                         out.push(',');
                     }
                     ws(rng, out);
-                    let k = *rng.pick(WORDS);
+                    let k = rng.pick(WORDS);
                     gen_string(rng, k, out);
                     ws(rng, out);
                     out.push(':');
@@ -1796,7 +1905,7 @@ mod tests {
                 0 => rng.pick(NUMBERS).to_string(),
                 1 => val(rng, &|r, o| gen_value(r, 1, o)),
                 _ => val(rng, &|r, o| {
-                    let w = *r.pick(WORDS);
+                    let w = r.pick(WORDS);
                     gen_string(r, w, o)
                 }),
             };
@@ -1805,7 +1914,7 @@ mod tests {
         if rng.chance(80) {
             let v = if rng.chance(90) {
                 val(rng, &|r, o| {
-                    let w = *r.pick(&WORDS[11..]);
+                    let w = r.pick(&WORDS[11..]);
                     gen_string(r, w, o)
                 })
             } else {
@@ -1828,7 +1937,7 @@ mod tests {
                             o.push_str(key);
                             o.push_str("\":");
                             if r.chance(70) {
-                                let w = *r.pick(WORDS);
+                                let w = r.pick(WORDS);
                                 gen_string(r, w, o);
                             } else {
                                 gen_value(r, 2, o);
@@ -1854,7 +1963,7 @@ mod tests {
         }
         if rng.chance(20) {
             let v = val(rng, &|r, o| gen_value(r, 1, o));
-            members.push((*rng.pick(&["Method", "extra", "_meta"]), v));
+            members.push((rng.pick(&["Method", "extra", "_meta"]), v));
         }
         // Shuffle.
         for i in (1..members.len()).rev() {
@@ -1900,13 +2009,13 @@ mod tests {
             let len = body.len();
             let at = if len == 0 { 0 } else { rng.below(len + 1) };
             match rng.below(6) {
-                0 if at < len => body[at] = *rng.pick(NOISE),
-                1 => body.insert(at.min(len), *rng.pick(NOISE)),
+                0 if at < len => body[at] = rng.pick(NOISE),
+                1 => body.insert(at.min(len), rng.pick(NOISE)),
                 2 if at < len => {
                     body.remove(at);
                 }
                 3 => {
-                    let seq = *rng.pick(HIGH);
+                    let seq = rng.pick(HIGH);
                     body.splice(at..at, seq.iter().copied());
                 }
                 4 => body.truncate(at),
@@ -1944,25 +2053,46 @@ mod tests {
             f.write_str("any JSON value")
         }
         fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
-            Ok(Shape { dup: false, depth: 0 })
+            Ok(Shape {
+                dup: false,
+                depth: 0,
+            })
         }
         fn visit_i64<E>(self, _: i64) -> Result<Shape, E> {
-            Ok(Shape { dup: false, depth: 0 })
+            Ok(Shape {
+                dup: false,
+                depth: 0,
+            })
         }
         fn visit_u64<E>(self, _: u64) -> Result<Shape, E> {
-            Ok(Shape { dup: false, depth: 0 })
+            Ok(Shape {
+                dup: false,
+                depth: 0,
+            })
         }
         fn visit_f64<E>(self, _: f64) -> Result<Shape, E> {
-            Ok(Shape { dup: false, depth: 0 })
+            Ok(Shape {
+                dup: false,
+                depth: 0,
+            })
         }
         fn visit_str<E>(self, _: &str) -> Result<Shape, E> {
-            Ok(Shape { dup: false, depth: 0 })
+            Ok(Shape {
+                dup: false,
+                depth: 0,
+            })
         }
         fn visit_unit<E>(self) -> Result<Shape, E> {
-            Ok(Shape { dup: false, depth: 0 })
+            Ok(Shape {
+                dup: false,
+                depth: 0,
+            })
         }
         fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Shape, A::Error> {
-            let mut s = Shape { dup: false, depth: 0 };
+            let mut s = Shape {
+                dup: false,
+                depth: 0,
+            };
             while let Some(e) = a.next_element::<Shape>()? {
                 s.dup |= e.dup;
                 s.depth = s.depth.max(e.depth);
@@ -1971,7 +2101,10 @@ mod tests {
             Ok(s)
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Shape, A::Error> {
-            let mut s = Shape { dup: false, depth: 0 };
+            let mut s = Shape {
+                dup: false,
+                depth: 0,
+            };
             let mut seen = HashSet::new();
             while let Some((k, v)) = a.next_entry::<String, Shape>()? {
                 s.dup |= !seen.insert(k) | v.dup;
@@ -2181,7 +2314,10 @@ mod tests {
         let big_string = with_arg(&format!("\"{}\"", "lorem ipsum dolor ".repeat(MIB / 18)));
         time_it("1 MiB ASCII string argument", big_string.as_bytes(), true);
 
-        let escaped = with_arg(&format!("\"{}\"", "line\\n\\u00e9 \\\"q\\\" ".repeat(MIB / 20)));
+        let escaped = with_arg(&format!(
+            "\"{}\"",
+            "line\\n\\u00e9 \\\"q\\\" ".repeat(MIB / 20)
+        ));
         time_it("1 MiB escaped string argument", escaped.as_bytes(), true);
 
         let unicode = with_arg(&format!("\"{}\"", "日本語テキスト😀é ".repeat(MIB / 30)));
@@ -2194,7 +2330,11 @@ mod tests {
             i += 1;
         }
         numbers.push_str("0]");
-        time_it("1 MiB array of numbers", with_arg(&numbers).as_bytes(), true);
+        time_it(
+            "1 MiB array of numbers",
+            with_arg(&numbers).as_bytes(),
+            true,
+        );
 
         let mut keys = String::from("{");
         let mut k = 0;
@@ -2213,6 +2353,10 @@ mod tests {
             "[{}0]",
             r#"{"a":[1,"x",{"b":null,"c":true}],"d":-2.5}, "#.repeat(MIB / 44)
         ));
-        time_it("1 MiB of small nested objects", nested_small.as_bytes(), true);
+        time_it(
+            "1 MiB of small nested objects",
+            nested_small.as_bytes(),
+            true,
+        );
     }
 }

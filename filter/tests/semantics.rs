@@ -1,4 +1,11 @@
 //! semantics.md §3–§4 and the seeds' test vectors, row by row.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::type_complexity
+)]
 
 mod common;
 
@@ -32,32 +39,56 @@ fn check_row(i: usize, row: &Row, with_deny: bool) {
             "gw-inline",
             "Gateway",
             "gw",
-            if row.gw_inline.unwrap_or(true) { &["t", "u"] } else { &["u"] },
+            if row.gw_inline.unwrap_or(true) {
+                &["t", "u"]
+            } else {
+                &["u"]
+            },
         ),
         inline_tools(
             "be-inline",
             "Backend",
             "tools",
-            if row.be_inline.unwrap_or(true) { &["t"] } else { &["u"] },
+            if row.be_inline.unwrap_or(true) {
+                &["t"]
+            } else {
+                &["u"]
+            },
         ),
     ];
     if with_deny {
         // "Deny (any matches)" matches t; "Allow (no matches)" matches only v.
-        let gw: &[&str] = if row.gw_deny == Some(true) { &["t"] } else { &["v"] };
-        let be: &[&str] = if row.be_deny == Some(true) { &["t"] } else { &["v"] };
+        let gw: &[&str] = if row.gw_deny == Some(true) {
+            &["t"]
+        } else {
+            &["v"]
+        };
+        let be: &[&str] = if row.be_deny == Some(true) {
+            &["t"]
+        } else {
+            &["v"]
+        };
         policies.push(deny_tools("gw-deny", "Gateway", "gw", gw));
         policies.push(deny_tools("be-deny", "Backend", "tools", be));
     }
     let engine = engine(&bundle(policies, &["gw-authz", "be-authz"]));
-    let outcome = |v: Option<bool>| if v.unwrap_or(true) { allow() } else { deny(403) };
-    let outcomes = HashMap::from([("gw-ext", outcome(row.gw_ext)), ("be-ext", outcome(row.be_ext))]);
+    let outcome = |v: Option<bool>| {
+        if v.unwrap_or(true) {
+            allow()
+        } else {
+            deny(403)
+        }
+    };
+    let outcomes = HashMap::from([
+        ("gw-ext", outcome(row.gw_ext)),
+        ("be-ext", outcome(row.be_ext)),
+    ]);
     let (decision, batches) = run(&engine, &call("t"), &outcomes);
     assert_eq!(is_allow(&decision), row.allowed, "row {i}: {decision:?}");
 
     // The backend authorizer is consulted only if the whole gateway level allowed.
-    let gateway_passed = row.gw_ext == Some(true)
-        && row.gw_deny != Some(true)
-        && row.gw_inline == Some(true);
+    let gateway_passed =
+        row.gw_ext == Some(true) && row.gw_deny != Some(true) && row.gw_inline == Some(true);
     let expected: Vec<Vec<String>> = if gateway_passed {
         vec![vec!["gw-ext".into()], vec!["be-ext".into()]]
     } else {
@@ -66,7 +97,11 @@ fn check_row(i: usize, row: &Row, with_deny: bool) {
     assert_eq!(batches, expected, "row {i}: authorizer calls");
 
     if let Decision::Deny(d) = &decision {
-        let level = if gateway_passed { Level::Backend } else { Level::Gateway };
+        let level = if gateway_passed {
+            Level::Backend
+        } else {
+            Level::Gateway
+        };
         assert_eq!(d.level, Some(level), "row {i}: level");
         let first_no = [
             (row.gw_ext, Reason::ExternalAuthDenied),
@@ -90,11 +125,51 @@ const X: Option<bool> = None;
 #[test]
 fn seed_000_summary_table_without_deny() {
     let rows = [
-        Row { gw_ext: N, gw_deny: X, gw_inline: X, be_ext: X, be_deny: X, be_inline: X, allowed: false },
-        Row { gw_ext: Y, gw_deny: X, gw_inline: N, be_ext: X, be_deny: X, be_inline: X, allowed: false },
-        Row { gw_ext: Y, gw_deny: X, gw_inline: Y, be_ext: N, be_deny: X, be_inline: X, allowed: false },
-        Row { gw_ext: Y, gw_deny: X, gw_inline: Y, be_ext: Y, be_deny: X, be_inline: N, allowed: false },
-        Row { gw_ext: Y, gw_deny: X, gw_inline: Y, be_ext: Y, be_deny: X, be_inline: Y, allowed: true },
+        Row {
+            gw_ext: N,
+            gw_deny: X,
+            gw_inline: X,
+            be_ext: X,
+            be_deny: X,
+            be_inline: X,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: X,
+            gw_inline: N,
+            be_ext: X,
+            be_deny: X,
+            be_inline: X,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: X,
+            gw_inline: Y,
+            be_ext: N,
+            be_deny: X,
+            be_inline: X,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: X,
+            gw_inline: Y,
+            be_ext: Y,
+            be_deny: X,
+            be_inline: N,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: X,
+            gw_inline: Y,
+            be_ext: Y,
+            be_deny: X,
+            be_inline: Y,
+            allowed: true,
+        },
     ];
     for (i, r) in rows.iter().enumerate() {
         check_row(i + 1, r, false);
@@ -104,13 +179,69 @@ fn seed_000_summary_table_without_deny() {
 #[test]
 fn seed_000_summary_table_with_deny() {
     let rows = [
-        Row { gw_ext: N, gw_deny: X, gw_inline: X, be_ext: X, be_deny: X, be_inline: X, allowed: false },
-        Row { gw_ext: Y, gw_deny: Y, gw_inline: X, be_ext: X, be_deny: X, be_inline: X, allowed: false },
-        Row { gw_ext: Y, gw_deny: N, gw_inline: N, be_ext: X, be_deny: X, be_inline: X, allowed: false },
-        Row { gw_ext: Y, gw_deny: N, gw_inline: Y, be_ext: N, be_deny: X, be_inline: X, allowed: false },
-        Row { gw_ext: Y, gw_deny: N, gw_inline: Y, be_ext: Y, be_deny: Y, be_inline: X, allowed: false },
-        Row { gw_ext: Y, gw_deny: N, gw_inline: Y, be_ext: Y, be_deny: N, be_inline: N, allowed: false },
-        Row { gw_ext: Y, gw_deny: N, gw_inline: Y, be_ext: Y, be_deny: N, be_inline: Y, allowed: true },
+        Row {
+            gw_ext: N,
+            gw_deny: X,
+            gw_inline: X,
+            be_ext: X,
+            be_deny: X,
+            be_inline: X,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: Y,
+            gw_inline: X,
+            be_ext: X,
+            be_deny: X,
+            be_inline: X,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: N,
+            gw_inline: N,
+            be_ext: X,
+            be_deny: X,
+            be_inline: X,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: N,
+            gw_inline: Y,
+            be_ext: N,
+            be_deny: X,
+            be_inline: X,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: N,
+            gw_inline: Y,
+            be_ext: Y,
+            be_deny: Y,
+            be_inline: X,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: N,
+            gw_inline: Y,
+            be_ext: Y,
+            be_deny: N,
+            be_inline: N,
+            allowed: false,
+        },
+        Row {
+            gw_ext: Y,
+            gw_deny: N,
+            gw_inline: Y,
+            be_ext: Y,
+            be_deny: N,
+            be_inline: Y,
+            allowed: true,
+        },
     ];
     for (i, r) in rows.iter().enumerate() {
         check_row(i + 1, r, true);
@@ -122,12 +253,44 @@ fn eight_policies(order_reversed: bool) -> serde_json::Value {
     let mut p = vec![
         ext("gateway-policy-external-auth-1", "Gateway", "gw", "a1", 10),
         ext("gateway-policy-external-auth-2", "Gateway", "gw", "a2", 20),
-        inline_tools("gateway-policy-inline-tools-1", "Gateway", "gw", &["pay", "refund"]),
-        inline_tools("gateway-policy-inline-tools-2", "Gateway", "gw", &["balance"]),
-        ext("backend-policy-external-auth-1", "Backend", "tools", "b1", 30),
-        ext("backend-policy-external-auth-2", "Backend", "tools", "b2", 40),
-        inline_tools("backend-policy-inline-tools-1", "Backend", "tools", &["pay"]),
-        inline_tools("backend-policy-inline-tools-2", "Backend", "tools", &["balance"]),
+        inline_tools(
+            "gateway-policy-inline-tools-1",
+            "Gateway",
+            "gw",
+            &["pay", "refund"],
+        ),
+        inline_tools(
+            "gateway-policy-inline-tools-2",
+            "Gateway",
+            "gw",
+            &["balance"],
+        ),
+        ext(
+            "backend-policy-external-auth-1",
+            "Backend",
+            "tools",
+            "b1",
+            30,
+        ),
+        ext(
+            "backend-policy-external-auth-2",
+            "Backend",
+            "tools",
+            "b2",
+            40,
+        ),
+        inline_tools(
+            "backend-policy-inline-tools-1",
+            "Backend",
+            "tools",
+            &["pay"],
+        ),
+        inline_tools(
+            "backend-policy-inline-tools-2",
+            "Backend",
+            "tools",
+            &["balance"],
+        ),
     ];
     if order_reversed {
         p.reverse();
@@ -161,7 +324,10 @@ fn seed_000_eight_policy_example() {
         let (d, _) = run(&e, &call("refund"), &all_allow);
         match d {
             Decision::Deny(d) => {
-                assert_eq!((d.level, d.reason), (Some(Level::Backend), Reason::NotAllowed))
+                assert_eq!(
+                    (d.level, d.reason),
+                    (Some(Level::Backend), Reason::NotAllowed)
+                )
             }
             other => panic!("refund: {other:?}"),
         }
@@ -169,7 +335,10 @@ fn seed_000_eight_policy_example() {
         let (d, batches) = run(&e, &call("transfer"), &all_allow);
         match d {
             Decision::Deny(d) => {
-                assert_eq!((d.level, d.reason), (Some(Level::Gateway), Reason::NotAllowed))
+                assert_eq!(
+                    (d.level, d.reason),
+                    (Some(Level::Gateway), Reason::NotAllowed)
+                )
             }
             other => panic!("transfer: {other:?}"),
         }
@@ -181,8 +350,11 @@ fn seed_000_eight_policy_example() {
         match d {
             Decision::Deny(d) => {
                 assert_eq!(d.reason, Reason::ExternalAuthDenied);
-                assert_eq!(d.policy.as_deref(), Some("default/gateway-policy-external-auth-2"));
-                assert_eq!(d.relay.as_ref().map(|r| r.0), Some(401));
+                assert_eq!(
+                    d.policy.as_deref(),
+                    Some("default/gateway-policy-external-auth-2")
+                );
+                assert_eq!(d.relay.as_ref().map(|r| r.status), Some(401));
             }
             other => panic!("{other:?}"),
         }
@@ -193,7 +365,10 @@ fn seed_000_eight_policy_example() {
         let (d, _) = run(&e, &call("pay"), &both);
         match d {
             Decision::Deny(d) => {
-                assert_eq!(d.policy.as_deref(), Some("default/gateway-policy-external-auth-1"))
+                assert_eq!(
+                    d.policy.as_deref(),
+                    Some("default/gateway-policy-external-auth-1")
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -217,7 +392,10 @@ fn seed_001_x_y_example_is_denied_at_the_gateway() {
     let (d, _) = run(&e, &call("y"), &HashMap::new());
     match d {
         Decision::Deny(d) => {
-            assert_eq!((d.level, d.reason), (Some(Level::Gateway), Reason::NotAllowed))
+            assert_eq!(
+                (d.level, d.reason),
+                (Some(Level::Gateway), Reason::NotAllowed)
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -230,10 +408,19 @@ fn seed_001_x_y_example_is_denied_at_the_gateway() {
 fn no_policies_allow_everything_and_empty_tools_admit_no_call() {
     let e = engine(&bundle(vec![], &[]));
     assert!(is_allow(&run(&e, &call("anything"), &HashMap::new()).0));
-    let e = engine(&bundle(vec![inline_tools("none", "Backend", "tools", &[])], &[]));
+    let e = engine(&bundle(
+        vec![inline_tools("none", "Backend", "tools", &[])],
+        &[],
+    ));
     assert!(!is_allow(&run(&e, &call("anything"), &HashMap::new()).0));
     // ... but the base protocol still passes.
-    let init = request(McpOp::Call { method: "initialize".into(), param: None }, Some(ALPHA));
+    let init = request(
+        McpOp::Call {
+            method: "initialize".into(),
+            param: None,
+        },
+        Some(ALPHA),
+    );
     assert!(is_allow(&run(&e, &init, &HashMap::new()).0));
 }
 
@@ -242,7 +429,13 @@ fn allow_with_empty_rule_list_denies_everything_at_its_level() {
     let p = json!({"name": "nothing", "level": "Gateway", "targets": [{"name": "gw"}],
                    "action": "Allow", "rules": []});
     let e = engine(&bundle(vec![p], &[]));
-    let init = request(McpOp::Call { method: "initialize".into(), param: None }, Some(ALPHA));
+    let init = request(
+        McpOp::Call {
+            method: "initialize".into(),
+            param: None,
+        },
+        Some(ALPHA),
+    );
     assert!(!is_allow(&run(&e, &init, &HashMap::new()).0));
 }
 
@@ -282,13 +475,13 @@ fn unknown_listener_and_backend_fail_closed() {
 #[test]
 fn sources_spiffe_service_account_and_any() {
     let p = json!({"name": "who", "level": "Backend", "targets": [{"name": "tools"}], "action": "Allow",
-        "rules": [
-            {"name": "alpha-by-sa", "source": {"type": "ServiceAccount",
-                "serviceAccount": {"namespace": "agents", "name": "alpha"}},
-             "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": ["echo"]}]}}},
-            {"name": "beta-by-id", "source": {"type": "SPIFFE", "spiffe": BETA},
-             "authorization": {"mcp": {"methods": [{"name": "tools"}]}}}
-        ]});
+    "rules": [
+        {"name": "alpha-by-sa", "source": {"type": "ServiceAccount",
+            "serviceAccount": {"namespace": "agents", "name": "alpha"}},
+         "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": ["echo"]}]}}},
+        {"name": "beta-by-id", "source": {"type": "SPIFFE", "spiffe": BETA},
+         "authorization": {"mcp": {"methods": [{"name": "tools"}]}}}
+    ]});
     let e = engine(&bundle(vec![p], &[]));
     let mut req = call("echo");
     assert!(is_allow(&run(&e, &req, &HashMap::new()).0));
@@ -306,7 +499,9 @@ fn sources_spiffe_service_account_and_any() {
 #[test]
 fn authorizer_failure_follows_failure_mode() {
     let mut b = bundle(vec![ext("gw-ext", "Gateway", "gw", "a", 0)], &["a"]);
-    let err = AuthzOutcome::Error { detail: "timeout".into() };
+    let err = AuthzOutcome::Error {
+        detail: "timeout".into(),
+    };
     let e = engine(&b);
     match run(&e, &call("t"), &HashMap::from([("gw-ext", err.clone())])).0 {
         Decision::Deny(d) => assert_eq!(d.reason, Reason::AuthorizerFailed),
@@ -314,7 +509,9 @@ fn authorizer_failure_follows_failure_mode() {
     }
     b["authorizers"][0]["failureMode"] = "Allow".into();
     let e = engine(&b);
-    assert!(is_allow(&run(&e, &call("t"), &HashMap::from([("gw-ext", err)])).0));
+    assert!(is_allow(
+        &run(&e, &call("t"), &HashMap::from([("gw-ext", err)])).0
+    ));
 }
 
 #[test]
@@ -335,17 +532,33 @@ fn external_auth_rules_select_which_requests_are_sent() {
 #[test]
 fn authorizer_headers_are_collected_in_evaluation_order() {
     let e = engine(&bundle(
-        vec![ext("g", "Gateway", "gw", "a", 0), ext("b", "Backend", "tools", "b", 0)],
+        vec![
+            ext("g", "Gateway", "gw", "a", 0),
+            ext("b", "Backend", "tools", "b", 0),
+        ],
         &["a", "b"],
     ));
     let outcomes = HashMap::from([
-        ("g", AuthzOutcome::Allow { headers: vec![("x-user".into(), "g".into())] }),
-        ("b", AuthzOutcome::Allow { headers: vec![("x-user".into(), "b".into())] }),
+        (
+            "g",
+            AuthzOutcome::Allow {
+                headers: vec![("x-user".into(), "g".into())],
+            },
+        ),
+        (
+            "b",
+            AuthzOutcome::Allow {
+                headers: vec![("x-user".into(), "b".into())],
+            },
+        ),
     ]);
     match run(&e, &call("t"), &outcomes).0 {
         Decision::Allow { add_headers } => assert_eq!(
             add_headers,
-            vec![("x-user".to_string(), "g".to_string()), ("x-user".to_string(), "b".to_string())]
+            vec![
+                ("x-user".to_string(), "g".to_string()),
+                ("x-user".to_string(), "b".to_string())
+            ]
         ),
         d => panic!("{d:?}"),
     }

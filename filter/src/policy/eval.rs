@@ -73,6 +73,14 @@ pub struct AuthzCall {
     pub level: Level,
 }
 
+/// An authorizer's denial, relayed to the client as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relay {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
 /// A denial.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Denial {
@@ -82,7 +90,7 @@ pub struct Denial {
     pub policy: Option<String>,
     pub rule: Option<String>,
     /// The authorizer response to relay (ExternalAuthDenied).
-    pub relay: Option<(u16, Vec<(String, String)>, Vec<u8>)>,
+    pub relay: Option<Relay>,
     /// Extra detail for logs (never sent unless the operator exposes details).
     pub detail: Option<String>,
 }
@@ -91,7 +99,9 @@ pub struct Denial {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Let the request through, adding these headers (in order; later replaces earlier).
-    Allow { add_headers: Vec<(String, String)> },
+    Allow {
+        add_headers: Vec<(String, String)>,
+    },
     Deny(Denial),
 }
 
@@ -337,7 +347,11 @@ impl Evaluation {
                         reason: Reason::ExternalAuthDenied,
                         policy,
                         rule: None,
-                        relay: Some((status, headers, body)),
+                        relay: Some(Relay {
+                            status,
+                            headers,
+                            body,
+                        }),
                         detail: None,
                     });
                     return;
@@ -383,7 +397,13 @@ impl Evaluation {
         let level = Some(self.level);
         if let Some(r) = index.deny.first_admitting(engine, req, &self.host) {
             let (policy, rule) = names(engine, r);
-            self.note(level, "deny", policy.clone(), rule.clone(), "matched".into());
+            self.note(
+                level,
+                "deny",
+                policy.clone(),
+                rule.clone(),
+                "matched".into(),
+            );
             self.deny(Denial {
                 level,
                 reason: Reason::DenyPolicy,
@@ -447,4 +467,3 @@ fn names(engine: &Engine, r: RuleRef) -> (Option<String>, Option<String>) {
         engine.rule(r).map(|x| x.name.clone()),
     )
 }
-

@@ -208,8 +208,7 @@ fn compile_mcp(m: &McpMatch) -> CMcp {
 impl CRule {
     /// Source AND authorization.
     pub fn admits(&self, req: &Request, host: &str) -> bool {
-        self.source.matches(&req.caller)
-            && self.authz.as_ref().is_none_or(|a| a.matches(req, host))
+        self.source.matches(&req.caller) && self.authz.as_ref().is_none_or(|a| a.matches(req, host))
     }
 
     /// For indexing: `(method, params)` pairs when every MCP method of this rule names params.
@@ -317,7 +316,9 @@ impl CMcp {
         if self.methods.is_empty() {
             return !op.is_base();
         }
-        self.methods.iter().any(|m| m.matches(method, param.as_deref()))
+        self.methods
+            .iter()
+            .any(|m| m.matches(method, param.as_deref()))
     }
 }
 

@@ -12,10 +12,11 @@ use mcp_access_bundle::{
 };
 
 pub use eval::{
-    level_str, AuthzCall, AuthzOutcome, Decision, Denial, Evaluation, Reason, Step, TraceEntry,
+    level_str, AuthzCall, AuthzOutcome, Decision, Denial, Evaluation, Reason, Relay, Step,
+    TraceEntry,
 };
-pub use matcher::{path_prefix_matches, HostPattern};
 use matcher::{compile_rule, CRule};
+pub use matcher::{path_prefix_matches, HostPattern};
 
 use crate::request::Request;
 

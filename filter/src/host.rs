@@ -1,0 +1,545 @@
+//! The proxy-wasm adapter: reads what Envoy knows about a request, hands it to [`crate::flow`],
+//! and carries out the resulting actions. Host calls go through [`abi`], which treats every
+//! status and byte from the host as untrusted (the SDK's own helpers panic on surprises).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use mcp_access_bundle::SpiffeSource;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
+
+use crate::answer::LocalResponse;
+use crate::flow::{Action, HeadersInput, Outcome, RequestFlow};
+use crate::identity;
+use crate::policy::{level_str, Engine};
+use crate::request::Caller;
+
+/// Filter state key (`%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%` in access logs).
+pub const FILTER_STATE_KEY: &str = "mcp_access.decision";
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Trace);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+}}
+
+/// Counters and histograms, defined once per VM by name.
+#[derive(Default)]
+struct Stats {
+    ids: HashMap<String, (u32, bool)>,
+}
+
+impl Stats {
+    fn id(&mut self, name: &str, histogram: bool) -> Option<u32> {
+        if let Some((id, _)) = self.ids.get(name) {
+            return Some(*id);
+        }
+        let id = abi::define_metric(if histogram { 2 } else { 0 }, name)?;
+        self.ids.insert(name.to_string(), (id, histogram));
+        Some(id)
+    }
+
+    fn inc(&mut self, name: &str) {
+        if let Some(id) = self.id(name, false) {
+            abi::increment_metric(id, 1);
+        }
+    }
+
+    fn record(&mut self, name: &str, value: u64) {
+        if let Some(id) = self.id(name, true) {
+            abi::record_metric(id, value);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Root {
+    engine: Option<Rc<Engine>>,
+    stats: Rc<RefCell<Stats>>,
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let config = abi::plugin_configuration().unwrap_or_default();
+        match Engine::from_json(&config) {
+            Ok(engine) => {
+                abi::log(
+                    LogLevel::Info,
+                    &format!(
+                        "mcp-access: loaded bundle ({} policies, {} listeners, {} backends)",
+                        engine.policies.len(),
+                        engine.listeners.len(),
+                        engine.backends.len()
+                    ),
+                );
+                self.engine = Some(Rc::new(engine));
+                true
+            }
+            Err(e) => {
+                abi::log(LogLevel::Error, &format!("mcp-access: {e}"));
+                false
+            }
+        }
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        let engine = self.engine.clone()?;
+        Some(Box::new(Stream {
+            engine,
+            stats: self.stats.clone(),
+            flow: RequestFlow::new(),
+            dispatched_at: Vec::new(),
+        }))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+struct Stream {
+    engine: Rc<Engine>,
+    stats: Rc<RefCell<Stats>>,
+    flow: RequestFlow,
+    /// (callout token, authorizer name, dispatch time in ns)
+    dispatched_at: Vec<(u32, String, u64)>,
+}
+
+/// Where an action is carried out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Inside on_http_request_headers; `body_follows` when end_of_stream was false.
+    Headers {
+        body_follows: bool,
+    },
+    Body,
+    /// In a callout response: the request is paused and must be resumed explicitly.
+    Async,
+}
+
+impl Stream {
+    fn caller(&self, headers: &[(String, String)]) -> Caller {
+        let id = &self.engine.identity;
+        let spiffe = match (id.spiffe.source, &id.spiffe.header) {
+            (SpiffeSource::TrustedHeader, Some(h)) => {
+                let name = h.name.to_ascii_lowercase();
+                // With several copies of the header the identity is ambiguous: none.
+                let mut values = headers.iter().filter(|(n, _)| *n == name);
+                match (values.next(), values.next()) {
+                    (Some((_, v)), None) => identity::spiffe_from_header(v, h.format),
+                    _ => None,
+                }
+            }
+            _ => abi::property(&["connection", "uri_san_peer_certificate"])
+                .and_then(|san| identity::spiffe_from_san(&san)),
+        };
+        let jwts = if id.jwt.providers.is_empty() {
+            Vec::new()
+        } else {
+            abi::property(&["metadata"])
+                .map(|md| identity::jwt_principals(&md, &id.jwt.providers, &self.engine.jwt_claims))
+                .unwrap_or_default()
+        };
+        Caller { spiffe, jwts }
+    }
+
+    fn run(&mut self, mut action: Action, phase: Phase) -> WasmAction {
+        loop {
+            match action {
+                Action::Dispatch(calls) => {
+                    for (slot, call) in calls {
+                        let result = abi::http_call(&call);
+                        match &result {
+                            Ok(token) => self.dispatched_at.push((
+                                *token,
+                                call.cluster.clone(),
+                                abi::now_ns(),
+                            )),
+                            Err(e) => {
+                                self.stats
+                                    .borrow_mut()
+                                    .inc("mcp_access.callout.dispatch_errors");
+                                abi::log(
+                                    LogLevel::Warn,
+                                    &format!(
+                                        "mcp-access: callout to cluster {} failed: {e}",
+                                        call.cluster
+                                    ),
+                                );
+                            }
+                        }
+                        self.flow.dispatched(slot, result);
+                    }
+                    action = self.flow.resume(&self.engine);
+                }
+                Action::Hold => {
+                    return match phase {
+                        // Holding headers with a body to come needs allow_on_headers_stop_iteration.
+                        Phase::Headers { body_follows: true } if !self.engine.hold_headers => {
+                            WasmAction::Continue
+                        }
+                        _ => WasmAction::Pause,
+                    };
+                }
+                Action::Allow { add_headers } => {
+                    for (name, value) in &add_headers {
+                        if !abi::set_request_header(name, value) {
+                            abi::log(
+                                LogLevel::Warn,
+                                &format!("mcp-access: could not add header {name} (headers already sent)"),
+                            );
+                        }
+                    }
+                    self.finished();
+                    if phase == Phase::Async {
+                        abi::resume_request();
+                    }
+                    return WasmAction::Continue;
+                }
+                Action::Respond(response) => {
+                    self.finished();
+                    send(&response);
+                    return WasmAction::Pause;
+                }
+            }
+        }
+    }
+
+    fn finished(&mut self) {
+        let Some(outcome) = self.flow.outcome() else {
+            return;
+        };
+        let json = outcome.to_json();
+        abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
+        self.count(outcome);
+        let level = if outcome.allowed {
+            LogLevel::Debug
+        } else {
+            LogLevel::Info
+        };
+        abi::log(level, &format!("mcp-access decision {json}"));
+    }
+
+    fn count(&self, o: &Outcome) {
+        let mut stats = self.stats.borrow_mut();
+        if o.allowed {
+            stats.inc("mcp_access.allowed");
+        } else {
+            stats.inc("mcp_access.denied");
+            stats.inc(&format!(
+                "mcp_access.denied.{}.{}",
+                level_str(o.level),
+                o.reason
+            ));
+        }
+    }
+}
+
+fn send(r: &LocalResponse) {
+    abi::send_response(r.status, &r.headers, &r.body);
+}
+
+impl Context for Stream {
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        let headers = abi::header_map(abi::MAP_HTTP_CALL_RESPONSE_HEADERS).unwrap_or_default();
+        let status = headers
+            .iter()
+            .find(|(n, _)| n == ":status")
+            .and_then(|(_, v)| v.parse::<u16>().ok());
+        let body = if body_size > 0 {
+            abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, body_size).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        if let Some(pos) = self.dispatched_at.iter().position(|(t, _, _)| *t == token) {
+            let (_, cluster, at) = self.dispatched_at.swap_remove(pos);
+            let ms = abi::now_ns().saturating_sub(at) / 1_000_000;
+            let mut stats = self.stats.borrow_mut();
+            stats.record("mcp_access.callout.latency_ms", ms);
+            if status.is_none_or(|s| s >= 500) {
+                stats.inc("mcp_access.callout.errors");
+                drop(stats);
+                abi::log(
+                    LogLevel::Warn,
+                    &format!("mcp-access: authorizer cluster {cluster} gave no usable answer (status {status:?})"),
+                );
+            }
+        }
+        let headers = headers
+            .into_iter()
+            .filter(|(n, _)| !n.starts_with(':'))
+            .collect();
+        let action = self
+            .flow
+            .on_callout_response(&self.engine, token, status, headers, body);
+        self.run(action, Phase::Async);
+    }
+}
+
+impl HttpContext for Stream {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
+        let headers = abi::header_map(abi::MAP_HTTP_REQUEST_HEADERS).unwrap_or_default();
+        let port = abi::property(&["destination", "port"])
+            .and_then(|b| crate::wire::decode_i64(&b))
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(0);
+        let text = |path: &[&str]| abi::property(path).and_then(|b| String::from_utf8(b).ok());
+        let input = HeadersInput {
+            caller: self.caller(&headers),
+            headers,
+            end_of_stream,
+            port,
+            route_name: text(&["xds", "route_name"]).filter(|s| !s.is_empty()),
+            cluster_name: text(&["xds", "cluster_name"]).filter(|s| !s.is_empty()),
+        };
+        let action = self.flow.on_headers(&self.engine, input);
+        self.run(
+            action,
+            Phase::Headers {
+                body_follows: !end_of_stream,
+            },
+        )
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
+        if self.flow.is_done() {
+            return WasmAction::Continue;
+        }
+        let action = self
+            .flow
+            .on_body(&self.engine, body_size, end_of_stream, |n| {
+                abi::buffer(abi::BUFFER_HTTP_REQUEST_BODY, n)
+            });
+        self.run(action, Phase::Body)
+    }
+}
+
+/// Raw proxy-wasm host calls with every status handled.
+mod abi {
+    use std::ptr::null_mut;
+
+    use proxy_wasm::types::LogLevel;
+
+    use crate::callout::CalloutRequest;
+    use crate::wire;
+
+    pub const MAP_HTTP_REQUEST_HEADERS: u32 = 0;
+    pub const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
+    pub const BUFFER_HTTP_REQUEST_BODY: u32 = 0;
+    pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
+    const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
+    const STREAM_REQUEST: u32 = 0;
+    const OK: u32 = 0;
+
+    #[allow(clashing_extern_declarations)]
+    #[link(wasm_import_module = "env")]
+    extern "C" {
+        fn proxy_log(level: u32, data: *const u8, size: usize) -> u32;
+        fn proxy_get_header_map_pairs(map: u32, data: *mut *mut u8, size: *mut usize) -> u32;
+        fn proxy_replace_header_map_value(
+            map: u32,
+            key: *const u8,
+            key_size: usize,
+            value: *const u8,
+            value_size: usize,
+        ) -> u32;
+        fn proxy_get_buffer_bytes(
+            buffer: u32,
+            start: usize,
+            max: usize,
+            data: *mut *mut u8,
+            size: *mut usize,
+        ) -> u32;
+        fn proxy_get_property(
+            path: *const u8,
+            path_size: usize,
+            data: *mut *mut u8,
+            size: *mut usize,
+        ) -> u32;
+        fn proxy_set_property(
+            path: *const u8,
+            path_size: usize,
+            value: *const u8,
+            value_size: usize,
+        ) -> u32;
+        fn proxy_send_local_response(
+            status: u32,
+            details: *const u8,
+            details_size: usize,
+            body: *const u8,
+            body_size: usize,
+            headers: *const u8,
+            headers_size: usize,
+            grpc_status: i32,
+        ) -> u32;
+        fn proxy_http_call(
+            upstream: *const u8,
+            upstream_size: usize,
+            headers: *const u8,
+            headers_size: usize,
+            body: *const u8,
+            body_size: usize,
+            trailers: *const u8,
+            trailers_size: usize,
+            timeout_ms: u32,
+            token: *mut u32,
+        ) -> u32;
+        fn proxy_continue_stream(stream: u32) -> u32;
+        fn proxy_define_metric(kind: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
+        fn proxy_increment_metric(id: u32, offset: i64) -> u32;
+        fn proxy_record_metric(id: u32, value: u64) -> u32;
+        fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
+    }
+
+    /// Takes ownership of host-allocated memory (allocated through the SDK's
+    /// `proxy_on_memory_allocate`, i.e. this module's allocator).
+    unsafe fn take(data: *mut u8, size: usize) -> Vec<u8> {
+        if data.is_null() {
+            Vec::new()
+        } else {
+            Vec::from_raw_parts(data, size, size)
+        }
+    }
+
+    pub fn log(level: LogLevel, message: &str) {
+        unsafe {
+            proxy_log(level as u32, message.as_ptr(), message.len());
+        }
+    }
+
+    pub fn header_map(map: u32) -> Option<Vec<(String, String)>> {
+        let (mut data, mut size) = (null_mut(), 0usize);
+        let status = unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) };
+        let bytes = unsafe { take(data, size) };
+        if status != OK {
+            return None;
+        }
+        wire::decode_map(&bytes)
+    }
+
+    /// Replaces a request header; false if the host refused (e.g. headers already sent).
+    pub fn set_request_header(name: &str, value: &str) -> bool {
+        let status = unsafe {
+            proxy_replace_header_map_value(
+                MAP_HTTP_REQUEST_HEADERS,
+                name.as_ptr(),
+                name.len(),
+                value.as_ptr(),
+                value.len(),
+            )
+        };
+        status == OK
+    }
+
+    pub fn buffer(buffer: u32, max: usize) -> Option<Vec<u8>> {
+        let (mut data, mut size) = (null_mut(), 0usize);
+        let status = unsafe { proxy_get_buffer_bytes(buffer, 0, max, &mut data, &mut size) };
+        let bytes = unsafe { take(data, size) };
+        (status == OK).then_some(bytes)
+    }
+
+    pub fn plugin_configuration() -> Option<Vec<u8>> {
+        buffer(BUFFER_PLUGIN_CONFIGURATION, usize::MAX >> 1)
+    }
+
+    pub fn property(path: &[&str]) -> Option<Vec<u8>> {
+        let p = wire::encode_path(path);
+        let (mut data, mut size) = (null_mut(), 0usize);
+        let status = unsafe { proxy_get_property(p.as_ptr(), p.len(), &mut data, &mut size) };
+        let bytes = unsafe { take(data, size) };
+        (status == OK && !bytes.is_empty()).then_some(bytes)
+    }
+
+    pub fn set_property(path: &[&str], value: &[u8]) {
+        let p = wire::encode_path(path);
+        unsafe {
+            proxy_set_property(p.as_ptr(), p.len(), value.as_ptr(), value.len());
+        }
+    }
+
+    pub fn send_response(status: u16, headers: &[(String, String)], body: &[u8]) {
+        let h = wire::encode_map(headers);
+        let details = b"mcp_access";
+        unsafe {
+            proxy_send_local_response(
+                u32::from(status),
+                details.as_ptr(),
+                details.len(),
+                body.as_ptr(),
+                body.len(),
+                h.as_ptr(),
+                h.len(),
+                -1,
+            );
+        }
+    }
+
+    /// Dispatches a callout; Err names the host status (e.g. unknown cluster: BadArgument).
+    pub fn http_call(c: &CalloutRequest) -> Result<u32, String> {
+        let h = wire::encode_map(&c.headers);
+        let trailers = wire::encode_map::<&str, &str>(&[]);
+        let mut token = 0u32;
+        let status = unsafe {
+            proxy_http_call(
+                c.cluster.as_ptr(),
+                c.cluster.len(),
+                h.as_ptr(),
+                h.len(),
+                c.body.as_ptr(),
+                c.body.len(),
+                trailers.as_ptr(),
+                trailers.len(),
+                c.timeout_ms,
+                &mut token,
+            )
+        };
+        match status {
+            OK => Ok(token),
+            1 => Err("NotFound".into()),
+            2 => Err("BadArgument (unknown cluster?)".into()),
+            10 => Err("InternalFailure".into()),
+            s => Err(format!("host status {s}")),
+        }
+    }
+
+    pub fn resume_request() {
+        unsafe {
+            proxy_continue_stream(STREAM_REQUEST);
+        }
+    }
+
+    pub fn define_metric(kind: u32, name: &str) -> Option<u32> {
+        let mut id = 0u32;
+        let status = unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) };
+        (status == OK).then_some(id)
+    }
+
+    pub fn increment_metric(id: u32, by: i64) {
+        unsafe {
+            proxy_increment_metric(id, by);
+        }
+    }
+
+    pub fn record_metric(id: u32, value: u64) {
+        unsafe {
+            proxy_record_metric(id, value);
+        }
+    }
+
+    pub fn now_ns() -> u64 {
+        let mut t = 0u64;
+        unsafe {
+            proxy_get_current_time_nanoseconds(&mut t);
+        }
+        t
+    }
+}
