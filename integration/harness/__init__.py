@@ -1,7 +1,19 @@
 """End-to-end test harness for mcp-access: real Envoy, real MCP SDK client and server."""
 
 from .certs import ALPHA, BETA, CertPair, Pki, make_pki
-from .client import Denied, HttpResult, McpAgent, delete, get, initialize_params, post_jsonrpc, request, rpc, text_of
+from .client import (
+    Denied,
+    HttpResult,
+    McpAgent,
+    TransportFailure,
+    delete,
+    get,
+    initialize_params,
+    post_jsonrpc,
+    request,
+    rpc,
+    text_of,
+)
 from .envoy import (
     Cluster,
     EnvoyProcess,
@@ -12,7 +24,11 @@ from .envoy import (
     Wasm,
     build_bootstrap,
     envoy_binary,
+    ext_authz_filter,
+    jwt_filter,
     render_envoy_config,
+    start_expect_failure,
+    wasm_filter,
 )
 from .jwt import JwtKeys, make_jwt_keys
 from .ports import free_port, free_ports, port_open, wait_for_port
@@ -26,9 +42,10 @@ from .procs import (
 )
 
 __all__ = [
-    "ALPHA", "BETA", "AuthorizerProc", "CertPair", "Cluster", "Denied", "EnvoyProcess", "HttpResult", "JwtKeys",
-    "JwtProvider", "Listener", "ManagedProcess", "McpAgent", "McpServerProc", "Pki", "Route", "Tls", "Wasm",
-    "build_bootstrap", "delete", "envoy_binary", "free_port", "free_ports", "get", "initialize_params",
-    "make_jwt_keys", "make_pki", "port_open", "post_jsonrpc", "render_envoy_config", "request", "rpc",
-    "start_authorizer", "start_mcp_server", "start_python", "text_of", "wait_for_port",
+    "ALPHA", "BETA", "AuthorizerProc", "CertPair", "Cluster", "Denied", "EnvoyProcess", "HttpResult",
+    "JwtKeys", "JwtProvider", "Listener", "ManagedProcess", "McpAgent", "McpServerProc", "Pki", "Route",
+    "Tls", "TransportFailure", "Wasm", "build_bootstrap", "delete", "envoy_binary", "ext_authz_filter",
+    "free_port", "free_ports", "get", "initialize_params", "jwt_filter", "make_jwt_keys", "make_pki",
+    "port_open", "post_jsonrpc", "render_envoy_config", "request", "rpc", "start_authorizer",
+    "start_expect_failure", "start_mcp_server", "start_python", "text_of", "wait_for_port", "wasm_filter",
 ]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
+import mcp_types as types
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client, Implementation, MCPError
 from mcp.client.streamable_http import streamable_http_client
@@ -45,6 +46,7 @@ class HttpResult:
     status: int
     headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
     body: bytes
+    method: str = ""  # request method, when known
 
     @property
     def text(self) -> str:
@@ -87,6 +89,15 @@ class Denied(Exception):
 
     def json(self) -> Any:
         return self.result.json()
+
+
+class TransportFailure(Exception):
+    """No HTTP answer at all: connect refused, TLS handshake/verification failed, connection reset.
+    `__cause__` is the underlying error (httpx2.TransportError, ssl.SSLError or OSError)."""
+
+
+# Depending on timing, a TLS alert surfaces as httpx2.ReadError or as a bare ssl.SSLError.
+_TRANSPORT_ERRORS = (httpx2.TransportError, ssl.SSLError, OSError)
 
 
 # ---------------------------------------------------------------------------
@@ -142,14 +153,16 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 class McpAgent:
     """Synchronous MCP client over Streamable HTTP (official SDK `mcp.Client`, run on a private
-    event loop thread). Entering performs the initialize handshake (mode="legacy") or the
-    SDK's discover-then-initialize negotiation (mode="auto").
+    event loop thread). Entering connects: mode="legacy" does the initialize handshake
+    (protocol 2025-11-25); mode="auto" first probes `server/discover` and, if the server speaks
+    the 2026-07-28 protocol, uses it without any initialize (falling back to initialize otherwise).
 
         with McpAgent(url, cert=pki.client(ALPHA), ca=pki.ca) as agent:
             agent.call_tool("echo", {"text": "hi"})
 
-    A call answered with HTTP >= 400 raises `Denied`; other failures raise what the SDK raised
-    (`mcp.MCPError` for JSON-RPC errors, httpx2 errors for transport failures)."""
+    A call answered with HTTP >= 400 raises `Denied`; one with no HTTP answer (TLS refused,
+    connection reset) raises `TransportFailure`; JSON-RPC errors in a 2xx answer raise the
+    SDK's `mcp.MCPError`. Always close it (use `with`): its loop thread is not a daemon."""
 
     def __init__(
         self,
@@ -180,7 +193,9 @@ class McpAgent:
     async def _on_response(self, response: httpx2.Response) -> None:
         if response.status_code >= 400:
             await response.aread()  # cached on the response, so the SDK can still read it
-            self.http_errors.append(HttpResult(response.status_code, _headers_of(response), response.content))
+            self.http_errors.append(
+                HttpResult(response.status_code, _headers_of(response), response.content, response.request.method)
+            )
 
     @asynccontextmanager
     async def _open(self) -> AsyncIterator[Client]:
@@ -229,10 +244,14 @@ class McpAgent:
         seen = len(self.http_errors)
         try:
             return fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised, possibly as Denied
+        except Exception as e:
             leaf = _unwrap(e)
-            if len(self.http_errors) > seen:
-                raise Denied(self.http_errors[-1]) from leaf
+            # Only POSTs carry requests; a failed background GET stream is not this call's answer.
+            posts = [r for r in self.http_errors[seen:] if r.method == "POST"]
+            if posts:
+                raise Denied(posts[-1]) from leaf
+            if isinstance(leaf, _TRANSPORT_ERRORS):
+                raise TransportFailure(f"{type(leaf).__name__}: {leaf}") from leaf
             if leaf is not e:
                 raise leaf from e
             raise
@@ -269,8 +288,13 @@ class McpAgent:
     def tool_names(self) -> list[str]:
         return [t.name for t in self.list_tools().tools]
 
-    def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
-        return self.run(lambda c: c.call_tool(name, arguments or {}))
+    def call_tool(self, name: str, arguments: dict[str, Any] | None = None, *, validate: bool = False) -> Any:
+        """Send exactly one tools/call. With validate=True use the SDK's `Client.call_tool`, which
+        also checks structured output and, for a tool not listed yet, first sends tools/list."""
+        if validate:
+            return self.run(lambda c: c.call_tool(name, arguments or {}))
+        req = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments or {}))
+        return self.run(lambda c: c.session.send_request(req, types.CallToolResult))
 
     def list_prompts(self) -> Any:
         return self.run(lambda c: c.list_prompts())
@@ -341,7 +365,7 @@ def request(
     default_headers: Mapping[str, str] | None = None,
 ) -> HttpResult:
     """One HTTP request; returns whatever status came back (no raising on 4xx/5xx).
-    `body`: bytes/str sent verbatim, anything else JSON-encoded."""
+    `body`: bytes/str sent verbatim, anything else JSON-encoded. No answer → TransportFailure."""
     if body is None or isinstance(body, bytes):
         content = body
     elif isinstance(body, str):
@@ -352,9 +376,12 @@ def request(
     if token is not None:
         defaults["authorization"] = f"Bearer {token}"
     verify: ssl.SSLContext | bool = ssl_context(ca, cert) if url.startswith("https") else False
-    with httpx2.Client(verify=verify, timeout=timeout, trust_env=False) as http:
-        resp = http.request(method, url, content=content, headers=_merge_headers(defaults, headers))
-        return HttpResult(resp.status_code, _headers_of(resp), resp.content)
+    try:
+        with httpx2.Client(verify=verify, timeout=timeout, trust_env=False) as http:
+            resp = http.request(method, url, content=content, headers=_merge_headers(defaults, headers))
+            return HttpResult(resp.status_code, _headers_of(resp), resp.content, method)
+    except _TRANSPORT_ERRORS as e:
+        raise TransportFailure(f"{type(e).__name__}: {e}") from e
 
 
 def post_jsonrpc(

@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class Route:
     timeout: float | None = None
     direct_response: tuple[int, str] | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # merged into the Route (e.g. typed_per_filter_config)
 
 
 @dataclass
@@ -83,9 +85,10 @@ class JwtProvider:
 
 @dataclass
 class Wasm:
-    """The mcp-access wasm filter. `configuration` is the plugin configuration string (policy bundle JSON)."""
+    """The mcp-access wasm filter. `configuration` is the plugin configuration string (policy bundle JSON).
+    A None `path` leaves the filter out (handy for runs without a built filter)."""
 
-    path: Path | str
+    path: Path | str | None
     configuration: str = "{}"
     root_id: str = "mcp_access"
     vm_id: str = "mcp_access"
@@ -193,6 +196,41 @@ def wasm_filter(w: Wasm) -> dict[str, Any]:
     }
 
 
+def ext_authz_filter(
+    cluster: str,
+    port: int,
+    *,
+    path_prefix: str = "/authz",
+    timeout: float = 2.0,
+    allowed_headers: Sequence[str] = ("x-mcp-tool", "x-mcp-method", "authorization", "x-forwarded-client-cert"),
+    allowed_upstream_headers: Sequence[str] = ("x-authz-",),
+    with_request_body: bool = False,
+    failure_mode_allow: bool = False,
+    name: str = "envoy.filters.http.ext_authz",
+) -> dict[str, Any]:
+    """HTTP ext_authz filter calling 127.0.0.1:port (cluster `cluster`) at path_prefix + original path.
+    `allowed_headers` are exact names sent to the authorizer; `allowed_upstream_headers` are
+    prefixes of authorizer OK-response headers copied onto the upstream request."""
+    svc: dict[str, Any] = {
+        "server_uri": {"uri": f"http://127.0.0.1:{port}", "cluster": cluster, "timeout": _duration(timeout)},
+        "path_prefix": path_prefix,
+        # Denials relay all authorizer headers to the client (Envoy's default).
+        "authorization_response": {
+            "allowed_upstream_headers": {"patterns": [{"prefix": h} for h in allowed_upstream_headers]},
+        },
+    }
+    cfg: dict[str, Any] = {
+        "@type": _T + "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+        "http_service": svc,
+        "transport_api_version": "V3",
+        "failure_mode_allow": failure_mode_allow,
+        "allowed_headers": {"patterns": [{"exact": h} for h in allowed_headers]},
+    }
+    if with_request_body:
+        cfg["with_request_body"] = {"max_request_bytes": 65536, "allow_partial_message": False}
+    return {"name": name, "typed_config": cfg}
+
+
 def _access_log(path: Path | str, listener: str, filter_state_key: str) -> dict[str, Any]:
     return {
         "name": "envoy.access_loggers.file",
@@ -233,6 +271,7 @@ def _route(r: Route) -> dict[str, Any]:
             {"header": {"key": k, "value": v}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
             for k, v in r.response_headers.items()
         ]
+    out.update(r.extra)
     return out
 
 
@@ -241,7 +280,7 @@ def _listener(l: Listener, access_log_path: Path | str | None, filter_state_key:
     if l.jwt:
         filters.append(jwt_filter(l.jwt, l.jwt_allow_missing))
     filters += list(l.extra_filters)
-    if l.wasm is not None:
+    if l.wasm is not None and l.wasm.path is not None:
         filters.append(wasm_filter(l.wasm))
     filters += list(l.filters_after_wasm)
     filters.append({"name": "envoy.filters.http.router", "typed_config": {"@type": _T + "envoy.extensions.filters.http.router.v3.Router"}})
@@ -446,7 +485,7 @@ class EnvoyProcess:
 
     def stats(self, filter: str | None = None) -> dict[str, int | str]:
         """Admin /stats as {name: value}; counters and gauges are ints, histograms stay text."""
-        text = self.admin_get("/stats" + (f"?filter={urllib.request.quote(filter)}" if filter else ""))
+        text = self.admin_get("/stats" + (f"?filter={urllib.parse.quote(filter)}" if filter else ""))
         out: dict[str, int | str] = {}
         for line in text.splitlines():
             name, sep, value = line.partition(": ")
@@ -510,3 +549,8 @@ class EnvoyProcess:
         finally:
             proc.stop()
         return code, proc.log_text()
+
+
+def start_expect_failure(config: dict[str, Any] | str, **kw: Any) -> tuple[int, str]:
+    """Module-level alias of EnvoyProcess.start_expect_failure: (exit_code, log_text)."""
+    return EnvoyProcess.start_expect_failure(config, **kw)
