@@ -381,18 +381,6 @@ mod abi {
             headers_size: usize,
             grpc_status: i32,
         ) -> u32;
-        fn proxy_http_call(
-            upstream: *const u8,
-            upstream_size: usize,
-            headers: *const u8,
-            headers_size: usize,
-            body: *const u8,
-            body_size: usize,
-            trailers: *const u8,
-            trailers_size: usize,
-            timeout_ms: u32,
-            token: *mut u32,
-        ) -> u32;
         fn proxy_continue_stream(stream: u32) -> u32;
         fn proxy_define_metric(kind: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
         fn proxy_increment_metric(id: u32, offset: i64) -> u32;
@@ -483,32 +471,23 @@ mod abi {
         }
     }
 
-    /// Dispatches a callout; Err names the host status (e.g. unknown cluster: BadArgument).
+    /// Dispatches a callout; Err names the host status (an unknown cluster is BadArgument).
+    /// Goes through the SDK so that its dispatcher routes the response to this stream; the SDK
+    /// maps every status Envoy returns for this call (Ok, BadArgument, InternalFailure).
     pub fn http_call(c: &CalloutRequest) -> Result<u32, String> {
-        let h = wire::encode_map(&c.headers);
-        let trailers = wire::encode_map::<&str, &str>(&[]);
-        let mut token = 0u32;
-        let status = unsafe {
-            proxy_http_call(
-                c.cluster.as_ptr(),
-                c.cluster.len(),
-                h.as_ptr(),
-                h.len(),
-                c.body.as_ptr(),
-                c.body.len(),
-                trailers.as_ptr(),
-                trailers.len(),
-                c.timeout_ms,
-                &mut token,
-            )
-        };
-        match status {
-            OK => Ok(token),
-            1 => Err("NotFound".into()),
-            2 => Err("BadArgument (unknown cluster?)".into()),
-            10 => Err("InternalFailure".into()),
-            s => Err(format!("host status {s}")),
-        }
+        let headers: Vec<(&str, &str)> = c
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        proxy_wasm::hostcalls::dispatch_http_call(
+            &c.cluster,
+            headers,
+            Some(&c.body),
+            Vec::new(),
+            std::time::Duration::from_millis(u64::from(c.timeout_ms)),
+        )
+        .map_err(|s| format!("{s:?}"))
     }
 
     pub fn resume_request() {
