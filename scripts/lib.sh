@@ -4,7 +4,7 @@
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${MCP_ACCESS_VENV:-$ROOT/.venv}
 TOOLS=${MCP_ACCESS_TOOLS:-$ROOT/.tools}
-WASM_OPT_VERSION=0.116.1
+BINARYEN_VERSION=132.0.0
 
 ensure_rust_target() {
   if ! rustup target list --installed | grep -qx wasm32-wasip1; then
@@ -12,15 +12,17 @@ ensure_rust_target() {
   fi
 }
 
-# Prints the path of a wasm-opt (Binaryen) recent enough for Rust's wasm output.
+# Prints the path of a current wasm-opt (Binaryen). Binaryen's own npm release (pinned) installs
+# in seconds; Debian's binaryen is too old for today's Rust output.
 ensure_wasm_opt() {
-  if [ -x "$TOOLS/bin/wasm-opt" ]; then
-    echo "$TOOLS/bin/wasm-opt"
-    return
+  local bin="$TOOLS/npm/node_modules/binaryen/bin/wasm-opt"
+  if [ ! -x "$bin" ]; then
+    command -v npm >/dev/null || { apt-get update -qq >&2 && apt-get install -y -qq nodejs npm >&2; }
+    echo "installing binaryen $BINARYEN_VERSION (wasm-opt) into $TOOLS/npm" >&2
+    mkdir -p "$TOOLS/npm"
+    npm install --prefix "$TOOLS/npm" --silent --no-audit --no-fund "binaryen@$BINARYEN_VERSION" >&2
   fi
-  echo "installing wasm-opt $WASM_OPT_VERSION (the wasm-opt crate builds Binaryen; takes a few minutes once)" >&2
-  cargo install --locked --quiet wasm-opt --version "$WASM_OPT_VERSION" --root "$TOOLS" >&2
-  echo "$TOOLS/bin/wasm-opt"
+  echo "$bin"
 }
 
 # A Python venv with Envoy, the MCP SDK and the test tools (integration/requirements.txt).
