@@ -3,7 +3,7 @@
 
 use mcp_access_bundle::Level;
 
-use crate::answer::{self, LocalResponse, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
+use crate::answer::{self, LocalResponse, INVALID_REQUEST, PARSE_ERROR};
 use crate::callout::{self, CalloutRequest};
 use crate::mcp::{self, MessageKind, ParseError, ParseLimits};
 use crate::policy::{level_str, Decision, Engine, Evaluation, Step};
@@ -225,6 +225,25 @@ impl RequestFlow {
         } else {
             read(size).unwrap_or_default()
         };
+        self.body_complete(engine, body)
+    }
+
+    /// Request trailers arrived: the body is complete (`read` gets up to the given byte count).
+    pub fn on_trailers(
+        &mut self,
+        engine: &Engine,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
+    ) -> Action {
+        if self.stage != Stage::Body {
+            return Action::Hold;
+        }
+        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let body = read(limit.saturating_add(1)).unwrap_or_default();
+        self.body_complete(engine, body)
+    }
+
+    fn body_complete(&mut self, engine: &Engine, body: Vec<u8>) -> Action {
+        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
         if body.len() > limit {
             return self.too_large();
         }
@@ -238,18 +257,16 @@ impl RequestFlow {
         };
         match mcp::parse_message(&body, &limits) {
             Err((err, id)) => {
-                self.id = id;
-                let (status, code, reason) = match err {
-                    ParseError::Parse(_) => (400, PARSE_ERROR, "invalid_json"),
-                    ParseError::InvalidRequest(_) => (400, INVALID_REQUEST, "invalid_request"),
-                    ParseError::InvalidParams(_) => (400, INVALID_PARAMS, "invalid_params"),
+                // JSON-RPC: a parse error is answered with a null id.
+                if !matches!(err, ParseError::Parse(_)) {
+                    self.id = id;
+                }
+                let reason = match err {
+                    ParseError::Parse(_) => "invalid_json",
+                    ParseError::InvalidRequest(_) => "invalid_request",
+                    ParseError::InvalidParams(_) => "invalid_params",
                 };
-                let message = match &err {
-                    ParseError::Parse(d) => format!("Parse error: {d}"),
-                    ParseError::InvalidRequest(d) => format!("Invalid Request: {d}"),
-                    ParseError::InvalidParams(d) => format!("Invalid params: {d}"),
-                };
-                self.reject(status, code, reason, &message)
+                self.reject(400, err.code(), reason, &err.to_string())
             }
             Ok(msg) => {
                 self.id = msg.id.clone();

@@ -220,7 +220,9 @@ impl Stream {
         } else {
             LogLevel::Info
         };
-        abi::log(level, &format!("mcp-access decision {json}"));
+        if abi::log_enabled(level) {
+            abi::log(level, &format!("mcp-access decision {json}"));
+        }
     }
 
     fn count(&self, o: &Outcome) {
@@ -321,6 +323,17 @@ impl HttpContext for Stream {
             });
         self.run(action, Phase::Body)
     }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> WasmAction {
+        // Trailers end the body; continuing here without a decision would release the request.
+        if self.flow.is_done() {
+            return WasmAction::Continue;
+        }
+        let action = self.flow.on_trailers(&self.engine, |n| {
+            abi::buffer(abi::BUFFER_HTTP_REQUEST_BODY, n)
+        });
+        self.run(action, Phase::Body)
+    }
 }
 
 /// Raw proxy-wasm host calls with every status handled.
@@ -344,6 +357,7 @@ mod abi {
     #[link(wasm_import_module = "env")]
     extern "C" {
         fn proxy_log(level: u32, data: *const u8, size: usize) -> u32;
+        fn proxy_get_log_level(level: *mut u32) -> u32;
         fn proxy_get_header_map_pairs(map: u32, data: *mut *mut u8, size: *mut usize) -> u32;
         fn proxy_replace_header_map_value(
             map: u32,
@@ -402,6 +416,13 @@ mod abi {
         unsafe {
             proxy_log(level as u32, message.as_ptr(), message.len());
         }
+    }
+
+    /// Whether Envoy's wasm log level lets `level` through (so disabled lines cost nothing).
+    pub fn log_enabled(level: LogLevel) -> bool {
+        let mut current = 0u32;
+        let status = unsafe { proxy_get_log_level(&mut current) };
+        status != OK || level as u32 >= current
     }
 
     pub fn header_map(map: u32) -> Option<Vec<(String, String)>> {

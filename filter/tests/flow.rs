@@ -420,3 +420,22 @@ fn stray_callout_tokens_are_ignored() {
         Action::Dispatch(_)
     ));
 }
+
+#[test]
+fn trailers_end_the_body_and_the_request_is_decided() {
+    let e = tools_engine();
+    let body = call_body("1", "delete_repo");
+    let mut flow = RequestFlow::new();
+    flow.on_headers(&e, headers("POST", &[]));
+    assert_eq!(flow.on_body(&e, body.len(), false, |_| None), Action::Hold);
+    let a = flow.on_trailers(&e, |max| Some(body[..body.len().min(max)].to_vec()));
+    assert_eq!(respond(a).0, 403);
+    // Oversize bodies ending in trailers are still refused.
+    let mut b = bundle(vec![], &[]);
+    b["limits"] = json!({"maxBodyBytes": 10});
+    let e = engine(&b);
+    let mut flow = RequestFlow::new();
+    flow.on_headers(&e, headers("POST", &[]));
+    let a = flow.on_trailers(&e, |max| Some(vec![b' '; max]));
+    assert_eq!(respond(a).0, 413);
+}
