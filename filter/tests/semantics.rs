@@ -122,54 +122,32 @@ const Y: Option<bool> = Some(true);
 const N: Option<bool> = Some(false);
 const X: Option<bool> = None;
 
+/// Columns as in seed 000: gateway ExternalAuth, DENY, InlineTools; backend ExternalAuth, DENY,
+/// InlineTools. Y = allow / no match, N = deny / match, X = not reached ("-").
+fn row(c: [Option<bool>; 6], allowed: bool) -> Row {
+    let [gw_ext, gw_deny, gw_inline, be_ext, be_deny, be_inline] = c;
+    // In the DENY columns the table's "Deny (any matches)" is our `Some(true)` match.
+    let flip = |v: Option<bool>| v.map(|x| !x);
+    Row {
+        gw_ext,
+        gw_deny: flip(gw_deny),
+        gw_inline,
+        be_ext,
+        be_deny: flip(be_deny),
+        be_inline,
+        allowed,
+    }
+}
+
 #[test]
 fn seed_000_summary_table_without_deny() {
+    #[rustfmt::skip]
     let rows = [
-        Row {
-            gw_ext: N,
-            gw_deny: X,
-            gw_inline: X,
-            be_ext: X,
-            be_deny: X,
-            be_inline: X,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: X,
-            gw_inline: N,
-            be_ext: X,
-            be_deny: X,
-            be_inline: X,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: X,
-            gw_inline: Y,
-            be_ext: N,
-            be_deny: X,
-            be_inline: X,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: X,
-            gw_inline: Y,
-            be_ext: Y,
-            be_deny: X,
-            be_inline: N,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: X,
-            gw_inline: Y,
-            be_ext: Y,
-            be_deny: X,
-            be_inline: Y,
-            allowed: true,
-        },
+        row([N, X, X, X, X, X], false),
+        row([Y, X, N, X, X, X], false),
+        row([Y, X, Y, N, X, X], false),
+        row([Y, X, Y, Y, X, N], false),
+        row([Y, X, Y, Y, X, Y], true),
     ];
     for (i, r) in rows.iter().enumerate() {
         check_row(i + 1, r, false);
@@ -178,70 +156,15 @@ fn seed_000_summary_table_without_deny() {
 
 #[test]
 fn seed_000_summary_table_with_deny() {
+    #[rustfmt::skip]
     let rows = [
-        Row {
-            gw_ext: N,
-            gw_deny: X,
-            gw_inline: X,
-            be_ext: X,
-            be_deny: X,
-            be_inline: X,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: Y,
-            gw_inline: X,
-            be_ext: X,
-            be_deny: X,
-            be_inline: X,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: N,
-            gw_inline: N,
-            be_ext: X,
-            be_deny: X,
-            be_inline: X,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: N,
-            gw_inline: Y,
-            be_ext: N,
-            be_deny: X,
-            be_inline: X,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: N,
-            gw_inline: Y,
-            be_ext: Y,
-            be_deny: Y,
-            be_inline: X,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: N,
-            gw_inline: Y,
-            be_ext: Y,
-            be_deny: N,
-            be_inline: N,
-            allowed: false,
-        },
-        Row {
-            gw_ext: Y,
-            gw_deny: N,
-            gw_inline: Y,
-            be_ext: Y,
-            be_deny: N,
-            be_inline: Y,
-            allowed: true,
-        },
+        row([N, X, X, X, X, X], false),
+        row([Y, N, X, X, X, X], false),
+        row([Y, Y, N, X, X, X], false),
+        row([Y, Y, Y, N, X, X], false),
+        row([Y, Y, Y, Y, N, X], false),
+        row([Y, Y, Y, Y, Y, N], false),
+        row([Y, Y, Y, Y, Y, Y], true),
     ];
     for (i, r) in rows.iter().enumerate() {
         check_row(i + 1, r, true);
