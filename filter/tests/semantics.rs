@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use common::*;
 use mcp_access_bundle::Level;
-use mcp_access_filter::policy::{AuthzOutcome, Decision, Reason};
+use mcp_access_filter::policy::{AuthzOutcome, Decision, Reason, Step};
 use mcp_access_filter::request::McpOp;
 use serde_json::json;
 
@@ -485,4 +485,28 @@ fn authorizer_headers_are_collected_in_evaluation_order() {
         ),
         d => panic!("{d:?}"),
     }
+}
+
+#[test]
+fn large_bundle_decides_by_lookup() {
+    // 1,000 Allow policies with 10 tools each on one backend: 10,000 tools.
+    let policies: Vec<_> = (0..1000)
+        .map(|p| {
+            let tools: Vec<String> = (0..10).map(|t| format!("tool-{p}-{t}")).collect();
+            let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+            inline_tools(&format!("p{p}"), "Backend", "tools", &tools)
+        })
+        .collect();
+    let e = engine(&bundle(policies, &[]));
+    let (d, _) = run(&e, &call("tool-999-9"), &HashMap::new());
+    assert!(is_allow(&d));
+    let (d, _) = run(&e, &call("tool-1000-0"), &HashMap::new());
+    assert!(!is_allow(&d));
+    // The admitting rule is reported: the one policy that names the tool.
+    let mut ev = e.begin(&call("tool-500-3"), true);
+    let Step::Done(_) = ev.advance(&e, &call("tool-500-3")) else {
+        panic!()
+    };
+    let admitted = ev.trace().iter().find(|t| t.outcome == "admitted").unwrap();
+    assert_eq!(admitted.policy.as_deref(), Some("default/p500"));
 }
