@@ -20,8 +20,9 @@ ensure_wasm_opt() {
     command -v npm >/dev/null || { apt-get update -qq >&2 && apt-get install -y -qq nodejs npm >&2; }
     echo "installing binaryen $BINARYEN_VERSION (wasm-opt) into $TOOLS/npm" >&2
     mkdir -p "$TOOLS/npm"
-    npm install --prefix "$TOOLS/npm" --silent --no-audit --no-fund "binaryen@$BINARYEN_VERSION" >&2
+    npm install --prefix "$TOOLS/npm" --silent --no-audit --no-fund "binaryen@$BINARYEN_VERSION" >&2 || return 1
   fi
+  [ -x "$bin" ] || { echo "wasm-opt not found at $bin" >&2; return 1; }
   echo "$bin"
 }
 
@@ -29,10 +30,10 @@ ensure_wasm_opt() {
 ensure_venv() {
   local req="$ROOT/integration/requirements.txt" stamp="$VENV/.requirements"
   if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV" >&2
+    python3 -m venv "$VENV" >&2 || return 1
   fi
   if ! cmp -s "$req" "$stamp"; then
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$req" >&2
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$req" >&2 || return 1
     cp "$req" "$stamp"
   fi
 }

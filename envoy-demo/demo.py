@@ -1,0 +1,575 @@
+#!/usr/bin/env python3
+"""The mcp-access demo, in one command.
+
+Starts on 127.0.0.1 the demo MCP server (backend "tools"), the external authorizer
+"risk-check" (it denies the tool `add`) and Envoy with the mcp-access filter configured by
+envoy-demo/bundle.json, behind an mTLS listener. Then two agents, alpha and beta (SPIFFE IDs
+in their client certificates), talk to the MCP server through Envoy with the official MCP SDK
+client. Every answer is printed together with where the filter decided it (read from Envoy's
+access log, which carries the filter's decision as filter state), followed by what the MCP
+server and the authorizer actually received and the filter's counters.
+
+Exit code 0 only if every expectation held. Everything started is stopped on every path.
+With --keep, everything stays up (with instructions) until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "integration"))
+
+try:
+    from harness import (
+        ALPHA,
+        BETA,
+        AuthorizerProc,
+        Cluster,
+        Denied,
+        EnvoyProcess,
+        Listener,
+        McpAgent,
+        ManagedProcess,
+        McpServerProc,
+        Route,
+        Tls,
+        TransportFailure,
+        Wasm,
+        build_bootstrap,
+        envoy_binary,
+        free_port,
+        make_pki,
+        port_open,
+        text_of,
+    )
+except ImportError as e:  # pragma: no cover - depends on the interpreter used
+    sys.exit(
+        f"demo: cannot import the test harness ({e}).\n"
+        "Run it with the project's venv: scripts/demo, or .venv/bin/python envoy-demo/demo.py"
+    )
+
+BUNDLE = HERE / "bundle.json"
+DEFAULT_WASM = ROOT / "build" / "mcp_access_filter.wasm"
+MCP_SERVER_NAME = "demo-tools"
+AUTHORIZER = "risk-check"
+AUTHORIZER_CLUSTER = "demo-authorizer"
+DENIED_TOOL = "add"  # what the authorizer refuses
+MCP_CLUSTER = "tools-server"
+ROUTE = "tools"
+LISTENER = "mcp-mtls"
+AGENTS = {"alpha": ALPHA, "beta": BETA}
+STATS_PREFIX = "wasmcustom.mcp_access."
+BUFFER_LIMIT = 2 * 1024 * 1024  # above the bundle's maxBodyBytes (1 MiB): the filter, not Envoy, answers oversize bodies
+
+
+# ---------------------------------------------------------------------------
+# Small helpers
+
+
+class DemoError(Exception):
+    """A problem the user can fix (busy port, missing filter...): printed without a traceback."""
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind; TIME_WAIT leftovers are fine
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return not port_open(port)
+
+
+def check_ports(ports: dict[str, int]) -> None:
+    seen: dict[int, str] = {}
+    for flag, port in ports.items():
+        if not 0 < port < 65536:
+            raise DemoError(f"{flag} {port} is not a TCP port")
+        if port in seen:
+            raise DemoError(f"{seen[port]} and {flag} are both {port}; give them different ports")
+        seen[port] = flag
+    for flag, port in ports.items():
+        if not port_is_free(port):
+            raise DemoError(f"port {port} on 127.0.0.1 is already in use; pick another one with {flag} PORT")
+
+
+def other_free_port(taken: set[int]) -> int:
+    while True:
+        port = free_port()
+        if port not in taken:
+            return port
+
+
+def envoy_version() -> str:
+    try:
+        out = subprocess.run([envoy_binary(), "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    # "envoy  version: <sha>/1.40.0/Clean/RELEASE/BoringSSL"
+    for part in out.split("/"):
+        if part[:1].isdigit() and part.count(".") == 2:
+            return part
+    return "?"
+
+
+def load_bundle(envoy_port: int) -> dict[str, Any]:
+    bundle = json.loads(BUNDLE.read_text())
+    for gw in bundle.get("gateways", []):
+        for listener in gw.get("listeners", []):
+            listener["port"] = envoy_port
+    return bundle
+
+
+def caller_of(headers: dict[str, str], header: str) -> str:
+    """Agent name (alpha/beta) found in a header carrying a SPIFFE ID (XFCC or x-mcp-source-spiffe)."""
+    value = headers.get(header, "")
+    for name, spiffe in AGENTS.items():
+        if spiffe in value:
+            return name
+    return value or "?"
+
+
+# ---------------------------------------------------------------------------
+# The running demo
+
+
+@dataclass
+class Expect:
+    """allow (optionally with a tool result text), or deny at `level` for `reason`."""
+
+    allow: bool
+    text: str | None = None
+    level: str | None = None
+    reason: str | None = None
+    policy: str | None = None
+    body: Any = None  # for denials: the JSON body the client must get
+
+    def describe(self) -> str:
+        if self.allow:
+            return "allowed" + (f" with {self.text!r}" if self.text is not None else "")
+        where = f"{self.level}/{self.reason}" + (f" (policy {self.policy})" if self.policy else "")
+        return f"DENIED at {where}"
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path) -> None:
+        self.a = args
+        self.stack = stack
+        self.workdir = workdir
+        self.failures: list[str] = []
+        self.checks = 0
+        self.bundle: dict[str, Any] = {}
+        self.authorizer_of: dict[str, str] = {}  # "ns/policy" -> authorizer name
+        self.envoy: EnvoyProcess | None = None
+        self.mcp: McpServerProc | None = None
+        self.authz: AuthorizerProc | None = None
+        self.url = f"https://127.0.0.1:{args.envoy_port}/mcp"
+
+    # -- bookkeeping ----------------------------------------------------------
+    def expect(self, ok: bool, what: str) -> bool:
+        self.checks += 1
+        if not ok:
+            self.failures.append(what)
+        return ok
+
+    # -- start ----------------------------------------------------------------
+    def start(self) -> None:
+        a = self.a
+        print("starting the MCP server, the authorizer and Envoy ...", flush=True)
+        self.pki = make_pki(self.workdir / "pki")
+        self.certs = {name: self.pki.client(spiffe, name=name) for name, spiffe in AGENTS.items()}
+
+        self.bundle = load_bundle(a.envoy_port)
+        self.authorizer_of = {
+            f"{p.get('namespace', '')}/{p['name']}": p["externalAuth"]
+            for p in self.bundle.get("policies", []) if p.get("action") == "ExternalAuth"
+        }
+        bundle_text = json.dumps(self.bundle, indent=2)
+        (self.workdir / "bundle.json").write_text(bundle_text + "\n")
+
+        # The MCP server and the authorizer start while Envoy compiles the filter; all are awaited below.
+        taken = {a.envoy_port, a.admin_port, a.mcp_port, a.authz_port}
+        mcp_admin = other_free_port(taken)
+        mcp_proc = self._spawn("mcp_server", HERE / "mcp_server.py", [
+            "--port", str(a.mcp_port), "--admin-port", str(mcp_admin), "--mcp-path", "/mcp", "--name", MCP_SERVER_NAME,
+        ])
+        self.mcp = McpServerProc(mcp_proc, name=MCP_SERVER_NAME, port=a.mcp_port, admin_port=mcp_admin, mcp_path="/mcp")
+        authz_proc = self._spawn("authorizer", HERE / "authorizer.py", [
+            "--name", AUTHORIZER, "--port", str(a.authz_port), "--deny-tool", DENIED_TOOL,
+        ])
+        self.authz = AuthorizerProc(authz_proc, name=AUTHORIZER, port=a.authz_port)
+
+        envoy_dir = self.workdir / "envoy"
+        config = build_bootstrap(
+            admin_port=a.admin_port,
+            listeners=[
+                Listener(
+                    LISTENER, a.envoy_port,
+                    [Route(ROUTE, "/mcp", MCP_CLUSTER, timeout=30)],
+                    tls=Tls(self.pki.server, self.pki.ca, require_client_certificate=True),
+                    wasm=Wasm(a.wasm, bundle_text, allow_on_headers_stop_iteration=True),
+                )
+            ],
+            clusters=[Cluster(MCP_CLUSTER, port=a.mcp_port), Cluster(AUTHORIZER_CLUSTER, port=a.authz_port)],
+            access_log_path=envoy_dir / "access.log",
+        )
+        config["static_resources"]["listeners"][0]["per_connection_buffer_limit_bytes"] = BUFFER_LIMIT
+        for cluster in config["static_resources"]["clusters"]:
+            cluster["per_connection_buffer_limit_bytes"] = BUFFER_LIMIT
+        self.envoy = EnvoyProcess(config, workdir=envoy_dir, name="envoy")
+        self.stack.callback(self.envoy.stop)
+        try:
+            self.envoy.start()
+        except (RuntimeError, TimeoutError) as e:
+            why = str(e).splitlines()[0]
+            lines = [l for l in self.envoy.log_text().splitlines()
+                     if "mcp-access" in l or "][error][" in l or "][critical][" in l]
+            raise DemoError(
+                f"Envoy did not start ({why}); its log is {self.envoy.log_path}\n" + "\n".join(lines[-15:])
+            ) from None
+        for proc, ports in ((mcp_proc, [a.mcp_port, mcp_admin]), (authz_proc, [a.authz_port])):
+            try:
+                proc.wait_ready(lambda: all(port_open(p) for p in ports), timeout=30, what=f"ports {ports}")
+            except (RuntimeError, TimeoutError) as e:
+                raise DemoError(str(e)) from None
+
+        print(f"mcp-access demo (work dir {self.workdir})")
+        rows = [
+            ("MCP server", f"{self.mcp.url}  (\"{MCP_SERVER_NAME}\": echo, add, delete_repo, get_weather)"),
+            ("authorizer", f"{self.authz.url}  (\"{AUTHORIZER}\", denies the tool {DENIED_TOOL!r})"),
+            (f"Envoy {envoy_version()}", f"{self.url}  (mTLS; admin http://127.0.0.1:{a.admin_port})"),
+            ("filter", str(a.wasm)),
+            ("policies", self._policy_summary()),
+        ]
+        for k, v in rows:
+            print(f"  {k:<12} {v}")
+        print()
+
+    def _spawn(self, name: str, script: Path, args: list[str]) -> ManagedProcess:
+        """Start `python script args` (this interpreter), logging to logs/<name>.log; stopped with the stack."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = ManagedProcess([sys.executable, str(script), *args], name=name,
+                              log_path=self.workdir / "logs" / f"{name}.log", env=env)
+        self.stack.callback(proc.stop)
+        return proc.start()
+
+    def _policy_summary(self) -> str:
+        parts = []
+        for p in sorted(self.bundle.get("policies", []), key=lambda p: (p["level"] != "Gateway", p.get("seniority", 0))):
+            act = p["action"] + (f" {p['externalAuth']}" if p["action"] == "ExternalAuth" else "")
+            parts.append(f"{p['name']} ({p['level']}, {act})")
+        return ", ".join(parts)
+
+    # -- reading decisions -----------------------------------------------------
+    def log_count(self) -> int:
+        assert self.envoy is not None
+        return len(self.envoy.access_log_lines())
+
+    def denial_counters(self) -> dict[str, int]:
+        assert self.envoy is not None
+        stats = self.envoy.stats(filter=r"mcp_access\.denied\.")
+        return {k: v for k, v in stats.items() if isinstance(v, int)}
+
+    def decision(self, start: int, method: str, name: str | None, before: dict[str, int]) -> dict[str, Any] | None:
+        """The filter's decision for the request just made: the filter state of the first new access
+        log entry for (method, name); if no filter state shows up, the denial counter that moved."""
+        assert self.envoy is not None
+        deadline = time.monotonic() + 5.0
+        while True:
+            for line in self.envoy.access_log_lines()[start:]:
+                try:
+                    entry = json.loads(line)
+                    state = json.loads(entry.get("filter_state") or "null")
+                except ValueError:
+                    continue
+                if isinstance(state, dict) and state.get("method") == method and state.get("name") == name:
+                    return {**state, "source": "access log", "code": entry.get("code")}
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        after = self.denial_counters()
+        moved = [k for k, v in after.items() if v > before.get(k, 0)]
+        if len(moved) == 1:  # wasmcustom.mcp_access.denied.<level>.<reason>
+            level, _, reason = moved[0].rsplit("mcp_access.denied.", 1)[1].partition(".")
+            return {"decision": "deny", "level": level, "reason": reason, "source": "stats"}
+        return None
+
+    def where(self, d: dict[str, Any] | None, denied: Denied) -> str:
+        """Where the filter denied, in words, from its decision record."""
+        if d is None:
+            return "(no decision recorded by the filter)"
+        level, reason, policy = d.get("level"), d.get("reason"), d.get("policy")
+        body = denied.body.decode("utf-8", "replace").strip()
+        if reason == "external_auth_denied":
+            authz = self.authorizer_of.get(policy or "", "?")
+            return f"by the authorizer {authz}: {body}"
+        if reason == "authorizer_error":
+            return f"because the authorizer {self.authorizer_of.get(policy or '', '?')} failed"
+        text = {"gateway": "at the gateway", "backend": "by the backend policy"}.get(level or "", f"at level {level}")
+        if policy:
+            text += f" (policy {policy}" + (f", rule {d['rule']}" if d.get("rule") else "") + ")"
+        if reason == "not_allowed":
+            text += ": no Allow rule admits it"  # the filter names no single policy for this
+        elif reason:
+            text += f" [{reason}]"
+        if denied.code is not None:
+            text += f"   [JSON-RPC error {denied.code} {json.dumps(denied.message)}]"
+        return text
+
+    # -- the session -------------------------------------------------------------
+    def line(self, agent: str, op: str, result: str) -> None:
+        print(f"agent {agent:<6} {op:<31} -> {result}", flush=True)
+
+    def connect(self, agent: str, expect: Expect) -> McpAgent | None:
+        label = f"agent {agent} initialize"
+        start, before = self.log_count(), self.denial_counters()
+        client = McpAgent(self.url, cert=self.certs[agent], ca=self.pki.ca, client_name=f"demo-agent-{agent}")
+        try:
+            client.connect()
+        except Denied as e:
+            d = self.decision(start, "initialize", None, before)
+            self.line(agent, "initialize", f"DENIED {e.status} {self.where(d, e)}")
+            self.expect(False, f"{label}: expected {expect.describe()}, got HTTP {e.status}")
+            return None
+        except TransportFailure as e:
+            self.line(agent, "initialize", f"NO ANSWER ({e})")
+            self.expect(False, f"{label}: expected {expect.describe()}, got no HTTP answer: {e}")
+            return None
+        self.stack.callback(client.close)
+        d = self.decision(start, "initialize", None, before)
+        self.line(agent, "initialize", f"ok (server {client.server_name})")
+        self.expect(client.server_name == MCP_SERVER_NAME, f"{label}: server name {client.server_name!r}")
+        self.expect(d is not None and d.get("decision") == "allow", f"{label}: filter decision {d}")
+        return client
+
+    def list_tools(self, agent: str, client: McpAgent | None) -> None:
+        if client is None:
+            return
+        try:
+            names = sorted(client.tool_names())
+        except Denied as e:
+            self.line(agent, "tools/list", f"DENIED {e.status}")
+            self.expect(False, f"agent {agent} tools/list: expected allowed, got HTTP {e.status}")
+            return
+        self.line(agent, "tools/list", "ok: " + ", ".join(names))
+        self.expect({"echo", "add", "delete_repo", "get_weather"} <= set(names), f"agent {agent} tools/list: {names}")
+
+    def call(self, agent: str, client: McpAgent | None, tool: str, arguments: dict[str, Any], expect: Expect) -> None:
+        op, label = f"tools/call {tool}", f"agent {agent} tools/call {tool}"
+        if client is None:
+            self.expect(False, f"{label}: not attempted (agent {agent} has no session)")
+            return
+        start, before = self.log_count(), self.denial_counters()
+        try:
+            result = client.call_tool(tool, arguments)
+        except Denied as e:
+            d = self.decision(start, "tools/call", tool, before)
+            self.line(agent, op, f"DENIED {e.status} {self.where(d, e)}")
+            if expect.allow:
+                self.expect(False, f"{label}: expected {expect.describe()}, got HTTP {e.status} {e.body[:200]!r}")
+                return
+            got = (d or {}).get("level"), (d or {}).get("reason")
+            self.expect(e.status == 403, f"{label}: HTTP status {e.status}, expected 403")
+            self.expect(
+                d is not None and d.get("decision") == "deny" and got == (expect.level, expect.reason)
+                and (expect.policy is None or d.get("policy") == expect.policy),
+                f"{label}: expected {expect.describe()}, the filter recorded {d}",
+            )
+            if expect.body is not None:
+                try:
+                    body = e.json()
+                except ValueError:
+                    body = e.body
+                self.expect(body == expect.body, f"{label}: client got body {body!r}, expected {expect.body!r}")
+            return
+        except TransportFailure as e:
+            self.line(agent, op, f"NO ANSWER ({e})")
+            self.expect(False, f"{label}: expected {expect.describe()}, got no HTTP answer: {e}")
+            return
+        text = text_of(result)
+        d = self.decision(start, "tools/call", tool, before)
+        self.line(agent, op, f"allowed: {json.dumps(text)}" + (" (tool error)" if result.is_error else ""))
+        if not expect.allow:
+            self.expect(False, f"{label}: expected {expect.describe()}, but it was allowed (filter recorded {d})")
+            return
+        self.expect(not result.is_error and (expect.text is None or text == expect.text),
+                    f"{label}: result {text!r}, expected {expect.text!r}")
+        self.expect(d is not None and d.get("decision") == "allow", f"{label}: filter decision {d}")
+
+    def session(self) -> None:
+        assert self.mcp is not None and self.authz is not None
+        self.mcp.reset()
+        self.authz.reset()
+        alpha = self.connect("alpha", Expect(True))
+        self.list_tools("alpha", alpha)
+        self.call("alpha", alpha, "echo", {"text": "hello"}, Expect(True, text="hello"))
+        beta = self.connect("beta", Expect(True))
+        self.call("beta", beta, "get_weather", {"city": "Lisbon"}, Expect(True, text="sunny in Lisbon"))
+        self.call("beta", beta, "echo", {"text": "hi from beta"},
+                  Expect(False, level="gateway", reason="not_allowed"))
+        self.call("alpha", alpha, "delete_repo", {"name": "prod"},
+                  Expect(False, level="backend", reason="not_allowed"))
+        self.call("alpha", alpha, "add", {"a": 2, "b": 3},
+                  Expect(False, level="backend", reason="external_auth_denied", policy="demo/tools-risk-check",
+                         body={"denied_by": AUTHORIZER}))
+
+    # -- summary -----------------------------------------------------------------
+    def summary(self) -> None:
+        assert self.mcp is not None and self.authz is not None and self.envoy is not None
+        print("\nsummary")
+        calls = [(r["tool"], caller_of(r["headers"], "x-forwarded-client-cert"))
+                 for r in self.mcp.requests() if r.get("mcp_method") == "tools/call"]
+        shown = ", ".join(f"{t} ({who})" for t, who in calls) or "none"
+        print(f"  MCP server {MCP_SERVER_NAME} received {len(calls)} tools/call requests: {shown}")
+        blocked = [c for c in calls if c[0] in ("delete_repo", "add") or c == ("echo", "beta")]
+        print(f"  MCP server received {len(blocked)} calls of delete_repo/add/echo-from-beta"
+              + ("" if not blocked else f": {blocked}"))
+        self.expect(not blocked, f"denied calls reached the MCP server: {blocked}")
+        self.expect(sorted(calls) == sorted([("echo", "alpha"), ("get_weather", "beta")]),
+                    f"the MCP server should have received echo from alpha and get_weather from beta, got {calls}")
+
+        asked = [(c["headers"].get("x-mcp-tool", "?"), caller_of(c["headers"], "x-mcp-source-spiffe"))
+                 for c in self.authz.calls()]
+        shown = ", ".join(f"{t} ({who})" for t, who in asked) or "none"
+        print(f"  authorizer {AUTHORIZER} was asked {len(asked)} times: {shown}")
+        self.expect(("echo", "beta") not in asked,
+                    "beta's echo, denied at the gateway, must not reach the backend's authorizer")
+        self.expect(("add", "alpha") in asked and ("delete_repo", "alpha") in asked,
+                    f"the authorizer should have been asked about alpha's add and delete_repo, got {asked}")
+
+        stats = self.envoy.stats(filter=r"mcp_access\.")
+        counters = {k: v for k, v in stats.items() if k.startswith(STATS_PREFIX) and isinstance(v, int)}
+        print("  filter counters (Envoy admin /stats):")
+        for k in sorted(counters):
+            print(f"    {k}: {counters[k]}")
+        want = {"denied": 3, "denied.gateway.not_allowed": 1, "denied.backend.not_allowed": 1,
+                "denied.backend.external_auth_denied": 1}
+        for k, v in want.items():
+            got = counters.get(STATS_PREFIX + k, 0)
+            self.expect(got == v, f"counter {STATS_PREFIX}{k} is {got}, expected {v}")
+
+    def report(self) -> int:
+        if self.failures:
+            print(f"\nFAILED: {len(self.failures)} of {self.checks} expectations did not hold:")
+            for f in self.failures:
+                print(f"  - {f}")
+            return 1
+        print(f"\nall {self.checks} expectations held")
+        return 0
+
+    # -- --keep ------------------------------------------------------------------
+    def keep_running(self) -> bool:
+        """Wait for Ctrl-C (KeyboardInterrupt); False if one of the processes exits first."""
+        assert self.mcp is not None and self.authz is not None and self.envoy is not None
+        a, alpha = self.a, self.certs["alpha"]
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": "echo", "arguments": {"text": "hi"}}})
+        print(f"""
+Everything keeps running (Ctrl-C stops it all):
+  MCP through Envoy   {self.url}   (mTLS: client cert required)
+  Envoy admin         http://127.0.0.1:{a.admin_port}/   (counters: http://127.0.0.1:{a.admin_port}/stats?filter=mcp_access)
+  MCP server direct   {self.mcp.url}   (what it received: http://127.0.0.1:{self.mcp.admin_port}/requests)
+  authorizer          {self.authz.url}   (what it was asked: {self.authz.url}/__calls)
+
+Call a tool through Envoy as agent alpha (try "delete_repo" or "add" for denials; beta.crt/beta.key for beta):
+  curl -sS --cacert {self.pki.ca.cert} --cert {alpha.cert} --key {alpha.key} \\
+    -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \\
+    -H 'mcp-protocol-version: 2025-11-25' \\
+    {self.url} -d '{body}'
+
+Logs:
+  Envoy               {self.envoy.log_path}   (decisions: grep mcp-access)
+  access log          {self.envoy.access_log_paths[0]}   (filter_state = the filter's decision)
+  MCP server          {self.workdir / 'logs' / 'mcp_server.log'}
+  authorizer          {self.workdir / 'logs' / 'authorizer.log'}
+  policy bundle       {self.workdir / 'bundle.json'}
+""", flush=True)
+        procs = {"Envoy": self.envoy, "MCP server": self.mcp.proc, "authorizer": self.authz.proc}
+        while True:
+            for name, p in procs.items():
+                if not p.alive:
+                    print(f"{name} exited unexpectedly; stopping everything", flush=True)
+                    return False
+            time.sleep(0.5)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description="Run the mcp-access demo: an MCP server, an authorizer and Envoy with the filter, "
+        "then two agents through it.",
+    )
+    ap.add_argument("--keep", action="store_true", help="leave everything running until Ctrl-C")
+    ap.add_argument("--envoy-port", type=int, default=10443, help="Envoy's mTLS MCP listener (default 10443)")
+    ap.add_argument("--admin-port", type=int, default=19901, help="Envoy admin (default 19901)")
+    ap.add_argument("--mcp-port", type=int, default=18080, help="the MCP server (default 18080)")
+    ap.add_argument("--authz-port", type=int, default=18081, help="the authorizer (default 18081)")
+    ap.add_argument("--wasm", type=Path, default=DEFAULT_WASM,
+                    help="the filter (default build/mcp_access_filter.wasm, made by scripts/build)")
+    ap.add_argument("--workdir", type=Path, help="certificates, configs and logs (default: a new temp dir)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    a.wasm = a.wasm.resolve()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupt)  # unwinds like Ctrl-C, so everything is stopped
+    code, workdir, temp = 1, None, False
+    try:
+        if not a.wasm.is_file():
+            raise DemoError(f"the filter is not at {a.wasm}: run scripts/build (or scripts/demo), or pass --wasm PATH")
+        check_ports({"--envoy-port": a.envoy_port, "--admin-port": a.admin_port,
+                     "--mcp-port": a.mcp_port, "--authz-port": a.authz_port})
+        if a.workdir:
+            workdir = a.workdir.resolve()
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            workdir, temp = Path(tempfile.mkdtemp(prefix="mcp-access-demo-")), True
+        with ExitStack() as stack:
+            demo = Demo(a, stack, workdir)
+            demo.start()
+            try:
+                demo.session()
+                demo.summary()
+            except Exception as e:  # noqa: BLE001 - reported as a failed expectation, then everything stops
+                demo.expect(False, f"the session broke off: {type(e).__name__}: {e}")
+            code = demo.report()
+            if a.keep and not demo.keep_running():
+                code = 1
+            print("stopping the MCP server, the authorizer and Envoy", flush=True)
+    except DemoError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted; everything started was stopped", flush=True)
+        return code if a.keep else 130
+    finally:
+        if workdir is not None and temp:
+            if code == 0 and not a.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+            elif code != 0:
+                print(f"logs kept in {workdir}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
