@@ -399,8 +399,14 @@ impl RequestFlow {
         outcome.listener = listener;
         outcome.backend = backend;
         match decision {
-            Decision::Allow { add_headers } => {
+            Decision::Allow {
+                add_headers,
+                policy,
+                rule,
+            } => {
                 outcome.allowed = true;
+                outcome.policy = policy;
+                outcome.rule = rule;
                 self.outcome = Some(outcome);
                 Action::Allow { add_headers }
             }

@@ -476,7 +476,7 @@ fn authorizer_headers_are_collected_in_evaluation_order() {
         ),
     ]);
     match run(&e, &call("t"), &outcomes).0 {
-        Decision::Allow { add_headers } => assert_eq!(
+        Decision::Allow { add_headers, .. } => assert_eq!(
             add_headers,
             vec![
                 ("x-user".to_string(), "g".to_string()),

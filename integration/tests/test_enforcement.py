@@ -270,6 +270,7 @@ def test_seed_table_row(stack: Stack, tool: str, status: int, level: str, reason
     assert len(called(stack, "be-authz")) == (1 if backend_authz_called else 0)
     if status == 200:
         assert stack.tools.tool_calls() == [tool]
+        assert (d["policy"], d["rule"]) == ("mcp/be-allow", "tools"), "the admitting rule is reported"
         return
     assert stack.tools.requests() == [], "a denied request never reaches the upstream"
     if reason == "external_auth_denied":

@@ -99,8 +99,11 @@ pub struct Denial {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Let the request through, adding these headers (in order; later replaces earlier).
+    /// `policy`/`rule`: the last Allow rule that admitted it (Backend level over Gateway).
     Allow {
         add_headers: Vec<(String, String)>,
+        policy: Option<String>,
+        rule: Option<String>,
     },
     Deny(Denial),
 }
@@ -143,6 +146,7 @@ pub struct Evaluation {
     done: Option<Decision>,
     calls: Vec<(AuthzCall, Option<AuthzOutcome>)>,
     add_headers: Vec<(String, String)>,
+    admitted: Option<(Option<String>, Option<String>)>,
     trace: Option<Vec<TraceEntry>>,
 }
 
@@ -160,6 +164,7 @@ impl Evaluation {
             done: None,
             calls: Vec::new(),
             add_headers: Vec::new(),
+            admitted: None,
             trace: trace.then(Vec::new),
         };
         let unknown = if listener.is_none() {
@@ -275,8 +280,11 @@ impl Evaluation {
                 self.phase = Phase::ExternalAuth;
             }
             Level::Backend => {
+                let (policy, rule) = self.admitted.take().unwrap_or_default();
                 self.done = Some(Decision::Allow {
                     add_headers: std::mem::take(&mut self.add_headers),
+                    policy,
+                    rule,
                 });
             }
         }
@@ -421,7 +429,14 @@ impl Evaluation {
         match index.allow.first_admitting(engine, req, &self.host) {
             Some(r) => {
                 let (policy, rule) = names(engine, r);
-                self.note(level, "allow", policy, rule, "admitted".into());
+                self.note(
+                    level,
+                    "allow",
+                    policy.clone(),
+                    rule.clone(),
+                    "admitted".into(),
+                );
+                self.admitted = Some((policy, rule));
             }
             None => {
                 self.note(level, "allow", None, None, "no rule admits".into());
