@@ -502,6 +502,7 @@ Logs:
   MCP server          {self.workdir / 'logs' / 'mcp_server.log'}
   authorizer          {self.workdir / 'logs' / 'authorizer.log'}
   policy bundle       {self.workdir / 'bundle.json'}
+  Envoy config        {self.envoy.config_path}
 """, flush=True)
         procs = {"Envoy": self.envoy, "MCP server": self.mcp.proc, "authorizer": self.authz.proc}
         while True:
