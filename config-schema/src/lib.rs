@@ -2,6 +2,8 @@
 //! and the JSON Schema generated from the types.
 
 pub mod bundle;
+#[cfg(feature = "compiler")]
+pub mod k8s;
 pub mod validate;
 
 pub use bundle::*;

@@ -1,0 +1,263 @@
+//! What the compiler produces besides the bundle: the status report, and the resolved
+//! topology (listeners, routes, clusters) an Envoy configuration and `explain` are made from.
+
+use serde::Serialize;
+
+/// Status of one object towards one target (a policy's target, a route's parent, a
+/// Gateway's listener, an XBackend itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetStatus {
+    /// What the status is about, e.g. `Gateway agents/gw`, `listener https`.
+    pub target: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    pub accepted: bool,
+    /// `Accepted`, `Invalid`, `Unsupported`, `TargetNotFound`, `LimitPerTargetExceeded`,
+    /// `RefNotPermitted`, `Conflicted`, or a Gateway API route/listener reason.
+    pub reason: String,
+    pub message: String,
+}
+
+/// The status of one object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStatus {
+    pub kind: String,
+    pub api_version: String,
+    pub namespace: String,
+    pub name: String,
+    /// `file: document n`.
+    pub source: String,
+    /// Rank in seniority order (policies only; 1 is the most senior).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seniority: Option<u64>,
+    pub conditions: Vec<TargetStatus>,
+}
+
+impl ObjectStatus {
+    /// Whether every condition is accepted.
+    pub fn accepted(&self) -> bool {
+        self.conditions.iter().all(|c| c.accepted)
+    }
+}
+
+/// An object the API server would reject, with each problem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InvalidObject {
+    pub source: String,
+    pub kind: String,
+    pub object: String,
+    pub field: String,
+    pub message: String,
+}
+
+/// An object of a kind the compiler does not read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedObject {
+    pub source: String,
+    pub api_version: String,
+    pub kind: String,
+    pub object: String,
+}
+
+/// The report `compile` and `validate` print.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// XAccessPolicies, most senior first.
+    pub policies: Vec<ObjectStatus>,
+    pub gateways: Vec<ObjectStatus>,
+    pub routes: Vec<ObjectStatus>,
+    pub backends: Vec<ObjectStatus>,
+    /// Objects (or documents) the API server would reject.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub invalid: Vec<InvalidObject>,
+    /// Objects of kinds mcp-access does not read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedObject>,
+    /// Things that take effect but probably not as intended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    /// Whether every object is valid and every status accepted.
+    pub fn all_accepted(&self) -> bool {
+        self.invalid.is_empty()
+            && [&self.policies, &self.gateways, &self.routes, &self.backends]
+                .iter()
+                .all(|l| l.iter().all(ObjectStatus::accepted))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Topology
+
+/// Everything needed to render an Envoy configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Topology {
+    pub gateways: Vec<GatewayModel>,
+    pub backends: Vec<BackendModel>,
+    pub services: Vec<ServiceModel>,
+    pub authorizers: Vec<AuthorizerModel>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayModel {
+    pub namespace: String,
+    pub name: String,
+    /// IP addresses from `spec.addresses` (empty: the CLI's default bind address).
+    pub addresses: Vec<String>,
+    pub listeners: Vec<ListenerModel>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    Https,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerModel {
+    pub name: String,
+    /// The port Envoy listens on (the Gateway's, or the override).
+    pub port: u16,
+    pub protocol: Protocol,
+    pub hostname: Option<String>,
+    pub tls: Option<TlsModel>,
+    /// Routes attached to this listener, in match-precedence order.
+    pub routes: Vec<RouteEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsModel {
+    /// `namespace/name` of each certificate Secret.
+    pub certificates: Vec<String>,
+    /// Client certificate validation, if any.
+    pub client_validation: Option<ClientValidation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientValidation {
+    /// CA references (`namespace/name`), or `""` for the CLI's default `--client-ca`.
+    pub ca_refs: Vec<String>,
+    /// AllowInsecureFallback: clients without a certificate are let in.
+    pub optional: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathMatchKind {
+    Exact,
+    Prefix,
+    Regex,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueMatchModel {
+    pub name: String,
+    pub regex: bool,
+    pub value: String,
+}
+
+/// One HTTPRoute match of one rule, on one listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteEntry {
+    /// Envoy route name: `<namespace>/<route>/rule-<i>/match-<j>`.
+    pub name: String,
+    /// `namespace/name` of the HTTPRoute.
+    pub route: String,
+    pub rule: usize,
+    /// Hostnames the entry applies to (empty: any host of the listener).
+    pub hostnames: Vec<String>,
+    pub path_kind: PathMatchKind,
+    pub path: String,
+    pub headers: Vec<ValueMatchModel>,
+    pub query: Vec<ValueMatchModel>,
+    pub method: Option<String>,
+    pub action: RouteAction,
+    /// Seniority of the route (creation, then namespace/name) for precedence ties.
+    pub route_rank: usize,
+    pub match_index: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HeaderOps {
+    pub set: Vec<(String, String)>,
+    pub add: Vec<(String, String)>,
+    pub remove: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathRewrite {
+    Full(String),
+    /// Replace the matched `prefix` with `replacement`.
+    Prefix {
+        prefix: String,
+        replacement: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeightedCluster {
+    pub cluster: String,
+    pub weight: u32,
+    /// `namespace/name` of the XBackend, if it is one.
+    pub backend: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteAction {
+    Forward {
+        clusters: Vec<WeightedCluster>,
+        host_rewrite: Option<String>,
+        path_rewrite: Option<PathRewrite>,
+        request_headers: HeaderOps,
+        response_headers: HeaderOps,
+        timeout_ms: Option<u64>,
+    },
+    Redirect {
+        scheme: Option<String>,
+        hostname: Option<String>,
+        path: Option<PathRewrite>,
+        port: Option<u16>,
+        status: u16,
+        response_headers: HeaderOps,
+    },
+    /// No usable backend: Envoy answers 500 itself.
+    Fail { message: String },
+}
+
+/// An XBackend's Envoy cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendModel {
+    /// `namespace/name`.
+    pub id: String,
+    pub cluster: String,
+    /// The name `--resolve` maps (`serviceName` or `hostname`).
+    pub service_name: Option<String>,
+    pub hostname: Option<String>,
+    pub namespace: String,
+    pub port: u16,
+    pub path: String,
+}
+
+/// A plain Service an HTTPRoute forwards to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceModel {
+    pub cluster: String,
+    pub namespace: String,
+    pub name: String,
+    pub port: u16,
+}
+
+/// The Service an ExternalAuth policy calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorizerModel {
+    pub cluster: String,
+    pub namespace: String,
+    pub name: String,
+    pub port: u16,
+}
