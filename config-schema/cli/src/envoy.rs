@@ -1,0 +1,656 @@
+//! A complete Envoy bootstrap (static resources) from the compiled topology and bundle.
+
+use std::collections::BTreeMap;
+
+use mcp_access_bundle::k8s::{
+    HeaderOps, ListenerModel, PathMatchKind, PathRewrite, Protocol, RouteAction, RouteEntry,
+    Topology, ValueMatchModel,
+};
+use mcp_access_bundle::Bundle;
+use serde_json::{json, Value};
+
+const T: &str = "type.googleapis.com/";
+/// Above the bundle's largest body limit, so the filter (not Envoy) answers oversize bodies.
+const BUFFER_LIMIT: u32 = 2 * 1024 * 1024;
+
+/// Where a service name resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub host: String,
+    pub port: u16,
+    /// Some(true): TLS; Some(false): plaintext; None: the default for the kind of backend.
+    pub tls: Option<bool>,
+}
+
+/// Parses `host:port`, `http://host:port` or `https://host:port`.
+pub fn parse_resolve_target(s: &str) -> Result<Resolved, String> {
+    let (tls, rest) = if let Some(r) = s.strip_prefix("https://") {
+        (Some(true), r)
+    } else if let Some(r) = s.strip_prefix("http://") {
+        (Some(false), r)
+    } else {
+        (None, s)
+    };
+    let rest = rest.trim_end_matches('/');
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{s}`: expected host:port"))?;
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("`{s}`: bad port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("`{s}`: empty host"));
+    }
+    Ok(Resolved {
+        host: host.to_string(),
+        port,
+        tls,
+    })
+}
+
+/// Envoy settings that are not in the manifests.
+#[derive(Debug, Clone)]
+pub struct EnvoyOptions {
+    pub wasm: String,
+    pub admin_port: u16,
+    pub admin_address: String,
+    /// Bind address of listeners whose Gateway names no address.
+    pub bind: String,
+    /// Service / hostname -> address (`name`, `namespace/name` or `name.namespace`).
+    pub resolve: BTreeMap<String, Resolved>,
+    /// Secret (`name` or `namespace/name`) -> (certificate chain, private key) files.
+    pub tls_certs: BTreeMap<String, (String, String)>,
+    /// CA reference (`name`, `namespace/name`, or `""` for the default) -> CA file.
+    pub client_cas: BTreeMap<String, String>,
+    /// Trusted CAs for TLS towards `hostname` XBackends.
+    pub upstream_ca: String,
+    pub access_log: Option<String>,
+}
+
+/// What could not be resolved and fell back to a default (printed as notes).
+#[derive(Debug, Default)]
+pub struct Notes(pub Vec<String>);
+
+fn lookup<'a, V>(map: &'a BTreeMap<String, V>, ns: &str, name: &str) -> Option<&'a V> {
+    map.get(&format!("{ns}/{name}"))
+        .or_else(|| map.get(&format!("{name}.{ns}")))
+        .or_else(|| map.get(name))
+}
+
+fn is_ip(h: &str) -> bool {
+    h.parse::<std::net::IpAddr>().is_ok()
+}
+
+fn duration_ms(ms: u64) -> String {
+    format!("{}.{:03}s", ms / 1000, ms % 1000)
+}
+
+fn cluster(name: &str, host: &str, port: u16, tls_sni: Option<&str>, upstream_ca: &str) -> Value {
+    let mut c = json!({
+        "name": name,
+        "type": if is_ip(host) { "STATIC" } else { "STRICT_DNS" },
+        "connect_timeout": "5s",
+        "per_connection_buffer_limit_bytes": BUFFER_LIMIT,
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
+                "socket_address": {"address": host, "port_value": port}}}}]}]
+        }
+    });
+    if let (Some(sni), Some(obj)) = (tls_sni, c.as_object_mut()) {
+        obj.insert(
+            "transport_socket".into(),
+            json!({
+                "name": "envoy.transport_sockets.tls",
+                "typed_config": {
+                    "@type": format!("{T}envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"),
+                    "sni": sni,
+                    "common_tls_context": {"validation_context": {
+                        "trusted_ca": {"filename": upstream_ca},
+                        "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": sni}}]
+                    }}
+                }
+            }),
+        );
+    }
+    c
+}
+
+fn string_match(v: &ValueMatchModel) -> Value {
+    if v.regex {
+        json!({"safe_regex": {"regex": v.value}})
+    } else {
+        json!({"exact": v.value})
+    }
+}
+
+fn header_ops(ops: &HeaderOps) -> (Vec<Value>, Vec<String>) {
+    let mut add = Vec::new();
+    for (k, v) in &ops.set {
+        add.push(json!({"header": {"key": k, "value": v}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}));
+    }
+    for (k, v) in &ops.add {
+        add.push(
+            json!({"header": {"key": k, "value": v}, "append_action": "APPEND_IF_EXISTS_OR_ADD"}),
+        );
+    }
+    (add, ops.remove.clone())
+}
+
+fn regex_escape(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn rewrite_fields(obj: &mut serde_json::Map<String, Value>, rw: &PathRewrite) {
+    match rw {
+        PathRewrite::Full(p) => {
+            obj.insert(
+                "regex_rewrite".into(),
+                json!({"pattern": {"regex": "^.*$"}, "substitution": p}),
+            );
+        }
+        PathRewrite::Prefix {
+            prefix,
+            replacement,
+        } => {
+            let p = prefix.trim_end_matches('/');
+            if replacement == "/" || replacement.is_empty() {
+                obj.insert(
+                    "regex_rewrite".into(),
+                    json!({"pattern": {"regex": format!("^{}/*", regex_escape(p))}, "substitution": "/"}),
+                );
+            } else {
+                obj.insert("prefix_rewrite".into(), json!(replacement));
+            }
+        }
+    }
+}
+
+/// One Envoy route from a route entry.
+pub fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Value {
+    let mut m = serde_json::Map::new();
+    match e.path_kind {
+        PathMatchKind::Exact => {
+            m.insert("path".into(), json!(e.path));
+        }
+        PathMatchKind::Regex => {
+            m.insert("safe_regex".into(), json!({"regex": e.path}));
+        }
+        PathMatchKind::Prefix => {
+            let p = e.path.trim_end_matches('/');
+            if p.is_empty() {
+                m.insert("prefix".into(), json!("/"));
+            } else {
+                m.insert("path_separated_prefix".into(), json!(p));
+            }
+        }
+    }
+    let mut headers: Vec<Value> = e
+        .headers
+        .iter()
+        .map(|h| json!({"name": h.name.to_ascii_lowercase(), "string_match": string_match(h)}))
+        .collect();
+    if let Some(method) = &e.method {
+        headers.push(json!({"name": ":method", "string_match": {"exact": method}}));
+    }
+    if !headers.is_empty() {
+        m.insert("headers".into(), json!(headers));
+    }
+    if !e.query.is_empty() {
+        let q: Vec<Value> = e
+            .query
+            .iter()
+            .map(|h| json!({"name": h.name, "string_match": string_match(h)}))
+            .collect();
+        m.insert("query_parameters".into(), json!(q));
+    }
+    let mut r = serde_json::Map::new();
+    r.insert("name".into(), json!(e.name));
+    r.insert("match".into(), Value::Object(m));
+    match &e.action {
+        RouteAction::Forward {
+            clusters,
+            host_rewrite,
+            path_rewrite,
+            request_headers,
+            response_headers,
+            timeout_ms,
+        } => {
+            let mut a = serde_json::Map::new();
+            let host_of = |c: &str| hostnames.get(c).cloned();
+            match clusters.as_slice() {
+                [one] => {
+                    a.insert("cluster".into(), json!(one.cluster));
+                    if let Some(h) = host_rewrite.clone().or_else(|| host_of(&one.cluster)) {
+                        a.insert("host_rewrite_literal".into(), json!(h));
+                    }
+                }
+                many => {
+                    let cs: Vec<Value> = many
+                        .iter()
+                        .map(|c| {
+                            let mut w = json!({"name": c.cluster, "weight": c.weight});
+                            if let (Some(h), Some(o)) = (
+                                host_rewrite.clone().or_else(|| host_of(&c.cluster)),
+                                w.as_object_mut(),
+                            ) {
+                                o.insert("host_rewrite_literal".into(), json!(h));
+                            }
+                            w
+                        })
+                        .collect();
+                    a.insert("weighted_clusters".into(), json!({"clusters": cs}));
+                }
+            }
+            if let Some(rw) = path_rewrite {
+                rewrite_fields(&mut a, rw);
+            }
+            // MCP streams (SSE) are long-lived: no route timeout unless the HTTPRoute sets one.
+            a.insert(
+                "timeout".into(),
+                json!(duration_ms(timeout_ms.unwrap_or(0))),
+            );
+            r.insert("route".into(), Value::Object(a));
+            let (add, remove) = header_ops(request_headers);
+            if !add.is_empty() {
+                r.insert("request_headers_to_add".into(), json!(add));
+            }
+            if !remove.is_empty() {
+                r.insert("request_headers_to_remove".into(), json!(remove));
+            }
+            let (add, remove) = header_ops(response_headers);
+            if !add.is_empty() {
+                r.insert("response_headers_to_add".into(), json!(add));
+            }
+            if !remove.is_empty() {
+                r.insert("response_headers_to_remove".into(), json!(remove));
+            }
+        }
+        RouteAction::Redirect {
+            scheme,
+            hostname,
+            path,
+            port,
+            status,
+            response_headers,
+        } => {
+            let mut a = serde_json::Map::new();
+            if let Some(s) = scheme {
+                a.insert("scheme_redirect".into(), json!(s));
+            }
+            if let Some(h) = hostname {
+                a.insert("host_redirect".into(), json!(h));
+            }
+            if let Some(p) = port {
+                a.insert("port_redirect".into(), json!(p));
+            }
+            match path {
+                Some(PathRewrite::Full(p)) => {
+                    a.insert("path_redirect".into(), json!(p));
+                }
+                Some(PathRewrite::Prefix { replacement, .. }) => {
+                    a.insert("prefix_rewrite".into(), json!(replacement));
+                }
+                None => {}
+            }
+            let code = match status {
+                301 => "MOVED_PERMANENTLY",
+                303 => "SEE_OTHER",
+                307 => "TEMPORARY_REDIRECT",
+                308 => "PERMANENT_REDIRECT",
+                _ => "FOUND",
+            };
+            a.insert("response_code".into(), json!(code));
+            r.insert("redirect".into(), Value::Object(a));
+            let (add, remove) = header_ops(response_headers);
+            if !add.is_empty() {
+                r.insert("response_headers_to_add".into(), json!(add));
+            }
+            if !remove.is_empty() {
+                r.insert("response_headers_to_remove".into(), json!(remove));
+            }
+        }
+        RouteAction::Fail { message } => {
+            r.insert(
+                "direct_response".into(),
+                json!({"status": 500, "body": {"inline_string": message}}),
+            );
+        }
+    }
+    Value::Object(r)
+}
+
+fn host_covers(pattern: &str, host: &str) -> bool {
+    pattern == host
+        || pattern
+            .strip_prefix("*.")
+            .is_some_and(|s| host.ends_with(&format!(".{s}")) && host.len() > s.len() + 1)
+}
+
+/// Virtual hosts of one or more listeners sharing a route configuration.
+fn virtual_hosts(
+    listeners: &[&ListenerModel],
+    prefix: &str,
+    hostnames: &BTreeMap<String, String>,
+) -> Vec<Value> {
+    // domain -> entries
+    let mut by_domain: BTreeMap<String, Vec<RouteEntry>> = BTreeMap::new();
+    for l in listeners {
+        let default_domain = l.hostname.clone().unwrap_or_else(|| "*".into());
+        by_domain.entry(default_domain.clone()).or_default();
+        for e in &l.routes {
+            let domains = if e.hostnames.is_empty() {
+                vec![default_domain.clone()]
+            } else {
+                e.hostnames.clone()
+            };
+            for d in domains {
+                by_domain.entry(d).or_default().push(e.clone());
+            }
+        }
+    }
+    // Routes for any host (and for covering wildcards) also serve more specific hosts.
+    let domains: Vec<String> = by_domain.keys().cloned().collect();
+    let snapshot = by_domain.clone();
+    for d in &domains {
+        for (other, entries) in &snapshot {
+            if other != d && (other == "*" || host_covers(other, d)) {
+                if let Some(list) = by_domain.get_mut(d) {
+                    for e in entries {
+                        if !list.iter().any(|x| x.name == e.name) {
+                            list.push(e.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    by_domain
+        .into_iter()
+        .map(|(domain, mut entries)| {
+            entries.sort_by(mcp_access_bundle::k8s::precedence);
+            let routes: Vec<Value> = entries.iter().map(|e| route(e, hostnames)).collect();
+            json!({"name": format!("{prefix}/{domain}"), "domains": [domain], "routes": routes})
+        })
+        .collect()
+}
+
+fn wasm_filter(wasm: &str, bundle_json: &str) -> Value {
+    json!({
+        "name": "envoy.filters.http.wasm",
+        "typed_config": {
+            "@type": format!("{T}envoy.extensions.filters.http.wasm.v3.Wasm"),
+            "config": {
+                "name": "mcp_access",
+                "root_id": "mcp_access",
+                "vm_config": {
+                    "vm_id": "mcp_access",
+                    "runtime": "envoy.wasm.runtime.v8",
+                    "code": {"local": {"filename": wasm}}
+                },
+                "configuration": {"@type": format!("{T}google.protobuf.StringValue"), "value": bundle_json},
+                "fail_open": false,
+                "allow_on_headers_stop_iteration": true
+            }
+        }
+    })
+}
+
+fn access_log(path: &str, name: &str) -> Value {
+    json!([{
+        "name": "envoy.access_loggers.file",
+        "typed_config": {
+            "@type": format!("{T}envoy.extensions.access_loggers.file.v3.FileAccessLog"),
+            "path": path,
+            "log_format": {"json_format": {
+                "listener": name,
+                "code": "%RESPONSE_CODE%",
+                "method": "%REQ(:METHOD)%",
+                "path": "%REQ(:PATH)%",
+                "route": "%ROUTE_NAME%",
+                "upstream": "%UPSTREAM_CLUSTER%",
+                "peer_uri_san": "%DOWNSTREAM_PEER_URI_SAN%",
+                "filter_state": "%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%"
+            }}
+        }
+    }])
+}
+
+fn hcm(name: &str, vhosts: Vec<Value>, tls: bool, o: &EnvoyOptions, bundle_json: &str) -> Value {
+    let mut h = json!({
+        "@type": format!("{T}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"),
+        "stat_prefix": name,
+        "codec_type": "AUTO",
+        "strip_any_host_port": true,
+        "route_config": {"name": name, "virtual_hosts": vhosts},
+        "http_filters": [
+            wasm_filter(&o.wasm, bundle_json),
+            {"name": "envoy.filters.http.router", "typed_config": {"@type": format!("{T}envoy.extensions.filters.http.router.v3.Router")}}
+        ],
+        // Callers cannot forge a client certificate header; over TLS the verified one is sent.
+        "forward_client_cert_details": if tls { "SANITIZE_SET" } else { "SANITIZE" },
+    });
+    if let Some(obj) = h.as_object_mut() {
+        if tls {
+            obj.insert(
+                "set_current_client_cert_details".into(),
+                json!({"uri": true}),
+            );
+        }
+        if let Some(p) = &o.access_log {
+            obj.insert("access_log".into(), access_log(p, name));
+        }
+    }
+    json!([{"name": "envoy.filters.network.http_connection_manager", "typed_config": h}])
+}
+
+/// Renders the bootstrap. Errors name what is missing (certificates, CAs).
+pub fn render(
+    topo: &Topology,
+    bundle: &Bundle,
+    o: &EnvoyOptions,
+    notes: &mut Notes,
+) -> Result<Value, String> {
+    let bundle_json = serde_json::to_string(bundle).map_err(|e| e.to_string())?;
+    let mut clusters = Vec::new();
+    let mut host_rewrites: BTreeMap<String, String> = BTreeMap::new();
+    for b in &topo.backends {
+        let key = b
+            .service_name
+            .clone()
+            .or_else(|| b.hostname.clone())
+            .unwrap_or_default();
+        let resolved = lookup(&o.resolve, &b.namespace, &key);
+        let (host, port) = match resolved {
+            Some(r) => (r.host.clone(), r.port),
+            None => {
+                let host = match (&b.service_name, &b.hostname) {
+                    (Some(s), _) => format!("{s}.{}.svc.cluster.local", b.namespace),
+                    (None, Some(h)) => h.clone(),
+                    _ => String::new(),
+                };
+                if b.service_name.is_some() {
+                    notes.0.push(format!(
+                        "XBackend {}: no --resolve {key}=HOST:PORT, using DNS {host}:{}",
+                        b.id, b.port
+                    ));
+                }
+                (host, b.port)
+            }
+        };
+        let tls = resolved.and_then(|r| r.tls).unwrap_or(b.hostname.is_some());
+        let sni = if tls {
+            Some(b.hostname.clone().unwrap_or_else(|| key.clone()))
+        } else {
+            None
+        };
+        if let Some(h) = &b.hostname {
+            host_rewrites.insert(b.cluster.clone(), h.clone());
+        }
+        clusters.push(cluster(
+            &b.cluster,
+            &host,
+            port,
+            sni.as_deref(),
+            &o.upstream_ca,
+        ));
+    }
+    for s in &topo.services {
+        let (host, port, tls) = match lookup(&o.resolve, &s.namespace, &s.name) {
+            Some(r) => (r.host.clone(), r.port, r.tls == Some(true)),
+            None => {
+                let h = format!("{}.{}.svc.cluster.local", s.name, s.namespace);
+                notes.0.push(format!(
+                    "Service {}/{}: no --resolve {}=HOST:PORT, using DNS {h}:{}",
+                    s.namespace, s.name, s.name, s.port
+                ));
+                (h, s.port, false)
+            }
+        };
+        clusters.push(cluster(
+            &s.cluster,
+            &host,
+            port,
+            tls.then_some(s.name.as_str()),
+            &o.upstream_ca,
+        ));
+    }
+    for a in &topo.authorizers {
+        let (host, port, tls) = match lookup(&o.resolve, &a.namespace, &a.name) {
+            Some(r) => (r.host.clone(), r.port, r.tls == Some(true)),
+            None => {
+                let h = format!("{}.{}.svc.cluster.local", a.name, a.namespace);
+                notes.0.push(format!(
+                    "authorizer Service {}/{}: no --resolve {}=HOST:PORT, using DNS {h}:{}",
+                    a.namespace, a.name, a.name, a.port
+                ));
+                (h, a.port, false)
+            }
+        };
+        clusters.push(cluster(
+            &a.cluster,
+            &host,
+            port,
+            tls.then_some(a.name.as_str()),
+            &o.upstream_ca,
+        ));
+    }
+
+    // Envoy listeners: one per (address, port).
+    let mut groups: BTreeMap<(String, u16), Vec<(String, &ListenerModel)>> = BTreeMap::new();
+    for g in &topo.gateways {
+        let addrs = if g.addresses.is_empty() {
+            vec![o.bind.clone()]
+        } else {
+            g.addresses.clone()
+        };
+        for l in &g.listeners {
+            for a in &addrs {
+                groups
+                    .entry((a.clone(), l.port))
+                    .or_default()
+                    .push((format!("{}/{}/{}", g.namespace, g.name, l.name), l));
+            }
+        }
+    }
+    let mut listeners = Vec::new();
+    for ((addr, port), ls) in groups {
+        let name = format!("{addr}:{port}");
+        let https = ls.iter().any(|(_, l)| l.protocol == Protocol::Https);
+        let mut listener = json!({
+            "name": name,
+            "address": {"socket_address": {"address": addr, "port_value": port}},
+            "per_connection_buffer_limit_bytes": BUFFER_LIMIT,
+        });
+        let chains: Vec<Value> = if !https {
+            let refs: Vec<&ListenerModel> = ls.iter().map(|(_, l)| *l).collect();
+            let vhosts = virtual_hosts(&refs, &name, &host_rewrites);
+            vec![json!({"filters": hcm(&name, vhosts, false, o, &bundle_json)})]
+        } else {
+            let mut chains = Vec::new();
+            for (lname, l) in &ls {
+                let vhosts = virtual_hosts(&[*l], lname, &host_rewrites);
+                let mut chain = json!({
+                    "filters": hcm(lname, vhosts, true, o, &bundle_json),
+                    "transport_socket": downstream_tls(lname, l, o)?,
+                });
+                if let (Some(h), Some(obj)) = (&l.hostname, chain.as_object_mut()) {
+                    obj.insert("filter_chain_match".into(), json!({"server_names": [h]}));
+                }
+                chains.push(chain);
+            }
+            if let Some(obj) = listener.as_object_mut() {
+                obj.insert(
+                    "listener_filters".into(),
+                    json!([{"name": "envoy.filters.listener.tls_inspector", "typed_config": {
+                        "@type": format!("{T}envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector")}}]),
+                );
+            }
+            chains
+        };
+        if let Some(obj) = listener.as_object_mut() {
+            obj.insert("filter_chains".into(), json!(chains));
+        }
+        listeners.push(listener);
+    }
+    Ok(json!({
+        "admin": {"address": {"socket_address": {"address": o.admin_address, "port_value": o.admin_port}}},
+        "static_resources": {"listeners": listeners, "clusters": clusters}
+    }))
+}
+
+fn downstream_tls(lname: &str, l: &ListenerModel, o: &EnvoyOptions) -> Result<Value, String> {
+    let Some(tls) = &l.tls else {
+        return Err(format!("listener {lname}: HTTPS without TLS settings"));
+    };
+    let mut certs = Vec::new();
+    for c in &tls.certificates {
+        let (ns, name) = c.split_once('/').unwrap_or(("", c));
+        let (cert, key) = lookup(&o.tls_certs, ns, name).ok_or_else(|| {
+            format!("listener {lname}: no --tls-cert {name}=<cert.pem>,<key.pem> for Secret {c}")
+        })?;
+        certs.push(
+            json!({"certificate_chain": {"filename": cert}, "private_key": {"filename": key}}),
+        );
+    }
+    let mut common = json!({"tls_certificates": certs, "alpn_protocols": ["h2", "http/1.1"]});
+    let mut require = false;
+    if let Some(v) = &tls.client_validation {
+        let mut files = Vec::new();
+        for r in &v.ca_refs {
+            let (ns, name) = r.split_once('/').unwrap_or(("", r));
+            let f = lookup(&o.client_cas, ns, name).ok_or_else(|| {
+                format!("listener {lname}: no --client-ca {name}=<ca.pem> for {r}")
+            })?;
+            files.push(f.clone());
+        }
+        if files.len() > 1 {
+            return Err(format!("listener {lname}: several client CA references; concatenate them into one --client-ca file"));
+        }
+        if let (Some(f), Some(obj)) = (files.first(), common.as_object_mut()) {
+            obj.insert(
+                "validation_context".into(),
+                json!({"trusted_ca": {"filename": f}}),
+            );
+        }
+        require = !v.optional;
+    }
+    Ok(json!({
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": format!("{T}envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"),
+            "require_client_certificate": require,
+            "common_tls_context": common
+        }
+    }))
+}

@@ -1,0 +1,598 @@
+//! `mcp-access`: Kubernetes manifests to a policy bundle, an Envoy configuration and an
+//! explanation of any decision. See docs/cli.md.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mcp_access_bundle::k8s::{compile, Compiled, Manifests, Options};
+use mcp_access_bundle::{Bundle, UnknownBackend};
+use mcp_access_cli::envoy::{self, EnvoyOptions, Notes};
+use mcp_access_cli::explain::{self, RequestSpec};
+
+/// Exit code: input the API server would reject, or an error.
+const EXIT_INVALID: u8 = 1;
+/// Exit code: --strict and something was not accepted.
+const EXIT_NOT_ACCEPTED: u8 = 3;
+
+#[derive(Parser)]
+#[command(
+    name = "mcp-access",
+    version,
+    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compile manifests to a policy bundle; print the status report.
+    Compile {
+        #[command(flatten)]
+        input: Input,
+        /// Write the bundle here (`-`: standard output, the report then goes to standard error).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Validate and compile manifests without writing anything; print the status report.
+    Validate {
+        #[command(flatten)]
+        input: Input,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Render a complete Envoy bootstrap with the filter and the compiled bundle.
+    Envoy {
+        #[command(flatten)]
+        input: Input,
+        #[command(flatten)]
+        envoy: EnvoyArgs,
+        /// Write the configuration here (`.json`: JSON, otherwise YAML; `-`: standard output).
+        #[arg(short, long, default_value = "-")]
+        output: PathBuf,
+        /// Also write the bundle here.
+        #[arg(long)]
+        bundle_out: Option<PathBuf>,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Decide one request with the filter's engine and print the decision and its trace.
+    Explain(Box<ExplainArgs>),
+    /// Print the policy bundle's JSON Schema.
+    Schema,
+}
+
+#[derive(Args)]
+struct Input {
+    /// Manifest files or directories (YAML, multi-document, or JSON; `-` for standard input).
+    #[arg(short = 'f', long = "filename", required = true)]
+    files: Vec<PathBuf>,
+    #[command(flatten)]
+    compile: CompileArgs,
+}
+
+#[derive(Args, Clone)]
+struct CompileArgs {
+    /// Namespace of objects that name none.
+    #[arg(short = 'n', long, default_value = "default")]
+    namespace: String,
+    /// SPIFFE trust domain of ServiceAccount sources.
+    #[arg(long, default_value = "cluster.local")]
+    trust_domain: String,
+    /// Accepted policies per target (Gateway or XBackend); 0 for no limit.
+    #[arg(long, default_value_t = 5)]
+    max_policies_per_target: usize,
+    /// Accepted ExternalAuth policies per target; 0 for no limit.
+    #[arg(long, default_value_t = 0)]
+    max_external_auth_per_target: usize,
+    /// Envoy port of a listener: LISTENER=PORT, GATEWAY/LISTENER=PORT or NAMESPACE/GATEWAY/LISTENER=PORT.
+    #[arg(long = "listen", value_name = "LISTENER=PORT")]
+    listen: Vec<String>,
+    /// Added to every listener port without a --listen.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    port_offset: i32,
+    /// Timeout of authorizer calls.
+    #[arg(long, default_value_t = 1000)]
+    authz_timeout_ms: u32,
+    /// Leave policies that are not accepted out of the bundle (as a controller would) instead
+    /// of enforcing them fail-closed.
+    #[arg(long)]
+    skip_rejected: bool,
+    /// Requests Envoy routes to no XBackend: deny them, or decide them on Gateway policies only.
+    #[arg(long, value_enum, default_value = "deny")]
+    unknown_backend: UnknownBackendArg,
+    /// Only Gateways of this class (repeatable; default: all).
+    #[arg(long = "gateway-class")]
+    gateway_classes: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum UnknownBackendArg {
+    Deny,
+    GatewayOnly,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// Report format.
+    #[arg(long, value_enum, default_value = "yaml")]
+    format: Format,
+    /// Exit with 3 when anything is not accepted.
+    #[arg(long)]
+    strict: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Yaml,
+    Json,
+    Text,
+}
+
+#[derive(Args)]
+struct EnvoyArgs {
+    /// The filter (`mcp_access_filter.wasm`).
+    #[arg(long)]
+    wasm: PathBuf,
+    /// Map a Service or hostname to an address: NAME=HOST:PORT (NAME: `svc`, `ns/svc` or a
+    /// hostname; `http://` or `https://` before HOST forces plaintext or TLS).
+    #[arg(long = "resolve", value_name = "NAME=HOST:PORT")]
+    resolve: Vec<String>,
+    /// Certificate of a Gateway certificateRef Secret: SECRET=CERT.pem,KEY.pem.
+    #[arg(long = "tls-cert", value_name = "SECRET=CERT,KEY")]
+    tls_cert: Vec<String>,
+    /// CA for client certificates: REF=CA.pem for a caCertificateRef, or CA.pem for HTTPS
+    /// listeners whose Gateway names none.
+    #[arg(long = "client-ca", value_name = "[REF=]CA.pem")]
+    client_ca: Vec<String>,
+    /// Address listeners bind to when their Gateway has no spec.addresses.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: String,
+    /// Envoy admin port (on 127.0.0.1).
+    #[arg(long, default_value_t = 9901)]
+    admin_port: u16,
+    /// Trusted CAs for TLS towards `hostname` XBackends.
+    #[arg(long, default_value = "/etc/ssl/certs/ca-certificates.crt")]
+    upstream_ca: String,
+    /// Write an access log (one JSON line per request, with the filter's decision).
+    #[arg(long)]
+    access_log: Option<String>,
+}
+
+#[derive(Args)]
+struct ExplainArgs {
+    /// A compiled bundle.
+    #[arg(long, conflicts_with = "files")]
+    bundle: Option<PathBuf>,
+    /// Manifests to compile first (routes then decide the backend from host and path).
+    #[arg(short = 'f', long = "filename")]
+    files: Vec<PathBuf>,
+    #[command(flatten)]
+    compile: CompileArgs,
+    /// Gateway (NAME or NAMESPACE/NAME) the request arrives at.
+    #[arg(long)]
+    gateway: Option<String>,
+    /// Listener (section) name.
+    #[arg(long)]
+    listener: Option<String>,
+    /// Destination port (instead of --gateway/--listener).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Host (`:authority` without port).
+    #[arg(long)]
+    host: Option<String>,
+    /// Request path (default /mcp).
+    #[arg(long)]
+    path: Option<String>,
+    /// HTTP method (default POST).
+    #[arg(long = "http-method")]
+    http_method: Option<String>,
+    /// Request header NAME:VALUE (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "NAME:VALUE")]
+    headers: Vec<String>,
+    /// XBackend (NAME or NAMESPACE/NAME) Envoy routes to, instead of matching routes.
+    #[arg(long)]
+    backend: Option<String>,
+    /// Envoy route name, instead of matching routes.
+    #[arg(long)]
+    route: Option<String>,
+    /// Caller SPIFFE ID.
+    #[arg(long, conflicts_with = "service_account")]
+    spiffe: Option<String>,
+    /// Caller ServiceAccount NAMESPACE/NAME (through the trust domain).
+    #[arg(long)]
+    service_account: Option<String>,
+    /// JSON-RPC method (tools/call, prompts/get, resources/read, tools/list, initialize, ...).
+    #[arg(long)]
+    mcp_method: Option<String>,
+    /// Tool name (implies --mcp-method tools/call).
+    #[arg(long, conflicts_with_all = ["prompt", "uri", "body"])]
+    tool: Option<String>,
+    /// Prompt name (implies --mcp-method prompts/get).
+    #[arg(long, conflicts_with_all = ["uri", "body"])]
+    prompt: Option<String>,
+    /// Resource URI (implies --mcp-method resources/read).
+    #[arg(long, conflicts_with = "body")]
+    uri: Option<String>,
+    /// A JSON-RPC request body, parsed as the filter parses it.
+    #[arg(long, conflicts_with = "mcp_method")]
+    body: Option<String>,
+    /// Authorizer outcome to assume: POLICY=allow|deny[:STATUS]|error (POLICY: NAMESPACE/NAME,
+    /// NAME, the authorizer name, or `*`). Unlisted authorizers are assumed to allow.
+    #[arg(long = "assume", value_name = "POLICY=OUTCOME")]
+    assume: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("mcp-access: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+fn pairs(list: &[String], flag: &str) -> Result<Vec<(String, String)>, String> {
+    list.iter()
+        .map(|s| {
+            s.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("{flag} `{s}`: expected KEY=VALUE"))
+        })
+        .collect()
+}
+
+fn options(a: &CompileArgs) -> Result<Options, String> {
+    let mut listen = BTreeMap::new();
+    for (k, v) in pairs(&a.listen, "--listen")? {
+        let port: u16 = v
+            .parse()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("--listen {k}={v}: bad port"))?;
+        listen.insert(k, port);
+    }
+    Ok(Options {
+        trust_domain: a.trust_domain.clone(),
+        max_policies_per_target: a.max_policies_per_target,
+        max_external_auth_per_target: a.max_external_auth_per_target,
+        listen,
+        port_offset: a.port_offset,
+        authz_timeout_ms: a.authz_timeout_ms,
+        skip_rejected: a.skip_rejected,
+        unknown_backend: match a.unknown_backend {
+            UnknownBackendArg::Deny => UnknownBackend::Deny,
+            UnknownBackendArg::GatewayOnly => UnknownBackend::GatewayOnly,
+        },
+        gateway_classes: a.gateway_classes.clone(),
+        tls_secrets: None,
+        client_cas: None,
+    })
+}
+
+fn load(files: &[PathBuf], namespace: &str) -> Result<Manifests, String> {
+    let mut paths = Vec::new();
+    let mut m = Manifests::default();
+    for f in files {
+        if f.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| format!("cannot read standard input: {e}"))?;
+            m.add_text("<stdin>", &text, namespace);
+        } else {
+            paths.push(f.clone());
+        }
+    }
+    let more = Manifests::load_paths(&paths, namespace)?;
+    m.gateways.extend(more.gateways);
+    m.routes.extend(more.routes);
+    m.grants.extend(more.grants);
+    m.backends.extend(more.backends);
+    m.policies.extend(more.policies);
+    m.namespaces.extend(more.namespaces);
+    m.skipped.extend(more.skipped);
+    m.rejected.extend(more.rejected);
+    m.unreadable.extend(more.unreadable);
+    Ok(m)
+}
+
+/// Loads and compiles; prints validation problems to stderr.
+fn build(input: &Input, opts: Options) -> Result<(Manifests, Compiled), String> {
+    let m = load(&input.files, &input.compile.namespace)?;
+    for p in m.problems() {
+        eprintln!("error: {p}");
+    }
+    let c = compile(&m, &opts);
+    mcp_access_bundle::validate(&c.bundle)
+        .map_err(|e| format!("internal error, the compiled bundle is invalid: {e}"))?;
+    Ok((m, c))
+}
+
+fn render_report(c: &Compiled, format: Format) -> Result<String, String> {
+    match format {
+        Format::Json => serde_json::to_string_pretty(&c.report)
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string()),
+        Format::Yaml => serde_norway::to_string(&c.report).map_err(|e| e.to_string()),
+        Format::Text => {
+            let mut out = String::new();
+            for (what, list) in [
+                ("policy", &c.report.policies),
+                ("gateway", &c.report.gateways),
+                ("route", &c.report.routes),
+                ("backend", &c.report.backends),
+            ] {
+                for o in list.iter() {
+                    for cnd in &o.conditions {
+                        out.push_str(&format!(
+                            "{what:<8} {}/{} -> {}{}: {} {}\n",
+                            o.namespace,
+                            o.name,
+                            cnd.target,
+                            cnd.section_name
+                                .as_ref()
+                                .map(|s| format!(" section {s}"))
+                                .unwrap_or_default(),
+                            cnd.reason,
+                            cnd.message
+                        ));
+                    }
+                }
+            }
+            for w in &c.report.warnings {
+                out.push_str(&format!("warning  {w}\n"));
+            }
+            for s in &c.report.skipped {
+                out.push_str(&format!(
+                    "skipped  {} {} {} ({})\n",
+                    s.api_version, s.kind, s.object, s.source
+                ));
+            }
+            Ok(out)
+        }
+    }
+}
+
+fn exit_code(c: &Compiled, strict: bool) -> u8 {
+    if !c.report.invalid.is_empty() {
+        EXIT_INVALID
+    } else if strict && !c.report.all_accepted() {
+        EXIT_NOT_ACCEPTED
+    } else {
+        0
+    }
+}
+
+fn write_out(path: &PathBuf, text: &str) -> Result<(), String> {
+    if path.as_os_str() == "-" {
+        print!("{text}");
+        Ok(())
+    } else {
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+fn bundle_text(b: &Bundle) -> Result<String, String> {
+    serde_json::to_string_pretty(b)
+        .map(|s| s + "\n")
+        .map_err(|e| e.to_string())
+}
+
+fn run(cli: Cli) -> Result<u8, String> {
+    match cli.command {
+        Command::Schema => {
+            print!("{}", mcp_access_bundle::json_schema_text());
+            Ok(0)
+        }
+        Command::Validate { input, report } => {
+            let (_, c) = build(&input, options(&input.compile)?)?;
+            print!("{}", render_report(&c, report.format)?);
+            Ok(exit_code(&c, report.strict))
+        }
+        Command::Compile {
+            input,
+            output,
+            report,
+        } => {
+            let (_, c) = build(&input, options(&input.compile)?)?;
+            let code = exit_code(&c, report.strict);
+            let text = render_report(&c, report.format)?;
+            let to_stdout = output.as_ref().is_some_and(|o| o.as_os_str() == "-");
+            if to_stdout {
+                eprint!("{text}");
+            } else {
+                print!("{text}");
+            }
+            if code != 0 {
+                eprintln!(
+                    "mcp-access: nothing written: {}",
+                    if code == EXIT_INVALID {
+                        "the manifests have errors"
+                    } else {
+                        "not everything was accepted (--strict)"
+                    }
+                );
+                return Ok(code);
+            }
+            if let Some(o) = output {
+                write_out(&o, &bundle_text(&c.bundle)?)?;
+            }
+            Ok(code)
+        }
+        Command::Envoy {
+            input,
+            envoy: e,
+            output,
+            bundle_out,
+            report,
+        } => {
+            let mut opts = options(&input.compile)?;
+            let tls_certs: BTreeMap<String, (String, String)> = pairs(&e.tls_cert, "--tls-cert")?
+                .into_iter()
+                .map(|(k, v)| {
+                    v.split_once(',')
+                        .map(|(c, kf)| (k.clone(), (c.to_string(), kf.to_string())))
+                        .ok_or_else(|| format!("--tls-cert {k}={v}: expected CERT.pem,KEY.pem"))
+                })
+                .collect::<Result<_, _>>()?;
+            let client_cas: BTreeMap<String, String> = e
+                .client_ca
+                .iter()
+                .map(|s| match s.split_once('=') {
+                    Some((k, v)) => (k.to_string(), v.to_string()),
+                    None => (String::new(), s.clone()),
+                })
+                .collect();
+            let mut resolve = BTreeMap::new();
+            for (k, v) in pairs(&e.resolve, "--resolve")? {
+                resolve.insert(
+                    k,
+                    envoy::parse_resolve_target(&v).map_err(|x| format!("--resolve {x}"))?,
+                );
+            }
+            opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
+            opts.client_cas = Some(client_cas.keys().cloned().collect());
+            let (_, c) = build(&input, opts)?;
+            let code = exit_code(&c, report.strict);
+            eprint!("{}", render_report(&c, report.format)?);
+            if code != 0 {
+                eprintln!(
+                    "mcp-access: nothing written: {}",
+                    if code == EXIT_INVALID {
+                        "the manifests have errors"
+                    } else {
+                        "not everything was accepted (--strict)"
+                    }
+                );
+                return Ok(code);
+            }
+            let eo = EnvoyOptions {
+                wasm: e.wasm.display().to_string(),
+                admin_port: e.admin_port,
+                admin_address: "127.0.0.1".into(),
+                bind: e.bind,
+                resolve,
+                tls_certs,
+                client_cas,
+                upstream_ca: e.upstream_ca,
+                access_log: e.access_log,
+            };
+            let mut notes = Notes::default();
+            let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;
+            for n in &notes.0 {
+                eprintln!("note: {n}");
+            }
+            let json_out = output.extension().is_some_and(|x| x == "json");
+            let text = if json_out {
+                serde_json::to_string_pretty(&config)
+                    .map(|s| s + "\n")
+                    .map_err(|x| x.to_string())?
+            } else {
+                serde_norway::to_string(&config).map_err(|x| x.to_string())?
+            };
+            write_out(&output, &text)?;
+            if let Some(b) = bundle_out {
+                write_out(&b, &bundle_text(&c.bundle)?)?;
+            }
+            Ok(code)
+        }
+        Command::Explain(a) => explain_cmd(*a),
+    }
+}
+
+fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
+    let (bundle, topo) = match (&a.bundle, a.files.is_empty()) {
+        (Some(p), _) => {
+            let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            (
+                mcp_access_bundle::parse_bundle(&text).map_err(|e| e.to_string())?,
+                None,
+            )
+        }
+        (None, false) => {
+            let input = Input {
+                files: a.files.clone(),
+                compile: a.compile.clone(),
+            };
+            let (_, c) = build(&input, options(&a.compile)?)?;
+            if !c.report.invalid.is_empty() {
+                return Err("the manifests have errors".into());
+            }
+            (c.bundle, Some(c.topology))
+        }
+        (None, true) => return Err("give a --bundle or manifests (-f)".into()),
+    };
+    let mut assume = BTreeMap::new();
+    for (k, v) in pairs(&a.assume, "--assume")? {
+        assume.insert(
+            k,
+            explain::parse_assumption(&v).map_err(|e| format!("--assume {e}"))?,
+        );
+    }
+    let headers = a
+        .headers
+        .iter()
+        .map(|h| {
+            h.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| format!("-H `{h}`: expected NAME:VALUE"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (mcp_method, param) = match (&a.mcp_method, &a.tool, &a.prompt, &a.uri) {
+        (m, Some(t), _, _) => (
+            Some(m.clone().unwrap_or_else(|| "tools/call".into())),
+            Some(t.clone()),
+        ),
+        (m, _, Some(p), _) => (
+            Some(m.clone().unwrap_or_else(|| "prompts/get".into())),
+            Some(p.clone()),
+        ),
+        (m, _, _, Some(u)) => (
+            Some(m.clone().unwrap_or_else(|| "resources/read".into())),
+            Some(u.clone()),
+        ),
+        (m, _, _, _) => (m.clone(), None),
+    };
+    let spec = RequestSpec {
+        gateway: a.gateway,
+        listener: a.listener,
+        port: a.port,
+        host: a.host,
+        path: a.path,
+        method: a.http_method,
+        headers,
+        backend: a.backend,
+        route: a.route,
+        spiffe: a.spiffe,
+        service_account: a.service_account,
+        mcp_method,
+        param,
+        body: a.body,
+        assume,
+    };
+    let e = explain::explain(&bundle, topo.as_ref(), &spec)?;
+    match a.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&e.json).map_err(|x| x.to_string())?
+        ),
+        Format::Yaml => print!(
+            "{}",
+            serde_norway::to_string(&e.json).map_err(|x| x.to_string())?
+        ),
+        Format::Text => print!("{}", explain::to_text(&e)),
+    }
+    Ok(0)
+}
