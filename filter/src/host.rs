@@ -63,16 +63,23 @@ impl Context for Root {}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
+        let started = abi::now_ns();
         let config = abi::plugin_configuration().unwrap_or_default();
         match Engine::from_json(&config) {
             Ok(engine) => {
+                let micros = abi::now_ns().saturating_sub(started) / 1_000;
+                // Linear memory only grows: this is the peak the load needed (64 KiB pages).
+                let memory_kib = core::arch::wasm32::memory_size::<0>() * 64;
                 abi::log(
                     LogLevel::Info,
                     &format!(
-                        "mcp-access: loaded bundle ({} policies, {} listeners, {} backends)",
+                        "mcp-access: loaded bundle ({} policies, {} listeners, {} backends) in {}.{:03} ms, VM memory {} KiB",
                         engine.policies.len(),
                         engine.listeners.len(),
-                        engine.backends.len()
+                        engine.backends.len(),
+                        micros / 1_000,
+                        micros % 1_000,
+                        memory_kib
                     ),
                 );
                 self.engine = Some(Rc::new(engine));
