@@ -1,0 +1,1 @@
+"""Performance harness (issue 4): see run.py."""

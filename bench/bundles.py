@@ -1,0 +1,154 @@
+"""Policy bundles of the benchmark scenarios.
+
+Every bundle describes one Gateway listener on the benchmark port and a backend reached through
+the Envoy route `tools`. The inline tool policy is the same everywhere: `tools/call` of `echo`
+is allowed (plus base protocol), every other tool is denied. The native chain enforces the same
+policy with `envoy.filters.http.mcp` + `rbac` (see configs.py).
+
+The large bundle (S5) is built by a fixed recipe; filter/benches/decide.rs builds the very same
+document (run.py checks that both produce identical JSON).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+API_VERSION = "mcp-access.io/v1"
+NAMESPACE = "bench"
+GATEWAY = "gw"
+ROUTE = "tools"
+ALLOWED_TOOL = "echo"
+DENIED_TOOL = "delete_everything"
+MAX_BODY_BYTES = 2 * 1024 * 1024
+
+# S5 shape
+S5_BACKENDS = 100
+S5_POLICIES_PER_BACKEND = 10
+S5_TOOLS_PER_POLICY = 10
+S5_ROUTED_BACKEND = 42  # the backend Envoy's `tools` route leads to
+
+
+def s5_tool(backend: int, policy: int, tool: int) -> str:
+    return f"tool-{backend:03}-{policy:02}-{tool:02}"
+
+
+S5_ALLOWED_TOOL = s5_tool(S5_ROUTED_BACKEND, S5_POLICIES_PER_BACKEND - 1, S5_TOOLS_PER_POLICY - 1)
+S5_DENIED_TOOL = s5_tool(S5_ROUTED_BACKEND + 1, 0, 0)  # another backend's tool
+
+
+def tool_rule(name: str, tools: list[str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": tools}], "baseProtocol": "Match"}},
+    }
+
+
+def _base(port: int, backends: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "gateways": [{"name": GATEWAY, "namespace": NAMESPACE, "listeners": [{"name": "mcp", "port": port}]}],
+        "backends": backends,
+        "authorizers": [],
+        "policies": [],
+        "limits": {"maxBodyBytes": MAX_BODY_BYTES},
+    }
+
+
+def _tools_backend() -> dict[str, Any]:
+    return {"name": "tools", "namespace": NAMESPACE, "routeNames": [ROUTE]}
+
+
+def inline_policy(seniority: int = 1) -> dict[str, Any]:
+    """S2: the Gateway-level Allow policy the native rbac filter mirrors."""
+    return {
+        "name": "allow-echo",
+        "namespace": NAMESPACE,
+        "level": "Gateway",
+        "targets": [{"name": GATEWAY}],
+        "action": "Allow",
+        "seniority": seniority,
+        "rules": [tool_rule("echo-only", [ALLOWED_TOOL])],
+    }
+
+
+def s2(port: int) -> dict[str, Any]:
+    b = _base(port, [_tools_backend()])
+    b["policies"] = [inline_policy()]
+    return b
+
+
+def authorizer(name: str, cluster: str, timeout_ms: int = 1000) -> dict[str, Any]:
+    return {"name": name, "cluster": cluster, "pathPrefix": "/authz", "timeoutMs": timeout_ms}
+
+
+def ext_auth_policy(name: str, level: str, target: str, authz: str, seniority: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": NAMESPACE,
+        "level": level,
+        "targets": [{"name": target}],
+        "action": "ExternalAuth",
+        "externalAuth": authz,
+        "seniority": seniority,
+    }
+
+
+def with_authorizers(port: int, gateway: list[str], backend: list[str]) -> dict[str, Any]:
+    """S3/S4: the S2 policy plus ExternalAuth policies (no rules: every request) calling the
+    given authorizer clusters, at the Gateway and at the Backend level."""
+    b = s2(port)
+    seniority = 10
+    for i, cluster in enumerate(gateway):
+        name = f"gw-authz-{i}"
+        b["authorizers"].append(authorizer(name, cluster))
+        b["policies"].append(ext_auth_policy(name, "Gateway", GATEWAY, name, seniority))
+        seniority += 1
+    for i, cluster in enumerate(backend):
+        name = f"be-authz-{i}"
+        b["authorizers"].append(authorizer(name, cluster))
+        b["policies"].append(ext_auth_policy(name, "Backend", "tools", name, seniority))
+        seniority += 1
+    return b
+
+
+def s5(port: int) -> dict[str, Any]:
+    """10,000 tools in 1,000 Backend-level Allow policies over 100 backends; Envoy's `tools`
+    route leads to backend 42."""
+    backends = []
+    policies = []
+    for bi in range(S5_BACKENDS):
+        name = f"backend-{bi:03}"
+        route = ROUTE if bi == S5_ROUTED_BACKEND else f"route-{bi:03}"
+        backends.append({"name": name, "namespace": NAMESPACE, "routeNames": [route]})
+        for pi in range(S5_POLICIES_PER_BACKEND):
+            tools = [s5_tool(bi, pi, ti) for ti in range(S5_TOOLS_PER_POLICY)]
+            policies.append(
+                {
+                    "name": f"{name}-allow-{pi:02}",
+                    "namespace": NAMESPACE,
+                    "level": "Backend",
+                    "targets": [{"name": name}],
+                    "action": "Allow",
+                    "seniority": bi * S5_POLICIES_PER_BACKEND + pi,
+                    "rules": [tool_rule(f"tools-{pi:02}", tools)],
+                }
+            )
+    b = _base(port, backends)
+    b["policies"] = policies
+    return b
+
+
+def tools_call_body(tool: str, text: str = "hi") -> bytes:
+    return (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"'
+        + tool
+        + '","arguments":{"text":"'
+        + text
+        + '"}}}'
+    ).encode()
+
+
+def mib_body(tool: str, size: int = 1024 * 1024) -> bytes:
+    """A tools/call body of exactly `size` bytes (the argument text pads it)."""
+    empty = len(tools_call_body(tool, ""))
+    return tools_call_body(tool, "x" * (size - empty))

@@ -1,0 +1,222 @@
+"""Envoy bootstraps of the benchmark: one Envoy per configuration, rendered with the
+integration harness (`build_bootstrap`) and then given internal listeners.
+
+Every Envoy has a front listener (the one measured) whose route `tools` proxies to the cluster
+`upstream`. The upstream, and the HTTP authorizers, are internal listeners of the same Envoy
+(`envoy.bootstrap.internal_listener`) answering with a `direct_response`: no second process, no
+kernel socket between Envoy and its upstream, and all work of a request on Envoy's one worker.
+Slow authorizers add a fixed delay with the `fault` filter (a timer, no CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+
+from harness import Listener, Route, Wasm, build_bootstrap, ext_authz_filter  # noqa: E402
+
+from . import bundles  # noqa: E402
+
+T = "type.googleapis.com/"
+MCP_FILTER = "envoy.filters.http.mcp"
+UPSTREAM_RESULT = '{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}]}}'
+BUFFER_LIMIT = 4 * 1024 * 1024  # above the 1 MiB body of S6 and the bundles' maxBodyBytes
+SLOW_AUTHZ_MS = 5
+
+
+@dataclass
+class EnvoySpec:
+    """One Envoy to start: its front listener filters and the internal listeners it needs."""
+
+    name: str
+    extra_filters: list[dict[str, Any]] = field(default_factory=list)
+    bundle: dict[str, Any] | None = None  # our filter with this bundle
+    authorizers: list[str] = field(default_factory=list)  # internal authorizer listeners (fast)
+    slow_authorizers: list[str] = field(default_factory=list)  # internal authorizer listeners with a delay
+
+
+# ---------------------------------------------------------------------------------------------
+# The native chain: envoy.filters.http.mcp + rbac (what the upstream reference implementation
+# generates), enforcing the policy of bundles.inline_policy().
+
+
+def mcp_filter() -> dict[str, Any]:
+    return {
+        "name": MCP_FILTER,
+        "typed_config": {
+            "@type": T + "envoy.extensions.filters.http.mcp.v3.Mcp",
+            "max_request_body_size": bundles.MAX_BODY_BYTES,
+        },
+    }
+
+
+def _md(path: list[str], string_match: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "sourced_metadata": {
+            "metadata_matcher": {
+                "filter": MCP_FILTER,
+                "path": [{"key": k} for k in path],
+                "value": {"string_match": string_match},
+            }
+        }
+    }
+
+
+def _header(name: str, **match: Any) -> dict[str, Any]:
+    return {"header": {"name": name, **match}}
+
+
+def rbac_filter() -> dict[str, Any]:
+    """ALLOW: tools/call of the allowed tool, or base protocol (as the reference translates
+    `baseProtocol: Match`): initialize, tools/list, ping, notifications/*, completion/*,
+    logging/*, GET, DELETE with Mcp-Session-Id."""
+    base = [_md(["method"], {"exact": m}) for m in ("initialize", "tools/list", "ping")]
+    base += [_md(["method"], {"prefix": p}) for p in ("completion/", "logging/", "notifications/")]
+    base.append(_header(":method", string_match={"exact": "GET"}))
+    base.append(
+        {
+            "and_rules": {
+                "rules": [
+                    _header(":method", string_match={"exact": "DELETE"}),
+                    _header("mcp-session-id", present_match=True),
+                ]
+            }
+        }
+    )
+    tool = {
+        "and_rules": {
+            "rules": [
+                _md(["method"], {"exact": "tools/call"}),
+                _md(["params", "name"], {"exact": bundles.ALLOWED_TOOL}),
+            ]
+        }
+    }
+    return {
+        "name": "envoy.filters.http.rbac",
+        "typed_config": {
+            "@type": T + "envoy.extensions.filters.http.rbac.v3.RBAC",
+            "rules": {
+                "action": "ALLOW",
+                "policies": {"echo-only": {"principals": [{"any": True}], "permissions": [tool, *base]}},
+            },
+        },
+    }
+
+
+def native_ext_authz(cluster: str) -> dict[str, Any]:
+    return ext_authz_filter(cluster, 1, path_prefix="/authz", timeout=1.0)
+
+
+def fault_delay(ms: int) -> dict[str, Any]:
+    return {
+        "name": "envoy.filters.http.fault",
+        "typed_config": {
+            "@type": T + "envoy.extensions.filters.http.fault.v3.HTTPFault",
+            "delay": {"fixed_delay": f"{ms / 1000:.3f}s", "percentage": {"numerator": 100, "denominator": "HUNDRED"}},
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def specs() -> dict[str, EnvoySpec]:
+    """Every Envoy the benchmark starts, by name (bundles get the port later)."""
+    return {
+        "bare": EnvoySpec("bare"),
+        "native": EnvoySpec("native", extra_filters=[mcp_filter(), rbac_filter()]),
+        "ours": EnvoySpec("ours", bundle={"kind": "s2"}),
+        "native_authz": EnvoySpec(
+            "native_authz", extra_filters=[mcp_filter(), native_ext_authz("authz0"), rbac_filter()], authorizers=["authz0"]
+        ),
+        "ours_authz": EnvoySpec("ours_authz", bundle={"kind": "authz", "gateway": ["authz0"], "backend": []}, authorizers=["authz0"]),
+        "ours_authz3": EnvoySpec(
+            "ours_authz3",
+            bundle={"kind": "authz", "gateway": ["authz0", "authz1"], "backend": ["authz2"]},
+            authorizers=["authz0", "authz1", "authz2"],
+        ),
+        "native_slow": EnvoySpec(
+            "native_slow", extra_filters=[mcp_filter(), native_ext_authz("slow0"), rbac_filter()], slow_authorizers=["slow0"]
+        ),
+        "ours_slow": EnvoySpec("ours_slow", bundle={"kind": "authz", "gateway": ["slow0"], "backend": []}, slow_authorizers=["slow0"]),
+        "ours_slow_gw2": EnvoySpec(
+            "ours_slow_gw2",
+            bundle={"kind": "authz", "gateway": ["slow0", "slow1"], "backend": []},
+            slow_authorizers=["slow0", "slow1"],
+        ),
+        "ours_slow3": EnvoySpec(
+            "ours_slow3",
+            bundle={"kind": "authz", "gateway": ["slow0", "slow1"], "backend": ["slow2"]},
+            slow_authorizers=["slow0", "slow1", "slow2"],
+        ),
+        "ours_large": EnvoySpec("ours_large", bundle={"kind": "s5"}),
+    }
+
+
+def bundle_for(spec: EnvoySpec, port: int) -> dict[str, Any] | None:
+    if spec.bundle is None:
+        return None
+    kind = spec.bundle["kind"]
+    if kind == "s2":
+        return bundles.s2(port)
+    if kind == "s5":
+        return bundles.s5(port)
+    return bundles.with_authorizers(port, spec.bundle["gateway"], spec.bundle["backend"])
+
+
+def _internal(name: str, routes: list[Route], filters: list[dict[str, Any]] = ()) -> Listener:
+    return Listener(name=name, port=0, routes=routes, extra_filters=list(filters))
+
+
+def bootstrap(spec: EnvoySpec, *, port: int, admin_port: int, wasm_path: Path | None) -> dict[str, Any]:
+    json_headers = {"content-type": "application/json"}
+    front = Listener(
+        name="front",
+        port=port,
+        routes=[Route(name=bundles.ROUTE, prefix="/", cluster="upstream", timeout=30.0)],
+        extra_filters=spec.extra_filters,
+    )
+    b = bundle_for(spec, port)
+    if b is not None:
+        if wasm_path is None:
+            raise ValueError(f"{spec.name} needs the filter")
+        front.wasm = Wasm(wasm_path, configuration=json.dumps(b))
+    internal = [_internal("upstream", [Route(name="up", prefix="/", direct_response=(200, UPSTREAM_RESULT), response_headers=json_headers)])]
+    for a in spec.authorizers:
+        internal.append(_internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))]))
+    for a in spec.slow_authorizers:
+        internal.append(_internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))], [fault_delay(SLOW_AUTHZ_MS)]))
+
+    cfg = build_bootstrap(admin_port=admin_port, listeners=[front, *internal], clusters=[])
+    listeners = cfg["static_resources"]["listeners"]
+    for l in listeners:
+        if l["name"] == "front":
+            l["per_connection_buffer_limit_bytes"] = BUFFER_LIMIT
+        else:
+            del l["address"]
+            l["internal_listener"] = {}
+    cfg["bootstrap_extensions"] = [
+        {
+            "name": "envoy.bootstrap.internal_listener",
+            "typed_config": {"@type": T + "envoy.extensions.bootstrap.internal_listener.v3.InternalListener"},
+        }
+    ]
+    cfg["static_resources"]["clusters"] = [_internal_cluster(l["name"]) for l in listeners if l["name"] != "front"]
+    return cfg
+
+
+def _internal_cluster(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "connect_timeout": "1s",
+        "per_connection_buffer_limit_bytes": BUFFER_LIMIT,
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"envoy_internal_address": {"server_listener_name": name}}}}]}],
+        },
+    }

@@ -1,0 +1,477 @@
+"""The performance harness of issue 4: this filter side by side with bare Envoy and Envoy's
+native MCP chain, on one machine, in one run.
+
+    scripts/bench            # full run (~10 minutes), writes bench/results/latest.{json,md} and chart.svg
+    scripts/bench --quick    # ~1.5 minute smoke run (written to bench/results/quick.* unless --out)
+
+Envoy runs with one worker (`--concurrency 1`) pinned to one core; wrk runs pinned to the other.
+Every configuration gets its own Envoy (started once). Each round runs every variant once, in an
+order rotated from round to round; ratios are taken within a round (paired) and their median
+reported, so that drift of a shared machine cancels out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime as dt
+import http.client
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "integration"))
+
+from harness import EnvoyProcess, envoy_binary, free_port  # noqa: E402
+
+from bench import bundles, configs, report  # noqa: E402
+from bench.loadgen import WrkResult, run_wrk  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+
+
+# ---------------------------------------------------------------------------------------------
+# What is measured
+
+
+@dataclass(frozen=True)
+class Variant:
+    key: str
+    scenario: str
+    what: str
+    envoy: str  # configs.specs() name
+    body: str  # BODIES key
+    status: int  # expected HTTP status
+    slow: bool = False  # fixed-delay authorizers: latency at one connection only
+
+
+VARIANTS = [
+    Variant("s0", "S0", "bare Envoy proxying MCP POSTs", "bare", "allow", 200),
+    Variant("s1_allow", "S1", "native mcp + rbac, allowed call", "native", "allow", 200),
+    Variant("s1_deny", "S1", "native mcp + rbac, denied call", "native", "deny", 403),
+    Variant("s2_allow", "S2", "mcp-access, allowed call", "ours", "allow", 200),
+    Variant("s2_deny", "S2", "mcp-access, denied call", "ours", "deny", 403),
+    Variant("s3_native", "S3", "native mcp + ext_authz + rbac, one authorizer", "native_authz", "allow", 200),
+    Variant("s3_ours", "S3", "mcp-access, one authorizer callout", "ours_authz", "allow", 200),
+    Variant("s4_ours", "S4", "mcp-access, 2 Gateway + 1 Backend authorizers", "ours_authz3", "allow", 200),
+    Variant("s3_native_slow", "S3", f"native ext_authz, one {configs.SLOW_AUTHZ_MS} ms authorizer", "native_slow", "allow", 200, slow=True),
+    Variant("s3_ours_slow", "S3", f"mcp-access, one {configs.SLOW_AUTHZ_MS} ms authorizer", "ours_slow", "allow", 200, slow=True),
+    Variant("s4_gw2_slow", "S4", f"mcp-access, 2 Gateway {configs.SLOW_AUTHZ_MS} ms authorizers", "ours_slow_gw2", "allow", 200, slow=True),
+    Variant("s4_ours_slow", "S4", f"mcp-access, 2 Gateway + 1 Backend {configs.SLOW_AUTHZ_MS} ms authorizers", "ours_slow3", "allow", 200, slow=True),
+    Variant("s5_allow", "S5", "mcp-access, 10,000-tool bundle, allowed call", "ours_large", "s5_allow", 200),
+    Variant("s5_deny", "S5", "mcp-access, 10,000-tool bundle, denied call", "ours_large", "s5_deny", 403),
+    Variant("s6_bare", "S6", "bare Envoy, 1 MiB tools/call", "bare", "mib", 200),
+    Variant("s6_native", "S6", "native mcp + rbac, 1 MiB tools/call", "native", "mib", 200),
+    Variant("s6_ours", "S6", "mcp-access, 1 MiB tools/call", "ours", "mib", 200),
+]
+
+BODIES = {
+    "allow": bundles.tools_call_body(bundles.ALLOWED_TOOL),
+    "deny": bundles.tools_call_body(bundles.DENIED_TOOL),
+    "s5_allow": bundles.tools_call_body(bundles.S5_ALLOWED_TOOL),
+    "s5_deny": bundles.tools_call_body(bundles.S5_DENIED_TOOL),
+    "mib": bundles.mib_body(bundles.ALLOWED_TOOL),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Envoy
+
+
+class BenchEnvoy(EnvoyProcess):
+    """The harness's EnvoyProcess, pinned to one core, logging at warning (wasm at info until
+    the bundle-load line is read, then warning: decision lines would cost per request)."""
+
+    def __init__(self, config: dict[str, Any], *, cpu: int | None, **kw: Any) -> None:
+        super().__init__(config, **kw)
+        self.cpu = cpu
+
+    def argv(self) -> list[str]:
+        a = super().argv()
+        a[a.index("-l") + 1] = "warning"
+        a[a.index("--component-log-level") + 1] = "wasm:info"
+        return (["taskset", "-c", str(self.cpu)] if self.cpu is not None else []) + a
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def rss_kib(self) -> dict[str, int]:
+        out = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0])
+        return out
+
+
+LOAD_LINE = re.compile(
+    r"loaded bundle \((\d+) policies, (\d+) listeners, (\d+) backends\) in ([\d.]+) ms, VM memory (\d+) KiB"
+)
+
+
+@dataclass
+class Running:
+    name: str
+    envoy: BenchEnvoy
+    port: int
+    bundle_bytes: int = 0
+    loads: list[dict[str, Any]] = field(default_factory=list)
+
+
+def start_envoys(names: set[str], wasm: Path, workdir: Path, cpu: int | None) -> dict[str, Running]:
+    specs = configs.specs()
+
+    def one(name: str) -> Running:
+        spec = specs[name]
+        port, admin = free_port(), free_port()
+        cfg = configs.bootstrap(spec, port=port, admin_port=admin, wasm_path=wasm)
+        b = configs.bundle_for(spec, port)
+        env = BenchEnvoy(cfg, cpu=cpu, workdir=workdir / name, name=f"envoy-{name}", ready_timeout=120)
+        env.start()
+        r = Running(name, env, port, bundle_bytes=len(json.dumps(b)) if b else 0)
+        if b is not None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                r.loads = [
+                    {"policies": int(m[1]), "listeners": int(m[2]), "backends": int(m[3]), "ms": float(m[4]), "vm_memory_kib": int(m[5])}
+                    for m in LOAD_LINE.finditer(env.log_text())
+                ]
+                if r.loads:
+                    break
+                time.sleep(0.1)
+        env.admin_post("/logging?wasm=warning")
+        return r
+
+    out: dict[str, Running] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for r in pool.map(one, sorted(names)):
+            out[r.name] = r
+    return out
+
+
+def post(port: int, body: bytes) -> tuple[int, bytes]:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("POST", "/mcp", body=body, headers={
+            "content-type": "application/json", "accept": "application/json, text/event-stream"})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def authz_requests(env: BenchEnvoy) -> dict[str, int]:
+    """Requests each internal authorizer listener answered so far."""
+    stats = env.stats("downstream_rq_completed")
+    out = {}
+    for k, v in stats.items():
+        m = re.fullmatch(r"http\.((?:authz|slow)\d)\.downstream_rq_completed", k)
+        if m and isinstance(v, int):
+            out[m[1]] = v
+    return out
+
+
+def preflight(v: Variant, r: Running) -> dict[str, Any]:
+    """One request, checked: status, body, and that each authorizer was called once."""
+    spec = configs.specs()[v.envoy]
+    want_authz = len(spec.authorizers) + len(spec.slow_authorizers)
+    before = authz_requests(r.envoy)
+    status, body = post(r.port, BODIES[v.body])
+    after = authz_requests(r.envoy)
+    problems = []
+    if status != v.status:
+        problems.append(f"status {status}, expected {v.status}: {body[:200]!r}")
+    if v.status == 200 and body != configs.UPSTREAM_RESULT.encode():
+        problems.append(f"allowed call did not reach the upstream: {body[:200]!r}")
+    if v.status == 403:
+        if spec.bundle is not None:
+            j = json.loads(body)
+            if j.get("id") != 1 or j.get("error", {}).get("code") != -32001:
+                problems.append(f"unexpected denial body {body[:200]!r}")
+        elif b"RBAC: access denied" not in body:
+            problems.append(f"unexpected denial body {body[:200]!r}")
+    calls = sum(after.get(k, 0) - before.get(k, 0) for k in after)
+    if calls != want_authz:
+        problems.append(f"{calls} authorizer calls, expected {want_authz}")
+    if problems:
+        raise RuntimeError(f"{v.key} preflight failed: " + "; ".join(problems))
+    return {"status": status, "authorizer_calls": calls, "body_bytes": len(BODIES[v.body])}
+
+
+def check_run(v: Variant, w: WrkResult) -> list[str]:
+    problems = []
+    if w.errors:
+        problems.append(f"{w.errors} socket errors/timeouts")
+    if w.requests == 0:
+        problems.append("no requests completed")
+    if v.status == 200 and w.non_2xx:
+        problems.append(f"{w.non_2xx} non-2xx answers for an allowed call")
+    if v.status != 200 and w.non_2xx != w.requests:
+        problems.append(f"{w.requests - w.non_2xx} 2xx answers for a denied call")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Micro-benchmarks (criterion + callgrind)
+
+
+def bench_executable() -> Path:
+    out = subprocess.run(
+        ["cargo", "bench", "--locked", "-p", "mcp-access-filter", "--bench", "decide", "--no-run", "--message-format=json"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout
+    for line in out.splitlines():
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "decide" and m.get("executable"):
+            return Path(m["executable"])
+    raise RuntimeError("no bench executable found in cargo output")
+
+
+# (op, small n, large n): instructions per op = (Ir(large) - Ir(small)) / (large - small)
+CALLGRIND_OPS = [
+    ("parse/tools_call", 100, 1100),
+    ("parse/tools_call_1mib", 1, 6),
+    ("request/s2_allowed", 100, 1100),
+    ("request/s2_denied", 100, 1100),
+    ("request/s4_three_authorizers", 100, 1100),
+    ("request/s5_allowed", 100, 1100),
+    ("request/s5_denied", 100, 1100),
+    ("request/s6_1mib_allowed", 1, 6),
+    ("load/s2_bundle", 100, 1100),
+    ("load/s5_bundle", 1, 3),
+]
+
+
+def callgrind(exe: Path, cpu: int | None) -> dict[str, dict[str, Any]]:
+    def collected(op: str, n: int) -> int:
+        argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", str(exe)]
+        if cpu is not None:
+            argv = ["taskset", "-c", str(cpu), *argv]
+        p = subprocess.run(argv, env={**os.environ, "MCP_ACCESS_COUNT": f"{op}:{n}"}, capture_output=True, text=True)
+        m = re.search(r"Collected : (\d+)", p.stderr)
+        if p.returncode != 0 or not m:
+            raise RuntimeError(f"callgrind {op}:{n} failed: {p.stderr[-2000:]}")
+        return int(m[1])
+
+    out = {}
+    for op, small, large in CALLGRIND_OPS:
+        a, b = collected(op, small), collected(op, large)
+        out[op] = {"instructions": round((b - a) / (large - small)), "runs": [small, large]}
+        print(f"  callgrind {op}: {out[op]['instructions']:,} instructions", flush=True)
+    return out
+
+
+def criterion(exe: Path, cpu: int | None, quick: bool) -> dict[str, dict[str, float]]:
+    argv = [str(exe), "--bench"]
+    if quick:
+        argv += ["--warm-up-time", "0.3", "--measurement-time", "0.5"]
+    if cpu is not None:
+        argv = ["taskset", "-c", str(cpu), *argv]
+    subprocess.run(argv, cwd=ROOT / "filter", check=True, stdout=subprocess.DEVNULL)
+    out = {}
+    crit = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "criterion"
+    for op, _, _ in CALLGRIND_OPS:
+        est = crit / op / "new" / "estimates.json"
+        if est.exists():
+            e = json.loads(est.read_text())
+            out[op] = {"median_ns": round(e["median"]["point_estimate"], 1), "mean_ns": round(e["mean"]["point_estimate"], 1)}
+    return out
+
+
+def check_bundle_recipe(exe: Path) -> None:
+    """filter/benches/decide.rs builds the S5 bundle itself; it must be ours."""
+    for kind, ours in (("s2", bundles.s2(10000)), ("s5", bundles.s5(10000)),
+                       ("s4", bundles.with_authorizers(10000, ["authz0", "authz1"], ["authz2"]))):
+        theirs = json.loads(subprocess.run([str(exe)], env={**os.environ, "MCP_ACCESS_DUMP": kind},
+                                           capture_output=True, text=True, check=True).stdout)
+        if theirs != ours:
+            raise RuntimeError(f"decide.rs builds a different {kind} bundle than bench/bundles.py")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+    envoy = subprocess.run([envoy_binary(), "--version"], capture_output=True, text=True).stdout.strip()
+    wrk = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    virt = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True).stdout.strip() if shutil.which("systemd-detect-virt") else ""
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(int(mem) / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "virtualization": virt or None,
+        "envoy": envoy.split("version:")[-1].strip(),
+        "load_generator": wrk.split("Copyright")[0].strip(),
+        "python": platform.python_version(),
+    }
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 round, short runs, quick criterion")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--duration", type=int, default=None, help="seconds per saturating run")
+    ap.add_argument("--latency-duration", type=int, default=None, help="seconds per one-connection run")
+    ap.add_argument("--connections", type=int, default=16, help="connections of the saturating runs")
+    ap.add_argument("--envoy-cpu", type=int, default=1)
+    ap.add_argument("--load-cpu", type=int, default=0)
+    ap.add_argument("--wasm", type=Path, default=ROOT / "build" / "mcp_access_filter.wasm")
+    ap.add_argument("--raw-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "release" / "mcp_access_filter.wasm")
+    ap.add_argument("--out", type=Path, default=None, help="results directory (default bench/results, quick: no write unless given)")
+    ap.add_argument("--only", default="", help="comma-separated variant keys (default: all)")
+    ap.add_argument("--skip-micro", action="store_true", help="no criterion / callgrind")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+
+    rounds = args.rounds or (1 if args.quick else 3)
+    duration = args.duration or (2 if args.quick else 5)
+    lat_duration = args.latency_duration or (1 if args.quick else 3)
+    warmup = 1 if args.quick else 2
+    out_dir = args.out or (None if args.quick else RESULTS)
+    variants = [v for v in VARIANTS if not args.only or v.key in args.only.split(",")]
+    if not args.wasm.is_file():
+        print(f"no filter at {args.wasm}: run scripts/build", file=sys.stderr)
+        return 2
+
+    started = dt.datetime.now(dt.timezone.utc)
+    workdir = Path(tempfile.mkdtemp(prefix="mcp-access-bench-"))
+    wasm = workdir / "mcp_access_filter.wasm"
+    shutil.copy(args.wasm, wasm)  # others may rebuild build/ while this runs
+    print(f"work directory {workdir}", flush=True)
+
+    result: dict[str, Any] = {
+        "date": started.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "settings": {
+            "rounds": rounds, "duration_s": duration, "latency_duration_s": lat_duration, "warmup_s": warmup,
+            "connections": args.connections, "envoy_cpu": args.envoy_cpu, "load_cpu": args.load_cpu,
+            "envoy_concurrency": 1, "slow_authorizer_ms": configs.SLOW_AUTHZ_MS, "quick": args.quick,
+            "upstream": "internal listener of the same Envoy, direct_response",
+            "authorizer": "internal listener of the same Envoy, direct_response 200",
+        },
+    }
+    raw_size = args.raw_wasm.stat().st_size if args.raw_wasm.is_file() else None
+    result["wasm"] = {"bytes_after_wasm_opt": args.wasm.stat().st_size, "bytes_from_cargo": raw_size}
+
+    if not args.skip_micro:
+        print("micro-benchmarks: building", flush=True)
+        exe = bench_executable()
+        check_bundle_recipe(exe)
+        print("micro-benchmarks: criterion", flush=True)
+        result["criterion"] = criterion(exe, args.envoy_cpu, args.quick)
+        print("micro-benchmarks: callgrind", flush=True)
+        result["callgrind"] = callgrind(exe, args.envoy_cpu)
+
+    envoys: dict[str, Running] = {}
+    try:
+        print(f"starting {len({v.envoy for v in variants})} Envoys", flush=True)
+        envoys = start_envoys({v.envoy for v in variants}, wasm, workdir, args.envoy_cpu)
+        body_files = {}
+        for k, b in BODIES.items():
+            body_files[k] = workdir / f"body-{k}.json"
+            body_files[k].write_bytes(b)
+
+        checks = {}
+        for v in variants:
+            checks[v.key] = preflight(v, envoys[v.envoy])
+        print("preflight: every variant answers as expected", flush=True)
+
+        def wrk(v: Variant, connections: int, secs: int) -> WrkResult:
+            r = envoys[v.envoy]
+            return run_wrk(f"http://127.0.0.1:{r.port}/mcp", body_files[v.body], connections=connections,
+                           duration_s=secs, cpu=args.load_cpu)
+
+        for v in variants:
+            wrk(v, 1 if v.slow else args.connections, warmup)
+        print("warmed up", flush=True)
+
+        runs: dict[str, list[dict[str, Any]]] = {v.key: [] for v in variants}
+        problems: list[str] = []
+        for rnd in range(rounds):
+            shift = (rnd * max(1, len(variants) // rounds)) % len(variants)
+            order = variants[shift:] + variants[:shift]
+            for v in order:
+                entry: dict[str, Any] = {"round": rnd}
+                if not v.slow:
+                    entry["load"] = wrk(v, args.connections, duration).to_dict()
+                entry["single"] = wrk(v, 1, lat_duration).to_dict()
+                for kind in ("load", "single"):
+                    if kind in entry:
+                        for p in check_run(v, WrkResult(**entry[kind])):
+                            problems.append(f"{v.key} round {rnd} {kind}: {p}")
+                runs[v.key].append(entry)
+                summary = entry.get("load", entry["single"])
+                print(f"  round {rnd + 1}/{rounds} {v.key:16} {summary['rps']:9.0f} req/s  "
+                      f"p50 {summary['p50_ms']:.3f} ms  p99 {summary['p99_ms']:.3f} ms", flush=True)
+
+        memory = {name: r.envoy.rss_kib() for name, r in envoys.items()}
+        loads = {name: {"bundle_bytes": r.bundle_bytes, "vm_loads": r.loads} for name, r in envoys.items() if r.loads}
+    finally:
+        for r in envoys.values():
+            r.envoy.stop()
+
+    result["variants"] = {}
+    for v in variants:
+        rs = runs[v.key]
+        agg: dict[str, Any] = {"scenario": v.scenario, "what": v.what, "envoy": v.envoy, "expected_status": v.status,
+                               "body_bytes": len(BODIES[v.body]), "preflight": checks[v.key], "rounds": rs}
+        if not v.slow:
+            agg["rps"] = round(median([r["load"]["rps"] for r in rs]), 1)
+            agg["p50_ms"] = median([r["load"]["p50_ms"] for r in rs])
+            agg["p99_ms"] = median([r["load"]["p99_ms"] for r in rs])
+        agg["single_rps"] = round(median([r["single"]["rps"] for r in rs]), 1)
+        agg["single_p50_ms"] = median([r["single"]["p50_ms"] for r in rs])
+        agg["single_p99_ms"] = median([r["single"]["p99_ms"] for r in rs])
+        result["variants"][v.key] = agg
+    result["memory_kib"] = memory
+    result["bundle_loads"] = loads
+    result["problems"] = problems
+    result["targets"] = report.targets(result)
+    result["duration_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds())
+
+    md = report.markdown(result)
+    svg = report.chart_svg(result)
+    print(md)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "latest.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out_dir / "latest.md").write_text(md)
+        (out_dir / "chart.svg").write_text(svg)
+        print(f"wrote {out_dir}/latest.json, latest.md, chart.svg")
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if problems:
+        print("PROBLEMS:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
