@@ -1,0 +1,344 @@
+//! The `mcp-access` binary: exit codes, strict mode, output formats, files written or not.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mcp-access"))
+}
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quickstart.yaml")
+}
+
+fn examples(kind: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/crds/kube-agentic-networking/examples")
+        .join(kind)
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mcp-access-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn compile_writes_the_bundle_and_prints_a_yaml_report() {
+    let d = tmp("compile");
+    let out_path = d.join("bundle.json");
+    let out = run(&[
+        "compile",
+        "-f",
+        fixture().to_str().unwrap(),
+        "--trust-domain",
+        "example.org",
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(report.starts_with("policies:\n"), "{report}");
+    assert!(report.contains("reason: Accepted"), "{report}");
+    let bundle = std::fs::read(&out_path).unwrap();
+    let b = mcp_access_bundle::parse_bundle(&bundle).unwrap();
+    assert_eq!(b.policies.len(), 4);
+    assert_eq!(b.identity.trust_domain.as_deref(), Some("example.org"));
+    // The filter's engine accepts it.
+    mcp_access_filter::policy::Engine::from_json(&bundle).unwrap();
+}
+
+#[test]
+fn json_report_and_bundle_on_stdout() {
+    let out = run(&[
+        "compile",
+        "-f",
+        fixture().to_str().unwrap(),
+        "--format",
+        "json",
+        "-o",
+        "-",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    // Bundle on stdout, report on stderr.
+    let bundle: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(bundle["apiVersion"], "mcp-access.io/v1");
+    let report: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(report["policies"].as_array().unwrap().len(), 4);
+    assert_eq!(report["routes"][0]["conditions"][0]["reason"], "Accepted");
+}
+
+#[test]
+fn invalid_manifests_exit_1_naming_file_document_object_and_field() {
+    let d = tmp("invalid");
+    let out_path = d.join("bundle.json");
+    let dir = examples("invalid");
+    let out = run(&[
+        "compile",
+        "-f",
+        dir.to_str().unwrap(),
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("backend-both.yaml: document 1: XBackend default/invalid-backend-both: spec.mcp: Invalid value: \"object\": exactly one of the fields in [serviceName hostname] must be set"),
+        "{err}"
+    );
+    assert!(
+        err.contains("All targetRefs must have the same Kind"),
+        "{err}"
+    );
+    assert!(!out_path.exists(), "nothing is written");
+    // validate: same verdict, report lists them.
+    let out = run(&["validate", "-f", dir.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["invalid"].as_array().unwrap().len(), 6);
+}
+
+#[test]
+fn valid_examples_validate_but_strict_mode_reports_what_is_not_accepted() {
+    let dir = examples("valid");
+    let out = run(&["validate", "-f", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(report.contains("reason: TargetNotFound"), "{report}");
+    assert!(report.contains("GRPC is not supported yet"), "{report}");
+    let out = run(&["validate", "-f", dir.to_str().unwrap(), "--strict"]);
+    assert_eq!(out.status.code(), Some(3));
+    let d = tmp("strict");
+    let out_path = d.join("bundle.json");
+    let out = run(&[
+        "compile",
+        "-f",
+        dir.to_str().unwrap(),
+        "--strict",
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(text(&out.stderr).contains("not everything was accepted"));
+    assert!(!out_path.exists());
+    // Text format: one line per condition.
+    let out = run(&["validate", "-f", dir.to_str().unwrap(), "--format", "text"]);
+    assert!(
+        text(&out.stdout)
+            .contains("policy   default/cel-policy -> XBackend default/my-backend: TargetNotFound"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn envoy_renders_a_bootstrap_with_the_listen_port_in_the_bundle() {
+    let d = tmp("envoy");
+    let cfg = d.join("envoy.json");
+    let out = run(&[
+        "envoy",
+        "-f",
+        fixture().to_str().unwrap(),
+        "--trust-domain",
+        "example.org",
+        "--wasm",
+        "/opt/mcp_access_filter.wasm",
+        "--tls-cert",
+        "gateway-cert=/certs/server.crt,/certs/server.key",
+        "--client-ca",
+        "agents-ca=/certs/ca.crt",
+        "--resolve",
+        "tools-server=127.0.0.1:8000",
+        "--resolve",
+        "authz/risk-check=http://127.0.0.1:9000",
+        "--resolve",
+        "beta-review=127.0.0.1:9001",
+        "--listen",
+        "mcp-https=10443",
+        "--bind",
+        "127.0.0.1",
+        "-o",
+        cfg.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    let listener = &v["static_resources"]["listeners"][0];
+    assert_eq!(listener["address"]["socket_address"]["port_value"], 10443);
+    let chain = &listener["filter_chains"][0];
+    let tls = &chain["transport_socket"]["typed_config"];
+    assert_eq!(tls["require_client_certificate"], true);
+    assert_eq!(
+        tls["common_tls_context"]["validation_context"]["trusted_ca"]["filename"],
+        "/certs/ca.crt"
+    );
+    let hcm = &chain["filters"][0]["typed_config"];
+    let wasm = &hcm["http_filters"][0]["typed_config"]["config"];
+    assert_eq!(wasm["allow_on_headers_stop_iteration"], true);
+    let bundle: serde_json::Value =
+        serde_json::from_str(wasm["configuration"]["value"].as_str().unwrap()).unwrap();
+    assert_eq!(bundle["gateways"][0]["listeners"][0]["port"], 10443);
+    let route = &hcm["route_config"]["virtual_hosts"][0]["routes"][0];
+    assert_eq!(route["name"], "mcp/tools-route/rule-0/match-0");
+    assert_eq!(route["match"]["path_separated_prefix"], "/tools/mcp");
+    assert_eq!(route["route"]["prefix_rewrite"], "/mcp");
+    let clusters: Vec<&str> = v["static_resources"]["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        clusters,
+        [
+            "xbackend/mcp/tools",
+            "authz/authz/risk-check:9000",
+            "authz/mcp/beta-review:9001"
+        ]
+    );
+
+    // YAML by default; a missing certificate is an error naming the flag.
+    let out = run(&[
+        "envoy",
+        "-f",
+        fixture().to_str().unwrap(),
+        "--wasm",
+        "/x.wasm",
+        "--client-ca",
+        "agents-ca=/ca.pem",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the listener is reported, the rest rendered"
+    );
+    assert!(
+        text(&out.stderr).contains("pass --tls-cert gateway-cert="),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout).contains("static_resources:"));
+    let out = run(&[
+        "envoy",
+        "-f",
+        fixture().to_str().unwrap(),
+        "--wasm",
+        "/x.wasm",
+        "--strict",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+}
+
+#[test]
+fn explain_prints_the_decision_and_trace() {
+    let f = fixture();
+    let out = run(&[
+        "explain",
+        "-f",
+        f.to_str().unwrap(),
+        "--trust-domain",
+        "example.org",
+        "--path",
+        "/tools/mcp",
+        "--service-account",
+        "agents/beta",
+        "--tool",
+        "echo",
+        "--assume",
+        "backend-beta-review=deny:401",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains(
+            "decision  DENY 401 at backend (external_auth_denied): policy mcp/backend-beta-review"
+        ),
+        "{t}"
+    );
+    assert!(
+        t.contains("gateway  allow         mcp/gateway-agents       beta-two-tools  admitted"),
+        "{t}"
+    );
+    let out = run(&[
+        "explain",
+        "-f",
+        f.to_str().unwrap(),
+        "--trust-domain",
+        "example.org",
+        "--path",
+        "/tools/mcp",
+        "--spiffe",
+        "spiffe://example.org/ns/agents/sa/alpha",
+        "--tool",
+        "echo",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decision"], "allow");
+    assert_eq!(v["rule"], "alpha-tools");
+    // Errors: exit 1 with a message.
+    let out = run(&["explain", "--tool", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("give a --bundle or manifests"));
+    let out = run(&[
+        "explain",
+        "-f",
+        f.to_str().unwrap(),
+        "--tool",
+        "x",
+        "--assume",
+        "a=maybe",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn schema_is_the_checked_in_bundle_schema() {
+    let out = run(&["schema"]);
+    assert_eq!(out.status.code(), Some(0));
+    let checked_in = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../bundle.schema.json"),
+    )
+    .unwrap();
+    assert_eq!(text(&out.stdout), checked_in);
+}
+
+#[test]
+fn stdin_and_usage_errors() {
+    use std::io::Write;
+    let mut child = bin()
+        .args(["validate", "-f", "-", "--format", "json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(std::fs::read(fixture()).unwrap().as_slice())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["policies"][0]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("<stdin>: document 4"));
+    let out = run(&["compile"]);
+    assert_eq!(out.status.code(), Some(2), "clap usage error");
+}
