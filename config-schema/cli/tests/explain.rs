@@ -68,7 +68,7 @@ fn tools(list: &str) -> String {
 }
 
 fn eight_policies(reversed: bool) -> Compiled {
-    let mut docs = vec![
+    let mut docs = [
         policy(
             "gateway-policy-external-auth-1",
             1,
