@@ -336,8 +336,8 @@ fn render_report(c: &Compiled, format: Format) -> Result<String, String> {
             ] {
                 for o in list.iter() {
                     for cnd in &o.conditions {
-                        out.push_str(&format!(
-                            "{what:<8} {}/{} -> {}{}: {} {}\n",
+                        let line = format!(
+                            "{what:<8} {}/{} -> {}{}: {} {}",
                             o.namespace,
                             o.name,
                             cnd.target,
@@ -347,7 +347,9 @@ fn render_report(c: &Compiled, format: Format) -> Result<String, String> {
                                 .unwrap_or_default(),
                             cnd.reason,
                             cnd.message
-                        ));
+                        );
+                        out.push_str(line.trim_end());
+                        out.push('\n');
                     }
                 }
             }
