@@ -1,0 +1,437 @@
+"""The Kubernetes manifests scripts/manifests generates for Envoy Gateway and Istio.
+
+1. Every generated object is validated against the real CRD schemas in ../shared/crds/ (as the API
+   server would: defaults, the OpenAPI schema with unknown fields rejected, and every
+   x-kubernetes-validations CEL rule). Objects whose CRD is not in shared/crds are reported as
+   skipped, by name. The validator is shown to reject broken objects, so a pass means something.
+2. The example manifests in deploy/ are what the generator produces from their recorded inputs.
+3. Each platform's output is rendered into the Envoy configuration that platform would produce
+   (Envoy Gateway: the Wasm filter it generates, with the EnvoyPatchPolicy's JSON patches applied
+   and its clusters added, the ClientTrafficPolicy's buffer limit; Istio: the WasmPlugin's
+   pluginConfig as the filter's configuration, no allow_on_headers_stop_iteration, Istio's cluster
+   names) and real Envoy runs the demo session through it: one allowed call, and denials at the
+   gateway, by the backend policy and by the authorizer, none of which reaches the MCP server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import cel
+import pytest
+import yaml
+from jsonschema import Draft4Validator
+
+from harness import (
+    ALPHA,
+    BETA,
+    Cluster,
+    Denied,
+    EnvoyProcess,
+    Listener,
+    McpAgent,
+    Pki,
+    Route,
+    Tls,
+    Wasm,
+    build_bootstrap,
+    free_port,
+    start_authorizer,
+    start_mcp_server,
+    text_of,
+)
+
+StartEnvoy = Callable[..., EnvoyProcess]
+REPO = Path(__file__).resolve().parents[2]
+DEMO_BUNDLE = REPO / "envoy-demo" / "bundle.json"
+EXAMPLE_IMAGE = "registry.example.com/mcp-access/filter:0.1.0"
+# The inputs deploy/*.yaml were generated from (see docs/deploy.md); the digest is an example.
+EXAMPLE_DIGEST = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7"
+EXAMPLE_ARGS = [
+    "--bundle", "envoy-demo/bundle.json", "--image", EXAMPLE_IMAGE, "--digest", EXAMPLE_DIGEST,
+    "--authorizer", "risk-check=risk-check.demo:8080", "--backend", "tools=tools.demo:8080",
+    "--eg-route", "tools=demo/tools",
+]
+
+
+def crd_dir() -> Path:
+    return Path(os.environ.get("MCP_ACCESS_CRDS") or REPO.parent / "shared" / "crds")
+
+
+def run_manifests(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "manifests"), *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+def generate(tmp: Path, *args: str) -> dict[str, list[dict[str, Any]]]:
+    proc = run_manifests(*args, "--out-dir", str(tmp))
+    assert proc.returncode == 0, proc.stderr
+    return {p: [d for d in yaml.safe_load_all((tmp / f"{p}.yaml").read_text()) if d]
+            for p in ("envoy-gateway", "istio") if (tmp / f"{p}.yaml").exists()}
+
+
+# ---------------------------------------------------------------------------
+# A CRD validator: defaults, OpenAPI schema (strict about unknown fields), CEL rules
+
+
+class Crds:
+    def __init__(self, directory: Path) -> None:
+        self.schemas: dict[tuple[str, str], dict[str, Any]] = {}  # (apiVersion, kind) -> schema
+        for path in sorted(directory.rglob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+                    continue
+                spec = doc["spec"]
+                for version in spec["versions"]:
+                    if version.get("served"):
+                        key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+                        self.schemas[key] = version["schema"]["openAPIV3Schema"]
+
+    def schema_for(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        return self.schemas.get((obj.get("apiVersion", ""), obj.get("kind", "")))
+
+
+def to_json_schema(s: dict[str, Any], structural: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    types: list[str] = []
+    if s.get("x-kubernetes-int-or-string"):
+        types = ["integer", "string"]
+    elif "type" in s:
+        types = [s["type"]]
+    if types and s.get("nullable"):
+        types.append("null")
+    if types:
+        out["type"] = types if len(types) > 1 else types[0]
+    for key in ("enum", "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+                "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems", "required",
+                "minProperties", "maxProperties"):
+        if key in s:
+            out[key] = s[key]
+    if "enum" in out and s.get("nullable"):
+        out["enum"] = [*out["enum"], None]
+    if "properties" in s:
+        out["properties"] = {k: to_json_schema(v, structural) for k, v in s["properties"].items()}
+        if structural and not s.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in s:
+            out["additionalProperties"] = False  # kubectl's strict field validation
+    if isinstance(s.get("additionalProperties"), dict):
+        out["additionalProperties"] = to_json_schema(s["additionalProperties"], structural)
+    if "items" in s:
+        out["items"] = to_json_schema(s["items"], structural)
+    for key in ("oneOf", "anyOf", "allOf"):
+        if key in s:
+            out[key] = [to_json_schema(x, structural=False) for x in s[key]]
+    if "not" in s:
+        out["not"] = to_json_schema(s["not"], structural=False)
+    return out
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> None:
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for key, sub in props.items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+        for key, sub_value in value.items():
+            if key in props:
+                apply_defaults(props[key], sub_value)
+            elif isinstance(schema.get("additionalProperties"), dict):
+                apply_defaults(schema["additionalProperties"], sub_value)
+    elif isinstance(value, list) and "items" in schema:
+        for item in value:
+            apply_defaults(schema["items"], item)
+
+
+def _url_parts(s: str) -> Any:
+    return urlsplit(s)
+
+
+def cel_context(value: Any) -> cel.Context:
+    ctx = cel.Context()
+    # Kubernetes' URL library, as far as the CRDs here use it.
+    ctx.add_function("isURL", lambda s: bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s]*$", s))
+                     or bool(re.match(r"^/[^\s]*$", s)))
+    ctx.add_function("url", lambda s: s)
+    ctx.add_function("getScheme", lambda s: _url_parts(s).scheme)
+    ctx.add_function("getHost", lambda s: _url_parts(s).netloc)
+    ctx.add_variable("self", value)
+    return ctx
+
+
+def cel_errors(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    errors = []
+    for rule in schema.get("x-kubernetes-validations", []):
+        if "oldSelf" in rule["rule"]:
+            continue  # transition rules only apply to updates
+        try:
+            ok = cel.evaluate(rule["rule"], cel_context(value))
+        except Exception as e:  # noqa: BLE001 - an evaluation error fails validation, as in the API server
+            errors.append(f"{path}: rule {rule['rule']!r} could not be evaluated: {e}")
+            continue
+        if ok is not True:
+            errors.append(f"{path}: {rule.get('message') or rule['rule']}")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for key, sub_value in value.items():
+            if key in props:
+                errors += cel_errors(props[key], sub_value, f"{path}.{key}")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                errors += cel_errors(schema["additionalProperties"], sub_value, f"{path}.{key}")
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            errors += cel_errors(schema["items"], item, f"{path}[{i}]")
+    return errors
+
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def validate(crds: Crds, obj: dict[str, Any]) -> list[str]:
+    schema = crds.schema_for(obj)
+    assert schema is not None, f"no CRD for {obj.get('apiVersion')} {obj.get('kind')}"
+    obj = copy.deepcopy(obj)
+    errors = []
+    md = obj.get("metadata", {})
+    if not (isinstance(md.get("name"), str) and len(md["name"]) <= 253 and DNS_SUBDOMAIN.match(md["name"])):
+        errors.append(f"metadata.name {md.get('name')!r} is not a DNS subdomain")
+    if "namespace" in md and not DNS_LABEL.match(md["namespace"]):
+        errors.append(f"metadata.namespace {md['namespace']!r} is not a DNS label")
+    apply_defaults(schema, obj)
+    root = to_json_schema(schema)
+    # The API server always accepts the object's type and metadata at the root.
+    root.setdefault("properties", {}).update(
+        {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}})
+    for e in Draft4Validator(root).iter_errors(obj):
+        errors.append(f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}")
+    if not errors:
+        errors += cel_errors(schema, obj, "<root>")
+    return errors
+
+
+@pytest.fixture(scope="module")
+def crds() -> Crds:
+    d = crd_dir()
+    if not d.is_dir():
+        pytest.fail(f"the CRD schemas are not at {d} (shared/crds beside the repository; or set MCP_ACCESS_CRDS)")
+    c = Crds(d)
+    assert c.schemas, f"no CRDs found under {d}"
+    return c
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    return generate(tmp_path_factory.mktemp("manifests"), *EXAMPLE_ARGS)
+
+
+EXPECTED_KINDS = [("envoy-gateway", "EnvoyExtensionPolicy"), ("envoy-gateway", "EnvoyPatchPolicy"),
+                  ("envoy-gateway", "ClientTrafficPolicy"), ("istio", "WasmPlugin")]
+
+
+@pytest.mark.parametrize(("platform", "kind"), EXPECTED_KINDS)
+def test_generated_object_is_valid_for_its_crd(
+    platform: str, kind: str, generated: dict[str, list[dict[str, Any]]], crds: Crds
+) -> None:
+    objs = [o for o in generated[platform] if o["kind"] == kind]
+    assert objs, f"{platform} output has no {kind}"
+    for obj in objs:
+        if crds.schema_for(obj) is None:
+            pytest.skip(f"no CRD for {obj['apiVersion']} {kind} in {crd_dir()}: not validated against a schema")
+        assert validate(crds, obj) == [], yaml.safe_dump(obj)
+
+
+def test_the_validator_rejects_broken_objects(generated: dict[str, list[dict[str, Any]]], crds: Crds) -> None:
+    eep = next(o for o in generated["envoy-gateway"] if o["kind"] == "EnvoyExtensionPolicy")
+    plugin = generated["istio"][0]
+
+    def broken(obj: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> list[str]:
+        obj = copy.deepcopy(obj)
+        change(obj)
+        return validate(crds, obj)
+
+    # Unknown field (strict field validation), enum, wrong type.
+    assert broken(eep, lambda o: o["spec"]["wasm"][0].update(failClosed=True))
+    assert broken(plugin, lambda o: o["spec"].update(phase="AUTHORIZATION"))
+    assert broken(eep, lambda o: o["spec"]["wasm"][0].update(failOpen="no"))
+    # CEL rules: both targetRef and targetRefs; image code without image; a URL scheme Istio refuses.
+    errors = broken(eep, lambda o: o["spec"].update(targetRef=o["spec"]["targetRefs"][0]))
+    assert any("either targetRef or targetRefs" in e for e in errors), errors
+    errors = broken(eep, lambda o: o["spec"]["wasm"][0]["code"].pop("image"))
+    assert any("image field needs to be set" in e for e in errors), errors
+    errors = broken(plugin, lambda o: o["spec"].update(url="ftp://registry.example.com/x"))
+    assert any("url must have schema" in e for e in errors), errors
+    assert broken(plugin, lambda o: o["spec"].update(sha256="ABC")), "sha256 pattern"
+    assert broken(plugin, lambda o: o["metadata"].update(name="Not_A_Name"))
+
+
+def test_generated_objects_carry_the_image_digest_and_bundle(generated: dict[str, list[dict[str, Any]]]) -> None:
+    bundle = json.loads(DEMO_BUNDLE.read_text())
+    hexdigest = EXAMPLE_DIGEST.split(":", 1)[1]
+    eep, epp, ctp = generated["envoy-gateway"]
+    wasm = eep["spec"]["wasm"][0]
+    assert wasm["code"] == {"type": "Image", "image": {"url": EXAMPLE_IMAGE, "sha256": hexdigest},
+                            "pullPolicy": "IfNotPresent"}
+    assert wasm["failOpen"] is False
+    assert wasm["config"]["policies"] == bundle["policies"]
+    assert wasm["config"]["envoy"]["holdHeaders"] is True
+    assert [p["operation"]["value"] if p["operation"].get("path") == "" else None
+            for p in epp["spec"]["jsonPatches"]][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0][
+        "endpoint"]["address"]["socket_address"] == {"address": "risk-check.demo.svc.cluster.local", "port_value": 8080}
+    assert ctp["spec"]["connection"]["bufferLimit"] == "2Mi"
+
+    plugin = generated["istio"][0]["spec"]
+    assert (plugin["url"], plugin["sha256"]) == (f"oci://{EXAMPLE_IMAGE}", hexdigest)
+    assert (plugin["phase"], plugin["failStrategy"]) == ("AUTHZ", "FAIL_CLOSE")
+    assert plugin["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "agents-gateway"}]
+    assert plugin["pluginConfig"]["authorizers"][0]["cluster"] == "outbound|8080||risk-check.demo.svc.cluster.local"
+    assert plugin["pluginConfig"]["envoy"]["holdHeaders"] is False
+    assert plugin["pluginConfig"]["policies"] == bundle["policies"]
+
+
+def test_deploy_examples_are_what_the_generator_makes(tmp_path: Path) -> None:
+    generate(tmp_path, *EXAMPLE_ARGS)
+    for name in ("envoy-gateway.yaml", "istio.yaml"):
+        assert (REPO / "deploy" / name).read_text() == (tmp_path / name).read_text(), (
+            f"deploy/{name} is stale: regenerate it with scripts/manifests {' '.join(EXAMPLE_ARGS)} --out-dir deploy")
+
+
+def test_generator_refuses_incomplete_inputs(tmp_path: Path) -> None:
+    proc = run_manifests("--bundle", str(DEMO_BUNDLE), "--image", EXAMPLE_IMAGE, "--digest", EXAMPLE_DIGEST)
+    assert proc.returncode == 2 and "--authorizer risk-check=SERVICE.NAMESPACE:PORT" in proc.stderr, proc.stderr
+    proc = run_manifests(*EXAMPLE_ARGS[:4], "--digest", "sha256:1234", *EXAMPLE_ARGS[6:])
+    assert proc.returncode == 2 and "64 hex digits" in proc.stderr, proc.stderr
+    proc = run_manifests(*EXAMPLE_ARGS, "--authorizer", "nope=a.b:1")
+    assert proc.returncode == 2 and "nope" in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# The generated objects, rendered as each platform renders them, in real Envoy
+
+
+def demo_bundle_on(port: int, tmp: Path) -> Path:
+    bundle = json.loads(DEMO_BUNDLE.read_text())
+    bundle["gateways"][0]["listeners"][0]["port"] = port
+    path = tmp / "bundle.json"
+    path.write_text(json.dumps(bundle))
+    return path
+
+
+def json_path_filter(doc: Any, name: str) -> list[dict[str, Any]]:
+    """All http_filters entries named `name` anywhere in doc (the patch's ..http_filters[?(@.name==...)])."""
+    found = []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k == "http_filters" and isinstance(v, list):
+                found += [f for f in v if isinstance(f, dict) and f.get("name") == name]
+            found += json_path_filter(v, name)
+    elif isinstance(doc, list):
+        for v in doc:
+            found += json_path_filter(v, name)
+    return found
+
+
+def run_session(port: int, pki: Pki, mcp_server: Any, authz: Any) -> None:
+    url = f"https://127.0.0.1:{port}/mcp"
+    mcp_server.reset()
+    authz.reset()
+    with McpAgent(url, cert=pki.client(ALPHA), ca=pki.ca) as alpha, \
+            McpAgent(url, cert=pki.client(BETA), ca=pki.ca) as beta:
+        assert text_of(alpha.call_tool("echo", {"text": "hello"})) == "hello"
+        assert text_of(beta.call_tool("get_weather", {"city": "Lisbon"})) == "sunny in Lisbon"
+        for agent, tool in ((beta, "echo"), (alpha, "delete_repo"), (alpha, "add")):
+            with pytest.raises(Denied) as denied:
+                agent.call_tool(tool, {"text": "x"} if tool == "echo" else {"name": "x"} if tool == "delete_repo" else {"a": 1, "b": 2})
+            assert denied.value.status == 403, tool
+    assert sorted(mcp_server.tool_calls()) == ["echo", "get_weather"]
+    asked = [c["headers"].get("x-mcp-tool") for c in authz.calls()]
+    assert "add" in asked and "echo" in asked
+
+
+@pytest.fixture(scope="module")
+def demo_upstreams(work_dir: Path) -> Any:
+    with start_mcp_server(work_dir / "logs", name="demo-tools") as mcp, \
+            start_authorizer(work_dir / "logs", name="risk-check", deny_tools=["add"]) as authz:
+        yield mcp, authz
+
+
+def test_envoy_gateway_rendering_enforces_the_demo(
+    demo_upstreams: Any, envoy: StartEnvoy, pki: Pki, wasm_path: Path, tmp_path: Path, work_dir: Path
+) -> None:
+    mcp, authz = demo_upstreams
+    port = free_port()
+    eep, epp, ctp = generate(tmp_path, *EXAMPLE_ARGS[:1], str(demo_bundle_on(port, tmp_path)), *EXAMPLE_ARGS[2:],
+                             "--platform", "envoy-gateway")["envoy-gateway"]
+    wasm = eep["spec"]["wasm"][0]
+    route_cluster = "httproute/demo/tools/rule/0"  # what Envoy Gateway names the HTTPRoute rule's cluster
+    cfg = build_bootstrap(
+        admin_port=free_port(),
+        listeners=[Listener("mcp", port, [Route("tools-route", "/mcp", route_cluster, timeout=30)],
+                            tls=Tls(pki.server, pki.ca),
+                            wasm=Wasm(wasm_path, json.dumps(wasm["config"]), root_id=wasm["rootID"],
+                                      allow_on_headers_stop_iteration=False, fail_open=wasm["failOpen"]))],
+        clusters=[Cluster(route_cluster, port=mcp.port)],
+        access_log_path=work_dir / f"access-eg-{port}.log",
+    )
+    listener = cfg["static_resources"]["listeners"][0]
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    filter_name = f"envoy.filters.http.wasm/envoyextensionpolicy/demo/{eep['metadata']['name']}/wasm/0"
+    hcm["http_filters"][0]["name"] = filter_name  # as Envoy Gateway names it
+    assert hcm["http_filters"][0]["typed_config"]["config"]["allow_on_headers_stop_iteration"] is False
+    # The EnvoyPatchPolicy: clusters added whole, the listener patched through its JSONPath.
+    for patch in epp["spec"]["jsonPatches"]:
+        op = patch["operation"]
+        if patch["type"].endswith("Cluster"):
+            assert op["op"] == "add" and op["path"] == ""
+            cluster = copy.deepcopy(op["value"])
+            addr = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+            assert addr["address"] == "risk-check.demo.svc.cluster.local"
+            addr.update(address="127.0.0.1", port_value=authz.port)  # no cluster DNS here
+            cfg["static_resources"]["clusters"].append(cluster)
+        else:
+            assert patch["name"] == "demo/agents-gateway/mcp-mtls"
+            targets = json_path_filter(listener, filter_name)
+            assert len(targets) == 1, "the patch's JSONPath must find the filter Envoy Gateway generates"
+            assert op["op"] == "add" and op["path"] == "/typed_config/config/allow_on_headers_stop_iteration"
+            targets[0]["typed_config"]["config"]["allow_on_headers_stop_iteration"] = op["value"]
+    # The ClientTrafficPolicy's bufferLimit becomes the listener's per-connection buffer limit.
+    limit = ctp["spec"]["connection"]["bufferLimit"]
+    assert limit.endswith("Mi")
+    listener["per_connection_buffer_limit_bytes"] = int(limit[:-2]) * 1024 * 1024
+    envoy(cfg)
+    run_session(port, pki, mcp, authz)
+
+
+def test_istio_rendering_enforces_the_demo_without_holding_headers(
+    demo_upstreams: Any, envoy: StartEnvoy, pki: Pki, wasm_path: Path, tmp_path: Path, work_dir: Path
+) -> None:
+    mcp, authz = demo_upstreams
+    port = free_port()
+    plugin = generate(tmp_path, *EXAMPLE_ARGS[:1], str(demo_bundle_on(port, tmp_path)), *EXAMPLE_ARGS[2:],
+                      "--platform", "istio")["istio"][0]["spec"]
+    config = plugin["pluginConfig"]
+    assert config["envoy"]["holdHeaders"] is False
+    authz_cluster = config["authorizers"][0]["cluster"]
+    tools_cluster = config["backends"][0]["clusterNames"][0]
+    assert (authz_cluster, tools_cluster) == ("outbound|8080||risk-check.demo.svc.cluster.local",
+                                              "outbound|8080||tools.demo.svc.cluster.local")
+    # Istio: the pluginConfig is handed to the filter as JSON text; fail closed; no header holding.
+    cfg = build_bootstrap(
+        admin_port=free_port(),
+        listeners=[Listener("mcp", port, [Route("tools-route", "/mcp", tools_cluster, timeout=30)],
+                            tls=Tls(pki.server, pki.ca),
+                            wasm=Wasm(wasm_path, json.dumps(config), root_id=plugin["pluginName"],
+                                      allow_on_headers_stop_iteration=False,
+                                      fail_open=plugin["failStrategy"] != "FAIL_CLOSE"))],
+        clusters=[Cluster(tools_cluster, port=mcp.port), Cluster(authz_cluster, port=authz.port)],
+        access_log_path=work_dir / f"access-istio-{port}.log",
+    )
+    envoy(cfg)
+    run_session(port, pki, mcp, authz)
