@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -222,15 +223,21 @@ def run_cli(cli: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(cli), *args], capture_output=True, text=True, timeout=60)
 
 
-def decisions(envoy: Any, count: int) -> list[dict[str, Any]]:
-    """The filter's decision records (filter state) of the last `count` requests with one."""
-    entries = envoy.wait_access_log(count)
-    out = []
-    for e in entries:
-        state = e.get("filter_state")
-        if state and state != "-":
-            out.append(json.loads(state))
-    return out
+def denials(envoy: Any, want: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+    """The filter's decision records (filter state in the access log) of denied requests;
+    waits until `want` of them are flushed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = []
+        for e in envoy.access_log_entries():
+            state = e.get("filter_state")
+            if state and state != "-":
+                record = json.loads(state)
+                if record.get("decision") == "deny":
+                    out.append(record)
+        if len(out) >= want or time.monotonic() > deadline:
+            return out
+        time.sleep(0.05)
 
 
 def test_quickstart_manifests_through_real_envoy(cli: Path, wasm_path: Path, work_dir: Path, pki: Any, envoy: Any) -> None:
@@ -311,7 +318,7 @@ def test_quickstart_manifests_through_real_envoy(cli: Path, wasm_path: Path, wor
         assert len(risk.calls()) == 8
 
         # Where each denial was decided, from the filter's decision record.
-        denied_records = [d for d in decisions(proxy, 1) if d.get("decision") == "deny"]
+        denied_records = denials(proxy, 5)
         where = {(d["caller"].rsplit("/", 1)[-1], d["name"]): (d["level"], d["reason"], d["policy"]) for d in denied_records}
         assert where == {
             ("alpha", "add"): ("gateway", "external_auth_denied", "mcp/gateway-risk-check"),
