@@ -210,7 +210,8 @@ pub fn explain(
     let host = spec
         .host
         .clone()
-        .or(listener_host.filter(|h| !h.starts_with('*')))
+        // A wildcard listener: some host under it.
+        .or(listener_host.map(|h| h.replacen('*', "host", 1)))
         .unwrap_or_else(|| "localhost".into());
     let mut headers: Vec<(String, String)> = spec
         .headers
