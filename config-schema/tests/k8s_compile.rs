@@ -923,3 +923,15 @@ fn json_manifests_are_read_too() {
     assert!(m.problems().is_empty(), "{:?}", m.problems());
     assert_eq!(m.backends[0].meta.namespace, "team");
 }
+
+#[test]
+fn a_yaml_flow_mapping_is_not_mistaken_for_json() {
+    let mut m = Manifests::default();
+    m.add_text(
+        "flow.yaml",
+        "{apiVersion: agentic.networking.x-k8s.io/v0alpha0, kind: XBackend, metadata: {name: f}, spec: {mcp: {hostname: a.example, port: 443}}}\n",
+        "default",
+    );
+    assert!(m.problems().is_empty(), "{:?}", m.problems());
+    assert_eq!(m.backends.len(), 1);
+}

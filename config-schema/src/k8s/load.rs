@@ -190,13 +190,22 @@ impl Manifests {
     /// Reads one file's text (multi-document YAML, or JSON: one value, a stream of values,
     /// or a `List`).
     pub fn add_text(&mut self, file: &str, text: &str, default_namespace: &str) {
-        let json_like = file.ends_with(".json")
-            || text.trim_start().starts_with('{') && !text.contains("\n---");
-        let docs: Vec<Result<Value, String>> = if json_like {
+        let json_docs = || -> Vec<Result<Value, String>> {
             serde_json::Deserializer::from_str(text)
                 .into_iter::<Value>()
                 .map(|r| r.map_err(|e| format!("invalid JSON: {e}")))
                 .collect()
+        };
+        let docs = if file.ends_with(".json") {
+            json_docs()
+        } else if text.trim_start().starts_with('{') {
+            // JSON, unless it only parses as YAML (a flow mapping).
+            let j = json_docs();
+            if j.iter().all(Result::is_ok) {
+                j
+            } else {
+                yaml_documents(text)
+            }
         } else {
             yaml_documents(text)
         };
