@@ -357,3 +357,106 @@ def test_strict_compile_rejects_what_is_not_accepted(cli: Path, work_dir: Path) 
     risk = next(p for p in report["policies"] if p["name"] == "gateway-risk-check")
     assert risk["conditions"][0]["reason"] == "RefNotPermitted"
     assert not (d / "bundle.json").exists()
+
+
+RICH = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: web}
+spec:
+  gatewayClassName: mcp-access
+  listeners:
+  - {name: http-a, protocol: HTTP, port: 8080, hostname: a.example.com}
+  - {name: http-any, protocol: HTTP, port: 8080, hostname: "*.example.org"}
+  - name: https-secure
+    protocol: HTTPS
+    port: 8443
+    hostname: secure.example.com
+    tls: {certificateRefs: [{name: secure-cert}]}
+  - name: https-default
+    protocol: HTTPS
+    port: 8443
+    tls: {certificateRefs: [{name: default-cert}]}
+    allowedRoutes: {namespaces: {from: All}}
+  tls:
+    frontend:
+      default:
+        validation: {caCertificateRefs: [{group: "", kind: ConfigMap, name: agents-ca}], mode: AllowInsecureFallback}
+---
+apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XBackend
+metadata: {name: local, namespace: web}
+spec: {mcp: {serviceName: local-mcp, port: 3001}}
+---
+apiVersion: agentic.prototype.x-k8s.io/v0alpha0
+kind: XBackend
+metadata: {name: remote, namespace: web}
+spec: {mcp: {hostname: mcp.example.net, port: 443}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: everything, namespace: web}
+spec:
+  parentRefs: [{name: edge}]
+  hostnames: [a.example.com, x.example.org, secure.example.com]
+  rules:
+  - matches:
+    - path: {type: Exact, value: /mcp}
+      method: POST
+      headers: [{name: x-team, value: blue}, {name: x-env, type: RegularExpression, value: "prod|dev"}]
+      queryParams: [{name: v, value: "2"}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {set: [{name: x-a, value: "1"}], add: [{name: x-b, value: "2"}], remove: [x-c]}
+    - type: ResponseHeaderModifier
+      responseHeaderModifier: {set: [{name: x-served-by, value: edge}]}
+    backendRefs:
+    - {group: agentic.networking.x-k8s.io, kind: XBackend, name: local, weight: 80}
+    - {group: agentic.prototype.x-k8s.io, kind: XBackend, name: remote, weight: 20}
+    timeouts: {request: 30s, backendRequest: 10s}
+  - matches: [{path: {type: RegularExpression, value: "/v[0-9]+/mcp"}}]
+    filters: [{type: URLRewrite, urlRewrite: {hostname: internal.example, path: {type: ReplaceFullPath, replaceFullPath: /mcp}}}]
+    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: local}]
+  - matches: [{path: {type: PathPrefix, value: /old}}]
+    filters: [{type: RequestRedirect, requestRedirect: {scheme: https, port: 8443, statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}}]
+  - matches: [{path: {type: PathPrefix, value: /remote/mcp}}]
+    filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}}]
+    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: remote}]
+  - matches: [{path: {type: PathPrefix, value: /plain}}]
+    backendRefs: [{name: web-svc, port: 80}]
+---
+apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: secure-only, namespace: web}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: edge, sectionName: https-secure}]
+  action: Allow
+  rules:
+  - name: agents
+    source: {type: SPIFFE, spiffe: "spiffe://example.org/ns/agents/sa/alpha"}
+"""
+
+
+def test_rich_manifests_render_a_configuration_envoy_accepts(cli: Path, wasm_path: Path, work_dir: Path, pki: Any) -> None:
+    """Shared ports (virtual hosts, SNI filter chains), every supported route feature, weighted
+    XBackends of both API groups, a hostname backend over TLS, a plain Service: `envoy --mode validate`."""
+    from harness import envoy_binary
+
+    d = work_dir / "cli-rich"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "rich.yaml").write_text(RICH)
+    out = run_cli(
+        cli, "envoy", "-f", str(d / "rich.yaml"), "--strict", "--wasm", str(wasm_path),
+        "--tls-cert", f"secure-cert={pki.server.cert},{pki.server.key}",
+        "--tls-cert", f"web/default-cert={pki.server.cert},{pki.server.key}",
+        "--client-ca", f"agents-ca={pki.ca.cert}", "--upstream-ca", str(pki.ca.cert),
+        "--resolve", "local-mcp=127.0.0.1:3001", "--resolve", "mcp.example.net=127.0.0.1:3443",
+        "--resolve", "web/web-svc=127.0.0.1:3080", "--port-offset", str(free_port() % 1000 + 20000),
+        "--bind", "127.0.0.1", "--admin-port", str(free_port()), "-o", str(d / "envoy.yaml"),
+    )
+    assert out.returncode == 0, out.stderr
+    checked = subprocess.run(
+        [envoy_binary(), "--mode", "validate", "-c", str(d / "envoy.yaml"), "--base-id", str(os.getpid() % 60000 + 3)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
