@@ -105,8 +105,19 @@ fn every_invalid_example_is_rejected_with_the_crd_reason() {
         let text = problems[0].to_string();
         assert!(text.contains(file) && text.contains("document 1"), "{text}");
         assert!(text.contains(&problems[0].field), "{text}");
-        // Nothing of the object reaches the bundle.
+        // Nothing of the object reaches the bundle; its status says why.
         assert!(m.policies.is_empty() && m.backends.is_empty(), "{file}");
+        let c = compile(&m, &Options::default());
+        let st = c
+            .report
+            .policies
+            .iter()
+            .chain(&c.report.backends)
+            .next()
+            .unwrap();
+        assert_eq!(st.conditions[0].reason, reason::INVALID);
+        assert!(st.conditions[0].message.contains(message), "{st:?}");
+        assert!(c.bundle.policies.is_empty() && c.bundle.backends.is_empty());
     }
 }
 

@@ -200,6 +200,41 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     cx.routes();
     let (policies, authorizers) = cx.policies();
     cx.topo.authorizers = authorizer_models(&authorizers);
+    // Objects the API server would reject have a status too: not accepted, Invalid.
+    for r in &m.rejected {
+        let list = match r.kind.as_str() {
+            "XAccessPolicy" => &mut cx.report.policies,
+            "Gateway" => &mut cx.report.gateways,
+            "HTTPRoute" => &mut cx.report.routes,
+            "XBackend" => &mut cx.report.backends,
+            _ => continue,
+        };
+        let message: Vec<String> = r
+            .errors
+            .iter()
+            .map(|e| {
+                if e.field.is_empty() {
+                    e.message.clone()
+                } else {
+                    format!("{}: {}", e.field, e.message)
+                }
+            })
+            .collect();
+        list.push(ObjectStatus {
+            kind: r.kind.clone(),
+            api_version: format!("{}/{}", r.group, r.version),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            source: r.origin.to_string(),
+            seniority: None,
+            conditions: vec![cond(
+                format!("{} {}/{}", r.kind, r.namespace, r.name),
+                None,
+                reason::INVALID,
+                format!("rejected as the API server would: {}", message.join("; ")),
+            )],
+        });
+    }
 
     let mut gateways = Vec::new();
     for g in &cx.topo.gateways {

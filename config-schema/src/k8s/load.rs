@@ -127,6 +127,7 @@ pub struct Skipped {
 pub struct Rejected {
     pub origin: Origin,
     pub group: String,
+    pub version: String,
     pub kind: String,
     pub namespace: String,
     pub name: String,
@@ -289,7 +290,16 @@ impl Manifests {
             } else {
                 format!("no matches for kind \"{kind}\" in version \"{api_version}\"")
             };
-            return self.reject_doc(origin, &group, &kind, map, default_namespace, "", msg);
+            return self.reject_doc(
+                origin,
+                &group,
+                &version,
+                &kind,
+                map,
+                default_namespace,
+                "",
+                msg,
+            );
         }
         match kind.as_str() {
             "Gateway" => {
@@ -381,6 +391,7 @@ impl Manifests {
         &mut self,
         origin: Origin,
         group: &str,
+        version: &str,
         kind: &str,
         map: &serde_json::Map<String, Value>,
         default_namespace: &str,
@@ -398,6 +409,7 @@ impl Manifests {
         self.rejected.push(Rejected {
             origin,
             group: group.to_string(),
+            version: version.to_string(),
             kind: kind.to_string(),
             namespace: if ns.is_empty() {
                 default_namespace.to_string()
@@ -436,6 +448,7 @@ impl Manifests {
                 self.reject_doc(
                     origin,
                     group,
+                    version,
                     kind,
                     &map,
                     default_namespace,
@@ -457,6 +470,7 @@ impl Manifests {
             self.rejected.push(Rejected {
                 origin,
                 group: group.to_string(),
+                version: version.to_string(),
                 kind: kind.to_string(),
                 namespace: meta.namespace,
                 name: meta.name,
@@ -490,6 +504,7 @@ impl Manifests {
                     self.rejected.push(Rejected {
                         origin,
                         group: String::new(),
+                        version: "v1".into(),
                         kind: "Namespace".into(),
                         namespace: String::new(),
                         name,
@@ -516,7 +531,7 @@ impl Manifests {
             Err(e) => {
                 let field = e.path().to_string();
                 let message = strict_message(&e.into_inner().to_string());
-                self.reject_doc(origin, "", "Namespace", &map, "", &field, message);
+                self.reject_doc(origin, "", "v1", "Namespace", &map, "", &field, message);
             }
         }
     }
