@@ -459,6 +459,15 @@ spec:
     assert_eq!(public.routes.len(), 1);
     assert!(internal.routes.is_empty());
     assert_eq!(c.bundle.gateways[0].listeners.len(), 2);
+    let gw = &c.report.gateways[0].conditions;
+    assert!(
+        gw[0].message.ends_with("backends behind it: mcp/tools"),
+        "{gw:?}"
+    );
+    assert!(
+        gw[1].message.ends_with("backends behind it: none"),
+        "{gw:?}"
+    );
 }
 
 #[test]

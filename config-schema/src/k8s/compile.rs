@@ -198,6 +198,37 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     cx.backends();
     cx.gateways();
     cx.routes();
+    // Which backends sit behind which listener (the HTTPRoutes' parentRefs decide).
+    for g in &cx.topo.gateways {
+        for l in &g.listeners {
+            let mut behind: Vec<String> = Vec::new();
+            for e in &l.routes {
+                if let RouteAction::Forward { clusters, .. } = &e.action {
+                    for c in clusters {
+                        let name = c.backend.clone().unwrap_or_else(|| c.cluster.clone());
+                        if !behind.contains(&name) {
+                            behind.push(name);
+                        }
+                    }
+                }
+            }
+            let st = cx
+                .report
+                .gateways
+                .iter_mut()
+                .filter(|s| s.namespace == g.namespace && s.name == g.name)
+                .flat_map(|s| s.conditions.iter_mut())
+                .find(|c| c.accepted && c.target == format!("listener {}", l.name));
+            if let Some(c) = st {
+                let list = if behind.is_empty() {
+                    "none".to_string()
+                } else {
+                    behind.join(", ")
+                };
+                c.message = format!("{}; backends behind it: {list}", c.message);
+            }
+        }
+    }
     let (policies, authorizers) = cx.policies();
     cx.topo.authorizers = authorizer_models(&authorizers);
     // Objects the API server would reject have a status too: not accepted, Invalid.
