@@ -5,7 +5,7 @@ use mcp_access_bundle::Level;
 
 use crate::answer::{self, LocalResponse, INVALID_REQUEST, PARSE_ERROR};
 use crate::callout::{self, CalloutRequest};
-use crate::mcp::{self, MessageKind, ParseError, ParseLimits};
+use crate::mcp::{self, ParseError, ParseLimits};
 use crate::policy::{level_str, Decision, Engine, Evaluation, Step};
 use crate::request::{McpOp, Request};
 
@@ -168,14 +168,10 @@ impl RequestFlow {
             }
         }
         if input.end_of_stream {
-            let op = match req.method.as_str() {
-                "GET" => McpOp::Transport,
-                "DELETE" if req.header("mcp-session-id").is_some() => McpOp::Transport,
-                "POST" => {
-                    return self.reject(400, PARSE_ERROR, "invalid_json", "Parse error: empty body")
-                }
-                _ => McpOp::NotMcp,
-            };
+            if req.method == "POST" {
+                return self.reject(400, PARSE_ERROR, "invalid_json", "Parse error: empty body");
+            }
+            let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
             return self.decide(engine, op);
         }
         if req.method == "POST" {
@@ -271,13 +267,7 @@ impl RequestFlow {
             Ok(msg) => {
                 self.id = msg.id.clone();
                 self.body = body;
-                let op = match msg.kind {
-                    MessageKind::Response => McpOp::Reply,
-                    MessageKind::Request | MessageKind::Notification => McpOp::Call {
-                        method: msg.method.unwrap_or_default(),
-                        param: msg.name.or(msg.uri),
-                    },
-                };
+                let op = McpOp::from_message(msg);
                 if let Some(problem) = self.header_mismatch(&op) {
                     return self.reject(400, INVALID_REQUEST, "header_mismatch", problem);
                 }

@@ -63,6 +63,27 @@ const BASE_METHODS: &[&str] = &["initialize", "ping", "tools/list"];
 const BASE_PREFIXES: &[&str] = &["notifications/", "completion/", "logging/"];
 
 impl McpOp {
+    /// The operation a parsed JSON-RPC message performs.
+    pub fn from_message(msg: crate::mcp::McpMessage) -> McpOp {
+        match msg.kind {
+            crate::mcp::MessageKind::Response => McpOp::Reply,
+            _ => McpOp::Call {
+                method: msg.method.unwrap_or_default(),
+                param: msg.name.or(msg.uri),
+            },
+        }
+    }
+
+    /// The operation of a request without a body: GET opens the SSE stream, DELETE with
+    /// `Mcp-Session-Id` ends a session; anything else has no MCP meaning.
+    pub fn without_body(http_method: &str, has_session_id: bool) -> McpOp {
+        match http_method {
+            "GET" => McpOp::Transport,
+            "DELETE" if has_session_id => McpOp::Transport,
+            _ => McpOp::NotMcp,
+        }
+    }
+
     /// Whether this is MCP base protocol traffic (transport, lifecycle, listing tools, ...).
     pub fn is_base(&self) -> bool {
         match self {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use mcp_access_bundle::k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use mcp_access_bundle::Bundle;
-use mcp_access_filter::mcp::{self, MessageKind, ParseLimits};
+use mcp_access_filter::mcp::{self, ParseLimits};
 use mcp_access_filter::policy::{level_str, AuthzOutcome, Decision, Engine, Step};
 use mcp_access_filter::request::{Caller, McpOp, Request};
 use serde_json::{json, Value};
@@ -417,14 +417,7 @@ fn mcp_op(spec: &RequestSpec, headers: &[(String, String)]) -> Result<(McpOp, St
     if let Some(body) = &spec.body {
         let msg = mcp::parse_message(body.as_bytes(), &ParseLimits::default())
             .map_err(|(e, _)| format!("--body is not an MCP message the filter accepts: {e}"))?;
-        let op = match msg.kind {
-            MessageKind::Response => McpOp::Reply,
-            _ => McpOp::Call {
-                method: msg.method.unwrap_or_default(),
-                param: msg.name.or(msg.uri),
-            },
-        };
-        return Ok((op, "POST".into()));
+        return Ok((McpOp::from_message(msg), "POST".into()));
     }
     if let Some(m) = &spec.mcp_method {
         return Ok((
@@ -436,12 +429,8 @@ fn mcp_op(spec: &RequestSpec, headers: &[(String, String)]) -> Result<(McpOp, St
         ));
     }
     let method = spec.method.clone().unwrap_or_else(|| "POST".into());
-    let op = match method.as_str() {
-        "GET" => McpOp::Transport,
-        "DELETE" if headers.iter().any(|(k, _)| k == "mcp-session-id") => McpOp::Transport,
-        _ => McpOp::NotMcp,
-    };
-    Ok((op, method))
+    let has_session = headers.iter().any(|(k, _)| k == "mcp-session-id");
+    Ok((McpOp::without_body(&method, has_session), method))
 }
 
 /// Human-readable text.
