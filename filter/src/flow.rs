@@ -43,20 +43,36 @@ pub struct Outcome {
 impl Outcome {
     /// One JSON object: the filter-state value and the decision log line.
     pub fn to_json(&self) -> String {
-        serde_json::json!({
-            "decision": if self.allowed { "allow" } else { "deny" },
-            "level": level_str(self.level),
-            "reason": self.reason,
-            "policy": self.policy,
-            "rule": self.rule,
-            "status": self.status,
-            "listener": self.listener,
-            "backend": self.backend,
-            "method": self.mcp_method,
-            "name": self.mcp_param,
-            "caller": self.caller,
-        })
-        .to_string()
+        // Fields in alphabetical order: the document keeps the key order it had when it was
+        // built as a `serde_json::Value` map; serializing a struct skips building that map.
+        #[derive(serde::Serialize)]
+        struct Doc<'a> {
+            backend: Option<&'a str>,
+            caller: Option<&'a str>,
+            decision: &'static str,
+            level: &'static str,
+            listener: Option<&'a str>,
+            method: Option<&'a str>,
+            name: Option<&'a str>,
+            policy: Option<&'a str>,
+            reason: &'static str,
+            rule: Option<&'a str>,
+            status: Option<u16>,
+        }
+        let doc = Doc {
+            backend: self.backend.as_deref(),
+            caller: self.caller.as_deref(),
+            decision: if self.allowed { "allow" } else { "deny" },
+            level: level_str(self.level),
+            listener: self.listener.as_deref(),
+            method: self.mcp_method.as_deref(),
+            name: self.mcp_param.as_deref(),
+            policy: self.policy.as_deref(),
+            reason: self.reason,
+            rule: self.rule.as_deref(),
+            status: self.status,
+        };
+        serde_json::to_string(&doc).unwrap_or_default()
     }
 }
 
@@ -446,5 +462,61 @@ impl RequestFlow {
             "body_too_large",
             "Request body exceeds the configured limit",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The document as it was first defined (a `serde_json::Value` map).
+    fn as_value_map(o: &Outcome) -> String {
+        serde_json::json!({
+            "decision": if o.allowed { "allow" } else { "deny" },
+            "level": level_str(o.level),
+            "reason": o.reason,
+            "policy": o.policy,
+            "rule": o.rule,
+            "status": o.status,
+            "listener": o.listener,
+            "backend": o.backend,
+            "method": o.mcp_method,
+            "name": o.mcp_param,
+            "caller": o.caller,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn outcome_json_is_byte_for_byte_the_value_map() {
+        let full = Outcome {
+            allowed: false,
+            level: Some(Level::Backend),
+            reason: "deny_policy",
+            policy: Some("ns/p\"q".into()),
+            rule: Some("r\u{1}\n\u{e9}".into()),
+            status: Some(403),
+            listener: Some("ns/gw/l".into()),
+            backend: Some("ns/b".into()),
+            mcp_method: Some("tools/call".into()),
+            mcp_param: Some("</script>\\".into()),
+            caller: Some("spiffe://example.org/ns/a/sa/b".into()),
+        };
+        let empty = Outcome {
+            allowed: true,
+            level: None,
+            reason: "allowed",
+            policy: None,
+            rule: None,
+            status: None,
+            listener: None,
+            backend: None,
+            mcp_method: None,
+            mcp_param: None,
+            caller: None,
+        };
+        for o in [full, empty] {
+            assert_eq!(o.to_json(), as_value_map(&o));
+        }
     }
 }
