@@ -43,37 +43,73 @@ pub struct Outcome {
 impl Outcome {
     /// One JSON object: the filter-state value and the decision log line.
     pub fn to_json(&self) -> String {
-        // Fields in alphabetical order: the document keeps the key order it had when it was
-        // built as a `serde_json::Value` map; serializing a struct skips building that map.
-        #[derive(serde::Serialize)]
-        struct Doc<'a> {
-            backend: Option<&'a str>,
-            caller: Option<&'a str>,
-            decision: &'static str,
-            level: &'static str,
-            listener: Option<&'a str>,
-            method: Option<&'a str>,
-            name: Option<&'a str>,
-            policy: Option<&'a str>,
-            reason: &'static str,
-            rule: Option<&'a str>,
-            status: Option<u16>,
+        // Written by hand: this runs for every request. Keys in alphabetical order and
+        // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
+        // document was first built as (a test compares the two).
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"backend\":");
+        push_opt_str(&mut out, self.backend.as_deref());
+        out.push_str(",\"caller\":");
+        push_opt_str(&mut out, self.caller.as_deref());
+        out.push_str(",\"decision\":");
+        push_str(&mut out, if self.allowed { "allow" } else { "deny" });
+        out.push_str(",\"level\":");
+        push_str(&mut out, level_str(self.level));
+        out.push_str(",\"listener\":");
+        push_opt_str(&mut out, self.listener.as_deref());
+        out.push_str(",\"method\":");
+        push_opt_str(&mut out, self.mcp_method.as_deref());
+        out.push_str(",\"name\":");
+        push_opt_str(&mut out, self.mcp_param.as_deref());
+        out.push_str(",\"policy\":");
+        push_opt_str(&mut out, self.policy.as_deref());
+        out.push_str(",\"reason\":");
+        push_str(&mut out, self.reason);
+        out.push_str(",\"rule\":");
+        push_opt_str(&mut out, self.rule.as_deref());
+        out.push_str(",\"status\":");
+        match self.status {
+            Some(s) => out.push_str(&s.to_string()),
+            None => out.push_str("null"),
         }
-        let doc = Doc {
-            backend: self.backend.as_deref(),
-            caller: self.caller.as_deref(),
-            decision: if self.allowed { "allow" } else { "deny" },
-            level: level_str(self.level),
-            listener: self.listener.as_deref(),
-            method: self.mcp_method.as_deref(),
-            name: self.mcp_param.as_deref(),
-            policy: self.policy.as_deref(),
-            reason: self.reason,
-            rule: self.rule.as_deref(),
-            status: self.status,
-        };
-        serde_json::to_string(&doc).unwrap_or_default()
+        out.push('}');
+        out
     }
+}
+
+fn push_opt_str(out: &mut String, s: Option<&str>) {
+    match s {
+        Some(s) => push_str(out, s),
+        None => out.push_str("null"),
+    }
+}
+
+/// A JSON string literal, escaped as serde_json escapes: `"`, `\\` and control characters.
+fn push_str(out: &mut String, s: &str) {
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(s.get(start..i).unwrap_or_default());
+        if esc.is_empty() {
+            out.push_str(&format!("\\u{b:04x}"));
+        } else {
+            out.push_str(esc);
+        }
+        start = i + 1;
+    }
+    out.push_str(s.get(start..).unwrap_or_default());
+    out.push('"');
 }
 
 /// Headers-stage facts the host collected.
@@ -494,7 +530,7 @@ mod tests {
             level: Some(Level::Backend),
             reason: "deny_policy",
             policy: Some("ns/p\"q".into()),
-            rule: Some("r\u{1}\n\u{e9}".into()),
+            rule: Some("r\u{1}\n\u{e9}\t\u{8}\u{c}\u{1f}\u{7f}\r".into()),
             status: Some(403),
             listener: Some("ns/gw/l".into()),
             backend: Some("ns/b".into()),

@@ -2,6 +2,8 @@
 //! ExternalAuth, then Deny, then Allow. Authorizer calls are returned to the caller as a
 //! [`Step::Call`]; their outcomes are fed back with [`Evaluation::complete`].
 
+use std::fmt;
+
 use mcp_access_bundle::{FailureMode, Level, UnknownBackend};
 
 use super::{Engine, LevelIndex, PolicyId, RuleRef};
@@ -182,7 +184,7 @@ impl Evaluation {
             None
         };
         if let Some((reason, detail)) = unknown {
-            ev.note(None, "resolve", None, None, format!("deny: {detail}"));
+            ev.note(None, "resolve", None, None, format_args!("deny: {detail}"));
             ev.done = Some(Decision::Deny(Denial {
                 level: None,
                 reason,
@@ -197,8 +199,7 @@ impl Evaluation {
 
     /// `namespace/name/listener` the request arrived on.
     pub fn listener_name(&self, engine: &Engine) -> Option<String> {
-        let l = engine.listeners.get(self.listener?)?;
-        Some(format!("{}/{}", l.gateway, l.name))
+        engine.listeners.get(self.listener?).map(|l| l.id.clone())
     }
 
     /// `namespace/name` of the backend Envoy routed to.
@@ -306,9 +307,9 @@ impl Evaluation {
                 self.note(
                     Some(self.level),
                     "externalAuth",
-                    Some(p.id.clone()),
+                    Some(&p.id),
                     None,
-                    "not selected".into(),
+                    format_args!("not selected"),
                 );
                 continue;
             }
@@ -335,7 +336,13 @@ impl Evaluation {
             let authorizer = engine.authorizers.get(call.authorizer);
             match outcome {
                 Some(AuthzOutcome::Allow { headers }) => {
-                    self.note(level, "externalAuth", policy, None, "allowed".into());
+                    self.note(
+                        level,
+                        "externalAuth",
+                        policy.as_deref(),
+                        None,
+                        format_args!("allowed"),
+                    );
                     self.add_headers.extend(headers);
                 }
                 Some(AuthzOutcome::Deny {
@@ -346,9 +353,9 @@ impl Evaluation {
                     self.note(
                         level,
                         "externalAuth",
-                        policy.clone(),
+                        policy.as_deref(),
                         None,
-                        format!("denied with {status}"),
+                        format_args!("denied with {status}"),
                     );
                     self.deny(Denial {
                         level,
@@ -374,18 +381,18 @@ impl Evaluation {
                         self.note(
                             level,
                             "externalAuth",
-                            policy,
+                            policy.as_deref(),
                             None,
-                            format!("failed open: {detail}"),
+                            format_args!("failed open: {detail}"),
                         );
                         continue;
                     }
                     self.note(
                         level,
                         "externalAuth",
-                        policy.clone(),
+                        policy.as_deref(),
                         None,
-                        format!("failed: {detail}"),
+                        format_args!("failed: {detail}"),
                     );
                     self.deny(Denial {
                         level,
@@ -408,9 +415,9 @@ impl Evaluation {
             self.note(
                 level,
                 "deny",
-                policy.clone(),
-                rule.clone(),
-                "matched".into(),
+                policy.as_deref(),
+                rule.as_deref(),
+                format_args!("matched"),
             );
             self.deny(Denial {
                 level,
@@ -423,7 +430,7 @@ impl Evaluation {
             return;
         }
         if !index.has_allow {
-            self.note(level, "allow", None, None, "no Allow policy".into());
+            self.note(level, "allow", None, None, format_args!("no Allow policy"));
             return;
         }
         match index.allow.first_admitting(engine, req, &self.host) {
@@ -432,14 +439,14 @@ impl Evaluation {
                 self.note(
                     level,
                     "allow",
-                    policy.clone(),
-                    rule.clone(),
-                    "admitted".into(),
+                    policy.as_deref(),
+                    rule.as_deref(),
+                    format_args!("admitted"),
                 );
                 self.admitted = Some((policy, rule));
             }
             None => {
-                self.note(level, "allow", None, None, "no rule admits".into());
+                self.note(level, "allow", None, None, format_args!("no rule admits"));
                 self.deny(Denial {
                     level,
                     reason: Reason::NotAllowed,
@@ -456,21 +463,22 @@ impl Evaluation {
         self.done = Some(Decision::Deny(d));
     }
 
+    /// Records a trace line; without a trace nothing is copied or formatted.
     fn note(
         &mut self,
         level: Option<Level>,
         step: &'static str,
-        policy: Option<String>,
-        rule: Option<String>,
-        outcome: String,
+        policy: Option<&str>,
+        rule: Option<&str>,
+        outcome: fmt::Arguments<'_>,
     ) {
         if let Some(t) = &mut self.trace {
             t.push(TraceEntry {
                 level,
                 step,
-                policy,
-                rule,
-                outcome,
+                policy: policy.map(str::to_string),
+                rule: rule.map(str::to_string),
+                outcome: outcome.to_string(),
             });
         }
     }

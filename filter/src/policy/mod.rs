@@ -120,6 +120,8 @@ pub struct LevelIndex {
 pub struct CListener {
     pub gateway: String,
     pub name: String,
+    /// `namespace/gateway/listener`.
+    pub id: String,
     pub port: u16,
     pub host: Option<HostPattern>,
     pub index: LevelIndex,
@@ -216,6 +218,7 @@ impl Engine {
                 listeners.push(CListener {
                     gateway: format!("{}/{}", g.namespace, g.name),
                     name: l.name.clone(),
+                    id: format!("{}/{}/{}", g.namespace, g.name, l.name),
                     port: l.port,
                     host: l.hostname.as_deref().map(HostPattern::new),
                     index,
