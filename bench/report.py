@@ -21,6 +21,12 @@ def _per_round(res: dict[str, Any], a: str, b: str, kind: str, field: str) -> li
     return out
 
 
+def _instr(res: dict[str, Any], a: str, b: str) -> list[float]:
+    x = res["variants"].get(a, {}).get("envoy_instructions_per_request")
+    y = res["variants"].get(b, {}).get("envoy_instructions_per_request")
+    return [x / y] if x and y else []
+
+
 def _target(name: str, scenario: str, values: list[float], op: str, limit: float, unit: str, detail: str,
             primary: bool = True) -> dict[str, Any] | None:
     if not values:
@@ -63,10 +69,29 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                 "<=", 1.3, "ratio", "p50 at one connection: the two Gateway-level calls overlap", primary=False),
         _target("S4 p99 / one authorizer (fast authorizers, saturation)", "S4", r("s4_ours", "s3_ours", "load", "p99_ms"),
                 "<=", 1.3, "ratio", "3 callouts instead of 1: CPU per request", primary=False),
-        _target("S5 per-request cost / S2, allowed call", "S5", inv(r("s5_allow", "s2_allow", "load", "rps")), "<=", 1.1,
-                "ratio", "CPU per request = 1 / requests/s at saturation"),
-        _target("S5 per-request cost / S2, denied call", "S5", inv(r("s5_deny", "s2_deny", "load", "rps")), "<=", 1.1,
-                "ratio", "CPU per request = 1 / requests/s at saturation"),
+        _target("S5 per-request cost / S2, allowed call", "S5",
+                r("s5_allow", "s2_allow", "load", "envoy_cpu_us_per_request"), "<=", 1.1, "ratio",
+                "Envoy CPU time per request at saturation, paired per round"),
+        _target("S5 per-request cost / S2, denied call", "S5",
+                r("s5_deny", "s2_deny", "load", "envoy_cpu_us_per_request"), "<=", 1.1, "ratio",
+                "Envoy CPU time per request at saturation, paired per round"),
+        _target("S5 / S2 time per request, allowed call", "S5", inv(r("s5_allow", "s2_allow", "load", "rps")), "<=", 1.1,
+                "ratio", "1 / requests/s at saturation", primary=False),
+    ]
+    ins = lambda a, b: _instr(res, a, b)  # noqa: E731
+    ts += [
+        _target("Envoy instructions per request S2 / S1, allowed call", "S2", ins("s2_allow", "s1_allow"), "<=", 1.111,
+                "ratio", "callgrind, whole Envoy; <= 1.111 is throughput >= 0.9 at equal IPC", primary=False),
+        _target("Envoy instructions per request S2 / S1, denied call", "S2", ins("s2_deny", "s1_deny"), "<=", 1.111,
+                "ratio", "callgrind, whole Envoy", primary=False),
+        _target("Envoy instructions per request S3 ours / native ext_authz", "S3", ins("s3_ours", "s3_native"), "<=", 1.053,
+                "ratio", "callgrind, whole Envoy (authorizer included); <= 1.053 is throughput >= 0.95", primary=False),
+        _target("Envoy instructions per request S4 / S3 ours (fast authorizers)", "S4", ins("s4_ours", "s3_ours"), "<=", 1.3,
+                "ratio", "callgrind, whole Envoy: the CPU of two more callouts", primary=False),
+        _target("Envoy instructions per request S5 / S2, allowed call", "S5", ins("s5_allow", "s2_allow"), "<=", 1.1,
+                "ratio", "callgrind, whole Envoy", primary=False),
+        _target("Envoy instructions per request S5 / S2, denied call", "S5", ins("s5_deny", "s2_deny"), "<=", 1.1,
+                "ratio", "callgrind, whole Envoy", primary=False),
     ]
     loads = res.get("bundle_loads", {}).get("ours_large", {}).get("vm_loads", [])
     if loads:
@@ -106,14 +131,15 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         "## Scenarios",
         "",
-        "| scenario | variant | req/s | p50 ms | p99 ms | 1 conn: req/s | p50 ms | p99 ms |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| scenario | variant | req/s | p50 ms | p99 ms | Envoy CPU µs/req | 1 conn: req/s | p50 ms | p99 ms | Envoy instructions/req |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for key, v in res["variants"].items():
         lines.append(
             f"| {v['scenario']} | {v['what']} | {_fmt(v.get('rps'), 0)} | {_fmt(v.get('p50_ms'), 3)} | "
-            f"{_fmt(v.get('p99_ms'), 3)} | {_fmt(v.get('single_rps'), 0)} | {_fmt(v.get('single_p50_ms'), 3)} | "
-            f"{_fmt(v.get('single_p99_ms'), 3)} |"
+            f"{_fmt(v.get('p99_ms'), 3)} | {_fmt(v.get('cpu_us_per_request'), 0)} | {_fmt(v.get('single_rps'), 0)} | "
+            f"{_fmt(v.get('single_p50_ms'), 3)} | {_fmt(v.get('single_p99_ms'), 3)} | "
+            f"{_fmt(v.get('envoy_instructions_per_request'), 0)} |"
         )
     lines += ["", "## Targets", "", "| target | measured | goal | met |", "| --- | ---: | ---: | :---: |"]
     for t in res["targets"]:
@@ -162,16 +188,21 @@ def chart_svg(res: dict[str, Any]) -> str:
         ("Latency at one connection: p50 / p99 (ms)", [(v, [(v["single_p50_ms"], 0.55), (v["single_p99_ms"], 1.0)], "{:.2f}")
                                                       for _, v in load + slow]),
     ]
+    counted = [v for v in res["variants"].values() if v.get("envoy_instructions_per_request")]
+    if counted:
+        panels.append(("Envoy instructions per request (callgrind, thousands)",
+                       [(v, [(v["envoy_instructions_per_request"] / 1000, 1.0)], "{:,.0f}k") for v in counted]))
     width = label_w + bar_w * 2 + 40
     y = 50
     out = []
     m = res["machine"]
     title = f"mcp-access vs Envoy native MCP chain — {res['date'][:10]}, {m['cpu']}, Envoy {m['envoy'].split('/')[1] if '/' in m['envoy'] else m['envoy']}"
     out.append(f'<text x="10" y="24" font-size="15" font-weight="bold">{html.escape(title)}</text>')
-    lx = width - 330
-    for i, (fam, label) in enumerate((("bare", "bare Envoy"), ("native", "Envoy mcp + rbac / ext_authz"), ("ours", "mcp-access"))):
-        out.append(f'<rect x="{lx + i * 110}" y="32" width="10" height="10" fill="{COLORS[fam]}"/>'
-                   f'<text x="{lx + i * 110 + 14}" y="41" font-size="10">{html.escape(label)}</text>')
+    lx = 10
+    for fam, label in (("bare", "bare Envoy"), ("native", "Envoy's mcp + rbac / ext_authz"), ("ours", "mcp-access (this filter)")):
+        out.append(f'<rect x="{lx}" y="32" width="10" height="10" fill="{COLORS[fam]}"/>'
+                   f'<text x="{lx + 14}" y="41" font-size="11">{html.escape(label)}</text>')
+        lx += 30 + 6.5 * len(label)
     for ptitle, rows in panels:
         y += 12
         out.append(f'<text x="10" y="{y}" font-size="13" font-weight="bold">{html.escape(ptitle)}</text>')

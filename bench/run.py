@@ -1,13 +1,15 @@
 """The performance harness of issue 4: this filter side by side with bare Envoy and Envoy's
 native MCP chain, on one machine, in one run.
 
-    scripts/bench            # full run (~10 minutes), writes bench/results/latest.{json,md} and chart.svg
-    scripts/bench --quick    # ~1.5 minute smoke run (written to bench/results/quick.* unless --out)
+    scripts/bench            # full run (~11 minutes), writes bench/results/latest.{json,md} and chart.svg
+    scripts/bench --quick    # ~2 minute smoke run (prints the tables; writes only with --out DIR)
 
 Envoy runs with one worker (`--concurrency 1`) pinned to one core; wrk runs pinned to the other.
 Every configuration gets its own Envoy (started once). Each round runs every variant once, in an
 order rotated from round to round; ratios are taken within a round (paired) and their median
-reported, so that drift of a shared machine cancels out.
+reported, so that drift of a shared machine cancels out. Then, because wall-clock numbers on a
+shared machine stay noisy, instructions are counted with callgrind: of native operations
+(filter/benches/decide.rs) and of whole Envoys per request (envoy_callgrind.py).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ sys.path.insert(0, str(ROOT / "integration"))
 
 from harness import EnvoyProcess, envoy_binary, free_port  # noqa: E402
 
-from bench import bundles, configs, report  # noqa: E402
+from bench import bundles, configs, envoy_callgrind, report  # noqa: E402
 from bench.loadgen import WrkResult, run_wrk  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -77,6 +79,10 @@ VARIANTS = [
     Variant("s6_ours", "S6", "mcp-access, 1 MiB tools/call", "ours", "mib", 200),
 ]
 
+# Variants whose Envoy is also run under callgrind (instructions per request).
+COUNTED = ["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny", "s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny"]
+QUICK_COUNTED: list[str] = []  # --quick counts no Envoy (each takes a minute under valgrind)
+
 BODIES = {
     "allow": bundles.tools_call_body(bundles.ALLOWED_TOOL),
     "deny": bundles.tools_call_body(bundles.DENIED_TOOL),
@@ -107,6 +113,11 @@ class BenchEnvoy(EnvoyProcess):
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time Envoy has used so far (all its threads)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_kib(self) -> dict[str, int]:
         out = {}
@@ -155,10 +166,15 @@ def start_envoys(names: set[str], wasm: Path, workdir: Path, cpu: int | None) ->
         env.admin_post("/logging?wasm=warning")
         return r
 
+    # The large bundle's Envoy starts alone, so that its load time is not shared with other
+    # Envoys compiling the module on the same CPU.
+    large = {n for n in names if (specs[n].bundle or {}).get("kind") == "s5"}
     out: dict[str, Running] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        for r in pool.map(one, sorted(names)):
+        for r in pool.map(one, sorted(names - large)):
             out[r.name] = r
+    for n in sorted(large):
+        out[n] = one(n)
     return out
 
 
@@ -258,29 +274,28 @@ CALLGRIND_OPS = [
 ]
 
 
-def callgrind(exe: Path, cpu: int | None) -> dict[str, dict[str, Any]]:
-    def collected(op: str, n: int) -> int:
+QUICK_CALLGRIND_OPS = ["request/s2_allowed"]
+
+
+def callgrind_op(exe: Path, op: str, small: int, large: int) -> dict[str, Any]:
+    """Instructions of one native operation: (Ir(large) - Ir(small)) / (large - small)."""
+
+    def collected(n: int) -> int:
         argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", str(exe)]
-        if cpu is not None:
-            argv = ["taskset", "-c", str(cpu), *argv]
         p = subprocess.run(argv, env={**os.environ, "MCP_ACCESS_COUNT": f"{op}:{n}"}, capture_output=True, text=True)
         m = re.search(r"Collected : (\d+)", p.stderr)
         if p.returncode != 0 or not m:
             raise RuntimeError(f"callgrind {op}:{n} failed: {p.stderr[-2000:]}")
         return int(m[1])
 
-    out = {}
-    for op, small, large in CALLGRIND_OPS:
-        a, b = collected(op, small), collected(op, large)
-        out[op] = {"instructions": round((b - a) / (large - small)), "runs": [small, large]}
-        print(f"  callgrind {op}: {out[op]['instructions']:,} instructions", flush=True)
-    return out
+    a, b = collected(small), collected(large)
+    return {"instructions": round((b - a) / (large - small)), "runs": [small, large]}
 
 
 def criterion(exe: Path, cpu: int | None, quick: bool) -> dict[str, dict[str, float]]:
     argv = [str(exe), "--bench"]
     if quick:
-        argv += ["--warm-up-time", "0.3", "--measurement-time", "0.5"]
+        argv += ["--warm-up-time", "0.3", "--measurement-time", "0.5", "request/s2_allowed"]
     if cpu is not None:
         argv = ["taskset", "-c", str(cpu), *argv]
     subprocess.run(argv, cwd=ROOT / "filter", check=True, stdout=subprocess.DEVNULL)
@@ -346,13 +361,14 @@ def main() -> int:
     ap.add_argument("--raw-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "release" / "mcp_access_filter.wasm")
     ap.add_argument("--out", type=Path, default=None, help="results directory (default bench/results, quick: no write unless given)")
     ap.add_argument("--only", default="", help="comma-separated variant keys (default: all)")
-    ap.add_argument("--skip-micro", action="store_true", help="no criterion / callgrind")
+    ap.add_argument("--skip-micro", action="store_true", help="no criterion / callgrind of the native benches")
+    ap.add_argument("--skip-envoy-callgrind", action="store_true", help="no instruction counts of Envoy under callgrind")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
 
-    rounds = args.rounds or (1 if args.quick else 3)
-    duration = args.duration or (2 if args.quick else 5)
-    lat_duration = args.latency_duration or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 4)
+    duration = args.duration or (2 if args.quick else 4)
+    lat_duration = args.latency_duration or 1
     warmup = 1 if args.quick else 2
     out_dir = args.out or (None if args.quick else RESULTS)
     variants = [v for v in VARIANTS if not args.only or v.key in args.only.split(",")]
@@ -381,14 +397,16 @@ def main() -> int:
     result["wasm"] = {"bytes_after_wasm_opt": args.wasm.stat().st_size, "bytes_from_cargo": raw_size}
 
     if not args.skip_micro:
+        t_micro = time.monotonic()
         print("micro-benchmarks: building", flush=True)
         exe = bench_executable()
         check_bundle_recipe(exe)
         print("micro-benchmarks: criterion", flush=True)
         result["criterion"] = criterion(exe, args.envoy_cpu, args.quick)
-        print("micro-benchmarks: callgrind", flush=True)
-        result["callgrind"] = callgrind(exe, args.envoy_cpu)
+        result["micro_s"] = round(time.monotonic() - t_micro)
 
+    phases: dict[str, float] = {}
+    t0 = time.monotonic()
     envoys: dict[str, Running] = {}
     try:
         print(f"starting {len({v.envoy for v in variants})} Envoys", flush=True)
@@ -403,14 +421,20 @@ def main() -> int:
             checks[v.key] = preflight(v, envoys[v.envoy])
         print("preflight: every variant answers as expected", flush=True)
 
-        def wrk(v: Variant, connections: int, secs: int) -> WrkResult:
+        def wrk(v: Variant, connections: int, secs: int) -> dict[str, Any]:
             r = envoys[v.envoy]
-            return run_wrk(f"http://127.0.0.1:{r.port}/mcp", body_files[v.body], connections=connections,
-                           duration_s=secs, cpu=args.load_cpu)
+            cpu0 = r.envoy.cpu_seconds()
+            w = run_wrk(f"http://127.0.0.1:{r.port}/mcp", body_files[v.body], connections=connections,
+                        duration_s=secs, cpu=args.load_cpu)
+            d = w.to_dict()
+            d["envoy_cpu_us_per_request"] = round((r.envoy.cpu_seconds() - cpu0) / max(1, w.requests) * 1e6, 1)
+            return d
 
         for v in variants:
             wrk(v, 1 if v.slow else args.connections, warmup)
         print("warmed up", flush=True)
+        phases["start_preflight_warmup_s"] = round(time.monotonic() - t0)
+        t0 = time.monotonic()
 
         runs: dict[str, list[dict[str, Any]]] = {v.key: [] for v in variants}
         problems: list[str] = []
@@ -420,17 +444,20 @@ def main() -> int:
             for v in order:
                 entry: dict[str, Any] = {"round": rnd}
                 if not v.slow:
-                    entry["load"] = wrk(v, args.connections, duration).to_dict()
-                entry["single"] = wrk(v, 1, lat_duration).to_dict()
+                    entry["load"] = wrk(v, args.connections, duration)
+                entry["single"] = wrk(v, 1, lat_duration * 2 if v.slow else lat_duration)
                 for kind in ("load", "single"):
                     if kind in entry:
-                        for p in check_run(v, WrkResult(**entry[kind])):
+                        w = WrkResult(**{k: x for k, x in entry[kind].items() if k != "envoy_cpu_us_per_request"})
+                        for p in check_run(v, w):
                             problems.append(f"{v.key} round {rnd} {kind}: {p}")
                 runs[v.key].append(entry)
                 summary = entry.get("load", entry["single"])
                 print(f"  round {rnd + 1}/{rounds} {v.key:16} {summary['rps']:9.0f} req/s  "
                       f"p50 {summary['p50_ms']:.3f} ms  p99 {summary['p99_ms']:.3f} ms", flush=True)
 
+        phases["rounds_s"] = round(time.monotonic() - t0)
+        t0 = time.monotonic()
         memory = {name: r.envoy.rss_kib() for name, r in envoys.items()}
         loads = {name: {"bundle_bytes": r.bundle_bytes, "vm_loads": r.loads} for name, r in envoys.items() if r.loads}
     finally:
@@ -446,10 +473,51 @@ def main() -> int:
             agg["rps"] = round(median([r["load"]["rps"] for r in rs]), 1)
             agg["p50_ms"] = median([r["load"]["p50_ms"] for r in rs])
             agg["p99_ms"] = median([r["load"]["p99_ms"] for r in rs])
+            agg["cpu_us_per_request"] = round(median([r["load"]["envoy_cpu_us_per_request"] for r in rs]), 1)
         agg["single_rps"] = round(median([r["single"]["rps"] for r in rs]), 1)
         agg["single_p50_ms"] = median([r["single"]["p50_ms"] for r in rs])
         agg["single_p99_ms"] = median([r["single"]["p99_ms"] for r in rs])
         result["variants"][v.key] = agg
+    # Instruction counts (deterministic, so both CPUs at once): native operations and whole Envoys.
+    jobs: list[tuple[str, Any]] = []
+    if not args.skip_micro:
+        jobs += [("op", (op, small, large)) for op, small, large in CALLGRIND_OPS
+                 if not args.quick or op in QUICK_CALLGRIND_OPS]
+    if not args.skip_envoy_callgrind:
+        keys = QUICK_COUNTED if args.quick else COUNTED
+        jobs += [("envoy", v) for v in variants if v.key in keys]
+    if jobs:
+        t0 = time.monotonic()
+        print(f"callgrind: {len(jobs)} jobs", flush=True)
+
+        def job(j: tuple[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+            kind, what = j
+            if kind == "op":
+                op, small, large = what
+                c = callgrind_op(exe, op, small, large)
+                print(f"  {op:32} {c['instructions']:12,} instructions", flush=True)
+                return kind, op, c
+            v = what
+            c = envoy_callgrind.count(v.envoy, BODIES[v.body], wasm, workdir / "callgrind" / v.key,
+                                      requests=200 if args.quick else 400, warmup=100 if args.quick else 200)
+            want = "2xx" if v.status == 200 else "4xx"
+            if c["status"].get(want) != c["requests"]:
+                problems.append(f"{v.key} under callgrind: answers {c['status']}")
+            print(f"  Envoy {v.key:26} {c['instructions_per_request']:12,} instructions per request", flush=True)
+            return kind, v.key, c
+
+        # Envoys first: they take longest.
+        jobs.sort(key=lambda j: j[0] != "envoy")
+        result["callgrind"] = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            for kind, key, c in pool.map(job, jobs):
+                if kind == "op":
+                    result["callgrind"][key] = c
+                else:
+                    result["variants"][key]["envoy_instructions_per_request"] = c["instructions_per_request"]
+        result["callgrind"] = {op: result["callgrind"][op] for op, _, _ in CALLGRIND_OPS if op in result["callgrind"]}
+        phases["callgrind_s"] = round(time.monotonic() - t0)
+    result["phases"] = phases
     result["memory_kib"] = memory
     result["bundle_loads"] = loads
     result["problems"] = problems
