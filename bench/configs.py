@@ -174,39 +174,51 @@ def _internal(name: str, routes: list[Route], filters: list[dict[str, Any]] = ()
 
 
 def bootstrap(spec: EnvoySpec, *, port: int, admin_port: int, wasm_path: Path | None) -> dict[str, Any]:
-    json_headers = {"content-type": "application/json"}
-    front = Listener(
-        name="front",
-        port=port,
-        routes=[Route(name=bundles.ROUTE, prefix="/", cluster="upstream", timeout=30.0)],
-        extra_filters=spec.extra_filters,
-    )
-    b = bundle_for(spec, port)
-    if b is not None:
-        if wasm_path is None:
-            raise ValueError(f"{spec.name} needs the filter")
-        front.wasm = Wasm(wasm_path, configuration=json.dumps(b))
-    internal = [_internal("upstream", [Route(name="up", prefix="/", direct_response=(200, UPSTREAM_RESULT), response_headers=json_headers)])]
-    for a in spec.authorizers:
-        internal.append(_internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))]))
-    for a in spec.slow_authorizers:
-        internal.append(_internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))], [fault_delay(SLOW_AUTHZ_MS)]))
+    """One Envoy for one configuration: its front listener is named `front`."""
+    return bootstrap_many([(spec, port)], admin_port=admin_port, wasm_path=wasm_path)
 
-    cfg = build_bootstrap(admin_port=admin_port, listeners=[front, *internal], clusters=[])
-    listeners = cfg["static_resources"]["listeners"]
-    for l in listeners:
-        if l["name"] == "front":
-            l["per_connection_buffer_limit_bytes"] = BUFFER_LIMIT
-        else:
+
+def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm_path: Path | None) -> dict[str, Any]:
+    """One Envoy with a front listener per (configuration, port) (`front` alone, else
+    `front_<name>`), sharing the internal upstream and authorizers; filters with different
+    bundles share one Wasm VM (same vm_id and code), each with its own root context."""
+    json_headers = {"content-type": "application/json"}
+    listeners: list[Listener] = []
+    internal: dict[str, Listener] = {
+        "upstream": _internal("upstream", [Route(name="up", prefix="/", direct_response=(200, UPSTREAM_RESULT), response_headers=json_headers)])
+    }
+    for spec, port in fronts:
+        front = Listener(
+            name="front" if len(fronts) == 1 else f"front_{spec.name}",
+            port=port,
+            routes=[Route(name=bundles.ROUTE, prefix="/", cluster="upstream", timeout=30.0)],
+            extra_filters=spec.extra_filters,
+        )
+        b = bundle_for(spec, port)
+        if b is not None:
+            if wasm_path is None:
+                raise ValueError(f"{spec.name} needs the filter")
+            front.wasm = Wasm(wasm_path, configuration=json.dumps(b))
+        listeners.append(front)
+        for a in spec.authorizers:
+            internal[a] = _internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))])
+        for a in spec.slow_authorizers:
+            internal[a] = _internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))], [fault_delay(SLOW_AUTHZ_MS)])
+
+    cfg = build_bootstrap(admin_port=admin_port, listeners=[*listeners, *internal.values()], clusters=[])
+    for l in cfg["static_resources"]["listeners"]:
+        if l["name"] in internal:
             del l["address"]
             l["internal_listener"] = {}
+        else:
+            l["per_connection_buffer_limit_bytes"] = BUFFER_LIMIT
     cfg["bootstrap_extensions"] = [
         {
             "name": "envoy.bootstrap.internal_listener",
             "typed_config": {"@type": T + "envoy.extensions.bootstrap.internal_listener.v3.InternalListener"},
         }
     ]
-    cfg["static_resources"]["clusters"] = [_internal_cluster(l["name"]) for l in listeners if l["name"] != "front"]
+    cfg["static_resources"]["clusters"] = [_internal_cluster(name) for name in internal]
     return cfg
 
 

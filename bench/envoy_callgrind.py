@@ -1,11 +1,12 @@
 """Instructions per request of the whole Envoy process, counted by callgrind.
 
-Wall-clock numbers on a shared 2-core machine drift; instruction counts do not. Each variant's
-Envoy is started under `valgrind --tool=callgrind` (V8's JIT output included, hence
---smc-check), warmed up, its counters zeroed, then sent a fixed number of requests with h2load
-(HTTP/1.1, 4 connections) and dumped: total instructions / requests. The count covers everything
-Envoy did for those requests (codecs, routing, filters, the Wasm VM, the internal upstream and
-authorizers), plus a small constant of timers.
+Wall-clock numbers on a shared 2-core machine drift; instruction counts do not. One Envoy with a
+front listener per configuration is started under `valgrind --tool=callgrind` (V8's JIT output
+included, hence --smc-check); then, variant after variant, it is warmed up, its counters zeroed,
+sent a fixed number of requests with h2load (HTTP/1.1, 4 connections) and dumped: total
+instructions / requests. The count covers everything Envoy did for those requests (codecs,
+routing, filters, the Wasm VM, the internal upstream and authorizers) plus a small constant of
+timers; idle listeners cost nothing.
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ import signal
 import subprocess
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import envoy_binary, free_port
 
 from . import configs
+
+
+@dataclass(frozen=True)
+class Counted:
+    key: str  # result key
+    envoy: str  # configs.specs() name
+    body: bytes
 
 
 def _live(admin: int) -> bool:
@@ -33,54 +42,61 @@ def _live(admin: int) -> bool:
         return False
 
 
-def count(spec_name: str, body: bytes, wasm: Path, workdir: Path, *, requests: int = 400, warmup: int = 200,
-          connections: int = 4, ready_timeout: float = 300.0) -> dict[str, Any]:
-    spec = configs.specs()[spec_name]
-    port, admin = free_port(), free_port()
+def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: int = 400, warmup: int = 200,
+               connections: int = 4, ready_timeout: float = 600.0, log=print) -> dict[str, dict[str, Any]]:
+    specs = configs.specs()
+    names = sorted({v.envoy for v in variants})
+    ports = {n: free_port() for n in names}
+    admin = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
-    cfg_path, body_path = workdir / "envoy.json", workdir / "body.json"
-    cfg_path.write_text(json.dumps(configs.bootstrap(spec, port=port, admin_port=admin, wasm_path=wasm)))
-    body_path.write_bytes(body)
+    cfg_path = workdir / "envoy.json"
+    cfg_path.write_text(json.dumps(configs.bootstrap_many([(specs[n], ports[n]) for n in names], admin_port=admin,
+                                                          wasm_path=wasm)))
     out = workdir / "callgrind.out"
     for f in workdir.glob("callgrind.out*"):
         f.unlink()
     argv = [
         "valgrind", "--tool=callgrind", "--smc-check=all-non-file", f"--callgrind-out-file={out}",
         envoy_binary(), "-c", str(cfg_path), "--concurrency", "1", "-l", "warning",
-        "--base-id", str(port), "--disable-hot-restart",
+        "--base-id", str(admin), "--disable-hot-restart",
     ]
-    with open(workdir / "envoy.log", "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(workdir / "envoy.log", "wb") as logf:
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    results: dict[str, dict[str, Any]] = {}
     try:
         deadline = time.monotonic() + ready_timeout
         while not _live(admin):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Envoy under callgrind did not start ({spec_name}); see {workdir / 'envoy.log'}")
+                raise RuntimeError(f"Envoy under callgrind did not start; see {workdir / 'envoy.log'}")
             time.sleep(1)
         req = urllib.request.Request(f"http://127.0.0.1:{admin}/logging?wasm=warning", data=b"", method="POST")
         urllib.request.urlopen(req, timeout=10).read()
-        h2load = ["h2load", "--h1", "-c", str(connections), "-d", str(body_path),
-                  "-H", "content-type: application/json", "-H", "accept: application/json, text/event-stream",
-                  f"http://127.0.0.1:{port}/mcp"]
-        subprocess.run(h2load[:1] + ["-n", str(warmup)] + h2load[1:], capture_output=True, check=True, timeout=600)
-        subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True, timeout=60)
-        run = subprocess.run(h2load[:1] + ["-n", str(requests)] + h2load[1:], capture_output=True, text=True,
-                             check=True, timeout=600)
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True, timeout=60)
-        dumps: list[Path] = []
-        for _ in range(50):
-            dumps = [f for f in workdir.glob("callgrind.out.*") if re.search(r"^summary: \d+", f.read_text(), re.M)]
-            if dumps:
-                break
-            time.sleep(0.2)
-        total = sum(int(re.search(r"^summary: (\d+)", f.read_text(), re.M)[1]) for f in dumps)
-        m = re.search(r"status codes: (\d+) 2xx, \d+ 3xx, (\d+) 4xx, (\d+) 5xx", run.stdout)
-        codes = {"2xx": int(m[1]), "4xx": int(m[2]), "5xx": int(m[3])} if m else {}
-        return {"instructions_per_request": round(total / requests), "requests": requests, "status": codes}
+        for i, v in enumerate(variants):
+            body_path = workdir / f"body-{v.key}.json"
+            body_path.write_bytes(v.body)
+            h2load = ["h2load", "--h1", "-c", str(connections), "-d", str(body_path),
+                      "-H", "content-type: application/json", "-H", "accept: application/json, text/event-stream",
+                      f"http://127.0.0.1:{ports[v.envoy]}/mcp"]
+            subprocess.run(h2load[:1] + ["-n", str(warmup)] + h2load[1:], capture_output=True, check=True, timeout=900)
+            subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True, timeout=120)
+            run = subprocess.run(h2load[:1] + ["-n", str(requests)] + h2load[1:], capture_output=True, text=True,
+                                 check=True, timeout=900)
+            subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True, timeout=120)
+            dump = Path(f"{out}.{i + 1}")
+            for _ in range(100):
+                if dump.exists() and re.search(r"^summary: \d+", dump.read_text(), re.M):
+                    break
+                time.sleep(0.2)
+            total = int(re.search(r"^summary: (\d+)", dump.read_text(), re.M)[1])
+            m = re.search(r"status codes: (\d+) 2xx, \d+ 3xx, (\d+) 4xx, (\d+) 5xx", run.stdout)
+            codes = {"2xx": int(m[1]), "4xx": int(m[2]), "5xx": int(m[3])} if m else {}
+            results[v.key] = {"instructions_per_request": round(total / requests), "requests": requests, "status": codes}
+            log(f"  Envoy {v.key:26} {results[v.key]['instructions_per_request']:12,} instructions per request")
+        return results
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
+            proc.wait(timeout=30)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -79,9 +79,9 @@ VARIANTS = [
     Variant("s6_ours", "S6", "mcp-access, 1 MiB tools/call", "ours", "mib", 200),
 ]
 
-# Variants whose Envoy is also run under callgrind (instructions per request).
-COUNTED = ["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny", "s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny"]
-QUICK_COUNTED: list[str] = []  # --quick counts no Envoy (each takes a minute under valgrind)
+# Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
+COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny"], ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny"]]
+QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)
 
 BODIES = {
     "allow": bundles.tools_call_body(bundles.ALLOWED_TOOL),
@@ -261,16 +261,16 @@ def bench_executable() -> Path:
 
 # (op, small n, large n): instructions per op = (Ir(large) - Ir(small)) / (large - small)
 CALLGRIND_OPS = [
-    ("parse/tools_call", 100, 1100),
-    ("parse/tools_call_1mib", 1, 6),
-    ("request/s2_allowed", 100, 1100),
-    ("request/s2_denied", 100, 1100),
-    ("request/s4_three_authorizers", 100, 1100),
-    ("request/s5_allowed", 100, 1100),
-    ("request/s5_denied", 100, 1100),
-    ("request/s6_1mib_allowed", 1, 6),
-    ("load/s2_bundle", 100, 1100),
-    ("load/s5_bundle", 1, 3),
+    ("parse/tools_call", 100, 600),
+    ("parse/tools_call_1mib", 1, 4),
+    ("request/s2_allowed", 100, 600),
+    ("request/s2_denied", 100, 600),
+    ("request/s4_three_authorizers", 100, 600),
+    ("request/s5_allowed", 100, 600),
+    ("request/s5_denied", 100, 600),
+    ("request/s6_1mib_allowed", 1, 4),
+    ("load/s2_bundle", 100, 600),
+    ("load/s5_bundle", 1, 2),
 ]
 
 
@@ -298,9 +298,10 @@ def criterion(exe: Path, cpu: int | None, quick: bool) -> dict[str, dict[str, fl
         argv += ["--warm-up-time", "0.3", "--measurement-time", "0.5", "request/s2_allowed"]
     if cpu is not None:
         argv = ["taskset", "-c", str(cpu), *argv]
-    subprocess.run(argv, cwd=ROOT / "filter", check=True, stdout=subprocess.DEVNULL)
-    out = {}
     crit = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "criterion"
+    subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "CRITERION_HOME": str(crit)})
+    out = {}
     for op, _, _ in CALLGRIND_OPS:
         est = crit / op / "new" / "estimates.json"
         if est.exists():
@@ -484,8 +485,10 @@ def main() -> int:
         jobs += [("op", (op, small, large)) for op, small, large in CALLGRIND_OPS
                  if not args.quick or op in QUICK_CALLGRIND_OPS]
     if not args.skip_envoy_callgrind:
-        keys = QUICK_COUNTED if args.quick else COUNTED
-        jobs += [("envoy", v) for v in variants if v.key in keys]
+        for group in QUICK_COUNTED if args.quick else COUNTED:
+            todo = [v for v in variants if v.key in group]
+            if todo:
+                jobs.append(("envoy", todo))
     if jobs:
         t0 = time.monotonic()
         print(f"callgrind: {len(jobs)} jobs", flush=True)
@@ -497,14 +500,16 @@ def main() -> int:
                 c = callgrind_op(exe, op, small, large)
                 print(f"  {op:32} {c['instructions']:12,} instructions", flush=True)
                 return kind, op, c
-            v = what
-            c = envoy_callgrind.count(v.envoy, BODIES[v.body], wasm, workdir / "callgrind" / v.key,
-                                      requests=200 if args.quick else 400, warmup=100 if args.quick else 200)
-            want = "2xx" if v.status == 200 else "4xx"
-            if c["status"].get(want) != c["requests"]:
-                problems.append(f"{v.key} under callgrind: answers {c['status']}")
-            print(f"  Envoy {v.key:26} {c['instructions_per_request']:12,} instructions per request", flush=True)
-            return kind, v.key, c
+            todo = what
+            counted = envoy_callgrind.count_many(
+                [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body]) for v in todo], wasm,
+                workdir / "callgrind" / todo[0].key, requests=300, warmup=100, log=lambda m: print(m, flush=True))
+            for v in todo:
+                c = counted[v.key]
+                want = "2xx" if v.status == 200 else "4xx"
+                if c["status"].get(want) != c["requests"]:
+                    problems.append(f"{v.key} under callgrind: answers {c['status']}")
+            return kind, "", counted
 
         # Envoys first: they take longest.
         jobs.sort(key=lambda j: j[0] != "envoy")
@@ -514,7 +519,8 @@ def main() -> int:
                 if kind == "op":
                     result["callgrind"][key] = c
                 else:
-                    result["variants"][key]["envoy_instructions_per_request"] = c["instructions_per_request"]
+                    for k, x in c.items():
+                        result["variants"][k]["envoy_instructions_per_request"] = x["instructions_per_request"]
         result["callgrind"] = {op: result["callgrind"][op] for op, _, _ in CALLGRIND_OPS if op in result["callgrind"]}
         phases["callgrind_s"] = round(time.monotonic() - t0)
     result["phases"] = phases
