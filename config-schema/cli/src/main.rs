@@ -418,15 +418,7 @@ fn run(cli: Cli) -> Result<u8, String> {
                 print!("{text}");
             }
             if code != 0 {
-                eprintln!(
-                    "mcp-access: nothing written: {}",
-                    if code == EXIT_INVALID {
-                        "the manifests have errors"
-                    } else {
-                        "not everything was accepted (--strict)"
-                    }
-                );
-                return Ok(code);
+                return Ok(nothing_written(code));
             }
             if let Some(o) = output {
                 write_out(&o, &bundle_text(&c.bundle)?)?;
@@ -470,15 +462,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             let code = exit_code(&c, report.strict);
             eprint!("{}", render_report(&c, report.format)?);
             if code != 0 {
-                eprintln!(
-                    "mcp-access: nothing written: {}",
-                    if code == EXIT_INVALID {
-                        "the manifests have errors"
-                    } else {
-                        "not everything was accepted (--strict)"
-                    }
-                );
-                return Ok(code);
+                return Ok(nothing_written(code));
             }
             let eo = EnvoyOptions {
                 wasm: e.wasm.display().to_string(),
@@ -597,4 +581,15 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
         Format::Text => print!("{}", explain::to_text(&e)),
     }
     Ok(0)
+}
+
+/// Says why nothing was written and passes the exit code on.
+fn nothing_written(code: u8) -> u8 {
+    let why = if code == EXIT_INVALID {
+        "the manifests have errors"
+    } else {
+        "not everything was accepted (--strict)"
+    };
+    eprintln!("mcp-access: nothing written: {why}");
+    code
 }
