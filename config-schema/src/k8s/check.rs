@@ -75,6 +75,21 @@ impl Checker {
         }
     }
 
+    /// The CRD's pair of rules for a discriminated member: `member` is set exactly when
+    /// `discriminator` (whose value is `actual`) is `value`.
+    pub fn union_member(
+        &mut self,
+        field: &str,
+        (discriminator, actual): (&str, &str),
+        value: &str,
+        (member, present): (&str, bool),
+    ) {
+        let msg = format!("{member} must be specified when {discriminator} is set to '{value}'");
+        self.rule(field, actual != value || present, "object", &msg);
+        let msg = format!("{discriminator} must be '{value}' when {member} is set");
+        self.rule(field, !present || actual == value, "object", &msg);
+    }
+
     pub fn one_of(&mut self, field: &str, value: &str, allowed: &[&str]) -> bool {
         let ok = allowed.contains(&value);
         if !ok {

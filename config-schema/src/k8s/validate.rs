@@ -158,30 +158,8 @@ fn external_auth(at: &str, e: &ExternalAuth, c: &mut Checker) {
         }
     }
     let proto = opt(&e.protocol);
-    c.rule(
-        at,
-        proto != "GRPC" || e.grpc.is_some(),
-        "object",
-        "grpc must be specified when protocol is set to 'GRPC'",
-    );
-    c.rule(
-        at,
-        e.grpc.is_none() || proto == "GRPC",
-        "object",
-        "protocol must be 'GRPC' when grpc is set",
-    );
-    c.rule(
-        at,
-        proto != "HTTP" || e.http.is_some(),
-        "object",
-        "http must be specified when protocol is set to 'HTTP'",
-    );
-    c.rule(
-        at,
-        e.http.is_none() || proto == "HTTP",
-        "object",
-        "protocol must be 'HTTP' when http is set",
-    );
+    c.union_member(at, ("protocol", proto), "GRPC", ("grpc", e.grpc.is_some()));
+    c.union_member(at, ("protocol", proto), "HTTP", ("http", e.http.is_some()));
     if let Some(g) = &e.grpc {
         if let Some(h) = &g.allowed_headers {
             c.max_items(&format!("{at}.grpc.allowedHeaders"), h.len(), 64);
@@ -871,29 +849,19 @@ fn path_modifier(at: &str, p: &PathModifier, c: &mut Checker) {
         );
     }
     let k = opt(&p.kind);
-    c.rule(
+    let full = p.replace_full_path.is_some();
+    c.union_member(
         at,
-        k != "ReplaceFullPath" || p.replace_full_path.is_some(),
-        "object",
-        "replaceFullPath must be specified when type is set to 'ReplaceFullPath'",
+        ("type", k),
+        "ReplaceFullPath",
+        ("replaceFullPath", full),
     );
-    c.rule(
+    let prefix = p.replace_prefix_match.is_some();
+    c.union_member(
         at,
-        p.replace_full_path.is_none() || k == "ReplaceFullPath",
-        "object",
-        "type must be 'ReplaceFullPath' when replaceFullPath is set",
-    );
-    c.rule(
-        at,
-        k != "ReplacePrefixMatch" || p.replace_prefix_match.is_some(),
-        "object",
-        "replacePrefixMatch must be specified when type is set to 'ReplacePrefixMatch'",
-    );
-    c.rule(
-        at,
-        p.replace_prefix_match.is_none() || k == "ReplacePrefixMatch",
-        "object",
-        "type must be 'ReplacePrefixMatch' when replacePrefixMatch is set",
+        ("type", k),
+        "ReplacePrefixMatch",
+        ("replacePrefixMatch", prefix),
     );
     for v in [&p.replace_full_path, &p.replace_prefix_match]
         .into_iter()
