@@ -29,9 +29,12 @@ pub enum CertError {
 
 /// The URI SANs of the first certificate in `pem` (in certificate order).
 pub fn uri_sans(pem: &[u8]) -> Result<Vec<String>, CertError> {
-    let text = percent_decode(pem).ok_or(CertError::Encoding)?;
-    let der = pem_body(&text).ok_or(CertError::Encoding)?;
-    uri_sans_der(&der)
+    let der = if pem.contains(&b'%') {
+        pem_body(&percent_decode(pem).ok_or(CertError::Encoding)?)
+    } else {
+        pem_body(pem)
+    };
+    uri_sans_der(&der.ok_or(CertError::Encoding)?)
 }
 
 /// The URI SANs of a DER certificate.
@@ -151,14 +154,14 @@ fn percent_decode(input: &[u8]) -> Option<Vec<u8>> {
 fn pem_body(text: &[u8]) -> Option<Vec<u8>> {
     const BEGIN: &[u8] = b"-----BEGIN CERTIFICATE-----";
     const END: &[u8] = b"-----END CERTIFICATE-----";
-    let start = find(text, BEGIN)? + BEGIN.len();
+    let start = text.windows(BEGIN.len()).position(|w| w == BEGIN)? + BEGIN.len();
     let body = text.get(start..)?;
-    let end = find(body, END)?;
+    // Base64 holds no '-': the block ends at the first one.
+    let end = body.iter().position(|b| *b == b'-')?;
+    if !body.get(end..)?.starts_with(END) {
+        return None;
+    }
     base64_decode(body.get(..end)?)
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Standard base64 with padding; ASCII whitespace between characters is skipped.
@@ -186,7 +189,7 @@ fn base64_decode(input: &[u8]) -> Option<Vec<u8>> {
         bits += 6;
         if bits >= 8 {
             bits -= 8;
-            out.push(((acc >> bits) & 0xff) as u8);
+            out.push((acc >> bits) as u8);
         }
     }
     // Leftover bits must be the zero padding of the last group.
