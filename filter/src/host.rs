@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use mcp_access_bundle::SpiffeSource;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -15,6 +16,9 @@ use crate::flow::{Action, HeadersInput, Outcome, RequestFlow};
 use crate::identity;
 use crate::policy::{level_str, Engine};
 use crate::request::Caller;
+
+/// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
+static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// Filter state key (`%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%` in access logs).
 pub const FILTER_STATE_KEY: &str = "mcp_access.decision";
@@ -140,6 +144,12 @@ impl Stream {
             // Envoy names only the first URI SAN; the certificate tells how many there are.
             _ => abi::property(&["connection", "uri_san_peer_certificate"]).and_then(|san| {
                 let cert = abi::property(&["connection", "peer_certificate"]);
+                if cert.is_none() && !NO_PEER_CERTIFICATE_LOGGED.swap(true, Ordering::Relaxed) {
+                    abi::log(
+                        LogLevel::Warn,
+                        "mcp-access: Envoy gives no connection.peer_certificate: certificates cannot identify callers",
+                    );
+                }
                 identity::spiffe_from_peer(&san, cert.as_deref())
             }),
         };
