@@ -313,7 +313,7 @@ impl Evaluation {
                 );
                 continue;
             }
-            let Some(authorizer) = p.authorizer else {
+            let super::CAction::ExternalAuth { authorizer } = p.action else {
                 continue;
             };
             let call = AuthzCall {
