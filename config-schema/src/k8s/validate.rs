@@ -1,6 +1,6 @@
 //! What the API server checks, per kind: the CRDs' types, enums, patterns, list limits and
 //! `x-kubernetes-validations` rules (with their messages), plus the project's own rule that a
-//! v0alpha0 policy may not combine InlineTools and ExternalAuth rules (semantics.md §1).
+//! v0alpha0 policy may not combine InlineTools and ExternalAuth rules (docs/semantics.md §1.3).
 
 use super::check::{self, Checker, DNS_LABEL, DNS_SUBDOMAIN, GROUP, HEADER_NAME, KIND};
 use super::types::*;
