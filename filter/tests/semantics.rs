@@ -1,4 +1,4 @@
-//! semantics.md §3–§4 and the seeds' test vectors, row by row.
+//! docs/semantics.md §3–§4 and the seeds' test vectors (see its Sources), row by row.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,7 +1,7 @@
 //! What the API server checks, per kind: the CRDs' types, enums, patterns, list limits and
 //! `x-kubernetes-validations` rules (with their messages). The project's own rules (e.g. no
 //! ExternalAuth rule beside other rules) are the compiler's: such a policy exists in the
-//! cluster, so it is reported not accepted and enforced fail-closed.
+//! cluster, so it is reported not accepted and enforced fail-closed (docs/semantics.md §1.3).
 
 use super::check::{self, Checker, DNS_LABEL, DNS_SUBDOMAIN, GROUP, HEADER_NAME, KIND};
 use super::types::*;

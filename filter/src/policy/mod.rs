@@ -1,5 +1,5 @@
 //! Policy evaluation: the bundle compiled once into lookup structures ([`Engine`]), and the
-//! per-request evaluation of semantics.md §3–§4 ([`Evaluation`]).
+//! per-request evaluation of docs/semantics.md §3–§4 ([`Evaluation`]).
 
 mod eval;
 mod matcher;
