@@ -2,6 +2,7 @@
 //! and the JSON Schema generated from the types.
 
 pub mod bundle;
+pub mod host;
 #[cfg(feature = "compiler")]
 pub mod k8s;
 pub mod validate;

@@ -6,6 +6,7 @@
 
 pub mod answer;
 pub mod callout;
+pub mod canon;
 pub mod flow;
 #[cfg(target_arch = "wasm32")]
 pub mod host;

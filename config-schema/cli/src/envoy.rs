@@ -331,10 +331,7 @@ pub fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Value {
 }
 
 fn host_covers(pattern: &str, host: &str) -> bool {
-    pattern == host
-        || pattern
-            .strip_prefix("*.")
-            .is_some_and(|s| host.ends_with(&format!(".{s}")) && host.len() > s.len() + 1)
+    mcp_access_bundle::host::host_matches(pattern, host)
 }
 
 /// Virtual hosts of one or more listeners sharing a route configuration.

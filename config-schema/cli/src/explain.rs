@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use mcp_access_bundle::k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use mcp_access_bundle::Bundle;
 use mcp_access_filter::mcp::{self, ParseLimits};
-use mcp_access_filter::policy::{level_str, AuthzOutcome, Decision, Engine, Step};
+use mcp_access_filter::policy::{level_str, AuthzOutcome, Decision, Engine, HostPattern, Step};
 use mcp_access_filter::request::{Caller, McpOp, Request};
 use serde_json::{json, Value};
 
@@ -133,12 +133,7 @@ fn value_ok(regex: bool, pattern: &str, v: &str) -> bool {
 }
 
 fn host_ok(patterns: &[String], host: &str) -> bool {
-    patterns.is_empty()
-        || patterns.iter().any(|p| {
-            p == host
-                || p.strip_prefix("*.")
-                    .is_some_and(|s| host.ends_with(&format!(".{s}")))
-        })
+    patterns.is_empty() || patterns.iter().any(|p| HostPattern::new(p).matches(host))
 }
 
 /// The route Envoy would pick for the request on a listener (Gateway API precedence).
@@ -184,7 +179,7 @@ pub fn match_route<'a>(
             .then_with(|| mcp_access_bundle::k8s::precedence(a, b))
     });
     ordered.into_iter().find(|e| {
-        path_matches(e, &req.path)
+        path_matches(e, &req.canonical_path)
             && e.method.as_ref().is_none_or(|m| m == &req.method)
             && e.headers.iter().all(|h| {
                 req.header(&h.name.to_ascii_lowercase())
@@ -242,9 +237,14 @@ pub fn explain(
         }
         _ => None,
     };
+    let path = spec.path.clone().unwrap_or_else(|| "/mcp".into());
+    let canonical_path =
+        mcp_access_filter::canon::canonical_path(&path, bundle.envoy.escaped_slashes)
+            .map_err(|e| format!("--path {path:?}: the filter answers 400: {e}"))?;
     let mut req = Request {
         method,
-        path: spec.path.clone().unwrap_or_else(|| "/mcp".into()),
+        path,
+        canonical_path,
         authority: format!("{host}:{port}"),
         port,
         headers,

@@ -322,6 +322,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         envoy: bundle::EnvoySettings {
             hold_headers: true,
             unknown_backend: o.unknown_backend,
+            ..Default::default()
         },
     };
     Compiled {
@@ -1893,10 +1894,7 @@ fn path_prefix_reaches(prefix: &str, path: &str) -> bool {
 }
 
 fn host_matches(pattern: &str, host: &str) -> bool {
-    match pattern.strip_prefix("*.") {
-        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
-        None => pattern == host,
-    }
+    crate::host::host_matches(pattern, host)
 }
 
 /// Effective hostnames of a route on a listener (Gateway API intersection rules).

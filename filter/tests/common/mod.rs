@@ -74,6 +74,7 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
     Request {
         method: "POST".into(),
         path: "/mcp".into(),
+        canonical_path: "/mcp".into(),
         authority: "gateway.example.org:8443".into(),
         port: 8443,
         headers: vec![("content-type".into(), "application/json".into())],
