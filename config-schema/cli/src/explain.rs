@@ -535,3 +535,18 @@ pub fn to_text(e: &Explanation) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_hostnames_match_canonical_hosts() {
+        let wild = ["*.a.com".to_string()];
+        assert!(host_ok(&wild, "x.a.com"));
+        assert!(!host_ok(&wild, ".a.com"));
+        assert!(!host_ok(&wild, "a.com"));
+        assert!(host_ok(&["A.com.".to_string()], "a.com"));
+        assert!(host_ok(&[], "anything"));
+    }
+}
