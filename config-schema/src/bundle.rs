@@ -263,10 +263,16 @@ pub struct Policy {
     /// relayed and the order authorizer headers are applied.
     #[serde(default)]
     pub seniority: u64,
-    /// Absent: the policy applies to every request. Present: only to what a rule matches
-    /// (an empty list matches nothing).
+    /// Absent: the policy applies to all traffic (an ExternalAuth policy sends every request,
+    /// a Deny policy denies every request, an Allow policy admits every request). Present:
+    /// only what a rule matches. An empty list is rejected: omit `rules` for all traffic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<Vec<Rule>>,
+    /// Set by the compiler on the stand-in of a policy it could not accept (the reason). The
+    /// stand-in is enforced fail-closed: an Allow stand-in has no rules and admits nothing
+    /// (its level stays default-deny); a Deny stand-in denies what its rules match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_accepted: Option<String>,
 }
 
 /// A policy target.
@@ -406,11 +412,12 @@ pub struct Authorization {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct McpMatch {
-    /// Admitted methods; empty: every non-base method.
+    /// Admitted methods. An `mcp` block admits only what it lists: empty admits no tool,
+    /// prompt or resource method (then `baseProtocol` must be `Match`).
     #[serde(default)]
     pub methods: Vec<McpMethod>,
-    /// Whether base protocol traffic (initialize, ping, tools/list, notifications/*,
-    /// completion/*, logging/*, SSE GET, session DELETE) is admitted.
+    /// Whether base protocol traffic (initialize, ping, notifications/*, completion/*,
+    /// logging/*, the listing methods, SSE GET, session DELETE) is admitted.
     #[serde(default)]
     pub base_protocol: BaseProtocol,
 }
@@ -436,7 +443,8 @@ pub struct McpMethod {
     /// `resources/subscribe` or `resources/unsubscribe`.
     pub name: String,
     /// Tool / prompt names (`params.name`) or resource URIs (`params.uri`). Absent: any;
-    /// present: only these (empty admits none). Only for call/get/read/subscribe/unsubscribe.
+    /// present: only these (an empty list is rejected). Only for
+    /// call/get/read/subscribe/unsubscribe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Vec<String>>,
 }

@@ -1,5 +1,5 @@
-//! Every CRD example of kube-agentic-networking: the valid ones pass validation, the invalid
-//! ones are rejected with the message the CRD gives.
+//! Every CRD example of kube-agentic-networking (vendored in `crds/upstream`): the valid ones
+//! pass validation, the invalid ones are rejected with the message the CRD gives.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -7,14 +7,29 @@
     clippy::indexing_slicing
 )]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use mcp_access_bundle::k8s::{compile, reason, Manifests, Options};
 
 fn examples(kind: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/crds/kube-agentic-networking/examples")
+        .join("crds/upstream/kube-agentic-networking/examples")
         .join(kind)
+}
+
+/// The file names in `dir`, sorted; a missing folder fails the test by name.
+fn list(dir: &Path) -> Vec<String> {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| {
+        panic!(
+            "the vendored CRD examples are missing at {}: {e}",
+            dir.display()
+        )
+    });
+    let mut names: Vec<String> = entries
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 fn load(path: &PathBuf) -> Manifests {
@@ -24,13 +39,14 @@ fn load(path: &PathBuf) -> Manifests {
 #[test]
 fn every_valid_example_passes_validation() {
     let dir = examples("valid");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    assert!(files.len() >= 4, "examples missing under {}", dir.display());
-    for f in files {
+    let files = list(&dir);
+    assert_eq!(
+        files,
+        VALID,
+        "the vendored valid examples under {}",
+        dir.display()
+    );
+    for f in files.iter().map(|f| dir.join(f)) {
         let m = load(&f);
         assert!(
             m.problems().is_empty(),
@@ -46,6 +62,13 @@ fn every_valid_example_passes_validation() {
         );
     }
 }
+
+const VALID: &[&str] = &[
+    "accesspolicy.yaml",
+    "accesspolicy_v1alpha1.yaml",
+    "backend.yaml",
+    "cel-policy.yaml",
+];
 
 /// (file, field, message the CRD gives)
 const INVALID: &[(&str, &str, &str)] = &[
@@ -84,11 +107,7 @@ const INVALID: &[(&str, &str, &str)] = &[
 #[test]
 fn every_invalid_example_is_rejected_with_the_crd_reason() {
     let dir = examples("invalid");
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
+    let files = list(&dir);
     let mut expected: Vec<String> = INVALID.iter().map(|x| x.0.to_string()).collect();
     expected.sort();
     assert_eq!(files, expected, "an example without an expectation");

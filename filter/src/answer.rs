@@ -1,4 +1,4 @@
-//! What the client gets when a request is not let through (semantics.md §5).
+//! What the client gets when a request is not let through (docs/semantics.md §5).
 
 use mcp_access_bundle::DenyResponse;
 use serde_json::{json, Value};

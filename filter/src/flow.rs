@@ -481,10 +481,18 @@ impl RequestFlow {
                         engine.authorizers.get(c.authorizer),
                         engine.policies.get(c.policy),
                     ) else {
+                        // Not reachable from a compiled bundle; if it were, the call failed.
+                        ev.complete(
+                            c.slot,
+                            crate::policy::AuthzOutcome::Error {
+                                detail: "no such authorizer or policy".into(),
+                            },
+                        );
                         continue;
                     };
                     out.push((c.slot, callout::build(a, req, &self.body, c.level, &p.id)));
                 }
+                // Even when empty: the host dispatches nothing and resumes, which decides.
                 Action::Dispatch(out)
             }
             Step::Done(decision) => self.finish(engine, decision),

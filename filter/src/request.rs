@@ -59,7 +59,16 @@ pub enum McpOp {
     NotMcp,
 }
 
-const BASE_METHODS: &[&str] = &["initialize", "ping", "tools/list"];
+/// Base protocol: carries no access to a tool, prompt or resource. The listing methods are
+/// base protocol too (their own rules may also name them).
+const BASE_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+];
 const BASE_PREFIXES: &[&str] = &["notifications/", "completion/", "logging/"];
 
 impl McpOp {

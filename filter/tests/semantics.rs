@@ -1,4 +1,4 @@
-//! semantics.md §3–§4 and the seeds' test vectors, row by row.
+//! docs/semantics.md §3–§4 and the seeds' test vectors (see its Sources), row by row.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use common::*;
 use mcp_access_bundle::Level;
-use mcp_access_filter::policy::{AuthzOutcome, Decision, Reason, Step};
+use mcp_access_filter::policy::{AuthzOutcome, Decision, Engine, Reason, Step};
 use mcp_access_filter::request::McpOp;
 use serde_json::json;
 
@@ -348,10 +348,19 @@ fn no_policies_allow_everything_and_empty_tools_admit_no_call() {
 }
 
 #[test]
-fn allow_with_empty_rule_list_denies_everything_at_its_level() {
-    let p = json!({"name": "nothing", "level": "Gateway", "targets": [{"name": "gw"}],
-                   "action": "Allow", "rules": []});
-    let e = engine(&bundle(vec![p], &[]));
+fn empty_rule_lists_are_rejected_and_omitted_rules_mean_all_traffic() {
+    for action in ["Allow", "Deny", "ExternalAuth"] {
+        let mut p = json!({"name": "p", "level": "Gateway", "targets": [{"name": "gw"}],
+                           "action": action, "rules": []});
+        if action == "ExternalAuth" {
+            p["externalAuth"] = "a".into();
+        }
+        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes()).unwrap_err();
+        assert!(
+            err.contains("policies[0].rules") && err.contains("omit `rules`"),
+            "{action}: {err}"
+        );
+    }
     let init = request(
         McpOp::Call {
             method: "initialize".into(),
@@ -359,7 +368,95 @@ fn allow_with_empty_rule_list_denies_everything_at_its_level() {
         },
         Some(ALPHA),
     );
+    let all = |action: &str| {
+        let mut p = json!({"name": "p", "level": "Gateway", "targets": [{"name": "gw"}],
+                           "action": action});
+        if action == "ExternalAuth" {
+            p["externalAuth"] = "a".into();
+        }
+        engine(&bundle(vec![p], &["a"]))
+    };
+    assert!(is_allow(&run(&all("Allow"), &init, &HashMap::new()).0));
+    assert!(!is_allow(&run(&all("Deny"), &init, &HashMap::new()).0));
+    let no = HashMap::from([(
+        "p",
+        AuthzOutcome::Deny {
+            status: 401,
+            headers: vec![],
+            body: vec![],
+        },
+    )]);
+    let (d, calls) = run(&all("ExternalAuth"), &init, &no);
+    assert_eq!(calls, [["p"]], "every request goes to the authorizer");
+    assert!(!is_allow(&d));
+}
+
+#[test]
+fn an_allow_stand_in_admits_nothing_but_other_allow_policies_still_admit() {
+    let standin = json!({"name": "x.not-accepted", "level": "Gateway", "targets": [{"name": "gw"}],
+                         "action": "Allow", "notAccepted": "Unsupported: CEL"});
+    let init = request(
+        McpOp::Call {
+            method: "initialize".into(),
+            param: None,
+        },
+        Some(ALPHA),
+    );
+    let e = engine(&bundle(vec![standin.clone()], &[]));
     assert!(!is_allow(&run(&e, &init, &HashMap::new()).0));
+    let e = engine(&bundle(
+        vec![standin.clone(), inline_tools("ok", "Gateway", "gw", &["t"])],
+        &[],
+    ));
+    assert!(is_allow(&run(&e, &init, &HashMap::new()).0));
+    assert!(!is_allow(&run(&e, &call("u"), &HashMap::new()).0));
+    // A stand-in with rules, or one calling an authorizer, is not a bundle.
+    let mut with_rules = standin.clone();
+    with_rules["rules"] = json!([{"name": "r"}]);
+    let mut ext = standin;
+    ext["action"] = "ExternalAuth".into();
+    ext["externalAuth"] = "a".into();
+    for (p, field) in [(with_rules, "rules"), (ext, "notAccepted")] {
+        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes()).unwrap_err();
+        assert!(err.contains(&format!("policies[0].{field}")), "{err}");
+    }
+}
+
+#[test]
+fn an_mcp_block_without_methods_admits_only_the_base_protocol() {
+    let p = json!({"name": "base", "level": "Backend", "targets": [{"name": "tools"}],
+                   "action": "Allow", "rules": [{"name": "base",
+                       "authorization": {"mcp": {"baseProtocol": "Match"}}}]});
+    let e = engine(&bundle(vec![p], &[]));
+    assert!(!is_allow(&run(&e, &call("anything"), &HashMap::new()).0));
+    for method in ["initialize", "tools/list", "prompts/list", "resources/list"] {
+        let r = request(
+            McpOp::Call {
+                method: method.into(),
+                param: None,
+            },
+            Some(ALPHA),
+        );
+        assert!(is_allow(&run(&e, &r, &HashMap::new()).0), "{method}");
+    }
+    for method in ["prompts/get", "resources/read", "resources/subscribe"] {
+        let r = request(
+            McpOp::Call {
+                method: method.into(),
+                param: Some("x".into()),
+            },
+            Some(ALPHA),
+        );
+        assert!(!is_allow(&run(&e, &r, &HashMap::new()).0), "{method}");
+    }
+    // With nothing listed and the base protocol skipped, it would match nothing: rejected.
+    let inert = json!({"name": "inert", "level": "Backend", "targets": [{"name": "tools"}],
+                       "action": "Deny", "rules": [{"name": "r", "authorization": {"mcp": {}}}]});
+    let err = Engine::from_json(bundle(vec![inert], &[]).to_string().as_bytes()).unwrap_err();
+    assert!(
+        err.contains("rules[0].authorization.mcp") && err.contains("matches nothing"),
+        "{err}"
+    );
 }
 
 #[test]

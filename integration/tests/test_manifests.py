@@ -1,9 +1,9 @@
 """The Kubernetes manifests scripts/manifests generates for Envoy Gateway and Istio.
 
-1. Every generated object is validated against the real CRD schemas in ../shared/crds/ (as the API
-   server would: defaults, the OpenAPI schema with unknown fields rejected, and every
-   x-kubernetes-validations CEL rule). Objects whose CRD is not in shared/crds are reported as
-   skipped, by name. The validator is shown to reject broken objects, so a pass means something.
+1. Every generated object is validated against the upstream CRD schemas vendored in
+   config-schema/crds/upstream/ (as the API server would: defaults, the OpenAPI schema with unknown
+   fields rejected, and every x-kubernetes-validations CEL rule). A generated kind without its CRD
+   there fails the test. The validator is shown to reject broken objects, so a pass means something.
 2. The example manifests in deploy/ are what the generator produces from their recorded inputs.
 3. Each platform's output is rendered into the Envoy configuration that platform would produce
    (Envoy Gateway: the Wasm filter it generates, with the EnvoyPatchPolicy's JSON patches applied
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import subprocess
 import sys
@@ -64,8 +63,14 @@ EXAMPLE_ARGS = [
 ]
 
 
-def crd_dir() -> Path:
-    return Path(os.environ.get("MCP_ACCESS_CRDS") or REPO.parent / "shared" / "crds")
+CRD_DIR = REPO / "config-schema" / "crds" / "upstream"
+# The vendored CRD files the generated kinds are validated against.
+CRD_FILES = {
+    "EnvoyExtensionPolicy": "envoy-gateway/gateway.envoyproxy.io_envoyextensionpolicies.yaml",
+    "EnvoyPatchPolicy": "envoy-gateway/gateway.envoyproxy.io_envoypatchpolicies.yaml",
+    "ClientTrafficPolicy": "envoy-gateway/gateway.envoyproxy.io_clienttrafficpolicies.yaml",
+    "WasmPlugin": "istio/wasmplugin.yaml",
+}
 
 
 def run_manifests(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -220,12 +225,9 @@ def validate(crds: Crds, obj: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def crds() -> Crds:
-    d = crd_dir()
-    if not d.is_dir():
-        pytest.fail(f"the CRD schemas are not at {d} (shared/crds beside the repository; or set MCP_ACCESS_CRDS)")
-    c = Crds(d)
-    assert c.schemas, f"no CRDs found under {d}"
-    return c
+    missing = [f for f in CRD_FILES.values() if not (CRD_DIR / f).is_file()]
+    assert not missing, f"vendored CRDs missing under {CRD_DIR}: {missing}"
+    return Crds(CRD_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -244,13 +246,13 @@ def test_generated_object_is_valid_for_its_crd(
     objs = [o for o in generated[platform] if o["kind"] == kind]
     assert objs, f"{platform} output has no {kind}"
     for obj in objs:
-        if crds.schema_for(obj) is None:
-            pytest.skip(f"no CRD for {obj['apiVersion']} {kind} in {crd_dir()}: not validated against a schema")
+        assert crds.schema_for(obj) is not None, (
+            f"{CRD_DIR / CRD_FILES[kind]} does not serve {obj['apiVersion']} {kind}")
         assert validate(crds, obj) == [], yaml.safe_dump(obj)
 
 
 def test_the_validator_rejects_broken_objects(generated: dict[str, list[dict[str, Any]]], crds: Crds) -> None:
-    eep = next(o for o in generated["envoy-gateway"] if o["kind"] == "EnvoyExtensionPolicy")
+    eep, epp, ctp = generated["envoy-gateway"]
     plugin = generated["istio"][0]
 
     def broken(obj: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> list[str]:
@@ -271,6 +273,12 @@ def test_the_validator_rejects_broken_objects(generated: dict[str, list[dict[str
     assert any("url must have schema" in e for e in errors), errors
     assert broken(plugin, lambda o: o["spec"].update(sha256="ABC")), "sha256 pattern"
     assert broken(plugin, lambda o: o["metadata"].update(name="Not_A_Name"))
+    # The EnvoyPatchPolicy's and ClientTrafficPolicy's schemas and rules are applied too.
+    assert broken(epp, lambda o: o["spec"].update(type="JSONMerge"))
+    assert broken(epp, lambda o: o["spec"]["jsonPatches"][1]["operation"].update(op="append"))
+    assert broken(ctp, lambda o: o["spec"]["connection"].update(bufferLimit="2MB"))
+    errors = broken(ctp, lambda o: o["spec"]["targetRefs"][0].update(kind="HTTPRoute"))
+    assert any("targetRefs[*].kind of Gateway or" in e for e in errors), errors
 
 
 def test_generated_objects_carry_the_image_digest_and_bundle(generated: dict[str, list[dict[str, Any]]]) -> None:

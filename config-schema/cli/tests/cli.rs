@@ -17,10 +17,17 @@ fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quickstart.yaml")
 }
 
+/// kube-agentic-networking's CRD examples, vendored in `config-schema/crds/upstream`.
 fn examples(kind: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/crds/kube-agentic-networking/examples")
-        .join(kind)
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../crds/upstream/kube-agentic-networking/examples")
+        .join(kind);
+    assert!(
+        dir.is_dir(),
+        "the vendored CRD examples are missing at {}",
+        dir.display()
+    );
+    dir
 }
 
 fn tmp(name: &str) -> PathBuf {

@@ -1315,12 +1315,23 @@ impl Ctx<'_> {
                     external_auth,
                     seniority,
                     rules: content.rules.clone().ok().flatten(),
+                    not_accepted: None,
                 });
             }
             if !standin_targets.is_empty() && !self.o.skip_rejected {
-                let (action, rules) = match content.action {
-                    Action::Allow => (Action::Allow, Some(Vec::new())),
+                // Fail closed: an Allow policy admits nothing; anything else denies what it
+                // would have selected (everything, when its rules cannot be trusted).
+                let (action, rules) = match (content.action, content.deny_all) {
+                    (Action::Allow, false) => (Action::Allow, None),
+                    (_, true) => (Action::Deny, None),
                     _ => (Action::Deny, content.rules.clone().ok().flatten()),
+                };
+                let why = match &content.problem {
+                    Err((reason, msg)) => format!("{reason}: {msg}"),
+                    Ok(()) => format!(
+                        "{}: more senior policies fill a target's limit",
+                        reason::LIMIT
+                    ),
                 };
                 out.push(bundle::Policy {
                     name: format!("{}.not-accepted", p.meta.name),
@@ -1331,6 +1342,7 @@ impl Ctx<'_> {
                     external_auth: None,
                     seniority,
                     rules,
+                    not_accepted: Some(why),
                 });
             }
             self.report.policies.push(status(p, Some(seniority), conds));
@@ -1342,8 +1354,9 @@ impl Ctx<'_> {
         if self.o.skip_rejected {
             return "; the policy is not enforced (--skip-rejected)".into();
         }
-        match c.action {
-            Action::Allow => {
+        match (c.action, c.deny_all) {
+            (_, true) => "; enforced fail-closed: every request to this target is denied".into(),
+            (Action::Allow, false) => {
                 "; enforced fail-closed: this target admits nothing through this policy".into()
             }
             _ => "; enforced fail-closed: requests it selects are denied".into(),
@@ -1425,7 +1438,8 @@ impl Ctx<'_> {
                 } else {
                     Action::Allow
                 };
-                let rules = s.rules.as_ref().map(|rs| {
+                // `rules: []` is indistinguishable from omitted in Kubernetes: all traffic.
+                let rules = s.rules.as_ref().filter(|rs| !rs.is_empty()).map(|rs| {
                     rs.iter()
                         .enumerate()
                         .map(|(i, r)| rule_v1(&format!("spec.rules[{i}]"), r))
@@ -1440,17 +1454,52 @@ impl Ctx<'_> {
                     (Action::ExternalAuth, Some(e)) => {
                         Some(self.authorizer(p, "spec.externalAuth", e))
                     }
+                    (_, Some(_)) => Some(Err((
+                        reason::INVALID,
+                        format!(
+                            "spec.externalAuth is only used with action ExternalAuth, not {}: remove it or set action: ExternalAuth",
+                            opt(&s.action)
+                        ),
+                    ))),
                     _ => None,
                 };
                 self.finish_content(p, action, rules, authorizer, ns)
             }
             PolicySpec::V0(s) => {
                 let rs = s.rules.clone().unwrap_or_default();
-                let ext = rs.iter().enumerate().find(|(_, r)| {
-                    r.authorization
-                        .as_ref()
-                        .is_some_and(|a| opt(&a.kind) == "ExternalAuth")
-                });
+                let kind = |r: &RuleV0| r.authorization.as_ref().map(|a| opt(&a.kind).to_string());
+                let ext = rs
+                    .iter()
+                    .enumerate()
+                    .find(|(_, r)| kind(r).as_deref() == Some("ExternalAuth"));
+                if let (Some((i, _)), true) = (ext, rs.len() > 1) {
+                    // The authorizer would judge some callers while the other rules admit
+                    // others: not one policy's meaning. Rejected, and every request denied.
+                    let others: Vec<String> = rs
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(j, r)| {
+                            let what = kind(r).unwrap_or_else(|| "no authorization".into());
+                            format!("spec.rules[{j}] ({what})")
+                        })
+                        .collect();
+                    let mut c = self.finish_content(
+                        p,
+                        Action::ExternalAuth,
+                        Err((
+                            reason::INVALID,
+                            format!(
+                                "spec.rules[{i}] is an ExternalAuth rule and a policy with one may have no other rules; move {} to a policy of its own",
+                                others.join(", ")
+                            ),
+                        )),
+                        None,
+                        ns,
+                    );
+                    c.deny_all = true;
+                    return c;
+                }
                 match ext {
                     Some((i, r)) => {
                         let rule = source_v(&format!("spec.rules[{i}]"), r.source.as_ref()).map(
@@ -1550,6 +1599,7 @@ impl Ctx<'_> {
                         external_auth: authorizer.as_ref().map(|_| "a".to_string()),
                         seniority: 0,
                         rules: r.clone(),
+                        not_accepted: None,
                     }],
                     deny_response: Default::default(),
                     limits: Default::default(),
@@ -1569,6 +1619,7 @@ impl Ctx<'_> {
             action,
             rules,
             authorizer,
+            deny_all: false,
             problem: match problem {
                 Some(p) => Err(p),
                 None => Ok(()),
@@ -1676,6 +1727,8 @@ struct PolicyContent {
     action: Action,
     rules: Result<Option<Vec<bundle::Rule>>, (&'static str, String)>,
     authorizer: Option<bundle::Authorizer>,
+    /// Not accepted in a way that leaves no trustworthy selection: the stand-in denies all.
+    deny_all: bool,
     problem: Result<(), (&'static str, String)>,
 }
 
@@ -1746,22 +1799,43 @@ fn cel_unsupported(at: &str) -> (&'static str, String) {
     )
 }
 
+fn unknown_match(at: &str, kind: &str) -> (&'static str, String) {
+    (
+        reason::INVALID,
+        format!("{at}.type \"{kind}\" is not supported"),
+    )
+}
+
 fn rule_v0(at: &str, r: &RuleV0) -> Result<bundle::Rule, (&'static str, String)> {
     let source = source_v(at, r.source.as_ref())?;
     let authorization = match &r.authorization {
         None => None,
         Some(a) => match opt(&a.kind) {
             "CEL" => return Err(cel_unsupported(at)),
-            _ => Some(bundle::Authorization {
-                mcp: Some(bundle::McpMatch {
-                    methods: vec![bundle::McpMethod {
-                        name: "tools/call".into(),
-                        params: Some(a.tools.clone().unwrap_or_default()),
-                    }],
-                    base_protocol: bundle::BaseProtocol::Match,
-                }),
-                ..Default::default()
-            }),
+            // InlineTools: these tools plus the base protocol; no tools: the base protocol.
+            "InlineTools" => {
+                let tools = a.tools.clone().unwrap_or_default();
+                Some(bundle::Authorization {
+                    mcp: Some(bundle::McpMatch {
+                        methods: if tools.is_empty() {
+                            Vec::new()
+                        } else {
+                            vec![bundle::McpMethod {
+                                name: "tools/call".into(),
+                                params: Some(tools),
+                            }]
+                        },
+                        base_protocol: bundle::BaseProtocol::Match,
+                    }),
+                    ..Default::default()
+                })
+            }
+            other => return Err((
+                reason::INVALID,
+                format!(
+                    "{at}.authorization.type \"{other}\" is not InlineTools, ExternalAuth or CEL"
+                ),
+            )),
         },
     };
     Ok(bundle::Rule {
@@ -1800,7 +1874,13 @@ fn rule_v1(at: &str, r: &RuleV1) -> Result<bundle::Rule, (&'static str, String)>
                 let kind = match p.kind.as_deref().unwrap_or("PathPrefix") {
                     "Exact" => bundle::MatchType::Exact,
                     "RegularExpression" => bundle::MatchType::RegularExpression,
-                    _ => bundle::MatchType::PathPrefix,
+                    "PathPrefix" => bundle::MatchType::PathPrefix,
+                    other => {
+                        return Err(unknown_match(
+                            &format!("{at}.authorization.paths[{i}]"),
+                            other,
+                        ))
+                    }
                 };
                 let mut value = opt(&p.value).to_string();
                 if value.is_empty() {
@@ -1822,23 +1902,40 @@ fn rule_v1(at: &str, r: &RuleV1) -> Result<bundle::Rule, (&'static str, String)>
                     .headers
                     .iter()
                     .flatten()
-                    .map(|h| bundle::HeaderMatch {
-                        name: opt(&h.name).to_string(),
-                        kind: if h.kind.as_deref() == Some("RegularExpression") {
-                            bundle::MatchType::RegularExpression
-                        } else {
-                            bundle::MatchType::Exact
-                        },
-                        value: opt(&h.value).to_string(),
+                    .enumerate()
+                    .map(|(i, h)| {
+                        let kind = match h.kind.as_deref().unwrap_or("Exact") {
+                            "Exact" => bundle::MatchType::Exact,
+                            "RegularExpression" => bundle::MatchType::RegularExpression,
+                            other => {
+                                return Err(unknown_match(
+                                    &format!("{at}.authorization.headers[{i}]"),
+                                    other,
+                                ))
+                            }
+                        };
+                        Ok(bundle::HeaderMatch {
+                            name: opt(&h.name).to_string(),
+                            kind,
+                            value: opt(&h.value).to_string(),
+                        })
                     })
-                    .collect(),
+                    .collect::<Result<Vec<_>, _>>()?,
                 hosts: a.hosts.clone().unwrap_or_default(),
                 ports: a
                     .ports
                     .iter()
                     .flatten()
-                    .filter_map(|p| u16::try_from(*p).ok())
-                    .collect(),
+                    .enumerate()
+                    .map(|(i, p)| {
+                        u16::try_from(*p).ok().filter(|p| *p != 0).ok_or_else(|| {
+                            (
+                                reason::INVALID,
+                                format!("{at}.authorization.ports[{i}]: {p} is not a port"),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
             })
         }
     };

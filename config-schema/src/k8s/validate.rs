@@ -1,6 +1,7 @@
 //! What the API server checks, per kind: the CRDs' types, enums, patterns, list limits and
-//! `x-kubernetes-validations` rules (with their messages), plus the project's own rule that a
-//! v0alpha0 policy may not combine InlineTools and ExternalAuth rules (semantics.md §1).
+//! `x-kubernetes-validations` rules (with their messages). The project's own rules (e.g. no
+//! ExternalAuth rule beside other rules) are the compiler's: such a policy exists in the
+//! cluster, so it is reported not accepted and enforced fail-closed (docs/semantics.md §1.3).
 
 use super::check::{self, Checker, DNS_LABEL, DNS_SUBDOMAIN, GROUP, HEADER_NAME, KIND};
 use super::types::*;
@@ -207,16 +208,6 @@ pub fn policy_v0(s: &PolicySpecV0, c: &mut Checker) {
         ext <= 1,
         "array",
         "a maximum of one rule per policy can specify 'ExternalAuth' authorization type",
-    );
-    let inline = rules
-        .iter()
-        .filter(|r| kind_of(r).as_deref() == Some("InlineTools"))
-        .count();
-    c.rule(
-        "spec.rules",
-        ext == 0 || inline == 0,
-        "array",
-        "a policy may not combine InlineTools and ExternalAuth rules",
     );
     for (i, r) in rules.iter().enumerate() {
         let at = format!("spec.rules[{i}]");

@@ -1,4 +1,4 @@
-//! Per-request evaluation (semantics.md §3): for the Gateway level, then the Backend level:
+//! Per-request evaluation (docs/semantics.md §3): for the Gateway level, then the Backend level:
 //! ExternalAuth, then Deny, then Allow. Authorizer calls are returned to the caller as a
 //! [`Step::Call`]; their outcomes are fed back with [`Evaluation::complete`].
 
@@ -313,7 +313,7 @@ impl Evaluation {
                 );
                 continue;
             }
-            let Some(authorizer) = p.authorizer else {
+            let super::CAction::ExternalAuth { authorizer } = p.action else {
                 continue;
             };
             let call = AuthzCall {

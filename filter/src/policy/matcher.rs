@@ -322,12 +322,10 @@ impl CMcp {
         if self.base && op.is_base() {
             return true;
         }
+        // An mcp block admits only what it lists (none: only the base protocol, with Match).
         let McpOp::Call { method, param } = op else {
             return false;
         };
-        if self.methods.is_empty() {
-            return !op.is_base();
-        }
         self.methods
             .iter()
             .any(|m| m.matches(method, param.as_deref()))

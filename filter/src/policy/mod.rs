@@ -1,5 +1,5 @@
 //! Policy evaluation: the bundle compiled once into lookup structures ([`Engine`]), and the
-//! per-request evaluation of semantics.md §3–§4 ([`Evaluation`]).
+//! per-request evaluation of docs/semantics.md §3–§4 ([`Evaluation`]).
 
 mod eval;
 mod matcher;
@@ -30,11 +30,23 @@ pub struct CPolicy {
     /// `namespace/name`.
     pub id: String,
     pub level: Level,
-    pub action: Action,
-    /// Index into [`Engine::authorizers`].
-    pub authorizer: Option<usize>,
-    /// None: applies to every request.
+    pub action: CAction,
+    /// None: applies to all traffic. `Some(empty)` only for the stand-in of an Allow policy
+    /// that was not accepted: it admits nothing.
     pub rules: Option<Vec<CRule>>,
+    /// Why the compiler did not accept the policy this stands in for.
+    pub not_accepted: Option<String>,
+}
+
+/// What a compiled policy does; an ExternalAuth policy always has its authorizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CAction {
+    /// Call this authorizer (index into [`Engine::authorizers`]).
+    ExternalAuth {
+        authorizer: usize,
+    },
+    Allow,
+    Deny,
 }
 
 /// A rule of a policy; `rule: None` stands for a policy without rules (matches everything).
@@ -244,21 +256,46 @@ impl Engine {
                     }
                 }
             }
-            let authorizer = match &p.external_auth {
-                Some(name) => Some(
-                    b.authorizers
+            let id = format!("{}/{}", p.namespace, p.name);
+            let action = match (p.action, &p.external_auth) {
+                (Action::ExternalAuth, Some(name)) => CAction::ExternalAuth {
+                    authorizer: b
+                        .authorizers
                         .iter()
                         .position(|a| &a.name == name)
-                        .ok_or_else(|| format!("no authorizer named {name}"))?,
-                ),
-                None => None,
+                        .ok_or_else(|| format!("policy {id}: no authorizer named {name}"))?,
+                },
+                (Action::ExternalAuth, None) => {
+                    return Err(format!("policy {id}: ExternalAuth needs an authorizer"))
+                }
+                (_, Some(_)) => {
+                    return Err(format!(
+                        "policy {id}: externalAuth is only allowed with action ExternalAuth"
+                    ))
+                }
+                (Action::Allow, None) => CAction::Allow,
+                (Action::Deny, None) => CAction::Deny,
+            };
+            let rules = match (&p.not_accepted, action, rules) {
+                (Some(_), CAction::Allow, _) => Some(Vec::new()),
+                (Some(_), CAction::ExternalAuth { .. }, _) => {
+                    return Err(format!(
+                        "policy {id}: a policy that was not accepted cannot call an authorizer"
+                    ))
+                }
+                (_, _, Some(rs)) if rs.is_empty() => {
+                    return Err(format!(
+                        "policy {id}: an empty rule list applies to nothing; omit rules for all traffic"
+                    ))
+                }
+                (_, _, rules) => rules,
             };
             policies.push(CPolicy {
-                id: format!("{}/{}", p.namespace, p.name),
+                id,
                 level: p.level,
-                action: p.action,
-                authorizer,
+                action,
                 rules,
+                not_accepted: p.not_accepted.clone(),
             });
         }
 
@@ -406,9 +443,9 @@ impl LevelIndex {
     fn attach(&mut self, pid: PolicyId, policies: &[CPolicy]) {
         let Some(p) = policies.get(pid) else { return };
         match p.action {
-            Action::ExternalAuth => self.external_auth.push(pid),
-            Action::Deny | Action::Allow => {
-                let set = if p.action == Action::Deny {
+            CAction::ExternalAuth { .. } => self.external_auth.push(pid),
+            CAction::Deny | CAction::Allow => {
+                let set = if p.action == CAction::Deny {
                     &mut self.deny
                 } else {
                     self.has_allow = true;

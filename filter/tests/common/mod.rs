@@ -47,10 +47,15 @@ pub fn ext(name: &str, level: &str, target: &str, authorizer: &str, seniority: u
 
 /// An Allow policy admitting tools/call of `tools` (v0alpha0 InlineTools: base protocol too).
 pub fn inline_tools(name: &str, level: &str, target: &str, tools: &[&str]) -> Value {
+    // No tools: no method, only the base protocol (as the compiler maps `tools: []`).
+    let methods = if tools.is_empty() {
+        json!([])
+    } else {
+        json!([{"name": "tools/call", "params": tools}])
+    };
     json!({"name": name, "level": level, "targets": [{"name": target}], "action": "Allow",
            "rules": [{"name": "tools", "authorization": {"mcp": {
-               "methods": [{"name": "tools/call", "params": tools}],
-               "baseProtocol": "Match"}}}]})
+               "methods": methods, "baseProtocol": "Match"}}}]})
 }
 
 /// A Deny policy matching tools/call of `tools`.
