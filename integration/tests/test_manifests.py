@@ -70,6 +70,7 @@ CRD_FILES = {
     "EnvoyPatchPolicy": "envoy-gateway/gateway.envoyproxy.io_envoypatchpolicies.yaml",
     "ClientTrafficPolicy": "envoy-gateway/gateway.envoyproxy.io_clienttrafficpolicies.yaml",
     "WasmPlugin": "istio/wasmplugin.yaml",
+    "EnvoyFilter": "istio/envoyfilter.yaml",
 }
 
 
