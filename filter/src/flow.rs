@@ -216,15 +216,17 @@ impl RequestFlow {
         if let Err(e) = canonical {
             return self.reject(400, INVALID_REQUEST, "invalid_path", &e.to_string());
         }
-        if let Some(enc) = req.header("content-encoding") {
-            if !enc.trim().eq_ignore_ascii_case("identity") {
-                return self.reject(
-                    415,
-                    INVALID_REQUEST,
-                    "unsupported_encoding",
-                    "Content-Encoding is not supported",
-                );
-            }
+        // Every copy of a repeated header is checked: any one may be what the upstream reads.
+        let encoded = req
+            .header_values("content-encoding")
+            .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
+        if encoded {
+            return self.reject(
+                415,
+                INVALID_REQUEST,
+                "unsupported_encoding",
+                "Content-Encoding is not supported",
+            );
         }
         if input.end_of_stream {
             if req.method == "POST" {
@@ -233,33 +235,34 @@ impl RequestFlow {
             let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
             return self.decide(engine, op);
         }
-        if req.method == "POST" {
-            if let Some(ct) = req.header("content-type") {
-                let essence = ct.split(';').next().unwrap_or_default().trim();
-                if !essence.eq_ignore_ascii_case("application/json") {
-                    return self.reject(
-                        415,
-                        INVALID_REQUEST,
-                        "unsupported_media_type",
-                        "Content-Type must be application/json",
-                    );
-                }
-            }
+        let other_type = req.header_values("content-type").any(|ct| {
+            let essence = ct.split(';').next().unwrap_or_default().trim();
+            !essence.eq_ignore_ascii_case("application/json")
+        });
+        if req.method == "POST" && other_type {
+            return self.reject(
+                415,
+                INVALID_REQUEST,
+                "unsupported_media_type",
+                "Content-Type must be application/json",
+            );
         }
         let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
-        if let Some(len) = req.header("content-length") {
-            match len.trim().parse::<u64>() {
-                Err(_) => {
-                    return self.reject(
-                        400,
-                        INVALID_REQUEST,
-                        "invalid_content_length",
-                        "Content-Length is not a number",
-                    )
-                }
-                Ok(l) if l > limit as u64 => return self.too_large(),
-                Ok(_) => {}
+        let lengths = req
+            .header_values("content-length")
+            .map(|len| len.trim().parse::<u64>())
+            .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
+        match lengths {
+            Err(_) => {
+                return self.reject(
+                    400,
+                    INVALID_REQUEST,
+                    "invalid_content_length",
+                    "Content-Length is not a number",
+                )
             }
+            Ok(l) if l > limit as u64 => return self.too_large(),
+            Ok(_) => {}
         }
         self.stage = Stage::Body;
         Action::Hold

@@ -387,3 +387,22 @@ fn host_rules_match_the_canonical_host() {
         assert_eq!(at(h), DENIED, "{h}");
     }
 }
+
+#[test]
+fn every_copy_of_encoding_type_and_length_is_checked() {
+    let e = engine(&bundle(vec![], &[]));
+    let body = Some("{}");
+    let at = |h: &[(&str, &str)]| answer(send(&e, "POST", "/mcp", "gw.example.org", h, body));
+    let enc = [
+        ("content-encoding", "identity"),
+        ("content-encoding", "gzip"),
+    ];
+    assert_eq!(at(&enc).0, 415);
+    let ct = [
+        ("content-type", "application/json"),
+        ("content-type", "text/plain"),
+    ];
+    assert_eq!(at(&ct).0, 415);
+    let len = [("content-length", "2"), ("content-length", "x")];
+    assert_eq!(at(&len), BAD_PATH);
+}
