@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 /// The only `apiVersion` this crate reads and writes.
 pub const API_VERSION: &str = "mcp-access.io/v1";
 
+/// Default [`Authorizer::max_response_body_bytes`].
+pub const DEFAULT_MAX_RESPONSE_BODY_BYTES: u32 = 8 * 1024;
+
 /// A compiled set of access policies for one data plane.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -202,6 +205,12 @@ pub struct Authorizer {
     /// Forward up to this many body bytes (0: none).
     #[serde(default)]
     pub forward_body_max_bytes: u32,
+    /// Largest denial body relayed to the client (default 8192 bytes, at most 1 MiB). The filter reads at most one
+    /// byte more of a denial and nothing of other answers; a larger denial body is not relayed:
+    /// the request is still denied with the authorizer's status and headers, an empty body,
+    /// and no `Content-Type`/`Content-Encoding`.
+    #[serde(default = "default_max_response_body")]
+    pub max_response_body_bytes: u32,
     /// What an unreachable authorizer, a timeout or a 5xx means.
     #[serde(default)]
     pub failure_mode: FailureMode,
@@ -611,6 +620,9 @@ fn default_deny_code() -> i32 {
 }
 fn default_deny_message() -> String {
     "Access denied".to_string()
+}
+fn default_max_response_body() -> u32 {
+    DEFAULT_MAX_RESPONSE_BODY_BYTES
 }
 fn default_max_body() -> u32 {
     1024 * 1024

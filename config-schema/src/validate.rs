@@ -294,6 +294,11 @@ impl Validator {
                 || format!("{at}.timeoutMs"),
                 "must be between 1 and 60000",
             );
+            self.check(
+                a.max_response_body_bytes <= 1024 * 1024,
+                || format!("{at}.maxResponseBodyBytes"),
+                "must be at most 1048576 (1 MiB)",
+            );
             if let Some(auth) = &a.authority {
                 self.check(
                     !auth.is_empty() && auth.bytes().all(|c| c.is_ascii_graphic()),

@@ -156,12 +156,13 @@ fn request(engine: &Engine, body: &[u8]) -> (bool, String) {
                 let mut tokens = Vec::new();
                 for (slot, _call) in calls {
                     token += 1;
-                    flow.dispatched(slot, Ok(token));
+                    flow.dispatched(engine, slot, Ok(token), 0);
                     tokens.push(token);
                 }
                 action = flow.resume(engine);
                 for t in tokens {
-                    action = flow.on_callout_response(engine, t, Some(200), Vec::new(), Vec::new());
+                    action =
+                        flow.on_callout_response(engine, t, Some(200), Vec::new(), Vec::new(), 0);
                 }
             }
             Action::Hold => panic!("flow stalled"),

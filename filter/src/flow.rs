@@ -4,7 +4,7 @@
 use mcp_access_bundle::Level;
 
 use crate::answer::{self, LocalResponse, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR};
-use crate::callout::{self, CalloutRequest};
+use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
 use crate::mcp::{self, ParseError, ParseLimits};
 use crate::policy::{level_str, Decision, Engine, Evaluation, Step};
@@ -25,6 +25,12 @@ pub enum Action {
 }
 
 /// How the request ended, for stats, logs and filter state.
+///
+/// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `decision` (`allow` or
+/// `deny`), `jwt`, `level`, `listener`, `method`, `name`, `policy`, `reason`, `rule`, `status`;
+/// absent values are `null`. `caller` is the SPIFFE ID when the certificate (or trusted header)
+/// identifies the caller, else `jwt:<iss>#<sub>` of its verified JWT, else `null`; `jwt` is
+/// `<iss>#<sub>` of the verified JWT (with or without a SPIFFE ID), `<iss>` without a `sub`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub allowed: bool,
@@ -38,7 +44,10 @@ pub struct Outcome {
     pub backend: Option<String>,
     pub mcp_method: Option<String>,
     pub mcp_param: Option<String>,
+    /// The SPIFFE ID, else `jwt:` and [`Outcome::jwt`].
     pub caller: Option<String>,
+    /// `<iss>#<sub>` of the first verified JWT (in the bundle's provider order).
+    pub jwt: Option<String>,
 }
 
 impl Outcome {
@@ -54,6 +63,8 @@ impl Outcome {
         push_opt_str(&mut out, self.caller.as_deref());
         out.push_str(",\"decision\":");
         push_str(&mut out, if self.allowed { "allow" } else { "deny" });
+        out.push_str(",\"jwt\":");
+        push_opt_str(&mut out, self.jwt.as_deref());
         out.push_str(",\"level\":");
         push_str(&mut out, level_str(self.level));
         out.push_str(",\"listener\":");
@@ -141,8 +152,10 @@ pub struct RequestFlow {
     body: Vec<u8>,
     id: Option<String>,
     eval: Option<Evaluation>,
-    /// (callout token, evaluation slot)
-    tokens: Vec<(u32, usize)>,
+    /// (callout token, evaluation slot, dispatch time in ns)
+    tokens: Vec<(u32, usize, u64)>,
+    /// Callouts that ended since the host last took them.
+    reports: Vec<CalloutReport>,
     outcome: Option<Outcome>,
 }
 
@@ -161,6 +174,7 @@ impl RequestFlow {
             id: None,
             eval: None,
             tokens: Vec::new(),
+            reports: Vec::new(),
             outcome: None,
         }
     }
@@ -348,21 +362,59 @@ impl RequestFlow {
         }
     }
 
-    /// Reports the result of dispatching the callout for `slot`.
-    pub fn dispatched(&mut self, slot: usize, result: Result<u32, String>) {
+    /// Reports the result of dispatching the callout for `slot` at `now_ns`.
+    pub fn dispatched(
+        &mut self,
+        engine: &Engine,
+        slot: usize,
+        result: Result<u32, String>,
+        now_ns: u64,
+    ) {
         match result {
-            Ok(token) => self.tokens.push((token, slot)),
+            Ok(token) => self.tokens.push((token, slot, now_ns)),
             Err(detail) => {
+                let outcome = crate::policy::AuthzOutcome::Error {
+                    detail: format!("dispatch failed: {detail}"),
+                };
+                let name = self.authorizer_name(engine, slot);
+                self.reports
+                    .push(CalloutReport::of(name, None, &outcome, None));
                 if let Some(ev) = &mut self.eval {
-                    ev.complete(
-                        slot,
-                        crate::policy::AuthzOutcome::Error {
-                            detail: format!("dispatch failed: {detail}"),
-                        },
-                    );
+                    ev.complete(slot, outcome);
                 }
             }
         }
+    }
+
+    /// The callouts that ended since the last call (for the host's stats and logs).
+    pub fn take_callout_reports(&mut self) -> Vec<CalloutReport> {
+        std::mem::take(&mut self.reports)
+    }
+
+    fn authorizer_of<'e>(
+        &self,
+        engine: &'e Engine,
+        slot: usize,
+    ) -> Option<&'e mcp_access_bundle::Authorizer> {
+        self.eval
+            .as_ref()
+            .and_then(|ev| ev.call_authorizer(slot))
+            .and_then(|i| engine.authorizers.get(i))
+    }
+
+    fn authorizer_name<'e>(&self, engine: &'e Engine, slot: usize) -> &'e str {
+        self.authorizer_of(engine, slot)
+            .map_or("?", |a| a.name.as_str())
+    }
+
+    /// How many body bytes of the response to `token` (with `status`) the host may read:
+    /// see [`callout::body_read_limit`]; 0 for a token this request does not wait for.
+    pub fn callout_body_limit(&self, engine: &Engine, token: u32, status: Option<u16>) -> usize {
+        self.tokens
+            .iter()
+            .find(|(t, _, _)| *t == token)
+            .and_then(|(_, slot, _)| self.authorizer_of(engine, *slot))
+            .map_or(0, |a| callout::body_read_limit(a, status))
     }
 
     /// Continues after dispatching.
@@ -370,7 +422,8 @@ impl RequestFlow {
         self.step(engine)
     }
 
-    /// A callout answered (`status` None: no response: timeout, reset).
+    /// A callout answered at `now_ns` (`status` None: no response: timeout, reset). `body` is
+    /// what the host read, at most [`RequestFlow::callout_body_limit`] bytes.
     pub fn on_callout_response(
         &mut self,
         engine: &Engine,
@@ -378,22 +431,23 @@ impl RequestFlow {
         status: Option<u16>,
         headers: Vec<(String, String)>,
         body: Vec<u8>,
+        now_ns: u64,
     ) -> Action {
-        let Some(pos) = self.tokens.iter().position(|(t, _)| *t == token) else {
+        let Some(pos) = self.tokens.iter().position(|(t, _, _)| *t == token) else {
             return Action::Hold;
         };
-        let (_, slot) = self.tokens.swap_remove(pos);
-        let authorizer = self
-            .eval
-            .as_ref()
-            .and_then(|ev| ev.call_authorizer(slot))
-            .and_then(|i| engine.authorizers.get(i));
-        let outcome = match authorizer {
+        let (_, slot, at) = self.tokens.swap_remove(pos);
+        let (outcome, note) = match self.authorizer_of(engine, slot) {
             Some(a) => callout::interpret(a, status, headers, body),
-            None => crate::policy::AuthzOutcome::Error {
-                detail: "unknown authorizer".into(),
-            },
+            None => {
+                let detail = "unknown authorizer".to_string();
+                (crate::policy::AuthzOutcome::Error { detail }, None)
+            }
         };
+        let latency_ms = now_ns.saturating_sub(at) / 1_000_000;
+        let name = self.authorizer_name(engine, slot);
+        self.reports
+            .push(CalloutReport::of(name, Some(latency_ms), &outcome, note));
         if let Some(ev) = &mut self.eval {
             ev.complete(slot, outcome);
         }
@@ -541,6 +595,12 @@ impl RequestFlow {
 
     fn base_outcome(&self) -> Outcome {
         let req = self.req.as_ref();
+        let jwt = req
+            .and_then(|r| r.caller.jwts.first())
+            .map(|p| match &p.subject {
+                Some(sub) => format!("{}#{sub}", p.issuer),
+                None => p.issuer.clone(),
+            });
         Outcome {
             allowed: false,
             level: None,
@@ -552,7 +612,10 @@ impl RequestFlow {
             backend: None,
             mcp_method: req.and_then(|r| r.mcp.method().map(str::to_string)),
             mcp_param: req.and_then(|r| r.mcp.param().map(str::to_string)),
-            caller: req.and_then(|r| r.caller.spiffe.clone()),
+            caller: req
+                .and_then(|r| r.caller.spiffe.clone())
+                .or_else(|| jwt.as_ref().map(|j| format!("jwt:{j}"))),
+            jwt,
         }
     }
 
@@ -673,6 +736,7 @@ mod tests {
             "method": o.mcp_method,
             "name": o.mcp_param,
             "caller": o.caller,
+            "jwt": o.jwt,
         })
         .to_string()
     }
@@ -691,6 +755,7 @@ mod tests {
             mcp_method: Some("tools/call".into()),
             mcp_param: Some("</script>\\".into()),
             caller: Some("spiffe://example.org/ns/a/sa/b".into()),
+            jwt: Some("https://idp.example/\u{2028}#u\"1".into()),
         };
         let empty = Outcome {
             allowed: true,
@@ -704,6 +769,7 @@ mod tests {
             mcp_method: None,
             mcp_param: None,
             caller: None,
+            jwt: None,
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));

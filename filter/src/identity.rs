@@ -7,10 +7,17 @@ use mcp_access_bundle::{JwtProvider, TrustedHeaderFormat};
 use crate::protobuf::{filter_metadata, PValue};
 use crate::request::{ClaimValue, JwtPrincipal};
 
-/// The URI SAN Envoy reports for the peer certificate, if it is a SPIFFE ID.
-pub fn spiffe_from_san(san: &[u8]) -> Option<String> {
-    let s = std::str::from_utf8(san).ok()?;
-    is_spiffe_id(s).then(|| s.to_string())
+/// The SPIFFE ID of the peer certificate: its only URI SAN (an X.509-SVID has exactly one).
+/// `first_san` is Envoy's `connection.uri_san_peer_certificate`, which names only the first URI
+/// SAN; `cert` is `connection.peer_certificate` (PEM), where the filter counts them. A second URI
+/// SAN, an unreadable certificate, or a disagreement with Envoy's first SAN: no identity.
+pub fn spiffe_from_peer(first_san: &[u8], cert: Option<&[u8]>) -> Option<String> {
+    let first = std::str::from_utf8(first_san).ok()?;
+    let sans = crate::x509::uri_sans(cert?).ok()?;
+    match sans.as_slice() {
+        [only] if only == first && is_spiffe_id(only) => Some(only.clone()),
+        _ => None,
+    }
 }
 
 /// The SPIFFE ID carried by a trusted header.
@@ -23,10 +30,11 @@ pub fn spiffe_from_header(value: &str, format: TrustedHeaderFormat) -> Option<St
 }
 
 /// `URI=` of the last element of an `x-forwarded-client-cert` value (the closest client).
+/// Envoy writes one `URI=` per URI SAN: an element with several has no identity.
 fn xfcc_uri(value: &str) -> Option<String> {
     let elements = split_unquoted(value, ',');
     let last = elements.last()?;
-    split_unquoted(last, ';').into_iter().find_map(|pair| {
+    let mut uris = split_unquoted(last, ';').into_iter().filter_map(|pair| {
         let (k, v) = pair.split_once('=')?;
         if !k.trim().eq_ignore_ascii_case("uri") {
             return None;
@@ -37,7 +45,11 @@ fn xfcc_uri(value: &str) -> Option<String> {
             .and_then(|x| x.strip_suffix('"'))
             .unwrap_or(v);
         Some(v.replace("\\\"", "\""))
-    })
+    });
+    match (uris.next(), uris.next()) {
+        (Some(uri), None) => Some(uri),
+        _ => None,
+    }
 }
 
 /// Splits on `sep` outside double quotes (a backslash escapes the next character).
@@ -120,14 +132,67 @@ pub fn jwt_principals(
 mod tests {
     use super::*;
 
+    const ALPHA: &str = "spiffe://example.org/ns/a/sa/alpha";
+
+    /// Self-signed, SAN: URI alpha.
+    const ONE_URI: &str = "-----BEGIN CERTIFICATE-----
+MIIBRjCB7KADAgECAgEBMAoGCCqGSM49BAMCMAwxCjAIBgNVBAMMAXQwHhcNMjYw
+MTAxMDAwMDAwWhcNMzYwMTAxMDAwMDAwWjAMMQowCAYDVQQDDAF0MFkwEwYHKoZI
+zj0CAQYIKoZIzj0DAQcDQgAEx2CxG6FVlyPyDey3JGNAZ5gcS4PAdPISGy2VlZh/
+t+GhhnkWJYfgL8gUuECpwo2JLGwtGp8+JeAJ7hDFdmpTsaM/MD0wDAYDVR0TAQH/
+BAIwADAtBgNVHREEJjAkhiJzcGlmZmU6Ly9leGFtcGxlLm9yZy9ucy9hL3NhL2Fs
+cGhhMAoGCCqGSM49BAMCA0kAMEYCIQDm0S5tUYkCGcnubceGamEc3l7C1HyEubH3
+EG0BK4l9BQIhAOK4rvPf/16t1jDy2waJjuS45I8o74Ic1IoVfrTF9Tt4
+-----END CERTIFICATE-----
+";
+
+    /// Self-signed, SAN: DNS a.example, URI alpha, URI beta.
+    const TWO_URIS: &str = "-----BEGIN CERTIFICATE-----
+MIIBdDCCARqgAwIBAgIBATAKBggqhkjOPQQDAjAMMQowCAYDVQQDDAF0MB4XDTI2
+MDEwMTAwMDAwMFoXDTM2MDEwMTAwMDAwMFowDDEKMAgGA1UEAwwBdDBZMBMGByqG
+SM49AgEGCCqGSM49AwEHA0IABMdgsRuhVZcj8g3styRjQGeYHEuDwHTyEhstlZWY
+f7fhoYZ5FiWH4C/IFLhAqcKNiSxsLRqfPiXgCe4QxXZqU7GjbTBrMAwGA1UdEwEB
+/wQCMAAwWwYDVR0RBFQwUoIJYS5leGFtcGxlhiJzcGlmZmU6Ly9leGFtcGxlLm9y
+Zy9ucy9hL3NhL2FscGhhhiFzcGlmZmU6Ly9leGFtcGxlLm9yZy9ucy9hL3NhL2Jl
+dGEwCgYIKoZIzj0EAwIDSAAwRQIhAKhbl6iWEi50CN0jpQdqWYrCfa51fRmtXCcJ
+s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
+-----END CERTIFICATE-----
+";
+
     #[test]
-    fn san() {
+    fn peer_identity_is_the_only_uri_san() {
+        let one = ONE_URI.as_bytes();
         assert_eq!(
-            spiffe_from_san(b"spiffe://example.org/ns/a/sa/b").as_deref(),
-            Some("spiffe://example.org/ns/a/sa/b")
+            spiffe_from_peer(ALPHA.as_bytes(), Some(one)).as_deref(),
+            Some(ALPHA)
         );
-        assert_eq!(spiffe_from_san(b"https://example.org"), None);
-        assert_eq!(spiffe_from_san(b"\xff"), None);
+        // Percent-encoded PEM (older Envoys) reads the same.
+        let encoded = ONE_URI.replace('\n', "%0A").replace('+', "%2B");
+        assert_eq!(
+            spiffe_from_peer(ALPHA.as_bytes(), Some(encoded.as_bytes())).as_deref(),
+            Some(ALPHA)
+        );
+        // Envoy names the first URI SAN, the certificate has two: no identity.
+        assert_eq!(
+            crate::x509::uri_sans(TWO_URIS.as_bytes()).map(|v| v.len()),
+            Ok(2)
+        );
+        assert_eq!(
+            spiffe_from_peer(ALPHA.as_bytes(), Some(TWO_URIS.as_bytes())),
+            None
+        );
+        // No certificate to count in, a disagreement with Envoy, or garbage: no identity.
+        assert_eq!(spiffe_from_peer(ALPHA.as_bytes(), None), None);
+        assert_eq!(
+            spiffe_from_peer(b"spiffe://example.org/ns/a/sa/beta", Some(one)),
+            None
+        );
+        let damaged = ONE_URI.replace("MIIBRjCB", "MIIBRjCC");
+        assert_eq!(
+            spiffe_from_peer(ALPHA.as_bytes(), Some(damaged.as_bytes())),
+            None
+        );
+        assert_eq!(spiffe_from_peer(b"\xff", Some(one)), None);
     }
 
     #[test]
@@ -141,6 +206,9 @@ mod tests {
             spiffe_from_header("Hash=abc", TrustedHeaderFormat::Xfcc),
             None
         );
+        // Envoy writes one URI= per URI SAN: two in the closest element is no identity.
+        let two = "Hash=abc;URI=spiffe://example.org/ns/x/sa/a;URI=spiffe://example.org/ns/x/sa/b";
+        assert_eq!(spiffe_from_header(two, TrustedHeaderFormat::Xfcc), None);
         assert_eq!(
             spiffe_from_header(" spiffe://a/b ", TrustedHeaderFormat::Plain).as_deref(),
             Some("spiffe://a/b")

@@ -16,3 +16,4 @@ pub mod policy;
 pub mod protobuf;
 pub mod request;
 pub mod wire;
+pub mod x509;

@@ -290,7 +290,7 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
     assert_eq!(h("content-length"), ["10"]);
     assert_eq!(h("x-envoy-auth-partial-body"), ["true"]);
     assert_eq!(req.body, body[..10].to_vec());
-    flow.dispatched(*slot, Ok(11));
+    flow.dispatched(&e, *slot, Ok(11), 0);
     assert_eq!(flow.resume(&e), Action::Hold);
 
     // Gateway allows with a header; the backend callout follows.
@@ -303,12 +303,13 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
             ("content-type".into(), "text/plain".into()),
         ],
         vec![],
+        0,
     );
     let Action::Dispatch(calls) = a else {
         panic!("expected the backend callout, got {a:?}")
     };
     assert_eq!(calls[0].1.cluster, "b-cluster");
-    flow.dispatched(calls[0].0, Ok(12));
+    flow.dispatched(&e, calls[0].0, Ok(12), 0);
     assert_eq!(flow.resume(&e), Action::Hold);
     // The backend authorizer denies: its response is relayed.
     let a = flow.on_callout_response(
@@ -317,6 +318,7 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
         Some(401),
         vec![("www-authenticate".into(), "Bearer realm=\"b\"".into())],
         b"nope".to_vec(),
+        0,
     );
     match a {
         Action::Respond(r) => {
@@ -337,7 +339,7 @@ fn allowed_callout_headers_reach_the_upstream_request() {
     let Action::Dispatch(calls) = flow2.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
-    flow2.dispatched(calls[0].0, Ok(1));
+    flow2.dispatched(&e, calls[0].0, Ok(1), 0);
     flow2.resume(&e);
     let Action::Dispatch(calls) = flow2.on_callout_response(
         &e,
@@ -348,12 +350,13 @@ fn allowed_callout_headers_reach_the_upstream_request() {
             ("content-type".into(), "x".into()),
         ],
         vec![],
+        0,
     ) else {
         panic!()
     };
-    flow2.dispatched(calls[0].0, Ok(2));
+    flow2.dispatched(&e, calls[0].0, Ok(2), 0);
     flow2.resume(&e);
-    let a = flow2.on_callout_response(&e, 2, Some(200), vec![], vec![]);
+    let a = flow2.on_callout_response(&e, 2, Some(200), vec![], vec![], 0);
     assert_eq!(
         a,
         Action::Allow {
@@ -371,7 +374,7 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
         let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
             panic!()
         };
-        flow.dispatched(calls[0].0, Err("BadArgument".into()));
+        flow.dispatched(&e, calls[0].0, Err("BadArgument".into()), 0);
         let a = flow.resume(&e);
         if allowed {
             assert!(
@@ -390,9 +393,9 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
             let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
                 panic!()
             };
-            flow.dispatched(calls[0].0, Ok(9));
+            flow.dispatched(&e, calls[0].0, Ok(9), 0);
             flow.resume(&e);
-            let a = flow.on_callout_response(&e, 9, status, vec![], vec![]);
+            let a = flow.on_callout_response(&e, 9, status, vec![], vec![], 0);
             assert_eq!(
                 matches!(a, Action::Dispatch(_)),
                 allowed,
@@ -409,14 +412,14 @@ fn stray_callout_tokens_are_ignored() {
     let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
-    flow.dispatched(calls[0].0, Ok(5));
+    flow.dispatched(&e, calls[0].0, Ok(5), 0);
     flow.resume(&e);
     assert_eq!(
-        flow.on_callout_response(&e, 99, Some(200), vec![], vec![]),
+        flow.on_callout_response(&e, 99, Some(200), vec![], vec![], 0),
         Action::Hold
     );
     assert!(matches!(
-        flow.on_callout_response(&e, 5, Some(200), vec![], vec![]),
+        flow.on_callout_response(&e, 5, Some(200), vec![], vec![], 0),
         Action::Dispatch(_)
     ));
 }
@@ -438,4 +441,83 @@ fn trailers_end_the_body_and_the_request_is_decided() {
     flow.on_headers(&e, headers("POST", &[]));
     let a = flow.on_trailers(&e, |max| Some(vec![b' '; max]));
     assert_eq!(respond(a).0, 413);
+}
+
+#[test]
+fn callout_reports_and_body_limits_come_from_the_flow() {
+    let mut b = bundle(vec![ext("gw-ext", "Gateway", "gw", "a", 0)], &["a"]);
+    b["authorizers"][0]["maxResponseBodyBytes"] = 8.into();
+    let e = engine(&b);
+    // A dispatch failure is reported as a failed callout without a latency.
+    let mut flow = RequestFlow::new();
+    let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        panic!()
+    };
+    flow.dispatched(&e, calls[0].0, Err("BadArgument".into()), 0);
+    let r = flow.take_callout_reports();
+    assert_eq!(r.len(), 1);
+    assert!(r[0].failed && r[0].latency_ms.is_none() && r[0].authorizer == "a");
+    assert!(
+        flow.take_callout_reports().is_empty(),
+        "reports are taken once"
+    );
+
+    // A denial: the host may read 9 bytes; the latency runs from dispatch to answer.
+    let mut flow = RequestFlow::new();
+    let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        panic!()
+    };
+    flow.dispatched(&e, calls[0].0, Ok(4), 1_000_000);
+    flow.resume(&e);
+    assert_eq!(flow.callout_body_limit(&e, 4, Some(403)), 9);
+    assert_eq!(flow.callout_body_limit(&e, 4, Some(200)), 0);
+    assert_eq!(
+        flow.callout_body_limit(&e, 5, Some(403)),
+        0,
+        "unknown token"
+    );
+    let a = flow.on_callout_response(
+        &e,
+        4,
+        Some(403),
+        vec![("content-type".into(), "text/plain".into())],
+        b"123456789".to_vec(),
+        8_000_000,
+    );
+    let Action::Respond(resp) = a else {
+        panic!("{a:?}")
+    };
+    assert_eq!(resp.status, 403);
+    assert!(resp.body.is_empty(), "an over-cap body is not relayed");
+    assert!(resp.headers.iter().all(|(n, _)| n != "content-type"));
+    let r = flow.take_callout_reports();
+    assert_eq!(r[0].latency_ms, Some(7));
+    assert!(!r[0].failed && r[0].detail.is_some());
+    assert_eq!(flow.outcome().unwrap().reason, "external_auth_denied");
+}
+
+#[test]
+fn a_jwt_caller_is_named_in_the_decision() {
+    use mcp_access_filter::request::JwtPrincipal;
+    let e = tools_engine();
+    let jwt = JwtPrincipal {
+        issuer: "https://idp.example".into(),
+        subject: Some("u1".into()),
+        claims: vec![],
+    };
+    for (spiffe, caller) in [(None, "jwt:https://idp.example#u1"), (Some(ALPHA), ALPHA)] {
+        let mut input = headers("GET", &[]);
+        input.caller = Caller {
+            spiffe: spiffe.map(str::to_string),
+            jwts: vec![jwt.clone()],
+        };
+        let mut flow = RequestFlow::new();
+        flow.on_headers(&e, input);
+        let o = flow.outcome().unwrap();
+        assert_eq!(o.caller.as_deref(), Some(caller));
+        assert_eq!(o.jwt.as_deref(), Some("https://idp.example#u1"));
+        let v: Value = serde_json::from_str(&o.to_json()).unwrap();
+        assert_eq!(v["caller"], caller);
+        assert_eq!(v["jwt"], "https://idp.example#u1");
+    }
 }

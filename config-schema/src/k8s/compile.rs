@@ -1698,6 +1698,7 @@ impl Ctx<'_> {
             allowed_headers: http.allowed_headers.clone().unwrap_or_default(),
             allowed_response_headers: http.allowed_response_headers.clone().unwrap_or_default(),
             forward_body_max_bytes,
+            max_response_body_bytes: bundle::DEFAULT_MAX_RESPONSE_BODY_BYTES,
             failure_mode: bundle::FailureMode::Deny,
         })
     }
