@@ -1831,12 +1831,14 @@ fn rule_v0(at: &str, r: &RuleV0) -> Result<bundle::Rule, (&'static str, String)>
                     ..Default::default()
                 })
             }
-            other => return Err((
-                reason::INVALID,
-                format!(
+            other => {
+                return Err((
+                    reason::INVALID,
+                    format!(
                     "{at}.authorization.type \"{other}\" is not InlineTools, ExternalAuth or CEL"
                 ),
-            )),
+                ))
+            }
         },
     };
     Ok(bundle::Rule {
