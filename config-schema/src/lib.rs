@@ -3,8 +3,6 @@
 
 pub mod bundle;
 pub mod host;
-#[cfg(feature = "compiler")]
-pub mod k8s;
 pub mod validate;
 
 pub use bundle::*;

@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use mcp_access_bundle::k8s::{
+use mcp_access_bundle::{Bundle, EscapedSlashes};
+use mcp_access_k8s::{
     HeaderOps, ListenerModel, PathMatchKind, PathRewrite, Protocol, RouteAction, RouteEntry,
     Topology, ValueMatchModel,
 };
-use mcp_access_bundle::{Bundle, EscapedSlashes};
 use serde_json::{json, Value};
 
 const T: &str = "type.googleapis.com/";
@@ -375,7 +375,7 @@ fn virtual_hosts(
     by_domain
         .into_iter()
         .map(|(domain, mut entries)| {
-            entries.sort_by(mcp_access_bundle::k8s::precedence);
+            entries.sort_by(mcp_access_k8s::precedence);
             let routes: Vec<Value> = entries.iter().map(|e| route(e, hostnames)).collect();
             json!({"name": format!("{prefix}/{domain}"), "domains": [domain], "routes": routes})
         })

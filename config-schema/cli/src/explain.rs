@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use mcp_access_bundle::k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use mcp_access_bundle::Bundle;
-use mcp_access_filter::mcp::{self, ParseLimits};
-use mcp_access_filter::policy::{level_str, AuthzOutcome, Decision, Engine, HostPattern, Step};
-use mcp_access_filter::request::{Caller, McpOp, Request};
+use mcp_access_engine::mcp::{self, ParseLimits};
+use mcp_access_engine::policy::{level_str, AuthzOutcome, Decision, Engine, HostPattern, Step};
+use mcp_access_engine::request::{Caller, McpOp, Request};
+use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use serde_json::{json, Value};
 
 /// An assumed authorizer outcome.
@@ -117,7 +117,7 @@ fn path_matches(e: &RouteEntry, path: &str) -> bool {
     let p = path.split(['?', '#']).next().unwrap_or(path);
     match e.path_kind {
         PathMatchKind::Exact => p == e.path,
-        PathMatchKind::Prefix => mcp_access_filter::policy::path_prefix_matches(&e.path, p),
+        PathMatchKind::Prefix => mcp_access_engine::policy::path_prefix_matches(&e.path, p),
         PathMatchKind::Regex => {
             regex_lite::Regex::new(&format!("^(?:{})$", e.path)).is_ok_and(|r| r.is_match(p))
         }
@@ -175,8 +175,7 @@ pub fn match_route<'a>(
     ordered.sort_by(|a, b| {
         let ka = !a.hostnames.iter().any(|h| h == &host);
         let kb = !b.hostnames.iter().any(|h| h == &host);
-        ka.cmp(&kb)
-            .then_with(|| mcp_access_bundle::k8s::precedence(a, b))
+        ka.cmp(&kb).then_with(|| mcp_access_k8s::precedence(a, b))
     });
     ordered.into_iter().find(|e| {
         path_matches(e, &req.canonical_path)
@@ -239,7 +238,7 @@ pub fn explain(
     };
     let path = spec.path.clone().unwrap_or_else(|| "/mcp".into());
     let canonical_path =
-        mcp_access_filter::canon::canonical_path(&path, bundle.envoy.escaped_slashes)
+        mcp_access_engine::canon::canonical_path(&path, bundle.envoy.escaped_slashes)
             .map_err(|e| format!("--path {path:?}: the filter answers 400: {e}"))?;
     let mut req = Request {
         method,

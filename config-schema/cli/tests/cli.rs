@@ -66,7 +66,7 @@ fn compile_writes_the_bundle_and_prints_a_yaml_report() {
     assert_eq!(b.policies.len(), 4);
     assert_eq!(b.identity.trust_domain.as_deref(), Some("example.org"));
     // The filter's engine accepts it.
-    mcp_access_filter::policy::Engine::from_json(&bundle).unwrap();
+    mcp_access_engine::policy::Engine::from_json(&bundle).unwrap();
 }
 
 #[test]

@@ -10,9 +10,9 @@
 mod common;
 
 use common::*;
-use mcp_access_filter::flow::{Action, HeadersInput, RequestFlow};
-use mcp_access_filter::policy::Engine;
-use mcp_access_filter::request::Caller;
+use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 
 /// One request through the flow: headers (pseudo-headers included), then `body` if any.
