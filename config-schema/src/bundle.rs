@@ -398,13 +398,17 @@ pub struct Authorization {
     /// HTTP methods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub methods: Vec<String>,
-    /// Request paths (without query).
+    /// Request paths, matched on the canonical path: no query, unreserved escapes decoded,
+    /// dot segments removed, repeated slashes merged (see `envoy.escapedSlashes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<PathMatch>,
-    /// Header conditions, all of which must hold.
+    /// Header conditions, all of which must hold. A repeated header is judged per copy
+    /// against the caller: an Allow rule needs every copy to match, a Deny or ExternalAuth
+    /// rule any copy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<HeaderMatch>,
-    /// Hosts (`:authority` without port); `*.` wildcards allowed.
+    /// Hosts (`:authority` lower-cased, without port and one trailing dot); a `*.` wildcard
+    /// stands for one or more labels.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,
     /// Destination ports.
@@ -559,6 +563,12 @@ pub struct EnvoySettings {
     /// Gateway-level policies apply).
     #[serde(default)]
     pub unknown_backend: UnknownBackend,
+    /// A request path holding an encoded `/` or `\` (`%2F`, `%5C`): `Reject` it with 400
+    /// (default) or `Decode` it to `/` before rules match. The generated Envoy configurations
+    /// set `path_with_escaped_slashes_action` to match (`REJECT_REQUEST` or
+    /// `UNESCAPE_AND_FORWARD`).
+    #[serde(default)]
+    pub escaped_slashes: EscapedSlashes,
 }
 
 impl Default for EnvoySettings {
@@ -566,8 +576,20 @@ impl Default for EnvoySettings {
         EnvoySettings {
             hold_headers: true,
             unknown_backend: UnknownBackend::default(),
+            escaped_slashes: EscapedSlashes::default(),
         }
     }
+}
+
+/// Treatment of `%2F` / `%5C` in a request path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum EscapedSlashes {
+    /// Answer 400 (Envoy: `REJECT_REQUEST`).
+    #[default]
+    Reject,
+    /// Read them as `/` (Envoy: `UNESCAPE_AND_FORWARD`; the upstream then sees `/`).
+    Decode,
 }
 
 /// Treatment of requests routed to no known backend.

@@ -1,4 +1,4 @@
-//! The proxy-wasm adapter: reads what Envoy knows about a request, hands it to [`crate::flow`],
+//! The proxy-wasm adapter: reads what Envoy knows about a request, hands it to [`mcp_access_engine::flow`],
 //! and carries out the resulting actions. Host calls go through [`abi`], which treats every
 //! status and byte from the host as untrusted (the SDK's own helpers panic on surprises).
 
@@ -11,11 +11,11 @@ use mcp_access_bundle::SpiffeSource;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
-use crate::answer::LocalResponse;
-use crate::flow::{Action, HeadersInput, Outcome, RequestFlow};
-use crate::identity;
-use crate::policy::{level_str, Engine};
-use crate::request::Caller;
+use mcp_access_engine::answer::LocalResponse;
+use mcp_access_engine::flow::{Action, HeadersInput, Outcome, RequestFlow};
+use mcp_access_engine::identity;
+use mcp_access_engine::policy::{level_str, Engine};
+use mcp_access_engine::request::Caller;
 
 /// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
 static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
@@ -73,7 +73,7 @@ impl RootContext for Root {
             Ok(engine) => {
                 let micros = abi::now_ns().saturating_sub(started) / 1_000;
                 // Linear memory only grows: this is the peak the load needed (64 KiB pages).
-                let memory_kib = core::arch::wasm32::memory_size::<0>() * 64;
+                let memory_kib = abi::memory_kib();
                 abi::log(
                     LogLevel::Info,
                     &format!(
@@ -306,7 +306,7 @@ impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
         let headers = abi::header_map(abi::MAP_HTTP_REQUEST_HEADERS).unwrap_or_default();
         let port = abi::property(&["destination", "port"])
-            .and_then(|b| crate::wire::decode_i64(&b))
+            .and_then(|b| mcp_access_engine::wire::decode_i64(&b))
             .and_then(|p| u16::try_from(p).ok())
             .unwrap_or(0);
         let text = |path: &[&str]| {
@@ -373,8 +373,8 @@ mod abi {
 
     use proxy_wasm::types::LogLevel;
 
-    use crate::callout::CalloutRequest;
-    use crate::wire;
+    use mcp_access_engine::callout::CalloutRequest;
+    use mcp_access_engine::wire;
 
     pub const MAP_HTTP_REQUEST_HEADERS: u32 = 0;
     pub const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
@@ -564,6 +564,14 @@ mod abi {
         unsafe {
             proxy_record_metric(id, value);
         }
+    }
+
+    /// The VM's linear memory in KiB (64 KiB pages); 0 outside a Wasm VM.
+    pub fn memory_kib() -> usize {
+        #[cfg(target_arch = "wasm32")]
+        return core::arch::wasm32::memory_size::<0>() * 64;
+        #[cfg(not(target_arch = "wasm32"))]
+        return 0;
     }
 
     pub fn now_ns() -> u64 {

@@ -44,6 +44,7 @@ from harness import (
     Wasm,
     build_bootstrap,
     free_port,
+    normalization,
     start_authorizer,
     start_mcp_server,
     text_of,
@@ -69,6 +70,7 @@ CRD_FILES = {
     "EnvoyPatchPolicy": "envoy-gateway/gateway.envoyproxy.io_envoypatchpolicies.yaml",
     "ClientTrafficPolicy": "envoy-gateway/gateway.envoyproxy.io_clienttrafficpolicies.yaml",
     "WasmPlugin": "istio/wasmplugin.yaml",
+    "EnvoyFilter": "istio/envoyfilter.yaml",
 }
 
 
@@ -235,7 +237,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[s
 
 
 EXPECTED_KINDS = [("envoy-gateway", "EnvoyExtensionPolicy"), ("envoy-gateway", "EnvoyPatchPolicy"),
-                  ("envoy-gateway", "ClientTrafficPolicy"), ("istio", "WasmPlugin")]
+                  ("envoy-gateway", "ClientTrafficPolicy"), ("istio", "WasmPlugin"), ("istio", "EnvoyFilter")]
 
 
 @pytest.mark.parametrize(("platform", "kind"), EXPECTED_KINDS)
@@ -294,6 +296,10 @@ def test_generated_objects_carry_the_image_digest_and_bundle(generated: dict[str
             for p in epp["spec"]["jsonPatches"]][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0][
         "endpoint"]["address"]["socket_address"] == {"address": "risk-check.demo.svc.cluster.local", "port_value": 8080}
     assert ctp["spec"]["connection"]["bufferLimit"] == "2Mi"
+    assert ctp["spec"]["path"] == {"escapedSlashesAction": "RejectRequest", "disableMergeSlashes": False}
+    envoy_filter = next(o for o in generated["istio"] if o["kind"] == "EnvoyFilter")
+    hcm_patch = envoy_filter["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]
+    assert {k: hcm_patch[k] for k in normalization()} == normalization()
 
     plugin = generated["istio"][0]["spec"]
     assert (plugin["url"], plugin["sha256"]) == (f"oci://{EXAMPLE_IMAGE}", hexdigest)
@@ -384,7 +390,8 @@ def test_envoy_gateway_rendering_enforces_the_demo(
         listeners=[Listener("mcp", port, [Route("tools-route", "/mcp", route_cluster, timeout=30)],
                             tls=Tls(pki.server, pki.ca),
                             wasm=Wasm(wasm_path, json.dumps(wasm["config"]), root_id=wasm["rootID"],
-                                      allow_on_headers_stop_iteration=False, fail_open=wasm["failOpen"]))],
+                                      allow_on_headers_stop_iteration=False, fail_open=wasm["failOpen"]),
+                            normalize=False)],
         clusters=[Cluster(route_cluster, port=mcp.port)],
         access_log_path=work_dir / f"access-eg-{port}.log",
     )
@@ -413,6 +420,10 @@ def test_envoy_gateway_rendering_enforces_the_demo(
     limit = ctp["spec"]["connection"]["bufferLimit"]
     assert limit.endswith("Mi")
     listener["per_connection_buffer_limit_bytes"] = int(limit[:-2]) * 1024 * 1024
+    # Its path settings, on top of the normalization Envoy Gateway always turns on.
+    path = ctp["spec"]["path"]
+    hcm.update(normalize_path=True, merge_slashes=not path["disableMergeSlashes"],
+               path_with_escaped_slashes_action={"RejectRequest": "REJECT_REQUEST"}[path["escapedSlashesAction"]])
     envoy(cfg)
     run_session(port, pki, mcp, authz)
 
@@ -422,8 +433,9 @@ def test_istio_rendering_enforces_the_demo_without_holding_headers(
 ) -> None:
     mcp, authz = demo_upstreams
     port = free_port()
-    plugin = generate(tmp_path, *EXAMPLE_ARGS[:1], str(demo_bundle_on(port, tmp_path)), *EXAMPLE_ARGS[2:],
-                      "--platform", "istio")["istio"][0]["spec"]
+    generated_istio = generate(tmp_path, *EXAMPLE_ARGS[:1], str(demo_bundle_on(port, tmp_path)), *EXAMPLE_ARGS[2:],
+                               "--platform", "istio")["istio"]
+    plugin = generated_istio[0]["spec"]
     config = plugin["pluginConfig"]
     assert config["envoy"]["holdHeaders"] is False
     authz_cluster = config["authorizers"][0]["cluster"]
@@ -437,9 +449,16 @@ def test_istio_rendering_enforces_the_demo_without_holding_headers(
                             tls=Tls(pki.server, pki.ca),
                             wasm=Wasm(wasm_path, json.dumps(config), root_id=plugin["pluginName"],
                                       allow_on_headers_stop_iteration=False,
-                                      fail_open=plugin["failStrategy"] != "FAIL_CLOSE"))],
+                                      fail_open=plugin["failStrategy"] != "FAIL_CLOSE"),
+                            normalize=False)],
         clusters=[Cluster(tools_cluster, port=mcp.port), Cluster(authz_cluster, port=authz.port)],
         access_log_path=work_dir / f"access-istio-{port}.log",
     )
+    # The EnvoyFilter's merge patch of the HttpConnectionManager.
+    envoy_filter = generated_istio[1]
+    assert envoy_filter["kind"] == "EnvoyFilter"
+    patch = dict(envoy_filter["spec"]["configPatches"][0]["patch"]["value"]["typed_config"])
+    patch.pop("@type")
+    cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"].update(patch)
     envoy(cfg)
     run_session(port, pki, mcp, authz)

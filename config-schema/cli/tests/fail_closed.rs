@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use mcp_access_bundle::k8s::{compile, Compiled, Manifests, Options};
 use mcp_access_cli::explain::{explain, parse_assumption, RequestSpec};
+use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 use serde_json::Value;
 
 const INFRA: &str = r#"
@@ -68,7 +68,7 @@ fn ask(
     explain(&c.bundle, Some(&c.topology), &spec).unwrap().json
 }
 
-fn status<'a>(c: &'a Compiled, name: &str) -> &'a mcp_access_bundle::k8s::ObjectStatus {
+fn status<'a>(c: &'a Compiled, name: &str) -> &'a mcp_access_k8s::ObjectStatus {
     c.report.policies.iter().find(|p| p.name == name).unwrap()
 }
 

@@ -3,7 +3,7 @@
 //! Forward: whenever x509-parser reads the certificate and its one subjectAltName, the filter
 //! lists the same URIs, or it refused the certificate for one of the rules below on which it is
 //! deliberately stricter than x509-parser (`stricter` finds the broken rule on asn1-rs's view of
-//! the DER; each rule is one the filter documents in filter/src/x509.rs):
+//! the DER; each rule is one the filter documents in filter/engine/src/x509.rs):
 //! - every length in its shortest form, every tag number in one byte, every element's
 //!   identifier exact (x509-parser checks only the tag number in many places);
 //! - Certificate: nothing after the signature;
@@ -30,7 +30,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_filter::x509::{uri_sans, uri_sans_der, CertError};
+use mcp_access_engine::x509::{uri_sans, uri_sans_der, CertError};
 use x509_parser::asn1_rs::{Any, Class};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::error::X509Error;

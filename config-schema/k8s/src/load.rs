@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::check::{self, Checker, FieldError};
-use super::types::*;
-use super::validate;
+use crate::check::{self, Checker, FieldError};
+use crate::types::*;
+use crate::validate;
 
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 pub const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";

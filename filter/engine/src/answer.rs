@@ -17,6 +17,9 @@ pub struct LocalResponse {
 pub const PARSE_ERROR: i32 = -32700;
 pub const INVALID_REQUEST: i32 = -32600;
 pub const INVALID_PARAMS: i32 = -32602;
+/// MCP `HeaderMismatch` (SEP-2243): HTTP headers disagree with the body, or one is repeated
+/// or missing.
+pub const HEADER_MISMATCH: i32 = -32020;
 
 /// A JSON-RPC error object. `id` is the raw JSON text of the request id (already validated by
 /// the parser), or None for `null`.

@@ -7,10 +7,8 @@
     clippy::indexing_slicing
 )]
 
-use mcp_access_bundle::k8s::{
-    compile, reason, Compiled, Manifests, ObjectStatus, Options, RouteAction,
-};
 use mcp_access_bundle::{Action, BaseProtocol, Level, MatchType, Policy};
+use mcp_access_k8s::{compile, reason, Compiled, Manifests, ObjectStatus, Options, RouteAction};
 
 const BASE: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1

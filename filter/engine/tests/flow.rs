@@ -9,9 +9,9 @@
 mod common;
 
 use common::*;
-use mcp_access_filter::flow::{Action, HeadersInput, RequestFlow};
-use mcp_access_filter::policy::Engine;
-use mcp_access_filter::request::Caller;
+use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 
 fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
@@ -498,7 +498,7 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
 
 #[test]
 fn a_jwt_caller_is_named_in_the_decision() {
-    use mcp_access_filter::request::JwtPrincipal;
+    use mcp_access_engine::request::JwtPrincipal;
     let e = tools_engine();
     let jwt = JwtPrincipal {
         issuer: "https://idp.example".into(),

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use mcp_access_bundle::{
-    Action, Authorizer, Bundle, DenyResponse, IdentitySettings, Level, Limits, Policy,
-    UnknownBackend,
+    Action, Authorizer, Bundle, DenyResponse, EscapedSlashes, IdentitySettings, Level, Limits,
+    Policy, UnknownBackend,
 };
 
 pub use eval::{
@@ -17,7 +17,7 @@ pub use eval::{
     TraceEntry,
 };
 use matcher::{compile_rule, CRule};
-pub use matcher::{path_prefix_matches, HostPattern};
+pub use matcher::{path_prefix_matches, HostPattern, Mode};
 
 use crate::request::Request;
 
@@ -100,8 +100,10 @@ impl Hasher for FastHasher {
 
 /// Rules of one action at one attachment point, indexed so that a tools/call looks at the
 /// rules naming that tool plus the rules that name no tool at all.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RuleSet {
+    /// Allow rules admit, Deny rules select.
+    mode: Mode,
     /// method -> name/URI -> rules that admit exactly that.
     keyed: FastMap<String, FastMap<String, Vec<RuleRef>>>,
     /// Rules that could admit a request naming no particular param.
@@ -111,6 +113,15 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
+    fn new(mode: Mode) -> Self {
+        RuleSet {
+            mode,
+            keyed: FastMap::default(),
+            general: Vec::new(),
+            base: Vec::new(),
+        }
+    }
+
     fn add(&mut self, r: RuleRef, rule: Option<&CRule>) {
         let Some(rule) = rule else {
             self.general.push(r);
@@ -156,7 +167,7 @@ impl RuleSet {
             .iter()
             .chain(keyed.into_iter().flatten())
             .chain(base.into_iter().flatten())
-            .filter(|r| engine.rule_admits(**r, req, host))
+            .filter(|r| engine.rule_admits(**r, req, host, self.mode))
             .min()
             .copied()
     }
@@ -167,7 +178,7 @@ impl RuleSet {
 }
 
 /// Everything attached at one point (a Gateway listener or a Backend).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LevelIndex {
     /// ExternalAuth policies, most senior first.
     pub external_auth: Vec<PolicyId>,
@@ -208,6 +219,8 @@ pub struct Engine {
     pub limits: Limits,
     pub hold_headers: bool,
     pub unknown_backend: UnknownBackend,
+    /// How `%2F` / `%5C` in a request path are treated.
+    pub escaped_slashes: EscapedSlashes,
     /// Claim names any JWT rule reads.
     pub jwt_claims: Vec<String>,
 }
@@ -351,6 +364,7 @@ impl Engine {
             limits: b.limits.clone(),
             hold_headers: b.envoy.hold_headers,
             unknown_backend: b.envoy.unknown_backend,
+            escaped_slashes: b.envoy.escaped_slashes,
             jwt_claims,
         })
     }
@@ -390,10 +404,12 @@ impl Engine {
         p.rules.as_ref()?.get(r.rule?)
     }
 
-    fn rule_admits(&self, r: RuleRef, req: &Request, host: &str) -> bool {
+    fn rule_admits(&self, r: RuleRef, req: &Request, host: &str, mode: Mode) -> bool {
         match r.rule {
             None => true,
-            Some(_) => self.rule(r).is_some_and(|rule| rule.admits(req, host)),
+            Some(_) => self
+                .rule(r)
+                .is_some_and(|rule| rule.admits(req, host, mode)),
         }
     }
 
@@ -401,7 +417,7 @@ impl Engine {
     pub fn selects(&self, pid: PolicyId, req: &Request, host: &str) -> bool {
         match self.policies.get(pid).map(|p| &p.rules) {
             Some(None) => true,
-            Some(Some(rules)) => rules.iter().any(|r| r.admits(req, host)),
+            Some(Some(rules)) => rules.iter().any(|r| r.admits(req, host, Mode::Select)),
             None => false,
         }
     }
@@ -409,6 +425,17 @@ impl Engine {
     /// Starts evaluating a request.
     pub fn begin(&self, req: &Request, trace: bool) -> Evaluation {
         Evaluation::new(self, req, trace)
+    }
+}
+
+impl Default for LevelIndex {
+    fn default() -> Self {
+        LevelIndex {
+            external_auth: Vec::new(),
+            deny: RuleSet::new(Mode::Select),
+            allow: RuleSet::new(Mode::Admit),
+            has_allow: false,
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Every struct rejects unknown fields (as `kubectl apply --validate=strict` does). Nearly
 //! every field is optional here: whether it is required, and which values it may take, is
-//! checked by [`crate::k8s::validate`] so that the messages name the field the way the API
+//! checked by [`crate::validate`] so that the messages name the field the way the API
 //! server does.
 
 use std::collections::BTreeMap;

@@ -68,6 +68,9 @@ pub struct McpMessage {
     pub name: Option<String>,
     /// `params.uri` (decoded) for resources/read, resources/subscribe, resources/unsubscribe.
     pub uri: Option<String>,
+    /// `params._meta["io.modelcontextprotocol/protocolVersion"]` (decoded), the per-request
+    /// protocol version of MCP 2026-07-28 and later; any other type is `InvalidParams`.
+    pub protocol_version: Option<String>,
 }
 
 /// Why a message was rejected; maps onto the JSON-RPC error codes.
@@ -152,6 +155,10 @@ enum Slot {
     Error,
     Name,
     Uri,
+    /// `params._meta`.
+    Meta,
+    /// `params._meta["io.modelcontextprotocol/protocolVersion"]`.
+    ProtocolVersion,
 }
 
 /// What an object is, as far as the extraction cares.
@@ -161,6 +168,8 @@ enum Role {
     Top,
     /// The object value of the message's `params`.
     Params,
+    /// The object value of `params._meta`.
+    Meta,
     Other,
 }
 
@@ -214,7 +223,13 @@ struct Parser<'a> {
     has_error: bool,
     name: Option<String>,
     uri: Option<String>,
+    protocol_version: Option<String>,
+    /// `params._meta` holds a protocol version that is not a string.
+    protocol_version_bad: bool,
 }
+
+/// The `_meta` key of the per-request protocol version.
+const PROTOCOL_VERSION_KEY: &[u8] = b"io.modelcontextprotocol/protocolVersion";
 
 impl<'a> Parser<'a> {
     fn new(bytes: &'a [u8], limits: ParseLimits) -> Self {
@@ -236,6 +251,8 @@ impl<'a> Parser<'a> {
             has_error: false,
             name: None,
             uri: None,
+            protocol_version: None,
+            protocol_version_bad: false,
         }
     }
 
@@ -345,6 +362,7 @@ impl<'a> Parser<'a> {
                 id,
                 name: None,
                 uri: None,
+                protocol_version: None,
             });
         };
         if responding {
@@ -377,12 +395,18 @@ impl<'a> Parser<'a> {
             }
             _ => {}
         }
+        if self.protocol_version_bad {
+            return Err(ParseError::InvalidParams(
+                "params._meta protocol version must be a string".to_owned(),
+            ));
+        }
         Ok(McpMessage {
             kind,
             method: Some(method),
             id,
             name,
             uri,
+            protocol_version: self.protocol_version,
         })
     }
 
@@ -426,8 +450,11 @@ impl<'a> Parser<'a> {
             Role::Params => match key.as_ref() {
                 b"name" => Slot::Name,
                 b"uri" => Slot::Uri,
+                b"_meta" => Slot::Meta,
                 _ => Slot::Ignore,
             },
+            Role::Meta if key.as_ref() == PROTOCOL_VERSION_KEY => Slot::ProtocolVersion,
+            Role::Meta => Slot::Ignore,
             Role::Other => Slot::Ignore,
         };
 
@@ -494,6 +521,7 @@ impl<'a> Parser<'a> {
                 let role = match (slot, is_object) {
                     (Slot::Root, true) => Role::Top,
                     (Slot::Params, true) => Role::Params,
+                    (Slot::Meta, true) => Role::Meta,
                     _ => Role::Other,
                 };
                 self.stack.push(Frame {
@@ -509,7 +537,10 @@ impl<'a> Parser<'a> {
             }
             b'"' => {
                 self.pos += 1;
-                let want = matches!(slot, Slot::Jsonrpc | Slot::Method | Slot::Name | Slot::Uri);
+                let want = matches!(
+                    slot,
+                    Slot::Jsonrpc | Slot::Method | Slot::Name | Slot::Uri | Slot::ProtocolVersion
+                );
                 let decoded = self.string_body(want)?;
                 if slot != Slot::Ignore {
                     let raw = bytes.get(start..self.pos).unwrap_or_default();
@@ -630,6 +661,17 @@ impl<'a> Parser<'a> {
                     }
                 }
             }
+            Slot::Meta => {}
+            Slot::ProtocolVersion => match val {
+                Val::Str {
+                    decoded: Some(s), ..
+                } => {
+                    if self.protocol_version.is_none() {
+                        self.protocol_version = Some(into_string(s)?);
+                    }
+                }
+                _ => self.protocol_version_bad = true,
+            },
         }
         Ok(())
     }
@@ -918,6 +960,7 @@ mod tests {
                 id: Some("7".into()),
                 name: Some("echo".into()),
                 uri: None,
+                protocol_version: None,
             }
         );
     }
@@ -1944,6 +1987,18 @@ mod tests {
                             }
                         }
                     }
+                    if r.chance(30) {
+                        if !first {
+                            o.push(',');
+                        }
+                        o.push_str("\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":");
+                        if r.chance(70) {
+                            gen_string(r, "2026-07-28", o);
+                        } else {
+                            gen_value(r, 1, o);
+                        }
+                        o.push('}');
+                    }
                     o.push('}');
                 })
             } else {
@@ -2167,6 +2222,7 @@ mod tests {
                     id: None, // compared separately
                     name: None,
                     uri: None,
+                    protocol_version: None,
                 }));
             }
             Some(Value::String(m)) => m.clone(),
@@ -2197,6 +2253,16 @@ mod tests {
             }
             _ => {}
         }
+        let version = obj
+            .get("params")
+            .and_then(|p| p.get("_meta"))
+            .filter(|m| m.is_object())
+            .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"));
+        let protocol_version = match version {
+            None => None,
+            Some(Value::String(v)) => Some(v.clone()),
+            Some(_) => return Some(Err(INVALID_PARAMS)),
+        };
         Some(Ok(McpMessage {
             kind: if id.is_some() {
                 MessageKind::Request
@@ -2207,6 +2273,7 @@ mod tests {
             id: None,
             name,
             uri,
+            protocol_version,
         }))
     }
 

@@ -12,10 +12,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::Criterion;
-use mcp_access_filter::flow::{Action, HeadersInput, RequestFlow};
-use mcp_access_filter::mcp::{parse_message, ParseLimits};
-use mcp_access_filter::policy::Engine;
-use mcp_access_filter::request::Caller;
+use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::mcp::{parse_message, ParseLimits};
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 
 const PORT: u16 = 10000;

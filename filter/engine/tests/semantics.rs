@@ -13,8 +13,8 @@ use std::collections::HashMap;
 
 use common::*;
 use mcp_access_bundle::Level;
-use mcp_access_filter::policy::{AuthzOutcome, Decision, Engine, Reason, Step};
-use mcp_access_filter::request::McpOp;
+use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, Reason, Step};
+use mcp_access_engine::request::McpOp;
 use serde_json::json;
 
 /// One row of seed 000's tables. `None` = the step is not reached ("-").

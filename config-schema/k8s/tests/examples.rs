@@ -9,11 +9,11 @@
 
 use std::path::{Path, PathBuf};
 
-use mcp_access_bundle::k8s::{compile, reason, Manifests, Options};
+use mcp_access_k8s::{compile, reason, Manifests, Options};
 
 fn examples(kind: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("crds/upstream/kube-agentic-networking/examples")
+        .join("../crds/upstream/kube-agentic-networking/examples")
         .join(kind)
 }
 

@@ -3,8 +3,9 @@
 
 use mcp_access_bundle::Level;
 
-use crate::answer::{self, LocalResponse, INVALID_REQUEST, PARSE_ERROR};
+use crate::answer::{self, LocalResponse, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR};
 use crate::callout::{self, CalloutReport, CalloutRequest};
+use crate::canon::canonical_path;
 use crate::mcp::{self, ParseError, ParseLimits};
 use crate::policy::{level_str, Decision, Engine, Evaluation, Step};
 use crate::request::{McpOp, Request};
@@ -201,8 +202,11 @@ impl RequestFlow {
                 .map(|(_, v)| v.clone())
         };
         let method = header(":method").unwrap_or_default();
+        let path = header(":path").unwrap_or_default();
+        let canonical = canonical_path(&path, engine.escaped_slashes);
         let req = Request {
-            path: header(":path").unwrap_or_default(),
+            canonical_path: canonical.clone().unwrap_or_default(),
+            path,
             authority: header(":authority")
                 .or_else(|| header("host"))
                 .unwrap_or_default(),
@@ -223,15 +227,20 @@ impl RequestFlow {
             return Action::Hold;
         };
 
-        if let Some(enc) = req.header("content-encoding") {
-            if !enc.trim().eq_ignore_ascii_case("identity") {
-                return self.reject(
-                    415,
-                    INVALID_REQUEST,
-                    "unsupported_encoding",
-                    "Content-Encoding is not supported",
-                );
-            }
+        if let Err(e) = canonical {
+            return self.reject(400, INVALID_REQUEST, "invalid_path", &e.to_string());
+        }
+        // Every copy of a repeated header is checked: any one may be what the upstream reads.
+        let encoded = req
+            .header_values("content-encoding")
+            .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
+        if encoded {
+            return self.reject(
+                415,
+                INVALID_REQUEST,
+                "unsupported_encoding",
+                "Content-Encoding is not supported",
+            );
         }
         if input.end_of_stream {
             if req.method == "POST" {
@@ -240,24 +249,34 @@ impl RequestFlow {
             let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
             return self.decide(engine, op);
         }
-        if req.method == "POST" {
-            if let Some(ct) = req.header("content-type") {
-                let essence = ct.split(';').next().unwrap_or_default().trim();
-                if !essence.eq_ignore_ascii_case("application/json") {
-                    return self.reject(
-                        415,
-                        INVALID_REQUEST,
-                        "unsupported_media_type",
-                        "Content-Type must be application/json",
-                    );
-                }
-            }
+        let other_type = req.header_values("content-type").any(|ct| {
+            let essence = ct.split(';').next().unwrap_or_default().trim();
+            !essence.eq_ignore_ascii_case("application/json")
+        });
+        if req.method == "POST" && other_type {
+            return self.reject(
+                415,
+                INVALID_REQUEST,
+                "unsupported_media_type",
+                "Content-Type must be application/json",
+            );
         }
         let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
-        if let Some(len) = req.header("content-length") {
-            if len.trim().parse::<u64>().map_or(true, |l| l > limit as u64) {
-                return self.too_large();
+        let lengths = req
+            .header_values("content-length")
+            .map(|len| len.trim().parse::<u64>())
+            .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
+        match lengths {
+            Err(_) => {
+                return self.reject(
+                    400,
+                    INVALID_REQUEST,
+                    "invalid_content_length",
+                    "Content-Length is not a number",
+                )
             }
+            Ok(l) if l > limit as u64 => return self.too_large(),
+            Ok(_) => {}
         }
         self.stage = Stage::Body;
         Action::Hold
@@ -333,9 +352,10 @@ impl RequestFlow {
             Ok(msg) => {
                 self.id = msg.id.clone();
                 self.body = body;
+                let body_version = msg.protocol_version.clone();
                 let op = McpOp::from_message(msg);
-                if let Some(problem) = self.header_mismatch(&op) {
-                    return self.reject(400, INVALID_REQUEST, "header_mismatch", problem);
+                if let Some(problem) = self.header_mismatch(&op, body_version.as_deref()) {
+                    return self.reject(400, HEADER_MISMATCH, "header_mismatch", problem);
                 }
                 self.decide(engine, op)
             }
@@ -434,16 +454,62 @@ impl RequestFlow {
         self.step(engine)
     }
 
-    fn header_mismatch(&self, op: &McpOp) -> Option<&'static str> {
+    /// SEP-2243: `Mcp-Method`, `Mcp-Name` (Base64 sentinel decoded) and
+    /// `MCP-Protocol-Version` each appear at most once and agree with the body (the last with
+    /// `params._meta`'s protocol version); a request of the header revision (2026-07-28 on)
+    /// must carry the headers that revision requires.
+    fn header_mismatch(&self, op: &McpOp, body_version: Option<&str>) -> Option<&'static str> {
         let req = self.req.as_ref()?;
-        if let Some(m) = req.header("mcp-method") {
+        fn once<'r>(req: &'r Request, name: &'static str) -> Result<Option<&'r str>, ()> {
+            let mut copies = req.header_values(name);
+            let first = copies.next();
+            match copies.next() {
+                Some(_) => Err(()),
+                None => Ok(first),
+            }
+        }
+        let Ok(method) = once(req, "mcp-method") else {
+            return Some("Mcp-Method header appears more than once");
+        };
+        let Ok(name) = once(req, "mcp-name") else {
+            return Some("Mcp-Name header appears more than once");
+        };
+        let Ok(version) = once(req, "mcp-protocol-version") else {
+            return Some("MCP-Protocol-Version header appears more than once");
+        };
+        if let (Some(h), Some(b)) = (version, body_version) {
+            if h != b {
+                return Some("MCP-Protocol-Version header does not match params._meta");
+            }
+        }
+        if let Some(m) = method {
             if op.method() != Some(m) {
                 return Some("Mcp-Method header does not match the request body");
             }
         }
-        if let Some(n) = req.header("mcp-name") {
-            if op.param() != Some(n) {
+        if let Some(n) = name {
+            let Some(n) = decode_header_value(n) else {
+                return Some("Mcp-Name header holds a malformed Base64 value");
+            };
+            if op.param() != Some(n.as_ref()) {
                 return Some("Mcp-Name header does not match the request body");
+            }
+        }
+        let header_revision =
+            body_version.is_some() || version.is_some_and(|v| v >= FIRST_HEADER_REVISION);
+        if header_revision {
+            if version.is_none() {
+                return Some("MCP-Protocol-Version header is required");
+            }
+            if method.is_none() {
+                return Some("Mcp-Method header is required");
+            }
+            let named = matches!(
+                op.method(),
+                Some("tools/call" | "resources/read" | "prompts/get")
+            );
+            if named && name.is_none() {
+                return Some("Mcp-Name header is required");
             }
         }
         None
@@ -572,9 +638,89 @@ impl RequestFlow {
     }
 }
 
+/// The first MCP revision whose requests carry `Mcp-Method` / `Mcp-Name` (SEP-2243).
+const FIRST_HEADER_REVISION: &str = "2026-07-28";
+
+/// A header value with the SEP-2243 Base64 sentinel (`=?base64?...?=`) decoded; None when the
+/// sentinel holds anything but canonical, padded Base64 of UTF-8 text.
+fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let Some(payload) = v
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    else {
+        return Some(std::borrow::Cow::Borrowed(v));
+    };
+    let bytes = payload.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    let sextet = |c: u8| -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    };
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    let quads = bytes.len() / 4;
+    for (q, chunk) in bytes.chunks_exact(4).enumerate() {
+        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && q + 1 != quads) {
+            return None;
+        }
+        let mut n: u32 = 0;
+        for &c in chunk.get(..4 - pad)? {
+            n = (n << 6) | sextet(c)?;
+        }
+        n <<= 6 * pad;
+        let [_, a, b, c] = n.to_be_bytes();
+        // Canonical form: the bits the padding leaves over are zero.
+        let keep = 3 - pad;
+        let all = [a, b, c];
+        if all.get(keep..)?.iter().any(|&x| x != 0) {
+            return None;
+        }
+        out.extend_from_slice(all.get(..keep)?);
+    }
+    String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64_sentinel_is_decoded_strictly() {
+        let d = |v| decode_header_value(v).map(|c| c.into_owned());
+        assert_eq!(d("get_weather").as_deref(), Some("get_weather"));
+        assert_eq!(d("=?base64?ZWNobw==?=").as_deref(), Some("echo"));
+        assert_eq!(
+            d("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(d("=?base64?IHBhZGRlZCA=?=").as_deref(), Some(" padded "));
+        assert_eq!(d("=?base64??=").as_deref(), Some(""));
+        assert_eq!(d("=?base64?ZGVs?=").as_deref(), Some("del"));
+        // Not the sentinel: taken as it is.
+        assert_eq!(
+            d("=?BASE64?ZWNobw==?=").as_deref(),
+            Some("=?BASE64?ZWNobw==?=")
+        );
+        // Malformed: unpadded, bad alphabet, non-zero leftover bits, padding inside, not UTF-8.
+        for bad in [
+            "=?base64?ZWNobw?=",
+            "=?base64?ZWNo*w==?=",
+            "=?base64?ZWNobx==?=",
+            "=?base64?ZW==bw==?=",
+            "=?base64?Z===?=",
+            "=?base64?/w==?=",
+        ] {
+            assert_eq!(d(bad), None, "{bad}");
+        }
+    }
 
     /// The document as it was first defined (a `serde_json::Value` map).
     fn as_value_map(o: &Outcome) -> String {

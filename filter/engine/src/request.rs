@@ -129,6 +129,8 @@ pub struct Request {
     pub method: String,
     /// `:path` as received (query included).
     pub path: String,
+    /// The path rules match on: [`crate::canon::canonical_path`] of `path`.
+    pub canonical_path: String,
     /// `:authority` as received (port included, if any).
     pub authority: String,
     /// Destination (listener) port.
@@ -154,39 +156,17 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
-    /// All values of a header joined with ',' (Envoy's view of a repeated header).
-    pub fn header_joined(&self, name: &str) -> Option<String> {
-        let mut values = self.headers.iter().filter(|(n, _)| n == name);
-        let first = values.next()?.1.clone();
-        Some(values.fold(first, |mut acc, (_, v)| {
-            acc.push(',');
-            acc.push_str(v);
-            acc
-        }))
+    /// Every copy of a header (name given in lowercase), in arrival order; a line holding
+    /// commas is one copy.
+    pub fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
-    /// Path without query or fragment.
-    pub fn path_only(&self) -> &str {
-        let end = self.path.find(['?', '#']).unwrap_or(self.path.len());
-        self.path.get(..end).unwrap_or(&self.path)
-    }
-
-    /// Host without port, lowercase.
+    /// Host in canonical form: lowercase, no port, no trailing dot.
     pub fn host(&self) -> String {
-        host_without_port(&self.authority).to_ascii_lowercase()
-    }
-}
-
-/// Strips a `:port` suffix, handling `[v6]:port`.
-pub fn host_without_port(authority: &str) -> &str {
-    if authority.starts_with('[') {
-        return match authority.find(']') {
-            Some(i) => authority.get(..=i).unwrap_or(authority),
-            None => authority,
-        };
-    }
-    match authority.rfind(':') {
-        Some(i) => authority.get(..i).unwrap_or(authority),
-        None => authority,
+        mcp_access_bundle::host::canonical_host(&self.authority)
     }
 }

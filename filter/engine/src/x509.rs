@@ -6,11 +6,12 @@
 //!
 //! Hand-written rather than a maintained parser, by measurement (release wasm32-wasip1 module
 //! after wasm-opt, measured at 550,627 bytes; benches/x509.rs for time): this file takes 4,400
-//! bytes of it; doing the DER walk with x509-cert 0.3 instead adds 69,933 bytes (79,312 with its
-//! PEM reader too), with x509-parser 0.18 104,995. Natively, on a 499-byte SPIFFE certificate, this walk
-//! takes ~0.13 us, x509-cert ~4.1 us, x509-parser ~2.7 us (they decode every field, the filter
-//! needs only the URI SANs). It is held to x509-parser by the differential fuzz target
-//! fuzz/fuzz_targets/x509_sans.rs, which lists the rules on which this walk is stricter.
+//! bytes of it; doing the DER walk with x509-cert 0.3 instead adds 69,933 bytes (79,312 with
+//! its PEM reader too), with x509-parser 0.18 104,995. Natively, on a 499-byte SPIFFE
+//! certificate, this walk takes ~0.13 us, x509-cert ~4.1 us, x509-parser ~2.7 us (they decode
+//! every field; the filter needs only the URI SANs). It is held to x509-parser by the
+//! differential fuzz target filter/fuzz/fuzz_targets/x509_sans.rs, which lists the rules on
+//! which this walk is stricter.
 
 /// DER tags used here.
 const BOOLEAN: u8 = 0x01;

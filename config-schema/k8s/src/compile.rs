@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::check;
-use super::load::{Item, Manifests, PolicySpec, AGENTIC_GROUP, GATEWAY_GROUP, PROTOTYPE_GROUP};
-use super::model::*;
-use super::types::*;
-use crate::bundle::{self, Action, Bundle, Level};
+use crate::check;
+use crate::load::{Item, Manifests, PolicySpec, AGENTIC_GROUP, GATEWAY_GROUP, PROTOTYPE_GROUP};
+use crate::model::*;
+use crate::types::*;
+use mcp_access_bundle::{self as bundle, Action, Bundle, Level};
 
 /// Status reasons of policies.
 pub mod reason {
@@ -322,6 +322,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         envoy: bundle::EnvoySettings {
             hold_headers: true,
             unknown_backend: o.unknown_backend,
+            ..Default::default()
         },
     };
     Compiled {
@@ -1604,7 +1605,7 @@ impl Ctx<'_> {
                     limits: Default::default(),
                     envoy: Default::default(),
                 };
-                if let Err(e) = crate::validate(&b) {
+                if let Err(e) = mcp_access_bundle::validate(&b) {
                     let field = e.path.replacen("policies[0].", "", 1).replacen(
                         "authorizers[0].",
                         "externalAuth: ",
@@ -1830,12 +1831,14 @@ fn rule_v0(at: &str, r: &RuleV0) -> Result<bundle::Rule, (&'static str, String)>
                     ..Default::default()
                 })
             }
-            other => return Err((
-                reason::INVALID,
-                format!(
+            other => {
+                return Err((
+                    reason::INVALID,
+                    format!(
                     "{at}.authorization.type \"{other}\" is not InlineTools, ExternalAuth or CEL"
                 ),
-            )),
+                ))
+            }
         },
     };
     Ok(bundle::Rule {
@@ -1991,10 +1994,7 @@ fn path_prefix_reaches(prefix: &str, path: &str) -> bool {
 }
 
 fn host_matches(pattern: &str, host: &str) -> bool {
-    match pattern.strip_prefix("*.") {
-        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
-        None => pattern == host,
-    }
+    mcp_access_bundle::host::host_matches(pattern, host)
 }
 
 /// Effective hostnames of a route on a listener (Gateway API intersection rules).

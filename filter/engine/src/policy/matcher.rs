@@ -75,37 +75,37 @@ pub enum CValue {
     Regex(regex_lite::Regex),
 }
 
-/// A hostname, possibly `*.suffix` (matches one or more labels before the suffix).
+/// A hostname, possibly `*.suffix`, in canonical form (see [`mcp_access_bundle::host`]).
 #[derive(Debug, Clone)]
-pub enum HostPattern {
-    Exact(String),
-    Wildcard(String),
-}
+pub struct HostPattern(String);
 
 impl HostPattern {
     pub fn new(pattern: &str) -> Self {
-        let p = pattern.to_ascii_lowercase();
-        match p.strip_prefix('*') {
-            Some(suffix) => HostPattern::Wildcard(suffix.to_string()),
-            None => HostPattern::Exact(p),
-        }
+        HostPattern(mcp_access_bundle::host::canonical_pattern(pattern))
     }
 
-    /// `host` must already be lowercase and without port.
+    /// `host` must already be canonical ([`Request::host`]).
     pub fn matches(&self, host: &str) -> bool {
-        match self {
-            HostPattern::Exact(h) => h == host,
-            HostPattern::Wildcard(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
-        }
+        mcp_access_bundle::host::host_matches(&self.0, host)
     }
 
     /// Exact hostnames rank above wildcards, wildcards above none.
     pub fn specificity(&self) -> usize {
-        match self {
-            HostPattern::Exact(h) => 2 * h.len() + 1,
-            HostPattern::Wildcard(s) => 2 * s.len(),
+        match self.0.strip_prefix('*') {
+            Some(suffix) => 2 * suffix.len(),
+            None => 2 * self.0.len() + 1,
         }
     }
+}
+
+/// Which way a difference between the copies of a repeated header is resolved: always
+/// against the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// An Allow rule: a header condition holds only when every copy matches.
+    Admit,
+    /// A Deny rule or an ExternalAuth selection: a header condition holds when any copy matches.
+    Select,
 }
 
 /// Anchors a pattern so that it must match the whole value.
@@ -206,9 +206,13 @@ fn compile_mcp(m: &McpMatch) -> CMcp {
 }
 
 impl CRule {
-    /// Source AND authorization.
-    pub fn admits(&self, req: &Request, host: &str) -> bool {
-        self.source.matches(&req.caller) && self.authz.as_ref().is_none_or(|a| a.matches(req, host))
+    /// Source AND authorization, repeated headers resolved per `mode`.
+    pub fn admits(&self, req: &Request, host: &str, mode: Mode) -> bool {
+        self.source.matches(&req.caller)
+            && self
+                .authz
+                .as_ref()
+                .is_none_or(|a| a.matches(req, host, mode))
     }
 
     /// For indexing: `(method, params)` pairs when every MCP method of this rule names params.
@@ -258,19 +262,27 @@ impl CSource {
 }
 
 impl CAuthz {
-    fn matches(&self, req: &Request, host: &str) -> bool {
+    fn matches(&self, req: &Request, host: &str, mode: Mode) -> bool {
         (self.methods.is_empty() || self.methods.iter().any(|m| m == &req.method))
             && (self.ports.is_empty() || self.ports.contains(&req.port))
             && (self.hosts.is_empty() || self.hosts.iter().any(|h| h.matches(host)))
-            && (self.paths.is_empty() || {
-                let path = req.path_only();
-                self.paths.iter().any(|p| p.matches(path))
-            })
-            && self.headers.iter().all(|h| {
-                req.header_joined(&h.name)
-                    .is_some_and(|v| h.value.matches(&v))
-            })
+            && (self.paths.is_empty() || self.paths.iter().any(|p| p.matches(&req.canonical_path)))
+            && self.headers.iter().all(|h| h.matches(req, mode))
             && self.mcp.as_ref().is_none_or(|m| m.matches(&req.mcp))
+    }
+}
+
+impl CHeader {
+    /// A header that is absent never matches; a repeated one per `mode`.
+    fn matches(&self, req: &Request, mode: Mode) -> bool {
+        let mut copies = req.header_values(&self.name).peekable();
+        if copies.peek().is_none() {
+            return false;
+        }
+        match mode {
+            Mode::Admit => copies.all(|v| self.value.matches(v)),
+            Mode::Select => copies.any(|v| self.value.matches(v)),
+        }
     }
 }
 

@@ -10,8 +10,8 @@
 
 use std::collections::HashMap;
 
-use mcp_access_filter::policy::{AuthzOutcome, Decision, Engine, Step};
-use mcp_access_filter::request::{Caller, McpOp, Request};
+use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, Step};
+use mcp_access_engine::request::{Caller, McpOp, Request};
 use serde_json::{json, Value};
 
 pub const ALPHA: &str = "spiffe://example.org/ns/agents/sa/alpha";
@@ -79,6 +79,7 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
     Request {
         method: "POST".into(),
         path: "/mcp".into(),
+        canonical_path: "/mcp".into(),
         authority: "gateway.example.org:8443".into(),
         port: 8443,
         headers: vec![("content-type".into(), "application/json".into())],

@@ -1,19 +1,19 @@
 //! Listing the URI SANs of a peer certificate: the filter's hand-written `x509` module against
 //! the maintained parsers it was measured against (x509-cert, x509-parser), on a real SPIFFE
-//! client certificate (fuzz/seeds/x509_sans/spiffe.der, made by openssl). All three must agree
+//! client certificate (filter/fuzz/seeds/x509_sans/spiffe.der, made by openssl). All three must agree
 //! on it before anything is timed.
 //!
-//! `cargo bench -p mcp-access-filter --bench x509`
+//! `cargo bench -p mcp-access-engine --bench x509`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::Criterion;
-use mcp_access_filter::x509::{uri_sans, uri_sans_der};
+use mcp_access_engine::x509::{uri_sans, uri_sans_der};
 use x509_cert::der::pem::LineEnding;
 
-const DER: &[u8] = include_bytes!("../fuzz/seeds/x509_sans/spiffe.der");
+const DER: &[u8] = include_bytes!("../../fuzz/seeds/x509_sans/spiffe.der");
 
 /// x509-cert: the whole certificate decoded, then its one subjectAltName.
 fn x509_cert_sans(der: &[u8]) -> Option<Vec<String>> {

@@ -3,8 +3,8 @@
 //! ExternalAuth rule beside other rules) are the compiler's: such a policy exists in the
 //! cluster, so it is reported not accepted and enforced fail-closed (docs/semantics.md §1.3).
 
-use super::check::{self, Checker, DNS_LABEL, DNS_SUBDOMAIN, GROUP, HEADER_NAME, KIND};
-use super::types::*;
+use crate::check::{self, Checker, DNS_LABEL, DNS_SUBDOMAIN, GROUP, HEADER_NAME, KIND};
+use crate::types::*;
 
 const HTTP_METHODS: &[&str] = &[
     "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
@@ -68,9 +68,9 @@ fn target_refs(refs: &Option<Vec<TargetRef>>, v0: bool, c: &mut Checker) {
     if v0 {
         let ok = refs.iter().all(|x| {
             let (g, k) = (opt(&x.group), opt(&x.kind));
-            ((g == super::load::AGENTIC_GROUP || g == super::load::PROTOTYPE_GROUP)
+            ((g == crate::load::AGENTIC_GROUP || g == crate::load::PROTOTYPE_GROUP)
                 && k == "XBackend")
-                || (g == super::load::GATEWAY_GROUP && k == "Gateway")
+                || (g == crate::load::GATEWAY_GROUP && k == "Gateway")
         });
         c.rule(
             at,
@@ -356,7 +356,7 @@ fn authorization_v1(at: &str, a: &AuthorizationV1, c: &mut Checker) {
                     c.one_of(
                         &format!("{at}.name"),
                         opt(&method.name),
-                        crate::validate::MCP_METHODS,
+                        mcp_access_bundle::validate::MCP_METHODS,
                     );
                 }
                 if let Some(params) = &method.params {
@@ -372,7 +372,7 @@ fn authorization_v1(at: &str, a: &AuthorizationV1, c: &mut Checker) {
                     }
                     c.rule(
                         &at,
-                        params.is_empty() || crate::validate::MCP_METHODS_WITH_PARAMS.contains(&opt(&method.name)),
+                        params.is_empty() || mcp_access_bundle::validate::MCP_METHODS_WITH_PARAMS.contains(&opt(&method.name)),
                         "object",
                         "Params can only be specified for get, call, subscribe, unsubscribe, or read methods",
                     );
@@ -1011,8 +1011,8 @@ pub fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
             }
         }
         let same = |a: &ParentRef, b: &ParentRef| {
-            a.group.as_deref().unwrap_or(super::load::GATEWAY_GROUP)
-                == b.group.as_deref().unwrap_or(super::load::GATEWAY_GROUP)
+            a.group.as_deref().unwrap_or(crate::load::GATEWAY_GROUP)
+                == b.group.as_deref().unwrap_or(crate::load::GATEWAY_GROUP)
                 && a.kind.as_deref().unwrap_or("Gateway") == b.kind.as_deref().unwrap_or("Gateway")
                 && a.name == b.name
                 && a.namespace.as_deref().unwrap_or("") == b.namespace.as_deref().unwrap_or("")
