@@ -62,11 +62,12 @@ fn check(der: &[u8]) {
     let _ = uri_sans(der);
 }
 
-/// `input` read leniently as DER elements (a length past the end is cut to what is there) and
-/// written again with each length recomputed from its contents, in the form the input used
-/// (short, or long with the same number of bytes where the length fits): constructed elements
-/// and OCTET STRINGs holding a SEQUENCE (extension values) are rewritten inside too. So a mutation that
-/// inserts or deletes bytes deep in a certificate still gives a framed certificate.
+/// `input` read leniently as DER elements (a length past its parent's end is cut there) and
+/// written again with each length recomputed from the contents it delimits, in the form the
+/// input used (short, or long with the same number of bytes where the length fits); inside
+/// constructed elements and OCTET STRINGs holding a SEQUENCE (extension values) too. So a
+/// mutated length deep in a certificate (its value or its form) still gives a framed
+/// certificate around it: the enclosing lengths follow.
 fn reframe(input: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(input.len());
     let mut rest = input;
