@@ -14,6 +14,76 @@ fn opt(s: &Option<String>) -> &str {
     s.as_deref().unwrap_or_default()
 }
 
+/// A field of an object reference, with the limits the Gateway API CRDs give it.
+struct RefField {
+    name: &'static str,
+    min: usize,
+    max: usize,
+    pattern: Option<&'static str>,
+}
+
+const GROUP_FIELD: RefField = RefField {
+    name: "group",
+    min: 0,
+    max: 253,
+    pattern: Some(GROUP),
+};
+const KIND_FIELD: RefField = RefField {
+    name: "kind",
+    min: 1,
+    max: 63,
+    pattern: Some(KIND),
+};
+const NAME_FIELD: RefField = RefField {
+    name: "name",
+    min: 1,
+    max: 253,
+    pattern: None,
+};
+const NAMESPACE_FIELD: RefField = RefField {
+    name: "namespace",
+    min: 1,
+    max: 63,
+    pattern: Some(DNS_LABEL),
+};
+const SECTION_FIELD: RefField = RefField {
+    name: "sectionName",
+    min: 1,
+    max: 253,
+    pattern: Some(DNS_SUBDOMAIN),
+};
+
+/// The fields of the object reference at `at`, in the order given: each `(field, value,
+/// required)` must be set when required and, when set, within the field's limits.
+fn ref_fields(at: &str, fields: &[(&RefField, &Option<String>, bool)], c: &mut Checker) {
+    for (f, v, required) in fields {
+        let path = format!("{at}.{}", f.name);
+        if *required && !c.required(&path, v) {
+            continue;
+        }
+        if let Some(v) = v {
+            c.string(&path, v, f.min, f.max, f.pattern);
+        }
+    }
+}
+
+/// The CRDs' rule that a reference to a Service (the default kind) has a port.
+fn service_port(
+    at: &str,
+    group: &Option<String>,
+    kind: &Option<String>,
+    port: Option<i64>,
+    c: &mut Checker,
+) {
+    let is_service = opt(group).is_empty() && kind.as_deref().unwrap_or("Service") == "Service";
+    c.rule(
+        at,
+        !is_service || port.is_some(),
+        "object",
+        "Must have port for Service reference",
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // XBackend
 
@@ -45,25 +115,13 @@ fn target_refs(refs: &Option<Vec<TargetRef>>, v0: bool, c: &mut Checker) {
     c.min_items(at, refs.len(), 1);
     c.max_items(at, refs.len(), 10);
     for (i, r) in refs.iter().enumerate() {
-        let rat = format!("{at}[{i}]");
-        if c.required(&format!("{rat}.group"), &r.group) {
-            c.string(&format!("{rat}.group"), opt(&r.group), 0, 253, Some(GROUP));
-        }
-        if c.required(&format!("{rat}.kind"), &r.kind) {
-            c.string(&format!("{rat}.kind"), opt(&r.kind), 1, 63, Some(KIND));
-        }
-        if c.required(&format!("{rat}.name"), &r.name) {
-            c.string(&format!("{rat}.name"), opt(&r.name), 1, 253, None);
-        }
-        if let Some(s) = &r.section_name {
-            c.string(
-                &format!("{rat}.sectionName"),
-                s,
-                1,
-                253,
-                Some(DNS_SUBDOMAIN),
-            );
-        }
+        let fields = [
+            (&GROUP_FIELD, &r.group, true),
+            (&KIND_FIELD, &r.kind, true),
+            (&NAME_FIELD, &r.name, true),
+            (&SECTION_FIELD, &r.section_name, false),
+        ];
+        ref_fields(&format!("{at}[{i}]"), &fields, c);
     }
     if v0 {
         let ok = refs.iter().all(|x| {
@@ -133,29 +191,17 @@ fn external_auth(at: &str, e: &ExternalAuth, c: &mut Checker) {
     if c.required(&format!("{at}.backendRef"), &e.backend_ref) {
         if let Some(b) = &e.backend_ref {
             let bat = format!("{at}.backendRef");
-            if let Some(g) = &b.group {
-                c.string(&format!("{bat}.group"), g, 0, 253, Some(GROUP));
-            }
-            if let Some(k) = &b.kind {
-                c.string(&format!("{bat}.kind"), k, 1, 63, Some(KIND));
-            }
-            if c.required(&format!("{bat}.name"), &b.name) {
-                c.string(&format!("{bat}.name"), opt(&b.name), 1, 253, None);
-            }
-            if let Some(ns) = &b.namespace {
-                c.string(&format!("{bat}.namespace"), ns, 1, 63, Some(DNS_LABEL));
-            }
+            let fields = [
+                (&GROUP_FIELD, &b.group, false),
+                (&KIND_FIELD, &b.kind, false),
+                (&NAME_FIELD, &b.name, true),
+                (&NAMESPACE_FIELD, &b.namespace, false),
+            ];
+            ref_fields(&bat, &fields, c);
             if let Some(p) = b.port {
                 c.range(&format!("{bat}.port"), p, 1, 65535);
             }
-            let is_service = b.group.as_deref().unwrap_or("").is_empty()
-                && b.kind.as_deref().unwrap_or("Service") == "Service";
-            c.rule(
-                &bat,
-                !is_service || b.port.is_some(),
-                "object",
-                "Must have port for Service reference",
-            );
+            service_port(&bat, &b.group, &b.kind, b.port, c);
         }
     }
     let proto = opt(&e.protocol);
@@ -447,22 +493,12 @@ pub fn reference_grant(s: &ReferenceGrantSpec, c: &mut Checker) {
             c.min_items("spec.from", from.len(), 1);
             c.max_items("spec.from", from.len(), 16);
             for (i, f) in from.iter().enumerate() {
-                let at = format!("spec.from[{i}]");
-                if c.required(&format!("{at}.group"), &f.group) {
-                    c.string(&format!("{at}.group"), opt(&f.group), 0, 253, Some(GROUP));
-                }
-                if c.required(&format!("{at}.kind"), &f.kind) {
-                    c.string(&format!("{at}.kind"), opt(&f.kind), 1, 63, Some(KIND));
-                }
-                if c.required(&format!("{at}.namespace"), &f.namespace) {
-                    c.string(
-                        &format!("{at}.namespace"),
-                        opt(&f.namespace),
-                        1,
-                        63,
-                        Some(DNS_LABEL),
-                    );
-                }
+                let fields = [
+                    (&GROUP_FIELD, &f.group, true),
+                    (&KIND_FIELD, &f.kind, true),
+                    (&NAMESPACE_FIELD, &f.namespace, true),
+                ];
+                ref_fields(&format!("spec.from[{i}]"), &fields, c);
             }
         }
     }
@@ -472,16 +508,12 @@ pub fn reference_grant(s: &ReferenceGrantSpec, c: &mut Checker) {
             c.min_items("spec.to", to.len(), 1);
             c.max_items("spec.to", to.len(), 16);
             for (i, t) in to.iter().enumerate() {
-                let at = format!("spec.to[{i}]");
-                if c.required(&format!("{at}.group"), &t.group) {
-                    c.string(&format!("{at}.group"), opt(&t.group), 0, 253, Some(GROUP));
-                }
-                if c.required(&format!("{at}.kind"), &t.kind) {
-                    c.string(&format!("{at}.kind"), opt(&t.kind), 1, 63, Some(KIND));
-                }
-                if let Some(n) = &t.name {
-                    c.string(&format!("{at}.name"), n, 1, 253, None);
-                }
+                let fields = [
+                    (&GROUP_FIELD, &t.group, true),
+                    (&KIND_FIELD, &t.kind, true),
+                    (&NAME_FIELD, &t.name, false),
+                ];
+                ref_fields(&format!("spec.to[{i}]"), &fields, c);
             }
         }
     }
@@ -495,18 +527,13 @@ fn object_ref(at: &str, r: &ObjectRef, group_kind_required: bool, c: &mut Checke
         c.required(&format!("{at}.group"), &r.group);
         c.required(&format!("{at}.kind"), &r.kind);
     }
-    if let Some(g) = &r.group {
-        c.string(&format!("{at}.group"), g, 0, 253, Some(GROUP));
-    }
-    if let Some(k) = &r.kind {
-        c.string(&format!("{at}.kind"), k, 1, 63, Some(KIND));
-    }
-    if c.required(&format!("{at}.name"), &r.name) {
-        c.string(&format!("{at}.name"), opt(&r.name), 1, 253, None);
-    }
-    if let Some(ns) = &r.namespace {
-        c.string(&format!("{at}.namespace"), ns, 1, 63, Some(DNS_LABEL));
-    }
+    let fields = [
+        (&GROUP_FIELD, &r.group, false),
+        (&KIND_FIELD, &r.kind, false),
+        (&NAME_FIELD, &r.name, true),
+        (&NAMESPACE_FIELD, &r.namespace, false),
+    ];
+    ref_fields(at, &fields, c);
 }
 
 fn selector(at: &str, s: &LabelSelector, c: &mut Checker) {
@@ -706,12 +733,11 @@ pub fn gateway(s: &GatewaySpec, c: &mut Checker) {
                 c.max_items(&format!("{at}.allowedRoutes.kinds"), kinds.len(), 8);
                 for (j, k) in kinds.iter().enumerate() {
                     let kat = format!("{at}.allowedRoutes.kinds[{j}]");
-                    if let Some(g) = &k.group {
-                        c.string(&format!("{kat}.group"), g, 0, 253, Some(GROUP));
-                    }
-                    if c.required(&format!("{kat}.kind"), &k.kind) {
-                        c.string(&format!("{kat}.kind"), opt(&k.kind), 1, 63, Some(KIND));
-                    }
+                    let fields = [
+                        (&GROUP_FIELD, &k.group, false),
+                        (&KIND_FIELD, &k.kind, true),
+                    ];
+                    ref_fields(&kat, &fields, c);
                 }
             }
         }
@@ -985,27 +1011,14 @@ pub fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
         c.max_items("spec.parentRefs", prs.len(), 32);
         for (i, p) in prs.iter().enumerate() {
             let at = format!("spec.parentRefs[{i}]");
-            if let Some(g) = &p.group {
-                c.string(&format!("{at}.group"), g, 0, 253, Some(GROUP));
-            }
-            if let Some(k) = &p.kind {
-                c.string(&format!("{at}.kind"), k, 1, 63, Some(KIND));
-            }
-            if let Some(ns) = &p.namespace {
-                c.string(&format!("{at}.namespace"), ns, 1, 63, Some(DNS_LABEL));
-            }
-            if c.required(&format!("{at}.name"), &p.name) {
-                c.string(&format!("{at}.name"), opt(&p.name), 1, 253, None);
-            }
-            if let Some(sn) = &p.section_name {
-                c.string(
-                    &format!("{at}.sectionName"),
-                    sn,
-                    1,
-                    253,
-                    Some(DNS_SUBDOMAIN),
-                );
-            }
+            let fields = [
+                (&GROUP_FIELD, &p.group, false),
+                (&KIND_FIELD, &p.kind, false),
+                (&NAMESPACE_FIELD, &p.namespace, false),
+                (&NAME_FIELD, &p.name, true),
+                (&SECTION_FIELD, &p.section_name, false),
+            ];
+            ref_fields(&at, &fields, c);
             if let Some(port) = p.port {
                 c.range(&format!("{at}.port"), port, 1, 65535);
             }
@@ -1102,32 +1115,20 @@ pub fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
         c.max_items(&format!("{at}.backendRefs"), brs.len(), 16);
         for (j, b) in brs.iter().enumerate() {
             let bat = format!("{at}.backendRefs[{j}]");
-            if let Some(g) = &b.group {
-                c.string(&format!("{bat}.group"), g, 0, 253, Some(GROUP));
-            }
-            if let Some(k) = &b.kind {
-                c.string(&format!("{bat}.kind"), k, 1, 63, Some(KIND));
-            }
-            if c.required(&format!("{bat}.name"), &b.name) {
-                c.string(&format!("{bat}.name"), opt(&b.name), 1, 253, None);
-            }
-            if let Some(ns) = &b.namespace {
-                c.string(&format!("{bat}.namespace"), ns, 1, 63, Some(DNS_LABEL));
-            }
+            let fields = [
+                (&GROUP_FIELD, &b.group, false),
+                (&KIND_FIELD, &b.kind, false),
+                (&NAME_FIELD, &b.name, true),
+                (&NAMESPACE_FIELD, &b.namespace, false),
+            ];
+            ref_fields(&bat, &fields, c);
             if let Some(p) = b.port {
                 c.range(&format!("{bat}.port"), p, 1, 65535);
             }
             if let Some(w) = b.weight {
                 c.range(&format!("{bat}.weight"), w, 0, 1_000_000);
             }
-            let is_service = b.group.as_deref().unwrap_or("").is_empty()
-                && b.kind.as_deref().unwrap_or("Service") == "Service";
-            c.rule(
-                &bat,
-                !is_service || b.port.is_some(),
-                "object",
-                "Must have port for Service reference",
-            );
+            service_port(&bat, &b.group, &b.kind, b.port, c);
             if let Some(bf) = &b.filters {
                 filters(&format!("{bat}.filters"), bf, c);
             }

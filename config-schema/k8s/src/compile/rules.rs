@@ -121,98 +121,117 @@ pub(super) fn rule_v1(at: &str, r: &RuleV1) -> Result<bundle::Rule, (&'static st
     let authorization = match &r.authorization {
         None => None,
         Some(a) if opt(&a.kind) == "CEL" => return Err(cel_unsupported(at)),
-        Some(a) => {
-            let mcp = a.mcp.as_ref().map(|m| bundle::McpMatch {
-                methods: m
-                    .methods
-                    .iter()
-                    .flatten()
-                    .map(|x| bundle::McpMethod {
-                        name: opt(&x.name).to_string(),
-                        params: x.params.clone().filter(|p| !p.is_empty()),
-                    })
-                    .collect(),
-                base_protocol: if m.mcp_base_protocol_methods_option.as_deref()
-                    == Some("MATCH_BASE_PROTOCOL_METHODS")
-                {
-                    bundle::BaseProtocol::Match
-                } else {
-                    bundle::BaseProtocol::Skip
-                },
-            });
-            let mut paths = Vec::new();
-            for (i, p) in a.paths.iter().flatten().enumerate() {
-                let kind = match p.kind.as_deref().unwrap_or("PathPrefix") {
-                    "Exact" => bundle::MatchType::Exact,
-                    "RegularExpression" => bundle::MatchType::RegularExpression,
-                    "PathPrefix" => bundle::MatchType::PathPrefix,
-                    other => {
-                        return Err(unknown_match(
-                            &format!("{at}.authorization.paths[{i}]"),
-                            other,
-                        ))
-                    }
-                };
-                let mut value = opt(&p.value).to_string();
-                if value.is_empty() {
-                    if kind != bundle::MatchType::PathPrefix {
-                        return Err((
-                            reason::INVALID,
-                            format!("{at}.authorization.paths[{i}].value must not be empty"),
-                        ));
-                    }
-                    value = "/".into();
-                }
-                paths.push(bundle::PathMatch { kind, value });
-            }
-            Some(bundle::Authorization {
-                mcp,
-                methods: a.methods.clone().unwrap_or_default(),
-                paths,
-                headers: a
-                    .headers
-                    .iter()
-                    .flatten()
-                    .enumerate()
-                    .map(|(i, h)| {
-                        let kind = match h.kind.as_deref().unwrap_or("Exact") {
-                            "Exact" => bundle::MatchType::Exact,
-                            "RegularExpression" => bundle::MatchType::RegularExpression,
-                            other => {
-                                return Err(unknown_match(
-                                    &format!("{at}.authorization.headers[{i}]"),
-                                    other,
-                                ))
-                            }
-                        };
-                        Ok(bundle::HeaderMatch {
-                            name: opt(&h.name).to_string(),
-                            kind,
-                            value: opt(&h.value).to_string(),
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-                hosts: a.hosts.clone().unwrap_or_default(),
-                ports: a
-                    .ports
-                    .iter()
-                    .flatten()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        u16::try_from(*p).ok().filter(|p| *p != 0).ok_or_else(|| {
-                            (
-                                reason::INVALID,
-                                format!("{at}.authorization.ports[{i}]: {p} is not a port"),
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-            })
-        }
+        Some(a) => Some(authorization_v1(at, a)?),
     };
     Ok(bundle::Rule {
         name: opt(&r.name).to_string(),
         source,
         authorization,
     })
+}
+
+/// An Inline authorization of a v1alpha1 rule.
+fn authorization_v1(
+    at: &str,
+    a: &AuthorizationV1,
+) -> Result<bundle::Authorization, (&'static str, String)> {
+    let mcp = a.mcp.as_ref().map(|m| bundle::McpMatch {
+        methods: m
+            .methods
+            .iter()
+            .flatten()
+            .map(|x| bundle::McpMethod {
+                name: opt(&x.name).to_string(),
+                params: x.params.clone().filter(|p| !p.is_empty()),
+            })
+            .collect(),
+        base_protocol: if m.mcp_base_protocol_methods_option.as_deref()
+            == Some("MATCH_BASE_PROTOCOL_METHODS")
+        {
+            bundle::BaseProtocol::Match
+        } else {
+            bundle::BaseProtocol::Skip
+        },
+    });
+    Ok(bundle::Authorization {
+        mcp,
+        methods: a.methods.clone().unwrap_or_default(),
+        paths: path_matches(at, a)?,
+        headers: header_matches(at, a)?,
+        hosts: a.hosts.clone().unwrap_or_default(),
+        ports: a
+            .ports
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, p)| {
+                u16::try_from(*p).ok().filter(|p| *p != 0).ok_or_else(|| {
+                    (
+                        reason::INVALID,
+                        format!("{at}.authorization.ports[{i}]: {p} is not a port"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    })
+}
+
+fn path_matches(
+    at: &str,
+    a: &AuthorizationV1,
+) -> Result<Vec<bundle::PathMatch>, (&'static str, String)> {
+    let mut paths = Vec::new();
+    for (i, p) in a.paths.iter().flatten().enumerate() {
+        let kind = match p.kind.as_deref().unwrap_or("PathPrefix") {
+            "Exact" => bundle::MatchType::Exact,
+            "RegularExpression" => bundle::MatchType::RegularExpression,
+            "PathPrefix" => bundle::MatchType::PathPrefix,
+            other => {
+                return Err(unknown_match(
+                    &format!("{at}.authorization.paths[{i}]"),
+                    other,
+                ))
+            }
+        };
+        let mut value = opt(&p.value).to_string();
+        if value.is_empty() {
+            if kind != bundle::MatchType::PathPrefix {
+                return Err((
+                    reason::INVALID,
+                    format!("{at}.authorization.paths[{i}].value must not be empty"),
+                ));
+            }
+            value = "/".into();
+        }
+        paths.push(bundle::PathMatch { kind, value });
+    }
+    Ok(paths)
+}
+
+fn header_matches(
+    at: &str,
+    a: &AuthorizationV1,
+) -> Result<Vec<bundle::HeaderMatch>, (&'static str, String)> {
+    a.headers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, h)| {
+            let kind = match h.kind.as_deref().unwrap_or("Exact") {
+                "Exact" => bundle::MatchType::Exact,
+                "RegularExpression" => bundle::MatchType::RegularExpression,
+                other => {
+                    return Err(unknown_match(
+                        &format!("{at}.authorization.headers[{i}]"),
+                        other,
+                    ))
+                }
+            };
+            Ok(bundle::HeaderMatch {
+                name: opt(&h.name).to_string(),
+                kind,
+                value: opt(&h.value).to_string(),
+            })
+        })
+        .collect()
 }
