@@ -22,36 +22,27 @@ struct RefField {
     pattern: Option<&'static str>,
 }
 
-const GROUP_FIELD: RefField = RefField {
-    name: "group",
-    min: 0,
-    max: 253,
-    pattern: Some(GROUP),
-};
-const KIND_FIELD: RefField = RefField {
-    name: "kind",
-    min: 1,
-    max: 63,
-    pattern: Some(KIND),
-};
-const NAME_FIELD: RefField = RefField {
-    name: "name",
-    min: 1,
-    max: 253,
-    pattern: None,
-};
-const NAMESPACE_FIELD: RefField = RefField {
-    name: "namespace",
-    min: 1,
-    max: 63,
-    pattern: Some(DNS_LABEL),
-};
-const SECTION_FIELD: RefField = RefField {
-    name: "sectionName",
-    min: 1,
-    max: 253,
-    pattern: Some(DNS_SUBDOMAIN),
-};
+const GROUP_FIELD: RefField = RefField::new("group", 0, 253, Some(GROUP));
+const KIND_FIELD: RefField = RefField::new("kind", 1, 63, Some(KIND));
+const NAME_FIELD: RefField = RefField::new("name", 1, 253, None);
+const NAMESPACE_FIELD: RefField = RefField::new("namespace", 1, 63, Some(DNS_LABEL));
+const SECTION_FIELD: RefField = RefField::new("sectionName", 1, 253, Some(DNS_SUBDOMAIN));
+
+impl RefField {
+    const fn new(
+        name: &'static str,
+        min: usize,
+        max: usize,
+        pattern: Option<&'static str>,
+    ) -> Self {
+        RefField {
+            name,
+            min,
+            max,
+            pattern,
+        }
+    }
+}
 
 /// The fields of the object reference at `at`, in the order given: each `(field, value,
 /// required)` must be set when required and, when set, within the field's limits.
@@ -65,6 +56,22 @@ fn ref_fields(at: &str, fields: &[(&RefField, &Option<String>, bool)], c: &mut C
             c.string(&path, v, f.min, f.max, f.pattern);
         }
     }
+}
+
+/// A required list and its limits on the number of items; its items (none when missing).
+fn required_list<'a, T>(
+    at: &str,
+    list: &'a Option<Vec<T>>,
+    (min, max): (usize, usize),
+    c: &mut Checker,
+) -> &'a [T] {
+    let Some(list) = list else {
+        c.err(at, "Required value");
+        return &[];
+    };
+    c.min_items(at, list.len(), min);
+    c.max_items(at, list.len(), max);
+    list
 }
 
 /// The CRDs' rule that a reference to a Service (the default kind) has a port.
@@ -108,12 +115,7 @@ pub fn xbackend(s: &XBackendSpec, c: &mut Checker) {
 
 fn target_refs(refs: &Option<Vec<TargetRef>>, v0: bool, c: &mut Checker) {
     let at = "spec.targetRefs";
-    let Some(refs) = refs else {
-        c.err(at, "Required value");
-        return;
-    };
-    c.min_items(at, refs.len(), 1);
-    c.max_items(at, refs.len(), 10);
+    let refs = required_list(at, refs, (1, 10), c);
     for (i, r) in refs.iter().enumerate() {
         let fields = [
             (&GROUP_FIELD, &r.group, true),
@@ -487,35 +489,27 @@ fn value_match(
 // ReferenceGrant / ReferencePolicy
 
 pub fn reference_grant(s: &ReferenceGrantSpec, c: &mut Checker) {
-    match &s.from {
-        None => c.err("spec.from", "Required value"),
-        Some(from) => {
-            c.min_items("spec.from", from.len(), 1);
-            c.max_items("spec.from", from.len(), 16);
-            for (i, f) in from.iter().enumerate() {
-                let fields = [
-                    (&GROUP_FIELD, &f.group, true),
-                    (&KIND_FIELD, &f.kind, true),
-                    (&NAMESPACE_FIELD, &f.namespace, true),
-                ];
-                ref_fields(&format!("spec.from[{i}]"), &fields, c);
-            }
-        }
+    for (i, f) in required_list("spec.from", &s.from, (1, 16), c)
+        .iter()
+        .enumerate()
+    {
+        let fields = [
+            (&GROUP_FIELD, &f.group, true),
+            (&KIND_FIELD, &f.kind, true),
+            (&NAMESPACE_FIELD, &f.namespace, true),
+        ];
+        ref_fields(&format!("spec.from[{i}]"), &fields, c);
     }
-    match &s.to {
-        None => c.err("spec.to", "Required value"),
-        Some(to) => {
-            c.min_items("spec.to", to.len(), 1);
-            c.max_items("spec.to", to.len(), 16);
-            for (i, t) in to.iter().enumerate() {
-                let fields = [
-                    (&GROUP_FIELD, &t.group, true),
-                    (&KIND_FIELD, &t.kind, true),
-                    (&NAME_FIELD, &t.name, false),
-                ];
-                ref_fields(&format!("spec.to[{i}]"), &fields, c);
-            }
-        }
+    for (i, t) in required_list("spec.to", &s.to, (1, 16), c)
+        .iter()
+        .enumerate()
+    {
+        let fields = [
+            (&GROUP_FIELD, &t.group, true),
+            (&KIND_FIELD, &t.kind, true),
+            (&NAME_FIELD, &t.name, false),
+        ];
+        ref_fields(&format!("spec.to[{i}]"), &fields, c);
     }
 }
 
@@ -564,15 +558,12 @@ fn selector(at: &str, s: &LabelSelector, c: &mut Checker) {
 }
 
 fn validation(at: &str, v: &FrontendValidation, c: &mut Checker) {
-    match &v.ca_certificate_refs {
-        None => c.err(format!("{at}.caCertificateRefs"), "Required value"),
-        Some(refs) => {
-            c.min_items(&format!("{at}.caCertificateRefs"), refs.len(), 1);
-            c.max_items(&format!("{at}.caCertificateRefs"), refs.len(), 16);
-            for (i, r) in refs.iter().enumerate() {
-                object_ref(&format!("{at}.caCertificateRefs[{i}]"), r, true, c);
-            }
-        }
+    let refs_at = format!("{at}.caCertificateRefs");
+    for (i, r) in required_list(&refs_at, &v.ca_certificate_refs, (1, 16), c)
+        .iter()
+        .enumerate()
+    {
+        object_ref(&format!("{refs_at}[{i}]"), r, true, c);
     }
     if let Some(m) = &v.mode {
         c.one_of(
