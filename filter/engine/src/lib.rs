@@ -10,6 +10,7 @@ pub mod callout;
 pub mod canon;
 pub mod flow;
 pub mod identity;
+pub mod json;
 pub mod mcp;
 pub mod policy;
 pub mod protobuf;
