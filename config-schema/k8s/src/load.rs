@@ -265,24 +265,15 @@ impl Manifests {
             return;
         }
         let kind = kind.to_string();
-        let versions: &[&str] = match (group.as_str(), kind.as_str()) {
-            (GATEWAY_GROUP, "Gateway" | "HTTPRoute") => &["v1", "v1beta1"],
-            (GATEWAY_GROUP, "ReferenceGrant") => &["v1", "v1beta1", "v1alpha2"],
-            (GATEWAY_GROUP, "ReferencePolicy") => &["v1alpha2"],
-            (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
-            (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
-            ("", "Namespace") => &["v1"],
-            (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP, _) => &[],
-            _ => {
-                let (namespace, name) = object_name(map, default_namespace);
-                self.skipped.push(Skipped {
-                    origin,
-                    api_version: api_version.to_string(),
-                    kind,
-                    object: format!("{namespace}/{name}"),
-                });
-                return;
-            }
+        let Some(versions) = versions(&group, &kind) else {
+            let (namespace, name) = object_name(map, default_namespace);
+            self.skipped.push(Skipped {
+                origin,
+                api_version: api_version.to_string(),
+                kind,
+                object: format!("{namespace}/{name}"),
+            });
+            return;
         };
         let doc = Doc {
             origin,
@@ -459,6 +450,20 @@ struct Doc<'d> {
     kind: &'d str,
     /// The namespace of objects that name none.
     default_namespace: &'d str,
+}
+
+/// The versions read of a kind; None for kinds the compiler does not read (other groups).
+fn versions(group: &str, kind: &str) -> Option<&'static [&'static str]> {
+    Some(match (group, kind) {
+        (GATEWAY_GROUP, "Gateway" | "HTTPRoute") => &["v1", "v1beta1"],
+        (GATEWAY_GROUP, "ReferenceGrant") => &["v1", "v1beta1", "v1alpha2"],
+        (GATEWAY_GROUP, "ReferencePolicy") => &["v1alpha2"],
+        (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
+        (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
+        ("", "Namespace") => &["v1"],
+        (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP, _) => &[],
+        _ => return None,
+    })
 }
 
 fn map_spec<A, B>(it: Item<A>, f: impl FnOnce(A) -> B) -> Item<B> {

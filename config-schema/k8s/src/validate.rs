@@ -578,6 +578,31 @@ pub fn gateway(s: &GatewaySpec, c: &mut Checker) {
     if c.required("spec.gatewayClassName", &s.gateway_class_name) {
         c.len_between("spec.gatewayClassName", opt(&s.gateway_class_name), 1, 253);
     }
+    addresses(s, c);
+    if let Some(al) = &s.allowed_listeners {
+        if let Some(ns) = &al.namespaces {
+            if let Some(f) = &ns.from {
+                c.one_of(
+                    "spec.allowedListeners.namespaces.from",
+                    f,
+                    &["All", "Selector", "Same", "None"],
+                );
+            }
+            if let Some(sel) = &ns.selector {
+                selector("spec.allowedListeners.namespaces.selector", sel, c);
+            }
+        }
+    }
+    gateway_tls(s, c);
+    let ls = required_list("spec.listeners", &s.listeners, (1, 64), c);
+    for (i, l) in ls.iter().enumerate() {
+        listener(&format!("spec.listeners[{i}]"), l, c);
+    }
+    listener_rules(ls, c);
+}
+
+/// `spec.addresses`.
+fn addresses(s: &GatewaySpec, c: &mut Checker) {
     if let Some(addrs) = &s.addresses {
         c.max_items("spec.addresses", addrs.len(), 16);
         for (i, a) in addrs.iter().enumerate() {
@@ -595,20 +620,10 @@ pub fn gateway(s: &GatewaySpec, c: &mut Checker) {
             }
         }
     }
-    if let Some(al) = &s.allowed_listeners {
-        if let Some(ns) = &al.namespaces {
-            if let Some(f) = &ns.from {
-                c.one_of(
-                    "spec.allowedListeners.namespaces.from",
-                    f,
-                    &["All", "Selector", "Same", "None"],
-                );
-            }
-            if let Some(sel) = &ns.selector {
-                selector("spec.allowedListeners.namespaces.selector", sel, c);
-            }
-        }
-    }
+}
+
+/// `spec.tls`: the client certificate towards backends, the frontend validation.
+fn gateway_tls(s: &GatewaySpec, c: &mut Checker) {
     if let Some(tls) = &s.tls {
         if let Some(b) = &tls.backend {
             if let Some(r) = &b.client_certificate_ref {
@@ -649,90 +664,87 @@ pub fn gateway(s: &GatewaySpec, c: &mut Checker) {
             }
         }
     }
-    let Some(ls) = &s.listeners else {
-        c.err("spec.listeners", "Required value");
-        return;
-    };
-    c.min_items("spec.listeners", ls.len(), 1);
-    c.max_items("spec.listeners", ls.len(), 64);
-    for (i, l) in ls.iter().enumerate() {
-        let at = format!("spec.listeners[{i}]");
-        if c.required(&format!("{at}.name"), &l.name) {
-            c.string(
-                &format!("{at}.name"),
-                opt(&l.name),
-                1,
-                253,
-                Some(DNS_SUBDOMAIN),
+}
+
+/// One of `spec.listeners`.
+fn listener(at: &str, l: &GatewayListener, c: &mut Checker) {
+    if c.required(&format!("{at}.name"), &l.name) {
+        c.string(
+            &format!("{at}.name"),
+            opt(&l.name),
+            1,
+            253,
+            Some(DNS_SUBDOMAIN),
+        );
+    }
+    if let Some(h) = &l.hostname {
+        c.string(&format!("{at}.hostname"), h, 1, 253, Some(check::HOSTNAME));
+    }
+    if c.required(&format!("{at}.port"), &l.port) {
+        c.range(&format!("{at}.port"), l.port.unwrap_or_default(), 1, 65535);
+    }
+    if c.required(&format!("{at}.protocol"), &l.protocol) {
+        c.string(
+            &format!("{at}.protocol"),
+            opt(&l.protocol),
+            1,
+            255,
+            Some(check::PROTOCOL),
+        );
+    }
+    if let Some(t) = &l.tls {
+        let tat = format!("{at}.tls");
+        if let Some(m) = &t.mode {
+            c.one_of(&format!("{tat}.mode"), m, &["Terminate", "Passthrough"]);
+        }
+        let refs = t.certificate_refs.as_deref().unwrap_or_default();
+        c.max_items(&format!("{tat}.certificateRefs"), refs.len(), 64);
+        for (j, r) in refs.iter().enumerate() {
+            object_ref(&format!("{tat}.certificateRefs[{j}]"), r, false, c);
+        }
+        let opts = t.options.as_ref().map_or(0, |o| o.len());
+        if opts > 16 {
+            c.err(
+                format!("{tat}.options"),
+                format!("Too many: {opts}: must have at most 16 items"),
             );
         }
-        if let Some(h) = &l.hostname {
-            c.string(&format!("{at}.hostname"), h, 1, 253, Some(check::HOSTNAME));
-        }
-        if c.required(&format!("{at}.port"), &l.port) {
-            c.range(&format!("{at}.port"), l.port.unwrap_or_default(), 1, 65535);
-        }
-        if c.required(&format!("{at}.protocol"), &l.protocol) {
-            c.string(
-                &format!("{at}.protocol"),
-                opt(&l.protocol),
-                1,
-                255,
-                Some(check::PROTOCOL),
-            );
-        }
-        if let Some(t) = &l.tls {
-            let tat = format!("{at}.tls");
-            if let Some(m) = &t.mode {
-                c.one_of(&format!("{tat}.mode"), m, &["Terminate", "Passthrough"]);
-            }
-            let refs = t.certificate_refs.as_deref().unwrap_or_default();
-            c.max_items(&format!("{tat}.certificateRefs"), refs.len(), 64);
-            for (j, r) in refs.iter().enumerate() {
-                object_ref(&format!("{tat}.certificateRefs[{j}]"), r, false, c);
-            }
-            let opts = t.options.as_ref().map_or(0, |o| o.len());
-            if opts > 16 {
-                c.err(
-                    format!("{tat}.options"),
-                    format!("Too many: {opts}: must have at most 16 items"),
+        c.rule(
+            &tat,
+            t.mode.as_deref().unwrap_or("Terminate") != "Terminate" || !refs.is_empty() || opts > 0,
+            "object",
+            "certificateRefs or options must be specified when mode is Terminate",
+        );
+    }
+    if let Some(ar) = &l.allowed_routes {
+        if let Some(ns) = &ar.namespaces {
+            if let Some(f) = &ns.from {
+                c.one_of(
+                    &format!("{at}.allowedRoutes.namespaces.from"),
+                    f,
+                    &["All", "Selector", "Same"],
                 );
             }
-            c.rule(
-                &tat,
-                t.mode.as_deref().unwrap_or("Terminate") != "Terminate"
-                    || !refs.is_empty()
-                    || opts > 0,
-                "object",
-                "certificateRefs or options must be specified when mode is Terminate",
-            );
-        }
-        if let Some(ar) = &l.allowed_routes {
-            if let Some(ns) = &ar.namespaces {
-                if let Some(f) = &ns.from {
-                    c.one_of(
-                        &format!("{at}.allowedRoutes.namespaces.from"),
-                        f,
-                        &["All", "Selector", "Same"],
-                    );
-                }
-                if let Some(sel) = &ns.selector {
-                    selector(&format!("{at}.allowedRoutes.namespaces.selector"), sel, c);
-                }
+            if let Some(sel) = &ns.selector {
+                selector(&format!("{at}.allowedRoutes.namespaces.selector"), sel, c);
             }
-            if let Some(kinds) = &ar.kinds {
-                c.max_items(&format!("{at}.allowedRoutes.kinds"), kinds.len(), 8);
-                for (j, k) in kinds.iter().enumerate() {
-                    let kat = format!("{at}.allowedRoutes.kinds[{j}]");
-                    let fields = [
-                        (&GROUP_FIELD, &k.group, false),
-                        (&KIND_FIELD, &k.kind, true),
-                    ];
-                    ref_fields(&kat, &fields, c);
-                }
+        }
+        if let Some(kinds) = &ar.kinds {
+            c.max_items(&format!("{at}.allowedRoutes.kinds"), kinds.len(), 8);
+            for (j, k) in kinds.iter().enumerate() {
+                let kat = format!("{at}.allowedRoutes.kinds[{j}]");
+                let fields = [
+                    (&GROUP_FIELD, &k.group, false),
+                    (&KIND_FIELD, &k.kind, true),
+                ];
+                ref_fields(&kat, &fields, c);
             }
         }
     }
+}
+
+/// The CRD's rules across `spec.listeners`.
+fn listener_rules(ls: &[GatewayListener], c: &mut Checker) {
     let proto = |l: &GatewayListener| opt(&l.protocol).to_string();
     c.rule(
         "spec.listeners",
@@ -998,6 +1010,34 @@ fn uses_prefix_replace(fs: &[RouteFilter], redirect: bool) -> bool {
 }
 
 pub fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
+    parent_refs(s, c);
+    if let Some(hs) = &s.hostnames {
+        c.max_items("spec.hostnames", hs.len(), 16);
+        for (i, h) in hs.iter().enumerate() {
+            c.string(
+                &format!("spec.hostnames[{i}]"),
+                h,
+                1,
+                253,
+                Some(check::HOSTNAME),
+            );
+        }
+    }
+    let Some(rules) = &s.rules else { return };
+    c.min_items("spec.rules", rules.len(), 1);
+    c.max_items("spec.rules", rules.len(), 16);
+    let total: usize = rules
+        .iter()
+        .map(|r| r.matches.as_ref().map_or(1, Vec::len))
+        .sum();
+    c.rule("spec.rules", total <= 128, "array", "While 16 rules and 64 matches per rule are allowed, the total number of matches across all rules in a route must be less than 128");
+    for (i, r) in rules.iter().enumerate() {
+        route_rule(&format!("spec.rules[{i}]"), r, c);
+    }
+}
+
+/// `spec.parentRefs`.
+fn parent_refs(s: &HttpRouteSpec, c: &mut Checker) {
     if let Some(prs) = &s.parent_refs {
         c.max_items("spec.parentRefs", prs.len(), 32);
         for (i, p) in prs.iter().enumerate() {
@@ -1035,138 +1075,131 @@ pub fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
             "sectionName must be unique when parentRefs includes 2 or more references to the same parent",
         );
     }
-    if let Some(hs) = &s.hostnames {
-        c.max_items("spec.hostnames", hs.len(), 16);
-        for (i, h) in hs.iter().enumerate() {
-            c.string(
-                &format!("spec.hostnames[{i}]"),
+}
+
+/// One of `spec.rules`.
+fn route_rule(at: &str, r: &RouteRule, c: &mut Checker) {
+    if let Some(n) = &r.name {
+        c.string(&format!("{at}.name"), n, 1, 253, Some(DNS_SUBDOMAIN));
+    }
+    let ms = r.matches.as_deref().unwrap_or_default();
+    c.max_items(&format!("{at}.matches"), ms.len(), 64);
+    for (j, m) in ms.iter().enumerate() {
+        route_match(&format!("{at}.matches[{j}]"), m, c);
+    }
+    let fs = r.filters.as_deref().unwrap_or_default();
+    filters(&format!("{at}.filters"), fs, c);
+    let brs = r.backend_refs.as_deref().unwrap_or_default();
+    c.max_items(&format!("{at}.backendRefs"), brs.len(), 16);
+    for (j, b) in brs.iter().enumerate() {
+        route_backend_ref(&format!("{at}.backendRefs[{j}]"), b, c);
+    }
+    let one_prefix = ms.len() == 1
+        && ms
+            .first()
+            .and_then(|m| m.path.as_ref())
+            .is_some_and(|p| p.kind.as_deref().unwrap_or("PathPrefix") == "PathPrefix");
+    let redirect = fs.iter().any(|f| f.request_redirect.is_some());
+    c.rule(
+        at,
+        brs.is_empty() || !redirect,
+        "object",
+        "RequestRedirect filter must not be used together with backendRefs",
+    );
+    c.rule(at, !uses_prefix_replace(fs, true) || one_prefix, "object", "When using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+    c.rule(at, !uses_prefix_replace(fs, false) || one_prefix, "object", "When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+    let in_backends = |redirect: bool| {
+        brs.iter()
+            .any(|b| uses_prefix_replace(b.filters.as_deref().unwrap_or_default(), redirect))
+    };
+    c.rule(at, !in_backends(true) || one_prefix, "object", "Within backendRefs, when using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+    c.rule(at, !in_backends(false) || one_prefix, "object", "Within backendRefs, When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+    if let Some(t) = &r.timeouts {
+        timeouts(&format!("{at}.timeouts"), t, c);
+    }
+}
+
+/// One of a rule's `matches`.
+fn route_match(mat: &str, m: &RouteMatch, c: &mut Checker) {
+    if let Some(p) = &m.path {
+        let kind = p.kind.as_deref().unwrap_or("PathPrefix");
+        c.one_of(
+            &format!("{mat}.path.type"),
+            kind,
+            &["Exact", "PathPrefix", "RegularExpression"],
+        );
+        let value = p.value.as_deref().unwrap_or("/");
+        c.len_between(&format!("{mat}.path.value"), value, 0, 1024);
+        path_value_rules(&format!("{mat}.path"), kind, value, c);
+    }
+    for (field, list, max) in [
+        ("headers", &m.headers, 4096),
+        ("queryParams", &m.query_params, 1024),
+    ] {
+        let Some(list) = list else { continue };
+        c.max_items(&format!("{mat}.{field}"), list.len(), 16);
+        c.map_keys(
+            &format!("{mat}.{field}"),
+            list.iter().map(|h| h.name.as_deref()),
+        );
+        for (k, h) in list.iter().enumerate() {
+            value_match(
+                &format!("{mat}.{field}[{k}]"),
                 h,
-                1,
-                253,
-                Some(check::HOSTNAME),
+                256,
+                max,
+                field == "headers",
+                c,
             );
         }
     }
-    let Some(rules) = &s.rules else { return };
-    c.min_items("spec.rules", rules.len(), 1);
-    c.max_items("spec.rules", rules.len(), 16);
-    let total: usize = rules
-        .iter()
-        .map(|r| r.matches.as_ref().map_or(1, Vec::len))
-        .sum();
-    c.rule("spec.rules", total <= 128, "array", "While 16 rules and 64 matches per rule are allowed, the total number of matches across all rules in a route must be less than 128");
-    for (i, r) in rules.iter().enumerate() {
-        let at = format!("spec.rules[{i}]");
-        if let Some(n) = &r.name {
-            c.string(&format!("{at}.name"), n, 1, 253, Some(DNS_SUBDOMAIN));
+    if let Some(meth) = &m.method {
+        c.one_of(&format!("{mat}.method"), meth, HTTP_METHODS);
+    }
+}
+
+/// One of a rule's `backendRefs`.
+fn route_backend_ref(bat: &str, b: &HttpBackendRef, c: &mut Checker) {
+    let fields = [
+        (&GROUP_FIELD, &b.group, false),
+        (&KIND_FIELD, &b.kind, false),
+        (&NAME_FIELD, &b.name, true),
+        (&NAMESPACE_FIELD, &b.namespace, false),
+    ];
+    ref_fields(bat, &fields, c);
+    if let Some(p) = b.port {
+        c.range(&format!("{bat}.port"), p, 1, 65535);
+    }
+    if let Some(w) = b.weight {
+        c.range(&format!("{bat}.weight"), w, 0, 1_000_000);
+    }
+    service_port(bat, &b.group, &b.kind, b.port, c);
+    if let Some(bf) = &b.filters {
+        filters(&format!("{bat}.filters"), bf, c);
+    }
+}
+
+/// A rule's `timeouts`.
+fn timeouts(tat: &str, t: &RouteTimeouts, c: &mut Checker) {
+    let req = t
+        .request
+        .as_deref()
+        .map(|v| (v, check::parse_duration_ms(v)));
+    let be = t
+        .backend_request
+        .as_deref()
+        .map(|v| (v, check::parse_duration_ms(v)));
+    for (field, d) in [("request", req), ("backendRequest", be)] {
+        if let Some((v, None)) = d {
+            c.pattern(&format!("{tat}.{field}"), v, check::DURATION);
         }
-        let ms = r.matches.as_deref().unwrap_or_default();
-        c.max_items(&format!("{at}.matches"), ms.len(), 64);
-        for (j, m) in ms.iter().enumerate() {
-            let mat = format!("{at}.matches[{j}]");
-            if let Some(p) = &m.path {
-                let kind = p.kind.as_deref().unwrap_or("PathPrefix");
-                c.one_of(
-                    &format!("{mat}.path.type"),
-                    kind,
-                    &["Exact", "PathPrefix", "RegularExpression"],
-                );
-                let value = p.value.as_deref().unwrap_or("/");
-                c.len_between(&format!("{mat}.path.value"), value, 0, 1024);
-                path_value_rules(&format!("{mat}.path"), kind, value, c);
-            }
-            for (field, list, max) in [
-                ("headers", &m.headers, 4096),
-                ("queryParams", &m.query_params, 1024),
-            ] {
-                let Some(list) = list else { continue };
-                c.max_items(&format!("{mat}.{field}"), list.len(), 16);
-                c.map_keys(
-                    &format!("{mat}.{field}"),
-                    list.iter().map(|h| h.name.as_deref()),
-                );
-                for (k, h) in list.iter().enumerate() {
-                    value_match(
-                        &format!("{mat}.{field}[{k}]"),
-                        h,
-                        256,
-                        max,
-                        field == "headers",
-                        c,
-                    );
-                }
-            }
-            if let Some(meth) = &m.method {
-                c.one_of(&format!("{mat}.method"), meth, HTTP_METHODS);
-            }
-        }
-        let fs = r.filters.as_deref().unwrap_or_default();
-        filters(&format!("{at}.filters"), fs, c);
-        let brs = r.backend_refs.as_deref().unwrap_or_default();
-        c.max_items(&format!("{at}.backendRefs"), brs.len(), 16);
-        for (j, b) in brs.iter().enumerate() {
-            let bat = format!("{at}.backendRefs[{j}]");
-            let fields = [
-                (&GROUP_FIELD, &b.group, false),
-                (&KIND_FIELD, &b.kind, false),
-                (&NAME_FIELD, &b.name, true),
-                (&NAMESPACE_FIELD, &b.namespace, false),
-            ];
-            ref_fields(&bat, &fields, c);
-            if let Some(p) = b.port {
-                c.range(&format!("{bat}.port"), p, 1, 65535);
-            }
-            if let Some(w) = b.weight {
-                c.range(&format!("{bat}.weight"), w, 0, 1_000_000);
-            }
-            service_port(&bat, &b.group, &b.kind, b.port, c);
-            if let Some(bf) = &b.filters {
-                filters(&format!("{bat}.filters"), bf, c);
-            }
-        }
-        let one_prefix = ms.len() == 1
-            && ms
-                .first()
-                .and_then(|m| m.path.as_ref())
-                .is_some_and(|p| p.kind.as_deref().unwrap_or("PathPrefix") == "PathPrefix");
-        let redirect = fs.iter().any(|f| f.request_redirect.is_some());
+    }
+    if let (Some((_, Some(r))), Some((_, Some(b)))) = (req, be) {
         c.rule(
-            &at,
-            brs.is_empty() || !redirect,
+            tat,
+            r == 0 || b <= r,
             "object",
-            "RequestRedirect filter must not be used together with backendRefs",
+            "backendRequest timeout cannot be longer than request timeout",
         );
-        c.rule(&at, !uses_prefix_replace(fs, true) || one_prefix, "object", "When using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
-        c.rule(&at, !uses_prefix_replace(fs, false) || one_prefix, "object", "When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
-        let in_backends = |redirect: bool| {
-            brs.iter()
-                .any(|b| uses_prefix_replace(b.filters.as_deref().unwrap_or_default(), redirect))
-        };
-        c.rule(&at, !in_backends(true) || one_prefix, "object", "Within backendRefs, when using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
-        c.rule(&at, !in_backends(false) || one_prefix, "object", "Within backendRefs, When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
-        if let Some(t) = &r.timeouts {
-            let tat = format!("{at}.timeouts");
-            let req = t
-                .request
-                .as_deref()
-                .map(|v| (v, check::parse_duration_ms(v)));
-            let be = t
-                .backend_request
-                .as_deref()
-                .map(|v| (v, check::parse_duration_ms(v)));
-            for (field, d) in [("request", req), ("backendRequest", be)] {
-                if let Some((v, None)) = d {
-                    c.pattern(&format!("{tat}.{field}"), v, check::DURATION);
-                }
-            }
-            if let (Some((_, Some(r))), Some((_, Some(b)))) = (req, be) {
-                c.rule(
-                    &tat,
-                    r == 0 || b <= r,
-                    "object",
-                    "backendRequest timeout cannot be longer than request timeout",
-                );
-            }
-        }
     }
 }

@@ -591,13 +591,14 @@ pub(crate) mod tests {
     }
 
     /// Wraps a JSON value as the `arguments` of an MCP tools/call.
-    fn with_arg(value: &str) -> String {
+    pub(crate) fn with_arg(value: &str) -> String {
         format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"x":{value}}}}}}}"#
         )
     }
 
-    fn in_string(raw: &[u8]) -> Vec<u8> {
+    /// Puts raw bytes inside a string value of an MCP tools/call.
+    pub(crate) fn in_string(raw: &[u8]) -> Vec<u8> {
         let mut body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"s":""#.to_vec();
         body.extend_from_slice(raw);
         body.extend_from_slice(br#""}}}"#);

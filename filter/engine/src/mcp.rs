@@ -480,6 +480,7 @@ impl<'a> Parser<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::tests::{in_string, with_arg, Rng};
     use std::collections::HashSet;
 
     fn parse(body: &[u8]) -> Result<McpMessage, Rejection> {
@@ -510,13 +511,6 @@ mod tests {
     const PARSE: i32 = -32700;
     const INVALID_REQUEST: i32 = -32600;
     const INVALID_PARAMS: i32 = -32602;
-
-    /// Wraps a JSON value as the `arguments` of an otherwise valid tools/call.
-    fn with_arg(value: &str) -> String {
-        format!(
-            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"x":{value}}}}}}}"#
-        )
-    }
 
     // ----- message shapes -----
 
@@ -891,13 +885,6 @@ mod tests {
 
     // ----- UTF-8 -----
 
-    fn in_string(raw: &[u8]) -> Vec<u8> {
-        let mut body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"s":""#.to_vec();
-        body.extend_from_slice(raw);
-        body.extend_from_slice(br#""}}}"#);
-        body
-    }
-
     #[test]
     fn utf8_valid_sequences() {
         for raw in [
@@ -1027,8 +1014,6 @@ mod tests {
     }
 
     // ----- differential test against serde_json -----
-
-    use crate::json::tests::Rng;
 
     /// Renders a string literal, escaping characters at random.
     fn gen_string(rng: &mut Rng, text: &str, out: &mut String) {

@@ -121,7 +121,6 @@ impl Ctx<'_> {
             .clone()
             .unwrap_or_else(|| r.meta.namespace.clone());
         let gname = opt(&p.name).to_string();
-        let section = p.section_name.clone();
         if p.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP
             || p.kind.as_deref().unwrap_or("Gateway") != "Gateway"
         {
@@ -149,46 +148,29 @@ impl Ctx<'_> {
             .gateways
             .iter()
             .find(|g| g.meta.namespace == gns && g.meta.name == gname)?;
-        let mut attached = 0;
-        let mut why = "NoMatchingParent";
-        let mut why_msg = String::from("no listener matches sectionName/port");
         let gw_listeners = gw_item.spec.listeners.as_deref().unwrap_or_default();
         let gm = self.topo.gateways.get_mut(gi)?;
+        let mut attached = 0;
+        let mut why: Problem = (
+            "NoMatchingParent",
+            "no listener matches sectionName/port".into(),
+        );
         for lm in gm.listeners.iter_mut() {
-            if section.as_ref().is_some_and(|s| s != &lm.name) {
-                continue;
+            match on_listener(m, r, p, &gns, gw_listeners, lm) {
+                None => {}
+                Some(Err(e)) => why = e,
+                Some(Ok(hosts)) => {
+                    for e in entries {
+                        let mut e = e.clone();
+                        e.hostnames = hosts.clone();
+                        lm.routes.push(e);
+                    }
+                    attached += 1;
+                }
             }
-            let Some(spec_l) = gw_listeners.iter().find(|l| opt(&l.name) == lm.name) else {
-                continue;
-            };
-            if p.port.is_some() && p.port != spec_l.port {
-                continue;
-            }
-            if !namespace_allowed(m, spec_l, &gns, &r.meta.namespace) {
-                why = "NotAllowedByListeners";
-                why_msg = format!(
-                    "listener {} does not allow routes from namespace {}",
-                    lm.name, r.meta.namespace
-                );
-                continue;
-            }
-            let Some(hosts) = intersect_hostnames(
-                lm.hostname.as_deref(),
-                r.spec.hostnames.as_deref().unwrap_or_default(),
-            ) else {
-                why = "NoMatchingListenerHostname";
-                why_msg = format!("no route hostname matches listener {}'s hostname", lm.name);
-                continue;
-            };
-            for e in entries {
-                let mut e = e.clone();
-                e.hostnames = hosts.clone();
-                lm.routes.push(e);
-            }
-            attached += 1;
         }
         if attached == 0 {
-            return Some(Err((why, why_msg)));
+            return Some(Err(why));
         }
         Some(Ok(attached))
     }
@@ -438,6 +420,45 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// Whether listener `lm` (of a Gateway in `gns`, specified in `spec`) takes route `r`
+/// through parentRef `p`: the route's hostnames there, or why not; None when the parentRef
+/// does not name the listener (sectionName, port).
+fn on_listener(
+    m: &Manifests,
+    r: &Item<HttpRouteSpec>,
+    p: &ParentRef,
+    gns: &str,
+    spec: &[GatewayListener],
+    lm: &ListenerModel,
+) -> Option<Result<Vec<String>, Problem>> {
+    if p.section_name.as_ref().is_some_and(|s| s != &lm.name) {
+        return None;
+    }
+    let spec_l = spec.iter().find(|l| opt(&l.name) == lm.name)?;
+    if p.port.is_some() && p.port != spec_l.port {
+        return None;
+    }
+    if !namespace_allowed(m, spec_l, gns, &r.meta.namespace) {
+        return Some(Err((
+            "NotAllowedByListeners",
+            format!(
+                "listener {} does not allow routes from namespace {}",
+                lm.name, r.meta.namespace
+            ),
+        )));
+    }
+    let Some(hosts) = intersect_hostnames(
+        lm.hostname.as_deref(),
+        r.spec.hostnames.as_deref().unwrap_or_default(),
+    ) else {
+        return Some(Err((
+            "NoMatchingListenerHostname",
+            format!("no route hostname matches listener {}'s hostname", lm.name),
+        )));
+    };
+    Some(Ok(hosts))
 }
 
 /// What a rule's filters do; an unsupported filter type fails the route.
