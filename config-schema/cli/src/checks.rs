@@ -113,3 +113,79 @@ pub fn closed_listeners(b: &Bundle) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn bundle(policies: &str) -> Bundle {
+        let text = format!(
+            r#"{{"apiVersion": "mcp-access.io/v1",
+                "gateways": [{{"name": "gw", "namespace": "ns", "listeners": [
+                    {{"name": "a", "port": 1}}, {{"name": "b", "port": 2}}]}}],
+                "policies": {policies}}}"#
+        );
+        mcp_access_bundle::parse_bundle(text.as_bytes()).unwrap()
+    }
+
+    const TOOLS_ONLY: &str =
+        r#"{"name": "tools", "authorization": {"mcp": {"methods": [{"name": "tools/call"}]}}}"#;
+
+    fn allow(name: &str, target: &str, rules: Option<&str>) -> String {
+        let rules = rules
+            .map(|r| format!(r#", "rules": [{r}]"#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"name": "{name}", "namespace": "ns", "level": "Gateway", "action": "Allow", "targets": [{target}]{rules}}}"#
+        )
+    }
+
+    #[test]
+    fn a_listener_is_closed_when_no_gateway_allow_rule_admits_the_base_protocol() {
+        let b = bundle(&format!(
+            "[{}]",
+            allow("p", r#"{"name": "gw"}"#, Some(TOOLS_ONLY))
+        ));
+        let closed = closed_listeners(&b);
+        assert_eq!(closed.len(), 2, "{closed:?}");
+        assert!(closed[0].starts_with("Gateway ns/gw listener a: its Allow policies (ns/p)"));
+    }
+
+    #[test]
+    fn base_protocol_match_no_mcp_block_or_no_rules_open_it() {
+        let with_base =
+            r#"{"name": "r", "authorization": {"mcp": {"methods": [], "baseProtocol": "Match"}}}"#;
+        let no_mcp = r#"{"name": "r", "authorization": {"methods": ["POST"]}}"#;
+        for rules in [Some(with_base), Some(no_mcp), None] {
+            let b = bundle(&format!(
+                "[{}, {}]",
+                allow("p", r#"{"name": "gw"}"#, Some(TOOLS_ONLY)),
+                allow("q", r#"{"name": "gw"}"#, rules)
+            ));
+            assert_eq!(closed_listeners(&b), Vec::<String>::new(), "{rules:?}");
+        }
+    }
+
+    #[test]
+    fn section_names_and_levels_are_respected() {
+        // An open policy on listener a only: listener b stays closed.
+        let b = bundle(&format!(
+            "[{}, {}]",
+            allow("p", r#"{"name": "gw"}"#, Some(TOOLS_ONLY)),
+            allow("q", r#"{"name": "gw", "sectionName": "a"}"#, None)
+        ));
+        let closed = closed_listeners(&b);
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        assert!(closed[0].contains("listener b: its Allow policies (ns/p)"));
+        // No Gateway-level Allow policy: the level is passed, nothing to warn about.
+        assert_eq!(closed_listeners(&bundle("[]")), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_not_accepted_stand_in_admits_nothing() {
+        let stand_in = r#"{"name": "p.not-accepted", "namespace": "ns", "level": "Gateway", "action": "Allow", "targets": [{"name": "gw"}], "notAccepted": "Unsupported"}"#;
+        let b = bundle(&format!("[{stand_in}]"));
+        assert_eq!(closed_listeners(&b).len(), 2);
+    }
+}

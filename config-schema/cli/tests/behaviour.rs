@@ -143,6 +143,20 @@ fn validate_fails_on_an_unknown_backend_group() {
         err.contains("InvalidKind") && err.contains("agentic.networking.k8s.io/XBackend"),
         "{err}"
     );
+    // A parentRef to a Gateway that does not exist.
+    let f = write(
+        "parent",
+        "m.yaml",
+        &(GATEWAY.to_string()
+            + &route("agentic.networking.x-k8s.io", "tools").replace("name: gw}", "name: gw2}")),
+    );
+    let out = validate(&f, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("HTTPRoute ns/r -> Gateway ns/gw2: NoMatchingParent"),
+        "{err}"
+    );
 }
 
 #[test]
