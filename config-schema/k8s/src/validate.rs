@@ -1203,3 +1203,73 @@ fn timeouts(tat: &str, t: &RouteTimeouts, c: &mut Checker) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(f: impl FnOnce(&mut Checker)) -> Vec<String> {
+        let mut c = Checker::default();
+        f(&mut c);
+        c.errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
+    }
+
+    #[test]
+    fn reference_fields_in_the_order_given() {
+        let s = |v: &str| Some(v.to_string());
+        let (group, kind, name, ns) = (s("Bad_Group"), s("9kind"), None, s("Not_A_Label"));
+        let fields = [
+            (&GROUP_FIELD, &group, false),
+            (&KIND_FIELD, &kind, true),
+            (&NAMESPACE_FIELD, &ns, false),
+            (&NAME_FIELD, &name, true),
+            (&SECTION_FIELD, &None, false),
+        ];
+        let got = errors(|c| ref_fields("spec.parentRefs[0]", &fields, c));
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(got[0].starts_with("spec.parentRefs[0].group: Invalid value: \"Bad_Group\""));
+        assert!(got[1].starts_with("spec.parentRefs[0].kind: Invalid value: \"9kind\""));
+        assert!(got[2].starts_with("spec.parentRefs[0].namespace: Invalid value"));
+        assert_eq!(got[3], "spec.parentRefs[0].name: Required value");
+        let long = s(&"a".repeat(254));
+        let got = errors(|c| ref_fields("x", &[(&NAME_FIELD, &long, true)], c));
+        assert_eq!(got, ["x.name: Too long: may not be more than 253 bytes"]);
+        let empty = s("");
+        assert!(errors(|c| ref_fields("x", &[(&GROUP_FIELD, &empty, true)], c)).is_empty());
+    }
+
+    #[test]
+    fn service_references_need_a_port() {
+        let s = |v: &str| Some(v.to_string());
+        let msg = "b: Invalid value: \"object\": Must have port for Service reference";
+        assert_eq!(errors(|c| service_port("b", &None, &None, None, c)), [msg]);
+        assert_eq!(
+            errors(|c| service_port("b", &s(""), &s("Service"), None, c)),
+            [msg]
+        );
+        assert!(errors(|c| service_port("b", &None, &None, Some(80), c)).is_empty());
+        let group = s("agentic.networking.x-k8s.io");
+        assert!(errors(|c| service_port("b", &group, &s("XBackend"), None, c)).is_empty());
+    }
+
+    #[test]
+    fn required_lists() {
+        let none: Option<Vec<u8>> = None;
+        assert_eq!(
+            errors(|c| assert!(required_list("l", &none, (1, 2), c).is_empty())),
+            ["l: Required value"]
+        );
+        let three = Some(vec![1u8, 2, 3]);
+        let got = errors(|c| assert_eq!(required_list("l", &three, (1, 2), c).len(), 3));
+        assert_eq!(got, ["l: Too many: 3: must have at most 2 items"]);
+        let empty = Some(Vec::<u8>::new());
+        let got = errors(|c| assert!(required_list("l", &empty, (1, 2), c).is_empty()));
+        assert_eq!(
+            got,
+            ["l: Invalid value: 0: l in body should have at least 1 items"]
+        );
+    }
+}

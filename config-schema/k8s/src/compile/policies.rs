@@ -607,3 +607,48 @@ pub fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<AuthorizerMo
 fn target_name(r: &TargetRef, ns: &str) -> String {
     format!("{} {ns}/{}", opt(&r.kind), opt(&r.name))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_per_target() {
+        let o = Options {
+            max_policies_per_target: 2,
+            max_external_auth_per_target: 1,
+            ..Options::default()
+        };
+        let mut t = PerTarget::default();
+        let gw = ("Gateway|Gateway ns/g", "Gateway ns/g");
+        let mut counted = HashSet::new();
+        assert_eq!(t.admit(&o, gw, "ns/a", true, &mut counted), Ok(()));
+        // A policy naming the target twice counts once.
+        assert_eq!(t.admit(&o, gw, "ns/a", true, &mut counted), Ok(()));
+        assert_eq!(
+            t.admit(&o, gw, "ns/b", true, &mut HashSet::new()),
+            Err("Gateway ns/g already has 1 more senior ExternalAuth policies (ns/a); raise --max-external-auth-per-target".into())
+        );
+        assert_eq!(t.admit(&o, gw, "ns/c", false, &mut HashSet::new()), Ok(()));
+        assert_eq!(
+            t.admit(&o, gw, "ns/d", false, &mut HashSet::new()),
+            Err("Gateway ns/g already has 2 more senior accepted policies (ns/a, ns/c); raise --max-policies-per-target".into())
+        );
+        // Another target has its own count; 0 is no limit.
+        let other = ("XBackend|XBackend ns/b", "XBackend ns/b");
+        assert_eq!(
+            t.admit(&o, other, "ns/d", false, &mut HashSet::new()),
+            Ok(())
+        );
+        let unlimited = Options {
+            max_policies_per_target: 0,
+            ..Options::default()
+        };
+        for id in ["ns/e", "ns/f", "ns/g"] {
+            assert_eq!(
+                t.admit(&unlimited, gw, id, false, &mut HashSet::new()),
+                Ok(())
+            );
+        }
+    }
+}
