@@ -2,7 +2,7 @@
 //! and the JSON Schema generated from the types.
 
 pub mod bundle;
-pub mod host;
+pub mod gateway_api;
 pub mod validate;
 
 pub use bundle::*;

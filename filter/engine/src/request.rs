@@ -167,6 +167,6 @@ impl Request {
 
     /// Host in canonical form: lowercase, no port, no trailing dot.
     pub fn host(&self) -> String {
-        mcp_access_bundle::host::canonical_host(&self.authority)
+        mcp_access_bundle::gateway_api::canonical_host(&self.authority)
     }
 }

@@ -2,6 +2,9 @@
 
 use std::collections::HashSet;
 
+use mcp_access_bundle::gateway_api::{
+    full_regex, path_prefix_matches, service_account_spiffe, HostPattern,
+};
 use mcp_access_bundle::{
     Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, Rule, Source, SourceType,
 };
@@ -75,29 +78,6 @@ pub enum CValue {
     Regex(regex_lite::Regex),
 }
 
-/// A hostname, possibly `*.suffix`, in canonical form (see [`mcp_access_bundle::host`]).
-#[derive(Debug, Clone)]
-pub struct HostPattern(String);
-
-impl HostPattern {
-    pub fn new(pattern: &str) -> Self {
-        HostPattern(mcp_access_bundle::host::canonical_pattern(pattern))
-    }
-
-    /// `host` must already be canonical ([`Request::host`]).
-    pub fn matches(&self, host: &str) -> bool {
-        mcp_access_bundle::host::host_matches(&self.0, host)
-    }
-
-    /// Exact hostnames rank above wildcards, wildcards above none.
-    pub fn specificity(&self) -> usize {
-        match self.0.strip_prefix('*') {
-            Some(suffix) => 2 * suffix.len(),
-            None => 2 * self.0.len() + 1,
-        }
-    }
-}
-
 /// Which way a difference between the copies of a repeated header is resolved: always
 /// against the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,11 +86,6 @@ pub enum Mode {
     Admit,
     /// A Deny rule or an ExternalAuth selection: a header condition holds when any copy matches.
     Select,
-}
-
-/// Anchors a pattern so that it must match the whole value.
-pub fn full_regex(pattern: &str) -> Result<regex_lite::Regex, String> {
-    regex_lite::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| e.to_string())
 }
 
 pub fn compile_rule(
@@ -139,7 +114,7 @@ fn compile_source(s: &Source, policy_ns: &str, td: Option<&str>) -> Result<CSour
                 .ok_or("serviceAccount is required")?;
             let td = td.ok_or("identity.trustDomain is required for ServiceAccount sources")?;
             let ns = sa.namespace.as_deref().unwrap_or(policy_ns);
-            CSource::Spiffe(format!("spiffe://{td}/ns/{ns}/sa/{}", sa.name))
+            CSource::Spiffe(service_account_spiffe(td, ns, &sa.name))
         }
         SourceType::Jwt => {
             let JwtSource {
@@ -293,18 +268,6 @@ impl CPath {
             CPath::Prefix(p) => path_prefix_matches(p, path),
             CPath::Regex(r) => r.is_match(path),
         }
-    }
-}
-
-/// Gateway API PathPrefix: matches whole path segments.
-pub fn path_prefix_matches(prefix: &str, path: &str) -> bool {
-    let prefix = prefix.trim_end_matches('/');
-    if prefix.is_empty() {
-        return true;
-    }
-    match path.strip_prefix(prefix) {
-        Some(rest) => rest.is_empty() || rest.starts_with('/'),
-        None => false,
     }
 }
 

@@ -16,8 +16,9 @@ pub use eval::{
     level_str, AuthzCall, AuthzOutcome, Decision, Denial, Evaluation, Reason, Relay, Step,
     TraceEntry,
 };
+pub use matcher::Mode;
 use matcher::{compile_rule, CRule};
-pub use matcher::{path_prefix_matches, HostPattern, Mode};
+use mcp_access_bundle::gateway_api::HostPattern;
 
 use crate::request::Request;
 
