@@ -3,6 +3,7 @@
 
 pub mod bundle;
 pub mod gateway_api;
+pub mod mcp_methods;
 pub mod validate;
 
 pub use bundle::*;

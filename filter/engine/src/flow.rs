@@ -1,7 +1,7 @@
 //! One request, start to end, as a pure state machine the host adapter drives:
 //! headers -> (body) -> parse -> evaluate -> (callouts) -> answer.
 
-use mcp_access_bundle::Level;
+use mcp_access_bundle::{mcp_methods, Level};
 
 use crate::answer::{self, LocalResponse, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR};
 use crate::callout::{self, CalloutReport, CalloutRequest};
@@ -496,7 +496,7 @@ impl RequestFlow {
             }
         }
         let header_revision =
-            body_version.is_some() || version.is_some_and(|v| v >= FIRST_HEADER_REVISION);
+            body_version.is_some() || version.is_some_and(mcp_methods::is_header_revision);
         if header_revision {
             if version.is_none() {
                 return Some("MCP-Protocol-Version header is required");
@@ -504,10 +504,7 @@ impl RequestFlow {
             if method.is_none() {
                 return Some("Mcp-Method header is required");
             }
-            let named = matches!(
-                op.method(),
-                Some("tools/call" | "resources/read" | "prompts/get")
-            );
+            let named = op.method().is_some_and(mcp_methods::requires_name_header);
             if named && name.is_none() {
                 return Some("Mcp-Name header is required");
             }
@@ -637,9 +634,6 @@ impl RequestFlow {
         )
     }
 }
-
-/// The first MCP revision whose requests carry `Mcp-Method` / `Mcp-Name` (SEP-2243).
-const FIRST_HEADER_REVISION: &str = "2026-07-28";
 
 /// A header value with the SEP-2243 Base64 sentinel (`=?base64?...?=`) decoded; None when the
 /// sentinel holds anything but canonical, padded Base64 of UTF-8 text.

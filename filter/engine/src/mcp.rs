@@ -22,6 +22,8 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
+use mcp_access_bundle::mcp_methods::{self, Param};
+
 /// Default for [`ParseLimits::max_depth`].
 pub const DEFAULT_MAX_DEPTH: usize = 64;
 
@@ -64,9 +66,11 @@ pub struct McpMessage {
     /// The `id` exactly as it appeared in the input (raw JSON text: a string literal with
     /// its quotes and escapes, or a number), to echo back in an error. None when absent.
     pub id: Option<String>,
-    /// `params.name` (decoded) for tools/call and prompts/get.
+    /// `params.name` (decoded) for the methods whose [`mcp_methods::Param`] is `Name`
+    /// (tools/call, prompts/get).
     pub name: Option<String>,
-    /// `params.uri` (decoded) for resources/read, resources/subscribe, resources/unsubscribe.
+    /// `params.uri` (decoded) for the methods whose param is `Uri` (resources/read,
+    /// resources/subscribe, resources/unsubscribe).
     pub uri: Option<String>,
     /// `params._meta["io.modelcontextprotocol/protocolVersion"]` (decoded), the per-request
     /// protocol version of MCP 2026-07-28 and later; any other type is `InvalidParams`.
@@ -376,24 +380,18 @@ impl<'a> Parser<'a> {
 
         let mut name = None;
         let mut uri = None;
-        match method.as_str() {
-            "tools/call" | "prompts/get" => {
-                if self.params != ParamsKind::Object || self.name.is_none() {
-                    return Err(ParseError::InvalidParams(format!(
-                        "{method} requires \"params\" to be an object with a string \"name\""
-                    )));
-                }
-                name = self.name;
+        if let Some(param) = mcp_methods::param_of(&method) {
+            let (slot, value) = match param {
+                Param::Name => (&mut name, self.name),
+                Param::Uri => (&mut uri, self.uri),
+            };
+            if self.params != ParamsKind::Object || value.is_none() {
+                return Err(ParseError::InvalidParams(format!(
+                    "{method} requires \"params\" to be an object with a string \"{}\"",
+                    param.key()
+                )));
             }
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                if self.params != ParamsKind::Object || self.uri.is_none() {
-                    return Err(ParseError::InvalidParams(format!(
-                        "{method} requires \"params\" to be an object with a string \"uri\""
-                    )));
-                }
-                uri = self.uri;
-            }
-            _ => {}
+            *slot = value;
         }
         if self.protocol_version_bad {
             return Err(ParseError::InvalidParams(

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use mcp_access_bundle::gateway_api::{
     full_regex, path_prefix_matches, service_account_spiffe, HostPattern,
 };
+use mcp_access_bundle::mcp_methods::Category;
 use mcp_access_bundle::{
     Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, Rule, Source, SourceType,
 };
@@ -297,11 +298,9 @@ impl CMcp {
 
 impl CMethod {
     fn matches(&self, method: &str, param: Option<&str>) -> bool {
-        let name_ok = match self.name.as_str() {
-            cat @ ("tools" | "prompts" | "resources") => method
-                .strip_prefix(cat)
-                .is_some_and(|rest| rest.starts_with('/')),
-            exact => exact == method,
+        let name_ok = match Category::named(&self.name) {
+            Some(category) => category.covers(method),
+            None => self.name == method,
         };
         name_ok
             && match &self.params {
