@@ -3,7 +3,7 @@
 
 use mcp_access_bundle::{mcp_methods, Level};
 
-use crate::answer::{self, LocalResponse, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR};
+use crate::answer::{self, LocalResponse, Rejection};
 use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
 use crate::mcp::{self, ParseError, ParseLimits};
@@ -35,7 +35,8 @@ pub enum Action {
 pub struct Outcome {
     pub allowed: bool,
     pub level: Option<Level>,
-    /// `allowed`, a [`Reason`] name, or a rejection reason (`invalid_json`, `body_too_large`, ...).
+    /// `allowed`, a [`Reason`](crate::policy::Reason) name, or a [`Rejection`]'s reason
+    /// (`invalid_json`, `body_too_large`, ...).
     pub reason: &'static str,
     pub policy: Option<String>,
     pub rule: Option<String>,
@@ -228,23 +229,18 @@ impl RequestFlow {
         };
 
         if let Err(e) = canonical {
-            return self.reject(400, INVALID_REQUEST, "invalid_path", &e.to_string());
+            return self.reject(Rejection::InvalidPath(e.to_string()));
         }
         // Every copy of a repeated header is checked: any one may be what the upstream reads.
         let encoded = req
             .header_values("content-encoding")
             .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
         if encoded {
-            return self.reject(
-                415,
-                INVALID_REQUEST,
-                "unsupported_encoding",
-                "Content-Encoding is not supported",
-            );
+            return self.reject(Rejection::UnsupportedEncoding);
         }
         if input.end_of_stream {
             if req.method == "POST" {
-                return self.reject(400, PARSE_ERROR, "invalid_json", "Parse error: empty body");
+                return self.reject(Rejection::EmptyBody);
             }
             let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
             return self.decide(engine, op);
@@ -254,12 +250,7 @@ impl RequestFlow {
             !essence.eq_ignore_ascii_case("application/json")
         });
         if req.method == "POST" && other_type {
-            return self.reject(
-                415,
-                INVALID_REQUEST,
-                "unsupported_media_type",
-                "Content-Type must be application/json",
-            );
+            return self.reject(Rejection::UnsupportedMediaType);
         }
         let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
         let lengths = req
@@ -267,15 +258,8 @@ impl RequestFlow {
             .map(|len| len.trim().parse::<u64>())
             .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
         match lengths {
-            Err(_) => {
-                return self.reject(
-                    400,
-                    INVALID_REQUEST,
-                    "invalid_content_length",
-                    "Content-Length is not a number",
-                )
-            }
-            Ok(l) if l > limit as u64 => return self.too_large(),
+            Err(_) => return self.reject(Rejection::InvalidContentLength),
+            Ok(l) if l > limit as u64 => return self.reject(Rejection::BodyTooLarge),
             Ok(_) => {}
         }
         self.stage = Stage::Body;
@@ -296,7 +280,7 @@ impl RequestFlow {
         }
         let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
         if size > limit {
-            return self.too_large();
+            return self.reject(Rejection::BodyTooLarge);
         }
         if !end_of_stream {
             return Action::Hold;
@@ -326,7 +310,7 @@ impl RequestFlow {
     fn body_complete(&mut self, engine: &Engine, body: Vec<u8>) -> Action {
         let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
         if body.len() > limit {
-            return self.too_large();
+            return self.reject(Rejection::BodyTooLarge);
         }
         let is_post = self.req.as_ref().is_some_and(|r| r.method == "POST");
         if !is_post {
@@ -342,12 +326,7 @@ impl RequestFlow {
                 if !matches!(err, ParseError::Parse(_)) {
                     self.id = id;
                 }
-                let reason = match err {
-                    ParseError::Parse(_) => "invalid_json",
-                    ParseError::InvalidRequest(_) => "invalid_request",
-                    ParseError::InvalidParams(_) => "invalid_params",
-                };
-                self.reject(400, err.code(), reason, &err.to_string())
+                self.reject(Rejection::Message(err))
             }
             Ok(msg) => {
                 self.id = msg.id.clone();
@@ -355,7 +334,7 @@ impl RequestFlow {
                 let body_version = msg.protocol_version.clone();
                 let op = McpOp::from_message(msg);
                 if let Some(problem) = self.header_mismatch(&op, body_version.as_deref()) {
-                    return self.reject(400, HEADER_MISMATCH, "header_mismatch", problem);
+                    return self.reject(Rejection::HeaderMismatch(problem));
                 }
                 self.decide(engine, op)
             }
@@ -616,22 +595,14 @@ impl RequestFlow {
         }
     }
 
-    fn reject(&mut self, status: u16, code: i32, reason: &'static str, message: &str) -> Action {
+    fn reject(&mut self, r: Rejection) -> Action {
         self.stage = Stage::Done;
+        let response = answer::rejection(&r, self.id.as_deref());
         let mut outcome = self.base_outcome();
-        outcome.reason = reason;
-        outcome.status = Some(status);
+        outcome.reason = r.status_code_reason().2;
+        outcome.status = Some(response.status);
         self.outcome = Some(outcome);
-        Action::Respond(answer::rejection(status, self.id.as_deref(), code, message))
-    }
-
-    fn too_large(&mut self) -> Action {
-        self.reject(
-            413,
-            INVALID_REQUEST,
-            "body_too_large",
-            "Request body exceeds the configured limit",
-        )
+        Action::Respond(response)
     }
 }
 

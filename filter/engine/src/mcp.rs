@@ -8,7 +8,7 @@
 //! keys after escape decoding, so the filter and the MCP server cannot disagree on
 //! which `method`, `params.name` or `params.uri` a message carries.
 //!
-//! Errors come back as `(ParseError, Option<String>)` ([`Rejection`]): the second item is
+//! Errors come back as `(ParseError, Option<String>)` ([`ParseFailure`]): the second item is
 //! the message's `id` as raw JSON text when it was read before (or despite) the error,
 //! so the caller can echo it in the error reply. It is `None` when the id was absent,
 //! not a string or number, given twice, or not reached. JSON-RPC 2.0 wants a null id in
@@ -92,9 +92,9 @@ impl ParseError {
     /// The JSON-RPC error code.
     pub fn code(&self) -> i32 {
         match self {
-            ParseError::Parse(_) => -32700,
-            ParseError::InvalidRequest(_) => -32600,
-            ParseError::InvalidParams(_) => -32602,
+            ParseError::Parse(_) => crate::answer::PARSE_ERROR,
+            ParseError::InvalidRequest(_) => crate::answer::INVALID_REQUEST,
+            ParseError::InvalidParams(_) => crate::answer::INVALID_PARAMS,
         }
     }
 
@@ -126,10 +126,10 @@ impl fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 /// An error plus the message's raw `id` when known (see the module docs).
-pub type Rejection = (ParseError, Option<String>);
+pub type ParseFailure = (ParseError, Option<String>);
 
 /// Validates `body` as one MCP JSON-RPC message and extracts what the decision needs.
-pub fn parse_message(body: &[u8], limits: &ParseLimits) -> Result<McpMessage, Rejection> {
+pub fn parse_message(body: &[u8], limits: &ParseLimits) -> Result<McpMessage, ParseFailure> {
     let mut parser = Parser::new(body, *limits);
     let outcome = parser.run();
     let id = parser.id_text();
@@ -907,7 +907,7 @@ fn hex4(bytes: &[u8], i: usize) -> Option<u32> {
 mod tests {
     use super::*;
 
-    fn parse(body: &[u8]) -> Result<McpMessage, Rejection> {
+    fn parse(body: &[u8]) -> Result<McpMessage, ParseFailure> {
         parse_message(body, &ParseLimits::default())
     }
 
@@ -918,7 +918,7 @@ mod tests {
         }
     }
 
-    fn rejected(body: &[u8]) -> Rejection {
+    fn rejected(body: &[u8]) -> ParseFailure {
         match parse(body) {
             Ok(m) => panic!(
                 "expected an error for {:?}, got {m:?}",
@@ -1479,7 +1479,7 @@ mod tests {
 
     // ----- escapes -----
 
-    fn decoded_name(escaped: &str) -> Result<String, Rejection> {
+    fn decoded_name(escaped: &str) -> Result<String, ParseFailure> {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{escaped}"}}}}"#
         );
