@@ -12,7 +12,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
 use mcp_access_engine::answer::LocalResponse;
-use mcp_access_engine::flow::{Action, HeadersInput, Outcome, RequestFlow};
+use mcp_access_engine::flow::{HeadersInput, Next, Outcome, RequestFlow};
 use mcp_access_engine::identity;
 use mcp_access_engine::policy::{level_str, Engine};
 use mcp_access_engine::request::Caller;
@@ -163,10 +163,10 @@ impl Stream {
         Caller { spiffe, jwts }
     }
 
-    fn run(&mut self, mut action: Action, phase: Phase) -> WasmAction {
+    fn run(&mut self, mut action: Next, phase: Phase) -> WasmAction {
         loop {
             match action {
-                Action::Dispatch(calls) => {
+                Next::Dispatch(calls) => {
                     for (slot, call) in calls {
                         let result = abi::http_call(&call);
                         self.flow
@@ -175,7 +175,7 @@ impl Stream {
                     self.report_callouts();
                     action = self.flow.resume(&self.engine);
                 }
-                Action::Hold => {
+                Next::Hold => {
                     return match phase {
                         // Holding headers with a body to come needs allow_on_headers_stop_iteration.
                         Phase::Headers { body_follows: true } if !self.engine.hold_headers => {
@@ -184,7 +184,7 @@ impl Stream {
                         _ => WasmAction::Pause,
                     };
                 }
-                Action::Allow { add_headers } => {
+                Next::Allow { add_headers } => {
                     for (name, value) in &add_headers {
                         if !abi::set_request_header(name, value) {
                             abi::log(
@@ -199,7 +199,7 @@ impl Stream {
                     }
                     return WasmAction::Continue;
                 }
-                Action::Respond(response) => {
+                Next::Respond(response) => {
                     self.finished();
                     send(&response);
                     return WasmAction::Pause;

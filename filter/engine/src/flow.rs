@@ -12,7 +12,7 @@ use crate::request::{McpOp, Request};
 
 /// What the host must do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub enum Next {
     /// Let the request go on (after adding `add_headers`, later replacing earlier).
     Allow { add_headers: Vec<(String, String)> },
     /// Keep holding the request (headers held, body buffered, or callouts in flight).
@@ -191,9 +191,9 @@ impl RequestFlow {
     }
 
     /// The request headers arrived.
-    pub fn on_headers(&mut self, engine: &Engine, input: HeadersInput) -> Action {
+    pub fn on_headers(&mut self, engine: &Engine, input: HeadersInput) -> Next {
         if self.stage != Stage::Start {
-            return Action::Hold;
+            return Next::Hold;
         }
         let header = |name: &str| {
             input
@@ -225,7 +225,7 @@ impl RequestFlow {
         };
         self.req = Some(req);
         let Some(req) = self.req.as_ref() else {
-            return Action::Hold;
+            return Next::Hold;
         };
 
         if let Err(e) = canonical {
@@ -263,7 +263,7 @@ impl RequestFlow {
             Ok(_) => {}
         }
         self.stage = Stage::Body;
-        Action::Hold
+        Next::Hold
     }
 
     /// A body chunk arrived; `size` is the total buffered so far. `read` fetches the whole
@@ -274,16 +274,16 @@ impl RequestFlow {
         size: usize,
         end_of_stream: bool,
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
-    ) -> Action {
+    ) -> Next {
         if self.stage != Stage::Body {
-            return Action::Hold;
+            return Next::Hold;
         }
         let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
         if size > limit {
             return self.reject(Rejection::BodyTooLarge);
         }
         if !end_of_stream {
-            return Action::Hold;
+            return Next::Hold;
         }
         let body = if size == 0 {
             Vec::new()
@@ -298,16 +298,16 @@ impl RequestFlow {
         &mut self,
         engine: &Engine,
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
-    ) -> Action {
+    ) -> Next {
         if self.stage != Stage::Body {
-            return Action::Hold;
+            return Next::Hold;
         }
         let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
         let body = read(limit.saturating_add(1)).unwrap_or_default();
         self.body_complete(engine, body)
     }
 
-    fn body_complete(&mut self, engine: &Engine, body: Vec<u8>) -> Action {
+    fn body_complete(&mut self, engine: &Engine, body: Vec<u8>) -> Next {
         let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
         if body.len() > limit {
             return self.reject(Rejection::BodyTooLarge);
@@ -397,7 +397,7 @@ impl RequestFlow {
     }
 
     /// Continues after dispatching.
-    pub fn resume(&mut self, engine: &Engine) -> Action {
+    pub fn resume(&mut self, engine: &Engine) -> Next {
         self.step(engine)
     }
 
@@ -411,9 +411,9 @@ impl RequestFlow {
         headers: Vec<(String, String)>,
         body: Vec<u8>,
         now_ns: u64,
-    ) -> Action {
+    ) -> Next {
         let Some(pos) = self.tokens.iter().position(|(t, _, _)| *t == token) else {
-            return Action::Hold;
+            return Next::Hold;
         };
         let (_, slot, at) = self.tokens.swap_remove(pos);
         let (outcome, note) = match self.authorizer_of(engine, slot) {
@@ -491,9 +491,9 @@ impl RequestFlow {
         None
     }
 
-    fn decide(&mut self, engine: &Engine, op: McpOp) -> Action {
+    fn decide(&mut self, engine: &Engine, op: McpOp) -> Next {
         let Some(req) = self.req.as_mut() else {
-            return Action::Hold;
+            return Next::Hold;
         };
         req.mcp = op;
         self.eval = Some(engine.begin(req, false));
@@ -501,12 +501,12 @@ impl RequestFlow {
         self.step(engine)
     }
 
-    fn step(&mut self, engine: &Engine) -> Action {
+    fn step(&mut self, engine: &Engine) -> Next {
         let (Some(ev), Some(req)) = (self.eval.as_mut(), self.req.as_ref()) else {
-            return Action::Hold;
+            return Next::Hold;
         };
         match ev.advance(engine, req) {
-            Step::Waiting => Action::Hold,
+            Step::Waiting => Next::Hold,
             Step::Call(calls) => {
                 let mut out = Vec::with_capacity(calls.len());
                 for c in calls {
@@ -526,13 +526,13 @@ impl RequestFlow {
                     out.push((c.slot, callout::build(a, req, &self.body, c.level, &p.id)));
                 }
                 // Even when empty: the host dispatches nothing and resumes, which decides.
-                Action::Dispatch(out)
+                Next::Dispatch(out)
             }
             Step::Done(decision) => self.finish(engine, decision),
         }
     }
 
-    fn finish(&mut self, engine: &Engine, decision: Decision) -> Action {
+    fn finish(&mut self, engine: &Engine, decision: Decision) -> Next {
         self.stage = Stage::Done;
         let (listener, backend) = match (&self.eval, &self.req) {
             (Some(ev), Some(_)) => (
@@ -554,7 +554,7 @@ impl RequestFlow {
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
-                Action::Allow { add_headers }
+                Next::Allow { add_headers }
             }
             Decision::Deny(d) => {
                 let response = answer::denial(&engine.deny_response, &d, self.id.as_deref());
@@ -564,7 +564,7 @@ impl RequestFlow {
                 outcome.rule = d.rule;
                 outcome.status = Some(response.status);
                 self.outcome = Some(outcome);
-                Action::Respond(response)
+                Next::Respond(response)
             }
         }
     }
@@ -595,14 +595,14 @@ impl RequestFlow {
         }
     }
 
-    fn reject(&mut self, r: Rejection) -> Action {
+    fn reject(&mut self, r: Rejection) -> Next {
         self.stage = Stage::Done;
         let response = answer::rejection(&r, self.id.as_deref());
         let mut outcome = self.base_outcome();
         outcome.reason = r.status_code_reason().2;
         outcome.status = Some(response.status);
         self.outcome = Some(outcome);
-        Action::Respond(response)
+        Next::Respond(response)
     }
 }
 
