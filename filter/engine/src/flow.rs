@@ -231,36 +231,12 @@ impl RequestFlow {
         if let Err(e) = canonical {
             return self.reject(Rejection::InvalidPath(e.to_string()));
         }
-        // Every copy of a repeated header is checked: any one may be what the upstream reads.
-        let encoded = req
-            .header_values("content-encoding")
-            .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
-        if encoded {
-            return self.reject(Rejection::UnsupportedEncoding);
+        if let Some(r) = header_rejection(req, input.end_of_stream, body_limit(engine)) {
+            return self.reject(r);
         }
         if input.end_of_stream {
-            if req.method == "POST" {
-                return self.reject(Rejection::EmptyBody);
-            }
             let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
             return self.decide(engine, op);
-        }
-        let other_type = req.header_values("content-type").any(|ct| {
-            let essence = ct.split(';').next().unwrap_or_default().trim();
-            !essence.eq_ignore_ascii_case("application/json")
-        });
-        if req.method == "POST" && other_type {
-            return self.reject(Rejection::UnsupportedMediaType);
-        }
-        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
-        let lengths = req
-            .header_values("content-length")
-            .map(|len| len.trim().parse::<u64>())
-            .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
-        match lengths {
-            Err(_) => return self.reject(Rejection::InvalidContentLength),
-            Ok(l) if l > limit as u64 => return self.reject(Rejection::BodyTooLarge),
-            Ok(_) => {}
         }
         self.stage = Stage::Body;
         Next::Hold
@@ -278,7 +254,7 @@ impl RequestFlow {
         if self.stage != Stage::Body {
             return Next::Hold;
         }
-        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let limit = body_limit(engine);
         if size > limit {
             return self.reject(Rejection::BodyTooLarge);
         }
@@ -302,13 +278,13 @@ impl RequestFlow {
         if self.stage != Stage::Body {
             return Next::Hold;
         }
-        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let limit = body_limit(engine);
         let body = read(limit.saturating_add(1)).unwrap_or_default();
         self.body_complete(engine, body)
     }
 
     fn body_complete(&mut self, engine: &Engine, body: Vec<u8>) -> Next {
-        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let limit = body_limit(engine);
         if body.len() > limit {
             return self.reject(Rejection::BodyTooLarge);
         }
@@ -606,6 +582,43 @@ impl RequestFlow {
     }
 }
 
+/// The transport checks the headers decide (docs/semantics.md §5.1), in order: encoding, a POST
+/// without a body, media type, Content-Length (`limit`: `limits.maxBodyBytes`). Every copy of a
+/// repeated header is checked: any one may be what the upstream reads.
+fn header_rejection(req: &Request, end_of_stream: bool, limit: usize) -> Option<Rejection> {
+    let encoded = req
+        .header_values("content-encoding")
+        .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
+    if encoded {
+        return Some(Rejection::UnsupportedEncoding);
+    }
+    let post = req.method == "POST";
+    if end_of_stream {
+        return post.then_some(Rejection::EmptyBody);
+    }
+    let other_type = req.header_values("content-type").any(|ct| {
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        !essence.eq_ignore_ascii_case("application/json")
+    });
+    if post && other_type {
+        return Some(Rejection::UnsupportedMediaType);
+    }
+    let lengths = req
+        .header_values("content-length")
+        .map(|len| len.trim().parse::<u64>())
+        .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
+    match lengths {
+        Err(_) => Some(Rejection::InvalidContentLength),
+        Ok(l) if l > limit as u64 => Some(Rejection::BodyTooLarge),
+        Ok(_) => None,
+    }
+}
+
+/// `limits.maxBodyBytes` as a byte count.
+fn body_limit(engine: &Engine) -> usize {
+    usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX)
+}
+
 /// A header value with the SEP-2243 Base64 sentinel (`=?base64?...?=`) decoded; None when the
 /// sentinel holds anything but canonical, padded Base64 of UTF-8 text.
 fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
@@ -656,6 +669,95 @@ fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(method: &str, headers: &[(&str, &str)]) -> Request {
+        Request {
+            method: method.into(),
+            path: "/mcp".into(),
+            canonical_path: "/mcp".into(),
+            authority: "a.example".into(),
+            port: 80,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            caller: Default::default(),
+            mcp: McpOp::NotMcp,
+            route_name: None,
+            cluster_name: None,
+        }
+    }
+
+    #[test]
+    fn header_checks_in_order() {
+        use Rejection::*;
+        let json = ("content-type", "application/json; charset=utf-8");
+        /// HTTP method, headers, end of stream, expected rejection.
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, Option<Rejection>);
+        let cases: &[Case] = &[
+            ("POST", &[json, ("content-length", "10")], false, None),
+            (
+                "POST",
+                &[json, ("content-encoding", " Identity ")],
+                false,
+                None,
+            ),
+            (
+                "POST",
+                &[
+                    json,
+                    ("content-encoding", "identity"),
+                    ("content-encoding", "gzip"),
+                ],
+                false,
+                Some(UnsupportedEncoding),
+            ),
+            // Encoding comes before an empty body, an empty body before the media type.
+            (
+                "POST",
+                &[("content-encoding", "br")],
+                true,
+                Some(UnsupportedEncoding),
+            ),
+            (
+                "POST",
+                &[("content-type", "text/plain")],
+                true,
+                Some(EmptyBody),
+            ),
+            ("GET", &[("content-type", "text/plain")], true, None),
+            ("GET", &[("content-type", "text/plain")], false, None),
+            (
+                "POST",
+                &[json, ("content-type", "text/plain")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            ("POST", &[], false, None),
+            (
+                "POST",
+                &[json, ("content-length", "1x")],
+                false,
+                Some(InvalidContentLength),
+            ),
+            (
+                "POST",
+                &[json, ("content-length", "5"), ("content-length", "11")],
+                false,
+                Some(BodyTooLarge),
+            ),
+            (
+                "PUT",
+                &[("content-length", "11")],
+                false,
+                Some(BodyTooLarge),
+            ),
+        ];
+        for (method, headers, end, want) in cases {
+            let got = header_rejection(&request(method, headers), *end, 10);
+            assert_eq!(&got, want, "{method} {headers:?} {end}");
+        }
+    }
 
     #[test]
     fn base64_sentinel_is_decoded_strictly() {
