@@ -12,8 +12,8 @@ use mcp_access_bundle::{
     Limits, UnknownBackend,
 };
 
+use compiled::compile_rule;
 pub use compiled::Mode;
-use compiled::{compile_rule, Action, Backend, Listener, Policy, Rule};
 pub use eval::{
     level_str, AuthzCall, AuthzOutcome, Decision, Denial, Evaluation, Reason, Relay, Step,
     TraceEntry,
@@ -98,7 +98,7 @@ impl RuleSet {
         }
     }
 
-    fn add(&mut self, r: RuleRef, rule: Option<&Rule>) {
+    fn add(&mut self, r: RuleRef, rule: Option<&compiled::Rule>) {
         let Some(rule) = rule else {
             self.general.push(r);
             return;
@@ -167,10 +167,10 @@ pub struct LevelIndex {
 /// The bundle compiled for per-request use.
 #[derive(Debug)]
 pub struct Engine {
-    pub policies: Vec<Policy>,
+    pub policies: Vec<compiled::Policy>,
     pub authorizers: Vec<Authorizer>,
-    pub listeners: Vec<Listener>,
-    pub backends: Vec<Backend>,
+    pub listeners: Vec<compiled::Listener>,
+    pub backends: Vec<compiled::Backend>,
     by_route: HashMap<String, usize>,
     by_cluster: HashMap<String, usize>,
     pub identity: IdentitySettings,
@@ -217,7 +217,7 @@ impl Engine {
             }
             let id = format!("{}/{}", p.namespace, p.name);
             let action = match (p.action, &p.external_auth) {
-                (bundle::Action::ExternalAuth, Some(name)) => Action::ExternalAuth {
+                (bundle::Action::ExternalAuth, Some(name)) => compiled::Action::ExternalAuth {
                     authorizer: b
                         .authorizers
                         .iter()
@@ -232,12 +232,12 @@ impl Engine {
                         "policy {id}: externalAuth is only allowed with action ExternalAuth"
                     ))
                 }
-                (bundle::Action::Allow, None) => Action::Allow,
-                (bundle::Action::Deny, None) => Action::Deny,
+                (bundle::Action::Allow, None) => compiled::Action::Allow,
+                (bundle::Action::Deny, None) => compiled::Action::Deny,
             };
             let rules = match (&p.not_accepted, action, rules) {
-                (Some(_), Action::Allow, _) => Some(Vec::new()),
-                (Some(_), Action::ExternalAuth { .. }, _) => {
+                (Some(_), compiled::Action::Allow, _) => Some(Vec::new()),
+                (Some(_), compiled::Action::ExternalAuth { .. }, _) => {
                     return Err(format!(
                         "policy {id}: a policy that was not accepted cannot call an authorizer"
                     ))
@@ -249,7 +249,7 @@ impl Engine {
                 }
                 (_, _, rules) => rules,
             };
-            policies.push(Policy {
+            policies.push(compiled::Policy {
                 id,
                 level: p.level,
                 action,
@@ -273,7 +273,7 @@ impl Engine {
                         index.attach(pid, &policies);
                     }
                 }
-                listeners.push(Listener {
+                listeners.push(compiled::Listener {
                     gateway: format!("{}/{}", g.namespace, g.name),
                     name: l.name.clone(),
                     id: format!("{}/{}/{}", g.namespace, g.name, l.name),
@@ -305,7 +305,7 @@ impl Engine {
             for c in &be.cluster_names {
                 by_cluster.insert(c.clone(), bi);
             }
-            backends.push(Backend {
+            backends.push(compiled::Backend {
                 id: format!("{}/{}", be.namespace, be.name),
                 index,
             });
@@ -358,7 +358,7 @@ impl Engine {
     }
 
     /// Rule of a policy, or None for "the policy has no rules".
-    pub fn rule(&self, r: RuleRef) -> Option<&Rule> {
+    pub fn rule(&self, r: RuleRef) -> Option<&compiled::Rule> {
         let p = self.policies.get(r.policy)?;
         p.rules.as_ref()?.get(r.rule?)
     }
@@ -399,12 +399,12 @@ impl Default for LevelIndex {
 }
 
 impl LevelIndex {
-    fn attach(&mut self, pid: PolicyId, policies: &[Policy]) {
+    fn attach(&mut self, pid: PolicyId, policies: &[compiled::Policy]) {
         let Some(p) = policies.get(pid) else { return };
         match p.action {
-            Action::ExternalAuth { .. } => self.external_auth.push(pid),
-            Action::Deny | Action::Allow => {
-                let set = if p.action == Action::Deny {
+            compiled::Action::ExternalAuth { .. } => self.external_auth.push(pid),
+            compiled::Action::Deny | compiled::Action::Allow => {
+                let set = if p.action == compiled::Action::Deny {
                     &mut self.deny
                 } else {
                     self.has_allow = true;
