@@ -126,7 +126,9 @@ mod tests {
                     {{"name": "a", "port": 1}}, {{"name": "b", "port": 2}}]}}],
                 "policies": {policies}}}"#
         );
-        mcp_access_bundle::parse_bundle(text.as_bytes()).unwrap()
+        mcp_access_bundle::parse_bundle(text.as_bytes())
+            .unwrap()
+            .into_inner()
     }
 
     const TOOLS_ONLY: &str =

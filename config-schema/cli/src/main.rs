@@ -640,7 +640,9 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
         (Some(p), _) => {
             let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
             (
-                mcp_access_bundle::parse_bundle(&text).map_err(|e| e.to_string())?,
+                mcp_access_bundle::parse_bundle(&text)
+                    .map_err(|e| e.to_string())?
+                    .into_inner(),
                 None,
             )
         }

@@ -214,6 +214,8 @@ mod tests {
         ];
         for (r, status, code, reason, message) in cases {
             assert_eq!(r.status_code_reason(), (status, code, reason), "{r:?}");
+            // Every rejection has its denial counter.
+            assert!(crate::stats::DENIAL_REASONS.contains(&reason), "{r:?}");
             assert_eq!(r.message(), message, "{r:?}");
             if let Rejection::Message(e) = &r {
                 assert_eq!(e.code(), code, "{r:?}");
