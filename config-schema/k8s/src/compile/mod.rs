@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::load::{Item, Manifests, AGENTIC_GROUP, PROTOTYPE_GROUP};
 use crate::model::*;
+use mcp_access_bundle::gateway_api::DEFAULT_TRUST_DOMAIN;
 use mcp_access_bundle::{self as bundle, Bundle};
 
 pub use policies::authorizer_models;
@@ -65,7 +66,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            trust_domain: "cluster.local".into(),
+            trust_domain: DEFAULT_TRUST_DOMAIN.into(),
             max_policies_per_target: 5,
             max_external_auth_per_target: 0,
             listen: BTreeMap::new(),

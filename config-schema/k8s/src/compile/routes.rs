@@ -10,6 +10,7 @@ use crate::check;
 use crate::load::{Item, Manifests, GATEWAY_GROUP};
 use crate::model::*;
 use crate::types::*;
+use mcp_access_bundle::gateway_api::{host_matches, path_prefix_matches};
 
 /// Why something is not accepted: a status reason and a message.
 type Problem = (&'static str, String);
@@ -407,7 +408,7 @@ impl Ctx<'_> {
             };
             let ok = match &forwarded {
                 (true, exact) => exact == &b.path,
-                (false, prefix) => path_prefix_reaches(prefix, &b.path),
+                (false, prefix) => path_prefix_matches(prefix, &b.path),
             };
             if !ok {
                 self.report.warnings.push(format!(
@@ -648,16 +649,6 @@ pub fn selector_matches(s: &LabelSelector, labels: &BTreeMap<String, String>) ->
         }
     });
     labels_ok && exprs_ok
-}
-
-/// Whether a Gateway API path prefix admits `path` (segment-wise).
-fn path_prefix_reaches(prefix: &str, path: &str) -> bool {
-    let p = prefix.trim_end_matches('/');
-    p.is_empty() || path == p || path.starts_with(&format!("{p}/"))
-}
-
-fn host_matches(pattern: &str, host: &str) -> bool {
-    mcp_access_bundle::host::host_matches(pattern, host)
 }
 
 /// Effective hostnames of a route on a listener (Gateway API intersection rules).
