@@ -2,11 +2,12 @@
 //! and the JSON Schema generated from the types.
 
 pub mod bundle;
-pub mod host;
+pub mod gateway_api;
+pub mod mcp_methods;
 pub mod validate;
 
 pub use bundle::*;
-pub use validate::{parse_bundle, validate, BundleError};
+pub use validate::{parse_bundle, validate, BundleError, ValidBundle};
 
 /// The bundle's JSON Schema, generated from the Rust types.
 #[cfg(feature = "schema")]

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use crate::bundle::*;
+use crate::mcp_methods;
 
 /// A bundle that cannot be used, with the JSON path of the offending field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +32,34 @@ impl fmt::Display for BundleError {
 
 impl std::error::Error for BundleError {}
 
+/// A bundle that passed [`validate`]: only [`parse_bundle`] and [`ValidBundle::new`] make one,
+/// so whatever takes it (the engine's compiler) cannot be handed an unchecked bundle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidBundle(Bundle);
+
+impl ValidBundle {
+    /// Validates `b`.
+    pub fn new(b: Bundle) -> Result<ValidBundle, BundleError> {
+        validate(&b)?;
+        Ok(ValidBundle(b))
+    }
+
+    /// The bundle itself (no longer known to be valid once it can be changed).
+    pub fn into_inner(self) -> Bundle {
+        self.0
+    }
+}
+
+impl std::ops::Deref for ValidBundle {
+    type Target = Bundle;
+
+    fn deref(&self) -> &Bundle {
+        &self.0
+    }
+}
+
 /// Parses and validates a bundle.
-pub fn parse_bundle(json: &[u8]) -> Result<Bundle, BundleError> {
+pub fn parse_bundle(json: &[u8]) -> Result<ValidBundle, BundleError> {
     let mut de = serde_json::Deserializer::from_slice(json);
     let bundle: Bundle = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -45,8 +72,7 @@ pub fn parse_bundle(json: &[u8]) -> Result<Bundle, BundleError> {
         path: String::new(),
         message: e.to_string(),
     })?;
-    validate(&bundle)?;
-    Ok(bundle)
+    ValidBundle::new(bundle)
 }
 
 /// Semantic validation; the first problem found is returned.
@@ -63,31 +89,6 @@ pub fn validate(b: &Bundle) -> Result<(), BundleError> {
 struct Validator {
     first: Option<BundleError>,
 }
-
-/// MCP methods a rule may name.
-pub const MCP_METHODS: &[&str] = &[
-    "tools",
-    "prompts",
-    "resources",
-    "tools/list",
-    "prompts/list",
-    "resources/list",
-    "resources/templates/list",
-    "tools/call",
-    "prompts/get",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-];
-
-/// MCP methods that may carry `params`.
-pub const MCP_METHODS_WITH_PARAMS: &[&str] = &[
-    "tools/call",
-    "prompts/get",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-];
 
 const HTTP_METHODS: &[&str] = &[
     "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
@@ -500,7 +501,7 @@ impl Validator {
             for (i, method) in m.methods.iter().enumerate() {
                 let mat = format!("{at}.mcp.methods[{i}]");
                 self.check(
-                    MCP_METHODS.contains(&method.name.as_str()),
+                    mcp_methods::is_rule_name(&method.name),
                     || format!("{mat}.name"),
                     format!("unknown MCP method \"{}\"", method.name),
                 );
@@ -516,7 +517,7 @@ impl Validator {
                 );
                 self.check(
                     method.params.is_none()
-                        || MCP_METHODS_WITH_PARAMS.contains(&method.name.as_str()),
+                        || mcp_methods::takes_params(&method.name),
                     || format!("{mat}.params"),
                     "params can only be specified for get, call, subscribe, unsubscribe, or read methods",
                 );
