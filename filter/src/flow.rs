@@ -382,6 +382,14 @@ impl RequestFlow {
 
     fn header_mismatch(&self, op: &McpOp) -> Option<&'static str> {
         let req = self.req.as_ref()?;
+        // Each header must appear at most once: a second copy could say something else.
+        let copies = |name: &str| req.headers.iter().filter(|(n, _)| n == name).count();
+        if copies("mcp-method") > 1 {
+            return Some("Mcp-Method header appears more than once");
+        }
+        if copies("mcp-name") > 1 {
+            return Some("Mcp-Name header appears more than once");
+        }
         if let Some(m) = req.header("mcp-method") {
             if op.method() != Some(m) {
                 return Some("Mcp-Method header does not match the request body");

@@ -201,6 +201,24 @@ fn mcp_headers_must_agree_with_the_body() {
     assert_eq!(respond(a).0, 400);
 }
 
+/// Found by the `flow` fuzz target: only the first copy of `Mcp-Method` / `Mcp-Name` was
+/// compared with the body, so a second, disagreeing copy was let through.
+#[test]
+fn mcp_headers_must_appear_once() {
+    let e = tools_engine();
+    let body = call_body("1", "echo");
+    for extra in [
+        [("mcp-method", "tools/call"), ("mcp-method", "tools/list")],
+        [("mcp-name", "echo"), ("mcp-name", "delete_repo")],
+        // Two copies that agree are still two copies.
+        [("mcp-name", "echo"), ("mcp-name", "echo")],
+    ] {
+        let (flow, a) = post(&e, &body, &extra);
+        assert_eq!(respond(a).0, 400, "{extra:?}");
+        assert_eq!(flow.outcome().unwrap().reason, "header_mismatch");
+    }
+}
+
 #[test]
 fn requests_without_body_are_decided_at_headers() {
     let e = tools_engine();
