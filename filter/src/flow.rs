@@ -209,15 +209,18 @@ impl RequestFlow {
             return Action::Hold;
         };
 
-        if let Some(enc) = req.header("content-encoding") {
-            if !enc.trim().eq_ignore_ascii_case("identity") {
-                return self.reject(
-                    415,
-                    INVALID_REQUEST,
-                    "unsupported_encoding",
-                    "Content-Encoding is not supported",
-                );
-            }
+        // Every copy counts: the upstream may apply any of them.
+        let encoded = req
+            .headers
+            .iter()
+            .any(|(n, v)| n == "content-encoding" && !v.trim().eq_ignore_ascii_case("identity"));
+        if encoded {
+            return self.reject(
+                415,
+                INVALID_REQUEST,
+                "unsupported_encoding",
+                "Content-Encoding is not supported",
+            );
         }
         if input.end_of_stream {
             if req.method == "POST" {

@@ -219,6 +219,25 @@ fn mcp_headers_must_appear_once() {
     }
 }
 
+/// Found by the `flow` fuzz target: only the first `Content-Encoding` copy was checked, so
+/// `identity` followed by `gzip` was let through.
+#[test]
+fn every_content_encoding_copy_is_checked() {
+    let e = tools_engine();
+    for (first, second) in [("identity", "gzip"), ("gzip", "identity")] {
+        let mut flow = RequestFlow::new();
+        let extra = [("content-encoding", first), ("content-encoding", second)];
+        assert_eq!(respond(flow.on_headers(&e, headers("POST", &extra))).0, 415);
+        assert_eq!(flow.outcome().unwrap().reason, "unsupported_encoding");
+    }
+    let mut flow = RequestFlow::new();
+    let extra = [
+        ("content-encoding", "identity"),
+        ("content-encoding", " Identity "),
+    ];
+    assert_eq!(flow.on_headers(&e, headers("POST", &extra)), Action::Hold);
+}
+
 #[test]
 fn requests_without_body_are_decided_at_headers() {
     let e = tools_engine();
