@@ -5,7 +5,7 @@ the Envoy route `tools`. The inline tool policy is the same everywhere: `tools/c
 is allowed (plus base protocol), every other tool is denied. The native chain enforces the same
 policy with `envoy.filters.http.mcp` + `rbac` (see configs.py).
 
-The large bundle (S5) is built by a fixed recipe; filter/benches/decide.rs builds the very same
+The large bundle (S5) is built by a fixed recipe; filter/engine/benches/decide.rs builds the very same
 document (run.py checks that both produce identical JSON).
 """
 

@@ -9,7 +9,7 @@ Every configuration gets its own Envoy (started once). Each round runs every var
 order rotated from round to round; ratios are taken within a round (paired) and their median
 reported, so that drift of a shared machine cancels out. Then, because wall-clock numbers on a
 shared machine stay noisy, instructions are counted with callgrind: of native operations
-(filter/benches/decide.rs) and of whole Envoys per request (envoy_callgrind.py).
+(filter/engine/benches/decide.rs) and of whole Envoys per request (envoy_callgrind.py).
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def check_run(v: Variant, w: WrkResult) -> list[str]:
 
 def bench_executable() -> Path:
     out = subprocess.run(
-        ["cargo", "bench", "--locked", "-p", "mcp-access-filter", "--bench", "decide", "--no-run", "--message-format=json"],
+        ["cargo", "bench", "--locked", "-p", "mcp-access-engine", "--bench", "decide", "--no-run", "--message-format=json"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout
     for line in out.splitlines():
@@ -311,7 +311,7 @@ def criterion(exe: Path, cpu: int | None, quick: bool) -> dict[str, dict[str, fl
 
 
 def check_bundle_recipe(exe: Path) -> None:
-    """filter/benches/decide.rs builds the S5 bundle itself; it must be ours."""
+    """filter/engine/benches/decide.rs builds the S5 bundle itself; it must be ours."""
     for kind, ours in (("s2", bundles.s2(10000)), ("s5", bundles.s5(10000)),
                        ("s4", bundles.with_authorizers(10000, ["authz0", "authz1"], ["authz2"]))):
         theirs = json.loads(subprocess.run([str(exe)], env={**os.environ, "MCP_ACCESS_DUMP": kind},
@@ -359,7 +359,7 @@ def main() -> int:
     ap.add_argument("--envoy-cpu", type=int, default=1)
     ap.add_argument("--load-cpu", type=int, default=0)
     ap.add_argument("--wasm", type=Path, default=ROOT / "build" / "mcp_access_filter.wasm")
-    ap.add_argument("--raw-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "release" / "mcp_access_filter.wasm")
+    ap.add_argument("--raw-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "mcp_access_filter.wasm")
     ap.add_argument("--out", type=Path, default=None, help="results directory (default bench/results, quick: no write unless given)")
     ap.add_argument("--only", default="", help="comma-separated variant keys (default: all)")
     ap.add_argument("--skip-micro", action="store_true", help="no criterion / callgrind of the native benches")

@@ -227,6 +227,9 @@ class Demo:
                     [Route(ROUTE, "/mcp", MCP_CLUSTER, timeout=30)],
                     tls=Tls(self.pki.server, self.pki.ca, require_client_certificate=True),
                     wasm=Wasm(a.wasm, bundle_text, allow_on_headers_stop_iteration=True),
+                    # Envoy normalizes paths and hosts with the filter's choices (build_bootstrap's default).
+                    normalize=True,
+                    escaped_slashes=self.bundle.get("envoy", {}).get("escapedSlashes", "Reject"),
                 )
             ],
             clusters=[Cluster(MCP_CLUSTER, port=a.mcp_port), Cluster(AUTHORIZER_CLUSTER, port=a.authz_port)],

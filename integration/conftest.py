@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # make `harness` impor
 
 from harness import EnvoyProcess, JwtKeys, McpServerProc, Pki, make_jwt_keys, make_pki, start_mcp_server  # noqa: E402
 
-DEFAULT_WASM = "target/wasm32-wasip1/release/mcp_access_filter.wasm"
+DEFAULT_WASM = "build/mcp_access_filter.wasm"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,14 +62,13 @@ def jwt_keys() -> JwtKeys:
 
 @pytest.fixture(scope="session")
 def wasm_path(repo_root: Path) -> Path:
-    """The built filter: $MCP_ACCESS_WASM or target/wasm32-wasip1/release/mcp_access_filter.wasm.
+    """The built filter: $MCP_ACCESS_WASM or build/mcp_access_filter.wasm (scripts/build).
     Missing → failure, or a skip when MCP_ACCESS_ALLOW_MISSING_WASM=1."""
     path = Path(os.environ.get("MCP_ACCESS_WASM") or repo_root / DEFAULT_WASM)
     if not path.is_file():
         msg = (
-            f"mcp-access wasm not found at {path}. Build it (`cargo build --release -p mcp-access-filter "
-            "--target wasm32-wasip1`, or scripts/build and MCP_ACCESS_WASM=build/mcp_access_filter.wasm); "
-            "set MCP_ACCESS_ALLOW_MISSING_WASM=1 to skip wasm tests instead."
+            f"mcp-access wasm not found at {path}. Build it with scripts/build (or point "
+            "MCP_ACCESS_WASM at a build); set MCP_ACCESS_ALLOW_MISSING_WASM=1 to skip wasm tests instead."
         )
         if os.environ.get("MCP_ACCESS_ALLOW_MISSING_WASM") == "1":
             pytest.skip(msg)

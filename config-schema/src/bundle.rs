@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 /// The only `apiVersion` this crate reads and writes.
 pub const API_VERSION: &str = "mcp-access.io/v1";
 
+/// Default [`Authorizer::max_response_body_bytes`].
+pub const DEFAULT_MAX_RESPONSE_BODY_BYTES: u32 = 8 * 1024;
+
 /// A compiled set of access policies for one data plane.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -202,6 +205,12 @@ pub struct Authorizer {
     /// Forward up to this many body bytes (0: none).
     #[serde(default)]
     pub forward_body_max_bytes: u32,
+    /// Largest denial body relayed to the client (default 8192 bytes, at most 1 MiB). The filter reads at most one
+    /// byte more of a denial and nothing of other answers; a larger denial body is not relayed:
+    /// the request is still denied with the authorizer's status and headers, an empty body,
+    /// and no `Content-Type`/`Content-Encoding`.
+    #[serde(default = "default_max_response_body")]
+    pub max_response_body_bytes: u32,
     /// What an unreachable authorizer, a timeout or a 5xx means.
     #[serde(default)]
     pub failure_mode: FailureMode,
@@ -263,10 +272,16 @@ pub struct Policy {
     /// relayed and the order authorizer headers are applied.
     #[serde(default)]
     pub seniority: u64,
-    /// Absent: the policy applies to every request. Present: only to what a rule matches
-    /// (an empty list matches nothing).
+    /// Absent: the policy applies to all traffic (an ExternalAuth policy sends every request,
+    /// a Deny policy denies every request, an Allow policy admits every request). Present:
+    /// only what a rule matches. An empty list is rejected: omit `rules` for all traffic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<Vec<Rule>>,
+    /// Set by the compiler on the stand-in of a policy it could not accept (the reason). The
+    /// stand-in is enforced fail-closed: an Allow stand-in has no rules and admits nothing
+    /// (its level stays default-deny); a Deny stand-in denies what its rules match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_accepted: Option<String>,
 }
 
 /// A policy target.
@@ -383,13 +398,17 @@ pub struct Authorization {
     /// HTTP methods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub methods: Vec<String>,
-    /// Request paths (without query).
+    /// Request paths, matched on the canonical path: no query, unreserved escapes decoded,
+    /// dot segments removed, repeated slashes merged (see `envoy.escapedSlashes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<PathMatch>,
-    /// Header conditions, all of which must hold.
+    /// Header conditions, all of which must hold. A repeated header is judged per copy
+    /// against the caller: an Allow rule needs every copy to match, a Deny or ExternalAuth
+    /// rule any copy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<HeaderMatch>,
-    /// Hosts (`:authority` without port); `*.` wildcards allowed.
+    /// Hosts (`:authority` lower-cased, without port and one trailing dot); a `*.` wildcard
+    /// stands for one or more labels.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,
     /// Destination ports.
@@ -402,11 +421,12 @@ pub struct Authorization {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct McpMatch {
-    /// Admitted methods; empty: every non-base method.
+    /// Admitted methods. An `mcp` block admits only what it lists: empty admits no tool,
+    /// prompt or resource method (then `baseProtocol` must be `Match`).
     #[serde(default)]
     pub methods: Vec<McpMethod>,
-    /// Whether base protocol traffic (initialize, ping, tools/list, notifications/*,
-    /// completion/*, logging/*, SSE GET, session DELETE) is admitted.
+    /// Whether base protocol traffic (initialize, ping, notifications/*, completion/*,
+    /// logging/*, the listing methods, SSE GET, session DELETE) is admitted.
     #[serde(default)]
     pub base_protocol: BaseProtocol,
 }
@@ -432,7 +452,8 @@ pub struct McpMethod {
     /// `resources/subscribe` or `resources/unsubscribe`.
     pub name: String,
     /// Tool / prompt names (`params.name`) or resource URIs (`params.uri`). Absent: any;
-    /// present: only these (empty admits none). Only for call/get/read/subscribe/unsubscribe.
+    /// present: only these (an empty list is rejected). Only for
+    /// call/get/read/subscribe/unsubscribe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Vec<String>>,
 }
@@ -542,6 +563,12 @@ pub struct EnvoySettings {
     /// Gateway-level policies apply).
     #[serde(default)]
     pub unknown_backend: UnknownBackend,
+    /// A request path holding an encoded `/` or `\` (`%2F`, `%5C`): `Reject` it with 400
+    /// (default) or `Decode` it to `/` before rules match. The generated Envoy configurations
+    /// set `path_with_escaped_slashes_action` to match (`REJECT_REQUEST` or
+    /// `UNESCAPE_AND_FORWARD`).
+    #[serde(default)]
+    pub escaped_slashes: EscapedSlashes,
 }
 
 impl Default for EnvoySettings {
@@ -549,8 +576,20 @@ impl Default for EnvoySettings {
         EnvoySettings {
             hold_headers: true,
             unknown_backend: UnknownBackend::default(),
+            escaped_slashes: EscapedSlashes::default(),
         }
     }
+}
+
+/// Treatment of `%2F` / `%5C` in a request path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum EscapedSlashes {
+    /// Answer 400 (Envoy: `REJECT_REQUEST`).
+    #[default]
+    Reject,
+    /// Read them as `/` (Envoy: `UNESCAPE_AND_FORWARD`; the upstream then sees `/`).
+    Decode,
 }
 
 /// Treatment of requests routed to no known backend.
@@ -581,6 +620,9 @@ fn default_deny_code() -> i32 {
 }
 fn default_deny_message() -> String {
     "Access denied".to_string()
+}
+fn default_max_response_body() -> u32 {
+    DEFAULT_MAX_RESPONSE_BODY_BYTES
 }
 fn default_max_body() -> u32 {
     1024 * 1024

@@ -2,8 +2,7 @@
 //! and the JSON Schema generated from the types.
 
 pub mod bundle;
-#[cfg(feature = "compiler")]
-pub mod k8s;
+pub mod host;
 pub mod validate;
 
 pub use bundle::*;

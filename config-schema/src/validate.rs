@@ -294,6 +294,11 @@ impl Validator {
                 || format!("{at}.timeoutMs"),
                 "must be between 1 and 60000",
             );
+            self.check(
+                a.max_response_body_bytes <= 1024 * 1024,
+                || format!("{at}.maxResponseBodyBytes"),
+                "must be at most 1048576 (1 MiB)",
+            );
             if let Some(auth) = &a.authority {
                 self.check(
                     !auth.is_empty() && auth.bytes().all(|c| c.is_ascii_graphic()),
@@ -379,7 +384,29 @@ impl Validator {
             ),
             _ => {}
         }
+        if let Some(reason) = &p.not_accepted {
+            self.check(
+                !reason.is_empty(),
+                || format!("{at}.notAccepted"),
+                "must give the reason the policy was not accepted",
+            );
+            self.check(
+                p.action != Action::ExternalAuth,
+                || format!("{at}.notAccepted"),
+                "a stand-in for a policy that was not accepted cannot call an authorizer: use action Deny",
+            );
+            self.check(
+                p.action != Action::Allow || p.rules.is_none(),
+                || format!("{at}.rules"),
+                "an Allow stand-in admits nothing: omit rules",
+            );
+        }
         if let Some(rules) = &p.rules {
+            self.check(
+                !rules.is_empty(),
+                || format!("{at}.rules"),
+                "an empty list would apply the policy to nothing: omit `rules` to apply it to all traffic",
+            );
             let mut names = HashSet::new();
             for (i, r) in rules.iter().enumerate() {
                 let rat = format!("{at}.rules[{i}]");
@@ -464,6 +491,11 @@ impl Validator {
 
     fn authorization(&mut self, at: &str, a: &Authorization) {
         if let Some(m) = &a.mcp {
+            self.check(
+                !m.methods.is_empty() || m.base_protocol == BaseProtocol::Match,
+                || format!("{at}.mcp"),
+                "lists no method and skips the base protocol, so it matches nothing: list methods, set baseProtocol Match, or omit mcp to match any method",
+            );
             let mut seen = HashSet::new();
             for (i, method) in m.methods.iter().enumerate() {
                 let mat = format!("{at}.mcp.methods[{i}]");
@@ -476,6 +508,11 @@ impl Validator {
                     seen.insert(method.name.as_str()),
                     || format!("{mat}.name"),
                     "duplicate method",
+                );
+                self.check(
+                    method.params.as_ref().is_none_or(|p| !p.is_empty()),
+                    || format!("{mat}.params"),
+                    "an empty list names nothing: omit params to match any name or URI",
                 );
                 self.check(
                     method.params.is_none()

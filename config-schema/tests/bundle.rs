@@ -43,6 +43,7 @@ fn minimal_bundle_parses_with_defaults() {
     assert_eq!(b.limits.max_body_bytes, 1024 * 1024);
     assert_eq!(b.deny_response.http_status, 403);
     assert_eq!(b.authorizers[0].timeout_ms, 200);
+    assert_eq!(b.authorizers[0].max_response_body_bytes, 8192);
     assert!(b.envoy.hold_headers);
     assert_eq!(b.gateways[0].namespace, "default");
 }
@@ -113,6 +114,10 @@ fn semantic_errors_name_the_field() {
         (
             |v| v["policies"][0]["targets"] = serde_json::json!([]),
             "policies[0].targets",
+        ),
+        (
+            |v| v["authorizers"][0]["maxResponseBodyBytes"] = (1024 * 1024 + 1).into(),
+            "authorizers[0].maxResponseBodyBytes",
         ),
         (
             |v| {

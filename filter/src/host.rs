@@ -1,20 +1,24 @@
-//! The proxy-wasm adapter: reads what Envoy knows about a request, hands it to [`crate::flow`],
+//! The proxy-wasm adapter: reads what Envoy knows about a request, hands it to [`mcp_access_engine::flow`],
 //! and carries out the resulting actions. Host calls go through [`abi`], which treats every
 //! status and byte from the host as untrusted (the SDK's own helpers panic on surprises).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use mcp_access_bundle::SpiffeSource;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
-use crate::answer::LocalResponse;
-use crate::flow::{Action, HeadersInput, Outcome, RequestFlow};
-use crate::identity;
-use crate::policy::{level_str, Engine};
-use crate::request::Caller;
+use mcp_access_engine::answer::LocalResponse;
+use mcp_access_engine::flow::{Action, HeadersInput, Outcome, RequestFlow};
+use mcp_access_engine::identity;
+use mcp_access_engine::policy::{level_str, Engine};
+use mcp_access_engine::request::Caller;
+
+/// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
+static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// Filter state key (`%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%` in access logs).
 pub const FILTER_STATE_KEY: &str = "mcp_access.decision";
@@ -69,7 +73,7 @@ impl RootContext for Root {
             Ok(engine) => {
                 let micros = abi::now_ns().saturating_sub(started) / 1_000;
                 // Linear memory only grows: this is the peak the load needed (64 KiB pages).
-                let memory_kib = core::arch::wasm32::memory_size::<0>() * 64;
+                let memory_kib = abi::memory_kib();
                 abi::log(
                     LogLevel::Info,
                     &format!(
@@ -98,7 +102,6 @@ impl RootContext for Root {
             engine,
             stats: self.stats.clone(),
             flow: RequestFlow::new(),
-            dispatched_at: Vec::new(),
         }))
     }
 
@@ -111,8 +114,6 @@ struct Stream {
     engine: Rc<Engine>,
     stats: Rc<RefCell<Stats>>,
     flow: RequestFlow,
-    /// (callout token, authorizer name, dispatch time in ns)
-    dispatched_at: Vec<(u32, String, u64)>,
 }
 
 /// Where an action is carried out.
@@ -140,8 +141,17 @@ impl Stream {
                     _ => None,
                 }
             }
-            _ => abi::property(&["connection", "uri_san_peer_certificate"])
-                .and_then(|san| identity::spiffe_from_san(&san)),
+            // Envoy names only the first URI SAN; the certificate tells how many there are.
+            _ => abi::property(&["connection", "uri_san_peer_certificate"]).and_then(|san| {
+                let cert = abi::property(&["connection", "peer_certificate"]);
+                if cert.is_none() && !NO_PEER_CERTIFICATE_LOGGED.swap(true, Ordering::Relaxed) {
+                    abi::log(
+                        LogLevel::Warn,
+                        "mcp-access: Envoy gives no connection.peer_certificate: certificates cannot identify callers",
+                    );
+                }
+                identity::spiffe_from_peer(&san, cert.as_deref())
+            }),
         };
         let jwts = if id.jwt.providers.is_empty() {
             Vec::new()
@@ -159,27 +169,10 @@ impl Stream {
                 Action::Dispatch(calls) => {
                     for (slot, call) in calls {
                         let result = abi::http_call(&call);
-                        match &result {
-                            Ok(token) => self.dispatched_at.push((
-                                *token,
-                                call.cluster.clone(),
-                                abi::now_ns(),
-                            )),
-                            Err(e) => {
-                                self.stats
-                                    .borrow_mut()
-                                    .inc("mcp_access.callout.dispatch_errors");
-                                abi::log(
-                                    LogLevel::Warn,
-                                    &format!(
-                                        "mcp-access: callout to cluster {} failed: {e}",
-                                        call.cluster
-                                    ),
-                                );
-                            }
-                        }
-                        self.flow.dispatched(slot, result);
+                        self.flow
+                            .dispatched(&self.engine, slot, result, abi::now_ns());
                     }
+                    self.report_callouts();
                     action = self.flow.resume(&self.engine);
                 }
                 Action::Hold => {
@@ -232,6 +225,27 @@ impl Stream {
         }
     }
 
+    /// Stats and log lines of the callouts that ended, as the flow judged them.
+    fn report_callouts(&mut self) {
+        for r in self.flow.take_callout_reports() {
+            let mut stats = self.stats.borrow_mut();
+            match r.latency_ms {
+                Some(ms) => stats.record("mcp_access.callout.latency_ms", ms),
+                None => stats.inc("mcp_access.callout.dispatch_errors"),
+            }
+            if r.failed {
+                stats.inc("mcp_access.callout.errors");
+            }
+            drop(stats);
+            if let Some(detail) = &r.detail {
+                abi::log(
+                    LogLevel::Warn,
+                    &format!("mcp-access: authorizer {}: {detail}", r.authorizer),
+                );
+            }
+        }
+    }
+
     fn count(&self, o: &Outcome) {
         let mut stats = self.stats.borrow_mut();
         if o.allowed {
@@ -259,37 +273,31 @@ impl Context for Stream {
         body_size: usize,
         _trailers: usize,
     ) {
+        let now = abi::now_ns();
+        // Envoy's codec bounds the headers (cluster max_response_headers_kb / max_headers_count).
         let headers = abi::header_map(abi::MAP_HTTP_CALL_RESPONSE_HEADERS).unwrap_or_default();
         let status = headers
             .iter()
             .find(|(n, _)| n == ":status")
             .and_then(|(_, v)| v.parse::<u16>().ok());
-        let body = if body_size > 0 {
-            abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, body_size).unwrap_or_default()
+        // Only a denial's body is read, and never more than its cap plus one byte.
+        let limit = self
+            .flow
+            .callout_body_limit(&self.engine, token, status)
+            .min(body_size);
+        let body = if limit > 0 {
+            abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, limit).unwrap_or_default()
         } else {
             Vec::new()
         };
-        if let Some(pos) = self.dispatched_at.iter().position(|(t, _, _)| *t == token) {
-            let (_, cluster, at) = self.dispatched_at.swap_remove(pos);
-            let ms = abi::now_ns().saturating_sub(at) / 1_000_000;
-            let mut stats = self.stats.borrow_mut();
-            stats.record("mcp_access.callout.latency_ms", ms);
-            if status.is_none_or(|s| s >= 500) {
-                stats.inc("mcp_access.callout.errors");
-                drop(stats);
-                abi::log(
-                    LogLevel::Warn,
-                    &format!("mcp-access: authorizer cluster {cluster} gave no usable answer (status {status:?})"),
-                );
-            }
-        }
         let headers = headers
             .into_iter()
             .filter(|(n, _)| !n.starts_with(':'))
             .collect();
         let action = self
             .flow
-            .on_callout_response(&self.engine, token, status, headers, body);
+            .on_callout_response(&self.engine, token, status, headers, body, now);
+        self.report_callouts();
         self.run(action, Phase::Async);
     }
 }
@@ -298,7 +306,7 @@ impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
         let headers = abi::header_map(abi::MAP_HTTP_REQUEST_HEADERS).unwrap_or_default();
         let port = abi::property(&["destination", "port"])
-            .and_then(|b| crate::wire::decode_i64(&b))
+            .and_then(|b| mcp_access_engine::wire::decode_i64(&b))
             .and_then(|p| u16::try_from(p).ok())
             .unwrap_or(0);
         let text = |path: &[&str]| {
@@ -365,8 +373,8 @@ mod abi {
 
     use proxy_wasm::types::LogLevel;
 
-    use crate::callout::CalloutRequest;
-    use crate::wire;
+    use mcp_access_engine::callout::CalloutRequest;
+    use mcp_access_engine::wire;
 
     pub const MAP_HTTP_REQUEST_HEADERS: u32 = 0;
     pub const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
@@ -556,6 +564,14 @@ mod abi {
         unsafe {
             proxy_record_metric(id, value);
         }
+    }
+
+    /// The VM's linear memory in KiB (64 KiB pages); 0 outside a Wasm VM.
+    pub fn memory_kib() -> usize {
+        #[cfg(target_arch = "wasm32")]
+        return core::arch::wasm32::memory_size::<0>() * 64;
+        #[cfg(not(target_arch = "wasm32"))]
+        return 0;
     }
 
     pub fn now_ns() -> u64 {

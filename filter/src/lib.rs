@@ -1,17 +1,4 @@
-//! mcp-access: the Proxy-Wasm filter and its pure decision logic.
-//!
-//! A request is parsed in [`mcp`], its caller identified in [`identity`], decided in
-//! [`policy`], authorizers are called through [`callout`], and it is answered in [`answer`].
-//! [`flow`] strings these together per request; [`host`] is the thin proxy-wasm adapter.
+//! mcp-access as a Proxy-Wasm filter: [`host`] reads what Envoy knows about a request, hands it
+//! to the decision engine (`mcp-access-engine`) and carries out what it decides.
 
-pub mod answer;
-pub mod callout;
-pub mod flow;
-#[cfg(target_arch = "wasm32")]
-pub mod host;
-pub mod identity;
-pub mod mcp;
-pub mod policy;
-pub mod protobuf;
-pub mod request;
-pub mod wire;
+mod host;

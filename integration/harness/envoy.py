@@ -111,6 +111,10 @@ class Listener:
     filters_after_wasm: Sequence[dict[str, Any]] = ()
     access_log_path: Path | str | None = None  # defaults to render_envoy_config's access_log_path
     hcm_extra: dict[str, Any] = field(default_factory=dict)  # merged into the HttpConnectionManager
+    # Envoy's own path / host normalization (see normalization()); False hands the filter the
+    # request as the client sent it. `escaped_slashes` is the bundle's envoy.escapedSlashes.
+    normalize: bool = True
+    escaped_slashes: str = "Reject"
 
 
 # ---------------------------------------------------------------------------
@@ -123,6 +127,19 @@ def _duration(seconds: float) -> str:
 
 def _addr(host: str, port: int) -> dict[str, Any]:
     return {"socket_address": {"address": host, "port_value": port}}
+
+
+def normalization(escaped_slashes: str = "Reject") -> dict[str, Any]:
+    """HttpConnectionManager fields for the normalization the filter also applies (it does not rely
+    on them): RFC 3986 path normalization, merged slashes, %2F / %5C per the bundle's
+    envoy.escapedSlashes (Reject | Decode), one trailing dot of the host removed."""
+    actions = {"Reject": "REJECT_REQUEST", "Decode": "UNESCAPE_AND_FORWARD"}
+    return {
+        "normalize_path": True,
+        "merge_slashes": True,
+        "path_with_escaped_slashes_action": actions[escaped_slashes],
+        "strip_trailing_host_dot": True,
+    }
 
 
 def _tls_transport_socket(tls: Tls) -> dict[str, Any]:
@@ -295,6 +312,8 @@ def _listener(l: Listener, access_log_path: Path | str | None, filter_state_key:
         },
         "http_filters": filters,
     }
+    if l.normalize:
+        hcm.update(normalization(l.escaped_slashes))
     if l.tls is not None and l.tls.forward_client_cert:
         hcm["forward_client_cert_details"] = "SANITIZE_SET"
         hcm["set_current_client_cert_details"] = {"uri": True}

@@ -29,6 +29,7 @@ from harness import (
     Pki,
     envoy_binary,
     free_port,
+    normalization,
     start_authorizer,
     start_mcp_server,
     text_of,
@@ -125,6 +126,8 @@ def test_static_config_is_the_demo_configuration() -> None:
     assert listener["name"] == bundle["gateways"][0]["listeners"][0]["name"]
     assert listener["per_connection_buffer_limit_bytes"] > bundle.get("limits", {}).get("maxBodyBytes", 1 << 20)
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    escaped = bundle.get("envoy", {}).get("escapedSlashes", "Reject")
+    assert {k: hcm.get(k) for k in normalization(escaped)} == normalization(escaped)
     routes = [r["name"] for vh in hcm["route_config"]["virtual_hosts"] for r in vh["routes"]]
     assert routes == bundle["backends"][0]["routeNames"]
     clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}

@@ -348,7 +348,7 @@ def test_sdk_with_mcp_method_headers(stack: Stack) -> None:
     with McpAgent(stack.url(), cert=stack.pki.client(ALPHA), ca=stack.pki.ca, mode="auto") as alpha:
         assert text_of(alpha.call_tool("echo", {"text": "auto"})) == "auto"
     r = stack.post(tools_call("echo"), headers={"mcp-method": "tools/list"})
-    assert r.status == 400 and r.json()["error"]["code"] == -32600
+    assert r.status == 400 and r.json()["error"]["code"] == -32020  # HeaderMismatch
     r = stack.post(tools_call("echo"), headers={"mcp-method": "tools/call", "mcp-name": "delete_repo"})
     assert r.status == 400
 

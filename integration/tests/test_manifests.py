@@ -1,9 +1,9 @@
 """The Kubernetes manifests scripts/manifests generates for Envoy Gateway and Istio.
 
-1. Every generated object is validated against the real CRD schemas in ../shared/crds/ (as the API
-   server would: defaults, the OpenAPI schema with unknown fields rejected, and every
-   x-kubernetes-validations CEL rule). Objects whose CRD is not in shared/crds are reported as
-   skipped, by name. The validator is shown to reject broken objects, so a pass means something.
+1. Every generated object is validated against the upstream CRD schemas vendored in
+   config-schema/crds/upstream/ (as the API server would: defaults, the OpenAPI schema with unknown
+   fields rejected, and every x-kubernetes-validations CEL rule). A generated kind without its CRD
+   there fails the test. The validator is shown to reject broken objects, so a pass means something.
 2. The example manifests in deploy/ are what the generator produces from their recorded inputs.
 3. Each platform's output is rendered into the Envoy configuration that platform would produce
    (Envoy Gateway: the Wasm filter it generates, with the EnvoyPatchPolicy's JSON patches applied
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from harness import (
     Wasm,
     build_bootstrap,
     free_port,
+    normalization,
     start_authorizer,
     start_mcp_server,
     text_of,
@@ -63,8 +63,15 @@ EXAMPLE_ARGS = [
 ]
 
 
-def crd_dir() -> Path:
-    return Path(os.environ.get("MCP_ACCESS_CRDS") or REPO.parent / "shared" / "crds")
+CRD_DIR = REPO / "config-schema" / "crds" / "upstream"
+# The vendored CRD files the generated kinds are validated against.
+CRD_FILES = {
+    "EnvoyExtensionPolicy": "envoy-gateway/gateway.envoyproxy.io_envoyextensionpolicies.yaml",
+    "EnvoyPatchPolicy": "envoy-gateway/gateway.envoyproxy.io_envoypatchpolicies.yaml",
+    "ClientTrafficPolicy": "envoy-gateway/gateway.envoyproxy.io_clienttrafficpolicies.yaml",
+    "WasmPlugin": "istio/wasmplugin.yaml",
+    "EnvoyFilter": "istio/envoyfilter.yaml",
+}
 
 
 def run_manifests(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -219,12 +226,9 @@ def validate(crds: Crds, obj: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def crds() -> Crds:
-    d = crd_dir()
-    if not d.is_dir():
-        pytest.fail(f"the CRD schemas are not at {d} (shared/crds beside the repository; or set MCP_ACCESS_CRDS)")
-    c = Crds(d)
-    assert c.schemas, f"no CRDs found under {d}"
-    return c
+    missing = [f for f in CRD_FILES.values() if not (CRD_DIR / f).is_file()]
+    assert not missing, f"vendored CRDs missing under {CRD_DIR}: {missing}"
+    return Crds(CRD_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +237,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[s
 
 
 EXPECTED_KINDS = [("envoy-gateway", "EnvoyExtensionPolicy"), ("envoy-gateway", "EnvoyPatchPolicy"),
-                  ("envoy-gateway", "ClientTrafficPolicy"), ("istio", "WasmPlugin")]
+                  ("envoy-gateway", "ClientTrafficPolicy"), ("istio", "WasmPlugin"), ("istio", "EnvoyFilter")]
 
 
 @pytest.mark.parametrize(("platform", "kind"), EXPECTED_KINDS)
@@ -243,13 +247,13 @@ def test_generated_object_is_valid_for_its_crd(
     objs = [o for o in generated[platform] if o["kind"] == kind]
     assert objs, f"{platform} output has no {kind}"
     for obj in objs:
-        if crds.schema_for(obj) is None:
-            pytest.skip(f"no CRD for {obj['apiVersion']} {kind} in {crd_dir()}: not validated against a schema")
+        assert crds.schema_for(obj) is not None, (
+            f"{CRD_DIR / CRD_FILES[kind]} does not serve {obj['apiVersion']} {kind}")
         assert validate(crds, obj) == [], yaml.safe_dump(obj)
 
 
 def test_the_validator_rejects_broken_objects(generated: dict[str, list[dict[str, Any]]], crds: Crds) -> None:
-    eep = next(o for o in generated["envoy-gateway"] if o["kind"] == "EnvoyExtensionPolicy")
+    eep, epp, ctp = generated["envoy-gateway"]
     plugin = generated["istio"][0]
 
     def broken(obj: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> list[str]:
@@ -270,6 +274,12 @@ def test_the_validator_rejects_broken_objects(generated: dict[str, list[dict[str
     assert any("url must have schema" in e for e in errors), errors
     assert broken(plugin, lambda o: o["spec"].update(sha256="ABC")), "sha256 pattern"
     assert broken(plugin, lambda o: o["metadata"].update(name="Not_A_Name"))
+    # The EnvoyPatchPolicy's and ClientTrafficPolicy's schemas and rules are applied too.
+    assert broken(epp, lambda o: o["spec"].update(type="JSONMerge"))
+    assert broken(epp, lambda o: o["spec"]["jsonPatches"][1]["operation"].update(op="append"))
+    assert broken(ctp, lambda o: o["spec"]["connection"].update(bufferLimit="2MB"))
+    errors = broken(ctp, lambda o: o["spec"]["targetRefs"][0].update(kind="HTTPRoute"))
+    assert any("targetRefs[*].kind of Gateway or" in e for e in errors), errors
 
 
 def test_generated_objects_carry_the_image_digest_and_bundle(generated: dict[str, list[dict[str, Any]]]) -> None:
@@ -286,6 +296,10 @@ def test_generated_objects_carry_the_image_digest_and_bundle(generated: dict[str
             for p in epp["spec"]["jsonPatches"]][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0][
         "endpoint"]["address"]["socket_address"] == {"address": "risk-check.demo.svc.cluster.local", "port_value": 8080}
     assert ctp["spec"]["connection"]["bufferLimit"] == "2Mi"
+    assert ctp["spec"]["path"] == {"escapedSlashesAction": "RejectRequest", "disableMergeSlashes": False}
+    envoy_filter = next(o for o in generated["istio"] if o["kind"] == "EnvoyFilter")
+    hcm_patch = envoy_filter["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]
+    assert {k: hcm_patch[k] for k in normalization()} == normalization()
 
     plugin = generated["istio"][0]["spec"]
     assert (plugin["url"], plugin["sha256"]) == (f"oci://{EXAMPLE_IMAGE}", hexdigest)
@@ -376,7 +390,8 @@ def test_envoy_gateway_rendering_enforces_the_demo(
         listeners=[Listener("mcp", port, [Route("tools-route", "/mcp", route_cluster, timeout=30)],
                             tls=Tls(pki.server, pki.ca),
                             wasm=Wasm(wasm_path, json.dumps(wasm["config"]), root_id=wasm["rootID"],
-                                      allow_on_headers_stop_iteration=False, fail_open=wasm["failOpen"]))],
+                                      allow_on_headers_stop_iteration=False, fail_open=wasm["failOpen"]),
+                            normalize=False)],
         clusters=[Cluster(route_cluster, port=mcp.port)],
         access_log_path=work_dir / f"access-eg-{port}.log",
     )
@@ -405,6 +420,10 @@ def test_envoy_gateway_rendering_enforces_the_demo(
     limit = ctp["spec"]["connection"]["bufferLimit"]
     assert limit.endswith("Mi")
     listener["per_connection_buffer_limit_bytes"] = int(limit[:-2]) * 1024 * 1024
+    # Its path settings, on top of the normalization Envoy Gateway always turns on.
+    path = ctp["spec"]["path"]
+    hcm.update(normalize_path=True, merge_slashes=not path["disableMergeSlashes"],
+               path_with_escaped_slashes_action={"RejectRequest": "REJECT_REQUEST"}[path["escapedSlashesAction"]])
     envoy(cfg)
     run_session(port, pki, mcp, authz)
 
@@ -414,8 +433,9 @@ def test_istio_rendering_enforces_the_demo_without_holding_headers(
 ) -> None:
     mcp, authz = demo_upstreams
     port = free_port()
-    plugin = generate(tmp_path, *EXAMPLE_ARGS[:1], str(demo_bundle_on(port, tmp_path)), *EXAMPLE_ARGS[2:],
-                      "--platform", "istio")["istio"][0]["spec"]
+    generated_istio = generate(tmp_path, *EXAMPLE_ARGS[:1], str(demo_bundle_on(port, tmp_path)), *EXAMPLE_ARGS[2:],
+                               "--platform", "istio")["istio"]
+    plugin = generated_istio[0]["spec"]
     config = plugin["pluginConfig"]
     assert config["envoy"]["holdHeaders"] is False
     authz_cluster = config["authorizers"][0]["cluster"]
@@ -429,9 +449,16 @@ def test_istio_rendering_enforces_the_demo_without_holding_headers(
                             tls=Tls(pki.server, pki.ca),
                             wasm=Wasm(wasm_path, json.dumps(config), root_id=plugin["pluginName"],
                                       allow_on_headers_stop_iteration=False,
-                                      fail_open=plugin["failStrategy"] != "FAIL_CLOSE"))],
+                                      fail_open=plugin["failStrategy"] != "FAIL_CLOSE"),
+                            normalize=False)],
         clusters=[Cluster(tools_cluster, port=mcp.port), Cluster(authz_cluster, port=authz.port)],
         access_log_path=work_dir / f"access-istio-{port}.log",
     )
+    # The EnvoyFilter's merge patch of the HttpConnectionManager.
+    envoy_filter = generated_istio[1]
+    assert envoy_filter["kind"] == "EnvoyFilter"
+    patch = dict(envoy_filter["spec"]["configPatches"][0]["patch"]["value"]["typed_config"])
+    patch.pop("@type")
+    cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"].update(patch)
     envoy(cfg)
     run_session(port, pki, mcp, authz)

@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use mcp_access_bundle::k8s::{
+use mcp_access_bundle::{Bundle, EscapedSlashes};
+use mcp_access_k8s::{
     HeaderOps, ListenerModel, PathMatchKind, PathRewrite, Protocol, RouteAction, RouteEntry,
     Topology, ValueMatchModel,
 };
-use mcp_access_bundle::Bundle;
 use serde_json::{json, Value};
 
 const T: &str = "type.googleapis.com/";
@@ -331,10 +331,7 @@ pub fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Value {
 }
 
 fn host_covers(pattern: &str, host: &str) -> bool {
-    pattern == host
-        || pattern
-            .strip_prefix("*.")
-            .is_some_and(|s| host.ends_with(&format!(".{s}")) && host.len() > s.len() + 1)
+    mcp_access_bundle::host::host_matches(pattern, host)
 }
 
 /// Virtual hosts of one or more listeners sharing a route configuration.
@@ -378,7 +375,7 @@ fn virtual_hosts(
     by_domain
         .into_iter()
         .map(|(domain, mut entries)| {
-            entries.sort_by(mcp_access_bundle::k8s::precedence);
+            entries.sort_by(mcp_access_k8s::precedence);
             let routes: Vec<Value> = entries.iter().map(|e| route(e, hostnames)).collect();
             json!({"name": format!("{prefix}/{domain}"), "domains": [domain], "routes": routes})
         })
@@ -426,7 +423,29 @@ fn access_log(path: &str, name: &str) -> Value {
     }])
 }
 
-fn hcm(name: &str, vhosts: Vec<Value>, tls: bool, o: &EnvoyOptions, bundle_json: &str) -> Value {
+/// Envoy's own request normalization, with the choices the filter makes (it does not rely on
+/// them): RFC 3986 path normalization, merged slashes, `%2F` / `%5C` per the bundle's
+/// `envoy.escapedSlashes`, one trailing dot of the host removed.
+pub fn normalization(escaped: EscapedSlashes) -> Value {
+    json!({
+        "normalize_path": true,
+        "merge_slashes": true,
+        "path_with_escaped_slashes_action": match escaped {
+            EscapedSlashes::Reject => "REJECT_REQUEST",
+            EscapedSlashes::Decode => "UNESCAPE_AND_FORWARD",
+        },
+        "strip_trailing_host_dot": true,
+    })
+}
+
+fn hcm(
+    name: &str,
+    vhosts: Vec<Value>,
+    tls: bool,
+    o: &EnvoyOptions,
+    bundle: &Bundle,
+    bundle_json: &str,
+) -> Value {
     let mut h = json!({
         "@type": format!("{T}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"),
         "stat_prefix": name,
@@ -440,7 +459,11 @@ fn hcm(name: &str, vhosts: Vec<Value>, tls: bool, o: &EnvoyOptions, bundle_json:
         // Callers cannot forge a client certificate header; over TLS the verified one is sent.
         "forward_client_cert_details": if tls { "SANITIZE_SET" } else { "SANITIZE" },
     });
-    if let Some(obj) = h.as_object_mut() {
+    if let (Some(obj), Value::Object(norm)) = (
+        h.as_object_mut(),
+        normalization(bundle.envoy.escaped_slashes),
+    ) {
+        obj.extend(norm);
         if tls {
             obj.insert(
                 "set_current_client_cert_details".into(),
@@ -575,13 +598,13 @@ pub fn render(
         let chains: Vec<Value> = if !https {
             let refs: Vec<&ListenerModel> = ls.iter().map(|(_, l)| *l).collect();
             let vhosts = virtual_hosts(&refs, &name, &host_rewrites);
-            vec![json!({"filters": hcm(&name, vhosts, false, o, &bundle_json)})]
+            vec![json!({"filters": hcm(&name, vhosts, false, o, bundle, &bundle_json)})]
         } else {
             let mut chains = Vec::new();
             for (lname, l) in &ls {
                 let vhosts = virtual_hosts(&[*l], lname, &host_rewrites);
                 let mut chain = json!({
-                    "filters": hcm(lname, vhosts, true, o, &bundle_json),
+                    "filters": hcm(lname, vhosts, true, o, bundle, &bundle_json),
                     "transport_socket": downstream_tls(lname, l, o)?,
                 });
                 if let (Some(h), Some(obj)) = (&l.hostname, chain.as_object_mut()) {
@@ -653,4 +676,22 @@ fn downstream_tls(lname: &str, l: &ListenerModel, o: &EnvoyOptions) -> Result<Va
             "common_tls_context": common
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalization_follows_the_escaped_slashes_choice() {
+        let reject = normalization(EscapedSlashes::Reject);
+        assert_eq!(reject["path_with_escaped_slashes_action"], "REJECT_REQUEST");
+        assert_eq!(reject["normalize_path"], true);
+        assert_eq!(reject["merge_slashes"], true);
+        let decode = normalization(EscapedSlashes::Decode);
+        assert_eq!(
+            decode["path_with_escaped_slashes_action"],
+            "UNESCAPE_AND_FORWARD"
+        );
+    }
 }

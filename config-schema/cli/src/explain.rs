@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use mcp_access_bundle::k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use mcp_access_bundle::Bundle;
-use mcp_access_filter::mcp::{self, ParseLimits};
-use mcp_access_filter::policy::{level_str, AuthzOutcome, Decision, Engine, Step};
-use mcp_access_filter::request::{Caller, McpOp, Request};
+use mcp_access_engine::mcp::{self, ParseLimits};
+use mcp_access_engine::policy::{level_str, AuthzOutcome, Decision, Engine, HostPattern, Step};
+use mcp_access_engine::request::{Caller, McpOp, Request};
+use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use serde_json::{json, Value};
 
 /// An assumed authorizer outcome.
@@ -117,7 +117,7 @@ fn path_matches(e: &RouteEntry, path: &str) -> bool {
     let p = path.split(['?', '#']).next().unwrap_or(path);
     match e.path_kind {
         PathMatchKind::Exact => p == e.path,
-        PathMatchKind::Prefix => mcp_access_filter::policy::path_prefix_matches(&e.path, p),
+        PathMatchKind::Prefix => mcp_access_engine::policy::path_prefix_matches(&e.path, p),
         PathMatchKind::Regex => {
             regex_lite::Regex::new(&format!("^(?:{})$", e.path)).is_ok_and(|r| r.is_match(p))
         }
@@ -133,12 +133,7 @@ fn value_ok(regex: bool, pattern: &str, v: &str) -> bool {
 }
 
 fn host_ok(patterns: &[String], host: &str) -> bool {
-    patterns.is_empty()
-        || patterns.iter().any(|p| {
-            p == host
-                || p.strip_prefix("*.")
-                    .is_some_and(|s| host.ends_with(&format!(".{s}")))
-        })
+    patterns.is_empty() || patterns.iter().any(|p| HostPattern::new(p).matches(host))
 }
 
 /// The route Envoy would pick for the request on a listener (Gateway API precedence).
@@ -180,11 +175,10 @@ pub fn match_route<'a>(
     ordered.sort_by(|a, b| {
         let ka = !a.hostnames.iter().any(|h| h == &host);
         let kb = !b.hostnames.iter().any(|h| h == &host);
-        ka.cmp(&kb)
-            .then_with(|| mcp_access_bundle::k8s::precedence(a, b))
+        ka.cmp(&kb).then_with(|| mcp_access_k8s::precedence(a, b))
     });
     ordered.into_iter().find(|e| {
-        path_matches(e, &req.path)
+        path_matches(e, &req.canonical_path)
             && e.method.as_ref().is_none_or(|m| m == &req.method)
             && e.headers.iter().all(|h| {
                 req.header(&h.name.to_ascii_lowercase())
@@ -242,9 +236,14 @@ pub fn explain(
         }
         _ => None,
     };
+    let path = spec.path.clone().unwrap_or_else(|| "/mcp".into());
+    let canonical_path =
+        mcp_access_engine::canon::canonical_path(&path, bundle.envoy.escaped_slashes)
+            .map_err(|e| format!("--path {path:?}: the filter answers 400: {e}"))?;
     let mut req = Request {
         method,
-        path: spec.path.clone().unwrap_or_else(|| "/mcp".into()),
+        path,
+        canonical_path,
         authority: format!("{host}:{port}"),
         port,
         headers,
@@ -534,4 +533,19 @@ pub fn to_text(e: &Explanation) -> String {
         out.push_str(&format!("  {}\n", cells.join("  ").trim_end()));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_hostnames_match_canonical_hosts() {
+        let wild = ["*.a.com".to_string()];
+        assert!(host_ok(&wild, "x.a.com"));
+        assert!(!host_ok(&wild, ".a.com"));
+        assert!(!host_ok(&wild, "a.com"));
+        assert!(host_ok(&["A.com.".to_string()], "a.com"));
+        assert!(host_ok(&[], "anything"));
+    }
 }

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use mcp_access_bundle::k8s::{compile, Compiled, Manifests, Options};
 use mcp_access_bundle::{Bundle, UnknownBackend};
 use mcp_access_cli::envoy::{self, EnvoyOptions, Notes};
 use mcp_access_cli::explain::{self, RequestSpec};
+use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 
 /// Exit code: input the API server would reject, or an error.
 const EXIT_INVALID: u8 = 1;

@@ -17,10 +17,17 @@ fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quickstart.yaml")
 }
 
+/// kube-agentic-networking's CRD examples, vendored in `config-schema/crds/upstream`.
 fn examples(kind: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/crds/kube-agentic-networking/examples")
-        .join(kind)
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../crds/upstream/kube-agentic-networking/examples")
+        .join(kind);
+    assert!(
+        dir.is_dir(),
+        "the vendored CRD examples are missing at {}",
+        dir.display()
+    );
+    dir
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -59,7 +66,7 @@ fn compile_writes_the_bundle_and_prints_a_yaml_report() {
     assert_eq!(b.policies.len(), 4);
     assert_eq!(b.identity.trust_domain.as_deref(), Some("example.org"));
     // The filter's engine accepts it.
-    mcp_access_filter::policy::Engine::from_json(&bundle).unwrap();
+    mcp_access_engine::policy::Engine::from_json(&bundle).unwrap();
 }
 
 #[test]
@@ -186,6 +193,11 @@ fn envoy_renders_a_bootstrap_with_the_listen_port_in_the_bundle() {
         "/certs/ca.crt"
     );
     let hcm = &chain["filters"][0]["typed_config"];
+    // Envoy normalizes paths and hosts as the filter does (the bundle's default: reject %2F).
+    assert_eq!(hcm["normalize_path"], true);
+    assert_eq!(hcm["merge_slashes"], true);
+    assert_eq!(hcm["path_with_escaped_slashes_action"], "REJECT_REQUEST");
+    assert_eq!(hcm["strip_trailing_host_dot"], true);
     let wasm = &hcm["http_filters"][0]["typed_config"]["config"];
     assert_eq!(wasm["allow_on_headers_stop_iteration"], true);
     let bundle: serde_json::Value =

@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use mcp_access_bundle::k8s::{compile, Compiled, Manifests, Options};
 use mcp_access_cli::explain::{explain, parse_assumption, to_text, Assumption, RequestSpec};
+use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 use serde_json::Value;
 
 const INFRA: &str = r#"

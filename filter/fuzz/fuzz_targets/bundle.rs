@@ -3,9 +3,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_filter::flow::{Action, HeadersInput, RequestFlow};
-use mcp_access_filter::policy::Engine;
-use mcp_access_filter::request::Caller;
+use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::Caller;
 
 const BODIES: &[&[u8]] = &[
     br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#,
@@ -64,13 +64,13 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
         let mut tokens = Vec::new();
         for (slot, _) in calls {
             token += 1;
-            flow.dispatched(slot, Ok(token));
+            flow.dispatched(engine, slot, Ok(token), 0);
             tokens.push(token);
         }
         action = flow.resume(engine);
         for t in tokens {
             let headers = vec![("x-user".to_string(), "u".to_string())];
-            action = flow.on_callout_response(engine, t, Some(200), headers, Vec::new());
+            action = flow.on_callout_response(engine, t, Some(200), headers, Vec::new(), 1_000_000);
         }
     }
     assert!(

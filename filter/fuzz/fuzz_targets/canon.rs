@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_filter::canon::{canonical_path, EscapedSlashes};
+use mcp_access_engine::canon::{canonical_path, EscapedSlashes};
 
 fuzz_target!(|data: &[u8]| {
     // `:path` reaches the filter as a string.
@@ -48,20 +48,34 @@ fn is_unreserved(b: u8) -> bool {
 fn check_shape(canon: &str) {
     assert!(canon.starts_with('/'), "{canon:?} is not absolute");
     assert!(!canon.contains("//"), "{canon:?} holds //");
-    assert!(!canon.contains(['\\', '?', '#']), "{canon:?} holds \\, ? or #");
-    assert!(!canon.bytes().any(|b| b < 0x20 || b == 0x7f), "{canon:?} holds a control character");
+    assert!(
+        !canon.contains(['\\', '?', '#']),
+        "{canon:?} holds \\, ? or #"
+    );
+    assert!(
+        !canon.bytes().any(|b| b < 0x20 || b == 0x7f),
+        "{canon:?} holds a control character"
+    );
     for seg in canon.split('/') {
         assert!(seg != "." && seg != "..", "{canon:?} holds a dot segment");
     }
     let bytes = canon.as_bytes();
     for (i, _) in canon.match_indices('%') {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
         let value = hex.and_then(|h| u8::from_str_radix(h, 16).ok());
         let Some(v) = value else {
             panic!("{canon:?} holds a bad escape");
         };
-        assert!(!is_unreserved(v) && v != 0, "{canon:?} keeps a decodable escape");
-        assert!(hex.is_some_and(|h| h == h.to_ascii_uppercase()), "{canon:?}: lower-case hex");
+        assert!(
+            !is_unreserved(v) && v != 0,
+            "{canon:?} keeps a decodable escape"
+        );
+        assert!(
+            hex.is_some_and(|h| h == h.to_ascii_uppercase()),
+            "{canon:?}: lower-case hex"
+        );
     }
 }
 

@@ -1,5 +1,6 @@
 //! `mcp::parse_message` against serde_json: both must agree on whether a body is JSON, and
-//! on everything the filter extracts (kind, method, name, uri, id) or the error code.
+//! on everything the filter extracts (kind, method, name, uri, protocol version, id) or the
+//! error code.
 //!
 //! The places where the parser is deliberately stricter than serde_json are encoded one by
 //! one below (see `expected`), each as narrow as the rule it stands for:
@@ -7,7 +8,8 @@
 //! - nesting deeper than `ParseLimits::max_depth` is -32700;
 //! - a batch (top-level array) or any other non-object message is -32600;
 //! - the JSON-RPC / MCP member rules of filter/src/mcp.rs (`jsonrpc` must be "2.0", `id` a
-//!   string or number, `params` an object or array, `error` an object, ...).
+//!   string or number, `params` an object or array, `error` an object, the `_meta` protocol
+//!   version a string, ...).
 //!
 //! One limitation of the oracle, not of the parser, is skipped: serde_json (without its
 //! `arbitrary_precision` feature) rejects numbers whose value overflows an f64 ("number out of
@@ -18,7 +20,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_filter::mcp::{parse_message, McpMessage, MessageKind, ParseError, ParseLimits};
+use mcp_access_engine::mcp::{parse_message, McpMessage, MessageKind, ParseError, ParseLimits};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
@@ -151,6 +153,7 @@ fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMes
                 id: None,
                 name: None,
                 uri: None,
+                protocol_version: None,
             });
         }
         None => return Err(INVALID_REQUEST),
@@ -168,6 +171,17 @@ fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMes
         }
         _ => (None, None),
     };
+    // The per-request protocol version (MCP 2026-07-28): a string if present.
+    let meta = match params {
+        Some(Value::Object(p)) => p.get("_meta").and_then(Value::as_object),
+        _ => None,
+    };
+    let protocol_version = match meta.and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+    {
+        None => None,
+        Some(Value::String(v)) => Some(v.clone()),
+        Some(_) => return Err(INVALID_PARAMS),
+    };
     let kind = if id.is_some() {
         MessageKind::Request
     } else {
@@ -179,6 +193,7 @@ fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMes
         id: None,
         name,
         uri,
+        protocol_version,
     })
 }
 

@@ -5,8 +5,9 @@
 //!   is never released later, no callout is made after the decision), and it never hangs once
 //!   the body is complete and every callout is answered;
 //! - an allowed request has no Content-Encoding but `identity` (in any copy); an allowed POST
-//!   carries a valid JSON-RPC message, and any `Mcp-Method` / `Mcp-Name` header appears once
-//!   and agrees with the body (`Mcp-Name` may use the Base64 sentinel);
+//!   carries a valid JSON-RPC message, and any `Mcp-Method` / `Mcp-Name` /
+//!   `MCP-Protocol-Version` header appears once and agrees with the body (`Mcp-Name` may use
+//!   the Base64 sentinel, the version is compared with `params._meta`'s);
 //! - a local answer other than a relayed authorizer denial is a JSON-RPC error echoing the id.
 //!
 //! The input is text, so seeds stay readable (see seeds/flow):
@@ -30,10 +31,10 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_filter::flow::{Action, HeadersInput, RequestFlow};
-use mcp_access_filter::mcp::{parse_message, ParseLimits};
-use mcp_access_filter::policy::Engine;
-use mcp_access_filter::request::{Caller, ClaimValue, JwtPrincipal};
+use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::mcp::{parse_message, ParseLimits};
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::{Caller, ClaimValue, JwtPrincipal};
 use serde_json::Value;
 
 /// The bundles the flow runs under: the demo's, one with rules of every kind, one with
@@ -252,6 +253,44 @@ fn check_allowed(input: &Input, engine: &Engine) {
             "allowed with a disagreeing Mcp-Method: {text}"
         );
     }
+    let versions = copies(&input.headers, "mcp-protocol-version");
+    assert!(
+        versions.len() <= 1,
+        "allowed with MCP-Protocol-Version given {} times",
+        versions.len()
+    );
+    if let (Some(h), Some(b)) = (versions.first(), msg.protocol_version.as_deref()) {
+        assert_eq!(
+            *h, b,
+            "allowed with a protocol version header disagreeing with _meta"
+        );
+    }
+    // From MCP 2026-07-28 on, a POST carries these headers (SEP-2243).
+    let revision = versions
+        .first()
+        .copied()
+        .into_iter()
+        .chain(msg.protocol_version.as_deref())
+        .any(|v| v >= "2026-07-28");
+    if revision {
+        assert!(
+            !versions.is_empty(),
+            "allowed a 2026-07-28 POST without MCP-Protocol-Version"
+        );
+        assert!(
+            !copies(&input.headers, "mcp-method").is_empty(),
+            "allowed a 2026-07-28 POST without Mcp-Method"
+        );
+        if matches!(
+            msg.method.as_deref(),
+            Some("tools/call" | "resources/read" | "prompts/get")
+        ) {
+            assert!(
+                !copies(&input.headers, "mcp-name").is_empty(),
+                "allowed a 2026-07-28 call without Mcp-Name"
+            );
+        }
+    }
     let names = copies(&input.headers, "mcp-name");
     assert!(
         names.len() <= 1,
@@ -347,12 +386,14 @@ impl Driver<'_> {
                         self.next_answer += 1;
                         match self.input.answers.get(i) {
                             Some(Answer::DispatchFails) => {
-                                self.flow.dispatched(slot, Err("fuzz".into()));
+                                self.flow
+                                    .dispatched(self.engine, slot, Err("fuzz".into()), 0);
                             }
                             _ => {
                                 self.next_token += 1;
                                 self.pending.push((self.next_token, i));
-                                self.flow.dispatched(slot, Ok(self.next_token));
+                                self.flow
+                                    .dispatched(self.engine, slot, Ok(self.next_token), 0);
                             }
                         }
                     }
@@ -373,15 +414,18 @@ impl Driver<'_> {
             ("www-authenticate".to_string(), "Bearer".to_string()),
             ("content-type".to_string(), "application/json".to_string()),
         ];
-        let body = self
+        // The host reads no more of the answer's body than the flow says.
+        let limit = self.flow.callout_body_limit(self.engine, token, status);
+        let mut body = self
             .input
             .callout_bodies
             .get(answer)
             .cloned()
             .unwrap_or_default();
+        body.truncate(limit);
         let a = self
             .flow
-            .on_callout_response(self.engine, token, status, headers, body);
+            .on_callout_response(self.engine, token, status, headers, body, 1_000_000);
         self.handle(a);
     }
 }
@@ -443,7 +487,7 @@ fuzz_target!(|data: &[u8]| {
     if input.stale {
         let a = d
             .flow
-            .on_callout_response(engine, 9999, Some(200), vec![], vec![]);
+            .on_callout_response(engine, 9999, Some(200), vec![], vec![], 0);
         d.handle(a);
     }
     // Answer callouts until none is outstanding (answers may dispatch more).

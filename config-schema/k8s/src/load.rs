@@ -1,0 +1,647 @@
+//! Reading manifests: files and directories of multi-document YAML or JSON (including
+//! `kind: List`), each object recognised by `apiVersion` and `kind`, parsed strictly and
+//! validated as its CRD would be.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::check::{self, Checker, FieldError};
+use crate::types::*;
+use crate::validate;
+
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+pub const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";
+pub const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
+
+/// Where an object came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Origin {
+    pub file: String,
+    /// 1-based document number within the file.
+    pub document: usize,
+    /// Index in `items` when the document is a `List`.
+    pub item: Option<usize>,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: document {}", self.file, self.document)?;
+        if let Some(i) = self.item {
+            write!(f, " items[{i}]")?;
+        }
+        Ok(())
+    }
+}
+
+/// `metadata` as the compiler uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    pub name: String,
+    pub namespace: String,
+    /// `creationTimestamp` as (seconds, nanoseconds) since the epoch.
+    pub created: Option<(i64, u32)>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// An object that passed validation.
+#[derive(Debug, Clone)]
+pub struct Item<S> {
+    pub origin: Origin,
+    /// API group as written (`agentic.prototype.x-k8s.io` stays as it is).
+    pub group: String,
+    pub version: String,
+    /// Kind as written (`ReferencePolicy` stays as it is).
+    pub kind: String,
+    pub meta: Meta,
+    pub spec: S,
+}
+
+impl<S> Item<S> {
+    /// `namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.meta.namespace, self.meta.name)
+    }
+}
+
+/// Either version of an XAccessPolicy.
+#[derive(Debug, Clone)]
+pub enum PolicySpec {
+    V0(Box<PolicySpecV0>),
+    V1(Box<PolicySpecV1>),
+}
+
+impl PolicySpec {
+    pub fn target_refs(&self) -> &[TargetRef] {
+        match self {
+            PolicySpec::V0(s) => s.target_refs.as_deref().unwrap_or_default(),
+            PolicySpec::V1(s) => s.target_refs.as_deref().unwrap_or_default(),
+        }
+    }
+}
+
+/// A problem that makes an object (or a whole document) unusable: what the API server
+/// would reject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub origin: Origin,
+    /// Kind of the object, if known.
+    pub kind: String,
+    /// `namespace/name` of the object, if known.
+    pub object: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.origin)?;
+        if !self.kind.is_empty() {
+            write!(f, ": {}", self.kind)?;
+            if !self.object.is_empty() {
+                write!(f, " {}", self.object)?;
+            }
+        }
+        if self.field.is_empty() {
+            write!(f, ": {}", self.message)
+        } else {
+            write!(f, ": {}: {}", self.field, self.message)
+        }
+    }
+}
+
+/// An object of a kind the compiler does not read (it is listed, never silently dropped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub origin: Origin,
+    pub api_version: String,
+    pub kind: String,
+    pub object: String,
+}
+
+/// An object the API server would reject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub origin: Origin,
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub errors: Vec<FieldError>,
+}
+
+/// Everything read from the inputs.
+#[derive(Debug, Default, Clone)]
+pub struct Manifests {
+    pub gateways: Vec<Item<GatewaySpec>>,
+    pub routes: Vec<Item<HttpRouteSpec>>,
+    pub grants: Vec<Item<ReferenceGrantSpec>>,
+    pub backends: Vec<Item<XBackendSpec>>,
+    pub policies: Vec<Item<PolicySpec>>,
+    pub namespaces: Vec<Item<()>>,
+    pub skipped: Vec<Skipped>,
+    pub rejected: Vec<Rejected>,
+    /// Documents that are not objects at all (syntax errors, missing apiVersion/kind).
+    pub unreadable: Vec<Problem>,
+}
+
+impl Manifests {
+    /// Every validation problem, in input order.
+    pub fn problems(&self) -> Vec<Problem> {
+        let mut out = self.unreadable.clone();
+        for r in &self.rejected {
+            for e in &r.errors {
+                out.push(Problem {
+                    origin: r.origin.clone(),
+                    kind: r.kind.clone(),
+                    object: if r.name.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{}/{}", r.namespace, r.name)
+                    },
+                    field: e.field.clone(),
+                    message: e.message.clone(),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.origin.cmp(&b.origin));
+        out
+    }
+
+    /// Reads files and directories (recursively: `*.yaml`, `*.yml`, `*.json`, sorted by name).
+    /// Objects without a namespace get `default_namespace`.
+    pub fn load_paths(paths: &[PathBuf], default_namespace: &str) -> Result<Manifests, String> {
+        let mut files = Vec::new();
+        for p in paths {
+            collect_files(p, &mut files)?;
+        }
+        let mut m = Manifests::default();
+        for f in files {
+            let text = std::fs::read_to_string(&f)
+                .map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+            m.add_text(&f.display().to_string(), &text, default_namespace);
+        }
+        Ok(m)
+    }
+
+    /// Reads one file's text (multi-document YAML, or JSON: one value, a stream of values,
+    /// or a `List`).
+    pub fn add_text(&mut self, file: &str, text: &str, default_namespace: &str) {
+        let json_docs = || -> Vec<Result<Value, String>> {
+            serde_json::Deserializer::from_str(text)
+                .into_iter::<Value>()
+                .map(|r| r.map_err(|e| format!("invalid JSON: {e}")))
+                .collect()
+        };
+        let docs = if file.ends_with(".json") {
+            json_docs()
+        } else if text.trim_start().starts_with('{') {
+            // JSON, unless it only parses as YAML (a flow mapping).
+            let j = json_docs();
+            if j.iter().all(Result::is_ok) {
+                j
+            } else {
+                yaml_documents(text)
+            }
+        } else {
+            yaml_documents(text)
+        };
+        for (i, doc) in docs.into_iter().enumerate() {
+            let origin = Origin {
+                file: file.to_string(),
+                document: i + 1,
+                item: None,
+            };
+            match doc {
+                Err(message) => self.unreadable.push(Problem {
+                    origin,
+                    kind: String::new(),
+                    object: String::new(),
+                    field: String::new(),
+                    message,
+                }),
+                Ok(Value::Null) => {}
+                Ok(v) => self.add_value(origin, v, default_namespace),
+            }
+        }
+    }
+
+    fn unreadable(&mut self, origin: Origin, message: impl Into<String>) {
+        self.unreadable.push(Problem {
+            origin,
+            kind: String::new(),
+            object: String::new(),
+            field: String::new(),
+            message: message.into(),
+        });
+    }
+
+    fn add_value(&mut self, origin: Origin, v: Value, default_namespace: &str) {
+        let Value::Object(map) = &v else {
+            return self.unreadable(origin, "a document must be a Kubernetes object (a mapping)");
+        };
+        let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
+        if api_version.is_empty() || kind.is_empty() {
+            return self.unreadable(origin, "Object 'apiVersion' and 'kind' must be set");
+        }
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), api_version.to_string()),
+        };
+        if kind == "List" && group.is_empty() {
+            let items = map.get("items").and_then(Value::as_array).cloned();
+            for (i, item) in items.unwrap_or_default().into_iter().enumerate() {
+                let o = Origin {
+                    item: Some(i),
+                    ..origin.clone()
+                };
+                self.add_value(o, item, default_namespace);
+            }
+            return;
+        }
+        let kind = kind.to_string();
+        let versions: &[&str] = match (group.as_str(), kind.as_str()) {
+            (GATEWAY_GROUP, "Gateway" | "HTTPRoute") => &["v1", "v1beta1"],
+            (GATEWAY_GROUP, "ReferenceGrant") => &["v1", "v1beta1", "v1alpha2"],
+            (GATEWAY_GROUP, "ReferencePolicy") => &["v1alpha2"],
+            (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
+            (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
+            ("", "Namespace") => &["v1"],
+            (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP, _) => &[],
+            _ => {
+                let object = object_id(map, default_namespace);
+                self.skipped.push(Skipped {
+                    origin,
+                    api_version: api_version.to_string(),
+                    kind,
+                    object,
+                });
+                return;
+            }
+        };
+        if !versions.contains(&version.as_str()) {
+            let msg = if versions.is_empty() {
+                format!("no matches for kind \"{kind}\" in group \"{group}\"")
+            } else {
+                format!("no matches for kind \"{kind}\" in version \"{api_version}\"")
+            };
+            return self.reject_doc(
+                origin,
+                &group,
+                &version,
+                &kind,
+                map,
+                default_namespace,
+                "",
+                msg,
+            );
+        }
+        match kind.as_str() {
+            "Gateway" => {
+                if let Some(it) = self.typed(
+                    origin,
+                    &group,
+                    &version,
+                    &kind,
+                    v,
+                    default_namespace,
+                    validate::gateway,
+                ) {
+                    self.gateways.push(it);
+                }
+            }
+            "HTTPRoute" => {
+                if let Some(it) = self.typed(
+                    origin,
+                    &group,
+                    &version,
+                    &kind,
+                    v,
+                    default_namespace,
+                    validate::http_route,
+                ) {
+                    self.routes.push(it);
+                }
+            }
+            "ReferenceGrant" | "ReferencePolicy" => {
+                if let Some(it) = self.typed(
+                    origin,
+                    &group,
+                    &version,
+                    &kind,
+                    v,
+                    default_namespace,
+                    validate::reference_grant,
+                ) {
+                    self.grants.push(it);
+                }
+            }
+            "XBackend" => {
+                if let Some(it) = self.typed(
+                    origin,
+                    &group,
+                    &version,
+                    &kind,
+                    v,
+                    default_namespace,
+                    validate::xbackend,
+                ) {
+                    self.backends.push(it);
+                }
+            }
+            "XAccessPolicy" if version == "v0alpha0" => {
+                if let Some(it) = self.typed(
+                    origin,
+                    &group,
+                    &version,
+                    &kind,
+                    v,
+                    default_namespace,
+                    validate::policy_v0,
+                ) {
+                    self.policies
+                        .push(map_spec(it, |s| PolicySpec::V0(Box::new(s))));
+                }
+            }
+            "XAccessPolicy" => {
+                if let Some(it) = self.typed(
+                    origin,
+                    &group,
+                    &version,
+                    &kind,
+                    v,
+                    default_namespace,
+                    validate::policy_v1,
+                ) {
+                    self.policies
+                        .push(map_spec(it, |s| PolicySpec::V1(Box::new(s))));
+                }
+            }
+            _ => self.namespace(origin, v),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reject_doc(
+        &mut self,
+        origin: Origin,
+        group: &str,
+        version: &str,
+        kind: &str,
+        map: &serde_json::Map<String, Value>,
+        default_namespace: &str,
+        field: &str,
+        message: String,
+    ) {
+        let meta = map.get("metadata");
+        let get = |k: &str| {
+            meta.and_then(|m| m.get(k))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let ns = get("namespace");
+        self.rejected.push(Rejected {
+            origin,
+            group: group.to_string(),
+            version: version.to_string(),
+            kind: kind.to_string(),
+            namespace: if ns.is_empty() {
+                default_namespace.to_string()
+            } else {
+                ns
+            },
+            name: get("name"),
+            errors: vec![FieldError {
+                field: field.to_string(),
+                message,
+            }],
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn typed<S: DeserializeOwned + Default>(
+        &mut self,
+        origin: Origin,
+        group: &str,
+        version: &str,
+        kind: &str,
+        v: Value,
+        default_namespace: &str,
+        check_spec: fn(&S, &mut Checker),
+    ) -> Option<Item<S>> {
+        let map = match &v {
+            Value::Object(m) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        let obj: Object<S> = match serde_path_to_error::deserialize(v) {
+            Ok(o) => o,
+            Err(e) => {
+                let field = e.path().to_string();
+                let message = strict_message(&e.into_inner().to_string());
+                let field = if field == "." { String::new() } else { field };
+                self.reject_doc(
+                    origin,
+                    group,
+                    version,
+                    kind,
+                    &map,
+                    default_namespace,
+                    &field,
+                    message,
+                );
+                return None;
+            }
+        };
+        let mut c = Checker::default();
+        let meta = metadata(&obj.metadata, default_namespace, &mut c);
+        match &obj.spec {
+            Some(spec) => check_spec(spec, &mut c),
+            None => {
+                c.err("spec", "Required value");
+            }
+        }
+        if !c.errors.is_empty() {
+            self.rejected.push(Rejected {
+                origin,
+                group: group.to_string(),
+                version: version.to_string(),
+                kind: kind.to_string(),
+                namespace: meta.namespace,
+                name: meta.name,
+                errors: c.errors,
+            });
+            return None;
+        }
+        Some(Item {
+            origin,
+            group: group.to_string(),
+            version: version.to_string(),
+            kind: kind.to_string(),
+            meta,
+            spec: obj.spec.unwrap_or_default(),
+        })
+    }
+
+    fn namespace(&mut self, origin: Origin, v: Value) {
+        let map = match &v {
+            Value::Object(m) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        match serde_path_to_error::deserialize::<_, NamespaceObject>(v) {
+            Ok(ns) => {
+                let mut c = Checker::default();
+                let name = ns.metadata.name.clone().unwrap_or_default();
+                if c.required("metadata.name", &ns.metadata.name) {
+                    c.string("metadata.name", &name, 1, 63, Some(check::DNS_LABEL));
+                }
+                if !c.errors.is_empty() {
+                    self.rejected.push(Rejected {
+                        origin,
+                        group: String::new(),
+                        version: "v1".into(),
+                        kind: "Namespace".into(),
+                        namespace: String::new(),
+                        name,
+                        errors: c.errors,
+                    });
+                    return;
+                }
+                let mut labels = ns.metadata.labels.unwrap_or_default();
+                labels.insert("kubernetes.io/metadata.name".into(), name.clone());
+                self.namespaces.push(Item {
+                    origin,
+                    group: String::new(),
+                    version: "v1".into(),
+                    kind: "Namespace".into(),
+                    meta: Meta {
+                        name,
+                        namespace: String::new(),
+                        created: None,
+                        labels,
+                    },
+                    spec: (),
+                });
+            }
+            Err(e) => {
+                let field = e.path().to_string();
+                let message = strict_message(&e.into_inner().to_string());
+                self.reject_doc(origin, "", "v1", "Namespace", &map, "", &field, message);
+            }
+        }
+    }
+}
+
+fn map_spec<A, B>(it: Item<A>, f: impl FnOnce(A) -> B) -> Item<B> {
+    Item {
+        origin: it.origin,
+        group: it.group,
+        version: it.version,
+        kind: it.kind,
+        meta: it.meta,
+        spec: f(it.spec),
+    }
+}
+
+fn object_id(map: &serde_json::Map<String, Value>, default_namespace: &str) -> String {
+    let meta = map.get("metadata");
+    let get = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let ns = get("namespace");
+    let ns = if ns.is_empty() { default_namespace } else { ns };
+    format!("{ns}/{}", get("name"))
+}
+
+/// serde's wording, closer to kubectl's for unknown fields.
+fn strict_message(m: &str) -> String {
+    match m.strip_prefix("unknown field ") {
+        Some(rest) => {
+            let name = rest.split(',').next().unwrap_or(rest);
+            format!("unknown field {name}")
+        }
+        None => m.to_string(),
+    }
+}
+
+fn metadata(m: &ObjectMeta, default_namespace: &str, c: &mut Checker) -> Meta {
+    let name = m.name.clone().unwrap_or_default();
+    if m.name.is_none() {
+        c.err("metadata.name", "Required value: name is required");
+    } else {
+        c.string("metadata.name", &name, 1, 253, Some(check::DNS_SUBDOMAIN));
+    }
+    let namespace = match &m.namespace {
+        Some(ns) if !ns.is_empty() => {
+            c.string("metadata.namespace", ns, 1, 63, Some(check::DNS_LABEL));
+            ns.clone()
+        }
+        _ => default_namespace.to_string(),
+    };
+    let created = match &m.creation_timestamp {
+        None => None,
+        Some(ts) => {
+            let parsed = check::parse_timestamp(ts);
+            if parsed.is_none() {
+                c.err(
+                    "metadata.creationTimestamp",
+                    format!("Invalid value: \"{ts}\": must be an RFC 3339 date-time"),
+                );
+            }
+            parsed
+        }
+    };
+    Meta {
+        name,
+        namespace,
+        created,
+        labels: m.labels.clone().unwrap_or_default(),
+    }
+}
+
+fn yaml_documents(text: &str) -> Vec<Result<Value, String>> {
+    let mut out = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(text) {
+        let v: Result<Value, String> =
+            serde::Deserialize::deserialize(doc).map_err(|e| format!("invalid YAML: {e}"));
+        let failed = v.is_err();
+        out.push(v);
+        if failed {
+            // The YAML stream cannot be resynchronised after a syntax error.
+            break;
+        }
+    }
+    out
+}
+
+fn collect_files(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    let meta = std::fs::metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    if meta.is_file() {
+        out.push(p.to_path_buf());
+        return Ok(());
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+        .map_err(|e| format!("cannot read directory {}: {e}", p.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for e in entries {
+        if e.is_dir() {
+            collect_files(&e, out)?;
+        } else if e
+            .extension()
+            .and_then(|x| x.to_str())
+            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
+        {
+            out.push(e);
+        }
+    }
+    Ok(())
+}

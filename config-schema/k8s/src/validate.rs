@@ -1,0 +1,1180 @@
+//! What the API server checks, per kind: the CRDs' types, enums, patterns, list limits and
+//! `x-kubernetes-validations` rules (with their messages). The project's own rules (e.g. no
+//! ExternalAuth rule beside other rules) are the compiler's: such a policy exists in the
+//! cluster, so it is reported not accepted and enforced fail-closed (docs/semantics.md §1.3).
+
+use crate::check::{self, Checker, DNS_LABEL, DNS_SUBDOMAIN, GROUP, HEADER_NAME, KIND};
+use crate::types::*;
+
+const HTTP_METHODS: &[&str] = &[
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
+
+fn opt(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------
+// XBackend
+
+pub fn xbackend(s: &XBackendSpec, c: &mut Checker) {
+    let Some(mcp) = &s.mcp else {
+        c.err("spec.mcp", "Required value");
+        return;
+    };
+    if c.required("spec.mcp.port", &mcp.port) {
+        c.range("spec.mcp.port", mcp.port.unwrap_or_default(), 1, 65535);
+    }
+    c.rule(
+        "spec.mcp",
+        mcp.service_name.is_some() != mcp.hostname.is_some(),
+        "object",
+        "exactly one of the fields in [serviceName hostname] must be set",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// XAccessPolicy
+
+fn target_refs(refs: &Option<Vec<TargetRef>>, v0: bool, c: &mut Checker) {
+    let at = "spec.targetRefs";
+    let Some(refs) = refs else {
+        c.err(at, "Required value");
+        return;
+    };
+    c.min_items(at, refs.len(), 1);
+    c.max_items(at, refs.len(), 10);
+    for (i, r) in refs.iter().enumerate() {
+        let rat = format!("{at}[{i}]");
+        if c.required(&format!("{rat}.group"), &r.group) {
+            c.string(&format!("{rat}.group"), opt(&r.group), 0, 253, Some(GROUP));
+        }
+        if c.required(&format!("{rat}.kind"), &r.kind) {
+            c.string(&format!("{rat}.kind"), opt(&r.kind), 1, 63, Some(KIND));
+        }
+        if c.required(&format!("{rat}.name"), &r.name) {
+            c.string(&format!("{rat}.name"), opt(&r.name), 1, 253, None);
+        }
+        if let Some(s) = &r.section_name {
+            c.string(
+                &format!("{rat}.sectionName"),
+                s,
+                1,
+                253,
+                Some(DNS_SUBDOMAIN),
+            );
+        }
+    }
+    if v0 {
+        let ok = refs.iter().all(|x| {
+            let (g, k) = (opt(&x.group), opt(&x.kind));
+            ((g == crate::load::AGENTIC_GROUP || g == crate::load::PROTOTYPE_GROUP)
+                && k == "XBackend")
+                || (g == crate::load::GATEWAY_GROUP && k == "Gateway")
+        });
+        c.rule(
+            at,
+            ok,
+            "array",
+            "TargetRef must have group agentic.networking.x-k8s.io and kind XBackend, or group gateway.networking.k8s.io and kind Gateway",
+        );
+    }
+    let first = refs.first().map(|r| opt(&r.kind));
+    c.rule(
+        at,
+        refs.iter().all(|r| Some(opt(&r.kind)) == first),
+        "array",
+        "All targetRefs must have the same Kind",
+    );
+}
+
+fn rule_name(at: &str, name: &Option<String>, c: &mut Checker) {
+    if c.required(&format!("{at}.name"), name) {
+        c.string(&format!("{at}.name"), opt(name), 1, 63, Some(DNS_SUBDOMAIN));
+    }
+}
+
+fn unique_rule_names<'a>(
+    at: &str,
+    names: impl Iterator<Item = &'a Option<String>>,
+    c: &mut Checker,
+) {
+    let names: Vec<&str> = names.map(opt).collect();
+    let unique = names
+        .iter()
+        .all(|n| names.iter().filter(|m| *m == n).count() == 1);
+    c.rule(at, unique, "array", "AccessRule names must be unique");
+}
+
+fn source(at: &str, s: &RuleSource, type_required: bool, c: &mut Checker) {
+    match &s.kind {
+        Some(k) => {
+            c.one_of(&format!("{at}.type"), k, &["ServiceAccount", "SPIFFE"]);
+        }
+        None if type_required => c.err(format!("{at}.type"), "Required value"),
+        None => {}
+    }
+    if let Some(id) = &s.spiffe {
+        c.pattern(&format!("{at}.spiffe"), id, check::SPIFFE);
+    }
+    if let Some(sa) = &s.service_account {
+        c.required(&format!("{at}.serviceAccount.name"), &sa.name);
+    }
+}
+
+fn external_auth(at: &str, e: &ExternalAuth, c: &mut Checker) {
+    if c.required(&format!("{at}.protocol"), &e.protocol) {
+        c.one_of(
+            &format!("{at}.protocol"),
+            opt(&e.protocol),
+            &["HTTP", "GRPC"],
+        );
+    }
+    if c.required(&format!("{at}.backendRef"), &e.backend_ref) {
+        if let Some(b) = &e.backend_ref {
+            let bat = format!("{at}.backendRef");
+            if let Some(g) = &b.group {
+                c.string(&format!("{bat}.group"), g, 0, 253, Some(GROUP));
+            }
+            if let Some(k) = &b.kind {
+                c.string(&format!("{bat}.kind"), k, 1, 63, Some(KIND));
+            }
+            if c.required(&format!("{bat}.name"), &b.name) {
+                c.string(&format!("{bat}.name"), opt(&b.name), 1, 253, None);
+            }
+            if let Some(ns) = &b.namespace {
+                c.string(&format!("{bat}.namespace"), ns, 1, 63, Some(DNS_LABEL));
+            }
+            if let Some(p) = b.port {
+                c.range(&format!("{bat}.port"), p, 1, 65535);
+            }
+            let is_service = b.group.as_deref().unwrap_or("").is_empty()
+                && b.kind.as_deref().unwrap_or("Service") == "Service";
+            c.rule(
+                &bat,
+                !is_service || b.port.is_some(),
+                "object",
+                "Must have port for Service reference",
+            );
+        }
+    }
+    let proto = opt(&e.protocol);
+    c.union_member(at, ("protocol", proto), "GRPC", ("grpc", e.grpc.is_some()));
+    c.union_member(at, ("protocol", proto), "HTTP", ("http", e.http.is_some()));
+    if let Some(g) = &e.grpc {
+        if let Some(h) = &g.allowed_headers {
+            c.max_items(&format!("{at}.grpc.allowedHeaders"), h.len(), 64);
+            c.set(&format!("{at}.grpc.allowedHeaders"), h);
+        }
+    }
+    if let Some(h) = &e.http {
+        if let Some(p) = &h.path {
+            c.string(
+                &format!("{at}.http.path"),
+                p,
+                0,
+                1024,
+                Some(check::HTTP_PATH),
+            );
+        }
+        for (field, list) in [
+            ("allowedHeaders", &h.allowed_headers),
+            ("allowedResponseHeaders", &h.allowed_response_headers),
+        ] {
+            if let Some(l) = list {
+                c.max_items(&format!("{at}.http.{field}"), l.len(), 64);
+                c.set(&format!("{at}.http.{field}"), l);
+            }
+        }
+    }
+}
+
+pub fn policy_v0(s: &PolicySpecV0, c: &mut Checker) {
+    target_refs(&s.target_refs, true, c);
+    let Some(rules) = &s.rules else {
+        c.err("spec.rules", "Required value");
+        return;
+    };
+    c.min_items("spec.rules", rules.len(), 1);
+    c.max_items("spec.rules", rules.len(), 10);
+    unique_rule_names("spec.rules", rules.iter().map(|r| &r.name), c);
+    let kind_of = |r: &RuleV0| r.authorization.as_ref().and_then(|a| a.kind.clone());
+    let ext = rules
+        .iter()
+        .filter(|r| kind_of(r).as_deref() == Some("ExternalAuth"))
+        .count();
+    c.rule(
+        "spec.rules",
+        ext <= 1,
+        "array",
+        "a maximum of one rule per policy can specify 'ExternalAuth' authorization type",
+    );
+    for (i, r) in rules.iter().enumerate() {
+        let at = format!("spec.rules[{i}]");
+        rule_name(&at, &r.name, c);
+        match &r.source {
+            Some(src) => source(&format!("{at}.source"), src, true, c),
+            None => c.err(format!("{at}.source"), "Required value"),
+        }
+        let Some(a) = &r.authorization else { continue };
+        let aat = format!("{at}.authorization");
+        if c.required(&format!("{aat}.type"), &a.kind) {
+            c.one_of(
+                &format!("{aat}.type"),
+                opt(&a.kind),
+                &["InlineTools", "ExternalAuth", "CEL"],
+            );
+        }
+        let k = opt(&a.kind);
+        c.rule(
+            &aat,
+            k != "InlineTools" || a.tools.is_some(),
+            "object",
+            "tools must be specified when type is set to 'InlineTools'",
+        );
+        c.rule(
+            &aat,
+            k != "ExternalAuth" || a.external_auth.is_some(),
+            "object",
+            "externalAuth must be specified when type is set to 'ExternalAuth'",
+        );
+        c.rule(
+            &aat,
+            k != "CEL" || a.cel.is_some(),
+            "object",
+            "cel must be specified when type is set to 'CEL'",
+        );
+        let set = [
+            a.tools.is_some(),
+            a.external_auth.is_some(),
+            a.cel.is_some(),
+        ];
+        c.rule(
+            &aat,
+            set.iter().filter(|x| **x).count() <= 1,
+            "object",
+            "only one of tools, externalAuth or cel can be specified",
+        );
+        if let Some(t) = &a.tools {
+            c.set(&format!("{aat}.tools"), t);
+        }
+        if let Some(e) = &a.external_auth {
+            external_auth(&format!("{aat}.externalAuth"), e, c);
+        }
+        if let Some(cel) = &a.cel {
+            c.required(&format!("{aat}.cel.expression"), &cel.expression);
+        }
+    }
+}
+
+pub fn policy_v1(s: &PolicySpecV1, c: &mut Checker) {
+    target_refs(&s.target_refs, false, c);
+    if c.required("spec.action", &s.action) {
+        c.one_of("spec.action", opt(&s.action), &["Allow", "ExternalAuth"]);
+    }
+    c.rule(
+        "spec",
+        opt(&s.action) != "ExternalAuth" || s.external_auth.is_some(),
+        "object",
+        "externalAuth must be specified when action is set to 'ExternalAuth'",
+    );
+    if let Some(e) = &s.external_auth {
+        external_auth("spec.externalAuth", e, c);
+    }
+    let Some(rules) = &s.rules else { return };
+    c.max_items("spec.rules", rules.len(), 10);
+    unique_rule_names("spec.rules", rules.iter().map(|r| &r.name), c);
+    for (i, r) in rules.iter().enumerate() {
+        let at = format!("spec.rules[{i}]");
+        rule_name(&at, &r.name, c);
+        if let Some(src) = &r.source {
+            source(&format!("{at}.source"), src, false, c);
+        }
+        if let Some(a) = &r.authorization {
+            authorization_v1(&format!("{at}.authorization"), a, c);
+        }
+    }
+}
+
+fn authorization_v1(at: &str, a: &AuthorizationV1, c: &mut Checker) {
+    if c.required(&format!("{at}.type"), &a.kind) {
+        c.one_of(&format!("{at}.type"), opt(&a.kind), &["Inline", "CEL"]);
+    }
+    let k = opt(&a.kind);
+    c.rule(
+        at,
+        k != "CEL" || a.cel.is_some(),
+        "object",
+        "cel must be specified when type is set to 'CEL'",
+    );
+    c.rule(
+        at,
+        k != "Inline" || a.cel.is_none(),
+        "object",
+        "cel must not be specified when type is set to 'Inline'",
+    );
+    if let Some(cel) = &a.cel {
+        c.required(&format!("{at}.cel.expression"), &cel.expression);
+    }
+    if let Some(hs) = &a.headers {
+        c.max_items(&format!("{at}.headers"), hs.len(), 10);
+        for (i, h) in hs.iter().enumerate() {
+            value_match(&format!("{at}.headers[{i}]"), h, 256, 4096, true, c);
+        }
+    }
+    if let Some(hosts) = &a.hosts {
+        c.max_items(&format!("{at}.hosts"), hosts.len(), 10);
+        c.set(&format!("{at}.hosts"), hosts);
+        for (i, h) in hosts.iter().enumerate() {
+            c.string(
+                &format!("{at}.hosts[{i}]"),
+                h,
+                1,
+                253,
+                Some(check::HOSTNAME),
+            );
+        }
+    }
+    if let Some(m) = &a.mcp {
+        let mat = format!("{at}.mcp");
+        if let Some(o) = &m.mcp_base_protocol_methods_option {
+            c.one_of(
+                &format!("{mat}.mcpBaseProtocolMethodsOption"),
+                o,
+                &["SKIP_BASE_PROTOCOL_METHODS", "MATCH_BASE_PROTOCOL_METHODS"],
+            );
+        }
+        if let Some(methods) = &m.methods {
+            c.max_items(&format!("{mat}.methods"), methods.len(), 10);
+            c.map_keys(
+                &format!("{mat}.methods"),
+                methods.iter().map(|x| x.name.as_deref()),
+            );
+            for (i, method) in methods.iter().enumerate() {
+                let at = format!("{mat}.methods[{i}]");
+                if c.required(&format!("{at}.name"), &method.name) {
+                    c.one_of(
+                        &format!("{at}.name"),
+                        opt(&method.name),
+                        mcp_access_bundle::validate::MCP_METHODS,
+                    );
+                }
+                if let Some(params) = &method.params {
+                    c.max_items(&format!("{at}.params"), params.len(), 10);
+                    c.set(&format!("{at}.params"), params);
+                    for (j, p) in params.iter().enumerate() {
+                        if p.len() > 20 {
+                            c.err(
+                                format!("{at}.params[{j}]"),
+                                "Too long: may not be more than 20 bytes",
+                            );
+                        }
+                    }
+                    c.rule(
+                        &at,
+                        params.is_empty() || mcp_access_bundle::validate::MCP_METHODS_WITH_PARAMS.contains(&opt(&method.name)),
+                        "object",
+                        "Params can only be specified for get, call, subscribe, unsubscribe, or read methods",
+                    );
+                }
+            }
+        }
+    }
+    if let Some(ms) = &a.methods {
+        c.max_items(&format!("{at}.methods"), ms.len(), 9);
+        c.set(&format!("{at}.methods"), ms);
+        for (i, m) in ms.iter().enumerate() {
+            c.one_of(&format!("{at}.methods[{i}]"), m, HTTP_METHODS);
+        }
+    }
+    if let Some(ps) = &a.paths {
+        c.max_items(&format!("{at}.paths"), ps.len(), 10);
+        for (i, p) in ps.iter().enumerate() {
+            let pat = format!("{at}.paths[{i}]");
+            if let Some(k) = &p.kind {
+                c.one_of(
+                    &format!("{pat}.type"),
+                    k,
+                    &["Exact", "PathPrefix", "RegularExpression"],
+                );
+            }
+            if let Some(v) = &p.value {
+                c.len_between(&format!("{pat}.value"), v, 0, 1024);
+            }
+        }
+    }
+    if let Some(ports) = &a.ports {
+        c.max_items(&format!("{at}.ports"), ports.len(), 10);
+        c.set(&format!("{at}.ports"), ports);
+        for (i, p) in ports.iter().enumerate() {
+            c.range(&format!("{at}.ports[{i}]"), *p, 1, 65535);
+        }
+    }
+}
+
+fn value_match(
+    at: &str,
+    m: &ValueMatch,
+    name_max: usize,
+    value_max: usize,
+    header: bool,
+    c: &mut Checker,
+) {
+    if c.required(&format!("{at}.name"), &m.name) {
+        c.string(
+            &format!("{at}.name"),
+            opt(&m.name),
+            1,
+            name_max,
+            header.then_some(HEADER_NAME),
+        );
+    }
+    if let Some(k) = &m.kind {
+        c.one_of(&format!("{at}.type"), k, &["Exact", "RegularExpression"]);
+    }
+    if c.required(&format!("{at}.value"), &m.value) {
+        c.len_between(&format!("{at}.value"), opt(&m.value), 1, value_max);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// ReferenceGrant / ReferencePolicy
+
+pub fn reference_grant(s: &ReferenceGrantSpec, c: &mut Checker) {
+    match &s.from {
+        None => c.err("spec.from", "Required value"),
+        Some(from) => {
+            c.min_items("spec.from", from.len(), 1);
+            c.max_items("spec.from", from.len(), 16);
+            for (i, f) in from.iter().enumerate() {
+                let at = format!("spec.from[{i}]");
+                if c.required(&format!("{at}.group"), &f.group) {
+                    c.string(&format!("{at}.group"), opt(&f.group), 0, 253, Some(GROUP));
+                }
+                if c.required(&format!("{at}.kind"), &f.kind) {
+                    c.string(&format!("{at}.kind"), opt(&f.kind), 1, 63, Some(KIND));
+                }
+                if c.required(&format!("{at}.namespace"), &f.namespace) {
+                    c.string(
+                        &format!("{at}.namespace"),
+                        opt(&f.namespace),
+                        1,
+                        63,
+                        Some(DNS_LABEL),
+                    );
+                }
+            }
+        }
+    }
+    match &s.to {
+        None => c.err("spec.to", "Required value"),
+        Some(to) => {
+            c.min_items("spec.to", to.len(), 1);
+            c.max_items("spec.to", to.len(), 16);
+            for (i, t) in to.iter().enumerate() {
+                let at = format!("spec.to[{i}]");
+                if c.required(&format!("{at}.group"), &t.group) {
+                    c.string(&format!("{at}.group"), opt(&t.group), 0, 253, Some(GROUP));
+                }
+                if c.required(&format!("{at}.kind"), &t.kind) {
+                    c.string(&format!("{at}.kind"), opt(&t.kind), 1, 63, Some(KIND));
+                }
+                if let Some(n) = &t.name {
+                    c.string(&format!("{at}.name"), n, 1, 253, None);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Gateway
+
+fn object_ref(at: &str, r: &ObjectRef, group_kind_required: bool, c: &mut Checker) {
+    if group_kind_required {
+        c.required(&format!("{at}.group"), &r.group);
+        c.required(&format!("{at}.kind"), &r.kind);
+    }
+    if let Some(g) = &r.group {
+        c.string(&format!("{at}.group"), g, 0, 253, Some(GROUP));
+    }
+    if let Some(k) = &r.kind {
+        c.string(&format!("{at}.kind"), k, 1, 63, Some(KIND));
+    }
+    if c.required(&format!("{at}.name"), &r.name) {
+        c.string(&format!("{at}.name"), opt(&r.name), 1, 253, None);
+    }
+    if let Some(ns) = &r.namespace {
+        c.string(&format!("{at}.namespace"), ns, 1, 63, Some(DNS_LABEL));
+    }
+}
+
+fn selector(at: &str, s: &LabelSelector, c: &mut Checker) {
+    for (i, e) in s.match_expressions.iter().flatten().enumerate() {
+        let eat = format!("{at}.matchExpressions[{i}]");
+        c.required(&format!("{eat}.key"), &e.key);
+        if c.required(&format!("{eat}.operator"), &e.operator) {
+            let op = opt(&e.operator);
+            if c.one_of(
+                &format!("{eat}.operator"),
+                op,
+                &["In", "NotIn", "Exists", "DoesNotExist"],
+            ) {
+                let n = e.values.as_ref().map_or(0, Vec::len);
+                let want_values = matches!(op, "In" | "NotIn");
+                if want_values && n == 0 {
+                    c.err(
+                        format!("{eat}.values"),
+                        "Required value: must be specified when `operator` is 'In' or 'NotIn'",
+                    );
+                }
+                if !want_values && n > 0 {
+                    c.err(format!("{eat}.values"), "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'");
+                }
+            }
+        }
+    }
+}
+
+fn validation(at: &str, v: &FrontendValidation, c: &mut Checker) {
+    match &v.ca_certificate_refs {
+        None => c.err(format!("{at}.caCertificateRefs"), "Required value"),
+        Some(refs) => {
+            c.min_items(&format!("{at}.caCertificateRefs"), refs.len(), 1);
+            c.max_items(&format!("{at}.caCertificateRefs"), refs.len(), 16);
+            for (i, r) in refs.iter().enumerate() {
+                object_ref(&format!("{at}.caCertificateRefs[{i}]"), r, true, c);
+            }
+        }
+    }
+    if let Some(m) = &v.mode {
+        c.one_of(
+            &format!("{at}.mode"),
+            m,
+            &["AllowValidOnly", "AllowInsecureFallback"],
+        );
+    }
+}
+
+pub fn gateway(s: &GatewaySpec, c: &mut Checker) {
+    if c.required("spec.gatewayClassName", &s.gateway_class_name) {
+        c.len_between("spec.gatewayClassName", opt(&s.gateway_class_name), 1, 253);
+    }
+    if let Some(addrs) = &s.addresses {
+        c.max_items("spec.addresses", addrs.len(), 16);
+        for (i, a) in addrs.iter().enumerate() {
+            let at = format!("spec.addresses[{i}]");
+            let kind = a.kind.as_deref().unwrap_or("IPAddress");
+            let value = opt(&a.value);
+            if kind == "IPAddress" && value.parse::<std::net::IpAddr>().is_err() {
+                c.err(
+                    format!("{at}.value"),
+                    format!("Invalid value: \"{value}\": must be an IPv4 or IPv6 address"),
+                );
+            }
+            if kind == "Hostname" && !value.is_empty() {
+                c.rule(&at, check::matches(check::HOSTNAME, value), "object", "Hostname value must be empty or contain only valid characters (matching ^(\\*\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)");
+            }
+        }
+    }
+    if let Some(al) = &s.allowed_listeners {
+        if let Some(ns) = &al.namespaces {
+            if let Some(f) = &ns.from {
+                c.one_of(
+                    "spec.allowedListeners.namespaces.from",
+                    f,
+                    &["All", "Selector", "Same", "None"],
+                );
+            }
+            if let Some(sel) = &ns.selector {
+                selector("spec.allowedListeners.namespaces.selector", sel, c);
+            }
+        }
+    }
+    if let Some(tls) = &s.tls {
+        if let Some(b) = &tls.backend {
+            if let Some(r) = &b.client_certificate_ref {
+                object_ref("spec.tls.backend.clientCertificateRef", r, false, c);
+            }
+        }
+        if let Some(f) = &tls.frontend {
+            match &f.default {
+                None => c.err("spec.tls.frontend.default", "Required value"),
+                Some(d) => {
+                    if let Some(v) = &d.validation {
+                        validation("spec.tls.frontend.default.validation", v, c);
+                    }
+                }
+            }
+            if let Some(pp) = &f.per_port {
+                c.max_items("spec.tls.frontend.perPort", pp.len(), 64);
+                let ports: Vec<i64> = pp.iter().filter_map(|p| p.port).collect();
+                c.rule(
+                    "spec.tls.frontend.perPort",
+                    ports
+                        .iter()
+                        .all(|p| ports.iter().filter(|q| *q == p).count() == 1),
+                    "array",
+                    "Port for TLS configuration must be unique within the Gateway",
+                );
+                for (i, p) in pp.iter().enumerate() {
+                    let at = format!("spec.tls.frontend.perPort[{i}]");
+                    if c.required(&format!("{at}.port"), &p.port) {
+                        c.range(&format!("{at}.port"), p.port.unwrap_or_default(), 1, 65535);
+                    }
+                    if c.required(&format!("{at}.tls"), &p.tls) {
+                        if let Some(v) = p.tls.as_ref().and_then(|t| t.validation.as_ref()) {
+                            validation(&format!("{at}.tls.validation"), v, c);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let Some(ls) = &s.listeners else {
+        c.err("spec.listeners", "Required value");
+        return;
+    };
+    c.min_items("spec.listeners", ls.len(), 1);
+    c.max_items("spec.listeners", ls.len(), 64);
+    for (i, l) in ls.iter().enumerate() {
+        let at = format!("spec.listeners[{i}]");
+        if c.required(&format!("{at}.name"), &l.name) {
+            c.string(
+                &format!("{at}.name"),
+                opt(&l.name),
+                1,
+                253,
+                Some(DNS_SUBDOMAIN),
+            );
+        }
+        if let Some(h) = &l.hostname {
+            c.string(&format!("{at}.hostname"), h, 1, 253, Some(check::HOSTNAME));
+        }
+        if c.required(&format!("{at}.port"), &l.port) {
+            c.range(&format!("{at}.port"), l.port.unwrap_or_default(), 1, 65535);
+        }
+        if c.required(&format!("{at}.protocol"), &l.protocol) {
+            c.string(
+                &format!("{at}.protocol"),
+                opt(&l.protocol),
+                1,
+                255,
+                Some(check::PROTOCOL),
+            );
+        }
+        if let Some(t) = &l.tls {
+            let tat = format!("{at}.tls");
+            if let Some(m) = &t.mode {
+                c.one_of(&format!("{tat}.mode"), m, &["Terminate", "Passthrough"]);
+            }
+            let refs = t.certificate_refs.as_deref().unwrap_or_default();
+            c.max_items(&format!("{tat}.certificateRefs"), refs.len(), 64);
+            for (j, r) in refs.iter().enumerate() {
+                object_ref(&format!("{tat}.certificateRefs[{j}]"), r, false, c);
+            }
+            let opts = t.options.as_ref().map_or(0, |o| o.len());
+            if opts > 16 {
+                c.err(
+                    format!("{tat}.options"),
+                    format!("Too many: {opts}: must have at most 16 items"),
+                );
+            }
+            c.rule(
+                &tat,
+                t.mode.as_deref().unwrap_or("Terminate") != "Terminate"
+                    || !refs.is_empty()
+                    || opts > 0,
+                "object",
+                "certificateRefs or options must be specified when mode is Terminate",
+            );
+        }
+        if let Some(ar) = &l.allowed_routes {
+            if let Some(ns) = &ar.namespaces {
+                if let Some(f) = &ns.from {
+                    c.one_of(
+                        &format!("{at}.allowedRoutes.namespaces.from"),
+                        f,
+                        &["All", "Selector", "Same"],
+                    );
+                }
+                if let Some(sel) = &ns.selector {
+                    selector(&format!("{at}.allowedRoutes.namespaces.selector"), sel, c);
+                }
+            }
+            if let Some(kinds) = &ar.kinds {
+                c.max_items(&format!("{at}.allowedRoutes.kinds"), kinds.len(), 8);
+                for (j, k) in kinds.iter().enumerate() {
+                    let kat = format!("{at}.allowedRoutes.kinds[{j}]");
+                    if let Some(g) = &k.group {
+                        c.string(&format!("{kat}.group"), g, 0, 253, Some(GROUP));
+                    }
+                    if c.required(&format!("{kat}.kind"), &k.kind) {
+                        c.string(&format!("{kat}.kind"), opt(&k.kind), 1, 63, Some(KIND));
+                    }
+                }
+            }
+        }
+    }
+    let proto = |l: &GatewayListener| opt(&l.protocol).to_string();
+    c.rule(
+        "spec.listeners",
+        ls.iter()
+            .all(|l| !matches!(proto(l).as_str(), "HTTP" | "TCP" | "UDP") || l.tls.is_none()),
+        "array",
+        "tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']",
+    );
+    c.rule(
+        "spec.listeners",
+        ls.iter().all(|l| {
+            !(proto(l) == "HTTPS"
+                && l.tls.as_ref().is_some_and(|t| {
+                    !matches!(t.mode.as_deref(), None | Some("") | Some("Terminate"))
+                }))
+        }),
+        "array",
+        "tls mode must be Terminate for protocol HTTPS",
+    );
+    c.rule(
+        "spec.listeners",
+        ls.iter().all(|l| {
+            proto(l) != "TLS"
+                || l.tls
+                    .as_ref()
+                    .is_some_and(|t| t.mode.as_deref().is_some_and(|m| !m.is_empty()))
+        }),
+        "array",
+        "tls mode must be set for protocol TLS",
+    );
+    c.rule(
+        "spec.listeners",
+        ls.iter().all(|l| {
+            !matches!(proto(l).as_str(), "TCP" | "UDP")
+                || l.hostname.as_deref().unwrap_or("").is_empty()
+        }),
+        "array",
+        "hostname must not be specified for protocols ['TCP', 'UDP']",
+    );
+    c.rule(
+        "spec.listeners",
+        ls.iter()
+            .all(|a| ls.iter().filter(|b| a.name == b.name).count() == 1),
+        "array",
+        "Listener name must be unique within the Gateway",
+    );
+    c.rule(
+        "spec.listeners",
+        ls.iter().all(|a| {
+            ls.iter()
+                .filter(|b| {
+                    a.port == b.port && a.protocol == b.protocol && a.hostname == b.hostname
+                })
+                .count()
+                == 1
+        }),
+        "array",
+        "Combination of port, protocol and hostname must be unique for each listener",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTPRoute
+
+fn path_value_rules(at: &str, kind: &str, value: &str, c: &mut Checker) {
+    if !matches!(kind, "Exact" | "PathPrefix") {
+        return;
+    }
+    let checks: [(bool, &str); 10] = [
+        (value.starts_with('/'), "value must be an absolute path and start with '/' when type one of ['Exact', 'PathPrefix']"),
+        (!value.contains("//"), "must not contain '//' when type one of ['Exact', 'PathPrefix']"),
+        (!value.contains("/./"), "must not contain '/./' when type one of ['Exact', 'PathPrefix']"),
+        (!value.contains("/../"), "must not contain '/../' when type one of ['Exact', 'PathPrefix']"),
+        (!value.contains("%2f"), "must not contain '%2f' when type one of ['Exact', 'PathPrefix']"),
+        (!value.contains("%2F"), "must not contain '%2F' when type one of ['Exact', 'PathPrefix']"),
+        (!value.contains('#'), "must not contain '#' when type one of ['Exact', 'PathPrefix']"),
+        (!value.ends_with("/.."), "must not end with '/..' when type one of ['Exact', 'PathPrefix']"),
+        (!value.ends_with("/."), "must not end with '/.' when type one of ['Exact', 'PathPrefix']"),
+        (check::matches(check::HTTP_PATH, value), "must only contain valid characters (matching ^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$) for types ['Exact', 'PathPrefix']"),
+    ];
+    for (ok, msg) in checks {
+        c.rule(at, ok, "object", msg);
+    }
+}
+
+fn header_modifier(at: &str, m: &HeaderModifier, c: &mut Checker) {
+    for (field, list) in [("set", &m.set), ("add", &m.add)] {
+        let Some(list) = list else { continue };
+        c.max_items(&format!("{at}.{field}"), list.len(), 16);
+        c.map_keys(
+            &format!("{at}.{field}"),
+            list.iter().map(|h| h.name.as_deref()),
+        );
+        for (i, h) in list.iter().enumerate() {
+            let hat = format!("{at}.{field}[{i}]");
+            if c.required(&format!("{hat}.name"), &h.name) {
+                c.string(
+                    &format!("{hat}.name"),
+                    opt(&h.name),
+                    1,
+                    256,
+                    Some(HEADER_NAME),
+                );
+            }
+            if c.required(&format!("{hat}.value"), &h.value) {
+                c.len_between(&format!("{hat}.value"), opt(&h.value), 1, 4096);
+            }
+        }
+    }
+    if let Some(r) = &m.remove {
+        c.max_items(&format!("{at}.remove"), r.len(), 16);
+        c.set(&format!("{at}.remove"), r);
+    }
+}
+
+fn path_modifier(at: &str, p: &PathModifier, c: &mut Checker) {
+    if c.required(&format!("{at}.type"), &p.kind) {
+        c.one_of(
+            &format!("{at}.type"),
+            opt(&p.kind),
+            &["ReplaceFullPath", "ReplacePrefixMatch"],
+        );
+    }
+    let k = opt(&p.kind);
+    let full = p.replace_full_path.is_some();
+    c.union_member(
+        at,
+        ("type", k),
+        "ReplaceFullPath",
+        ("replaceFullPath", full),
+    );
+    let prefix = p.replace_prefix_match.is_some();
+    c.union_member(
+        at,
+        ("type", k),
+        "ReplacePrefixMatch",
+        ("replacePrefixMatch", prefix),
+    );
+    for v in [&p.replace_full_path, &p.replace_prefix_match]
+        .into_iter()
+        .flatten()
+    {
+        c.len_between(at, v, 0, 1024);
+    }
+}
+
+const FILTER_TYPES: &[&str] = &[
+    "RequestHeaderModifier",
+    "ResponseHeaderModifier",
+    "RequestMirror",
+    "RequestRedirect",
+    "URLRewrite",
+    "ExtensionRef",
+    "CORS",
+];
+
+fn filters(at: &str, fs: &[RouteFilter], c: &mut Checker) {
+    c.max_items(at, fs.len(), 16);
+    for (i, f) in fs.iter().enumerate() {
+        let fat = format!("{at}[{i}]");
+        if c.required(&format!("{fat}.type"), &f.kind) {
+            c.one_of(&format!("{fat}.type"), opt(&f.kind), FILTER_TYPES);
+        }
+        let k = opt(&f.kind);
+        let fields: [(&str, &str, bool); 7] = [
+            ("CORS", "cors", f.cors.is_some()),
+            (
+                "RequestHeaderModifier",
+                "requestHeaderModifier",
+                f.request_header_modifier.is_some(),
+            ),
+            (
+                "ResponseHeaderModifier",
+                "responseHeaderModifier",
+                f.response_header_modifier.is_some(),
+            ),
+            ("RequestMirror", "requestMirror", f.request_mirror.is_some()),
+            (
+                "RequestRedirect",
+                "requestRedirect",
+                f.request_redirect.is_some(),
+            ),
+            ("URLRewrite", "urlRewrite", f.url_rewrite.is_some()),
+            ("ExtensionRef", "extensionRef", f.extension_ref.is_some()),
+        ];
+        for (ty, field, has) in fields {
+            c.rule(
+                &fat,
+                !(has && k != ty),
+                "object",
+                &format!("filter.{field} must be nil if the filter.type is not {ty}"),
+            );
+            c.rule(
+                &fat,
+                has || k != ty,
+                "object",
+                &format!("filter.{field} must be specified for {ty} filter.type"),
+            );
+        }
+        if let Some(m) = &f.request_header_modifier {
+            header_modifier(&format!("{fat}.requestHeaderModifier"), m, c);
+        }
+        if let Some(m) = &f.response_header_modifier {
+            header_modifier(&format!("{fat}.responseHeaderModifier"), m, c);
+        }
+        if let Some(r) = &f.request_redirect {
+            let rat = format!("{fat}.requestRedirect");
+            if let Some(s) = &r.scheme {
+                c.one_of(&format!("{rat}.scheme"), s, &["http", "https"]);
+            }
+            if let Some(h) = &r.hostname {
+                c.string(&format!("{rat}.hostname"), h, 1, 253, Some(DNS_SUBDOMAIN));
+            }
+            if let Some(p) = &r.path {
+                path_modifier(&format!("{rat}.path"), p, c);
+            }
+            if let Some(p) = r.port {
+                c.range(&format!("{rat}.port"), p, 1, 65535);
+            }
+            if let Some(s) = r.status_code {
+                if ![301, 302, 303, 307, 308].contains(&s) {
+                    c.err(format!("{rat}.statusCode"), format!("Unsupported value: {s}: supported values: \"301\", \"302\", \"303\", \"307\", \"308\""));
+                }
+            }
+        }
+        if let Some(u) = &f.url_rewrite {
+            let uat = format!("{fat}.urlRewrite");
+            if let Some(h) = &u.hostname {
+                c.string(&format!("{uat}.hostname"), h, 1, 253, Some(DNS_SUBDOMAIN));
+            }
+            if let Some(p) = &u.path {
+                path_modifier(&format!("{uat}.path"), p, c);
+            }
+        }
+    }
+    let count = |t: &str| fs.iter().filter(|f| opt(&f.kind) == t).count();
+    c.rule(at, !(count("RequestRedirect") > 0 && count("URLRewrite") > 0), "array", "May specify either httpRouteFilterRequestRedirect or httpRouteFilterRequestRewrite, but not both");
+    for t in [
+        "CORS",
+        "RequestHeaderModifier",
+        "ResponseHeaderModifier",
+        "RequestRedirect",
+        "URLRewrite",
+    ] {
+        c.rule(
+            at,
+            count(t) <= 1,
+            "array",
+            &format!("{t} filter cannot be repeated"),
+        );
+    }
+}
+
+fn uses_prefix_replace(fs: &[RouteFilter], redirect: bool) -> bool {
+    fs.iter().any(|f| {
+        let p = if redirect {
+            f.request_redirect.as_ref().and_then(|r| r.path.as_ref())
+        } else {
+            f.url_rewrite.as_ref().and_then(|r| r.path.as_ref())
+        };
+        p.is_some_and(|p| opt(&p.kind) == "ReplacePrefixMatch" && p.replace_prefix_match.is_some())
+    })
+}
+
+pub fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
+    if let Some(prs) = &s.parent_refs {
+        c.max_items("spec.parentRefs", prs.len(), 32);
+        for (i, p) in prs.iter().enumerate() {
+            let at = format!("spec.parentRefs[{i}]");
+            if let Some(g) = &p.group {
+                c.string(&format!("{at}.group"), g, 0, 253, Some(GROUP));
+            }
+            if let Some(k) = &p.kind {
+                c.string(&format!("{at}.kind"), k, 1, 63, Some(KIND));
+            }
+            if let Some(ns) = &p.namespace {
+                c.string(&format!("{at}.namespace"), ns, 1, 63, Some(DNS_LABEL));
+            }
+            if c.required(&format!("{at}.name"), &p.name) {
+                c.string(&format!("{at}.name"), opt(&p.name), 1, 253, None);
+            }
+            if let Some(sn) = &p.section_name {
+                c.string(
+                    &format!("{at}.sectionName"),
+                    sn,
+                    1,
+                    253,
+                    Some(DNS_SUBDOMAIN),
+                );
+            }
+            if let Some(port) = p.port {
+                c.range(&format!("{at}.port"), port, 1, 65535);
+            }
+        }
+        let same = |a: &ParentRef, b: &ParentRef| {
+            a.group.as_deref().unwrap_or(crate::load::GATEWAY_GROUP)
+                == b.group.as_deref().unwrap_or(crate::load::GATEWAY_GROUP)
+                && a.kind.as_deref().unwrap_or("Gateway") == b.kind.as_deref().unwrap_or("Gateway")
+                && a.name == b.name
+                && a.namespace.as_deref().unwrap_or("") == b.namespace.as_deref().unwrap_or("")
+        };
+        let sect = |p: &ParentRef| p.section_name.as_deref().unwrap_or("").to_string();
+        c.rule(
+            "spec.parentRefs",
+            prs.iter().all(|a| prs.iter().all(|b| !same(a, b) || sect(a).is_empty() == sect(b).is_empty())),
+            "array",
+            "sectionName must be specified when parentRefs includes 2 or more references to the same parent",
+        );
+        c.rule(
+            "spec.parentRefs",
+            prs.iter().all(|a| prs.iter().filter(|b| same(a, b) && sect(a) == sect(b)).count() == 1),
+            "array",
+            "sectionName must be unique when parentRefs includes 2 or more references to the same parent",
+        );
+    }
+    if let Some(hs) = &s.hostnames {
+        c.max_items("spec.hostnames", hs.len(), 16);
+        for (i, h) in hs.iter().enumerate() {
+            c.string(
+                &format!("spec.hostnames[{i}]"),
+                h,
+                1,
+                253,
+                Some(check::HOSTNAME),
+            );
+        }
+    }
+    let Some(rules) = &s.rules else { return };
+    c.min_items("spec.rules", rules.len(), 1);
+    c.max_items("spec.rules", rules.len(), 16);
+    let total: usize = rules
+        .iter()
+        .map(|r| r.matches.as_ref().map_or(1, Vec::len))
+        .sum();
+    c.rule("spec.rules", total <= 128, "array", "While 16 rules and 64 matches per rule are allowed, the total number of matches across all rules in a route must be less than 128");
+    for (i, r) in rules.iter().enumerate() {
+        let at = format!("spec.rules[{i}]");
+        if let Some(n) = &r.name {
+            c.string(&format!("{at}.name"), n, 1, 253, Some(DNS_SUBDOMAIN));
+        }
+        let ms = r.matches.as_deref().unwrap_or_default();
+        c.max_items(&format!("{at}.matches"), ms.len(), 64);
+        for (j, m) in ms.iter().enumerate() {
+            let mat = format!("{at}.matches[{j}]");
+            if let Some(p) = &m.path {
+                let kind = p.kind.as_deref().unwrap_or("PathPrefix");
+                c.one_of(
+                    &format!("{mat}.path.type"),
+                    kind,
+                    &["Exact", "PathPrefix", "RegularExpression"],
+                );
+                let value = p.value.as_deref().unwrap_or("/");
+                c.len_between(&format!("{mat}.path.value"), value, 0, 1024);
+                path_value_rules(&format!("{mat}.path"), kind, value, c);
+            }
+            for (field, list, max) in [
+                ("headers", &m.headers, 4096),
+                ("queryParams", &m.query_params, 1024),
+            ] {
+                let Some(list) = list else { continue };
+                c.max_items(&format!("{mat}.{field}"), list.len(), 16);
+                c.map_keys(
+                    &format!("{mat}.{field}"),
+                    list.iter().map(|h| h.name.as_deref()),
+                );
+                for (k, h) in list.iter().enumerate() {
+                    value_match(
+                        &format!("{mat}.{field}[{k}]"),
+                        h,
+                        256,
+                        max,
+                        field == "headers",
+                        c,
+                    );
+                }
+            }
+            if let Some(meth) = &m.method {
+                c.one_of(&format!("{mat}.method"), meth, HTTP_METHODS);
+            }
+        }
+        let fs = r.filters.as_deref().unwrap_or_default();
+        filters(&format!("{at}.filters"), fs, c);
+        let brs = r.backend_refs.as_deref().unwrap_or_default();
+        c.max_items(&format!("{at}.backendRefs"), brs.len(), 16);
+        for (j, b) in brs.iter().enumerate() {
+            let bat = format!("{at}.backendRefs[{j}]");
+            if let Some(g) = &b.group {
+                c.string(&format!("{bat}.group"), g, 0, 253, Some(GROUP));
+            }
+            if let Some(k) = &b.kind {
+                c.string(&format!("{bat}.kind"), k, 1, 63, Some(KIND));
+            }
+            if c.required(&format!("{bat}.name"), &b.name) {
+                c.string(&format!("{bat}.name"), opt(&b.name), 1, 253, None);
+            }
+            if let Some(ns) = &b.namespace {
+                c.string(&format!("{bat}.namespace"), ns, 1, 63, Some(DNS_LABEL));
+            }
+            if let Some(p) = b.port {
+                c.range(&format!("{bat}.port"), p, 1, 65535);
+            }
+            if let Some(w) = b.weight {
+                c.range(&format!("{bat}.weight"), w, 0, 1_000_000);
+            }
+            let is_service = b.group.as_deref().unwrap_or("").is_empty()
+                && b.kind.as_deref().unwrap_or("Service") == "Service";
+            c.rule(
+                &bat,
+                !is_service || b.port.is_some(),
+                "object",
+                "Must have port for Service reference",
+            );
+            if let Some(bf) = &b.filters {
+                filters(&format!("{bat}.filters"), bf, c);
+            }
+        }
+        let one_prefix = ms.len() == 1
+            && ms
+                .first()
+                .and_then(|m| m.path.as_ref())
+                .is_some_and(|p| p.kind.as_deref().unwrap_or("PathPrefix") == "PathPrefix");
+        let redirect = fs.iter().any(|f| f.request_redirect.is_some());
+        c.rule(
+            &at,
+            brs.is_empty() || !redirect,
+            "object",
+            "RequestRedirect filter must not be used together with backendRefs",
+        );
+        c.rule(&at, !uses_prefix_replace(fs, true) || one_prefix, "object", "When using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+        c.rule(&at, !uses_prefix_replace(fs, false) || one_prefix, "object", "When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+        let in_backends = |redirect: bool| {
+            brs.iter()
+                .any(|b| uses_prefix_replace(b.filters.as_deref().unwrap_or_default(), redirect))
+        };
+        c.rule(&at, !in_backends(true) || one_prefix, "object", "Within backendRefs, when using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+        c.rule(&at, !in_backends(false) || one_prefix, "object", "Within backendRefs, When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+        if let Some(t) = &r.timeouts {
+            let tat = format!("{at}.timeouts");
+            let req = t
+                .request
+                .as_deref()
+                .map(|v| (v, check::parse_duration_ms(v)));
+            let be = t
+                .backend_request
+                .as_deref()
+                .map(|v| (v, check::parse_duration_ms(v)));
+            for (field, d) in [("request", req), ("backendRequest", be)] {
+                if let Some((v, None)) = d {
+                    c.pattern(&format!("{tat}.{field}"), v, check::DURATION);
+                }
+            }
+            if let (Some((_, Some(r))), Some((_, Some(b)))) = (req, be) {
+                c.rule(
+                    &tat,
+                    r == 0 || b <= r,
+                    "object",
+                    "backendRequest timeout cannot be longer than request timeout",
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Native micro-benchmarks of what the filter does per request and per configuration:
+//! parsing a body, the whole request flow (headers, body, parse, decision, outcome JSON) and
+//! compiling a bundle. The bundles and bodies are those of the Envoy benchmark (bench/).
+//!
+//! `cargo bench -p mcp-access-filter --bench decide` runs them under criterion.
+//! With `MCP_ACCESS_COUNT=<op>:<n>` the binary instead runs one operation n times and exits,
+//! for instruction counting (`valgrind --tool=callgrind`, two values of n, difference / Δn).
+//! With `MCP_ACCESS_DUMP=s5` it prints the large bundle (bench/run.py checks it equals its own).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::Criterion;
+use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::mcp::{parse_message, ParseLimits};
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::Caller;
+use serde_json::{json, Value};
+
+const PORT: u16 = 10000;
+const NS: &str = "bench";
+const ALLOWED: &str = "echo";
+const DENIED: &str = "delete_everything";
+const S5_BACKENDS: usize = 100;
+const S5_POLICIES: usize = 10;
+const S5_TOOLS: usize = 10;
+const S5_ROUTED: usize = 42;
+
+fn s5_tool(b: usize, p: usize, t: usize) -> String {
+    format!("tool-{b:03}-{p:02}-{t:02}")
+}
+
+fn tool_rule(name: &str, tools: &[String]) -> Value {
+    json!({"name": name, "authorization": {"mcp": {
+        "methods": [{"name": "tools/call", "params": tools}], "baseProtocol": "Match"}}})
+}
+
+fn base(backends: Vec<Value>, authorizers: Vec<Value>, policies: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "mcp-access.io/v1",
+        "gateways": [{"name": "gw", "namespace": NS, "listeners": [{"name": "mcp", "port": PORT}]}],
+        "backends": backends,
+        "authorizers": authorizers,
+        "policies": policies,
+        "limits": {"maxBodyBytes": 2 * 1024 * 1024},
+    })
+}
+
+fn inline_policy() -> Value {
+    json!({"name": "allow-echo", "namespace": NS, "level": "Gateway", "targets": [{"name": "gw"}],
+           "action": "Allow", "seniority": 1,
+           "rules": [tool_rule("echo-only", &[ALLOWED.to_string()])]})
+}
+
+fn tools_backend() -> Value {
+    json!({"name": "tools", "namespace": NS, "routeNames": ["tools"]})
+}
+
+/// S2: the inline tool policy.
+fn s2() -> Value {
+    base(vec![tools_backend()], vec![], vec![inline_policy()])
+}
+
+/// S4: S2 plus two Gateway-level and one Backend-level authorizer.
+fn s4() -> Value {
+    let mut authorizers = Vec::new();
+    let mut policies = vec![inline_policy()];
+    for (i, (name, level, target)) in [
+        ("gw-authz-0", "Gateway", "gw"),
+        ("gw-authz-1", "Gateway", "gw"),
+        ("be-authz-0", "Backend", "tools"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        authorizers.push(json!({"name": name, "cluster": format!("authz{i}"),
+                                "pathPrefix": "/authz", "timeoutMs": 1000}));
+        policies.push(json!({"name": name, "namespace": NS, "level": level,
+                             "targets": [{"name": target}], "action": "ExternalAuth",
+                             "externalAuth": name, "seniority": 10 + i}));
+    }
+    base(vec![tools_backend()], authorizers, policies)
+}
+
+/// S5: 10,000 tools in 1,000 Backend-level Allow policies over 100 backends (bench/bundles.py).
+fn s5() -> Value {
+    let mut backends = Vec::new();
+    let mut policies = Vec::new();
+    for b in 0..S5_BACKENDS {
+        let name = format!("backend-{b:03}");
+        let route = if b == S5_ROUTED {
+            "tools".to_string()
+        } else {
+            format!("route-{b:03}")
+        };
+        backends.push(json!({"name": name, "namespace": NS, "routeNames": [route]}));
+        for p in 0..S5_POLICIES {
+            let tools: Vec<String> = (0..S5_TOOLS).map(|t| s5_tool(b, p, t)).collect();
+            policies.push(json!({
+                "name": format!("{name}-allow-{p:02}"), "namespace": NS, "level": "Backend",
+                "targets": [{"name": name}], "action": "Allow", "seniority": b * S5_POLICIES + p,
+                "rules": [tool_rule(&format!("tools-{p:02}"), &tools)],
+            }));
+        }
+    }
+    base(backends, vec![], policies)
+}
+
+fn call_body(tool: &str, text: &str) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}","arguments":{{"text":"{text}"}}}}}}"#)
+        .into_bytes()
+}
+
+fn mib_body() -> Vec<u8> {
+    let empty = call_body(ALLOWED, "").len();
+    call_body(ALLOWED, &"x".repeat(1024 * 1024 - empty))
+}
+
+fn headers_input(len: usize) -> HeadersInput {
+    let h = [
+        (":method", "POST".to_string()),
+        (":path", "/mcp".to_string()),
+        (":authority", format!("127.0.0.1:{PORT}")),
+        (":scheme", "http".to_string()),
+        ("content-type", "application/json".to_string()),
+        ("accept", "application/json, text/event-stream".to_string()),
+        ("content-length", len.to_string()),
+        (
+            "x-request-id",
+            "2f0c2a4e-4c53-4a1d-9d3e-5d0c9b0f6a11".to_string(),
+        ),
+    ];
+    HeadersInput {
+        headers: h.iter().map(|(n, v)| (n.to_string(), v.clone())).collect(),
+        end_of_stream: false,
+        port: PORT,
+        route_name: Some("tools".into()),
+        cluster_name: Some("upstream".into()),
+        caller: Caller::default(),
+    }
+}
+
+/// One request through the flow as the host drives it, callouts answered 200 at once;
+/// returns the final action's kind and the outcome JSON (what the host writes to filter state).
+fn request(engine: &Engine, body: &[u8]) -> (bool, String) {
+    let mut flow = RequestFlow::new();
+    let mut action = flow.on_headers(engine, headers_input(body.len()));
+    if action == Action::Hold {
+        action = flow.on_body(engine, body.len(), true, |_| Some(body.to_vec()));
+    }
+    let mut token = 0u32;
+    loop {
+        match action {
+            Action::Dispatch(calls) => {
+                let mut tokens = Vec::new();
+                for (slot, _call) in calls {
+                    token += 1;
+                    flow.dispatched(engine, slot, Ok(token), 0);
+                    tokens.push(token);
+                }
+                action = flow.resume(engine);
+                for t in tokens {
+                    action =
+                        flow.on_callout_response(engine, t, Some(200), Vec::new(), Vec::new(), 0);
+                }
+            }
+            Action::Hold => panic!("flow stalled"),
+            Action::Allow { .. } | Action::Respond(_) => break,
+        }
+    }
+    let allowed = matches!(action, Action::Allow { .. });
+    (allowed, flow.outcome().expect("decided").to_json())
+}
+
+struct Fixtures {
+    small_allow: Vec<u8>,
+    small_deny: Vec<u8>,
+    s5_allow: Vec<u8>,
+    s5_deny: Vec<u8>,
+    mib: Vec<u8>,
+    s2_json: Vec<u8>,
+    s5_json: Vec<u8>,
+    s2: Engine,
+    s4: Engine,
+    s5: Engine,
+}
+
+impl Fixtures {
+    /// Everything (`large`: with the S5 engine; counting other operations skips building it).
+    fn new(large: bool) -> Fixtures {
+        let s2_json = s2().to_string().into_bytes();
+        let s5_json = if large {
+            s5().to_string().into_bytes()
+        } else {
+            s2_json.clone()
+        };
+        let f = Fixtures {
+            small_allow: call_body(ALLOWED, "hi"),
+            small_deny: call_body(DENIED, "hi"),
+            s5_allow: call_body(&s5_tool(S5_ROUTED, S5_POLICIES - 1, S5_TOOLS - 1), "hi"),
+            s5_deny: call_body(&s5_tool(S5_ROUTED + 1, 0, 0), "hi"),
+            mib: mib_body(),
+            s2: Engine::from_json(&s2_json).unwrap(),
+            s4: Engine::from_json(s4().to_string().as_bytes()).unwrap(),
+            s5: Engine::from_json(&s5_json).unwrap(),
+            s2_json,
+            s5_json,
+        };
+        // The decisions the benchmark relies on.
+        assert!(request(&f.s2, &f.small_allow).0);
+        assert!(!request(&f.s2, &f.small_deny).0);
+        assert!(request(&f.s4, &f.small_allow).0);
+        if large {
+            assert!(request(&f.s5, &f.s5_allow).0);
+            assert!(!request(&f.s5, &f.s5_deny).0);
+        }
+        assert!(request(&f.s2, &f.mib).0);
+        f
+    }
+}
+
+/// (name, operation) pairs; the name is the criterion id and the MCP_ACCESS_COUNT key.
+type Op = fn(&Fixtures);
+const OPS: &[(&str, Op)] = &[
+    ("parse/tools_call", |f| {
+        black_box(parse_message(black_box(&f.small_allow), &ParseLimits::default()).is_ok());
+    }),
+    ("parse/tools_call_1mib", |f| {
+        black_box(parse_message(black_box(&f.mib), &ParseLimits::default()).is_ok());
+    }),
+    ("request/s2_allowed", |f| {
+        black_box(request(&f.s2, black_box(&f.small_allow)));
+    }),
+    ("request/s2_denied", |f| {
+        black_box(request(&f.s2, black_box(&f.small_deny)));
+    }),
+    ("request/s4_three_authorizers", |f| {
+        black_box(request(&f.s4, black_box(&f.small_allow)));
+    }),
+    ("request/s5_allowed", |f| {
+        black_box(request(&f.s5, black_box(&f.s5_allow)));
+    }),
+    ("request/s5_denied", |f| {
+        black_box(request(&f.s5, black_box(&f.s5_deny)));
+    }),
+    ("request/s6_1mib_allowed", |f| {
+        black_box(request(&f.s2, black_box(&f.mib)));
+    }),
+    ("load/s2_bundle", |f| {
+        black_box(Engine::from_json(black_box(&f.s2_json)).is_ok());
+    }),
+    ("load/s5_bundle", |f| {
+        black_box(Engine::from_json(black_box(&f.s5_json)).is_ok());
+    }),
+];
+
+fn count_mode(spec: &str) {
+    let (name, n) = spec.rsplit_once(':').expect("MCP_ACCESS_COUNT=<op>:<n>");
+    let n: usize = n.parse().expect("iteration count");
+    let (_, op) = OPS
+        .iter()
+        .find(|(k, _)| *k == name)
+        .unwrap_or_else(|| panic!("unknown op {name}"));
+    let f = Fixtures::new(name.contains("s5"));
+    for _ in 0..n {
+        op(&f);
+    }
+}
+
+fn main() {
+    if let Ok(which) = std::env::var("MCP_ACCESS_DUMP") {
+        let v = match which.as_str() {
+            "s2" => s2(),
+            "s4" => s4(),
+            "s5" => s5(),
+            other => panic!("unknown bundle {other}"),
+        };
+        println!("{v}");
+        return;
+    }
+    if let Ok(spec) = std::env::var("MCP_ACCESS_COUNT") {
+        count_mode(&spec);
+        return;
+    }
+    let f = Fixtures::new(true);
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    for (name, op) in OPS {
+        let (group, id) = name.split_once('/').unwrap_or(("ops", name));
+        let mut g = c.benchmark_group(group);
+        if group == "load" || id.contains("1mib") {
+            g.sample_size(10);
+        }
+        g.bench_function(id, |b| b.iter(|| op(&f)));
+        g.finish();
+    }
+    c.final_summary();
+}

@@ -1,0 +1,323 @@
+//! External authorizer callouts with Envoy ext_authz HTTP-service semantics: what is sent,
+//! and what the answer means.
+
+use mcp_access_bundle::{Authorizer, Level};
+
+use crate::policy::{level_str, AuthzOutcome};
+use crate::request::{McpOp, Request};
+
+/// Headers the filter sets on every callout; the client's own copies are never forwarded.
+pub const CONTEXT_HEADERS: &[&str] = &[
+    "x-mcp-method",
+    "x-mcp-tool",
+    "x-mcp-prompt",
+    "x-mcp-resource-uri",
+    "x-mcp-source-spiffe",
+    "x-mcp-access-level",
+    "x-mcp-access-policy",
+];
+
+/// An HTTP request to an authorizer, ready for `dispatch_http_call`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalloutRequest {
+    pub cluster: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub timeout_ms: u32,
+}
+
+/// Builds the callout for `authorizer` about `req` (body: the buffered client body).
+pub fn build(
+    authorizer: &Authorizer,
+    req: &Request,
+    body: &[u8],
+    level: Level,
+    policy: &str,
+) -> CalloutRequest {
+    let max = usize::try_from(authorizer.forward_body_max_bytes).unwrap_or(usize::MAX);
+    let forwarded = body.get(..max.min(body.len())).unwrap_or_default();
+    let prefix = authorizer.path_prefix.trim_end_matches('/');
+    let mut headers = vec![
+        (":method".to_string(), req.method.clone()),
+        (":path".to_string(), format!("{prefix}{}", req.path)),
+        (
+            ":authority".to_string(),
+            authorizer
+                .authority
+                .clone()
+                .unwrap_or_else(|| req.authority.clone()),
+        ),
+        ("content-length".to_string(), forwarded.len().to_string()),
+    ];
+    if forwarded.len() < body.len() {
+        headers.push(("x-envoy-auth-partial-body".into(), "true".into()));
+    }
+    for (name, value) in &req.headers {
+        let always = name == "authorization";
+        let allowed = always
+            || authorizer
+                .allowed_headers
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(name));
+        let reserved = name.starts_with(':')
+            || name == "host"
+            || name == "content-length"
+            || CONTEXT_HEADERS.contains(&name.as_str());
+        if allowed && !reserved {
+            headers.push((name.clone(), value.clone()));
+        }
+    }
+    if let McpOp::Call { method, param } = &req.mcp {
+        headers.push(("x-mcp-method".into(), method.clone()));
+        let param_header = match method.as_str() {
+            "tools/call" => Some("x-mcp-tool"),
+            "prompts/get" => Some("x-mcp-prompt"),
+            m if m.starts_with("resources/") => Some("x-mcp-resource-uri"),
+            _ => None,
+        };
+        if let (Some(h), Some(p)) = (param_header, param) {
+            headers.push((h.into(), p.clone()));
+        }
+    }
+    if let Some(id) = &req.caller.spiffe {
+        headers.push(("x-mcp-source-spiffe".into(), id.clone()));
+    }
+    headers.push(("x-mcp-access-level".into(), level_str(Some(level)).into()));
+    headers.push(("x-mcp-access-policy".into(), policy.into()));
+    CalloutRequest {
+        cluster: authorizer.cluster.clone(),
+        headers,
+        body: forwarded.to_vec(),
+        timeout_ms: authorizer.timeout_ms,
+    }
+}
+
+/// Response headers that never travel: pseudo, hop-by-hop, framing, and Envoy's own.
+fn is_unforwardable(name: &str) -> bool {
+    name.starts_with(':')
+        || name.starts_with("x-envoy-")
+        || matches!(
+            name,
+            "connection"
+                | "keep-alive"
+                | "proxy-connection"
+                | "transfer-encoding"
+                | "upgrade"
+                | "te"
+                | "trailer"
+                | "content-length"
+                | "host"
+        )
+}
+
+/// Whether a status is a denial, whose response (body included) is relayed to the client.
+/// Everything else is an allow (2xx) or an error (no status, 1xx, 5xx).
+fn is_denial(status: u16) -> bool {
+    (300..500).contains(&status)
+}
+
+/// How many body bytes of a callout response with `status` the host reads into the VM: the
+/// cap plus one (to tell an over-cap body), and none at all unless the response is a denial.
+pub fn body_read_limit(authorizer: &Authorizer, status: Option<u16>) -> usize {
+    match status {
+        Some(s) if is_denial(s) => usize::try_from(authorizer.max_response_body_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1),
+        _ => 0,
+    }
+}
+
+/// Headers that describe a body, dropped with a body that is not relayed.
+fn describes_body(name: &str) -> bool {
+    matches!(
+        name,
+        "content-type" | "content-encoding" | "content-language" | "content-range"
+    )
+}
+
+/// What an authorizer's answer means: the one definition of allow, deny and error, that the
+/// decision and the host's stats and logs both follow. `status` is None when no response
+/// arrived; `body` is what the host read (at most [`body_read_limit`] bytes). A denial body over
+/// `maxResponseBodyBytes` is not relayed (the denial stands, with the authorizer's status and
+/// headers and an empty body); the second value says so, for the log.
+pub fn interpret(
+    authorizer: &Authorizer,
+    status: Option<u16>,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+) -> (AuthzOutcome, Option<String>) {
+    let Some(status) = status else {
+        let detail = "no response (timeout, reset or unreachable)".to_string();
+        return (AuthzOutcome::Error { detail }, None);
+    };
+    if (200..300).contains(&status) {
+        let headers = headers
+            .into_iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v))
+            .filter(|(n, _)| {
+                if authorizer.allowed_response_headers.is_empty() {
+                    !is_unforwardable(n)
+                        && !matches!(n.as_str(), "content-type" | "date" | "server")
+                } else {
+                    !n.starts_with(':')
+                        && authorizer
+                            .allowed_response_headers
+                            .iter()
+                            .any(|a| a.eq_ignore_ascii_case(n))
+                }
+            })
+            .collect();
+        return (AuthzOutcome::Allow { headers }, None);
+    }
+    if !is_denial(status) {
+        let detail = format!("authorizer answered {status}");
+        return (AuthzOutcome::Error { detail }, None);
+    }
+    let cap = usize::try_from(authorizer.max_response_body_bytes).unwrap_or(usize::MAX);
+    let over = body.len() > cap;
+    let headers = headers
+        .into_iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v))
+        .filter(|(n, _)| !(is_unforwardable(n) || (over && describes_body(n))))
+        .collect();
+    let (body, note) = if over {
+        let note = format!("denial body over maxResponseBodyBytes ({cap}), not relayed");
+        (Vec::new(), Some(note))
+    } else {
+        (body, None)
+    };
+    (
+        AuthzOutcome::Deny {
+            status,
+            headers,
+            body,
+        },
+        note,
+    )
+}
+
+/// What one callout came to, for the host's stats and logs. It follows from [`interpret`]'s
+/// outcome (or the failure to dispatch), so stats and decision never disagree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalloutReport {
+    /// The authorizer's name in the bundle.
+    pub authorizer: String,
+    /// Dispatch to answer, in ms; None when the callout could not be dispatched.
+    pub latency_ms: Option<u64>,
+    /// No usable answer: the outcome is an error (the policy's failure mode applies).
+    pub failed: bool,
+    /// For the log: why it failed, or what was not relayed.
+    pub detail: Option<String>,
+}
+
+impl CalloutReport {
+    /// The report of an outcome, with `note` from [`interpret`].
+    pub fn of(
+        authorizer: &str,
+        latency_ms: Option<u64>,
+        outcome: &AuthzOutcome,
+        note: Option<String>,
+    ) -> Self {
+        let (failed, detail) = match outcome {
+            AuthzOutcome::Error { detail } => (true, Some(detail.clone())),
+            _ => (false, note),
+        };
+        CalloutReport {
+            authorizer: authorizer.to_string(),
+            latency_ms,
+            failed,
+            detail,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn authorizer(cap: u32) -> Authorizer {
+        serde_json::from_value(serde_json::json!({
+            "name": "a", "cluster": "c", "maxResponseBodyBytes": cap
+        }))
+        .unwrap()
+    }
+
+    fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn only_a_denial_body_is_read_and_at_most_one_byte_past_the_cap() {
+        let a = authorizer(16);
+        assert_eq!(body_read_limit(&a, Some(403)), 17);
+        assert_eq!(body_read_limit(&a, Some(302)), 17);
+        for status in [None, Some(200), Some(204), Some(101), Some(500), Some(503)] {
+            assert_eq!(body_read_limit(&a, status), 0, "{status:?}");
+        }
+        assert_eq!(body_read_limit(&authorizer(0), Some(401)), 1);
+    }
+
+    #[test]
+    fn a_denial_body_over_the_cap_is_not_relayed_but_still_denies() {
+        let a = authorizer(4);
+        let headers = h(&[
+            ("WWW-Authenticate", "Bearer"),
+            ("content-type", "application/json"),
+            ("content-length", "5"),
+        ]);
+        let (at_cap, note) = interpret(&a, Some(401), headers.clone(), b"1234".to_vec());
+        assert_eq!(note, None);
+        assert_eq!(
+            at_cap,
+            AuthzOutcome::Deny {
+                status: 401,
+                headers: h(&[
+                    ("www-authenticate", "Bearer"),
+                    ("content-type", "application/json")
+                ]),
+                body: b"1234".to_vec(),
+            }
+        );
+        let (over, note) = interpret(&a, Some(401), headers, b"12345".to_vec());
+        assert_eq!(
+            over,
+            AuthzOutcome::Deny {
+                status: 401,
+                headers: h(&[("www-authenticate", "Bearer")]),
+                body: Vec::new(),
+            }
+        );
+        assert!(note.unwrap().contains("maxResponseBodyBytes (4)"));
+    }
+
+    #[test]
+    fn reports_follow_the_outcome() {
+        let a = authorizer(8);
+        let cases = [
+            (None, true),
+            (Some(100), true),
+            (Some(200), false),
+            (Some(403), false),
+            (Some(499), false),
+            (Some(500), true),
+            (Some(504), true),
+        ];
+        for (status, failed) in cases {
+            let (outcome, note) = interpret(&a, status, Vec::new(), Vec::new());
+            assert_eq!(
+                matches!(outcome, AuthzOutcome::Error { .. }),
+                failed,
+                "{status:?}"
+            );
+            let r = CalloutReport::of("a", Some(3), &outcome, note);
+            assert_eq!(r.failed, failed, "{status:?}");
+            assert_eq!(r.detail.is_some(), failed, "{status:?}");
+        }
+        let (outcome, note) = interpret(&a, Some(403), Vec::new(), vec![0; 9]);
+        let r = CalloutReport::of("a", Some(3), &outcome, note);
+        assert!(!r.failed && r.detail.is_some(), "{r:?}");
+    }
+}

@@ -1,0 +1,348 @@
+//! The canonical request path that path rules match on.
+//!
+//! Query and fragment are cut off; percent-encoded unreserved characters (RFC 3986 §2.3) are
+//! decoded, the hex digits of every other escape are upper-cased; a `\` is a `/` (as in
+//! Envoy's own path normalization); dot segments are removed (RFC 3986 §5.2.4); repeated
+//! slashes are merged. A path that is not absolute, holds a NUL or another control
+//! character, or a `%` not followed by two hex digits is refused. An encoded `/` or `\`
+//! (`%2F`, `%5C`) is refused unless the operator chose [`EscapedSlashes::Decode`].
+
+use std::fmt;
+
+pub use mcp_access_bundle::EscapedSlashes;
+
+/// Why a path has no canonical form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathError {
+    /// Empty, or not starting with `/`.
+    NotAbsolute,
+    /// `%2F` or `%5C`, with [`EscapedSlashes::Reject`].
+    EscapedSlash,
+    /// A raw or percent-encoded NUL.
+    Nul,
+    /// A raw control character (other than NUL).
+    Control,
+    /// A `%` not followed by two hex digits.
+    BadEscape,
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PathError::NotAbsolute => "the request path must start with '/'",
+            PathError::EscapedSlash => "the request path holds an encoded '/' or '\\' (%2F, %5C)",
+            PathError::Nul => "the request path holds a NUL character",
+            PathError::Control => "the request path holds a control character",
+            PathError::BadEscape => "the request path holds an invalid percent-encoding",
+        })
+    }
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+fn hex(b: u8) -> Option<u8> {
+    char::from(b)
+        .to_digit(16)
+        .and_then(|d| u8::try_from(d).ok())
+}
+
+const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
+
+/// The canonical form of `raw` (a `:path`, query allowed), or why it has none.
+pub fn canonical_path(raw: &str, escaped: EscapedSlashes) -> Result<String, PathError> {
+    let end = raw.find(['?', '#']).unwrap_or(raw.len());
+    let path = raw.get(..end).unwrap_or_default().as_bytes();
+    if path.first() != Some(&b'/') {
+        return Err(PathError::NotAbsolute);
+    }
+    // Pass 1: escapes and backslashes. Only ASCII bytes are inserted or removed, so the
+    // output stays valid UTF-8.
+    let mut decoded: Vec<u8> = Vec::with_capacity(path.len());
+    let mut i = 0;
+    while let Some(&b) = path.get(i) {
+        i += 1;
+        match b {
+            0 => return Err(PathError::Nul),
+            1..=0x1f | 0x7f => return Err(PathError::Control),
+            b'\\' => decoded.push(b'/'),
+            b'%' => {
+                let (Some(h), Some(l)) = (
+                    path.get(i).copied().and_then(hex),
+                    path.get(i + 1).copied().and_then(hex),
+                ) else {
+                    return Err(PathError::BadEscape);
+                };
+                i += 2;
+                let v = (h << 4) | l;
+                match v {
+                    0 => return Err(PathError::Nul),
+                    b'/' | b'\\' => match escaped {
+                        EscapedSlashes::Reject => return Err(PathError::EscapedSlash),
+                        EscapedSlashes::Decode => decoded.push(b'/'),
+                    },
+                    v if is_unreserved(v) => decoded.push(v),
+                    _ => {
+                        decoded.push(b'%');
+                        decoded.push(HEX_UPPER.get(usize::from(h)).copied().unwrap_or(b'0'));
+                        decoded.push(HEX_UPPER.get(usize::from(l)).copied().unwrap_or(b'0'));
+                    }
+                }
+            }
+            _ => decoded.push(b),
+        }
+    }
+    // Pass 2: dot segments (RFC 3986 §5.2.4, on a path known to start with '/'), then
+    // empty segments (repeated slashes). Segments are '/'-separated; the first is empty.
+    let mut out: Vec<&[u8]> = Vec::new();
+    let mut segments = decoded.split(|&c| c == b'/').skip(1).peekable();
+    while let Some(seg) = segments.next() {
+        let last = segments.peek().is_none();
+        match seg {
+            b"." | b".." => {
+                if seg == b".." {
+                    out.pop();
+                }
+                // A trailing dot segment leaves the path ending in '/'.
+                if last {
+                    out.push(b"");
+                }
+            }
+            _ => out.push(seg),
+        }
+    }
+    let mut canon: Vec<u8> = Vec::with_capacity(decoded.len());
+    for (n, seg) in out.iter().enumerate() {
+        let trailing = n + 1 == out.len();
+        if !seg.is_empty() || trailing {
+            canon.push(b'/');
+            canon.extend_from_slice(seg);
+        }
+    }
+    if canon.is_empty() {
+        canon.push(b'/');
+    }
+    String::from_utf8(canon).map_err(|_| PathError::BadEscape)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn canon(p: &str) -> Result<String, PathError> {
+        canonical_path(p, EscapedSlashes::Reject)
+    }
+
+    #[test]
+    fn known_bypasses_collapse_to_the_named_path() {
+        for p in [
+            "/mcp/admin",
+            "/mcp/./admin",
+            "/mcp/x/../admin",
+            "/mcp//admin",
+            "/mcp/%61dmin",
+            "/mcp/%2e/admin",
+            "/mcp/%2E%2e/mcp/admin",
+            "//mcp///admin",
+            "/mcp\\admin",
+            "/mcp/admin?x=/../y",
+            "/mcp/admin#frag",
+            "/x/../../mcp/admin",
+        ] {
+            assert_eq!(canon(p).as_deref(), Ok("/mcp/admin"), "{p}");
+        }
+    }
+
+    #[test]
+    fn trailing_slashes_and_dot_segments_at_the_end() {
+        assert_eq!(canon("/mcp/").unwrap(), "/mcp/");
+        assert_eq!(canon("/mcp//").unwrap(), "/mcp/");
+        assert_eq!(canon("/mcp/.").unwrap(), "/mcp/");
+        assert_eq!(canon("/mcp/admin/..").unwrap(), "/mcp/");
+        assert_eq!(canon("/..").unwrap(), "/");
+        assert_eq!(canon("/").unwrap(), "/");
+        assert_eq!(canon("/.../x").unwrap(), "/.../x");
+        assert_eq!(canon("/a/.b/c.").unwrap(), "/a/.b/c.");
+    }
+
+    #[test]
+    fn other_escapes_stay_encoded_in_upper_case() {
+        assert_eq!(canon("/a%20b/%3a%7e").unwrap(), "/a%20b/%3A~");
+        assert_eq!(canon("/%25/%252F").unwrap(), "/%25/%252F");
+        assert_eq!(canon("/caf%C3%A9/é").unwrap(), "/caf%C3%A9/é");
+    }
+
+    #[test]
+    fn refusals() {
+        for (p, e) in [
+            ("", PathError::NotAbsolute),
+            ("*", PathError::NotAbsolute),
+            ("mcp/admin", PathError::NotAbsolute),
+            ("?/mcp", PathError::NotAbsolute),
+            ("/mcp/admin%2ftools", PathError::EscapedSlash),
+            ("/mcp/admin%2Ftools", PathError::EscapedSlash),
+            ("/mcp%5cadmin", PathError::EscapedSlash),
+            ("/mcp%5Cadmin", PathError::EscapedSlash),
+            ("/mcp%00", PathError::Nul),
+            ("/mcp\0", PathError::Nul),
+            ("/mcp\n", PathError::Control),
+            ("/mcp\x7f", PathError::Control),
+            ("/mcp%", PathError::BadEscape),
+            ("/mcp%2", PathError::BadEscape),
+            ("/mcp%zz", PathError::BadEscape),
+            ("/mcp%%41", PathError::BadEscape),
+        ] {
+            assert_eq!(canon(p), Err(e), "{p:?}");
+        }
+        // Only the path is looked at.
+        assert_eq!(canon("/mcp?a=%2F&b=%zz").unwrap(), "/mcp");
+    }
+
+    #[test]
+    fn decode_mode_turns_escaped_slashes_into_slashes() {
+        let d = |p| canonical_path(p, EscapedSlashes::Decode);
+        assert_eq!(d("/mcp/admin%2ftools").unwrap(), "/mcp/admin/tools");
+        assert_eq!(d("/mcp%5Cadmin").unwrap(), "/mcp/admin");
+        assert_eq!(d("/x%2F..%2Fmcp%2fadmin").unwrap(), "/mcp/admin");
+        assert_eq!(d("/mcp%00"), Err(PathError::Nul));
+    }
+
+    /// A straightforward reference: decode into a list of "characters" (a decoded byte, or an
+    /// escape kept as text), split on '/', apply the RFC 3986 §5.2.4 algorithm literally on
+    /// the string form, then drop empty segments.
+    fn reference(raw: &str, escaped: EscapedSlashes) -> Result<String, PathError> {
+        let path = raw.split(['?', '#']).next().unwrap_or("");
+        if !path.starts_with('/') {
+            return Err(PathError::NotAbsolute);
+        }
+        let bytes = path.as_bytes();
+        let mut s = String::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b == b'%' {
+                let hexs =
+                    std::str::from_utf8(bytes.get(i + 1..i + 3).ok_or(PathError::BadEscape)?)
+                        .map_err(|_| PathError::BadEscape)?;
+                if !hexs.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(PathError::BadEscape);
+                }
+                let v = u8::from_str_radix(hexs, 16).unwrap();
+                let c = char::from(v);
+                if v == 0 {
+                    return Err(PathError::Nul);
+                } else if c == '/' || c == '\\' {
+                    if escaped == EscapedSlashes::Reject {
+                        return Err(PathError::EscapedSlash);
+                    }
+                    s.push('/');
+                } else if c.is_ascii_alphanumeric() || "-._~".contains(c) {
+                    s.push(c);
+                } else {
+                    s.push_str(&format!("%{v:02X}"));
+                }
+                i += 3;
+                continue;
+            }
+            if b == 0 {
+                return Err(PathError::Nul);
+            }
+            if b < 0x20 || b == 0x7f {
+                return Err(PathError::Control);
+            }
+            // Copy one whole UTF-8 character.
+            let ch = path[i..].chars().next().unwrap();
+            s.push(if ch == '\\' { '/' } else { ch });
+            i += ch.len_utf8();
+        }
+        // RFC 3986 §5.2.4, step by step on strings.
+        let mut input = s;
+        let mut output = String::new();
+        while !input.is_empty() {
+            if let Some(rest) = input.strip_prefix("../") {
+                input = rest.to_string();
+            } else if let Some(rest) = input.strip_prefix("./") {
+                input = rest.to_string();
+            } else if input.starts_with("/./") {
+                input = input[2..].to_string();
+            } else if input == "/." {
+                input = "/".to_string();
+            } else if input.starts_with("/../") || input == "/.." {
+                input = if input == "/.." {
+                    "/".to_string()
+                } else {
+                    input[3..].to_string()
+                };
+                match output.rfind('/') {
+                    Some(k) => output.truncate(k),
+                    None => output.clear(),
+                }
+            } else if input == "." || input == ".." {
+                input.clear();
+            } else {
+                let start = usize::from(input.starts_with('/'));
+                let k = input[start..].find('/').map_or(input.len(), |k| k + start);
+                output.push_str(&input[..k]);
+                input = input[k..].to_string();
+            }
+        }
+        while output.contains("//") {
+            output = output.replace("//", "/");
+        }
+        if output.is_empty() {
+            output.push('/');
+        }
+        Ok(output)
+    }
+
+    /// Deterministic xorshift, so failures reproduce.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+            xs[(self.next() % xs.len() as u64) as usize]
+        }
+    }
+
+    #[test]
+    fn agrees_with_the_reference_and_is_idempotent_on_generated_paths() {
+        let atoms = [
+            "/", "/", "/", ".", "..", "a", "mcp", "admin", "%2e", "%2E", "%2f", "%2F", "%5c",
+            "%5C", "\\", "%61", "%7E", "%7e", "%20", "%3a", "%25", "%00", "%", "%g1", "%4", "?",
+            "#", "é", "~", "-", "_", "\t", "%41%42", "//", "/./", "/../",
+        ];
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut ok = 0;
+        for n in 0..60_000 {
+            let len = 1 + (rng.next() % 9) as usize;
+            let mut p = String::new();
+            if n % 13 != 0 {
+                p.push('/');
+            }
+            for _ in 0..len {
+                p.push_str(rng.pick(&atoms));
+            }
+            for mode in [EscapedSlashes::Reject, EscapedSlashes::Decode] {
+                let ours = canonical_path(&p, mode);
+                assert_eq!(ours, reference(&p, mode), "{p:?} {mode:?}");
+                if let Ok(c) = &ours {
+                    ok += 1;
+                    assert_eq!(canonical_path(c, mode).as_ref(), Ok(c), "idempotent: {p:?}");
+                    assert!(c.starts_with('/') && !c.contains("//"), "{c:?}");
+                    assert!(
+                        !c.split('/').any(|s| s == "." || s == ".."),
+                        "dot segment left in {c:?}"
+                    );
+                }
+            }
+        }
+        assert!(ok > 20_000, "too few accepted paths: {ok}");
+    }
+}

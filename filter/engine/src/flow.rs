@@ -1,0 +1,778 @@
+//! One request, start to end, as a pure state machine the host adapter drives:
+//! headers -> (body) -> parse -> evaluate -> (callouts) -> answer.
+
+use mcp_access_bundle::Level;
+
+use crate::answer::{self, LocalResponse, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR};
+use crate::callout::{self, CalloutReport, CalloutRequest};
+use crate::canon::canonical_path;
+use crate::mcp::{self, ParseError, ParseLimits};
+use crate::policy::{level_str, Decision, Engine, Evaluation, Step};
+use crate::request::{McpOp, Request};
+
+/// What the host must do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Let the request go on (after adding `add_headers`, later replacing earlier).
+    Allow { add_headers: Vec<(String, String)> },
+    /// Keep holding the request (headers held, body buffered, or callouts in flight).
+    Hold,
+    /// Make these callouts, report each with [`RequestFlow::dispatched`], then call
+    /// [`RequestFlow::resume`].
+    Dispatch(Vec<(usize, CalloutRequest)>),
+    /// Answer the client with this; the request never goes upstream.
+    Respond(LocalResponse),
+}
+
+/// How the request ended, for stats, logs and filter state.
+///
+/// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `decision` (`allow` or
+/// `deny`), `jwt`, `level`, `listener`, `method`, `name`, `policy`, `reason`, `rule`, `status`;
+/// absent values are `null`. `caller` is the SPIFFE ID when the certificate (or trusted header)
+/// identifies the caller, else `jwt:<iss>#<sub>` of its verified JWT, else `null`; `jwt` is
+/// `<iss>#<sub>` of the verified JWT (with or without a SPIFFE ID), `<iss>` without a `sub`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub allowed: bool,
+    pub level: Option<Level>,
+    /// `allowed`, a [`Reason`] name, or a rejection reason (`invalid_json`, `body_too_large`, ...).
+    pub reason: &'static str,
+    pub policy: Option<String>,
+    pub rule: Option<String>,
+    pub status: Option<u16>,
+    pub listener: Option<String>,
+    pub backend: Option<String>,
+    pub mcp_method: Option<String>,
+    pub mcp_param: Option<String>,
+    /// The SPIFFE ID, else `jwt:` and [`Outcome::jwt`].
+    pub caller: Option<String>,
+    /// `<iss>#<sub>` of the first verified JWT (in the bundle's provider order).
+    pub jwt: Option<String>,
+}
+
+impl Outcome {
+    /// One JSON object: the filter-state value and the decision log line.
+    pub fn to_json(&self) -> String {
+        // Written by hand: this runs for every request. Keys in alphabetical order and
+        // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
+        // document was first built as (a test compares the two).
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"backend\":");
+        push_opt_str(&mut out, self.backend.as_deref());
+        out.push_str(",\"caller\":");
+        push_opt_str(&mut out, self.caller.as_deref());
+        out.push_str(",\"decision\":");
+        push_str(&mut out, if self.allowed { "allow" } else { "deny" });
+        out.push_str(",\"jwt\":");
+        push_opt_str(&mut out, self.jwt.as_deref());
+        out.push_str(",\"level\":");
+        push_str(&mut out, level_str(self.level));
+        out.push_str(",\"listener\":");
+        push_opt_str(&mut out, self.listener.as_deref());
+        out.push_str(",\"method\":");
+        push_opt_str(&mut out, self.mcp_method.as_deref());
+        out.push_str(",\"name\":");
+        push_opt_str(&mut out, self.mcp_param.as_deref());
+        out.push_str(",\"policy\":");
+        push_opt_str(&mut out, self.policy.as_deref());
+        out.push_str(",\"reason\":");
+        push_str(&mut out, self.reason);
+        out.push_str(",\"rule\":");
+        push_opt_str(&mut out, self.rule.as_deref());
+        out.push_str(",\"status\":");
+        match self.status {
+            Some(s) => out.push_str(&s.to_string()),
+            None => out.push_str("null"),
+        }
+        out.push('}');
+        out
+    }
+}
+
+fn push_opt_str(out: &mut String, s: Option<&str>) {
+    match s {
+        Some(s) => push_str(out, s),
+        None => out.push_str("null"),
+    }
+}
+
+/// A JSON string literal, escaped as serde_json escapes: `"`, `\\` and control characters.
+fn push_str(out: &mut String, s: &str) {
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(s.get(start..i).unwrap_or_default());
+        if esc.is_empty() {
+            out.push_str(&format!("\\u{b:04x}"));
+        } else {
+            out.push_str(esc);
+        }
+        start = i + 1;
+    }
+    out.push_str(s.get(start..).unwrap_or_default());
+    out.push('"');
+}
+
+/// Headers-stage facts the host collected.
+#[derive(Debug, Clone, Default)]
+pub struct HeadersInput {
+    /// All request headers, names lowercase, pseudo-headers included.
+    pub headers: Vec<(String, String)>,
+    pub end_of_stream: bool,
+    pub port: u16,
+    pub route_name: Option<String>,
+    pub cluster_name: Option<String>,
+    pub caller: crate::request::Caller,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Stage {
+    Start,
+    Body,
+    Deciding,
+    Done,
+}
+
+/// Per-request state.
+#[derive(Debug)]
+pub struct RequestFlow {
+    stage: Stage,
+    req: Option<Request>,
+    body: Vec<u8>,
+    id: Option<String>,
+    eval: Option<Evaluation>,
+    /// (callout token, evaluation slot, dispatch time in ns)
+    tokens: Vec<(u32, usize, u64)>,
+    /// Callouts that ended since the host last took them.
+    reports: Vec<CalloutReport>,
+    outcome: Option<Outcome>,
+}
+
+impl Default for RequestFlow {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RequestFlow {
+    pub fn new() -> Self {
+        RequestFlow {
+            stage: Stage::Start,
+            req: None,
+            body: Vec::new(),
+            id: None,
+            eval: None,
+            tokens: Vec::new(),
+            reports: Vec::new(),
+            outcome: None,
+        }
+    }
+
+    /// How the request ended, once it has.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
+    }
+
+    /// Whether a decision has been reached.
+    pub fn is_done(&self) -> bool {
+        self.stage == Stage::Done
+    }
+
+    /// The request headers arrived.
+    pub fn on_headers(&mut self, engine: &Engine, input: HeadersInput) -> Action {
+        if self.stage != Stage::Start {
+            return Action::Hold;
+        }
+        let header = |name: &str| {
+            input
+                .headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let method = header(":method").unwrap_or_default();
+        let path = header(":path").unwrap_or_default();
+        let canonical = canonical_path(&path, engine.escaped_slashes);
+        let req = Request {
+            canonical_path: canonical.clone().unwrap_or_default(),
+            path,
+            authority: header(":authority")
+                .or_else(|| header("host"))
+                .unwrap_or_default(),
+            port: input.port,
+            mcp: McpOp::NotMcp,
+            route_name: input.route_name,
+            cluster_name: input.cluster_name,
+            caller: input.caller,
+            headers: input
+                .headers
+                .into_iter()
+                .filter(|(n, _)| !n.starts_with(':'))
+                .collect(),
+            method,
+        };
+        self.req = Some(req);
+        let Some(req) = self.req.as_ref() else {
+            return Action::Hold;
+        };
+
+        if let Err(e) = canonical {
+            return self.reject(400, INVALID_REQUEST, "invalid_path", &e.to_string());
+        }
+        // Every copy of a repeated header is checked: any one may be what the upstream reads.
+        let encoded = req
+            .header_values("content-encoding")
+            .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
+        if encoded {
+            return self.reject(
+                415,
+                INVALID_REQUEST,
+                "unsupported_encoding",
+                "Content-Encoding is not supported",
+            );
+        }
+        if input.end_of_stream {
+            if req.method == "POST" {
+                return self.reject(400, PARSE_ERROR, "invalid_json", "Parse error: empty body");
+            }
+            let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
+            return self.decide(engine, op);
+        }
+        let other_type = req.header_values("content-type").any(|ct| {
+            let essence = ct.split(';').next().unwrap_or_default().trim();
+            !essence.eq_ignore_ascii_case("application/json")
+        });
+        if req.method == "POST" && other_type {
+            return self.reject(
+                415,
+                INVALID_REQUEST,
+                "unsupported_media_type",
+                "Content-Type must be application/json",
+            );
+        }
+        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let lengths = req
+            .header_values("content-length")
+            .map(|len| len.trim().parse::<u64>())
+            .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
+        match lengths {
+            Err(_) => {
+                return self.reject(
+                    400,
+                    INVALID_REQUEST,
+                    "invalid_content_length",
+                    "Content-Length is not a number",
+                )
+            }
+            Ok(l) if l > limit as u64 => return self.too_large(),
+            Ok(_) => {}
+        }
+        self.stage = Stage::Body;
+        Action::Hold
+    }
+
+    /// A body chunk arrived; `size` is the total buffered so far. `read` fetches the whole
+    /// buffered body and is only called at the end of the stream.
+    pub fn on_body(
+        &mut self,
+        engine: &Engine,
+        size: usize,
+        end_of_stream: bool,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
+    ) -> Action {
+        if self.stage != Stage::Body {
+            return Action::Hold;
+        }
+        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        if size > limit {
+            return self.too_large();
+        }
+        if !end_of_stream {
+            return Action::Hold;
+        }
+        let body = if size == 0 {
+            Vec::new()
+        } else {
+            read(size).unwrap_or_default()
+        };
+        self.body_complete(engine, body)
+    }
+
+    /// Request trailers arrived: the body is complete (`read` gets up to the given byte count).
+    pub fn on_trailers(
+        &mut self,
+        engine: &Engine,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
+    ) -> Action {
+        if self.stage != Stage::Body {
+            return Action::Hold;
+        }
+        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let body = read(limit.saturating_add(1)).unwrap_or_default();
+        self.body_complete(engine, body)
+    }
+
+    fn body_complete(&mut self, engine: &Engine, body: Vec<u8>) -> Action {
+        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        if body.len() > limit {
+            return self.too_large();
+        }
+        let is_post = self.req.as_ref().is_some_and(|r| r.method == "POST");
+        if !is_post {
+            self.body = body;
+            return self.decide(engine, McpOp::NotMcp);
+        }
+        let limits = ParseLimits {
+            max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
+        };
+        match mcp::parse_message(&body, &limits) {
+            Err((err, id)) => {
+                // JSON-RPC: a parse error is answered with a null id.
+                if !matches!(err, ParseError::Parse(_)) {
+                    self.id = id;
+                }
+                let reason = match err {
+                    ParseError::Parse(_) => "invalid_json",
+                    ParseError::InvalidRequest(_) => "invalid_request",
+                    ParseError::InvalidParams(_) => "invalid_params",
+                };
+                self.reject(400, err.code(), reason, &err.to_string())
+            }
+            Ok(msg) => {
+                self.id = msg.id.clone();
+                self.body = body;
+                let body_version = msg.protocol_version.clone();
+                let op = McpOp::from_message(msg);
+                if let Some(problem) = self.header_mismatch(&op, body_version.as_deref()) {
+                    return self.reject(400, HEADER_MISMATCH, "header_mismatch", problem);
+                }
+                self.decide(engine, op)
+            }
+        }
+    }
+
+    /// Reports the result of dispatching the callout for `slot` at `now_ns`.
+    pub fn dispatched(
+        &mut self,
+        engine: &Engine,
+        slot: usize,
+        result: Result<u32, String>,
+        now_ns: u64,
+    ) {
+        match result {
+            Ok(token) => self.tokens.push((token, slot, now_ns)),
+            Err(detail) => {
+                let outcome = crate::policy::AuthzOutcome::Error {
+                    detail: format!("dispatch failed: {detail}"),
+                };
+                let name = self.authorizer_name(engine, slot);
+                self.reports
+                    .push(CalloutReport::of(name, None, &outcome, None));
+                if let Some(ev) = &mut self.eval {
+                    ev.complete(slot, outcome);
+                }
+            }
+        }
+    }
+
+    /// The callouts that ended since the last call (for the host's stats and logs).
+    pub fn take_callout_reports(&mut self) -> Vec<CalloutReport> {
+        std::mem::take(&mut self.reports)
+    }
+
+    fn authorizer_of<'e>(
+        &self,
+        engine: &'e Engine,
+        slot: usize,
+    ) -> Option<&'e mcp_access_bundle::Authorizer> {
+        self.eval
+            .as_ref()
+            .and_then(|ev| ev.call_authorizer(slot))
+            .and_then(|i| engine.authorizers.get(i))
+    }
+
+    fn authorizer_name<'e>(&self, engine: &'e Engine, slot: usize) -> &'e str {
+        self.authorizer_of(engine, slot)
+            .map_or("?", |a| a.name.as_str())
+    }
+
+    /// How many body bytes of the response to `token` (with `status`) the host may read:
+    /// see [`callout::body_read_limit`]; 0 for a token this request does not wait for.
+    pub fn callout_body_limit(&self, engine: &Engine, token: u32, status: Option<u16>) -> usize {
+        self.tokens
+            .iter()
+            .find(|(t, _, _)| *t == token)
+            .and_then(|(_, slot, _)| self.authorizer_of(engine, *slot))
+            .map_or(0, |a| callout::body_read_limit(a, status))
+    }
+
+    /// Continues after dispatching.
+    pub fn resume(&mut self, engine: &Engine) -> Action {
+        self.step(engine)
+    }
+
+    /// A callout answered at `now_ns` (`status` None: no response: timeout, reset). `body` is
+    /// what the host read, at most [`RequestFlow::callout_body_limit`] bytes.
+    pub fn on_callout_response(
+        &mut self,
+        engine: &Engine,
+        token: u32,
+        status: Option<u16>,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        now_ns: u64,
+    ) -> Action {
+        let Some(pos) = self.tokens.iter().position(|(t, _, _)| *t == token) else {
+            return Action::Hold;
+        };
+        let (_, slot, at) = self.tokens.swap_remove(pos);
+        let (outcome, note) = match self.authorizer_of(engine, slot) {
+            Some(a) => callout::interpret(a, status, headers, body),
+            None => {
+                let detail = "unknown authorizer".to_string();
+                (crate::policy::AuthzOutcome::Error { detail }, None)
+            }
+        };
+        let latency_ms = now_ns.saturating_sub(at) / 1_000_000;
+        let name = self.authorizer_name(engine, slot);
+        self.reports
+            .push(CalloutReport::of(name, Some(latency_ms), &outcome, note));
+        if let Some(ev) = &mut self.eval {
+            ev.complete(slot, outcome);
+        }
+        self.step(engine)
+    }
+
+    /// SEP-2243: `Mcp-Method`, `Mcp-Name` (Base64 sentinel decoded) and
+    /// `MCP-Protocol-Version` each appear at most once and agree with the body (the last with
+    /// `params._meta`'s protocol version); a request of the header revision (2026-07-28 on)
+    /// must carry the headers that revision requires.
+    fn header_mismatch(&self, op: &McpOp, body_version: Option<&str>) -> Option<&'static str> {
+        let req = self.req.as_ref()?;
+        fn once<'r>(req: &'r Request, name: &'static str) -> Result<Option<&'r str>, ()> {
+            let mut copies = req.header_values(name);
+            let first = copies.next();
+            match copies.next() {
+                Some(_) => Err(()),
+                None => Ok(first),
+            }
+        }
+        let Ok(method) = once(req, "mcp-method") else {
+            return Some("Mcp-Method header appears more than once");
+        };
+        let Ok(name) = once(req, "mcp-name") else {
+            return Some("Mcp-Name header appears more than once");
+        };
+        let Ok(version) = once(req, "mcp-protocol-version") else {
+            return Some("MCP-Protocol-Version header appears more than once");
+        };
+        if let (Some(h), Some(b)) = (version, body_version) {
+            if h != b {
+                return Some("MCP-Protocol-Version header does not match params._meta");
+            }
+        }
+        if let Some(m) = method {
+            if op.method() != Some(m) {
+                return Some("Mcp-Method header does not match the request body");
+            }
+        }
+        if let Some(n) = name {
+            let Some(n) = decode_header_value(n) else {
+                return Some("Mcp-Name header holds a malformed Base64 value");
+            };
+            if op.param() != Some(n.as_ref()) {
+                return Some("Mcp-Name header does not match the request body");
+            }
+        }
+        let header_revision =
+            body_version.is_some() || version.is_some_and(|v| v >= FIRST_HEADER_REVISION);
+        if header_revision {
+            if version.is_none() {
+                return Some("MCP-Protocol-Version header is required");
+            }
+            if method.is_none() {
+                return Some("Mcp-Method header is required");
+            }
+            let named = matches!(
+                op.method(),
+                Some("tools/call" | "resources/read" | "prompts/get")
+            );
+            if named && name.is_none() {
+                return Some("Mcp-Name header is required");
+            }
+        }
+        None
+    }
+
+    fn decide(&mut self, engine: &Engine, op: McpOp) -> Action {
+        let Some(req) = self.req.as_mut() else {
+            return Action::Hold;
+        };
+        req.mcp = op;
+        self.eval = Some(engine.begin(req, false));
+        self.stage = Stage::Deciding;
+        self.step(engine)
+    }
+
+    fn step(&mut self, engine: &Engine) -> Action {
+        let (Some(ev), Some(req)) = (self.eval.as_mut(), self.req.as_ref()) else {
+            return Action::Hold;
+        };
+        match ev.advance(engine, req) {
+            Step::Waiting => Action::Hold,
+            Step::Call(calls) => {
+                let mut out = Vec::with_capacity(calls.len());
+                for c in calls {
+                    let (Some(a), Some(p)) = (
+                        engine.authorizers.get(c.authorizer),
+                        engine.policies.get(c.policy),
+                    ) else {
+                        // Not reachable from a compiled bundle; if it were, the call failed.
+                        ev.complete(
+                            c.slot,
+                            crate::policy::AuthzOutcome::Error {
+                                detail: "no such authorizer or policy".into(),
+                            },
+                        );
+                        continue;
+                    };
+                    out.push((c.slot, callout::build(a, req, &self.body, c.level, &p.id)));
+                }
+                // Even when empty: the host dispatches nothing and resumes, which decides.
+                Action::Dispatch(out)
+            }
+            Step::Done(decision) => self.finish(engine, decision),
+        }
+    }
+
+    fn finish(&mut self, engine: &Engine, decision: Decision) -> Action {
+        self.stage = Stage::Done;
+        let (listener, backend) = match (&self.eval, &self.req) {
+            (Some(ev), Some(_)) => (
+                ev.listener_name(engine),
+                ev.backend_name(engine).map(str::to_string),
+            ),
+            _ => (None, None),
+        };
+        let mut outcome = self.base_outcome();
+        outcome.listener = listener;
+        outcome.backend = backend;
+        match decision {
+            Decision::Allow {
+                add_headers,
+                policy,
+                rule,
+            } => {
+                outcome.allowed = true;
+                outcome.policy = policy;
+                outcome.rule = rule;
+                self.outcome = Some(outcome);
+                Action::Allow { add_headers }
+            }
+            Decision::Deny(d) => {
+                let response = answer::denial(&engine.deny_response, &d, self.id.as_deref());
+                outcome.level = d.level;
+                outcome.reason = d.reason.as_str();
+                outcome.policy = d.policy;
+                outcome.rule = d.rule;
+                outcome.status = Some(response.status);
+                self.outcome = Some(outcome);
+                Action::Respond(response)
+            }
+        }
+    }
+
+    fn base_outcome(&self) -> Outcome {
+        let req = self.req.as_ref();
+        let jwt = req
+            .and_then(|r| r.caller.jwts.first())
+            .map(|p| match &p.subject {
+                Some(sub) => format!("{}#{sub}", p.issuer),
+                None => p.issuer.clone(),
+            });
+        Outcome {
+            allowed: false,
+            level: None,
+            reason: "allowed",
+            policy: None,
+            rule: None,
+            status: None,
+            listener: None,
+            backend: None,
+            mcp_method: req.and_then(|r| r.mcp.method().map(str::to_string)),
+            mcp_param: req.and_then(|r| r.mcp.param().map(str::to_string)),
+            caller: req
+                .and_then(|r| r.caller.spiffe.clone())
+                .or_else(|| jwt.as_ref().map(|j| format!("jwt:{j}"))),
+            jwt,
+        }
+    }
+
+    fn reject(&mut self, status: u16, code: i32, reason: &'static str, message: &str) -> Action {
+        self.stage = Stage::Done;
+        let mut outcome = self.base_outcome();
+        outcome.reason = reason;
+        outcome.status = Some(status);
+        self.outcome = Some(outcome);
+        Action::Respond(answer::rejection(status, self.id.as_deref(), code, message))
+    }
+
+    fn too_large(&mut self) -> Action {
+        self.reject(
+            413,
+            INVALID_REQUEST,
+            "body_too_large",
+            "Request body exceeds the configured limit",
+        )
+    }
+}
+
+/// The first MCP revision whose requests carry `Mcp-Method` / `Mcp-Name` (SEP-2243).
+const FIRST_HEADER_REVISION: &str = "2026-07-28";
+
+/// A header value with the SEP-2243 Base64 sentinel (`=?base64?...?=`) decoded; None when the
+/// sentinel holds anything but canonical, padded Base64 of UTF-8 text.
+fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let Some(payload) = v
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    else {
+        return Some(std::borrow::Cow::Borrowed(v));
+    };
+    let bytes = payload.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    let sextet = |c: u8| -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    };
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    let quads = bytes.len() / 4;
+    for (q, chunk) in bytes.chunks_exact(4).enumerate() {
+        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && q + 1 != quads) {
+            return None;
+        }
+        let mut n: u32 = 0;
+        for &c in chunk.get(..4 - pad)? {
+            n = (n << 6) | sextet(c)?;
+        }
+        n <<= 6 * pad;
+        let [_, a, b, c] = n.to_be_bytes();
+        // Canonical form: the bits the padding leaves over are zero.
+        let keep = 3 - pad;
+        let all = [a, b, c];
+        if all.get(keep..)?.iter().any(|&x| x != 0) {
+            return None;
+        }
+        out.extend_from_slice(all.get(..keep)?);
+    }
+    String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_sentinel_is_decoded_strictly() {
+        let d = |v| decode_header_value(v).map(|c| c.into_owned());
+        assert_eq!(d("get_weather").as_deref(), Some("get_weather"));
+        assert_eq!(d("=?base64?ZWNobw==?=").as_deref(), Some("echo"));
+        assert_eq!(
+            d("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(d("=?base64?IHBhZGRlZCA=?=").as_deref(), Some(" padded "));
+        assert_eq!(d("=?base64??=").as_deref(), Some(""));
+        assert_eq!(d("=?base64?ZGVs?=").as_deref(), Some("del"));
+        // Not the sentinel: taken as it is.
+        assert_eq!(
+            d("=?BASE64?ZWNobw==?=").as_deref(),
+            Some("=?BASE64?ZWNobw==?=")
+        );
+        // Malformed: unpadded, bad alphabet, non-zero leftover bits, padding inside, not UTF-8.
+        for bad in [
+            "=?base64?ZWNobw?=",
+            "=?base64?ZWNo*w==?=",
+            "=?base64?ZWNobx==?=",
+            "=?base64?ZW==bw==?=",
+            "=?base64?Z===?=",
+            "=?base64?/w==?=",
+        ] {
+            assert_eq!(d(bad), None, "{bad}");
+        }
+    }
+
+    /// The document as it was first defined (a `serde_json::Value` map).
+    fn as_value_map(o: &Outcome) -> String {
+        serde_json::json!({
+            "decision": if o.allowed { "allow" } else { "deny" },
+            "level": level_str(o.level),
+            "reason": o.reason,
+            "policy": o.policy,
+            "rule": o.rule,
+            "status": o.status,
+            "listener": o.listener,
+            "backend": o.backend,
+            "method": o.mcp_method,
+            "name": o.mcp_param,
+            "caller": o.caller,
+            "jwt": o.jwt,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn outcome_json_is_byte_for_byte_the_value_map() {
+        let full = Outcome {
+            allowed: false,
+            level: Some(Level::Backend),
+            reason: "deny_policy",
+            policy: Some("ns/p\"q".into()),
+            rule: Some("r\u{1}\n\u{e9}\t\u{8}\u{c}\u{1f}\u{7f}\r".into()),
+            status: Some(403),
+            listener: Some("ns/gw/l".into()),
+            backend: Some("ns/b".into()),
+            mcp_method: Some("tools/call".into()),
+            mcp_param: Some("</script>\\".into()),
+            caller: Some("spiffe://example.org/ns/a/sa/b".into()),
+            jwt: Some("https://idp.example/\u{2028}#u\"1".into()),
+        };
+        let empty = Outcome {
+            allowed: true,
+            level: None,
+            reason: "allowed",
+            policy: None,
+            rule: None,
+            status: None,
+            listener: None,
+            backend: None,
+            mcp_method: None,
+            mcp_param: None,
+            caller: None,
+            jwt: None,
+        };
+        for o in [full, empty] {
+            assert_eq!(o.to_json(), as_value_map(&o));
+        }
+    }
+}

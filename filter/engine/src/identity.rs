@@ -1,0 +1,266 @@
+//! Who is calling: SPIFFE IDs from the peer certificate or a trusted header, and verified JWT
+//! claims as Envoy's `jwt_authn` filter left them in metadata.
+
+use mcp_access_bundle::validate::is_spiffe_id;
+use mcp_access_bundle::{JwtProvider, TrustedHeaderFormat};
+
+use crate::protobuf::{filter_metadata, PValue};
+use crate::request::{ClaimValue, JwtPrincipal};
+
+/// The SPIFFE ID of the peer certificate: its only URI SAN (an X.509-SVID has exactly one).
+/// `first_san` is Envoy's `connection.uri_san_peer_certificate`, which names only the first URI
+/// SAN; `cert` is `connection.peer_certificate` (PEM), where the filter counts them. A second URI
+/// SAN, an unreadable certificate, or a disagreement with Envoy's first SAN: no identity.
+pub fn spiffe_from_peer(first_san: &[u8], cert: Option<&[u8]>) -> Option<String> {
+    let first = std::str::from_utf8(first_san).ok()?;
+    let sans = crate::x509::uri_sans(cert?).ok()?;
+    match sans.as_slice() {
+        [only] if only == first && is_spiffe_id(only) => Some(only.clone()),
+        _ => None,
+    }
+}
+
+/// The SPIFFE ID carried by a trusted header.
+pub fn spiffe_from_header(value: &str, format: TrustedHeaderFormat) -> Option<String> {
+    let id = match format {
+        TrustedHeaderFormat::Plain => value.trim().to_string(),
+        TrustedHeaderFormat::Xfcc => xfcc_uri(value)?,
+    };
+    is_spiffe_id(&id).then_some(id)
+}
+
+/// `URI=` of the last element of an `x-forwarded-client-cert` value (the closest client).
+/// Envoy writes one `URI=` per URI SAN: an element with several has no identity.
+fn xfcc_uri(value: &str) -> Option<String> {
+    let elements = split_unquoted(value, ',');
+    let last = elements.last()?;
+    let mut uris = split_unquoted(last, ';').into_iter().filter_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        if !k.trim().eq_ignore_ascii_case("uri") {
+            return None;
+        }
+        let v = v.trim();
+        let v = v
+            .strip_prefix('"')
+            .and_then(|x| x.strip_suffix('"'))
+            .unwrap_or(v);
+        Some(v.replace("\\\"", "\""))
+    });
+    match (uris.next(), uris.next()) {
+        (Some(uri), None) => Some(uri),
+        _ => None,
+    }
+}
+
+/// Splits on `sep` outside double quotes (a backslash escapes the next character).
+fn split_unquoted(s: &str, sep: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut quoted, mut escaped, mut start) = (false, false, 0);
+    for (i, c) in s.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if c == '"' {
+            quoted = !quoted;
+        } else if c == sep && !quoted {
+            parts.push(s.get(start..i).unwrap_or_default());
+            start = i + c.len_utf8();
+        }
+    }
+    parts.push(s.get(start..).unwrap_or_default());
+    parts
+}
+
+/// Filter metadata key of Envoy's JWT filter.
+pub const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
+
+/// Verified JWT principals from the request's dynamic metadata (the serialized
+/// `envoy.config.core.v3.Metadata` of the `metadata` property): the `jwt_authn` entry holds one
+/// payload per provider, under the provider's `payload_in_metadata` key.
+pub fn jwt_principals(
+    metadata: &[u8],
+    providers: &[JwtProvider],
+    wanted: &[String],
+) -> Vec<JwtPrincipal> {
+    let Some(fields) = filter_metadata(metadata, JWT_FILTER) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for p in providers {
+        let Some(PValue::Struct(payload)) = fields
+            .iter()
+            .find(|(k, _)| k == &p.metadata_key)
+            .map(|(_, v)| v)
+        else {
+            continue;
+        };
+        let text = |name: &str| {
+            payload
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.scalar_text())
+        };
+        // The payload must be the one this provider verifies.
+        if text("iss").as_deref() != Some(p.issuer.as_str()) {
+            continue;
+        }
+        let claims = wanted
+            .iter()
+            .filter_map(|name| {
+                let (_, v) = payload.iter().find(|(k, _)| k == name)?;
+                let value = match v {
+                    PValue::Str(s) => ClaimValue::Str(s.clone()),
+                    PValue::List(items) => {
+                        ClaimValue::List(items.iter().filter_map(PValue::scalar_text).collect())
+                    }
+                    other => ClaimValue::Other(other.scalar_text()?),
+                };
+                Some((name.clone(), value))
+            })
+            .collect();
+        out.push(JwtPrincipal {
+            issuer: p.issuer.clone(),
+            subject: text("sub"),
+            claims,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALPHA: &str = "spiffe://example.org/ns/a/sa/alpha";
+
+    /// Self-signed, SAN: URI alpha.
+    const ONE_URI: &str = "-----BEGIN CERTIFICATE-----
+MIIBRjCB7KADAgECAgEBMAoGCCqGSM49BAMCMAwxCjAIBgNVBAMMAXQwHhcNMjYw
+MTAxMDAwMDAwWhcNMzYwMTAxMDAwMDAwWjAMMQowCAYDVQQDDAF0MFkwEwYHKoZI
+zj0CAQYIKoZIzj0DAQcDQgAEx2CxG6FVlyPyDey3JGNAZ5gcS4PAdPISGy2VlZh/
+t+GhhnkWJYfgL8gUuECpwo2JLGwtGp8+JeAJ7hDFdmpTsaM/MD0wDAYDVR0TAQH/
+BAIwADAtBgNVHREEJjAkhiJzcGlmZmU6Ly9leGFtcGxlLm9yZy9ucy9hL3NhL2Fs
+cGhhMAoGCCqGSM49BAMCA0kAMEYCIQDm0S5tUYkCGcnubceGamEc3l7C1HyEubH3
+EG0BK4l9BQIhAOK4rvPf/16t1jDy2waJjuS45I8o74Ic1IoVfrTF9Tt4
+-----END CERTIFICATE-----
+";
+
+    /// Self-signed, SAN: DNS a.example, URI alpha, URI beta.
+    const TWO_URIS: &str = "-----BEGIN CERTIFICATE-----
+MIIBdDCCARqgAwIBAgIBATAKBggqhkjOPQQDAjAMMQowCAYDVQQDDAF0MB4XDTI2
+MDEwMTAwMDAwMFoXDTM2MDEwMTAwMDAwMFowDDEKMAgGA1UEAwwBdDBZMBMGByqG
+SM49AgEGCCqGSM49AwEHA0IABMdgsRuhVZcj8g3styRjQGeYHEuDwHTyEhstlZWY
+f7fhoYZ5FiWH4C/IFLhAqcKNiSxsLRqfPiXgCe4QxXZqU7GjbTBrMAwGA1UdEwEB
+/wQCMAAwWwYDVR0RBFQwUoIJYS5leGFtcGxlhiJzcGlmZmU6Ly9leGFtcGxlLm9y
+Zy9ucy9hL3NhL2FscGhhhiFzcGlmZmU6Ly9leGFtcGxlLm9yZy9ucy9hL3NhL2Jl
+dGEwCgYIKoZIzj0EAwIDSAAwRQIhAKhbl6iWEi50CN0jpQdqWYrCfa51fRmtXCcJ
+s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
+-----END CERTIFICATE-----
+";
+
+    #[test]
+    fn peer_identity_is_the_only_uri_san() {
+        let one = ONE_URI.as_bytes();
+        assert_eq!(
+            spiffe_from_peer(ALPHA.as_bytes(), Some(one)).as_deref(),
+            Some(ALPHA)
+        );
+        // Percent-encoded PEM (older Envoys) reads the same.
+        let encoded = ONE_URI.replace('\n', "%0A").replace('+', "%2B");
+        assert_eq!(
+            spiffe_from_peer(ALPHA.as_bytes(), Some(encoded.as_bytes())).as_deref(),
+            Some(ALPHA)
+        );
+        // Envoy names the first URI SAN, the certificate has two: no identity.
+        assert_eq!(
+            crate::x509::uri_sans(TWO_URIS.as_bytes()).map(|v| v.len()),
+            Ok(2)
+        );
+        assert_eq!(
+            spiffe_from_peer(ALPHA.as_bytes(), Some(TWO_URIS.as_bytes())),
+            None
+        );
+        // No certificate to count in, a disagreement with Envoy, or garbage: no identity.
+        assert_eq!(spiffe_from_peer(ALPHA.as_bytes(), None), None);
+        assert_eq!(
+            spiffe_from_peer(b"spiffe://example.org/ns/a/sa/beta", Some(one)),
+            None
+        );
+        let damaged = ONE_URI.replace("MIIBRjCB", "MIIBRjCC");
+        assert_eq!(
+            spiffe_from_peer(ALPHA.as_bytes(), Some(damaged.as_bytes())),
+            None
+        );
+        assert_eq!(spiffe_from_peer(b"\xff", Some(one)), None);
+    }
+
+    #[test]
+    fn xfcc() {
+        let v = r#"By=spiffe://gw;Hash=abc;URI=spiffe://example.org/ns/x/sa/old,By=spiffe://gw;Hash=def;Subject="CN=a,O=b";URI=spiffe://example.org/ns/x/sa/new"#;
+        assert_eq!(
+            spiffe_from_header(v, TrustedHeaderFormat::Xfcc).as_deref(),
+            Some("spiffe://example.org/ns/x/sa/new")
+        );
+        assert_eq!(
+            spiffe_from_header("Hash=abc", TrustedHeaderFormat::Xfcc),
+            None
+        );
+        // Envoy writes one URI= per URI SAN: two in the closest element is no identity.
+        let two = "Hash=abc;URI=spiffe://example.org/ns/x/sa/a;URI=spiffe://example.org/ns/x/sa/b";
+        assert_eq!(spiffe_from_header(two, TrustedHeaderFormat::Xfcc), None);
+        assert_eq!(
+            spiffe_from_header(" spiffe://a/b ", TrustedHeaderFormat::Plain).as_deref(),
+            Some("spiffe://a/b")
+        );
+        assert_eq!(
+            spiffe_from_header("alice", TrustedHeaderFormat::Plain),
+            None
+        );
+    }
+
+    #[test]
+    fn jwt_from_metadata() {
+        use crate::protobuf::tests::enc_metadata;
+        let payload = PValue::Struct(vec![
+            ("iss".into(), PValue::Str("https://idp".into())),
+            ("sub".into(), PValue::Str("agent-7".into())),
+            (
+                "groups".into(),
+                PValue::List(vec![PValue::Str("ops".into())]),
+            ),
+            ("level".into(), PValue::Number(3.0)),
+        ]);
+        let forged = PValue::Struct(vec![("iss".into(), PValue::Str("https://other".into()))]);
+        let md = enc_metadata(
+            JWT_FILTER,
+            &[("jwt".into(), payload), ("other".into(), forged)],
+        );
+        let providers = vec![
+            JwtProvider {
+                issuer: "https://idp".into(),
+                metadata_key: "jwt".into(),
+            },
+            JwtProvider {
+                issuer: "https://idp2".into(),
+                metadata_key: "other".into(),
+            },
+        ];
+        let wanted = vec![
+            "groups".to_string(),
+            "level".to_string(),
+            "absent".to_string(),
+        ];
+        let p = jwt_principals(&md, &providers, &wanted);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].subject.as_deref(), Some("agent-7"));
+        assert_eq!(
+            p[0].claims,
+            vec![
+                ("groups".to_string(), ClaimValue::List(vec!["ops".into()])),
+                ("level".to_string(), ClaimValue::Other("3".into())),
+            ]
+        );
+        assert!(jwt_principals(b"\xff\xff", &providers, &wanted).is_empty());
+    }
+}

@@ -1,0 +1,18 @@
+//! mcp-access's decision engine: everything the filter decides, with no proxy-wasm in sight.
+//!
+//! A request is parsed in [`mcp`], its path canonicalized in [`canon`], its caller identified
+//! in [`identity`] (certificates read by [`x509`]), decided in [`policy`]; authorizers are
+//! called through [`callout`], and it is answered in [`answer`]. [`flow`] strings these
+//! together per request; the `mcp-access-filter` crate is the thin proxy-wasm host around it.
+
+pub mod answer;
+pub mod callout;
+pub mod canon;
+pub mod flow;
+pub mod identity;
+pub mod mcp;
+pub mod policy;
+pub mod protobuf;
+pub mod request;
+pub mod wire;
+pub mod x509;

@@ -1,0 +1,492 @@
+//! Per-request evaluation (docs/semantics.md §3): for the Gateway level, then the Backend level:
+//! ExternalAuth, then Deny, then Allow. Authorizer calls are returned to the caller as a
+//! [`Step::Call`]; their outcomes are fed back with [`Evaluation::complete`].
+
+use std::fmt;
+
+use mcp_access_bundle::{FailureMode, Level, UnknownBackend};
+
+use super::{Engine, LevelIndex, PolicyId, RuleRef};
+use crate::request::Request;
+
+/// Why a request was denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// No Gateway listener in the bundle matches the destination port / host.
+    UnknownListener,
+    /// Envoy routed to no backend the bundle knows.
+    UnknownBackend,
+    /// An authorizer said no.
+    ExternalAuthDenied,
+    /// An authorizer failed (unreachable, timeout, 5xx) and its failure mode is Deny.
+    AuthorizerFailed,
+    /// A Deny policy matched.
+    DenyPolicy,
+    /// Allow policies exist at the level and none admits the request.
+    NotAllowed,
+}
+
+impl Reason {
+    /// Stable snake_case name, used in stats and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::UnknownListener => "unknown_listener",
+            Reason::UnknownBackend => "unknown_backend",
+            Reason::ExternalAuthDenied => "external_auth_denied",
+            Reason::AuthorizerFailed => "authorizer_error",
+            Reason::DenyPolicy => "deny_policy",
+            Reason::NotAllowed => "not_allowed",
+        }
+    }
+}
+
+/// Level name for stats and logs.
+pub fn level_str(level: Option<Level>) -> &'static str {
+    match level {
+        Some(Level::Gateway) => "gateway",
+        Some(Level::Backend) => "backend",
+        None => "none",
+    }
+}
+
+/// An authorizer's answer, or the failure to get one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthzOutcome {
+    /// 2xx: allowed; these headers go to the upstream request.
+    Allow { headers: Vec<(String, String)> },
+    /// Denied: relay this response to the client.
+    Deny {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+    /// No usable answer.
+    Error { detail: String },
+}
+
+/// A callout the host must make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthzCall {
+    /// Pass back to [`Evaluation::complete`].
+    pub slot: usize,
+    pub policy: PolicyId,
+    /// Index into [`Engine::authorizers`].
+    pub authorizer: usize,
+    pub level: Level,
+}
+
+/// An authorizer's denial, relayed to the client as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relay {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// A denial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub level: Option<Level>,
+    pub reason: Reason,
+    /// `namespace/name` of the deciding policy.
+    pub policy: Option<String>,
+    pub rule: Option<String>,
+    /// The authorizer response to relay (ExternalAuthDenied).
+    pub relay: Option<Relay>,
+    /// Extra detail for logs (never sent unless the operator exposes details).
+    pub detail: Option<String>,
+}
+
+/// The final answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Let the request through, adding these headers (in order; later replaces earlier).
+    /// `policy`/`rule`: the last Allow rule that admitted it (Backend level over Gateway).
+    Allow {
+        add_headers: Vec<(String, String)>,
+        policy: Option<String>,
+        rule: Option<String>,
+    },
+    Deny(Denial),
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Make these calls (in parallel), then [`Evaluation::complete`] each and advance again.
+    Call(Vec<AuthzCall>),
+    /// Calls are still outstanding.
+    Waiting,
+    Done(Decision),
+}
+
+/// One line of the decision trace (for `explain` and debug logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceEntry {
+    pub level: Option<Level>,
+    pub step: &'static str,
+    pub policy: Option<String>,
+    pub rule: Option<String>,
+    pub outcome: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    ExternalAuth,
+    Awaiting,
+    Rules,
+}
+
+/// The state of one request's evaluation.
+#[derive(Debug)]
+pub struct Evaluation {
+    listener: Option<usize>,
+    backend: Option<usize>,
+    host: String,
+    level: Level,
+    phase: Phase,
+    done: Option<Decision>,
+    calls: Vec<(AuthzCall, Option<AuthzOutcome>)>,
+    add_headers: Vec<(String, String)>,
+    admitted: Option<(Option<String>, Option<String>)>,
+    trace: Option<Vec<TraceEntry>>,
+}
+
+impl Evaluation {
+    pub(super) fn new(engine: &Engine, req: &Request, trace: bool) -> Evaluation {
+        let host = req.host();
+        let listener = engine.listener_for(req.port, &host);
+        let backend = engine.backend_for(req.route_name.as_deref(), req.cluster_name.as_deref());
+        let mut ev = Evaluation {
+            listener,
+            backend,
+            host,
+            level: Level::Gateway,
+            phase: Phase::ExternalAuth,
+            done: None,
+            calls: Vec::new(),
+            add_headers: Vec::new(),
+            admitted: None,
+            trace: trace.then(Vec::new),
+        };
+        let unknown = if listener.is_none() {
+            Some((Reason::UnknownListener, format!("port {}", req.port)))
+        } else if backend.is_none() && engine.unknown_backend == UnknownBackend::Deny {
+            Some((
+                Reason::UnknownBackend,
+                format!(
+                    "route {:?}, cluster {:?}",
+                    req.route_name.as_deref().unwrap_or(""),
+                    req.cluster_name.as_deref().unwrap_or("")
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some((reason, detail)) = unknown {
+            ev.note(None, "resolve", None, None, format_args!("deny: {detail}"));
+            ev.done = Some(Decision::Deny(Denial {
+                level: None,
+                reason,
+                policy: None,
+                rule: None,
+                relay: None,
+                detail: Some(detail),
+            }));
+        }
+        ev
+    }
+
+    /// `namespace/name/listener` the request arrived on.
+    pub fn listener_name(&self, engine: &Engine) -> Option<String> {
+        engine.listeners.get(self.listener?).map(|l| l.id.clone())
+    }
+
+    /// `namespace/name` of the backend Envoy routed to.
+    pub fn backend_name<'e>(&self, engine: &'e Engine) -> Option<&'e str> {
+        engine.backends.get(self.backend?).map(|b| b.id.as_str())
+    }
+
+    /// The trace, if it was asked for.
+    pub fn trace(&self) -> &[TraceEntry] {
+        self.trace.as_deref().unwrap_or(&[])
+    }
+
+    /// The authorizer of an outstanding call.
+    pub fn call_authorizer(&self, slot: usize) -> Option<usize> {
+        self.calls.get(slot).map(|(c, _)| c.authorizer)
+    }
+
+    /// Records an authorizer outcome.
+    pub fn complete(&mut self, slot: usize, outcome: AuthzOutcome) {
+        if let Some((_, o)) = self.calls.get_mut(slot) {
+            if o.is_none() {
+                *o = Some(outcome);
+            }
+        }
+    }
+
+    /// Runs until the decision is made or authorizer outcomes are needed.
+    pub fn advance(&mut self, engine: &Engine, req: &Request) -> Step {
+        loop {
+            if let Some(d) = &self.done {
+                return Step::Done(d.clone());
+            }
+            let index = match self.level {
+                Level::Gateway => self
+                    .listener
+                    .and_then(|i| engine.listeners.get(i))
+                    .map(|l| &l.index),
+                Level::Backend => self
+                    .backend
+                    .and_then(|i| engine.backends.get(i))
+                    .map(|b| &b.index),
+            };
+            let Some(index) = index else {
+                // GatewayOnly with no backend: nothing attached at the Backend level.
+                self.finish_level();
+                continue;
+            };
+            match self.phase {
+                Phase::ExternalAuth => {
+                    let calls = self.select_authorizers(engine, index, req);
+                    if calls.is_empty() {
+                        self.phase = Phase::Rules;
+                    } else {
+                        self.phase = Phase::Awaiting;
+                        return Step::Call(calls);
+                    }
+                }
+                Phase::Awaiting => {
+                    if self.calls.iter().any(|(_, o)| o.is_none()) {
+                        return Step::Waiting;
+                    }
+                    self.collect_outcomes(engine);
+                    self.phase = Phase::Rules;
+                }
+                Phase::Rules => {
+                    self.apply_rules(engine, index, req);
+                    if self.done.is_none() {
+                        self.finish_level();
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish_level(&mut self) {
+        match self.level {
+            Level::Gateway => {
+                self.level = Level::Backend;
+                self.phase = Phase::ExternalAuth;
+            }
+            Level::Backend => {
+                let (policy, rule) = self.admitted.take().unwrap_or_default();
+                self.done = Some(Decision::Allow {
+                    add_headers: std::mem::take(&mut self.add_headers),
+                    policy,
+                    rule,
+                });
+            }
+        }
+    }
+
+    fn select_authorizers(
+        &mut self,
+        engine: &Engine,
+        index: &LevelIndex,
+        req: &Request,
+    ) -> Vec<AuthzCall> {
+        self.calls.clear();
+        let mut out = Vec::new();
+        for &pid in &index.external_auth {
+            let Some(p) = engine.policies.get(pid) else {
+                continue;
+            };
+            if !engine.selects(pid, req, &self.host) {
+                self.note(
+                    Some(self.level),
+                    "externalAuth",
+                    Some(&p.id),
+                    None,
+                    format_args!("not selected"),
+                );
+                continue;
+            }
+            let super::CAction::ExternalAuth { authorizer } = p.action else {
+                continue;
+            };
+            let call = AuthzCall {
+                slot: self.calls.len(),
+                policy: pid,
+                authorizer,
+                level: self.level,
+            };
+            self.calls.push((call, None));
+            out.push(call);
+        }
+        out
+    }
+
+    fn collect_outcomes(&mut self, engine: &Engine) {
+        let calls = std::mem::take(&mut self.calls);
+        let level = Some(self.level);
+        for (call, outcome) in calls {
+            let policy = engine.policies.get(call.policy).map(|p| p.id.clone());
+            let authorizer = engine.authorizers.get(call.authorizer);
+            match outcome {
+                Some(AuthzOutcome::Allow { headers }) => {
+                    self.note(
+                        level,
+                        "externalAuth",
+                        policy.as_deref(),
+                        None,
+                        format_args!("allowed"),
+                    );
+                    self.add_headers.extend(headers);
+                }
+                Some(AuthzOutcome::Deny {
+                    status,
+                    headers,
+                    body,
+                }) => {
+                    self.note(
+                        level,
+                        "externalAuth",
+                        policy.as_deref(),
+                        None,
+                        format_args!("denied with {status}"),
+                    );
+                    self.deny(Denial {
+                        level,
+                        reason: Reason::ExternalAuthDenied,
+                        policy,
+                        rule: None,
+                        relay: Some(Relay {
+                            status,
+                            headers,
+                            body,
+                        }),
+                        detail: None,
+                    });
+                    return;
+                }
+                other => {
+                    let detail = match other {
+                        Some(AuthzOutcome::Error { detail }) => detail,
+                        _ => "no answer".to_string(),
+                    };
+                    let mode = authorizer.map_or(FailureMode::Deny, |a| a.failure_mode);
+                    if mode == FailureMode::Allow {
+                        self.note(
+                            level,
+                            "externalAuth",
+                            policy.as_deref(),
+                            None,
+                            format_args!("failed open: {detail}"),
+                        );
+                        continue;
+                    }
+                    self.note(
+                        level,
+                        "externalAuth",
+                        policy.as_deref(),
+                        None,
+                        format_args!("failed: {detail}"),
+                    );
+                    self.deny(Denial {
+                        level,
+                        reason: Reason::AuthorizerFailed,
+                        policy,
+                        rule: None,
+                        relay: None,
+                        detail: Some(detail),
+                    });
+                    return;
+                }
+            }
+        }
+    }
+
+    fn apply_rules(&mut self, engine: &Engine, index: &LevelIndex, req: &Request) {
+        let level = Some(self.level);
+        if let Some(r) = index.deny.first_admitting(engine, req, &self.host) {
+            let (policy, rule) = names(engine, r);
+            self.note(
+                level,
+                "deny",
+                policy.as_deref(),
+                rule.as_deref(),
+                format_args!("matched"),
+            );
+            self.deny(Denial {
+                level,
+                reason: Reason::DenyPolicy,
+                policy,
+                rule,
+                relay: None,
+                detail: None,
+            });
+            return;
+        }
+        if !index.has_allow {
+            self.note(level, "allow", None, None, format_args!("no Allow policy"));
+            return;
+        }
+        match index.allow.first_admitting(engine, req, &self.host) {
+            Some(r) => {
+                let (policy, rule) = names(engine, r);
+                self.note(
+                    level,
+                    "allow",
+                    policy.as_deref(),
+                    rule.as_deref(),
+                    format_args!("admitted"),
+                );
+                self.admitted = Some((policy, rule));
+            }
+            None => {
+                self.note(level, "allow", None, None, format_args!("no rule admits"));
+                self.deny(Denial {
+                    level,
+                    reason: Reason::NotAllowed,
+                    policy: None,
+                    rule: None,
+                    relay: None,
+                    detail: None,
+                });
+            }
+        }
+    }
+
+    fn deny(&mut self, d: Denial) {
+        self.done = Some(Decision::Deny(d));
+    }
+
+    /// Records a trace line; without a trace nothing is copied or formatted.
+    fn note(
+        &mut self,
+        level: Option<Level>,
+        step: &'static str,
+        policy: Option<&str>,
+        rule: Option<&str>,
+        outcome: fmt::Arguments<'_>,
+    ) {
+        if let Some(t) = &mut self.trace {
+            t.push(TraceEntry {
+                level,
+                step,
+                policy: policy.map(str::to_string),
+                rule: rule.map(str::to_string),
+                outcome: outcome.to_string(),
+            });
+        }
+    }
+}
+
+fn names(engine: &Engine, r: RuleRef) -> (Option<String>, Option<String>) {
+    (
+        engine.policies.get(r.policy).map(|p| p.id.clone()),
+        engine.rule(r).map(|x| x.name.clone()),
+    )
+}

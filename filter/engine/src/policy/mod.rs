@@ -1,0 +1,482 @@
+//! Policy evaluation: the bundle compiled once into lookup structures ([`Engine`]), and the
+//! per-request evaluation of docs/semantics.md §3–§4 ([`Evaluation`]).
+
+mod eval;
+mod matcher;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use mcp_access_bundle::{
+    Action, Authorizer, Bundle, DenyResponse, EscapedSlashes, IdentitySettings, Level, Limits,
+    Policy, UnknownBackend,
+};
+
+pub use eval::{
+    level_str, AuthzCall, AuthzOutcome, Decision, Denial, Evaluation, Reason, Relay, Step,
+    TraceEntry,
+};
+use matcher::{compile_rule, CRule};
+pub use matcher::{path_prefix_matches, HostPattern, Mode};
+
+use crate::request::Request;
+
+/// Index of a policy in [`Engine::policies`] (seniority order).
+pub type PolicyId = usize;
+
+/// A policy, compiled.
+#[derive(Debug)]
+pub struct CPolicy {
+    /// `namespace/name`.
+    pub id: String,
+    pub level: Level,
+    pub action: CAction,
+    /// None: applies to all traffic. `Some(empty)` only for the stand-in of an Allow policy
+    /// that was not accepted: it admits nothing.
+    pub rules: Option<Vec<CRule>>,
+    /// Why the compiler did not accept the policy this stands in for.
+    pub not_accepted: Option<String>,
+}
+
+/// What a compiled policy does; an ExternalAuth policy always has its authorizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CAction {
+    /// Call this authorizer (index into [`Engine::authorizers`]).
+    ExternalAuth {
+        authorizer: usize,
+    },
+    Allow,
+    Deny,
+}
+
+/// A rule of a policy; `rule: None` stands for a policy without rules (matches everything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RuleRef {
+    pub policy: PolicyId,
+    pub rule: Option<usize>,
+}
+
+/// A hash map with a fast, unkeyed hash (FxHash's multiply-rotate over 8-byte words). Only for
+/// tables whose keys come from the bundle: a request can look keys up but never insert, so
+/// it cannot make collisions.
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(
+                <[u8; 8]>::try_from(c).unwrap_or_default(),
+            ));
+        }
+        let mut tail = [0u8; 8];
+        for (t, b) in tail.iter_mut().zip(chunks.remainder()) {
+            *t = *b;
+        }
+        self.add(u64::from_le_bytes(tail) ^ ((bytes.len() as u64) << 56));
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Rules of one action at one attachment point, indexed so that a tools/call looks at the
+/// rules naming that tool plus the rules that name no tool at all.
+#[derive(Debug)]
+pub struct RuleSet {
+    /// Allow rules admit, Deny rules select.
+    mode: Mode,
+    /// method -> name/URI -> rules that admit exactly that.
+    keyed: FastMap<String, FastMap<String, Vec<RuleRef>>>,
+    /// Rules that could admit a request naming no particular param.
+    general: Vec<RuleRef>,
+    /// Keyed rules that also admit base-protocol traffic.
+    base: Vec<RuleRef>,
+}
+
+impl RuleSet {
+    fn new(mode: Mode) -> Self {
+        RuleSet {
+            mode,
+            keyed: FastMap::default(),
+            general: Vec::new(),
+            base: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, r: RuleRef, rule: Option<&CRule>) {
+        let Some(rule) = rule else {
+            self.general.push(r);
+            return;
+        };
+        match rule.keyed_calls() {
+            Some(calls) => {
+                for (method, params) in calls {
+                    if !self.keyed.contains_key(method) {
+                        self.keyed.insert(method.to_string(), FastMap::default());
+                    }
+                    let Some(by_param) = self.keyed.get_mut(method) else {
+                        continue;
+                    };
+                    by_param.reserve(params.len());
+                    for p in params {
+                        let list = by_param.entry(p.clone()).or_default();
+                        if list.last() != Some(&r) {
+                            list.push(r);
+                        }
+                    }
+                }
+                if rule.may_admit_base() {
+                    self.base.push(r);
+                }
+            }
+            None => self.general.push(r),
+        }
+    }
+
+    /// The most senior rule that admits `req`.
+    pub fn first_admitting(&self, engine: &Engine, req: &Request, host: &str) -> Option<RuleRef> {
+        let keyed = match (&req.mcp.method(), req.mcp.param()) {
+            (Some(m), Some(p)) => self.keyed.get(*m).and_then(|x| x.get(p)),
+            _ => None,
+        };
+        let base = if req.mcp.is_base() {
+            Some(&self.base)
+        } else {
+            None
+        };
+        self.general
+            .iter()
+            .chain(keyed.into_iter().flatten())
+            .chain(base.into_iter().flatten())
+            .filter(|r| engine.rule_admits(**r, req, host, self.mode))
+            .min()
+            .copied()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.general.is_empty() && self.keyed.is_empty() && self.base.is_empty()
+    }
+}
+
+/// Everything attached at one point (a Gateway listener or a Backend).
+#[derive(Debug)]
+pub struct LevelIndex {
+    /// ExternalAuth policies, most senior first.
+    pub external_auth: Vec<PolicyId>,
+    pub deny: RuleSet,
+    pub allow: RuleSet,
+    /// Whether any Allow policy is attached (the level is then default-deny).
+    pub has_allow: bool,
+}
+
+#[derive(Debug)]
+pub struct CListener {
+    pub gateway: String,
+    pub name: String,
+    /// `namespace/gateway/listener`.
+    pub id: String,
+    pub port: u16,
+    pub host: Option<HostPattern>,
+    pub index: LevelIndex,
+}
+
+#[derive(Debug)]
+pub struct CBackend {
+    pub id: String,
+    pub index: LevelIndex,
+}
+
+/// The bundle compiled for per-request use.
+#[derive(Debug)]
+pub struct Engine {
+    pub policies: Vec<CPolicy>,
+    pub authorizers: Vec<Authorizer>,
+    pub listeners: Vec<CListener>,
+    pub backends: Vec<CBackend>,
+    by_route: HashMap<String, usize>,
+    by_cluster: HashMap<String, usize>,
+    pub identity: IdentitySettings,
+    pub deny_response: DenyResponse,
+    pub limits: Limits,
+    pub hold_headers: bool,
+    pub unknown_backend: UnknownBackend,
+    /// How `%2F` / `%5C` in a request path are treated.
+    pub escaped_slashes: EscapedSlashes,
+    /// Claim names any JWT rule reads.
+    pub jwt_claims: Vec<String>,
+}
+
+impl Engine {
+    /// Compiles a validated bundle.
+    pub fn compile(b: &Bundle) -> Result<Engine, String> {
+        let mut order: Vec<&Policy> = b.policies.iter().collect();
+        order.sort_by(|x, y| {
+            (x.seniority, &x.namespace, &x.name).cmp(&(y.seniority, &y.namespace, &y.name))
+        });
+        let td = b.identity.trust_domain.as_deref();
+        let mut policies = Vec::with_capacity(order.len());
+        let mut jwt_claims: Vec<String> = Vec::new();
+        for p in &order {
+            let rules = match &p.rules {
+                None => None,
+                Some(rs) => Some(
+                    rs.iter()
+                        .map(|r| {
+                            compile_rule(r, &p.namespace, td)
+                                .map_err(|e| format!("policy {}/{}: {e}", p.namespace, p.name))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+            };
+            for r in rules.iter().flatten() {
+                if let matcher::CSource::Jwt { claims, .. } = &r.source {
+                    for (c, _) in claims {
+                        if !jwt_claims.contains(c) {
+                            jwt_claims.push(c.clone());
+                        }
+                    }
+                }
+            }
+            let id = format!("{}/{}", p.namespace, p.name);
+            let action = match (p.action, &p.external_auth) {
+                (Action::ExternalAuth, Some(name)) => CAction::ExternalAuth {
+                    authorizer: b
+                        .authorizers
+                        .iter()
+                        .position(|a| &a.name == name)
+                        .ok_or_else(|| format!("policy {id}: no authorizer named {name}"))?,
+                },
+                (Action::ExternalAuth, None) => {
+                    return Err(format!("policy {id}: ExternalAuth needs an authorizer"))
+                }
+                (_, Some(_)) => {
+                    return Err(format!(
+                        "policy {id}: externalAuth is only allowed with action ExternalAuth"
+                    ))
+                }
+                (Action::Allow, None) => CAction::Allow,
+                (Action::Deny, None) => CAction::Deny,
+            };
+            let rules = match (&p.not_accepted, action, rules) {
+                (Some(_), CAction::Allow, _) => Some(Vec::new()),
+                (Some(_), CAction::ExternalAuth { .. }, _) => {
+                    return Err(format!(
+                        "policy {id}: a policy that was not accepted cannot call an authorizer"
+                    ))
+                }
+                (_, _, Some(rs)) if rs.is_empty() => {
+                    return Err(format!(
+                        "policy {id}: an empty rule list applies to nothing; omit rules for all traffic"
+                    ))
+                }
+                (_, _, rules) => rules,
+            };
+            policies.push(CPolicy {
+                id,
+                level: p.level,
+                action,
+                rules,
+                not_accepted: p.not_accepted.clone(),
+            });
+        }
+
+        let mut listeners = Vec::new();
+        for g in &b.gateways {
+            for l in &g.listeners {
+                let mut index = LevelIndex::default();
+                for (pid, p) in order.iter().enumerate() {
+                    let attached = p.level == Level::Gateway
+                        && p.targets.iter().any(|t| {
+                            t.name == g.name
+                                && t.namespace.as_deref().unwrap_or(&p.namespace) == g.namespace
+                                && t.section_name.as_ref().is_none_or(|s| s == &l.name)
+                        });
+                    if attached {
+                        index.attach(pid, &policies);
+                    }
+                }
+                listeners.push(CListener {
+                    gateway: format!("{}/{}", g.namespace, g.name),
+                    name: l.name.clone(),
+                    id: format!("{}/{}/{}", g.namespace, g.name, l.name),
+                    port: l.port,
+                    host: l.hostname.as_deref().map(HostPattern::new),
+                    index,
+                });
+            }
+        }
+
+        let mut backends = Vec::new();
+        let mut by_route = HashMap::new();
+        let mut by_cluster = HashMap::new();
+        for (bi, be) in b.backends.iter().enumerate() {
+            let mut index = LevelIndex::default();
+            for (pid, p) in order.iter().enumerate() {
+                let attached = p.level == Level::Backend
+                    && p.targets.iter().any(|t| {
+                        t.name == be.name
+                            && t.namespace.as_deref().unwrap_or(&p.namespace) == be.namespace
+                    });
+                if attached {
+                    index.attach(pid, &policies);
+                }
+            }
+            for r in &be.route_names {
+                by_route.insert(r.clone(), bi);
+            }
+            for c in &be.cluster_names {
+                by_cluster.insert(c.clone(), bi);
+            }
+            backends.push(CBackend {
+                id: format!("{}/{}", be.namespace, be.name),
+                index,
+            });
+        }
+
+        Ok(Engine {
+            policies,
+            authorizers: b.authorizers.clone(),
+            listeners,
+            backends,
+            by_route,
+            by_cluster,
+            identity: b.identity.clone(),
+            deny_response: b.deny_response.clone(),
+            limits: b.limits.clone(),
+            hold_headers: b.envoy.hold_headers,
+            unknown_backend: b.envoy.unknown_backend,
+            escaped_slashes: b.envoy.escaped_slashes,
+            jwt_claims,
+        })
+    }
+
+    /// Parses, validates and compiles bundle JSON.
+    pub fn from_json(json: &[u8]) -> Result<Engine, String> {
+        let bundle = mcp_access_bundle::parse_bundle(json).map_err(|e| e.to_string())?;
+        Engine::compile(&bundle).map_err(|e| format!("invalid policy bundle: {e}"))
+    }
+
+    /// The listener a request arrived on: same port, most specific matching hostname.
+    pub fn listener_for(&self, port: u16, host: &str) -> Option<usize> {
+        self.listeners
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.port == port && l.host.as_ref().is_none_or(|h| h.matches(host)))
+            .max_by_key(|(i, l)| {
+                (
+                    l.host.as_ref().map_or(0, |h| h.specificity()),
+                    usize::MAX - i,
+                )
+            })
+            .map(|(i, _)| i)
+    }
+
+    /// The backend Envoy routed to: by route name first, then by upstream cluster.
+    pub fn backend_for(&self, route: Option<&str>, cluster: Option<&str>) -> Option<usize> {
+        route
+            .and_then(|r| self.by_route.get(r))
+            .or_else(|| cluster.and_then(|c| self.by_cluster.get(c)))
+            .copied()
+    }
+
+    /// Rule of a policy, or None for "the policy has no rules".
+    pub fn rule(&self, r: RuleRef) -> Option<&CRule> {
+        let p = self.policies.get(r.policy)?;
+        p.rules.as_ref()?.get(r.rule?)
+    }
+
+    fn rule_admits(&self, r: RuleRef, req: &Request, host: &str, mode: Mode) -> bool {
+        match r.rule {
+            None => true,
+            Some(_) => self
+                .rule(r)
+                .is_some_and(|rule| rule.admits(req, host, mode)),
+        }
+    }
+
+    /// Whether an ExternalAuth policy selects the request (no rules: every request).
+    pub fn selects(&self, pid: PolicyId, req: &Request, host: &str) -> bool {
+        match self.policies.get(pid).map(|p| &p.rules) {
+            Some(None) => true,
+            Some(Some(rules)) => rules.iter().any(|r| r.admits(req, host, Mode::Select)),
+            None => false,
+        }
+    }
+
+    /// Starts evaluating a request.
+    pub fn begin(&self, req: &Request, trace: bool) -> Evaluation {
+        Evaluation::new(self, req, trace)
+    }
+}
+
+impl Default for LevelIndex {
+    fn default() -> Self {
+        LevelIndex {
+            external_auth: Vec::new(),
+            deny: RuleSet::new(Mode::Select),
+            allow: RuleSet::new(Mode::Admit),
+            has_allow: false,
+        }
+    }
+}
+
+impl LevelIndex {
+    fn attach(&mut self, pid: PolicyId, policies: &[CPolicy]) {
+        let Some(p) = policies.get(pid) else { return };
+        match p.action {
+            CAction::ExternalAuth { .. } => self.external_auth.push(pid),
+            CAction::Deny | CAction::Allow => {
+                let set = if p.action == CAction::Deny {
+                    &mut self.deny
+                } else {
+                    self.has_allow = true;
+                    &mut self.allow
+                };
+                match &p.rules {
+                    None => set.add(
+                        RuleRef {
+                            policy: pid,
+                            rule: None,
+                        },
+                        None,
+                    ),
+                    Some(rules) => {
+                        for (i, r) in rules.iter().enumerate() {
+                            set.add(
+                                RuleRef {
+                                    policy: pid,
+                                    rule: Some(i),
+                                },
+                                Some(r),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether nothing at all is attached here.
+    pub fn is_empty(&self) -> bool {
+        self.external_auth.is_empty() && self.deny.is_empty() && self.allow.is_empty()
+    }
+}

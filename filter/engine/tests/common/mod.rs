@@ -1,0 +1,141 @@
+//! Shared helpers for the decision-engine tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::type_complexity
+)]
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, Step};
+use mcp_access_engine::request::{Caller, McpOp, Request};
+use serde_json::{json, Value};
+
+pub const ALPHA: &str = "spiffe://example.org/ns/agents/sa/alpha";
+pub const BETA: &str = "spiffe://example.org/ns/agents/sa/beta";
+
+/// A bundle with gateway `gw` (listener `https` on 8443) and backend `tools` (route `tools-route`).
+pub fn bundle(policies: Vec<Value>, authorizers: &[&str]) -> Value {
+    json!({
+        "apiVersion": "mcp-access.io/v1",
+        "identity": {"trustDomain": "example.org"},
+        "gateways": [{"name": "gw", "listeners": [
+            {"name": "https", "port": 8443},
+            {"name": "internal", "port": 9443}
+        ]}],
+        "backends": [
+            {"name": "tools", "routeNames": ["tools-route"]},
+            {"name": "other", "clusterNames": ["other-cluster"]}
+        ],
+        "authorizers": authorizers.iter().map(|a| json!({"name": a, "cluster": format!("{a}-cluster")})).collect::<Vec<_>>(),
+        "policies": policies,
+    })
+}
+
+pub fn engine(b: &Value) -> Engine {
+    Engine::from_json(b.to_string().as_bytes()).unwrap()
+}
+
+/// An ExternalAuth policy.
+pub fn ext(name: &str, level: &str, target: &str, authorizer: &str, seniority: u64) -> Value {
+    json!({"name": name, "level": level, "targets": [{"name": target}], "action": "ExternalAuth",
+           "externalAuth": authorizer, "seniority": seniority})
+}
+
+/// An Allow policy admitting tools/call of `tools` (v0alpha0 InlineTools: base protocol too).
+pub fn inline_tools(name: &str, level: &str, target: &str, tools: &[&str]) -> Value {
+    // No tools: no method, only the base protocol (as the compiler maps `tools: []`).
+    let methods = if tools.is_empty() {
+        json!([])
+    } else {
+        json!([{"name": "tools/call", "params": tools}])
+    };
+    json!({"name": name, "level": level, "targets": [{"name": target}], "action": "Allow",
+           "rules": [{"name": "tools", "authorization": {"mcp": {
+               "methods": methods, "baseProtocol": "Match"}}}]})
+}
+
+/// A Deny policy matching tools/call of `tools`.
+pub fn deny_tools(name: &str, level: &str, target: &str, tools: &[&str]) -> Value {
+    json!({"name": name, "level": level, "targets": [{"name": target}], "action": "Deny",
+           "rules": [{"name": "tools", "authorization": {"mcp": {
+               "methods": [{"name": "tools/call", "params": tools}]}}}]})
+}
+
+pub fn call(tool: &str) -> Request {
+    request(
+        McpOp::Call {
+            method: "tools/call".into(),
+            param: Some(tool.into()),
+        },
+        Some(ALPHA),
+    )
+}
+
+pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
+    Request {
+        method: "POST".into(),
+        path: "/mcp".into(),
+        canonical_path: "/mcp".into(),
+        authority: "gateway.example.org:8443".into(),
+        port: 8443,
+        headers: vec![("content-type".into(), "application/json".into())],
+        caller: Caller {
+            spiffe: spiffe.map(str::to_string),
+            jwts: vec![],
+        },
+        mcp,
+        route_name: Some("tools-route".into()),
+        cluster_name: Some("tools-cluster".into()),
+    }
+}
+
+pub fn allow() -> AuthzOutcome {
+    AuthzOutcome::Allow { headers: vec![] }
+}
+
+pub fn deny(status: u16) -> AuthzOutcome {
+    AuthzOutcome::Deny {
+        status,
+        headers: vec![("www-authenticate".into(), "Bearer".into())],
+        body: b"no".to_vec(),
+    }
+}
+
+/// Runs an evaluation to the end, answering each authorizer call from `outcomes` (keyed by
+/// policy name). Returns the decision and the batches of policy names called.
+pub fn run(
+    engine: &Engine,
+    req: &Request,
+    outcomes: &HashMap<&str, AuthzOutcome>,
+) -> (Decision, Vec<Vec<String>>) {
+    let mut ev = engine.begin(req, true);
+    let mut batches = Vec::new();
+    loop {
+        match ev.advance(engine, req) {
+            Step::Done(d) => return (d, batches),
+            Step::Waiting => panic!("waiting with nothing outstanding"),
+            Step::Call(calls) => {
+                let mut names = Vec::new();
+                for c in calls {
+                    let id = engine.policies[c.policy].id.clone();
+                    let name = id.rsplit('/').next().unwrap().to_string();
+                    let o = outcomes
+                        .get(name.as_str())
+                        .cloned()
+                        .unwrap_or_else(|| panic!("no outcome for {name}"));
+                    ev.complete(c.slot, o);
+                    names.push(name);
+                }
+                batches.push(names);
+            }
+        }
+    }
+}
+
+pub fn is_allow(d: &Decision) -> bool {
+    matches!(d, Decision::Allow { .. })
+}

@@ -1,0 +1,523 @@
+//! The per-request pipeline the host adapter drives: headers, body, parse, callouts, answer.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use common::*;
+use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::Caller;
+use serde_json::{json, Value};
+
+fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
+    let mut h: Vec<(String, String)> = vec![
+        (":method".into(), method.into()),
+        (":path".into(), "/mcp".into()),
+        (":authority".into(), "gw.example.org".into()),
+    ];
+    h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+    HeadersInput {
+        headers: h,
+        end_of_stream: method != "POST",
+        port: 8443,
+        route_name: Some("tools-route".into()),
+        cluster_name: None,
+        caller: Caller {
+            spiffe: Some(ALPHA.into()),
+            jwts: vec![],
+        },
+    }
+}
+
+fn post(engine: &Engine, body: &[u8], extra: &[(&str, &str)]) -> (RequestFlow, Action) {
+    let mut flow = RequestFlow::new();
+    assert_eq!(
+        flow.on_headers(engine, headers("POST", extra)),
+        Action::Hold
+    );
+    assert_eq!(
+        flow.on_body(engine, body.len() / 2, false, |_| None),
+        Action::Hold
+    );
+    let owned = body.to_vec();
+    let a = flow.on_body(engine, body.len(), true, move |_| Some(owned));
+    (flow, a)
+}
+
+fn respond(a: Action) -> (u16, Value) {
+    match a {
+        Action::Respond(r) => (
+            r.status,
+            serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+        ),
+        other => panic!("expected a response, got {other:?}"),
+    }
+}
+
+fn tools_engine() -> Engine {
+    engine(&bundle(
+        vec![inline_tools("only-echo", "Backend", "tools", &["echo"])],
+        &[],
+    ))
+}
+
+fn call_body(id: &str, tool: &str) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#)
+        .into_bytes()
+}
+
+#[test]
+fn allowed_call_continues_and_denied_call_gets_jsonrpc_error_with_its_id() {
+    let e = tools_engine();
+    let (flow, a) = post(&e, &call_body("7", "echo"), &[]);
+    assert_eq!(
+        a,
+        Action::Allow {
+            add_headers: vec![]
+        }
+    );
+    assert!(flow.outcome().unwrap().allowed);
+
+    let (flow, a) = post(&e, &call_body(r#""req-1""#, "delete_repo"), &[]);
+    let (status, body) = respond(a);
+    assert_eq!(status, 403);
+    assert_eq!(body["id"], "req-1");
+    assert_eq!(body["error"]["code"], -32001);
+    assert!(
+        body["error"].get("data").is_none(),
+        "no details unless asked"
+    );
+    let o = flow.outcome().unwrap();
+    assert_eq!((o.allowed, o.reason), (false, "not_allowed"));
+    assert_eq!(o.mcp_param.as_deref(), Some("delete_repo"));
+}
+
+#[test]
+fn details_are_exposed_only_when_configured() {
+    let mut b = bundle(
+        vec![inline_tools("only-echo", "Backend", "tools", &["echo"])],
+        &[],
+    );
+    b["denyResponse"] =
+        json!({"httpStatus": 401, "jsonRpcCode": -32002, "message": "no", "exposeDetails": true});
+    let (_, a) = post(&engine(&b), &call_body("1", "x"), &[]);
+    let (status, body) = respond(a);
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["data"]["level"], "backend");
+    assert_eq!(body["error"]["data"]["reason"], "not_allowed");
+}
+
+#[test]
+fn malformed_bodies_are_rejected_with_the_right_code() {
+    let e = tools_engine();
+    let cases: &[(&[u8], i64)] = &[
+        (b"{not json", -32700),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}} x"#, -32700),
+        (br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, -32600),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"delete_repo"}}"#, -32600),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","n\u0061me":"delete_repo"}}"#, -32600),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#, -32602),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"ech\xff\"}}", -32700),
+    ];
+    for (body, code) in cases {
+        let (flow, a) = post(&e, body, &[]);
+        let (status, v) = respond(a);
+        assert_eq!(
+            (status, v["error"]["code"].as_i64()),
+            (400, Some(*code)),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+        assert!(!flow.outcome().unwrap().allowed);
+    }
+}
+
+#[test]
+fn escaped_key_cannot_smuggle_a_different_tool() {
+    // "n\u0061me" is "name": the parser decodes keys, so the decision sees the real tool.
+    let e = tools_engine();
+    let body =
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"n\u0061me":"delete_repo"}}"#;
+    let (status, _) = respond(post(&e, body, &[]).1);
+    assert_eq!(status, 403);
+    // A case-folded key is a different key: no name at all -> invalid params.
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"echo"}}"#;
+    assert_eq!(respond(post(&e, body, &[]).1).0, 400);
+}
+
+#[test]
+fn size_encoding_and_content_type_limits() {
+    let mut b = bundle(vec![], &[]);
+    b["limits"] = json!({"maxBodyBytes": 64});
+    let e = engine(&b);
+    let mut flow = RequestFlow::new();
+    let a = flow.on_headers(&e, headers("POST", &[("content-length", "65")]));
+    assert_eq!(respond(a).0, 413);
+    // Without content-length (chunked), the running size decides.
+    let mut flow = RequestFlow::new();
+    assert_eq!(flow.on_headers(&e, headers("POST", &[])), Action::Hold);
+    assert_eq!(respond(flow.on_body(&e, 65, false, |_| None)).0, 413);
+
+    let mut flow = RequestFlow::new();
+    let a = flow.on_headers(&e, headers("POST", &[("content-encoding", "gzip")]));
+    assert_eq!(respond(a).0, 415);
+    let mut flow = RequestFlow::new();
+    let a = flow.on_headers(&e, headers("POST", &[("content-type", "text/plain")]));
+    assert_eq!(respond(a).0, 415);
+    let mut flow = RequestFlow::new();
+    let a = flow.on_headers(
+        &e,
+        headers(
+            "POST",
+            &[("content-type", "application/json; charset=utf-8")],
+        ),
+    );
+    assert_eq!(a, Action::Hold);
+}
+
+#[test]
+fn mcp_headers_must_agree_with_the_body() {
+    let e = tools_engine();
+    let body = call_body("1", "echo");
+    let (_, a) = post(
+        &e,
+        &body,
+        &[("mcp-method", "tools/call"), ("mcp-name", "echo")],
+    );
+    assert_eq!(
+        a,
+        Action::Allow {
+            add_headers: vec![]
+        }
+    );
+    let (_, a) = post(&e, &body, &[("mcp-method", "tools/list")]);
+    assert_eq!(respond(a).0, 400);
+    let (_, a) = post(&e, &body, &[("mcp-name", "delete_repo")]);
+    assert_eq!(respond(a).0, 400);
+}
+
+#[test]
+fn requests_without_body_are_decided_at_headers() {
+    let e = tools_engine();
+    // GET (SSE) and DELETE with a session are base protocol, admitted by InlineTools.
+    let mut flow = RequestFlow::new();
+    assert_eq!(
+        flow.on_headers(&e, headers("GET", &[])),
+        Action::Allow {
+            add_headers: vec![]
+        }
+    );
+    let mut flow = RequestFlow::new();
+    let a = flow.on_headers(&e, headers("DELETE", &[("mcp-session-id", "abc")]));
+    assert_eq!(
+        a,
+        Action::Allow {
+            add_headers: vec![]
+        }
+    );
+    // DELETE without a session is not MCP: an MCP-only allow-list does not admit it.
+    let mut flow = RequestFlow::new();
+    assert_eq!(respond(flow.on_headers(&e, headers("DELETE", &[]))).0, 403);
+    // A POST without a body is not a JSON-RPC message.
+    let mut flow = RequestFlow::new();
+    let mut h = headers("POST", &[]);
+    h.end_of_stream = true;
+    assert_eq!(respond(flow.on_headers(&e, h)).0, 400);
+}
+
+fn ext_engine(failure_mode: &str) -> Engine {
+    let mut b = bundle(
+        vec![
+            ext("gw-ext", "Gateway", "gw", "a", 0),
+            ext("be-ext", "Backend", "tools", "b", 0),
+        ],
+        &["a", "b"],
+    );
+    b["authorizers"][0]["failureMode"] = failure_mode.into();
+    b["authorizers"][0]["allowedHeaders"] = json!(["x-team"]);
+    b["authorizers"][0]["forwardBodyMaxBytes"] = 10.into();
+    b["authorizers"][0]["pathPrefix"] = "/check".into();
+    engine(&b)
+}
+
+#[test]
+fn callouts_run_gateway_then_backend_and_relay_denials() {
+    let e = ext_engine("Deny");
+    let body = call_body("3", "echo");
+    let mut flow = RequestFlow::new();
+    flow.on_headers(
+        &e,
+        headers(
+            "POST",
+            &[
+                ("x-team", "blue"),
+                ("x-secret", "s"),
+                ("x-mcp-tool", "forged"),
+            ],
+        ),
+    );
+    let Action::Dispatch(calls) = flow.on_body(&e, body.len(), true, |_| Some(body.clone())) else {
+        panic!("expected the gateway callout")
+    };
+    assert_eq!(calls.len(), 1);
+    let (slot, req) = &calls[0];
+    assert_eq!(req.cluster, "a-cluster");
+    let h = |n: &str| {
+        req.headers
+            .iter()
+            .filter(|(k, _)| k == n)
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(h(":path"), ["/check/mcp"]);
+    assert_eq!(h("x-team"), ["blue"]);
+    assert!(
+        h("x-secret").is_empty(),
+        "only allowed headers are forwarded"
+    );
+    assert_eq!(
+        h("x-mcp-tool"),
+        ["echo"],
+        "the client's copy is never forwarded"
+    );
+    assert_eq!(h("x-mcp-method"), ["tools/call"]);
+    assert_eq!(h("x-mcp-access-level"), ["gateway"]);
+    assert_eq!(h("content-length"), ["10"]);
+    assert_eq!(h("x-envoy-auth-partial-body"), ["true"]);
+    assert_eq!(req.body, body[..10].to_vec());
+    flow.dispatched(&e, *slot, Ok(11), 0);
+    assert_eq!(flow.resume(&e), Action::Hold);
+
+    // Gateway allows with a header; the backend callout follows.
+    let a = flow.on_callout_response(
+        &e,
+        11,
+        Some(200),
+        vec![
+            ("x-user".into(), "alice".into()),
+            ("content-type".into(), "text/plain".into()),
+        ],
+        vec![],
+        0,
+    );
+    let Action::Dispatch(calls) = a else {
+        panic!("expected the backend callout, got {a:?}")
+    };
+    assert_eq!(calls[0].1.cluster, "b-cluster");
+    flow.dispatched(&e, calls[0].0, Ok(12), 0);
+    assert_eq!(flow.resume(&e), Action::Hold);
+    // The backend authorizer denies: its response is relayed.
+    let a = flow.on_callout_response(
+        &e,
+        12,
+        Some(401),
+        vec![("www-authenticate".into(), "Bearer realm=\"b\"".into())],
+        b"nope".to_vec(),
+        0,
+    );
+    match a {
+        Action::Respond(r) => {
+            assert_eq!(r.status, 401);
+            assert!(r
+                .headers
+                .contains(&("www-authenticate".into(), "Bearer realm=\"b\"".into())));
+            assert_eq!(r.body, b"nope");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn allowed_callout_headers_reach_the_upstream_request() {
+    let e = ext_engine("Deny");
+    let mut flow2 = RequestFlow::new();
+    let Action::Dispatch(calls) = flow2.on_headers(&e, headers("GET", &[])) else {
+        panic!()
+    };
+    flow2.dispatched(&e, calls[0].0, Ok(1), 0);
+    flow2.resume(&e);
+    let Action::Dispatch(calls) = flow2.on_callout_response(
+        &e,
+        1,
+        Some(204),
+        vec![
+            ("x-user".into(), "alice".into()),
+            ("content-type".into(), "x".into()),
+        ],
+        vec![],
+        0,
+    ) else {
+        panic!()
+    };
+    flow2.dispatched(&e, calls[0].0, Ok(2), 0);
+    flow2.resume(&e);
+    let a = flow2.on_callout_response(&e, 2, Some(200), vec![], vec![], 0);
+    assert_eq!(
+        a,
+        Action::Allow {
+            add_headers: vec![("x-user".into(), "alice".into())]
+        }
+    );
+}
+
+#[test]
+fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
+    for (mode, allowed) in [("Deny", false), ("Allow", true)] {
+        let e = ext_engine(mode);
+        // dispatch fails (unknown cluster: BadArgument)
+        let mut flow = RequestFlow::new();
+        let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+            panic!()
+        };
+        flow.dispatched(&e, calls[0].0, Err("BadArgument".into()), 0);
+        let a = flow.resume(&e);
+        if allowed {
+            assert!(
+                matches!(a, Action::Dispatch(_)),
+                "{mode}: on to the backend: {a:?}"
+            );
+        } else {
+            let (status, v) = respond(a);
+            assert_eq!(status, 403);
+            assert_eq!(v["error"]["code"], -32001);
+            assert_eq!(flow.outcome().unwrap().reason, "authorizer_error");
+        }
+        // 504 from Envoy (timeout) and no response at all
+        for status in [Some(504), Some(503), None] {
+            let mut flow = RequestFlow::new();
+            let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+                panic!()
+            };
+            flow.dispatched(&e, calls[0].0, Ok(9), 0);
+            flow.resume(&e);
+            let a = flow.on_callout_response(&e, 9, status, vec![], vec![], 0);
+            assert_eq!(
+                matches!(a, Action::Dispatch(_)),
+                allowed,
+                "{mode} {status:?}: {a:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn stray_callout_tokens_are_ignored() {
+    let e = ext_engine("Deny");
+    let mut flow = RequestFlow::new();
+    let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        panic!()
+    };
+    flow.dispatched(&e, calls[0].0, Ok(5), 0);
+    flow.resume(&e);
+    assert_eq!(
+        flow.on_callout_response(&e, 99, Some(200), vec![], vec![], 0),
+        Action::Hold
+    );
+    assert!(matches!(
+        flow.on_callout_response(&e, 5, Some(200), vec![], vec![], 0),
+        Action::Dispatch(_)
+    ));
+}
+
+#[test]
+fn trailers_end_the_body_and_the_request_is_decided() {
+    let e = tools_engine();
+    let body = call_body("1", "delete_repo");
+    let mut flow = RequestFlow::new();
+    flow.on_headers(&e, headers("POST", &[]));
+    assert_eq!(flow.on_body(&e, body.len(), false, |_| None), Action::Hold);
+    let a = flow.on_trailers(&e, |max| Some(body[..body.len().min(max)].to_vec()));
+    assert_eq!(respond(a).0, 403);
+    // Oversize bodies ending in trailers are still refused.
+    let mut b = bundle(vec![], &[]);
+    b["limits"] = json!({"maxBodyBytes": 10});
+    let e = engine(&b);
+    let mut flow = RequestFlow::new();
+    flow.on_headers(&e, headers("POST", &[]));
+    let a = flow.on_trailers(&e, |max| Some(vec![b' '; max]));
+    assert_eq!(respond(a).0, 413);
+}
+
+#[test]
+fn callout_reports_and_body_limits_come_from_the_flow() {
+    let mut b = bundle(vec![ext("gw-ext", "Gateway", "gw", "a", 0)], &["a"]);
+    b["authorizers"][0]["maxResponseBodyBytes"] = 8.into();
+    let e = engine(&b);
+    // A dispatch failure is reported as a failed callout without a latency.
+    let mut flow = RequestFlow::new();
+    let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        panic!()
+    };
+    flow.dispatched(&e, calls[0].0, Err("BadArgument".into()), 0);
+    let r = flow.take_callout_reports();
+    assert_eq!(r.len(), 1);
+    assert!(r[0].failed && r[0].latency_ms.is_none() && r[0].authorizer == "a");
+    assert!(
+        flow.take_callout_reports().is_empty(),
+        "reports are taken once"
+    );
+
+    // A denial: the host may read 9 bytes; the latency runs from dispatch to answer.
+    let mut flow = RequestFlow::new();
+    let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        panic!()
+    };
+    flow.dispatched(&e, calls[0].0, Ok(4), 1_000_000);
+    flow.resume(&e);
+    assert_eq!(flow.callout_body_limit(&e, 4, Some(403)), 9);
+    assert_eq!(flow.callout_body_limit(&e, 4, Some(200)), 0);
+    assert_eq!(
+        flow.callout_body_limit(&e, 5, Some(403)),
+        0,
+        "unknown token"
+    );
+    let a = flow.on_callout_response(
+        &e,
+        4,
+        Some(403),
+        vec![("content-type".into(), "text/plain".into())],
+        b"123456789".to_vec(),
+        8_000_000,
+    );
+    let Action::Respond(resp) = a else {
+        panic!("{a:?}")
+    };
+    assert_eq!(resp.status, 403);
+    assert!(resp.body.is_empty(), "an over-cap body is not relayed");
+    assert!(resp.headers.iter().all(|(n, _)| n != "content-type"));
+    let r = flow.take_callout_reports();
+    assert_eq!(r[0].latency_ms, Some(7));
+    assert!(!r[0].failed && r[0].detail.is_some());
+    assert_eq!(flow.outcome().unwrap().reason, "external_auth_denied");
+}
+
+#[test]
+fn a_jwt_caller_is_named_in_the_decision() {
+    use mcp_access_engine::request::JwtPrincipal;
+    let e = tools_engine();
+    let jwt = JwtPrincipal {
+        issuer: "https://idp.example".into(),
+        subject: Some("u1".into()),
+        claims: vec![],
+    };
+    for (spiffe, caller) in [(None, "jwt:https://idp.example#u1"), (Some(ALPHA), ALPHA)] {
+        let mut input = headers("GET", &[]);
+        input.caller = Caller {
+            spiffe: spiffe.map(str::to_string),
+            jwts: vec![jwt.clone()],
+        };
+        let mut flow = RequestFlow::new();
+        flow.on_headers(&e, input);
+        let o = flow.outcome().unwrap();
+        assert_eq!(o.caller.as_deref(), Some(caller));
+        assert_eq!(o.jwt.as_deref(), Some("https://idp.example#u1"));
+        let v: Value = serde_json::from_str(&o.to_json()).unwrap();
+        assert_eq!(v["caller"], caller);
+        assert_eq!(v["jwt"], "https://idp.example#u1");
+    }
+}

@@ -1,0 +1,300 @@
+"""Requests that spell a denied request differently are still judged as that request, in real Envoy.
+
+One Envoy with three plaintext listeners:
+  normalized  the filter, with Envoy's own path / host normalization (what the project renders)
+  raw         the filter, without any Envoy normalization: the filter alone must hold
+  front       no filter; forwards everything unchanged over HTTP/2 (h2c) to `raw`, so the filter
+              also sees the requests as Envoy's HTTP/2 codec hands them over
+Requests are written byte for byte over a socket (HTTP/1.1), so paths, repeated headers and Host
+values reach Envoy exactly as a hostile client sends them. Every refused request is checked
+against the MCP server's own request log: it never arrives there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import (
+    Cluster,
+    EnvoyProcess,
+    Listener,
+    McpServerProc,
+    Route,
+    Wasm,
+    build_bootstrap,
+    free_port,
+    rpc,
+)
+
+DENIED = (403, -32001)  # a policy said no (the bundle's default deny answer)
+MISMATCH = (400, -32020)  # HeaderMismatch (SEP-2243)
+BAD_PATH = (400, -32600)  # no canonical path
+
+
+def policy(name: str, level: str, target: str, action: str, authorization: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "namespace": "mcp", "level": level, "targets": [{"name": target}], "action": action,
+            "rules": [{"name": name, "authorization": authorization}]}
+
+
+def bundle(normalized: int, raw: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "mcp-access.io/v1",
+        "gateways": [{"name": "gw", "namespace": "mcp", "listeners": [
+            {"name": "normalized", "port": normalized}, {"name": "raw", "port": raw}]}],
+        "backends": [
+            {"name": "tools", "namespace": "mcp", "routeNames": ["tools-route"]},
+            {"name": "guarded", "namespace": "mcp", "routeNames": ["guarded-route"]},
+            {"name": "hosted", "namespace": "mcp", "routeNames": ["hosted-route"]},
+        ],
+        "policies": [
+            policy("no-admin", "Gateway", "gw", "Deny", {"paths": [{"type": "PathPrefix", "value": "/mcp/admin"}]}),
+            policy("no-intruders", "Gateway", "gw", "Deny", {"headers": [{"name": "x-role", "value": "intruder"}]}),
+            policy("blocked-host", "Gateway", "gw", "Deny", {"hosts": ["blocked.example"]}),
+            policy("echo-only", "Backend", "tools", "Allow", {"mcp": {
+                "methods": [{"name": "tools/call", "params": ["echo"]}], "baseProtocol": "Match"}}),
+            policy("tenant-acme", "Backend", "guarded", "Allow", {"headers": [{"name": "x-tenant", "value": "acme"}]}),
+            policy("ok-hosts", "Backend", "hosted", "Allow", {"hosts": ["*.ok.example"]}),
+        ],
+    }
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+
+    @property
+    def code(self) -> int | None:
+        try:
+            return json.loads(self.body)["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    @property
+    def outcome(self) -> tuple[int, int | None]:
+        return self.status, self.code
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out, data = out + data[:size], data[size + 2:]
+    return out
+
+
+def send(port: int, method: str, path: str, headers: list[tuple[str, str]], body: bytes = b"",
+         host: str = "gw.example") -> Reply:
+    """One HTTP/1.1 request written as given (no normalization of any kind)."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    if body or method == "POST":
+        lines.append(f"Content-Length: {len(body)}")
+    raw = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(raw)
+        data, chunked, status_line = b"", False, "HTTP/1.1 000"
+        # Read only what the response holds: Envoy delays closing after a local reply.
+        while True:
+            head, sep, content = data.partition(b"\r\n\r\n")
+            if sep:
+                status_line, *header_lines = head.decode("latin-1").split("\r\n")
+                hdrs = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+                chunked = hdrs.get("transfer-encoding", "").lower() == "chunked"
+                if "content-length" in hdrs and len(content) >= int(hdrs["content-length"]):
+                    break
+                if chunked and content.endswith(b"0\r\n\r\n"):
+                    break
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    if chunked:
+        content = _dechunk(content)
+    return Reply(int(status_line.split()[1]), content)
+
+
+MCP_HEADERS = [("content-type", "application/json"), ("accept", "application/json, text/event-stream")]
+
+
+def call(tool: str, meta_version: str | None = None) -> bytes:
+    params: dict[str, Any] = {"name": tool, "arguments": {"text": "hi"}}
+    if meta_version:
+        params["_meta"] = {"io.modelcontextprotocol/protocolVersion": meta_version}
+    return json.dumps(rpc("tools/call", params, id=7)).encode()
+
+
+def b64(s: str) -> str:
+    return f"=?base64?{base64.b64encode(s.encode()).decode()}?="
+
+
+@dataclass
+class Stack:
+    envoy: EnvoyProcess
+    mcp: McpServerProc
+    ports: dict[str, int]
+
+    def post(self, via: str, body: bytes, headers: list[tuple[str, str]] = (), path: str = "/mcp",
+             host: str = "gw.example", version: str | None = "2025-11-25") -> Reply:
+        self.mcp.reset()
+        h = list(MCP_HEADERS) + ([("mcp-protocol-version", version)] if version else []) + list(headers)
+        return send(self.ports[via], "POST", path, h, body, host)
+
+    def arrived(self) -> list[dict[str, Any]]:
+        return self.mcp.requests()
+
+
+@pytest.fixture(scope="module")
+def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterator[Stack]:
+    ports = {"normalized": free_port(), "raw": free_port(), "front": free_port()}
+    wasm = Wasm(wasm_path, configuration=json.dumps(bundle(ports["normalized"], ports["raw"])))
+    routes = [
+        Route("guarded-route", "/guarded", "tools", prefix_rewrite="/mcp"),
+        Route("hosted-route", "/hosted", "tools", prefix_rewrite="/mcp"),
+        Route("tools-route", "/", "tools"),
+    ]
+    listeners = [
+        Listener("normalized", ports["normalized"], routes, wasm=wasm),
+        Listener("raw", ports["raw"], routes, wasm=wasm, normalize=False),
+        Listener("front", ports["front"], [Route("to-raw", "/", "raw-h2")], normalize=False),
+    ]
+    clusters = [Cluster("tools", port=mcp_server.port), Cluster("raw-h2", port=ports["raw"], http2=True)]
+    cfg = build_bootstrap(admin_port=free_port(), listeners=listeners, clusters=clusters,
+                          access_log_path=work_dir / "access-canonical.log")
+    hcms = {l["name"]: l["filter_chains"][0]["filters"][0]["typed_config"] for l in cfg["static_resources"]["listeners"]}
+    assert hcms["normalized"]["normalize_path"] is True and "normalize_path" not in hcms["raw"]
+    with EnvoyProcess(cfg, workdir=work_dir / "envoy-canonical", name="envoy-canonical") as env:
+        yield Stack(env, mcp_server, ports)
+
+
+FILTERED = ["raw", "front", "normalized"]
+
+
+def test_the_setup_forwards_front_over_http2(stack: Stack) -> None:
+    r = stack.post("front", call("echo"))
+    assert r.status == 200, r.body
+    assert stack.envoy.stats("http.raw.downstream_cx_http2_total")["http.raw.downstream_cx_http2_total"] >= 1
+
+
+# --- item 4: Mcp-Method / Mcp-Name / MCP-Protocol-Version once, agreeing with the body -------
+
+@pytest.mark.parametrize("via", FILTERED)
+def test_mcp_headers_appear_once_and_agree_with_the_body(stack: Stack, via: str) -> None:
+    ok = stack.post(via, call("echo"), [("mcp-method", "tools/call"), ("mcp-name", "echo")])
+    assert ok.status == 200, ok.body
+    assert [r["tool"] for r in stack.arrived()] == ["echo"]
+    refused = {
+        "second Mcp-Name": [("mcp-name", "echo"), ("mcp-name", "delete_repo")],
+        "second Mcp-Name, same value": [("mcp-name", "echo"), ("mcp-name", "echo")],
+        "second Mcp-Method": [("mcp-method", "tools/call"), ("mcp-method", "tools/list")],
+        "Mcp-Method disagrees": [("mcp-method", "tools/list")],
+        "Mcp-Name disagrees": [("mcp-name", "delete_repo")],
+        "Base64 Mcp-Name disagrees": [("mcp-name", b64("delete_repo"))],
+        "malformed Base64": [("mcp-name", "=?base64?ZWNobw?=")],
+    }
+    for what, headers in refused.items():
+        r = stack.post(via, call("echo"), headers)
+        assert r.outcome == MISMATCH, (what, r)
+        assert stack.arrived() == [], f"{what}: reached the MCP server"
+    r = stack.post(via, call("echo"), [("mcp-name", b64("echo"))])
+    assert r.status == 200 and [x["tool"] for x in stack.arrived()] == ["echo"]
+
+
+@pytest.mark.parametrize("via", FILTERED)
+def test_protocol_version_header_is_single_and_matches_meta(stack: Stack, via: str) -> None:
+    modern = [("mcp-method", "tools/call"), ("mcp-name", "echo")]
+    for what, version, headers, body in [
+        ("header and _meta disagree", "2026-07-28", modern, call("echo", "2025-11-25")),
+        ("header twice", "2025-11-25", [("mcp-protocol-version", "2025-11-25")], call("echo")),
+        ("2026-07-28 without Mcp-Name", "2026-07-28", modern[:1], call("echo", "2026-07-28")),
+        ("2026-07-28 without the version header", None, modern, call("echo", "2026-07-28")),
+    ]:
+        r = stack.post(via, body, headers, version=version)
+        assert r.outcome == MISMATCH, (what, r)
+        assert stack.arrived() == [], f"{what}: reached the MCP server"
+
+
+# --- item 5: paths ----------------------------------------------------------------------
+
+BYPASSES = ["/mcp/admin", "/mcp/./admin", "/mcp/x/../admin", "/mcp//admin", "/mcp/%61dmin", "/mcp/%2e/admin",
+            "/mcp/%2E%2E/mcp/admin", "/mcp/admin?x=1"]
+ESCAPED = ["/mcp/admin%2ftools", "/mcp/admin%2Ftools", "/mcp%5Cadmin", "/mcp/%00admin", "/mcp/%zzadmin"]
+
+
+@pytest.mark.parametrize("via", ["raw", "front"])
+def test_the_filter_alone_matches_paths_canonically(stack: Stack, via: str) -> None:
+    ok = stack.post(via, call("echo"), path="/mcp")
+    assert ok.status == 200 and len(stack.arrived()) == 1
+    for path in BYPASSES:
+        r = stack.post(via, call("echo"), path=path)
+        assert r.outcome == DENIED, (path, r)
+        assert stack.arrived() == [], f"{path} reached the MCP server"
+    for path in ESCAPED:
+        r = stack.post(via, call("echo"), path=path)
+        assert r.outcome == BAD_PATH, (path, r)
+        assert b"path" in r.body
+        assert stack.arrived() == [], f"{path} reached the MCP server"
+
+
+def test_envoy_normalizes_too_when_configured(stack: Stack) -> None:
+    for path in BYPASSES:
+        r = stack.post("normalized", call("echo"), path=path)
+        assert r.outcome == DENIED, (path, r)
+        assert stack.arrived() == []
+    # Envoy itself refuses escaped slashes (REJECT_REQUEST), before the filter.
+    for path in ESCAPED[:3]:
+        r = stack.post("normalized", call("echo"), path=path)
+        assert r.status == 400, (path, r)
+        assert stack.arrived() == []
+
+
+# --- item 6: repeated headers -----------------------------------------------------------
+
+@pytest.mark.parametrize("via", FILTERED)
+def test_repeated_headers_are_judged_against_the_caller(stack: Stack, via: str) -> None:
+    def post(headers: list[tuple[str, str]], path: str = "/mcp") -> Reply:
+        return stack.post(via, call("echo"), headers, path=path)
+
+    assert post([("x-role", "user")]).status == 200
+    # Deny: any copy matches. (Envoy 1.40 hands the filter each copy of these headers separately,
+    # over HTTP/1.1 and HTTP/2: joined as "user,intruder" they would match no exact rule.)
+    for headers in ([("x-role", "user"), ("x-role", "intruder")], [("x-role", "intruder"), ("x-role", "user")]):
+        r = post(headers)
+        assert r.outcome == DENIED, (headers, r)
+        assert stack.arrived() == []
+    # Allow: every copy must match; one line with a comma is one copy.
+    assert post([("x-tenant", "acme")], "/guarded").status == 200
+    assert post([("x-tenant", "acme"), ("x-tenant", "acme")], "/guarded").status == 200
+    for headers in ([("x-tenant", "acme"), ("x-tenant", "evil")], [("x-tenant", "evil"), ("x-tenant", "acme")],
+                    [("x-tenant", "acme,evil")], []):
+        r = post(headers, "/guarded")
+        assert r.outcome == DENIED, (headers, r)
+        assert stack.arrived() == []
+
+
+# --- item 7: hosts ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("via", FILTERED)
+def test_hosts_are_matched_canonically(stack: Stack, via: str) -> None:
+    for host in ["blocked.example", "blocked.example.", "BLOCKED.Example.", "blocked.example.:8080"]:
+        r = stack.post(via, call("echo"), host=host)
+        assert r.outcome == DENIED, (host, r)
+        assert stack.arrived() == []
+    for host in ["a.ok.example", "a.ok.example.", "A.OK.example.:8080"]:
+        r = stack.post(via, call("echo"), path="/hosted", host=host)
+        assert r.status == 200, (host, r)
+    for host in [".ok.example", "ok.example"]:
+        r = stack.post(via, call("echo"), path="/hosted", host=host)
+        assert r.status in (400, 403), (host, r)
+        assert stack.arrived() == [], f"{host} reached the MCP server"
