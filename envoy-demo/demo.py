@@ -2,15 +2,21 @@
 """The mcp-access demo, in one command.
 
 Starts on 127.0.0.1 the demo MCP server (backend "tools"), the external authorizer
-"risk-check" (it denies the tool `add`) and Envoy with the mcp-access filter configured by
-envoy-demo/bundle.json, behind an mTLS listener. Then two agents, alpha and beta (SPIFFE IDs
-in their client certificates), talk to the MCP server through Envoy with the official MCP SDK
-client. Every answer is printed together with where the filter decided it (read from Envoy's
+"risk-check" (it denies the tool `add`) and Envoy with the mcp-access filter, behind an mTLS
+listener. Envoy's configuration and the policy bundle are rendered by the `mcp-access` CLI
+(`mcp-access envoy`, built with cargo first) from the Kubernetes manifests in
+envoy-demo/manifests/ (Gateway, HTTPRoute, XBackend, XAccessPolicy), as a user would. Then two
+agents, alpha and beta (SPIFFE IDs in their client certificates), talk to the MCP server through
+Envoy with the official MCP SDK client. Every answer is printed together with where the filter decided it (read from Envoy's
 access log, which carries the filter's decision as filter state), followed by what the MCP
 server and the authorizer actually received and the filter's counters.
 
 Exit code 0 only if every expectation held. Everything started is stopped on every path.
 With --keep, everything stays up (with instructions) until Ctrl-C.
+
+--render-compose [FILE] writes the static Envoy configuration of envoy-demo/docker-compose.yaml
+(envoy-demo/envoy.yaml) from the same manifests, with the container paths and compose service
+names, and exits.
 """
 
 from __future__ import annotations
@@ -39,18 +45,12 @@ try:
         ALPHA,
         BETA,
         AuthorizerProc,
-        Cluster,
         Denied,
         EnvoyProcess,
-        Listener,
         McpAgent,
         ManagedProcess,
         McpServerProc,
-        Route,
-        Tls,
         TransportFailure,
-        Wasm,
-        build_bootstrap,
         envoy_binary,
         free_port,
         make_pki,
@@ -63,18 +63,36 @@ except ImportError as e:  # pragma: no cover - depends on the interpreter used
         "Run it with the project's venv: scripts/demo, or .venv/bin/python envoy-demo/demo.py"
     )
 
-BUNDLE = HERE / "bundle.json"
+MANIFESTS = HERE / "manifests"
+COMPOSE_ENVOY = HERE / "envoy.yaml"
 DEFAULT_WASM = ROOT / "build" / "mcp_access_filter.wasm"
 MCP_SERVER_NAME = "demo-tools"
-AUTHORIZER = "risk-check"
-AUTHORIZER_CLUSTER = "demo-authorizer"
+AUTHORIZER = "risk-check"  # the Service the ExternalAuth policy's backendRef names
 DENIED_TOOL = "add"  # what the authorizer refuses
-MCP_CLUSTER = "tools-server"
-ROUTE = "tools"
+BACKEND_SERVICE = "tools"  # the XBackend's serviceName
 LISTENER = "mcp-mtls"
 AGENTS = {"alpha": ALPHA, "beta": BETA}
 STATS_PREFIX = "wasmcustom.mcp_access."
-BUFFER_LIMIT = 2 * 1024 * 1024  # above the bundle's maxBodyBytes (1 MiB): the filter, not Envoy, answers oversize bodies
+# Compiler flags of every rendering: the manifests' ServiceAccount sources are SPIFFE IDs in this trust domain.
+COMPILE_FLAGS = ["-f", str(MANIFESTS), "--trust-domain", "example.org", "--strict", "--format", "text"]
+# The docker-compose rendering: container paths (envoy-demo/docker-compose.yaml's mounts) and service names.
+COMPOSE_FLAGS = [
+    "--wasm-path", "/etc/envoy/mcp_access_filter.wasm",
+    "--tls-cert", "gateway-cert=/etc/envoy/pki/server.crt,/etc/envoy/pki/server.key",
+    "--client-ca", "agents-ca=/etc/envoy/pki/ca.crt",
+    "--resolve", f"{BACKEND_SERVICE}=mcp-server:18080",
+    "--resolve", f"{AUTHORIZER}=authorizer:18081",
+    "--listen", f"{LISTENER}=10443", "--bind", "0.0.0.0",
+    "--admin-port", "19901", "--admin-address", "0.0.0.0",
+    "--access-log", "/dev/stdout",
+]
+COMPOSE_HEADER = """\
+# Envoy for the docker-compose demo (envoy-demo/docker-compose.yaml), generated from the manifests in
+# envoy-demo/manifests by `envoy-demo/demo.py --render-compose` (mcp-access envoy with container paths
+# and the compose service names); integration/tests/test_compose.py checks it is current.
+#   /etc/envoy/mcp_access_filter.wasm   the filter (build/mcp_access_filter.wasm, made by scripts/build)
+#   /etc/envoy/pki/                     CA, server and agent certificates (made by the compose "pki" service)
+"""
 
 
 # ---------------------------------------------------------------------------
@@ -131,12 +149,32 @@ def envoy_version() -> str:
     return "?"
 
 
-def load_bundle(envoy_port: int) -> dict[str, Any]:
-    bundle = json.loads(BUNDLE.read_text())
-    for gw in bundle.get("gateways", []):
-        for listener in gw.get("listeners", []):
-            listener["port"] = envoy_port
-    return bundle
+def cli_binary() -> Path:
+    """The mcp-access CLI: $MCP_ACCESS_CLI, else built here with cargo (a no-op when fresh)."""
+    if override := os.environ.get("MCP_ACCESS_CLI"):
+        return Path(override)
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        raise DemoError("cargo is needed to build the mcp-access CLI (or set MCP_ACCESS_CLI to the binary)")
+    proc = subprocess.run([cargo, "build", "-q", "-p", "mcp-access-cli"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise DemoError(f"cargo build -p mcp-access-cli failed:\n{proc.stderr[-3000:]}")
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    return (target if target.is_absolute() else ROOT / target) / "debug" / "mcp-access"
+
+
+def run_cli(cli: Path, *args: str) -> str:
+    """Runs `mcp-access envoy` on the demo's manifests; its standard output (the report goes to stderr)."""
+    proc = subprocess.run([str(cli), "envoy", *COMPILE_FLAGS, *args], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise DemoError(f"mcp-access envoy failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def render_compose(cli: Path) -> str:
+    """envoy-demo/envoy.yaml: the compose rendering of the demo's manifests, with its header."""
+    return COMPOSE_HEADER + run_cli(cli, *COMPOSE_FLAGS, "-o", "-")
 
 
 def caller_of(headers: dict[str, str], header: str) -> str:
@@ -171,8 +209,9 @@ class Expect:
 
 
 class Demo:
-    def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path) -> None:
+    def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path, cli: Path) -> None:
         self.a = args
+        self.cli = cli
         self.stack = stack
         self.workdir = workdir
         self.failures: list[str] = []
@@ -198,13 +237,26 @@ class Demo:
         self.pki = make_pki(self.workdir / "pki")
         self.certs = {name: self.pki.client(spiffe, name=name) for name, spiffe in AGENTS.items()}
 
-        self.bundle = load_bundle(a.envoy_port)
+        # Envoy's configuration and the bundle, from the manifests, with the local ports and files.
+        envoy_dir = self.workdir / "envoy"
+        envoy_dir.mkdir(parents=True, exist_ok=True)
+        config_path, bundle_path = self.workdir / "envoy-config.json", self.workdir / "bundle.json"
+        run_cli(
+            self.cli, "--wasm", str(a.wasm),
+            "--tls-cert", f"gateway-cert={self.pki.server.cert},{self.pki.server.key}",
+            "--client-ca", f"agents-ca={self.pki.ca.cert}",
+            "--resolve", f"{BACKEND_SERVICE}=127.0.0.1:{a.mcp_port}",
+            "--resolve", f"{AUTHORIZER}=127.0.0.1:{a.authz_port}",
+            "--listen", f"{LISTENER}={a.envoy_port}", "--bind", "127.0.0.1", "--admin-port", str(a.admin_port),
+            "--access-log", str(envoy_dir / "access.log"),
+            "-o", str(config_path), "--bundle-out", str(bundle_path),
+        )
+        self.bundle = json.loads(bundle_path.read_text())
+        services = {z["name"]: z["cluster"].rsplit("/", 1)[-1].split(":")[0] for z in self.bundle.get("authorizers", [])}
         self.authorizer_of = {
-            f"{p.get('namespace', '')}/{p['name']}": p["externalAuth"]
+            f"{p.get('namespace', '')}/{p['name']}": services.get(p["externalAuth"], p["externalAuth"])
             for p in self.bundle.get("policies", []) if p.get("action") == "ExternalAuth"
         }
-        bundle_text = json.dumps(self.bundle, indent=2)
-        (self.workdir / "bundle.json").write_text(bundle_text + "\n")
 
         # The MCP server and the authorizer start while Envoy compiles the filter; all are awaited below.
         taken = {a.envoy_port, a.admin_port, a.mcp_port, a.authz_port}
@@ -218,27 +270,7 @@ class Demo:
         ])
         self.authz = AuthorizerProc(authz_proc, name=AUTHORIZER, port=a.authz_port)
 
-        envoy_dir = self.workdir / "envoy"
-        config = build_bootstrap(
-            admin_port=a.admin_port,
-            listeners=[
-                Listener(
-                    LISTENER, a.envoy_port,
-                    [Route(ROUTE, "/mcp", MCP_CLUSTER, timeout=30)],
-                    tls=Tls(self.pki.server, self.pki.ca, require_client_certificate=True),
-                    wasm=Wasm(a.wasm, bundle_text, allow_on_headers_stop_iteration=True),
-                    # Envoy normalizes paths and hosts with the filter's choices (build_bootstrap's default).
-                    normalize=True,
-                    escaped_slashes=self.bundle.get("envoy", {}).get("escapedSlashes", "Reject"),
-                )
-            ],
-            clusters=[Cluster(MCP_CLUSTER, port=a.mcp_port), Cluster(AUTHORIZER_CLUSTER, port=a.authz_port)],
-            access_log_path=envoy_dir / "access.log",
-        )
-        config["static_resources"]["listeners"][0]["per_connection_buffer_limit_bytes"] = BUFFER_LIMIT
-        for cluster in config["static_resources"]["clusters"]:
-            cluster["per_connection_buffer_limit_bytes"] = BUFFER_LIMIT
-        self.envoy = EnvoyProcess(config, workdir=envoy_dir, name="envoy")
+        self.envoy = EnvoyProcess(json.loads(config_path.read_text()), workdir=envoy_dir, name="envoy")
         self.stack.callback(self.envoy.stop)
         try:
             self.envoy.start()
@@ -278,7 +310,8 @@ class Demo:
     def _policy_summary(self) -> str:
         parts = []
         for p in sorted(self.bundle.get("policies", []), key=lambda p: (p["level"] != "Gateway", p.get("seniority", 0))):
-            act = p["action"] + (f" {p['externalAuth']}" if p["action"] == "ExternalAuth" else "")
+            authz = self.authorizer_of.get(f"{p.get('namespace', '')}/{p['name']}", "")
+            act = p["action"] + (f" {authz}" if p["action"] == "ExternalAuth" else "")
             parts.append(f"{p['name']} ({p['level']}, {act})")
         return ", ".join(parts)
 
@@ -461,9 +494,10 @@ class Demo:
 
         stats = self.envoy.stats(filter=r"mcp_access\.")
         counters = {k: v for k, v in stats.items() if k.startswith(STATS_PREFIX) and isinstance(v, int)}
-        print("  filter counters (Envoy admin /stats):")
+        print("  filter counters (Envoy admin /stats; those still at 0 left out):")
         for k in sorted(counters):
-            print(f"    {k}: {counters[k]}")
+            if counters[k]:
+                print(f"    {k}: {counters[k]}")
         want = {"denied": 3, "denied.gateway.not_allowed": 1, "denied.backend.not_allowed": 1,
                 "denied.backend.external_auth_denied": 1}
         for k, v in want.items():
@@ -504,7 +538,8 @@ Logs:
   access log          {self.envoy.access_log_paths[0]}   (filter_state = the filter's decision)
   MCP server          {self.workdir / 'logs' / 'mcp_server.log'}
   authorizer          {self.workdir / 'logs' / 'authorizer.log'}
-  policy bundle       {self.workdir / 'bundle.json'}
+  manifests           {MANIFESTS}
+  policy bundle       {self.workdir / 'bundle.json'}   (mcp-access envoy --bundle-out)
   Envoy config        {self.envoy.config_path}
 """, flush=True)
         procs = {"Envoy": self.envoy, "MCP server": self.mcp.proc, "authorizer": self.authz.proc}
@@ -529,6 +564,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--wasm", type=Path, default=DEFAULT_WASM,
                     help="the filter (default build/mcp_access_filter.wasm, made by scripts/build)")
     ap.add_argument("--workdir", type=Path, help="certificates, configs and logs (default: a new temp dir)")
+    ap.add_argument("--render-compose", nargs="?", const=COMPOSE_ENVOY, type=Path, metavar="FILE",
+                    help=f"write the docker-compose Envoy configuration (default {COMPOSE_ENVOY.relative_to(ROOT)}) and exit")
     return ap.parse_args(argv)
 
 
@@ -538,6 +575,14 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)  # unwinds like Ctrl-C, so everything is stopped
     code, workdir, temp = 1, None, False
+    if a.render_compose is not None:
+        try:
+            a.render_compose.write_text(render_compose(cli_binary()))
+        except DemoError as e:
+            print(f"demo: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote {a.render_compose}")
+        return 0
     try:
         if not a.wasm.is_file():
             raise DemoError(f"the filter is not at {a.wasm}: run scripts/build (or scripts/demo), or pass --wasm PATH")
@@ -548,8 +593,9 @@ def main(argv: list[str] | None = None) -> int:
             workdir.mkdir(parents=True, exist_ok=True)
         else:
             workdir, temp = Path(tempfile.mkdtemp(prefix="mcp-access-demo-")), True
+        cli = cli_binary()
         with ExitStack() as stack:
-            demo = Demo(a, stack, workdir)
+            demo = Demo(a, stack, workdir, cli)
             demo.start()
             try:
                 demo.session()

@@ -17,7 +17,7 @@ ensure_rust_target() {
 ensure_wasm_opt() {
   local bin="$TOOLS/npm/node_modules/binaryen/bin/wasm-opt"
   if [ ! -x "$bin" ]; then
-    command -v npm >/dev/null || { apt-get update -qq >&2 && apt-get install -y -qq nodejs npm >&2; }
+    command -v npm >/dev/null || { echo "npm not found (wasm-opt is installed with it): run scripts/setup" >&2; return 1; }
     echo "installing binaryen $BINARYEN_VERSION (wasm-opt) into $TOOLS/npm" >&2
     mkdir -p "$TOOLS/npm"
     npm install --prefix "$TOOLS/npm" --silent --no-audit --no-fund "binaryen@$BINARYEN_VERSION" >&2 || return 1

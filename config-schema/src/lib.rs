@@ -6,7 +6,7 @@ pub mod host;
 pub mod validate;
 
 pub use bundle::*;
-pub use validate::{parse_bundle, validate, BundleError};
+pub use validate::{parse_bundle, validate, BundleError, ValidBundle};
 
 /// The bundle's JSON Schema, generated from the Rust types.
 #[cfg(feature = "schema")]

@@ -31,8 +31,34 @@ impl fmt::Display for BundleError {
 
 impl std::error::Error for BundleError {}
 
+/// A bundle that passed [`validate`]: only [`parse_bundle`] and [`ValidBundle::new`] make one,
+/// so whatever takes it (the engine's compiler) cannot be handed an unchecked bundle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidBundle(Bundle);
+
+impl ValidBundle {
+    /// Validates `b`.
+    pub fn new(b: Bundle) -> Result<ValidBundle, BundleError> {
+        validate(&b)?;
+        Ok(ValidBundle(b))
+    }
+
+    /// The bundle itself (no longer known to be valid once it can be changed).
+    pub fn into_inner(self) -> Bundle {
+        self.0
+    }
+}
+
+impl std::ops::Deref for ValidBundle {
+    type Target = Bundle;
+
+    fn deref(&self) -> &Bundle {
+        &self.0
+    }
+}
+
 /// Parses and validates a bundle.
-pub fn parse_bundle(json: &[u8]) -> Result<Bundle, BundleError> {
+pub fn parse_bundle(json: &[u8]) -> Result<ValidBundle, BundleError> {
     let mut de = serde_json::Deserializer::from_slice(json);
     let bundle: Bundle = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -45,8 +71,7 @@ pub fn parse_bundle(json: &[u8]) -> Result<Bundle, BundleError> {
         path: String::new(),
         message: e.to_string(),
     })?;
-    validate(&bundle)?;
-    Ok(bundle)
+    ValidBundle::new(bundle)
 }
 
 /// Semantic validation; the first problem found is returned.

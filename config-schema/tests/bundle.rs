@@ -235,3 +235,20 @@ fn schema_file_is_current() {
         "config-schema/bundle.schema.json is stale: run `UPDATE_SCHEMA=1 cargo test -p mcp-access-bundle --test bundle`"
     );
 }
+
+#[test]
+fn a_valid_bundle_is_made_only_by_validating() {
+    let valid = parse_bundle(minimal().to_string().as_bytes()).unwrap();
+    let mut b = valid.clone().into_inner();
+    assert_eq!(
+        mcp_access_bundle::ValidBundle::new(b.clone()).unwrap(),
+        valid
+    );
+    // A change that breaks a semantic check: ValidBundle::new refuses it, as parse_bundle does.
+    b.identity.trust_domain = Some("Not A Domain".into());
+    let e = mcp_access_bundle::ValidBundle::new(b).unwrap_err();
+    let mut v = minimal();
+    v["identity"]["trustDomain"] = "Not A Domain".into();
+    assert_eq!(e, parse_bundle(v.to_string().as_bytes()).unwrap_err());
+    assert_eq!(e.path, "identity.trustDomain");
+}

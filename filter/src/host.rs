@@ -2,20 +2,16 @@
 //! and carries out the resulting actions. Host calls go through [`abi`], which treats every
 //! status and byte from the host as untrusted (the SDK's own helpers panic on surprises).
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use mcp_access_bundle::SpiffeSource;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
-use mcp_access_engine::answer::LocalResponse;
-use mcp_access_engine::flow::{Action, HeadersInput, Outcome, RequestFlow};
-use mcp_access_engine::identity;
-use mcp_access_engine::policy::{level_str, Engine};
-use mcp_access_engine::request::Caller;
+use mcp_access_engine::facts::{Fact, HostFacts};
+use mcp_access_engine::flow::{Action, HeadersInput, Phase, RequestFlow, Verdict};
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::stats::{self, Counter};
 
 /// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
 static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
@@ -23,54 +19,76 @@ static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
 /// Filter state key (`%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%` in access logs).
 pub const FILTER_STATE_KEY: &str = "mcp_access.decision";
 
+/// The filter's version and the commit it was built from (see build.rs).
+macro_rules! version {
+    () => {
+        concat!(
+            env!("CARGO_PKG_VERSION"),
+            " (commit ",
+            env!("MCP_ACCESS_GIT_COMMIT"),
+            ")"
+        )
+    };
+}
+
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Trace);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
 }}
 
-/// Counters and histograms, defined once per VM by name.
-#[derive(Default)]
+/// Metric ids, defined once per VM when the bundle loads (None: the host refused one).
 struct Stats {
-    ids: HashMap<String, (u32, bool)>,
+    counters: [Option<u32>; Counter::ALL.len()],
+    /// Indexed as [`stats::denial_counter_names`].
+    denied: Vec<Option<u32>>,
+    latency: Option<u32>,
 }
 
 impl Stats {
-    fn id(&mut self, name: &str, histogram: bool) -> Option<u32> {
-        if let Some((id, _)) = self.ids.get(name) {
-            return Some(*id);
-        }
-        let id = abi::define_metric(if histogram { 2 } else { 0 }, name)?;
-        self.ids.insert(name.to_string(), (id, histogram));
-        Some(id)
-    }
-
-    fn inc(&mut self, name: &str) {
-        if let Some(id) = self.id(name, false) {
-            abi::increment_metric(id, 1);
+    fn define() -> Stats {
+        Stats {
+            counters: Counter::ALL.map(|c| abi::define_metric(abi::METRIC_COUNTER, c.name())),
+            denied: stats::denial_counter_names()
+                .iter()
+                .map(|n| abi::define_metric(abi::METRIC_COUNTER, n))
+                .collect(),
+            latency: abi::define_metric(abi::METRIC_HISTOGRAM, stats::CALLOUT_LATENCY_MS),
         }
     }
 
-    fn record(&mut self, name: &str, value: u64) {
-        if let Some(id) = self.id(name, true) {
-            abi::record_metric(id, value);
-        }
+    fn inc(&self, c: Counter) {
+        increment(self.counters.get(c.index()).copied().flatten());
+    }
+}
+
+fn increment(id: Option<u32>) {
+    if let Some(id) = id {
+        abi::increment_metric(id, 1);
     }
 }
 
 #[derive(Default)]
 struct Root {
     engine: Option<Rc<Engine>>,
-    stats: Rc<RefCell<Stats>>,
+    stats: Option<Rc<Stats>>,
 }
 
 impl Context for Root {}
 
 impl RootContext for Root {
+    fn on_vm_start(&mut self, _size: usize) -> bool {
+        abi::log(LogLevel::Info, concat!("mcp-access: filter ", version!()));
+        true
+    }
+
     fn on_configure(&mut self, _size: usize) -> bool {
         let started = abi::now_ns();
         let config = abi::plugin_configuration().unwrap_or_default();
         match Engine::from_json(&config) {
             Ok(engine) => {
+                if self.stats.is_none() {
+                    self.stats = Some(Rc::new(Stats::define()));
+                }
                 let micros = abi::now_ns().saturating_sub(started) / 1_000;
                 // Linear memory only grows: this is the peak the load needed (64 KiB pages).
                 let memory_kib = abi::memory_kib();
@@ -97,10 +115,9 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        let engine = self.engine.clone()?;
         Some(Box::new(Stream {
-            engine,
-            stats: self.stats.clone(),
+            engine: self.engine.clone()?,
+            stats: self.stats.clone()?,
             flow: RequestFlow::new(),
         }))
     }
@@ -112,57 +129,30 @@ impl RootContext for Root {
 
 struct Stream {
     engine: Rc<Engine>,
-    stats: Rc<RefCell<Stats>>,
+    stats: Rc<Stats>,
     flow: RequestFlow,
 }
 
-/// Where an action is carried out.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Inside on_http_request_headers; `body_follows` when end_of_stream was false.
-    Headers {
-        body_follows: bool,
-    },
-    Body,
-    /// In a callout response: the request is paused and must be resumed explicitly.
-    Async,
+/// The request's facts, read from Envoy's attributes when the engine asks.
+struct Envoy;
+
+impl HostFacts for Envoy {
+    fn read(&self, fact: Fact) -> Option<Vec<u8>> {
+        let value = abi::property(fact.path());
+        if fact == Fact::PeerCertificate
+            && value.is_none()
+            && !NO_PEER_CERTIFICATE_LOGGED.swap(true, Ordering::Relaxed)
+        {
+            abi::log(
+                LogLevel::Warn,
+                "mcp-access: Envoy gives no connection.peer_certificate: certificates cannot identify callers",
+            );
+        }
+        value
+    }
 }
 
 impl Stream {
-    fn caller(&self, headers: &[(String, String)]) -> Caller {
-        let id = &self.engine.identity;
-        let spiffe = match (id.spiffe.source, &id.spiffe.header) {
-            (SpiffeSource::TrustedHeader, Some(h)) => {
-                let name = h.name.to_ascii_lowercase();
-                // With several copies of the header the identity is ambiguous: none.
-                let mut values = headers.iter().filter(|(n, _)| *n == name);
-                match (values.next(), values.next()) {
-                    (Some((_, v)), None) => identity::spiffe_from_header(v, h.format),
-                    _ => None,
-                }
-            }
-            // Envoy names only the first URI SAN; the certificate tells how many there are.
-            _ => abi::property(&["connection", "uri_san_peer_certificate"]).and_then(|san| {
-                let cert = abi::property(&["connection", "peer_certificate"]);
-                if cert.is_none() && !NO_PEER_CERTIFICATE_LOGGED.swap(true, Ordering::Relaxed) {
-                    abi::log(
-                        LogLevel::Warn,
-                        "mcp-access: Envoy gives no connection.peer_certificate: certificates cannot identify callers",
-                    );
-                }
-                identity::spiffe_from_peer(&san, cert.as_deref())
-            }),
-        };
-        let jwts = if id.jwt.providers.is_empty() {
-            Vec::new()
-        } else {
-            abi::property(&["metadata"])
-                .map(|md| identity::jwt_principals(&md, &id.jwt.providers, &self.engine.jwt_claims))
-                .unwrap_or_default()
-        };
-        Caller { spiffe, jwts }
-    }
-
     fn run(&mut self, mut action: Action, phase: Phase) -> WasmAction {
         loop {
             match action {
@@ -176,12 +166,9 @@ impl Stream {
                     action = self.flow.resume(&self.engine);
                 }
                 Action::Hold => {
-                    return match phase {
-                        // Holding headers with a body to come needs allow_on_headers_stop_iteration.
-                        Phase::Headers { body_follows: true } if !self.engine.hold_headers => {
-                            WasmAction::Continue
-                        }
-                        _ => WasmAction::Pause,
+                    return match phase.hold(self.engine.hold_headers) {
+                        Verdict::Continue => WasmAction::Continue,
+                        Verdict::Pause => WasmAction::Pause,
                     };
                 }
                 Action::Allow { add_headers } => {
@@ -194,14 +181,14 @@ impl Stream {
                         }
                     }
                     self.finished();
-                    if phase == Phase::Async {
+                    if phase.resumes_on_allow() {
                         abi::resume_request();
                     }
                     return WasmAction::Continue;
                 }
-                Action::Respond(response) => {
+                Action::Respond(r) => {
                     self.finished();
-                    send(&response);
+                    abi::send_response(r.status, &r.headers, &r.body);
                     return WasmAction::Pause;
                 }
             }
@@ -214,10 +201,15 @@ impl Stream {
         };
         let json = outcome.to_json();
         abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
-        self.count(outcome);
         let level = if outcome.allowed {
+            self.stats.inc(Counter::Allowed);
             LogLevel::Debug
         } else {
+            self.stats.inc(Counter::Denied);
+            increment(
+                stats::denial_counter(outcome.level, outcome.reason)
+                    .and_then(|i| self.stats.denied.get(i).copied().flatten()),
+            );
             LogLevel::Info
         };
         if abi::log_enabled(level) {
@@ -228,15 +220,14 @@ impl Stream {
     /// Stats and log lines of the callouts that ended, as the flow judged them.
     fn report_callouts(&mut self) {
         for r in self.flow.take_callout_reports() {
-            let mut stats = self.stats.borrow_mut();
-            match r.latency_ms {
-                Some(ms) => stats.record("mcp_access.callout.latency_ms", ms),
-                None => stats.inc("mcp_access.callout.dispatch_errors"),
+            match (r.latency_ms, self.stats.latency) {
+                (Some(ms), Some(id)) => abi::record_metric(id, ms),
+                (Some(_), None) => {}
+                (None, _) => self.stats.inc(Counter::CalloutDispatchErrors),
             }
             if r.failed {
-                stats.inc("mcp_access.callout.errors");
+                self.stats.inc(Counter::CalloutErrors);
             }
-            drop(stats);
             if let Some(detail) = &r.detail {
                 abi::log(
                     LogLevel::Warn,
@@ -245,24 +236,6 @@ impl Stream {
             }
         }
     }
-
-    fn count(&self, o: &Outcome) {
-        let mut stats = self.stats.borrow_mut();
-        if o.allowed {
-            stats.inc("mcp_access.allowed");
-        } else {
-            stats.inc("mcp_access.denied");
-            stats.inc(&format!(
-                "mcp_access.denied.{}.{}",
-                level_str(o.level),
-                o.reason
-            ));
-        }
-    }
-}
-
-fn send(r: &LocalResponse) {
-    abi::send_response(r.status, &r.headers, &r.body);
 }
 
 impl Context for Stream {
@@ -305,35 +278,7 @@ impl Context for Stream {
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
         let headers = abi::header_map(abi::MAP_HTTP_REQUEST_HEADERS).unwrap_or_default();
-        let port = abi::property(&["destination", "port"])
-            .and_then(|b| mcp_access_engine::wire::decode_i64(&b))
-            .and_then(|p| u16::try_from(p).ok())
-            .unwrap_or(0);
-        let text = |path: &[&str]| {
-            abi::property(path)
-                .and_then(|b| String::from_utf8(b).ok())
-                .filter(|s| !s.is_empty())
-        };
-        let route_name = text(&["xds", "route_name"]);
-        // The backend is found by route name first; the upstream cluster (a costly property:
-        // about 13k instructions in Envoy) is only read when the route name does not decide.
-        let cluster_name = if self
-            .engine
-            .backend_for(route_name.as_deref(), None)
-            .is_some()
-        {
-            None
-        } else {
-            text(&["xds", "cluster_name"])
-        };
-        let input = HeadersInput {
-            caller: self.caller(&headers),
-            headers,
-            end_of_stream,
-            port,
-            route_name,
-            cluster_name,
-        };
+        let input = HeadersInput::gather(&self.engine, headers, end_of_stream, &Envoy);
         let action = self.flow.on_headers(&self.engine, input);
         self.run(
             action,
@@ -381,6 +326,8 @@ mod abi {
     pub const BUFFER_HTTP_REQUEST_BODY: u32 = 0;
     pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
     const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
+    pub const METRIC_COUNTER: u32 = 0;
+    pub const METRIC_HISTOGRAM: u32 = 2;
     const STREAM_REQUEST: u32 = 0;
     const OK: u32 = 0;
 

@@ -1,9 +1,11 @@
 """envoy-demo/docker-compose.yaml and the static envoy-demo/envoy.yaml it mounts.
 
 There is no container engine here, so: the compose file is checked by docker-compose itself
-(`docker-compose config`, offline), its pins and mounts against the repository, and the static Envoy
-configuration is both validated (`envoy --mode validate`) and run by the same Envoy release, with the
-container paths and service names mapped to local ones, through the demo session.
+(`docker-compose config`, offline), its pins and mounts against the repository. The static Envoy
+configuration is what the mcp-access CLI renders from the demo's manifests (envoy-demo/manifests,
+`envoy-demo/demo.py --render-compose`): it is compared with a fresh rendering, validated
+(`envoy --mode validate`) and run by the same Envoy release, with the container paths and service
+names mapped to local ones, through the demo session.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,12 +37,14 @@ from harness import (
     start_mcp_server,
     text_of,
 )
+from test_cli_e2e import cli  # noqa: F401  (a fixture: the mcp-access binary)
 
 StartEnvoy = Callable[..., EnvoyProcess]
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "envoy-demo"
 COMPOSE = DEMO / "docker-compose.yaml"
 ENVOY_YAML = DEMO / "envoy.yaml"
+MANIFESTS = DEMO / "manifests"
 
 
 def compose_config(env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -115,15 +120,28 @@ def test_compose_mounts_and_build_inputs_exist() -> None:
     assert "18081" in cfg["services"]["authorizer"]["command"] and "add" in cfg["services"]["authorizer"]["command"]
 
 
-def test_static_config_is_the_demo_configuration() -> None:
+def test_static_config_is_a_fresh_rendering_of_the_demo_manifests(cli: Path, tmp_path: Path) -> None:
+    fresh = tmp_path / "envoy.yaml"
+    proc = subprocess.run([sys.executable, str(DEMO / "demo.py"), "--render-compose", str(fresh)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "MCP_ACCESS_CLI": str(cli)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ENVOY_YAML.read_text() == fresh.read_text(), (
+        "envoy-demo/envoy.yaml is stale: regenerate it with envoy-demo/demo.py --render-compose")
+
+
+def test_static_config_is_the_demo_configuration(cli: Path, tmp_path: Path) -> None:
     cfg = static_config()
-    bundle = json.loads((DEMO / "bundle.json").read_text())
+    out = tmp_path / "bundle.json"
+    proc = subprocess.run([str(cli), "compile", "-f", str(MANIFESTS), "--trust-domain", "example.org",
+                           "--listen", "mcp-mtls=10443", "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    bundle = json.loads(out.read_text())
     config = wasm_filter(cfg)
     assert json.loads(config["configuration"]["value"]) == bundle
     assert config["allow_on_headers_stop_iteration"] is True and config["fail_open"] is False
     listener = cfg["static_resources"]["listeners"][0]
-    assert listener["address"]["socket_address"]["port_value"] == bundle["gateways"][0]["listeners"][0]["port"]
-    assert listener["name"] == bundle["gateways"][0]["listeners"][0]["name"]
+    assert listener["address"]["socket_address"]["port_value"] == bundle["gateways"][0]["listeners"][0]["port"] == 10443
+    assert listener["name"] == "0.0.0.0:10443"
     assert listener["per_connection_buffer_limit_bytes"] > bundle.get("limits", {}).get("maxBodyBytes", 1 << 20)
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
     escaped = bundle.get("envoy", {}).get("escapedSlashes", "Reject")
@@ -141,6 +159,7 @@ def localized(tmp: Path, wasm_path: Path, pki: Pki, *, listen_port: int | None =
     text = ENVOY_YAML.read_text()
     text = text.replace("/etc/envoy/mcp_access_filter.wasm", str(wasm_path))
     text = text.replace("/etc/envoy/pki/", str(pki.directory) + "/")
+    text = text.replace("path: /dev/stdout", f"path: {tmp / 'access.log'}")
     cfg = yaml.safe_load(text)
     if listen_port is not None:
         listener = cfg["static_resources"]["listeners"][0]

@@ -1,10 +1,11 @@
-"""The Kubernetes manifests scripts/manifests generates for Envoy Gateway and Istio.
+"""The Kubernetes objects `mcp-access manifests` renders for Envoy Gateway and Istio from the
+demo's manifests (envoy-demo/manifests: Gateway, HTTPRoute, XBackend, XAccessPolicy).
 
 1. Every generated object is validated against the upstream CRD schemas vendored in
    config-schema/crds/upstream/ (as the API server would: defaults, the OpenAPI schema with unknown
    fields rejected, and every x-kubernetes-validations CEL rule). A generated kind without its CRD
    there fails the test. The validator is shown to reject broken objects, so a pass means something.
-2. The example manifests in deploy/ are what the generator produces from their recorded inputs.
+2. The example manifests in deploy/ are what the CLI renders from their recorded inputs.
 3. Each platform's output is rendered into the Envoy configuration that platform would produce
    (Envoy Gateway: the Wasm filter it generates, with the EnvoyPatchPolicy's JSON patches applied
    and its clusters added, the ClientTrafficPolicy's buffer limit; Istio: the WasmPlugin's
@@ -19,7 +20,6 @@ import copy
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,18 +49,17 @@ from harness import (
     start_mcp_server,
     text_of,
 )
+from test_cli_e2e import cli  # noqa: F401  (a fixture: the mcp-access binary)
 
 StartEnvoy = Callable[..., EnvoyProcess]
 REPO = Path(__file__).resolve().parents[2]
-DEMO_BUNDLE = REPO / "envoy-demo" / "bundle.json"
+DEMO_MANIFESTS = "envoy-demo/manifests"
 EXAMPLE_IMAGE = "registry.example.com/mcp-access/filter:0.1.0"
 # The inputs deploy/*.yaml were generated from (see docs/deploy.md); the digest is an example.
 EXAMPLE_DIGEST = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7"
-EXAMPLE_ARGS = [
-    "--bundle", "envoy-demo/bundle.json", "--image", EXAMPLE_IMAGE, "--digest", EXAMPLE_DIGEST,
-    "--authorizer", "risk-check=risk-check.demo:8080", "--backend", "tools=tools.demo:8080",
-    "--eg-route", "tools=demo/tools",
-]
+COMPILE_ARGS = ["-f", DEMO_MANIFESTS, "--trust-domain", "example.org"]
+EXAMPLE_ARGS = [*COMPILE_ARGS, "--image", EXAMPLE_IMAGE, "--digest", EXAMPLE_DIGEST]
+PLATFORMS = ("envoy-gateway", "istio")
 
 
 CRD_DIR = REPO / "config-schema" / "crds" / "upstream"
@@ -74,16 +73,25 @@ CRD_FILES = {
 }
 
 
-def run_manifests(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "manifests"), *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=60)
+def run_manifests(cli: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(cli), "manifests", *args], capture_output=True, text=True, cwd=REPO, timeout=60)
 
 
-def generate(tmp: Path, *args: str) -> dict[str, list[dict[str, Any]]]:
-    proc = run_manifests(*args, "--out-dir", str(tmp))
+def generate(cli: Path, tmp: Path, *args: str, platforms: tuple[str, ...] = PLATFORMS) -> dict[str, list[dict[str, Any]]]:
+    """`mcp-access manifests ARGS --platform P -o TMP/P.yaml` for each platform, parsed."""
+    out = {}
+    for p in platforms:
+        proc = run_manifests(cli, *args, "--platform", p, "-o", str(tmp / f"{p}.yaml"))
+        assert proc.returncode == 0, proc.stderr
+        out[p] = [d for d in yaml.safe_load_all((tmp / f"{p}.yaml").read_text()) if d]
+    return out
+
+
+def compiled_bundle(cli: Path, *args: str) -> dict[str, Any]:
+    proc = subprocess.run([str(cli), "compile", *COMPILE_ARGS, *args, "-o", "-"], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    return {p: [d for d in yaml.safe_load_all((tmp / f"{p}.yaml").read_text()) if d]
-            for p in ("envoy-gateway", "istio") if (tmp / f"{p}.yaml").exists()}
+    return json.loads(proc.stdout)
 
 
 # ---------------------------------------------------------------------------
@@ -232,8 +240,8 @@ def crds() -> Crds:
 
 
 @pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    return generate(tmp_path_factory.mktemp("manifests"), *EXAMPLE_ARGS)
+def generated(cli: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    return generate(cli, tmp_path_factory.mktemp("manifests"), *EXAMPLE_ARGS)
 
 
 EXPECTED_KINDS = [("envoy-gateway", "EnvoyExtensionPolicy"), ("envoy-gateway", "EnvoyPatchPolicy"),
@@ -282,8 +290,10 @@ def test_the_validator_rejects_broken_objects(generated: dict[str, list[dict[str
     assert any("targetRefs[*].kind of Gateway or" in e for e in errors), errors
 
 
-def test_generated_objects_carry_the_image_digest_and_bundle(generated: dict[str, list[dict[str, Any]]]) -> None:
-    bundle = json.loads(DEMO_BUNDLE.read_text())
+def test_generated_objects_carry_the_image_digest_and_bundle(
+    generated: dict[str, list[dict[str, Any]]], cli: Path
+) -> None:
+    bundle = compiled_bundle(cli)
     hexdigest = EXAMPLE_DIGEST.split(":", 1)[1]
     eep, epp, ctp = generated["envoy-gateway"]
     wasm = eep["spec"]["wasm"][0]
@@ -292,6 +302,11 @@ def test_generated_objects_carry_the_image_digest_and_bundle(generated: dict[str
     assert wasm["failOpen"] is False
     assert wasm["config"]["policies"] == bundle["policies"]
     assert wasm["config"]["envoy"]["holdHeaders"] is True
+    # Envoy Gateway's Envoy listens on the Gateway's port 443 shifted by 10000; the XBackend is known
+    # by the cluster Envoy Gateway makes of the HTTPRoute rule that forwards to it.
+    assert wasm["config"]["gateways"][0]["listeners"][0]["port"] == 10443
+    assert [(b["name"], b["routeNames"], b["clusterNames"]) for b in wasm["config"]["backends"]] == [
+        ("tools", [], ["httproute/demo/tools/rule/0"])]
     assert [p["operation"]["value"] if p["operation"].get("path") == "" else None
             for p in epp["spec"]["jsonPatches"]][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0][
         "endpoint"]["address"]["socket_address"] == {"address": "risk-check.demo.svc.cluster.local", "port_value": 8080}
@@ -308,34 +323,32 @@ def test_generated_objects_carry_the_image_digest_and_bundle(generated: dict[str
     assert plugin["pluginConfig"]["authorizers"][0]["cluster"] == "outbound|8080||risk-check.demo.svc.cluster.local"
     assert plugin["pluginConfig"]["envoy"]["holdHeaders"] is False
     assert plugin["pluginConfig"]["policies"] == bundle["policies"]
+    assert plugin["pluginConfig"]["gateways"][0]["listeners"][0]["port"] == 443
 
 
-def test_deploy_examples_are_what_the_generator_makes(tmp_path: Path) -> None:
-    generate(tmp_path, *EXAMPLE_ARGS)
-    for name in ("envoy-gateway.yaml", "istio.yaml"):
-        assert (REPO / "deploy" / name).read_text() == (tmp_path / name).read_text(), (
-            f"deploy/{name} is stale: regenerate it with scripts/manifests {' '.join(EXAMPLE_ARGS)} --out-dir deploy")
+def test_deploy_examples_are_what_the_cli_renders(cli: Path, tmp_path: Path) -> None:
+    generate(cli, tmp_path, *EXAMPLE_ARGS)
+    for p in PLATFORMS:
+        assert (REPO / "deploy" / f"{p}.yaml").read_text() == (tmp_path / f"{p}.yaml").read_text(), (
+            f"deploy/{p}.yaml is stale: regenerate it with "
+            f"mcp-access manifests {' '.join(EXAMPLE_ARGS)} --platform {p} -o deploy/{p}.yaml")
 
 
-def test_generator_refuses_incomplete_inputs(tmp_path: Path) -> None:
-    proc = run_manifests("--bundle", str(DEMO_BUNDLE), "--image", EXAMPLE_IMAGE, "--digest", EXAMPLE_DIGEST)
-    assert proc.returncode == 2 and "--authorizer risk-check=SERVICE.NAMESPACE:PORT" in proc.stderr, proc.stderr
-    proc = run_manifests(*EXAMPLE_ARGS[:4], "--digest", "sha256:1234", *EXAMPLE_ARGS[6:])
+def test_cli_refuses_incomplete_inputs(cli: Path, tmp_path: Path) -> None:
+    proc = run_manifests(cli, *COMPILE_ARGS, "--image", EXAMPLE_IMAGE, "--platform", "istio")
+    assert proc.returncode == 2 and "--digest" in proc.stderr, proc.stderr
+    proc = run_manifests(cli, *COMPILE_ARGS, "--image", EXAMPLE_IMAGE, "--digest", "sha256:1234", "--platform", "istio")
     assert proc.returncode == 2 and "64 hex digits" in proc.stderr, proc.stderr
-    proc = run_manifests(*EXAMPLE_ARGS, "--authorizer", "nope=a.b:1")
-    assert proc.returncode == 2 and "nope" in proc.stderr, proc.stderr
+    proc = run_manifests(cli, *EXAMPLE_ARGS, "--platform", "both")
+    assert proc.returncode == 2 and "envoy-gateway" in proc.stderr, proc.stderr
+    (tmp_path / "backend.yaml").write_text((REPO / DEMO_MANIFESTS / "gateway.yaml").read_text().split("---\n", 1)[1])
+    proc = run_manifests(cli, "-f", str(tmp_path / "backend.yaml"), "--image", EXAMPLE_IMAGE, "--digest", EXAMPLE_DIGEST,
+                         "--platform", "istio")
+    assert proc.returncode == 1 and "nothing to attach the filter to" in proc.stderr, proc.stderr
 
 
 # ---------------------------------------------------------------------------
 # The generated objects, rendered as each platform renders them, in real Envoy
-
-
-def demo_bundle_on(port: int, tmp: Path) -> Path:
-    bundle = json.loads(DEMO_BUNDLE.read_text())
-    bundle["gateways"][0]["listeners"][0]["port"] = port
-    path = tmp / "bundle.json"
-    path.write_text(json.dumps(bundle))
-    return path
 
 
 def json_path_filter(doc: Any, name: str) -> list[dict[str, Any]]:
@@ -377,12 +390,12 @@ def demo_upstreams(work_dir: Path) -> Any:
 
 
 def test_envoy_gateway_rendering_enforces_the_demo(
-    demo_upstreams: Any, envoy: StartEnvoy, pki: Pki, wasm_path: Path, tmp_path: Path, work_dir: Path
+    demo_upstreams: Any, envoy: StartEnvoy, pki: Pki, wasm_path: Path, tmp_path: Path, work_dir: Path, cli: Path
 ) -> None:
     mcp, authz = demo_upstreams
-    port = free_port()
-    eep, epp, ctp = generate(tmp_path, *EXAMPLE_ARGS[:1], str(demo_bundle_on(port, tmp_path)), *EXAMPLE_ARGS[2:],
-                             "--platform", "envoy-gateway")["envoy-gateway"]
+    port = free_port()  # the Gateway listener's port here (not privileged: Envoy Gateway keeps it)
+    eep, epp, ctp = generate(cli, tmp_path, *EXAMPLE_ARGS, "--listen", f"mcp-mtls={port}",
+                             platforms=("envoy-gateway",))["envoy-gateway"]
     wasm = eep["spec"]["wasm"][0]
     route_cluster = "httproute/demo/tools/rule/0"  # what Envoy Gateway names the HTTPRoute rule's cluster
     cfg = build_bootstrap(
@@ -429,12 +442,12 @@ def test_envoy_gateway_rendering_enforces_the_demo(
 
 
 def test_istio_rendering_enforces_the_demo_without_holding_headers(
-    demo_upstreams: Any, envoy: StartEnvoy, pki: Pki, wasm_path: Path, tmp_path: Path, work_dir: Path
+    demo_upstreams: Any, envoy: StartEnvoy, pki: Pki, wasm_path: Path, tmp_path: Path, work_dir: Path, cli: Path
 ) -> None:
     mcp, authz = demo_upstreams
     port = free_port()
-    generated_istio = generate(tmp_path, *EXAMPLE_ARGS[:1], str(demo_bundle_on(port, tmp_path)), *EXAMPLE_ARGS[2:],
-                               "--platform", "istio")["istio"]
+    generated_istio = generate(cli, tmp_path, *EXAMPLE_ARGS, "--listen", f"mcp-mtls={port}",
+                               platforms=("istio",))["istio"]
     plugin = generated_istio[0]["spec"]
     config = plugin["pluginConfig"]
     assert config["envoy"]["holdHeaders"] is False

@@ -198,8 +198,10 @@ pub fn explain(
     topo: Option<&Topology>,
     spec: &RequestSpec,
 ) -> Result<Explanation, String> {
-    let engine =
-        Engine::compile(bundle).map_err(|e| format!("the bundle does not compile: {e}"))?;
+    let engine = Engine::compile(
+        &mcp_access_bundle::ValidBundle::new(bundle.clone()).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("the bundle does not compile: {e}"))?;
     let (gateway, listener, port, listener_host) = pick_listener(bundle, spec)?;
     let host = spec
         .host

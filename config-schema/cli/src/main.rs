@@ -8,14 +8,18 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mcp_access_bundle::{Bundle, UnknownBackend};
+use mcp_access_cli::checks;
 use mcp_access_cli::envoy::{self, EnvoyOptions, Notes};
 use mcp_access_cli::explain::{self, RequestSpec};
+use mcp_access_cli::manifests::{self, ListenerNames, ManifestOptions, Platform};
 use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 
 /// Exit code: input the API server would reject, or an error.
 const EXIT_INVALID: u8 = 1;
 /// Exit code: --strict and something was not accepted.
 const EXIT_NOT_ACCEPTED: u8 = 3;
+/// Exit code: `validate` found references that lead nowhere (without --allow-dangling).
+const EXIT_DANGLING: u8 = 4;
 
 #[derive(Parser)]
 #[command(
@@ -41,11 +45,16 @@ enum Command {
         report: ReportArgs,
     },
     /// Validate and compile manifests without writing anything; print the status report.
+    /// References that lead nowhere (an unknown backendRef or target, an XBackend no route
+    /// reaches) fail it with exit code 4.
     Validate {
         #[command(flatten)]
         input: Input,
         #[command(flatten)]
         report: ReportArgs,
+        /// Report references that lead nowhere as warnings instead of failing.
+        #[arg(long)]
+        allow_dangling: bool,
     },
     /// Render a complete Envoy bootstrap with the filter and the compiled bundle.
     Envoy {
@@ -59,6 +68,18 @@ enum Command {
         /// Also write the bundle here.
         #[arg(long)]
         bundle_out: Option<PathBuf>,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Render the Kubernetes objects that load the filter into Envoy Gateway or Istio.
+    Manifests {
+        #[command(flatten)]
+        input: Input,
+        #[command(flatten)]
+        platform: PlatformArgs,
+        /// Write the objects here (`-`: standard output).
+        #[arg(short, long, default_value = "-")]
+        output: PathBuf,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -135,11 +156,72 @@ enum Format {
     Text,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum PlatformArg {
+    EnvoyGateway,
+    Istio,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ListenerNamesArg {
+    Legacy,
+    V2,
+}
+
+#[derive(Args)]
+struct PlatformArgs {
+    /// Where the filter runs.
+    #[arg(long, value_enum)]
+    platform: PlatformArg,
+    /// REGISTRY/REPOSITORY:TAG of the filter's OCI image.
+    #[arg(long, value_parser = manifests::parse_image)]
+    image: String,
+    /// Its manifest digest, sha256:<hex> (printed by scripts/oci-image).
+    #[arg(long, value_parser = manifests::parse_digest)]
+    digest: String,
+    /// Name of the generated objects.
+    #[arg(long, default_value = "mcp-access", value_parser = dns_label)]
+    name: String,
+    /// Envoy Gateway's xDS naming scheme (v2 with the XDSNameSchemeV2 runtime flag).
+    #[arg(long, value_enum, default_value = "legacy")]
+    eg_listener_names: ListenerNamesArg,
+    /// Kubernetes cluster domain of Service DNS names.
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
+}
+
+fn dns_label(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "`{s}` is not a DNS label (lower-case letters, digits, '-')"
+        ))
+    }
+}
+
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct WasmArg {
+    /// The filter (`mcp_access_filter.wasm`); it must exist, its absolute path is written.
+    #[arg(long)]
+    wasm: Option<PathBuf>,
+    /// The filter's absolute path where Envoy runs (e.g. in a container), written as given and
+    /// not checked here.
+    #[arg(long, value_name = "PATH")]
+    wasm_path: Option<String>,
+}
+
 #[derive(Args)]
 struct EnvoyArgs {
-    /// The filter (`mcp_access_filter.wasm`).
-    #[arg(long)]
-    wasm: PathBuf,
+    #[command(flatten)]
+    wasm: WasmArg,
     /// Map a Service or hostname to an address: NAME=HOST:PORT (NAME: `svc`, `ns/svc` or a
     /// hostname; `http://` or `https://` before HOST forces plaintext or TLS).
     #[arg(long = "resolve", value_name = "NAME=HOST:PORT")]
@@ -154,9 +236,12 @@ struct EnvoyArgs {
     /// Address listeners bind to when their Gateway has no spec.addresses.
     #[arg(long, default_value = "0.0.0.0")]
     bind: String,
-    /// Envoy admin port (on 127.0.0.1).
+    /// Envoy admin port.
     #[arg(long, default_value_t = 9901)]
     admin_port: u16,
+    /// Envoy admin address.
+    #[arg(long, default_value = "127.0.0.1")]
+    admin_address: String,
     /// Trusted CAs for TLS towards `hostname` XBackends.
     #[arg(long, default_value = "/etc/ssl/certs/ca-certificates.crt")]
     upstream_ca: String,
@@ -314,9 +399,12 @@ fn build(input: &Input, opts: Options) -> Result<(Manifests, Compiled), String> 
     for p in m.problems() {
         eprintln!("error: {p}");
     }
-    let c = compile(&m, &opts);
+    let mut c = compile(&m, &opts);
     mcp_access_bundle::validate(&c.bundle)
         .map_err(|e| format!("internal error, the compiled bundle is invalid: {e}"))?;
+    c.report
+        .warnings
+        .extend(checks::closed_listeners(&c.bundle));
     Ok((m, c))
 }
 
@@ -398,10 +486,58 @@ fn run(cli: Cli) -> Result<u8, String> {
             print!("{}", mcp_access_bundle::json_schema_text());
             Ok(0)
         }
-        Command::Validate { input, report } => {
-            let (_, c) = build(&input, options(&input.compile)?)?;
+        Command::Validate {
+            input,
+            report,
+            allow_dangling,
+        } => {
+            let (_, mut c) = build(&input, options(&input.compile)?)?;
+            let dangling = checks::dangling(&c);
+            if allow_dangling {
+                c.report.warnings.extend(dangling.iter().cloned());
+            }
             print!("{}", render_report(&c, report.format)?);
-            Ok(exit_code(&c, report.strict))
+            let code = exit_code(&c, report.strict);
+            if code == 0 && !allow_dangling && !dangling.is_empty() {
+                for d in &dangling {
+                    eprintln!("error: dangling reference: {d}");
+                }
+                eprintln!(
+                    "mcp-access: {} reference(s) lead nowhere (--allow-dangling to accept them)",
+                    dangling.len()
+                );
+                return Ok(EXIT_DANGLING);
+            }
+            Ok(code)
+        }
+        Command::Manifests {
+            input,
+            platform: p,
+            output,
+            report,
+        } => {
+            let (_, c) = build(&input, options(&input.compile)?)?;
+            let code = exit_code(&c, report.strict);
+            eprint!("{}", render_report(&c, report.format)?);
+            if code != 0 {
+                return Ok(nothing_written(code));
+            }
+            let o = ManifestOptions {
+                platform: match p.platform {
+                    PlatformArg::EnvoyGateway => Platform::EnvoyGateway,
+                    PlatformArg::Istio => Platform::Istio,
+                },
+                name: p.name,
+                image: p.image,
+                sha256: p.digest,
+                listener_names: match p.eg_listener_names {
+                    ListenerNamesArg::Legacy => ListenerNames::Legacy,
+                    ListenerNamesArg::V2 => ListenerNames::V2,
+                },
+                cluster_domain: p.cluster_domain,
+            };
+            write_out(&output, &manifests::render(&c.bundle, &c.topology, &o)?)?;
+            Ok(code)
         }
         Command::Compile {
             input,
@@ -464,10 +600,11 @@ fn run(cli: Cli) -> Result<u8, String> {
             if code != 0 {
                 return Ok(nothing_written(code));
             }
+            let wasm = wasm_path(&e.wasm)?;
             let eo = EnvoyOptions {
-                wasm: e.wasm.display().to_string(),
+                wasm,
                 admin_port: e.admin_port,
-                admin_address: "127.0.0.1".into(),
+                admin_address: e.admin_address,
                 bind: e.bind,
                 resolve,
                 tls_certs,
@@ -503,7 +640,9 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
         (Some(p), _) => {
             let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
             (
-                mcp_access_bundle::parse_bundle(&text).map_err(|e| e.to_string())?,
+                mcp_access_bundle::parse_bundle(&text)
+                    .map_err(|e| e.to_string())?
+                    .into_inner(),
                 None,
             )
         }
@@ -581,6 +720,30 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
         Format::Text => print!("{}", explain::to_text(&e)),
     }
     Ok(0)
+}
+
+/// The filter path written into the configuration: `--wasm` must be a file and is made
+/// absolute (Envoy resolves relative paths against its own working directory); `--wasm-path`
+/// must be absolute and is written as given.
+fn wasm_path(w: &WasmArg) -> Result<String, String> {
+    match (&w.wasm, &w.wasm_path) {
+        (Some(p), _) => {
+            if !p.is_file() {
+                return Err(format!(
+                    "--wasm {}: no such file (build it with scripts/build, or give --wasm-path for a path that exists only where Envoy runs)",
+                    p.display()
+                ));
+            }
+            let abs =
+                std::fs::canonicalize(p).map_err(|e| format!("--wasm {}: {e}", p.display()))?;
+            abs.to_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("--wasm {}: the path is not UTF-8", abs.display()))
+        }
+        (None, Some(s)) if s.starts_with('/') => Ok(s.clone()),
+        (None, Some(s)) => Err(format!("--wasm-path {s}: give an absolute path")),
+        (None, None) => Err("give --wasm FILE or --wasm-path PATH".into()),
+    }
 }
 
 /// Says why nothing was written and passes the exit code on.

@@ -122,7 +122,12 @@ fn invalid_manifests_exit_1_naming_file_document_object_and_field() {
 #[test]
 fn valid_examples_validate_but_strict_mode_reports_what_is_not_accepted() {
     let dir = examples("valid");
+    // The examples' policies target XBackends they do not define: references that lead
+    // nowhere, which validate refuses unless told to allow them.
     let out = run(&["validate", "-f", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("dangling reference: XAccessPolicy"));
+    let out = run(&["validate", "-f", dir.to_str().unwrap(), "--allow-dangling"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let report = text(&out.stdout);
     assert!(report.contains("reason: TargetNotFound"), "{report}");
@@ -162,7 +167,7 @@ fn envoy_renders_a_bootstrap_with_the_listen_port_in_the_bundle() {
         fixture().to_str().unwrap(),
         "--trust-domain",
         "example.org",
-        "--wasm",
+        "--wasm-path",
         "/opt/mcp_access_filter.wasm",
         "--tls-cert",
         "gateway-cert=/certs/server.crt,/certs/server.key",
@@ -227,7 +232,7 @@ fn envoy_renders_a_bootstrap_with_the_listen_port_in_the_bundle() {
         "envoy",
         "-f",
         fixture().to_str().unwrap(),
-        "--wasm",
+        "--wasm-path",
         "/x.wasm",
         "--client-ca",
         "agents-ca=/ca.pem",
@@ -247,7 +252,7 @@ fn envoy_renders_a_bootstrap_with_the_listen_port_in_the_bundle() {
         "envoy",
         "-f",
         fixture().to_str().unwrap(),
-        "--wasm",
+        "--wasm-path",
         "/x.wasm",
         "--strict",
     ]);

@@ -24,6 +24,41 @@ pub enum Action {
     Respond(LocalResponse),
 }
 
+/// Where the host is when it carries out an action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// In the request-headers callback; `body_follows` when the stream did not end there.
+    Headers { body_follows: bool },
+    /// In a request body or trailers callback.
+    Body,
+    /// In a callout response: the request is paused and must be resumed explicitly.
+    Async,
+}
+
+/// What the host returns to Envoy from the callback it is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Continue,
+    Pause,
+}
+
+impl Phase {
+    /// What Envoy is told while the flow holds the request. With a body to come, headers are
+    /// only held when `hold_headers` says Envoy allows it (`allow_on_headers_stop_iteration`);
+    /// otherwise they go on and the body is held.
+    pub fn hold(self, hold_headers: bool) -> Verdict {
+        match self {
+            Phase::Headers { body_follows: true } if !hold_headers => Verdict::Continue,
+            _ => Verdict::Pause,
+        }
+    }
+
+    /// Whether allowing the request must resume it: it was paused by an earlier callback.
+    pub fn resumes_on_allow(self) -> bool {
+        self == Phase::Async
+    }
+}
+
 /// How the request ended, for stats, logs and filter state.
 ///
 /// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `decision` (`allow` or

@@ -2,10 +2,48 @@
 //! claims as Envoy's `jwt_authn` filter left them in metadata.
 
 use mcp_access_bundle::validate::is_spiffe_id;
-use mcp_access_bundle::{JwtProvider, TrustedHeaderFormat};
+use mcp_access_bundle::{IdentitySettings, JwtProvider, SpiffeSource, TrustedHeaderFormat};
 
+use crate::facts::{Fact, HostFacts};
 use crate::protobuf::{filter_metadata, PValue};
-use crate::request::{ClaimValue, JwtPrincipal};
+use crate::request::{Caller, ClaimValue, JwtPrincipal};
+
+/// Who is calling, from the sources `id` trusts. `headers`: the request headers, names
+/// lowercase. The SPIFFE ID comes from the one source configured: the trusted header (several
+/// copies of it: ambiguous, no identity) or the peer certificate, whose URI SANs are counted
+/// and checked against Envoy's first URI SAN. JWT principals (with the `claims` rules read) come
+/// from metadata, read only when providers are configured.
+pub fn caller(
+    id: &IdentitySettings,
+    claims: &[String],
+    headers: &[(String, String)],
+    facts: &dyn HostFacts,
+) -> Caller {
+    let spiffe = match (id.spiffe.source, &id.spiffe.header) {
+        (SpiffeSource::TrustedHeader, Some(h)) => {
+            let name = h.name.to_ascii_lowercase();
+            let mut values = headers.iter().filter(|(n, _)| *n == name);
+            match (values.next(), values.next()) {
+                (Some((_, v)), None) => spiffe_from_header(v, h.format),
+                _ => None,
+            }
+        }
+        // Not a valid bundle: no source to trust.
+        (SpiffeSource::TrustedHeader, None) => None,
+        (SpiffeSource::PeerCertificate, _) => facts
+            .read(Fact::PeerUriSan)
+            .and_then(|san| spiffe_from_peer(&san, facts.read(Fact::PeerCertificate).as_deref())),
+    };
+    let jwts = if id.jwt.providers.is_empty() {
+        Vec::new()
+    } else {
+        facts
+            .read(Fact::Metadata)
+            .map(|md| jwt_principals(&md, &id.jwt.providers, claims))
+            .unwrap_or_default()
+    };
+    Caller { spiffe, jwts }
+}
 
 /// The SPIFFE ID of the peer certificate: its only URI SAN (an X.509-SVID has exactly one).
 /// `first_san` is Envoy's `connection.uri_san_peer_certificate`, which names only the first URI
@@ -131,6 +169,7 @@ pub fn jwt_principals(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facts::fake::{headers as h, FakeFacts};
 
     const ALPHA: &str = "spiffe://example.org/ns/a/sa/alpha";
 
@@ -193,6 +232,87 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             None
         );
         assert_eq!(spiffe_from_peer(b"\xff", Some(one)), None);
+    }
+
+    fn settings(v: serde_json::Value) -> IdentitySettings {
+        serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn caller_from_the_peer_certificate_is_cross_checked() {
+        let id = settings(serde_json::json!({}));
+        let facts = FakeFacts::default()
+            .with(Fact::PeerUriSan, ALPHA)
+            .with(Fact::PeerCertificate, ONE_URI);
+        let c = caller(&id, &[], &h(&[("x-spiffe", "spiffe://x/y")]), &facts);
+        assert_eq!(c.spiffe.as_deref(), Some(ALPHA));
+        assert!(c.jwts.is_empty());
+        // No providers: metadata is never read.
+        assert_eq!(facts.reads(), [Fact::PeerUriSan, Fact::PeerCertificate]);
+        // A second URI SAN, a disagreement with Envoy, no certificate: no identity.
+        for facts in [
+            FakeFacts::default()
+                .with(Fact::PeerUriSan, ALPHA)
+                .with(Fact::PeerCertificate, TWO_URIS),
+            FakeFacts::default()
+                .with(Fact::PeerUriSan, "spiffe://example.org/ns/a/sa/beta")
+                .with(Fact::PeerCertificate, ONE_URI),
+            FakeFacts::default().with(Fact::PeerUriSan, ALPHA),
+        ] {
+            assert_eq!(caller(&id, &[], &[], &facts).spiffe, None);
+        }
+        // No URI SAN: the certificate is not read at all.
+        let none = FakeFacts::default().with(Fact::PeerCertificate, ONE_URI);
+        assert_eq!(caller(&id, &[], &[], &none).spiffe, None);
+        assert_eq!(none.reads(), [Fact::PeerUriSan]);
+    }
+
+    #[test]
+    fn caller_from_a_trusted_header_needs_exactly_one_copy() {
+        let id = settings(serde_json::json!({"spiffe": {"source": "TrustedHeader",
+            "header": {"name": "X-Client-Spiffe", "format": "Plain"}}}));
+        // The certificate is not a source here, whatever it says.
+        let facts = FakeFacts::default()
+            .with(Fact::PeerUriSan, "spiffe://example.org/ns/a/sa/beta")
+            .with(Fact::PeerCertificate, ONE_URI);
+        let one = h(&[("x-client-spiffe", ALPHA), ("other", "x")]);
+        assert_eq!(
+            caller(&id, &[], &one, &facts).spiffe.as_deref(),
+            Some(ALPHA)
+        );
+        assert!(facts.reads().is_empty());
+        let two = h(&[("x-client-spiffe", ALPHA), ("x-client-spiffe", ALPHA)]);
+        assert_eq!(caller(&id, &[], &two, &facts).spiffe, None);
+        assert_eq!(caller(&id, &[], &[], &facts).spiffe, None);
+        assert!(facts.reads().is_empty());
+        // TrustedHeader without a header (a bundle validation refuses): no identity.
+        let bare = settings(serde_json::json!({"spiffe": {"source": "TrustedHeader"}}));
+        assert_eq!(caller(&bare, &[], &one, &facts).spiffe, None);
+    }
+
+    #[test]
+    fn caller_jwts_come_from_metadata_when_providers_are_configured() {
+        use crate::protobuf::tests::enc_metadata;
+        let id = settings(serde_json::json!({"jwt": {"providers": [
+            {"issuer": "https://idp", "metadataKey": "jwt"}]}}));
+        let payload = PValue::Struct(vec![
+            ("iss".into(), PValue::Str("https://idp".into())),
+            ("sub".into(), PValue::Str("agent-7".into())),
+            ("team".into(), PValue::Str("ops".into())),
+        ]);
+        let md = enc_metadata(JWT_FILTER, &[("jwt".into(), payload)]);
+        let facts = FakeFacts::default().with(Fact::Metadata, md);
+        let c = caller(&id, &["team".to_string()], &[], &facts);
+        assert_eq!(c.spiffe, None);
+        assert_eq!(c.jwts.len(), 1);
+        assert_eq!(c.jwts[0].subject.as_deref(), Some("agent-7"));
+        assert_eq!(
+            c.jwts[0].claims,
+            vec![("team".to_string(), ClaimValue::Str("ops".into()))]
+        );
+        assert_eq!(facts.reads(), [Fact::PeerUriSan, Fact::Metadata]);
+        let empty = FakeFacts::default();
+        assert!(caller(&id, &[], &[], &empty).jwts.is_empty());
     }
 
     #[test]

@@ -8,11 +8,13 @@
 pub mod answer;
 pub mod callout;
 pub mod canon;
+pub mod facts;
 pub mod flow;
 pub mod identity;
 pub mod mcp;
 pub mod policy;
 pub mod protobuf;
 pub mod request;
+pub mod stats;
 pub mod wire;
 pub mod x509;

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use mcp_access_bundle::{
-    Action, Authorizer, Bundle, DenyResponse, EscapedSlashes, IdentitySettings, Level, Limits,
-    Policy, UnknownBackend,
+    Action, Authorizer, DenyResponse, EscapedSlashes, IdentitySettings, Level, Limits, Policy,
+    UnknownBackend, ValidBundle,
 };
 
 pub use eval::{
@@ -227,7 +227,7 @@ pub struct Engine {
 
 impl Engine {
     /// Compiles a validated bundle.
-    pub fn compile(b: &Bundle) -> Result<Engine, String> {
+    pub fn compile(b: &ValidBundle) -> Result<Engine, String> {
         let mut order: Vec<&Policy> = b.policies.iter().collect();
         order.sort_by(|x, y| {
             (x.seniority, &x.namespace, &x.name).cmp(&(y.seniority, &y.namespace, &y.name))

@@ -1,0 +1,193 @@
+//! Checks of compiled manifests that the API server would not make: references that lead
+//! nowhere, and Gateway Allow policies no agent could connect through.
+
+use std::collections::BTreeSet;
+
+use mcp_access_bundle::{Action, BaseProtocol, Bundle, Level, Policy, Rule};
+use mcp_access_k8s::{Compiled, RouteAction};
+
+/// Route reasons that name a reference leading nowhere.
+const ROUTE_REF_REASONS: [&str; 4] = [
+    "BackendNotFound",
+    "InvalidKind",
+    "RefNotPermitted",
+    "NoMatchingParent",
+];
+
+/// References that lead nowhere: a route backendRef or parentRef that resolves to nothing (an
+/// unknown group or kind, a misspelled name, a missing ReferenceGrant), a policy whose target
+/// does not exist, and an accepted XBackend that no route reaches.
+pub fn dangling(c: &Compiled) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in &c.report.routes {
+        for cnd in &r.conditions {
+            if ROUTE_REF_REASONS.contains(&cnd.reason.as_str()) {
+                out.push(format!(
+                    "HTTPRoute {}/{} -> {}: {} {}",
+                    r.namespace, r.name, cnd.target, cnd.reason, cnd.message
+                ));
+            }
+        }
+    }
+    for p in &c.report.policies {
+        for cnd in &p.conditions {
+            if cnd.reason == mcp_access_k8s::reason::TARGET_NOT_FOUND {
+                out.push(format!(
+                    "XAccessPolicy {}/{} -> {}: {} {}",
+                    p.namespace, p.name, cnd.target, cnd.reason, cnd.message
+                ));
+            }
+        }
+    }
+    let reached: BTreeSet<&str> = c
+        .topology
+        .gateways
+        .iter()
+        .flat_map(|g| &g.listeners)
+        .flat_map(|l| &l.routes)
+        .filter_map(|e| match &e.action {
+            RouteAction::Forward { clusters, .. } => Some(clusters),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|w| w.backend.as_deref())
+        .collect();
+    for b in &c.topology.backends {
+        if !reached.contains(b.id.as_str()) {
+            out.push(format!(
+                "XBackend {}: no HTTPRoute attached to a Gateway forwards to it",
+                b.id
+            ));
+        }
+    }
+    out
+}
+
+/// Whether a rule can admit base protocol traffic (`initialize` first of all) from someone.
+fn admits_base_protocol(r: &Rule) -> bool {
+    match r.authorization.as_ref().and_then(|a| a.mcp.as_ref()) {
+        None => true,
+        Some(m) => m.base_protocol == BaseProtocol::Match,
+    }
+}
+
+fn policy_admits_base_protocol(p: &Policy) -> bool {
+    p.not_accepted.is_none()
+        && p.rules
+            .as_ref()
+            .is_none_or(|rules| rules.iter().any(admits_base_protocol))
+}
+
+/// Gateway listeners whose Gateway-level Allow policies admit no base protocol traffic: no
+/// agent can `initialize` a session through them.
+pub fn closed_listeners(b: &Bundle) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in &b.gateways {
+        for l in &g.listeners {
+            let allows: Vec<&Policy> = b
+                .policies
+                .iter()
+                .filter(|p| p.level == Level::Gateway && p.action == Action::Allow)
+                .filter(|p| {
+                    p.targets.iter().any(|t| {
+                        t.name == g.name
+                            && t.namespace.as_deref().unwrap_or(&p.namespace) == g.namespace
+                            && t.section_name.as_deref().is_none_or(|s| s == l.name)
+                    })
+                })
+                .collect();
+            if !allows.is_empty() && !allows.iter().any(|p| policy_admits_base_protocol(p)) {
+                let names: Vec<String> = allows
+                    .iter()
+                    .map(|p| format!("{}/{}", p.namespace, p.name))
+                    .collect();
+                out.push(format!(
+                    "Gateway {}/{} listener {}: its Allow policies ({}) admit no base protocol traffic (initialize, tools/list, ...), so no agent can connect; give a rule mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS",
+                    g.namespace,
+                    g.name,
+                    l.name,
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn bundle(policies: &str) -> Bundle {
+        let text = format!(
+            r#"{{"apiVersion": "mcp-access.io/v1",
+                "gateways": [{{"name": "gw", "namespace": "ns", "listeners": [
+                    {{"name": "a", "port": 1}}, {{"name": "b", "port": 2}}]}}],
+                "policies": {policies}}}"#
+        );
+        mcp_access_bundle::parse_bundle(text.as_bytes())
+            .unwrap()
+            .into_inner()
+    }
+
+    const TOOLS_ONLY: &str =
+        r#"{"name": "tools", "authorization": {"mcp": {"methods": [{"name": "tools/call"}]}}}"#;
+
+    fn allow(name: &str, target: &str, rules: Option<&str>) -> String {
+        let rules = rules
+            .map(|r| format!(r#", "rules": [{r}]"#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"name": "{name}", "namespace": "ns", "level": "Gateway", "action": "Allow", "targets": [{target}]{rules}}}"#
+        )
+    }
+
+    #[test]
+    fn a_listener_is_closed_when_no_gateway_allow_rule_admits_the_base_protocol() {
+        let b = bundle(&format!(
+            "[{}]",
+            allow("p", r#"{"name": "gw"}"#, Some(TOOLS_ONLY))
+        ));
+        let closed = closed_listeners(&b);
+        assert_eq!(closed.len(), 2, "{closed:?}");
+        assert!(closed[0].starts_with("Gateway ns/gw listener a: its Allow policies (ns/p)"));
+    }
+
+    #[test]
+    fn base_protocol_match_no_mcp_block_or_no_rules_open_it() {
+        let with_base =
+            r#"{"name": "r", "authorization": {"mcp": {"methods": [], "baseProtocol": "Match"}}}"#;
+        let no_mcp = r#"{"name": "r", "authorization": {"methods": ["POST"]}}"#;
+        for rules in [Some(with_base), Some(no_mcp), None] {
+            let b = bundle(&format!(
+                "[{}, {}]",
+                allow("p", r#"{"name": "gw"}"#, Some(TOOLS_ONLY)),
+                allow("q", r#"{"name": "gw"}"#, rules)
+            ));
+            assert_eq!(closed_listeners(&b), Vec::<String>::new(), "{rules:?}");
+        }
+    }
+
+    #[test]
+    fn section_names_and_levels_are_respected() {
+        // An open policy on listener a only: listener b stays closed.
+        let b = bundle(&format!(
+            "[{}, {}]",
+            allow("p", r#"{"name": "gw"}"#, Some(TOOLS_ONLY)),
+            allow("q", r#"{"name": "gw", "sectionName": "a"}"#, None)
+        ));
+        let closed = closed_listeners(&b);
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        assert!(closed[0].contains("listener b: its Allow policies (ns/p)"));
+        // No Gateway-level Allow policy: the level is passed, nothing to warn about.
+        assert_eq!(closed_listeners(&bundle("[]")), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_not_accepted_stand_in_admits_nothing() {
+        let stand_in = r#"{"name": "p.not-accepted", "namespace": "ns", "level": "Gateway", "action": "Allow", "targets": [{"name": "gw"}], "notAccepted": "Unsupported"}"#;
+        let b = bundle(&format!("[{stand_in}]"));
+        assert_eq!(closed_listeners(&b).len(), 2);
+    }
+}

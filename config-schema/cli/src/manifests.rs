@@ -1,0 +1,415 @@
+//! Kubernetes objects that load the filter into Envoy Gateway or Istio, with the bundle compiled
+//! from the user's manifests.
+//!
+//! Envoy Gateway: an `EnvoyExtensionPolicy` (the filter from the OCI image, the bundle as its
+//! `config`, `failOpen: false`), per Gateway an `EnvoyPatchPolicy` (one cluster per authorizer,
+//! `allow_on_headers_stop_iteration: true` patched into the Wasm filter Envoy Gateway generates)
+//! and a `ClientTrafficPolicy` (buffer limit above the body limit, path handling as the filter
+//! reads paths). Istio: a `WasmPlugin` (phase AUTHZ, FAIL_CLOSE, the bundle as `pluginConfig`,
+//! `envoy.holdHeaders: false` because a WasmPlugin cannot hold headers) and an `EnvoyFilter` with
+//! the connection manager's path and host normalization.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use mcp_access_bundle::{Bundle, EscapedSlashes};
+use mcp_access_k8s::{RouteAction, Topology};
+use serde_json::{json, Value};
+
+const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+const EG_API: &str = "gateway.envoyproxy.io/v1alpha1";
+const ISTIO_API: &str = "extensions.istio.io/v1alpha1";
+const ROOT_ID: &str = "mcp_access";
+const MIB: u64 = 1024 * 1024;
+
+/// Where the filter runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    EnvoyGateway,
+    Istio,
+}
+
+/// Envoy Gateway's xDS naming scheme (listener names in EnvoyPatchPolicy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenerNames {
+    /// `NAMESPACE/GATEWAY/LISTENER`.
+    Legacy,
+    /// `tcp-PORT` (the XDSNameSchemeV2 runtime flag).
+    V2,
+}
+
+/// What is not in the manifests.
+#[derive(Debug, Clone)]
+pub struct ManifestOptions {
+    pub platform: Platform,
+    /// Name of the generated objects.
+    pub name: String,
+    /// REGISTRY/REPOSITORY:TAG of the filter image.
+    pub image: String,
+    /// Its manifest digest, 64 lower-case hex digits (no `sha256:`).
+    pub sha256: String,
+    pub listener_names: ListenerNames,
+    /// Kubernetes cluster domain of Service DNS names.
+    pub cluster_domain: String,
+}
+
+/// `sha256:<64 hex>` (or the bare hex) to the bare hex.
+pub fn parse_digest(s: &str) -> Result<String, String> {
+    let hex = s.strip_prefix("sha256:").unwrap_or(s);
+    if hex.len() == 64
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        Ok(hex.to_string())
+    } else {
+        Err(format!(
+            "`{s}`: expected sha256:<64 hex digits> (the manifest digest scripts/oci-image prints)"
+        ))
+    }
+}
+
+/// `[oci://]REGISTRY/REPOSITORY[:TAG]` to `REGISTRY/REPOSITORY[:TAG]`.
+pub fn parse_image(s: &str) -> Result<String, String> {
+    let r = s.strip_prefix("oci://").unwrap_or(s);
+    if r.contains('@') {
+        return Err(format!(
+            "`{s}`: give the tagged reference (REGISTRY/REPOSITORY:TAG); the digest goes to --digest"
+        ));
+    }
+    let re = regex_lite::Regex::new(
+        r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$",
+    )
+    .map_err(|e| e.to_string())?;
+    if re.is_match(r) {
+        Ok(r.to_string())
+    } else {
+        Err(format!("`{s}`: expected REGISTRY/REPOSITORY:TAG"))
+    }
+}
+
+/// The port Envoy Gateway's Envoy listens on for a Gateway port (privileged ports shift by 10000).
+pub fn eg_container_port(port: u16) -> u16 {
+    if port < 1024 {
+        port + 10000
+    } else {
+        port
+    }
+}
+
+/// Twice the body limit, at least 1 MiB above it, in whole MiB.
+fn buffer_limit(max_body: u32) -> String {
+    let b = u64::from(max_body);
+    let want = (2 * b).max(b + MIB);
+    format!("{}Mi", want.div_ceil(MIB))
+}
+
+fn svc_host(name: &str, namespace: &str, domain: &str) -> String {
+    format!("{name}.{namespace}.svc.{domain}")
+}
+
+fn istio_cluster(host: &str, port: u16) -> String {
+    format!("outbound|{port}||{host}")
+}
+
+fn meta(name: &str, namespace: &str) -> Value {
+    json!({"name": name, "namespace": namespace, "labels": {
+        "app.kubernetes.io/name": "mcp-access", "app.kubernetes.io/component": "policy"}})
+}
+
+fn gateway_ref(name: &str) -> Value {
+    json!({"group": GATEWAY_GROUP, "kind": "Gateway", "name": name})
+}
+
+/// Envoy Gateway's cluster of each HTTPRoute rule that forwards only to one XBackend, by XBackend.
+fn eg_route_clusters(topo: &Topology) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for l in topo.gateways.iter().flat_map(|g| &g.listeners) {
+        for e in &l.routes {
+            let RouteAction::Forward { clusters, .. } = &e.action else {
+                continue;
+            };
+            let ids: BTreeSet<_> = clusters.iter().map(|c| c.backend.as_deref()).collect();
+            if let [Some(id)] = ids.into_iter().collect::<Vec<_>>().as_slice() {
+                out.entry((*id).to_string())
+                    .or_default()
+                    .insert(format!("httproute/{}/rule/{}", e.route, e.rule));
+            }
+        }
+    }
+    out
+}
+
+fn eg_bundle(bundle: &Bundle, topo: &Topology) -> Bundle {
+    let mut b = bundle.clone();
+    for l in b.gateways.iter_mut().flat_map(|g| &mut g.listeners) {
+        l.port = eg_container_port(l.port);
+    }
+    let clusters = eg_route_clusters(topo);
+    for be in &mut b.backends {
+        be.route_names.clear();
+        be.cluster_names = clusters
+            .get(&format!("{}/{}", be.namespace, be.name))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+    }
+    b.envoy.hold_headers = true; // allow_on_headers_stop_iteration is patched in
+    b
+}
+
+fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str) -> Bundle {
+    let mut b = bundle.clone();
+    for a in &mut b.authorizers {
+        if let Some(m) = topo.authorizers.iter().find(|m| m.cluster == a.cluster) {
+            a.cluster = istio_cluster(&svc_host(&m.name, &m.namespace, domain), m.port);
+        }
+    }
+    for be in &mut b.backends {
+        let id = format!("{}/{}", be.namespace, be.name);
+        be.route_names.clear();
+        be.cluster_names = topo
+            .backends
+            .iter()
+            .filter(|m| m.id == id)
+            .filter_map(|m| match (&m.service_name, &m.hostname) {
+                (Some(s), _) => Some(istio_cluster(&svc_host(s, &m.namespace, domain), m.port)),
+                (None, Some(h)) => Some(istio_cluster(h, m.port)),
+                (None, None) => None,
+            })
+            .collect();
+    }
+    b.envoy.hold_headers = false; // a WasmPlugin cannot set allow_on_headers_stop_iteration
+    b
+}
+
+fn authorizer_cluster(name: &str, host: &str, port: u16) -> Value {
+    json!({
+        "name": name,
+        "type": "STRICT_DNS",
+        "connect_timeout": "1s",
+        "dns_lookup_family": "V4_PREFERRED",
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
+            "socket_address": {"address": host, "port_value": port}}}}]}]}
+    })
+}
+
+fn escaped_action(e: EscapedSlashes, reject: &str, decode: &str) -> String {
+    match e {
+        EscapedSlashes::Reject => reject.into(),
+        EscapedSlashes::Decode => decode.into(),
+    }
+}
+
+/// Gateways by namespace, in bundle order.
+fn by_namespace(
+    bundle: &Bundle,
+) -> Result<BTreeMap<&str, Vec<&mcp_access_bundle::Gateway>>, String> {
+    let mut out: BTreeMap<&str, Vec<_>> = BTreeMap::new();
+    for g in &bundle.gateways {
+        out.entry(g.namespace.as_str()).or_default().push(g);
+    }
+    if out.is_empty() {
+        return Err(
+            "the manifests have no accepted Gateway: nothing to attach the filter to".into(),
+        );
+    }
+    Ok(out)
+}
+
+fn envoy_gateway(
+    bundle: &Bundle,
+    topo: &Topology,
+    o: &ManifestOptions,
+) -> Result<Vec<Value>, String> {
+    let config = serde_json::to_value(eg_bundle(bundle, topo)).map_err(|e| e.to_string())?;
+    let mut objects = Vec::new();
+    for (ns, gws) in by_namespace(bundle)? {
+        let refs: Vec<Value> = gws.iter().map(|g| gateway_ref(&g.name)).collect();
+        objects.push(json!({
+            "apiVersion": EG_API,
+            "kind": "EnvoyExtensionPolicy",
+            "metadata": meta(&o.name, ns),
+            "spec": {"targetRefs": refs, "wasm": [{
+                "name": o.name,
+                "rootID": ROOT_ID,
+                "code": {"type": "Image", "image": {"url": o.image, "sha256": o.sha256}, "pullPolicy": "IfNotPresent"},
+                "config": config,
+                "failOpen": false,
+            }]}
+        }));
+        let filter = format!(
+            "envoy.filters.http.wasm/envoyextensionpolicy/{ns}/{}/wasm/0",
+            o.name
+        );
+        for g in &gws {
+            let mut patches = Vec::new();
+            for a in &topo.authorizers {
+                if bundle.authorizers.iter().any(|b| b.cluster == a.cluster) {
+                    let host = svc_host(&a.name, &a.namespace, &o.cluster_domain);
+                    patches.push(json!({
+                        "type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                        "name": a.cluster,
+                        "operation": {"op": "add", "path": "", "value": authorizer_cluster(&a.cluster, &host, a.port)},
+                    }));
+                }
+            }
+            let mut seen = BTreeSet::new();
+            for l in &g.listeners {
+                let name = match o.listener_names {
+                    ListenerNames::Legacy => format!("{ns}/{}/{}", g.name, l.name),
+                    ListenerNames::V2 => format!("tcp-{}", eg_container_port(l.port)),
+                };
+                if seen.insert(name.clone()) {
+                    patches.push(json!({
+                        "type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+                        "name": name,
+                        "operation": {
+                            "op": "add",
+                            "jsonPath": format!("..http_filters[?(@.name=='{filter}')]"),
+                            "path": "/typed_config/config/allow_on_headers_stop_iteration",
+                            "value": true,
+                        },
+                    }));
+                }
+            }
+            let name = if gws.len() > 1 {
+                format!("{}-{}", o.name, g.name)
+            } else {
+                o.name.clone()
+            };
+            objects.push(json!({
+                "apiVersion": EG_API,
+                "kind": "EnvoyPatchPolicy",
+                "metadata": meta(&name, ns),
+                "spec": {"targetRef": gateway_ref(&g.name), "type": "JSONPatch", "jsonPatches": patches},
+            }));
+        }
+        objects.push(json!({
+            "apiVersion": EG_API,
+            "kind": "ClientTrafficPolicy",
+            "metadata": meta(&o.name, ns),
+            "spec": {
+                "targetRefs": refs,
+                "connection": {"bufferLimit": buffer_limit(bundle.limits.max_body_bytes)},
+                "path": {
+                    "escapedSlashesAction": escaped_action(bundle.envoy.escaped_slashes, "RejectRequest", "UnescapeAndForward"),
+                    "disableMergeSlashes": false,
+                },
+            }
+        }));
+    }
+    Ok(objects)
+}
+
+fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Value>, String> {
+    let config = serde_json::to_value(istio_bundle(bundle, topo, &o.cluster_domain))
+        .map_err(|e| e.to_string())?;
+    let mut objects = Vec::new();
+    for (ns, gws) in by_namespace(bundle)? {
+        let refs: Vec<Value> = gws.iter().map(|g| gateway_ref(&g.name)).collect();
+        objects.push(json!({
+            "apiVersion": ISTIO_API,
+            "kind": "WasmPlugin",
+            "metadata": meta(&o.name, ns),
+            "spec": {
+                "targetRefs": refs,
+                "url": format!("oci://{}", o.image),
+                "sha256": o.sha256,
+                "imagePullPolicy": "IfNotPresent",
+                "pluginName": ROOT_ID,
+                "phase": "AUTHZ",
+                "type": "HTTP",
+                "failStrategy": "FAIL_CLOSE",
+                "pluginConfig": config,
+            }
+        }));
+        let mut hcm = json!({"@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"});
+        if let (Some(h), Value::Object(n)) = (
+            hcm.as_object_mut(),
+            crate::envoy::normalization(bundle.envoy.escaped_slashes),
+        ) {
+            h.extend(n);
+        }
+        objects.push(json!({
+            "apiVersion": "networking.istio.io/v1alpha3",
+            "kind": "EnvoyFilter",
+            "metadata": meta(&format!("{}-normalization", o.name), ns),
+            "spec": {
+                "targetRefs": refs,
+                "configPatches": [{
+                    "applyTo": "NETWORK_FILTER",
+                    "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}}},
+                    "patch": {"operation": "MERGE", "value": {"typed_config": hcm}},
+                }],
+            }
+        }));
+    }
+    Ok(objects)
+}
+
+fn header(o: &ManifestOptions) -> String {
+    let mut lines = vec![
+        format!(
+            "# mcp-access for {}: generated by `mcp-access manifests`",
+            match o.platform {
+                Platform::EnvoyGateway => "Envoy Gateway",
+                Platform::Istio => "Istio",
+            }
+        ),
+        format!("# image {}, manifest digest sha256:{}", o.image, o.sha256),
+    ];
+    match o.platform {
+        Platform::EnvoyGateway => {
+            lines.push("# Needs EnvoyPatchPolicy enabled in the EnvoyGateway config (extensionApis.enableEnvoyPatchPolicy: true).".into());
+            lines.push(format!(
+                "# EnvoyPatchPolicy listener names use Envoy Gateway's {} xDS naming scheme.",
+                match o.listener_names {
+                    ListenerNames::Legacy => "legacy",
+                    ListenerNames::V2 => "v2",
+                }
+            ));
+        }
+        Platform::Istio => {
+            lines.push("# The bundle has envoy.holdHeaders: false (WasmPlugin cannot set allow_on_headers_stop_iteration).".into());
+            lines.push("# The EnvoyFilter sets the Gateways' path normalization (overrides meshConfig.pathNormalization).".into());
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The objects for `o.platform`, as multi-document YAML with a header comment.
+pub fn render(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<String, String> {
+    let objects = match o.platform {
+        Platform::EnvoyGateway => envoy_gateway(bundle, topo, o)?,
+        Platform::Istio => istio(bundle, topo, o)?,
+    };
+    let mut out = header(o);
+    for obj in &objects {
+        out.push_str("---\n");
+        out.push_str(&serde_norway::to_string(obj).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_images_and_ports() {
+        let hex = "a".repeat(64);
+        assert_eq!(parse_digest(&format!("sha256:{hex}")), Ok(hex.clone()));
+        assert!(parse_digest("sha256:1234").is_err());
+        assert!(parse_digest(&"A".repeat(64)).is_err());
+        assert_eq!(
+            parse_image("oci://r.example/x/y:1").as_deref(),
+            Ok("r.example/x/y:1")
+        );
+        assert!(parse_image("r.example/x@sha256:00").is_err());
+        assert!(parse_image("Not An Image").is_err());
+        assert_eq!(eg_container_port(443), 10443);
+        assert_eq!(eg_container_port(8443), 8443);
+        assert_eq!(buffer_limit(1024 * 1024), "2Mi");
+        assert_eq!(buffer_limit(3 * 1024 * 1024 + 1), "7Mi");
+        assert_eq!(buffer_limit(100), "2Mi");
+    }
+}

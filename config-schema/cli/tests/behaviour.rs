@@ -1,0 +1,454 @@
+//! What a user expects of the `mcp-access` binary: `validate` fails on references that lead
+//! nowhere, `envoy --wasm` checks the file, a Gateway that no agent could connect through is
+//! warned about, and `manifests` renders Envoy Gateway and Istio objects.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const DIGEST: &str = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7";
+const IMAGE: &str = "registry.example.com/mcp-access/filter:0.1.0";
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mcp-access"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "mcp-access-behaviour-{}-{name}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The demo's manifests (envoy-demo/manifests), the user's path through the demo.
+fn demo() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../envoy-demo/manifests")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+const GATEWAY: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: ns}
+spec:
+  gatewayClassName: mcp-access
+  listeners: [{name: http, protocol: HTTP, port: 8080}]
+---
+apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XBackend
+metadata: {name: tools, namespace: ns}
+spec:
+  mcp: {serviceName: tools, port: 8000, path: /mcp}
+"#;
+
+fn route(group: &str, name: &str) -> String {
+    format!(
+        r#"
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r, namespace: ns}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - backendRefs: [{{group: {group}, kind: XBackend, name: {name}}}]
+"#
+    )
+}
+
+fn write(dir: &str, name: &str, body: &str) -> String {
+    let p = tmp(dir).join(name);
+    std::fs::write(&p, body).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+fn validate(file: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["validate", "-f", file, "--format", "text"];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+#[test]
+fn validate_passes_complete_manifests() {
+    let f = write(
+        "ok",
+        "m.yaml",
+        &(GATEWAY.to_string() + &route("agentic.networking.x-k8s.io", "tools")),
+    );
+    let out = validate(&f, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = validate(&demo(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn validate_fails_on_a_misspelled_backend_ref() {
+    let f = write(
+        "misspelled",
+        "m.yaml",
+        &(GATEWAY.to_string() + &route("agentic.networking.x-k8s.io", "toolz")),
+    );
+    let out = validate(&f, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("dangling reference: HTTPRoute ns/r")
+            && err.contains("XBackend ns/toolz not found"),
+        "{err}"
+    );
+    // The XBackend the misspelled reference meant is now reached by no route.
+    assert!(
+        err.contains("XBackend ns/tools: no HTTPRoute attached to a Gateway forwards to it"),
+        "{err}"
+    );
+    assert!(err.contains("--allow-dangling"), "{err}");
+    // Told otherwise, the same problems are warnings.
+    let out = validate(&f, &["--allow-dangling"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("warning  HTTPRoute ns/r"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn validate_fails_on_an_unknown_backend_group() {
+    let f = write(
+        "group",
+        "m.yaml",
+        &(GATEWAY.to_string() + &route("agentic.networking.k8s.io", "tools")),
+    );
+    let out = validate(&f, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("InvalidKind") && err.contains("agentic.networking.k8s.io/XBackend"),
+        "{err}"
+    );
+    // A parentRef to a Gateway that does not exist.
+    let f = write(
+        "parent",
+        "m.yaml",
+        &(GATEWAY.to_string()
+            + &route("agentic.networking.x-k8s.io", "tools").replace("name: gw}", "name: gw2}")),
+    );
+    let out = validate(&f, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("HTTPRoute ns/r -> Gateway ns/gw2: NoMatchingParent"),
+        "{err}"
+    );
+}
+
+#[test]
+fn validate_fails_on_an_unreached_backend_and_an_unknown_target() {
+    let policy = r#"
+---
+apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: p, namespace: ns}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: nope}]
+  action: Allow
+"#;
+    let f = write("unreached", "m.yaml", &(GATEWAY.to_string() + policy));
+    let out = validate(&f, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("XBackend ns/tools: no HTTPRoute attached to a Gateway forwards to it"),
+        "{err}"
+    );
+    assert!(
+        err.contains("XAccessPolicy ns/p -> XBackend ns/nope: TargetNotFound"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_gateway_allow_policy_without_base_protocol_is_warned_about() {
+    let policy = |option: &str| {
+        format!(
+            r#"
+---
+apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {{name: tools-only, namespace: ns}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]
+  action: Allow
+  rules:
+  - name: tools
+    authorization:
+      type: Inline
+      mcp:
+        {option}
+        methods: [{{name: tools/call}}]
+"#
+        )
+    };
+    let base = GATEWAY.to_string() + &route("agentic.networking.x-k8s.io", "tools");
+    let closed = write("closed", "m.yaml", &(base.clone() + &policy("")));
+    let out = validate(&closed, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("warning  Gateway ns/gw listener http: its Allow policies (ns/tools-only) admit no base protocol traffic"),
+        "{report}"
+    );
+    assert!(report.contains("no agent can connect"), "{report}");
+    // The warning is in every report format and from every command that compiles.
+    let out = run(&["compile", "-f", &closed, "--format", "json"]);
+    assert!(
+        text(&out.stdout).contains("admit no base protocol traffic"),
+        "{}",
+        text(&out.stdout)
+    );
+    let open = write(
+        "open",
+        "m.yaml",
+        &(base + &policy("mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS")),
+    );
+    let out = validate(&open, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stdout).contains("base protocol"),
+        "{}",
+        text(&out.stdout)
+    );
+    // The demo's gateway policy lets both agents connect.
+    let out = validate(&demo(), &[]);
+    assert!(
+        !text(&out.stdout).contains("base protocol"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn envoy_checks_the_wasm_file_and_writes_its_absolute_path() {
+    let d = tmp("wasm");
+    let missing = d.join("missing.wasm");
+    let out = run(&["envoy", "-f", &demo(), "--wasm", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--wasm") && err.contains("missing.wasm: no such file"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+
+    std::fs::write(d.join("filter.wasm"), b"\0asm").unwrap();
+    let cfg = d.join("envoy.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-access"))
+        .current_dir(&d)
+        .args([
+            "envoy",
+            "-f",
+            &demo(),
+            "--wasm",
+            "filter.wasm",
+            "--tls-cert",
+            "gateway-cert=/c.pem,/k.pem",
+            "--client-ca",
+            "agents-ca=/ca.pem",
+            "-o",
+            cfg.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    let hcm =
+        &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+    let file = hcm["http_filters"][0]["typed_config"]["config"]["vm_config"]["code"]["local"]
+        ["filename"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        PathBuf::from(file),
+        std::fs::canonicalize(d.join("filter.wasm")).unwrap()
+    );
+
+    // --wasm-path: a path where Envoy runs, written as given; it must be absolute.
+    let out = run(&["envoy", "-f", &demo(), "--wasm-path", "filter.wasm"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--wasm-path filter.wasm: give an absolute path"),
+        "{}",
+        text(&out.stderr)
+    );
+    // One of the two is needed.
+    let out = run(&["envoy", "-f", &demo()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+fn manifests(platform: &str, extra: &[&str]) -> Output {
+    let f = demo();
+    let mut args = vec![
+        "manifests",
+        "-f",
+        &f,
+        "--trust-domain",
+        "example.org",
+        "--platform",
+        platform,
+        "--image",
+        IMAGE,
+        "--digest",
+        DIGEST,
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+fn docs(out: &Output) -> Vec<serde_json::Value> {
+    text(&out.stdout)
+        .split("\n---\n")
+        .skip(1)
+        .map(|d| serde_norway::from_str(d).unwrap())
+        .collect()
+}
+
+#[test]
+fn manifests_for_envoy_gateway() {
+    let out = manifests("envoy-gateway", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let objs = docs(&out);
+    let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "EnvoyExtensionPolicy",
+            "EnvoyPatchPolicy",
+            "ClientTrafficPolicy"
+        ]
+    );
+    let wasm = &objs[0]["spec"]["wasm"][0];
+    assert_eq!(wasm["code"]["image"]["url"], IMAGE);
+    assert_eq!(wasm["code"]["image"]["sha256"], &DIGEST[7..]);
+    assert_eq!(wasm["failOpen"], false);
+    let config = &wasm["config"];
+    // Envoy Gateway's Envoy listens on 443 + 10000; the backend is matched by the cluster
+    // Envoy Gateway names after the HTTPRoute rule.
+    assert_eq!(config["gateways"][0]["listeners"][0]["port"], 10443);
+    assert_eq!(
+        config["backends"][0]["clusterNames"],
+        serde_json::json!(["httproute/demo/tools/rule/0"])
+    );
+    assert_eq!(config["envoy"]["holdHeaders"], true);
+    mcp_access_bundle::parse_bundle(serde_json::to_string(config).unwrap().as_bytes()).unwrap();
+    let patches = objs[1]["spec"]["jsonPatches"].as_array().unwrap();
+    assert_eq!(patches[0]["name"], "authz/demo/risk-check:8080");
+    assert_eq!(
+        patches[0]["operation"]["value"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+            ["endpoint"]["address"]["socket_address"],
+        serde_json::json!({"address": "risk-check.demo.svc.cluster.local", "port_value": 8080})
+    );
+    assert_eq!(patches[1]["name"], "demo/agents-gateway/mcp-mtls");
+    assert_eq!(objs[2]["spec"]["connection"]["bufferLimit"], "2Mi");
+    // The v2 naming scheme names listeners by port.
+    let out = manifests("envoy-gateway", &["--eg-listener-names", "v2"]);
+    assert_eq!(docs(&out)[1]["spec"]["jsonPatches"][1]["name"], "tcp-10443");
+}
+
+#[test]
+fn manifests_for_istio() {
+    let out = manifests("istio", &["--cluster-domain", "corp.local"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let objs = docs(&out);
+    let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["WasmPlugin", "EnvoyFilter"]);
+    let spec = &objs[0]["spec"];
+    assert_eq!(spec["url"], format!("oci://{IMAGE}"));
+    assert_eq!(spec["failStrategy"], "FAIL_CLOSE");
+    let config = &spec["pluginConfig"];
+    assert_eq!(config["envoy"]["holdHeaders"], false);
+    assert_eq!(config["gateways"][0]["listeners"][0]["port"], 443);
+    assert_eq!(
+        config["authorizers"][0]["cluster"],
+        "outbound|8080||risk-check.demo.svc.corp.local"
+    );
+    assert_eq!(
+        config["backends"][0]["clusterNames"],
+        serde_json::json!(["outbound|8080||tools.demo.svc.corp.local"])
+    );
+    let hcm = &objs[1]["spec"]["configPatches"][0]["patch"]["value"]["typed_config"];
+    assert_eq!(hcm["path_with_escaped_slashes_action"], "REJECT_REQUEST");
+}
+
+#[test]
+fn manifests_refuses_bad_inputs() {
+    let f = demo();
+    let with = |platform: &str, image: &str, digest: &str| {
+        run(&[
+            "manifests",
+            "-f",
+            &f,
+            "--platform",
+            platform,
+            "--image",
+            image,
+            "--digest",
+            digest,
+        ])
+    };
+    let out = with("istio", IMAGE, "sha256:1234");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("64 hex digits"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = with("istio", "registry.example.com/x@sha256:00", DIGEST);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--digest"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = with("kubernetes", IMAGE, DIGEST);
+    assert_eq!(out.status.code(), Some(2));
+    // No Gateway: nothing to attach the filter to.
+    let f = write(
+        "nogw",
+        "m.yaml",
+        "apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {name: t, namespace: ns}\nspec:\n  mcp: {serviceName: t, port: 8000}\n",
+    );
+    let out = run(&[
+        "manifests",
+        "-f",
+        &f,
+        "--platform",
+        "istio",
+        "--image",
+        IMAGE,
+        "--digest",
+        DIGEST,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("nothing to attach the filter to"),
+        "{}",
+        text(&out.stderr)
+    );
+}

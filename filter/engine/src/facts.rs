@@ -1,0 +1,219 @@
+//! What the host knows about a request beyond its headers ([`HostFacts`]), and how the engine
+//! reads it: each fact only when a decision needs it, since some cost the host real work.
+
+use crate::flow::HeadersInput;
+use crate::identity;
+use crate::policy::Engine;
+
+/// A fact about the request that the host holds, named by its Envoy attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fact {
+    /// `xds.route_name`: the route Envoy picked (text).
+    RouteName,
+    /// `xds.cluster_name`: the upstream cluster (text; about 13k instructions in Envoy).
+    ClusterName,
+    /// `destination.port`: the port the request arrived on (a 64-bit integer).
+    DestinationPort,
+    /// `connection.uri_san_peer_certificate`: the first URI SAN of the peer certificate.
+    PeerUriSan,
+    /// `connection.peer_certificate`: the peer certificate (PEM, maybe percent-encoded).
+    PeerCertificate,
+    /// `metadata`: the request's dynamic metadata (a serialized `envoy.config.core.v3.Metadata`).
+    Metadata,
+}
+
+impl Fact {
+    /// The Envoy attribute path of the fact.
+    pub const fn path(self) -> &'static [&'static str] {
+        match self {
+            Fact::RouteName => &["xds", "route_name"],
+            Fact::ClusterName => &["xds", "cluster_name"],
+            Fact::DestinationPort => &["destination", "port"],
+            Fact::PeerUriSan => &["connection", "uri_san_peer_certificate"],
+            Fact::PeerCertificate => &["connection", "peer_certificate"],
+            Fact::Metadata => &["metadata"],
+        }
+    }
+}
+
+/// The host's side: the raw bytes of a fact, None when the host has none (or they are empty).
+pub trait HostFacts {
+    fn read(&self, fact: Fact) -> Option<Vec<u8>>;
+}
+
+/// A fact as non-empty UTF-8 text.
+fn text(facts: &dyn HostFacts, fact: Fact) -> Option<String> {
+    facts
+        .read(fact)
+        .and_then(|b| String::from_utf8(b).ok())
+        .filter(|s| !s.is_empty())
+}
+
+impl HeadersInput {
+    /// Everything the headers stage needs: `headers` (names lowercase, pseudo-headers included)
+    /// and the facts that decide listener, backend and caller. The backend is found by route
+    /// name first; the upstream cluster is only read when the route name does not decide.
+    pub fn gather(
+        engine: &Engine,
+        headers: Vec<(String, String)>,
+        end_of_stream: bool,
+        facts: &dyn HostFacts,
+    ) -> HeadersInput {
+        let port = facts
+            .read(Fact::DestinationPort)
+            .and_then(|b| crate::wire::decode_i64(&b))
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(0);
+        let route_name = text(facts, Fact::RouteName);
+        let cluster_name = if engine.backend_for(route_name.as_deref(), None).is_some() {
+            None
+        } else {
+            text(facts, Fact::ClusterName)
+        };
+        HeadersInput {
+            caller: identity::caller(&engine.identity, &engine.jwt_claims, &headers, facts),
+            headers,
+            end_of_stream,
+            port,
+            route_name,
+            cluster_name,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    use super::*;
+
+    /// Header pairs from `(name, value)` literals.
+    pub fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|&(n, v)| (n.into(), v.into())).collect()
+    }
+
+    /// Facts in memory, recording which were read.
+    #[derive(Debug, Default)]
+    pub struct FakeFacts {
+        facts: Vec<(Fact, Vec<u8>)>,
+        read: std::cell::RefCell<Vec<Fact>>,
+    }
+
+    impl FakeFacts {
+        /// With `fact` set to `value`.
+        pub fn with(mut self, fact: Fact, value: impl Into<Vec<u8>>) -> Self {
+            self.facts.push((fact, value.into()));
+            self
+        }
+
+        /// The facts read so far, in order.
+        pub fn reads(&self) -> Vec<Fact> {
+            self.read.borrow().clone()
+        }
+    }
+
+    impl HostFacts for FakeFacts {
+        fn read(&self, fact: Fact) -> Option<Vec<u8>> {
+            self.read.borrow_mut().push(fact);
+            self.facts
+                .iter()
+                .find(|(f, _)| *f == fact)
+                .map(|(_, v)| v.clone())
+                .filter(|v| !v.is_empty())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::FakeFacts;
+    use super::*;
+    use crate::flow::{Phase, Verdict};
+
+    fn engine(extra: serde_json::Value) -> Engine {
+        let mut b = serde_json::json!({
+            "apiVersion": "mcp-access.io/v1",
+            "gateways": [{"name": "gw", "listeners": [{"name": "https", "port": 8443}]}],
+            "backends": [
+                {"name": "tools", "routeNames": ["tools-route"]},
+                {"name": "other", "clusterNames": ["other-cluster"]}
+            ],
+        });
+        if let (Some(b), Some(extra)) = (b.as_object_mut(), extra.as_object()) {
+            b.extend(extra.clone());
+        }
+        Engine::from_json(b.to_string().as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_cluster_is_read_only_when_the_route_name_does_not_decide() {
+        let e = engine(serde_json::json!({}));
+        let known = FakeFacts::default()
+            .with(Fact::RouteName, "tools-route")
+            .with(Fact::ClusterName, "other-cluster")
+            .with(Fact::DestinationPort, 8443i64.to_le_bytes());
+        let input = HeadersInput::gather(&e, Vec::new(), true, &known);
+        assert_eq!(input.route_name.as_deref(), Some("tools-route"));
+        assert_eq!(input.cluster_name, None);
+        assert_eq!(input.port, 8443);
+        assert!(!known.reads().contains(&Fact::ClusterName));
+
+        let unknown = FakeFacts::default()
+            .with(Fact::RouteName, "some-route")
+            .with(Fact::ClusterName, "other-cluster");
+        let input = HeadersInput::gather(&e, Vec::new(), false, &unknown);
+        assert_eq!(input.cluster_name.as_deref(), Some("other-cluster"));
+        assert_eq!(
+            e.backend_for(input.route_name.as_deref(), input.cluster_name.as_deref()),
+            Some(1)
+        );
+        assert!(!input.end_of_stream);
+        // No port, or one that is no u16: port 0, which no listener has.
+        assert_eq!(input.port, 0);
+        let odd = FakeFacts::default().with(Fact::DestinationPort, 70_000i64.to_le_bytes());
+        assert_eq!(HeadersInput::gather(&e, Vec::new(), true, &odd).port, 0);
+        let short = FakeFacts::default().with(Fact::DestinationPort, [1u8, 2]);
+        assert_eq!(HeadersInput::gather(&e, Vec::new(), true, &short).port, 0);
+        // An empty or non-UTF-8 name is no name.
+        let bad = FakeFacts::default()
+            .with(Fact::RouteName, b"\xff".to_vec())
+            .with(Fact::ClusterName, "");
+        let input = HeadersInput::gather(&e, Vec::new(), true, &bad);
+        assert_eq!((input.route_name, input.cluster_name), (None, None));
+    }
+
+    #[test]
+    fn fact_paths_are_envoy_attributes() {
+        assert_eq!(Fact::RouteName.path(), ["xds", "route_name"]);
+        assert_eq!(Fact::ClusterName.path(), ["xds", "cluster_name"]);
+        assert_eq!(Fact::DestinationPort.path(), ["destination", "port"]);
+        assert_eq!(
+            Fact::PeerUriSan.path(),
+            ["connection", "uri_san_peer_certificate"]
+        );
+        assert_eq!(
+            Fact::PeerCertificate.path(),
+            ["connection", "peer_certificate"]
+        );
+        assert_eq!(Fact::Metadata.path(), ["metadata"]);
+    }
+
+    #[test]
+    fn headers_are_held_only_where_envoy_allows_it() {
+        let body = Phase::Headers { body_follows: true };
+        let no_body = Phase::Headers {
+            body_follows: false,
+        };
+        assert_eq!(body.hold(true), Verdict::Pause);
+        assert_eq!(body.hold(false), Verdict::Continue);
+        for hold_headers in [true, false] {
+            assert_eq!(no_body.hold(hold_headers), Verdict::Pause);
+            assert_eq!(Phase::Body.hold(hold_headers), Verdict::Pause);
+            assert_eq!(Phase::Async.hold(hold_headers), Verdict::Pause);
+        }
+        assert!(Phase::Async.resumes_on_allow());
+        assert!(!Phase::Body.resumes_on_allow() && !body.resumes_on_allow());
+        // The bundle's envoy.holdHeaders reaches the engine (default: true).
+        assert!(engine(serde_json::json!({})).hold_headers);
+        let off = engine(serde_json::json!({"envoy": {"holdHeaders": false}}));
+        assert!(!off.hold_headers);
+    }
+}

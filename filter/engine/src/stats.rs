@@ -1,0 +1,137 @@
+//! The filter's metrics: a fixed set, so the host defines each once when the bundle loads and a
+//! request only picks ids by index (no names formatted or hashed per request).
+
+use mcp_access_bundle::Level;
+
+use crate::policy::level_str;
+
+/// A counter besides the per-denial ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    Allowed,
+    Denied,
+    /// Callouts without a usable answer (not dispatched, no response, 1xx/5xx).
+    CalloutErrors,
+    /// Callouts the host could not dispatch.
+    CalloutDispatchErrors,
+}
+
+impl Counter {
+    /// Every counter, in index order.
+    pub const ALL: [Counter; 4] = [
+        Counter::Allowed,
+        Counter::Denied,
+        Counter::CalloutErrors,
+        Counter::CalloutDispatchErrors,
+    ];
+
+    /// Position in [`Counter::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Counter::Allowed => "mcp_access.allowed",
+            Counter::Denied => "mcp_access.denied",
+            Counter::CalloutErrors => "mcp_access.callout.errors",
+            Counter::CalloutDispatchErrors => "mcp_access.callout.dispatch_errors",
+        }
+    }
+}
+
+/// The histogram of callout latencies in milliseconds.
+pub const CALLOUT_LATENCY_MS: &str = "mcp_access.callout.latency_ms";
+
+/// Levels a denial is counted under (`none`: before or outside the policy levels).
+pub const LEVELS: [Option<Level>; 3] = [Some(Level::Gateway), Some(Level::Backend), None];
+
+/// Every reason a request is denied ([`crate::policy::Reason`]) or rejected (by the flow) for.
+pub const DENIAL_REASONS: [&str; 15] = [
+    "unknown_listener",
+    "unknown_backend",
+    "external_auth_denied",
+    "authorizer_error",
+    "deny_policy",
+    "not_allowed",
+    "invalid_path",
+    "unsupported_encoding",
+    "invalid_json",
+    "unsupported_media_type",
+    "invalid_content_length",
+    "body_too_large",
+    "invalid_request",
+    "invalid_params",
+    "header_mismatch",
+];
+
+/// `mcp_access.denied.<level>.<reason>` for every level and reason, in index order: see
+/// [`denial_counter`].
+pub fn denial_counter_names() -> Vec<String> {
+    LEVELS
+        .iter()
+        .flat_map(|l| {
+            DENIAL_REASONS
+                .iter()
+                .map(move |r| format!("mcp_access.denied.{}.{r}", level_str(*l)))
+        })
+        .collect()
+}
+
+/// Index into [`denial_counter_names`] of a denial at `level` for `reason` (see
+/// [`crate::flow::Outcome`]); None for a reason not in [`DENIAL_REASONS`].
+pub fn denial_counter(level: Option<Level>, reason: &str) -> Option<usize> {
+    let level = LEVELS.iter().position(|l| *l == level)?;
+    let reason = DENIAL_REASONS.iter().position(|r| *r == reason)?;
+    Some(level * DENIAL_REASONS.len() + reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Reason;
+
+    #[test]
+    fn names_are_unique_and_indexes_find_them() {
+        let names = denial_counter_names();
+        assert_eq!(names.len(), LEVELS.len() * DENIAL_REASONS.len());
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len());
+        let name = |level, reason| denial_counter(level, reason).and_then(|i| names.get(i));
+        assert_eq!(
+            name(Some(Level::Backend), "external_auth_denied").map(String::as_str),
+            Some("mcp_access.denied.backend.external_auth_denied")
+        );
+        assert_eq!(
+            name(None, "body_too_large").map(String::as_str),
+            Some("mcp_access.denied.none.body_too_large")
+        );
+        assert_eq!(name(Some(Level::Gateway), "not_a_reason"), None);
+        assert_eq!(name(None, "allowed"), None);
+        for r in [
+            Reason::UnknownListener,
+            Reason::UnknownBackend,
+            Reason::ExternalAuthDenied,
+            Reason::AuthorizerFailed,
+            Reason::DenyPolicy,
+            Reason::NotAllowed,
+        ] {
+            assert!(DENIAL_REASONS.contains(&r.as_str()), "{r:?}");
+        }
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i);
+        }
+        let counters: Vec<&str> = Counter::ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            counters,
+            [
+                "mcp_access.allowed",
+                "mcp_access.denied",
+                "mcp_access.callout.errors",
+                "mcp_access.callout.dispatch_errors"
+            ]
+        );
+    }
+}

@@ -1,0 +1,102 @@
+//! Every way the flow denies or rejects a request has a denial counter defined up front.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use common::*;
+use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::request::Caller;
+use mcp_access_engine::stats::{denial_counter, denial_counter_names, DENIAL_REASONS};
+use serde_json::json;
+
+fn input(method: &str, path: &str, port: u16, extra: &[(&str, &str)]) -> HeadersInput {
+    let mut headers: Vec<(String, String)> = vec![
+        (":method".into(), method.into()),
+        (":path".into(), path.into()),
+        (":authority".into(), "gw.example.org".into()),
+    ];
+    headers.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+    HeadersInput {
+        headers,
+        end_of_stream: method != "POST",
+        port,
+        route_name: Some("tools-route".into()),
+        cluster_name: None,
+        caller: Caller {
+            spiffe: Some(ALPHA.into()),
+            jwts: vec![],
+        },
+    }
+}
+
+#[test]
+fn every_denial_and_rejection_reason_has_a_counter() {
+    let mut b = bundle(
+        vec![
+            inline_tools("only-echo", "Backend", "tools", &["echo"]),
+            json!({"name": "no-rm", "level": "Gateway", "targets": [{"name": "gw"}], "action": "Deny",
+                   "rules": [{"name": "rm", "authorization": {"mcp": {"methods": [
+                       {"name": "tools/call", "params": ["rm"]}]}}}]}),
+        ],
+        &[],
+    );
+    b["limits"] = json!({"maxBodyBytes": 200});
+    b["envoy"] = json!({"unknownBackend": "Deny"});
+    let e = engine(&b);
+    let call = |tool: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}"}}}}"#)
+    };
+    let post = |extra: &[(&str, &str)]| input("POST", "/mcp", 8443, extra);
+    let mut unrouted = post(&[]);
+    unrouted.route_name = None;
+    let cases: Vec<(HeadersInput, Vec<u8>)> = vec![
+        (post(&[]), call("get_weather").into_bytes()),
+        (post(&[]), call("rm").into_bytes()),
+        (input("POST", "/mcp", 1, &[]), call("echo").into_bytes()),
+        (unrouted, call("echo").into_bytes()),
+        (input("POST", "/a%2", 8443, &[]), Vec::new()),
+        (post(&[("content-encoding", "gzip")]), Vec::new()),
+        (post(&[("content-type", "text/plain")]), Vec::new()),
+        (post(&[("content-length", "x")]), Vec::new()),
+        (post(&[("content-length", "201")]), Vec::new()),
+        (post(&[]), b"{".to_vec()),
+        (
+            post(&[]),
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#.to_vec(),
+        ),
+        (
+            post(&[]),
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#.to_vec(),
+        ),
+        (
+            post(&[("mcp-method", "tools/list")]),
+            call("echo").into_bytes(),
+        ),
+    ];
+    let names = denial_counter_names();
+    let mut seen = Vec::new();
+    for (i, (input, body)) in cases.into_iter().enumerate() {
+        let mut flow = RequestFlow::new();
+        if flow.on_headers(&e, input) == Action::Hold {
+            flow.on_body(&e, body.len(), true, move |_| Some(body));
+        }
+        let o = flow.outcome().expect("decided");
+        assert!(!o.allowed, "case {i}");
+        let name = denial_counter(o.level, o.reason).and_then(|i| names.get(i));
+        assert!(name.is_some(), "case {i}: no counter for {o:?}");
+        seen.push(o.reason);
+    }
+    // The authorizer reasons are covered by the flow's callout tests.
+    let mut missing: Vec<&str> = DENIAL_REASONS
+        .iter()
+        .copied()
+        .filter(|r| !seen.contains(r))
+        .collect();
+    missing.sort();
+    assert_eq!(missing, ["authorizer_error", "external_auth_denied"]);
+}

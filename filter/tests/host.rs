@@ -1,0 +1,585 @@
+//! The built module (`build/mcp_access_filter.wasm`, or `$MCP_ACCESS_WASM`) run under a small
+//! proxy-wasm host (the `wasmi` interpreter): what the host adapter reads, and what it does with
+//! the engine's decisions — metrics defined once at load, the version logged, facts read only when
+//! needed, headers held or not, local responses, filter state, callouts dispatched and resumed.
+//!
+//! The host implements the calls the filter makes; any other `env` call fails the test. Like the
+//! ABI test, a missing module passes with a note unless `CI` or `MCP_ACCESS_REQUIRE_WASM` is set.
+#![cfg(not(target_arch = "wasm32"))]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use mcp_access_engine::wire;
+use serde_json::{json, Value};
+use wasmi::{Caller, Engine, Extern, Instance, Linker, Module, Store, Val};
+
+const OK: i32 = 0;
+const NOT_FOUND: i32 = 1;
+const BAD_ARGUMENT: i32 = 2;
+const CONTINUE: i32 = 0;
+const PAUSE: i32 = 1;
+const ROOT: i32 = 1;
+
+/// What the host holds and what the filter did to it.
+#[derive(Default)]
+struct Host {
+    config: Vec<u8>,
+    request_headers: Vec<(String, String)>,
+    request_body: Vec<u8>,
+    properties: BTreeMap<String, Vec<u8>>,
+    call_response_headers: Vec<(String, String)>,
+    call_response_body: Vec<u8>,
+    /// Status proxy_http_call answers with.
+    http_call_status: i32,
+    now_ns: u64,
+
+    logs: Vec<(i32, String)>,
+    property_reads: Vec<String>,
+    set_properties: Vec<(String, Vec<u8>)>,
+    set_headers: Vec<(String, String)>,
+    local_responses: Vec<(i32, Vec<u8>)>,
+    http_calls: Vec<(String, Vec<(String, String)>)>,
+    continued: u32,
+    /// (kind, name) by id.
+    metrics: Vec<(i32, String)>,
+    metric_values: BTreeMap<String, i64>,
+}
+
+impl Host {
+    fn log_has(&self, text: &str) -> bool {
+        self.lines(text) > 0
+    }
+
+    fn lines(&self, text: &str) -> usize {
+        self.logs.iter().filter(|(_, l)| l.contains(text)).count()
+    }
+
+    fn counter(&self, name: &str) -> i64 {
+        self.metric_values.get(name).copied().unwrap_or(0)
+    }
+}
+
+fn memory(c: &Caller<'_, Host>) -> wasmi::Memory {
+    c.get_export("memory")
+        .and_then(Extern::into_memory)
+        .expect("memory export")
+}
+
+fn read(c: &Caller<'_, Host>, ptr: i32, len: i32) -> Vec<u8> {
+    let mut buf = vec![0u8; len as usize];
+    memory(c)
+        .read(c, ptr as usize, &mut buf)
+        .expect("in bounds");
+    buf
+}
+
+fn text(c: &Caller<'_, Host>, ptr: i32, len: i32) -> String {
+    String::from_utf8(read(c, ptr, len)).expect("UTF-8")
+}
+
+fn write(c: &mut Caller<'_, Host>, ptr: i32, bytes: &[u8]) {
+    let m = memory(c);
+    m.write(c, ptr as usize, bytes).expect("in bounds");
+}
+
+/// Hands `bytes` to the module the proxy-wasm way: allocated through its allocator, the pointer
+/// and size written where it asked.
+fn give(c: &mut Caller<'_, Host>, bytes: &[u8], ptr_out: i32, size_out: i32) -> i32 {
+    let alloc = c
+        .get_export("proxy_on_memory_allocate")
+        .and_then(Extern::into_func)
+        .expect("allocator")
+        .typed::<i32, i32>(&*c)
+        .expect("allocator type");
+    let ptr = alloc.call(&mut *c, bytes.len() as i32).expect("allocates");
+    write(c, ptr, bytes);
+    write(c, ptr_out, &ptr.to_le_bytes());
+    write(c, size_out, &(bytes.len() as u32).to_le_bytes());
+    OK
+}
+
+fn i(v: &Val) -> i32 {
+    match v {
+        Val::I32(x) => *x,
+        other => panic!("expected i32, got {other:?}"),
+    }
+}
+
+fn l(v: &Val) -> i64 {
+    match v {
+        Val::I64(x) => *x,
+        other => panic!("expected i64, got {other:?}"),
+    }
+}
+
+/// One host call; the status it returns.
+fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, wasmi::Error> {
+    let a = |n: usize| i(&p[n]);
+    Ok(match name {
+        "proxy_log" => {
+            let line = text(c, a(1), a(2));
+            c.data_mut().logs.push((a(0), line));
+            OK
+        }
+        "proxy_get_log_level" => {
+            write(c, a(0), &0u32.to_le_bytes());
+            OK
+        }
+        "proxy_get_buffer_bytes" => {
+            let bytes = match a(0) {
+                0 => c.data().request_body.clone(),
+                4 => c.data().call_response_body.clone(),
+                7 => c.data().config.clone(),
+                other => panic!("buffer {other}"),
+            };
+            let start = (a(1) as usize).min(bytes.len());
+            let end = start.saturating_add(a(2) as u32 as usize).min(bytes.len());
+            give(c, &bytes[start..end], a(3), a(4))
+        }
+        "proxy_get_header_map_pairs" => {
+            let pairs = match a(0) {
+                0 => c.data().request_headers.clone(),
+                6 => c.data().call_response_headers.clone(),
+                other => panic!("header map {other}"),
+            };
+            give(c, &wire::encode_map(&pairs), a(1), a(2))
+        }
+        "proxy_replace_header_map_value" => {
+            assert_eq!(a(0), 0, "only request headers are set");
+            let pair = (text(c, a(1), a(2)), text(c, a(3), a(4)));
+            c.data_mut().set_headers.push(pair);
+            OK
+        }
+        "proxy_get_property" => {
+            let path = text(c, a(0), a(1)).replace('\0', ".");
+            c.data_mut().property_reads.push(path.clone());
+            match c.data().properties.get(&path).cloned() {
+                Some(v) => give(c, &v, a(2), a(3)),
+                None => NOT_FOUND,
+            }
+        }
+        "proxy_set_property" => {
+            let kv = (text(c, a(0), a(1)), read(c, a(2), a(3)));
+            c.data_mut().set_properties.push(kv);
+            OK
+        }
+        "proxy_send_local_response" => {
+            let body = read(c, a(3), a(4));
+            c.data_mut().local_responses.push((a(0), body));
+            OK
+        }
+        "proxy_continue_stream" => {
+            c.data_mut().continued += 1;
+            OK
+        }
+        "proxy_http_call" => {
+            let cluster = text(c, a(0), a(1));
+            let headers = wire::decode_map(&read(c, a(2), a(3))).expect("header map");
+            c.data_mut().http_calls.push((cluster, headers));
+            let token = c.data().http_calls.len() as u32;
+            write(c, a(9), &token.to_le_bytes());
+            c.data().http_call_status
+        }
+        "proxy_define_metric" => {
+            let name = text(c, a(1), a(2));
+            c.data_mut().metrics.push((a(0), name));
+            let id = c.data().metrics.len() as u32 - 1;
+            write(c, a(3), &id.to_le_bytes());
+            OK
+        }
+        "proxy_increment_metric" | "proxy_record_metric" => {
+            let name = c.data().metrics[a(0) as usize].1.clone();
+            let by = l(&p[1]);
+            let histogram = c.data().metrics[a(0) as usize].0 == 2;
+            let v = c.data_mut().metric_values.entry(name).or_default();
+            // A histogram keeps its last value.
+            *v = if histogram { by } else { *v + by };
+            OK
+        }
+        "proxy_get_current_time_nanoseconds" => {
+            let now = c.data().now_ns;
+            write(c, a(0), &now.to_le_bytes());
+            OK
+        }
+        "proxy_set_effective_context" | "proxy_done" => OK,
+        // WASI, as far as Rust's startup and std need it.
+        "random_get" => {
+            let zeros = vec![7u8; a(1) as usize];
+            write(c, a(0), &zeros);
+            OK
+        }
+        "environ_sizes_get" | "args_sizes_get" => {
+            write(c, a(0), &0u32.to_le_bytes());
+            write(c, a(1), &0u32.to_le_bytes());
+            OK
+        }
+        "environ_get" | "args_get" => OK,
+        "clock_time_get" => {
+            let now = c.data().now_ns;
+            write(c, a(2), &now.to_le_bytes());
+            OK
+        }
+        other => return Err(wasmi::Error::new(format!("unexpected host call {other}"))),
+    })
+}
+
+/// The module instantiated under [`Host`], its root context started.
+struct Vm {
+    store: Store<Host>,
+    instance: Instance,
+    next_context: i32,
+}
+
+impl Vm {
+    fn new(bytes: &[u8], config: &Value) -> Vm {
+        let engine = Engine::default();
+        let module = Module::new(&engine, bytes).unwrap();
+        let mut linker = Linker::<Host>::new(&engine);
+        for import in module.imports() {
+            let wasmi::ExternType::Func(ty) = import.ty() else {
+                continue;
+            };
+            let name = import.name().to_string();
+            linker
+                .func_new(
+                    import.module(),
+                    import.name(),
+                    ty.clone(),
+                    move |mut c, p, r| {
+                        let status = host_call(&mut c, &name, p)?;
+                        if let Some(r) = r.first_mut() {
+                            *r = Val::I32(status);
+                        }
+                        Ok(())
+                    },
+                )
+                .unwrap();
+        }
+        let host = Host {
+            config: config.to_string().into_bytes(),
+            now_ns: 1_000_000_000,
+            ..Host::default()
+        };
+        let mut store = Store::new(&engine, host);
+        let instance = linker.instantiate_and_start(&mut store, &module).unwrap();
+        let mut vm = Vm {
+            store,
+            instance,
+            next_context: ROOT + 1,
+        };
+        vm.call("_initialize", &[]);
+        vm.call("proxy_on_context_create", &[ROOT, 0]);
+        assert_eq!(vm.call("proxy_on_vm_start", &[ROOT, 0]), Some(1));
+        vm
+    }
+
+    fn call(&mut self, name: &str, args: &[i32]) -> Option<i32> {
+        let f = self
+            .instance
+            .get_func(&self.store, name)
+            .unwrap_or_else(|| panic!("no export {name}"));
+        let args: Vec<Val> = args.iter().map(|a| Val::I32(*a)).collect();
+        let mut out = vec![Val::I32(0); f.ty(&self.store).results().len()];
+        if let Err(e) = f.call(&mut self.store, &args, &mut out) {
+            panic!("{name}: {e}; log: {:?}", self.host().logs);
+        }
+        out.first().map(i)
+    }
+
+    fn configure(&mut self) -> bool {
+        let size = self.host().config.len() as i32;
+        self.call("proxy_on_configure", &[ROOT, size]) == Some(1)
+    }
+
+    fn host(&self) -> &Host {
+        self.store.data()
+    }
+
+    fn host_mut(&mut self) -> &mut Host {
+        self.store.data_mut()
+    }
+
+    /// A new HTTP context with these request headers and body; returns it and what the headers
+    /// callback returned.
+    fn request(&mut self, headers: &[(&str, &str)], body: &[u8]) -> (i32, i32) {
+        let ctx = self.next_context;
+        self.next_context += 1;
+        let h = self.host_mut();
+        h.request_headers = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        h.request_body = body.to_vec();
+        self.call("proxy_on_context_create", &[ctx, ROOT]);
+        let eos = i32::from(body.is_empty());
+        let n = headers.len() as i32;
+        (
+            ctx,
+            self.call("proxy_on_request_headers", &[ctx, n, eos])
+                .unwrap(),
+        )
+    }
+
+    fn body(&mut self, ctx: i32) -> i32 {
+        let size = self.host().request_body.len() as i32;
+        self.call("proxy_on_request_body", &[ctx, size, 1]).unwrap()
+    }
+
+    fn decision(&self) -> Value {
+        let (key, value) = self.host().set_properties.last().expect("filter state");
+        assert_eq!(key, "mcp_access.decision");
+        serde_json::from_slice(value).unwrap()
+    }
+}
+
+fn bundle(policies: Value, extra: Value) -> Value {
+    let mut b = json!({
+        "apiVersion": "mcp-access.io/v1",
+        "identity": {"trustDomain": "example.org"},
+        "gateways": [{"name": "gw", "listeners": [{"name": "https", "port": 8443}]}],
+        "backends": [
+            {"name": "tools", "routeNames": ["tools-route"]},
+            {"name": "other", "clusterNames": ["other-cluster"]}
+        ],
+        "authorizers": [{"name": "risk", "cluster": "risk-cluster"}],
+        "policies": policies,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+fn only_echo() -> Value {
+    json!([{"name": "only-echo", "level": "Gateway", "targets": [{"name": "gw"}], "action": "Allow",
+            "rules": [{"name": "echo", "authorization": {"mcp": {"methods": [
+                {"name": "tools/call", "params": ["echo"]}]}}}]}])
+}
+
+fn call(tool: &str) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}"}}}}"#)
+        .into_bytes()
+}
+
+const POST: &[(&str, &str)] = &[
+    (":method", "POST"),
+    (":path", "/mcp"),
+    (":authority", "gw.example.org"),
+    ("content-type", "application/json"),
+];
+
+/// A VM configured with `config`, with port 8443 and route `route` as Envoy would report them.
+fn vm(config: &Value, route: &str) -> Option<Vm> {
+    let (_, bytes) = common::built_module()?;
+    let mut vm = Vm::new(&bytes, config);
+    let p = &mut vm.host_mut().properties;
+    p.insert("destination.port".into(), 8443i64.to_le_bytes().to_vec());
+    p.insert("xds.route_name".into(), route.as_bytes().to_vec());
+    p.insert("xds.cluster_name".into(), b"other-cluster".to_vec());
+    Some(vm)
+}
+
+/// [`vm`], configured.
+fn configured(config: &Value, route: &str) -> Option<Vm> {
+    let mut vm = vm(config, route)?;
+    assert!(vm.configure(), "{:?}", vm.host().logs);
+    Some(vm)
+}
+
+#[test]
+fn metrics_are_defined_once_at_load_and_the_version_is_logged() {
+    let Some(mut vm) = vm(&bundle(only_echo(), json!({})), "tools-route") else {
+        return;
+    };
+    let version = format!("mcp-access: filter {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(vm.host().log_has(&version), "{:?}", vm.host().logs);
+    assert!(vm.configure());
+    assert!(vm.host().log_has("mcp-access: loaded bundle (1 policies"));
+    let defined = vm.host().metrics.clone();
+    let names: Vec<&str> = defined.iter().map(|(_, n)| n.as_str()).collect();
+    for (kind, name) in [
+        (0, "mcp_access.allowed"),
+        (0, "mcp_access.denied"),
+        (0, "mcp_access.callout.errors"),
+        (0, "mcp_access.callout.dispatch_errors"),
+        (0, "mcp_access.denied.gateway.not_allowed"),
+        (0, "mcp_access.denied.none.invalid_json"),
+        (2, "mcp_access.callout.latency_ms"),
+    ] {
+        assert!(
+            defined.contains(&(kind, name.to_string())),
+            "{name}: {names:?}"
+        );
+    }
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "defined twice: {names:?}");
+
+    // Requests define nothing new, a reconfiguration neither.
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let (ctx, _) = vm.request(POST, &call("rm"));
+    assert_eq!(vm.body(ctx), PAUSE);
+    let (ctx, _) = vm.request(POST, b"{");
+    assert_eq!(vm.body(ctx), PAUSE);
+    assert!(vm.configure());
+    assert_eq!(vm.host().metrics, defined);
+    let h = vm.host();
+    assert_eq!(h.counter("mcp_access.allowed"), 1);
+    assert_eq!(h.counter("mcp_access.denied"), 2);
+    assert_eq!(h.counter("mcp_access.denied.gateway.not_allowed"), 1);
+    assert_eq!(h.counter("mcp_access.denied.none.invalid_json"), 1);
+}
+
+#[test]
+fn an_invalid_bundle_fails_the_configuration() {
+    let mut b = bundle(only_echo(), json!({}));
+    b["policies"][0]["targets"][0]["name"] = "no-such-gateway".into();
+    let Some(mut vm) = vm(&b, "tools-route") else {
+        return;
+    };
+    assert!(!vm.configure());
+    assert!(
+        vm.host().log_has("policies[0].targets[0].name"),
+        "{:?}",
+        vm.host().logs
+    );
+}
+
+#[test]
+fn allowed_and_denied_requests_over_the_abi() {
+    let Some(mut vm) = configured(&bundle(only_echo(), json!({})), "tools-route") else {
+        return;
+    };
+    // Headers with a body to come are held (holdHeaders defaults to true).
+    let (ctx, at_headers) = vm.request(POST, &call("echo"));
+    assert_eq!(at_headers, PAUSE);
+    assert_eq!(vm.body(ctx), CONTINUE);
+    assert_eq!(vm.decision()["decision"], "allow");
+    assert!(vm.host().local_responses.is_empty());
+    // The route name decided the backend: the upstream cluster was never asked for.
+    let reads = vm.host().property_reads.clone();
+    assert!(reads.contains(&"xds.route_name".to_string()), "{reads:?}");
+    assert!(
+        !reads.contains(&"xds.cluster_name".to_string()),
+        "{reads:?}"
+    );
+
+    let (ctx, _) = vm.request(POST, &call("rm"));
+    assert_eq!(vm.body(ctx), PAUSE);
+    let (status, body) = vm.host().local_responses.last().unwrap().clone();
+    assert_eq!(status, 403);
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["id"], 1);
+    let d = vm.decision();
+    assert_eq!(
+        (d["decision"].as_str(), d["reason"].as_str()),
+        (Some("deny"), Some("not_allowed"))
+    );
+    assert!(vm.host().log_has("mcp-access decision {"));
+}
+
+#[test]
+fn cluster_is_read_when_the_route_does_not_name_a_backend() {
+    let Some(mut vm) = configured(&bundle(only_echo(), json!({})), "some-route") else {
+        return;
+    };
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body(ctx), CONTINUE);
+    assert_eq!(vm.decision()["backend"], "default/other");
+    assert!(vm
+        .host()
+        .property_reads
+        .contains(&"xds.cluster_name".to_string()));
+    // No peer certificate: said once per VM, not once per request.
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    vm.body(ctx);
+    let warned = vm.host().lines("no connection.peer_certificate");
+    assert_eq!(warned, 0, "no URI SAN: the certificate is not even read");
+    vm.host_mut().properties.insert(
+        "connection.uri_san_peer_certificate".into(),
+        b"spiffe://example.org/ns/a/sa/b".to_vec(),
+    );
+    for _ in 0..2 {
+        let (ctx, _) = vm.request(POST, &call("echo"));
+        vm.body(ctx);
+        assert_eq!(vm.decision()["caller"], Value::Null);
+    }
+    let warned = vm.host().lines("no connection.peer_certificate");
+    assert_eq!(warned, 1);
+}
+
+#[test]
+fn without_hold_headers_the_headers_go_on_and_the_body_is_held() {
+    let config = bundle(only_echo(), json!({"envoy": {"holdHeaders": false}}));
+    let Some(mut vm) = configured(&config, "tools-route") else {
+        return;
+    };
+    let (ctx, at_headers) = vm.request(POST, &call("rm"));
+    assert_eq!(at_headers, CONTINUE);
+    assert_eq!(vm.body(ctx), PAUSE);
+    assert_eq!(vm.host().local_responses.last().unwrap().0, 403);
+    // Decided at the headers (no body): nothing is held.
+    let get = [(":method", "GET"), (":path", "/mcp"), (":authority", "gw")];
+    let (_, at_headers) = vm.request(&get, b"");
+    assert_eq!(at_headers, PAUSE);
+    assert_eq!(vm.decision()["decision"], "deny");
+}
+
+fn ext_auth() -> Value {
+    json!([{"name": "ask-risk", "level": "Gateway", "targets": [{"name": "gw"}],
+            "action": "ExternalAuth", "externalAuth": "risk"}])
+}
+
+#[test]
+fn a_callout_is_dispatched_and_its_answer_resumes_the_request() {
+    let Some(mut vm) = configured(&bundle(ext_auth(), json!({})), "tools-route") else {
+        return;
+    };
+    vm.host_mut().http_call_status = OK;
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body(ctx), PAUSE);
+    assert_eq!(vm.host().http_calls.len(), 1);
+    assert_eq!(vm.host().http_calls[0].0, "risk-cluster");
+    assert_eq!(vm.host().continued, 0);
+
+    let h = vm.host_mut();
+    h.now_ns += 7_000_000;
+    h.call_response_headers = vec![
+        (":status".into(), "200".into()),
+        ("x-risk".into(), "low".into()),
+    ];
+    vm.call("proxy_on_http_call_response", &[ROOT, 1, 2, 0, 0]);
+    assert_eq!(vm.host().continued, 1, "the paused request is resumed");
+    assert_eq!(vm.decision()["decision"], "allow");
+    assert_eq!(vm.host().counter("mcp_access.callout.latency_ms"), 7);
+    assert_eq!(vm.host().counter("mcp_access.callout.errors"), 0);
+}
+
+#[test]
+fn a_callout_that_cannot_be_dispatched_follows_the_failure_mode() {
+    let Some(mut vm) = configured(&bundle(ext_auth(), json!({})), "tools-route") else {
+        return;
+    };
+    vm.host_mut().http_call_status = BAD_ARGUMENT;
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body(ctx), PAUSE);
+    assert_eq!(vm.host().local_responses.last().unwrap().0, 403);
+    let d = vm.decision();
+    assert_eq!(d["reason"], "authorizer_error");
+    let h = vm.host();
+    assert_eq!(h.counter("mcp_access.callout.dispatch_errors"), 1);
+    assert_eq!(h.counter("mcp_access.callout.errors"), 1);
+    assert_eq!(h.counter("mcp_access.denied.gateway.authorizer_error"), 1);
+    assert!(h.log_has("mcp-access: authorizer risk: dispatch failed: BadArgument"));
+    assert_eq!(h.continued, 0);
+}
