@@ -37,10 +37,10 @@ use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::{Caller, ClaimValue, JwtPrincipal};
 use serde_json::Value;
 
-/// The bundles the flow runs under: the demo's, one with rules of every kind, one with
-/// authorizers at both levels.
+/// The bundles the flow runs under: the demo's (compiled from envoy-demo/manifests by
+/// `mcp-access envoy`), one with rules of every kind, one with authorizers at both levels.
 const BUNDLES: &[&str] = &[
-    include_str!("../../../envoy-demo/bundle.json"),
+    include_str!("../bundles/demo.json"),
     include_str!("../bundles/rules.json"),
     include_str!("../bundles/authz.json"),
 ];
