@@ -2,7 +2,8 @@
 //! and the JSON Schema generated from the types.
 
 pub mod bundle;
-pub mod host;
+pub mod gateway_api;
+pub mod mcp_methods;
 pub mod validate;
 
 pub use bundle::*;

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use crate::bundle::*;
+use crate::mcp_methods;
 
 /// A bundle that cannot be used, with the JSON path of the offending field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,31 +89,6 @@ pub fn validate(b: &Bundle) -> Result<(), BundleError> {
 struct Validator {
     first: Option<BundleError>,
 }
-
-/// MCP methods a rule may name.
-pub const MCP_METHODS: &[&str] = &[
-    "tools",
-    "prompts",
-    "resources",
-    "tools/list",
-    "prompts/list",
-    "resources/list",
-    "resources/templates/list",
-    "tools/call",
-    "prompts/get",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-];
-
-/// MCP methods that may carry `params`.
-pub const MCP_METHODS_WITH_PARAMS: &[&str] = &[
-    "tools/call",
-    "prompts/get",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-];
 
 const HTTP_METHODS: &[&str] = &[
     "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
@@ -525,7 +501,7 @@ impl Validator {
             for (i, method) in m.methods.iter().enumerate() {
                 let mat = format!("{at}.mcp.methods[{i}]");
                 self.check(
-                    MCP_METHODS.contains(&method.name.as_str()),
+                    mcp_methods::is_rule_name(&method.name),
                     || format!("{mat}.name"),
                     format!("unknown MCP method \"{}\"", method.name),
                 );
@@ -541,7 +517,7 @@ impl Validator {
                 );
                 self.check(
                     method.params.is_none()
-                        || MCP_METHODS_WITH_PARAMS.contains(&method.name.as_str()),
+                        || mcp_methods::takes_params(&method.name),
                     || format!("{mat}.params"),
                     "params can only be specified for get, call, subscribe, unsubscribe, or read methods",
                 );

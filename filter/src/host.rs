@@ -9,7 +9,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
 use mcp_access_engine::facts::{Fact, HostFacts};
-use mcp_access_engine::flow::{Action, HeadersInput, Phase, RequestFlow, Verdict};
+use mcp_access_engine::flow::{HeadersInput, Next, Phase, RequestFlow, Verdict};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
 
@@ -153,10 +153,10 @@ impl HostFacts for Envoy {
 }
 
 impl Stream {
-    fn run(&mut self, mut action: Action, phase: Phase) -> WasmAction {
+    fn run(&mut self, mut action: Next, phase: Phase) -> WasmAction {
         loop {
             match action {
-                Action::Dispatch(calls) => {
+                Next::Dispatch(calls) => {
                     for (slot, call) in calls {
                         let result = abi::http_call(&call);
                         self.flow
@@ -165,13 +165,13 @@ impl Stream {
                     self.report_callouts();
                     action = self.flow.resume(&self.engine);
                 }
-                Action::Hold => {
+                Next::Hold => {
                     return match phase.hold(self.engine.hold_headers) {
                         Verdict::Continue => WasmAction::Continue,
                         Verdict::Pause => WasmAction::Pause,
                     };
                 }
-                Action::Allow { add_headers } => {
+                Next::Allow { add_headers } => {
                     for (name, value) in &add_headers {
                         if !abi::set_request_header(name, value) {
                             abi::log(
@@ -186,7 +186,7 @@ impl Stream {
                     }
                     return WasmAction::Continue;
                 }
-                Action::Respond(r) => {
+                Next::Respond(r) => {
                     self.finished();
                     abi::send_response(r.status, &r.headers, &r.body);
                     return WasmAction::Pause;

@@ -330,10 +330,6 @@ pub fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Value {
     Value::Object(r)
 }
 
-fn host_covers(pattern: &str, host: &str) -> bool {
-    mcp_access_bundle::host::host_matches(pattern, host)
-}
-
 /// Virtual hosts of one or more listeners sharing a route configuration.
 fn virtual_hosts(
     listeners: &[&ListenerModel],
@@ -361,7 +357,9 @@ fn virtual_hosts(
     let snapshot = by_domain.clone();
     for d in &domains {
         for (other, entries) in &snapshot {
-            if other != d && (other == "*" || host_covers(other, d)) {
+            if other != d
+                && (other == "*" || mcp_access_bundle::gateway_api::host_matches(other, d))
+            {
                 if let Some(list) = by_domain.get_mut(d) {
                     for e in entries {
                         if !list.iter().any(|x| x.name == e.name) {

@@ -2,9 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use mcp_access_bundle::gateway_api::{
+    full_regex, path_prefix_matches, service_account_spiffe, HostPattern, DEFAULT_TRUST_DOMAIN,
+};
 use mcp_access_bundle::Bundle;
 use mcp_access_engine::mcp::{self, ParseLimits};
-use mcp_access_engine::policy::{level_str, AuthzOutcome, Decision, Engine, HostPattern, Step};
+use mcp_access_engine::policy::{level_str, AuthzOutcome, Decision, Engine, Step};
 use mcp_access_engine::request::{Caller, McpOp, Request};
 use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use serde_json::{json, Value};
@@ -117,16 +120,14 @@ fn path_matches(e: &RouteEntry, path: &str) -> bool {
     let p = path.split(['?', '#']).next().unwrap_or(path);
     match e.path_kind {
         PathMatchKind::Exact => p == e.path,
-        PathMatchKind::Prefix => mcp_access_engine::policy::path_prefix_matches(&e.path, p),
-        PathMatchKind::Regex => {
-            regex_lite::Regex::new(&format!("^(?:{})$", e.path)).is_ok_and(|r| r.is_match(p))
-        }
+        PathMatchKind::Prefix => path_prefix_matches(&e.path, p),
+        PathMatchKind::Regex => full_regex(&e.path).is_ok_and(|r| r.is_match(p)),
     }
 }
 
 fn value_ok(regex: bool, pattern: &str, v: &str) -> bool {
     if regex {
-        regex_lite::Regex::new(&format!("^(?:{pattern})$")).is_ok_and(|r| r.is_match(v))
+        full_regex(pattern).is_ok_and(|r| r.is_match(v))
     } else {
         pattern == v
     }
@@ -233,8 +234,8 @@ pub fn explain(
                 .identity
                 .trust_domain
                 .clone()
-                .unwrap_or_else(|| "cluster.local".into());
-            Some(format!("spiffe://{td}/ns/{ns}/sa/{name}"))
+                .unwrap_or_else(|| DEFAULT_TRUST_DOMAIN.into());
+            Some(service_account_spiffe(&td, ns, name))
         }
         _ => None,
     };

@@ -104,7 +104,7 @@ struct CompileArgs {
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
     /// SPIFFE trust domain of ServiceAccount sources.
-    #[arg(long, default_value = "cluster.local")]
+    #[arg(long, default_value = mcp_access_bundle::gateway_api::DEFAULT_TRUST_DOMAIN)]
     trust_domain: String,
     /// Accepted policies per target (Gateway or XBackend); 0 for no limit.
     #[arg(long, default_value_t = 5)]

@@ -8,6 +8,7 @@ use crate::check;
 use crate::load::{Item, Manifests, PolicySpec, AGENTIC_GROUP, GATEWAY_GROUP, PROTOTYPE_GROUP};
 use crate::model::*;
 use crate::types::*;
+use mcp_access_bundle::gateway_api::{host_matches, path_prefix_matches, DEFAULT_TRUST_DOMAIN};
 use mcp_access_bundle::{self as bundle, Action, Bundle, Level};
 
 /// Status reasons of policies.
@@ -52,7 +53,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            trust_domain: "cluster.local".into(),
+            trust_domain: DEFAULT_TRUST_DOMAIN.into(),
             max_policies_per_target: 5,
             max_external_auth_per_target: 0,
             listen: BTreeMap::new(),
@@ -1190,7 +1191,7 @@ impl Ctx<'_> {
             };
             let ok = match &forwarded {
                 (true, exact) => exact == &b.path,
-                (false, prefix) => path_prefix_reaches(prefix, &b.path),
+                (false, prefix) => path_prefix_matches(prefix, &b.path),
             };
             if !ok {
                 self.report.warnings.push(format!(
@@ -1985,16 +1986,6 @@ pub fn selector_matches(s: &LabelSelector, labels: &BTreeMap<String, String>) ->
         }
     });
     labels_ok && exprs_ok
-}
-
-/// Whether a Gateway API path prefix admits `path` (segment-wise).
-fn path_prefix_reaches(prefix: &str, path: &str) -> bool {
-    let p = prefix.trim_end_matches('/');
-    p.is_empty() || path == p || path.starts_with(&format!("{p}/"))
-}
-
-fn host_matches(pattern: &str, host: &str) -> bool {
-    mcp_access_bundle::host::host_matches(pattern, host)
 }
 
 /// Effective hostnames of a route on a listener (Gateway API intersection rules).

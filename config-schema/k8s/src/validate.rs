@@ -5,6 +5,7 @@
 
 use crate::check::{self, Checker, DNS_LABEL, DNS_SUBDOMAIN, GROUP, HEADER_NAME, KIND};
 use crate::types::*;
+use mcp_access_bundle::mcp_methods;
 
 const HTTP_METHODS: &[&str] = &[
     "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
@@ -356,7 +357,7 @@ fn authorization_v1(at: &str, a: &AuthorizationV1, c: &mut Checker) {
                     c.one_of(
                         &format!("{at}.name"),
                         opt(&method.name),
-                        mcp_access_bundle::validate::MCP_METHODS,
+                        &mcp_methods::rule_names().collect::<Vec<_>>(),
                     );
                 }
                 if let Some(params) = &method.params {
@@ -372,7 +373,7 @@ fn authorization_v1(at: &str, a: &AuthorizationV1, c: &mut Checker) {
                     }
                     c.rule(
                         &at,
-                        params.is_empty() || mcp_access_bundle::validate::MCP_METHODS_WITH_PARAMS.contains(&opt(&method.name)),
+                        params.is_empty() || mcp_methods::takes_params(opt(&method.name)),
                         "object",
                         "Params can only be specified for get, call, subscribe, unsubscribe, or read methods",
                     );

@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::Criterion;
-use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
@@ -146,13 +146,13 @@ fn headers_input(len: usize) -> HeadersInput {
 fn request(engine: &Engine, body: &[u8]) -> (bool, String) {
     let mut flow = RequestFlow::new();
     let mut action = flow.on_headers(engine, headers_input(body.len()));
-    if action == Action::Hold {
+    if action == Next::Hold {
         action = flow.on_body(engine, body.len(), true, |_| Some(body.to_vec()));
     }
     let mut token = 0u32;
     loop {
         match action {
-            Action::Dispatch(calls) => {
+            Next::Dispatch(calls) => {
                 let mut tokens = Vec::new();
                 for (slot, _call) in calls {
                     token += 1;
@@ -165,11 +165,11 @@ fn request(engine: &Engine, body: &[u8]) -> (bool, String) {
                         flow.on_callout_response(engine, t, Some(200), Vec::new(), Vec::new(), 0);
                 }
             }
-            Action::Hold => panic!("flow stalled"),
-            Action::Allow { .. } | Action::Respond(_) => break,
+            Next::Hold => panic!("flow stalled"),
+            Next::Allow { .. } | Next::Respond(_) => break,
         }
     }
-    let allowed = matches!(action, Action::Allow { .. });
+    let allowed = matches!(action, Next::Allow { .. });
     (allowed, flow.outcome().expect("decided").to_json())
 }
 

@@ -1,6 +1,7 @@
 //! External authorizer callouts with Envoy ext_authz HTTP-service semantics: what is sent,
 //! and what the answer means.
 
+use mcp_access_bundle::mcp_methods::{self, Category};
 use mcp_access_bundle::{Authorizer, Level};
 
 use crate::policy::{level_str, AuthzOutcome};
@@ -69,12 +70,14 @@ pub fn build(
     }
     if let McpOp::Call { method, param } = &req.mcp {
         headers.push(("x-mcp-method".into(), method.clone()));
-        let param_header = match method.as_str() {
-            "tools/call" => Some("x-mcp-tool"),
-            "prompts/get" => Some("x-mcp-prompt"),
-            m if m.starts_with("resources/") => Some("x-mcp-resource-uri"),
-            _ => None,
-        };
+        let param_header = mcp_methods::lookup(method)
+            .filter(|m| m.param.is_some())
+            .and_then(|m| m.category)
+            .map(|c| match c {
+                Category::Tools => "x-mcp-tool",
+                Category::Prompts => "x-mcp-prompt",
+                Category::Resources => "x-mcp-resource-uri",
+            });
         if let (Some(h), Some(p)) = (param_header, param) {
             headers.push((h.into(), p.clone()));
         }

@@ -1,9 +1,9 @@
 //! One request, start to end, as a pure state machine the host adapter drives:
 //! headers -> (body) -> parse -> evaluate -> (callouts) -> answer.
 
-use mcp_access_bundle::Level;
+use mcp_access_bundle::{mcp_methods, Level};
 
-use crate::answer::{self, LocalResponse, HEADER_MISMATCH, INVALID_REQUEST, PARSE_ERROR};
+use crate::answer::{self, LocalResponse, Rejection};
 use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
 use crate::mcp::{self, ParseError, ParseLimits};
@@ -12,7 +12,7 @@ use crate::request::{McpOp, Request};
 
 /// What the host must do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub enum Next {
     /// Let the request go on (after adding `add_headers`, later replacing earlier).
     Allow { add_headers: Vec<(String, String)> },
     /// Keep holding the request (headers held, body buffered, or callouts in flight).
@@ -70,7 +70,8 @@ impl Phase {
 pub struct Outcome {
     pub allowed: bool,
     pub level: Option<Level>,
-    /// `allowed`, a [`Reason`] name, or a rejection reason (`invalid_json`, `body_too_large`, ...).
+    /// `allowed`, a [`Reason`](crate::policy::Reason) name, or a [`Rejection`]'s reason
+    /// (`invalid_json`, `body_too_large`, ...).
     pub reason: &'static str,
     pub policy: Option<String>,
     pub rule: Option<String>,
@@ -225,9 +226,9 @@ impl RequestFlow {
     }
 
     /// The request headers arrived.
-    pub fn on_headers(&mut self, engine: &Engine, input: HeadersInput) -> Action {
+    pub fn on_headers(&mut self, engine: &Engine, input: HeadersInput) -> Next {
         if self.stage != Stage::Start {
-            return Action::Hold;
+            return Next::Hold;
         }
         let header = |name: &str| {
             input
@@ -259,62 +260,21 @@ impl RequestFlow {
         };
         self.req = Some(req);
         let Some(req) = self.req.as_ref() else {
-            return Action::Hold;
+            return Next::Hold;
         };
 
         if let Err(e) = canonical {
-            return self.reject(400, INVALID_REQUEST, "invalid_path", &e.to_string());
+            return self.reject(Rejection::InvalidPath(e.to_string()));
         }
-        // Every copy of a repeated header is checked: any one may be what the upstream reads.
-        let encoded = req
-            .header_values("content-encoding")
-            .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
-        if encoded {
-            return self.reject(
-                415,
-                INVALID_REQUEST,
-                "unsupported_encoding",
-                "Content-Encoding is not supported",
-            );
+        if let Some(r) = header_rejection(req, input.end_of_stream, body_limit(engine)) {
+            return self.reject(r);
         }
         if input.end_of_stream {
-            if req.method == "POST" {
-                return self.reject(400, PARSE_ERROR, "invalid_json", "Parse error: empty body");
-            }
             let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
             return self.decide(engine, op);
         }
-        let other_type = req.header_values("content-type").any(|ct| {
-            let essence = ct.split(';').next().unwrap_or_default().trim();
-            !essence.eq_ignore_ascii_case("application/json")
-        });
-        if req.method == "POST" && other_type {
-            return self.reject(
-                415,
-                INVALID_REQUEST,
-                "unsupported_media_type",
-                "Content-Type must be application/json",
-            );
-        }
-        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
-        let lengths = req
-            .header_values("content-length")
-            .map(|len| len.trim().parse::<u64>())
-            .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
-        match lengths {
-            Err(_) => {
-                return self.reject(
-                    400,
-                    INVALID_REQUEST,
-                    "invalid_content_length",
-                    "Content-Length is not a number",
-                )
-            }
-            Ok(l) if l > limit as u64 => return self.too_large(),
-            Ok(_) => {}
-        }
         self.stage = Stage::Body;
-        Action::Hold
+        Next::Hold
     }
 
     /// A body chunk arrived; `size` is the total buffered so far. `read` fetches the whole
@@ -325,16 +285,16 @@ impl RequestFlow {
         size: usize,
         end_of_stream: bool,
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
-    ) -> Action {
+    ) -> Next {
         if self.stage != Stage::Body {
-            return Action::Hold;
+            return Next::Hold;
         }
-        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let limit = body_limit(engine);
         if size > limit {
-            return self.too_large();
+            return self.reject(Rejection::BodyTooLarge);
         }
         if !end_of_stream {
-            return Action::Hold;
+            return Next::Hold;
         }
         let body = if size == 0 {
             Vec::new()
@@ -349,19 +309,19 @@ impl RequestFlow {
         &mut self,
         engine: &Engine,
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
-    ) -> Action {
+    ) -> Next {
         if self.stage != Stage::Body {
-            return Action::Hold;
+            return Next::Hold;
         }
-        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+        let limit = body_limit(engine);
         let body = read(limit.saturating_add(1)).unwrap_or_default();
         self.body_complete(engine, body)
     }
 
-    fn body_complete(&mut self, engine: &Engine, body: Vec<u8>) -> Action {
-        let limit = usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX);
+    fn body_complete(&mut self, engine: &Engine, body: Vec<u8>) -> Next {
+        let limit = body_limit(engine);
         if body.len() > limit {
-            return self.too_large();
+            return self.reject(Rejection::BodyTooLarge);
         }
         let is_post = self.req.as_ref().is_some_and(|r| r.method == "POST");
         if !is_post {
@@ -377,12 +337,7 @@ impl RequestFlow {
                 if !matches!(err, ParseError::Parse(_)) {
                     self.id = id;
                 }
-                let reason = match err {
-                    ParseError::Parse(_) => "invalid_json",
-                    ParseError::InvalidRequest(_) => "invalid_request",
-                    ParseError::InvalidParams(_) => "invalid_params",
-                };
-                self.reject(400, err.code(), reason, &err.to_string())
+                self.reject(Rejection::Message(err))
             }
             Ok(msg) => {
                 self.id = msg.id.clone();
@@ -390,7 +345,7 @@ impl RequestFlow {
                 let body_version = msg.protocol_version.clone();
                 let op = McpOp::from_message(msg);
                 if let Some(problem) = self.header_mismatch(&op, body_version.as_deref()) {
-                    return self.reject(400, HEADER_MISMATCH, "header_mismatch", problem);
+                    return self.reject(Rejection::HeaderMismatch(problem));
                 }
                 self.decide(engine, op)
             }
@@ -453,7 +408,7 @@ impl RequestFlow {
     }
 
     /// Continues after dispatching.
-    pub fn resume(&mut self, engine: &Engine) -> Action {
+    pub fn resume(&mut self, engine: &Engine) -> Next {
         self.step(engine)
     }
 
@@ -467,9 +422,9 @@ impl RequestFlow {
         headers: Vec<(String, String)>,
         body: Vec<u8>,
         now_ns: u64,
-    ) -> Action {
+    ) -> Next {
         let Some(pos) = self.tokens.iter().position(|(t, _, _)| *t == token) else {
-            return Action::Hold;
+            return Next::Hold;
         };
         let (_, slot, at) = self.tokens.swap_remove(pos);
         let (outcome, note) = match self.authorizer_of(engine, slot) {
@@ -531,7 +486,7 @@ impl RequestFlow {
             }
         }
         let header_revision =
-            body_version.is_some() || version.is_some_and(|v| v >= FIRST_HEADER_REVISION);
+            body_version.is_some() || version.is_some_and(mcp_methods::is_header_revision);
         if header_revision {
             if version.is_none() {
                 return Some("MCP-Protocol-Version header is required");
@@ -539,10 +494,7 @@ impl RequestFlow {
             if method.is_none() {
                 return Some("Mcp-Method header is required");
             }
-            let named = matches!(
-                op.method(),
-                Some("tools/call" | "resources/read" | "prompts/get")
-            );
+            let named = op.method().is_some_and(mcp_methods::requires_name_header);
             if named && name.is_none() {
                 return Some("Mcp-Name header is required");
             }
@@ -550,9 +502,9 @@ impl RequestFlow {
         None
     }
 
-    fn decide(&mut self, engine: &Engine, op: McpOp) -> Action {
+    fn decide(&mut self, engine: &Engine, op: McpOp) -> Next {
         let Some(req) = self.req.as_mut() else {
-            return Action::Hold;
+            return Next::Hold;
         };
         req.mcp = op;
         self.eval = Some(engine.begin(req, false));
@@ -560,12 +512,12 @@ impl RequestFlow {
         self.step(engine)
     }
 
-    fn step(&mut self, engine: &Engine) -> Action {
+    fn step(&mut self, engine: &Engine) -> Next {
         let (Some(ev), Some(req)) = (self.eval.as_mut(), self.req.as_ref()) else {
-            return Action::Hold;
+            return Next::Hold;
         };
         match ev.advance(engine, req) {
-            Step::Waiting => Action::Hold,
+            Step::Waiting => Next::Hold,
             Step::Call(calls) => {
                 let mut out = Vec::with_capacity(calls.len());
                 for c in calls {
@@ -585,13 +537,13 @@ impl RequestFlow {
                     out.push((c.slot, callout::build(a, req, &self.body, c.level, &p.id)));
                 }
                 // Even when empty: the host dispatches nothing and resumes, which decides.
-                Action::Dispatch(out)
+                Next::Dispatch(out)
             }
             Step::Done(decision) => self.finish(engine, decision),
         }
     }
 
-    fn finish(&mut self, engine: &Engine, decision: Decision) -> Action {
+    fn finish(&mut self, engine: &Engine, decision: Decision) -> Next {
         self.stage = Stage::Done;
         let (listener, backend) = match (&self.eval, &self.req) {
             (Some(ev), Some(_)) => (
@@ -613,7 +565,7 @@ impl RequestFlow {
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
-                Action::Allow { add_headers }
+                Next::Allow { add_headers }
             }
             Decision::Deny(d) => {
                 let response = answer::denial(&engine.deny_response, &d, self.id.as_deref());
@@ -623,7 +575,7 @@ impl RequestFlow {
                 outcome.rule = d.rule;
                 outcome.status = Some(response.status);
                 self.outcome = Some(outcome);
-                Action::Respond(response)
+                Next::Respond(response)
             }
         }
     }
@@ -654,27 +606,53 @@ impl RequestFlow {
         }
     }
 
-    fn reject(&mut self, status: u16, code: i32, reason: &'static str, message: &str) -> Action {
+    fn reject(&mut self, r: Rejection) -> Next {
         self.stage = Stage::Done;
+        let response = answer::rejection(&r, self.id.as_deref());
         let mut outcome = self.base_outcome();
-        outcome.reason = reason;
-        outcome.status = Some(status);
+        outcome.reason = r.status_code_reason().2;
+        outcome.status = Some(response.status);
         self.outcome = Some(outcome);
-        Action::Respond(answer::rejection(status, self.id.as_deref(), code, message))
-    }
-
-    fn too_large(&mut self) -> Action {
-        self.reject(
-            413,
-            INVALID_REQUEST,
-            "body_too_large",
-            "Request body exceeds the configured limit",
-        )
+        Next::Respond(response)
     }
 }
 
-/// The first MCP revision whose requests carry `Mcp-Method` / `Mcp-Name` (SEP-2243).
-const FIRST_HEADER_REVISION: &str = "2026-07-28";
+/// The transport checks the headers decide (docs/semantics.md §5.1), in order: encoding, a POST
+/// without a body, media type, Content-Length (`limit`: `limits.maxBodyBytes`). Every copy of a
+/// repeated header is checked: any one may be what the upstream reads.
+fn header_rejection(req: &Request, end_of_stream: bool, limit: usize) -> Option<Rejection> {
+    let encoded = req
+        .header_values("content-encoding")
+        .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
+    if encoded {
+        return Some(Rejection::UnsupportedEncoding);
+    }
+    let post = req.method == "POST";
+    if end_of_stream {
+        return post.then_some(Rejection::EmptyBody);
+    }
+    let other_type = req.header_values("content-type").any(|ct| {
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        !essence.eq_ignore_ascii_case("application/json")
+    });
+    if post && other_type {
+        return Some(Rejection::UnsupportedMediaType);
+    }
+    let lengths = req
+        .header_values("content-length")
+        .map(|len| len.trim().parse::<u64>())
+        .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
+    match lengths {
+        Err(_) => Some(Rejection::InvalidContentLength),
+        Ok(l) if l > limit as u64 => Some(Rejection::BodyTooLarge),
+        Ok(_) => None,
+    }
+}
+
+/// `limits.maxBodyBytes` as a byte count.
+fn body_limit(engine: &Engine) -> usize {
+    usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX)
+}
 
 /// A header value with the SEP-2243 Base64 sentinel (`=?base64?...?=`) decoded; None when the
 /// sentinel holds anything but canonical, padded Base64 of UTF-8 text.
@@ -726,6 +704,95 @@ fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(method: &str, headers: &[(&str, &str)]) -> Request {
+        Request {
+            method: method.into(),
+            path: "/mcp".into(),
+            canonical_path: "/mcp".into(),
+            authority: "a.example".into(),
+            port: 80,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            caller: Default::default(),
+            mcp: McpOp::NotMcp,
+            route_name: None,
+            cluster_name: None,
+        }
+    }
+
+    #[test]
+    fn header_checks_in_order() {
+        use Rejection::*;
+        let json = ("content-type", "application/json; charset=utf-8");
+        /// HTTP method, headers, end of stream, expected rejection.
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, Option<Rejection>);
+        let cases: &[Case] = &[
+            ("POST", &[json, ("content-length", "10")], false, None),
+            (
+                "POST",
+                &[json, ("content-encoding", " Identity ")],
+                false,
+                None,
+            ),
+            (
+                "POST",
+                &[
+                    json,
+                    ("content-encoding", "identity"),
+                    ("content-encoding", "gzip"),
+                ],
+                false,
+                Some(UnsupportedEncoding),
+            ),
+            // Encoding comes before an empty body, an empty body before the media type.
+            (
+                "POST",
+                &[("content-encoding", "br")],
+                true,
+                Some(UnsupportedEncoding),
+            ),
+            (
+                "POST",
+                &[("content-type", "text/plain")],
+                true,
+                Some(EmptyBody),
+            ),
+            ("GET", &[("content-type", "text/plain")], true, None),
+            ("GET", &[("content-type", "text/plain")], false, None),
+            (
+                "POST",
+                &[json, ("content-type", "text/plain")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            ("POST", &[], false, None),
+            (
+                "POST",
+                &[json, ("content-length", "1x")],
+                false,
+                Some(InvalidContentLength),
+            ),
+            (
+                "POST",
+                &[json, ("content-length", "5"), ("content-length", "11")],
+                false,
+                Some(BodyTooLarge),
+            ),
+            (
+                "PUT",
+                &[("content-length", "11")],
+                false,
+                Some(BodyTooLarge),
+            ),
+        ];
+        for (method, headers, end, want) in cases {
+            let got = header_rejection(&request(method, headers), *end, 10);
+            assert_eq!(&got, want, "{method} {headers:?} {end}");
+        }
+    }
 
     #[test]
     fn base64_sentinel_is_decoded_strictly() {

@@ -8,7 +8,7 @@
 //! keys after escape decoding, so the filter and the MCP server cannot disagree on
 //! which `method`, `params.name` or `params.uri` a message carries.
 //!
-//! Errors come back as `(ParseError, Option<String>)` ([`Rejection`]): the second item is
+//! Errors come back as `(ParseError, Option<String>)` ([`ParseFailure`]): the second item is
 //! the message's `id` as raw JSON text when it was read before (or despite) the error,
 //! so the caller can echo it in the error reply. It is `None` when the id was absent,
 //! not a string or number, given twice, or not reached. JSON-RPC 2.0 wants a null id in
@@ -21,6 +21,8 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
+
+use mcp_access_bundle::mcp_methods::{self, Param};
 
 /// Default for [`ParseLimits::max_depth`].
 pub const DEFAULT_MAX_DEPTH: usize = 64;
@@ -64,9 +66,11 @@ pub struct McpMessage {
     /// The `id` exactly as it appeared in the input (raw JSON text: a string literal with
     /// its quotes and escapes, or a number), to echo back in an error. None when absent.
     pub id: Option<String>,
-    /// `params.name` (decoded) for tools/call and prompts/get.
+    /// `params.name` (decoded) for the methods whose [`mcp_methods::Param`] is `Name`
+    /// (tools/call, prompts/get).
     pub name: Option<String>,
-    /// `params.uri` (decoded) for resources/read, resources/subscribe, resources/unsubscribe.
+    /// `params.uri` (decoded) for the methods whose param is `Uri` (resources/read,
+    /// resources/subscribe, resources/unsubscribe).
     pub uri: Option<String>,
     /// `params._meta["io.modelcontextprotocol/protocolVersion"]` (decoded), the per-request
     /// protocol version of MCP 2026-07-28 and later; any other type is `InvalidParams`.
@@ -88,9 +92,9 @@ impl ParseError {
     /// The JSON-RPC error code.
     pub fn code(&self) -> i32 {
         match self {
-            ParseError::Parse(_) => -32700,
-            ParseError::InvalidRequest(_) => -32600,
-            ParseError::InvalidParams(_) => -32602,
+            ParseError::Parse(_) => crate::answer::PARSE_ERROR,
+            ParseError::InvalidRequest(_) => crate::answer::INVALID_REQUEST,
+            ParseError::InvalidParams(_) => crate::answer::INVALID_PARAMS,
         }
     }
 
@@ -122,10 +126,10 @@ impl fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 /// An error plus the message's raw `id` when known (see the module docs).
-pub type Rejection = (ParseError, Option<String>);
+pub type ParseFailure = (ParseError, Option<String>);
 
 /// Validates `body` as one MCP JSON-RPC message and extracts what the decision needs.
-pub fn parse_message(body: &[u8], limits: &ParseLimits) -> Result<McpMessage, Rejection> {
+pub fn parse_message(body: &[u8], limits: &ParseLimits) -> Result<McpMessage, ParseFailure> {
     let mut parser = Parser::new(body, *limits);
     let outcome = parser.run();
     let id = parser.id_text();
@@ -376,24 +380,18 @@ impl<'a> Parser<'a> {
 
         let mut name = None;
         let mut uri = None;
-        match method.as_str() {
-            "tools/call" | "prompts/get" => {
-                if self.params != ParamsKind::Object || self.name.is_none() {
-                    return Err(ParseError::InvalidParams(format!(
-                        "{method} requires \"params\" to be an object with a string \"name\""
-                    )));
-                }
-                name = self.name;
+        if let Some(param) = mcp_methods::param_of(&method) {
+            let (slot, value) = match param {
+                Param::Name => (&mut name, self.name),
+                Param::Uri => (&mut uri, self.uri),
+            };
+            if self.params != ParamsKind::Object || value.is_none() {
+                return Err(ParseError::InvalidParams(format!(
+                    "{method} requires \"params\" to be an object with a string \"{}\"",
+                    param.key()
+                )));
             }
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                if self.params != ParamsKind::Object || self.uri.is_none() {
-                    return Err(ParseError::InvalidParams(format!(
-                        "{method} requires \"params\" to be an object with a string \"uri\""
-                    )));
-                }
-                uri = self.uri;
-            }
-            _ => {}
+            *slot = value;
         }
         if self.protocol_version_bad {
             return Err(ParseError::InvalidParams(
@@ -909,7 +907,7 @@ fn hex4(bytes: &[u8], i: usize) -> Option<u32> {
 mod tests {
     use super::*;
 
-    fn parse(body: &[u8]) -> Result<McpMessage, Rejection> {
+    fn parse(body: &[u8]) -> Result<McpMessage, ParseFailure> {
         parse_message(body, &ParseLimits::default())
     }
 
@@ -920,7 +918,7 @@ mod tests {
         }
     }
 
-    fn rejected(body: &[u8]) -> Rejection {
+    fn rejected(body: &[u8]) -> ParseFailure {
         match parse(body) {
             Ok(m) => panic!(
                 "expected an error for {:?}, got {m:?}",
@@ -1481,7 +1479,7 @@ mod tests {
 
     // ----- escapes -----
 
-    fn decoded_name(escaped: &str) -> Result<String, Rejection> {
+    fn decoded_name(escaped: &str) -> Result<String, ParseFailure> {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{escaped}"}}}}"#
         );

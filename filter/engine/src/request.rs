@@ -1,5 +1,7 @@
 //! What the decision looks at: one request, as the host adapter collected it.
 
+use mcp_access_bundle::mcp_methods;
+
 /// A caller as identified by Envoy: mTLS SPIFFE ID and verified JWT claims.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
@@ -50,7 +52,8 @@ pub enum McpOp {
     Call {
         /// `method`.
         method: String,
-        /// `params.name` (tools/call, prompts/get) or `params.uri` (resources/*).
+        /// The [`mcp_methods::Param`] the method carries: `params.name` (tools/call,
+        /// prompts/get) or `params.uri` (resources/read, subscribe, unsubscribe).
         param: Option<String>,
     },
     /// A JSON-RPC response sent by the client (to a server request): base protocol.
@@ -58,18 +61,6 @@ pub enum McpOp {
     /// No MCP meaning (e.g. PUT, or DELETE without a session).
     NotMcp,
 }
-
-/// Base protocol: carries no access to a tool, prompt or resource. The listing methods are
-/// base protocol too (their own rules may also name them).
-const BASE_METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "tools/list",
-    "prompts/list",
-    "resources/list",
-    "resources/templates/list",
-];
-const BASE_PREFIXES: &[&str] = &["notifications/", "completion/", "logging/"];
 
 impl McpOp {
     /// The operation a parsed JSON-RPC message performs.
@@ -93,14 +84,12 @@ impl McpOp {
         }
     }
 
-    /// Whether this is MCP base protocol traffic (transport, lifecycle, listing tools, ...).
+    /// Whether this is MCP base protocol traffic (transport, lifecycle, listing tools, ...):
+    /// it carries no access to a tool, prompt or resource ([`mcp_methods::is_base`]).
     pub fn is_base(&self) -> bool {
         match self {
             McpOp::Transport | McpOp::Reply => true,
-            McpOp::Call { method, .. } => {
-                BASE_METHODS.contains(&method.as_str())
-                    || BASE_PREFIXES.iter().any(|p| method.starts_with(p))
-            }
+            McpOp::Call { method, .. } => mcp_methods::is_base(method),
             McpOp::NotMcp => false,
         }
     }
@@ -167,6 +156,6 @@ impl Request {
 
     /// Host in canonical form: lowercase, no port, no trailing dot.
     pub fn host(&self) -> String {
-        mcp_access_bundle::host::canonical_host(&self.authority)
+        mcp_access_bundle::gateway_api::canonical_host(&self.authority)
     }
 }

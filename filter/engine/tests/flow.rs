@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
@@ -34,24 +34,21 @@ fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
     }
 }
 
-fn post(engine: &Engine, body: &[u8], extra: &[(&str, &str)]) -> (RequestFlow, Action) {
+fn post(engine: &Engine, body: &[u8], extra: &[(&str, &str)]) -> (RequestFlow, Next) {
     let mut flow = RequestFlow::new();
-    assert_eq!(
-        flow.on_headers(engine, headers("POST", extra)),
-        Action::Hold
-    );
+    assert_eq!(flow.on_headers(engine, headers("POST", extra)), Next::Hold);
     assert_eq!(
         flow.on_body(engine, body.len() / 2, false, |_| None),
-        Action::Hold
+        Next::Hold
     );
     let owned = body.to_vec();
     let a = flow.on_body(engine, body.len(), true, move |_| Some(owned));
     (flow, a)
 }
 
-fn respond(a: Action) -> (u16, Value) {
+fn respond(a: Next) -> (u16, Value) {
     match a {
-        Action::Respond(r) => (
+        Next::Respond(r) => (
             r.status,
             serde_json::from_slice(&r.body).unwrap_or(Value::Null),
         ),
@@ -77,7 +74,7 @@ fn allowed_call_continues_and_denied_call_gets_jsonrpc_error_with_its_id() {
     let (flow, a) = post(&e, &call_body("7", "echo"), &[]);
     assert_eq!(
         a,
-        Action::Allow {
+        Next::Allow {
             add_headers: vec![]
         }
     );
@@ -160,7 +157,7 @@ fn size_encoding_and_content_type_limits() {
     assert_eq!(respond(a).0, 413);
     // Without content-length (chunked), the running size decides.
     let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(&e, headers("POST", &[])), Action::Hold);
+    assert_eq!(flow.on_headers(&e, headers("POST", &[])), Next::Hold);
     assert_eq!(respond(flow.on_body(&e, 65, false, |_| None)).0, 413);
 
     let mut flow = RequestFlow::new();
@@ -177,7 +174,7 @@ fn size_encoding_and_content_type_limits() {
             &[("content-type", "application/json; charset=utf-8")],
         ),
     );
-    assert_eq!(a, Action::Hold);
+    assert_eq!(a, Next::Hold);
 }
 
 #[test]
@@ -191,7 +188,7 @@ fn mcp_headers_must_agree_with_the_body() {
     );
     assert_eq!(
         a,
-        Action::Allow {
+        Next::Allow {
             add_headers: vec![]
         }
     );
@@ -208,7 +205,7 @@ fn requests_without_body_are_decided_at_headers() {
     let mut flow = RequestFlow::new();
     assert_eq!(
         flow.on_headers(&e, headers("GET", &[])),
-        Action::Allow {
+        Next::Allow {
             add_headers: vec![]
         }
     );
@@ -216,7 +213,7 @@ fn requests_without_body_are_decided_at_headers() {
     let a = flow.on_headers(&e, headers("DELETE", &[("mcp-session-id", "abc")]));
     assert_eq!(
         a,
-        Action::Allow {
+        Next::Allow {
             add_headers: vec![]
         }
     );
@@ -261,7 +258,7 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
             ],
         ),
     );
-    let Action::Dispatch(calls) = flow.on_body(&e, body.len(), true, |_| Some(body.clone())) else {
+    let Next::Dispatch(calls) = flow.on_body(&e, body.len(), true, |_| Some(body.clone())) else {
         panic!("expected the gateway callout")
     };
     assert_eq!(calls.len(), 1);
@@ -291,7 +288,7 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
     assert_eq!(h("x-envoy-auth-partial-body"), ["true"]);
     assert_eq!(req.body, body[..10].to_vec());
     flow.dispatched(&e, *slot, Ok(11), 0);
-    assert_eq!(flow.resume(&e), Action::Hold);
+    assert_eq!(flow.resume(&e), Next::Hold);
 
     // Gateway allows with a header; the backend callout follows.
     let a = flow.on_callout_response(
@@ -305,12 +302,12 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
         vec![],
         0,
     );
-    let Action::Dispatch(calls) = a else {
+    let Next::Dispatch(calls) = a else {
         panic!("expected the backend callout, got {a:?}")
     };
     assert_eq!(calls[0].1.cluster, "b-cluster");
     flow.dispatched(&e, calls[0].0, Ok(12), 0);
-    assert_eq!(flow.resume(&e), Action::Hold);
+    assert_eq!(flow.resume(&e), Next::Hold);
     // The backend authorizer denies: its response is relayed.
     let a = flow.on_callout_response(
         &e,
@@ -321,7 +318,7 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
         0,
     );
     match a {
-        Action::Respond(r) => {
+        Next::Respond(r) => {
             assert_eq!(r.status, 401);
             assert!(r
                 .headers
@@ -336,12 +333,12 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
 fn allowed_callout_headers_reach_the_upstream_request() {
     let e = ext_engine("Deny");
     let mut flow2 = RequestFlow::new();
-    let Action::Dispatch(calls) = flow2.on_headers(&e, headers("GET", &[])) else {
+    let Next::Dispatch(calls) = flow2.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
     flow2.dispatched(&e, calls[0].0, Ok(1), 0);
     flow2.resume(&e);
-    let Action::Dispatch(calls) = flow2.on_callout_response(
+    let Next::Dispatch(calls) = flow2.on_callout_response(
         &e,
         1,
         Some(204),
@@ -359,7 +356,7 @@ fn allowed_callout_headers_reach_the_upstream_request() {
     let a = flow2.on_callout_response(&e, 2, Some(200), vec![], vec![], 0);
     assert_eq!(
         a,
-        Action::Allow {
+        Next::Allow {
             add_headers: vec![("x-user".into(), "alice".into())]
         }
     );
@@ -371,14 +368,14 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
         let e = ext_engine(mode);
         // dispatch fails (unknown cluster: BadArgument)
         let mut flow = RequestFlow::new();
-        let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
             panic!()
         };
         flow.dispatched(&e, calls[0].0, Err("BadArgument".into()), 0);
         let a = flow.resume(&e);
         if allowed {
             assert!(
-                matches!(a, Action::Dispatch(_)),
+                matches!(a, Next::Dispatch(_)),
                 "{mode}: on to the backend: {a:?}"
             );
         } else {
@@ -390,14 +387,14 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
         // 504 from Envoy (timeout) and no response at all
         for status in [Some(504), Some(503), None] {
             let mut flow = RequestFlow::new();
-            let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+            let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
                 panic!()
             };
             flow.dispatched(&e, calls[0].0, Ok(9), 0);
             flow.resume(&e);
             let a = flow.on_callout_response(&e, 9, status, vec![], vec![], 0);
             assert_eq!(
-                matches!(a, Action::Dispatch(_)),
+                matches!(a, Next::Dispatch(_)),
                 allowed,
                 "{mode} {status:?}: {a:?}"
             );
@@ -409,18 +406,18 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
 fn stray_callout_tokens_are_ignored() {
     let e = ext_engine("Deny");
     let mut flow = RequestFlow::new();
-    let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
     flow.dispatched(&e, calls[0].0, Ok(5), 0);
     flow.resume(&e);
     assert_eq!(
         flow.on_callout_response(&e, 99, Some(200), vec![], vec![], 0),
-        Action::Hold
+        Next::Hold
     );
     assert!(matches!(
         flow.on_callout_response(&e, 5, Some(200), vec![], vec![], 0),
-        Action::Dispatch(_)
+        Next::Dispatch(_)
     ));
 }
 
@@ -430,7 +427,7 @@ fn trailers_end_the_body_and_the_request_is_decided() {
     let body = call_body("1", "delete_repo");
     let mut flow = RequestFlow::new();
     flow.on_headers(&e, headers("POST", &[]));
-    assert_eq!(flow.on_body(&e, body.len(), false, |_| None), Action::Hold);
+    assert_eq!(flow.on_body(&e, body.len(), false, |_| None), Next::Hold);
     let a = flow.on_trailers(&e, |max| Some(body[..body.len().min(max)].to_vec()));
     assert_eq!(respond(a).0, 403);
     // Oversize bodies ending in trailers are still refused.
@@ -450,7 +447,7 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     let e = engine(&b);
     // A dispatch failure is reported as a failed callout without a latency.
     let mut flow = RequestFlow::new();
-    let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
     flow.dispatched(&e, calls[0].0, Err("BadArgument".into()), 0);
@@ -464,7 +461,7 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
 
     // A denial: the host may read 9 bytes; the latency runs from dispatch to answer.
     let mut flow = RequestFlow::new();
-    let Action::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
     flow.dispatched(&e, calls[0].0, Ok(4), 1_000_000);
@@ -484,7 +481,7 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
         b"123456789".to_vec(),
         8_000_000,
     );
-    let Action::Respond(resp) = a else {
+    let Next::Respond(resp) = a else {
         panic!("{a:?}")
     };
     assert_eq!(resp.status, 403);

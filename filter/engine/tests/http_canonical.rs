@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
@@ -23,7 +23,7 @@ fn send(
     authority: &str,
     extra: &[(&str, &str)],
     body: Option<&str>,
-) -> Action {
+) -> Next {
     let mut headers: Vec<(String, String)> = vec![
         (":method".into(), method.into()),
         (":path".into(), path.into()),
@@ -44,25 +44,25 @@ fn send(
     };
     let a = flow.on_headers(e, input);
     let Some(body) = body else { return a };
-    if a != Action::Hold {
+    if a != Next::Hold {
         return a;
     }
     let owned = body.as_bytes().to_vec();
     flow.on_body(e, owned.len(), true, move |_| Some(owned))
 }
 
-fn post(e: &Engine, extra: &[(&str, &str)], body: &str) -> Action {
+fn post(e: &Engine, extra: &[(&str, &str)], body: &str) -> Next {
     send(e, "POST", "/mcp", "gw.example.org", extra, Some(body))
 }
 
 /// (status, JSON-RPC error code) of a local answer; (0, 0) when the request goes on.
-fn answer(a: Action) -> (u16, i64) {
+fn answer(a: Next) -> (u16, i64) {
     match a {
-        Action::Respond(r) => {
+        Next::Respond(r) => {
             let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
             (r.status, v["error"]["code"].as_i64().unwrap_or(0))
         }
-        Action::Allow { .. } => (0, 0),
+        Next::Allow { .. } => (0, 0),
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -342,11 +342,11 @@ fn external_auth_selects_on_any_copy() {
     let get = |h: &[(&str, &str)]| send(&e, "GET", "/mcp", "gw.example.org", h, None);
     assert!(matches!(
         get(&[("x-audit", "no"), ("x-audit", "yes")]),
-        Action::Dispatch(_)
+        Next::Dispatch(_)
     ));
     assert!(matches!(
         get(&[("x-audit", "yes"), ("x-audit", "no")]),
-        Action::Dispatch(_)
+        Next::Dispatch(_)
     ));
     assert_eq!(answer(get(&[("x-audit", "no")])), ALLOWED);
 }

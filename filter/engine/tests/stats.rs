@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::request::Caller;
 use mcp_access_engine::stats::{denial_counter, denial_counter_names, DENIAL_REASONS};
 use serde_json::json;
@@ -82,7 +82,7 @@ fn every_denial_and_rejection_reason_has_a_counter() {
     let mut seen = Vec::new();
     for (i, (input, body)) in cases.into_iter().enumerate() {
         let mut flow = RequestFlow::new();
-        if flow.on_headers(&e, input) == Action::Hold {
+        if flow.on_headers(&e, input) == Next::Hold {
             flow.on_body(&e, body.len(), true, move |_| Some(body));
         }
         let o = flow.outcome().expect("decided");

@@ -130,8 +130,9 @@ pub struct TraceEntry {
     pub outcome: String,
 }
 
+/// Where the evaluation of one level stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+enum LevelPart {
     ExternalAuth,
     Awaiting,
     Rules,
@@ -144,7 +145,7 @@ pub struct Evaluation {
     backend: Option<usize>,
     host: String,
     level: Level,
-    phase: Phase,
+    phase: LevelPart,
     done: Option<Decision>,
     calls: Vec<(AuthzCall, Option<AuthzOutcome>)>,
     add_headers: Vec<(String, String)>,
@@ -162,7 +163,7 @@ impl Evaluation {
             backend,
             host,
             level: Level::Gateway,
-            phase: Phase::ExternalAuth,
+            phase: LevelPart::ExternalAuth,
             done: None,
             calls: Vec::new(),
             add_headers: Vec::new(),
@@ -248,23 +249,23 @@ impl Evaluation {
                 continue;
             };
             match self.phase {
-                Phase::ExternalAuth => {
+                LevelPart::ExternalAuth => {
                     let calls = self.select_authorizers(engine, index, req);
                     if calls.is_empty() {
-                        self.phase = Phase::Rules;
+                        self.phase = LevelPart::Rules;
                     } else {
-                        self.phase = Phase::Awaiting;
+                        self.phase = LevelPart::Awaiting;
                         return Step::Call(calls);
                     }
                 }
-                Phase::Awaiting => {
+                LevelPart::Awaiting => {
                     if self.calls.iter().any(|(_, o)| o.is_none()) {
                         return Step::Waiting;
                     }
                     self.collect_outcomes(engine);
-                    self.phase = Phase::Rules;
+                    self.phase = LevelPart::Rules;
                 }
-                Phase::Rules => {
+                LevelPart::Rules => {
                     self.apply_rules(engine, index, req);
                     if self.done.is_none() {
                         self.finish_level();
@@ -278,7 +279,7 @@ impl Evaluation {
         match self.level {
             Level::Gateway => {
                 self.level = Level::Backend;
-                self.phase = Phase::ExternalAuth;
+                self.phase = LevelPart::ExternalAuth;
             }
             Level::Backend => {
                 let (policy, rule) = self.admitted.take().unwrap_or_default();
@@ -313,7 +314,7 @@ impl Evaluation {
                 );
                 continue;
             }
-            let super::CAction::ExternalAuth { authorizer } = p.action else {
+            let super::compiled::Action::ExternalAuth { authorizer } = p.action else {
                 continue;
             };
             let call = AuthzCall {

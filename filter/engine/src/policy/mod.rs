@@ -1,53 +1,29 @@
 //! Policy evaluation: the bundle compiled once into lookup structures ([`Engine`]), and the
 //! per-request evaluation of docs/semantics.md §3–§4 ([`Evaluation`]).
 
+pub mod compiled;
 mod eval;
-mod matcher;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use mcp_access_bundle::{
-    Action, Authorizer, DenyResponse, EscapedSlashes, IdentitySettings, Level, Limits, Policy,
+    self as bundle, Authorizer, DenyResponse, EscapedSlashes, IdentitySettings, Level, Limits,
     UnknownBackend, ValidBundle,
 };
 
+use compiled::compile_rule;
+pub use compiled::Mode;
 pub use eval::{
     level_str, AuthzCall, AuthzOutcome, Decision, Denial, Evaluation, Reason, Relay, Step,
     TraceEntry,
 };
-use matcher::{compile_rule, CRule};
-pub use matcher::{path_prefix_matches, HostPattern, Mode};
+use mcp_access_bundle::gateway_api::HostPattern;
 
 use crate::request::Request;
 
 /// Index of a policy in [`Engine::policies`] (seniority order).
 pub type PolicyId = usize;
-
-/// A policy, compiled.
-#[derive(Debug)]
-pub struct CPolicy {
-    /// `namespace/name`.
-    pub id: String,
-    pub level: Level,
-    pub action: CAction,
-    /// None: applies to all traffic. `Some(empty)` only for the stand-in of an Allow policy
-    /// that was not accepted: it admits nothing.
-    pub rules: Option<Vec<CRule>>,
-    /// Why the compiler did not accept the policy this stands in for.
-    pub not_accepted: Option<String>,
-}
-
-/// What a compiled policy does; an ExternalAuth policy always has its authorizer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CAction {
-    /// Call this authorizer (index into [`Engine::authorizers`]).
-    ExternalAuth {
-        authorizer: usize,
-    },
-    Allow,
-    Deny,
-}
 
 /// A rule of a policy; `rule: None` stands for a policy without rules (matches everything).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -122,7 +98,7 @@ impl RuleSet {
         }
     }
 
-    fn add(&mut self, r: RuleRef, rule: Option<&CRule>) {
+    fn add(&mut self, r: RuleRef, rule: Option<&compiled::Rule>) {
         let Some(rule) = rule else {
             self.general.push(r);
             return;
@@ -188,30 +164,13 @@ pub struct LevelIndex {
     pub has_allow: bool,
 }
 
-#[derive(Debug)]
-pub struct CListener {
-    pub gateway: String,
-    pub name: String,
-    /// `namespace/gateway/listener`.
-    pub id: String,
-    pub port: u16,
-    pub host: Option<HostPattern>,
-    pub index: LevelIndex,
-}
-
-#[derive(Debug)]
-pub struct CBackend {
-    pub id: String,
-    pub index: LevelIndex,
-}
-
 /// The bundle compiled for per-request use.
 #[derive(Debug)]
 pub struct Engine {
-    pub policies: Vec<CPolicy>,
+    pub policies: Vec<compiled::Policy>,
     pub authorizers: Vec<Authorizer>,
-    pub listeners: Vec<CListener>,
-    pub backends: Vec<CBackend>,
+    pub listeners: Vec<compiled::Listener>,
+    pub backends: Vec<compiled::Backend>,
     by_route: HashMap<String, usize>,
     by_cluster: HashMap<String, usize>,
     pub identity: IdentitySettings,
@@ -228,7 +187,7 @@ pub struct Engine {
 impl Engine {
     /// Compiles a validated bundle.
     pub fn compile(b: &ValidBundle) -> Result<Engine, String> {
-        let mut order: Vec<&Policy> = b.policies.iter().collect();
+        let mut order: Vec<&bundle::Policy> = b.policies.iter().collect();
         order.sort_by(|x, y| {
             (x.seniority, &x.namespace, &x.name).cmp(&(y.seniority, &y.namespace, &y.name))
         });
@@ -248,7 +207,7 @@ impl Engine {
                 ),
             };
             for r in rules.iter().flatten() {
-                if let matcher::CSource::Jwt { claims, .. } = &r.source {
+                if let compiled::Source::Jwt { claims, .. } = &r.source {
                     for (c, _) in claims {
                         if !jwt_claims.contains(c) {
                             jwt_claims.push(c.clone());
@@ -258,14 +217,14 @@ impl Engine {
             }
             let id = format!("{}/{}", p.namespace, p.name);
             let action = match (p.action, &p.external_auth) {
-                (Action::ExternalAuth, Some(name)) => CAction::ExternalAuth {
+                (bundle::Action::ExternalAuth, Some(name)) => compiled::Action::ExternalAuth {
                     authorizer: b
                         .authorizers
                         .iter()
                         .position(|a| &a.name == name)
                         .ok_or_else(|| format!("policy {id}: no authorizer named {name}"))?,
                 },
-                (Action::ExternalAuth, None) => {
+                (bundle::Action::ExternalAuth, None) => {
                     return Err(format!("policy {id}: ExternalAuth needs an authorizer"))
                 }
                 (_, Some(_)) => {
@@ -273,12 +232,12 @@ impl Engine {
                         "policy {id}: externalAuth is only allowed with action ExternalAuth"
                     ))
                 }
-                (Action::Allow, None) => CAction::Allow,
-                (Action::Deny, None) => CAction::Deny,
+                (bundle::Action::Allow, None) => compiled::Action::Allow,
+                (bundle::Action::Deny, None) => compiled::Action::Deny,
             };
             let rules = match (&p.not_accepted, action, rules) {
-                (Some(_), CAction::Allow, _) => Some(Vec::new()),
-                (Some(_), CAction::ExternalAuth { .. }, _) => {
+                (Some(_), compiled::Action::Allow, _) => Some(Vec::new()),
+                (Some(_), compiled::Action::ExternalAuth { .. }, _) => {
                     return Err(format!(
                         "policy {id}: a policy that was not accepted cannot call an authorizer"
                     ))
@@ -290,7 +249,7 @@ impl Engine {
                 }
                 (_, _, rules) => rules,
             };
-            policies.push(CPolicy {
+            policies.push(compiled::Policy {
                 id,
                 level: p.level,
                 action,
@@ -314,7 +273,7 @@ impl Engine {
                         index.attach(pid, &policies);
                     }
                 }
-                listeners.push(CListener {
+                listeners.push(compiled::Listener {
                     gateway: format!("{}/{}", g.namespace, g.name),
                     name: l.name.clone(),
                     id: format!("{}/{}/{}", g.namespace, g.name, l.name),
@@ -346,7 +305,7 @@ impl Engine {
             for c in &be.cluster_names {
                 by_cluster.insert(c.clone(), bi);
             }
-            backends.push(CBackend {
+            backends.push(compiled::Backend {
                 id: format!("{}/{}", be.namespace, be.name),
                 index,
             });
@@ -399,7 +358,7 @@ impl Engine {
     }
 
     /// Rule of a policy, or None for "the policy has no rules".
-    pub fn rule(&self, r: RuleRef) -> Option<&CRule> {
+    pub fn rule(&self, r: RuleRef) -> Option<&compiled::Rule> {
         let p = self.policies.get(r.policy)?;
         p.rules.as_ref()?.get(r.rule?)
     }
@@ -440,12 +399,12 @@ impl Default for LevelIndex {
 }
 
 impl LevelIndex {
-    fn attach(&mut self, pid: PolicyId, policies: &[CPolicy]) {
+    fn attach(&mut self, pid: PolicyId, policies: &[compiled::Policy]) {
         let Some(p) = policies.get(pid) else { return };
         match p.action {
-            CAction::ExternalAuth { .. } => self.external_auth.push(pid),
-            CAction::Deny | CAction::Allow => {
-                let set = if p.action == CAction::Deny {
+            compiled::Action::ExternalAuth { .. } => self.external_auth.push(pid),
+            compiled::Action::Deny | compiled::Action::Allow => {
+                let set = if p.action == compiled::Action::Deny {
                     &mut self.deny
                 } else {
                     self.has_allow = true;

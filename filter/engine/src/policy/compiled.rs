@@ -1,24 +1,74 @@
-//! Compiled rules and how one rule matches a request.
+//! The bundle's policies compiled for per-request use (plain names: `compiled::Policy` is a
+//! bundle policy compiled), and how one rule matches a request.
 
 use std::collections::HashSet;
 
+use mcp_access_bundle::gateway_api::{
+    full_regex, path_prefix_matches, service_account_spiffe, HostPattern,
+};
+use mcp_access_bundle::mcp_methods::Category;
 use mcp_access_bundle::{
-    Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, Rule, Source, SourceType,
+    self as bundle, Authorization, BaseProtocol, JwtSource, Level, MatchType, McpMatch, SourceType,
 };
 
+use super::LevelIndex;
 use crate::request::{Caller, McpOp, Request};
+
+/// A policy, compiled.
+#[derive(Debug)]
+pub struct Policy {
+    /// `namespace/name`.
+    pub id: String,
+    pub level: Level,
+    pub action: Action,
+    /// None: applies to all traffic. `Some(empty)` only for the stand-in of an Allow policy
+    /// that was not accepted: it admits nothing.
+    pub rules: Option<Vec<Rule>>,
+    /// Why the compiler did not accept the policy this stands in for.
+    pub not_accepted: Option<String>,
+}
+
+/// What a compiled policy does; an ExternalAuth policy always has its authorizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Call this authorizer (index into [`Engine::authorizers`](super::Engine::authorizers)).
+    ExternalAuth {
+        authorizer: usize,
+    },
+    Allow,
+    Deny,
+}
+
+/// A Gateway listener with what is attached to it.
+#[derive(Debug)]
+pub struct Listener {
+    pub gateway: String,
+    pub name: String,
+    /// `namespace/gateway/listener`.
+    pub id: String,
+    pub port: u16,
+    pub host: Option<HostPattern>,
+    pub index: LevelIndex,
+}
+
+/// A backend with what is attached to it.
+#[derive(Debug)]
+pub struct Backend {
+    pub id: String,
+    pub index: LevelIndex,
+}
 
 /// A compiled rule.
 #[derive(Debug)]
-pub struct CRule {
+pub struct Rule {
     pub name: String,
-    pub source: CSource,
-    pub authz: Option<CAuthz>,
+    pub source: Source,
+    pub authz: Option<Authz>,
 }
 
 /// A compiled source condition.
 #[derive(Debug)]
-pub enum CSource {
+pub enum Source {
     Any,
     Spiffe(String),
     Jwt {
@@ -30,32 +80,32 @@ pub enum CSource {
 
 /// A compiled authorization condition.
 #[derive(Debug)]
-pub struct CAuthz {
-    pub mcp: Option<CMcp>,
+pub struct Authz {
+    pub mcp: Option<Mcp>,
     pub methods: Vec<String>,
-    pub paths: Vec<CPath>,
-    pub headers: Vec<CHeader>,
+    pub paths: Vec<Path>,
+    pub headers: Vec<Header>,
     pub hosts: Vec<HostPattern>,
     pub ports: Vec<u16>,
 }
 
 /// Compiled MCP condition.
 #[derive(Debug)]
-pub struct CMcp {
-    pub methods: Vec<CMethod>,
+pub struct Mcp {
+    pub methods: Vec<Method>,
     pub base: bool,
 }
 
 /// One MCP method (or category) with its optional allow-list of names / URIs.
 #[derive(Debug)]
-pub struct CMethod {
+pub struct Method {
     pub name: String,
     pub params: Option<HashSet<String>>,
 }
 
 /// Compiled path match.
 #[derive(Debug)]
-pub enum CPath {
+pub enum Path {
     Exact(String),
     Prefix(String),
     Regex(regex_lite::Regex),
@@ -63,39 +113,16 @@ pub enum CPath {
 
 /// Compiled header match.
 #[derive(Debug)]
-pub struct CHeader {
+pub struct Header {
     pub name: String,
-    pub value: CValue,
+    pub value: Value,
 }
 
 /// Compiled value match.
 #[derive(Debug)]
-pub enum CValue {
+pub enum Value {
     Exact(String),
     Regex(regex_lite::Regex),
-}
-
-/// A hostname, possibly `*.suffix`, in canonical form (see [`mcp_access_bundle::host`]).
-#[derive(Debug, Clone)]
-pub struct HostPattern(String);
-
-impl HostPattern {
-    pub fn new(pattern: &str) -> Self {
-        HostPattern(mcp_access_bundle::host::canonical_pattern(pattern))
-    }
-
-    /// `host` must already be canonical ([`Request::host`]).
-    pub fn matches(&self, host: &str) -> bool {
-        mcp_access_bundle::host::host_matches(&self.0, host)
-    }
-
-    /// Exact hostnames rank above wildcards, wildcards above none.
-    pub fn specificity(&self) -> usize {
-        match self.0.strip_prefix('*') {
-            Some(suffix) => 2 * suffix.len(),
-            None => 2 * self.0.len() + 1,
-        }
-    }
 }
 
 /// Which way a difference between the copies of a repeated header is resolved: always
@@ -108,30 +135,25 @@ pub enum Mode {
     Select,
 }
 
-/// Anchors a pattern so that it must match the whole value.
-pub fn full_regex(pattern: &str) -> Result<regex_lite::Regex, String> {
-    regex_lite::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| e.to_string())
-}
-
 pub fn compile_rule(
-    rule: &Rule,
+    rule: &bundle::Rule,
     policy_ns: &str,
     trust_domain: Option<&str>,
-) -> Result<CRule, String> {
-    Ok(CRule {
+) -> Result<Rule, String> {
+    Ok(Rule {
         name: rule.name.clone(),
         source: match &rule.source {
-            None => CSource::Any,
+            None => Source::Any,
             Some(s) => compile_source(s, policy_ns, trust_domain)?,
         },
         authz: rule.authorization.as_ref().map(compile_authz).transpose()?,
     })
 }
 
-fn compile_source(s: &Source, policy_ns: &str, td: Option<&str>) -> Result<CSource, String> {
+fn compile_source(s: &bundle::Source, policy_ns: &str, td: Option<&str>) -> Result<Source, String> {
     Ok(match s.kind {
-        SourceType::Any => CSource::Any,
-        SourceType::Spiffe => CSource::Spiffe(s.spiffe.clone().ok_or("spiffe is required")?),
+        SourceType::Any => Source::Any,
+        SourceType::Spiffe => Source::Spiffe(s.spiffe.clone().ok_or("spiffe is required")?),
         SourceType::ServiceAccount => {
             let sa = s
                 .service_account
@@ -139,7 +161,7 @@ fn compile_source(s: &Source, policy_ns: &str, td: Option<&str>) -> Result<CSour
                 .ok_or("serviceAccount is required")?;
             let td = td.ok_or("identity.trustDomain is required for ServiceAccount sources")?;
             let ns = sa.namespace.as_deref().unwrap_or(policy_ns);
-            CSource::Spiffe(format!("spiffe://{td}/ns/{ns}/sa/{}", sa.name))
+            Source::Spiffe(service_account_spiffe(td, ns, &sa.name))
         }
         SourceType::Jwt => {
             let JwtSource {
@@ -147,7 +169,7 @@ fn compile_source(s: &Source, policy_ns: &str, td: Option<&str>) -> Result<CSour
                 subject,
                 claims,
             } = s.jwt.clone().ok_or("jwt is required")?;
-            CSource::Jwt {
+            Source::Jwt {
                 issuer,
                 subject,
                 claims: claims.into_iter().map(|c| (c.name, c.values)).collect(),
@@ -156,15 +178,15 @@ fn compile_source(s: &Source, policy_ns: &str, td: Option<&str>) -> Result<CSour
     })
 }
 
-fn compile_authz(a: &Authorization) -> Result<CAuthz, String> {
+fn compile_authz(a: &Authorization) -> Result<Authz, String> {
     let paths = a
         .paths
         .iter()
         .map(|p| {
             Ok(match p.kind {
-                MatchType::Exact => CPath::Exact(p.value.clone()),
-                MatchType::PathPrefix => CPath::Prefix(p.value.clone()),
-                MatchType::RegularExpression => CPath::Regex(full_regex(&p.value)?),
+                MatchType::Exact => Path::Exact(p.value.clone()),
+                MatchType::PathPrefix => Path::Prefix(p.value.clone()),
+                MatchType::RegularExpression => Path::Regex(full_regex(&p.value)?),
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -172,16 +194,16 @@ fn compile_authz(a: &Authorization) -> Result<CAuthz, String> {
         .headers
         .iter()
         .map(|h| {
-            Ok(CHeader {
+            Ok(Header {
                 name: h.name.to_ascii_lowercase(),
                 value: match h.kind {
-                    MatchType::RegularExpression => CValue::Regex(full_regex(&h.value)?),
-                    _ => CValue::Exact(h.value.clone()),
+                    MatchType::RegularExpression => Value::Regex(full_regex(&h.value)?),
+                    _ => Value::Exact(h.value.clone()),
                 },
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    Ok(CAuthz {
+    Ok(Authz {
         mcp: a.mcp.as_ref().map(compile_mcp),
         methods: a.methods.clone(),
         paths,
@@ -191,12 +213,12 @@ fn compile_authz(a: &Authorization) -> Result<CAuthz, String> {
     })
 }
 
-fn compile_mcp(m: &McpMatch) -> CMcp {
-    CMcp {
+fn compile_mcp(m: &McpMatch) -> Mcp {
+    Mcp {
         methods: m
             .methods
             .iter()
-            .map(|x| CMethod {
+            .map(|x| Method {
                 name: x.name.clone(),
                 params: x.params.as_ref().map(|p| p.iter().cloned().collect()),
             })
@@ -205,7 +227,7 @@ fn compile_mcp(m: &McpMatch) -> CMcp {
     }
 }
 
-impl CRule {
+impl Rule {
     /// Source AND authorization, repeated headers resolved per `mode`.
     pub fn admits(&self, req: &Request, host: &str, mode: Mode) -> bool {
         self.source.matches(&req.caller)
@@ -236,12 +258,12 @@ impl CRule {
     }
 }
 
-impl CSource {
+impl Source {
     pub fn matches(&self, caller: &Caller) -> bool {
         match self {
-            CSource::Any => true,
-            CSource::Spiffe(id) => caller.spiffe.as_deref() == Some(id.as_str()),
-            CSource::Jwt {
+            Source::Any => true,
+            Source::Spiffe(id) => caller.spiffe.as_deref() == Some(id.as_str()),
+            Source::Jwt {
                 issuer,
                 subject,
                 claims,
@@ -261,7 +283,7 @@ impl CSource {
     }
 }
 
-impl CAuthz {
+impl Authz {
     fn matches(&self, req: &Request, host: &str, mode: Mode) -> bool {
         (self.methods.is_empty() || self.methods.iter().any(|m| m == &req.method))
             && (self.ports.is_empty() || self.ports.contains(&req.port))
@@ -272,7 +294,7 @@ impl CAuthz {
     }
 }
 
-impl CHeader {
+impl Header {
     /// A header that is absent never matches; a repeated one per `mode`.
     fn matches(&self, req: &Request, mode: Mode) -> bool {
         let mut copies = req.header_values(&self.name).peekable();
@@ -286,38 +308,26 @@ impl CHeader {
     }
 }
 
-impl CPath {
+impl Path {
     fn matches(&self, path: &str) -> bool {
         match self {
-            CPath::Exact(p) => p == path,
-            CPath::Prefix(p) => path_prefix_matches(p, path),
-            CPath::Regex(r) => r.is_match(path),
+            Path::Exact(p) => p == path,
+            Path::Prefix(p) => path_prefix_matches(p, path),
+            Path::Regex(r) => r.is_match(path),
         }
     }
 }
 
-/// Gateway API PathPrefix: matches whole path segments.
-pub fn path_prefix_matches(prefix: &str, path: &str) -> bool {
-    let prefix = prefix.trim_end_matches('/');
-    if prefix.is_empty() {
-        return true;
-    }
-    match path.strip_prefix(prefix) {
-        Some(rest) => rest.is_empty() || rest.starts_with('/'),
-        None => false,
-    }
-}
-
-impl CValue {
+impl Value {
     fn matches(&self, v: &str) -> bool {
         match self {
-            CValue::Exact(x) => x == v,
-            CValue::Regex(r) => r.is_match(v),
+            Value::Exact(x) => x == v,
+            Value::Regex(r) => r.is_match(v),
         }
     }
 }
 
-impl CMcp {
+impl Mcp {
     fn matches(&self, op: &McpOp) -> bool {
         if self.base && op.is_base() {
             return true;
@@ -332,13 +342,11 @@ impl CMcp {
     }
 }
 
-impl CMethod {
+impl Method {
     fn matches(&self, method: &str, param: Option<&str>) -> bool {
-        let name_ok = match self.name.as_str() {
-            cat @ ("tools" | "prompts" | "resources") => method
-                .strip_prefix(cat)
-                .is_some_and(|rest| rest.starts_with('/')),
-            exact => exact == method,
+        let name_ok = match Category::named(&self.name) {
+            Some(category) => category.covers(method),
+            None => self.name == method,
         };
         name_ok
             && match &self.params {
