@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
 
@@ -58,7 +58,7 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
     // Every authorizer allows, with one header.
     let mut token = 0;
     for _ in 0..4 {
-        let Action::Dispatch(calls) = action else {
+        let Next::Dispatch(calls) = action else {
             break;
         };
         let mut tokens = Vec::new();
@@ -74,7 +74,7 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
         }
     }
     assert!(
-        !matches!(action, Action::Hold | Action::Dispatch(_)),
+        !matches!(action, Next::Hold | Next::Dispatch(_)),
         "the request was never decided: {action:?}"
     );
 }

@@ -31,7 +31,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_engine::flow::{Action, HeadersInput, RequestFlow};
+use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::{Caller, ClaimValue, JwtPrincipal};
@@ -353,14 +353,14 @@ struct Driver<'a> {
 }
 
 impl Driver<'_> {
-    fn handle(&mut self, mut action: Action) {
+    fn handle(&mut self, mut action: Next) {
         loop {
             if self.terminal > 0 {
-                assert_eq!(action, Action::Hold, "action after the request was decided");
+                assert_eq!(action, Next::Hold, "action after the request was decided");
             }
             match action {
-                Action::Hold => return,
-                Action::Allow { add_headers } => {
+                Next::Hold => return,
+                Next::Allow { add_headers } => {
                     self.terminal += 1;
                     for (name, _) in &add_headers {
                         assert!(
@@ -375,12 +375,12 @@ impl Driver<'_> {
                     check_allowed(self.input, self.engine);
                     return;
                 }
-                Action::Respond(r) => {
+                Next::Respond(r) => {
                     self.terminal += 1;
                     check_respond(&self.flow, &r.body, &self.input.body);
                     return;
                 }
-                Action::Dispatch(calls) => {
+                Next::Dispatch(calls) => {
                     for (slot, _call) in calls {
                         let i = self.next_answer;
                         self.next_answer += 1;
