@@ -6,7 +6,7 @@
 //! - percent-encoded unreserved characters are decoded, other escapes kept (hex upper-cased);
 //!   `\` is `/`;
 //! - dot segments are removed (the buffer algorithm of RFC 3986 §5.2.4), then repeated
-//!   slashes merged.
+//!   slashes merged; a path where merging slashes first would give another result is refused.
 //!
 //! Besides agreeing with the reference, the result is a fixed point (canonicalizing it again
 //! changes nothing) and holds no `.` / `..` segment, no `//`, no decodable escape.
@@ -106,9 +106,18 @@ fn reference(raw: &str, decode_slashes: bool) -> Option<String> {
             c => decoded.push(c),
         }
     }
-    let resolved = remove_dot_segments(&decoded);
-    let mut merged = String::with_capacity(resolved.len());
-    for c in resolved.chars() {
+    let canon = merge_slashes(&remove_dot_segments(&decoded));
+    // A path whose meaning depends on the order (slashes merged before or after dot
+    // segments) is refused.
+    if merge_slashes(&remove_dot_segments(&merge_slashes(&decoded))) != canon {
+        return None;
+    }
+    Some(canon)
+}
+
+fn merge_slashes(path: &str) -> String {
+    let mut merged = String::with_capacity(path.len());
+    for c in path.chars() {
         if !(c == '/' && merged.ends_with('/')) {
             merged.push(c);
         }
@@ -116,7 +125,7 @@ fn reference(raw: &str, decode_slashes: bool) -> Option<String> {
     if merged.is_empty() {
         merged.push('/');
     }
-    Some(merged)
+    merged
 }
 
 /// RFC 3986 §5.2.4, step by step on an input and an output buffer.
