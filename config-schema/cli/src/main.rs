@@ -711,11 +711,11 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
     match a.format {
         Format::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&e.json).map_err(|x| x.to_string())?
+            serde_json::to_string_pretty(&e).map_err(|x| x.to_string())?
         ),
         Format::Yaml => print!(
             "{}",
-            serde_norway::to_string(&e.json).map_err(|x| x.to_string())?
+            serde_norway::to_string(&e).map_err(|x| x.to_string())?
         ),
         Format::Text => print!("{}", explain::to_text(&e)),
     }

@@ -193,6 +193,8 @@ pub struct RequestFlow {
     /// Callouts that ended since the host last took them.
     reports: Vec<CalloutReport>,
     outcome: Option<Outcome>,
+    /// Whether the evaluation keeps a trace (`explain`).
+    trace: bool,
 }
 
 impl Default for RequestFlow {
@@ -212,7 +214,31 @@ impl RequestFlow {
             tokens: Vec::new(),
             reports: Vec::new(),
             outcome: None,
+            trace: false,
         }
+    }
+
+    /// A flow whose evaluation keeps a trace ([`RequestFlow::trace`]), for `explain`.
+    pub fn traced() -> Self {
+        RequestFlow {
+            trace: true,
+            ..Self::new()
+        }
+    }
+
+    /// The evaluation's trace: empty unless [`RequestFlow::traced`] and policies were evaluated.
+    pub fn trace(&self) -> &[crate::policy::TraceEntry] {
+        self.eval.as_ref().map_or(&[], |ev| ev.trace())
+    }
+
+    /// Whether policies were evaluated (false: a transport check answered first).
+    pub fn evaluated(&self) -> bool {
+        self.eval.is_some()
+    }
+
+    /// The request as the flow sees it, once its headers arrived.
+    pub fn request(&self) -> Option<&Request> {
+        self.req.as_ref()
     }
 
     /// How the request ended, once it has.
@@ -381,7 +407,8 @@ impl RequestFlow {
         std::mem::take(&mut self.reports)
     }
 
-    fn authorizer_of<'e>(
+    /// The authorizer of the callout for `slot`.
+    pub fn authorizer_of<'e>(
         &self,
         engine: &'e Engine,
         slot: usize,
@@ -507,7 +534,7 @@ impl RequestFlow {
             return Next::Hold;
         };
         req.mcp = op;
-        self.eval = Some(engine.begin(req, false));
+        self.eval = Some(engine.begin(req, self.trace));
         self.stage = Stage::Deciding;
         self.step(engine)
     }
