@@ -784,7 +784,12 @@ pub fn to_text(e: &Explanation) -> String {
             s(e.rule.as_deref())
         ));
         if let Some(resp) = &e.response {
-            out.push_str(&format!("response  HTTP {}\n", resp.status));
+            let relayed = if e.reason == "external_auth_denied" {
+                " (with the headers and body the authorizer sends)"
+            } else {
+                ""
+            };
+            out.push_str(&format!("response  HTTP {}{relayed}\n", resp.status));
             for h in &resp.headers {
                 out.push_str(&format!("          {}: {}\n", h.name, h.value));
             }
