@@ -265,24 +265,22 @@ impl Manifests {
             return;
         }
         let kind = kind.to_string();
-        let versions: &[&str] = match (group.as_str(), kind.as_str()) {
-            (GATEWAY_GROUP, "Gateway" | "HTTPRoute") => &["v1", "v1beta1"],
-            (GATEWAY_GROUP, "ReferenceGrant") => &["v1", "v1beta1", "v1alpha2"],
-            (GATEWAY_GROUP, "ReferencePolicy") => &["v1alpha2"],
-            (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
-            (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
-            ("", "Namespace") => &["v1"],
-            (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP, _) => &[],
-            _ => {
-                let object = object_id(map, default_namespace);
-                self.skipped.push(Skipped {
-                    origin,
-                    api_version: api_version.to_string(),
-                    kind,
-                    object,
-                });
-                return;
-            }
+        let Some(versions) = versions(&group, &kind) else {
+            let (namespace, name) = object_name(map, default_namespace);
+            self.skipped.push(Skipped {
+                origin,
+                api_version: api_version.to_string(),
+                kind,
+                object: format!("{namespace}/{name}"),
+            });
+            return;
+        };
+        let doc = Doc {
+            origin,
+            group: &group,
+            version: &version,
+            kind: &kind,
+            default_namespace,
         };
         if !versions.contains(&version.as_str()) {
             let msg = if versions.is_empty() {
@@ -290,176 +288,102 @@ impl Manifests {
             } else {
                 format!("no matches for kind \"{kind}\" in version \"{api_version}\"")
             };
-            return self.reject_doc(
-                origin,
-                &group,
-                &version,
-                &kind,
-                map,
-                default_namespace,
-                "",
-                msg,
-            );
+            return self.reject_doc(&doc, map, "", msg);
         }
         match kind.as_str() {
             "Gateway" => {
-                if let Some(it) = self.typed(
-                    origin,
-                    &group,
-                    &version,
-                    &kind,
-                    v,
-                    default_namespace,
-                    validate::gateway,
-                ) {
+                if let Some(it) = self.typed(&doc, v, validate::gateway) {
                     self.gateways.push(it);
                 }
             }
             "HTTPRoute" => {
-                if let Some(it) = self.typed(
-                    origin,
-                    &group,
-                    &version,
-                    &kind,
-                    v,
-                    default_namespace,
-                    validate::http_route,
-                ) {
+                if let Some(it) = self.typed(&doc, v, validate::http_route) {
                     self.routes.push(it);
                 }
             }
             "ReferenceGrant" | "ReferencePolicy" => {
-                if let Some(it) = self.typed(
-                    origin,
-                    &group,
-                    &version,
-                    &kind,
-                    v,
-                    default_namespace,
-                    validate::reference_grant,
-                ) {
+                if let Some(it) = self.typed(&doc, v, validate::reference_grant) {
                     self.grants.push(it);
                 }
             }
             "XBackend" => {
-                if let Some(it) = self.typed(
-                    origin,
-                    &group,
-                    &version,
-                    &kind,
-                    v,
-                    default_namespace,
-                    validate::xbackend,
-                ) {
+                if let Some(it) = self.typed(&doc, v, validate::xbackend) {
                     self.backends.push(it);
                 }
             }
             "XAccessPolicy" if version == "v0alpha0" => {
-                if let Some(it) = self.typed(
-                    origin,
-                    &group,
-                    &version,
-                    &kind,
-                    v,
-                    default_namespace,
-                    validate::policy_v0,
-                ) {
-                    self.policies
-                        .push(map_spec(it, |s| PolicySpec::V0(Box::new(s))));
+                if let Some(it) = self.typed(&doc, v, validate::policy_v0) {
+                    let it = map_spec(it, |s| PolicySpec::V0(Box::new(s)));
+                    self.policies.push(it);
                 }
             }
             "XAccessPolicy" => {
-                if let Some(it) = self.typed(
-                    origin,
-                    &group,
-                    &version,
-                    &kind,
-                    v,
-                    default_namespace,
-                    validate::policy_v1,
-                ) {
-                    self.policies
-                        .push(map_spec(it, |s| PolicySpec::V1(Box::new(s))));
+                if let Some(it) = self.typed(&doc, v, validate::policy_v1) {
+                    let it = map_spec(it, |s| PolicySpec::V1(Box::new(s)));
+                    self.policies.push(it);
                 }
             }
-            _ => self.namespace(origin, v),
+            _ => self.namespace(doc.origin, v),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn reject_doc(
-        &mut self,
-        origin: Origin,
-        group: &str,
-        version: &str,
-        kind: &str,
-        map: &serde_json::Map<String, Value>,
-        default_namespace: &str,
-        field: &str,
-        message: String,
-    ) {
-        let meta = map.get("metadata");
-        let get = |k: &str| {
-            meta.and_then(|m| m.get(k))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        let ns = get("namespace");
+    /// Records an object the API server would reject.
+    fn reject(&mut self, doc: &Doc, namespace: String, name: String, errors: Vec<FieldError>) {
         self.rejected.push(Rejected {
-            origin,
-            group: group.to_string(),
-            version: version.to_string(),
-            kind: kind.to_string(),
-            namespace: if ns.is_empty() {
-                default_namespace.to_string()
-            } else {
-                ns
-            },
-            name: get("name"),
-            errors: vec![FieldError {
-                field: field.to_string(),
-                message,
-            }],
+            origin: doc.origin.clone(),
+            group: doc.group.to_string(),
+            version: doc.version.to_string(),
+            kind: doc.kind.to_string(),
+            namespace,
+            name,
+            errors,
         });
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn typed<S: DeserializeOwned + Default>(
+    /// Rejects a document that is not a valid object of its kind, with one error.
+    fn reject_doc(
         &mut self,
-        origin: Origin,
-        group: &str,
-        version: &str,
-        kind: &str,
-        v: Value,
-        default_namespace: &str,
-        check_spec: fn(&S, &mut Checker),
-    ) -> Option<Item<S>> {
+        doc: &Doc,
+        map: &serde_json::Map<String, Value>,
+        field: &str,
+        message: String,
+    ) {
+        let (namespace, name) = object_name(map, doc.default_namespace);
+        let error = FieldError {
+            field: field.to_string(),
+            message,
+        };
+        self.reject(doc, namespace, name, vec![error]);
+    }
+
+    /// Reads `v` strictly as a `T`; when it is not one, the document is rejected.
+    fn deserialize<T: DeserializeOwned>(&mut self, doc: &Doc, v: Value) -> Option<T> {
         let map = match &v {
             Value::Object(m) => m.clone(),
             _ => serde_json::Map::new(),
         };
-        let obj: Object<S> = match serde_path_to_error::deserialize(v) {
-            Ok(o) => o,
+        match serde_path_to_error::deserialize(v) {
+            Ok(o) => Some(o),
             Err(e) => {
                 let field = e.path().to_string();
                 let message = strict_message(&e.into_inner().to_string());
                 let field = if field == "." { String::new() } else { field };
-                self.reject_doc(
-                    origin,
-                    group,
-                    version,
-                    kind,
-                    &map,
-                    default_namespace,
-                    &field,
-                    message,
-                );
-                return None;
+                self.reject_doc(doc, &map, &field, message);
+                None
             }
-        };
+        }
+    }
+
+    /// Reads, validates and keeps an object of one of the compiled kinds.
+    fn typed<S: DeserializeOwned + Default>(
+        &mut self,
+        doc: &Doc,
+        v: Value,
+        check_spec: fn(&S, &mut Checker),
+    ) -> Option<Item<S>> {
+        let obj: Object<S> = self.deserialize(doc, v)?;
         let mut c = Checker::default();
-        let meta = metadata(&obj.metadata, default_namespace, &mut c);
+        let meta = metadata(&obj.metadata, doc.default_namespace, &mut c);
         match &obj.spec {
             Some(spec) => check_spec(spec, &mut c),
             None => {
@@ -467,74 +391,79 @@ impl Manifests {
             }
         }
         if !c.errors.is_empty() {
-            self.rejected.push(Rejected {
-                origin,
-                group: group.to_string(),
-                version: version.to_string(),
-                kind: kind.to_string(),
-                namespace: meta.namespace,
-                name: meta.name,
-                errors: c.errors,
-            });
+            self.reject(doc, meta.namespace, meta.name, c.errors);
             return None;
         }
         Some(Item {
-            origin,
-            group: group.to_string(),
-            version: version.to_string(),
-            kind: kind.to_string(),
+            origin: doc.origin.clone(),
+            group: doc.group.to_string(),
+            version: doc.version.to_string(),
+            kind: doc.kind.to_string(),
             meta,
             spec: obj.spec.unwrap_or_default(),
         })
     }
 
     fn namespace(&mut self, origin: Origin, v: Value) {
-        let map = match &v {
-            Value::Object(m) => m.clone(),
-            _ => serde_json::Map::new(),
+        let doc = Doc {
+            origin,
+            group: "",
+            version: "v1",
+            kind: "Namespace",
+            default_namespace: "",
         };
-        match serde_path_to_error::deserialize::<_, NamespaceObject>(v) {
-            Ok(ns) => {
-                let mut c = Checker::default();
-                let name = ns.metadata.name.clone().unwrap_or_default();
-                if c.required("metadata.name", &ns.metadata.name) {
-                    c.string("metadata.name", &name, 1, 63, Some(check::DNS_LABEL));
-                }
-                if !c.errors.is_empty() {
-                    self.rejected.push(Rejected {
-                        origin,
-                        group: String::new(),
-                        version: "v1".into(),
-                        kind: "Namespace".into(),
-                        namespace: String::new(),
-                        name,
-                        errors: c.errors,
-                    });
-                    return;
-                }
-                let mut labels = ns.metadata.labels.unwrap_or_default();
-                labels.insert("kubernetes.io/metadata.name".into(), name.clone());
-                self.namespaces.push(Item {
-                    origin,
-                    group: String::new(),
-                    version: "v1".into(),
-                    kind: "Namespace".into(),
-                    meta: Meta {
-                        name,
-                        namespace: String::new(),
-                        created: None,
-                        labels,
-                    },
-                    spec: (),
-                });
-            }
-            Err(e) => {
-                let field = e.path().to_string();
-                let message = strict_message(&e.into_inner().to_string());
-                self.reject_doc(origin, "", "v1", "Namespace", &map, "", &field, message);
-            }
+        let Some(ns) = self.deserialize::<NamespaceObject>(&doc, v) else {
+            return;
+        };
+        let mut c = Checker::default();
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        if c.required("metadata.name", &ns.metadata.name) {
+            c.string("metadata.name", &name, 1, 63, Some(check::DNS_LABEL));
         }
+        if !c.errors.is_empty() {
+            self.reject(&doc, String::new(), name, c.errors);
+            return;
+        }
+        let mut labels = ns.metadata.labels.unwrap_or_default();
+        labels.insert("kubernetes.io/metadata.name".into(), name.clone());
+        self.namespaces.push(Item {
+            origin: doc.origin,
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Namespace".into(),
+            meta: Meta {
+                name,
+                namespace: String::new(),
+                created: None,
+                labels,
+            },
+            spec: (),
+        });
     }
+}
+
+/// A document being read: where it is and what it says it is.
+struct Doc<'d> {
+    origin: Origin,
+    group: &'d str,
+    version: &'d str,
+    kind: &'d str,
+    /// The namespace of objects that name none.
+    default_namespace: &'d str,
+}
+
+/// The versions read of a kind; None for kinds the compiler does not read (other groups).
+fn versions(group: &str, kind: &str) -> Option<&'static [&'static str]> {
+    Some(match (group, kind) {
+        (GATEWAY_GROUP, "Gateway" | "HTTPRoute") => &["v1", "v1beta1"],
+        (GATEWAY_GROUP, "ReferenceGrant") => &["v1", "v1beta1", "v1alpha2"],
+        (GATEWAY_GROUP, "ReferencePolicy") => &["v1alpha2"],
+        (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
+        (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
+        ("", "Namespace") => &["v1"],
+        (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP, _) => &[],
+        _ => return None,
+    })
 }
 
 fn map_spec<A, B>(it: Item<A>, f: impl FnOnce(A) -> B) -> Item<B> {
@@ -548,16 +477,23 @@ fn map_spec<A, B>(it: Item<A>, f: impl FnOnce(A) -> B) -> Item<B> {
     }
 }
 
-fn object_id(map: &serde_json::Map<String, Value>, default_namespace: &str) -> String {
+/// `metadata.namespace` (or `default_namespace`) and `metadata.name` of a document, as
+/// far as they can be read.
+fn object_name(map: &serde_json::Map<String, Value>, default_namespace: &str) -> (String, String) {
     let meta = map.get("metadata");
     let get = |k: &str| {
         meta.and_then(|m| m.get(k))
             .and_then(Value::as_str)
             .unwrap_or_default()
+            .to_string()
     };
     let ns = get("namespace");
-    let ns = if ns.is_empty() { default_namespace } else { ns };
-    format!("{ns}/{}", get("name"))
+    let ns = if ns.is_empty() {
+        default_namespace.to_string()
+    } else {
+        ns
+    };
+    (ns, get("name"))
 }
 
 /// serde's wording, closer to kubectl's for unknown fields.

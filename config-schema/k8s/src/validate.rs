@@ -15,6 +15,83 @@ fn opt(s: &Option<String>) -> &str {
     s.as_deref().unwrap_or_default()
 }
 
+/// A field of an object reference, with the limits the Gateway API CRDs give it.
+struct RefField {
+    name: &'static str,
+    min: usize,
+    max: usize,
+    pattern: Option<&'static str>,
+}
+
+const GROUP_FIELD: RefField = RefField::new("group", 0, 253, Some(GROUP));
+const KIND_FIELD: RefField = RefField::new("kind", 1, 63, Some(KIND));
+const NAME_FIELD: RefField = RefField::new("name", 1, 253, None);
+const NAMESPACE_FIELD: RefField = RefField::new("namespace", 1, 63, Some(DNS_LABEL));
+const SECTION_FIELD: RefField = RefField::new("sectionName", 1, 253, Some(DNS_SUBDOMAIN));
+
+impl RefField {
+    const fn new(
+        name: &'static str,
+        min: usize,
+        max: usize,
+        pattern: Option<&'static str>,
+    ) -> Self {
+        RefField {
+            name,
+            min,
+            max,
+            pattern,
+        }
+    }
+}
+
+/// The fields of the object reference at `at`, in the order given: each `(field, value,
+/// required)` must be set when required and, when set, within the field's limits.
+fn ref_fields(at: &str, fields: &[(&RefField, &Option<String>, bool)], c: &mut Checker) {
+    for (f, v, required) in fields {
+        let path = format!("{at}.{}", f.name);
+        if *required && !c.required(&path, v) {
+            continue;
+        }
+        if let Some(v) = v {
+            c.string(&path, v, f.min, f.max, f.pattern);
+        }
+    }
+}
+
+/// A required list and its limits on the number of items; its items (none when missing).
+fn required_list<'a, T>(
+    at: &str,
+    list: &'a Option<Vec<T>>,
+    (min, max): (usize, usize),
+    c: &mut Checker,
+) -> &'a [T] {
+    let Some(list) = list else {
+        c.err(at, "Required value");
+        return &[];
+    };
+    c.min_items(at, list.len(), min);
+    c.max_items(at, list.len(), max);
+    list
+}
+
+/// The CRDs' rule that a reference to a Service (the default kind) has a port.
+fn service_port(
+    at: &str,
+    group: &Option<String>,
+    kind: &Option<String>,
+    port: Option<i64>,
+    c: &mut Checker,
+) {
+    let is_service = opt(group).is_empty() && kind.as_deref().unwrap_or("Service") == "Service";
+    c.rule(
+        at,
+        !is_service || port.is_some(),
+        "object",
+        "Must have port for Service reference",
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // XBackend
 
@@ -39,32 +116,15 @@ pub fn xbackend(s: &XBackendSpec, c: &mut Checker) {
 
 fn target_refs(refs: &Option<Vec<TargetRef>>, v0: bool, c: &mut Checker) {
     let at = "spec.targetRefs";
-    let Some(refs) = refs else {
-        c.err(at, "Required value");
-        return;
-    };
-    c.min_items(at, refs.len(), 1);
-    c.max_items(at, refs.len(), 10);
+    let refs = required_list(at, refs, (1, 10), c);
     for (i, r) in refs.iter().enumerate() {
-        let rat = format!("{at}[{i}]");
-        if c.required(&format!("{rat}.group"), &r.group) {
-            c.string(&format!("{rat}.group"), opt(&r.group), 0, 253, Some(GROUP));
-        }
-        if c.required(&format!("{rat}.kind"), &r.kind) {
-            c.string(&format!("{rat}.kind"), opt(&r.kind), 1, 63, Some(KIND));
-        }
-        if c.required(&format!("{rat}.name"), &r.name) {
-            c.string(&format!("{rat}.name"), opt(&r.name), 1, 253, None);
-        }
-        if let Some(s) = &r.section_name {
-            c.string(
-                &format!("{rat}.sectionName"),
-                s,
-                1,
-                253,
-                Some(DNS_SUBDOMAIN),
-            );
-        }
+        let fields = [
+            (&GROUP_FIELD, &r.group, true),
+            (&KIND_FIELD, &r.kind, true),
+            (&NAME_FIELD, &r.name, true),
+            (&SECTION_FIELD, &r.section_name, false),
+        ];
+        ref_fields(&format!("{at}[{i}]"), &fields, c);
     }
     if v0 {
         let ok = refs.iter().all(|x| {
@@ -134,29 +194,17 @@ fn external_auth(at: &str, e: &ExternalAuth, c: &mut Checker) {
     if c.required(&format!("{at}.backendRef"), &e.backend_ref) {
         if let Some(b) = &e.backend_ref {
             let bat = format!("{at}.backendRef");
-            if let Some(g) = &b.group {
-                c.string(&format!("{bat}.group"), g, 0, 253, Some(GROUP));
-            }
-            if let Some(k) = &b.kind {
-                c.string(&format!("{bat}.kind"), k, 1, 63, Some(KIND));
-            }
-            if c.required(&format!("{bat}.name"), &b.name) {
-                c.string(&format!("{bat}.name"), opt(&b.name), 1, 253, None);
-            }
-            if let Some(ns) = &b.namespace {
-                c.string(&format!("{bat}.namespace"), ns, 1, 63, Some(DNS_LABEL));
-            }
+            let fields = [
+                (&GROUP_FIELD, &b.group, false),
+                (&KIND_FIELD, &b.kind, false),
+                (&NAME_FIELD, &b.name, true),
+                (&NAMESPACE_FIELD, &b.namespace, false),
+            ];
+            ref_fields(&bat, &fields, c);
             if let Some(p) = b.port {
                 c.range(&format!("{bat}.port"), p, 1, 65535);
             }
-            let is_service = b.group.as_deref().unwrap_or("").is_empty()
-                && b.kind.as_deref().unwrap_or("Service") == "Service";
-            c.rule(
-                &bat,
-                !is_service || b.port.is_some(),
-                "object",
-                "Must have port for Service reference",
-            );
+            service_port(&bat, &b.group, &b.kind, b.port, c);
         }
     }
     let proto = opt(&e.protocol);
@@ -442,49 +490,27 @@ fn value_match(
 // ReferenceGrant / ReferencePolicy
 
 pub fn reference_grant(s: &ReferenceGrantSpec, c: &mut Checker) {
-    match &s.from {
-        None => c.err("spec.from", "Required value"),
-        Some(from) => {
-            c.min_items("spec.from", from.len(), 1);
-            c.max_items("spec.from", from.len(), 16);
-            for (i, f) in from.iter().enumerate() {
-                let at = format!("spec.from[{i}]");
-                if c.required(&format!("{at}.group"), &f.group) {
-                    c.string(&format!("{at}.group"), opt(&f.group), 0, 253, Some(GROUP));
-                }
-                if c.required(&format!("{at}.kind"), &f.kind) {
-                    c.string(&format!("{at}.kind"), opt(&f.kind), 1, 63, Some(KIND));
-                }
-                if c.required(&format!("{at}.namespace"), &f.namespace) {
-                    c.string(
-                        &format!("{at}.namespace"),
-                        opt(&f.namespace),
-                        1,
-                        63,
-                        Some(DNS_LABEL),
-                    );
-                }
-            }
-        }
+    for (i, f) in required_list("spec.from", &s.from, (1, 16), c)
+        .iter()
+        .enumerate()
+    {
+        let fields = [
+            (&GROUP_FIELD, &f.group, true),
+            (&KIND_FIELD, &f.kind, true),
+            (&NAMESPACE_FIELD, &f.namespace, true),
+        ];
+        ref_fields(&format!("spec.from[{i}]"), &fields, c);
     }
-    match &s.to {
-        None => c.err("spec.to", "Required value"),
-        Some(to) => {
-            c.min_items("spec.to", to.len(), 1);
-            c.max_items("spec.to", to.len(), 16);
-            for (i, t) in to.iter().enumerate() {
-                let at = format!("spec.to[{i}]");
-                if c.required(&format!("{at}.group"), &t.group) {
-                    c.string(&format!("{at}.group"), opt(&t.group), 0, 253, Some(GROUP));
-                }
-                if c.required(&format!("{at}.kind"), &t.kind) {
-                    c.string(&format!("{at}.kind"), opt(&t.kind), 1, 63, Some(KIND));
-                }
-                if let Some(n) = &t.name {
-                    c.string(&format!("{at}.name"), n, 1, 253, None);
-                }
-            }
-        }
+    for (i, t) in required_list("spec.to", &s.to, (1, 16), c)
+        .iter()
+        .enumerate()
+    {
+        let fields = [
+            (&GROUP_FIELD, &t.group, true),
+            (&KIND_FIELD, &t.kind, true),
+            (&NAME_FIELD, &t.name, false),
+        ];
+        ref_fields(&format!("spec.to[{i}]"), &fields, c);
     }
 }
 
@@ -496,18 +522,13 @@ fn object_ref(at: &str, r: &ObjectRef, group_kind_required: bool, c: &mut Checke
         c.required(&format!("{at}.group"), &r.group);
         c.required(&format!("{at}.kind"), &r.kind);
     }
-    if let Some(g) = &r.group {
-        c.string(&format!("{at}.group"), g, 0, 253, Some(GROUP));
-    }
-    if let Some(k) = &r.kind {
-        c.string(&format!("{at}.kind"), k, 1, 63, Some(KIND));
-    }
-    if c.required(&format!("{at}.name"), &r.name) {
-        c.string(&format!("{at}.name"), opt(&r.name), 1, 253, None);
-    }
-    if let Some(ns) = &r.namespace {
-        c.string(&format!("{at}.namespace"), ns, 1, 63, Some(DNS_LABEL));
-    }
+    let fields = [
+        (&GROUP_FIELD, &r.group, false),
+        (&KIND_FIELD, &r.kind, false),
+        (&NAME_FIELD, &r.name, true),
+        (&NAMESPACE_FIELD, &r.namespace, false),
+    ];
+    ref_fields(at, &fields, c);
 }
 
 fn selector(at: &str, s: &LabelSelector, c: &mut Checker) {
@@ -538,15 +559,12 @@ fn selector(at: &str, s: &LabelSelector, c: &mut Checker) {
 }
 
 fn validation(at: &str, v: &FrontendValidation, c: &mut Checker) {
-    match &v.ca_certificate_refs {
-        None => c.err(format!("{at}.caCertificateRefs"), "Required value"),
-        Some(refs) => {
-            c.min_items(&format!("{at}.caCertificateRefs"), refs.len(), 1);
-            c.max_items(&format!("{at}.caCertificateRefs"), refs.len(), 16);
-            for (i, r) in refs.iter().enumerate() {
-                object_ref(&format!("{at}.caCertificateRefs[{i}]"), r, true, c);
-            }
-        }
+    let refs_at = format!("{at}.caCertificateRefs");
+    for (i, r) in required_list(&refs_at, &v.ca_certificate_refs, (1, 16), c)
+        .iter()
+        .enumerate()
+    {
+        object_ref(&format!("{refs_at}[{i}]"), r, true, c);
     }
     if let Some(m) = &v.mode {
         c.one_of(
@@ -561,6 +579,31 @@ pub fn gateway(s: &GatewaySpec, c: &mut Checker) {
     if c.required("spec.gatewayClassName", &s.gateway_class_name) {
         c.len_between("spec.gatewayClassName", opt(&s.gateway_class_name), 1, 253);
     }
+    addresses(s, c);
+    if let Some(al) = &s.allowed_listeners {
+        if let Some(ns) = &al.namespaces {
+            if let Some(f) = &ns.from {
+                c.one_of(
+                    "spec.allowedListeners.namespaces.from",
+                    f,
+                    &["All", "Selector", "Same", "None"],
+                );
+            }
+            if let Some(sel) = &ns.selector {
+                selector("spec.allowedListeners.namespaces.selector", sel, c);
+            }
+        }
+    }
+    gateway_tls(s, c);
+    let ls = required_list("spec.listeners", &s.listeners, (1, 64), c);
+    for (i, l) in ls.iter().enumerate() {
+        listener(&format!("spec.listeners[{i}]"), l, c);
+    }
+    listener_rules(ls, c);
+}
+
+/// `spec.addresses`.
+fn addresses(s: &GatewaySpec, c: &mut Checker) {
     if let Some(addrs) = &s.addresses {
         c.max_items("spec.addresses", addrs.len(), 16);
         for (i, a) in addrs.iter().enumerate() {
@@ -578,20 +621,10 @@ pub fn gateway(s: &GatewaySpec, c: &mut Checker) {
             }
         }
     }
-    if let Some(al) = &s.allowed_listeners {
-        if let Some(ns) = &al.namespaces {
-            if let Some(f) = &ns.from {
-                c.one_of(
-                    "spec.allowedListeners.namespaces.from",
-                    f,
-                    &["All", "Selector", "Same", "None"],
-                );
-            }
-            if let Some(sel) = &ns.selector {
-                selector("spec.allowedListeners.namespaces.selector", sel, c);
-            }
-        }
-    }
+}
+
+/// `spec.tls`: the client certificate towards backends, the frontend validation.
+fn gateway_tls(s: &GatewaySpec, c: &mut Checker) {
     if let Some(tls) = &s.tls {
         if let Some(b) = &tls.backend {
             if let Some(r) = &b.client_certificate_ref {
@@ -632,91 +665,87 @@ pub fn gateway(s: &GatewaySpec, c: &mut Checker) {
             }
         }
     }
-    let Some(ls) = &s.listeners else {
-        c.err("spec.listeners", "Required value");
-        return;
-    };
-    c.min_items("spec.listeners", ls.len(), 1);
-    c.max_items("spec.listeners", ls.len(), 64);
-    for (i, l) in ls.iter().enumerate() {
-        let at = format!("spec.listeners[{i}]");
-        if c.required(&format!("{at}.name"), &l.name) {
-            c.string(
-                &format!("{at}.name"),
-                opt(&l.name),
-                1,
-                253,
-                Some(DNS_SUBDOMAIN),
+}
+
+/// One of `spec.listeners`.
+fn listener(at: &str, l: &GatewayListener, c: &mut Checker) {
+    if c.required(&format!("{at}.name"), &l.name) {
+        c.string(
+            &format!("{at}.name"),
+            opt(&l.name),
+            1,
+            253,
+            Some(DNS_SUBDOMAIN),
+        );
+    }
+    if let Some(h) = &l.hostname {
+        c.string(&format!("{at}.hostname"), h, 1, 253, Some(check::HOSTNAME));
+    }
+    if c.required(&format!("{at}.port"), &l.port) {
+        c.range(&format!("{at}.port"), l.port.unwrap_or_default(), 1, 65535);
+    }
+    if c.required(&format!("{at}.protocol"), &l.protocol) {
+        c.string(
+            &format!("{at}.protocol"),
+            opt(&l.protocol),
+            1,
+            255,
+            Some(check::PROTOCOL),
+        );
+    }
+    if let Some(t) = &l.tls {
+        let tat = format!("{at}.tls");
+        if let Some(m) = &t.mode {
+            c.one_of(&format!("{tat}.mode"), m, &["Terminate", "Passthrough"]);
+        }
+        let refs = t.certificate_refs.as_deref().unwrap_or_default();
+        c.max_items(&format!("{tat}.certificateRefs"), refs.len(), 64);
+        for (j, r) in refs.iter().enumerate() {
+            object_ref(&format!("{tat}.certificateRefs[{j}]"), r, false, c);
+        }
+        let opts = t.options.as_ref().map_or(0, |o| o.len());
+        if opts > 16 {
+            c.err(
+                format!("{tat}.options"),
+                format!("Too many: {opts}: must have at most 16 items"),
             );
         }
-        if let Some(h) = &l.hostname {
-            c.string(&format!("{at}.hostname"), h, 1, 253, Some(check::HOSTNAME));
-        }
-        if c.required(&format!("{at}.port"), &l.port) {
-            c.range(&format!("{at}.port"), l.port.unwrap_or_default(), 1, 65535);
-        }
-        if c.required(&format!("{at}.protocol"), &l.protocol) {
-            c.string(
-                &format!("{at}.protocol"),
-                opt(&l.protocol),
-                1,
-                255,
-                Some(check::PROTOCOL),
-            );
-        }
-        if let Some(t) = &l.tls {
-            let tat = format!("{at}.tls");
-            if let Some(m) = &t.mode {
-                c.one_of(&format!("{tat}.mode"), m, &["Terminate", "Passthrough"]);
-            }
-            let refs = t.certificate_refs.as_deref().unwrap_or_default();
-            c.max_items(&format!("{tat}.certificateRefs"), refs.len(), 64);
-            for (j, r) in refs.iter().enumerate() {
-                object_ref(&format!("{tat}.certificateRefs[{j}]"), r, false, c);
-            }
-            let opts = t.options.as_ref().map_or(0, |o| o.len());
-            if opts > 16 {
-                c.err(
-                    format!("{tat}.options"),
-                    format!("Too many: {opts}: must have at most 16 items"),
+        c.rule(
+            &tat,
+            t.mode.as_deref().unwrap_or("Terminate") != "Terminate" || !refs.is_empty() || opts > 0,
+            "object",
+            "certificateRefs or options must be specified when mode is Terminate",
+        );
+    }
+    if let Some(ar) = &l.allowed_routes {
+        if let Some(ns) = &ar.namespaces {
+            if let Some(f) = &ns.from {
+                c.one_of(
+                    &format!("{at}.allowedRoutes.namespaces.from"),
+                    f,
+                    &["All", "Selector", "Same"],
                 );
             }
-            c.rule(
-                &tat,
-                t.mode.as_deref().unwrap_or("Terminate") != "Terminate"
-                    || !refs.is_empty()
-                    || opts > 0,
-                "object",
-                "certificateRefs or options must be specified when mode is Terminate",
-            );
-        }
-        if let Some(ar) = &l.allowed_routes {
-            if let Some(ns) = &ar.namespaces {
-                if let Some(f) = &ns.from {
-                    c.one_of(
-                        &format!("{at}.allowedRoutes.namespaces.from"),
-                        f,
-                        &["All", "Selector", "Same"],
-                    );
-                }
-                if let Some(sel) = &ns.selector {
-                    selector(&format!("{at}.allowedRoutes.namespaces.selector"), sel, c);
-                }
+            if let Some(sel) = &ns.selector {
+                selector(&format!("{at}.allowedRoutes.namespaces.selector"), sel, c);
             }
-            if let Some(kinds) = &ar.kinds {
-                c.max_items(&format!("{at}.allowedRoutes.kinds"), kinds.len(), 8);
-                for (j, k) in kinds.iter().enumerate() {
-                    let kat = format!("{at}.allowedRoutes.kinds[{j}]");
-                    if let Some(g) = &k.group {
-                        c.string(&format!("{kat}.group"), g, 0, 253, Some(GROUP));
-                    }
-                    if c.required(&format!("{kat}.kind"), &k.kind) {
-                        c.string(&format!("{kat}.kind"), opt(&k.kind), 1, 63, Some(KIND));
-                    }
-                }
+        }
+        if let Some(kinds) = &ar.kinds {
+            c.max_items(&format!("{at}.allowedRoutes.kinds"), kinds.len(), 8);
+            for (j, k) in kinds.iter().enumerate() {
+                let kat = format!("{at}.allowedRoutes.kinds[{j}]");
+                let fields = [
+                    (&GROUP_FIELD, &k.group, false),
+                    (&KIND_FIELD, &k.kind, true),
+                ];
+                ref_fields(&kat, &fields, c);
             }
         }
     }
+}
+
+/// The CRD's rules across `spec.listeners`.
+fn listener_rules(ls: &[GatewayListener], c: &mut Checker) {
     let proto = |l: &GatewayListener| opt(&l.protocol).to_string();
     c.rule(
         "spec.listeners",
@@ -982,31 +1011,46 @@ fn uses_prefix_replace(fs: &[RouteFilter], redirect: bool) -> bool {
 }
 
 pub fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
+    parent_refs(s, c);
+    if let Some(hs) = &s.hostnames {
+        c.max_items("spec.hostnames", hs.len(), 16);
+        for (i, h) in hs.iter().enumerate() {
+            c.string(
+                &format!("spec.hostnames[{i}]"),
+                h,
+                1,
+                253,
+                Some(check::HOSTNAME),
+            );
+        }
+    }
+    let Some(rules) = &s.rules else { return };
+    c.min_items("spec.rules", rules.len(), 1);
+    c.max_items("spec.rules", rules.len(), 16);
+    let total: usize = rules
+        .iter()
+        .map(|r| r.matches.as_ref().map_or(1, Vec::len))
+        .sum();
+    c.rule("spec.rules", total <= 128, "array", "While 16 rules and 64 matches per rule are allowed, the total number of matches across all rules in a route must be less than 128");
+    for (i, r) in rules.iter().enumerate() {
+        route_rule(&format!("spec.rules[{i}]"), r, c);
+    }
+}
+
+/// `spec.parentRefs`.
+fn parent_refs(s: &HttpRouteSpec, c: &mut Checker) {
     if let Some(prs) = &s.parent_refs {
         c.max_items("spec.parentRefs", prs.len(), 32);
         for (i, p) in prs.iter().enumerate() {
             let at = format!("spec.parentRefs[{i}]");
-            if let Some(g) = &p.group {
-                c.string(&format!("{at}.group"), g, 0, 253, Some(GROUP));
-            }
-            if let Some(k) = &p.kind {
-                c.string(&format!("{at}.kind"), k, 1, 63, Some(KIND));
-            }
-            if let Some(ns) = &p.namespace {
-                c.string(&format!("{at}.namespace"), ns, 1, 63, Some(DNS_LABEL));
-            }
-            if c.required(&format!("{at}.name"), &p.name) {
-                c.string(&format!("{at}.name"), opt(&p.name), 1, 253, None);
-            }
-            if let Some(sn) = &p.section_name {
-                c.string(
-                    &format!("{at}.sectionName"),
-                    sn,
-                    1,
-                    253,
-                    Some(DNS_SUBDOMAIN),
-                );
-            }
+            let fields = [
+                (&GROUP_FIELD, &p.group, false),
+                (&KIND_FIELD, &p.kind, false),
+                (&NAMESPACE_FIELD, &p.namespace, false),
+                (&NAME_FIELD, &p.name, true),
+                (&SECTION_FIELD, &p.section_name, false),
+            ];
+            ref_fields(&at, &fields, c);
             if let Some(port) = p.port {
                 c.range(&format!("{at}.port"), port, 1, 65535);
             }
@@ -1032,150 +1076,201 @@ pub fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
             "sectionName must be unique when parentRefs includes 2 or more references to the same parent",
         );
     }
-    if let Some(hs) = &s.hostnames {
-        c.max_items("spec.hostnames", hs.len(), 16);
-        for (i, h) in hs.iter().enumerate() {
-            c.string(
-                &format!("spec.hostnames[{i}]"),
+}
+
+/// One of `spec.rules`.
+fn route_rule(at: &str, r: &RouteRule, c: &mut Checker) {
+    if let Some(n) = &r.name {
+        c.string(&format!("{at}.name"), n, 1, 253, Some(DNS_SUBDOMAIN));
+    }
+    let ms = r.matches.as_deref().unwrap_or_default();
+    c.max_items(&format!("{at}.matches"), ms.len(), 64);
+    for (j, m) in ms.iter().enumerate() {
+        route_match(&format!("{at}.matches[{j}]"), m, c);
+    }
+    let fs = r.filters.as_deref().unwrap_or_default();
+    filters(&format!("{at}.filters"), fs, c);
+    let brs = r.backend_refs.as_deref().unwrap_or_default();
+    c.max_items(&format!("{at}.backendRefs"), brs.len(), 16);
+    for (j, b) in brs.iter().enumerate() {
+        route_backend_ref(&format!("{at}.backendRefs[{j}]"), b, c);
+    }
+    let one_prefix = ms.len() == 1
+        && ms
+            .first()
+            .and_then(|m| m.path.as_ref())
+            .is_some_and(|p| p.kind.as_deref().unwrap_or("PathPrefix") == "PathPrefix");
+    let redirect = fs.iter().any(|f| f.request_redirect.is_some());
+    c.rule(
+        at,
+        brs.is_empty() || !redirect,
+        "object",
+        "RequestRedirect filter must not be used together with backendRefs",
+    );
+    c.rule(at, !uses_prefix_replace(fs, true) || one_prefix, "object", "When using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+    c.rule(at, !uses_prefix_replace(fs, false) || one_prefix, "object", "When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+    let in_backends = |redirect: bool| {
+        brs.iter()
+            .any(|b| uses_prefix_replace(b.filters.as_deref().unwrap_or_default(), redirect))
+    };
+    c.rule(at, !in_backends(true) || one_prefix, "object", "Within backendRefs, when using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+    c.rule(at, !in_backends(false) || one_prefix, "object", "Within backendRefs, When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
+    if let Some(t) = &r.timeouts {
+        timeouts(&format!("{at}.timeouts"), t, c);
+    }
+}
+
+/// One of a rule's `matches`.
+fn route_match(mat: &str, m: &RouteMatch, c: &mut Checker) {
+    if let Some(p) = &m.path {
+        let kind = p.kind.as_deref().unwrap_or("PathPrefix");
+        c.one_of(
+            &format!("{mat}.path.type"),
+            kind,
+            &["Exact", "PathPrefix", "RegularExpression"],
+        );
+        let value = p.value.as_deref().unwrap_or("/");
+        c.len_between(&format!("{mat}.path.value"), value, 0, 1024);
+        path_value_rules(&format!("{mat}.path"), kind, value, c);
+    }
+    for (field, list, max) in [
+        ("headers", &m.headers, 4096),
+        ("queryParams", &m.query_params, 1024),
+    ] {
+        let Some(list) = list else { continue };
+        c.max_items(&format!("{mat}.{field}"), list.len(), 16);
+        c.map_keys(
+            &format!("{mat}.{field}"),
+            list.iter().map(|h| h.name.as_deref()),
+        );
+        for (k, h) in list.iter().enumerate() {
+            value_match(
+                &format!("{mat}.{field}[{k}]"),
                 h,
-                1,
-                253,
-                Some(check::HOSTNAME),
+                256,
+                max,
+                field == "headers",
+                c,
             );
         }
     }
-    let Some(rules) = &s.rules else { return };
-    c.min_items("spec.rules", rules.len(), 1);
-    c.max_items("spec.rules", rules.len(), 16);
-    let total: usize = rules
-        .iter()
-        .map(|r| r.matches.as_ref().map_or(1, Vec::len))
-        .sum();
-    c.rule("spec.rules", total <= 128, "array", "While 16 rules and 64 matches per rule are allowed, the total number of matches across all rules in a route must be less than 128");
-    for (i, r) in rules.iter().enumerate() {
-        let at = format!("spec.rules[{i}]");
-        if let Some(n) = &r.name {
-            c.string(&format!("{at}.name"), n, 1, 253, Some(DNS_SUBDOMAIN));
+    if let Some(meth) = &m.method {
+        c.one_of(&format!("{mat}.method"), meth, HTTP_METHODS);
+    }
+}
+
+/// One of a rule's `backendRefs`.
+fn route_backend_ref(bat: &str, b: &HttpBackendRef, c: &mut Checker) {
+    let fields = [
+        (&GROUP_FIELD, &b.group, false),
+        (&KIND_FIELD, &b.kind, false),
+        (&NAME_FIELD, &b.name, true),
+        (&NAMESPACE_FIELD, &b.namespace, false),
+    ];
+    ref_fields(bat, &fields, c);
+    if let Some(p) = b.port {
+        c.range(&format!("{bat}.port"), p, 1, 65535);
+    }
+    if let Some(w) = b.weight {
+        c.range(&format!("{bat}.weight"), w, 0, 1_000_000);
+    }
+    service_port(bat, &b.group, &b.kind, b.port, c);
+    if let Some(bf) = &b.filters {
+        filters(&format!("{bat}.filters"), bf, c);
+    }
+}
+
+/// A rule's `timeouts`.
+fn timeouts(tat: &str, t: &RouteTimeouts, c: &mut Checker) {
+    let req = t
+        .request
+        .as_deref()
+        .map(|v| (v, check::parse_duration_ms(v)));
+    let be = t
+        .backend_request
+        .as_deref()
+        .map(|v| (v, check::parse_duration_ms(v)));
+    for (field, d) in [("request", req), ("backendRequest", be)] {
+        if let Some((v, None)) = d {
+            c.pattern(&format!("{tat}.{field}"), v, check::DURATION);
         }
-        let ms = r.matches.as_deref().unwrap_or_default();
-        c.max_items(&format!("{at}.matches"), ms.len(), 64);
-        for (j, m) in ms.iter().enumerate() {
-            let mat = format!("{at}.matches[{j}]");
-            if let Some(p) = &m.path {
-                let kind = p.kind.as_deref().unwrap_or("PathPrefix");
-                c.one_of(
-                    &format!("{mat}.path.type"),
-                    kind,
-                    &["Exact", "PathPrefix", "RegularExpression"],
-                );
-                let value = p.value.as_deref().unwrap_or("/");
-                c.len_between(&format!("{mat}.path.value"), value, 0, 1024);
-                path_value_rules(&format!("{mat}.path"), kind, value, c);
-            }
-            for (field, list, max) in [
-                ("headers", &m.headers, 4096),
-                ("queryParams", &m.query_params, 1024),
-            ] {
-                let Some(list) = list else { continue };
-                c.max_items(&format!("{mat}.{field}"), list.len(), 16);
-                c.map_keys(
-                    &format!("{mat}.{field}"),
-                    list.iter().map(|h| h.name.as_deref()),
-                );
-                for (k, h) in list.iter().enumerate() {
-                    value_match(
-                        &format!("{mat}.{field}[{k}]"),
-                        h,
-                        256,
-                        max,
-                        field == "headers",
-                        c,
-                    );
-                }
-            }
-            if let Some(meth) = &m.method {
-                c.one_of(&format!("{mat}.method"), meth, HTTP_METHODS);
-            }
-        }
-        let fs = r.filters.as_deref().unwrap_or_default();
-        filters(&format!("{at}.filters"), fs, c);
-        let brs = r.backend_refs.as_deref().unwrap_or_default();
-        c.max_items(&format!("{at}.backendRefs"), brs.len(), 16);
-        for (j, b) in brs.iter().enumerate() {
-            let bat = format!("{at}.backendRefs[{j}]");
-            if let Some(g) = &b.group {
-                c.string(&format!("{bat}.group"), g, 0, 253, Some(GROUP));
-            }
-            if let Some(k) = &b.kind {
-                c.string(&format!("{bat}.kind"), k, 1, 63, Some(KIND));
-            }
-            if c.required(&format!("{bat}.name"), &b.name) {
-                c.string(&format!("{bat}.name"), opt(&b.name), 1, 253, None);
-            }
-            if let Some(ns) = &b.namespace {
-                c.string(&format!("{bat}.namespace"), ns, 1, 63, Some(DNS_LABEL));
-            }
-            if let Some(p) = b.port {
-                c.range(&format!("{bat}.port"), p, 1, 65535);
-            }
-            if let Some(w) = b.weight {
-                c.range(&format!("{bat}.weight"), w, 0, 1_000_000);
-            }
-            let is_service = b.group.as_deref().unwrap_or("").is_empty()
-                && b.kind.as_deref().unwrap_or("Service") == "Service";
-            c.rule(
-                &bat,
-                !is_service || b.port.is_some(),
-                "object",
-                "Must have port for Service reference",
-            );
-            if let Some(bf) = &b.filters {
-                filters(&format!("{bat}.filters"), bf, c);
-            }
-        }
-        let one_prefix = ms.len() == 1
-            && ms
-                .first()
-                .and_then(|m| m.path.as_ref())
-                .is_some_and(|p| p.kind.as_deref().unwrap_or("PathPrefix") == "PathPrefix");
-        let redirect = fs.iter().any(|f| f.request_redirect.is_some());
+    }
+    if let (Some((_, Some(r))), Some((_, Some(b)))) = (req, be) {
         c.rule(
-            &at,
-            brs.is_empty() || !redirect,
+            tat,
+            r == 0 || b <= r,
             "object",
-            "RequestRedirect filter must not be used together with backendRefs",
+            "backendRequest timeout cannot be longer than request timeout",
         );
-        c.rule(&at, !uses_prefix_replace(fs, true) || one_prefix, "object", "When using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
-        c.rule(&at, !uses_prefix_replace(fs, false) || one_prefix, "object", "When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
-        let in_backends = |redirect: bool| {
-            brs.iter()
-                .any(|b| uses_prefix_replace(b.filters.as_deref().unwrap_or_default(), redirect))
-        };
-        c.rule(&at, !in_backends(true) || one_prefix, "object", "Within backendRefs, when using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
-        c.rule(&at, !in_backends(false) || one_prefix, "object", "Within backendRefs, When using URLRewrite filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified");
-        if let Some(t) = &r.timeouts {
-            let tat = format!("{at}.timeouts");
-            let req = t
-                .request
-                .as_deref()
-                .map(|v| (v, check::parse_duration_ms(v)));
-            let be = t
-                .backend_request
-                .as_deref()
-                .map(|v| (v, check::parse_duration_ms(v)));
-            for (field, d) in [("request", req), ("backendRequest", be)] {
-                if let Some((v, None)) = d {
-                    c.pattern(&format!("{tat}.{field}"), v, check::DURATION);
-                }
-            }
-            if let (Some((_, Some(r))), Some((_, Some(b)))) = (req, be) {
-                c.rule(
-                    &tat,
-                    r == 0 || b <= r,
-                    "object",
-                    "backendRequest timeout cannot be longer than request timeout",
-                );
-            }
-        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(f: impl FnOnce(&mut Checker)) -> Vec<String> {
+        let mut c = Checker::default();
+        f(&mut c);
+        c.errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
+    }
+
+    #[test]
+    fn reference_fields_in_the_order_given() {
+        let s = |v: &str| Some(v.to_string());
+        let (group, kind, name, ns) = (s("Bad_Group"), s("9kind"), None, s("Not_A_Label"));
+        let fields = [
+            (&GROUP_FIELD, &group, false),
+            (&KIND_FIELD, &kind, true),
+            (&NAMESPACE_FIELD, &ns, false),
+            (&NAME_FIELD, &name, true),
+            (&SECTION_FIELD, &None, false),
+        ];
+        let got = errors(|c| ref_fields("spec.parentRefs[0]", &fields, c));
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(got[0].starts_with("spec.parentRefs[0].group: Invalid value: \"Bad_Group\""));
+        assert!(got[1].starts_with("spec.parentRefs[0].kind: Invalid value: \"9kind\""));
+        assert!(got[2].starts_with("spec.parentRefs[0].namespace: Invalid value"));
+        assert_eq!(got[3], "spec.parentRefs[0].name: Required value");
+        let long = s(&"a".repeat(254));
+        let got = errors(|c| ref_fields("x", &[(&NAME_FIELD, &long, true)], c));
+        assert_eq!(got, ["x.name: Too long: may not be more than 253 bytes"]);
+        let empty = s("");
+        assert!(errors(|c| ref_fields("x", &[(&GROUP_FIELD, &empty, true)], c)).is_empty());
+    }
+
+    #[test]
+    fn service_references_need_a_port() {
+        let s = |v: &str| Some(v.to_string());
+        let msg = "b: Invalid value: \"object\": Must have port for Service reference";
+        assert_eq!(errors(|c| service_port("b", &None, &None, None, c)), [msg]);
+        assert_eq!(
+            errors(|c| service_port("b", &s(""), &s("Service"), None, c)),
+            [msg]
+        );
+        assert!(errors(|c| service_port("b", &None, &None, Some(80), c)).is_empty());
+        let group = s("agentic.networking.x-k8s.io");
+        assert!(errors(|c| service_port("b", &group, &s("XBackend"), None, c)).is_empty());
+    }
+
+    #[test]
+    fn required_lists() {
+        let none: Option<Vec<u8>> = None;
+        assert_eq!(
+            errors(|c| assert!(required_list("l", &none, (1, 2), c).is_empty())),
+            ["l: Required value"]
+        );
+        let three = Some(vec![1u8, 2, 3]);
+        let got = errors(|c| assert_eq!(required_list("l", &three, (1, 2), c).len(), 3));
+        assert_eq!(got, ["l: Too many: 3: must have at most 2 items"]);
+        let empty = Some(Vec::<u8>::new());
+        let got = errors(|c| assert!(required_list("l", &empty, (1, 2), c).is_empty()));
+        assert_eq!(
+            got,
+            ["l: Invalid value: 0: l in body should have at least 1 items"]
+        );
     }
 }

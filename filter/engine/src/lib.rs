@@ -11,6 +11,7 @@ pub mod canon;
 pub mod facts;
 pub mod flow;
 pub mod identity;
+pub mod json;
 pub mod mcp;
 pub mod policy;
 pub mod protobuf;

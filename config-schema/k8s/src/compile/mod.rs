@@ -1,0 +1,350 @@
+//! From validated manifests to a bundle, a status report and a topology: references are
+//! resolved (cross-namespace ones through ReferenceGrants), policies ranked by seniority and
+//! limited per target, and every field either mapped or reported.
+//!
+//! One module per kind of object compiled: [`backends`] (XBackends), [`gateways`] (listeners,
+//! TLS), [`routes`] (HTTPRoute rules, matches, filters, attachment), [`policies`]
+//! (XAccessPolicies of both versions, targets, limits, stand-ins, authorizers) with
+//! [`rules`] (their access rules), and [`grants`] (ReferenceGrants).
+
+mod backends;
+mod gateways;
+mod grants;
+mod policies;
+mod routes;
+mod rules;
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::load::{Item, Manifests, AGENTIC_GROUP, PROTOTYPE_GROUP};
+use crate::model::*;
+use mcp_access_bundle::gateway_api::DEFAULT_TRUST_DOMAIN;
+use mcp_access_bundle::{self as bundle, Bundle};
+
+pub use policies::authorizer_models;
+pub use routes::{precedence, selector_matches};
+
+/// Status reasons of policies.
+pub mod reason {
+    pub const ACCEPTED: &str = "Accepted";
+    pub const INVALID: &str = "Invalid";
+    pub const UNSUPPORTED: &str = "Unsupported";
+    pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+    pub const LIMIT: &str = "LimitPerTargetExceeded";
+    pub const REF_NOT_PERMITTED: &str = "RefNotPermitted";
+    pub const CONFLICTED: &str = "Conflicted";
+}
+
+/// Compiler settings (the CLI's flags).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// SPIFFE trust domain of ServiceAccount sources.
+    pub trust_domain: String,
+    /// Accepted policies per target object (0: no limit).
+    pub max_policies_per_target: usize,
+    /// Accepted ExternalAuth policies per target object (0: no limit).
+    pub max_external_auth_per_target: usize,
+    /// Envoy port overrides: `ns/gateway/listener`, `gateway/listener` or `listener` -> port.
+    pub listen: BTreeMap<String, u16>,
+    /// Added to every Gateway listener port without an override.
+    pub port_offset: i32,
+    /// Timeout of authorizer callouts.
+    pub authz_timeout_ms: u32,
+    /// Drop policies that are not accepted (as a controller would) instead of enforcing
+    /// them fail-closed.
+    pub skip_rejected: bool,
+    pub unknown_backend: bundle::UnknownBackend,
+    /// Only Gateways of these classes (empty: all).
+    pub gateway_classes: Vec<String>,
+    /// Certificate Secrets that can be used (`name` or `namespace/name`); None: do not check.
+    pub tls_secrets: Option<Vec<String>>,
+    /// Client CA references that can be used (`name` or `namespace/name`, `""` for a default
+    /// CA); None: do not check.
+    pub client_cas: Option<Vec<String>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            trust_domain: DEFAULT_TRUST_DOMAIN.into(),
+            max_policies_per_target: 5,
+            max_external_auth_per_target: 0,
+            listen: BTreeMap::new(),
+            port_offset: 0,
+            authz_timeout_ms: 1000,
+            skip_rejected: false,
+            unknown_backend: bundle::UnknownBackend::Deny,
+            gateway_classes: Vec::new(),
+            tls_secrets: None,
+            client_cas: None,
+        }
+    }
+}
+
+/// The result of compiling.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub bundle: Bundle,
+    pub report: Report,
+    pub topology: Topology,
+}
+
+/// Whether two API groups name the same kind family (the prototype group is the older name).
+pub fn agentic_group(g: &str) -> bool {
+    g == AGENTIC_GROUP || g == PROTOTYPE_GROUP
+}
+
+fn same_group(a: &str, b: &str) -> bool {
+    a == b || (agentic_group(a) && agentic_group(b)) || (is_core(a) && is_core(b))
+}
+
+fn is_core(g: &str) -> bool {
+    g.is_empty() || g == "core"
+}
+
+fn opt(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or_default()
+}
+
+fn cond(
+    target: String,
+    section: Option<String>,
+    reason: &str,
+    message: impl Into<String>,
+) -> TargetStatus {
+    TargetStatus {
+        target,
+        section_name: section,
+        accepted: reason == reason::ACCEPTED,
+        reason: reason.to_string(),
+        message: message.into(),
+    }
+}
+
+fn status<S>(it: &Item<S>, seniority: Option<u64>, conditions: Vec<TargetStatus>) -> ObjectStatus {
+    ObjectStatus {
+        kind: it.kind.clone(),
+        api_version: format!("{}/{}", it.group, it.version),
+        namespace: it.meta.namespace.clone(),
+        name: it.meta.name.clone(),
+        source: it.origin.to_string(),
+        seniority,
+        conditions,
+    }
+}
+
+/// Oldest first, then namespace/name; objects without a creationTimestamp are the newest.
+fn seniority_order<S>(items: &[Item<S>]) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..items.len()).collect();
+    idx.sort_by(|&a, &b| {
+        let key = |i: usize| {
+            items.get(i).map(|it| {
+                (
+                    it.meta.created.is_none(),
+                    it.meta.created.unwrap_or((0, 0)),
+                    it.meta.namespace.clone(),
+                    it.meta.name.clone(),
+                    it.origin.clone(),
+                )
+            })
+        };
+        key(a).cmp(&key(b))
+    });
+    idx
+}
+
+struct Ctx<'a> {
+    m: &'a Manifests,
+    o: &'a Options,
+    report: Report,
+    topo: Topology,
+    /// ns/name -> index into topo.backends
+    backend_index: HashMap<String, usize>,
+}
+
+/// Compiles validated manifests.
+pub fn compile(m: &Manifests, o: &Options) -> Compiled {
+    let mut cx = Ctx {
+        m,
+        o,
+        report: Report::default(),
+        topo: Topology::default(),
+        backend_index: HashMap::new(),
+    };
+    cx.report_inputs();
+    cx.backends();
+    cx.gateways();
+    cx.routes();
+    cx.note_backends_behind_listeners();
+    let (policies, authorizers) = cx.policies();
+    cx.topo.authorizers = authorizer_models(&authorizers);
+    cx.report_rejected();
+    let bundle = Bundle {
+        api_version: bundle::API_VERSION.to_string(),
+        identity: bundle::IdentitySettings {
+            trust_domain: Some(o.trust_domain.clone()),
+            ..Default::default()
+        },
+        gateways: cx.bundle_gateways(),
+        backends: cx.bundle_backends(),
+        authorizers,
+        policies,
+        deny_response: Default::default(),
+        limits: Default::default(),
+        envoy: bundle::EnvoySettings {
+            hold_headers: true,
+            unknown_backend: o.unknown_backend,
+            ..Default::default()
+        },
+    };
+    Compiled {
+        bundle,
+        report: cx.report,
+        topology: cx.topo,
+    }
+}
+
+impl Ctx<'_> {
+    /// The inputs' validation problems and the objects of kinds not compiled.
+    fn report_inputs(&mut self) {
+        for p in self.m.problems() {
+            self.report.invalid.push(InvalidObject {
+                source: p.origin.to_string(),
+                kind: p.kind.clone(),
+                object: p.object.clone(),
+                field: p.field.clone(),
+                message: p.message.clone(),
+            });
+        }
+        for s in &self.m.skipped {
+            self.report.skipped.push(SkippedObject {
+                source: s.origin.to_string(),
+                api_version: s.api_version.clone(),
+                kind: s.kind.clone(),
+                object: s.object.clone(),
+            });
+        }
+    }
+
+    /// Which backends sit behind which listener (the HTTPRoutes' parentRefs decide).
+    fn note_backends_behind_listeners(&mut self) {
+        for g in &self.topo.gateways {
+            for l in &g.listeners {
+                let mut behind: Vec<String> = Vec::new();
+                for e in &l.routes {
+                    if let RouteAction::Forward { clusters, .. } = &e.action {
+                        for c in clusters {
+                            let name = c.backend.clone().unwrap_or_else(|| c.cluster.clone());
+                            if !behind.contains(&name) {
+                                behind.push(name);
+                            }
+                        }
+                    }
+                }
+                let st = self
+                    .report
+                    .gateways
+                    .iter_mut()
+                    .filter(|s| s.namespace == g.namespace && s.name == g.name)
+                    .flat_map(|s| s.conditions.iter_mut())
+                    .find(|c| c.accepted && c.target == format!("listener {}", l.name));
+                if let Some(c) = st {
+                    let list = if behind.is_empty() {
+                        "none".to_string()
+                    } else {
+                        behind.join(", ")
+                    };
+                    c.message = format!("{}; backends behind it: {list}", c.message);
+                }
+            }
+        }
+    }
+
+    /// Objects the API server would reject have a status too: not accepted, Invalid.
+    fn report_rejected(&mut self) {
+        for r in &self.m.rejected {
+            let list = match r.kind.as_str() {
+                "XAccessPolicy" => &mut self.report.policies,
+                "Gateway" => &mut self.report.gateways,
+                "HTTPRoute" => &mut self.report.routes,
+                "XBackend" => &mut self.report.backends,
+                _ => continue,
+            };
+            let message: Vec<String> = r
+                .errors
+                .iter()
+                .map(|e| {
+                    if e.field.is_empty() {
+                        e.message.clone()
+                    } else {
+                        format!("{}: {}", e.field, e.message)
+                    }
+                })
+                .collect();
+            list.push(ObjectStatus {
+                kind: r.kind.clone(),
+                api_version: format!("{}/{}", r.group, r.version),
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                source: r.origin.to_string(),
+                seniority: None,
+                conditions: vec![cond(
+                    format!("{} {}/{}", r.kind, r.namespace, r.name),
+                    None,
+                    reason::INVALID,
+                    format!("rejected as the API server would: {}", message.join("; ")),
+                )],
+            });
+        }
+    }
+
+    /// The bundle's gateways: the accepted ones with their usable listeners.
+    fn bundle_gateways(&self) -> Vec<bundle::Gateway> {
+        let mut gateways = Vec::new();
+        for g in &self.topo.gateways {
+            gateways.push(bundle::Gateway {
+                name: g.name.clone(),
+                namespace: g.namespace.clone(),
+                listeners: g
+                    .listeners
+                    .iter()
+                    .map(|l| bundle::Listener {
+                        name: l.name.clone(),
+                        port: l.port,
+                        hostname: l.hostname.clone(),
+                    })
+                    .collect(),
+            });
+        }
+        gateways
+    }
+
+    /// The bundle's backends, each recognised by the routes that forward only to it.
+    fn bundle_backends(&self) -> Vec<bundle::Backend> {
+        let mut backends = Vec::new();
+        for b in &self.topo.backends {
+            let mut route_names: Vec<String> = Vec::new();
+            for g in &self.topo.gateways {
+                for l in &g.listeners {
+                    for e in &l.routes {
+                        if let RouteAction::Forward { clusters, .. } = &e.action {
+                            let only = clusters.len() == 1
+                                && clusters.first().is_some_and(|c| c.cluster == b.cluster);
+                            if only && !route_names.contains(&e.name) {
+                                route_names.push(e.name.clone());
+                            }
+                        }
+                    }
+                }
+            }
+            let (ns, name) = b.id.split_once('/').unwrap_or(("", &b.id));
+            backends.push(bundle::Backend {
+                name: name.to_string(),
+                namespace: ns.to_string(),
+                route_names,
+                cluster_names: vec![b.cluster.clone()],
+            });
+        }
+        backends
+    }
+}

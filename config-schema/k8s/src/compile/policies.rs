@@ -1,0 +1,654 @@
+//! XAccessPolicies (both API versions): their targets, the limits per target, the
+//! fail-closed stand-ins of policies not accepted, and their ExternalAuth authorizers.
+
+use std::collections::{HashMap, HashSet};
+
+use super::grants::permitted;
+use super::rules::{rule_v0, rule_v1, source_v};
+use super::{agentic_group, cond, is_core, opt, reason, seniority_order, status, Ctx, Options};
+use crate::check;
+use crate::load::{Item, PolicySpec, GATEWAY_GROUP};
+use crate::model::*;
+use crate::types::*;
+use mcp_access_bundle::{self as bundle, Action, Bundle, Level};
+
+/// Why something is not accepted: a status reason and a message.
+type Problem = (&'static str, String);
+
+/// The accepted policies counted at each target (`kind|Kind namespace/name`), oldest first.
+#[derive(Default)]
+struct PerTarget {
+    all: HashMap<String, Vec<String>>,
+    external_auth: HashMap<String, Vec<String>>,
+}
+
+impl PerTarget {
+    /// Counts policy `id` at target `key` unless more senior policies fill a limit there
+    /// (the message then). `counted`: the targets this policy already counts at.
+    fn admit(
+        &mut self,
+        o: &Options,
+        (key, tname): (&str, &str),
+        id: &str,
+        external_auth: bool,
+        counted: &mut HashSet<String>,
+    ) -> Result<(), String> {
+        if counted.contains(key) {
+            return Ok(());
+        }
+        let full = |list: &[String], limit: usize, what: &str, flag: &str| {
+            (limit > 0 && list.len() >= limit).then(|| {
+                format!(
+                    "{tname} already has {limit} more senior {what} policies ({}); raise --{flag}",
+                    list.join(", ")
+                )
+            })
+        };
+        let all = self.all.entry(key.to_string()).or_default();
+        let limit = o.max_policies_per_target;
+        if let Some(msg) = full(all, limit, "accepted", "max-policies-per-target") {
+            return Err(msg);
+        }
+        if external_auth {
+            let ext = self.external_auth.entry(key.to_string()).or_default();
+            let limit = o.max_external_auth_per_target;
+            if let Some(msg) = full(ext, limit, "ExternalAuth", "max-external-auth-per-target") {
+                return Err(msg);
+            }
+            ext.push(id.to_string());
+        }
+        all.push(id.to_string());
+        counted.insert(key.to_string());
+        Ok(())
+    }
+}
+
+/// The targets of one policy: the statuses, where it is enforced and where its stand-in is.
+#[derive(Default)]
+struct Targets {
+    conds: Vec<TargetStatus>,
+    accepted: Vec<bundle::PolicyTarget>,
+    standin: Vec<bundle::PolicyTarget>,
+}
+
+/// What a policy says, compiled, and whether it can be accepted.
+struct PolicyContent {
+    action: Action,
+    rules: Result<Option<Vec<bundle::Rule>>, Problem>,
+    authorizer: Option<bundle::Authorizer>,
+    /// Not accepted in a way that leaves no trustworthy selection: the stand-in denies all.
+    deny_all: bool,
+    problem: Result<(), Problem>,
+}
+
+impl Ctx<'_> {
+    pub(super) fn policies(&mut self) -> (Vec<bundle::Policy>, Vec<bundle::Authorizer>) {
+        let order = seniority_order(&self.m.policies);
+        let mut out = Vec::new();
+        let mut authorizers: Vec<bundle::Authorizer> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut per_target = PerTarget::default();
+        for (rank, i) in order.into_iter().enumerate() {
+            let Some(p) = self.m.policies.get(i) else {
+                continue;
+            };
+            let seniority = rank as u64 + 1;
+            let conds = if seen.insert(p.id()) {
+                self.policy(p, seniority, &mut per_target, &mut out, &mut authorizers)
+            } else {
+                let ns = &p.meta.namespace;
+                p.spec.target_refs().iter().map(|r| cond(target_name(r, ns), r.section_name.clone(), reason::CONFLICTED, "another XAccessPolicy with this namespace/name is defined earlier or is older; it is used instead")).collect()
+            };
+            self.report.policies.push(status(p, Some(seniority), conds));
+        }
+        (out, authorizers)
+    }
+
+    /// One policy: the bundle policy where it is accepted, its stand-in where it is not;
+    /// the status per target.
+    fn policy(
+        &self,
+        p: &Item<PolicySpec>,
+        seniority: u64,
+        per_target: &mut PerTarget,
+        out: &mut Vec<bundle::Policy>,
+        authorizers: &mut Vec<bundle::Authorizer>,
+    ) -> Vec<TargetStatus> {
+        let level = match p.spec.target_refs().first().map(|r| opt(&r.kind)) {
+            Some("Gateway") => Level::Gateway,
+            _ => Level::Backend,
+        };
+        let content = self.policy_content(p);
+        let t = self.policy_targets(p, &content, per_target);
+        if !t.accepted.is_empty() {
+            let mut external_auth = None;
+            if let Some(a) = &content.authorizer {
+                let mut a = a.clone();
+                a.name = format!("{}.{}", p.meta.namespace, p.meta.name);
+                external_auth = Some(a.name.clone());
+                authorizers.push(a);
+            }
+            out.push(bundle::Policy {
+                name: p.meta.name.clone(),
+                namespace: p.meta.namespace.clone(),
+                level,
+                targets: t.accepted,
+                action: content.action,
+                external_auth,
+                seniority,
+                rules: content.rules.clone().ok().flatten(),
+                not_accepted: None,
+            });
+        }
+        if !t.standin.is_empty() && !self.o.skip_rejected {
+            // Fail closed: an Allow policy admits nothing; anything else denies what it
+            // would have selected (everything, when its rules cannot be trusted).
+            let (action, rules) = match (content.action, content.deny_all) {
+                (Action::Allow, false) => (Action::Allow, None),
+                (_, true) => (Action::Deny, None),
+                _ => (Action::Deny, content.rules.clone().ok().flatten()),
+            };
+            let why = match &content.problem {
+                Err((reason, msg)) => format!("{reason}: {msg}"),
+                Ok(()) => format!(
+                    "{}: more senior policies fill a target's limit",
+                    reason::LIMIT
+                ),
+            };
+            out.push(bundle::Policy {
+                name: format!("{}.not-accepted", p.meta.name),
+                namespace: p.meta.namespace.clone(),
+                level,
+                targets: t.standin,
+                action,
+                external_auth: None,
+                seniority,
+                rules,
+                not_accepted: Some(why),
+            });
+        }
+        t.conds
+    }
+
+    /// Resolves a policy's targets and applies the limits per target.
+    fn policy_targets(
+        &self,
+        p: &Item<PolicySpec>,
+        content: &PolicyContent,
+        per_target: &mut PerTarget,
+    ) -> Targets {
+        let mut t = Targets::default();
+        let mut counted = HashSet::new();
+        let external_auth = content.action == Action::ExternalAuth;
+        for r in p.spec.target_refs() {
+            let tname = target_name(r, &p.meta.namespace);
+            let section = r.section_name.clone();
+            let target = match self.find_target(r, &p.meta.namespace) {
+                Err((reason, msg)) => {
+                    t.conds.push(cond(tname, section, reason, msg));
+                    continue;
+                }
+                Ok(target) => target,
+            };
+            let key = format!("{}|{}", opt(&r.kind), tname);
+            let refused = match &content.problem {
+                Err((reason, msg)) => Err((*reason, msg.clone())),
+                Ok(()) => per_target
+                    .admit(self.o, (&key, &tname), &p.id(), external_auth, &mut counted)
+                    .map_err(|msg| (reason::LIMIT, msg)),
+            };
+            match refused {
+                Err((reason, msg)) => {
+                    let msg = format!("{msg}{}", self.standin_note(content));
+                    t.conds.push(cond(tname, section, reason, msg));
+                    t.standin.push(target);
+                }
+                Ok(()) => {
+                    t.conds.push(cond(tname, section, reason::ACCEPTED, ""));
+                    t.accepted.push(target);
+                }
+            }
+        }
+        t
+    }
+
+    fn standin_note(&self, c: &PolicyContent) -> String {
+        if self.o.skip_rejected {
+            return "; the policy is not enforced (--skip-rejected)".into();
+        }
+        match (c.action, c.deny_all) {
+            (_, true) => "; enforced fail-closed: every request to this target is denied".into(),
+            (Action::Allow, false) => {
+                "; enforced fail-closed: this target admits nothing through this policy".into()
+            }
+            _ => "; enforced fail-closed: requests it selects are denied".into(),
+        }
+    }
+
+    fn find_target(
+        &self,
+        r: &TargetRef,
+        policy_ns: &str,
+    ) -> Result<bundle::PolicyTarget, (&'static str, String)> {
+        let group = opt(&r.group);
+        let kind = opt(&r.kind);
+        let name = opt(&r.name);
+        if group == GATEWAY_GROUP && kind == "Gateway" {
+            let Some(g) = self
+                .topo
+                .gateways
+                .iter()
+                .find(|g| g.namespace == policy_ns && g.name == name)
+            else {
+                let why = if self
+                    .m
+                    .gateways
+                    .iter()
+                    .any(|g| g.meta.namespace == policy_ns && g.meta.name == name)
+                {
+                    "the Gateway is not accepted or has no usable listener (see gateways)"
+                } else {
+                    "no such Gateway in the manifests"
+                };
+                return Err((reason::TARGET_NOT_FOUND, why.into()));
+            };
+            if let Some(s) = &r.section_name {
+                if !g.listeners.iter().any(|l| &l.name == s) {
+                    return Err((
+                        reason::TARGET_NOT_FOUND,
+                        format!("Gateway {policy_ns}/{name} has no usable listener \"{s}\""),
+                    ));
+                }
+            }
+            return Ok(bundle::PolicyTarget {
+                name: name.to_string(),
+                namespace: Some(policy_ns.to_string()),
+                section_name: r.section_name.clone(),
+            });
+        }
+        if agentic_group(group) && kind == "XBackend" {
+            if !self
+                .backend_index
+                .contains_key(&format!("{policy_ns}/{name}"))
+            {
+                return Err((
+                    reason::TARGET_NOT_FOUND,
+                    "no accepted XBackend with this name".into(),
+                ));
+            }
+            if r.section_name.is_some() {
+                return Err((
+                    reason::TARGET_NOT_FOUND,
+                    "an XBackend has no sections; remove sectionName".into(),
+                ));
+            }
+            return Ok(bundle::PolicyTarget {
+                name: name.to_string(),
+                namespace: Some(policy_ns.to_string()),
+                section_name: None,
+            });
+        }
+        Err((reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways (gateway.networking.k8s.io) or XBackends (agentic.networking.x-k8s.io)")))
+    }
+
+    fn policy_content(&self, p: &Item<PolicySpec>) -> PolicyContent {
+        match &p.spec {
+            PolicySpec::V1(s) => self.content_v1(p, s),
+            PolicySpec::V0(s) => self.content_v0(p, s),
+        }
+    }
+
+    /// v1alpha1: an action for the whole policy, rules that select requests.
+    fn content_v1(&self, p: &Item<PolicySpec>, s: &PolicySpecV1) -> PolicyContent {
+        let ns = &p.meta.namespace;
+        let action = if opt(&s.action) == "ExternalAuth" {
+            Action::ExternalAuth
+        } else {
+            Action::Allow
+        };
+        // `rules: []` is indistinguishable from omitted in Kubernetes: all traffic.
+        let rules = s.rules.as_ref().filter(|rs| !rs.is_empty()).map(|rs| {
+            rs.iter()
+                .enumerate()
+                .map(|(i, r)| rule_v1(&format!("spec.rules[{i}]"), r))
+                .collect::<Result<Vec<_>, _>>()
+        });
+        let rules = match rules {
+            None => Ok(None),
+            Some(Ok(v)) => Ok(Some(v)),
+            Some(Err(e)) => Err(e),
+        };
+        let authorizer = match (&action, &s.external_auth) {
+            (Action::ExternalAuth, Some(e)) => {
+                Some(self.authorizer(p, "spec.externalAuth", e))
+            }
+            (_, Some(_)) => Some(Err((
+                reason::INVALID,
+                format!(
+                    "spec.externalAuth is only used with action ExternalAuth, not {}: remove it or set action: ExternalAuth",
+                    opt(&s.action)
+                ),
+            ))),
+            _ => None,
+        };
+        self.finish_content(p, action, rules, authorizer, ns)
+    }
+
+    /// v0alpha0: rules that each admit requests, one of them possibly an ExternalAuth rule.
+    fn content_v0(&self, p: &Item<PolicySpec>, s: &PolicySpecV0) -> PolicyContent {
+        let ns = &p.meta.namespace;
+        let rs = s.rules.clone().unwrap_or_default();
+        let kind = |r: &RuleV0| r.authorization.as_ref().map(|a| opt(&a.kind).to_string());
+        let ext = rs
+            .iter()
+            .enumerate()
+            .find(|(_, r)| kind(r).as_deref() == Some("ExternalAuth"));
+        if let (Some((i, _)), true) = (ext, rs.len() > 1) {
+            // The authorizer would judge some callers while the other rules admit
+            // others: not one policy's meaning. Rejected, and every request denied.
+            let others: Vec<String> = rs
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(j, r)| {
+                    let what = kind(r).unwrap_or_else(|| "no authorization".into());
+                    format!("spec.rules[{j}] ({what})")
+                })
+                .collect();
+            let mut c = self.finish_content(
+                p,
+                Action::ExternalAuth,
+                Err((
+                    reason::INVALID,
+                    format!(
+                        "spec.rules[{i}] is an ExternalAuth rule and a policy with one may have no other rules; move {} to a policy of its own",
+                        others.join(", ")
+                    ),
+                )),
+                None,
+                ns,
+            );
+            c.deny_all = true;
+            return c;
+        }
+        match ext {
+            Some((i, r)) => {
+                let rule = source_v(&format!("spec.rules[{i}]"), r.source.as_ref()).map(|source| {
+                    Some(vec![bundle::Rule {
+                        name: opt(&r.name).to_string(),
+                        source,
+                        authorization: None,
+                    }])
+                });
+                let e = r
+                    .authorization
+                    .as_ref()
+                    .and_then(|a| a.external_auth.clone())
+                    .unwrap_or_default();
+                let authorizer = Some(self.authorizer(
+                    p,
+                    &format!("spec.rules[{i}].authorization.externalAuth"),
+                    &e,
+                ));
+                self.finish_content(p, Action::ExternalAuth, rule, authorizer, ns)
+            }
+            None => {
+                let rules = rs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| rule_v0(&format!("spec.rules[{i}]"), r))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Some);
+                self.finish_content(p, Action::Allow, rules, None, ns)
+            }
+        }
+    }
+
+    fn finish_content(
+        &self,
+        p: &Item<PolicySpec>,
+        action: Action,
+        rules: Result<Option<Vec<bundle::Rule>>, (&'static str, String)>,
+        authorizer: Option<Result<bundle::Authorizer, (&'static str, String)>>,
+        ns: &str,
+    ) -> PolicyContent {
+        let mut problem = None;
+        if let Err(e) = &rules {
+            problem = Some(e.clone());
+        }
+        let authorizer = match authorizer {
+            None => None,
+            Some(Ok(a)) => Some(a),
+            Some(Err(e)) => {
+                if problem.is_none() {
+                    problem = Some(e);
+                }
+                None
+            }
+        };
+        // The bundle's own checks (names, identities, regular expressions...) on this policy.
+        if problem.is_none() {
+            if let Ok(r) = &rules {
+                let b = self.one_policy_bundle(p, action, r, authorizer.as_ref(), ns);
+                if let Err(e) = mcp_access_bundle::validate(&b) {
+                    let field = e.path.replacen("policies[0].", "", 1).replacen(
+                        "authorizers[0].",
+                        "externalAuth: ",
+                        1,
+                    );
+                    problem = Some((reason::INVALID, format!("{field}: {}", e.message)));
+                }
+            }
+        }
+        PolicyContent {
+            action,
+            rules,
+            authorizer,
+            deny_all: false,
+            problem: match problem {
+                Some(p) => Err(p),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// A bundle holding only policy `p` (on a stand-in gateway), for the bundle's checks.
+    fn one_policy_bundle(
+        &self,
+        p: &Item<PolicySpec>,
+        action: Action,
+        rules: &Option<Vec<bundle::Rule>>,
+        authorizer: Option<&bundle::Authorizer>,
+        ns: &str,
+    ) -> Bundle {
+        Bundle {
+            api_version: bundle::API_VERSION.into(),
+            identity: bundle::IdentitySettings {
+                trust_domain: Some(self.o.trust_domain.clone()),
+                ..Default::default()
+            },
+            gateways: vec![bundle::Gateway {
+                name: "g".into(),
+                namespace: ns.into(),
+                listeners: vec![bundle::Listener {
+                    name: "l".into(),
+                    port: 1,
+                    hostname: None,
+                }],
+            }],
+            backends: vec![],
+            authorizers: authorizer
+                .into_iter()
+                .cloned()
+                .map(|mut a| {
+                    a.name = "a".into();
+                    a
+                })
+                .collect(),
+            policies: vec![bundle::Policy {
+                name: p.meta.name.clone(),
+                namespace: ns.into(),
+                level: Level::Gateway,
+                targets: vec![bundle::PolicyTarget {
+                    name: "g".into(),
+                    namespace: None,
+                    section_name: None,
+                }],
+                action,
+                external_auth: authorizer.as_ref().map(|_| "a".to_string()),
+                seniority: 0,
+                rules: rules.clone(),
+                not_accepted: None,
+            }],
+            deny_response: Default::default(),
+            limits: Default::default(),
+            envoy: Default::default(),
+        }
+    }
+
+    fn authorizer(
+        &self,
+        p: &Item<PolicySpec>,
+        at: &str,
+        e: &ExternalAuth,
+    ) -> Result<bundle::Authorizer, (&'static str, String)> {
+        let Some(b) = &e.backend_ref else {
+            return Err((reason::INVALID, format!("{at}.backendRef is required")));
+        };
+        let group = opt(&b.group);
+        let kind = b.kind.as_deref().unwrap_or("Service");
+        if !is_core(group) || kind != "Service" {
+            return Err((
+                reason::INVALID,
+                format!("{at}.backendRef must be a core Service, not {group}/{kind}"),
+            ));
+        }
+        let ns = b
+            .namespace
+            .clone()
+            .unwrap_or_else(|| p.meta.namespace.clone());
+        let name = opt(&b.name).to_string();
+        if !check::matches(check::DNS_LABEL, &name) {
+            return Err((
+                reason::INVALID,
+                format!("{at}.backendRef.name \"{name}\" is not a Service name"),
+            ));
+        }
+        if !permitted(
+            self.m,
+            (&p.group, "XAccessPolicy", &p.meta.namespace),
+            ("", "Service", &ns, &name),
+        ) {
+            return Err((reason::REF_NOT_PERMITTED, format!("{at}.backendRef: no ReferenceGrant in namespace {ns} allows XAccessPolicies from {} to refer to Service {name}", p.meta.namespace)));
+        }
+        if opt(&e.protocol) == "GRPC" {
+            return Err((reason::UNSUPPORTED, format!("{at}.protocol GRPC is not supported yet: mcp-access calls HTTP authorizers only")));
+        }
+        let http = e.http.clone().unwrap_or_default();
+        let path_prefix = http.path.clone().unwrap_or_default();
+        if !path_prefix.is_empty() && !path_prefix.starts_with('/') {
+            return Err((
+                reason::INVALID,
+                format!("{at}.http.path must start with '/'"),
+            ));
+        }
+        let max = e
+            .forward_body
+            .as_ref()
+            .and_then(|f| f.max_size)
+            .unwrap_or(0);
+        let Ok(forward_body_max_bytes) = u32::try_from(max) else {
+            return Err((
+                reason::INVALID,
+                format!(
+                    "{at}.forwardBody.maxSize must be between 0 and {}",
+                    u32::MAX
+                ),
+            ));
+        };
+        let port = u16::try_from(b.port.unwrap_or_default()).unwrap_or_default();
+        let cluster = format!("authz/{ns}/{name}:{port}");
+        Ok(bundle::Authorizer {
+            name: String::new(),
+            cluster,
+            authority: None,
+            path_prefix,
+            timeout_ms: self.o.authz_timeout_ms,
+            allowed_headers: http.allowed_headers.clone().unwrap_or_default(),
+            allowed_response_headers: http.allowed_response_headers.clone().unwrap_or_default(),
+            forward_body_max_bytes,
+            max_response_body_bytes: bundle::DEFAULT_MAX_RESPONSE_BODY_BYTES,
+            failure_mode: bundle::FailureMode::Deny,
+        })
+    }
+}
+
+/// The Services behind the authorizers' clusters (`authz/<namespace>/<name>:<port>`).
+pub fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<AuthorizerModel> {
+    let mut out: Vec<AuthorizerModel> = Vec::new();
+    for a in authorizers {
+        if out.iter().any(|x| x.cluster == a.cluster) {
+            continue;
+        }
+        let rest = a.cluster.strip_prefix("authz/").unwrap_or(&a.cluster);
+        let (ns, svc) = rest.split_once('/').unwrap_or(("", rest));
+        let (name, port) = svc.rsplit_once(':').unwrap_or((svc, "0"));
+        out.push(AuthorizerModel {
+            cluster: a.cluster.clone(),
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            port: port.parse().unwrap_or(0),
+        });
+    }
+    out
+}
+
+/// `Kind namespace/name` of a policy target.
+fn target_name(r: &TargetRef, ns: &str) -> String {
+    format!("{} {ns}/{}", opt(&r.kind), opt(&r.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_per_target() {
+        let o = Options {
+            max_policies_per_target: 2,
+            max_external_auth_per_target: 1,
+            ..Options::default()
+        };
+        let mut t = PerTarget::default();
+        let gw = ("Gateway|Gateway ns/g", "Gateway ns/g");
+        let mut counted = HashSet::new();
+        assert_eq!(t.admit(&o, gw, "ns/a", true, &mut counted), Ok(()));
+        // A policy naming the target twice counts once.
+        assert_eq!(t.admit(&o, gw, "ns/a", true, &mut counted), Ok(()));
+        assert_eq!(
+            t.admit(&o, gw, "ns/b", true, &mut HashSet::new()),
+            Err("Gateway ns/g already has 1 more senior ExternalAuth policies (ns/a); raise --max-external-auth-per-target".into())
+        );
+        assert_eq!(t.admit(&o, gw, "ns/c", false, &mut HashSet::new()), Ok(()));
+        assert_eq!(
+            t.admit(&o, gw, "ns/d", false, &mut HashSet::new()),
+            Err("Gateway ns/g already has 2 more senior accepted policies (ns/a, ns/c); raise --max-policies-per-target".into())
+        );
+        // Another target has its own count; 0 is no limit.
+        let other = ("XBackend|XBackend ns/b", "XBackend ns/b");
+        assert_eq!(
+            t.admit(&o, other, "ns/d", false, &mut HashSet::new()),
+            Ok(())
+        );
+        let unlimited = Options {
+            max_policies_per_target: 0,
+            ..Options::default()
+        };
+        for id in ["ns/e", "ns/f", "ns/g"] {
+            assert_eq!(
+                t.admit(&unlimited, gw, id, false, &mut HashSet::new()),
+                Ok(())
+            );
+        }
+    }
+}

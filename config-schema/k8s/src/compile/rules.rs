@@ -1,0 +1,237 @@
+//! The access rules of XAccessPolicies (both API versions): sources and authorizations as
+//! bundle rules.
+
+use super::{opt, reason};
+use crate::types::*;
+use mcp_access_bundle as bundle;
+
+pub(super) fn source_v(
+    at: &str,
+    s: Option<&RuleSource>,
+) -> Result<Option<bundle::Source>, (&'static str, String)> {
+    let Some(s) = s else { return Ok(None) };
+    let kind = match (s.kind.as_deref(), &s.spiffe, &s.service_account) {
+        (Some("SPIFFE"), _, _) => bundle::SourceType::Spiffe,
+        (Some(_), _, _) => bundle::SourceType::ServiceAccount,
+        (None, Some(_), None) => bundle::SourceType::Spiffe,
+        (None, None, Some(_)) => bundle::SourceType::ServiceAccount,
+        (None, None, None) => return Ok(None),
+        (None, Some(_), Some(_)) => {
+            return Err((
+                reason::INVALID,
+                format!("{at}.source sets both spiffe and serviceAccount; set type to say which"),
+            ));
+        }
+    };
+    match kind {
+        bundle::SourceType::Spiffe if s.service_account.is_some() => {
+            return Err((
+                reason::INVALID,
+                format!("{at}.source.serviceAccount is not allowed with type SPIFFE"),
+            ));
+        }
+        bundle::SourceType::Spiffe if s.spiffe.is_none() => {
+            return Err((
+                reason::INVALID,
+                format!("{at}.source.spiffe is required with type SPIFFE"),
+            ));
+        }
+        bundle::SourceType::ServiceAccount if s.spiffe.is_some() => {
+            return Err((
+                reason::INVALID,
+                format!("{at}.source.spiffe is not allowed with type ServiceAccount"),
+            ));
+        }
+        bundle::SourceType::ServiceAccount if s.service_account.is_none() => {
+            return Err((
+                reason::INVALID,
+                format!("{at}.source.serviceAccount is required with type ServiceAccount"),
+            ));
+        }
+        _ => {}
+    }
+    Ok(Some(bundle::Source {
+        kind,
+        spiffe: s.spiffe.clone(),
+        service_account: s.service_account.as_ref().map(|sa| bundle::ServiceAccount {
+            namespace: sa.namespace.clone(),
+            name: opt(&sa.name).to_string(),
+        }),
+        jwt: None,
+    }))
+}
+
+fn cel_unsupported(at: &str) -> (&'static str, String) {
+    (
+        reason::UNSUPPORTED,
+        format!("{at}.authorization: type CEL is not supported yet"),
+    )
+}
+
+fn unknown_match(at: &str, kind: &str) -> (&'static str, String) {
+    (
+        reason::INVALID,
+        format!("{at}.type \"{kind}\" is not supported"),
+    )
+}
+
+pub(super) fn rule_v0(at: &str, r: &RuleV0) -> Result<bundle::Rule, (&'static str, String)> {
+    let source = source_v(at, r.source.as_ref())?;
+    let authorization = match &r.authorization {
+        None => None,
+        Some(a) => match opt(&a.kind) {
+            "CEL" => return Err(cel_unsupported(at)),
+            // InlineTools: these tools plus the base protocol; no tools: the base protocol.
+            "InlineTools" => {
+                let tools = a.tools.clone().unwrap_or_default();
+                Some(bundle::Authorization {
+                    mcp: Some(bundle::McpMatch {
+                        methods: if tools.is_empty() {
+                            Vec::new()
+                        } else {
+                            vec![bundle::McpMethod {
+                                name: "tools/call".into(),
+                                params: Some(tools),
+                            }]
+                        },
+                        base_protocol: bundle::BaseProtocol::Match,
+                    }),
+                    ..Default::default()
+                })
+            }
+            other => {
+                return Err((
+                    reason::INVALID,
+                    format!(
+                    "{at}.authorization.type \"{other}\" is not InlineTools, ExternalAuth or CEL"
+                ),
+                ))
+            }
+        },
+    };
+    Ok(bundle::Rule {
+        name: opt(&r.name).to_string(),
+        source,
+        authorization,
+    })
+}
+
+pub(super) fn rule_v1(at: &str, r: &RuleV1) -> Result<bundle::Rule, (&'static str, String)> {
+    let source = source_v(at, r.source.as_ref())?;
+    let authorization = match &r.authorization {
+        None => None,
+        Some(a) if opt(&a.kind) == "CEL" => return Err(cel_unsupported(at)),
+        Some(a) => Some(authorization_v1(at, a)?),
+    };
+    Ok(bundle::Rule {
+        name: opt(&r.name).to_string(),
+        source,
+        authorization,
+    })
+}
+
+/// An Inline authorization of a v1alpha1 rule.
+fn authorization_v1(
+    at: &str,
+    a: &AuthorizationV1,
+) -> Result<bundle::Authorization, (&'static str, String)> {
+    let mcp = a.mcp.as_ref().map(|m| bundle::McpMatch {
+        methods: m
+            .methods
+            .iter()
+            .flatten()
+            .map(|x| bundle::McpMethod {
+                name: opt(&x.name).to_string(),
+                params: x.params.clone().filter(|p| !p.is_empty()),
+            })
+            .collect(),
+        base_protocol: if m.mcp_base_protocol_methods_option.as_deref()
+            == Some("MATCH_BASE_PROTOCOL_METHODS")
+        {
+            bundle::BaseProtocol::Match
+        } else {
+            bundle::BaseProtocol::Skip
+        },
+    });
+    Ok(bundle::Authorization {
+        mcp,
+        methods: a.methods.clone().unwrap_or_default(),
+        paths: path_matches(at, a)?,
+        headers: header_matches(at, a)?,
+        hosts: a.hosts.clone().unwrap_or_default(),
+        ports: a
+            .ports
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, p)| {
+                u16::try_from(*p).ok().filter(|p| *p != 0).ok_or_else(|| {
+                    (
+                        reason::INVALID,
+                        format!("{at}.authorization.ports[{i}]: {p} is not a port"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    })
+}
+
+fn path_matches(
+    at: &str,
+    a: &AuthorizationV1,
+) -> Result<Vec<bundle::PathMatch>, (&'static str, String)> {
+    let mut paths = Vec::new();
+    for (i, p) in a.paths.iter().flatten().enumerate() {
+        let kind = match p.kind.as_deref().unwrap_or("PathPrefix") {
+            "Exact" => bundle::MatchType::Exact,
+            "RegularExpression" => bundle::MatchType::RegularExpression,
+            "PathPrefix" => bundle::MatchType::PathPrefix,
+            other => {
+                return Err(unknown_match(
+                    &format!("{at}.authorization.paths[{i}]"),
+                    other,
+                ))
+            }
+        };
+        let mut value = opt(&p.value).to_string();
+        if value.is_empty() {
+            if kind != bundle::MatchType::PathPrefix {
+                return Err((
+                    reason::INVALID,
+                    format!("{at}.authorization.paths[{i}].value must not be empty"),
+                ));
+            }
+            value = "/".into();
+        }
+        paths.push(bundle::PathMatch { kind, value });
+    }
+    Ok(paths)
+}
+
+fn header_matches(
+    at: &str,
+    a: &AuthorizationV1,
+) -> Result<Vec<bundle::HeaderMatch>, (&'static str, String)> {
+    a.headers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, h)| {
+            let kind = match h.kind.as_deref().unwrap_or("Exact") {
+                "Exact" => bundle::MatchType::Exact,
+                "RegularExpression" => bundle::MatchType::RegularExpression,
+                other => {
+                    return Err(unknown_match(
+                        &format!("{at}.authorization.headers[{i}]"),
+                        other,
+                    ))
+                }
+            };
+            Ok(bundle::HeaderMatch {
+                name: opt(&h.name).to_string(),
+                kind,
+                value: opt(&h.value).to_string(),
+            })
+        })
+        .collect()
+}

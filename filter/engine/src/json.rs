@@ -1,0 +1,1006 @@
+//! A strict, single-pass JSON reader: RFC 8259 and nothing more (UTF-8 only, no BOM, no
+//! trailing data, nesting bounded by the caller), without building a DOM and without
+//! recursion (an explicit stack). String runs containing non-ASCII bytes are checked with
+//! `std::str::from_utf8` as they are reached. Duplicate keys are detected in every object,
+//! comparing keys after escape decoding.
+//!
+//! What the values mean is the [`Visitor`]'s business: the reader tells it where each value
+//! sits (its `Slot`, which the visitor chooses per object member) and hands over the values
+//! it cares about, decoded when it asks.
+//
+// Invariant for all position arithmetic: positions never exceed `bytes.len()`, which is at
+// most `isize::MAX`, so adding a small constant to a position cannot overflow `usize`.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+/// Objects with more keys than this switch from a linear scan to a hash set for
+/// duplicate detection.
+const LINEAR_KEYS: usize = 16;
+
+/// Why the input is not JSON (or nests too deeply): a description with the offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxError(pub String);
+
+/// A scalar or container start, as handed to [`Visitor::value`].
+pub enum Val<'a> {
+    Object,
+    Array,
+    Str {
+        /// The contents, when the visitor wants them ([`Visitor::wants_text`]).
+        decoded: Option<Cow<'a, [u8]>>,
+        /// The literal with its quotes and escapes.
+        raw: &'a [u8],
+    },
+    Number(&'a [u8]),
+    Literal,
+}
+
+/// What a JSON document means to its reader.
+pub trait Visitor<'a> {
+    /// Where a value sits, as far as the visitor cares.
+    type Slot: Copy + PartialEq;
+    type Error: From<SyntaxError>;
+    /// The slot of the top-level value.
+    const ROOT: Self::Slot;
+    /// The slot of values the visitor does not care about: array elements, and members it
+    /// gives this slot. They are read and checked but not handed over.
+    const IGNORE: Self::Slot;
+    /// The slot of member `key` (decoded) of an object that sits in slot `object`.
+    fn member(&mut self, object: Self::Slot, key: &[u8]) -> Self::Slot;
+    /// The object already has a member `key` (whose slot is `slot`); `at` is the key's offset.
+    fn duplicate_key(&mut self, slot: Self::Slot, at: usize);
+    /// Whether string values in `slot` are wanted decoded.
+    fn wants_text(&self, slot: Self::Slot) -> bool;
+    /// A value in a slot other than `IGNORE`: a scalar, or an object or array just opened.
+    fn value(&mut self, slot: Self::Slot, val: Val<'a>) -> Result<(), Self::Error>;
+}
+
+/// Reads all of `bytes` as one JSON value with objects and arrays nested at most
+/// `max_depth` deep, reporting to `visitor`. A syntax error ends the reading.
+pub fn read<'a, V: Visitor<'a>>(
+    bytes: &'a [u8],
+    max_depth: usize,
+    visitor: &mut V,
+) -> Result<(), V::Error> {
+    Reader {
+        bytes,
+        pos: 0,
+        max_depth,
+        stack: Vec::new(),
+        keys: Vec::new(),
+        visitor,
+    }
+    .run()
+}
+
+/// One open object or array.
+struct Frame<'a, S> {
+    is_object: bool,
+    /// The slot the container sits in.
+    slot: S,
+    /// Start of this object's keys in `Reader::keys` (while `set` is None).
+    keys_start: usize,
+    /// This object's keys once there are more than `LINEAR_KEYS`.
+    set: Option<HashSet<Cow<'a, [u8]>>>,
+}
+
+struct Reader<'a, 'v, V: Visitor<'a>> {
+    bytes: &'a [u8],
+    pos: usize,
+    max_depth: usize,
+    stack: Vec<Frame<'a, V::Slot>>,
+    /// Decoded keys of the open objects that still use linear duplicate detection.
+    keys: Vec<Cow<'a, [u8]>>,
+    visitor: &'v mut V,
+}
+
+impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
+    /// Reads the whole input.
+    fn run(&mut self) -> Result<(), V::Error> {
+        if self.bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
+            return Err(syntax("UTF-8 byte order mark is not allowed").into());
+        }
+        self.skip_ws();
+        if self.pos >= self.bytes.len() {
+            return Err(syntax(if self.bytes.is_empty() {
+                "empty body"
+            } else {
+                "body contains only whitespace"
+            })
+            .into());
+        }
+        // Whether the innermost container was just opened (no value read yet).
+        let mut opened = self.value(V::ROOT)?;
+
+        while let Some(is_object) = self.stack.last().map(|f| f.is_object) {
+            self.skip_ws();
+            let b = self.bytes.get(self.pos).copied();
+            let closer = if is_object { b'}' } else { b']' };
+            if b == Some(closer) {
+                self.pos += 1;
+                if let Some(frame) = self.stack.pop() {
+                    if frame.is_object {
+                        self.keys.truncate(frame.keys_start);
+                    }
+                }
+                opened = false;
+                continue;
+            }
+            if !opened {
+                if b != Some(b',') {
+                    return Err(self
+                        .unexpected(if is_object {
+                            "expected ',' or '}'"
+                        } else {
+                            "expected ',' or ']'"
+                        })
+                        .into());
+                }
+                self.pos += 1;
+                self.skip_ws();
+            }
+            let slot = if is_object {
+                self.member_key()?
+            } else {
+                V::IGNORE
+            };
+            opened = self.value(slot)?;
+        }
+
+        self.skip_ws();
+        if self.pos < self.bytes.len() {
+            return Err(SyntaxError(format!("trailing data at offset {}", self.pos)).into());
+        }
+        Ok(())
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    fn unexpected(&self, expected: &str) -> SyntaxError {
+        match self.bytes.get(self.pos) {
+            None => SyntaxError(format!("unexpected end of input ({expected})")),
+            Some(b) => SyntaxError(format!(
+                "unexpected byte 0x{b:02x} at offset {} ({expected})",
+                self.pos
+            )),
+        }
+    }
+
+    /// Reads `"key" :` (whitespace already skipped before the key), records the key for
+    /// duplicate detection and asks the visitor which slot it names.
+    fn member_key(&mut self) -> Result<V::Slot, SyntaxError> {
+        if self.bytes.get(self.pos) != Some(&b'"') {
+            return Err(self.unexpected("expected a string key"));
+        }
+        let key_at = self.pos;
+        self.pos += 1;
+        let key = self.string_body(true)?.unwrap_or_default();
+
+        let object = self.stack.last().map_or(V::IGNORE, |f| f.slot);
+        let slot = self.visitor.member(object, &key);
+        if !self.insert_key(key) {
+            self.visitor.duplicate_key(slot, key_at);
+        }
+
+        self.skip_ws();
+        if self.bytes.get(self.pos) != Some(&b':') {
+            return Err(self.unexpected("expected ':'"));
+        }
+        self.pos += 1;
+        self.skip_ws();
+        Ok(slot)
+    }
+
+    /// Adds a key to the innermost object; false if it was already there.
+    fn insert_key(&mut self, key: Cow<'a, [u8]>) -> bool {
+        let Some(frame) = self.stack.last_mut() else {
+            return true;
+        };
+        if let Some(set) = frame.set.as_mut() {
+            return set.insert(key);
+        }
+        let start = frame.keys_start;
+        let existing = self.keys.get(start..).unwrap_or_default();
+        if existing.iter().any(|k| k.as_ref() == key.as_ref()) {
+            return false;
+        }
+        self.keys.push(key);
+        if self.keys.len().saturating_sub(start) > LINEAR_KEYS {
+            let mut set = HashSet::with_capacity(4 * LINEAR_KEYS);
+            set.extend(self.keys.drain(start..));
+            frame.set = Some(set);
+        }
+        true
+    }
+
+    /// Reads one value starting at `self.pos` (whitespace already skipped). Containers
+    /// are only opened here (returns true); `run` reads their contents.
+    fn value(&mut self, slot: V::Slot) -> Result<bool, V::Error> {
+        let bytes = self.bytes;
+        let start = self.pos;
+        let Some(&b) = bytes.get(start) else {
+            return Err(self.unexpected("expected a value").into());
+        };
+        let val = match b {
+            b'{' | b'[' => {
+                if self.stack.len() >= self.max_depth {
+                    return Err(SyntaxError(format!(
+                        "nesting deeper than {} levels at offset {start}",
+                        self.max_depth
+                    ))
+                    .into());
+                }
+                self.pos += 1;
+                let is_object = b == b'{';
+                self.stack.push(Frame {
+                    is_object,
+                    slot,
+                    keys_start: self.keys.len(),
+                    set: None,
+                });
+                if slot != V::IGNORE {
+                    let val = if is_object { Val::Object } else { Val::Array };
+                    self.visitor.value(slot, val)?;
+                }
+                return Ok(true);
+            }
+            b'"' => {
+                self.pos += 1;
+                let want = slot != V::IGNORE && self.visitor.wants_text(slot);
+                let decoded = self.string_body(want)?;
+                let raw = bytes.get(start..self.pos).unwrap_or_default();
+                Val::Str { decoded, raw }
+            }
+            b'-' | b'0'..=b'9' => {
+                self.number()?;
+                Val::Number(bytes.get(start..self.pos).unwrap_or_default())
+            }
+            b't' => self.literal(b"true")?,
+            b'f' => self.literal(b"false")?,
+            b'n' => self.literal(b"null")?,
+            _ => return Err(self.unexpected("expected a value").into()),
+        };
+        if slot != V::IGNORE {
+            self.visitor.value(slot, val)?;
+        }
+        Ok(false)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<Val<'a>, SyntaxError> {
+        let end = self.pos + word.len();
+        if self.bytes.get(self.pos..end) != Some(word) {
+            return Err(SyntaxError(format!(
+                "invalid literal at offset {}",
+                self.pos
+            )));
+        }
+        self.pos = end;
+        Ok(Val::Literal)
+    }
+
+    /// Reads a string whose opening quote is just before `self.pos`, leaving `self.pos`
+    /// after the closing quote. With `want`, returns the decoded contents (borrowed from
+    /// the input when there are no escapes).
+    fn string_body(&mut self, want: bool) -> Result<Option<Cow<'a, [u8]>>, SyntaxError> {
+        let bytes = self.bytes;
+        let start = self.pos;
+        let mut i = start;
+        // Decoded output, created at the first escape when `want`.
+        let mut buf: Option<Vec<u8>> = None;
+        // Start of the input not yet copied into `buf`.
+        let mut run = start;
+        loop {
+            let (end, non_ascii) = scan_plain(bytes, i);
+            if non_ascii {
+                // The run ends at an ASCII byte or the end of input, never inside a
+                // well-formed sequence, so validating runs validates the whole string.
+                let segment = bytes.get(i..end).unwrap_or_default();
+                if let Err(e) = std::str::from_utf8(segment) {
+                    return Err(SyntaxError(format!(
+                        "invalid UTF-8 at offset {}",
+                        i + e.valid_up_to()
+                    )));
+                }
+            }
+            i = end;
+            let Some(&b) = bytes.get(i) else {
+                return Err(SyntaxError(format!(
+                    "unterminated string starting at offset {}",
+                    start.saturating_sub(1)
+                )));
+            };
+            match b {
+                b'"' => {
+                    self.pos = i + 1;
+                    if !want {
+                        return Ok(None);
+                    }
+                    let out = match buf {
+                        None => Cow::Borrowed(bytes.get(start..i).unwrap_or_default()),
+                        Some(mut v) => {
+                            v.extend_from_slice(bytes.get(run..i).unwrap_or_default());
+                            Cow::Owned(v)
+                        }
+                    };
+                    return Ok(Some(out));
+                }
+                b'\\' => {
+                    if want {
+                        let v = buf.get_or_insert_with(Vec::new);
+                        v.extend_from_slice(bytes.get(run..i).unwrap_or_default());
+                    }
+                    i = escape(bytes, i, buf.as_mut())?;
+                    run = i;
+                }
+                _ => {
+                    return Err(SyntaxError(format!(
+                        "unescaped control character 0x{b:02x} in string at offset {i}"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Reads a number per the RFC 8259 grammar.
+    fn number(&mut self) -> Result<(), SyntaxError> {
+        let bytes = self.bytes;
+        let start = self.pos;
+        let bad = |what: &str| {
+            Err(SyntaxError(format!(
+                "invalid number at offset {start}: {what}"
+            )))
+        };
+        let mut i = start;
+        if bytes.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match bytes.get(i) {
+            Some(b'0') => {
+                i += 1;
+                if let Some(b'0'..=b'9') = bytes.get(i) {
+                    return bad("leading zero");
+                }
+            }
+            Some(b'1'..=b'9') => i = digits(bytes, i + 1),
+            _ => return bad("expected a digit"),
+        }
+        if bytes.get(i) == Some(&b'.') {
+            let end = digits(bytes, i + 1);
+            if end == i + 1 {
+                return bad("expected a digit after '.'");
+            }
+            i = end;
+        }
+        if let Some(b'e' | b'E') = bytes.get(i) {
+            i += 1;
+            if let Some(b'+' | b'-') = bytes.get(i) {
+                i += 1;
+            }
+            let end = digits(bytes, i);
+            if end == i {
+                return bad("expected a digit in the exponent");
+            }
+            i = end;
+        }
+        self.pos = i;
+        Ok(())
+    }
+}
+
+fn syntax(detail: &str) -> SyntaxError {
+    SyntaxError(detail.to_owned())
+}
+
+/// A decoded string as a `String`.
+pub fn into_string(bytes: Cow<'_, [u8]>) -> Result<String, SyntaxError> {
+    // Strings are UTF-8-validated while scanning and escapes decode to whole characters,
+    // so this cannot fail; it is checked rather than assumed.
+    let text = match bytes {
+        Cow::Borrowed(b) => std::str::from_utf8(b).map(str::to_owned).ok(),
+        Cow::Owned(v) => String::from_utf8(v).ok(),
+    };
+    text.ok_or_else(|| syntax("invalid UTF-8 in string"))
+}
+
+/// Index of the first non-digit at or after `i`.
+fn digits(bytes: &[u8], mut i: usize) -> usize {
+    while let Some(b'0'..=b'9') = bytes.get(i) {
+        i += 1;
+    }
+    i
+}
+
+/// Scans string contents from `i` to the first `"`, `\\` or control character (or the
+/// end). Also says whether the run may contain non-ASCII bytes (it may over-report).
+#[inline]
+fn scan_plain(bytes: &[u8], mut i: usize) -> (usize, bool) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut high = 0u64;
+    // Eight bytes at a time with the "has zero byte" trick, `(x - 1) & !x & 0x80`, applied
+    // to `x = w ^ c` for '"' and '\' and as `(w - 0x20) & !w` for bytes below 0x20. A
+    // borrow can only mark bytes above a real hit, so the lowest marked byte is exact.
+    while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
+        let w = u64::from_le_bytes(*chunk);
+        let q = w ^ (ONES * u64::from(b'"'));
+        let b = w ^ (ONES * u64::from(b'\\'));
+        let hit = (w.wrapping_sub(ONES * 0x20) & !w
+            | q.wrapping_sub(ONES) & !q
+            | b.wrapping_sub(ONES) & !b)
+            & HIGH;
+        high |= w;
+        if hit != 0 {
+            let at = i + (hit.trailing_zeros() / 8) as usize;
+            return (at, high & HIGH != 0);
+        }
+        i += 8;
+    }
+    while let Some(&c) = bytes.get(i) {
+        if c < 0x20 || c == b'"' || c == b'\\' {
+            break;
+        }
+        high |= u64::from(c);
+        i += 1;
+    }
+    (i, high & HIGH != 0)
+}
+
+/// Decodes the escape whose backslash is at `at`, appending to `out` if given; returns
+/// the index after the escape.
+fn escape(bytes: &[u8], at: usize, out: Option<&mut Vec<u8>>) -> Result<usize, SyntaxError> {
+    let bad = |what: &str| Err(SyntaxError(format!("{what} at offset {at}")));
+    let simple = match bytes.get(at + 1) {
+        None => return bad("unterminated escape"),
+        Some(b'"') => b'"',
+        Some(b'\\') => b'\\',
+        Some(b'/') => b'/',
+        Some(b'b') => 0x08,
+        Some(b'f') => 0x0C,
+        Some(b'n') => b'\n',
+        Some(b'r') => b'\r',
+        Some(b't') => b'\t',
+        Some(b'u') => {
+            let Some(unit) = hex4(bytes, at + 2) else {
+                return bad("invalid \\u escape");
+            };
+            let mut end = at + 6;
+            let code = match unit {
+                0xD800..=0xDBFF => {
+                    let low = if bytes.get(end..end + 2) == Some(b"\\u") {
+                        hex4(bytes, end + 2)
+                    } else {
+                        None
+                    };
+                    match low {
+                        Some(low @ 0xDC00..=0xDFFF) => {
+                            end += 6;
+                            0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                        }
+                        _ => return bad("unpaired high surrogate escape"),
+                    }
+                }
+                0xDC00..=0xDFFF => return bad("unpaired low surrogate escape"),
+                _ => unit,
+            };
+            let Some(c) = char::from_u32(code) else {
+                return bad("invalid \\u escape");
+            };
+            if let Some(v) = out {
+                let mut tmp = [0u8; 4];
+                v.extend_from_slice(c.encode_utf8(&mut tmp).as_bytes());
+            }
+            return Ok(end);
+        }
+        Some(_) => return bad("invalid escape"),
+    };
+    if let Some(v) = out {
+        v.push(simple);
+    }
+    Ok(at + 2)
+}
+
+/// Four hex digits at `i` as a number.
+fn hex4(bytes: &[u8], i: usize) -> Option<u32> {
+    let digits = bytes.get(i..i + 4)?;
+    digits.iter().try_fold(0u32, |acc, &d| {
+        let v = char::from(d).to_digit(16)?;
+        Some((acc << 4) | v)
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Hands over every object member and top-level value (strings decoded) and records
+    /// what it gets; array elements are read but not handed over.
+    #[derive(Default)]
+    struct Record {
+        strings: Vec<String>,
+        numbers: Vec<String>,
+        duplicates: Vec<usize>,
+    }
+
+    impl<'a> Visitor<'a> for Record {
+        type Slot = bool;
+        type Error = SyntaxError;
+        const ROOT: bool = true;
+        const IGNORE: bool = false;
+
+        fn member(&mut self, _object: bool, _key: &[u8]) -> bool {
+            true
+        }
+
+        fn duplicate_key(&mut self, _slot: bool, at: usize) {
+            self.duplicates.push(at);
+        }
+
+        fn wants_text(&self, _slot: bool) -> bool {
+            true
+        }
+
+        fn value(&mut self, _slot: bool, val: Val<'a>) -> Result<(), SyntaxError> {
+            match val {
+                Val::Str {
+                    decoded: Some(s), ..
+                } => self.strings.push(into_string(s)?),
+                Val::Number(n) => self.numbers.push(String::from_utf8_lossy(n).into_owned()),
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+
+    fn read_with(body: &[u8], max_depth: usize) -> Result<Record, SyntaxError> {
+        let mut r = Record::default();
+        read(body, max_depth, &mut r).map(|()| r)
+    }
+
+    fn read_all(body: &[u8]) -> Result<Record, SyntaxError> {
+        read_with(body, 64)
+    }
+
+    fn ok(body: &str) -> Record {
+        match read_all(body.as_bytes()) {
+            Ok(r) => r,
+            Err(e) => panic!("expected JSON: {body:?}, got {e:?}"),
+        }
+    }
+
+    fn rejected(body: &[u8]) -> SyntaxError {
+        match read_all(body) {
+            Ok(_) => panic!(
+                "expected a syntax error: {:?}",
+                String::from_utf8_lossy(body)
+            ),
+            Err(e) => e,
+        }
+    }
+
+    fn is_syntax_error(body: &[u8]) -> bool {
+        read_all(body).is_err()
+    }
+
+    fn has_duplicate(body: &[u8]) -> bool {
+        read_all(body).is_ok_and(|r| !r.duplicates.is_empty())
+    }
+
+    /// Wraps a JSON value as the `arguments` of an MCP tools/call.
+    pub(crate) fn with_arg(value: &str) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"x":{value}}}}}}}"#
+        )
+    }
+
+    /// Puts raw bytes inside a string value of an MCP tools/call.
+    pub(crate) fn in_string(raw: &[u8]) -> Vec<u8> {
+        let mut body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"s":""#.to_vec();
+        body.extend_from_slice(raw);
+        body.extend_from_slice(br#""}}}"#);
+        body
+    }
+
+    /// The decoded value of a string literal with contents `escaped`.
+    fn decoded(escaped: &str) -> Result<String, SyntaxError> {
+        let body = format!(r#"{{"name":"{escaped}"}}"#);
+        read_all(body.as_bytes()).map(|r| r.strings.last().cloned().unwrap_or_default())
+    }
+
+    fn big_object(n: usize, extra: &str) -> String {
+        let mut s = String::from("{");
+        for i in 0..n {
+            s.push_str(&format!("\"k{i}\":{i},"));
+        }
+        s.push_str(extra);
+        s.push('}');
+        with_arg(&s)
+    }
+
+    #[test]
+    fn depth_limit() {
+        let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        assert!(read_with(nested(64).as_bytes(), 64).is_ok());
+        let e = read_with(nested(65).as_bytes(), 64)
+            .err()
+            .unwrap_or(SyntaxError(String::new()));
+        assert!(e.0.contains("nesting deeper than 64 levels"), "{e:?}");
+        assert!(read_with(br#"{"a":{"b":1}}"#, 2).is_ok());
+        assert!(read_with(br#"{"a":{"b":[]}}"#, 2).is_err());
+        assert!(read_with(b"{}", 0).is_err());
+        assert!(read_with(b"1", 0).is_ok());
+    }
+
+    #[test]
+    fn duplicates_reported_with_their_offset() {
+        let r = ok(r#"{"a":1,"b":{"a":2},"\u0061":3}"#);
+        assert_eq!(r.duplicates, [19]);
+        assert!(ok(r#"{"a":[{"k":1},{"k":1}]}"#).duplicates.is_empty());
+    }
+
+    #[test]
+    fn utf8_invalid_sequences() {
+        let cases: &[&[u8]] = &[
+            b"\xff",
+            b"\xfe",
+            b"\x80", // lone continuation
+            b"\xbf",
+            b"\xc3",                     // truncated
+            b"\xe2\x82",                 // truncated
+            b"\xf0\x9f\x98",             // truncated
+            b"\xc3\x28",                 // bad continuation
+            b"\xc0\xaf",                 // overlong '/'
+            b"\xc1\xbf",                 // overlong
+            b"\xe0\x80\xaf",             // overlong
+            b"\xe0\x9f\xbf",             // overlong
+            b"\xf0\x80\x80\xaf",         // overlong
+            b"\xf0\x8f\xbf\xbf",         // overlong
+            b"\xed\xa0\x80",             // U+D800 encoded
+            b"\xed\xbf\xbf",             // U+DFFF encoded
+            b"\xed\xa0\xbd\xed\xb8\x80", // CESU-8 pair
+            b"\xf4\x90\x80\x80",         // > U+10FFFF
+            b"\xf5\x80\x80\x80",
+            b"\xf8\x88\x80\x80\x80",
+            b"ab\xe2\x82\xacc\xe2\x82",
+        ];
+        for raw in cases {
+            let e = rejected(&in_string(raw));
+            assert!(e.0.contains("UTF-8"), "{raw:x?}: {e:?}");
+            // Also as a key and as the method.
+            let mut body = b"{\"".to_vec();
+            body.extend_from_slice(raw);
+            body.extend_from_slice(br#"":1,"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+            assert!(is_syntax_error(&body), "{raw:x?}");
+        }
+        // Invalid UTF-8 in whitespace / structural position.
+        for body in [
+            &b"{\"jsonrpc\":\"2.0\",\xff\"id\":1,\"method\":\"ping\"}"[..],
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\xc3\xa9",
+            b"\xc2\xa0{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":\xe2\x82\xac}",
+        ] {
+            assert!(is_syntax_error(body), "{body:x?}");
+        }
+        // Unterminated string ending in the middle of a sequence.
+        assert!(is_syntax_error(b"{\"a\":\"\xe2\x82"));
+    }
+
+    #[test]
+    fn control_characters_in_strings() {
+        for c in [0x00u8, 0x01, 0x08, b'\t', b'\n', b'\r', 0x1b, 0x1f] {
+            rejected(&in_string(&[b'a', c, b'b']));
+            let mut key = b"{\"a".to_vec();
+            key.push(c);
+            key.extend_from_slice(br#"":1,"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+            assert!(is_syntax_error(&key), "{c:#x}");
+        }
+        // DEL is not a control character for JSON.
+        assert!(read_all(&in_string(b"a\x7fb")).is_ok());
+        // Control characters after a long plain run (exercises the 8-byte fast path).
+        for len in 0..40 {
+            let mut raw = vec![b'x'; len];
+            raw.push(0x1f);
+            raw.extend_from_slice(b"yyyyyyyyy");
+            assert!(is_syntax_error(&in_string(&raw)), "len {len}");
+            let mut raw = vec![b'x'; len];
+            raw.extend_from_slice(b"\\\"\xc3\xa9yyyyyyyyy");
+            assert!(read_all(&in_string(&raw)).is_ok(), "len {len}");
+        }
+    }
+
+    #[test]
+    fn valid_escapes() {
+        let cases = [
+            (r#"\"\\\/\b\f\n\r\t"#, "\"\\/\u{8}\u{c}\n\r\t"),
+            (r"\u0041\u00e9\u20AC\uFFFF", "Aé€\u{ffff}"),
+            (r"\ud83d\ude00", "😀"),
+            (r"\uD83D\uDE00x", "😀x"),
+            (r"\udbff\udfff", "\u{10ffff}"),
+            (r"\ud800\udc00", "\u{10000}"),
+            (r"a\u0000b", "a\0b"),
+            (r"\u005c\u0022", "\\\""),
+            (r"plain", "plain"),
+            ("", ""),
+        ];
+        for (escaped, want) in cases {
+            assert_eq!(decoded(escaped).unwrap(), want, "{escaped}");
+        }
+    }
+
+    #[test]
+    fn invalid_escapes() {
+        for escaped in [
+            r"\x41",
+            r"\U0041",
+            r"\'",
+            r"\a",
+            r"\0",
+            r"\u12",
+            r"\u12G4",
+            r"\u-123",
+            r"\u",
+            r"\ud800",
+            r"\ud800x",
+            r"\ud800\n",
+            r"\ud800\u0041",
+            r"\ud800\ud800",
+            r"\udbff\ue000",
+            r"\udc00",
+            r"\udfff",
+            r"\udc00\ud800",
+            r"x\ude00\ud83d",
+            r"\ud83d\\ude00",
+            "\\\u{e9}",
+        ] {
+            assert!(decoded(escaped).is_err(), "{escaped}");
+            // The same escape anywhere else in the body is also rejected.
+            assert!(is_syntax_error(
+                with_arg(&format!("\"{escaped}\"")).as_bytes()
+            ));
+            assert!(is_syntax_error(
+                with_arg(&format!("{{\"{escaped}\":1}}")).as_bytes()
+            ));
+        }
+        // Backslash at the very end of the input.
+        assert!(is_syntax_error(br#"{"a":"\"#));
+        assert!(is_syntax_error(br#"{"a":"\u00"#));
+    }
+
+    #[test]
+    fn syntax_errors() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping""#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping",}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping",,"x":1}"#,
+            r#"{"jsonrpc":"2.0","id":1 "method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method" "ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","x":[1,2}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","x":[1,2,]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","x":[,1]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","x":[1 2]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":'ping'}"#,
+            r#"{jsonrpc:"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping" /* c */}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"} // c"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","x":"unterminated}"#,
+            r#"{,}"#,
+            r#"{:1}"#,
+            r#"{1:1}"#,
+            r#"{"#,
+            r#"}"#,
+            r#"["#,
+            r#""#,
+            r#"""#,
+        ] {
+            assert!(is_syntax_error(body.as_bytes()), "{body}");
+        }
+    }
+
+    #[test]
+    fn scan_plain_matches_naive() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let alphabet = [
+            b'a', b'Z', b' ', b'~', b'"', b'\\', 0x00, 0x1f, 0x20, 0x7f, 0x80, 0xc3, 0xff,
+        ];
+        for _ in 0..20_000 {
+            let len = rng.below(40);
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    if rng.chance(80) {
+                        b'a' + rng.below(26) as u8
+                    } else {
+                        rng.pick(&alphabet)
+                    }
+                })
+                .collect();
+            for start in 0..=len {
+                let want = bytes[start..]
+                    .iter()
+                    .position(|&c| c < 0x20 || c == b'"' || c == b'\\')
+                    .map_or(len, |p| start + p);
+                let (end, non_ascii) = scan_plain(&bytes, start);
+                assert_eq!(end, want, "{bytes:x?} from {start}");
+                if bytes[start..end].iter().any(|&c| c >= 0x80) {
+                    assert!(non_ascii, "{bytes:x?} from {start}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn duplicate_detection_in_large_objects() {
+        // Around the switch from linear scan to hash set.
+        for n in [15, 16, 17, 18, 40] {
+            ok(&big_object(n, r#""z":0"#));
+            for dup in [0, n / 2, n - 1] {
+                let body = big_object(n, &format!("\"k{dup}\":0"));
+                assert!(has_duplicate(body.as_bytes()), "n={n} dup={dup}");
+                let body = big_object(n, &format!("\"\\u006b{dup}\":0"));
+                assert!(has_duplicate(body.as_bytes()), "n={n} dup={dup}");
+            }
+        }
+        // Nested object inside a hashed object keeps its own keys.
+        let mut s = String::from("{");
+        for i in 0..20 {
+            let j = (i + 1) % 20;
+            s.push_str(&format!("\"k{i}\":{{\"k{i}\":1,\"k{j}\":2}},"));
+        }
+        s.push_str("\"end\":0}");
+        ok(&with_arg(&s));
+    }
+
+    #[test]
+    fn hundred_thousand_keys_is_not_quadratic() {
+        let start = std::time::Instant::now();
+        ok(&big_object(100_000, r#""z":0"#));
+        let body = big_object(100_000, r#""k99999":0"#);
+        assert!(has_duplicate(body.as_bytes()));
+        // Quadratic would be ~5e9 comparisons; linear-ish is well under a second even
+        // in debug builds.
+        assert!(start.elapsed().as_secs() < 10, "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn number_grammar() {
+        for n in [
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "10",
+            "1234567890",
+            "0.0",
+            "-0.0",
+            "0.5",
+            "1.25",
+            "1e5",
+            "1E5",
+            "1e+5",
+            "1e-5",
+            "1E-05",
+            "0e0",
+            "-0e-0",
+            "1.5e10",
+            "-1.5E+10",
+            "123456789012345678901234567890",
+            "1e400",
+            "0.000001",
+        ] {
+            ok(&with_arg(n));
+            ok(&with_arg(&format!("[{n}]")));
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"ping"}}"#);
+            assert_eq!(ok(&body).numbers, [n]);
+        }
+        for n in [
+            "01",
+            "-01",
+            "00",
+            "+1",
+            ".5",
+            "-.5",
+            "1.",
+            "-",
+            "--1",
+            "1.e5",
+            "1e",
+            "1e+",
+            "1E-",
+            "1e5.5",
+            "0x10",
+            "1_000",
+            "Infinity",
+            "-Infinity",
+            "NaN",
+            "1.2.3",
+            "- 1",
+            "1 2",
+            "0.-1",
+            "1ee5",
+            "\u{0660}",
+        ] {
+            assert!(is_syntax_error(with_arg(n).as_bytes()), "{n}");
+            assert!(
+                is_syntax_error(with_arg(&format!("[{n}]")).as_bytes()),
+                "{n}"
+            );
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"ping"}}"#);
+            assert!(is_syntax_error(body.as_bytes()), "{n}");
+        }
+        // A number at the very end of the input, and a lone top-level number.
+        assert!(is_syntax_error(br#"{"a":1"#));
+        ok("1");
+        assert!(is_syntax_error(b"-"));
+        assert!(is_syntax_error(b"01"));
+    }
+
+    #[test]
+    fn literals() {
+        ok(&with_arg("[true,false,null]"));
+        for l in [
+            "tru",
+            "True",
+            "TRUE",
+            "nul",
+            "NULL",
+            "fals",
+            "truee",
+            "nil",
+            "undefined",
+        ] {
+            assert!(is_syntax_error(with_arg(l).as_bytes()), "{l}");
+        }
+        assert!(is_syntax_error(b"nul"));
+        ok("null");
+    }
+
+    #[test]
+    fn huge_nesting_does_not_overflow() {
+        assert!(is_syntax_error(&vec![b'['; 1_000_000]));
+        assert!(is_syntax_error(r#"{"a":"#.repeat(1_000_000).as_bytes()));
+        let mut balanced = vec![b'['; 500_000];
+        balanced.extend(std::iter::repeat_n(b']', 500_000));
+        assert!(is_syntax_error(&balanced));
+        // Without a depth limit the iterative reader still does not recurse.
+        assert!(read_with(&balanced, usize::MAX).is_ok());
+    }
+
+    #[test]
+    fn empty_body_and_bom() {
+        assert!(is_syntax_error(b""));
+        assert!(is_syntax_error(b" \n\t\r"));
+        let mut body = vec![0xEF, 0xBB, 0xBF];
+        body.extend_from_slice(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        let e = rejected(&body);
+        assert!(e.0.contains("byte order mark"));
+    }
+
+    /// A small xorshift generator for the randomised tests (here and in `mcp`).
+    pub(crate) struct Rng(pub(crate) u64);
+
+    impl Rng {
+        pub(crate) fn next(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            x
+        }
+        pub(crate) fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        pub(crate) fn chance(&mut self, percent: usize) -> bool {
+            self.below(100) < percent
+        }
+        pub(crate) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.below(items.len())]
+        }
+    }
+}
