@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use mcp_access_bundle::gateway_api::{
     full_regex, path_prefix_matches, service_account_spiffe, HostPattern, DEFAULT_TRUST_DOMAIN,
 };
-use mcp_access_bundle::{mcp_methods, Action, Bundle, SpiffeSource, UnknownBackend};
+use mcp_access_bundle::{mcp_methods, Action, Bundle, Level, SpiffeSource, UnknownBackend};
 use mcp_access_engine::answer::LocalResponse;
 use mcp_access_engine::facts::{Fact, HostFacts};
-use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
-use mcp_access_engine::policy::Engine;
+use mcp_access_engine::flow::{HeadersInput, Next, Outcome, RequestFlow};
+use mcp_access_engine::policy::{level_str, Engine, Mode};
 use mcp_access_engine::request::{Caller, McpOp, Request};
 use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use serde::Serialize;
@@ -85,7 +85,7 @@ pub struct RequestSpec {
     pub mcp_method: Option<String>,
     /// Tool / prompt name or resource URI.
     pub param: Option<String>,
-    /// A JSON-RPC body, parsed as the filter does.
+    /// The request body, sent as it is (else built from `mcp_method` and `param`).
     pub body: Option<String>,
     /// Authorizer outcomes by policy (`ns/name` or `name`), authorizer name, or `*`.
     pub assume: BTreeMap<String, Assumption>,
@@ -672,20 +672,10 @@ pub fn explain(
         backend: outcome.backend.clone(),
         note,
         calls,
-        trace: flow
-            .trace()
-            .iter()
-            .map(|t| TraceView {
-                level: mcp_access_engine::policy::level_str(t.level),
-                step: t.step,
-                policy: t.policy.clone(),
-                rule: t.rule.clone(),
-                outcome: t.outcome.clone(),
-            })
-            .collect(),
+        trace: trace_views(&engine, &flow, &outcome),
         decision: if outcome.allowed { "allow" } else { "deny" },
         stage,
-        level: (!outcome.allowed).then(|| mcp_access_engine::policy::level_str(outcome.level)),
+        level: (!outcome.allowed).then(|| level_str(outcome.level)),
         reason: outcome.reason,
         policy: outcome.policy,
         rule: outcome.rule,
@@ -706,7 +696,7 @@ pub fn explain(
                 };
                 out.decision = "deny";
                 out.stage = Stage::Router;
-                out.level = Some(mcp_access_engine::policy::level_str(None));
+                out.level = Some(level_str(None));
                 out.reason = reason;
                 out.status = Some(status);
                 out.response = Some(ResponseView {
@@ -718,6 +708,53 @@ pub fn explain(
         },
     }
     Ok(out)
+}
+
+/// The flow's trace; where a level's Allow rules admit nothing, each rule first, with the first
+/// of its conditions the request does not meet (the engine's own `Rule::mismatch`).
+fn trace_views(engine: &Engine, flow: &RequestFlow, outcome: &Outcome) -> Vec<TraceView> {
+    let mut out = Vec::new();
+    for t in flow.trace() {
+        let level = level_str(t.level);
+        let index = match t.level {
+            Some(Level::Gateway) => engine
+                .listeners
+                .iter()
+                .find(|l| outcome.listener.as_ref() == Some(&l.id))
+                .map(|l| &l.index),
+            Some(Level::Backend) => engine
+                .backends
+                .iter()
+                .find(|b| outcome.backend.as_ref() == Some(&b.id))
+                .map(|b| &b.index),
+            None => None,
+        };
+        if let (Some(index), Some(req), ("allow", "no rule admits")) =
+            (index, flow.request(), (t.step, t.outcome.as_str()))
+        {
+            let host = req.host();
+            for r in index.allow.rules() {
+                let Some(rule) = engine.rule(r) else { continue };
+                if let Some(why) = rule.mismatch(req, &host, Mode::Admit) {
+                    out.push(TraceView {
+                        level,
+                        step: "allow",
+                        policy: engine.policies.get(r.policy).map(|p| p.id.clone()),
+                        rule: Some(rule.name.clone()),
+                        outcome: format!("not admitted: {why} does not match"),
+                    });
+                }
+            }
+        }
+        out.push(TraceView {
+            level,
+            step: t.step,
+            policy: t.policy.clone(),
+            rule: t.rule.clone(),
+            outcome: t.outcome.clone(),
+        });
+    }
+    out
 }
 
 /// Human-readable text.

@@ -447,23 +447,6 @@ impl Evaluation {
                 self.admitted = Some((policy, rule));
             }
             None => {
-                if self.trace.is_some() {
-                    for r in index.allow.rules() {
-                        let why = engine
-                            .rule(r)
-                            .and_then(|rule| rule.mismatch(req, &self.host, super::Mode::Admit));
-                        let (policy, rule) = names(engine, r);
-                        if let Some(why) = why {
-                            self.note(
-                                level,
-                                "allow",
-                                policy.as_deref(),
-                                rule.as_deref(),
-                                format_args!("not admitted: {why} does not match"),
-                            );
-                        }
-                    }
-                }
                 self.note(level, "allow", None, None, format_args!("no rule admits"));
                 self.deny(Denial {
                     level,
