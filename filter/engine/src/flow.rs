@@ -822,6 +822,40 @@ mod tests {
     }
 
     #[test]
+    fn only_a_traced_flow_keeps_a_trace() {
+        let engine = Engine::from_json(
+            br#"{"apiVersion": "mcp-access.io/v1",
+                 "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 80}]}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let input = || HeadersInput {
+            headers: vec![
+                (":method".into(), "GET".into()),
+                (":path".into(), "/mcp".into()),
+            ],
+            end_of_stream: true,
+            port: 80,
+            ..HeadersInput::default()
+        };
+        let mut plain = RequestFlow::new();
+        let mut traced = RequestFlow::traced();
+        assert_eq!(
+            plain.on_headers(&engine, input()),
+            traced.on_headers(&engine, input())
+        );
+        assert!(plain.trace().is_empty() && plain.evaluated());
+        assert!(!traced.trace().is_empty() && traced.evaluated());
+        assert_eq!(traced.request().map(|r| r.method.as_str()), Some("GET"));
+        // A transport check answers before any evaluation.
+        let mut rejected = RequestFlow::traced();
+        let mut gzip = input();
+        gzip.headers
+            .push(("content-encoding".into(), "gzip".into()));
+        assert!(matches!(rejected.on_headers(&engine, gzip), Next::Respond(r) if r.status == 415));
+        assert!(!rejected.evaluated() && rejected.trace().is_empty());
+    }
+
+    #[test]
     fn base64_sentinel_is_decoded_strictly() {
         let d = |v| decode_header_value(v).map(|c| c.into_owned());
         assert_eq!(d("get_weather").as_deref(), Some("get_weather"));
