@@ -343,6 +343,17 @@ def test_quickstart_manifests_through_real_envoy(cli: Path, wasm_path: Path, wor
                           "--service-account", f"agents/{agent}", "--tool", tool, "--format", "json")
             assert out.returncode == 0, out.stderr
             assert json.loads(out.stdout)["decision"] == expected, out.stdout
+        # explain prints the response the client got from Envoy, status and body: a path no
+        # route matches (the filter's unknown-backend denial) and a gzip body (the filter's 415).
+        for path, headers in [("/elsewhere", {}), ("/tools/mcp", {"content-encoding": "gzip"})]:
+            got = post_jsonrpc(f"https://127.0.0.1:{port}{path}", rpc("ping"), headers,
+                               cert=pki.client(ALPHA), ca=pki.ca, protocol_version=None)
+            flags = [arg for k, v in headers.items() for arg in ("-H", f"{k}:{v}")]
+            out = run_cli(cli, "explain", "-f", str(manifests), "--trust-domain", "example.org", "--path", path,
+                          "--service-account", "agents/alpha", "--mcp-method", "ping", *flags, "--format", "json")
+            assert out.returncode == 0, out.stderr
+            said = json.loads(out.stdout)["response"]
+            assert (said["status"], said["body"].encode()) == (got.status, got.body), (out.stdout, got)
 
 
 def test_strict_compile_rejects_what_is_not_accepted(cli: Path, work_dir: Path) -> None:

@@ -1,16 +1,20 @@
-//! `explain`: one request decided by the filter's own engine, with its trace.
+//! `explain`: one request run through the filter's own request flow ([`RequestFlow`]):
+//! transport checks, JSON-RPC parsing, header/body agreement, policy evaluation with
+//! authorizer callouts answered from `--assume`, and the response the client gets.
 
 use std::collections::BTreeMap;
 
 use mcp_access_bundle::gateway_api::{
     full_regex, path_prefix_matches, service_account_spiffe, HostPattern, DEFAULT_TRUST_DOMAIN,
 };
-use mcp_access_bundle::Bundle;
-use mcp_access_engine::mcp::{self, ParseLimits};
-use mcp_access_engine::policy::{level_str, AuthzOutcome, Decision, Engine, Step};
+use mcp_access_bundle::{mcp_methods, Action, Bundle, Level, SpiffeSource, UnknownBackend};
+use mcp_access_engine::answer::LocalResponse;
+use mcp_access_engine::facts::{Fact, HostFacts};
+use mcp_access_engine::flow::{HeadersInput, Next, Outcome, RequestFlow};
+use mcp_access_engine::policy::{level_str, Engine, Mode};
 use mcp_access_engine::request::{Caller, McpOp, Request};
 use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
-use serde_json::{json, Value};
+use serde::Serialize;
 
 /// An assumed authorizer outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +24,27 @@ pub enum Assumption {
     Error,
 }
 
-/// Parses `allow`, `deny`, `deny:401`, `error`.
+impl Assumption {
+    fn as_text(&self) -> String {
+        match self {
+            Assumption::Allow => "allow".into(),
+            Assumption::Deny(s) => format!("deny:{s}"),
+            Assumption::Error => "error".into(),
+        }
+    }
+
+    /// The authorizer's answer: 200, the denial status, or no response at all.
+    fn status(&self) -> Option<u16> {
+        match self {
+            Assumption::Allow => Some(200),
+            Assumption::Deny(s) => Some(*s),
+            Assumption::Error => None,
+        }
+    }
+}
+
+/// Parses `allow`, `deny`, `deny:401`, `error`. A denial status is 300-499: the filter takes
+/// any other status as an allow (2xx) or an error.
 pub fn parse_assumption(s: &str) -> Result<Assumption, String> {
     match s {
         "allow" => Ok(Assumption::Allow),
@@ -30,9 +54,11 @@ pub fn parse_assumption(s: &str) -> Result<Assumption, String> {
             Some(code) => code
                 .parse::<u16>()
                 .ok()
-                .filter(|c| (100..=599).contains(c))
+                .filter(|c| (300..=499).contains(c))
                 .map(Assumption::Deny)
-                .ok_or_else(|| format!("`{s}`: bad status")),
+                .ok_or_else(|| {
+                    format!("`{s}`: a denial status is 300-499 (the filter takes 2xx as allow, others as an error)")
+                }),
             None => Err(format!("`{s}`: expected allow, deny[:STATUS] or error")),
         },
     }
@@ -59,16 +85,147 @@ pub struct RequestSpec {
     pub mcp_method: Option<String>,
     /// Tool / prompt name or resource URI.
     pub param: Option<String>,
-    /// A JSON-RPC body, parsed as the filter does.
+    /// The request body, sent as it is (else built from `mcp_method` and `param`).
     pub body: Option<String>,
     /// Authorizer outcomes by policy (`ns/name` or `name`), authorizer name, or `*`.
     pub assume: BTreeMap<String, Assumption>,
 }
 
-/// The result, ready to print.
-#[derive(Debug, Clone)]
+/// The result: what the filter (and Envoy) did with the request.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Explanation {
-    pub json: Value,
+    pub request: RequestView,
+    /// `namespace/gateway/listener` the filter resolved.
+    pub listener: Option<String>,
+    /// `namespace/name` of the XBackend the filter resolved.
+    pub backend: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub calls: Vec<CallView>,
+    pub trace: Vec<TraceView>,
+    /// `allow`: the request goes upstream; `deny`: the client gets [`Explanation::response`].
+    pub decision: &'static str,
+    /// Who answered.
+    pub stage: Stage,
+    /// Deny only: `gateway`, `backend` or `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<&'static str>,
+    /// `allowed`, the filter's denial or rejection reason, or `no_route` / `route_redirect` /
+    /// `route_error` when Envoy answers after the filter let the request on.
+    pub reason: &'static str,
+    pub policy: Option<String>,
+    pub rule: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Deny: the exact response the client gets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response: Option<ResponseView>,
+    /// Allow: the headers the filter sets on the upstream request (later replaces earlier).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub add_headers: Option<Vec<HeaderView>>,
+}
+
+/// Which part of the path answered the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Stage {
+    /// The filter's transport checks (encoding, media type, size, JSON-RPC, header/body, path).
+    Transport,
+    /// The filter could not resolve the listener or the backend.
+    Resolve,
+    /// The filter's policy evaluation.
+    Policy,
+    /// Envoy's router, after the filter let the request on (no route, redirect, direct 500).
+    Router,
+}
+
+/// The request as the filter saw it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestView {
+    /// `namespace/gateway/listener` chosen from the command line (None: by port only).
+    pub listener: Option<String>,
+    pub port: u16,
+    pub method: String,
+    pub authority: String,
+    pub path: String,
+    pub caller: Option<String>,
+    /// None: not (or not yet) an MCP message.
+    pub mcp: Option<McpView>,
+    pub route: Option<String>,
+    pub cluster: Option<String>,
+    /// The request body sent (None: no body).
+    pub body: Option<String>,
+}
+
+/// The MCP meaning of the request.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum McpView {
+    Call {
+        method: String,
+        param: Option<String>,
+    },
+    Other(&'static str),
+}
+
+/// One authorizer callout, answered from `--assume`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallView {
+    pub level: String,
+    pub policy: String,
+    pub authorizer: String,
+    pub cluster: String,
+    pub assumed: String,
+    /// Whether an `--assume` named it (else allow was assumed).
+    pub given: bool,
+}
+
+/// One line of the filter's decision trace.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceView {
+    pub level: &'static str,
+    pub step: &'static str,
+    pub policy: Option<String>,
+    pub rule: Option<String>,
+    pub outcome: String,
+}
+
+/// A response the client gets.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResponseView {
+    pub status: u16,
+    pub headers: Vec<HeaderView>,
+    /// The body as text (invalid UTF-8 replaced).
+    pub body: String,
+}
+
+/// A header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeaderView {
+    pub name: String,
+    pub value: String,
+}
+
+fn header_views(h: &[(String, String)]) -> Vec<HeaderView> {
+    h.iter()
+        .map(|(name, value)| HeaderView {
+            name: name.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
+impl From<&LocalResponse> for ResponseView {
+    fn from(r: &LocalResponse) -> Self {
+        ResponseView {
+            status: r.status,
+            headers: header_views(&r.headers),
+            body: String::from_utf8_lossy(&r.body).into_owned(),
+        }
+    }
 }
 
 fn pick_listener(
@@ -193,7 +350,79 @@ pub fn match_route<'a>(
     })
 }
 
-/// Decides the request with the filter's engine.
+/// The host facts of the request: what Envoy would report for it.
+struct SpecFacts {
+    port: u16,
+    route: Option<String>,
+    cluster: Option<String>,
+}
+
+impl HostFacts for SpecFacts {
+    fn read(&self, fact: Fact) -> Option<Vec<u8>> {
+        let text = |s: &Option<String>| s.clone().map(String::into_bytes);
+        match fact {
+            Fact::RouteName => text(&self.route),
+            Fact::ClusterName => text(&self.cluster),
+            Fact::DestinationPort => Some(i64::from(self.port).to_le_bytes().to_vec()),
+            // The caller is set from --spiffe / --service-account: it stands for a peer
+            // certificate with exactly that one URI SAN.
+            Fact::PeerUriSan | Fact::PeerCertificate | Fact::Metadata => None,
+        }
+    }
+}
+
+/// Every `--assume` key must name an ExternalAuth policy (`namespace/name` or `name`), an
+/// authorizer, or be `*`.
+fn check_assumptions(bundle: &Bundle, assume: &BTreeMap<String, Assumption>) -> Result<(), String> {
+    for key in assume.keys() {
+        if key == "*" || bundle.authorizers.iter().any(|a| &a.name == key) {
+            continue;
+        }
+        let named: Vec<_> = bundle
+            .policies
+            .iter()
+            .filter(|p| &format!("{}/{}", p.namespace, p.name) == key || &p.name == key)
+            .collect();
+        if named.is_empty() {
+            return Err(format!(
+                "--assume {key}: no policy or authorizer of that name in the bundle"
+            ));
+        }
+        if !named.iter().any(|p| p.action == Action::ExternalAuth) {
+            return Err(format!(
+                "--assume {key}: that policy calls no authorizer (only ExternalAuth policies do)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The JSON-RPC body for `--mcp-method` (and its tool, prompt or URI), as a client writes it.
+fn body_for(method: &str, param: Option<&str>) -> String {
+    let text = |s: &str| serde_json::Value::from(s).to_string();
+    let id = if method.starts_with("notifications/") {
+        ""
+    } else {
+        "\"id\":1,"
+    };
+    let params = match (param, mcp_methods::param_of(method)) {
+        (Some(p), Some(key)) => format!("{{{}:{}}}", text(key.key()), text(p)),
+        _ => "{}".into(),
+    };
+    format!(
+        "{{\"jsonrpc\":\"2.0\",{id}\"method\":{},\"params\":{params}}}",
+        text(method)
+    )
+}
+
+/// What Envoy's router does with a request the filter let on, when it does not forward it.
+enum RouterAnswer {
+    NoRoute,
+    Redirect(u16),
+    Fail(String),
+}
+
+/// Runs the request through the filter's request flow.
 pub fn explain(
     bundle: &Bundle,
     topo: Option<&Topology>,
@@ -203,6 +432,7 @@ pub fn explain(
         &mcp_access_bundle::ValidBundle::new(bundle.clone()).map_err(|e| e.to_string())?,
     )
     .map_err(|e| format!("the bundle does not compile: {e}"))?;
+    check_assumptions(bundle, &spec.assume)?;
     let (gateway, listener, port, listener_host) = pick_listener(bundle, spec)?;
     let host = spec
         .host
@@ -210,19 +440,28 @@ pub fn explain(
         // A wildcard listener: some host under it.
         .or(listener_host.map(|h| h.replacen('*', "host", 1)))
         .unwrap_or_else(|| "localhost".into());
+    let method = spec.method.clone().unwrap_or_else(|| "POST".into());
+    let path = spec.path.clone().unwrap_or_else(|| "/mcp".into());
+    let body = match (&spec.body, &spec.mcp_method) {
+        (Some(b), _) => Some(b.clone()),
+        (None, Some(m)) => Some(body_for(m, spec.param.as_deref())),
+        (None, None) => None,
+    };
     let mut headers: Vec<(String, String)> = spec
         .headers
         .iter()
         .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
         .collect();
-    let (mcp_op, mut method) = mcp_op(spec, &headers)?;
-    if let Some(m) = &spec.method {
-        method = m.clone();
-    }
-    if (spec.body.is_some() || matches!(mcp_op, McpOp::Call { .. } | McpOp::Reply))
-        && !headers.iter().any(|(k, _)| k == "content-type")
-    {
-        headers.push(("content-type".into(), "application/json".into()));
+    // What an MCP client sends with a body, unless given.
+    if let Some(b) = &body {
+        for (name, value) in [
+            ("content-type", "application/json".to_string()),
+            ("content-length", b.len().to_string()),
+        ] {
+            if !headers.iter().any(|(k, _)| k == name) {
+                headers.push((name.into(), value));
+            }
+        }
     }
     let spiffe = match (&spec.spiffe, &spec.service_account) {
         (Some(s), _) => Some(s.clone()),
@@ -239,284 +478,374 @@ pub fn explain(
         }
         _ => None,
     };
-    let path = spec.path.clone().unwrap_or_else(|| "/mcp".into());
-    let canonical_path =
-        mcp_access_engine::canon::canonical_path(&path, bundle.envoy.escaped_slashes)
-            .map_err(|e| format!("--path {path:?}: the filter answers 400: {e}"))?;
-    let mut req = Request {
-        method,
-        path,
-        canonical_path,
-        authority: format!("{host}:{port}"),
-        port,
-        headers,
-        caller: Caller {
-            spiffe: spiffe.clone(),
-            jwts: Vec::new(),
-        },
-        mcp: mcp_op,
-        route_name: None,
-        cluster_name: None,
-    };
-    // Which backend Envoy routes to.
-    let mut route_note = None;
+    if let (Some(_), SpiffeSource::TrustedHeader) = (&spiffe, bundle.identity.spiffe.source) {
+        let name = bundle
+            .identity
+            .spiffe
+            .header
+            .as_ref()
+            .map_or("", |h| h.name.as_str());
+        return Err(format!(
+            "the bundle takes the caller from the trusted header {name}: give it with -H instead of --spiffe / --service-account"
+        ));
+    }
+    let authority = format!("{host}:{port}");
+
+    // Which route Envoy picks, and so the backend.
+    let mut route_name = None;
+    let mut cluster_name = None;
+    let mut note = None;
+    let mut router = None;
     if let Some(r) = &spec.route {
-        req.route_name = Some(r.clone());
+        route_name = Some(r.clone());
     } else if let Some(b) = &spec.backend {
         let be = bundle
             .backends
             .iter()
             .find(|x| &format!("{}/{}", x.namespace, x.name) == b || &x.name == b)
             .ok_or_else(|| format!("no backend {b} in the bundle"))?;
-        req.route_name = be.route_names.first().cloned();
-        req.cluster_name = be.cluster_names.first().cloned();
+        route_name = be.route_names.first().cloned();
+        cluster_name = be.cluster_names.first().cloned();
     } else if let Some(t) = topo {
-        match match_route(t, &gateway, &listener, &req) {
+        let probe = Request {
+            method: method.clone(),
+            canonical_path: mcp_access_engine::canon::canonical_path(
+                &path,
+                bundle.envoy.escaped_slashes,
+            )
+            .unwrap_or_default(),
+            path: path.clone(),
+            authority: authority.clone(),
+            port,
+            headers: headers.clone(),
+            caller: Caller::default(),
+            mcp: McpOp::NotMcp,
+            route_name: None,
+            cluster_name: None,
+        };
+        match match_route(t, &gateway, &listener, &probe) {
             Some(e) => {
-                req.route_name = Some(e.name.clone());
-                if let RouteAction::Forward { clusters, .. } = &e.action {
-                    req.cluster_name = clusters.first().map(|c| c.cluster.clone());
-                    if let RouteAction::Forward {
-                        path_rewrite: Some(_),
+                route_name = Some(e.name.clone());
+                match &e.action {
+                    RouteAction::Forward {
+                        clusters,
+                        path_rewrite,
                         ..
-                    } = &e.action
-                    {
-                        route_note =
-                            Some("the path is rewritten before it reaches the backend".to_string());
+                    } => {
+                        cluster_name = clusters.first().map(|c| c.cluster.clone());
+                        if path_rewrite.is_some() {
+                            note = Some(
+                                "the path is rewritten before it reaches the backend".to_string(),
+                            );
+                        }
                     }
-                } else {
-                    route_note = Some("this route does not forward (redirect or 500), the filter still decides first".into());
+                    RouteAction::Redirect { status, .. } => {
+                        note = Some(format!(
+                            "the route redirects ({status}); the filter decides first"
+                        ));
+                        router = Some(RouterAnswer::Redirect(*status));
+                    }
+                    RouteAction::Fail { message } => {
+                        note = Some("the route has no usable backend (Envoy answers 500); the filter decides first".into());
+                        router = Some(RouterAnswer::Fail(message.clone()));
+                    }
                 }
             }
             None => {
-                route_note = Some(
-                    "no HTTPRoute matches: Envoy answers 404 (the filter sees no route)".into(),
-                )
+                note = Some(match bundle.envoy.unknown_backend {
+                    UnknownBackend::Deny => "no HTTPRoute matches: Envoy has no route, the filter denies it as an unknown backend (envoy.unknownBackend: Deny) before Envoy's router would answer 404".into(),
+                    UnknownBackend::GatewayOnly => "no HTTPRoute matches: Envoy has no route, the filter decides on Gateway-level policies alone (envoy.unknownBackend: GatewayOnly) and what it lets on gets Envoy's 404".into(),
+                });
+                router = Some(RouterAnswer::NoRoute);
             }
         }
     }
 
-    let mut ev = engine.begin(&req, true);
-    let mut calls_out = Vec::new();
-    let decision = loop {
-        match ev.advance(&engine, &req) {
-            Step::Done(d) => break d,
-            Step::Waiting => {
-                return Err("internal: evaluation waits for an answer that was given".into())
-            }
-            Step::Call(calls) => {
-                for c in calls {
-                    let policy = engine
-                        .policies
-                        .get(c.policy)
-                        .map(|p| p.id.clone())
-                        .unwrap_or_default();
-                    let authz = engine
-                        .authorizers
-                        .get(c.authorizer)
+    // The flow, driven as the host adapter drives it.
+    let mut all_headers = vec![
+        (":method".to_string(), method.clone()),
+        (":path".to_string(), path.clone()),
+        (":authority".to_string(), authority.clone()),
+        (":scheme".to_string(), "http".to_string()),
+    ];
+    all_headers.extend(headers);
+    let facts = SpecFacts {
+        port,
+        route: route_name,
+        cluster: cluster_name,
+    };
+    let mut input = HeadersInput::gather(&engine, all_headers, body.is_none(), &facts);
+    if engine.identity.spiffe.source == SpiffeSource::PeerCertificate {
+        input.caller.spiffe = spiffe.clone();
+    }
+    let (route, cluster) = (input.route_name.clone(), input.cluster_name.clone());
+    let mut flow = RequestFlow::traced();
+    let mut next = flow.on_headers(&engine, input);
+    if let (Next::Hold, Some(b)) = (&next, &body) {
+        let bytes = b.as_bytes().to_vec();
+        next = flow.on_body(&engine, bytes.len(), true, |_| Some(bytes));
+    }
+    let mut calls = Vec::new();
+    let mut token: u32 = 0;
+    let add_headers = loop {
+        match next {
+            Next::Allow { add_headers } => break Ok(add_headers),
+            Next::Respond(r) => break Err(r),
+            Next::Hold => return Err("internal: the request flow waits for nothing".into()),
+            Next::Dispatch(list) => {
+                let mut answers = Vec::new();
+                for (slot, callout) in list {
+                    token += 1;
+                    let header = |n: &str| {
+                        callout
+                            .headers
+                            .iter()
+                            .find(|(k, _)| k == n)
+                            .map(|(_, v)| v.clone())
+                            .unwrap_or_default()
+                    };
+                    let policy = header("x-mcp-access-policy");
+                    let authorizer = flow
+                        .authorizer_of(&engine, slot)
                         .map(|a| a.name.clone())
                         .unwrap_or_default();
-                    let short = policy
-                        .split_once('/')
-                        .map(|x| x.1.to_string())
-                        .unwrap_or_default();
-                    let found = [policy.as_str(), short.as_str(), authz.as_str(), "*"]
+                    let short = policy.split_once('/').map_or("", |x| x.1);
+                    let found = [policy.as_str(), short, authorizer.as_str(), "*"]
                         .iter()
-                        .find_map(|k| spec.assume.get(*k).map(|a| (k.to_string(), a.clone())));
-                    let (assumed, given) = match found {
-                        Some((_, a)) => (a, true),
-                        None => (Assumption::Allow, false),
-                    };
-                    let outcome = match &assumed {
-                        Assumption::Allow => AuthzOutcome::Allow {
-                            headers: Vec::new(),
-                        },
-                        Assumption::Deny(s) => AuthzOutcome::Deny {
-                            status: *s,
-                            headers: Vec::new(),
-                            body: Vec::new(),
-                        },
-                        Assumption::Error => AuthzOutcome::Error {
-                            detail: "assumed error".into(),
-                        },
-                    };
-                    calls_out.push(json!({
-                        "level": level_str(Some(c.level)),
-                        "policy": policy,
-                        "authorizer": authz,
-                        "assumed": match &assumed { Assumption::Allow => "allow".to_string(), Assumption::Deny(s) => format!("deny:{s}"), Assumption::Error => "error".into() },
-                        "given": given,
-                    }));
-                    ev.complete(c.slot, outcome);
+                        .find_map(|k| spec.assume.get(*k));
+                    let assumed = found.cloned().unwrap_or(Assumption::Allow);
+                    calls.push(CallView {
+                        level: header("x-mcp-access-level"),
+                        policy,
+                        authorizer,
+                        cluster: callout.cluster.clone(),
+                        assumed: assumed.as_text(),
+                        given: found.is_some(),
+                    });
+                    flow.dispatched(&engine, slot, Ok(token), 0);
+                    answers.push((token, assumed.status()));
+                }
+                next = flow.resume(&engine);
+                for (t, status) in answers {
+                    if next != Next::Hold {
+                        break;
+                    }
+                    next = flow.on_callout_response(&engine, t, status, Vec::new(), Vec::new(), 0);
                 }
             }
         }
     };
-    let trace: Vec<Value> = ev
-        .trace()
-        .iter()
-        .map(|t| json!({"level": level_str(t.level), "step": t.step, "policy": t.policy, "rule": t.rule, "outcome": t.outcome}))
-        .collect();
-    let mut out = json!({
-        "request": {
-            "listener": if gateway.is_empty() { Value::Null } else { json!(format!("{gateway}/{listener}")) },
-            "port": port,
-            "method": req.method,
-            "authority": req.authority,
-            "path": req.path,
-            "caller": spiffe,
-            "mcp": match &req.mcp {
-                McpOp::Call { method, param } => json!({"method": method, "param": param}),
-                McpOp::Transport => json!("transport (SSE stream or session end)"),
-                McpOp::Reply => json!("reply"),
-                McpOp::NotMcp => Value::Null,
-            },
-            "route": req.route_name,
-            "cluster": req.cluster_name,
+    let outcome = flow
+        .outcome()
+        .cloned()
+        .ok_or("internal: the request flow ended without an outcome")?;
+    let req = flow.request();
+    let stage = if !flow.evaluated() {
+        Stage::Transport
+    } else if matches!(outcome.reason, "unknown_listener" | "unknown_backend") {
+        Stage::Resolve
+    } else {
+        Stage::Policy
+    };
+    let mut out = Explanation {
+        request: RequestView {
+            listener: (!gateway.is_empty()).then(|| format!("{gateway}/{listener}")),
+            port,
+            method,
+            authority,
+            path,
+            caller: req.and_then(|r| r.caller.spiffe.clone()),
+            mcp: req.and_then(|r| match &r.mcp {
+                McpOp::Call { method, param } => Some(McpView::Call {
+                    method: method.clone(),
+                    param: param.clone(),
+                }),
+                McpOp::Transport => Some(McpView::Other("transport (SSE stream or session end)")),
+                McpOp::Reply => Some(McpView::Other("reply")),
+                McpOp::NotMcp => None,
+            }),
+            route,
+            cluster,
+            body,
         },
-        "listener": ev.listener_name(&engine),
-        "backend": ev.backend_name(&engine),
-        "calls": calls_out,
-        "trace": trace,
-    });
-    let obj = out.as_object_mut().ok_or("internal")?;
-    if let Some(n) = route_note {
-        obj.insert("note".into(), json!(n));
-    }
-    match decision {
-        Decision::Allow {
-            add_headers,
-            policy,
-            rule,
-        } => {
-            obj.insert("decision".into(), json!("allow"));
-            obj.insert("policy".into(), json!(policy));
-            obj.insert("rule".into(), json!(rule));
-            if !add_headers.is_empty() {
-                obj.insert("addHeaders".into(), json!(add_headers));
+        listener: outcome.listener.clone(),
+        backend: outcome.backend.clone(),
+        note,
+        calls,
+        trace: trace_views(&engine, &flow, &outcome),
+        decision: if outcome.allowed { "allow" } else { "deny" },
+        stage,
+        level: (!outcome.allowed).then(|| level_str(outcome.level)),
+        reason: outcome.reason,
+        policy: outcome.policy,
+        rule: outcome.rule,
+        status: outcome.status,
+        response: None,
+        add_headers: None,
+    };
+    match add_headers {
+        Err(r) => out.response = Some(ResponseView::from(&r)),
+        Ok(add) => match router {
+            None => out.add_headers = Some(header_views(&add)),
+            // Envoy's router answers after the filter let the request on.
+            Some(answer) => {
+                let (status, reason, body) = match answer {
+                    RouterAnswer::NoRoute => (404, "no_route", String::new()),
+                    RouterAnswer::Redirect(s) => (s, "route_redirect", String::new()),
+                    RouterAnswer::Fail(m) => (500, "route_error", m),
+                };
+                out.decision = "deny";
+                out.stage = Stage::Router;
+                out.level = Some(level_str(None));
+                out.reason = reason;
+                out.status = Some(status);
+                out.response = Some(ResponseView {
+                    status,
+                    headers: Vec::new(),
+                    body,
+                });
             }
-        }
-        Decision::Deny(d) => {
-            obj.insert("decision".into(), json!("deny"));
-            obj.insert("level".into(), json!(level_str(d.level)));
-            obj.insert("reason".into(), json!(d.reason.as_str()));
-            obj.insert("policy".into(), json!(d.policy));
-            obj.insert("rule".into(), json!(d.rule));
-            let status = d
-                .relay
-                .as_ref()
-                .map_or(bundle.deny_response.http_status, |r| r.status);
-            obj.insert("status".into(), json!(status));
-            if let Some(x) = d.detail {
-                obj.insert("detail".into(), json!(x));
-            }
-        }
+        },
     }
-    Ok(Explanation { json: out })
+    Ok(out)
 }
 
-fn mcp_op(spec: &RequestSpec, headers: &[(String, String)]) -> Result<(McpOp, String), String> {
-    if let Some(body) = &spec.body {
-        let msg = mcp::parse_message(body.as_bytes(), &ParseLimits::default())
-            .map_err(|(e, _)| format!("--body is not an MCP message the filter accepts: {e}"))?;
-        return Ok((McpOp::from_message(msg), "POST".into()));
+/// The flow's trace; where a level's Allow rules admit nothing, each rule first, with the first
+/// of its conditions the request does not meet (the engine's own `Rule::mismatch`).
+fn trace_views(engine: &Engine, flow: &RequestFlow, outcome: &Outcome) -> Vec<TraceView> {
+    let mut out = Vec::new();
+    for t in flow.trace() {
+        let level = level_str(t.level);
+        let index = match t.level {
+            Some(Level::Gateway) => engine
+                .listeners
+                .iter()
+                .find(|l| outcome.listener.as_ref() == Some(&l.id))
+                .map(|l| &l.index),
+            Some(Level::Backend) => engine
+                .backends
+                .iter()
+                .find(|b| outcome.backend.as_ref() == Some(&b.id))
+                .map(|b| &b.index),
+            None => None,
+        };
+        if let (Some(index), Some(req), ("allow", "no rule admits")) =
+            (index, flow.request(), (t.step, t.outcome.as_str()))
+        {
+            let host = req.host();
+            for r in index.allow.rules() {
+                let Some(rule) = engine.rule(r) else { continue };
+                if let Some(why) = rule.mismatch(req, &host, Mode::Admit) {
+                    out.push(TraceView {
+                        level,
+                        step: "allow",
+                        policy: engine.policies.get(r.policy).map(|p| p.id.clone()),
+                        rule: Some(rule.name.clone()),
+                        outcome: format!("not admitted: {why} does not match"),
+                    });
+                }
+            }
+        }
+        out.push(TraceView {
+            level,
+            step: t.step,
+            policy: t.policy.clone(),
+            rule: t.rule.clone(),
+            outcome: t.outcome.clone(),
+        });
     }
-    if let Some(m) = &spec.mcp_method {
-        return Ok((
-            McpOp::Call {
-                method: m.clone(),
-                param: spec.param.clone(),
-            },
-            "POST".into(),
-        ));
-    }
-    let method = spec.method.clone().unwrap_or_else(|| "POST".into());
-    let has_session = headers.iter().any(|(k, _)| k == "mcp-session-id");
-    Ok((McpOp::without_body(&method, has_session), method))
+    out
 }
 
 /// Human-readable text.
 pub fn to_text(e: &Explanation) -> String {
-    let j = &e.json;
-    let s = |v: &Value| match v {
-        Value::Null => "-".to_string(),
-        Value::String(x) => x.clone(),
-        other => other.to_string(),
-    };
+    let s = |v: Option<&str>| v.unwrap_or("-").to_string();
     let mut out = String::new();
-    let r = &j["request"];
+    let r = &e.request;
     out.push_str(&format!(
         "request   {} {} (authority {}) from {}\n",
-        s(&r["method"]),
-        s(&r["path"]),
-        s(&r["authority"]),
-        if r["caller"].is_null() {
-            "an anonymous caller".to_string()
-        } else {
-            s(&r["caller"])
-        }
+        r.method,
+        r.path,
+        r.authority,
+        r.caller.as_deref().unwrap_or("an anonymous caller")
     ));
-    match &r["mcp"] {
-        Value::Object(m) => out.push_str(&format!(
-            "mcp       {} {}\n",
-            s(&m["method"]),
-            s(&m["param"])
-        )),
-        Value::Null => out.push_str("mcp       (not an MCP message)\n"),
-        other => out.push_str(&format!("mcp       {}\n", s(other))),
+    match &r.mcp {
+        Some(McpView::Call { method, param }) => {
+            out.push_str(&format!("mcp       {method} {}\n", s(param.as_deref())))
+        }
+        Some(McpView::Other(what)) => out.push_str(&format!("mcp       {what}\n")),
+        None => out.push_str("mcp       (not an MCP message)\n"),
     }
-    out.push_str(&format!("listener  {}\n", s(&j["listener"])));
+    out.push_str(&format!("listener  {}\n", s(e.listener.as_deref())));
     out.push_str(&format!(
         "backend   {} (route {}, cluster {})\n",
-        s(&j["backend"]),
-        s(&r["route"]),
-        s(&r["cluster"])
+        s(e.backend.as_deref()),
+        s(r.route.as_deref()),
+        s(r.cluster.as_deref())
     ));
-    if let Some(n) = j.get("note") {
-        out.push_str(&format!("note      {}\n", s(n)));
+    if let Some(n) = &e.note {
+        out.push_str(&format!("note      {n}\n"));
     }
-    for c in j["calls"].as_array().into_iter().flatten() {
+    for c in &e.calls {
         out.push_str(&format!(
             "authorizer {} for {} ({}): assumed {}{}\n",
-            s(&c["authorizer"]),
-            s(&c["policy"]),
-            s(&c["level"]),
-            s(&c["assumed"]),
-            if c["given"] == json!(true) {
-                ""
-            } else {
-                " (no --assume given)"
-            }
+            c.authorizer,
+            c.policy,
+            c.level,
+            c.assumed,
+            if c.given { "" } else { " (no --assume given)" }
         ));
     }
-    if j["decision"] == json!("allow") {
+    if e.decision == "allow" {
         out.push_str(&format!(
             "decision  ALLOW (policy {}, rule {})\n",
-            s(&j["policy"]),
-            s(&j["rule"])
+            s(e.policy.as_deref()),
+            s(e.rule.as_deref())
         ));
+        for h in e.add_headers.iter().flatten() {
+            out.push_str(&format!("upstream  + {}: {}\n", h.name, h.value));
+        }
     } else {
+        let who = match e.stage {
+            Stage::Transport => "rejected by the filter's transport checks",
+            Stage::Resolve => "the filter cannot resolve listener or backend",
+            Stage::Policy => "denied by policy",
+            Stage::Router => "answered by Envoy's router",
+        };
         out.push_str(&format!(
-            "decision  DENY {} at {} ({}): policy {}, rule {}\n",
-            s(&j["status"]),
-            s(&j["level"]),
-            s(&j["reason"]),
-            s(&j["policy"]),
-            s(&j["rule"])
+            "decision  DENY {} at {} ({}): policy {}, rule {}; {who}\n",
+            e.status.map_or("-".to_string(), |x| x.to_string()),
+            e.level.unwrap_or("none"),
+            e.reason,
+            s(e.policy.as_deref()),
+            s(e.rule.as_deref())
         ));
+        if let Some(resp) = &e.response {
+            let relayed = if e.reason == "external_auth_denied" {
+                " (with the headers and body the authorizer sends)"
+            } else {
+                ""
+            };
+            out.push_str(&format!("response  HTTP {}{relayed}\n", resp.status));
+            for h in &resp.headers {
+                out.push_str(&format!("          {}: {}\n", h.name, h.value));
+            }
+            if !resp.body.is_empty() {
+                out.push_str(&format!("          {}\n", resp.body));
+            }
+        }
     }
     out.push_str("trace\n");
-    let rows: Vec<[String; 5]> = j["trace"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let rows: Vec<[String; 5]> = e
+        .trace
+        .iter()
         .map(|t| {
             [
-                s(&t["level"]),
-                s(&t["step"]),
-                s(&t["policy"]),
-                s(&t["rule"]),
-                s(&t["outcome"]),
+                t.level.to_string(),
+                t.step.to_string(),
+                s(t.policy.as_deref()),
+                s(t.rule.as_deref()),
+                t.outcome.clone(),
             ]
         })
         .collect();

@@ -83,7 +83,7 @@ enum Command {
         #[command(flatten)]
         report: ReportArgs,
     },
-    /// Decide one request with the filter's engine and print the decision and its trace.
+    /// Run one request through the filter's request flow; print the response and the trace.
     Explain(Box<ExplainArgs>),
     /// Print the policy bundle's JSON Schema.
     Schema,
@@ -305,11 +305,12 @@ struct ExplainArgs {
     /// Resource URI (implies --mcp-method resources/read).
     #[arg(long, conflicts_with = "body")]
     uri: Option<String>,
-    /// A JSON-RPC request body, parsed as the filter parses it.
+    /// The request body as sent (else built from --mcp-method / --tool / --prompt / --uri).
     #[arg(long, conflicts_with = "mcp_method")]
     body: Option<String>,
-    /// Authorizer outcome to assume: POLICY=allow|deny[:STATUS]|error (POLICY: NAMESPACE/NAME,
-    /// NAME, the authorizer name, or `*`). Unlisted authorizers are assumed to allow.
+    /// Authorizer outcome to assume: POLICY=allow|deny[:STATUS]|error (POLICY: an ExternalAuth
+    /// policy's NAMESPACE/NAME or NAME, the authorizer name, or `*`; STATUS 300-499). Unlisted
+    /// authorizers are assumed to allow; a key naming none is an error.
     #[arg(long = "assume", value_name = "POLICY=OUTCOME")]
     assume: Vec<String>,
     /// Output format.
@@ -711,11 +712,11 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
     match a.format {
         Format::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&e.json).map_err(|x| x.to_string())?
+            serde_json::to_string_pretty(&e).map_err(|x| x.to_string())?
         ),
         Format::Yaml => print!(
             "{}",
-            serde_norway::to_string(&e.json).map_err(|x| x.to_string())?
+            serde_norway::to_string(&e).map_err(|x| x.to_string())?
         ),
         Format::Text => print!("{}", explain::to_text(&e)),
     }

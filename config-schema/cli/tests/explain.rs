@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use mcp_access_cli::explain::{explain, parse_assumption, to_text, Assumption, RequestSpec};
+use mcp_access_cli::explain::{
+    explain, parse_assumption, to_text, Assumption, Explanation, RequestSpec,
+};
 use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 use serde_json::Value;
 
@@ -134,6 +136,10 @@ fn eight_policies(reversed: bool) -> Compiled {
 }
 
 fn ask(c: &Compiled, tool: &str, assume: &[(&str, &str)]) -> Value {
+    serde_json::to_value(ask_e(c, tool, assume)).unwrap()
+}
+
+fn ask_e(c: &Compiled, tool: &str, assume: &[(&str, &str)]) -> Explanation {
     let spec = RequestSpec {
         path: Some("/payments/mcp".into()),
         service_account: Some("agents/payer".into()),
@@ -145,7 +151,7 @@ fn ask(c: &Compiled, tool: &str, assume: &[(&str, &str)]) -> Value {
             .collect::<BTreeMap<_, _>>(),
         ..RequestSpec::default()
     };
-    explain(&c.bundle, Some(&c.topology), &spec).unwrap().json
+    explain(&c.bundle, Some(&c.topology), &spec).unwrap()
 }
 
 fn called(v: &Value) -> Vec<String> {
@@ -241,7 +247,8 @@ fn seed_000_eight_policy_example_explained() {
 #[test]
 fn trace_names_level_step_policy_rule_and_why() {
     let c = eight_policies(false);
-    let v = ask(&c, "refund", &[]);
+    let e = ask_e(&c, "refund", &[]);
+    let v = serde_json::to_value(&e).unwrap();
     let trace = v["trace"].as_array().unwrap();
     let steps: Vec<(String, String, String)> = trace
         .iter()
@@ -268,7 +275,7 @@ fn trace_names_level_step_policy_rule_and_why() {
     assert_eq!(admitted["policy"], "shop/gateway-policy-inline-tools-1");
     assert_eq!(admitted["rule"], "payer");
 
-    let text = to_text(&mcp_access_cli::explain::Explanation { json: v });
+    let text = to_text(&e);
     assert!(
         text.contains("decision  DENY 403 at backend (not_allowed)"),
         "{text}"
@@ -287,7 +294,7 @@ fn routing_comes_from_the_routes_and_unknown_paths_are_unknown_backends() {
         param: Some("pay".into()),
         ..RequestSpec::default()
     };
-    let v = explain(&c.bundle, Some(&c.topology), &spec).unwrap().json;
+    let v = serde_json::to_value(explain(&c.bundle, Some(&c.topology), &spec).unwrap()).unwrap();
     assert_eq!(v["reason"], "unknown_backend");
     assert!(v["note"].as_str().unwrap().contains("no HTTPRoute matches"));
     // A body is parsed as the filter parses it.
@@ -299,7 +306,7 @@ fn routing_comes_from_the_routes_and_unknown_paths_are_unknown_backends() {
         ),
         ..RequestSpec::default()
     };
-    let v = explain(&c.bundle, Some(&c.topology), &spec).unwrap().json;
+    let v = serde_json::to_value(explain(&c.bundle, Some(&c.topology), &spec).unwrap()).unwrap();
     assert_eq!(v["decision"], "allow");
     assert_eq!(v["request"]["mcp"]["param"], "balance");
     // Another caller is not the payer: nothing admits it at the gateway.
@@ -310,7 +317,7 @@ fn routing_comes_from_the_routes_and_unknown_paths_are_unknown_backends() {
         param: Some("pay".into()),
         ..RequestSpec::default()
     };
-    let v = explain(&c.bundle, None, &spec).unwrap().json;
+    let v = serde_json::to_value(explain(&c.bundle, None, &spec).unwrap()).unwrap();
     assert_eq!(
         (v["level"].as_str(), v["reason"].as_str()),
         (Some("gateway"), Some("not_allowed"))

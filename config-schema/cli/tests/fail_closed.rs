@@ -65,7 +65,7 @@ fn ask(
             .collect::<BTreeMap<_, _>>(),
         ..RequestSpec::default()
     };
-    explain(&c.bundle, Some(&c.topology), &spec).unwrap().json
+    serde_json::to_value(explain(&c.bundle, Some(&c.topology), &spec).unwrap()).unwrap()
 }
 
 fn status<'a>(c: &'a Compiled, name: &str) -> &'a mcp_access_k8s::ObjectStatus {

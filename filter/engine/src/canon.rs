@@ -24,6 +24,8 @@ pub enum PathError {
     Control,
     /// A `%` not followed by two hex digits.
     BadEscape,
+    /// A `..` after repeated slashes: its meaning depends on whether slashes are merged first.
+    Ambiguous,
 }
 
 impl fmt::Display for PathError {
@@ -34,6 +36,9 @@ impl fmt::Display for PathError {
             PathError::Nul => "the request path holds a NUL character",
             PathError::Control => "the request path holds a control character",
             PathError::BadEscape => "the request path holds an invalid percent-encoding",
+            PathError::Ambiguous => {
+                "the request path has a '..' segment after repeated slashes, which servers read differently"
+            }
         })
     }
 }
@@ -94,7 +99,20 @@ pub fn canonical_path(raw: &str, escaped: EscapedSlashes) -> Result<String, Path
         }
     }
     // Pass 2: dot segments (RFC 3986 §5.2.4, on a path known to start with '/'), then
-    // empty segments (repeated slashes). Segments are '/'-separated; the first is empty.
+    // empty segments (repeated slashes).
+    let canon = resolve(&decoded, false);
+    // Where a `..` follows `//`, merging slashes first would give another path (`/a//../b`:
+    // `/a/b` here, `/b` for an upstream that merges first). Neither reading is safe to assume.
+    if decoded.windows(2).any(|w| w == b"//") && resolve(&decoded, true) != canon {
+        return Err(PathError::Ambiguous);
+    }
+    String::from_utf8(canon).map_err(|_| PathError::BadEscape)
+}
+
+/// Removes dot segments, then empty ones; `merge_first`: empty segments (but a trailing one)
+/// are dropped before dot segments are removed.
+fn resolve(decoded: &[u8], merge_first: bool) -> Vec<u8> {
+    // Segments are '/'-separated; the first is empty.
     let mut out: Vec<&[u8]> = Vec::new();
     let mut segments = decoded.split(|&c| c == b'/').skip(1).peekable();
     while let Some(seg) = segments.next() {
@@ -109,6 +127,7 @@ pub fn canonical_path(raw: &str, escaped: EscapedSlashes) -> Result<String, Path
                     out.push(b"");
                 }
             }
+            b"" if merge_first && !last => {}
             _ => out.push(seg),
         }
     }
@@ -123,7 +142,7 @@ pub fn canonical_path(raw: &str, escaped: EscapedSlashes) -> Result<String, Path
     if canon.is_empty() {
         canon.push(b'/');
     }
-    String::from_utf8(canon).map_err(|_| PathError::BadEscape)
+    canon
 }
 
 #[cfg(test)]
@@ -196,6 +215,13 @@ mod tests {
         ] {
             assert_eq!(canon(p), Err(e), "{p:?}");
         }
+        // `..` after `//`: `/a/b` by RFC 3986 order, `/b` when slashes are merged first.
+        for p in ["/a//../b", "/mcp//x/../../admin", "/mcp/tools//../admin"] {
+            assert_eq!(canon(p), Err(PathError::Ambiguous), "{p:?}");
+        }
+        // Where both orders agree, repeated slashes are just merged.
+        assert_eq!(canon("/a//b/../c").unwrap(), "/a/c");
+        assert_eq!(canon("/a/../b//c").unwrap(), "/b/c");
         // Only the path is looked at.
         assert_eq!(canon("/mcp?a=%2F&b=%zz").unwrap(), "/mcp");
     }
@@ -257,8 +283,26 @@ mod tests {
             s.push(if ch == '\\' { '/' } else { ch });
             i += ch.len_utf8();
         }
-        // RFC 3986 §5.2.4, step by step on strings.
-        let mut input = s;
+        let merge = |mut p: String| {
+            while p.contains("//") {
+                p = p.replace("//", "/");
+            }
+            if p.is_empty() {
+                p.push('/');
+            }
+            p
+        };
+        // RFC 3986 order (dot segments, then slashes); a merge-first reading that differs
+        // makes the path ambiguous.
+        let canon = merge(remove_dot_segments(s.clone()));
+        if s.contains("//") && merge(remove_dot_segments(merge(s))) != canon {
+            return Err(PathError::Ambiguous);
+        }
+        Ok(canon)
+    }
+
+    /// RFC 3986 §5.2.4, step by step on strings.
+    fn remove_dot_segments(mut input: String) -> String {
         let mut output = String::new();
         while !input.is_empty() {
             if let Some(rest) = input.strip_prefix("../") {
@@ -288,13 +332,7 @@ mod tests {
                 input = input[k..].to_string();
             }
         }
-        while output.contains("//") {
-            output = output.replace("//", "/");
-        }
-        if output.is_empty() {
-            output.push('/');
-        }
-        Ok(output)
+        output
     }
 
     /// Deterministic xorshift, so failures reproduce.

@@ -193,6 +193,8 @@ pub struct RequestFlow {
     /// Callouts that ended since the host last took them.
     reports: Vec<CalloutReport>,
     outcome: Option<Outcome>,
+    /// Whether the evaluation keeps a trace (`explain`).
+    trace: bool,
 }
 
 impl Default for RequestFlow {
@@ -212,7 +214,31 @@ impl RequestFlow {
             tokens: Vec::new(),
             reports: Vec::new(),
             outcome: None,
+            trace: false,
         }
+    }
+
+    /// A flow whose evaluation keeps a trace ([`RequestFlow::trace`]), for `explain`.
+    pub fn traced() -> Self {
+        RequestFlow {
+            trace: true,
+            ..Self::new()
+        }
+    }
+
+    /// The evaluation's trace: empty unless [`RequestFlow::traced`] and policies were evaluated.
+    pub fn trace(&self) -> &[crate::policy::TraceEntry] {
+        self.eval.as_ref().map_or(&[], |ev| ev.trace())
+    }
+
+    /// Whether policies were evaluated (false: a transport check answered first).
+    pub fn evaluated(&self) -> bool {
+        self.eval.is_some()
+    }
+
+    /// The request as the flow sees it, once its headers arrived.
+    pub fn request(&self) -> Option<&Request> {
+        self.req.as_ref()
     }
 
     /// How the request ended, once it has.
@@ -381,7 +407,8 @@ impl RequestFlow {
         std::mem::take(&mut self.reports)
     }
 
-    fn authorizer_of<'e>(
+    /// The authorizer of the callout for `slot`.
+    pub fn authorizer_of<'e>(
         &self,
         engine: &'e Engine,
         slot: usize,
@@ -507,7 +534,7 @@ impl RequestFlow {
             return Next::Hold;
         };
         req.mcp = op;
-        self.eval = Some(engine.begin(req, false));
+        self.eval = Some(engine.begin(req, self.trace));
         self.stage = Stage::Deciding;
         self.step(engine)
     }
@@ -792,6 +819,40 @@ mod tests {
             let got = header_rejection(&request(method, headers), *end, 10);
             assert_eq!(&got, want, "{method} {headers:?} {end}");
         }
+    }
+
+    #[test]
+    fn only_a_traced_flow_keeps_a_trace() {
+        let engine = Engine::from_json(
+            br#"{"apiVersion": "mcp-access.io/v1",
+                 "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 80}]}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let input = || HeadersInput {
+            headers: vec![
+                (":method".into(), "GET".into()),
+                (":path".into(), "/mcp".into()),
+            ],
+            end_of_stream: true,
+            port: 80,
+            ..HeadersInput::default()
+        };
+        let mut plain = RequestFlow::new();
+        let mut traced = RequestFlow::traced();
+        assert_eq!(
+            plain.on_headers(&engine, input()),
+            traced.on_headers(&engine, input())
+        );
+        assert!(plain.trace().is_empty() && plain.evaluated());
+        assert!(!traced.trace().is_empty() && traced.evaluated());
+        assert_eq!(traced.request().map(|r| r.method.as_str()), Some("GET"));
+        // A transport check answers before any evaluation.
+        let mut rejected = RequestFlow::traced();
+        let mut gzip = input();
+        gzip.headers
+            .push(("content-encoding".into(), "gzip".into()));
+        assert!(matches!(rejected.on_headers(&engine, gzip), Next::Respond(r) if r.status == 415));
+        assert!(!rejected.evaluated() && rejected.trace().is_empty());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! bundle policy compiled), and how one rule matches a request.
 
 use std::collections::HashSet;
+use std::fmt;
 
 use mcp_access_bundle::gateway_api::{
     full_regex, path_prefix_matches, service_account_spiffe, HostPattern,
@@ -227,6 +228,37 @@ fn compile_mcp(m: &McpMatch) -> Mcp {
     }
 }
 
+/// The first condition of a rule that a request does not meet (for traces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch<'r> {
+    Source,
+    HttpMethod,
+    Port,
+    Host,
+    Path,
+    /// The named header is absent or (a copy of it) does not match.
+    Header(&'r str),
+    /// No listed MCP method is the request's (or it is not an MCP call).
+    McpMethod,
+    /// A listed MCP method is the request's, but not with its name / URI.
+    Param,
+}
+
+impl fmt::Display for Mismatch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::Source => f.write_str("source"),
+            Mismatch::HttpMethod => f.write_str("HTTP method"),
+            Mismatch::Port => f.write_str("port"),
+            Mismatch::Host => f.write_str("host"),
+            Mismatch::Path => f.write_str("path"),
+            Mismatch::Header(name) => write!(f, "header {name}"),
+            Mismatch::McpMethod => f.write_str("MCP method"),
+            Mismatch::Param => f.write_str("param"),
+        }
+    }
+}
+
 impl Rule {
     /// Source AND authorization, repeated headers resolved per `mode`.
     pub fn admits(&self, req: &Request, host: &str, mode: Mode) -> bool {
@@ -235,6 +267,42 @@ impl Rule {
                 .authz
                 .as_ref()
                 .is_none_or(|a| a.matches(req, host, mode))
+    }
+
+    /// Why the rule does not admit `req` (the first condition that fails), None if it does.
+    pub fn mismatch(&self, req: &Request, host: &str, mode: Mode) -> Option<Mismatch<'_>> {
+        if !self.source.matches(&req.caller) {
+            return Some(Mismatch::Source);
+        }
+        let a = self.authz.as_ref()?;
+        if !(a.methods.is_empty() || a.methods.iter().any(|m| m == &req.method)) {
+            return Some(Mismatch::HttpMethod);
+        }
+        if !(a.ports.is_empty() || a.ports.contains(&req.port)) {
+            return Some(Mismatch::Port);
+        }
+        if !(a.hosts.is_empty() || a.hosts.iter().any(|h| h.matches(host))) {
+            return Some(Mismatch::Host);
+        }
+        if !(a.paths.is_empty() || a.paths.iter().any(|p| p.matches(&req.canonical_path))) {
+            return Some(Mismatch::Path);
+        }
+        if let Some(h) = a.headers.iter().find(|h| !h.matches(req, mode)) {
+            return Some(Mismatch::Header(&h.name));
+        }
+        let m = a.mcp.as_ref()?;
+        if m.matches(&req.mcp) {
+            return None;
+        }
+        let named = req
+            .mcp
+            .method()
+            .is_some_and(|method| m.methods.iter().any(|x| x.name_matches(method)));
+        Some(if named {
+            Mismatch::Param
+        } else {
+            Mismatch::McpMethod
+        })
     }
 
     /// For indexing: `(method, params)` pairs when every MCP method of this rule names params.
@@ -343,15 +411,107 @@ impl Mcp {
 }
 
 impl Method {
-    fn matches(&self, method: &str, param: Option<&str>) -> bool {
-        let name_ok = match Category::named(&self.name) {
+    fn name_matches(&self, method: &str) -> bool {
+        match Category::named(&self.name) {
             Some(category) => category.covers(method),
             None => self.name == method,
-        };
-        name_ok
+        }
+    }
+
+    fn matches(&self, method: &str, param: Option<&str>) -> bool {
+        self.name_matches(method)
             && match &self.params {
                 None => true,
                 Some(allowed) => param.is_some_and(|p| allowed.contains(p)),
             }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(json: serde_json::Value) -> Rule {
+        let r: bundle::Rule = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+        compile_rule(&r, "ns", Some("example.org")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn mismatch_names_the_failing_condition_exactly_when_the_rule_does_not_admit() {
+        let req = |tool: &str, team: &[&str]| Request {
+            method: "POST".into(),
+            path: "/mcp".into(),
+            canonical_path: "/mcp".into(),
+            authority: "a.example:8443".into(),
+            port: 8443,
+            headers: team
+                .iter()
+                .map(|t| ("x-team".into(), t.to_string()))
+                .collect(),
+            caller: Caller {
+                spiffe: Some("spiffe://example.org/ns/a/sa/b".into()),
+                jwts: Vec::new(),
+            },
+            mcp: McpOp::Call {
+                method: "tools/call".into(),
+                param: Some(tool.into()),
+            },
+            route_name: None,
+            cluster_name: None,
+        };
+        let header = rule(serde_json::json!({"name": "h", "authorization": {
+            "headers": [{"name": "X-Team", "value": "blue"}],
+            "mcp": {"methods": [{"name": "tools", "params": ["echo"]}]}}}));
+        let source = rule(
+            serde_json::json!({"name": "s", "source": {"type": "SPIFFE", "spiffe": "spiffe://example.org/ns/a/sa/c"}}),
+        );
+        let cases = [
+            (&header, req("echo", &["blue"]), Mode::Admit, None),
+            (
+                &header,
+                req("add", &["blue"]),
+                Mode::Admit,
+                Some(Mismatch::Param),
+            ),
+            (
+                &header,
+                req("echo", &[]),
+                Mode::Admit,
+                Some(Mismatch::Header("x-team")),
+            ),
+            // A repeated header: every copy must match to admit, any copy to select.
+            (
+                &header,
+                req("echo", &["blue", "red"]),
+                Mode::Admit,
+                Some(Mismatch::Header("x-team")),
+            ),
+            (&header, req("echo", &["blue", "red"]), Mode::Select, None),
+            (
+                &source,
+                req("echo", &[]),
+                Mode::Admit,
+                Some(Mismatch::Source),
+            ),
+        ];
+        for (r, q, mode, want) in cases {
+            assert_eq!(r.mismatch(&q, "a.example", mode), want, "{}", r.name);
+            assert_eq!(
+                r.admits(&q, "a.example", mode),
+                want.is_none(),
+                "{}",
+                r.name
+            );
+        }
+        let mut prompt = req("echo", &["blue"]);
+        prompt.mcp = McpOp::Call {
+            method: "prompts/get".into(),
+            param: Some("echo".into()),
+        };
+        assert_eq!(
+            header.mismatch(&prompt, "a.example", Mode::Admit),
+            Some(Mismatch::McpMethod)
+        );
+        assert_eq!(Mismatch::Header("x-team").to_string(), "header x-team");
     }
 }

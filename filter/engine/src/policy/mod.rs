@@ -13,7 +13,7 @@ use mcp_access_bundle::{
 };
 
 use compiled::compile_rule;
-pub use compiled::Mode;
+pub use compiled::{Mismatch, Mode};
 pub use eval::{
     level_str, AuthzCall, AuthzOutcome, Decision, Denial, Evaluation, Reason, Relay, Step,
     TraceEntry,
@@ -150,6 +150,21 @@ impl RuleSet {
 
     fn is_empty(&self) -> bool {
         self.general.is_empty() && self.keyed.is_empty() && self.base.is_empty()
+    }
+
+    /// Every rule of the set, most senior first (for traces: not on the request path).
+    pub fn rules(&self) -> Vec<RuleRef> {
+        let keyed = self.keyed.values().flat_map(|m| m.values().flatten());
+        let mut all: Vec<RuleRef> = self
+            .general
+            .iter()
+            .chain(keyed)
+            .chain(self.base.iter())
+            .copied()
+            .collect();
+        all.sort();
+        all.dedup();
+        all
     }
 }
 

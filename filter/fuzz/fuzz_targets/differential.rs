@@ -1,0 +1,250 @@
+//! `mcp::parse_message` against serde_json: both must agree on whether a body is JSON, and
+//! on everything the filter extracts (kind, method, name, uri, protocol version, id) or the
+//! error code.
+//!
+//! The places where the parser is deliberately stricter than serde_json are encoded one by
+//! one below (see `expected`), each as narrow as the rule it stands for:
+//! - duplicate keys in any object (compared after escape decoding) are -32600;
+//! - nesting deeper than `ParseLimits::max_depth` is -32700;
+//! - a batch (top-level array) or any other non-object message is -32600;
+//! - the JSON-RPC / MCP member rules of filter/src/mcp.rs (`jsonrpc` must be "2.0", `id` a
+//!   string or number, `params` an object or array, `error` an object, the `_meta` protocol
+//!   version a string, ...).
+//!
+//! One limitation of the oracle, not of the parser, is skipped: serde_json (without its
+//! `arbitrary_precision` feature) rejects numbers whose value overflows an f64 ("number out of
+//! range") although they are valid JSON; such bodies are only checked not to panic.
+#![no_main]
+
+use std::collections::HashSet;
+use std::fmt;
+
+use libfuzzer_sys::fuzz_target;
+use mcp_access_engine::mcp::{parse_message, McpMessage, MessageKind, ParseError, ParseLimits};
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+const PARSE: i32 = -32700;
+const INVALID_REQUEST: i32 = -32600;
+const INVALID_PARAMS: i32 = -32602;
+
+fuzz_target!(|body: &[u8]| {
+    // The filter's default depth, and a small one so that the limit itself is exercised.
+    for max_depth in [64, 3] {
+        check(body, &ParseLimits { max_depth });
+    }
+});
+
+/// What serde_json sees besides the value: duplicate keys (after decoding), nesting depth,
+/// and how often each key occurs in this (top-level) object.
+#[derive(Default)]
+struct Shape {
+    dup: bool,
+    depth: usize,
+    id_keys: usize,
+}
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ShapeVisitor)
+    }
+}
+
+struct ShapeVisitor;
+
+impl<'de> Visitor<'de> for ShapeVisitor {
+    type Value = Shape;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
+        Ok(Shape::default())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Shape, E> {
+        Ok(Shape::default())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Shape, E> {
+        Ok(Shape::default())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Shape, E> {
+        Ok(Shape::default())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Shape, E> {
+        Ok(Shape::default())
+    }
+    fn visit_unit<E>(self) -> Result<Shape, E> {
+        Ok(Shape::default())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
+        let mut out = Shape::default();
+        while let Some(inner) = seq.next_element::<Shape>()? {
+            out.dup |= inner.dup;
+            out.depth = out.depth.max(inner.depth);
+        }
+        out.depth += 1;
+        Ok(out)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
+        let mut out = Shape::default();
+        let mut keys = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let inner = map.next_value::<Shape>()?;
+            out.id_keys += usize::from(key == "id");
+            out.dup |= !keys.insert(key) || inner.dup;
+            out.depth = out.depth.max(inner.depth);
+        }
+        out.depth += 1;
+        Ok(out)
+    }
+}
+
+/// What serde_json says about the body, or None where the oracle cannot judge (see the
+/// module docs).
+fn oracle(body: &[u8]) -> Option<Result<(Value, Shape), ()>> {
+    match serde_json::from_slice::<Shape>(body) {
+        Ok(shape) => match serde_json::from_slice::<Value>(body) {
+            Ok(value) => Some(Ok((value, shape))),
+            Err(e) => panic!("serde_json read the body once but not twice: {e}"),
+        },
+        // The oracle's limitation: a valid number outside f64.
+        Err(e) if e.to_string().starts_with("number out of range") => None,
+        // Includes serde_json's own nesting limit (128), above any limit used here.
+        Err(_) => Some(Err(())),
+    }
+}
+
+/// The expected outcome for valid JSON: the extracted message (id compared separately) or
+/// an error code.
+fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMessage, i32> {
+    // Stricter by design: the depth limit.
+    if shape.depth > limits.max_depth {
+        return Err(PARSE);
+    }
+    // Stricter by design: one message per body, never a batch.
+    let Value::Object(msg) = value else {
+        return Err(INVALID_REQUEST);
+    };
+    // Stricter by design: duplicate keys anywhere.
+    if shape.dup {
+        return Err(INVALID_REQUEST);
+    }
+    if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(INVALID_REQUEST);
+    }
+    let id = msg.get("id");
+    if id.is_some_and(|v| !v.is_string() && !v.is_number()) {
+        return Err(INVALID_REQUEST);
+    }
+    let params = msg.get("params");
+    if params.is_some_and(|p| !p.is_object() && !p.is_array()) {
+        return Err(INVALID_REQUEST);
+    }
+    if msg.get("error").is_some_and(|e| !e.is_object()) {
+        return Err(INVALID_REQUEST);
+    }
+    let has_result = msg.contains_key("result");
+    let has_error = msg.contains_key("error");
+    let method = match msg.get("method") {
+        None if (has_result != has_error) && id.is_some() => {
+            return Ok(McpMessage {
+                kind: MessageKind::Response,
+                method: None,
+                id: None,
+                name: None,
+                uri: None,
+                protocol_version: None,
+            });
+        }
+        None => return Err(INVALID_REQUEST),
+        Some(Value::String(m)) if !has_result && !has_error => m.clone(),
+        Some(_) => return Err(INVALID_REQUEST),
+    };
+    let member = |key: &str| match params {
+        Some(Value::Object(p)) => p.get(key).and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    };
+    let (name, uri) = match method.as_str() {
+        "tools/call" | "prompts/get" => (Some(member("name").ok_or(INVALID_PARAMS)?), None),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            (None, Some(member("uri").ok_or(INVALID_PARAMS)?))
+        }
+        _ => (None, None),
+    };
+    // The per-request protocol version (MCP 2026-07-28): a string if present.
+    let meta = match params {
+        Some(Value::Object(p)) => p.get("_meta").and_then(Value::as_object),
+        _ => None,
+    };
+    let protocol_version = match meta.and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+    {
+        None => None,
+        Some(Value::String(v)) => Some(v.clone()),
+        Some(_) => return Err(INVALID_PARAMS),
+    };
+    let kind = if id.is_some() {
+        MessageKind::Request
+    } else {
+        MessageKind::Notification
+    };
+    Ok(McpMessage {
+        kind,
+        method: Some(method),
+        id: None,
+        name,
+        uri,
+        protocol_version,
+    })
+}
+
+/// The raw id text the parser returned, read back by serde_json.
+fn id_value(raw: &str, text: &str) -> Value {
+    match serde_json::from_str::<Value>(raw) {
+        Ok(v) if v.is_string() || v.is_number() => v,
+        other => panic!("echoed id {raw:?} is not a JSON string or number ({other:?}): {text}"),
+    }
+}
+
+fn check(body: &[u8], limits: &ParseLimits) {
+    let ours = parse_message(body, limits);
+    let text = String::from_utf8_lossy(body);
+    let (value, shape) = match oracle(body) {
+        None => return,
+        Some(Err(())) => {
+            assert!(
+                matches!(ours, Err((ParseError::Parse(_), _))),
+                "serde_json rejects the JSON, the parser said {ours:?}: {text}"
+            );
+            return;
+        }
+        Some(Ok(read)) => read,
+    };
+    let want = expected(&value, &shape, limits);
+    match (&ours, &want) {
+        (Ok(got), Ok(want)) => {
+            let mut got_no_id = got.clone();
+            got_no_id.id = None;
+            assert_eq!(
+                &got_no_id, want,
+                "extraction differs from serde_json: {text}"
+            );
+            match &got.id {
+                Some(raw) => assert_eq!(id_value(raw, &text), value["id"], "id differs: {text}"),
+                None => assert!(value.get("id").is_none(), "id lost: {text}"),
+            }
+        }
+        (Err((err, id)), Err(code)) => {
+            assert_eq!(err.code(), *code, "error code differs ({err}): {text}");
+            let echoed = id.as_deref().map(|raw| id_value(raw, &text));
+            // After a parse error the flow drops the id; otherwise the whole body was read,
+            // and the id is echoed exactly when it is given once and is a string or number.
+            if !matches!(err, ParseError::Parse(_)) {
+                let single =
+                    shape.id_keys == 1 && (value["id"].is_string() || value["id"].is_number());
+                let want_id = single.then(|| value["id"].clone());
+                assert_eq!(echoed, want_id, "echoed id ({err}): {text}");
+            }
+        }
+        _ => panic!("parser and serde_json disagree: ours {ours:?}, expected {want:?}: {text}"),
+    }
+}
