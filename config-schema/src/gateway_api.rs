@@ -19,7 +19,7 @@ pub fn canonical_host(authority: &str) -> String {
 }
 
 /// Strips a `:port` suffix, handling `[v6]:port`.
-pub fn without_port(authority: &str) -> &str {
+pub(crate) fn without_port(authority: &str) -> &str {
     if authority.starts_with('[') {
         return match authority.find(']') {
             Some(i) => authority.get(..=i).unwrap_or(authority),
@@ -33,7 +33,7 @@ pub fn without_port(authority: &str) -> &str {
 }
 
 /// A hostname pattern in canonical form: lower-cased, one trailing dot removed.
-pub fn canonical_pattern(pattern: &str) -> String {
+pub(crate) fn canonical_pattern(pattern: &str) -> String {
     let mut p = pattern.to_ascii_lowercase();
     if p.ends_with('.') {
         p.pop();

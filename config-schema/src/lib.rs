@@ -1,7 +1,7 @@
 //! The mcp-access policy bundle: types, strict parsing with field paths, semantic validation,
 //! and the JSON Schema generated from the types.
 
-pub mod bundle;
+mod bundle;
 pub mod gateway_api;
 pub mod mcp_methods;
 pub mod validate;

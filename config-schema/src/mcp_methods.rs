@@ -6,32 +6,30 @@
 //! allowed only for the methods that carry a [`Param`]. The base protocol is the table's `base`
 //! methods plus every method under [`BASE_PREFIXES`].
 
-/// An MCP protocol revision, oldest first.
+/// An MCP protocol revision the method table refers to, oldest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Revision {
+pub(crate) enum Revision {
     V2025_03_26,
-    V2025_06_18,
     V2025_11_25,
     V2026_07_28,
 }
 
 impl Revision {
-    /// Every revision the project knows, oldest first.
-    pub const ALL: [Revision; 4] = [
+    /// Every revision of the enum, oldest first.
+    #[cfg(test)]
+    const ALL: [Revision; 3] = [
         Revision::V2025_03_26,
-        Revision::V2025_06_18,
         Revision::V2025_11_25,
         Revision::V2026_07_28,
     ];
 
     /// The first revision whose requests carry `Mcp-Method` / `Mcp-Name` (SEP-2243).
-    pub const FIRST_WITH_HEADERS: Revision = Revision::V2026_07_28;
+    pub(crate) const FIRST_WITH_HEADERS: Revision = Revision::V2026_07_28;
 
     /// The revision's date, as `MCP-Protocol-Version` carries it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Revision::V2025_03_26 => "2025-03-26",
-            Revision::V2025_06_18 => "2025-06-18",
             Revision::V2025_11_25 => "2025-11-25",
             Revision::V2026_07_28 => "2026-07-28",
         }
@@ -54,10 +52,10 @@ pub enum Category {
 }
 
 impl Category {
-    pub const ALL: [Category; 3] = [Category::Tools, Category::Prompts, Category::Resources];
+    pub(crate) const ALL: [Category; 3] = [Category::Tools, Category::Prompts, Category::Resources];
 
     /// The name a rule uses for the category.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Category::Tools => "tools",
             Category::Prompts => "prompts",
@@ -100,18 +98,18 @@ impl Param {
 /// One client-to-server MCP method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Method {
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// None: a rule cannot name the method (only a rule without `mcp` admits it, or the base
     /// protocol when `base`).
     pub category: Option<Category>,
     /// The param the filter extracts (a request without it is invalid) and rules may list.
     pub param: Option<Param>,
     /// Base protocol: reaches no tool, prompt or resource.
-    pub base: bool,
+    pub(crate) base: bool,
     /// The first revision that has the method.
-    pub since: Revision,
+    pub(crate) since: Revision,
     /// From [`Revision::FIRST_WITH_HEADERS`] on, the request must carry its param in `Mcp-Name`.
-    pub name_header: bool,
+    pub(crate) name_header: bool,
 }
 
 const fn method(
@@ -138,7 +136,7 @@ use Revision::{V2025_03_26, V2025_11_25, V2026_07_28};
 
 /// The methods, in the order rules list them in error messages. Notifications and the methods
 /// under [`BASE_PREFIXES`] are covered by the prefixes, not listed.
-pub const METHODS: &[Method] = &[
+pub(crate) const METHODS: &[Method] = &[
     method("tools/list", Some(Tools), None, true, V2025_03_26, false),
     method(
         "prompts/list",
@@ -224,7 +222,7 @@ pub const METHODS: &[Method] = &[
 ];
 
 /// Every method under these prefixes is base protocol.
-pub const BASE_PREFIXES: &[&str] = &["notifications/", "completion/", "logging/"];
+pub(crate) const BASE_PREFIXES: &[&str] = &["notifications/", "completion/", "logging/"];
 
 /// The table's entry for `name`.
 pub fn lookup(name: &str) -> Option<&'static Method> {
@@ -252,7 +250,7 @@ pub fn rule_names() -> impl Iterator<Item = &'static str> {
 }
 
 /// Whether a rule may name `name`.
-pub fn is_rule_name(name: &str) -> bool {
+pub(crate) fn is_rule_name(name: &str) -> bool {
     rule_names().any(|n| n == name)
 }
 

@@ -627,7 +627,7 @@ pub fn is_spiffe_id(s: &str) -> bool {
 }
 
 /// RFC 7230 token.
-pub fn is_header_name(s: &str) -> bool {
+pub(crate) fn is_header_name(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
