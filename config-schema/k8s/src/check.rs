@@ -6,25 +6,25 @@ use std::collections::{HashMap, HashSet};
 
 /// One problem with one field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
+pub(crate) struct FieldError {
     /// Field path such as `spec.rules[0].authorization.type`.
-    pub field: String,
+    pub(crate) field: String,
     /// API-server-style message.
-    pub message: String,
+    pub(crate) message: String,
 }
 
-pub const DNS_SUBDOMAIN: &str =
+pub(crate) const DNS_SUBDOMAIN: &str =
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 pub const GROUP: &str = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-pub const KIND: &str = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$";
-pub const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+pub(crate) const KIND: &str = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$";
+pub(crate) const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 pub const SPIFFE: &str = r"^spiffe://[a-z0-9._-]+(?:/[A-Za-z0-9._-]+)*$";
-pub const HEADER_NAME: &str = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$";
-pub const HOSTNAME: &str =
+pub(crate) const HEADER_NAME: &str = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$";
+pub(crate) const HOSTNAME: &str =
     r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-pub const HTTP_PATH: &str = r"^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$";
-pub const PROTOCOL: &str = r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/[A-Za-z0-9]+$";
-pub const DURATION: &str = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$";
+pub(crate) const HTTP_PATH: &str = r"^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$";
+pub(crate) const PROTOCOL: &str = r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/[A-Za-z0-9]+$";
+pub(crate) const DURATION: &str = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$";
 
 thread_local! {
     static PATTERNS: RefCell<HashMap<&'static str, Option<regex_lite::Regex>>> =
@@ -44,8 +44,8 @@ pub fn matches(pattern: &'static str, s: &str) -> bool {
 
 /// Collects the problems of one object.
 #[derive(Debug, Default)]
-pub struct Checker {
-    pub errors: Vec<FieldError>,
+pub(crate) struct Checker {
+    pub(crate) errors: Vec<FieldError>,
 }
 
 fn quote(s: &str) -> String {
@@ -53,7 +53,7 @@ fn quote(s: &str) -> String {
 }
 
 impl Checker {
-    pub fn err(&mut self, field: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn err(&mut self, field: impl Into<String>, message: impl Into<String>) {
         self.errors.push(FieldError {
             field: field.into(),
             message: message.into(),
@@ -61,7 +61,7 @@ impl Checker {
     }
 
     /// `field: Required value` when `v` is None; returns whether it is present.
-    pub fn required<T>(&mut self, field: &str, v: &Option<T>) -> bool {
+    pub(crate) fn required<T>(&mut self, field: &str, v: &Option<T>) -> bool {
         if v.is_none() {
             self.err(field, "Required value");
         }
@@ -69,7 +69,7 @@ impl Checker {
     }
 
     /// A CEL rule of the CRD (`x-kubernetes-validations`), reported with its message.
-    pub fn rule(&mut self, field: &str, ok: bool, what: &str, message: &str) {
+    pub(crate) fn rule(&mut self, field: &str, ok: bool, what: &str, message: &str) {
         if !ok {
             self.err(field, format!("Invalid value: \"{what}\": {message}"));
         }
@@ -77,7 +77,7 @@ impl Checker {
 
     /// The CRD's pair of rules for a discriminated member: `member` is set exactly when
     /// `discriminator` (whose value is `actual`) is `value`.
-    pub fn union_member(
+    pub(crate) fn union_member(
         &mut self,
         field: &str,
         (discriminator, actual): (&str, &str),
@@ -90,7 +90,7 @@ impl Checker {
         self.rule(field, !present || actual == value, "object", &msg);
     }
 
-    pub fn one_of(&mut self, field: &str, value: &str, allowed: &[&str]) -> bool {
+    pub(crate) fn one_of(&mut self, field: &str, value: &str, allowed: &[&str]) -> bool {
         let ok = allowed.contains(&value);
         if !ok {
             let list: Vec<String> = allowed.iter().map(|a| quote(a)).collect();
@@ -106,7 +106,7 @@ impl Checker {
         ok
     }
 
-    pub fn pattern(&mut self, field: &str, value: &str, pattern: &'static str) -> bool {
+    pub(crate) fn pattern(&mut self, field: &str, value: &str, pattern: &'static str) -> bool {
         let ok = matches(pattern, value);
         if !ok {
             self.err(
@@ -120,7 +120,7 @@ impl Checker {
         ok
     }
 
-    pub fn len_between(&mut self, field: &str, value: &str, min: usize, max: usize) -> bool {
+    pub(crate) fn len_between(&mut self, field: &str, value: &str, min: usize, max: usize) -> bool {
         let n = value.len();
         if n < min {
             self.err(
@@ -140,7 +140,7 @@ impl Checker {
     }
 
     /// A string field: length limits and, if given, a pattern.
-    pub fn string(
+    pub(crate) fn string(
         &mut self,
         field: &str,
         value: &str,
@@ -152,7 +152,7 @@ impl Checker {
             && pattern.is_none_or(|p| self.pattern(field, value, p))
     }
 
-    pub fn max_items(&mut self, field: &str, len: usize, max: usize) -> bool {
+    pub(crate) fn max_items(&mut self, field: &str, len: usize, max: usize) -> bool {
         if len > max {
             self.err(
                 field,
@@ -162,7 +162,7 @@ impl Checker {
         len <= max
     }
 
-    pub fn min_items(&mut self, field: &str, len: usize, min: usize) -> bool {
+    pub(crate) fn min_items(&mut self, field: &str, len: usize, min: usize) -> bool {
         if len < min {
             self.err(
                 field,
@@ -172,7 +172,7 @@ impl Checker {
         len >= min
     }
 
-    pub fn range(&mut self, field: &str, v: i64, min: i64, max: i64) -> bool {
+    pub(crate) fn range(&mut self, field: &str, v: i64, min: i64, max: i64) -> bool {
         if v < min {
             self.err(
                 field,
@@ -195,7 +195,11 @@ impl Checker {
     }
 
     /// `x-kubernetes-list-type: set`: no duplicates.
-    pub fn set<T: std::hash::Hash + Eq + std::fmt::Display>(&mut self, field: &str, items: &[T]) {
+    pub(crate) fn set<T: std::hash::Hash + Eq + std::fmt::Display>(
+        &mut self,
+        field: &str,
+        items: &[T],
+    ) {
         let mut seen = HashSet::new();
         for (i, it) in items.iter().enumerate() {
             if !seen.insert(it) {
@@ -208,7 +212,11 @@ impl Checker {
     }
 
     /// `x-kubernetes-list-type: map` keyed by `key`: no two items with the same key.
-    pub fn map_keys<'a>(&mut self, field: &str, keys: impl Iterator<Item = Option<&'a str>>) {
+    pub(crate) fn map_keys<'a>(
+        &mut self,
+        field: &str,
+        keys: impl Iterator<Item = Option<&'a str>>,
+    ) {
         let mut seen = HashSet::new();
         for (i, k) in keys.enumerate() {
             if let Some(k) = k {
@@ -227,7 +235,7 @@ impl Checker {
 }
 
 /// Parses a Gateway API duration (`1h30m`, `500ms`) into milliseconds.
-pub fn parse_duration_ms(s: &str) -> Option<u64> {
+pub(crate) fn parse_duration_ms(s: &str) -> Option<u64> {
     if !matches(DURATION, s) {
         return None;
     }
@@ -256,7 +264,7 @@ pub fn parse_duration_ms(s: &str) -> Option<u64> {
 }
 
 /// An RFC 3339 timestamp as (seconds since the epoch, nanoseconds).
-pub fn parse_timestamp(s: &str) -> Option<(i64, u32)> {
+pub(crate) fn parse_timestamp(s: &str) -> Option<(i64, u32)> {
     let b = s.as_bytes();
     let digits = |from: usize, n: usize| -> Option<i64> {
         let part = b.get(from..from + n)?;

@@ -5,13 +5,13 @@
 //! [`Manifests::load_paths`] reads and validates (rejecting what the API server would),
 //! [`compile()`] resolves references and maps every field.
 
-pub mod check;
-pub mod compile;
-pub mod load;
-pub mod model;
-pub mod types;
-pub mod validate;
+mod check;
+mod compile;
+mod load;
+mod model;
+mod types;
+mod validate;
 
 pub use compile::{compile, precedence, reason, Compiled, Options};
-pub use load::{Item, Manifests, Origin, PolicySpec, Problem};
+pub use load::Manifests;
 pub use model::*;

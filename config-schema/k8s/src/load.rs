@@ -14,17 +14,17 @@ use crate::types::*;
 use crate::validate;
 
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
-pub const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";
-pub const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
+pub(crate) const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";
+pub(crate) const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
 
 /// Where an object came from.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Origin {
-    pub file: String,
+pub(crate) struct Origin {
+    pub(crate) file: String,
     /// 1-based document number within the file.
-    pub document: usize,
+    pub(crate) document: usize,
     /// Index in `items` when the document is a `List`.
-    pub item: Option<usize>,
+    pub(crate) item: Option<usize>,
 }
 
 impl fmt::Display for Origin {
@@ -40,29 +40,29 @@ impl fmt::Display for Origin {
 /// `metadata` as the compiler uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Meta {
-    pub name: String,
+    pub(crate) name: String,
     pub namespace: String,
     /// `creationTimestamp` as (seconds, nanoseconds) since the epoch.
-    pub created: Option<(i64, u32)>,
-    pub labels: BTreeMap<String, String>,
+    pub(crate) created: Option<(i64, u32)>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 /// An object that passed validation.
 #[derive(Debug, Clone)]
 pub struct Item<S> {
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// API group as written (`agentic.prototype.x-k8s.io` stays as it is).
-    pub group: String,
-    pub version: String,
+    pub(crate) group: String,
+    pub(crate) version: String,
     /// Kind as written (`ReferencePolicy` stays as it is).
-    pub kind: String,
+    pub(crate) kind: String,
     pub meta: Meta,
-    pub spec: S,
+    pub(crate) spec: S,
 }
 
 impl<S> Item<S> {
     /// `namespace/name`.
-    pub fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         format!("{}/{}", self.meta.namespace, self.meta.name)
     }
 }
@@ -75,7 +75,7 @@ pub enum PolicySpec {
 }
 
 impl PolicySpec {
-    pub fn target_refs(&self) -> &[TargetRef] {
+    pub(crate) fn target_refs(&self) -> &[TargetRef] {
         match self {
             PolicySpec::V0(s) => s.target_refs.as_deref().unwrap_or_default(),
             PolicySpec::V1(s) => s.target_refs.as_deref().unwrap_or_default(),
@@ -87,11 +87,11 @@ impl PolicySpec {
 /// would reject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// Kind of the object, if known.
-    pub kind: String,
+    pub(crate) kind: String,
     /// `namespace/name` of the object, if known.
-    pub object: String,
+    pub(crate) object: String,
     pub field: String,
     pub message: String,
 }
@@ -116,22 +116,22 @@ impl fmt::Display for Problem {
 /// An object of a kind the compiler does not read (it is listed, never silently dropped).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
-    pub origin: Origin,
-    pub api_version: String,
-    pub kind: String,
-    pub object: String,
+    pub(crate) origin: Origin,
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) object: String,
 }
 
 /// An object the API server would reject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
-    pub origin: Origin,
-    pub group: String,
-    pub version: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-    pub errors: Vec<FieldError>,
+    pub(crate) origin: Origin,
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) kind: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) errors: Vec<FieldError>,
 }
 
 /// Everything read from the inputs.

@@ -23,12 +23,12 @@ pub struct TargetStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectStatus {
-    pub kind: String,
-    pub api_version: String,
+    pub(crate) kind: String,
+    pub(crate) api_version: String,
     pub namespace: String,
     pub name: String,
     /// `file: document n`.
-    pub source: String,
+    pub(crate) source: String,
     /// Rank in seniority order (policies only; 1 is the most senior).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seniority: Option<u64>,
@@ -46,11 +46,11 @@ impl ObjectStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InvalidObject {
-    pub source: String,
-    pub kind: String,
-    pub object: String,
-    pub field: String,
-    pub message: String,
+    pub(crate) source: String,
+    pub(crate) kind: String,
+    pub(crate) object: String,
+    pub(crate) field: String,
+    pub(crate) message: String,
 }
 
 /// An object of a kind the compiler does not read.
@@ -179,8 +179,8 @@ pub struct RouteEntry {
     pub method: Option<String>,
     pub action: RouteAction,
     /// Seniority of the route (creation, then namespace/name) for precedence ties.
-    pub route_rank: usize,
-    pub match_index: usize,
+    pub(crate) route_rank: usize,
+    pub(crate) match_index: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -241,7 +241,7 @@ pub struct BackendModel {
     pub hostname: Option<String>,
     pub namespace: String,
     pub port: u16,
-    pub path: String,
+    pub(crate) path: String,
 }
 
 /// A plain Service an HTTPRoute forwards to.

@@ -238,7 +238,7 @@ fn external_auth(at: &str, e: &ExternalAuth, c: &mut Checker) {
     }
 }
 
-pub fn policy_v0(s: &PolicySpecV0, c: &mut Checker) {
+pub(crate) fn policy_v0(s: &PolicySpecV0, c: &mut Checker) {
     target_refs(&s.target_refs, true, c);
     let Some(rules) = &s.rules else {
         c.err("spec.rules", "Required value");
@@ -316,7 +316,7 @@ pub fn policy_v0(s: &PolicySpecV0, c: &mut Checker) {
     }
 }
 
-pub fn policy_v1(s: &PolicySpecV1, c: &mut Checker) {
+pub(crate) fn policy_v1(s: &PolicySpecV1, c: &mut Checker) {
     target_refs(&s.target_refs, false, c);
     if c.required("spec.action", &s.action) {
         c.one_of("spec.action", opt(&s.action), &["Allow", "ExternalAuth"]);
@@ -489,7 +489,7 @@ fn value_match(
 // ---------------------------------------------------------------------------------------
 // ReferenceGrant / ReferencePolicy
 
-pub fn reference_grant(s: &ReferenceGrantSpec, c: &mut Checker) {
+pub(crate) fn reference_grant(s: &ReferenceGrantSpec, c: &mut Checker) {
     for (i, f) in required_list("spec.from", &s.from, (1, 16), c)
         .iter()
         .enumerate()
@@ -1010,7 +1010,7 @@ fn uses_prefix_replace(fs: &[RouteFilter], redirect: bool) -> bool {
     })
 }
 
-pub fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
+pub(crate) fn http_route(s: &HttpRouteSpec, c: &mut Checker) {
     parent_refs(s, c);
     if let Some(hs) = &s.hostnames {
         c.max_items("spec.hostnames", hs.len(), 16);

@@ -21,8 +21,8 @@ use crate::model::*;
 use mcp_access_bundle::gateway_api::DEFAULT_TRUST_DOMAIN;
 use mcp_access_bundle::{self as bundle, Bundle};
 
-pub use policies::authorizer_models;
-pub use routes::{precedence, selector_matches};
+pub(crate) use policies::authorizer_models;
+pub use routes::precedence;
 
 /// Status reasons of policies.
 pub mod reason {
@@ -90,7 +90,7 @@ pub struct Compiled {
 }
 
 /// Whether two API groups name the same kind family (the prototype group is the older name).
-pub fn agentic_group(g: &str) -> bool {
+pub(crate) fn agentic_group(g: &str) -> bool {
     g == AGENTIC_GROUP || g == PROTOTYPE_GROUP
 }
 

@@ -584,7 +584,7 @@ impl Ctx<'_> {
 }
 
 /// The Services behind the authorizers' clusters (`authz/<namespace>/<name>:<port>`).
-pub fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<AuthorizerModel> {
+pub(crate) fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<AuthorizerModel> {
     let mut out: Vec<AuthorizerModel> = Vec::new();
     for a in authorizers {
         if out.iter().any(|x| x.cluster == a.cluster) {

@@ -631,7 +631,7 @@ fn header_ops(m: Option<&HeaderModifier>) -> HeaderOps {
 }
 
 /// Label selector semantics.
-pub fn selector_matches(s: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+pub(crate) fn selector_matches(s: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     let labels_ok = s
         .match_labels
         .iter()
