@@ -16,10 +16,10 @@ const BUFFER_LIMIT: u32 = 2 * 1024 * 1024;
 /// Where a service name resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
-    pub host: String,
-    pub port: u16,
+    pub(crate) host: String,
+    pub(crate) port: u16,
     /// Some(true): TLS; Some(false): plaintext; None: the default for the kind of backend.
-    pub tls: Option<bool>,
+    pub(crate) tls: Option<bool>,
 }
 
 /// Parses `host:port`, `http://host:port` or `https://host:port`.
@@ -424,7 +424,7 @@ fn access_log(path: &str, name: &str) -> Value {
 /// Envoy's own request normalization, with the choices the filter makes (it does not rely on
 /// them): RFC 3986 path normalization, merged slashes, `%2F` / `%5C` per the bundle's
 /// `envoy.escapedSlashes`, one trailing dot of the host removed.
-pub fn normalization(escaped: EscapedSlashes) -> Value {
+pub(crate) fn normalization(escaped: EscapedSlashes) -> Value {
     json!({
         "normalize_path": true,
         "merge_slashes": true,

@@ -97,9 +97,9 @@ pub struct RequestSpec {
 pub struct Explanation {
     pub request: RequestView,
     /// `namespace/gateway/listener` the filter resolved.
-    pub listener: Option<String>,
+    pub(crate) listener: Option<String>,
     /// `namespace/name` of the XBackend the filter resolved.
-    pub backend: Option<String>,
+    pub(crate) backend: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     pub calls: Vec<CallView>,
@@ -145,18 +145,18 @@ pub enum Stage {
 #[serde(rename_all = "camelCase")]
 pub struct RequestView {
     /// `namespace/gateway/listener` chosen from the command line (None: by port only).
-    pub listener: Option<String>,
-    pub port: u16,
-    pub method: String,
-    pub authority: String,
-    pub path: String,
-    pub caller: Option<String>,
+    pub(crate) listener: Option<String>,
+    pub(crate) port: u16,
+    pub(crate) method: String,
+    pub(crate) authority: String,
+    pub(crate) path: String,
+    pub(crate) caller: Option<String>,
     /// None: not (or not yet) an MCP message.
     pub mcp: Option<McpView>,
-    pub route: Option<String>,
-    pub cluster: Option<String>,
+    pub(crate) route: Option<String>,
+    pub(crate) cluster: Option<String>,
     /// The request body sent (None: no body).
-    pub body: Option<String>,
+    pub(crate) body: Option<String>,
 }
 
 /// The MCP meaning of the request.
@@ -174,11 +174,11 @@ pub enum McpView {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CallView {
-    pub level: String,
-    pub policy: String,
-    pub authorizer: String,
+    pub(crate) level: String,
+    pub(crate) policy: String,
+    pub(crate) authorizer: String,
     pub cluster: String,
-    pub assumed: String,
+    pub(crate) assumed: String,
     /// Whether an `--assume` named it (else allow was assumed).
     pub given: bool,
 }
@@ -188,7 +188,7 @@ pub struct CallView {
 pub struct TraceView {
     pub level: &'static str,
     pub step: &'static str,
-    pub policy: Option<String>,
+    pub(crate) policy: Option<String>,
     pub rule: Option<String>,
     pub outcome: String,
 }
@@ -295,7 +295,7 @@ fn host_ok(patterns: &[String], host: &str) -> bool {
 }
 
 /// The route Envoy would pick for the request on a listener (Gateway API precedence).
-pub fn match_route<'a>(
+pub(crate) fn match_route<'a>(
     topo: &'a Topology,
     gateway: &str,
     listener: &str,

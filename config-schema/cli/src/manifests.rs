@@ -88,7 +88,7 @@ pub fn parse_image(s: &str) -> Result<String, String> {
 }
 
 /// The port Envoy Gateway's Envoy listens on for a Gateway port (privileged ports shift by 10000).
-pub fn eg_container_port(port: u16) -> u16 {
+pub(crate) fn eg_container_port(port: u16) -> u16 {
     if port < 1024 {
         port + 10000
     } else {
