@@ -17,12 +17,12 @@ pub struct LocalResponse {
 }
 
 /// JSON-RPC error codes.
-pub const PARSE_ERROR: i32 = -32700;
+pub(crate) const PARSE_ERROR: i32 = -32700;
 pub const INVALID_REQUEST: i32 = -32600;
 pub const INVALID_PARAMS: i32 = -32602;
 /// MCP `HeaderMismatch` (SEP-2243): HTTP headers disagree with the body, or one is repeated
 /// or missing.
-pub const HEADER_MISMATCH: i32 = -32020;
+pub(crate) const HEADER_MISMATCH: i32 = -32020;
 
 /// Why a request is refused before any policy looks at it (docs/semantics.md §5.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +48,7 @@ pub enum Rejection {
 impl Rejection {
     /// The HTTP status, the JSON-RPC error code and the reason name for stats and logs: the
     /// one place these are defined.
-    pub fn status_code_reason(&self) -> (u16, i32, &'static str) {
+    pub(crate) fn status_code_reason(&self) -> (u16, i32, &'static str) {
         match self {
             Rejection::InvalidPath(_) => (400, INVALID_REQUEST, "invalid_path"),
             Rejection::UnsupportedEncoding => (415, INVALID_REQUEST, "unsupported_encoding"),
@@ -68,7 +68,7 @@ impl Rejection {
     }
 
     /// The JSON-RPC error message the client reads.
-    pub fn message(&self) -> Cow<'static, str> {
+    pub(crate) fn message(&self) -> Cow<'static, str> {
         match self {
             Rejection::InvalidPath(why) => Cow::Owned(why.clone()),
             Rejection::UnsupportedEncoding => "Content-Encoding is not supported".into(),
@@ -84,7 +84,12 @@ impl Rejection {
 
 /// A JSON-RPC error object. `id` is the raw JSON text of the request id (already validated by
 /// the parser), or None for `null`.
-pub fn jsonrpc_error(id: Option<&str>, code: i32, message: &str, data: Option<Value>) -> Vec<u8> {
+pub(crate) fn jsonrpc_error(
+    id: Option<&str>,
+    code: i32,
+    message: &str,
+    data: Option<Value>,
+) -> Vec<u8> {
     let mut error = json!({ "code": code, "message": message });
     if let (Some(d), Some(obj)) = (data, error.as_object_mut()) {
         obj.insert("data".into(), d);

@@ -8,7 +8,7 @@ use crate::policy::{level_str, AuthzOutcome};
 use crate::request::{McpOp, Request};
 
 /// Headers the filter sets on every callout; the client's own copies are never forwarded.
-pub const CONTEXT_HEADERS: &[&str] = &[
+pub(crate) const CONTEXT_HEADERS: &[&str] = &[
     "x-mcp-method",
     "x-mcp-tool",
     "x-mcp-prompt",
@@ -121,7 +121,7 @@ fn is_denial(status: u16) -> bool {
 
 /// How many body bytes of a callout response with `status` the host reads into the VM: the
 /// cap plus one (to tell an over-cap body), and none at all unless the response is a denial.
-pub fn body_read_limit(authorizer: &Authorizer, status: Option<u16>) -> usize {
+pub(crate) fn body_read_limit(authorizer: &Authorizer, status: Option<u16>) -> usize {
     match status {
         Some(s) if is_denial(s) => usize::try_from(authorizer.max_response_body_bytes)
             .unwrap_or(usize::MAX)
@@ -143,7 +143,7 @@ fn describes_body(name: &str) -> bool {
 /// arrived; `body` is what the host read (at most [`body_read_limit`] bytes). A denial body over
 /// `maxResponseBodyBytes` is not relayed (the denial stands, with the authorizer's status and
 /// headers and an empty body); the second value says so, for the log.
-pub fn interpret(
+pub(crate) fn interpret(
     authorizer: &Authorizer,
     status: Option<u16>,
     headers: Vec<(String, String)>,
@@ -215,7 +215,7 @@ pub struct CalloutReport {
 
 impl CalloutReport {
     /// The report of an outcome, with `note` from [`interpret`].
-    pub fn of(
+    pub(crate) fn of(
         authorizer: &str,
         latency_ms: Option<u64>,
         outcome: &AuthzOutcome,

@@ -86,26 +86,26 @@ pub(crate) mod fake {
     use super::*;
 
     /// Header pairs from `(name, value)` literals.
-    pub fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pub(crate) fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|&(n, v)| (n.into(), v.into())).collect()
     }
 
     /// Facts in memory, recording which were read.
     #[derive(Debug, Default)]
-    pub struct FakeFacts {
+    pub(crate) struct FakeFacts {
         facts: Vec<(Fact, Vec<u8>)>,
         read: std::cell::RefCell<Vec<Fact>>,
     }
 
     impl FakeFacts {
         /// With `fact` set to `value`.
-        pub fn with(mut self, fact: Fact, value: impl Into<Vec<u8>>) -> Self {
+        pub(crate) fn with(mut self, fact: Fact, value: impl Into<Vec<u8>>) -> Self {
             self.facts.push((fact, value.into()));
             self
         }
 
         /// The facts read so far, in order.
-        pub fn reads(&self) -> Vec<Fact> {
+        pub(crate) fn reads(&self) -> Vec<Fact> {
             self.read.borrow().clone()
         }
     }

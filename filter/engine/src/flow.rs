@@ -78,7 +78,7 @@ pub struct Outcome {
     pub status: Option<u16>,
     pub listener: Option<String>,
     pub backend: Option<String>,
-    pub mcp_method: Option<String>,
+    pub(crate) mcp_method: Option<String>,
     pub mcp_param: Option<String>,
     /// The SPIFFE ID, else `jwt:` and [`Outcome::jwt`].
     pub caller: Option<String>,

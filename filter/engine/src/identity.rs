@@ -49,7 +49,7 @@ pub fn caller(
 /// `first_san` is Envoy's `connection.uri_san_peer_certificate`, which names only the first URI
 /// SAN; `cert` is `connection.peer_certificate` (PEM), where the filter counts them. A second URI
 /// SAN, an unreadable certificate, or a disagreement with Envoy's first SAN: no identity.
-pub fn spiffe_from_peer(first_san: &[u8], cert: Option<&[u8]>) -> Option<String> {
+pub(crate) fn spiffe_from_peer(first_san: &[u8], cert: Option<&[u8]>) -> Option<String> {
     let first = std::str::from_utf8(first_san).ok()?;
     let sans = crate::x509::uri_sans(cert?).ok()?;
     match sans.as_slice() {
@@ -59,7 +59,7 @@ pub fn spiffe_from_peer(first_san: &[u8], cert: Option<&[u8]>) -> Option<String>
 }
 
 /// The SPIFFE ID carried by a trusted header.
-pub fn spiffe_from_header(value: &str, format: TrustedHeaderFormat) -> Option<String> {
+pub(crate) fn spiffe_from_header(value: &str, format: TrustedHeaderFormat) -> Option<String> {
     let id = match format {
         TrustedHeaderFormat::Plain => value.trim().to_string(),
         TrustedHeaderFormat::Xfcc => xfcc_uri(value)?,
@@ -111,12 +111,12 @@ fn split_unquoted(s: &str, sep: char) -> Vec<&str> {
 }
 
 /// Filter metadata key of Envoy's JWT filter.
-pub const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
+pub(crate) const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 
 /// Verified JWT principals from the request's dynamic metadata (the serialized
 /// `envoy.config.core.v3.Metadata` of the `metadata` property): the `jwt_authn` entry holds one
 /// payload per provider, under the provider's `payload_in_metadata` key.
-pub fn jwt_principals(
+pub(crate) fn jwt_principals(
     metadata: &[u8],
     providers: &[JwtProvider],
     wanted: &[String],

@@ -20,7 +20,7 @@ const LINEAR_KEYS: usize = 16;
 
 /// Why the input is not JSON (or nests too deeply): a description with the offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyntaxError(pub String);
+pub(crate) struct SyntaxError(pub String);
 
 /// A scalar or container start, as handed to [`Visitor::value`].
 pub enum Val<'a> {
@@ -397,7 +397,7 @@ fn syntax(detail: &str) -> SyntaxError {
 }
 
 /// A decoded string as a `String`.
-pub fn into_string(bytes: Cow<'_, [u8]>) -> Result<String, SyntaxError> {
+pub(crate) fn into_string(bytes: Cow<'_, [u8]>) -> Result<String, SyntaxError> {
     // Strings are UTF-8-validated while scanning and escapes decode to whole characters,
     // so this cannot fail; it is checked rather than assumed.
     let text = match bytes {
@@ -514,7 +514,7 @@ fn hex4(bytes: &[u8], i: usize) -> Option<u32> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
 
     /// Hands over every object member and top-level value (strings decoded) and records

@@ -23,7 +23,7 @@ use crate::json::{self, into_string, SyntaxError, Val};
 use mcp_access_bundle::mcp_methods::{self, Param};
 
 /// Default for [`ParseLimits::max_depth`].
-pub const DEFAULT_MAX_DEPTH: usize = 64;
+pub(crate) const DEFAULT_MAX_DEPTH: usize = 64;
 
 /// Parser limits.
 #[derive(Debug, Clone, Copy)]
@@ -93,7 +93,7 @@ impl ParseError {
     }
 
     /// The standard JSON-RPC message for [`code`](Self::code).
-    pub fn message(&self) -> &'static str {
+    pub(crate) fn message(&self) -> &'static str {
         match self {
             ParseError::Parse(_) => "Parse error",
             ParseError::InvalidRequest(_) => "Invalid Request",
@@ -102,7 +102,7 @@ impl ParseError {
     }
 
     /// What exactly was wrong. Never contains input text, only offsets and byte values.
-    pub fn detail(&self) -> &str {
+    pub(crate) fn detail(&self) -> &str {
         match self {
             ParseError::Parse(d) | ParseError::InvalidRequest(d) | ParseError::InvalidParams(d) => {
                 d
@@ -126,7 +126,7 @@ impl From<SyntaxError> for ParseError {
 }
 
 /// An error plus the message's raw `id` when known (see the module docs).
-pub type ParseFailure = (ParseError, Option<String>);
+pub(crate) type ParseFailure = (ParseError, Option<String>);
 
 /// Validates `body` as one MCP JSON-RPC message and extracts what the decision needs.
 pub fn parse_message(body: &[u8], limits: &ParseLimits) -> Result<McpMessage, ParseFailure> {

@@ -3,7 +3,7 @@
 
 /// A `google.protobuf.Value`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PValue {
+pub(crate) enum PValue {
     Null,
     Number(f64),
     Str(String),
@@ -72,7 +72,7 @@ impl<'a> Reader<'a> {
 
 /// The `filter_metadata[filter]` Struct of a serialized `envoy.config.core.v3.Metadata` (what
 /// Envoy returns for the `metadata` property).
-pub fn filter_metadata(buf: &[u8], filter: &str) -> Option<Vec<(String, PValue)>> {
+pub(crate) fn filter_metadata(buf: &[u8], filter: &str) -> Option<Vec<(String, PValue)>> {
     let mut r = Reader::new(buf);
     while !r.done() {
         let (field, wire) = r.key()?;
@@ -97,7 +97,8 @@ pub fn filter_metadata(buf: &[u8], filter: &str) -> Option<Vec<(String, PValue)>
 }
 
 /// Decodes a serialized `google.protobuf.Struct`.
-pub fn decode_struct(buf: &[u8]) -> Option<Vec<(String, PValue)>> {
+#[cfg(test)]
+pub(crate) fn decode_struct(buf: &[u8]) -> Option<Vec<(String, PValue)>> {
     struct_at(buf, 0)
 }
 
@@ -170,7 +171,7 @@ fn list_at(buf: &[u8], depth: usize) -> Option<Vec<PValue>> {
 
 impl PValue {
     /// Scalar as text: strings as-is, numbers as JSON numbers, booleans as true/false.
-    pub fn scalar_text(&self) -> Option<String> {
+    pub(crate) fn scalar_text(&self) -> Option<String> {
         match self {
             PValue::Str(s) => Some(s.clone()),
             PValue::Bool(b) => Some(b.to_string()),
@@ -184,7 +185,7 @@ impl PValue {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
 
     fn varint(mut v: u64, out: &mut Vec<u8>) {
@@ -205,7 +206,7 @@ pub(crate) mod tests {
         out.extend_from_slice(body);
     }
 
-    pub fn enc_value(v: &PValue) -> Vec<u8> {
+    pub(crate) fn enc_value(v: &PValue) -> Vec<u8> {
         let mut out = Vec::new();
         match v {
             PValue::Null => {
@@ -233,7 +234,7 @@ pub(crate) mod tests {
         out
     }
 
-    pub fn enc_struct(fields: &[(String, PValue)]) -> Vec<u8> {
+    pub(crate) fn enc_struct(fields: &[(String, PValue)]) -> Vec<u8> {
         let mut out = Vec::new();
         for (k, v) in fields {
             let mut e = Vec::new();
@@ -264,7 +265,7 @@ pub(crate) mod tests {
     }
 
     /// Serialized `envoy.config.core.v3.Metadata` with one filter entry.
-    pub fn enc_metadata(filter: &str, fields: &[(String, PValue)]) -> Vec<u8> {
+    pub(crate) fn enc_metadata(filter: &str, fields: &[(String, PValue)]) -> Vec<u8> {
         let mut e = Vec::new();
         ld(1, filter.as_bytes(), &mut e);
         ld(2, &enc_struct(fields), &mut e);

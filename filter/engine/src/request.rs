@@ -35,7 +35,7 @@ pub enum ClaimValue {
 
 impl ClaimValue {
     /// Whether the claim is, or (for a list) contains, `v`.
-    pub fn matches(&self, v: &str) -> bool {
+    pub(crate) fn matches(&self, v: &str) -> bool {
         match self {
             ClaimValue::Str(s) | ClaimValue::Other(s) => s == v,
             ClaimValue::List(items) => items.iter().any(|i| i == v),
@@ -64,7 +64,7 @@ pub enum McpOp {
 
 impl McpOp {
     /// The operation a parsed JSON-RPC message performs.
-    pub fn from_message(msg: crate::mcp::McpMessage) -> McpOp {
+    pub(crate) fn from_message(msg: crate::mcp::McpMessage) -> McpOp {
         match msg.kind {
             crate::mcp::MessageKind::Response => McpOp::Reply,
             _ => McpOp::Call {
@@ -76,7 +76,7 @@ impl McpOp {
 
     /// The operation of a request without a body: GET opens the SSE stream, DELETE with
     /// `Mcp-Session-Id` ends a session; anything else has no MCP meaning.
-    pub fn without_body(http_method: &str, has_session_id: bool) -> McpOp {
+    pub(crate) fn without_body(http_method: &str, has_session_id: bool) -> McpOp {
         match http_method {
             "GET" => McpOp::Transport,
             "DELETE" if has_session_id => McpOp::Transport,
@@ -86,7 +86,7 @@ impl McpOp {
 
     /// Whether this is MCP base protocol traffic (transport, lifecycle, listing tools, ...):
     /// it carries no access to a tool, prompt or resource ([`mcp_methods::is_base`]).
-    pub fn is_base(&self) -> bool {
+    pub(crate) fn is_base(&self) -> bool {
         match self {
             McpOp::Transport | McpOp::Reply => true,
             McpOp::Call { method, .. } => mcp_methods::is_base(method),
@@ -95,7 +95,7 @@ impl McpOp {
     }
 
     /// The JSON-RPC method, if any.
-    pub fn method(&self) -> Option<&str> {
+    pub(crate) fn method(&self) -> Option<&str> {
         match self {
             McpOp::Call { method, .. } => Some(method),
             _ => None,
@@ -103,7 +103,7 @@ impl McpOp {
     }
 
     /// The tool / prompt name or resource URI, if any.
-    pub fn param(&self) -> Option<&str> {
+    pub(crate) fn param(&self) -> Option<&str> {
         match self {
             McpOp::Call { param, .. } => param.as_deref(),
             _ => None,
@@ -147,7 +147,7 @@ impl Request {
 
     /// Every copy of a header (name given in lowercase), in arrival order; a line holding
     /// commas is one copy.
-    pub fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
+    pub(crate) fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
         self.headers
             .iter()
             .filter(move |(n, _)| n == name)

@@ -44,7 +44,7 @@ impl Counter {
 pub const CALLOUT_LATENCY_MS: &str = "mcp_access.callout.latency_ms";
 
 /// Levels a denial is counted under (`none`: before or outside the policy levels).
-pub const LEVELS: [Option<Level>; 3] = [Some(Level::Gateway), Some(Level::Backend), None];
+pub(crate) const LEVELS: [Option<Level>; 3] = [Some(Level::Gateway), Some(Level::Backend), None];
 
 /// Every reason a request is denied ([`crate::policy::Reason`]) or rejected (by the flow) for.
 pub const DENIAL_REASONS: [&str; 15] = [

@@ -66,7 +66,7 @@ pub fn encode_path(path: &[&str]) -> Vec<u8> {
 }
 
 /// An integer property (`destination.port`): 8 bytes little-endian.
-pub fn decode_i64(bytes: &[u8]) -> Option<i64> {
+pub(crate) fn decode_i64(bytes: &[u8]) -> Option<i64> {
     let b: [u8; 8] = bytes.try_into().ok()?;
     Some(i64::from_le_bytes(b))
 }

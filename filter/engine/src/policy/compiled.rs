@@ -9,7 +9,7 @@ use mcp_access_bundle::gateway_api::{
 };
 use mcp_access_bundle::mcp_methods::Category;
 use mcp_access_bundle::{
-    self as bundle, Authorization, BaseProtocol, JwtSource, Level, MatchType, McpMatch, SourceType,
+    self as bundle, Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, SourceType,
 };
 
 use super::LevelIndex;
@@ -20,13 +20,10 @@ use crate::request::{Caller, McpOp, Request};
 pub struct Policy {
     /// `namespace/name`.
     pub id: String,
-    pub level: Level,
-    pub action: Action,
+    pub(crate) action: Action,
     /// None: applies to all traffic. `Some(empty)` only for the stand-in of an Allow policy
     /// that was not accepted: it admits nothing.
-    pub rules: Option<Vec<Rule>>,
-    /// Why the compiler did not accept the policy this stands in for.
-    pub not_accepted: Option<String>,
+    pub(crate) rules: Option<Vec<Rule>>,
 }
 
 /// What a compiled policy does; an ExternalAuth policy always has its authorizer.
@@ -43,12 +40,10 @@ pub enum Action {
 /// A Gateway listener with what is attached to it.
 #[derive(Debug)]
 pub struct Listener {
-    pub gateway: String,
-    pub name: String,
     /// `namespace/gateway/listener`.
     pub id: String,
     pub port: u16,
-    pub host: Option<HostPattern>,
+    pub(crate) host: Option<HostPattern>,
     pub index: LevelIndex,
 }
 
@@ -63,13 +58,13 @@ pub struct Backend {
 #[derive(Debug)]
 pub struct Rule {
     pub name: String,
-    pub source: Source,
-    pub authz: Option<Authz>,
+    pub(crate) source: Source,
+    pub(crate) authz: Option<Authz>,
 }
 
 /// A compiled source condition.
 #[derive(Debug)]
-pub enum Source {
+pub(crate) enum Source {
     Any,
     Spiffe(String),
     Jwt {
@@ -81,27 +76,27 @@ pub enum Source {
 
 /// A compiled authorization condition.
 #[derive(Debug)]
-pub struct Authz {
-    pub mcp: Option<Mcp>,
-    pub methods: Vec<String>,
-    pub paths: Vec<Path>,
-    pub headers: Vec<Header>,
-    pub hosts: Vec<HostPattern>,
-    pub ports: Vec<u16>,
+pub(crate) struct Authz {
+    pub(crate) mcp: Option<Mcp>,
+    pub(crate) methods: Vec<String>,
+    pub(crate) paths: Vec<Path>,
+    pub(crate) headers: Vec<Header>,
+    pub(crate) hosts: Vec<HostPattern>,
+    pub(crate) ports: Vec<u16>,
 }
 
 /// Compiled MCP condition.
 #[derive(Debug)]
 pub struct Mcp {
-    pub methods: Vec<Method>,
-    pub base: bool,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) base: bool,
 }
 
 /// One MCP method (or category) with its optional allow-list of names / URIs.
 #[derive(Debug)]
 pub struct Method {
-    pub name: String,
-    pub params: Option<HashSet<String>>,
+    pub(crate) name: String,
+    pub(crate) params: Option<HashSet<String>>,
 }
 
 /// Compiled path match.
@@ -114,9 +109,9 @@ pub enum Path {
 
 /// Compiled header match.
 #[derive(Debug)]
-pub struct Header {
-    pub name: String,
-    pub value: Value,
+pub(crate) struct Header {
+    pub(crate) name: String,
+    pub(crate) value: Value,
 }
 
 /// Compiled value match.
@@ -136,7 +131,7 @@ pub enum Mode {
     Select,
 }
 
-pub fn compile_rule(
+pub(crate) fn compile_rule(
     rule: &bundle::Rule,
     policy_ns: &str,
     trust_domain: Option<&str>,
@@ -261,7 +256,7 @@ impl fmt::Display for Mismatch<'_> {
 
 impl Rule {
     /// Source AND authorization, repeated headers resolved per `mode`.
-    pub fn admits(&self, req: &Request, host: &str, mode: Mode) -> bool {
+    pub(crate) fn admits(&self, req: &Request, host: &str, mode: Mode) -> bool {
         self.source.matches(&req.caller)
             && self
                 .authz
@@ -306,7 +301,7 @@ impl Rule {
     }
 
     /// For indexing: `(method, params)` pairs when every MCP method of this rule names params.
-    pub fn keyed_calls(&self) -> Option<Vec<(&str, &HashSet<String>)>> {
+    pub(crate) fn keyed_calls(&self) -> Option<Vec<(&str, &HashSet<String>)>> {
         let mcp = self.authz.as_ref()?.mcp.as_ref()?;
         if mcp.methods.is_empty() {
             return None;
@@ -318,7 +313,7 @@ impl Rule {
     }
 
     /// Whether this rule can admit base-protocol traffic.
-    pub fn may_admit_base(&self) -> bool {
+    pub(crate) fn may_admit_base(&self) -> bool {
         self.authz
             .as_ref()
             .and_then(|a| a.mcp.as_ref())
@@ -327,7 +322,7 @@ impl Rule {
 }
 
 impl Source {
-    pub fn matches(&self, caller: &Caller) -> bool {
+    pub(crate) fn matches(&self, caller: &Caller) -> bool {
         match self {
             Source::Any => true,
             Source::Spiffe(id) => caller.spiffe.as_deref() == Some(id.as_str()),

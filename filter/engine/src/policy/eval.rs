@@ -28,7 +28,7 @@ pub enum Reason {
 
 impl Reason {
     /// Stable snake_case name, used in stats and logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::UnknownListener => "unknown_listener",
             Reason::UnknownBackend => "unknown_backend",
@@ -71,16 +71,16 @@ pub struct AuthzCall {
     pub slot: usize,
     pub policy: PolicyId,
     /// Index into [`Engine::authorizers`].
-    pub authorizer: usize,
-    pub level: Level,
+    pub(crate) authorizer: usize,
+    pub(crate) level: Level,
 }
 
 /// An authorizer's denial, relayed to the client as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Relay {
     pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 /// A denial.
@@ -90,11 +90,11 @@ pub struct Denial {
     pub reason: Reason,
     /// `namespace/name` of the deciding policy.
     pub policy: Option<String>,
-    pub rule: Option<String>,
+    pub(crate) rule: Option<String>,
     /// The authorizer response to relay (ExternalAuthDenied).
     pub relay: Option<Relay>,
     /// Extra detail for logs (never sent unless the operator exposes details).
-    pub detail: Option<String>,
+    pub(crate) detail: Option<String>,
 }
 
 /// The final answer.
@@ -199,12 +199,12 @@ impl Evaluation {
     }
 
     /// `namespace/name/listener` the request arrived on.
-    pub fn listener_name(&self, engine: &Engine) -> Option<String> {
+    pub(crate) fn listener_name(&self, engine: &Engine) -> Option<String> {
         engine.listeners.get(self.listener?).map(|l| l.id.clone())
     }
 
     /// `namespace/name` of the backend Envoy routed to.
-    pub fn backend_name<'e>(&self, engine: &'e Engine) -> Option<&'e str> {
+    pub(crate) fn backend_name<'e>(&self, engine: &'e Engine) -> Option<&'e str> {
         engine.backends.get(self.backend?).map(|b| b.id.as_str())
     }
 
@@ -214,7 +214,7 @@ impl Evaluation {
     }
 
     /// The authorizer of an outstanding call.
-    pub fn call_authorizer(&self, slot: usize) -> Option<usize> {
+    pub(crate) fn call_authorizer(&self, slot: usize) -> Option<usize> {
         self.calls.get(slot).map(|(c, _)| c.authorizer)
     }
 

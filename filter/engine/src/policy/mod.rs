@@ -1,7 +1,7 @@
 //! Policy evaluation: the bundle compiled once into lookup structures ([`Engine`]), and the
 //! per-request evaluation of docs/semantics.md §3–§4 ([`Evaluation`]).
 
-pub mod compiled;
+mod compiled;
 mod eval;
 
 use std::collections::HashMap;
@@ -13,23 +13,21 @@ use mcp_access_bundle::{
 };
 
 use compiled::compile_rule;
-pub use compiled::{Mismatch, Mode};
-pub use eval::{
-    level_str, AuthzCall, AuthzOutcome, Decision, Denial, Evaluation, Reason, Relay, Step,
-    TraceEntry,
-};
+pub use compiled::Mode;
+pub use eval::{level_str, AuthzOutcome, Decision, Denial, Reason, Step};
+pub(crate) use eval::{Evaluation, TraceEntry};
 use mcp_access_bundle::gateway_api::HostPattern;
 
 use crate::request::Request;
 
 /// Index of a policy in [`Engine::policies`] (seniority order).
-pub type PolicyId = usize;
+pub(crate) type PolicyId = usize;
 
 /// A rule of a policy; `rule: None` stands for a policy without rules (matches everything).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RuleRef {
     pub policy: PolicyId,
-    pub rule: Option<usize>,
+    pub(crate) rule: Option<usize>,
 }
 
 /// A hash map with a fast, unkeyed hash (FxHash's multiply-rotate over 8-byte words). Only for
@@ -129,7 +127,12 @@ impl RuleSet {
     }
 
     /// The most senior rule that admits `req`.
-    pub fn first_admitting(&self, engine: &Engine, req: &Request, host: &str) -> Option<RuleRef> {
+    pub(crate) fn first_admitting(
+        &self,
+        engine: &Engine,
+        req: &Request,
+        host: &str,
+    ) -> Option<RuleRef> {
         let keyed = match (&req.mcp.method(), req.mcp.param()) {
             (Some(m), Some(p)) => self.keyed.get(*m).and_then(|x| x.get(p)),
             _ => None,
@@ -146,10 +149,6 @@ impl RuleSet {
             .filter(|r| engine.rule_admits(**r, req, host, self.mode))
             .min()
             .copied()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.general.is_empty() && self.keyed.is_empty() && self.base.is_empty()
     }
 
     /// Every rule of the set, most senior first (for traces: not on the request path).
@@ -172,31 +171,31 @@ impl RuleSet {
 #[derive(Debug)]
 pub struct LevelIndex {
     /// ExternalAuth policies, most senior first.
-    pub external_auth: Vec<PolicyId>,
-    pub deny: RuleSet,
+    pub(crate) external_auth: Vec<PolicyId>,
+    pub(crate) deny: RuleSet,
     pub allow: RuleSet,
     /// Whether any Allow policy is attached (the level is then default-deny).
-    pub has_allow: bool,
+    pub(crate) has_allow: bool,
 }
 
 /// The bundle compiled for per-request use.
 #[derive(Debug)]
 pub struct Engine {
     pub policies: Vec<compiled::Policy>,
-    pub authorizers: Vec<Authorizer>,
+    pub(crate) authorizers: Vec<Authorizer>,
     pub listeners: Vec<compiled::Listener>,
     pub backends: Vec<compiled::Backend>,
     by_route: HashMap<String, usize>,
     by_cluster: HashMap<String, usize>,
     pub identity: IdentitySettings,
-    pub deny_response: DenyResponse,
+    pub(crate) deny_response: DenyResponse,
     pub limits: Limits,
     pub hold_headers: bool,
-    pub unknown_backend: UnknownBackend,
+    pub(crate) unknown_backend: UnknownBackend,
     /// How `%2F` / `%5C` in a request path are treated.
-    pub escaped_slashes: EscapedSlashes,
+    pub(crate) escaped_slashes: EscapedSlashes,
     /// Claim names any JWT rule reads.
-    pub jwt_claims: Vec<String>,
+    pub(crate) jwt_claims: Vec<String>,
 }
 
 impl Engine {
@@ -264,13 +263,7 @@ impl Engine {
                 }
                 (_, _, rules) => rules,
             };
-            policies.push(compiled::Policy {
-                id,
-                level: p.level,
-                action,
-                rules,
-                not_accepted: p.not_accepted.clone(),
-            });
+            policies.push(compiled::Policy { id, action, rules });
         }
 
         let mut listeners = Vec::new();
@@ -289,8 +282,6 @@ impl Engine {
                     }
                 }
                 listeners.push(compiled::Listener {
-                    gateway: format!("{}/{}", g.namespace, g.name),
-                    name: l.name.clone(),
                     id: format!("{}/{}/{}", g.namespace, g.name, l.name),
                     port: l.port,
                     host: l.hostname.as_deref().map(HostPattern::new),
@@ -350,7 +341,7 @@ impl Engine {
     }
 
     /// The listener a request arrived on: same port, most specific matching hostname.
-    pub fn listener_for(&self, port: u16, host: &str) -> Option<usize> {
+    pub(crate) fn listener_for(&self, port: u16, host: &str) -> Option<usize> {
         self.listeners
             .iter()
             .enumerate()
@@ -365,7 +356,7 @@ impl Engine {
     }
 
     /// The backend Envoy routed to: by route name first, then by upstream cluster.
-    pub fn backend_for(&self, route: Option<&str>, cluster: Option<&str>) -> Option<usize> {
+    pub(crate) fn backend_for(&self, route: Option<&str>, cluster: Option<&str>) -> Option<usize> {
         route
             .and_then(|r| self.by_route.get(r))
             .or_else(|| cluster.and_then(|c| self.by_cluster.get(c)))
@@ -388,7 +379,7 @@ impl Engine {
     }
 
     /// Whether an ExternalAuth policy selects the request (no rules: every request).
-    pub fn selects(&self, pid: PolicyId, req: &Request, host: &str) -> bool {
+    pub(crate) fn selects(&self, pid: PolicyId, req: &Request, host: &str) -> bool {
         match self.policies.get(pid).map(|p| &p.rules) {
             Some(None) => true,
             Some(Some(rules)) => rules.iter().any(|r| r.admits(req, host, Mode::Select)),
@@ -447,10 +438,5 @@ impl LevelIndex {
                 }
             }
         }
-    }
-
-    /// Whether nothing at all is attached here.
-    pub fn is_empty(&self) -> bool {
-        self.external_auth.is_empty() && self.deny.is_empty() && self.allow.is_empty()
     }
 }
