@@ -177,7 +177,7 @@ fn rewrite_fields(obj: &mut serde_json::Map<String, Value>, rw: &PathRewrite) {
 }
 
 /// One Envoy route from a route entry.
-pub fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Value {
+pub(crate) fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Value {
     let mut m = serde_json::Map::new();
     match e.path_kind {
         PathMatchKind::Exact => {

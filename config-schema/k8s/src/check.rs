@@ -15,10 +15,11 @@ pub(crate) struct FieldError {
 
 pub(crate) const DNS_SUBDOMAIN: &str =
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-pub const GROUP: &str = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+pub(crate) const GROUP: &str =
+    r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 pub(crate) const KIND: &str = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$";
 pub(crate) const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-pub const SPIFFE: &str = r"^spiffe://[a-z0-9._-]+(?:/[A-Za-z0-9._-]+)*$";
+pub(crate) const SPIFFE: &str = r"^spiffe://[a-z0-9._-]+(?:/[A-Za-z0-9._-]+)*$";
 pub(crate) const HEADER_NAME: &str = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$";
 pub(crate) const HOSTNAME: &str =
     r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
@@ -32,7 +33,7 @@ thread_local! {
 }
 
 /// Whether `s` matches one of the patterns above (compiled once per thread).
-pub fn matches(pattern: &'static str, s: &str) -> bool {
+pub(crate) fn matches(pattern: &'static str, s: &str) -> bool {
     PATTERNS.with(|cache| {
         let mut cache = cache.borrow_mut();
         let re = cache

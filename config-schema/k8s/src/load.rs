@@ -13,7 +13,7 @@ use crate::check::{self, Checker, FieldError};
 use crate::types::*;
 use crate::validate;
 
-pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+pub(crate) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 pub(crate) const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";
 pub(crate) const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
 

@@ -45,7 +45,7 @@ pub(crate) struct ObjectMeta {
 /// One object: `apiVersion`, `kind`, `metadata`, `spec` (and a `status` that is not read).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Object<S> {
+pub(crate) struct Object<S> {
     #[serde(rename = "apiVersion")]
     _api_version: String,
     #[serde(rename = "kind")]
@@ -266,7 +266,7 @@ pub(crate) struct RouteMatch {
 /// A path match (`HTTPRoute` matches and `XAccessPolicy` v1alpha1 `paths`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct PathMatch {
+pub struct PathMatch {
     #[serde(rename = "type")]
     pub(crate) kind: Option<String>,
     pub(crate) value: Option<String>,
@@ -313,7 +313,7 @@ pub(crate) struct HeaderValue {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RequestRedirect {
+pub(crate) struct RequestRedirect {
     pub(crate) scheme: Option<String>,
     pub(crate) hostname: Option<String>,
     pub(crate) path: Option<PathModifier>,
@@ -402,7 +402,7 @@ pub(crate) struct McpBackend {
 /// A policy target (`LocalPolicyTargetReferenceWithSectionName`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TargetRef {
+pub(crate) struct TargetRef {
     pub(crate) group: Option<String>,
     pub(crate) kind: Option<String>,
     pub(crate) name: Option<String>,
@@ -429,7 +429,7 @@ pub(crate) struct ServiceAccountRef {
 /// Gateway API `HTTPExternalAuthFilter`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ExternalAuth {
+pub(crate) struct ExternalAuth {
     pub(crate) protocol: Option<String>,
     pub(crate) backend_ref: Option<BackendObjectRef>,
     pub(crate) grpc: Option<GrpcAuthConfig>,

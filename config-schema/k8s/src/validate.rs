@@ -95,7 +95,7 @@ fn service_port(
 // ---------------------------------------------------------------------------------------
 // XBackend
 
-pub fn xbackend(s: &XBackendSpec, c: &mut Checker) {
+pub(crate) fn xbackend(s: &XBackendSpec, c: &mut Checker) {
     let Some(mcp) = &s.mcp else {
         c.err("spec.mcp", "Required value");
         return;
@@ -575,7 +575,7 @@ fn validation(at: &str, v: &FrontendValidation, c: &mut Checker) {
     }
 }
 
-pub fn gateway(s: &GatewaySpec, c: &mut Checker) {
+pub(crate) fn gateway(s: &GatewaySpec, c: &mut Checker) {
     if c.required("spec.gatewayClassName", &s.gateway_class_name) {
         c.len_between("spec.gatewayClassName", opt(&s.gateway_class_name), 1, 253);
     }

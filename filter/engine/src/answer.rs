@@ -18,15 +18,15 @@ pub struct LocalResponse {
 
 /// JSON-RPC error codes.
 pub(crate) const PARSE_ERROR: i32 = -32700;
-pub const INVALID_REQUEST: i32 = -32600;
-pub const INVALID_PARAMS: i32 = -32602;
+pub(crate) const INVALID_REQUEST: i32 = -32600;
+pub(crate) const INVALID_PARAMS: i32 = -32602;
 /// MCP `HeaderMismatch` (SEP-2243): HTTP headers disagree with the body, or one is repeated
 /// or missing.
 pub(crate) const HEADER_MISMATCH: i32 = -32020;
 
 /// Why a request is refused before any policy looks at it (docs/semantics.md §5.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rejection {
+pub(crate) enum Rejection {
     /// The path has no canonical form (the text says why).
     InvalidPath(String),
     /// A `Content-Encoding` other than `identity`.
@@ -111,13 +111,13 @@ fn json_response(status: u16, body: Vec<u8>) -> LocalResponse {
 }
 
 /// The answer to a rejected request (`id`: the request's, when known).
-pub fn rejection(r: &Rejection, id: Option<&str>) -> LocalResponse {
+pub(crate) fn rejection(r: &Rejection, id: Option<&str>) -> LocalResponse {
     let (status, code, _) = r.status_code_reason();
     json_response(status, jsonrpc_error(id, code, &r.message(), None))
 }
 
 /// A policy denial: the authorizer's own response when it denied, else a JSON-RPC error.
-pub fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> LocalResponse {
+pub(crate) fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> LocalResponse {
     if let Some(r) = &d.relay {
         return LocalResponse {
             status: r.status,

@@ -28,7 +28,7 @@ pub struct CalloutRequest {
 }
 
 /// Builds the callout for `authorizer` about `req` (body: the buffered client body).
-pub fn build(
+pub(crate) fn build(
     authorizer: &Authorizer,
     req: &Request,
     body: &[u8],

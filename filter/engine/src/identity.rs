@@ -13,7 +13,7 @@ use crate::request::{Caller, ClaimValue, JwtPrincipal};
 /// copies of it: ambiguous, no identity) or the peer certificate, whose URI SANs are counted
 /// and checked against Envoy's first URI SAN. JWT principals (with the `claims` rules read) come
 /// from metadata, read only when providers are configured.
-pub fn caller(
+pub(crate) fn caller(
     id: &IdentitySettings,
     claims: &[String],
     headers: &[(String, String)],

@@ -23,7 +23,7 @@ const LINEAR_KEYS: usize = 16;
 pub(crate) struct SyntaxError(pub String);
 
 /// A scalar or container start, as handed to [`Visitor::value`].
-pub enum Val<'a> {
+pub(crate) enum Val<'a> {
     Object,
     Array,
     Str {
@@ -37,7 +37,7 @@ pub enum Val<'a> {
 }
 
 /// What a JSON document means to its reader.
-pub trait Visitor<'a> {
+pub(crate) trait Visitor<'a> {
     /// Where a value sits, as far as the visitor cares.
     type Slot: Copy + PartialEq;
     type Error: From<SyntaxError>;
@@ -58,7 +58,7 @@ pub trait Visitor<'a> {
 
 /// Reads all of `bytes` as one JSON value with objects and arrays nested at most
 /// `max_depth` deep, reporting to `visitor`. A syntax error ends the reading.
-pub fn read<'a, V: Visitor<'a>>(
+pub(crate) fn read<'a, V: Visitor<'a>>(
     bytes: &'a [u8],
     max_depth: usize,
     visitor: &mut V,

@@ -21,7 +21,7 @@ use crate::model::*;
 use mcp_access_bundle::gateway_api::DEFAULT_TRUST_DOMAIN;
 use mcp_access_bundle::{self as bundle, Bundle};
 
-pub(crate) use policies::authorizer_models;
+use policies::authorizer_models;
 pub use routes::precedence;
 
 /// Status reasons of policies.

@@ -64,7 +64,7 @@ pub struct Rule {
 
 /// A compiled source condition.
 #[derive(Debug)]
-pub(crate) enum Source {
+pub enum Source {
     Any,
     Spiffe(String),
     Jwt {
@@ -87,7 +87,7 @@ pub(crate) struct Authz {
 
 /// Compiled MCP condition.
 #[derive(Debug)]
-pub struct Mcp {
+pub(crate) struct Mcp {
     pub(crate) methods: Vec<Method>,
     pub(crate) base: bool,
 }
@@ -101,7 +101,7 @@ pub struct Method {
 
 /// Compiled path match.
 #[derive(Debug)]
-pub enum Path {
+pub(crate) enum Path {
     Exact(String),
     Prefix(String),
     Regex(regex_lite::Regex),
@@ -116,7 +116,7 @@ pub(crate) struct Header {
 
 /// Compiled value match.
 #[derive(Debug)]
-pub enum Value {
+pub(crate) enum Value {
     Exact(String),
     Regex(regex_lite::Regex),
 }
