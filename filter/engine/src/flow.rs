@@ -265,9 +265,12 @@ impl RequestFlow {
         };
         let method = header(":method").unwrap_or_default();
         let path = header(":path").unwrap_or_default();
-        let canonical = canonical_path(&path, engine.escaped_slashes);
+        let (canonical, bad_path) = match canonical_path(&path, engine.escaped_slashes) {
+            Ok(p) => (p, None),
+            Err(e) => (String::new(), Some(e)),
+        };
         let req = Request {
-            canonical_path: canonical.clone().unwrap_or_default(),
+            canonical_path: canonical,
             path,
             authority: header(":authority")
                 .or_else(|| header("host"))
@@ -289,7 +292,7 @@ impl RequestFlow {
             return Next::Hold;
         };
 
-        if let Err(e) = canonical {
+        if let Some(e) = bad_path {
             return self.reject(Rejection::InvalidPath(e.to_string()));
         }
         if let Some(r) = header_rejection(req, input.end_of_stream, body_limit(engine)) {
@@ -690,41 +693,7 @@ fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
     else {
         return Some(std::borrow::Cow::Borrowed(v));
     };
-    let bytes = payload.as_bytes();
-    if bytes.len() % 4 != 0 {
-        return None;
-    }
-    let sextet = |c: u8| -> Option<u32> {
-        Some(u32::from(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        }))
-    };
-    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
-    let quads = bytes.len() / 4;
-    for (q, chunk) in bytes.chunks_exact(4).enumerate() {
-        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && q + 1 != quads) {
-            return None;
-        }
-        let mut n: u32 = 0;
-        for &c in chunk.get(..4 - pad)? {
-            n = (n << 6) | sextet(c)?;
-        }
-        n <<= 6 * pad;
-        let [_, a, b, c] = n.to_be_bytes();
-        // Canonical form: the bits the padding leaves over are zero.
-        let keep = 3 - pad;
-        let all = [a, b, c];
-        if all.get(keep..)?.iter().any(|&x| x != 0) {
-            return None;
-        }
-        out.extend_from_slice(all.get(..keep)?);
-    }
+    let out = crate::base64::decode(payload.as_bytes())?;
     String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
 }
 

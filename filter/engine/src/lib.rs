@@ -6,6 +6,7 @@
 //! together per request; the `mcp-access-filter` crate is the thin proxy-wasm host around it.
 
 pub mod answer;
+mod base64;
 pub mod callout;
 pub mod canon;
 pub mod facts;

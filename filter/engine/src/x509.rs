@@ -249,39 +249,14 @@ fn pem_body(text: &[u8]) -> Option<Vec<u8>> {
     if !body.get(end..)?.starts_with(END) {
         return None;
     }
-    base64_decode(body.get(..end)?)
-}
-
-/// Standard base64 with padding; ASCII whitespace between characters is skipped.
-fn base64_decode(input: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(input.len() / 4 * 3);
-    let (mut acc, mut bits, mut padding) = (0u32, 0u32, 0usize);
-    for &c in input {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' => {
-                padding += 1;
-                continue;
-            }
-            b' ' | b'\t' | b'\r' | b'\n' => continue,
-            _ => return None,
-        };
-        if padding > 0 {
-            return None; // data after padding
-        }
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    // Leftover bits must be the zero padding of the last group.
-    (padding <= 2 && acc & ((1 << bits) - 1) == 0).then_some(out)
+    // The Base64 of the whole block, its line breaks (ASCII whitespace) removed.
+    let b64: Vec<u8> = body
+        .get(..end)?
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    crate::base64::decode(&b64)
 }
 
 #[cfg(test)]
@@ -289,14 +264,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64_round_trips_and_rejects_garbage() {
-        assert_eq!(base64_decode(b"aGVsbG8=").as_deref(), Some(&b"hello"[..]));
-        assert_eq!(
-            base64_decode(b"aGVs\nbG8h").as_deref(),
-            Some(&b"hello!"[..])
-        );
-        assert_eq!(base64_decode(b"aGVsbG8=x"), None);
-        assert_eq!(base64_decode(b"aGVs*G8="), None);
+    fn pem_base64_round_trips_and_rejects_garbage() {
+        let pem = |b64: &str| {
+            pem_body(
+                format!("-----BEGIN CERTIFICATE-----\n{b64}\n-----END CERTIFICATE-----\n")
+                    .as_bytes(),
+            )
+        };
+        assert_eq!(pem("aGVsbG8=").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(pem("aGVs\nbG8h").as_deref(), Some(&b"hello!"[..]));
+        assert_eq!(pem("aGVsbG8=x"), None);
+        assert_eq!(pem("aGVs*G8="), None);
     }
 
     #[test]
