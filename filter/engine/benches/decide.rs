@@ -107,16 +107,28 @@ fn s5() -> Value {
     base(backends, vec![], policies)
 }
 
+/// How the ten rules of [`ten_rules`] are written.
+#[derive(Clone, Copy, PartialEq)]
+enum Ten {
+    Inline,
+    /// `request.mcp.tool_name == '<tool>'`: the engine indexes the rule by its tool.
+    Cel,
+    /// `request.mcp.tool_name.endsWith('-<i>')`: not indexable, every rule is evaluated.
+    CelUnindexed,
+}
+
 /// CEL vs inline (issue 10): one Gateway Allow policy of 10 rules, rule i admitting tools/call
-/// of `cel-tool-i` under /mcp; the request calls the tool of the last rule. `cel`: each rule is
-/// `authorization.cel`; else the same conditions written inline.
-fn ten_rules(cel: bool) -> Value {
+/// of `cel-tool-i` under /mcp; the request calls the tool of the last rule.
+fn ten_rules(how: Ten) -> Value {
     let rules: Vec<Value> = (0..10)
         .map(|i| {
             let tool = format!("cel-tool-{i}");
-            if cel {
+            if how == Ten::Cel {
                 json!({"name": format!("r{i}"), "authorization": {"cel": format!(
                     "request.url_path.startsWith('/mcp') && request.mcp.tool_name == '{tool}'")}})
+            } else if how == Ten::CelUnindexed {
+                json!({"name": format!("r{i}"), "authorization": {"cel": format!(
+                    "request.url_path.startsWith('/mcp') && request.mcp.tool_name.endsWith('-tool-{i}')")}})
             } else {
                 json!({"name": format!("r{i}"), "authorization": {
                     "paths": [{"type": "PathPrefix", "value": "/mcp"}],
@@ -225,6 +237,7 @@ struct Fixtures {
     cel1000_json: Vec<u8>,
     ten_call: Vec<u8>,
     cel10: Engine,
+    cel10_unindexed: Engine,
     inline10: Engine,
     s2: Engine,
     s4: Engine,
@@ -253,10 +266,14 @@ impl Fixtures {
             s5_json,
             cel1000_json: cel1000().to_string().into_bytes(),
             ten_call: call_body("cel-tool-9", "hi"),
-            cel10: Engine::from_json(ten_rules(true).to_string().as_bytes()).unwrap(),
-            inline10: Engine::from_json(ten_rules(false).to_string().as_bytes()).unwrap(),
+            cel10: Engine::from_json(ten_rules(Ten::Cel).to_string().as_bytes()).unwrap(),
+            cel10_unindexed: Engine::from_json(ten_rules(Ten::CelUnindexed).to_string().as_bytes())
+                .unwrap(),
+            inline10: Engine::from_json(ten_rules(Ten::Inline).to_string().as_bytes()).unwrap(),
         };
         assert!(request(&f.cel10, &f.ten_call).0);
+        assert!(request(&f.cel10_unindexed, &f.ten_call).0);
+        assert!(!request(&f.cel10_unindexed, &f.small_deny).0);
         assert!(request(&f.inline10, &f.ten_call).0);
         assert!(!request(&f.cel10, &f.small_deny).0);
         assert!(Engine::from_json(&f.cel1000_json).is_ok());
@@ -302,6 +319,9 @@ const OPS: &[(&str, Op)] = &[
     }),
     ("request/cel10_allowed", |f| {
         black_box(request(&f.cel10, black_box(&f.ten_call)));
+    }),
+    ("request/cel10_unindexed_allowed", |f| {
+        black_box(request(&f.cel10_unindexed, black_box(&f.ten_call)));
     }),
     ("request/s6_1mib_allowed", |f| {
         black_box(request(&f.s2, black_box(&f.mib)));

@@ -357,3 +357,37 @@ fn tool_arguments_reach_cel_through_the_flow() {
     // No request.time from the host: an error, which an Allow rule resolves as "no".
     assert!(!run("Paris", None));
 }
+
+#[test]
+fn rules_indexed_by_the_tools_their_cel_requires_decide_as_unindexed_ones() {
+    let init = request(
+        McpOp::Call {
+            method: "initialize".into(),
+            param: None,
+        },
+        Some(ALPHA),
+    );
+    let allow = allow_cel(
+        "a",
+        "request.method == 'POST' && request.mcp.tool_name in ['a', 'b']",
+    );
+    for (req, want) in [
+        (call("a"), true),
+        (call("b"), true),
+        (call("c"), false),
+        (init.clone(), false),
+    ] {
+        assert_eq!(
+            is_allow(&decide(vec![allow.clone()], &req)),
+            want,
+            "{req:?}"
+        );
+    }
+    // A Deny rule is not indexed: for initialize the tool name is absent, an error, so it matches.
+    let deny = deny_cel("d", "request.mcp.tool_name == 'a'");
+    assert_eq!(
+        reason(&decide(vec![deny.clone()], &init)),
+        Some(Reason::DenyPolicy)
+    );
+    assert!(is_allow(&decide(vec![deny], &call("b"))));
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use mcp_access_bundle::mcp_methods::{self, Param};
 
-use super::{Attr, BinOp, Comp, Func, Node, Program, TimePart};
+use super::{Attr, BinOp, Comp, Func, Node, Program, StrOp, TimePart};
 use crate::request::{McpOp, Request};
 
 /// Largest string or list an evaluation may build.
@@ -216,15 +216,42 @@ struct Eval<'a> {
 pub(super) fn run<'a>(p: &'a Program, input: &Input<'a>) -> Result<bool, EvalError> {
     let mut e = Eval {
         input: *input,
-        locals: vec![Value::Null; p.locals],
+        locals: if p.locals == 0 {
+            Vec::new()
+        } else {
+            vec![Value::Null; p.locals]
+        },
         steps: p.max_steps,
     };
-    match e.eval(&p.root)?.norm() {
-        Value::Bool(b) => Ok(b),
-        other => fail(format!(
+    match e.bool_of(&p.root) {
+        Err(err) if err.message.starts_with("expected bool, got ") => fail(format!(
             "the condition is {}, not a boolean",
-            other.type_name()
+            err.message.trim_start_matches("expected bool, got ")
         )),
+        other => other,
+    }
+}
+
+/// A string attribute that needs no allocation, without building a value; None for the
+/// others and for an absent attribute ([`attr_value`] then says why).
+fn attr_str<'a>(a: Attr, input: &Input<'a>) -> Option<&'a str> {
+    let req = input.req;
+    let call = || match &req.mcp {
+        McpOp::Call { method, param } => Some((method.as_str(), param.as_deref())),
+        _ => None,
+    };
+    match a {
+        Attr::UrlPath => Some(&req.canonical_path),
+        Attr::Path if !req.path.contains('?') => Some(&req.canonical_path),
+        Attr::Method => Some(&req.method),
+        Attr::Host => Some(input.host),
+        Attr::ToolName => match call()? {
+            ("tools/call", p) => p,
+            _ => None,
+        },
+        Attr::McpMethod => call().map(|(m, _)| m),
+        Attr::Principal => req.caller.spiffe.as_deref(),
+        _ => None,
     }
 }
 
@@ -338,10 +365,72 @@ impl<'a> Eval<'a> {
         }
     }
 
+    /// A boolean; the logical operators and string tests of attributes without building values.
     fn bool_of(&mut self, n: &'a Node) -> Result<bool, EvalError> {
-        match self.eval(n)?.norm() {
-            Value::Bool(b) => Ok(b),
-            v => fail(format!("expected bool, got {}", v.type_name())),
+        match n {
+            Node::And(x, y) | Node::Or(x, y) => {
+                self.tick(1)?;
+                let and = matches!(n, Node::And(..));
+                let left = self.bool_of(x);
+                if left == Ok(!and) {
+                    return Ok(!and);
+                }
+                if matches!(&left, Err(e) if e.budget) {
+                    return left;
+                }
+                let right = self.bool_of(y);
+                match (left, right) {
+                    (_, Ok(r)) if r != and => Ok(!and),
+                    (Ok(_), Ok(_)) => Ok(and),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                }
+            }
+            Node::StrTest { attr, op, lit } => {
+                self.tick(1)?;
+                let v;
+                let s = match attr_str(*attr, &self.input) {
+                    Some(s) => s,
+                    None => {
+                        v = attr_value(*attr, &self.input)?;
+                        match &v {
+                            Value::Str(s) => s.as_str(),
+                            other => {
+                                return fail(format!("expected string, got {}", other.type_name()))
+                            }
+                        }
+                    }
+                };
+                let lit = &**lit;
+                self.tick(s.len() / 64)?;
+                Ok(match op {
+                    StrOp::Eq => s == lit,
+                    StrOp::Ne => s != lit,
+                    StrOp::StartsWith => s.starts_with(lit),
+                    StrOp::EndsWith => s.ends_with(lit),
+                    StrOp::Contains => s.contains(lit),
+                })
+            }
+            Node::StrIn(attr, set) => {
+                self.tick(1 + set.len())?;
+                let v;
+                let s = match attr_str(*attr, &self.input) {
+                    Some(s) => s,
+                    None => {
+                        v = attr_value(*attr, &self.input)?;
+                        match &v {
+                            Value::Str(s) => s.as_str(),
+                            other => {
+                                return fail(format!("expected string, got {}", other.type_name()))
+                            }
+                        }
+                    }
+                };
+                Ok(set.iter().any(|x| **x == *s))
+            }
+            _ => match self.eval(n)?.norm() {
+                Value::Bool(b) => Ok(b),
+                v => fail(format!("expected bool, got {}", v.type_name())),
+            },
         }
     }
 
@@ -381,21 +470,8 @@ impl<'a> Eval<'a> {
                 Value::Double(d) => Ok(Value::Double(-d)),
                 v => fail(format!("cannot negate {}", v.type_name())),
             },
-            Node::And(x, y) | Node::Or(x, y) => {
-                let and = matches!(n, Node::And(..));
-                let left = self.bool_of(x);
-                if left == Ok(!and) {
-                    return Ok(Value::Bool(!and));
-                }
-                if matches!(&left, Err(e) if e.budget) {
-                    return left.map(Value::Bool);
-                }
-                let right = self.bool_of(y);
-                match (left, right) {
-                    (_, Ok(r)) if r != and => Ok(Value::Bool(!and)),
-                    (Ok(_), Ok(_)) => Ok(Value::Bool(and)),
-                    (Err(e), _) | (_, Err(e)) => Err(e),
-                }
+            Node::And(..) | Node::Or(..) | Node::StrTest { .. } | Node::StrIn(..) => {
+                self.bool_of(n).map(Value::Bool)
             }
             Node::NotStrictlyFalse(x) => match self.bool_of(x) {
                 Ok(b) => Ok(Value::Bool(b)),

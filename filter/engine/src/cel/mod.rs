@@ -177,6 +177,29 @@ pub(crate) enum BinOp {
     In,
 }
 
+/// Tests of a string attribute against a literal ([`Node::StrTest`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StrOp {
+    Eq,
+    Ne,
+    StartsWith,
+    EndsWith,
+    Contains,
+}
+
+/// The attribute and literal of `attr <op> 'lit'` (either order), if that is what `x`, `y` are.
+fn str_test(x: &Node, y: &Node) -> Option<(Attr, Arc<str>)> {
+    match (x, y) {
+        (Node::Attr(a), Node::Lit(Value::Str(Str::Shared(l))))
+        | (Node::Lit(Value::Str(Str::Shared(l))), Node::Attr(a))
+            if a.ty() == Ty::Str =>
+        {
+            Some((*a, l.clone()))
+        }
+        _ => None,
+    }
+}
+
 /// Functions and methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Func {
@@ -360,6 +383,15 @@ pub(crate) enum Node {
     Call(Func, Vec<Node>),
     /// `s.matches('<literal>')`: the regex compiled at load.
     Matches(Box<Node>, Arc<regex_lite::Regex>),
+    /// A string attribute compared with a literal (`request.mcp.tool_name == 'x'`,
+    /// `request.path.startsWith('/a')`): evaluated without building values.
+    StrTest {
+        attr: Attr,
+        op: StrOp,
+        lit: Arc<str>,
+    },
+    /// A string attribute `in` a list of string literals.
+    StrIn(Attr, Vec<Arc<str>>),
     Comp(Box<Comp>),
 }
 
@@ -446,6 +478,31 @@ impl Program {
     /// Whether the expression reads `a`.
     pub fn reads_attr(&self, a: Attr) -> bool {
         self.reads.binary_search(&a).is_ok()
+    }
+
+    /// The tool names the condition requires, if one of its top-level `&&` operands is
+    /// `request.mcp.tool_name == 'x'` or `request.mcp.tool_name in ['x', ...]`: the condition
+    /// can then only be true for a `tools/call` of one of them (for indexing Allow rules).
+    pub fn required_tools(&self) -> Option<Vec<&str>> {
+        let mut stack = vec![&self.root];
+        while let Some(n) = stack.pop() {
+            match n {
+                Node::And(x, y) => {
+                    stack.push(x);
+                    stack.push(y);
+                }
+                Node::StrTest {
+                    attr: Attr::ToolName,
+                    op: StrOp::Eq,
+                    lit,
+                } => return Some(vec![&**lit]),
+                Node::StrIn(Attr::ToolName, set) => {
+                    return Some(set.iter().map(|x| &**x).collect())
+                }
+                _ => {}
+            }
+        }
+        None
     }
 
     /// Evaluates the condition: a boolean, or an error (which counts against the caller).
@@ -797,6 +854,26 @@ impl Compiler<'_> {
         if let Some(b) = bin {
             let (x, xt, y, yt) = two(self)?;
             let ty = self.bin_type(b, xt, yt)?;
+            let op = match b {
+                BinOp::Eq => Some(StrOp::Eq),
+                BinOp::Ne => Some(StrOp::Ne),
+                _ => None,
+            };
+            if let (Some(op), Some((attr, lit))) = (op, str_test(&x, &y)) {
+                return Ok((Node::StrTest { attr, op, lit }, Ty::Bool));
+            }
+            if let (BinOp::In, Node::Attr(a), Node::List(items)) = (b, &*x, &*y) {
+                let lits: Option<Vec<Arc<str>>> = items
+                    .iter()
+                    .map(|i| match i {
+                        Node::Lit(Value::Str(Str::Shared(l))) => Some(l.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                if let (Some(set), Ty::Str) = (lits, a.ty()) {
+                    return Ok((Node::StrIn(*a, set), Ty::Bool));
+                }
+            }
             return Ok((Node::Bin(b, x, y), ty));
         }
         match name {
@@ -920,6 +997,17 @@ impl Compiler<'_> {
                 ));
             }
             nodes.push(n);
+        }
+        let op = match f {
+            Func::StartsWith => Some(StrOp::StartsWith),
+            Func::EndsWith => Some(StrOp::EndsWith),
+            Func::Contains => Some(StrOp::Contains),
+            _ => None,
+        };
+        if let (Some(op), Some(true), [x, y]) = (op, target.map(|_| true), nodes.as_slice()) {
+            if let (Node::Attr(_), Some((attr, lit))) = (x, str_test(x, y)) {
+                return Ok((Node::StrTest { attr, op, lit }, Ty::Bool));
+            }
         }
         Ok((Node::Call(*f, nodes), f.result()))
     }

@@ -91,6 +91,9 @@ pub struct Rule {
     pub(crate) authz: Option<Authz>,
     /// `authorization.cel` and `when`: all must hold.
     pub cels: Vec<Cel>,
+    /// The tools a CEL condition requires (`request.mcp.tool_name == 'x'` at its top level):
+    /// as an Allow rule (where an error does not admit) it admits only `tools/call` of these.
+    pub(crate) cel_tools: Option<HashSet<String>>,
 }
 
 /// A compiled source condition.
@@ -180,14 +183,31 @@ pub(crate) fn compile_rule(
         .iter()
         .enumerate()
         .map(|(i, w)| (format!("when[{i}]"), w.as_str()));
+    let cels = compile_cels(at, cel.into_iter().chain(when), limits)?;
+    let cel_tools = cels
+        .iter()
+        .find_map(|c| c.program.required_tools())
+        .map(|tools| tools.into_iter().map(str::to_string).collect());
     Ok(Rule {
-        cels: compile_cels(at, cel.into_iter().chain(when), limits)?,
+        cels,
+        cel_tools,
         name: rule.name.clone(),
         source: match &rule.source {
             None => Source::Any,
             Some(s) => compile_source(s, policy_ns, trust_domain)?,
         },
-        authz: rule.authorization.as_ref().map(compile_authz).transpose()?,
+        // An authorization with nothing but `cel` is only its CEL condition (in `cels`).
+        authz: rule
+            .authorization
+            .as_ref()
+            .filter(|a| {
+                **a != Authorization {
+                    cel: a.cel.clone(),
+                    ..Authorization::default()
+                }
+            })
+            .map(compile_authz)
+            .transpose()?,
     })
 }
 
@@ -387,6 +407,15 @@ impl Rule {
             .iter()
             .map(|m| m.params.as_ref().map(|p| (m.name.as_str(), p)))
             .collect()
+    }
+
+    /// For indexing an Allow rule without an `mcp` block whose CEL condition requires
+    /// particular tools: `tools/call` of those.
+    pub(crate) fn cel_keyed_calls(&self) -> Option<Vec<(&str, &HashSet<String>)>> {
+        if self.authz.as_ref().is_some_and(|a| a.mcp.is_some()) {
+            return None;
+        }
+        Some(vec![("tools/call", self.cel_tools.as_ref()?)])
     }
 
     /// Whether this rule can admit base-protocol traffic.

@@ -104,7 +104,14 @@ impl RuleSet {
             self.general.push(r);
             return;
         };
-        match rule.keyed_calls() {
+        // An Allow rule whose CEL condition names its tools admits nothing else (an error
+        // does not admit), so it is indexed under them and never as base protocol.
+        let cel_keyed = match (rule.keyed_calls(), self.mode) {
+            (None, Mode::Admit) => rule.cel_keyed_calls(),
+            _ => None,
+        };
+        let by_cel = cel_keyed.is_some();
+        match rule.keyed_calls().or(cel_keyed) {
             Some(calls) => {
                 for (method, params) in calls {
                     if !self.keyed.contains_key(method) {
@@ -121,7 +128,7 @@ impl RuleSet {
                         }
                     }
                 }
-                if rule.may_admit_base() {
+                if !by_cel && rule.may_admit_base() {
                     self.base.push(r);
                 }
             }
