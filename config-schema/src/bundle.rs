@@ -585,7 +585,8 @@ pub struct CelLimits {
     #[serde(default = "default_cel_nodes")]
     pub max_nodes: u32,
     /// Most evaluation steps per expression and request: one per node evaluated, one per
-    /// element a macro visits (default 10000, at most 1000000).
+    /// element a macro visits, one per 64 bytes of text read or built (default 10000, at most
+    /// 1000000).
     #[serde(default = "default_cel_steps")]
     pub max_steps: u32,
 }

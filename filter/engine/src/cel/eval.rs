@@ -365,6 +365,17 @@ impl<'a> Eval<'a> {
         }
     }
 
+    /// A string attribute, borrowed when it can be.
+    fn attr_text(&self, a: Attr) -> Result<Str<'a>, EvalError> {
+        if let Some(s) = attr_str(a, &self.input) {
+            return Ok(Str::Borrowed(s));
+        }
+        match attr_value(a, &self.input)? {
+            Value::Str(s) => Ok(s),
+            other => fail(format!("expected string, got {}", other.type_name())),
+        }
+    }
+
     /// A boolean; the logical operators and string tests of attributes without building values.
     fn bool_of(&mut self, n: &'a Node) -> Result<bool, EvalError> {
         match n {
@@ -387,19 +398,8 @@ impl<'a> Eval<'a> {
             }
             Node::StrTest { attr, op, lit } => {
                 self.tick(1)?;
-                let v;
-                let s = match attr_str(*attr, &self.input) {
-                    Some(s) => s,
-                    None => {
-                        v = attr_value(*attr, &self.input)?;
-                        match &v {
-                            Value::Str(s) => s.as_str(),
-                            other => {
-                                return fail(format!("expected string, got {}", other.type_name()))
-                            }
-                        }
-                    }
-                };
+                let text = self.attr_text(*attr)?;
+                let s = text.as_str();
                 let lit = &**lit;
                 self.tick(s.len() / 64)?;
                 Ok(match op {
@@ -412,19 +412,8 @@ impl<'a> Eval<'a> {
             }
             Node::StrIn(attr, set) => {
                 self.tick(1 + set.len())?;
-                let v;
-                let s = match attr_str(*attr, &self.input) {
-                    Some(s) => s,
-                    None => {
-                        v = attr_value(*attr, &self.input)?;
-                        match &v {
-                            Value::Str(s) => s.as_str(),
-                            other => {
-                                return fail(format!("expected string, got {}", other.type_name()))
-                            }
-                        }
-                    }
-                };
+                let text = self.attr_text(*attr)?;
+                let s = text.as_str();
                 Ok(set.iter().any(|x| **x == *s))
             }
             _ => match self.eval(n)?.norm() {
@@ -523,9 +512,13 @@ impl<'a> Eval<'a> {
                 }
                 self.call(*f, vals)
             }
-            Node::Matches(s, re) => match self.eval(s)?.norm() {
+            Node::Matches {
+                subject,
+                re,
+                weight,
+            } => match self.eval(subject)?.norm() {
                 Value::Str(s) => {
-                    self.tick(s.as_str().len() / 64)?;
+                    self.tick(s.as_str().len().saturating_mul(*weight) / 256)?;
                     Ok(Value::Bool(re.is_match(s.as_str())))
                 }
                 v => fail(format!("matches needs a string, got {}", v.type_name())),

@@ -381,8 +381,13 @@ pub(crate) enum Node {
     List(Vec<Node>),
     Map(Vec<(Node, Node)>),
     Call(Func, Vec<Node>),
-    /// `s.matches('<literal>')`: the regex compiled at load.
-    Matches(Box<Node>, Arc<regex_lite::Regex>),
+    /// `s.matches('<literal>')`: the regex compiled at load; matching costs
+    /// `text length x weight / 256` steps (weight: 4 to 256 by compiled size).
+    Matches {
+        subject: Box<Node>,
+        re: Arc<regex_lite::Regex>,
+        weight: usize,
+    },
     /// A string attribute compared with a literal (`request.mcp.tool_name == 'x'`,
     /// `request.path.startsWith('/a')`): evaluated without building values.
     StrTest {
@@ -1032,11 +1037,26 @@ impl Compiler<'_> {
             ));
         };
         let p: &str = p.inner();
-        let re = regex_lite::RegexBuilder::new(p)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map_err(|e| self.err("matches", format!("invalid regular expression: {e}")))?;
-        Ok((Node::Matches(s, Arc::new(re)), Ty::Bool))
+        // The smallest size class the compiled pattern fits in is its weight: matching costs
+        // about text length x compiled size, and is charged as such in steps.
+        let mut last = None;
+        for (limit, weight) in [(1024, 4), (4096, 16), (16384, 64), (REGEX_SIZE_LIMIT, 256)] {
+            match regex_lite::RegexBuilder::new(p).size_limit(limit).build() {
+                Ok(re) => {
+                    return Ok((
+                        Node::Matches {
+                            subject: s,
+                            re: Arc::new(re),
+                            weight,
+                        },
+                        Ty::Bool,
+                    ))
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let why = last.map_or_else(String::new, |e| e.to_string());
+        Err(self.err("matches", format!("invalid regular expression: {why}")))
     }
 
     fn want_op(&self, word: &str, ty: Ty, want: Ty) -> Result<(), CelError> {

@@ -62,6 +62,11 @@ fn kan_expressions_work_unchanged() {
         assert_eq!(eval(src), Ok(true), "{src}");
     }
     assert_eq!(eval("request.mcp.tool_name == 'non-existent'"), Ok(false));
+    // KAN's CRD example.
+    assert_eq!(
+        eval("request.mcp.tool_name.startsWith('verify_')"),
+        Ok(false)
+    );
 }
 
 #[test]
@@ -242,4 +247,27 @@ fn hostile_expressions_are_refused_or_bounded() {
         "{ten}.all(a, {ten}.all(b, {ten}.all(c, {ten}.all(d, {ten}.all(e, {ten}.all(f, true))))))"
     );
     assert!(eval(&src).is_err());
+}
+
+#[test]
+fn regex_matching_is_charged_by_text_length_and_pattern_size() {
+    let mut r = req();
+    r.params = Some(serde_json::json!({"arguments": {"text": "b".repeat(8192)}}));
+    let limits = CelLimits {
+        max_steps: 1000,
+        ..CelLimits::default()
+    };
+    let run = |src: &str| {
+        Program::compile(src, &limits).unwrap().eval(&Input {
+            req: &r,
+            host: "a.example",
+            trust_domain: None,
+        })
+    };
+    assert_eq!(
+        run("request.mcp.params.arguments.text.matches('^b+$')"),
+        Ok(true)
+    );
+    let big = run("request.mcp.params.arguments.text.matches('^(bbbb|cccc|dddd){40}$')");
+    assert!(big.as_ref().is_err_and(|e| e.budget), "{big:?}");
 }
