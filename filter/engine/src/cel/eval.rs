@@ -213,6 +213,7 @@ struct Eval<'a> {
     steps: u32,
 }
 
+#[inline]
 pub(super) fn run<'a>(p: &'a Program, input: &Input<'a>) -> Result<bool, EvalError> {
     let mut e = Eval {
         input: *input,
@@ -365,11 +366,9 @@ impl<'a> Eval<'a> {
         }
     }
 
-    /// A string attribute, borrowed when it can be.
+    /// A string attribute that [`attr_str`] cannot borrow (or that is absent: the error).
+    #[cold]
     fn attr_text(&self, a: Attr) -> Result<Str<'a>, EvalError> {
-        if let Some(s) = attr_str(a, &self.input) {
-            return Ok(Str::Borrowed(s));
-        }
         match attr_value(a, &self.input)? {
             Value::Str(s) => Ok(s),
             other => fail(format!("expected string, got {}", other.type_name())),
@@ -398,8 +397,14 @@ impl<'a> Eval<'a> {
             }
             Node::StrTest { attr, op, lit } => {
                 self.tick(1)?;
-                let text = self.attr_text(*attr)?;
-                let s = text.as_str();
+                let owned;
+                let s = match attr_str(*attr, &self.input) {
+                    Some(s) => s,
+                    None => {
+                        owned = self.attr_text(*attr)?;
+                        owned.as_str()
+                    }
+                };
                 let lit = &**lit;
                 self.tick(s.len() / 64)?;
                 Ok(match op {
@@ -412,8 +417,14 @@ impl<'a> Eval<'a> {
             }
             Node::StrIn(attr, set) => {
                 self.tick(1 + set.len())?;
-                let text = self.attr_text(*attr)?;
-                let s = text.as_str();
+                let owned;
+                let s = match attr_str(*attr, &self.input) {
+                    Some(s) => s,
+                    None => {
+                        owned = self.attr_text(*attr)?;
+                        owned.as_str()
+                    }
+                };
                 Ok(set.iter().any(|x| **x == *s))
             }
             _ => match self.eval(n)?.norm() {

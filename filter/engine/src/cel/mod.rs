@@ -511,6 +511,7 @@ impl Program {
     }
 
     /// Evaluates the condition: a boolean, or an error (which counts against the caller).
+    #[inline]
     pub fn eval(&self, input: &Input<'_>) -> Result<bool, EvalError> {
         eval::run(self, input)
     }

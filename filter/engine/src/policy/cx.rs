@@ -95,19 +95,7 @@ impl CelCx {
             }
         }
         if let Some(records) = &mut self.records {
-            records.push(CelRecord {
-                policy: policy.to_string(),
-                rule: rule.map(str::to_string),
-                field: c.field.clone(),
-                expression: c.program.source().to_string(),
-                result: result.clone().map_err(|e| e.message),
-                reads: c
-                    .program
-                    .reads()
-                    .iter()
-                    .map(|a| (a.name().to_string(), read_value(*a, &input)))
-                    .collect(),
-            });
+            records.push(record(c, &input, &result, policy, rule));
         }
         result.map_err(|_| ())
     }
@@ -147,6 +135,30 @@ impl CelCx {
             *slot = Some(out);
         }
         out
+    }
+}
+
+/// What `explain` shows of one evaluation (traced requests only).
+#[cold]
+fn record(
+    c: &Cel,
+    input: &Input<'_>,
+    result: &Result<bool, crate::cel::EvalError>,
+    policy: &str,
+    rule: Option<&str>,
+) -> CelRecord {
+    CelRecord {
+        policy: policy.to_string(),
+        rule: rule.map(str::to_string),
+        field: c.field.clone(),
+        expression: c.program.source().to_string(),
+        result: result.clone().map_err(|e| e.message),
+        reads: c
+            .program
+            .reads()
+            .iter()
+            .map(|a| (a.name().to_string(), read_value(*a, input)))
+            .collect(),
     }
 }
 
