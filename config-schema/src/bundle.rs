@@ -581,7 +581,7 @@ pub struct CelLimits {
     /// Deepest nesting of the parsed expression (default 32, at most 100).
     #[serde(default = "default_cel_depth")]
     pub max_depth: u32,
-    /// Most nodes in the parsed expression, macros expanded (default 1000, at most 5000).
+    /// Most nodes in the parsed expression, macros expanded (default 1000, at most 2000).
     #[serde(default = "default_cel_nodes")]
     pub max_nodes: u32,
     /// Most evaluation steps per expression and request: one per node evaluated, one per
@@ -606,7 +606,7 @@ impl Default for CelLimits {
 pub const CEL_LIMIT_MAX: CelLimits = CelLimits {
     max_expression_bytes: 65536,
     max_depth: 100,
-    max_nodes: 5000,
+    max_nodes: 2000,
     max_steps: 1_000_000,
 };
 

@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_engine::cel::{check, CelLimits, Input, Program};
+use mcp_access_engine::cel::{check, CelLimits, Input, Program, CEL_LIMIT_MAX};
 use mcp_access_engine::request::{Caller, JwtPrincipal, McpOp, Request};
 use serde_json::Value;
 
@@ -32,10 +32,10 @@ fn run(data: &[u8]) {
         return;
     };
     let attrs: Value = serde_json::from_slice(rest).unwrap_or(Value::Null);
+    // The largest limits a bundle may set (fewer steps, to keep executions fast).
     let limits = CelLimits {
-        max_expression_bytes: 65536,
         max_steps: 20_000,
-        ..CelLimits::default()
+        ..CEL_LIMIT_MAX
     };
     let checked = check(src, &limits);
     let program = Program::compile(src, &limits);

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use cel::common::ast::{operators as op, Expr, IdedExpr, LiteralValue};
-pub use mcp_access_bundle::CelLimits;
+pub use mcp_access_bundle::{CelLimits, CEL_LIMIT_MAX};
 
 pub(crate) use eval::{attr_value, show, Str, Value};
 pub use eval::{EvalError, Input};
@@ -440,14 +440,16 @@ impl Program {
                 },
                 None => CelError::at(src, 0, "syntax error".into()),
             })?;
-        tree_bounds(src, &ast, limits)?;
+        let bounded = tree_bounds(src, &ast, limits);
         let mut c = Compiler {
             src,
             scopes: Vec::new(),
             locals: 0,
             reads: Vec::new(),
         };
-        let (root, ty) = c.node(&ast)?;
+        let compiled = bounded.and_then(|()| c.node(&ast));
+        dismantle(ast);
+        let (root, ty) = compiled?;
         if !matches!(ty, Ty::Bool | Ty::Dyn) {
             return Err(CelError::at(
                 src,
@@ -570,6 +572,59 @@ fn tree_bounds(src: &str, ast: &IdedExpr, limits: &CelLimits) -> Result<(), CelE
         }
     }
     Ok(())
+}
+
+/// Drops a parsed tree without recursion: the tree's own drop recurses once per level, and a
+/// long operator chain (`1+1+...`, thousands deep) would overflow a wasm stack.
+fn dismantle(root: IdedExpr) {
+    use cel::common::ast::EntryExpr;
+    let mut stack = vec![root];
+    while let Some(mut e) = stack.pop() {
+        match &mut e.expr {
+            Expr::Call(c) => {
+                if let Some(t) = c.target.take() {
+                    stack.push(*t);
+                }
+                stack.append(&mut c.args);
+            }
+            Expr::Select(s) => stack.push(std::mem::take(&mut *s.operand)),
+            Expr::List(l) => stack.append(&mut l.elements),
+            Expr::Map(m) => {
+                for entry in m.entries.drain(..) {
+                    match entry.expr {
+                        EntryExpr::MapEntry(me) => {
+                            stack.push(me.key);
+                            stack.push(me.value);
+                        }
+                        EntryExpr::StructField(f) => stack.push(f.value),
+                    }
+                }
+            }
+            Expr::Struct(st) => {
+                for entry in st.entries.drain(..) {
+                    match entry.expr {
+                        EntryExpr::MapEntry(me) => {
+                            stack.push(me.key);
+                            stack.push(me.value);
+                        }
+                        EntryExpr::StructField(f) => stack.push(f.value),
+                    }
+                }
+            }
+            Expr::Comprehension(c) => {
+                for x in [
+                    &mut c.iter_range,
+                    &mut c.accu_init,
+                    &mut c.loop_cond,
+                    &mut c.loop_step,
+                    &mut c.result,
+                ] {
+                    stack.push(std::mem::take(x));
+                }
+            }
+            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
 }
 
 struct Compiler<'s> {

@@ -271,3 +271,47 @@ fn regex_matching_is_charged_by_text_length_and_pattern_size() {
     let big = run("request.mcp.params.arguments.text.matches('^(bbbb|cccc|dddd){40}$')");
     assert!(big.as_ref().is_err_and(|e| e.budget), "{big:?}");
 }
+
+#[test]
+fn hostile_expressions_at_the_largest_limits_fit_a_wasm_sized_stack() {
+    // The largest limits a bundle may set, on a 1 MiB stack (the wasm32 default): every case
+    // must end in a result or an error, never a stack overflow (which would abort the test).
+    let limits = CEL_LIMIT_MAX;
+    let n = 1_990;
+    let cases: Vec<String> = vec![
+        format!("{} == 1", vec!["1"; n].join("+")),
+        format!("{}true", "!".repeat(n)),
+        format!("{}1 == 1", "-".repeat(n)),
+        format!("jwt.claims{} == 1", ".a".repeat(n / 2)),
+        format!("{}1{} == 1", "(".repeat(99), ")".repeat(99)),
+        format!("{}1{} == [1]", "[".repeat(99), "]".repeat(99)),
+        format!("{}true{}", "[".repeat(60), "]".repeat(60)).replace("[true]", "[true].all(x, x)"),
+        format!("{} true", vec!["true &&"; n / 2].join(" ")),
+        format!(
+            "{}",
+            vec!["[1].exists(x, "; 90].join("") + "true" + &")".repeat(90)
+        ),
+        format!("size({}'a'{})", "string(".repeat(99), ")".repeat(99)) + " == 1",
+        format!("'{}' == request.path", "\\\\".repeat(30_000)),
+        // A syntax error after a long chain: the parser drops what it built.
+        format!("{} +", vec!["1"; n].join("+")),
+        format!("{} == )", vec!["1"; n].join("+")),
+        format!("[{}", vec!["1+1"; n / 2].join(",")),
+    ];
+    let worker = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            let r = req();
+            for src in &cases {
+                if let Ok(p) = Program::compile(src, &limits) {
+                    let _ = p.eval(&Input {
+                        req: &r,
+                        host: "a.example",
+                        trust_domain: None,
+                    });
+                }
+            }
+        })
+        .unwrap();
+    assert!(worker.join().is_ok());
+}
