@@ -589,19 +589,9 @@ fn dismantle(root: IdedExpr) {
             }
             Expr::Select(s) => stack.push(std::mem::take(&mut *s.operand)),
             Expr::List(l) => stack.append(&mut l.elements),
-            Expr::Map(m) => {
-                for entry in m.entries.drain(..) {
-                    match entry.expr {
-                        EntryExpr::MapEntry(me) => {
-                            stack.push(me.key);
-                            stack.push(me.value);
-                        }
-                        EntryExpr::StructField(f) => stack.push(f.value),
-                    }
-                }
-            }
-            Expr::Struct(st) => {
-                for entry in st.entries.drain(..) {
+            Expr::Map(cel::common::ast::MapExpr { entries })
+            | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+                for entry in entries.drain(..) {
                     match entry.expr {
                         EntryExpr::MapEntry(me) => {
                             stack.push(me.key);
