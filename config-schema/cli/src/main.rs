@@ -11,6 +11,7 @@ use mcp_access_bundle::{Bundle, UnknownBackend};
 use mcp_access_cli::checks;
 use mcp_access_cli::envoy::{self, EnvoyOptions, Notes};
 use mcp_access_cli::explain::{self, RequestSpec};
+use mcp_access_cli::jwt;
 use mcp_access_cli::manifests::{self, ListenerNames, ManifestOptions, Platform};
 use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 
@@ -131,6 +132,14 @@ struct CompileArgs {
     /// Only Gateways of this class (repeatable; default: all).
     #[arg(long = "gateway-class")]
     gateway_classes: Vec<String>,
+    /// A JWT provider of Envoy's jwt_authn filter (repeatable): its verified claims are what
+    /// JWT sources match. JWKS: a local file or an https:// URI; `audience` repeatable;
+    /// `forward=true` keeps the token in the upstream request.
+    #[arg(
+        long = "jwt-provider",
+        value_name = "NAME=issuer=ISSUER,jwks=FILE|URI[,audience=AUD][,forward=BOOL]"
+    )]
+    jwt_providers: Vec<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -364,6 +373,10 @@ fn options(a: &CompileArgs) -> Result<Options, String> {
         gateway_classes: a.gateway_classes.clone(),
         tls_secrets: None,
         client_cas: None,
+        jwt_providers: jwt::parse_providers(&a.jwt_providers)?
+            .iter()
+            .map(jwt::JwtProviderSpec::bundle_provider)
+            .collect(),
     })
 }
 
@@ -612,6 +625,7 @@ fn run(cli: Cli) -> Result<u8, String> {
                 client_cas,
                 upstream_ca: e.upstream_ca,
                 access_log: e.access_log,
+                jwt: jwt::parse_providers(&input.compile.jwt_providers)?,
             };
             let mut notes = Notes::default();
             let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;

@@ -61,6 +61,8 @@ pub struct Options {
     /// Client CA references that can be used (`name` or `namespace/name`, `""` for a default
     /// CA); None: do not check.
     pub client_cas: Option<Vec<String>>,
+    /// The `jwt_authn` providers whose verified claims JWT sources read.
+    pub jwt_providers: Vec<bundle::JwtProvider>,
 }
 
 impl Default for Options {
@@ -77,6 +79,20 @@ impl Default for Options {
             gateway_classes: Vec::new(),
             tls_secrets: None,
             client_cas: None,
+            jwt_providers: Vec::new(),
+        }
+    }
+}
+
+impl Options {
+    /// The bundle's identity settings: the trust domain and the JWT providers.
+    pub(crate) fn identity(&self) -> bundle::IdentitySettings {
+        bundle::IdentitySettings {
+            trust_domain: Some(self.trust_domain.clone()),
+            jwt: bundle::JwtSettings {
+                providers: self.jwt_providers.clone(),
+            },
+            ..Default::default()
         }
     }
 }
@@ -181,10 +197,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     cx.report_rejected();
     let bundle = Bundle {
         api_version: bundle::API_VERSION.to_string(),
-        identity: bundle::IdentitySettings {
-            trust_domain: Some(o.trust_domain.clone()),
-            ..Default::default()
-        },
+        identity: o.identity(),
         gateways: cx.bundle_gateways(),
         backends: cx.bundle_backends(),
         authorizers,

@@ -463,10 +463,7 @@ impl Ctx<'_> {
     ) -> Bundle {
         Bundle {
             api_version: bundle::API_VERSION.into(),
-            identity: bundle::IdentitySettings {
-                trust_domain: Some(self.o.trust_domain.clone()),
-                ..Default::default()
-            },
+            identity: self.o.identity(),
             gateways: vec![bundle::Gateway {
                 name: "g".into(),
                 namespace: ns.into(),
