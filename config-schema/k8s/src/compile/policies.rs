@@ -138,6 +138,7 @@ impl Ctx<'_> {
                 seniority,
                 rules: content.rules.clone().ok().flatten(),
                 not_accepted: None,
+                when: Vec::new(),
             });
         }
         if !t.standin.is_empty() && !self.o.skip_rejected {
@@ -165,6 +166,7 @@ impl Ctx<'_> {
                 seniority,
                 rules,
                 not_accepted: Some(why),
+                when: Vec::new(),
             });
         }
         t.conds
@@ -378,6 +380,7 @@ impl Ctx<'_> {
                         name: opt(&r.name).to_string(),
                         source,
                         authorization: None,
+                        when: Vec::new(),
                     }])
                 });
                 let e = r
@@ -496,6 +499,7 @@ impl Ctx<'_> {
                 seniority: 0,
                 rules: rules.clone(),
                 not_accepted: None,
+                when: Vec::new(),
             }],
             deny_response: Default::default(),
             limits: Default::default(),

@@ -113,6 +113,7 @@ pub(super) fn rule_v0(at: &str, r: &RuleV0) -> Result<bundle::Rule, (&'static st
         name: opt(&r.name).to_string(),
         source,
         authorization,
+        when: Vec::new(),
     })
 }
 
@@ -127,6 +128,7 @@ pub(super) fn rule_v1(at: &str, r: &RuleV1) -> Result<bundle::Rule, (&'static st
         name: opt(&r.name).to_string(),
         source,
         authorization,
+        when: Vec::new(),
     })
 }
 
@@ -173,6 +175,7 @@ fn authorization_v1(
                 })
             })
             .collect::<Result<Vec<_>, _>>()?,
+        cel: None,
     })
 }
 
