@@ -3,6 +3,11 @@ real Envoy 1.40 with the built filter, real MCP SDK clients and the demo MCP ser
 
 - JWT providers declared on the command line (`--jwt-provider`): Envoy's jwt_authn verifies
   tokens against a local JWKS file and leaves the payload where the filter reads it.
+- Every CEL scenario of kube-agentic-networking's e2e tests (single rule, all failures,
+  multi-rule, macros, the variables), as XAccessPolicies with ServiceAccount sources over mTLS
+  (KAN's `get-sum` tool is the demo server's `get_weather`).
+- The project's AccessPolicy kind: a Deny policy at the Gateway, JWT sources (claims, subject)
+  at the backend, a `when` condition on a Deny rule and a CEL `when` reading verified claims.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from typing import Any
 import pytest
 
 from harness import (
+    ALPHA,
+    BETA,
     Denied,
     JwtKeys,
     McpAgent,
@@ -61,20 +68,21 @@ class Deployment:
         self.report = report
 
 
-def deploy(cli: Path, envoy: Any, wasm: Path, base: Path, manifests: str, server: Any, *extra: str) -> Deployment:
+def deploy(cli: Path, envoy: Any, wasm: Path, base: Path, manifests: str, server: Any, *extra: str,
+           listener: str = "http", scheme: str = "http") -> Deployment:
     base.mkdir(parents=True, exist_ok=True)
     (base / "manifests.yaml").write_text(manifests)
     port, admin = free_port(), free_port()
     result = run_cli(
-        cli, "envoy", "-f", str(base / "manifests.yaml"), "--wasm", str(wasm),
+        cli, "envoy", "-f", str(base / "manifests.yaml"), "--wasm", str(wasm), "--strict",
         "--resolve", f"tools-server=127.0.0.1:{server.port}",
-        "--listen", f"http={port}", "--bind", "127.0.0.1", "--admin-port", str(admin),
+        "--listen", f"{listener}={port}", "--bind", "127.0.0.1", "--admin-port", str(admin),
         "--bundle-out", str(base / "bundle.json"), "--format", "text", "-o", str(base / "envoy.json"), *extra,
     )
     assert result.returncode == 0, result.stderr
     envoy(json.loads((base / "envoy.json").read_text()), name=base.name)
     server.reset()
-    return Deployment(f"http://127.0.0.1:{port}/mcp", server, json.loads((base / "bundle.json").read_text()),
+    return Deployment(f"{scheme}://127.0.0.1:{port}/mcp", server, json.loads((base / "bundle.json").read_text()),
                       result.stderr)
 
 
@@ -105,3 +113,222 @@ def test_jwt_providers_from_the_command_line(cli: Path, wasm_path: Path, work_di
                     pass
             assert denied.value.status == status
         assert server.requests() and all("authorization" not in {k.lower() for k in r.get("headers", {})} for r in server.requests())
+
+
+# ---------------------------------------------------------------------------
+# kube-agentic-networking's CEL scenarios
+
+KAN_GATEWAY = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: e2e-gateway, namespace: e2e}
+spec:
+  gatewayClassName: mcp-access
+  listeners:
+  - name: https
+    protocol: HTTPS
+    port: 443
+    tls: {mode: Terminate, certificateRefs: [{name: gateway-cert}]}
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{group: "", kind: ConfigMap, name: agents-ca}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: e2e-route, namespace: e2e}
+spec:
+  parentRefs: [{name: e2e-gateway}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /mcp}}]
+    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: e2e-mcp-backend}]
+---
+apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XBackend
+metadata: {name: e2e-mcp-backend, namespace: e2e}
+spec:
+  mcp: {serviceName: tools-server, port: 8000, path: /mcp}
+"""
+
+
+def kan_policy(*rules: tuple[str, str]) -> str:
+    """A KAN e2e CEL policy: Allow on the backend for alpha's ServiceAccount through the given CEL
+    rules, plus the Inline rule KAN adds so that the base protocol (initialize...) is admitted."""
+    alpha = "source: {type: ServiceAccount, serviceAccount: {namespace: agents, name: alpha}}"
+    out = ("apiVersion: agentic.networking.x-k8s.io/v1alpha1\nkind: XAccessPolicy\n"
+           "metadata: {name: e2e-cel, namespace: e2e}\nspec:\n"
+           "  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: e2e-mcp-backend}]\n"
+           "  action: Allow\n  rules:\n")
+    for name, expression in rules:
+        out += (f"  - name: {name}\n    {alpha}\n    authorization:\n      type: CEL\n"
+                f"      cel: {{expression: {json.dumps(expression)}}}\n")
+    out += (f"  - name: allow-base-mcp\n    {alpha}\n    authorization:\n      type: Inline\n"
+            "      mcp: {mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS}\n")
+    return out
+
+
+MACROS = ("request.path.startsWith('/mc') && request.headers['mcp-protocol-version'].contains('2025') && "
+          "request.mcp.tool_name.matches('^get_[a-z]+$')")
+# KAN's cases 10-15, one variable each; KAN's host carries the port, here request.port does.
+VARIABLES = ["request.path == '/mcp'", "request.url_path == '/mcp'", "request.method == 'POST'",
+             "request.host == '127.0.0.1'", "request.headers['mcp-protocol-version'] == '2025-11-25'"]
+FAILING_VARIABLES = ["request.path == '/wrong'", "request.url_path == '/wrong'", "request.method == 'GET'",
+                     "request.host.endsWith(':9999')", "request.headers['mcp-protocol-version'] == '1999-01-01'",
+                     "request.time.getFullYear() < 2000"]
+TIME_PENDING = pytest.mark.xfail(reason="the filter does not give the engine request.time yet (h-cel's host facts)",
+                                 strict=False)
+
+# (scenario, rules, tools alpha may call, tools denied)
+KAN_SCENARIOS = [
+    ("single-rule", [("allow-get-sum-only", "request.mcp.tool_name == 'get_weather'")], ["get_weather"], ["echo"]),
+    ("all-failures", [("allow-nothing", "request.mcp.tool_name == 'non-existent'")], [], ["get_weather", "echo"]),
+    ("multi-rule", [("allow-get-sum", "request.mcp.tool_name == 'get_weather'"),
+                    ("allow-non-existent", "request.mcp.tool_name == 'non-existent'")], ["get_weather"], ["echo"]),
+    ("macros", [("allow-macros", MACROS)], ["get_weather"], ["echo"]),
+    ("variables", [("all-hold", " && ".join(VARIABLES))], ["get_weather", "echo"], []),
+    ("failing-variables", [(f"fails-{i}", e) for i, e in enumerate(FAILING_VARIABLES)], [], ["get_weather"]),
+    pytest.param("time", [("time", "request.time.getFullYear() >= 2025")], ["get_weather"], [],
+                 marks=TIME_PENDING, id="time"),
+]
+
+
+@pytest.mark.parametrize(("scenario", "rules", "allowed", "denied"), KAN_SCENARIOS,
+                         ids=[s[0] if isinstance(s, tuple) else None for s in KAN_SCENARIOS])
+def test_kan_cel_scenarios(scenario: str, rules: list[tuple[str, str]], allowed: list[str], denied: list[str],
+                           cli: Path, wasm_path: Path, work_dir: Path, pki: Any, envoy: Any) -> None:
+    base = work_dir / "policy-language" / f"kan-{scenario}"
+    with start_mcp_server(base / "logs", name=f"kan-{scenario}") as server:
+        d = deploy(cli, envoy, wasm_path, base, KAN_GATEWAY + "---\n" + kan_policy(*rules), server,
+                   "--trust-domain", "example.org",
+                   "--tls-cert", f"gateway-cert={pki.server.cert},{pki.server.key}",
+                   "--client-ca", f"agents-ca={pki.ca.cert}", listener="https", scheme="https")
+        assert all(r.get("authorization", {}).get("cel") for r in d.bundle["policies"][0]["rules"][:-1])
+        with McpAgent(d.url, cert=pki.client(ALPHA), ca=pki.ca) as alpha:  # initialize: the base rule
+            assert "get_weather" in alpha.tool_names()
+            for tool in allowed:
+                alpha.call_tool(tool, {"city": "Oslo"} if tool == "get_weather" else {"text": "x"})
+            for tool in denied:
+                with pytest.raises(Denied) as e:
+                    alpha.call_tool(tool, {"city": "Oslo"} if tool == "get_weather" else {"text": "x"})
+                assert e.value.status == 403 and e.value.code == -32001, scenario
+        # beta has no rule at all, not even for initialize.
+        with pytest.raises(Denied):
+            with McpAgent(d.url, cert=pki.client(BETA), ca=pki.ca):
+                pass
+        assert server.tool_calls() == allowed
+
+
+# ---------------------------------------------------------------------------
+# The AccessPolicy kind: Deny, JWT sources, when
+
+JWT_POLICIES = """\
+apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: no-repo-deletion, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  action: Deny
+  rules:
+  - name: delete-repo
+    authorization: {type: Inline, mcp: {methods: [{name: tools/call, params: [delete_repo]}]}}
+---
+apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: token-holders, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: Allow
+  rules:
+  - name: staff
+    source:
+      type: JWT
+      jwt:
+        issuer: ISSUER
+        claims: [{name: groups, values: [staff]}]
+    authorization:
+      type: Inline
+      mcp:
+        mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS
+        methods: [{name: tools/call, params: [echo, get_weather]}]
+  - name: on-call
+    source: {type: JWT, jwt: {issuer: ISSUER, subject: oncall}}
+  - name: auditors
+    source: {type: JWT, jwt: {issuer: ISSUER}}
+    authorization:
+      type: Inline
+      mcp: {mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS, methods: [{name: tools/call, params: [echo]}]}
+    when:
+    - predicate: "'auditor' in jwt.claims.roles"
+---
+apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: no-add-in-prod, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: Deny
+  when:  # a missing header would be an error, which makes a Deny policy apply (fail closed)
+  - predicate: "'x-env' in request.headers && request.headers['x-env'] == 'prod'"
+  rules:
+  - name: add
+    authorization: {type: Inline, mcp: {methods: [{name: tools/call, params: [add]}]}}
+"""
+
+
+def deploy_access_policies(cli: Path, envoy: Any, wasm: Path, base: Path, jwt_keys: JwtKeys, server: Any) -> Deployment:
+    base.mkdir(parents=True, exist_ok=True)
+    jwks = base / "jwks.json"
+    jwks.write_text(jwt_keys.jwks_json)
+    manifests = PLAIN_GATEWAY + "---\n" + JWT_POLICIES.replace("ISSUER", jwt_keys.issuer)
+    return deploy(cli, envoy, wasm, base, manifests, server, "--jwt-provider", f"idp=issuer={jwt_keys.issuer},jwks={jwks}")
+
+
+def test_access_policy_deny_jwt_and_when(cli: Path, wasm_path: Path, work_dir: Path, jwt_keys: JwtKeys,
+                                         envoy: Any) -> None:
+    base = work_dir / "policy-language" / "access-policy"
+    with start_mcp_server(base / "logs", name="access-policy") as server:
+        d = deploy_access_policies(cli, envoy, wasm_path, base, jwt_keys, server)
+        actions = {p["name"]: p["action"] for p in d.bundle["policies"]}
+        assert actions == {"no-repo-deletion": "Deny", "token-holders": "Allow", "no-add-in-prod": "Deny"}
+
+        staff = jwt_keys.mint({"groups": ["staff", "eng"]}, sub="u1")
+        with McpAgent(d.url, token=staff) as agent:
+            assert text_of(agent.call_tool("echo", {"text": "hi"})) == "hi"
+            agent.call_tool("get_weather", {"city": "Rome"})
+            for tool, args in [("add", {"a": 1, "b": 2}), ("delete_repo", {"name": "prod"})]:
+                with pytest.raises(Denied) as e:
+                    agent.call_tool(tool, args)
+                assert e.value.status == 403
+        on_call = jwt_keys.mint(sub="oncall")
+        with McpAgent(d.url, token=on_call) as agent:
+            assert text_of(agent.call_tool("add", {"a": 1, "b": 2})) == "3"
+            with pytest.raises(Denied):  # the Gateway's Deny comes before any Allow
+                agent.call_tool("delete_repo", {"name": "prod"})
+        with McpAgent(d.url, token=on_call, headers={"x-env": "prod"}) as agent:
+            agent.call_tool("echo", {"text": "still fine"})
+            with pytest.raises(Denied):  # the Deny policy applies where its `when` holds
+                agent.call_tool("add", {"a": 1, "b": 2})
+        # Holders of other tokens, and callers without one, have no rule: not even initialize.
+        for token in [jwt_keys.mint({"groups": ["guests"]}, sub="g1"), None]:
+            with pytest.raises(Denied) as e:
+                with McpAgent(d.url, token=token):
+                    pass
+            assert e.value.status == 403
+        assert server.tool_calls() == ["echo", "get_weather", "add", "echo"]
+
+
+@pytest.mark.xfail(reason="jwt.claims holds only the claims JWT sources name; claims read by CEL are not "
+                          "collected yet (h-cel)", strict=False)
+def test_a_rule_when_over_verified_claims(cli: Path, wasm_path: Path, work_dir: Path, jwt_keys: JwtKeys,
+                                          envoy: Any) -> None:
+    base = work_dir / "policy-language" / "claims-when"
+    with start_mcp_server(base / "logs", name="claims-when") as server:
+        d = deploy_access_policies(cli, envoy, wasm_path, base, jwt_keys, server)
+        auditor = jwt_keys.mint({"roles": ["auditor"]}, sub="a1")
+        with McpAgent(d.url, token=auditor) as agent:
+            agent.call_tool("echo", {"text": "audit"})
+            with pytest.raises(Denied):
+                agent.call_tool("get_weather", {"city": "Oslo"})
+        with pytest.raises(Denied):
+            with McpAgent(d.url, token=jwt_keys.mint({"roles": ["viewer"]}, sub="v1")):
+                pass

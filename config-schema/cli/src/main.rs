@@ -26,7 +26,7 @@ const EXIT_DANGLING: u8 = 4;
 #[command(
     name = "mcp-access",
     version,
-    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
+    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, AccessPolicy, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -88,6 +88,9 @@ enum Command {
     Explain(Box<ExplainArgs>),
     /// Print the policy bundle's JSON Schema.
     Schema,
+    /// Print the CustomResourceDefinition of the project's AccessPolicy kind (group
+    /// mcp-access.io), ready for `kubectl apply -f -`.
+    Crd,
 }
 
 #[derive(Args)]
@@ -498,6 +501,10 @@ fn run(cli: Cli) -> Result<u8, String> {
     match cli.command {
         Command::Schema => {
             print!("{}", mcp_access_bundle::json_schema_text());
+            Ok(0)
+        }
+        Command::Crd => {
+            print!("{}", mcp_access_k8s::crd_yaml());
             Ok(0)
         }
         Command::Validate {

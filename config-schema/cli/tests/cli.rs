@@ -335,6 +335,17 @@ fn schema_is_the_checked_in_bundle_schema() {
 }
 
 #[test]
+fn crd_is_the_checked_in_access_policy_crd() {
+    let out = run(&["crd"]);
+    assert_eq!(out.status.code(), Some(0));
+    let checked_in = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/mcp-access.io_accesspolicies.yaml"),
+    )
+    .unwrap();
+    assert_eq!(text(&out.stdout), checked_in);
+}
+
+#[test]
 fn stdin_and_usage_errors() {
     use std::io::Write;
     let mut child = bin()
