@@ -25,6 +25,7 @@ from harness import (
     JwtKeys,
     McpAgent,
     free_port,
+    initialize_params,
     post_jsonrpc,
     rpc,
     start_mcp_server,
@@ -332,3 +333,61 @@ def test_a_rule_when_over_verified_claims(cli: Path, wasm_path: Path, work_dir: 
         with pytest.raises(Denied):
             with McpAgent(d.url, token=jwt_keys.mint({"roles": ["viewer"]}, sub="v1")):
                 pass
+
+
+# ---------------------------------------------------------------------------
+# The vendored upstream CRD examples, as they are
+
+UPSTREAM_EXAMPLES = Path(__file__).resolve().parents[2] / "config-schema/crds/upstream/kube-agentic-networking/examples/valid"
+
+
+def example_infra(gateway: str, backend: str) -> str:
+    """KAN_GATEWAY renamed to what an example targets, in namespace default."""
+    return (KAN_GATEWAY.replace("e2e-mcp-backend", backend).replace("e2e-gateway", gateway)
+            .replace("namespace: e2e", "namespace: default"))
+
+
+def calls_reaching(server: Any, url: str, pki: Any, spiffe: str, tools: list[str]) -> dict[str, int]:
+    """The HTTP status of a raw tools/call of each tool from `spiffe`; the server's request log says
+    which ones got through the filter."""
+    return {t: post_jsonrpc(url, rpc("tools/call", {"name": t, "arguments": {}}), cert=pki.client(spiffe),
+                            ca=pki.ca).status for t in tools}
+
+
+def test_vendored_cel_example_end_to_end(cli: Path, wasm_path: Path, work_dir: Path, pki: Any, envoy: Any) -> None:
+    """examples/valid/cel-policy.yaml: my-agent may call verify_* tools and nothing else (its CEL
+    rule admits no initialize either: the example has no base-protocol rule)."""
+    base = work_dir / "policy-language" / "upstream-cel"
+    agent = "spiffe://example.org/ns/default/sa/my-agent"
+    with start_mcp_server(base / "logs", name="upstream-cel") as server:
+        d = deploy(cli, envoy, wasm_path, base,
+                   example_infra("e2e-gateway", "my-backend") + "---\n" + (UPSTREAM_EXAMPLES / "cel-policy.yaml").read_text(),
+                   server, "--trust-domain", "example.org",
+                   "--tls-cert", f"gateway-cert={pki.server.cert},{pki.server.key}",
+                   "--client-ca", f"agents-ca={pki.ca.cert}", listener="https", scheme="https")
+        got = calls_reaching(server, d.url, pki, agent, ["verify_signature", "echo", "verifyless"])
+        assert got["echo"] == 403 and got["verifyless"] == 403, got
+        assert got["verify_signature"] != 403, got
+        other = calls_reaching(server, d.url, pki, ALPHA, ["verify_signature"])
+        assert other == {"verify_signature": 403}
+        assert post_jsonrpc(d.url, rpc("initialize", initialize_params()), cert=pki.client(agent), ca=pki.ca).status == 403
+        assert server.tool_calls() == ["verify_signature"]
+
+
+def test_vendored_v1alpha1_example_end_to_end(cli: Path, wasm_path: Path, work_dir: Path, pki: Any,
+                                              envoy: Any) -> None:
+    """examples/valid/accesspolicy_v1alpha1.yaml at the Gateway: my-sa may do anything; the SPIFFE
+    ID spiffe://example.com/my-service may call tool param1 only; anyone else nothing."""
+    base = work_dir / "policy-language" / "upstream-v1alpha1"
+    with start_mcp_server(base / "logs", name="upstream-v1alpha1") as server:
+        d = deploy(cli, envoy, wasm_path, base,
+                   example_infra("my-gateway", "tools") + "---\n" + (UPSTREAM_EXAMPLES / "accesspolicy_v1alpha1.yaml").read_text(),
+                   server, "--trust-domain", "example.org",
+                   "--tls-cert", f"gateway-cert={pki.server.cert},{pki.server.key}",
+                   "--client-ca", f"agents-ca={pki.ca.cert}", listener="https", scheme="https")
+        with McpAgent(d.url, cert=pki.client("spiffe://example.org/ns/default/sa/my-sa"), ca=pki.ca) as sa:
+            assert text_of(sa.call_tool("echo", {"text": "sa"})) == "sa"
+        got = calls_reaching(server, d.url, pki, "spiffe://example.com/my-service", ["param1", "echo"])
+        assert got["echo"] == 403 and got["param1"] != 403, got
+        assert calls_reaching(server, d.url, pki, ALPHA, ["param1"]) == {"param1": 403}
+        assert server.tool_calls() == ["echo", "param1"]
