@@ -370,3 +370,113 @@ fn stdin_and_usage_errors() {
     let out = run(&["compile"]);
     assert_eq!(out.status.code(), Some(2), "clap usage error");
 }
+
+/// The topology the AccessPolicy examples target, and the JWT example.
+fn jwt_inputs(d: &Path) -> [String; 2] {
+    let infra = d.join("infra.yaml");
+    std::fs::write(
+        &infra,
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: agents-gateway, namespace: mcp}\nspec:\n  gatewayClassName: x\n  listeners: [{name: mcp-https, protocol: HTTP, port: 8443}]\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: tools, namespace: mcp}\nspec:\n  parentRefs: [{name: agents-gateway}]\n  rules: [{backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]}]\n---\napiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {name: tools, namespace: mcp}\nspec:\n  mcp: {serviceName: tools-server, port: 8000}\n",
+    )
+    .unwrap();
+    let jwt = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/examples/valid/jwt.yaml");
+    [
+        infra.to_str().unwrap().to_string(),
+        jwt.to_str().unwrap().to_string(),
+    ]
+}
+
+#[test]
+fn jwt_providers_reach_the_bundle_and_an_undeclared_issuer_is_not_accepted() {
+    let d = tmp("jwt-compile");
+    let [infra, jwt] = jwt_inputs(&d);
+    let provider = "idp=issuer=https://idp.example.com,jwks=/etc/jwks.json";
+    let out = run(&[
+        "compile",
+        "-f",
+        &infra,
+        "-f",
+        &jwt,
+        "--strict",
+        "--jwt-provider",
+        provider,
+        "-o",
+        "-",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let bundle: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        bundle["identity"]["jwt"]["providers"],
+        serde_json::json!([{"issuer": "https://idp.example.com", "metadataKey": "idp"}])
+    );
+    // No provider for the issuer: not accepted (--strict: exit 3), the reason names the flag.
+    let out = run(&[
+        "compile", "-f", &infra, "-f", &jwt, "--strict", "--format", "text",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stdout).contains("no JWT provider verifies this issuer (none is declared)"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A malformed provider is a usage error naming the flag.
+    let out = run(&["compile", "-f", &infra, "--jwt-provider", "idp=jwks=/x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--jwt-provider `idp=jwks=/x`: issuer=ISSUER is required"));
+}
+
+#[test]
+fn envoy_puts_jwt_authn_before_the_filter_with_its_jwks() {
+    let d = tmp("jwt-envoy");
+    let [infra, jwt] = jwt_inputs(&d);
+    let out_path = d.join("envoy.json");
+    let out = run(&[
+        "envoy",
+        "-f",
+        &infra,
+        "-f",
+        &jwt,
+        "--wasm-path",
+        "/filter.wasm",
+        "--jwt-provider",
+        "idp=issuer=https://idp.example.com,jwks=https://keys.example.com/jwks.json,audience=mcp",
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    let listener = &cfg["static_resources"]["listeners"][0];
+    let hcm = &listener["filter_chains"][0]["filters"][0]["typed_config"];
+    let names: Vec<&str> = hcm["http_filters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "envoy.filters.http.jwt_authn",
+            "envoy.filters.http.wasm",
+            "envoy.filters.http.router"
+        ]
+    );
+    let p = &hcm["http_filters"][0]["typed_config"]["providers"]["idp"];
+    assert_eq!(p["issuer"], "https://idp.example.com");
+    assert_eq!(p["payload_in_metadata"], "idp");
+    assert_eq!(p["audiences"], serde_json::json!(["mcp"]));
+    assert_eq!(p["remote_jwks"]["http_uri"]["cluster"], "jwks/idp");
+    let cluster = cfg["static_resources"]["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "jwks/idp")
+        .unwrap();
+    assert_eq!(
+        cluster["transport_socket"]["typed_config"]["sni"],
+        "keys.example.com"
+    );
+    let endpoint = &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
+    assert_eq!(endpoint["address"]["socket_address"]["port_value"], 443);
+}
