@@ -325,6 +325,10 @@ struct ExplainArgs {
     /// authorizers are assumed to allow; a key naming none is an error.
     #[arg(long = "assume", value_name = "POLICY=OUTCOME")]
     assume: Vec<String>,
+    /// The caller's verified JWT claims, a JSON object with `iss` (an issuer of the bundle's
+    /// JWT providers), `sub` and any other claims, as if Envoy's jwt_authn had verified them.
+    #[arg(long = "jwt-claims", value_name = "JSON")]
+    jwt_claims: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
@@ -728,6 +732,17 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
         param,
         body: a.body,
         assume,
+        jwt_claims: match &a.jwt_claims {
+            None => None,
+            Some(text) => {
+                let v: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|e| format!("--jwt-claims: not JSON: {e}"))?;
+                if !v.is_object() {
+                    return Err("--jwt-claims: must be a JSON object (e.g. {\"iss\": \"https://idp.example\", \"sub\": \"u1\"})".into());
+                }
+                Some(v)
+            }
+        },
     };
     let e = explain::explain(&bundle, topo.as_ref(), &spec)?;
     match a.format {

@@ -134,6 +134,7 @@ fn headers_input(len: usize) -> HeadersInput {
     HeadersInput {
         headers: h.iter().map(|(n, v)| (n.to_string(), v.clone())).collect(),
         end_of_stream: false,
+        time: None,
         port: PORT,
         route_name: Some("tools".into()),
         cluster_name: Some("upstream".into()),
