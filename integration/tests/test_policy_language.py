@@ -177,8 +177,7 @@ VARIABLES = ["request.path == '/mcp'", "request.url_path == '/mcp'", "request.me
 FAILING_VARIABLES = ["request.path == '/wrong'", "request.url_path == '/wrong'", "request.method == 'GET'",
                      "request.host.endsWith(':9999')", "request.headers['mcp-protocol-version'] == '1999-01-01'",
                      "request.time.getFullYear() < 2000"]
-TIME_PENDING = pytest.mark.xfail(reason="the filter does not give the engine request.time yet (h-cel's host facts)",
-                                 strict=False)
+
 
 # (scenario, rules, tools alpha may call, tools denied)
 KAN_SCENARIOS = [
@@ -189,13 +188,11 @@ KAN_SCENARIOS = [
     ("macros", [("allow-macros", MACROS)], ["get_weather"], ["echo"]),
     ("variables", [("all-hold", " && ".join(VARIABLES))], ["get_weather", "echo"], []),
     ("failing-variables", [(f"fails-{i}", e) for i, e in enumerate(FAILING_VARIABLES)], [], ["get_weather"]),
-    pytest.param("time", [("time", "request.time.getFullYear() >= 2025")], ["get_weather"], [],
-                 marks=TIME_PENDING, id="time"),
+    ("time", [("time", "request.time.getFullYear() >= 2025")], ["get_weather", "echo"], []),
 ]
 
 
-@pytest.mark.parametrize(("scenario", "rules", "allowed", "denied"), KAN_SCENARIOS,
-                         ids=[s[0] if isinstance(s, tuple) else None for s in KAN_SCENARIOS])
+@pytest.mark.parametrize(("scenario", "rules", "allowed", "denied"), KAN_SCENARIOS, ids=[s[0] for s in KAN_SCENARIOS])
 def test_kan_cel_scenarios(scenario: str, rules: list[tuple[str, str]], allowed: list[str], denied: list[str],
                            cli: Path, wasm_path: Path, work_dir: Path, pki: Any, envoy: Any) -> None:
     base = work_dir / "policy-language" / f"kan-{scenario}"
@@ -318,8 +315,6 @@ def test_access_policy_deny_jwt_and_when(cli: Path, wasm_path: Path, work_dir: P
         assert server.tool_calls() == ["echo", "get_weather", "add", "echo"]
 
 
-@pytest.mark.xfail(reason="jwt.claims holds only the claims JWT sources name; claims read by CEL are not "
-                          "collected yet (h-cel)", strict=False)
 def test_a_rule_when_over_verified_claims(cli: Path, wasm_path: Path, work_dir: Path, jwt_keys: JwtKeys,
                                           envoy: Any) -> None:
     base = work_dir / "policy-language" / "claims-when"
