@@ -26,6 +26,7 @@ from harness import (
     McpAgent,
     free_port,
     initialize_params,
+    make_jwt_keys,
     post_jsonrpc,
     rpc,
     start_mcp_server,
@@ -386,3 +387,83 @@ def test_vendored_v1alpha1_example_end_to_end(cli: Path, wasm_path: Path, work_d
         assert got["echo"] == 403 and got["param1"] != 403, got
         assert calls_reaching(server, d.url, pki, ALPHA, ["param1"]) == {"param1": 403}
         assert server.tool_calls() == ["echo", "param1"]
+
+
+# ---------------------------------------------------------------------------
+# The project's AccessPolicy examples (config-schema/crds/examples/valid), as they are
+
+PROJECT_EXAMPLES = Path(__file__).resolve().parents[2] / "config-schema/crds/examples/valid"
+
+EXAMPLES_INFRA = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: agents-gateway, namespace: mcp}
+spec:
+  gatewayClassName: mcp-access
+  listeners:
+  - name: mcp-https
+    protocol: HTTPS
+    port: 443
+    tls: {mode: Terminate, certificateRefs: [{name: gateway-cert}]}
+  tls:
+    frontend:
+      default:
+        validation:
+          mode: AllowInsecureFallback
+          caCertificateRefs: [{group: "", kind: ConfigMap, name: agents-ca}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: tools, namespace: mcp}
+spec:
+  parentRefs: [{name: agents-gateway}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /mcp}}]
+    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+---
+apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XBackend
+metadata: {name: tools, namespace: mcp}
+spec:
+  mcp: {serviceName: tools-server, port: 8000, path: /mcp}
+"""
+
+
+def test_access_policy_examples_end_to_end(cli: Path, wasm_path: Path, work_dir: Path, pki: Any, envoy: Any) -> None:
+    """deny.yaml, jwt.yaml and cel.yaml together: the Gateway denies delete_repo to all; at the
+    backend, staff tokens (group and nested region claims) get echo and get_weather, the on-call
+    subject everything, alpha's certificate the get_* tools by CEL, unless the arguments name the
+    production database (a Deny rule in CEL); everyone gets the base protocol."""
+    base = work_dir / "policy-language" / "examples"
+    base.mkdir(parents=True, exist_ok=True)
+    idp = make_jwt_keys(issuer="https://idp.example.com")
+    (base / "jwks.json").write_text(idp.jwks_json)
+    manifests = EXAMPLES_INFRA + "".join("---\n" + (PROJECT_EXAMPLES / f).read_text()
+                                         for f in ("deny.yaml", "jwt.yaml", "cel.yaml"))
+    with start_mcp_server(base / "logs", name="examples") as server:
+        d = deploy(cli, envoy, wasm_path, base, manifests, server, "--trust-domain", "example.org",
+                   "--tls-cert", f"gateway-cert={pki.server.cert},{pki.server.key}",
+                   "--client-ca", f"agents-ca={pki.ca.cert}",
+                   "--jwt-provider", f"idp=issuer=https://idp.example.com,jwks={base / 'jwks.json'}",
+                   listener="mcp-https", scheme="https")
+        staff_eu = idp.mint({"groups": ["staff"], "org": {"region": "eu"}}, sub="u1")
+        with McpAgent(d.url, token=staff_eu, ca=pki.ca) as agent:
+            assert text_of(agent.call_tool("echo", {"text": "eu"})) == "eu"
+            with pytest.raises(Denied):
+                agent.call_tool("add", {"a": 1, "b": 2})
+        staff_asia = idp.mint({"groups": ["staff"], "org": {"region": "asia"}}, sub="u2")
+        with McpAgent(d.url, token=staff_asia, ca=pki.ca) as agent:  # base protocol only
+            with pytest.raises(Denied):
+                agent.call_tool("echo", {"text": "asia"})
+        with McpAgent(d.url, token=idp.mint(sub="oncall@example.com"), ca=pki.ca) as agent:
+            assert text_of(agent.call_tool("add", {"a": 2, "b": 2})) == "4"
+            with pytest.raises(Denied):  # the Gateway's Deny policy
+                agent.call_tool("delete_repo", {"name": "x"})
+        with McpAgent(d.url, cert=pki.client(ALPHA), ca=pki.ca) as alpha:
+            alpha.call_tool("get_weather", {"city": "Oslo"})
+            with pytest.raises(Denied):
+                alpha.call_tool("echo", {"text": "x"})
+        prod = post_jsonrpc(d.url, rpc("tools/call", {"name": "get_weather", "arguments": {"city": "x", "database": "prod"}}),
+                            cert=pki.client(ALPHA), ca=pki.ca)
+        assert prod.status == 403, prod
+        assert server.tool_calls() == ["echo", "add", "get_weather"]
