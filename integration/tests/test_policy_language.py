@@ -467,3 +467,48 @@ def test_access_policy_examples_end_to_end(cli: Path, wasm_path: Path, work_dir:
                             cert=pki.client(ALPHA), ca=pki.ca)
         assert prod.status == 403, prod
         assert server.tool_calls() == ["echo", "add", "get_weather"]
+
+
+def test_jwt_provider_with_a_remote_jwks(cli: Path, wasm_path: Path, work_dir: Path, pki: Any, jwt_keys: JwtKeys,
+                                         envoy: Any) -> None:
+    """`jwks=https://...`: Envoy fetches the keys through the cluster `envoy` renders for them (TLS
+    verified against --upstream-ca), and verifies tokens with them."""
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = jwt_keys.jwks_json.encode()
+    fetched: list[str] = []
+
+    class Jwks(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            fetched.append(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(pki.server.cert), str(pki.server.key))
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        base = work_dir / "policy-language" / "remote-jwks"
+        policy = JWT_POLICIES.replace("ISSUER", jwt_keys.issuer)
+        with start_mcp_server(base / "logs", name="remote-jwks") as server:
+            d = deploy(cli, envoy, wasm_path, base, PLAIN_GATEWAY + "---\n" + policy, server,
+                       "--jwt-provider",
+                       f"idp=issuer={jwt_keys.issuer},jwks=https://localhost:{httpd.server_address[1]}/keys.json",
+                       "--upstream-ca", str(pki.ca.cert))
+            with McpAgent(d.url, token=jwt_keys.mint(sub="oncall")) as agent:
+                assert text_of(agent.call_tool("add", {"a": 1, "b": 1})) == "2"
+            assert post_jsonrpc(d.url, rpc("ping"), token=jwt_keys.mint_untrusted(sub="oncall")).status == 401
+        assert fetched and fetched[0] == "/keys.json"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
