@@ -2,17 +2,23 @@
 real Envoy 1.40 with the built filter, real MCP SDK clients and the demo MCP server.
 
 - JWT providers declared on the command line (`--jwt-provider`): Envoy's jwt_authn verifies
-  tokens against a local JWKS file and leaves the payload where the filter reads it.
+  tokens against a local JWKS file (or one fetched over HTTPS) and leaves the payload where the
+  filter reads it.
 - Every CEL scenario of kube-agentic-networking's e2e tests (single rule, all failures,
   multi-rule, macros, the variables), as XAccessPolicies with ServiceAccount sources over mTLS
   (KAN's `get-sum` tool is the demo server's `get_weather`).
 - The project's AccessPolicy kind: a Deny policy at the Gateway, JWT sources (claims, subject)
   at the backend, a `when` condition on a Deny rule and a CEL `when` reading verified claims.
+- The CRD examples as they are: the vendored upstream ones and the project's own
+  (config-schema/crds/examples/valid).
 """
 
 from __future__ import annotations
 
 import json
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -473,10 +479,6 @@ def test_jwt_provider_with_a_remote_jwks(cli: Path, wasm_path: Path, work_dir: P
                                          envoy: Any) -> None:
     """`jwks=https://...`: Envoy fetches the keys through the cluster `envoy` renders for them (TLS
     verified against --upstream-ca), and verifies tokens with them."""
-    import ssl
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     body = jwt_keys.jwks_json.encode()
     fetched: list[str] = []
 
