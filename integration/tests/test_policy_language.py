@@ -400,39 +400,7 @@ def test_vendored_v1alpha1_example_end_to_end(cli: Path, wasm_path: Path, work_d
 
 PROJECT_EXAMPLES = Path(__file__).resolve().parents[2] / "config-schema/crds/examples/valid"
 
-EXAMPLES_INFRA = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: agents-gateway, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - name: mcp-https
-    protocol: HTTPS
-    port: 443
-    tls: {mode: Terminate, certificateRefs: [{name: gateway-cert}]}
-  tls:
-    frontend:
-      default:
-        validation:
-          mode: AllowInsecureFallback
-          caCertificateRefs: [{group: "", kind: ConfigMap, name: agents-ca}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: agents-gateway}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000, path: /mcp}
-"""
+EXAMPLES_INFRA = (PROJECT_EXAMPLES.parent / "targets.yaml").read_text()
 
 
 def test_access_policy_examples_end_to_end(cli: Path, wasm_path: Path, work_dir: Path, pki: Any, envoy: Any) -> None:

@@ -372,24 +372,14 @@ fn stdin_and_usage_errors() {
 }
 
 /// The topology the AccessPolicy examples target, and the JWT example.
-fn jwt_inputs(d: &Path) -> [String; 2] {
-    let infra = d.join("infra.yaml");
-    std::fs::write(
-        &infra,
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: agents-gateway, namespace: mcp}\nspec:\n  gatewayClassName: x\n  listeners: [{name: mcp-https, protocol: HTTP, port: 8443}]\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: tools, namespace: mcp}\nspec:\n  parentRefs: [{name: agents-gateway}]\n  rules: [{backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]}]\n---\napiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {name: tools, namespace: mcp}\nspec:\n  mcp: {serviceName: tools-server, port: 8000}\n",
-    )
-    .unwrap();
-    let jwt = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/examples/valid/jwt.yaml");
-    [
-        infra.to_str().unwrap().to_string(),
-        jwt.to_str().unwrap().to_string(),
-    ]
+fn jwt_inputs() -> [String; 2] {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/examples");
+    [dir.join("targets.yaml"), dir.join("valid/jwt.yaml")].map(|p| p.to_str().unwrap().to_string())
 }
 
 #[test]
 fn jwt_providers_reach_the_bundle_and_an_undeclared_issuer_is_not_accepted() {
-    let d = tmp("jwt-compile");
-    let [infra, jwt] = jwt_inputs(&d);
+    let [infra, jwt] = jwt_inputs();
     let provider = "idp=issuer=https://idp.example.com,jwks=/etc/jwks.json";
     let out = run(&[
         "compile",
@@ -428,7 +418,7 @@ fn jwt_providers_reach_the_bundle_and_an_undeclared_issuer_is_not_accepted() {
 #[test]
 fn envoy_puts_jwt_authn_before_the_filter_with_its_jwks() {
     let d = tmp("jwt-envoy");
-    let [infra, jwt] = jwt_inputs(&d);
+    let [infra, jwt] = jwt_inputs();
     let out_path = d.join("envoy.json");
     let out = run(&[
         "envoy",
@@ -438,6 +428,10 @@ fn envoy_puts_jwt_authn_before_the_filter_with_its_jwks() {
         &jwt,
         "--wasm-path",
         "/filter.wasm",
+        "--tls-cert",
+        "gateway-cert=/tls/cert.pem,/tls/key.pem",
+        "--client-ca",
+        "agents-ca=/tls/ca.pem",
         "--jwt-provider",
         "idp=issuer=https://idp.example.com,jwks=https://keys.example.com/jwks.json,audience=mcp",
         "-o",

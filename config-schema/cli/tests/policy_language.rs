@@ -211,29 +211,7 @@ fn the_kan_cel_crd_example_compiles() {
 }
 
 /// The topology the project's CRD examples (config-schema/crds/examples/valid) target.
-const EXAMPLE_INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: agents-gateway, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners: [{name: mcp-https, protocol: HTTP, port: 8443}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: agents-gateway}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000}
-"#;
+const EXAMPLE_INFRA: &str = include_str!("../../crds/examples/targets.yaml");
 
 fn example(name: &str) -> String {
     std::fs::read_to_string(format!(

@@ -15,30 +15,8 @@ use mcp_access_k8s::{compile, reason, Compiled, Manifests, ObjectStatus, Options
 
 const IDP: &str = "https://idp.example.com";
 
-/// The Gateway, route and XBackend the examples target.
-const INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: agents-gateway, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: mcp-https, protocol: HTTP, port: 8443}
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: agents-gateway}]
-  rules:
-  - backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
-"#;
+/// The Gateway, route and XBackend the examples target (`examples/targets.yaml`).
+const INFRA: &str = include_str!("../../crds/examples/targets.yaml");
 
 fn options() -> Options {
     Options {
