@@ -462,12 +462,8 @@ fn both_kinds_target_the_same_objects_and_count_together() {
         .contains("named same.accesspolicy in the bundle"));
 }
 
-#[test]
-fn an_external_auth_stand_in_keeps_the_when_it_was_selected_by() {
-    // No ReferenceGrant for the authorizer in another namespace: not accepted; the stand-in
-    // denies what the policy would have sent to its authorizer, where it would have applied.
-    let c = build(
-        r#"
+/// An ExternalAuth AccessPolicy whose authorizer is a Service in another namespace.
+const RISKY: &str = r#"
 apiVersion: mcp-access.io/v1alpha1
 kind: AccessPolicy
 metadata: {name: risky, namespace: mcp}
@@ -478,12 +474,15 @@ spec:
     protocol: HTTP
     backendRef: {name: risk-check, namespace: authz, port: 9000}
     http: {}
-  when: [{predicate: "request.mcp.method == 'tools/call'"}]
-  rules:
-  - name: writes
-    authorization: {type: Inline, mcp: {methods: [{name: tools/call, params: [write]}]}}
-"#,
-    );
+"#;
+
+#[test]
+fn an_external_auth_stand_in_keeps_the_when_it_was_selected_by() {
+    // No ReferenceGrant for the authorizer in another namespace: not accepted; the stand-in
+    // denies what the policy would have sent to its authorizer, where it would have applied.
+    let c = build(&format!(
+        "{RISKY}  when: [{{predicate: \"request.mcp.method == 'tools/call'\"}}]\n  rules:\n  - name: writes\n    authorization: {{type: Inline, mcp: {{methods: [{{name: tools/call, params: [write]}}]}}}}\n"
+    ));
     let st = &status(&c, "risky").conditions[0];
     assert_eq!(st.reason, reason::REF_NOT_PERMITTED);
     assert!(
@@ -496,8 +495,7 @@ spec:
     assert_eq!(standin.when, ["request.mcp.method == 'tools/call'"]);
     assert_eq!(standin.rules.as_ref().unwrap()[0].name, "writes");
     // With a grant naming the AccessPolicy kind, it is accepted.
-    let grant = r#"
----
+    let grant = r#"---
 apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant
 metadata: {name: allow-mcp, namespace: authz}
@@ -505,20 +503,6 @@ spec:
   from: [{group: mcp-access.io, kind: AccessPolicy, namespace: mcp}]
   to: [{group: "", kind: Service}]
 "#;
-    let c = build(&format!(
-        "{}{grant}",
-        r#"
-apiVersion: mcp-access.io/v1alpha1
-kind: AccessPolicy
-metadata: {name: risky, namespace: mcp}
-spec:
-  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: agents-gateway}]
-  action: ExternalAuth
-  externalAuth:
-    protocol: HTTP
-    backendRef: {name: risk-check, namespace: authz, port: 9000}
-    http: {}
-"#
-    ));
+    let c = build(&format!("{RISKY}{grant}"));
     assert!(status(&c, "risky").accepted(), "{:#?}", status(&c, "risky"));
 }
