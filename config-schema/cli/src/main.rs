@@ -561,6 +561,9 @@ fn run(cli: Cli) -> Result<u8, String> {
                 },
                 cluster_domain: p.cluster_domain,
             };
+            if !input.compile.jwt_providers.is_empty() {
+                eprintln!("note: --jwt-provider: the bundle reads verified claims under each provider's name; configure the platform's jwt_authn (payload_in_metadata) to match, the generated objects do not");
+            }
             write_out(&output, &manifests::render(&c.bundle, &c.topology, &o)?)?;
             Ok(code)
         }
