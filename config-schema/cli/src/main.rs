@@ -264,8 +264,8 @@ struct EnvoyArgs {
 
 #[derive(Args)]
 struct ExplainArgs {
-    /// A compiled bundle.
-    #[arg(long, conflicts_with = "files")]
+    /// A compiled bundle (its JWT providers are those it was compiled with).
+    #[arg(long, conflicts_with_all = ["files", "jwt_providers"])]
     bundle: Option<PathBuf>,
     /// Manifests to compile first (routes then decide the backend from host and path).
     #[arg(short = 'f', long = "filename")]
