@@ -9,6 +9,8 @@ use mcp_access_k8s::{
 };
 use serde_json::{json, Value};
 
+use crate::jwt::{self, Jwks, JwtProviderSpec};
+
 const T: &str = "type.googleapis.com/";
 /// Above the bundle's largest body limit, so the filter (not Envoy) answers oversize bodies.
 const BUFFER_LIMIT: u32 = 2 * 1024 * 1024;
@@ -68,6 +70,8 @@ pub struct EnvoyOptions {
     /// Trusted CAs for TLS towards `hostname` XBackends.
     pub upstream_ca: String,
     pub access_log: Option<String>,
+    /// JWT providers: a `jwt_authn` filter before the wasm filter on every listener.
+    pub jwt: Vec<JwtProviderSpec>,
 }
 
 /// What could not be resolved and fell back to a default (printed as notes).
@@ -444,16 +448,16 @@ fn hcm(
     bundle: &Bundle,
     bundle_json: &str,
 ) -> Value {
+    let mut filters: Vec<Value> = jwt::envoy_filter(&o.jwt).into_iter().collect();
+    filters.push(wasm_filter(&o.wasm, bundle_json));
+    filters.push(json!({"name": "envoy.filters.http.router", "typed_config": {"@type": format!("{T}envoy.extensions.filters.http.router.v3.Router")}}));
     let mut h = json!({
         "@type": format!("{T}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"),
         "stat_prefix": name,
         "codec_type": "AUTO",
         "strip_any_host_port": true,
         "route_config": {"name": name, "virtual_hosts": vhosts},
-        "http_filters": [
-            wasm_filter(&o.wasm, bundle_json),
-            {"name": "envoy.filters.http.router", "typed_config": {"@type": format!("{T}envoy.extensions.filters.http.router.v3.Router")}}
-        ],
+        "http_filters": filters,
         // Callers cannot forge a client certificate header; over TLS the verified one is sent.
         "forward_client_cert_details": if tls { "SANITIZE_SET" } else { "SANITIZE" },
     });
@@ -565,6 +569,16 @@ pub fn render(
             tls.then_some(a.name.as_str()),
             &o.upstream_ca,
         ));
+    }
+    for p in &o.jwt {
+        if let (Jwks::Remote { host, port, .. }, Some(name)) = (&p.jwks, p.jwks_cluster()) {
+            let mut c = cluster(&name, host, *port, Some(host), &o.upstream_ca);
+            if let Some(obj) = c.as_object_mut() {
+                // `localhost` and dual-stack names: try IPv4 first, then IPv6.
+                obj.insert("dns_lookup_family".into(), json!("V4_PREFERRED"));
+            }
+            clusters.push(c);
+        }
     }
 
     // Envoy listeners: one per (address, port).

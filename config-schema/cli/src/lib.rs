@@ -4,4 +4,5 @@
 pub mod checks;
 pub mod envoy;
 pub mod explain;
+pub mod jwt;
 pub mod manifests;

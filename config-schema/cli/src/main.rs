@@ -11,6 +11,7 @@ use mcp_access_bundle::{Bundle, UnknownBackend};
 use mcp_access_cli::checks;
 use mcp_access_cli::envoy::{self, EnvoyOptions, Notes};
 use mcp_access_cli::explain::{self, RequestSpec};
+use mcp_access_cli::jwt;
 use mcp_access_cli::manifests::{self, ListenerNames, ManifestOptions, Platform};
 use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 
@@ -25,7 +26,7 @@ const EXIT_DANGLING: u8 = 4;
 #[command(
     name = "mcp-access",
     version,
-    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
+    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, AccessPolicy, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -87,6 +88,9 @@ enum Command {
     Explain(Box<ExplainArgs>),
     /// Print the policy bundle's JSON Schema.
     Schema,
+    /// Print the CustomResourceDefinition of the project's AccessPolicy kind (group
+    /// mcp-access.io), ready for `kubectl apply -f -`.
+    Crd,
 }
 
 #[derive(Args)]
@@ -131,6 +135,14 @@ struct CompileArgs {
     /// Only Gateways of this class (repeatable; default: all).
     #[arg(long = "gateway-class")]
     gateway_classes: Vec<String>,
+    /// A JWT provider of Envoy's jwt_authn filter (repeatable): its verified claims are what
+    /// JWT sources match. JWKS: a local file or an https:// URI; `audience` repeatable;
+    /// `forward=true` keeps the token in the upstream request.
+    #[arg(
+        long = "jwt-provider",
+        value_name = "NAME=issuer=ISSUER,jwks=FILE|URI[,audience=AUD][,forward=BOOL]"
+    )]
+    jwt_providers: Vec<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -252,8 +264,8 @@ struct EnvoyArgs {
 
 #[derive(Args)]
 struct ExplainArgs {
-    /// A compiled bundle.
-    #[arg(long, conflicts_with = "files")]
+    /// A compiled bundle (its JWT providers are those it was compiled with).
+    #[arg(long, conflicts_with_all = ["files", "jwt_providers"])]
     bundle: Option<PathBuf>,
     /// Manifests to compile first (routes then decide the backend from host and path).
     #[arg(short = 'f', long = "filename")]
@@ -368,6 +380,10 @@ fn options(a: &CompileArgs) -> Result<Options, String> {
         gateway_classes: a.gateway_classes.clone(),
         tls_secrets: None,
         client_cas: None,
+        jwt_providers: jwt::parse_providers(&a.jwt_providers)?
+            .iter()
+            .map(jwt::JwtProviderSpec::bundle_provider)
+            .collect(),
     })
 }
 
@@ -491,6 +507,10 @@ fn run(cli: Cli) -> Result<u8, String> {
             print!("{}", mcp_access_bundle::json_schema_text());
             Ok(0)
         }
+        Command::Crd => {
+            print!("{}", mcp_access_k8s::crd_yaml());
+            Ok(0)
+        }
         Command::Validate {
             input,
             report,
@@ -541,6 +561,9 @@ fn run(cli: Cli) -> Result<u8, String> {
                 },
                 cluster_domain: p.cluster_domain,
             };
+            if !input.compile.jwt_providers.is_empty() {
+                eprintln!("note: --jwt-provider: the bundle reads verified claims under each provider's name; configure the platform's jwt_authn (payload_in_metadata) to match, the generated objects do not");
+            }
             write_out(&output, &manifests::render(&c.bundle, &c.topology, &o)?)?;
             Ok(code)
         }
@@ -616,6 +639,7 @@ fn run(cli: Cli) -> Result<u8, String> {
                 client_cas,
                 upstream_ca: e.upstream_ca,
                 access_log: e.access_log,
+                jwt: jwt::parse_providers(&input.compile.jwt_providers)?,
             };
             let mut notes = Notes::default();
             let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;

@@ -4,7 +4,7 @@
 //!
 //! One module per kind of object compiled: [`backends`] (XBackends), [`gateways`] (listeners,
 //! TLS), [`routes`] (HTTPRoute rules, matches, filters, attachment), [`policies`]
-//! (XAccessPolicies of both versions, targets, limits, stand-ins, authorizers) with
+//! (XAccessPolicies of both versions and AccessPolicies, targets, limits, stand-ins, authorizers) with
 //! [`rules`] (their access rules), and [`grants`] (ReferenceGrants).
 
 mod backends;
@@ -61,6 +61,8 @@ pub struct Options {
     /// Client CA references that can be used (`name` or `namespace/name`, `""` for a default
     /// CA); None: do not check.
     pub client_cas: Option<Vec<String>>,
+    /// The `jwt_authn` providers whose verified claims JWT sources read.
+    pub jwt_providers: Vec<bundle::JwtProvider>,
 }
 
 impl Default for Options {
@@ -77,6 +79,20 @@ impl Default for Options {
             gateway_classes: Vec::new(),
             tls_secrets: None,
             client_cas: None,
+            jwt_providers: Vec::new(),
+        }
+    }
+}
+
+impl Options {
+    /// The bundle's identity settings: the trust domain and the JWT providers.
+    pub(crate) fn identity(&self) -> bundle::IdentitySettings {
+        bundle::IdentitySettings {
+            trust_domain: Some(self.trust_domain.clone()),
+            jwt: bundle::JwtSettings {
+                providers: self.jwt_providers.clone(),
+            },
+            ..Default::default()
         }
     }
 }
@@ -181,10 +197,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     cx.report_rejected();
     let bundle = Bundle {
         api_version: bundle::API_VERSION.to_string(),
-        identity: bundle::IdentitySettings {
-            trust_domain: Some(o.trust_domain.clone()),
-            ..Default::default()
-        },
+        identity: o.identity(),
         gateways: cx.bundle_gateways(),
         backends: cx.bundle_backends(),
         authorizers,
@@ -264,7 +277,7 @@ impl Ctx<'_> {
     fn report_rejected(&mut self) {
         for r in &self.m.rejected {
             let list = match r.kind.as_str() {
-                "XAccessPolicy" => &mut self.report.policies,
+                "XAccessPolicy" | "AccessPolicy" => &mut self.report.policies,
                 "Gateway" => &mut self.report.gateways,
                 "HTTPRoute" => &mut self.report.routes,
                 "XBackend" => &mut self.report.backends,
