@@ -44,10 +44,16 @@ pub(crate) trait Visitor<'a> {
     /// The slot of the top-level value.
     const ROOT: Self::Slot;
     /// The slot of values the visitor does not care about: array elements, and members it
-    /// gives this slot. They are read and checked but not handed over.
+    /// gives this slot, and the elements of arrays unless [`Visitor::element`] places them.
+    /// They are read and checked but not handed over.
     const IGNORE: Self::Slot;
     /// The slot of member `key` (decoded) of an object that sits in slot `object`.
     fn member(&mut self, object: Self::Slot, key: &[u8]) -> Self::Slot;
+    /// The slot of the elements of an array that sits in slot `array` (not `IGNORE`);
+    /// by default they are not handed over.
+    fn element(&mut self, _array: Self::Slot) -> Self::Slot {
+        Self::IGNORE
+    }
     /// The object already has a member `key` (whose slot is `slot`); `at` is the key's offset.
     fn duplicate_key(&mut self, slot: Self::Slot, at: usize);
     /// Whether string values in `slot` are wanted decoded.
@@ -72,6 +78,34 @@ pub(crate) fn read<'a, V: Visitor<'a>>(
         visitor,
     }
     .run()
+}
+
+/// Checks that `bytes` is one JSON value, nested at most `max_depth` deep, with no object
+/// holding a key twice.
+pub(crate) fn check(bytes: &[u8], max_depth: usize) -> Result<(), SyntaxError> {
+    struct NoDuplicates(Option<usize>);
+    impl Visitor<'_> for NoDuplicates {
+        type Slot = ();
+        type Error = SyntaxError;
+        const ROOT: () = ();
+        const IGNORE: () = ();
+        fn member(&mut self, _object: (), _key: &[u8]) {}
+        fn duplicate_key(&mut self, _slot: (), at: usize) {
+            self.0.get_or_insert(at);
+        }
+        fn wants_text(&self, _slot: ()) -> bool {
+            false
+        }
+        fn value(&mut self, _slot: (), _val: Val<'_>) -> Result<(), SyntaxError> {
+            Ok(())
+        }
+    }
+    let mut v = NoDuplicates(None);
+    read(bytes, max_depth, &mut v)?;
+    match v.0 {
+        Some(at) => Err(SyntaxError(format!("duplicate key at offset {at}"))),
+        None => Ok(()),
+    }
 }
 
 /// One open object or array.
@@ -143,7 +177,10 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
             let slot = if is_object {
                 self.member_key()?
             } else {
-                V::IGNORE
+                match self.stack.last().map_or(V::IGNORE, |f| f.slot) {
+                    array if array == V::IGNORE => V::IGNORE,
+                    array => self.visitor.element(array),
+                }
             };
             opened = self.value(slot)?;
         }

@@ -97,6 +97,50 @@ pub struct Denial {
     pub(crate) detail: Option<String>,
 }
 
+impl Denial {
+    /// A denial for `reason` at `level`, naming no policy.
+    pub(crate) fn of(level: Option<Level>, reason: Reason) -> Denial {
+        Denial {
+            level,
+            reason,
+            policy: None,
+            rule: None,
+            relay: None,
+            detail: None,
+        }
+    }
+}
+
+/// What the Deny and Allow steps of one level say about a request.
+pub(crate) enum RulesVerdict {
+    /// A Deny rule matched.
+    Denied(RuleRef),
+    /// Allow policies exist and none admits.
+    NotAdmitted,
+    /// Passed: the admitting Allow rule, None when the level has no Allow policy.
+    Admitted(Option<RuleRef>),
+}
+
+/// The Deny step, then the Allow step, of one level (docs/semantics.md §3.1 steps 2 and 3):
+/// the one implementation requests and listed items are judged by.
+pub(crate) fn rules_verdict(
+    engine: &Engine,
+    index: &LevelIndex,
+    req: &Request,
+    host: &str,
+) -> RulesVerdict {
+    if let Some(r) = index.deny.first_admitting(engine, req, host) {
+        return RulesVerdict::Denied(r);
+    }
+    if !index.has_allow {
+        return RulesVerdict::Admitted(None);
+    }
+    match index.allow.first_admitting(engine, req, host) {
+        Some(r) => RulesVerdict::Admitted(Some(r)),
+        None => RulesVerdict::NotAdmitted,
+    }
+}
+
 /// The final answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -411,31 +455,26 @@ impl Evaluation {
 
     fn apply_rules(&mut self, engine: &Engine, index: &LevelIndex, req: &Request) {
         let level = Some(self.level);
-        if let Some(r) = index.deny.first_admitting(engine, req, &self.host) {
-            let (policy, rule) = names(engine, r);
-            self.note(
-                level,
-                "deny",
-                policy.as_deref(),
-                rule.as_deref(),
-                format_args!("matched"),
-            );
-            self.deny(Denial {
-                level,
-                reason: Reason::DenyPolicy,
-                policy,
-                rule,
-                relay: None,
-                detail: None,
-            });
-            return;
-        }
-        if !index.has_allow {
-            self.note(level, "allow", None, None, format_args!("no Allow policy"));
-            return;
-        }
-        match index.allow.first_admitting(engine, req, &self.host) {
-            Some(r) => {
+        match rules_verdict(engine, index, req, &self.host) {
+            RulesVerdict::Denied(r) => {
+                let (policy, rule) = names(engine, r);
+                self.note(
+                    level,
+                    "deny",
+                    policy.as_deref(),
+                    rule.as_deref(),
+                    format_args!("matched"),
+                );
+                self.deny(Denial {
+                    policy,
+                    rule,
+                    ..Denial::of(level, Reason::DenyPolicy)
+                });
+            }
+            RulesVerdict::Admitted(None) => {
+                self.note(level, "allow", None, None, format_args!("no Allow policy"));
+            }
+            RulesVerdict::Admitted(Some(r)) => {
                 let (policy, rule) = names(engine, r);
                 self.note(
                     level,
@@ -446,16 +485,9 @@ impl Evaluation {
                 );
                 self.admitted = Some((policy, rule));
             }
-            None => {
+            RulesVerdict::NotAdmitted => {
                 self.note(level, "allow", None, None, format_args!("no rule admits"));
-                self.deny(Denial {
-                    level,
-                    reason: Reason::NotAllowed,
-                    policy: None,
-                    rule: None,
-                    relay: None,
-                    detail: None,
-                });
+                self.deny(Denial::of(level, Reason::NotAllowed));
             }
         }
     }
@@ -485,7 +517,7 @@ impl Evaluation {
     }
 }
 
-fn names(engine: &Engine, r: RuleRef) -> (Option<String>, Option<String>) {
+pub(crate) fn names(engine: &Engine, r: RuleRef) -> (Option<String>, Option<String>) {
     (
         engine.policies.get(r.policy).map(|p| p.id.clone()),
         engine.rule(r).map(|x| x.name.clone()),

@@ -1,0 +1,443 @@
+//! Per-caller filtering of listing responses (docs/semantics.md §5.4): `tools/list`,
+//! `prompts/list`, `resources/list` and `resources/templates/list` answers keep only the items
+//! the caller could use, judged by [`Engine::item_denial`] as if each item were called.
+//!
+//! A JSON answer is read whole (at most `listings.maxBytes`); an SSE answer is read event by
+//! event as it streams, each event rewritten from what was parsed (never passed on as raw
+//! bytes the filter did not understand), holding at most one event of `listings.maxBytes`.
+//! What cannot be filtered (malformed, too large, an unexpected media type) is replaced by a
+//! JSON-RPC error echoing the request id, never passed on unfiltered.
+
+use mcp_access_bundle::mcp_methods::{self, Listing, Revision};
+use serde_json::{Map, Value};
+
+use crate::answer::{jsonrpc_error, INTERNAL_ERROR};
+use crate::json;
+use crate::policy::Engine;
+use crate::request::{McpOp, Request};
+
+/// The JSON-RPC error message of a listing that could not be filtered.
+const UNFILTERABLE: &str = "The server's listing could not be checked for this caller";
+
+/// How the response body is read, decided by its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Not yet known (response headers not seen).
+    Unknown,
+    /// Not filtered: a non-2xx answer (an error, not a listing).
+    Pass,
+    /// `application/json`: one message, read whole.
+    Json,
+    /// `text/event-stream`: events, read one by one.
+    Sse,
+    /// Any other media type on a 2xx answer: the body is replaced by an error.
+    Refuse,
+}
+
+/// What the host does with the response headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadersAction {
+    /// Leave them.
+    Keep,
+    /// Remove `Content-Length` (the body will change size) and hold the body as
+    /// [`ListingFilter::on_body`] says.
+    Rewrite,
+}
+
+/// What the host does with a body chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyAction {
+    /// Let the chunk go on unchanged.
+    Pass,
+    /// Keep buffering (JSON: the whole body is needed); `drop_buffer` when what is buffered
+    /// will not be used (too large) and may be emptied.
+    Buffer { drop_buffer: bool },
+    /// Replace what the host holds (the chunk, or the whole buffered JSON body) with this.
+    Replace(Vec<u8>),
+}
+
+/// The filter of one listing response.
+#[derive(Debug)]
+pub struct ListingFilter {
+    listing: &'static Listing,
+    /// The request, its MCP operation replaced by each item in turn.
+    probe: Request,
+    host: String,
+    /// The request id (raw JSON), for the error that replaces what cannot be filtered.
+    id: Option<String>,
+    cache_scope: bool,
+    max_bytes: usize,
+    max_depth: usize,
+    mode: Mode,
+    /// SSE: the bytes of the event being read (at most `max_bytes`).
+    pending: Vec<u8>,
+    /// SSE: an event grew past `max_bytes`; its bytes are dropped up to its end.
+    skipping: bool,
+    /// SSE, while skipping: whether the last byte seen ended a line (a blank line ends it).
+    at_line_start: bool,
+}
+
+impl ListingFilter {
+    /// The filter for a response to `req` (already allowed), when it is a listing and the
+    /// bundle filters listings.
+    pub(crate) fn for_request(
+        engine: &Engine,
+        req: &Request,
+        id: Option<&str>,
+        revision: Revision,
+    ) -> Option<ListingFilter> {
+        if !engine.listings.filter {
+            return None;
+        }
+        let listing = mcp_methods::listing(req.mcp.method()?)?;
+        let mut probe = req.clone();
+        probe.mcp = McpOp::NotMcp;
+        Some(ListingFilter {
+            listing,
+            host: req.host(),
+            probe,
+            id: id.map(str::to_string),
+            cache_scope: revision.has_cache_scope(),
+            max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
+            max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
+            mode: Mode::Unknown,
+            pending: Vec::new(),
+            skipping: false,
+            at_line_start: true,
+        })
+    }
+
+    /// The response headers arrived: `status` and every `Content-Type` copy.
+    pub fn on_headers(&mut self, status: Option<u16>, content_types: &[&str]) -> HeadersAction {
+        let success = status.is_some_and(|s| (200..300).contains(&s));
+        self.mode = if !success {
+            Mode::Pass
+        } else {
+            let essence = |ct: &str| {
+                ct.split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_ascii_lowercase()
+            };
+            match content_types {
+                [one] if essence(one) == "application/json" => Mode::Json,
+                [one] if essence(one) == "text/event-stream" => Mode::Sse,
+                _ => Mode::Refuse,
+            }
+        };
+        match self.mode {
+            Mode::Pass | Mode::Unknown => HeadersAction::Keep,
+            Mode::Json | Mode::Sse | Mode::Refuse => HeadersAction::Rewrite,
+        }
+    }
+
+    /// The media type the body has once rewritten, if the host must set it.
+    pub fn content_type(&self) -> Option<&'static str> {
+        match self.mode {
+            Mode::Refuse => Some("application/json"),
+            _ => None,
+        }
+    }
+
+    /// A body chunk arrived. JSON: `buffered` is the size of everything buffered so far and
+    /// `read` fetches it (called at the end of the stream only). SSE: `read` fetches this
+    /// chunk (`buffered` bytes).
+    pub fn on_body(
+        &mut self,
+        engine: &Engine,
+        buffered: usize,
+        end_of_stream: bool,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
+    ) -> BodyAction {
+        match self.mode {
+            Mode::Pass => BodyAction::Pass,
+            Mode::Unknown | Mode::Refuse => self.refuse_body(end_of_stream),
+            Mode::Json => {
+                if buffered > self.max_bytes {
+                    // Too large to filter: what is buffered is dropped, the error replaces it.
+                    self.mode = Mode::Refuse;
+                    return self.refuse_body(end_of_stream);
+                }
+                if !end_of_stream {
+                    return BodyAction::Buffer { drop_buffer: false };
+                }
+                let body = read(buffered).unwrap_or_default();
+                BodyAction::Replace(self.filter_json(engine, &body))
+            }
+            Mode::Sse => {
+                let chunk = if buffered == 0 {
+                    Vec::new()
+                } else {
+                    read(buffered).unwrap_or_default()
+                };
+                BodyAction::Replace(self.feed_sse(engine, &chunk, end_of_stream))
+            }
+        }
+    }
+
+    /// The body of an answer that cannot be filtered: the error once, at the end.
+    fn refuse_body(&mut self, end_of_stream: bool) -> BodyAction {
+        match end_of_stream {
+            true => BodyAction::Replace(self.error()),
+            false => BodyAction::Buffer { drop_buffer: true },
+        }
+    }
+
+    /// The JSON-RPC error that replaces what cannot be filtered.
+    fn error(&self) -> Vec<u8> {
+        jsonrpc_error(self.id.as_deref(), INTERNAL_ERROR, UNFILTERABLE, None)
+    }
+
+    /// A whole JSON body: the filtered message, or the error.
+    fn filter_json(&mut self, engine: &Engine, body: &[u8]) -> Vec<u8> {
+        match self.filter_message(engine, body) {
+            Ok(Some(out)) => out,
+            Ok(None) => body.to_vec(),
+            Err(()) => self.error(),
+        }
+    }
+
+    /// One JSON-RPC message of the answer, checked strictly: a response with `result` comes
+    /// back filtered (`Some`), an error response or a message from the server unchanged
+    /// (`None`); anything else is an error.
+    fn filter_message(&mut self, engine: &Engine, text: &[u8]) -> Result<Option<Vec<u8>>, ()> {
+        // The strict reader first: no duplicate keys (the client would read one copy, the
+        // filter maybe another), UTF-8 only, nesting bounded.
+        json::check(text, self.max_depth).map_err(|_| ())?;
+        let mut msg: Map<String, Value> = serde_json::from_slice(text).map_err(|_| ())?;
+        if msg.contains_key("method") || msg.contains_key("error") {
+            return Ok(None);
+        }
+        let Some(Value::Object(result)) = msg.get_mut("result") else {
+            return Err(());
+        };
+        // A 2026-07-28 interim result asks the client for input; it lists nothing.
+        if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+            return Ok(None);
+        }
+        let Some(Value::Array(items)) = result.get_mut(self.listing.items) else {
+            return Err(());
+        };
+        self.retain_usable(engine, items);
+        if self.cache_scope {
+            result.insert("cacheScope".into(), Value::String("private".into()));
+        }
+        serde_json::to_vec(&msg).map(Some).map_err(|_| ())
+    }
+
+    /// Keeps the items the caller could use.
+    fn retain_usable(&mut self, engine: &Engine, items: &mut Vec<Value>) {
+        let judged_as = self.listing.judged_as.to_string();
+        let Some(key) = self.listing.key else {
+            // Resource templates: listed when the caller may read some URI.
+            self.probe.mcp = McpOp::Call {
+                method: judged_as,
+                param: None,
+            };
+            if engine.item_denial(&self.probe, &self.host).is_some() {
+                items.clear();
+            }
+            return;
+        };
+        items.retain(|item| {
+            // An item without its name or URI cannot be judged, so it is not listed.
+            let Some(name) = item.get(key.key()).and_then(Value::as_str) else {
+                return false;
+            };
+            self.probe.mcp = McpOp::Call {
+                method: judged_as.clone(),
+                param: Some(name.to_string()),
+            };
+            engine.item_denial(&self.probe, &self.host).is_none()
+        });
+    }
+
+    /// Reads an SSE chunk; returns the rewritten events it completed.
+    fn feed_sse(&mut self, engine: &Engine, chunk: &[u8], end_of_stream: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            if self.skipping {
+                rest = self.skip_event(rest);
+                continue;
+            }
+            // An event ends at a blank line: "\n\n" (a "\r\n" line end ends in '\n' too).
+            let end = find_event_end(&self.pending, rest);
+            let (take, done) = match end {
+                Some(n) => (n, true),
+                None => (rest.len(), false),
+            };
+            let (head, tail) = rest.split_at(take);
+            rest = tail;
+            if self.pending.len().saturating_add(head.len()) > self.max_bytes {
+                self.pending = Vec::new();
+                out.extend_from_slice(&self.sse_error());
+                if done {
+                    continue;
+                }
+                self.skipping = true;
+                self.at_line_start = head.last() == Some(&b'\n');
+                continue;
+            }
+            self.pending.extend_from_slice(head);
+            if done {
+                let event = std::mem::take(&mut self.pending);
+                out.extend_from_slice(&self.rewrite_event(engine, &event));
+            }
+        }
+        // An event not ended by a blank line when the stream ends is not dispatched by
+        // clients; it is dropped.
+        if end_of_stream {
+            self.pending = Vec::new();
+        }
+        out
+    }
+
+    /// Drops the bytes of an oversized event up to its end; returns what follows it.
+    fn skip_event<'b>(&mut self, bytes: &'b [u8]) -> &'b [u8] {
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'\n' if self.at_line_start => {
+                    self.skipping = false;
+                    self.at_line_start = true;
+                    return bytes.get(i + 1..).unwrap_or_default();
+                }
+                b'\n' => self.at_line_start = true,
+                b'\r' => {}
+                _ => self.at_line_start = false,
+            }
+        }
+        &[]
+    }
+
+    /// An SSE event carrying the error.
+    fn sse_error(&self) -> Vec<u8> {
+        let mut out = b"event: message\ndata: ".to_vec();
+        out.extend_from_slice(&self.error());
+        out.extend_from_slice(b"\n\n");
+        out
+    }
+
+    /// One complete SSE event (its bytes up to and including the blank line), written again
+    /// from its parsed fields: comments dropped, a `message` event's data filtered.
+    fn rewrite_event(&mut self, engine: &Engine, event: &[u8]) -> Vec<u8> {
+        let Some(parsed) = SseEvent::parse(event) else {
+            return self.sse_error();
+        };
+        if parsed.is_empty() {
+            return Vec::new();
+        }
+        let is_message = parsed.event.as_deref().is_none_or(|e| e == "message");
+        let data = parsed.data.join("\n");
+        let data = if is_message && !data.is_empty() {
+            match self.filter_message(engine, data.as_bytes()) {
+                Ok(Some(out)) => String::from_utf8(out).ok(),
+                Ok(None) => Some(data),
+                Err(()) => None,
+            }
+        } else {
+            Some(data)
+        };
+        let Some(data) = data else {
+            return self.sse_error();
+        };
+        parsed.write(&data)
+    }
+}
+
+/// Where the event that `pending` began ends in `rest`: the length of `rest` up to and
+/// including the `'\n'` of the blank line.
+fn find_event_end(pending: &[u8], rest: &[u8]) -> Option<usize> {
+    // The byte before each position, ignoring '\r' (a "\r\n" line end).
+    let mut prev_newline = pending
+        .iter()
+        .rev()
+        .find(|&&b| b != b'\r')
+        .is_some_and(|&b| b == b'\n')
+        || pending.is_empty();
+    for (i, &b) in rest.iter().enumerate() {
+        match b {
+            b'\n' if prev_newline => return Some(i + 1),
+            b'\n' => prev_newline = true,
+            b'\r' => {}
+            _ => prev_newline = false,
+        }
+    }
+    None
+}
+
+/// The fields of one SSE event.
+#[derive(Debug, Default)]
+struct SseEvent {
+    event: Option<String>,
+    data: Vec<String>,
+    id: Option<String>,
+    retry: Option<String>,
+}
+
+impl SseEvent {
+    /// Parses an event's lines (`\n` or `\r\n` ends). None when it is not UTF-8 or a line
+    /// holds a lone `\r` (a client would split there and read other lines than the filter).
+    fn parse(event: &[u8]) -> Option<SseEvent> {
+        let text = std::str::from_utf8(event).ok()?;
+        let mut e = SseEvent::default();
+        for line in text.split('\n') {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if line.contains('\r') {
+                return None;
+            }
+            if line.is_empty() || line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            match field {
+                "event" => e.event = Some(value.to_string()),
+                "data" => e.data.push(value.to_string()),
+                "id" if !value.contains('\0') => e.id = Some(value.to_string()),
+                "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                    e.retry = Some(value.to_string())
+                }
+                _ => {}
+            }
+        }
+        Some(e)
+    }
+
+    /// Nothing a client would act on (comments only).
+    fn is_empty(&self) -> bool {
+        self.event.is_none() && self.data.is_empty() && self.id.is_none() && self.retry.is_none()
+    }
+
+    /// The event written again, with `data` (split into lines) as its data.
+    fn write(&self, data: &str) -> Vec<u8> {
+        let mut out = String::with_capacity(data.len() + 32);
+        if let Some(e) = &self.event {
+            out.push_str("event: ");
+            out.push_str(e);
+            out.push('\n');
+        }
+        if let Some(id) = &self.id {
+            out.push_str("id: ");
+            out.push_str(id);
+            out.push('\n');
+        }
+        if let Some(r) = &self.retry {
+            out.push_str("retry: ");
+            out.push_str(r);
+            out.push('\n');
+        }
+        if !self.data.is_empty() {
+            for line in data.split('\n') {
+                out.push_str("data: ");
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out.push('\n');
+        out.into_bytes()
+    }
+}
