@@ -111,6 +111,8 @@ def bundle(port: int, issuer: str) -> dict[str, Any]:
                   "authorization": echo},
              ]},
         ],
+        # The authorizer's body reaches the client only as error.data, with details exposed.
+        "denyResponse": {"exposeDetails": True},
     }
 
 
@@ -217,15 +219,19 @@ def ask(scenario: str, **answer: int) -> dict[str, str]:
 def test_a_denial_body_is_relayed_up_to_the_cap(stack: Stack, scenario: str, cap: int) -> None:
     alpha = stack.pki.client(ALPHA)
     r = stack.post(alpha, headers=ask(scenario, body_bytes=cap))
-    assert r.status == 403 and r.body == b"d" * cap
-    assert r.headers["content-type"] == "text/plain"
+    # A JSON-RPC error echoing the id, the authorizer's status, its body in error.data.
+    assert r.status == 403 and r.headers["content-type"] == "application/json"
+    error = r.json()["error"]
+    assert r.json()["id"] == 9 and error["code"] == -32010 and error["message"] == "Access denied"
+    assert error["data"]["authorizerBody"] == "d" * cap and error["data"]["authorizerStatus"] == 403
     # One byte over, or 8 MiB over: the denial stands, with the authorizer's status and its
-    # headers, but the body (and what describes it) is not relayed.
+    # headers, but its body is not relayed.
     for size in (cap + 1, 8 * KIB * KIB):
         r = stack.post(alpha, headers=ask(scenario, body_bytes=size, status=401))
-        assert (r.status, r.body) == (401, b""), (size, r.status, len(r.body))
+        assert r.status == 401, (size, r.status, len(r.body))
+        assert "authorizerBody" not in r.json()["error"]["data"]
         assert r.headers["www-authenticate"] == 'Bearer realm="test"'
-        assert "content-type" not in r.headers
+        assert r.headers["content-type"] == "application/json"
         d = stack.decision()
         assert (d["reason"], d["policy"], d["status"]) == ("external_auth_denied", f"mcp/{scenario}", 401), d
         assert stack.tools.tool_calls() == []
