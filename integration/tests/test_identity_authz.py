@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from harness import (
     ALPHA,
     BETA,
+    BackgroundHttpServer,
     Cluster,
     EnvoyProcess,
     JwtKeys,
@@ -40,7 +41,7 @@ from harness import (
 KIB = 1024
 
 
-class Authorizer:
+class Authorizer(BackgroundHttpServer):
     """An HTTP authorizer answering each check as its headers ask: `x-status` (default 403),
     `x-body-bytes` (body of that many bytes), `x-header-count` (that many extra headers)."""
 
@@ -69,14 +70,7 @@ class Authorizer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def bundle(port: int, issuer: str) -> dict[str, Any]:
