@@ -325,23 +325,31 @@ impl HttpContext for Stream {
             return WasmAction::Continue;
         };
         let headers = abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default();
-        let status = headers
-            .iter()
-            .find(|(n, _)| n == ":status")
-            .and_then(|(_, v)| v.parse::<u16>().ok());
-        let types: Vec<&str> = headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case("content-type"))
-            .map(|(_, v)| v.as_str())
-            .collect();
-        match filter.on_headers(status, &types) {
+        match filter.on_headers(&headers) {
             HeadersAction::Keep => self.listing = None,
             HeadersAction::Rewrite => {
                 abi::remove_response_header("content-length");
                 if let Some(ct) = filter.content_type() {
+                    abi::remove_response_header("content-encoding");
                     abi::set_response_header("content-type", ct);
                 }
             }
+        }
+        WasmAction::Continue
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> WasmAction {
+        let Some(filter) = self.listing.as_mut() else {
+            return WasmAction::Continue;
+        };
+        let mut size = 0;
+        let action = filter.on_trailers(&self.engine, || {
+            let body = abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, usize::MAX >> 1);
+            size = body.as_ref().map_or(0, Vec::len);
+            body
+        });
+        if let BodyAction::Replace(bytes) = action {
+            abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, size, &bytes);
         }
         WasmAction::Continue
     }

@@ -688,6 +688,28 @@ fn a_listing_response_is_filtered_over_the_abi() {
         "{text}"
     );
 
+    // A body ended by trailers is filtered in the trailers callback.
+    let (ctx, _) = vm.request(POST, list);
+    assert_eq!(vm.body(ctx), CONTINUE);
+    vm.host_mut().response_headers = json_headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    vm.call("proxy_on_response_headers", &[ctx, 3, 0]);
+    vm.host_mut().response_body = listing.to_vec();
+    let size = listing.len() as i32;
+    assert_eq!(
+        vm.call("proxy_on_response_body", &[ctx, size, 0]),
+        Some(PAUSE)
+    );
+    assert_eq!(
+        vm.call("proxy_on_response_trailers", &[ctx, 1]),
+        Some(CONTINUE)
+    );
+    let v: Value = serde_json::from_slice(&vm.host().response_body).unwrap();
+    assert_eq!(v["result"]["tools"], json!([{"name": "echo"}]));
+    vm.host_mut().response_body.clear();
+
     // A call is not a listing: its response is not touched.
     let (ctx, _) = vm.request(POST, &call("echo"));
     assert_eq!(vm.body(ctx), CONTINUE);

@@ -10,6 +10,7 @@ The official Python SDK client drives the first two, over 2025-11-25 (initialize
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from collections.abc import Iterator
@@ -93,13 +94,22 @@ class CraftedUpstream(BackgroundHttpServer):
                     "initialize": json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
                         "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                         "serverInfo": {"name": "crafted", "version": "0"}}}).encode(),
-                    "paged": json.dumps(PAGED).encode(),
+                    # Says which Accept-Encoding reached the server.
+                    "paged": json.dumps({**PAGED, "result": {
+                        **PAGED["result"], "_meta": {"acceptEncoding": self.headers.get("accept-encoding")}}}).encode(),
                     "malformed": b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"delete_repo"}',
                     "duplicate": b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","name":"delete_repo"}]}}',
                     "oversize": json.dumps(tools_result(["delete_repo"] * 2000)).encode(),
+                    # A server compressing although asked not to (the filter sends
+                    # Accept-Encoding: identity with a listing request).
+                    "gzip": json.dumps(PAGED).encode()
+                    if self.headers.get("accept-encoding") != "identity" else b"identity was asked for",
                 }[answer]
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
+                if answer == "gzip":
+                    body = gzip.compress(body)
+                    self.send_header("content-encoding", "gzip")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -203,11 +213,14 @@ def test_a_2026_listing_is_private_and_content_length_goes(stack: Stack) -> None
 
 
 def test_pagination_and_ttl_are_kept(stack: Stack) -> None:
-    r = stack.post("crafted", rpc("tools/list", {"cursor": "page-1"}), headers={"x-answer": "paged"})
+    r = stack.post("crafted", rpc("tools/list", {"cursor": "page-1"}),
+                   headers={"x-answer": "paged", "accept-encoding": "gzip, br"})
     assert r.status == 200, r.text
     result = r.json()["result"]
     assert [t["name"] for t in result["tools"]] == ["echo"]
     assert (result["nextCursor"], result["ttlMs"]) == ("page-2", 60000)
+    # The filter asked the server for an uncompressed listing it can read.
+    assert result["_meta"] == {"acceptEncoding": "identity"}
 
 
 def test_a_split_sse_listing_is_filtered_event_by_event(stack: Stack) -> None:
@@ -220,7 +233,7 @@ def test_a_split_sse_listing_is_filtered_event_by_event(stack: Stack) -> None:
     assert "delete_repo" not in r.text and "keep-alive" not in r.text
 
 
-@pytest.mark.parametrize("answer", ["malformed", "duplicate", "oversize"])
+@pytest.mark.parametrize("answer", ["malformed", "duplicate", "oversize", "gzip"])
 def test_an_unfilterable_listing_is_replaced_by_an_error(stack: Stack, answer: str) -> None:
     r = stack.post("crafted", rpc("tools/list", id="list-7"), headers={"x-answer": answer})
     assert r.status == 200

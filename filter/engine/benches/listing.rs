@@ -106,7 +106,10 @@ fn main() {
 
     let json_once = || {
         let mut f = flow.listing_filter(&e).unwrap();
-        f.on_headers(Some(200), &["application/json"]);
+        f.on_headers(&[
+            (":status".into(), "200".into()),
+            ("content-type".into(), "application/json".into()),
+        ]);
         let owned = body.clone();
         match f.on_body(&e, body.len(), true, move |_| Some(owned)) {
             BodyAction::Replace(out) => out,
@@ -115,7 +118,10 @@ fn main() {
     };
     let sse_once = || {
         let mut f = flow.listing_filter(&e).unwrap();
-        f.on_headers(Some(200), &["text/event-stream"]);
+        f.on_headers(&[
+            (":status".into(), "200".into()),
+            ("content-type".into(), "text/event-stream".into()),
+        ]);
         let mut out = Vec::new();
         let chunks: Vec<&[u8]> = event.chunks(16 * 1024).collect();
         for (i, c) in chunks.iter().enumerate() {

@@ -668,7 +668,7 @@ impl RequestFlow {
         };
         match decision {
             Decision::Allow {
-                add_headers,
+                mut add_headers,
                 policy,
                 rule,
             } => {
@@ -676,6 +676,10 @@ impl RequestFlow {
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
+                if self.listing_filter(engine).is_some() {
+                    // A listing is read to be filtered: ask the server not to compress it.
+                    add_headers.push(("accept-encoding".into(), "identity".into()));
+                }
                 Next::Allow { add_headers }
             }
             Decision::Deny(d) => {

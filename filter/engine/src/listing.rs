@@ -107,24 +107,34 @@ impl ListingFilter {
         })
     }
 
-    /// The response headers arrived: `status` and every `Content-Type` copy.
-    pub fn on_headers(&mut self, status: Option<u16>, content_types: &[&str]) -> HeadersAction {
+    /// The response headers arrived (names lowercase, `:status` included). A 2xx answer is
+    /// read as its one `Content-Type` says; one with a `Content-Encoding` other than
+    /// `identity`, or without exactly one known media type, cannot be read and is refused.
+    pub fn on_headers(&mut self, headers: &[(String, String)]) -> HeadersAction {
+        let values = |name: &'static str| {
+            headers
+                .iter()
+                .filter(move |(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let status = values(":status").next().and_then(|s| s.parse::<u16>().ok());
         let success = status.is_some_and(|s| (200..300).contains(&s));
-        self.mode = if !success {
-            Mode::Pass
-        } else {
-            let essence = |ct: &str| {
-                ct.split(';')
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_ascii_lowercase()
-            };
-            match content_types {
-                [one] if essence(one) == "application/json" => Mode::Json,
-                [one] if essence(one) == "text/event-stream" => Mode::Sse,
-                _ => Mode::Refuse,
-            }
+        let encoded =
+            values("content-encoding").any(|e| !e.trim().eq_ignore_ascii_case("identity"));
+        let essence = |ct: &str| {
+            ct.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        };
+        let types: Vec<String> = values("content-type").map(essence).collect();
+        self.mode = match types.as_slice() {
+            _ if !success => Mode::Pass,
+            _ if encoded => Mode::Refuse,
+            [one] if one == "application/json" => Mode::Json,
+            [one] if one == "text/event-stream" => Mode::Sse,
+            _ => Mode::Refuse,
         };
         match self.mode {
             Mode::Pass | Mode::Unknown => HeadersAction::Keep,
@@ -132,11 +142,36 @@ impl ListingFilter {
         }
     }
 
-    /// The media type the body has once rewritten, if the host must set it.
+    /// The media type the body has once rewritten, if the host must set it (and remove any
+    /// `Content-Encoding`: the error replacing the body is not encoded).
     pub fn content_type(&self) -> Option<&'static str> {
         match self.mode {
             Mode::Refuse => Some("application/json"),
             _ => None,
+        }
+    }
+
+    /// Response trailers arrived: the body ended without an end-of-stream body callback.
+    /// `read` fetches everything buffered (JSON). SSE events not ended are dropped.
+    pub fn on_trailers(
+        &mut self,
+        engine: &Engine,
+        read: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> BodyAction {
+        match self.mode {
+            Mode::Pass => BodyAction::Pass,
+            Mode::Sse => {
+                self.pending = Vec::new();
+                BodyAction::Pass
+            }
+            Mode::Unknown | Mode::Refuse => BodyAction::Replace(self.error()),
+            Mode::Json => {
+                let body = read().unwrap_or_default();
+                if body.len() > self.max_bytes {
+                    return BodyAction::Replace(self.error());
+                }
+                BodyAction::Replace(self.filter_json(engine, &body))
+            }
         }
     }
 

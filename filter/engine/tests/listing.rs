@@ -70,6 +70,17 @@ fn engine_for_listings() -> Engine {
     ))
 }
 
+/// Response headers: a status and Content-Type copies.
+fn response(status: u16, types: &[&str]) -> Vec<(String, String)> {
+    let mut h = vec![(":status".to_string(), status.to_string())];
+    h.extend(
+        types
+            .iter()
+            .map(|t| ("content-type".to_string(), t.to_string())),
+    );
+    h
+}
+
 /// The filter of an allowed listing request.
 fn listing_filter(e: &Engine, spiffe: &str, method: &str, extra: &[(&str, &str)]) -> ListingFilter {
     let body = format!(r#"{{"jsonrpc":"2.0","id":"L","method":"{method}","params":{{}}}}"#);
@@ -81,7 +92,7 @@ fn listing_filter(e: &Engine, spiffe: &str, method: &str, extra: &[(&str, &str)]
 /// The JSON body through the filter, as the host drives it (two chunks).
 fn filter_json(e: &Engine, f: &mut ListingFilter, body: &str) -> Value {
     assert_eq!(
-        f.on_headers(Some(200), &["application/json"]),
+        f.on_headers(&response(200, &["application/json"])),
         HeadersAction::Rewrite
     );
     let half = body.len() / 2;
@@ -224,7 +235,7 @@ fn an_oversize_json_listing_is_dropped_and_replaced() {
     b["listings"] = json!({"maxBytes": 64});
     let e = engine(&b);
     let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
-    f.on_headers(Some(200), &["application/json; charset=utf-8"]);
+    f.on_headers(&response(200, &["application/json; charset=utf-8"]));
     assert_eq!(
         f.on_body(&e, 65, false, |_| panic!("not read")),
         BodyAction::Buffer { drop_buffer: true }
@@ -242,7 +253,7 @@ fn other_media_types_and_error_statuses() {
     // A 2xx of another media type: replaced (the host sets application/json).
     let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
     assert_eq!(
-        f.on_headers(Some(200), &["text/plain"]),
+        f.on_headers(&response(200, &["text/plain"])),
         HeadersAction::Rewrite
     );
     assert_eq!(f.content_type(), Some("application/json"));
@@ -253,15 +264,71 @@ fn other_media_types_and_error_statuses() {
     // Two Content-Type headers: which one the client reads is unknown.
     let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
     let two = ["application/json", "text/event-stream"];
-    assert_eq!(f.on_headers(Some(200), &two), HeadersAction::Rewrite);
+    assert_eq!(f.on_headers(&response(200, &two)), HeadersAction::Rewrite);
     assert_eq!(f.content_type(), Some("application/json"));
     // A non-2xx answer is not a listing: left alone.
     let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
     assert_eq!(
-        f.on_headers(Some(500), &["application/json"]),
+        f.on_headers(&response(500, &["application/json"])),
         HeadersAction::Keep
     );
     assert_eq!(f.on_body(&e, 3, true, |_| panic!()), BodyAction::Pass);
+}
+
+#[test]
+fn a_compressed_listing_cannot_be_read_and_is_refused() {
+    let e = engine_for_listings();
+    // The request asks the server not to compress the listing.
+    let (_, a) = send(
+        &e,
+        ALPHA,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    );
+    let Next::Allow { add_headers } = a else {
+        panic!("{a:?}")
+    };
+    assert_eq!(
+        add_headers,
+        [("accept-encoding".to_string(), "identity".to_string())]
+    );
+    // A server that compresses anyway: refused.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    let mut h = response(200, &["application/json"]);
+    h.push(("content-encoding".into(), "gzip".into()));
+    assert_eq!(f.on_headers(&h), HeadersAction::Rewrite);
+    assert_eq!(f.content_type(), Some("application/json"));
+    let BodyAction::Replace(out) = f.on_body(&e, 3, true, |_| Some(b"\x1f\x8b\x08".to_vec()))
+    else {
+        panic!()
+    };
+    assert!(String::from_utf8(out).unwrap().contains("-32603"));
+}
+
+#[test]
+fn a_body_ended_by_trailers_is_filtered_too() {
+    let e = engine_for_listings();
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["application/json"]));
+    assert_eq!(
+        f.on_body(&e, TOOLS.len(), false, |_| panic!("read at the end")),
+        BodyAction::Buffer { drop_buffer: false }
+    );
+    let BodyAction::Replace(out) = f.on_trailers(&e, || Some(TOOLS.as_bytes().to_vec())) else {
+        panic!()
+    };
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(names(&v, "tools", "name"), ["echo"]);
+    // Refused answers end with the error; SSE has nothing buffered.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["text/html"]));
+    assert!(matches!(f.on_trailers(&e, || None), BodyAction::Replace(_)));
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["text/event-stream"]));
+    assert_eq!(
+        f.on_trailers(&e, || panic!("nothing buffered")),
+        BodyAction::Pass
+    );
 }
 
 #[test]
@@ -307,7 +374,7 @@ fn no_filter_when_turned_off_or_not_a_listing_or_denied() {
 /// SSE chunks through the filter; returns what the client receives.
 fn through_sse(e: &Engine, f: &mut ListingFilter, chunks: &[&[u8]]) -> String {
     assert_eq!(
-        f.on_headers(Some(200), &["text/event-stream"]),
+        f.on_headers(&response(200, &["text/event-stream"])),
         HeadersAction::Rewrite
     );
     let mut out = Vec::new();
