@@ -60,6 +60,9 @@ pub(crate) trait Visitor<'a> {
     fn wants_text(&self, slot: Self::Slot) -> bool;
     /// A value in a slot other than `IGNORE`: a scalar, or an object or array just opened.
     fn value(&mut self, slot: Self::Slot, val: Val<'a>) -> Result<(), Self::Error>;
+    /// The value in `slot` (not `IGNORE`) ended: it is `bytes[start..end]`. By default nothing
+    /// is done.
+    fn closed(&mut self, _slot: Self::Slot, _start: usize, _end: usize) {}
 }
 
 /// Reads all of `bytes` as one JSON value with objects and arrays nested at most
@@ -80,34 +83,6 @@ pub(crate) fn read<'a, V: Visitor<'a>>(
     .run()
 }
 
-/// Checks that `bytes` is one JSON value, nested at most `max_depth` deep, with no object
-/// holding a key twice.
-pub(crate) fn check(bytes: &[u8], max_depth: usize) -> Result<(), SyntaxError> {
-    struct NoDuplicates(Option<usize>);
-    impl Visitor<'_> for NoDuplicates {
-        type Slot = ();
-        type Error = SyntaxError;
-        const ROOT: () = ();
-        const IGNORE: () = ();
-        fn member(&mut self, _object: (), _key: &[u8]) {}
-        fn duplicate_key(&mut self, _slot: (), at: usize) {
-            self.0.get_or_insert(at);
-        }
-        fn wants_text(&self, _slot: ()) -> bool {
-            false
-        }
-        fn value(&mut self, _slot: (), _val: Val<'_>) -> Result<(), SyntaxError> {
-            Ok(())
-        }
-    }
-    let mut v = NoDuplicates(None);
-    read(bytes, max_depth, &mut v)?;
-    match v.0 {
-        Some(at) => Err(SyntaxError(format!("duplicate key at offset {at}"))),
-        None => Ok(()),
-    }
-}
-
 /// One open object or array.
 struct Frame<'a, S> {
     is_object: bool,
@@ -115,6 +90,8 @@ struct Frame<'a, S> {
     slot: S,
     /// Start of this object's keys in `Reader::keys` (while `set` is None).
     keys_start: usize,
+    /// Offset of the opening bracket.
+    start: usize,
     /// This object's keys once there are more than `LINEAR_KEYS`.
     set: Option<HashSet<Cow<'a, [u8]>>>,
 }
@@ -156,6 +133,9 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
                 if let Some(frame) = self.stack.pop() {
                     if frame.is_object {
                         self.keys.truncate(frame.keys_start);
+                    }
+                    if frame.slot != V::IGNORE {
+                        self.visitor.closed(frame.slot, frame.start, self.pos);
                     }
                 }
                 opened = false;
@@ -278,6 +258,7 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
                     is_object,
                     slot,
                     keys_start: self.keys.len(),
+                    start,
                     set: None,
                 });
                 if slot != V::IGNORE {
@@ -304,6 +285,7 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
         };
         if slot != V::IGNORE {
             self.visitor.value(slot, val)?;
+            self.visitor.closed(slot, start, self.pos);
         }
         Ok(false)
     }

@@ -9,10 +9,9 @@
 //! JSON-RPC error echoing the request id, never passed on unfiltered.
 
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision};
-use serde_json::{Map, Value};
 
 use crate::answer::{jsonrpc_error, INTERNAL_ERROR};
-use crate::json;
+use crate::json::{self, Val};
 use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
@@ -233,59 +232,81 @@ impl ListingFilter {
         }
     }
 
-    /// One JSON-RPC message of the answer, checked strictly: a response with `result` comes
-    /// back filtered (`Some`), an error response or a message from the server unchanged
-    /// (`None`); anything else is an error.
+    /// One JSON-RPC message of the answer, read with the strict reader (no duplicate keys:
+    /// the client would read one copy, the filter maybe another; UTF-8 only; nesting bounded).
+    /// A response with `result` comes back filtered (`Some`): the server's bytes with the item
+    /// array holding only the usable items and, where the revision has it, `cacheScope`
+    /// set to `"private"`. An error response or a message from the server comes back
+    /// unchanged (`None`); anything else is an error.
     fn filter_message(&mut self, engine: &Engine, text: &[u8]) -> Result<Option<Vec<u8>>, ()> {
-        // The strict reader first: no duplicate keys (the client would read one copy, the
-        // filter maybe another), UTF-8 only, nesting bounded.
-        json::check(text, self.max_depth).map_err(|_| ())?;
-        let mut msg: Map<String, Value> = serde_json::from_slice(text).map_err(|_| ())?;
-        if msg.contains_key("method") || msg.contains_key("error") {
-            return Ok(None);
-        }
-        let Some(Value::Object(result)) = msg.get_mut("result") else {
+        let mut m = MessageShape::new(self.listing);
+        json::read(text, self.max_depth, &mut m).map_err(|_| ())?;
+        if m.duplicate {
             return Err(());
+        }
+        let Some(result) = m.result else {
+            return match m.method || m.error {
+                true => Ok(None),
+                false => Err(()),
+            };
         };
+        if m.method || m.error {
+            return Err(());
+        }
         // A 2026-07-28 interim result asks the client for input; it lists nothing.
-        if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        if m.input_required {
             return Ok(None);
         }
-        let Some(Value::Array(items)) = result.get_mut(self.listing.items) else {
+        let Some(items) = m.items else {
             return Err(());
         };
-        self.retain_usable(engine, items);
-        if self.cache_scope {
-            result.insert("cacheScope".into(), Value::String("private".into()));
+        let mut list = Vec::with_capacity(text.len());
+        list.push(b'[');
+        let mut first = true;
+        for (start, end, name) in &m.item_spans {
+            if !self.usable(engine, name.as_deref()) {
+                continue;
+            }
+            if !first {
+                list.push(b',');
+            }
+            first = false;
+            list.extend_from_slice(text.get(*start..*end).ok_or(())?);
         }
-        serde_json::to_vec(&msg).map(Some).map_err(|_| ())
+        list.push(b']');
+        let mut edits: Vec<(usize, usize, &[u8])> = vec![(items.0, items.1, &list)];
+        if self.cache_scope {
+            match m.cache_scope {
+                Some((start, end)) => edits.push((start, end, b"\"private\"")),
+                None => edits.push((result + 1, result + 1, b"\"cacheScope\":\"private\",")),
+            }
+        }
+        edits.sort_by_key(|e| e.0);
+        let mut out = Vec::with_capacity(text.len() + 32);
+        let mut at = 0;
+        for (start, end, with) in edits {
+            out.extend_from_slice(text.get(at..start).ok_or(())?);
+            out.extend_from_slice(with);
+            at = end;
+        }
+        out.extend_from_slice(text.get(at..).ok_or(())?);
+        Ok(Some(out))
     }
 
-    /// Keeps the items the caller could use.
-    fn retain_usable(&mut self, engine: &Engine, items: &mut Vec<Value>) {
-        let judged_as = self.listing.judged_as.to_string();
-        let Some(key) = self.listing.key else {
-            // Resource templates: listed when the caller may read some URI.
-            self.probe.mcp = McpOp::Call {
-                method: judged_as,
-                param: None,
-            };
-            if engine.item_denial(&self.probe, &self.host).is_some() {
-                items.clear();
-            }
-            return;
-        };
-        items.retain(|item| {
+    /// Whether the caller could use the item named `name` (its name or URI; None: it has
+    /// none). Resource templates are judged as a read of some URI.
+    fn usable(&mut self, engine: &Engine, name: Option<&str>) -> bool {
+        let param = match (self.listing.key, name) {
+            (Some(_), Some(n)) => Some(n.to_string()),
             // An item without its name or URI cannot be judged, so it is not listed.
-            let Some(name) = item.get(key.key()).and_then(Value::as_str) else {
-                return false;
-            };
-            self.probe.mcp = McpOp::Call {
-                method: judged_as.clone(),
-                param: Some(name.to_string()),
-            };
-            engine.item_denial(&self.probe, &self.host).is_none()
-        });
+            (Some(_), None) => return false,
+            (None, _) => None,
+        };
+        self.probe.mcp = McpOp::Call {
+            method: self.listing.judged_as.to_string(),
+            param,
+        };
+        engine.item_denial(&self.probe, &self.host).is_none()
     }
 
     /// Reads an SSE chunk; returns the rewritten events it completed.
@@ -474,5 +495,138 @@ impl SseEvent {
         }
         out.push('\n');
         out.into_bytes()
+    }
+}
+
+/// Where a value sits in a listing answer, as far as the filter cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Ignore,
+    Root,
+    Method,
+    Error,
+    Result,
+    ResultType,
+    CacheScope,
+    Items,
+    Item,
+    /// The item's name or URI.
+    ItemKey,
+}
+
+/// What the filter reads of one JSON-RPC message: which members the message has, and the byte
+/// spans of the result, its item array, each item and `cacheScope`.
+struct MessageShape {
+    listing: &'static Listing,
+    duplicate: bool,
+    method: bool,
+    error: bool,
+    /// Offset of the result object's `{`; None: no result, or not an object.
+    result: Option<usize>,
+    input_required: bool,
+    cache_scope: Option<(usize, usize)>,
+    /// The item array's span; None: absent or not an array.
+    items: Option<(usize, usize)>,
+    items_is_array: bool,
+    item_spans: Vec<(usize, usize, Option<String>)>,
+    /// The name or URI of the item being read.
+    item_key: Option<String>,
+    result_is_object: bool,
+}
+
+impl MessageShape {
+    fn new(listing: &'static Listing) -> Self {
+        MessageShape {
+            listing,
+            duplicate: false,
+            method: false,
+            error: false,
+            result: None,
+            input_required: false,
+            cache_scope: None,
+            items: None,
+            items_is_array: false,
+            item_spans: Vec::new(),
+            item_key: None,
+            result_is_object: false,
+        }
+    }
+}
+
+impl<'a> json::Visitor<'a> for MessageShape {
+    type Slot = Slot;
+    type Error = json::SyntaxError;
+    const ROOT: Slot = Slot::Root;
+    const IGNORE: Slot = Slot::Ignore;
+
+    fn member(&mut self, object: Slot, key: &[u8]) -> Slot {
+        match object {
+            Slot::Root => match key {
+                b"method" => Slot::Method,
+                b"error" => Slot::Error,
+                b"result" => Slot::Result,
+                _ => Slot::Ignore,
+            },
+            Slot::Result if key == self.listing.items.as_bytes() => Slot::Items,
+            Slot::Result if key == b"cacheScope" => Slot::CacheScope,
+            Slot::Result if key == b"resultType" => Slot::ResultType,
+            Slot::Item if self.listing.key.is_some_and(|k| k.key().as_bytes() == key) => {
+                Slot::ItemKey
+            }
+            _ => Slot::Ignore,
+        }
+    }
+
+    fn element(&mut self, array: Slot) -> Slot {
+        match array {
+            Slot::Items if self.items_is_array => Slot::Item,
+            _ => Slot::Ignore,
+        }
+    }
+
+    fn duplicate_key(&mut self, _slot: Slot, _at: usize) {
+        self.duplicate = true;
+    }
+
+    fn wants_text(&self, slot: Slot) -> bool {
+        matches!(slot, Slot::ItemKey | Slot::ResultType)
+    }
+
+    fn value(&mut self, slot: Slot, val: Val<'a>) -> Result<(), json::SyntaxError> {
+        match (slot, val) {
+            (Slot::Method, _) => self.method = true,
+            (Slot::Error, _) => self.error = true,
+            (Slot::Result, Val::Object) => self.result_is_object = true,
+            (Slot::Items, Val::Array) => self.items_is_array = true,
+            (Slot::Item, _) => self.item_key = None,
+            (
+                Slot::ItemKey,
+                Val::Str {
+                    decoded: Some(s), ..
+                },
+            ) => {
+                self.item_key = Some(json::into_string(s)?);
+            }
+            (
+                Slot::ResultType,
+                Val::Str {
+                    decoded: Some(s), ..
+                },
+            ) => {
+                self.input_required = s.as_ref() == b"input_required";
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn closed(&mut self, slot: Slot, start: usize, end: usize) {
+        match slot {
+            Slot::Result if self.result_is_object => self.result = Some(start),
+            Slot::Items if self.items_is_array => self.items = Some((start, end)),
+            Slot::CacheScope => self.cache_scope = Some((start, end)),
+            Slot::Item => self.item_spans.push((start, end, self.item_key.take())),
+            _ => {}
+        }
     }
 }

@@ -143,6 +143,54 @@ fn tools_list_keeps_what_the_caller_could_call() {
 }
 
 #[test]
+fn kept_items_are_the_servers_bytes() {
+    let e = engine_for_listings();
+    // Key order, number spelling and whitespace of kept items stay; an escaped name is judged
+    // by what it decodes to (as the client reads it); a nested "name" is not the item's.
+    let body = concat!(
+        r#"{"id":"L", "result" : {"z":1, "tools" : [ {"name":"\u0065cho"}, {"name":"\u0064elete_repo"}, "#,
+        r#"{"x":1.50e3,"name":"echo","schema":{"name":"delete_repo"}} , {"schema":{"name":"echo"}} ], "#,
+        r#""cacheScope":"public"},"jsonrpc":"2.0"}"#
+    );
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["application/json"]));
+    let owned = body.as_bytes().to_vec();
+    let BodyAction::Replace(out) = f.on_body(&e, body.len(), true, move |_| Some(owned)) else {
+        panic!()
+    };
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        concat!(
+            r#"{"id":"L", "result" : {"z":1, "tools" : [{"name":"\u0065cho"},{"x":1.50e3,"name":"echo","schema":{"name":"delete_repo"}}], "#,
+            r#""cacheScope":"public"},"jsonrpc":"2.0"}"#
+        )
+    );
+    // 2026-07-28: cacheScope replaced where it is, or added first.
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    for (body, want) in [
+        (
+            r#"{"id":"L","result":{"tools":[],"cacheScope":{"x":1}}}"#,
+            r#"{"id":"L","result":{"tools":[],"cacheScope":"private"}}"#,
+        ),
+        (
+            r#"{"id":"L","result":{"tools":[{"name":"echo"}]}}"#,
+            r#"{"id":"L","result":{"cacheScope":"private","tools":[{"name":"echo"}]}}"#,
+        ),
+    ] {
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &headers);
+        f.on_headers(&response(200, &["application/json"]));
+        let owned = body.as_bytes().to_vec();
+        let BodyAction::Replace(out) = f.on_body(&e, body.len(), true, move |_| Some(owned)) else {
+            panic!()
+        };
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+    }
+}
+
+#[test]
 fn a_2026_listing_is_marked_private() {
     let e = engine_for_listings();
     let headers = [
