@@ -256,3 +256,13 @@ def test_revisions_are_checked(stack: Stack) -> None:
     assert (r.status, r.json()["error"]["code"]) == (404, -32601)
     r = stack.post("json", rpc("server/discover"), protocol_version="2025-11-25")
     assert (r.status, r.json()["error"]["code"]) == (404, -32601)
+
+
+def test_mcp_param_headers_are_passed_on_untouched(stack: Stack) -> None:
+    stack.json_server.reset()
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+    call = rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}, "_meta": meta})
+    headers = {"mcp-method": "tools/call", "mcp-name": "echo", "mcp-param-region": "=?base64?ZXUtd2VzdA==?="}
+    stack.post("json", call, headers=headers, protocol_version="2026-07-28")
+    seen = [r["headers"] for r in stack.json_server.requests() if r["mcp_method"] == "tools/call"]
+    assert [h.get("mcp-param-region") for h in seen] == ["=?base64?ZXUtd2VzdA==?="], seen
