@@ -140,7 +140,7 @@ pub struct Method {
 
 impl Method {
     /// Whether revision `r` has the method.
-    pub fn in_revision(&self, r: Revision) -> bool {
+    pub(crate) fn in_revision(&self, r: Revision) -> bool {
         self.revisions & r.bit() != 0
     }
 }
@@ -303,7 +303,7 @@ pub struct Listing {
 }
 
 /// The listings, each with how its items are judged.
-pub const LISTINGS: &[Listing] = &[
+pub(crate) const LISTINGS: &[Listing] = &[
     Listing {
         method: "tools/list",
         items: "tools",

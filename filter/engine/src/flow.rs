@@ -253,11 +253,6 @@ impl RequestFlow {
         self.outcome.as_ref()
     }
 
-    /// The MCP revision the request was judged under.
-    pub fn revision(&self) -> Revision {
-        self.revision
-    }
-
     /// The filter of the response, when the request is an allowed listing and the bundle
     /// filters listings (docs/semantics.md §5.4).
     pub fn listing_filter(&self, engine: &Engine) -> Option<crate::listing::ListingFilter> {
