@@ -46,6 +46,12 @@ impl Revision {
         Revision::ALL.into_iter().find(|r| r.as_str() == version)
     }
 
+    /// Whether the revision is stateless: no sessions, no HTTP GET stream, every request a
+    /// POST (2026-07-28 on).
+    pub fn is_stateless(self) -> bool {
+        self >= Revision::V2026_07_28
+    }
+
     /// Whether listing results of this revision carry `cacheScope` (SEP-2549).
     pub fn has_cache_scope(self) -> bool {
         self >= Revision::V2026_07_28
@@ -537,6 +543,7 @@ mod tests {
         assert_eq!(Revision::parse("2024-11-05"), None);
         assert_eq!(Revision::parse("2026-07-28 "), None);
         assert!(V2026_07_28.has_cache_scope() && !V2025_11_25.has_cache_scope());
+        assert!(V2026_07_28.is_stateless() && !V2025_11_25.is_stateless());
     }
 
     #[test]

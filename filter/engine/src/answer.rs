@@ -56,6 +56,9 @@ pub(crate) enum Rejection {
     UnsupportedRevision(String),
     /// The method is one the request's revision does not have: (method, revision).
     MethodNotInRevision(String, &'static str),
+    /// An HTTP GET stream or a session DELETE under a revision without them: (HTTP method,
+    /// revision).
+    HttpMethodNotInRevision(String, &'static str),
 }
 
 impl Rejection {
@@ -81,6 +84,9 @@ impl Rejection {
                 (400, UNSUPPORTED_PROTOCOL_VERSION, "unsupported_revision")
             }
             Rejection::MethodNotInRevision(..) => (404, METHOD_NOT_FOUND, "method_not_in_revision"),
+            Rejection::HttpMethodNotInRevision(..) => {
+                (405, METHOD_NOT_FOUND, "method_not_in_revision")
+            }
         }
     }
 
@@ -98,6 +104,9 @@ impl Rejection {
             Rejection::UnsupportedRevision(_) => "Unsupported protocol version".into(),
             Rejection::MethodNotInRevision(method, revision) => Cow::Owned(format!(
                 "Method not found: {method} is not part of MCP {revision}"
+            )),
+            Rejection::HttpMethodNotInRevision(method, revision) => Cow::Owned(format!(
+                "HTTP {method} is not part of MCP {revision}: every request is a POST"
             )),
         }
     }
@@ -288,6 +297,13 @@ mod tests {
                 -32601,
                 "method_not_in_revision",
                 "Method not found: initialize is not part of MCP 2026-07-28",
+            ),
+            (
+                Rejection::HttpMethodNotInRevision("GET".into(), "2026-07-28"),
+                405,
+                -32601,
+                "method_not_in_revision",
+                "HTTP GET is not part of MCP 2026-07-28: every request is a POST",
             ),
         ];
         for (r, status, code, reason, message) in cases {

@@ -320,6 +320,15 @@ impl RequestFlow {
             if let Err(r) = self.judge_versions(None, None) {
                 return self.reject(r);
             }
+            if op == McpOp::Transport && self.revision.is_stateless() {
+                let method = self
+                    .req
+                    .as_ref()
+                    .map(|r| r.method.clone())
+                    .unwrap_or_default();
+                let revision = self.revision.as_str();
+                return self.reject(Rejection::HttpMethodNotInRevision(method, revision));
+            }
             return self.decide(engine, op);
         }
         self.stage = Stage::Body;

@@ -536,11 +536,29 @@ fn an_unsupported_revision_is_refused_with_the_supported_list() {
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#;
     assert!(matches!(send(&e, ALPHA, &[], init).1, Next::Allow { .. }));
     // A bodiless request's header is checked too.
-    let mut flow = RequestFlow::new();
-    let mut get = input(ALPHA, &[("mcp-protocol-version", "1999-01-01")]);
-    get.headers[0].1 = "GET".into();
-    get.end_of_stream = true;
-    assert_eq!(rejected(flow.on_headers(&e, get)).0, 400);
+    let get = |version: &str, method: &str| {
+        let mut h = input(
+            ALPHA,
+            &[("mcp-protocol-version", version), ("mcp-session-id", "s")],
+        );
+        h.headers[0].1 = method.into();
+        h.end_of_stream = true;
+        RequestFlow::new().on_headers(&e, h)
+    };
+    assert_eq!(rejected(get("1999-01-01", "GET")).0, 400);
+    // 2026-07-28 has no GET stream and no sessions to DELETE.
+    for method in ["GET", "DELETE"] {
+        let (status, v) = rejected(get("2026-07-28", method));
+        assert_eq!(
+            (status, v["error"]["code"].clone()),
+            (405, json!(-32601)),
+            "{method}"
+        );
+        assert!(
+            matches!(get("2025-11-25", method), Next::Allow { .. }),
+            "{method}"
+        );
+    }
 }
 
 #[test]
