@@ -8,6 +8,8 @@
 //! What cannot be filtered (malformed, too large, an unexpected media type) is replaced by a
 //! JSON-RPC error echoing the request id, never passed on unfiltered.
 
+use std::borrow::Cow;
+
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision};
 
 use crate::answer::{jsonrpc_error, INTERNAL_ERROR};
@@ -385,10 +387,13 @@ impl ListingFilter {
             return Vec::new();
         }
         let is_message = parsed.event.as_deref().is_none_or(|e| e == "message");
-        let data = parsed.data.join("\n");
+        let data: Cow<'_, [u8]> = match parsed.data.as_slice() {
+            [one] => Cow::Borrowed(one.as_bytes()),
+            lines => Cow::Owned(lines.join("\n").into_bytes()),
+        };
         let data = if is_message && !data.is_empty() {
-            match self.filter_message(engine, data.as_bytes()) {
-                Ok(Some(out)) => String::from_utf8(out).ok(),
+            match self.filter_message(engine, &data) {
+                Ok(Some(out)) => Some(Cow::Owned(out)),
                 Ok(None) => Some(data),
                 Err(()) => None,
             }
@@ -469,32 +474,29 @@ impl SseEvent {
     }
 
     /// The event written again, with `data` (split into lines) as its data.
-    fn write(&self, data: &str) -> Vec<u8> {
-        let mut out = String::with_capacity(data.len() + 32);
-        if let Some(e) = &self.event {
-            out.push_str("event: ");
-            out.push_str(e);
-            out.push('\n');
-        }
-        if let Some(id) = &self.id {
-            out.push_str("id: ");
-            out.push_str(id);
-            out.push('\n');
-        }
-        if let Some(r) = &self.retry {
-            out.push_str("retry: ");
-            out.push_str(r);
-            out.push('\n');
-        }
-        if !self.data.is_empty() {
-            for line in data.split('\n') {
-                out.push_str("data: ");
-                out.push_str(line);
-                out.push('\n');
+    fn write(&self, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(data.len() + 64);
+        for (field, value) in [
+            ("event", &self.event),
+            ("id", &self.id),
+            ("retry", &self.retry),
+        ] {
+            if let Some(v) = value {
+                out.extend_from_slice(field.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(v.as_bytes());
+                out.push(b'\n');
             }
         }
-        out.push('\n');
-        out.into_bytes()
+        if !self.data.is_empty() {
+            for line in data.split(|&b| b == b'\n') {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            }
+        }
+        out.push(b'\n');
+        out
     }
 }
 
