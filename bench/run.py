@@ -215,7 +215,7 @@ def preflight(v: Variant, r: Running) -> dict[str, Any]:
     if v.status == 403:
         if spec.bundle is not None:
             j = json.loads(body)
-            if j.get("id") != 1 or j.get("error", {}).get("code") != -32001:
+            if j.get("id") != 1 or j.get("error", {}).get("code") != -32010:
                 problems.append(f"unexpected denial body {body[:200]!r}")
         elif b"RBAC: access denied" not in body:
             problems.append(f"unexpected denial body {body[:200]!r}")

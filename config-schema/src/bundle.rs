@@ -39,6 +39,9 @@ pub struct Bundle {
     /// Request limits.
     #[serde(default)]
     pub limits: Limits,
+    /// Per-caller filtering of listing responses (docs/semantics.md §5.4).
+    #[serde(default)]
+    pub listings: Listings,
     /// How the filter fits into the Envoy it runs in.
     #[serde(default)]
     pub envoy: EnvoySettings,
@@ -517,16 +520,18 @@ pub enum MatchType {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DenyResponse {
-    /// HTTP status of a policy denial.
+    /// HTTP status of a policy denial: a 4xx or 5xx, or 200 for clients that take every
+    /// non-2xx answer for a transport failure.
     #[serde(default = "default_deny_status")]
     pub http_status: u16,
-    /// JSON-RPC error code of a policy denial.
+    /// JSON-RPC error code of a denial (default -32010, a code no MCP SDK uses itself).
     #[serde(default = "default_deny_code")]
     pub json_rpc_code: i32,
     /// JSON-RPC error message of a policy denial.
     #[serde(default = "default_deny_message")]
     pub message: String,
-    /// Put level, policy, rule and reason in `error.data`.
+    /// Put level, policy, rule and reason in `error.data`, and an authorizer's status and
+    /// (capped) body.
     #[serde(default)]
     pub expose_details: bool,
 }
@@ -598,6 +603,31 @@ impl Default for CelLimits {
             max_depth: default_cel_depth(),
             max_nodes: default_cel_nodes(),
             max_steps: default_cel_steps(),
+        }
+    }
+}
+
+/// Per-caller filtering of `tools/list`, `prompts/list`, `resources/list` and
+/// `resources/templates/list` responses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Listings {
+    /// Keep only the items the caller could use (default true); false passes listings as
+    /// the server sent them.
+    #[serde(default = "default_true")]
+    pub filter: bool,
+    /// Largest listing response (JSON body, or one SSE event) the filter reads; a larger one
+    /// is replaced by a JSON-RPC error, never passed unfiltered.
+    #[serde(default = "default_max_listing")]
+    pub max_bytes: u32,
+}
+
+impl Default for Listings {
+    fn default() -> Self {
+        Listings {
+            filter: true,
+            max_bytes: default_max_listing(),
         }
     }
 }
@@ -676,8 +706,12 @@ fn default_path_match() -> MatchType {
 fn default_deny_status() -> u16 {
     403
 }
+/// No MCP SDK uses it for its own errors (`-32001` is the SDKs' request timeout, `-32000`
+/// connection closed, `-32002` a retired resource-not-found code; docs/semantics.md §5.1).
+pub const DEFAULT_DENY_CODE: i32 = -32010;
+
 fn default_deny_code() -> i32 {
-    -32001
+    DEFAULT_DENY_CODE
 }
 fn default_deny_message() -> String {
     "Access denied".to_string()
@@ -687,6 +721,9 @@ fn default_max_response_body() -> u32 {
 }
 fn default_max_body() -> u32 {
     1024 * 1024
+}
+fn default_max_listing() -> u32 {
+    4 * 1024 * 1024
 }
 fn default_max_depth() -> u32 {
     64

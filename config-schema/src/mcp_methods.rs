@@ -6,33 +6,59 @@
 //! allowed only for the methods that carry a [`Param`]. The base protocol is the table's `base`
 //! methods plus every method under [`BASE_PREFIXES`].
 
-/// An MCP protocol revision the method table refers to, oldest first.
+/// An MCP protocol revision the filter accepts, oldest first (docs/semantics.md §4.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Revision {
+pub enum Revision {
     V2025_03_26,
+    V2025_06_18,
     V2025_11_25,
     V2026_07_28,
 }
 
 impl Revision {
-    /// Every revision of the enum, oldest first.
-    #[cfg(test)]
-    const ALL: [Revision; 3] = [
+    /// Every revision the filter accepts, oldest first.
+    pub const ALL: [Revision; 4] = [
         Revision::V2025_03_26,
+        Revision::V2025_06_18,
         Revision::V2025_11_25,
         Revision::V2026_07_28,
     ];
+
+    /// The revision of a request that names none: the MCP transport lets a server take a
+    /// request without `MCP-Protocol-Version` as 2025-03-26.
+    pub const UNNAMED: Revision = Revision::V2025_03_26;
 
     /// The first revision whose requests carry `Mcp-Method` / `Mcp-Name` (SEP-2243).
     pub(crate) const FIRST_WITH_HEADERS: Revision = Revision::V2026_07_28;
 
     /// The revision's date, as `MCP-Protocol-Version` carries it.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Revision::V2025_03_26 => "2025-03-26",
+            Revision::V2025_06_18 => "2025-06-18",
             Revision::V2025_11_25 => "2025-11-25",
             Revision::V2026_07_28 => "2026-07-28",
         }
+    }
+
+    /// The revision a protocol version names exactly; None for any other text.
+    pub fn parse(version: &str) -> Option<Revision> {
+        Revision::ALL.into_iter().find(|r| r.as_str() == version)
+    }
+
+    /// Whether the revision is stateless: no sessions, no HTTP GET stream, every request a
+    /// POST (2026-07-28 on).
+    pub fn is_stateless(self) -> bool {
+        self >= Revision::V2026_07_28
+    }
+
+    /// Whether listing results of this revision carry `cacheScope` (SEP-2549).
+    pub fn has_cache_scope(self) -> bool {
+        self >= Revision::V2026_07_28
+    }
+
+    const fn bit(self) -> u8 {
+        1 << self as u8
     }
 }
 
@@ -41,6 +67,9 @@ impl Revision {
 pub fn is_header_revision(version: &str) -> bool {
     version >= Revision::FIRST_WITH_HEADERS.as_str()
 }
+
+/// The JSON-RPC method whose `params.protocolVersion` names the revision the client asks for.
+pub const INITIALIZE: &str = "initialize";
 
 /// What a method gives access to; a rule may name the category to cover every method under
 /// its prefix (`tools` covers `tools/...`).
@@ -106,18 +135,44 @@ pub struct Method {
     pub param: Option<Param>,
     /// Base protocol: reaches no tool, prompt or resource.
     pub(crate) base: bool,
-    /// The first revision that has the method.
-    pub(crate) since: Revision,
+    /// The revisions that have the method (a bit per [`Revision`]).
+    revisions: u8,
     /// From [`Revision::FIRST_WITH_HEADERS`] on, the request must carry its param in `Mcp-Name`.
     pub(crate) name_header: bool,
+    /// The method its resource URIs (`params.notifications.resourceSubscriptions`) are
+    /// judged as, one by one.
+    pub(crate) subscribes_as: Option<&'static str>,
 }
+
+impl Method {
+    /// Whether revision `r` has the method.
+    pub(crate) fn in_revision(&self, r: Revision) -> bool {
+        self.revisions & r.bit() != 0
+    }
+}
+
+/// The revisions from `first` to `last`, both included.
+const fn span(first: Revision, last: Revision) -> u8 {
+    let mut bits = 0;
+    let mut r = first as u8;
+    while r <= last as u8 {
+        bits |= 1 << r;
+        r += 1;
+    }
+    bits
+}
+
+/// Every revision.
+const ALL: u8 = span(V2025_03_26, V2026_07_28);
+/// Every revision before 2026-07-28 (stateful MCP: `initialize`, sessions).
+const STATEFUL: u8 = span(V2025_03_26, V2025_11_25);
 
 const fn method(
     name: &'static str,
     category: Option<Category>,
     param: Option<Param>,
     base: bool,
-    since: Revision,
+    revisions: u8,
     name_header: bool,
 ) -> Method {
     Method {
@@ -125,8 +180,9 @@ const fn method(
         category,
         param,
         base,
-        since,
+        revisions,
         name_header,
+        subscribes_as: None,
     }
 }
 
@@ -134,56 +190,30 @@ use Category::{Prompts, Resources, Tools};
 use Param::{Name, Uri};
 use Revision::{V2025_03_26, V2025_11_25, V2026_07_28};
 
-/// The methods, in the order rules list them in error messages. Notifications and the methods
-/// under [`BASE_PREFIXES`] are covered by the prefixes, not listed.
+/// The client-to-server methods, in the order rules list them in error messages, with the
+/// revisions that have them (the revisions' `schema.ts`; 2026-07-28's tasks methods are its
+/// official tasks extension). Notifications and methods not listed here under
+/// [`BASE_PREFIXES`] are base protocol in every revision.
 pub(crate) const METHODS: &[Method] = &[
-    method("tools/list", Some(Tools), None, true, V2025_03_26, false),
-    method(
-        "prompts/list",
-        Some(Prompts),
-        None,
-        true,
-        V2025_03_26,
-        false,
-    ),
-    method(
-        "resources/list",
-        Some(Resources),
-        None,
-        true,
-        V2025_03_26,
-        false,
-    ),
+    method("tools/list", Some(Tools), None, true, ALL, false),
+    method("prompts/list", Some(Prompts), None, true, ALL, false),
+    method("resources/list", Some(Resources), None, true, ALL, false),
     method(
         "resources/templates/list",
         Some(Resources),
         None,
         true,
-        V2025_03_26,
+        ALL,
         false,
     ),
-    method(
-        "tools/call",
-        Some(Tools),
-        Some(Name),
-        false,
-        V2025_03_26,
-        true,
-    ),
-    method(
-        "prompts/get",
-        Some(Prompts),
-        Some(Name),
-        false,
-        V2025_03_26,
-        true,
-    ),
+    method("tools/call", Some(Tools), Some(Name), false, ALL, true),
+    method("prompts/get", Some(Prompts), Some(Name), false, ALL, true),
     method(
         "resources/read",
         Some(Resources),
         Some(Uri),
         false,
-        V2025_03_26,
+        ALL,
         true,
     ),
     method(
@@ -191,7 +221,7 @@ pub(crate) const METHODS: &[Method] = &[
         Some(Resources),
         Some(Uri),
         false,
-        V2025_03_26,
+        STATEFUL,
         false,
     ),
     method(
@@ -199,27 +229,117 @@ pub(crate) const METHODS: &[Method] = &[
         Some(Resources),
         Some(Uri),
         false,
-        V2025_03_26,
+        STATEFUL,
         false,
     ),
-    method("initialize", None, None, true, V2025_03_26, false),
-    method("ping", None, None, true, V2025_03_26, false),
-    method("tasks/get", None, None, false, V2025_11_25, false),
-    method("tasks/result", None, None, false, V2025_11_25, false),
-    method("tasks/list", None, None, false, V2025_11_25, false),
-    method("tasks/cancel", None, None, false, V2025_11_25, false),
-    // Planned as base protocol (docs/semantics.md §4.4); until then only a rule without `mcp`
-    // admits them.
-    method("server/discover", None, None, false, V2026_07_28, false),
+    method(INITIALIZE, None, None, true, STATEFUL, false),
+    method("ping", None, None, true, STATEFUL, false),
+    method("logging/setLevel", None, None, true, STATEFUL, false),
+    method("completion/complete", None, None, true, ALL, false),
     method(
-        "subscriptions/listen",
+        "notifications/initialized",
         None,
         None,
-        false,
-        V2026_07_28,
+        true,
+        STATEFUL,
         false,
     ),
+    method(
+        "notifications/roots/list_changed",
+        None,
+        None,
+        true,
+        STATEFUL,
+        false,
+    ),
+    method("notifications/cancelled", None, None, true, ALL, false),
+    method("notifications/progress", None, None, true, ALL, false),
+    method(
+        "tasks/get",
+        None,
+        None,
+        false,
+        span(V2025_11_25, V2026_07_28),
+        false,
+    ),
+    method("tasks/result", None, None, false, V2025_11_25.bit(), false),
+    method("tasks/list", None, None, false, V2025_11_25.bit(), false),
+    method(
+        "tasks/cancel",
+        None,
+        None,
+        false,
+        span(V2025_11_25, V2026_07_28),
+        false,
+    ),
+    method("tasks/update", None, None, false, V2026_07_28.bit(), false),
+    method(
+        "server/discover",
+        None,
+        None,
+        true,
+        V2026_07_28.bit(),
+        false,
+    ),
+    Method {
+        subscribes_as: Some("resources/subscribe"),
+        ..method(
+            "subscriptions/listen",
+            None,
+            None,
+            true,
+            V2026_07_28.bit(),
+            false,
+        )
+    },
 ];
+
+/// A listing method whose responses are filtered per caller (docs/semantics.md §5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listing {
+    /// The listing method.
+    pub method: &'static str,
+    /// The member of `result` that holds the items.
+    pub items: &'static str,
+    /// The method a listed item is judged as, as if it were called.
+    pub judged_as: &'static str,
+    /// The item's member that names it (its [`Param`] for `judged_as`); None for resource
+    /// templates, judged as a read of some URI.
+    pub key: Option<Param>,
+}
+
+/// The listings, each with how its items are judged.
+pub(crate) const LISTINGS: &[Listing] = &[
+    Listing {
+        method: "tools/list",
+        items: "tools",
+        judged_as: "tools/call",
+        key: Some(Param::Name),
+    },
+    Listing {
+        method: "prompts/list",
+        items: "prompts",
+        judged_as: "prompts/get",
+        key: Some(Param::Name),
+    },
+    Listing {
+        method: "resources/list",
+        items: "resources",
+        judged_as: "resources/read",
+        key: Some(Param::Uri),
+    },
+    Listing {
+        method: "resources/templates/list",
+        items: "resourceTemplates",
+        judged_as: "resources/read",
+        key: None,
+    },
+];
+
+/// The listing `method` is, if it is one.
+pub fn listing(method: &str) -> Option<&'static Listing> {
+    LISTINGS.iter().find(|l| l.method == method)
+}
 
 /// Every method under these prefixes is base protocol.
 pub(crate) const BASE_PREFIXES: &[&str] = &["notifications/", "completion/", "logging/"];
@@ -257,6 +377,18 @@ pub(crate) fn is_rule_name(name: &str) -> bool {
 /// Whether a rule naming `name` may list `params`.
 pub fn takes_params(name: &str) -> bool {
     lookup(name).is_some_and(|m| m.category.is_some() && m.param.is_some())
+}
+
+/// The method whose resource URIs `method` (`subscriptions/listen`) names one by one, and
+/// as which each is judged (`resources/subscribe`).
+pub fn subscribes_as(method: &str) -> Option<&'static str> {
+    lookup(method).and_then(|m| m.subscribes_as)
+}
+
+/// Whether `method` is one the table knows but revision `r` does not have. Methods the
+/// table does not know are left to the policies.
+pub fn missing_in(method: &str, r: Revision) -> bool {
+    lookup(method).is_some_and(|m| !m.in_revision(r))
 }
 
 /// Whether a request of the header revision calling `method` must carry `Mcp-Name`.
@@ -315,6 +447,8 @@ mod tests {
             "notifications/cancelled",
             "completion/complete",
             "logging/setLevel",
+            "server/discover",
+            "subscriptions/listen",
         ] {
             assert!(is_base(m), "{m}");
         }
@@ -324,7 +458,6 @@ mod tests {
             "resources/read",
             "resources/subscribe",
             "tasks/get",
-            "server/discover",
             "notifications",
             "Initialize",
             "x/notifications/",
@@ -365,6 +498,69 @@ mod tests {
         assert!(!Category::Resources.covers("notifications/resources/updated"));
         assert_eq!(Category::named("prompts"), Some(Category::Prompts));
         assert_eq!(Category::named("prompts/get"), None);
+    }
+
+    #[test]
+    fn methods_per_revision() {
+        use Revision::*;
+        let has = |m: &str, r: Revision| lookup(m).is_some_and(|x| x.in_revision(r));
+        // Every revision: what reaches tools, prompts and resources, and the listings.
+        for r in Revision::ALL {
+            for m in ["tools/list", "tools/call", "prompts/get", "resources/read"] {
+                assert!(has(m, r), "{m} {r:?}");
+            }
+            assert!(has("completion/complete", r) && has("notifications/cancelled", r));
+        }
+        // Stateful revisions only: the handshake, ping, logging, resource subscriptions.
+        for m in [
+            "initialize",
+            "notifications/initialized",
+            "ping",
+            "logging/setLevel",
+            "resources/subscribe",
+            "resources/unsubscribe",
+        ] {
+            assert!(has(m, V2025_03_26) && has(m, V2025_11_25), "{m}");
+            assert!(missing_in(m, V2026_07_28), "{m}");
+        }
+        // Tasks: 2025-11-25; 2026-07-28 moved them to an extension (no list, no result).
+        assert!(missing_in("tasks/get", V2025_06_18) && has("tasks/get", V2025_11_25));
+        assert!(has("tasks/get", V2026_07_28) && has("tasks/update", V2026_07_28));
+        assert!(missing_in("tasks/list", V2026_07_28) && missing_in("tasks/result", V2026_07_28));
+        assert!(missing_in("tasks/update", V2025_11_25));
+        // 2026-07-28 only.
+        for m in ["server/discover", "subscriptions/listen"] {
+            assert!(has(m, V2026_07_28) && missing_in(m, V2025_11_25), "{m}");
+        }
+        assert_eq!(
+            subscribes_as("subscriptions/listen"),
+            Some("resources/subscribe")
+        );
+        assert_eq!(subscribes_as("resources/subscribe"), None);
+        // Unknown methods are left to the policies.
+        assert!(!missing_in("x/custom", V2026_07_28));
+        assert_eq!(Revision::parse("2025-06-18"), Some(V2025_06_18));
+        assert_eq!(Revision::parse("2024-11-05"), None);
+        assert_eq!(Revision::parse("2026-07-28 "), None);
+        assert!(V2026_07_28.has_cache_scope() && !V2025_11_25.has_cache_scope());
+        assert!(V2026_07_28.is_stateless() && !V2025_11_25.is_stateless());
+    }
+
+    #[test]
+    fn listings_judge_items_as_the_method_they_list() {
+        for l in LISTINGS {
+            let m = lookup(l.method).unwrap_or_else(|| panic!("{}", l.method));
+            assert!(m.base && m.category.is_some(), "{}", l.method);
+            assert_eq!(l.key.is_some(), l.items != "resourceTemplates");
+            // An item is judged as a method of the same category, by the param it names.
+            assert_eq!(lookup(l.judged_as).and_then(|j| j.category), m.category);
+            assert!(l.key.is_none() || param_of(l.judged_as) == l.key);
+        }
+        assert_eq!(
+            listing("tools/list").map(|l| l.judged_as),
+            Some("tools/call")
+        );
+        assert_eq!(listing("tools/call"), None);
     }
 
     #[test]

@@ -133,13 +133,18 @@ impl Validator {
         }
         let d = &b.deny_response;
         self.check(
-            (400..=599).contains(&d.http_status),
+            d.http_status == 200 || (400..=599).contains(&d.http_status),
             || "denyResponse.httpStatus".into(),
-            "must be a 4xx or 5xx status",
+            "must be 200 or a 4xx or 5xx status",
         );
         self.check(
             (1..=64 * 1024 * 1024).contains(&b.limits.max_body_bytes),
             || "limits.maxBodyBytes".into(),
+            "must be between 1 and 67108864",
+        );
+        self.check(
+            (1..=64 * 1024 * 1024).contains(&b.listings.max_bytes),
+            || "listings.maxBytes".into(),
             "must be between 1 and 67108864",
         );
         self.check(

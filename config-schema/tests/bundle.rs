@@ -42,10 +42,21 @@ fn minimal_bundle_parses_with_defaults() {
     assert_eq!(b.policies[1].action, Action::ExternalAuth);
     assert_eq!(b.limits.max_body_bytes, 1024 * 1024);
     assert_eq!(b.deny_response.http_status, 403);
+    assert_eq!(b.deny_response.json_rpc_code, -32010);
+    assert!(b.listings.filter);
+    assert_eq!(b.listings.max_bytes, 4 * 1024 * 1024);
     assert_eq!(b.authorizers[0].timeout_ms, 200);
     assert_eq!(b.authorizers[0].max_response_body_bytes, 8192);
     assert!(b.envoy.hold_headers);
     assert_eq!(b.gateways[0].namespace, "default");
+}
+
+#[test]
+fn a_denial_may_answer_200() {
+    let mut v = minimal();
+    v["denyResponse"] = serde_json::json!({"httpStatus": 200});
+    let b = parse_bundle(v.to_string().as_bytes()).unwrap();
+    assert_eq!(b.deny_response.http_status, 200);
 }
 
 #[test]
@@ -198,12 +209,16 @@ fn semantic_errors_name_the_field() {
             "authorizers[0].pathPrefix",
         ),
         (
-            |v| v["denyResponse"] = serde_json::json!({"httpStatus": 200}),
+            |v| v["denyResponse"] = serde_json::json!({"httpStatus": 302}),
             "denyResponse.httpStatus",
         ),
         (
             |v| v["limits"] = serde_json::json!({"maxBodyBytes": 0}),
             "limits.maxBodyBytes",
+        ),
+        (
+            |v| v["listings"] = serde_json::json!({"maxBytes": 0}),
+            "listings.maxBytes",
         ),
         (
             |v| v["identity"]["spiffe"] = serde_json::json!({"source": "TrustedHeader"}),

@@ -10,6 +10,7 @@ use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{HeadersInput, Next, Phase, RequestFlow, Verdict};
+use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
 
@@ -119,6 +120,7 @@ impl RootContext for Root {
             engine: self.engine.clone()?,
             stats: self.stats.clone()?,
             flow: RequestFlow::new(),
+            listing: None,
         }))
     }
 
@@ -131,6 +133,8 @@ struct Stream {
     engine: Rc<Engine>,
     stats: Rc<Stats>,
     flow: RequestFlow,
+    /// The response filter of an allowed listing request.
+    listing: Option<ListingFilter>,
 }
 
 /// The request's facts, read from Envoy's attributes when the engine asks.
@@ -181,6 +185,7 @@ impl Stream {
                         }
                     }
                     self.finished();
+                    self.listing = self.flow.listing_filter(&self.engine);
                     if phase.resumes_on_allow() {
                         abi::resume_request();
                     }
@@ -319,6 +324,66 @@ impl HttpContext for Stream {
         });
         self.run(action, Phase::Body)
     }
+
+    fn on_http_response_headers(
+        &mut self,
+        _num_headers: usize,
+        _end_of_stream: bool,
+    ) -> WasmAction {
+        let Some(filter) = self.listing.as_mut() else {
+            return WasmAction::Continue;
+        };
+        let headers = abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default();
+        match filter.on_headers(&headers) {
+            HeadersAction::Keep => self.listing = None,
+            HeadersAction::Rewrite => {
+                abi::remove_response_header("content-length");
+                if let Some(ct) = filter.content_type() {
+                    abi::remove_response_header("content-encoding");
+                    abi::set_response_header("content-type", ct);
+                }
+            }
+        }
+        WasmAction::Continue
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> WasmAction {
+        let Some(filter) = self.listing.as_mut() else {
+            return WasmAction::Continue;
+        };
+        let mut size = 0;
+        let action = filter.on_trailers(&self.engine, || {
+            let body = abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, usize::MAX >> 1);
+            size = body.as_ref().map_or(0, Vec::len);
+            body
+        });
+        if let BodyAction::Replace(bytes) = action {
+            abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, size, &bytes);
+        }
+        WasmAction::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
+        let Some(filter) = self.listing.as_mut() else {
+            return WasmAction::Continue;
+        };
+        let action = filter.on_body(&self.engine, body_size, end_of_stream, |n| {
+            abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, n)
+        });
+        match action {
+            BodyAction::Pass => WasmAction::Continue,
+            BodyAction::Buffer { drop_buffer } => {
+                if drop_buffer {
+                    abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, body_size, &[]);
+                }
+                WasmAction::Pause
+            }
+            BodyAction::Replace(bytes) => {
+                abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, body_size, &bytes);
+                WasmAction::Continue
+            }
+        }
+    }
 }
 
 /// Raw proxy-wasm host calls with every status handled.
@@ -331,6 +396,8 @@ mod abi {
     use mcp_access_engine::wire;
 
     pub const MAP_HTTP_REQUEST_HEADERS: u32 = 0;
+    pub const MAP_HTTP_RESPONSE_HEADERS: u32 = 2;
+    pub const BUFFER_HTTP_RESPONSE_BODY: u32 = 1;
     pub const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
     pub const BUFFER_HTTP_REQUEST_BODY: u32 = 0;
     pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
@@ -352,6 +419,14 @@ mod abi {
             key_size: usize,
             value: *const u8,
             value_size: usize,
+        ) -> u32;
+        fn proxy_remove_header_map_value(map: u32, key: *const u8, key_size: usize) -> u32;
+        fn proxy_set_buffer_bytes(
+            buffer: u32,
+            start: usize,
+            size: usize,
+            data: *const u8,
+            data_size: usize,
         ) -> u32;
         fn proxy_get_buffer_bytes(
             buffer: u32,
@@ -434,6 +509,34 @@ mod abi {
             )
         };
         status == OK
+    }
+
+    /// Replaces a response header (adds it when absent).
+    pub fn set_response_header(name: &str, value: &str) {
+        unsafe {
+            proxy_replace_header_map_value(
+                MAP_HTTP_RESPONSE_HEADERS,
+                name.as_ptr(),
+                name.len(),
+                value.as_ptr(),
+                value.len(),
+            );
+        }
+    }
+
+    /// Removes every copy of a response header.
+    pub fn remove_response_header(name: &str) {
+        unsafe {
+            proxy_remove_header_map_value(MAP_HTTP_RESPONSE_HEADERS, name.as_ptr(), name.len());
+        }
+    }
+
+    /// Replaces the first `size` bytes of a buffer (all of what the callback holds) with
+    /// `data`.
+    pub fn set_buffer(buffer: u32, size: usize, data: &[u8]) {
+        unsafe {
+            proxy_set_buffer_bytes(buffer, 0, size, data.as_ptr(), data.len());
+        }
     }
 
     pub fn buffer(buffer: u32, max: usize) -> Option<Vec<u8>> {

@@ -37,6 +37,9 @@ struct Host {
     properties: BTreeMap<String, Vec<u8>>,
     call_response_headers: Vec<(String, String)>,
     call_response_body: Vec<u8>,
+    response_headers: Vec<(String, String)>,
+    /// What the response body callback holds; the filter may replace it.
+    response_body: Vec<u8>,
     /// Status proxy_http_call answers with.
     http_call_status: i32,
     now_ns: u64,
@@ -136,6 +139,7 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
         "proxy_get_buffer_bytes" => {
             let bytes = match a(0) {
                 0 => c.data().request_body.clone(),
+                1 => c.data().response_body.clone(),
                 4 => c.data().call_response_body.clone(),
                 7 => c.data().config.clone(),
                 other => panic!("buffer {other}"),
@@ -147,15 +151,38 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
         "proxy_get_header_map_pairs" => {
             let pairs = match a(0) {
                 0 => c.data().request_headers.clone(),
+                2 => c.data().response_headers.clone(),
                 6 => c.data().call_response_headers.clone(),
                 other => panic!("header map {other}"),
             };
             give(c, &wire::encode_map(&pairs), a(1), a(2))
         }
         "proxy_replace_header_map_value" => {
-            assert_eq!(a(0), 0, "only request headers are set");
             let pair = (text(c, a(1), a(2)), text(c, a(3), a(4)));
-            c.data_mut().set_headers.push(pair);
+            match a(0) {
+                0 => c.data_mut().set_headers.push(pair),
+                2 => {
+                    let h = &mut c.data_mut().response_headers;
+                    h.retain(|(n, _)| n != &pair.0);
+                    h.push(pair);
+                }
+                other => panic!("header map {other}"),
+            }
+            OK
+        }
+        "proxy_remove_header_map_value" => {
+            assert_eq!(a(0), 2, "only response headers are removed");
+            let name = text(c, a(1), a(2));
+            c.data_mut().response_headers.retain(|(n, _)| n != &name);
+            OK
+        }
+        "proxy_set_buffer_bytes" => {
+            assert_eq!(a(0), 1, "only the response body is replaced");
+            let (start, len) = (a(1) as usize, a(2) as usize);
+            let data = read(c, a(3), a(4));
+            let body = &mut c.data_mut().response_body;
+            let end = start.saturating_add(len).min(body.len());
+            body.splice(start.min(end)..end, data);
             OK
         }
         "proxy_get_property" => {
@@ -331,6 +358,39 @@ impl Vm {
     fn body(&mut self, ctx: i32) -> i32 {
         let size = self.host().request_body.len() as i32;
         self.call("proxy_on_request_body", &[ctx, size, 1]).unwrap()
+    }
+
+    /// The response to request `ctx`: its headers, then its body in `chunks`, each ending with
+    /// what the body callback returned; the host keeps what the filter left in each chunk.
+    fn respond(
+        &mut self,
+        ctx: i32,
+        headers: &[(&str, &str)],
+        chunks: &[&[u8]],
+    ) -> (Vec<u8>, Vec<i32>) {
+        self.host_mut().response_headers = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        let n = headers.len() as i32;
+        assert_eq!(
+            self.call("proxy_on_response_headers", &[ctx, n, 0]),
+            Some(CONTINUE)
+        );
+        let (mut out, mut actions) = (Vec::new(), Vec::new());
+        for (i, chunk) in chunks.iter().enumerate() {
+            self.host_mut().response_body.extend_from_slice(chunk);
+            let size = self.host().response_body.len() as i32;
+            let eos = i32::from(i + 1 == chunks.len());
+            let action = self
+                .call("proxy_on_response_body", &[ctx, size, eos])
+                .unwrap();
+            actions.push(action);
+            if action == CONTINUE {
+                out.append(&mut self.host_mut().response_body);
+            }
+        }
+        (out, actions)
     }
 
     fn decision(&self) -> Value {
@@ -582,4 +642,82 @@ fn a_callout_that_cannot_be_dispatched_follows_the_failure_mode() {
     assert_eq!(h.counter("mcp_access.denied.gateway.authorizer_error"), 1);
     assert!(h.log_has("mcp-access: authorizer risk: dispatch failed: BadArgument"));
     assert_eq!(h.continued, 0);
+}
+
+#[test]
+fn a_listing_response_is_filtered_over_the_abi() {
+    let policies = json!([{"name": "echo-only", "level": "Gateway", "targets": [{"name": "gw"}],
+        "action": "Allow", "rules": [{"name": "echo", "authorization": {"mcp": {
+            "methods": [{"name": "tools/call", "params": ["echo"]}], "baseProtocol": "Match"}}}]}]);
+    let Some(mut vm) = configured(&bundle(policies, json!({})), "tools-route") else {
+        return;
+    };
+    let list = br#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#;
+    let listing = br#"{"jsonrpc":"2.0","id":4,"result":{"tools":[{"name":"rm"},{"name":"echo"}]}}"#;
+    let json_headers = [
+        (":status", "200"),
+        ("content-type", "application/json"),
+        ("content-length", "80"),
+    ];
+
+    // JSON: buffered to the end, then replaced; Content-Length removed.
+    let (ctx, _) = vm.request(POST, list);
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let (out, actions) = vm.respond(ctx, &json_headers, &[&listing[..30], &listing[30..]]);
+    assert_eq!(actions, [PAUSE, CONTINUE]);
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["result"]["tools"], json!([{"name": "echo"}]));
+    assert!(vm
+        .host()
+        .response_headers
+        .iter()
+        .all(|(n, _)| n != "content-length"));
+
+    // SSE: each chunk is let through, rewritten, as soon as it completes an event.
+    let (ctx, _) = vm.request(POST, list);
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let mut event = b"data: ".to_vec();
+    event.extend_from_slice(listing);
+    event.extend_from_slice(b"\n\n");
+    let sse = [(":status", "200"), ("content-type", "text/event-stream")];
+    let (out, actions) = vm.respond(ctx, &sse, &[&event[..20], &event[20..], b""]);
+    assert_eq!(actions, [CONTINUE, CONTINUE, CONTINUE]);
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains(r#""tools":[{"name":"echo"}]"#) && !text.contains("rm"),
+        "{text}"
+    );
+
+    // A body ended by trailers is filtered in the trailers callback.
+    let (ctx, _) = vm.request(POST, list);
+    assert_eq!(vm.body(ctx), CONTINUE);
+    vm.host_mut().response_headers = json_headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    vm.call("proxy_on_response_headers", &[ctx, 3, 0]);
+    vm.host_mut().response_body = listing.to_vec();
+    let size = listing.len() as i32;
+    assert_eq!(
+        vm.call("proxy_on_response_body", &[ctx, size, 0]),
+        Some(PAUSE)
+    );
+    assert_eq!(
+        vm.call("proxy_on_response_trailers", &[ctx, 1]),
+        Some(CONTINUE)
+    );
+    let v: Value = serde_json::from_slice(&vm.host().response_body).unwrap();
+    assert_eq!(v["result"]["tools"], json!([{"name": "echo"}]));
+    vm.host_mut().response_body.clear();
+
+    // A call is not a listing: its response is not touched.
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let (out, actions) = vm.respond(ctx, &json_headers, &[listing]);
+    assert_eq!((out.as_slice(), actions), (&listing[..], vec![CONTINUE]));
+    assert!(vm
+        .host()
+        .response_headers
+        .iter()
+        .any(|(n, _)| n == "content-length"));
 }

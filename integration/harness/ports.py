@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _lock = threading.Lock()
 _handed_out: set[int] = set()
@@ -44,3 +45,18 @@ def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> 
             return
         time.sleep(0.05)
     raise TimeoutError(f"nothing accepted connections on {host}:{port} within {timeout}s")
+
+
+class BackgroundHttpServer:
+    """An HTTP server on 127.0.0.1 (a free port) answering with `handler` on daemon threads, for
+    test upstreams and authorizers written in the test itself. Call close() when done."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

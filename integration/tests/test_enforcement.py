@@ -274,13 +274,15 @@ def test_seed_table_row(stack: Stack, tool: str, status: int, level: str, reason
         return
     assert stack.tools.requests() == [], "a denied request never reaches the upstream"
     if reason == "external_auth_denied":
-        # The authorizer's own status, headers and body are relayed.
+        # The authorizer's own status and headers are relayed, with a JSON-RPC error (its
+        # body only with exposeDetails).
         denier = "gw-authz-1" if level == "gateway" else "be-authz"
         assert r.headers.get("www-authenticate") == f'Bearer realm="{denier}"'
-        assert r.json() == {"denied_by": denier}
+        assert r.json()["id"] == f"row-{tool}"
+        assert r.json()["error"] == {"code": -32010, "message": "Access denied"}
     else:
         assert r.json()["id"] == f"row-{tool}"
-        assert r.json()["error"]["code"] == -32001
+        assert r.json()["error"]["code"] == -32010
 
 
 def test_gateway_authorizers_run_in_parallel_and_before_the_backend(stack: Stack) -> None:
@@ -329,7 +331,7 @@ def test_agents_through_the_official_sdk(stack: Stack) -> None:
         assert text_of(alpha.call_tool("echo", {"text": "hi"})) == "hi"
         with pytest.raises(Denied) as denied:
             alpha.call_tool("delete_repo", {"name": "prod"})
-        assert denied.value.status == 403 and denied.value.code == -32001
+        assert denied.value.status == 403 and denied.value.code == -32010
         assert text_of(alpha.call_tool("echo", {"text": "still open"})) == "still open"
     with McpAgent(stack.url(), cert=stack.pki.client(BETA), ca=stack.pki.ca) as beta:
         assert text_of(beta.call_tool("get_weather", {"city": "Oslo"}))
@@ -392,7 +394,7 @@ def test_base_protocol_get_and_delete(stack: Stack) -> None:
 HOSTILE = [
     ("duplicate key", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"delete_repo"}}', 400, -32600),
     ("escaped duplicate", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","n\\u0061me":"delete_repo"}}', 400, -32600),
-    ("escaped key alone", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"n\\u0061me":"delete_repo"}}', 403, -32001),
+    ("escaped key alone", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"n\\u0061me":"delete_repo"}}', 403, -32010),
     ("case-folded key", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"echo"}}', 400, -32602),
     ("duplicate method", b'{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"delete_repo"}}', 400, -32600),
     ("batch", b'[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}]', 400, -32600),

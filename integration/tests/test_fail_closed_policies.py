@@ -139,7 +139,8 @@ def test_policies_are_enforced_as_written(cli: Path, wasm_path: Path, work_dir: 
         check.reset()
 
         with McpAgent(url, cert=pki.client(ALPHA), ca=pki.ca) as alpha:
-            assert "echo" in alpha.tool_names()  # tools/list is base protocol
+            # tools/list is base protocol, but its answer lists only what alpha may call.
+            assert "echo" not in alpha.tool_names()
             with pytest.raises(Denied) as denied:  # an mcp block admits only what it lists
                 alpha.call_tool("echo", {"text": "hi"})
             assert denied.value.status == 403

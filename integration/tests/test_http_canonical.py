@@ -34,7 +34,7 @@ from harness import (
     rpc,
 )
 
-DENIED = (403, -32001)  # a policy said no (the bundle's default deny answer)
+DENIED = (403, -32010)  # a policy said no (the bundle's default deny answer)
 MISMATCH = (400, -32020)  # HeaderMismatch (SEP-2243)
 BAD_PATH = (400, -32600)  # no canonical path
 

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from harness import (
     ALPHA,
     BETA,
+    BackgroundHttpServer,
     Cluster,
     EnvoyProcess,
     JwtKeys,
@@ -40,7 +41,7 @@ from harness import (
 KIB = 1024
 
 
-class Authorizer:
+class Authorizer(BackgroundHttpServer):
     """An HTTP authorizer answering each check as its headers ask: `x-status` (default 403),
     `x-body-bytes` (body of that many bytes), `x-header-count` (that many extra headers)."""
 
@@ -69,14 +70,7 @@ class Authorizer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def bundle(port: int, issuer: str) -> dict[str, Any]:
@@ -111,6 +105,8 @@ def bundle(port: int, issuer: str) -> dict[str, Any]:
                   "authorization": echo},
              ]},
         ],
+        # The authorizer's body reaches the client only as error.data, with details exposed.
+        "denyResponse": {"exposeDetails": True},
     }
 
 
@@ -217,15 +213,19 @@ def ask(scenario: str, **answer: int) -> dict[str, str]:
 def test_a_denial_body_is_relayed_up_to_the_cap(stack: Stack, scenario: str, cap: int) -> None:
     alpha = stack.pki.client(ALPHA)
     r = stack.post(alpha, headers=ask(scenario, body_bytes=cap))
-    assert r.status == 403 and r.body == b"d" * cap
-    assert r.headers["content-type"] == "text/plain"
+    # A JSON-RPC error echoing the id, the authorizer's status, its body in error.data.
+    assert r.status == 403 and r.headers["content-type"] == "application/json"
+    error = r.json()["error"]
+    assert r.json()["id"] == 9 and error["code"] == -32010 and error["message"] == "Access denied"
+    assert error["data"]["authorizerBody"] == "d" * cap and error["data"]["authorizerStatus"] == 403
     # One byte over, or 8 MiB over: the denial stands, with the authorizer's status and its
-    # headers, but the body (and what describes it) is not relayed.
+    # headers, but its body is not relayed.
     for size in (cap + 1, 8 * KIB * KIB):
         r = stack.post(alpha, headers=ask(scenario, body_bytes=size, status=401))
-        assert (r.status, r.body) == (401, b""), (size, r.status, len(r.body))
+        assert r.status == 401, (size, r.status, len(r.body))
+        assert "authorizerBody" not in r.json()["error"]["data"]
         assert r.headers["www-authenticate"] == 'Bearer realm="test"'
-        assert "content-type" not in r.headers
+        assert r.headers["content-type"] == "application/json"
         d = stack.decision()
         assert (d["reason"], d["policy"], d["status"]) == ("external_auth_denied", f"mcp/{scenario}", 401), d
         assert stack.tools.tool_calls() == []

@@ -221,7 +221,7 @@ fn an_allow_prints_the_upstream_headers_and_a_denial_the_response() {
     assert_eq!((e.reason, e.status), ("authorizer_error", Some(403)));
     let text = to_text(&e);
     assert!(text.contains("response  HTTP 403"), "{text}");
-    assert!(text.contains(r#""code":-32001"#), "{text}");
+    assert!(text.contains(r#""code":-32010"#), "{text}");
     // A denial status outside 300-499 is not a denial to the filter.
     assert!(parse_assumption("deny:503").is_err());
     assert!(parse_assumption("deny:200").is_err());

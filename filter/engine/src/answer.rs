@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use mcp_access_bundle::mcp_methods::Revision;
 use mcp_access_bundle::DenyResponse;
 use serde_json::{json, Value};
 
@@ -23,6 +24,13 @@ pub(crate) const INVALID_PARAMS: i32 = -32602;
 /// MCP `HeaderMismatch` (SEP-2243): HTTP headers disagree with the body, or one is repeated
 /// or missing.
 pub(crate) const HEADER_MISMATCH: i32 = -32020;
+/// JSON-RPC "Method not found".
+pub(crate) const METHOD_NOT_FOUND: i32 = -32601;
+/// JSON-RPC "Internal error".
+pub(crate) const INTERNAL_ERROR: i32 = -32603;
+/// MCP `UnsupportedProtocolVersion` (2026-07-28): the request names a revision the filter
+/// does not accept.
+pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
 
 /// Why a request is refused before any policy looks at it (docs/semantics.md §5.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +51,14 @@ pub(crate) enum Rejection {
     Message(ParseError),
     /// The MCP headers disagree with the body, are repeated, or are missing (SEP-2243).
     HeaderMismatch(&'static str),
+    /// The request names a protocol revision the filter does not accept (docs/semantics.md
+    /// §4.4): the version it names.
+    UnsupportedRevision(String),
+    /// The method is one the request's revision does not have: (method, revision).
+    MethodNotInRevision(String, &'static str),
+    /// An HTTP GET stream or a session DELETE under a revision without them: (HTTP method,
+    /// revision).
+    HttpMethodNotInRevision(String, &'static str),
 }
 
 impl Rejection {
@@ -64,6 +80,13 @@ impl Rejection {
                 (400, INVALID_PARAMS, "invalid_params")
             }
             Rejection::HeaderMismatch(_) => (400, HEADER_MISMATCH, "header_mismatch"),
+            Rejection::UnsupportedRevision(_) => {
+                (400, UNSUPPORTED_PROTOCOL_VERSION, "unsupported_revision")
+            }
+            Rejection::MethodNotInRevision(..) => (404, METHOD_NOT_FOUND, "method_not_in_revision"),
+            Rejection::HttpMethodNotInRevision(..) => {
+                (405, METHOD_NOT_FOUND, "method_not_in_revision")
+            }
         }
     }
 
@@ -78,6 +101,25 @@ impl Rejection {
             Rejection::InvalidContentLength => "Content-Length is not a number".into(),
             Rejection::Message(e) => Cow::Owned(e.to_string()),
             Rejection::HeaderMismatch(problem) => Cow::Borrowed(problem),
+            Rejection::UnsupportedRevision(_) => "Unsupported protocol version".into(),
+            Rejection::MethodNotInRevision(method, revision) => Cow::Owned(format!(
+                "Method not found: {method} is not part of MCP {revision}"
+            )),
+            Rejection::HttpMethodNotInRevision(method, revision) => Cow::Owned(format!(
+                "HTTP {method} is not part of MCP {revision}: every request is a POST"
+            )),
+        }
+    }
+
+    /// `error.data`: the supported revisions and the one asked for (the shape of MCP's
+    /// `UnsupportedProtocolVersionError`).
+    fn data(&self) -> Option<Value> {
+        match self {
+            Rejection::UnsupportedRevision(requested) => Some(json!({
+                "supported": Revision::ALL.map(Revision::as_str),
+                "requested": requested,
+            })),
+            _ => None,
         }
     }
 }
@@ -113,30 +155,56 @@ fn json_response(status: u16, body: Vec<u8>) -> LocalResponse {
 /// The answer to a rejected request (`id`: the request's, when known).
 pub(crate) fn rejection(r: &Rejection, id: Option<&str>) -> LocalResponse {
     let (status, code, _) = r.status_code_reason();
-    json_response(status, jsonrpc_error(id, code, &r.message(), None))
+    json_response(status, jsonrpc_error(id, code, &r.message(), r.data()))
 }
 
-/// A policy denial: the authorizer's own response when it denied, else a JSON-RPC error.
+/// Headers of an authorizer's denial that describe its own body, which the client does not
+/// get: the JSON-RPC error replaces it.
+fn describes_relayed_body(name: &str) -> bool {
+    matches!(
+        name,
+        "content-type" | "content-length" | "content-encoding" | "transfer-encoding" | "etag"
+    )
+}
+
+/// A denial (docs/semantics.md §5.1, §5.2): always a JSON-RPC error echoing `id`, with the
+/// bundle's code and message. A policy's denial has the bundle's HTTP status; an authorizer's
+/// keeps the authorizer's status and the headers it may set. With `exposeDetails`,
+/// `error.data` names level, reason, policy and rule, and for an authorizer its status and
+/// body (already capped at its `maxResponseBodyBytes`): as JSON when it is JSON, else as text.
 pub(crate) fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> LocalResponse {
-    if let Some(r) = &d.relay {
-        return LocalResponse {
-            status: r.status,
-            headers: r.headers.clone(),
-            body: r.body.clone(),
-        };
-    }
     let data = settings.expose_details.then(|| {
-        json!({
+        let mut data = json!({
             "level": level_str(d.level),
             "reason": d.reason.as_str(),
             "policy": d.policy,
             "rule": d.rule,
-        })
+        });
+        if let (Some(r), Some(obj)) = (&d.relay, data.as_object_mut()) {
+            obj.insert("authorizerStatus".into(), r.status.into());
+            if !r.body.is_empty() {
+                let body = serde_json::from_slice::<Value>(&r.body).unwrap_or_else(|_| {
+                    Value::String(String::from_utf8_lossy(&r.body).into_owned())
+                });
+                obj.insert("authorizerBody".into(), body);
+            }
+        }
+        data
     });
-    json_response(
-        settings.http_status,
-        jsonrpc_error(id, settings.json_rpc_code, &settings.message, data),
-    )
+    let body = jsonrpc_error(id, settings.json_rpc_code, &settings.message, data);
+    match &d.relay {
+        None => json_response(settings.http_status, body),
+        Some(r) => {
+            let mut response = json_response(r.status, body);
+            response.headers.extend(
+                r.headers
+                    .iter()
+                    .filter(|(n, _)| !describes_relayed_body(n))
+                    .cloned(),
+            );
+            response
+        }
+    }
 }
 
 #[cfg(test)]
@@ -215,6 +283,27 @@ mod tests {
                 -32020,
                 "header_mismatch",
                 "Mcp-Method header is required",
+            ),
+            (
+                Rejection::UnsupportedRevision("2024-11-05".into()),
+                400,
+                -32022,
+                "unsupported_revision",
+                "Unsupported protocol version",
+            ),
+            (
+                Rejection::MethodNotInRevision("initialize".into(), "2026-07-28"),
+                404,
+                -32601,
+                "method_not_in_revision",
+                "Method not found: initialize is not part of MCP 2026-07-28",
+            ),
+            (
+                Rejection::HttpMethodNotInRevision("GET".into(), "2026-07-28"),
+                405,
+                -32601,
+                "method_not_in_revision",
+                "HTTP GET is not part of MCP 2026-07-28: every request is a POST",
             ),
         ];
         for (r, status, code, reason, message) in cases {

@@ -1,7 +1,8 @@
 //! One request, start to end, as a pure state machine the host adapter drives:
 //! headers -> (body) -> parse -> evaluate -> (callouts) -> answer.
 
-use mcp_access_bundle::{mcp_methods, Level};
+use mcp_access_bundle::mcp_methods::{self, Revision};
+use mcp_access_bundle::Level;
 
 use crate::answer::{self, LocalResponse, Rejection};
 use crate::callout::{self, CalloutReport, CalloutRequest};
@@ -203,6 +204,10 @@ pub struct RequestFlow {
     outcome: Option<Outcome>,
     /// Whether the evaluation keeps a trace (`explain`).
     trace: bool,
+    /// The MCP revision the request is judged under (docs/semantics.md §4.4).
+    revision: Revision,
+    /// `subscriptions/listen`'s resource URIs, each judged as `resources/subscribe`.
+    subscriptions: Vec<String>,
 }
 
 impl Default for RequestFlow {
@@ -223,6 +228,8 @@ impl RequestFlow {
             reports: Vec::new(),
             outcome: None,
             trace: false,
+            revision: Revision::UNNAMED,
+            subscriptions: Vec::new(),
         }
     }
 
@@ -257,6 +264,16 @@ impl RequestFlow {
     /// How the request ended, once it has.
     pub fn outcome(&self) -> Option<&Outcome> {
         self.outcome.as_ref()
+    }
+
+    /// The filter of the response, when the request is an allowed listing and the bundle
+    /// filters listings (docs/semantics.md §5.4).
+    pub fn listing_filter(&self, engine: &Engine) -> Option<crate::listing::ListingFilter> {
+        if !self.outcome.as_ref()?.allowed {
+            return None;
+        }
+        let req = self.req.as_ref()?;
+        crate::listing::ListingFilter::for_request(engine, req, self.id.as_deref(), self.revision)
     }
 
     /// Whether a decision has been reached.
@@ -315,6 +332,18 @@ impl RequestFlow {
         }
         if input.end_of_stream {
             let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
+            if let Err(r) = self.judge_versions(None, None) {
+                return self.reject(r);
+            }
+            if op == McpOp::Transport && self.revision.is_stateless() {
+                let method = self
+                    .req
+                    .as_ref()
+                    .map(|r| r.method.clone())
+                    .unwrap_or_default();
+                let revision = self.revision.as_str();
+                return self.reject(Rejection::HttpMethodNotInRevision(method, revision));
+            }
             return self.decide(engine, op);
         }
         self.stage = Stage::Body;
@@ -370,6 +399,9 @@ impl RequestFlow {
         let is_post = self.req.as_ref().is_some_and(|r| r.method == "POST");
         if !is_post {
             self.body = body;
+            if let Err(r) = self.judge_versions(None, None) {
+                return self.reject(r);
+            }
             return self.decide(engine, McpOp::NotMcp);
         }
         let limits = ParseLimits {
@@ -383,11 +415,18 @@ impl RequestFlow {
                 }
                 self.reject(Rejection::Message(err))
             }
-            Ok(msg) => {
+            Ok(mut msg) => {
                 self.id = msg.id.clone();
                 self.body = body;
-                let body_version = msg.protocol_version.clone();
+                let body_version = msg.protocol_version.take();
+                let init_version = msg.init_version.take();
+                let subscriptions = std::mem::take(&mut msg.subscriptions);
                 let op = McpOp::from_message(msg);
+                if let Err(r) =
+                    self.judge_versions(body_version.as_deref(), init_version.as_deref())
+                {
+                    return self.reject(r);
+                }
                 if engine.cel_needs().params {
                     // The body is valid strict JSON: serde_json reads it the same way.
                     let params = serde_json::from_slice::<serde_json::Value>(&self.body)
@@ -400,6 +439,10 @@ impl RequestFlow {
                 if let Some(problem) = self.header_mismatch(&op, body_version.as_deref()) {
                     return self.reject(Rejection::HeaderMismatch(problem));
                 }
+                if let Err(r) = self.judge_method(&op) {
+                    return self.reject(r);
+                }
+                self.subscriptions = subscriptions;
                 self.decide(engine, op)
             }
         }
@@ -556,6 +599,44 @@ impl RequestFlow {
         None
     }
 
+    /// Sets the revision the request is judged under (docs/semantics.md §4.4): the one its
+    /// `MCP-Protocol-Version` header or `params._meta` names (first the header), else
+    /// 2025-03-26. Every version the request names, the one `initialize` asks for included,
+    /// must be a revision the filter accepts. Checked before the headers are compared with
+    /// the body, so a client of an unknown revision learns which ones are supported.
+    fn judge_versions(
+        &mut self,
+        body_version: Option<&str>,
+        init_version: Option<&str>,
+    ) -> Result<(), Rejection> {
+        let req = self.req.as_ref();
+        let headers = req
+            .into_iter()
+            .flat_map(|r| r.header_values("mcp-protocol-version"));
+        let parse =
+            |v: &str| Revision::parse(v).ok_or_else(|| Rejection::UnsupportedRevision(v.into()));
+        let mut named = None;
+        for v in headers.chain(body_version) {
+            named = named.or(Some(parse(v)?));
+        }
+        if let Some(v) = init_version {
+            parse(v)?;
+        }
+        self.revision = named.unwrap_or(Revision::UNNAMED);
+        Ok(())
+    }
+
+    /// Refuses a method the table knows but the request's revision does not have (methods
+    /// the table does not know are left to the policies).
+    fn judge_method(&self, op: &McpOp) -> Result<(), Rejection> {
+        match op.method() {
+            Some(m) if mcp_methods::missing_in(m, self.revision) => Err(
+                Rejection::MethodNotInRevision(m.to_string(), self.revision.as_str()),
+            ),
+            _ => Ok(()),
+        }
+    }
+
     fn decide(&mut self, engine: &Engine, op: McpOp) -> Next {
         let Some(req) = self.req.as_mut() else {
             return Next::Hold;
@@ -610,9 +691,13 @@ impl RequestFlow {
         outcome.listener = listener;
         outcome.backend = backend;
         outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
+        let decision = match decision {
+            Decision::Allow { .. } => self.judge_subscriptions(engine).unwrap_or(decision),
+            deny => deny,
+        };
         match decision {
             Decision::Allow {
-                add_headers,
+                mut add_headers,
                 policy,
                 rule,
             } => {
@@ -620,6 +705,10 @@ impl RequestFlow {
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
+                if self.listing_filter(engine).is_some() {
+                    // A listing is read to be filtered: ask the server not to compress it.
+                    add_headers.push(("accept-encoding".into(), "identity".into()));
+                }
                 Next::Allow { add_headers }
             }
             Decision::Deny(d) => {
@@ -633,6 +722,25 @@ impl RequestFlow {
                 Next::Respond(response)
             }
         }
+    }
+
+    /// A `subscriptions/listen` the policies let through is denied unless each resource URI
+    /// it subscribes to passes as a `resources/subscribe` of that URI (docs/semantics.md §4.3).
+    fn judge_subscriptions(&self, engine: &Engine) -> Option<Decision> {
+        let method = self.req.as_ref()?.mcp.method()?;
+        let judged_as = mcp_methods::subscribes_as(method)?;
+        let mut probe = self.req.clone()?;
+        let host = probe.host();
+        for uri in &self.subscriptions {
+            probe.mcp = McpOp::Call {
+                method: judged_as.to_string(),
+                param: Some(uri.clone()),
+            };
+            if let Some(d) = engine.item_denial(&probe, &host) {
+                return Some(Decision::Deny(d));
+            }
+        }
+        None
     }
 
     fn base_outcome(&self) -> Outcome {

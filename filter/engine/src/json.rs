@@ -44,16 +44,25 @@ pub(crate) trait Visitor<'a> {
     /// The slot of the top-level value.
     const ROOT: Self::Slot;
     /// The slot of values the visitor does not care about: array elements, and members it
-    /// gives this slot. They are read and checked but not handed over.
+    /// gives this slot, and the elements of arrays unless [`Visitor::element`] places them.
+    /// They are read and checked but not handed over.
     const IGNORE: Self::Slot;
     /// The slot of member `key` (decoded) of an object that sits in slot `object`.
     fn member(&mut self, object: Self::Slot, key: &[u8]) -> Self::Slot;
+    /// The slot of the elements of an array that sits in slot `array` (not `IGNORE`);
+    /// by default they are not handed over.
+    fn element(&mut self, _array: Self::Slot) -> Self::Slot {
+        Self::IGNORE
+    }
     /// The object already has a member `key` (whose slot is `slot`); `at` is the key's offset.
     fn duplicate_key(&mut self, slot: Self::Slot, at: usize);
     /// Whether string values in `slot` are wanted decoded.
     fn wants_text(&self, slot: Self::Slot) -> bool;
     /// A value in a slot other than `IGNORE`: a scalar, or an object or array just opened.
     fn value(&mut self, slot: Self::Slot, val: Val<'a>) -> Result<(), Self::Error>;
+    /// The value in `slot` (not `IGNORE`) ended: it is `bytes[start..end]`. By default nothing
+    /// is done.
+    fn closed(&mut self, _slot: Self::Slot, _start: usize, _end: usize) {}
 }
 
 /// Reads all of `bytes` as one JSON value with objects and arrays nested at most
@@ -81,6 +90,8 @@ struct Frame<'a, S> {
     slot: S,
     /// Start of this object's keys in `Reader::keys` (while `set` is None).
     keys_start: usize,
+    /// Offset of the opening bracket.
+    start: usize,
     /// This object's keys once there are more than `LINEAR_KEYS`.
     set: Option<HashSet<Cow<'a, [u8]>>>,
 }
@@ -123,6 +134,9 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
                     if frame.is_object {
                         self.keys.truncate(frame.keys_start);
                     }
+                    if frame.slot != V::IGNORE {
+                        self.visitor.closed(frame.slot, frame.start, self.pos);
+                    }
                 }
                 opened = false;
                 continue;
@@ -143,7 +157,10 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
             let slot = if is_object {
                 self.member_key()?
             } else {
-                V::IGNORE
+                match self.stack.last().map_or(V::IGNORE, |f| f.slot) {
+                    array if array == V::IGNORE => V::IGNORE,
+                    array => self.visitor.element(array),
+                }
             };
             opened = self.value(slot)?;
         }
@@ -241,6 +258,7 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
                     is_object,
                     slot,
                     keys_start: self.keys.len(),
+                    start,
                     set: None,
                 });
                 if slot != V::IGNORE {
@@ -267,6 +285,7 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
         };
         if slot != V::IGNORE {
             self.visitor.value(slot, val)?;
+            self.visitor.closed(slot, start, self.pos);
         }
         Ok(false)
     }

@@ -14,6 +14,7 @@ pub mod facts;
 pub mod flow;
 mod identity;
 mod json;
+pub mod listing;
 pub mod mcp;
 pub mod policy;
 mod protobuf;

@@ -69,6 +69,11 @@ pub struct McpMessage {
     /// `params._meta["io.modelcontextprotocol/protocolVersion"]` (decoded), the per-request
     /// protocol version of MCP 2026-07-28 and later; any other type is `InvalidParams`.
     pub protocol_version: Option<String>,
+    /// `initialize`'s `params.protocolVersion` (decoded): the revision the client asks for.
+    pub init_version: Option<String>,
+    /// `subscriptions/listen`'s `params.notifications.resourceSubscriptions` (decoded): the
+    /// resource URIs it subscribes to (MCP 2026-07-28), judged as `resources/subscribe`.
+    pub subscriptions: Vec<String>,
 }
 
 /// Why a message was rejected; maps onto the JSON-RPC error codes.
@@ -160,6 +165,14 @@ enum Slot {
     Meta,
     /// `params._meta["io.modelcontextprotocol/protocolVersion"]`.
     ProtocolVersion,
+    /// `params.protocolVersion` (initialize).
+    InitVersion,
+    /// `params.notifications` (subscriptions/listen).
+    Notifications,
+    /// `params.notifications.resourceSubscriptions`.
+    Subscriptions,
+    /// An element of `resourceSubscriptions`.
+    SubscriptionUri,
 }
 
 /// What an object is, as far as the extraction cares.
@@ -171,6 +184,8 @@ enum Role {
     Params,
     /// The object value of `params._meta`.
     Meta,
+    /// The object value of `params.notifications`.
+    Notifications,
     Other,
 }
 
@@ -199,6 +214,10 @@ struct Parser<'a> {
     protocol_version: Option<String>,
     /// `params._meta` holds a protocol version that is not a string.
     protocol_version_bad: bool,
+    init_version: Option<String>,
+    subscriptions: Vec<String>,
+    /// `resourceSubscriptions` is not an array of strings.
+    subscriptions_bad: bool,
 }
 
 /// The `_meta` key of the per-request protocol version.
@@ -221,6 +240,9 @@ impl<'a> Parser<'a> {
             uri: None,
             protocol_version: None,
             protocol_version_bad: false,
+            init_version: None,
+            subscriptions: Vec::new(),
+            subscriptions_bad: false,
         }
     }
 
@@ -272,6 +294,8 @@ impl<'a> Parser<'a> {
                 name: None,
                 uri: None,
                 protocol_version: None,
+                init_version: None,
+                subscriptions: Vec::new(),
             });
         };
         if responding {
@@ -303,6 +327,13 @@ impl<'a> Parser<'a> {
                 "params._meta protocol version must be a string".to_owned(),
             ));
         }
+        let listen = mcp_methods::subscribes_as(&method).is_some();
+        if listen && self.subscriptions_bad {
+            return Err(ParseError::InvalidParams(format!(
+                "{method} requires params.notifications.resourceSubscriptions to be an array of strings"
+            )));
+        }
+        let initialize = method == mcp_methods::INITIALIZE;
         Ok(McpMessage {
             kind,
             method: Some(method),
@@ -310,6 +341,12 @@ impl<'a> Parser<'a> {
             name,
             uri,
             protocol_version: self.protocol_version,
+            init_version: if initialize { self.init_version } else { None },
+            subscriptions: if listen {
+                self.subscriptions
+            } else {
+                Vec::new()
+            },
         })
     }
 }
@@ -326,6 +363,7 @@ impl<'a> json::Visitor<'a> for Parser<'a> {
             Slot::Root => Role::Top,
             Slot::Params => Role::Params,
             Slot::Meta => Role::Meta,
+            Slot::Notifications => Role::Notifications,
             _ => Role::Other,
         };
         match role {
@@ -342,11 +380,22 @@ impl<'a> json::Visitor<'a> for Parser<'a> {
                 b"name" => Slot::Name,
                 b"uri" => Slot::Uri,
                 b"_meta" => Slot::Meta,
+                b"protocolVersion" => Slot::InitVersion,
+                b"notifications" => Slot::Notifications,
                 _ => Slot::Ignore,
             },
+            Role::Notifications if key == b"resourceSubscriptions" => Slot::Subscriptions,
+            Role::Notifications => Slot::Ignore,
             Role::Meta if key == PROTOCOL_VERSION_KEY => Slot::ProtocolVersion,
             Role::Meta => Slot::Ignore,
             Role::Other => Slot::Ignore,
+        }
+    }
+
+    fn element(&mut self, array: Slot) -> Slot {
+        match array {
+            Slot::Subscriptions => Slot::SubscriptionUri,
+            _ => Slot::Ignore,
         }
     }
 
@@ -364,7 +413,13 @@ impl<'a> json::Visitor<'a> for Parser<'a> {
     fn wants_text(&self, slot: Slot) -> bool {
         matches!(
             slot,
-            Slot::Jsonrpc | Slot::Method | Slot::Name | Slot::Uri | Slot::ProtocolVersion
+            Slot::Jsonrpc
+                | Slot::Method
+                | Slot::Name
+                | Slot::Uri
+                | Slot::ProtocolVersion
+                | Slot::InitVersion
+                | Slot::SubscriptionUri
         )
     }
 
@@ -469,6 +524,28 @@ impl<'a> Parser<'a> {
                 }
                 _ => self.protocol_version_bad = true,
             },
+            Slot::InitVersion => {
+                if let Val::Str {
+                    decoded: Some(s), ..
+                } = val
+                {
+                    if self.init_version.is_none() {
+                        self.init_version = Some(into_string(s)?);
+                    }
+                }
+            }
+            Slot::Notifications => {}
+            Slot::Subscriptions => {
+                if !matches!(val, Val::Array) {
+                    self.subscriptions_bad = true;
+                }
+            }
+            Slot::SubscriptionUri => match val {
+                Val::Str {
+                    decoded: Some(s), ..
+                } => self.subscriptions.push(into_string(s)?),
+                _ => self.subscriptions_bad = true,
+            },
         }
         Ok(())
     }
@@ -525,6 +602,8 @@ mod tests {
                 name: Some("echo".into()),
                 uri: None,
                 protocol_version: None,
+                init_version: None,
+                subscriptions: Vec::new(),
             }
         );
     }
@@ -1432,6 +1511,8 @@ mod tests {
                     name: None,
                     uri: None,
                     protocol_version: None,
+                    init_version: None,
+                    subscriptions: Vec::new(),
                 }));
             }
             Some(Value::String(m)) => m.clone(),
@@ -1472,6 +1553,29 @@ mod tests {
             Some(Value::String(v)) => Some(v.clone()),
             Some(_) => return Some(Err(INVALID_PARAMS)),
         };
+        let init_version = (method == "initialize")
+            .then(|| param("protocolVersion"))
+            .flatten();
+        let mut subscriptions = Vec::new();
+        if method == "subscriptions/listen" {
+            let list = obj
+                .get("params")
+                .and_then(|p| p.get("notifications"))
+                .filter(|n| n.is_object())
+                .and_then(|n| n.get("resourceSubscriptions"));
+            match list {
+                None => {}
+                Some(Value::Array(items)) => {
+                    for i in items {
+                        match i.as_str() {
+                            Some(u) => subscriptions.push(u.to_owned()),
+                            None => return Some(Err(INVALID_PARAMS)),
+                        }
+                    }
+                }
+                Some(_) => return Some(Err(INVALID_PARAMS)),
+            }
+        }
         Some(Ok(McpMessage {
             kind: if id.is_some() {
                 MessageKind::Request
@@ -1483,6 +1587,8 @@ mod tests {
             name,
             uri,
             protocol_version,
+            init_version,
+            subscriptions,
         }))
     }
 

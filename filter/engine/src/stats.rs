@@ -55,7 +55,7 @@ pub const CALLOUT_LATENCY_MS: &str = "mcp_access.callout.latency_ms";
 pub(crate) const LEVELS: [Option<Level>; 3] = [Some(Level::Gateway), Some(Level::Backend), None];
 
 /// Every reason a request is denied ([`crate::policy::Reason`]) or rejected (by the flow) for.
-pub const DENIAL_REASONS: [&str; 15] = [
+pub const DENIAL_REASONS: [&str; 17] = [
     "unknown_listener",
     "unknown_backend",
     "external_auth_denied",
@@ -71,6 +71,8 @@ pub const DENIAL_REASONS: [&str; 15] = [
     "invalid_request",
     "invalid_params",
     "header_mismatch",
+    "unsupported_revision",
+    "method_not_in_revision",
 ];
 
 /// `mcp_access.denied.<level>.<reason>` for every level and reason, in index order: see

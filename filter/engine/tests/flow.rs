@@ -85,7 +85,10 @@ fn allowed_call_continues_and_denied_call_gets_jsonrpc_error_with_its_id() {
     let (status, body) = respond(a);
     assert_eq!(status, 403);
     assert_eq!(body["id"], "req-1");
-    assert_eq!(body["error"]["code"], -32001);
+    assert_eq!(
+        body["error"]["code"], -32010,
+        "the default code no MCP SDK uses"
+    );
     assert!(
         body["error"].get("data").is_none(),
         "no details unless asked"
@@ -309,12 +312,16 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
     assert_eq!(calls[0].1.cluster, "b-cluster");
     flow.dispatched(&e, calls[0].0, Ok(12), 0);
     assert_eq!(flow.resume(&e), Next::Hold);
-    // The backend authorizer denies: its response is relayed.
+    // The backend authorizer denies: its status and headers are relayed, its body becomes a
+    // JSON-RPC error (the authorizer's body only with exposeDetails).
     let a = flow.on_callout_response(
         &e,
         12,
         Some(401),
-        vec![("www-authenticate".into(), "Bearer realm=\"b\"".into())],
+        vec![
+            ("www-authenticate".into(), "Bearer realm=\"b\"".into()),
+            ("content-type".into(), "text/plain".into()),
+        ],
         b"nope".to_vec(),
         0,
     );
@@ -324,10 +331,68 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
             assert!(r
                 .headers
                 .contains(&("www-authenticate".into(), "Bearer realm=\"b\"".into())));
-            assert_eq!(r.body, b"nope");
+            let types: Vec<_> = r
+                .headers
+                .iter()
+                .filter(|(n, _)| n == "content-type")
+                .collect();
+            assert_eq!(
+                types,
+                [&("content-type".to_string(), "application/json".to_string())]
+            );
+            let v: Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(v["id"], 3, "the request id is echoed");
+            assert_eq!(v["error"]["code"], -32010);
+            assert_eq!(v["error"]["message"], "Access denied");
+            assert!(v["error"].get("data").is_none(), "{v}");
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn an_authorizer_body_goes_in_error_data_when_details_are_exposed() {
+    let mut b = bundle(vec![ext("gw-ext", "Gateway", "gw", "a", 0)], &["a"]);
+    b["denyResponse"] = json!({"exposeDetails": true});
+    let e = engine(&b);
+    for (body, want) in [
+        (&b"{\"reason\": \"risky\"}"[..], json!({"reason": "risky"})),
+        (&b"plain words"[..], json!("plain words")),
+    ] {
+        let (mut flow, a) = post(&e, &call_body("\"r\"", "echo"), &[]);
+        let Next::Dispatch(calls) = a else {
+            panic!("{a:?}")
+        };
+        flow.dispatched(&e, calls[0].0, Ok(1), 0);
+        flow.resume(&e);
+        let a = flow.on_callout_response(
+            &e,
+            1,
+            Some(403),
+            vec![("x-other".into(), "1".into())],
+            body.to_vec(),
+            0,
+        );
+        let (status, v) = respond(a);
+        assert_eq!(status, 403);
+        assert_eq!(v["id"], "r");
+        assert_eq!(v["error"]["data"]["authorizerStatus"], 403);
+        assert_eq!(v["error"]["data"]["authorizerBody"], want);
+        assert_eq!(v["error"]["data"]["reason"], "external_auth_denied");
+    }
+}
+
+#[test]
+fn a_policy_denial_may_answer_200() {
+    let mut b = bundle(
+        vec![inline_tools("only-echo", "Backend", "tools", &["echo"])],
+        &[],
+    );
+    b["denyResponse"] = json!({"httpStatus": 200});
+    let (_, a) = post(&engine(&b), &call_body("3", "x"), &[]);
+    let (status, body) = respond(a);
+    assert_eq!((status, body["id"].clone()), (200, json!(3)));
+    assert_eq!(body["error"]["code"], -32010);
 }
 
 #[test]
@@ -382,7 +447,7 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
         } else {
             let (status, v) = respond(a);
             assert_eq!(status, 403);
-            assert_eq!(v["error"]["code"], -32001);
+            assert_eq!(v["error"]["code"], -32010);
             assert_eq!(flow.outcome().unwrap().reason, "authorizer_error");
         }
         // 504 from Envoy (timeout) and no response at all
@@ -486,8 +551,12 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
         panic!("{a:?}")
     };
     assert_eq!(resp.status, 403);
-    assert!(resp.body.is_empty(), "an over-cap body is not relayed");
-    assert!(resp.headers.iter().all(|(n, _)| n != "content-type"));
+    let v: Value = serde_json::from_slice(&resp.body).unwrap();
+    assert_eq!(
+        v["error"]["code"], -32010,
+        "a JSON-RPC error, not the authorizer's body"
+    );
+    assert!(resp.headers.iter().all(|(_, v)| v != "text/plain"));
     let r = flow.take_callout_reports();
     assert_eq!(r[0].latency_ms, Some(7));
     assert!(!r[0].failed && r[0].detail.is_some());

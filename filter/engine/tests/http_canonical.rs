@@ -69,7 +69,7 @@ fn answer(a: Next) -> (u16, i64) {
 }
 
 const ALLOWED: (u16, i64) = (0, 0);
-const DENIED: (u16, i64) = (403, -32001);
+const DENIED: (u16, i64) = (403, -32010);
 const MISMATCH: (u16, i64) = (400, -32020);
 const BAD_PATH: (u16, i64) = (400, -32600);
 

@@ -78,6 +78,17 @@ fn every_denial_and_rejection_reason_has_a_counter() {
             post(&[("mcp-method", "tools/list")]),
             call("echo").into_bytes(),
         ),
+        (
+            post(&[("mcp-protocol-version", "2024-11-05")]),
+            call("echo").into_bytes(),
+        ),
+        (
+            post(&[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "ping"),
+            ]),
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec(),
+        ),
     ];
     let names = denial_counter_names();
     let mut seen = Vec::new();

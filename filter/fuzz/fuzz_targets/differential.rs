@@ -154,6 +154,8 @@ fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMes
                 name: None,
                 uri: None,
                 protocol_version: None,
+                init_version: None,
+                subscriptions: Vec::new(),
             });
         }
         None => return Err(INVALID_REQUEST),
@@ -182,6 +184,30 @@ fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMes
         Some(Value::String(v)) => Some(v.clone()),
         Some(_) => return Err(INVALID_PARAMS),
     };
+    let init_version = if method == "initialize" {
+        member("protocolVersion")
+    } else {
+        None
+    };
+    let mut subscriptions = Vec::new();
+    if method == "subscriptions/listen" {
+        let list = match params {
+            Some(Value::Object(p)) => p
+                .get("notifications")
+                .and_then(Value::as_object)
+                .and_then(|n| n.get("resourceSubscriptions")),
+            _ => None,
+        };
+        match list {
+            None => {}
+            Some(Value::Array(items)) => {
+                for i in items {
+                    subscriptions.push(i.as_str().ok_or(INVALID_PARAMS)?.to_owned());
+                }
+            }
+            Some(_) => return Err(INVALID_PARAMS),
+        }
+    }
     let kind = if id.is_some() {
         MessageKind::Request
     } else {
@@ -194,6 +220,8 @@ fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMes
         name,
         uri,
         protocol_version,
+        init_version,
+        subscriptions,
     })
 }
 

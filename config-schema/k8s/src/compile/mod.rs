@@ -203,6 +203,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         authorizers,
         policies,
         deny_response: Default::default(),
+        listings: Default::default(),
         limits: Default::default(),
         envoy: bundle::EnvoySettings {
             hold_headers: true,

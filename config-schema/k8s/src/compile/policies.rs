@@ -557,6 +557,7 @@ impl Ctx<'_> {
                 not_accepted: None,
             }],
             deny_response: Default::default(),
+            listings: Default::default(),
             limits: Default::default(),
             envoy: Default::default(),
         }

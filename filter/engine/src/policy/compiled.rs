@@ -383,7 +383,7 @@ impl Rule {
             return Some(Mismatch::Header(&h.name));
         }
         let m = a.mcp.as_ref()?;
-        if m.matches(&req.mcp) {
+        if m.matches(&req.mcp, mode) {
             return None;
         }
         let named = req
@@ -459,7 +459,7 @@ impl Authz {
             && (self.hosts.is_empty() || self.hosts.iter().any(|h| h.matches(host)))
             && (self.paths.is_empty() || self.paths.iter().any(|p| p.matches(&req.canonical_path)))
             && self.headers.iter().all(|h| h.matches(req, mode))
-            && self.mcp.as_ref().is_none_or(|m| m.matches(&req.mcp))
+            && self.mcp.as_ref().is_none_or(|m| m.matches(&req.mcp, mode))
     }
 }
 
@@ -497,7 +497,7 @@ impl Value {
 }
 
 impl Mcp {
-    fn matches(&self, op: &McpOp) -> bool {
+    fn matches(&self, op: &McpOp, mode: Mode) -> bool {
         if self.base && op.is_base() {
             return true;
         }
@@ -507,7 +507,7 @@ impl Mcp {
         };
         self.methods
             .iter()
-            .any(|m| m.matches(method, param.as_deref()))
+            .any(|m| m.matches(method, param.as_deref(), mode))
     }
 }
 
@@ -519,11 +519,15 @@ impl Method {
         }
     }
 
-    fn matches(&self, method: &str, param: Option<&str>) -> bool {
+    /// A call without its param (only a listing's probe for "some URI", docs/semantics.md
+    /// §5.4: requests of a method with a param always carry it) is admitted by a rule that
+    /// lists some params, and is not matched by a Deny rule that lists params.
+    fn matches(&self, method: &str, param: Option<&str>, mode: Mode) -> bool {
         self.name_matches(method)
-            && match &self.params {
-                None => true,
-                Some(allowed) => param.is_some_and(|p| allowed.contains(p)),
+            && match (&self.params, param) {
+                (None, _) => true,
+                (Some(allowed), Some(p)) => allowed.contains(p),
+                (Some(allowed), None) => mode == Mode::Admit && !allowed.is_empty(),
             }
     }
 }

@@ -97,6 +97,51 @@ pub struct Denial {
     pub(crate) detail: Option<String>,
 }
 
+impl Denial {
+    /// A denial for `reason` at `level`, naming no policy.
+    pub(crate) fn of(level: Option<Level>, reason: Reason) -> Denial {
+        Denial {
+            level,
+            reason,
+            policy: None,
+            rule: None,
+            relay: None,
+            detail: None,
+        }
+    }
+}
+
+/// What the Deny and Allow steps of one level say about a request.
+pub(crate) enum RulesVerdict {
+    /// A Deny rule matched.
+    Denied(RuleRef),
+    /// Allow policies exist and none admits.
+    NotAdmitted,
+    /// Passed: the admitting Allow rule, None when no Allow policy applies at the level.
+    Admitted(Option<RuleRef>),
+}
+
+/// The Deny step, then the Allow step, of one level (docs/semantics.md §3.1 steps 2 and 3):
+/// the one implementation requests and listed items are judged by.
+pub(crate) fn rules_verdict(
+    engine: &Engine,
+    index: &LevelIndex,
+    req: &Request,
+    host: &str,
+    cx: &mut CelCx,
+) -> RulesVerdict {
+    if let Some(r) = index.deny.first_admitting(engine, req, host, cx) {
+        return RulesVerdict::Denied(r);
+    }
+    if !engine.allow_applies(index, req, host, cx) {
+        return RulesVerdict::Admitted(None);
+    }
+    match index.allow.first_admitting(engine, req, host, cx) {
+        Some(r) => RulesVerdict::Admitted(Some(r)),
+        None => RulesVerdict::NotAdmitted,
+    }
+}
+
 /// The final answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -171,11 +216,7 @@ impl Evaluation {
             add_headers: Vec::new(),
             admitted: None,
             trace: trace.then(Vec::new),
-            cel: if engine.cel_needs.any {
-                CelCx::new(engine.identity.trust_domain.as_deref(), trace)
-            } else {
-                CelCx::default()
-            },
+            cel: engine.cel_cx(trace),
         };
         let unknown = if listener.is_none() {
             Some((Reason::UnknownListener, format!("port {}", req.port)))
@@ -428,42 +469,31 @@ impl Evaluation {
 
     fn apply_rules(&mut self, engine: &Engine, index: &LevelIndex, req: &Request) {
         let level = Some(self.level);
-        if let Some(r) = index
-            .deny
-            .first_admitting(engine, req, &self.host, &mut self.cel)
-        {
-            let (policy, rule) = names(engine, r);
-            self.note(
-                level,
-                "deny",
-                policy.as_deref(),
-                rule.as_deref(),
-                format_args!("matched"),
-            );
-            self.deny(Denial {
-                level,
-                reason: Reason::DenyPolicy,
-                policy,
-                rule,
-                relay: None,
-                detail: None,
-            });
-            return;
-        }
-        if !engine.allow_applies(index, req, &self.host, &mut self.cel) {
-            let why = if index.has_allow {
-                "no Allow policy applies (when)"
-            } else {
-                "no Allow policy"
-            };
-            self.note(level, "allow", None, None, format_args!("{why}"));
-            return;
-        }
-        match index
-            .allow
-            .first_admitting(engine, req, &self.host, &mut self.cel)
-        {
-            Some(r) => {
+        match rules_verdict(engine, index, req, &self.host, &mut self.cel) {
+            RulesVerdict::Denied(r) => {
+                let (policy, rule) = names(engine, r);
+                self.note(
+                    level,
+                    "deny",
+                    policy.as_deref(),
+                    rule.as_deref(),
+                    format_args!("matched"),
+                );
+                self.deny(Denial {
+                    policy,
+                    rule,
+                    ..Denial::of(level, Reason::DenyPolicy)
+                });
+            }
+            RulesVerdict::Admitted(None) => {
+                let why = if index.has_allow {
+                    "no Allow policy applies (when)"
+                } else {
+                    "no Allow policy"
+                };
+                self.note(level, "allow", None, None, format_args!("{why}"));
+            }
+            RulesVerdict::Admitted(Some(r)) => {
                 let (policy, rule) = names(engine, r);
                 self.note(
                     level,
@@ -474,16 +504,9 @@ impl Evaluation {
                 );
                 self.admitted = Some((policy, rule));
             }
-            None => {
+            RulesVerdict::NotAdmitted => {
                 self.note(level, "allow", None, None, format_args!("no rule admits"));
-                self.deny(Denial {
-                    level,
-                    reason: Reason::NotAllowed,
-                    policy: None,
-                    rule: None,
-                    relay: None,
-                    detail: None,
-                });
+                self.deny(Denial::of(level, Reason::NotAllowed));
             }
         }
     }
@@ -513,7 +536,7 @@ impl Evaluation {
     }
 }
 
-fn names(engine: &Engine, r: RuleRef) -> (Option<String>, Option<String>) {
+pub(crate) fn names(engine: &Engine, r: RuleRef) -> (Option<String>, Option<String>) {
     (
         engine.policies.get(r.policy).map(|p| p.id.clone()),
         engine.rule(r).map(|x| x.name.clone()),

@@ -10,7 +10,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use mcp_access_bundle::{
     self as bundle, Authorizer, DenyResponse, EscapedSlashes, IdentitySettings, Level, Limits,
-    UnknownBackend, ValidBundle,
+    Listings, UnknownBackend, ValidBundle,
 };
 
 use compiled::{compile_cels, compile_rule};
@@ -144,8 +144,14 @@ impl RuleSet {
         host: &str,
         cx: &mut CelCx,
     ) -> Option<RuleRef> {
-        let keyed = match (&req.mcp.method(), req.mcp.param()) {
-            (Some(m), Some(p)) => self.keyed.get(*m).and_then(|x| x.get(p)),
+        let by_param = req.mcp.method().and_then(|m| self.keyed.get(m));
+        let keyed = match (by_param, req.mcp.param()) {
+            (Some(x), Some(p)) => x.get(p),
+            _ => None,
+        };
+        // A probe for "some param" (listings, §5.4) looks at every keyed rule of the method.
+        let any_param = match (by_param, req.mcp.param()) {
+            (Some(x), None) => Some(x.values().flatten()),
             _ => None,
         };
         let base = if req.mcp.is_base() {
@@ -160,6 +166,7 @@ impl RuleSet {
             .general
             .iter()
             .chain(keyed.into_iter().flatten())
+            .chain(any_param.into_iter().flatten())
             .chain(base.into_iter().flatten())
         {
             if best.is_some_and(|b| *r >= b) {
@@ -215,6 +222,8 @@ pub struct Engine {
     pub identity: IdentitySettings,
     pub(crate) deny_response: DenyResponse,
     pub limits: Limits,
+    /// Per-caller filtering of listing responses.
+    pub(crate) listings: Listings,
     pub hold_headers: bool,
     pub(crate) unknown_backend: UnknownBackend,
     /// How `%2F` / `%5C` in a request path are treated.
@@ -402,6 +411,7 @@ impl Engine {
             identity: b.identity.clone(),
             deny_response: b.deny_response.clone(),
             limits: b.limits.clone(),
+            listings: b.listings.clone(),
             hold_headers: b.envoy.hold_headers,
             unknown_backend: b.envoy.unknown_backend,
             escaped_slashes: b.envoy.escaped_slashes,
@@ -518,9 +528,61 @@ impl Engine {
         )
     }
 
+    /// A fresh CEL state for judging one request (or one listed item).
+    pub(crate) fn cel_cx(&self, trace: bool) -> CelCx {
+        if self.cel_needs.any {
+            CelCx::new(self.identity.trust_domain.as_deref(), trace)
+        } else {
+            CelCx::default()
+        }
+    }
+
     /// Request attributes the CEL conditions need gathered.
     pub fn cel_needs(&self) -> CelNeeds {
         self.cel_needs
+    }
+
+    /// Judges `probe` (a request whose MCP operation was replaced by one item it names or
+    /// lists) by the Deny and Allow steps of both levels, exactly as a request is judged,
+    /// without ExternalAuth: docs/semantics.md §4.3 (`subscriptions/listen`) and §5.4
+    /// (listings). None: the item passes; else why it would be denied. Rules read the item
+    /// from `probe.mcp` (so would a CEL rule's `request.mcp.*`).
+    pub fn item_denial(&self, probe: &Request, host: &str) -> Option<Denial> {
+        let listener = self.listener_for(probe.port, host);
+        let backend = self.backend_for(probe.route_name.as_deref(), probe.cluster_name.as_deref());
+        let levels = [
+            (
+                Level::Gateway,
+                listener
+                    .and_then(|i| self.listeners.get(i))
+                    .map(|l| &l.index),
+            ),
+            (
+                Level::Backend,
+                backend.and_then(|i| self.backends.get(i)).map(|b| &b.index),
+            ),
+        ];
+        for (level, index) in levels {
+            let Some(index) = index else {
+                if level == Level::Gateway || self.unknown_backend == UnknownBackend::Deny {
+                    return Some(Denial::of(Some(level), Reason::NotAllowed));
+                }
+                continue;
+            };
+            let mut cx = self.cel_cx(false);
+            match eval::rules_verdict(self, index, probe, host, &mut cx) {
+                eval::RulesVerdict::Denied(r) => {
+                    let mut d = Denial::of(Some(level), Reason::DenyPolicy);
+                    (d.policy, d.rule) = eval::names(self, r);
+                    return Some(d);
+                }
+                eval::RulesVerdict::NotAdmitted => {
+                    return Some(Denial::of(Some(level), Reason::NotAllowed));
+                }
+                eval::RulesVerdict::Admitted(_) => {}
+            }
+        }
+        None
     }
 
     /// Starts evaluating a request.

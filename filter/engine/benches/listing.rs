@@ -1,0 +1,156 @@
+//! The cost of filtering a listing per caller (docs/semantics.md §5.4): a `tools/list` answer of
+//! 1,000 tools (each with a description and an input schema, about 300 KB in all), of which
+//! the caller may call half and a Deny policy removes some, as one JSON body and as one SSE event
+//! arriving in 16 KiB chunks.
+//!
+//! `cargo bench -p mcp-access-engine --bench listing`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::Criterion;
+use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+use mcp_access_engine::listing::BodyAction;
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::Caller;
+use serde_json::{json, Value};
+
+const TOOLS: usize = 1000;
+const CALLER: &str = "spiffe://example.org/ns/agents/sa/alpha";
+
+fn tool(i: usize) -> String {
+    format!("tool-{i:04}")
+}
+
+fn engine() -> Engine {
+    let allowed: Vec<String> = (0..TOOLS).step_by(2).map(tool).collect();
+    let denied: Vec<String> = (0..TOOLS).step_by(10).map(tool).collect();
+    let bundle = json!({
+        "apiVersion": "mcp-access.io/v1",
+        "gateways": [{"name": "gw", "listeners": [{"name": "mcp", "port": 10000}]}],
+        "backends": [{"name": "tools", "routeNames": ["tools"]}],
+        "policies": [
+            {"name": "allow-half", "level": "Backend", "targets": [{"name": "tools"}],
+             "action": "Allow", "rules": [{"name": "alpha",
+                "source": {"type": "SPIFFE", "spiffe": CALLER},
+                "authorization": {"mcp": {"baseProtocol": "Match",
+                    "methods": [{"name": "tools/call", "params": allowed}]}}}]},
+            {"name": "deny-some", "level": "Gateway", "targets": [{"name": "gw"}],
+             "action": "Deny", "rules": [{"name": "tenth",
+                "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": denied}]}}}]},
+        ],
+    });
+    Engine::from_json(bundle.to_string().as_bytes()).unwrap()
+}
+
+fn listing() -> Vec<u8> {
+    let tools: Vec<Value> = (0..TOOLS)
+        .map(|i| {
+            json!({"name": tool(i), "description": format!("Tool number {i}, which does one thing well."),
+                   "inputSchema": {"type": "object", "properties": {
+                       "text": {"type": "string", "description": "what to work on"},
+                       "count": {"type": "integer", "minimum": 0}}, "required": ["text"]}})
+        })
+        .collect();
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1,
+        "result": {"tools": tools, "nextCursor": "next", "ttlMs": 60000}}))
+    .unwrap()
+}
+
+/// An allowed tools/list request of the caller.
+fn allowed_listing_request(e: &Engine) -> RequestFlow {
+    let mut flow = RequestFlow::new();
+    let input = HeadersInput {
+        headers: vec![
+            (":method".into(), "POST".into()),
+            (":path".into(), "/mcp".into()),
+            (":authority".into(), "gw".into()),
+            ("content-type".into(), "application/json".into()),
+        ],
+        end_of_stream: false,
+        port: 10000,
+        route_name: Some("tools".into()),
+        cluster_name: None,
+        caller: Caller {
+            spiffe: Some(CALLER.into()),
+            jwts: vec![],
+        },
+    };
+    assert_eq!(flow.on_headers(e, input), Next::Hold);
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
+    let a = flow.on_body(e, body.len(), true, move |_| Some(body));
+    assert!(matches!(a, Next::Allow { .. }), "{a:?}");
+    flow
+}
+
+fn kept(out: &[u8]) -> usize {
+    let text = std::str::from_utf8(out).unwrap();
+    let data = text.strip_prefix("data: ").unwrap_or(text).trim_end();
+    let v: Value = serde_json::from_str(data).unwrap();
+    v["result"]["tools"].as_array().unwrap().len()
+}
+
+fn main() {
+    let e = engine();
+    let flow = allowed_listing_request(&e);
+    let body = listing();
+    let mut event = b"data: ".to_vec();
+    event.extend_from_slice(&body);
+    event.extend_from_slice(b"\n\n");
+
+    let json_once = || {
+        let mut f = flow.listing_filter(&e).unwrap();
+        f.on_headers(&[
+            (":status".into(), "200".into()),
+            ("content-type".into(), "application/json".into()),
+        ]);
+        let owned = body.clone();
+        match f.on_body(&e, body.len(), true, move |_| Some(owned)) {
+            BodyAction::Replace(out) => out,
+            other => panic!("{other:?}"),
+        }
+    };
+    let sse_once = || {
+        let mut f = flow.listing_filter(&e).unwrap();
+        f.on_headers(&[
+            (":status".into(), "200".into()),
+            ("content-type".into(), "text/event-stream".into()),
+        ]);
+        let mut out = Vec::new();
+        let chunks: Vec<&[u8]> = event.chunks(16 * 1024).collect();
+        for (i, c) in chunks.iter().enumerate() {
+            let owned = c.to_vec();
+            if let BodyAction::Replace(b) =
+                f.on_body(&e, c.len(), i + 1 == chunks.len(), move |_| Some(owned))
+            {
+                out.extend(b);
+            }
+        }
+        out
+    };
+    // 500 allowed, of which the 100 multiples of ten are denied.
+    assert_eq!(kept(&json_once()), 400);
+    assert_eq!(kept(&sse_once()), 400);
+    eprintln!("listing: {} tools, {} bytes", TOOLS, body.len());
+
+    let mut c = Criterion::default()
+        .configure_from_args()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    c.bench_function("listing_1000_tools_json", |b| {
+        b.iter(|| black_box(json_once()))
+    });
+    c.bench_function("listing_1000_tools_sse_16k_chunks", |b| {
+        b.iter(|| black_box(sse_once()))
+    });
+    c.bench_function("listing_copy_baseline", |b| {
+        b.iter(|| black_box(body.clone()))
+    });
+    c.final_summary();
+}

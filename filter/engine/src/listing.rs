@@ -1,0 +1,634 @@
+//! Per-caller filtering of listing responses (docs/semantics.md §5.4): `tools/list`,
+//! `prompts/list`, `resources/list` and `resources/templates/list` answers keep only the items
+//! the caller could use, judged by [`Engine::item_denial`] as if each item were called.
+//!
+//! A JSON answer is read whole (at most `listings.maxBytes`); an SSE answer is read event by
+//! event as it streams, each event rewritten from what was parsed (never passed on as raw
+//! bytes the filter did not understand), holding at most one event of `listings.maxBytes`.
+//! What cannot be filtered (malformed, too large, an unexpected media type) is replaced by a
+//! JSON-RPC error echoing the request id, never passed on unfiltered.
+
+use std::borrow::Cow;
+
+use mcp_access_bundle::mcp_methods::{self, Listing, Revision};
+
+use crate::answer::{jsonrpc_error, INTERNAL_ERROR};
+use crate::json::{self, Val};
+use crate::policy::Engine;
+use crate::request::{McpOp, Request};
+
+/// The JSON-RPC error message of a listing that could not be filtered.
+const UNFILTERABLE: &str = "The server's listing could not be checked for this caller";
+
+/// How the response body is read, decided by its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Not yet known (response headers not seen).
+    Unknown,
+    /// Not filtered: a non-2xx answer (an error, not a listing).
+    Pass,
+    /// `application/json`: one message, read whole.
+    Json,
+    /// `text/event-stream`: events, read one by one.
+    Sse,
+    /// Any other media type on a 2xx answer: the body is replaced by an error.
+    Refuse,
+}
+
+/// What the host does with the response headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadersAction {
+    /// Leave them.
+    Keep,
+    /// Remove `Content-Length` (the body will change size) and hold the body as
+    /// [`ListingFilter::on_body`] says.
+    Rewrite,
+}
+
+/// What the host does with a body chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyAction {
+    /// Let the chunk go on unchanged.
+    Pass,
+    /// Keep buffering (JSON: the whole body is needed); `drop_buffer` when what is buffered
+    /// will not be used (too large) and may be emptied.
+    Buffer { drop_buffer: bool },
+    /// Replace what the host holds (the chunk, or the whole buffered JSON body) with this.
+    Replace(Vec<u8>),
+}
+
+/// The filter of one listing response.
+#[derive(Debug)]
+pub struct ListingFilter {
+    listing: &'static Listing,
+    /// The request, its MCP operation replaced by each item in turn.
+    probe: Request,
+    host: String,
+    /// The request id (raw JSON), for the error that replaces what cannot be filtered.
+    id: Option<String>,
+    cache_scope: bool,
+    max_bytes: usize,
+    max_depth: usize,
+    mode: Mode,
+    /// SSE: the bytes of the event being read (at most `max_bytes`).
+    pending: Vec<u8>,
+    /// SSE: an event grew past `max_bytes`; its bytes are dropped up to its end.
+    skipping: bool,
+    /// SSE, while skipping: whether the last byte seen ended a line (a blank line ends it).
+    at_line_start: bool,
+}
+
+impl ListingFilter {
+    /// The filter for a response to `req` (already allowed), when it is a listing and the
+    /// bundle filters listings.
+    pub(crate) fn for_request(
+        engine: &Engine,
+        req: &Request,
+        id: Option<&str>,
+        revision: Revision,
+    ) -> Option<ListingFilter> {
+        if !engine.listings.filter {
+            return None;
+        }
+        let listing = mcp_methods::listing(req.mcp.method()?)?;
+        let mut probe = req.clone();
+        probe.mcp = McpOp::NotMcp;
+        Some(ListingFilter {
+            listing,
+            host: req.host(),
+            probe,
+            id: id.map(str::to_string),
+            cache_scope: revision.has_cache_scope(),
+            max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
+            max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
+            mode: Mode::Unknown,
+            pending: Vec::new(),
+            skipping: false,
+            at_line_start: true,
+        })
+    }
+
+    /// The response headers arrived (names lowercase, `:status` included). A 2xx answer is
+    /// read as its one `Content-Type` says; one with a `Content-Encoding` other than
+    /// `identity`, or without exactly one known media type, cannot be read and is refused.
+    pub fn on_headers(&mut self, headers: &[(String, String)]) -> HeadersAction {
+        let values = |name: &'static str| {
+            headers
+                .iter()
+                .filter(move |(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let status = values(":status").next().and_then(|s| s.parse::<u16>().ok());
+        let success = status.is_some_and(|s| (200..300).contains(&s));
+        let encoded =
+            values("content-encoding").any(|e| !e.trim().eq_ignore_ascii_case("identity"));
+        let essence = |ct: &str| {
+            ct.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        };
+        let types: Vec<String> = values("content-type").map(essence).collect();
+        self.mode = match types.as_slice() {
+            _ if !success => Mode::Pass,
+            _ if encoded => Mode::Refuse,
+            [one] if one == "application/json" => Mode::Json,
+            [one] if one == "text/event-stream" => Mode::Sse,
+            _ => Mode::Refuse,
+        };
+        match self.mode {
+            Mode::Pass | Mode::Unknown => HeadersAction::Keep,
+            Mode::Json | Mode::Sse | Mode::Refuse => HeadersAction::Rewrite,
+        }
+    }
+
+    /// The media type the body has once rewritten, if the host must set it (and remove any
+    /// `Content-Encoding`: the error replacing the body is not encoded).
+    pub fn content_type(&self) -> Option<&'static str> {
+        match self.mode {
+            Mode::Refuse => Some("application/json"),
+            _ => None,
+        }
+    }
+
+    /// Response trailers arrived: the body ended without an end-of-stream body callback.
+    /// `read` fetches everything buffered (JSON). SSE events not ended are dropped.
+    pub fn on_trailers(
+        &mut self,
+        engine: &Engine,
+        read: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> BodyAction {
+        match self.mode {
+            Mode::Pass => BodyAction::Pass,
+            Mode::Sse => {
+                self.pending = Vec::new();
+                BodyAction::Pass
+            }
+            Mode::Unknown | Mode::Refuse => BodyAction::Replace(self.error()),
+            Mode::Json => {
+                let body = read().unwrap_or_default();
+                if body.len() > self.max_bytes {
+                    return BodyAction::Replace(self.error());
+                }
+                BodyAction::Replace(self.filter_json(engine, &body))
+            }
+        }
+    }
+
+    /// A body chunk arrived. JSON: `buffered` is the size of everything buffered so far and
+    /// `read` fetches it (called at the end of the stream only). SSE: `read` fetches this
+    /// chunk (`buffered` bytes).
+    pub fn on_body(
+        &mut self,
+        engine: &Engine,
+        buffered: usize,
+        end_of_stream: bool,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
+    ) -> BodyAction {
+        match self.mode {
+            Mode::Pass => BodyAction::Pass,
+            Mode::Unknown | Mode::Refuse => self.refuse_body(end_of_stream),
+            Mode::Json => {
+                if buffered > self.max_bytes {
+                    // Too large to filter: what is buffered is dropped, the error replaces it.
+                    self.mode = Mode::Refuse;
+                    return self.refuse_body(end_of_stream);
+                }
+                if !end_of_stream {
+                    return BodyAction::Buffer { drop_buffer: false };
+                }
+                let body = read(buffered).unwrap_or_default();
+                BodyAction::Replace(self.filter_json(engine, &body))
+            }
+            Mode::Sse => {
+                let chunk = if buffered == 0 {
+                    Vec::new()
+                } else {
+                    read(buffered).unwrap_or_default()
+                };
+                BodyAction::Replace(self.feed_sse(engine, &chunk, end_of_stream))
+            }
+        }
+    }
+
+    /// The body of an answer that cannot be filtered: the error once, at the end.
+    fn refuse_body(&mut self, end_of_stream: bool) -> BodyAction {
+        match end_of_stream {
+            true => BodyAction::Replace(self.error()),
+            false => BodyAction::Buffer { drop_buffer: true },
+        }
+    }
+
+    /// The JSON-RPC error that replaces what cannot be filtered.
+    fn error(&self) -> Vec<u8> {
+        jsonrpc_error(self.id.as_deref(), INTERNAL_ERROR, UNFILTERABLE, None)
+    }
+
+    /// A whole JSON body: the filtered message, or the error.
+    fn filter_json(&mut self, engine: &Engine, body: &[u8]) -> Vec<u8> {
+        match self.filter_message(engine, body) {
+            Ok(Some(out)) => out,
+            Ok(None) => body.to_vec(),
+            Err(()) => self.error(),
+        }
+    }
+
+    /// One JSON-RPC message of the answer, read with the strict reader (no duplicate keys:
+    /// the client would read one copy, the filter maybe another; UTF-8 only; nesting bounded).
+    /// A response with `result` comes back filtered (`Some`): the server's bytes with the item
+    /// array holding only the usable items and, where the revision has it, `cacheScope`
+    /// set to `"private"`. An error response or a message from the server comes back
+    /// unchanged (`None`); anything else is an error.
+    fn filter_message(&mut self, engine: &Engine, text: &[u8]) -> Result<Option<Vec<u8>>, ()> {
+        let mut m = MessageShape::new(self.listing);
+        json::read(text, self.max_depth, &mut m).map_err(|_| ())?;
+        if m.duplicate {
+            return Err(());
+        }
+        let Some(result) = m.result else {
+            return match m.method || m.error {
+                true => Ok(None),
+                false => Err(()),
+            };
+        };
+        if m.method || m.error {
+            return Err(());
+        }
+        // A 2026-07-28 interim result asks the client for input; it lists nothing.
+        if m.input_required {
+            return Ok(None);
+        }
+        let Some(items) = m.items else {
+            return Err(());
+        };
+        let mut list = Vec::with_capacity(text.len());
+        list.push(b'[');
+        let mut first = true;
+        for (start, end, name) in &m.item_spans {
+            if !self.usable(engine, name.as_deref()) {
+                continue;
+            }
+            if !first {
+                list.push(b',');
+            }
+            first = false;
+            list.extend_from_slice(text.get(*start..*end).ok_or(())?);
+        }
+        list.push(b']');
+        let mut edits: Vec<(usize, usize, &[u8])> = vec![(items.0, items.1, &list)];
+        if self.cache_scope {
+            match m.cache_scope {
+                Some((start, end)) => edits.push((start, end, b"\"private\"")),
+                None => edits.push((result + 1, result + 1, b"\"cacheScope\":\"private\",")),
+            }
+        }
+        edits.sort_by_key(|e| e.0);
+        let mut out = Vec::with_capacity(text.len() + 32);
+        let mut at = 0;
+        for (start, end, with) in edits {
+            out.extend_from_slice(text.get(at..start).ok_or(())?);
+            out.extend_from_slice(with);
+            at = end;
+        }
+        out.extend_from_slice(text.get(at..).ok_or(())?);
+        Ok(Some(out))
+    }
+
+    /// Whether the caller could use the item named `name` (its name or URI; None: it has
+    /// none). Resource templates are judged as a read of some URI.
+    fn usable(&mut self, engine: &Engine, name: Option<&str>) -> bool {
+        let param = match (self.listing.key, name) {
+            (Some(_), Some(n)) => Some(n.to_string()),
+            // An item without its name or URI cannot be judged, so it is not listed.
+            (Some(_), None) => return false,
+            (None, _) => None,
+        };
+        self.probe.mcp = McpOp::Call {
+            method: self.listing.judged_as.to_string(),
+            param,
+        };
+        engine.item_denial(&self.probe, &self.host).is_none()
+    }
+
+    /// Reads an SSE chunk; returns the rewritten events it completed.
+    fn feed_sse(&mut self, engine: &Engine, chunk: &[u8], end_of_stream: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            if self.skipping {
+                rest = self.skip_event(rest);
+                continue;
+            }
+            // An event ends at a blank line: "\n\n" (a "\r\n" line end ends in '\n' too).
+            let end = find_event_end(&self.pending, rest);
+            let (take, done) = match end {
+                Some(n) => (n, true),
+                None => (rest.len(), false),
+            };
+            let (head, tail) = rest.split_at(take);
+            rest = tail;
+            if self.pending.len().saturating_add(head.len()) > self.max_bytes {
+                self.pending = Vec::new();
+                out.extend_from_slice(&self.sse_error());
+                if done {
+                    continue;
+                }
+                self.skipping = true;
+                self.at_line_start = head.last() == Some(&b'\n');
+                continue;
+            }
+            self.pending.extend_from_slice(head);
+            if done {
+                let event = std::mem::take(&mut self.pending);
+                out.extend_from_slice(&self.rewrite_event(engine, &event));
+            }
+        }
+        // An event not ended by a blank line when the stream ends is not dispatched by
+        // clients; it is dropped.
+        if end_of_stream {
+            self.pending = Vec::new();
+        }
+        out
+    }
+
+    /// Drops the bytes of an oversized event up to its end; returns what follows it.
+    fn skip_event<'b>(&mut self, bytes: &'b [u8]) -> &'b [u8] {
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'\n' if self.at_line_start => {
+                    self.skipping = false;
+                    self.at_line_start = true;
+                    return bytes.get(i + 1..).unwrap_or_default();
+                }
+                b'\n' => self.at_line_start = true,
+                b'\r' => {}
+                _ => self.at_line_start = false,
+            }
+        }
+        &[]
+    }
+
+    /// An SSE event carrying the error.
+    fn sse_error(&self) -> Vec<u8> {
+        let mut out = b"event: message\ndata: ".to_vec();
+        out.extend_from_slice(&self.error());
+        out.extend_from_slice(b"\n\n");
+        out
+    }
+
+    /// One complete SSE event (its bytes up to and including the blank line), written again
+    /// from its parsed fields: comments dropped, a `message` event's data filtered.
+    fn rewrite_event(&mut self, engine: &Engine, event: &[u8]) -> Vec<u8> {
+        let Some(parsed) = SseEvent::parse(event) else {
+            return self.sse_error();
+        };
+        if parsed.is_empty() {
+            return Vec::new();
+        }
+        let is_message = parsed.event.as_deref().is_none_or(|e| e == "message");
+        let data: Cow<'_, [u8]> = match parsed.data.as_slice() {
+            [one] => Cow::Borrowed(one.as_bytes()),
+            lines => Cow::Owned(lines.join("\n").into_bytes()),
+        };
+        let data = if is_message && !data.is_empty() {
+            match self.filter_message(engine, &data) {
+                Ok(Some(out)) => Some(Cow::Owned(out)),
+                Ok(None) => Some(data),
+                Err(()) => None,
+            }
+        } else {
+            Some(data)
+        };
+        let Some(data) = data else {
+            return self.sse_error();
+        };
+        parsed.write(&data)
+    }
+}
+
+/// Where the event that `pending` began ends in `rest`: the length of `rest` up to and
+/// including the `'\n'` of the blank line.
+fn find_event_end(pending: &[u8], rest: &[u8]) -> Option<usize> {
+    // The byte before each position, ignoring '\r' (a "\r\n" line end).
+    let mut prev_newline = pending
+        .iter()
+        .rev()
+        .find(|&&b| b != b'\r')
+        .is_some_and(|&b| b == b'\n')
+        || pending.is_empty();
+    for (i, &b) in rest.iter().enumerate() {
+        match b {
+            b'\n' if prev_newline => return Some(i + 1),
+            b'\n' => prev_newline = true,
+            b'\r' => {}
+            _ => prev_newline = false,
+        }
+    }
+    None
+}
+
+/// The fields of one SSE event.
+#[derive(Debug, Default)]
+struct SseEvent {
+    event: Option<String>,
+    data: Vec<String>,
+    id: Option<String>,
+    retry: Option<String>,
+}
+
+impl SseEvent {
+    /// Parses an event's lines (`\n` or `\r\n` ends). None when it is not UTF-8 or a line
+    /// holds a lone `\r` (a client would split there and read other lines than the filter).
+    fn parse(event: &[u8]) -> Option<SseEvent> {
+        let text = std::str::from_utf8(event).ok()?;
+        let mut e = SseEvent::default();
+        for line in text.split('\n') {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if line.contains('\r') {
+                return None;
+            }
+            if line.is_empty() || line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            match field {
+                "event" => e.event = Some(value.to_string()),
+                "data" => e.data.push(value.to_string()),
+                "id" if !value.contains('\0') => e.id = Some(value.to_string()),
+                "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                    e.retry = Some(value.to_string())
+                }
+                _ => {}
+            }
+        }
+        Some(e)
+    }
+
+    /// Nothing a client would act on (comments only).
+    fn is_empty(&self) -> bool {
+        self.event.is_none() && self.data.is_empty() && self.id.is_none() && self.retry.is_none()
+    }
+
+    /// The event written again, with `data` (split into lines) as its data.
+    fn write(&self, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(data.len() + 64);
+        for (field, value) in [
+            ("event", &self.event),
+            ("id", &self.id),
+            ("retry", &self.retry),
+        ] {
+            if let Some(v) = value {
+                out.extend_from_slice(field.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(v.as_bytes());
+                out.push(b'\n');
+            }
+        }
+        if !self.data.is_empty() {
+            for line in data.split(|&b| b == b'\n') {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            }
+        }
+        out.push(b'\n');
+        out
+    }
+}
+
+/// Where a value sits in a listing answer, as far as the filter cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Ignore,
+    Root,
+    Method,
+    Error,
+    Result,
+    ResultType,
+    CacheScope,
+    Items,
+    Item,
+    /// The item's name or URI.
+    ItemKey,
+}
+
+/// What the filter reads of one JSON-RPC message: which members the message has, and the byte
+/// spans of the result, its item array, each item and `cacheScope`.
+struct MessageShape {
+    listing: &'static Listing,
+    duplicate: bool,
+    method: bool,
+    error: bool,
+    /// Offset of the result object's `{`; None: no result, or not an object.
+    result: Option<usize>,
+    input_required: bool,
+    cache_scope: Option<(usize, usize)>,
+    /// The item array's span; None: absent or not an array.
+    items: Option<(usize, usize)>,
+    items_is_array: bool,
+    item_spans: Vec<(usize, usize, Option<String>)>,
+    /// The name or URI of the item being read.
+    item_key: Option<String>,
+    result_is_object: bool,
+}
+
+impl MessageShape {
+    fn new(listing: &'static Listing) -> Self {
+        MessageShape {
+            listing,
+            duplicate: false,
+            method: false,
+            error: false,
+            result: None,
+            input_required: false,
+            cache_scope: None,
+            items: None,
+            items_is_array: false,
+            item_spans: Vec::new(),
+            item_key: None,
+            result_is_object: false,
+        }
+    }
+}
+
+impl<'a> json::Visitor<'a> for MessageShape {
+    type Slot = Slot;
+    type Error = json::SyntaxError;
+    const ROOT: Slot = Slot::Root;
+    const IGNORE: Slot = Slot::Ignore;
+
+    fn member(&mut self, object: Slot, key: &[u8]) -> Slot {
+        match object {
+            Slot::Root => match key {
+                b"method" => Slot::Method,
+                b"error" => Slot::Error,
+                b"result" => Slot::Result,
+                _ => Slot::Ignore,
+            },
+            Slot::Result if key == self.listing.items.as_bytes() => Slot::Items,
+            Slot::Result if key == b"cacheScope" => Slot::CacheScope,
+            Slot::Result if key == b"resultType" => Slot::ResultType,
+            Slot::Item if self.listing.key.is_some_and(|k| k.key().as_bytes() == key) => {
+                Slot::ItemKey
+            }
+            _ => Slot::Ignore,
+        }
+    }
+
+    fn element(&mut self, array: Slot) -> Slot {
+        match array {
+            Slot::Items if self.items_is_array => Slot::Item,
+            _ => Slot::Ignore,
+        }
+    }
+
+    fn duplicate_key(&mut self, _slot: Slot, _at: usize) {
+        self.duplicate = true;
+    }
+
+    fn wants_text(&self, slot: Slot) -> bool {
+        matches!(slot, Slot::ItemKey | Slot::ResultType)
+    }
+
+    fn value(&mut self, slot: Slot, val: Val<'a>) -> Result<(), json::SyntaxError> {
+        match (slot, val) {
+            (Slot::Method, _) => self.method = true,
+            (Slot::Error, _) => self.error = true,
+            (Slot::Result, Val::Object) => self.result_is_object = true,
+            (Slot::Items, Val::Array) => self.items_is_array = true,
+            (Slot::Item, _) => self.item_key = None,
+            (
+                Slot::ItemKey,
+                Val::Str {
+                    decoded: Some(s), ..
+                },
+            ) => {
+                self.item_key = Some(json::into_string(s)?);
+            }
+            (
+                Slot::ResultType,
+                Val::Str {
+                    decoded: Some(s), ..
+                },
+            ) => {
+                self.input_required = s.as_ref() == b"input_required";
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn closed(&mut self, slot: Slot, start: usize, end: usize) {
+        match slot {
+            Slot::Result if self.result_is_object => self.result = Some(start),
+            Slot::Items if self.items_is_array => self.items = Some((start, end)),
+            Slot::CacheScope => self.cache_scope = Some((start, end)),
+            Slot::Item => self.item_spans.push((start, end, self.item_key.take())),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,640 @@
+//! MCP revisions (docs/semantics.md §4.4) and per-caller listings (§5.4), through the flow the
+//! host drives: request, decision, then the response filter.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use common::*;
+use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::Caller;
+use serde_json::{json, Value};
+
+fn input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
+    let mut h: Vec<(String, String)> = vec![
+        (":method".into(), "POST".into()),
+        (":path".into(), "/mcp".into()),
+        (":authority".into(), "gw.example.org".into()),
+        ("content-type".into(), "application/json".into()),
+    ];
+    h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+    HeadersInput {
+        headers: h,
+        end_of_stream: false,
+        port: 8443,
+        route_name: Some("tools-route".into()),
+        cluster_name: None,
+        caller: Caller {
+            spiffe: Some(spiffe.into()),
+            jwts: vec![],
+        },
+        time: None,
+    }
+}
+
+fn send(e: &Engine, spiffe: &str, extra: &[(&str, &str)], body: &str) -> (RequestFlow, Next) {
+    let mut flow = RequestFlow::new();
+    assert_eq!(flow.on_headers(e, input(spiffe, extra)), Next::Hold);
+    let owned = body.as_bytes().to_vec();
+    let a = flow.on_body(e, owned.len(), true, move |_| Some(owned));
+    (flow, a)
+}
+
+fn rejected(a: Next) -> (u16, Value) {
+    match a {
+        Next::Respond(r) => (r.status, serde_json::from_slice(&r.body).unwrap()),
+        other => panic!("expected a response, got {other:?}"),
+    }
+}
+
+/// Backend policies: alpha may call echo and add, read file:///a and prompt p1; nobody may call
+/// `add` (a Deny policy at the Gateway); beta may do nothing but the base protocol.
+fn engine_for_listings() -> Engine {
+    let allow = json!({"name": "alpha-tools", "level": "Backend", "targets": [{"name": "tools"}],
+        "action": "Allow", "rules": [{"name": "alpha",
+            "source": {"type": "SPIFFE", "spiffe": ALPHA},
+            "authorization": {"mcp": {"baseProtocol": "Match", "methods": [
+                {"name": "tools/call", "params": ["echo", "add"]},
+                {"name": "prompts/get", "params": ["p1"]},
+                {"name": "resources/read", "params": ["file:///a"]}]}}},
+            {"name": "beta-base", "source": {"type": "SPIFFE", "spiffe": BETA},
+             "authorization": {"mcp": {"baseProtocol": "Match"}}}]});
+    engine(&bundle(
+        vec![allow, deny_tools("no-add", "Gateway", "gw", &["add"])],
+        &[],
+    ))
+}
+
+/// Response headers: a status and Content-Type copies.
+fn response(status: u16, types: &[&str]) -> Vec<(String, String)> {
+    let mut h = vec![(":status".to_string(), status.to_string())];
+    h.extend(
+        types
+            .iter()
+            .map(|t| ("content-type".to_string(), t.to_string())),
+    );
+    h
+}
+
+/// The filter of an allowed listing request.
+fn listing_filter(e: &Engine, spiffe: &str, method: &str, extra: &[(&str, &str)]) -> ListingFilter {
+    let body = format!(r#"{{"jsonrpc":"2.0","id":"L","method":"{method}","params":{{}}}}"#);
+    let (flow, a) = send(e, spiffe, extra, &body);
+    assert!(matches!(a, Next::Allow { .. }), "{method}: {a:?}");
+    flow.listing_filter(e).expect("a listing filter")
+}
+
+/// The JSON body through the filter, as the host drives it (two chunks).
+fn filter_json(e: &Engine, f: &mut ListingFilter, body: &str) -> Value {
+    assert_eq!(
+        f.on_headers(&response(200, &["application/json"])),
+        HeadersAction::Rewrite
+    );
+    let half = body.len() / 2;
+    assert_eq!(
+        f.on_body(e, half, false, |_| panic!("read only at the end")),
+        BodyAction::Buffer { drop_buffer: false }
+    );
+    let owned = body.as_bytes().to_vec();
+    match f.on_body(e, body.len(), true, move |_| Some(owned)) {
+        BodyAction::Replace(out) => serde_json::from_slice(&out).unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn names(v: &Value, key: &str, field: &str) -> Vec<String> {
+    v["result"][key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i[field].as_str().unwrap().to_string())
+        .collect()
+}
+
+const TOOLS: &str = r#"{"jsonrpc":"2.0","id":"L","result":{"tools":[
+    {"name":"echo","inputSchema":{"type":"object"}},
+    {"name":"add","inputSchema":{"type":"object"}},
+    {"name":"delete_repo","inputSchema":{"type":"object"}},
+    {"inputSchema":{}}],
+    "nextCursor":"page-2","ttlMs":5000,"cacheScope":"public"}}"#;
+
+#[test]
+fn tools_list_keeps_what_the_caller_could_call() {
+    let e = engine_for_listings();
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    let v = filter_json(&e, &mut f, TOOLS);
+    // add is denied by the Gateway's Deny policy, delete_repo not admitted, a nameless item
+    // cannot be judged.
+    assert_eq!(names(&v, "tools", "name"), ["echo"]);
+    assert_eq!(v["id"], "L");
+    assert_eq!(v["result"]["nextCursor"], "page-2", "pagination is kept");
+    assert_eq!(v["result"]["ttlMs"], 5000);
+    // An older revision has no cacheScope: the server's value is left as it is.
+    assert_eq!(v["result"]["cacheScope"], "public");
+
+    let mut f = listing_filter(&e, BETA, "tools/list", &[]);
+    let v = filter_json(&e, &mut f, TOOLS);
+    assert!(names(&v, "tools", "name").is_empty());
+}
+
+#[test]
+fn kept_items_are_the_servers_bytes() {
+    let e = engine_for_listings();
+    // Key order, number spelling and whitespace of kept items stay; an escaped name is judged
+    // by what it decodes to (as the client reads it); a nested "name" is not the item's.
+    let body = concat!(
+        r#"{"id":"L", "result" : {"z":1, "tools" : [ {"name":"\u0065cho"}, {"name":"\u0064elete_repo"}, "#,
+        r#"{"x":1.50e3,"name":"echo","schema":{"name":"delete_repo"}} , {"schema":{"name":"echo"}} ], "#,
+        r#""cacheScope":"public"},"jsonrpc":"2.0"}"#
+    );
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["application/json"]));
+    let owned = body.as_bytes().to_vec();
+    let BodyAction::Replace(out) = f.on_body(&e, body.len(), true, move |_| Some(owned)) else {
+        panic!()
+    };
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        concat!(
+            r#"{"id":"L", "result" : {"z":1, "tools" : [{"name":"\u0065cho"},{"x":1.50e3,"name":"echo","schema":{"name":"delete_repo"}}], "#,
+            r#""cacheScope":"public"},"jsonrpc":"2.0"}"#
+        )
+    );
+    // 2026-07-28: cacheScope replaced where it is, or added first.
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    for (body, want) in [
+        (
+            r#"{"id":"L","result":{"tools":[],"cacheScope":{"x":1}}}"#,
+            r#"{"id":"L","result":{"tools":[],"cacheScope":"private"}}"#,
+        ),
+        (
+            r#"{"id":"L","result":{"tools":[{"name":"echo"}]}}"#,
+            r#"{"id":"L","result":{"cacheScope":"private","tools":[{"name":"echo"}]}}"#,
+        ),
+    ] {
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &headers);
+        f.on_headers(&response(200, &["application/json"]));
+        let owned = body.as_bytes().to_vec();
+        let BodyAction::Replace(out) = f.on_body(&e, body.len(), true, move |_| Some(owned)) else {
+            panic!()
+        };
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+    }
+}
+
+#[test]
+fn a_2026_listing_is_marked_private() {
+    let e = engine_for_listings();
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &headers);
+    let v = filter_json(&e, &mut f, TOOLS);
+    assert_eq!(v["result"]["cacheScope"], "private");
+    let no_scope = r#"{"jsonrpc":"2.0","id":"L","result":{"tools":[],"ttlMs":0}}"#;
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &headers);
+    let v = filter_json(&e, &mut f, no_scope);
+    assert_eq!(
+        v["result"]["cacheScope"], "private",
+        "even with nothing removed"
+    );
+}
+
+#[test]
+fn prompts_resources_and_templates() {
+    let e = engine_for_listings();
+    let mut f = listing_filter(&e, ALPHA, "prompts/list", &[]);
+    let v = filter_json(
+        &e,
+        &mut f,
+        r#"{"jsonrpc":"2.0","id":"L","result":{"prompts":[{"name":"p1"},{"name":"p2"}]}}"#,
+    );
+    assert_eq!(names(&v, "prompts", "name"), ["p1"]);
+
+    let mut f = listing_filter(&e, ALPHA, "resources/list", &[]);
+    let v = filter_json(
+        &e,
+        &mut f,
+        r#"{"jsonrpc":"2.0","id":"L","result":{"resources":[{"uri":"file:///a","name":"a"},{"uri":"file:///b","name":"b"}]}}"#,
+    );
+    assert_eq!(names(&v, "resources", "uri"), ["file:///a"]);
+
+    // Templates: alpha may read some URI (a resources/read rule with params), beta none.
+    assert_eq!(templates_listed(&e, ALPHA), ["t"]);
+    assert!(templates_listed(&e, BETA).is_empty());
+}
+
+/// The names of the resource templates `spiffe` is shown from a one-template listing.
+fn templates_listed(e: &Engine, spiffe: &str) -> Vec<String> {
+    let templates = r#"{"jsonrpc":"2.0","id":"L","result":{"resourceTemplates":[{"uriTemplate":"file:///{p}","name":"t"}]}}"#;
+    let mut f = listing_filter(e, spiffe, "resources/templates/list", &[]);
+    names(
+        &filter_json(e, &mut f, templates),
+        "resourceTemplates",
+        "name",
+    )
+}
+
+#[test]
+fn a_deny_rule_on_every_read_hides_templates() {
+    let deny_reads = json!({"name": "no-reads", "level": "Backend", "targets": [{"name": "tools"}],
+        "action": "Deny", "rules": [{"name": "reads",
+            "authorization": {"mcp": {"methods": [{"name": "resources/read"}]}}}]});
+    let e = engine(&bundle(vec![deny_reads], &[]));
+    assert!(templates_listed(&e, ALPHA).is_empty());
+}
+
+#[test]
+fn what_cannot_be_filtered_is_replaced_by_an_error() {
+    let e = engine_for_listings();
+    let bad = [
+        r#"{"jsonrpc":"2.0","id":"L","result":{"tools":[{"name":"echo"}]}"#,
+        r#"{"jsonrpc":"2.0","id":"L","result":{"tools":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":"L","result":{}}"#,
+        // The client would read the second copy, the filter maybe the first.
+        r#"{"jsonrpc":"2.0","id":"L","result":{"tools":[{"name":"echo","name":"delete_repo"}]}}"#,
+        r#"{"jsonrpc":"2.0","id":"L","result":{"tools":[]},"result":{"tools":[{"name":"x"}]}}"#,
+    ];
+    for body in bad {
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+        let v = filter_json(&e, &mut f, body);
+        assert_eq!(v["error"]["code"], -32603, "{body}");
+        assert_eq!(v["id"], "L");
+        assert!(v.get("result").is_none());
+    }
+    // An error answer passes as it is.
+    let err = r#"{"jsonrpc":"2.0","id":"L","error":{"code":-32000,"message":"busy"}}"#;
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    assert_eq!(filter_json(&e, &mut f, err)["error"]["message"], "busy");
+}
+
+#[test]
+fn an_oversize_json_listing_is_dropped_and_replaced() {
+    let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
+    b["listings"] = json!({"maxBytes": 64});
+    let e = engine(&b);
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["application/json; charset=utf-8"]));
+    assert_eq!(
+        f.on_body(&e, 65, false, |_| panic!("not read")),
+        BodyAction::Buffer { drop_buffer: true }
+    );
+    let BodyAction::Replace(out) = f.on_body(&e, 10, true, |_| panic!("not read")) else {
+        panic!()
+    };
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["error"]["code"], -32603);
+}
+
+#[test]
+fn other_media_types_and_error_statuses() {
+    let e = engine_for_listings();
+    // A 2xx of another media type: replaced (the host sets application/json).
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    assert_eq!(
+        f.on_headers(&response(200, &["text/plain"])),
+        HeadersAction::Rewrite
+    );
+    assert_eq!(f.content_type(), Some("application/json"));
+    let BodyAction::Replace(out) = f.on_body(&e, 4, true, |_| Some(b"echo".to_vec())) else {
+        panic!()
+    };
+    assert!(String::from_utf8(out).unwrap().contains("-32603"));
+    // Two Content-Type headers: which one the client reads is unknown.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    let two = ["application/json", "text/event-stream"];
+    assert_eq!(f.on_headers(&response(200, &two)), HeadersAction::Rewrite);
+    assert_eq!(f.content_type(), Some("application/json"));
+    // A non-2xx answer is not a listing: left alone.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    assert_eq!(
+        f.on_headers(&response(500, &["application/json"])),
+        HeadersAction::Keep
+    );
+    assert_eq!(f.on_body(&e, 3, true, |_| panic!()), BodyAction::Pass);
+}
+
+#[test]
+fn a_compressed_listing_cannot_be_read_and_is_refused() {
+    let e = engine_for_listings();
+    // The request asks the server not to compress the listing.
+    let (_, a) = send(
+        &e,
+        ALPHA,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    );
+    let Next::Allow { add_headers } = a else {
+        panic!("{a:?}")
+    };
+    assert_eq!(
+        add_headers,
+        [("accept-encoding".to_string(), "identity".to_string())]
+    );
+    // A server that compresses anyway: refused.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    let mut h = response(200, &["application/json"]);
+    h.push(("content-encoding".into(), "gzip".into()));
+    assert_eq!(f.on_headers(&h), HeadersAction::Rewrite);
+    assert_eq!(f.content_type(), Some("application/json"));
+    let BodyAction::Replace(out) = f.on_body(&e, 3, true, |_| Some(b"\x1f\x8b\x08".to_vec()))
+    else {
+        panic!()
+    };
+    assert!(String::from_utf8(out).unwrap().contains("-32603"));
+}
+
+#[test]
+fn a_body_ended_by_trailers_is_filtered_too() {
+    let e = engine_for_listings();
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["application/json"]));
+    assert_eq!(
+        f.on_body(&e, TOOLS.len(), false, |_| panic!("read at the end")),
+        BodyAction::Buffer { drop_buffer: false }
+    );
+    let BodyAction::Replace(out) = f.on_trailers(&e, || Some(TOOLS.as_bytes().to_vec())) else {
+        panic!()
+    };
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(names(&v, "tools", "name"), ["echo"]);
+    // Refused answers end with the error; SSE has nothing buffered.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["text/html"]));
+    assert!(matches!(f.on_trailers(&e, || None), BodyAction::Replace(_)));
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["text/event-stream"]));
+    assert_eq!(
+        f.on_trailers(&e, || panic!("nothing buffered")),
+        BodyAction::Pass
+    );
+}
+
+#[test]
+fn no_filter_when_turned_off_or_not_a_listing_or_denied() {
+    let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
+    b["listings"] = json!({"filter": false});
+    let e = engine(&b);
+    let (flow, a) = send(
+        &e,
+        ALPHA,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    );
+    assert!(matches!(a, Next::Allow { .. }));
+    assert!(flow.listing_filter(&e).is_none());
+
+    let e = engine_for_listings();
+    let (flow, _) = send(
+        &e,
+        ALPHA,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#,
+    );
+    assert!(flow.listing_filter(&e).is_none());
+    let only_calls = engine(&bundle(
+        vec![
+            json!({"name": "calls", "level": "Backend", "targets": [{"name": "tools"}],
+            "action": "Allow", "rules": [{"name": "c", "authorization": {"mcp": {"methods": [
+                {"name": "tools/call"}]}}}]}),
+        ],
+        &[],
+    ));
+    let (flow, a) = send(
+        &only_calls,
+        ALPHA,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    );
+    assert!(matches!(a, Next::Respond(_)));
+    assert!(flow.listing_filter(&only_calls).is_none());
+}
+
+/// SSE chunks through the filter; returns what the client receives.
+fn through_sse(e: &Engine, f: &mut ListingFilter, chunks: &[&[u8]]) -> String {
+    assert_eq!(
+        f.on_headers(&response(200, &["text/event-stream"])),
+        HeadersAction::Rewrite
+    );
+    let mut out = Vec::new();
+    for (i, c) in chunks.iter().enumerate() {
+        let owned = c.to_vec();
+        let last = i + 1 == chunks.len();
+        match f.on_body(e, c.len(), last, move |_| Some(owned)) {
+            BodyAction::Replace(b) => out.extend(b),
+            other => panic!("{other:?}"),
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// The JSON of each `data:` event the client would dispatch.
+fn messages(sse: &str) -> Vec<Value> {
+    sse.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            let data: Vec<&str> = e.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+            serde_json::from_str(&data.join("\n")).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn sse_events_are_filtered_as_they_stream() {
+    let e = engine_for_listings();
+    let progress = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#;
+    let result = TOOLS.replace('\n', "");
+    let stream = format!(": keep-alive\r\n\r\nevent: message\r\ndata: {progress}\r\n\r\nevent: message\nid: 7\ndata: {result}\n\n");
+    let bytes = stream.as_bytes();
+    // Cut everywhere, including inside "\r\n" and the blank line.
+    for cut in [1, 13, 16, 40, bytes.len() / 2, bytes.len() - 1] {
+        let (a, b) = bytes.split_at(cut);
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+        let out = through_sse(&e, &mut f, &[a, b, b""]);
+        let m = messages(&out);
+        assert_eq!(m.len(), 2, "cut {cut}: {out}");
+        assert_eq!(m[0]["method"], "notifications/progress");
+        assert_eq!(names(&m[1], "tools", "name"), ["echo"]);
+        assert!(out.contains("id: 7\n"), "{out}");
+        assert!(!out.contains("keep-alive"));
+    }
+}
+
+#[test]
+fn sse_malformed_or_oversize_events_become_errors() {
+    let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
+    b["listings"] = json!({"maxBytes": 200});
+    let e = engine(&b);
+    let big = format!(
+        "data: {{\"jsonrpc\":\"2.0\",\"id\":\"L\",\"result\":{{\"tools\":[{}]}}}}\n\n",
+        vec![r#"{"name":"delete_repo"}"#; 20].join(",")
+    );
+    let ok = "data: {\"jsonrpc\":\"2.0\",\"id\":\"L\",\"result\":{\"tools\":[{\"name\":\"echo\"},{\"name\":\"x\"}]}}\n\n";
+    let cases: Vec<Vec<u8>> = vec![
+        b"data: {not json}\n\n".to_vec(),
+        // A lone CR: a client splits lines there.
+        b"data: {\"jsonrpc\":\"2.0\",\"id\":\"L\",\"result\":{\"tools\":[]}}\rdata: x\n\n".to_vec(),
+        big.into_bytes(),
+    ];
+    for case in cases {
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+        let mut stream = case.clone();
+        stream.extend_from_slice(ok.as_bytes());
+        // In chunks of 50 bytes.
+        let chunks: Vec<&[u8]> = stream.chunks(50).collect();
+        let out = through_sse(&e, &mut f, &chunks);
+        let m = messages(&out);
+        assert_eq!(m.len(), 2, "{out}");
+        assert_eq!(m[0]["error"]["code"], -32603, "{out}");
+        assert!(!out.contains("delete_repo"));
+        assert_eq!(names(&m[1], "tools", "name"), ["echo"], "{out}");
+    }
+    // An event the stream ends in the middle of is dropped.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    assert_eq!(
+        through_sse(&e, &mut f, &[b"data: {\"jsonrpc\":\"2.0\""]),
+        ""
+    );
+}
+
+// ----- revisions (docs/semantics.md §4.4) -----
+
+fn admit_all() -> Engine {
+    engine(&bundle(vec![], &[]))
+}
+
+#[test]
+fn an_unsupported_revision_is_refused_with_the_supported_list() {
+    let e = admit_all();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    for version in ["2024-11-05", "2027-01-01", "latest"] {
+        let (_, a) = send(&e, ALPHA, &[("mcp-protocol-version", version)], ping);
+        let (status, v) = rejected(a);
+        assert_eq!(status, 400, "{version}");
+        assert_eq!(v["error"]["code"], -32022);
+        assert_eq!(v["error"]["data"]["requested"], version);
+        assert_eq!(
+            v["error"]["data"]["supported"],
+            json!(["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"])
+        );
+    }
+    // The revision initialize asks for, too.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05"}}"#;
+    assert_eq!(
+        rejected(send(&e, ALPHA, &[], init).1).1["error"]["code"],
+        -32022
+    );
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#;
+    assert!(matches!(send(&e, ALPHA, &[], init).1, Next::Allow { .. }));
+    // A bodiless request's header is checked too.
+    let get = |version: &str, method: &str| {
+        let mut h = input(
+            ALPHA,
+            &[("mcp-protocol-version", version), ("mcp-session-id", "s")],
+        );
+        h.headers[0].1 = method.into();
+        h.end_of_stream = true;
+        RequestFlow::new().on_headers(&e, h)
+    };
+    assert_eq!(rejected(get("1999-01-01", "GET")).0, 400);
+    // 2026-07-28 has no GET stream and no sessions to DELETE.
+    for method in ["GET", "DELETE"] {
+        let (status, v) = rejected(get("2026-07-28", method));
+        assert_eq!(
+            (status, v["error"]["code"].clone()),
+            (405, json!(-32601)),
+            "{method}"
+        );
+        assert!(
+            matches!(get("2025-11-25", method), Next::Allow { .. }),
+            "{method}"
+        );
+    }
+}
+
+#[test]
+fn a_method_the_revision_does_not_have_is_not_found() {
+    let e = admit_all();
+    let v26 = |m: &'static str| [("mcp-protocol-version", "2026-07-28"), ("mcp-method", m)];
+    for m in ["initialize", "ping", "logging/setLevel", "tasks/list"] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+        let (flow, a) = send(&e, ALPHA, &v26(m), &body);
+        let (status, v) = rejected(a);
+        assert_eq!(
+            (status, v["error"]["code"].clone()),
+            (404, json!(-32601)),
+            "{m}"
+        );
+        assert_eq!(flow.outcome().unwrap().reason, "method_not_in_revision");
+    }
+    let sub =
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#;
+    assert_eq!(
+        rejected(send(&e, ALPHA, &v26("resources/subscribe"), sub).1).0,
+        404
+    );
+    // server/discover only exists in 2026-07-28; a request naming no revision is 2025-03-26.
+    let discover = r#"{"jsonrpc":"2.0","id":1,"method":"server/discover"}"#;
+    assert_eq!(rejected(send(&e, ALPHA, &[], discover).1).0, 404);
+    assert!(matches!(
+        send(&e, ALPHA, &v26("server/discover"), discover).1,
+        Next::Allow { .. }
+    ));
+    let tasks = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t"}}"#;
+    let v25 = [("mcp-protocol-version", "2025-11-25")];
+    assert!(matches!(send(&e, ALPHA, &v25, tasks).1, Next::Allow { .. }));
+    let v0618 = [("mcp-protocol-version", "2025-06-18")];
+    assert_eq!(rejected(send(&e, ALPHA, &v0618, tasks).1).0, 404);
+    // Methods the table does not know are left to the policies.
+    let custom = r#"{"jsonrpc":"2.0","id":1,"method":"x/custom"}"#;
+    assert!(matches!(
+        send(&e, ALPHA, &v26("x/custom"), custom).1,
+        Next::Allow { .. }
+    ));
+}
+
+#[test]
+fn subscriptions_listen_is_base_protocol_and_its_uris_are_judged_as_subscribe() {
+    let allow = json!({"name": "subs", "level": "Backend", "targets": [{"name": "tools"}],
+        "action": "Allow", "rules": [{"name": "r",
+            "authorization": {"mcp": {"baseProtocol": "Match", "methods": [
+                {"name": "resources/subscribe", "params": ["file:///a"]}]}}}]});
+    let e = engine(&bundle(vec![allow], &[]));
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "subscriptions/listen"),
+    ];
+    let listen = |uris: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{{"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}},"notifications":{{"toolsListChanged":true,"resourceSubscriptions":[{uris}]}}}}}}"#
+        )
+    };
+    assert!(matches!(
+        send(&e, ALPHA, &headers, &listen("")).1,
+        Next::Allow { .. }
+    ));
+    let a = send(&e, ALPHA, &headers, &listen(r#""file:///a""#)).1;
+    assert!(matches!(a, Next::Allow { .. }), "{a:?}");
+    let (flow, a) = send(
+        &e,
+        ALPHA,
+        &headers,
+        &listen(r#""file:///a","file:///secret""#),
+    );
+    let (status, v) = rejected(a);
+    assert_eq!((status, v["error"]["code"].clone()), (403, json!(-32010)));
+    assert_eq!(flow.outcome().unwrap().reason, "not_allowed");
+    // Not an array of strings: invalid params.
+    let (_, a) = send(&e, ALPHA, &headers, &listen(r#""file:///a",7"#));
+    assert_eq!(rejected(a).1["error"]["code"], -32602);
+}
