@@ -546,7 +546,7 @@ spec:
 }
 
 #[test]
-fn grpc_authorizers_are_not_accepted_and_their_requests_denied() {
+fn grpc_authorizers_map_to_grpc_bundle_authorizers() {
     let p = r#"
 apiVersion: agentic.networking.x-k8s.io/v1alpha1
 kind: XAccessPolicy
@@ -557,19 +557,22 @@ spec:
   externalAuth:
     protocol: GRPC
     backendRef: {name: authorino, port: 50051}
-    grpc: {}
+    grpc: {allowedHeaders: [authorization, x-team]}
+    forwardBody: {maxSize: 512}
   rules:
   - name: sa
     source: {type: ServiceAccount, serviceAccount: {name: agent}}
 "#;
     let c = run(p);
     let st = &policy_status(&c, "grpc").conditions[0];
-    assert_eq!(st.reason, reason::UNSUPPORTED);
-    assert!(st.message.contains("GRPC"), "{}", st.message);
-    let standin = bundle_policy(&c, "grpc.not-accepted").unwrap();
-    assert_eq!(standin.action, Action::Deny);
-    let rules = standin.rules.as_ref().unwrap();
-    assert_eq!(rules[0].name, "sa", "the same requests are selected");
+    assert_eq!(st.reason, reason::ACCEPTED, "{}", st.message);
+    let a = &c.bundle.authorizers[0];
+    assert_eq!(a.protocol, mcp_access_bundle::AuthorizerProtocol::Grpc);
+    assert_eq!(a.cluster, "authz-grpc/mcp/authorino:50051");
+    assert_eq!(a.allowed_headers, ["authorization", "x-team"]);
+    assert_eq!(a.forward_body_max_bytes, 512);
+    let m = &c.topology.authorizers[0];
+    assert!(m.grpc && m.name == "authorino" && m.port == 50051, "{m:?}");
 }
 
 #[test]

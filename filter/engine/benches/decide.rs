@@ -132,6 +132,7 @@ fn headers_input(len: usize) -> HeadersInput {
         ),
     ];
     HeadersInput {
+        peers: None,
         headers: h.iter().map(|(n, v)| (n.to_string(), v.clone())).collect(),
         end_of_stream: false,
         port: PORT,

@@ -2,13 +2,14 @@
 //!
 //! A request is parsed in [`mcp`], its path canonicalized in [`canon`], its caller identified
 //! in [`identity`] (certificates read by [`x509`]), decided in [`policy`]; authorizers are
-//! called through [`callout`], and it is answered in [`answer`]. [`flow`] strings these
+//! called through [`callout`] (HTTP) and [`ext_authz`] (gRPC), and it is answered in [`answer`]. [`flow`] strings these
 //! together per request; the `mcp-access-filter` crate is the thin proxy-wasm host around it.
 
 pub mod answer;
 mod base64;
 pub mod callout;
 pub mod canon;
+pub mod ext_authz;
 pub mod facts;
 pub mod flow;
 mod identity;
