@@ -122,7 +122,14 @@ def native_ext_authz() -> dict[str, Any]:
         "failure_mode_allow": False,
         "include_peer_certificate": True,
         "with_request_body": {"max_request_bytes": BODY_MAX, "allow_partial_message": True, "pack_as_bytes": True},
+        # As KAN's reference configures it: the MCP filter's dynamic metadata goes to the authorizer.
+        "metadata_context_namespaces": ["envoy.filters.http.mcp"],
     }}
+
+
+def native_mcp() -> dict[str, Any]:
+    """Envoy's MCP filter, whose dynamic metadata (namespace envoy.filters.http.mcp) ext_authz forwards."""
+    return {"name": "envoy.filters.http.mcp", "typed_config": {"@type": _T + "envoy.extensions.filters.http.mcp.v3.Mcp"}}
 
 
 @dataclass
@@ -177,8 +184,8 @@ def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path, pki: Pki) 
     listeners = [
         Listener("mcp", port, route, wasm=wasm),
         Listener("tls", tls_port, route, wasm=wasm, tls=server_tls),
-        Listener("native", native_port, route, extra_filters=[native_ext_authz()]),
-        Listener("native-tls", native_tls_port, route, extra_filters=[native_ext_authz()], tls=server_tls),
+        Listener("native", native_port, route, extra_filters=[native_mcp(), native_ext_authz()]),
+        Listener("native-tls", native_tls_port, route, extra_filters=[native_mcp(), native_ext_authz()], tls=server_tls),
     ]
     clusters = [Cluster("tools", port=mcp_server.port), Cluster("grpc-authz", port=authz.port, http2=True),
                 Cluster("http-authz", port=http_authz.port), Cluster("reset-authz", port=resetter.port, http2=True),
@@ -311,6 +318,7 @@ def test_http_and_grpc_authorizers_at_one_level(stack: Stack) -> None:
 # Fields that differ by construction, documented in docs/semantics.md (gRPC authorizers).
 EXPECTED_DIFFERENCES = {
     "attributes.contextExtensions",  # ours: the MCP attributes
+    "attributes.metadataContext.filterMetadata.mcp_proxy",  # ours: the MCP filter's metadata again, under KAN's name
     "attributes.request.time",  # two requests, two times
     "attributes.request.http.id",  # Envoy: its stream id; ours: x-request-id
     "attributes.request.http.headers.x-request-id",  # two requests, two ids

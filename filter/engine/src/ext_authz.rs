@@ -49,9 +49,38 @@ pub mod pb {
         pub route_metadata_context: Option<Metadata>,
     }
 
-    /// `envoy.config.core.v3.Metadata`, always sent empty (as Envoy does by default).
+    /// `envoy.config.core.v3.Metadata` (untyped filter metadata only).
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Metadata {}
+    pub struct Metadata {
+        #[prost(btree_map = "string, message", tag = "1")]
+        pub filter_metadata: BTreeMap<String, Struct>,
+    }
+
+    /// `google.protobuf.Struct`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Struct {
+        #[prost(btree_map = "string, message", tag = "1")]
+        pub fields: BTreeMap<String, Value>,
+    }
+
+    /// `google.protobuf.Value` (the kinds the filter sends).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Value {
+        #[prost(oneof = "Kind", tags = "2, 3, 4, 5")]
+        pub kind: Option<Kind>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Kind {
+        #[prost(double, tag = "2")]
+        Number(f64),
+        #[prost(string, tag = "3")]
+        Str(String),
+        #[prost(bool, tag = "4")]
+        Bool(bool),
+        #[prost(message, tag = "5")]
+        Struct(Struct),
+    }
 
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Peer {
@@ -227,6 +256,58 @@ pub const EXT_LEVEL: &str = "mcp_access_level";
 
 const PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
 
+/// Metadata namespaces of the MCP attributes in `metadata_context`: Envoy's MCP filter's
+/// (what its ext_authz forwards with `metadata_context_namespaces`), and `mcp_proxy`, the name
+/// KAN's reference implementation and its conformance authorizers use.
+pub const MCP_METADATA_NAMESPACES: [&str; 2] = ["envoy.filters.http.mcp", "mcp_proxy"];
+
+fn value(kind: pb::Kind) -> pb::Value {
+    pb::Value { kind: Some(kind) }
+}
+
+/// The MCP attributes as Envoy's MCP filter states them in its dynamic metadata: `jsonrpc`,
+/// `method`, `id`, `params.name` / `params.uri`, `is_mcp_request`, `status`. None for a
+/// request that is not a JSON-RPC call (GET, DELETE, a response).
+fn mcp_metadata(req: &Request, id: Option<&str>) -> Option<pb::Metadata> {
+    let McpOp::Call { method, param } = &req.mcp else {
+        return None;
+    };
+    let mut fields = BTreeMap::new();
+    fields.insert("jsonrpc".into(), value(pb::Kind::Str("2.0".into())));
+    fields.insert("method".into(), value(pb::Kind::Str(method.clone())));
+    fields.insert("is_mcp_request".into(), value(pb::Kind::Bool(true)));
+    fields.insert("status".into(), value(pb::Kind::Str("mcp_ok".into())));
+    let id = id.and_then(|raw| match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Number(n)) => n.as_f64().map(pb::Kind::Number),
+        Ok(serde_json::Value::String(s)) => Some(pb::Kind::Str(s)),
+        _ => None,
+    });
+    if let Some(id) = id {
+        fields.insert("id".into(), value(id));
+    }
+    let key = mcp_methods::lookup(method)
+        .and_then(|m| m.param)
+        .map(|p| match p {
+            mcp_methods::Param::Name => "name",
+            mcp_methods::Param::Uri => "uri",
+        });
+    if let (Some(k), Some(p)) = (key, param) {
+        let mut params = BTreeMap::new();
+        params.insert(k.to_string(), value(pb::Kind::Str(p.clone())));
+        fields.insert(
+            "params".into(),
+            value(pb::Kind::Struct(pb::Struct { fields: params })),
+        );
+    }
+    let attrs = pb::Struct { fields };
+    Some(pb::Metadata {
+        filter_metadata: MCP_METADATA_NAMESPACES
+            .iter()
+            .map(|n| (n.to_string(), attrs.clone()))
+            .collect(),
+    })
+}
+
 fn address(a: Option<&String>) -> Option<pb::Address> {
     let a = a?;
     let (host, port) = a.rsplit_once(':')?;
@@ -242,12 +323,14 @@ fn address(a: Option<&String>) -> Option<pb::Address> {
     })
 }
 
-/// The serialized CheckRequest for `authorizer` about `req` (`body`: the buffered client body).
+/// The serialized CheckRequest for `authorizer` about `req` (`body`: the buffered client body,
+/// `id`: the JSON-RPC id as raw JSON text).
 pub(crate) fn build(
     authorizer: &Authorizer,
     req: &Request,
     peers: &Peers,
     body: &[u8],
+    id: Option<&str>,
     level: Level,
     policy: &str,
 ) -> Vec<u8> {
@@ -345,8 +428,8 @@ pub(crate) fn build(
                 }),
             }),
             context_extensions: ext,
-            metadata_context: Some(pb::Metadata {}),
-            route_metadata_context: Some(pb::Metadata {}),
+            metadata_context: Some(mcp_metadata(req, id).unwrap_or_default()),
+            route_metadata_context: Some(pb::Metadata::default()),
         }),
     };
     prost::Message::encode_to_vec(&message)
@@ -584,7 +667,15 @@ mod tests {
     #[test]
     fn check_request_carries_what_envoy_sends_and_the_mcp_attributes() {
         let a = authorizer(serde_json::json!({"forwardBodyMaxBytes": 4}));
-        let bytes = build(&a, &request(), &peers(), b"123456", Level::Backend, "ns/p");
+        let bytes = build(
+            &a,
+            &request(),
+            &peers(),
+            b"123456",
+            Some("7"),
+            Level::Backend,
+            "ns/p",
+        );
         let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
         let attrs = m.attributes.unwrap();
         let src = attrs.source.unwrap();
@@ -614,7 +705,22 @@ mod tests {
         assert_eq!(ext.get(EXT_TOOL).unwrap(), "add");
         assert_eq!(ext.get(EXT_LEVEL).unwrap(), "backend");
         assert_eq!(ext.get(EXT_POLICY).unwrap(), "ns/p");
-        assert!(attrs.metadata_context.is_some());
+        let meta = attrs.metadata_context.unwrap().filter_metadata;
+        assert_eq!(meta.len(), 2);
+        let mcp = &meta.get("envoy.filters.http.mcp").unwrap().fields;
+        assert_eq!(mcp.get("id").unwrap().kind, Some(pb::Kind::Number(7.0)));
+        assert_eq!(
+            mcp.get("method").unwrap().kind,
+            Some(pb::Kind::Str("tools/call".into()))
+        );
+        let Some(pb::Kind::Struct(params)) = &mcp.get("params").unwrap().kind else {
+            panic!("params")
+        };
+        assert_eq!(
+            params.fields.get("name").unwrap().kind,
+            Some(pb::Kind::Str("add".into()))
+        );
+        assert_eq!(meta.get("mcp_proxy"), meta.get("envoy.filters.http.mcp"));
     }
 
     #[test]
@@ -622,7 +728,7 @@ mod tests {
         let a = authorizer(
             serde_json::json!({"allowedHeaders": ["Authorization"], "includePeerCertificate": true}),
         );
-        let bytes = build(&a, &request(), &peers(), b"", Level::Gateway, "p");
+        let bytes = build(&a, &request(), &peers(), b"", None, Level::Gateway, "p");
         let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
         let attrs = m.attributes.unwrap();
         assert_eq!(attrs.source.unwrap().certificate, "-----BEGIN%20CERT");

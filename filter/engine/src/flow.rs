@@ -632,6 +632,7 @@ impl RequestFlow {
                                 req,
                                 &self.peers,
                                 &self.body,
+                                self.id.as_deref(),
                                 c.level,
                                 &p.id,
                             ),
