@@ -10,7 +10,8 @@ server that resets every connection.
   sleep:<seconds>          answers OK after sleeping (past the filter's timeout)
   garbage                  answers bytes that are not a CheckResponse
 The policy is read from context_extensions[mcp_access_policy] when the filter calls, and is
-"native" when Envoy's own ext_authz calls (it sends no context extensions).
+"native" when Envoy's own ext_authz calls (it sends no context extensions). With `decide`, that
+function chooses instead: it gets the CheckRequest and returns an `x-authz` value.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import struct
 import threading
 import time
 from concurrent import futures
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -40,7 +42,8 @@ class GrpcAuthorizer:
     """In-process grpcio server on 127.0.0.1 (HTTP/2 plaintext). `checks` holds every
     CheckRequest received, in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, decide: Callable[[external_auth_pb2.CheckRequest], str] | None = None) -> None:
+        self.decide = decide
         self.checks: list[external_auth_pb2.CheckRequest] = []
         self._lock = threading.Lock()
         handler = grpc.method_handlers_generic_handler(
@@ -73,7 +76,7 @@ class GrpcAuthorizer:
         with self._lock:
             self.checks.append(req)
         attrs = req.attributes
-        ask = attrs.request.http.headers.get("x-authz", "allow")
+        ask = self.decide(req) if self.decide else attrs.request.http.headers.get("x-authz", "allow")
         policy = attrs.context_extensions.get("mcp_access_policy", "native")
         kind, _, arg = ask.partition(":")
         if kind == "grpc":
