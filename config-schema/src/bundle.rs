@@ -187,7 +187,7 @@ pub struct Authorizer {
     /// Envoy cluster the callout goes to (HTTP/2 for `GRPC`).
     pub cluster: String,
     /// `HTTP` (default) or `GRPC`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "AuthorizerProtocol::is_http")]
     pub protocol: AuthorizerProtocol,
     /// `:authority` of the callout; defaults to the client request's host. HTTP only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -241,6 +241,12 @@ pub enum AuthorizerProtocol {
     /// `envoy.service.auth.v3.Authorization/Check` over gRPC.
     #[serde(rename = "GRPC")]
     Grpc,
+}
+
+impl AuthorizerProtocol {
+    fn is_http(&self) -> bool {
+        *self == AuthorizerProtocol::Http
+    }
 }
 
 /// Outcome when an authorizer cannot give an answer.
