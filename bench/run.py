@@ -82,7 +82,8 @@ VARIANTS = [
 ]
 
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
-COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny"], ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny"]]
+COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny"], ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny"],
+           ["s7_native", "s7_ours"]]
 QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)
 
 BODIES = {
