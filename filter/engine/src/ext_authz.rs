@@ -21,8 +21,10 @@ pub const RESPONSE_SLACK: usize = 64 * 1024;
 
 /// The Envoy API messages, field numbers as in `api/envoy/service/auth/v3/*.proto`,
 /// `envoy/config/core/v3/{address,base}.proto`, `google/rpc/status.proto` and
-/// `google/protobuf/timestamp.proto`. Fields the filter neither sends nor reads are left out
-/// (prost skips them when decoding).
+/// `google/protobuf/{timestamp,struct,wrappers}.proto`. Written for prost by hand (no protoc, no
+/// vendored .proto tree); `integration/tests/test_grpc_messages.py` checks every field's name,
+/// number and type against the official descriptors (PyPI `xds-protos`). Fields the filter
+/// neither sends nor reads are left out (prost skips them when decoding).
 #[allow(missing_docs)]
 pub mod pb {
     use std::collections::BTreeMap;
