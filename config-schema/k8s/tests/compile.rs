@@ -576,6 +576,42 @@ spec:
 }
 
 #[test]
+fn v0alpha0_grpc_external_auth_maps_to_a_grpc_authorizer() {
+    let p = r#"
+apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XAccessPolicy
+metadata: {name: ext, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  rules:
+  - name: agent-calls
+    source: {type: ServiceAccount, serviceAccount: {name: agent}}
+    authorization:
+      type: ExternalAuth
+      externalAuth:
+        protocol: GRPC
+        backendRef: {name: opa, port: 9191}
+        grpc: {allowedHeaders: [x-a]}
+        forwardBody: {maxSize: 64}
+"#;
+    let c = run(p);
+    assert_eq!(
+        policy_status(&c, "ext").conditions[0].reason,
+        reason::ACCEPTED
+    );
+    let a = &c.bundle.authorizers[0];
+    assert_eq!(
+        (a.protocol, a.cluster.as_str(), a.forward_body_max_bytes),
+        (
+            mcp_access_bundle::AuthorizerProtocol::Grpc,
+            "authz-grpc/mcp/opa:9191",
+            64
+        )
+    );
+    assert_eq!(a.allowed_headers, ["x-a"]);
+}
+
+#[test]
 fn unsupported_route_filters_reject_the_route() {
     let r = r#"
 apiVersion: gateway.networking.k8s.io/v1
