@@ -6,6 +6,7 @@ server that resets every connection.
   allow (default)          OK; edits upstream headers (see `ok_response`), dynamic metadata
   deny:<http status>       status PERMISSION_DENIED, denied_response with that status, a
                            `www-authenticate` header and the body `denied by <policy>`
+  bigdeny:<bytes>          a denial (401) whose body has that many bytes
   grpc:<code name>         the call fails with that gRPC status (e.g. grpc:UNAVAILABLE)
   sleep:<seconds>          answers OK after sleeping (past the filter's timeout)
   garbage                  answers bytes that are not a CheckResponse
@@ -85,6 +86,13 @@ class GrpcAuthorizer:
             time.sleep(float(arg))
         if kind == "garbage":
             return b"\xff\xff\xff\xff garbage"
+        if kind == "bigdeny":
+            resp = external_auth_pb2.CheckResponse(
+                status=status_pb2.Status(code=code_pb2.PERMISSION_DENIED),
+                denied_response=external_auth_pb2.DeniedHttpResponse(
+                    status=http_status_pb2.HttpStatus(code=401), body="d" * int(arg)),
+            )
+            return resp.SerializeToString()
         if kind == "deny":
             resp = external_auth_pb2.CheckResponse(
                 status=status_pb2.Status(code=code_pb2.PERMISSION_DENIED),

@@ -247,6 +247,18 @@ def test_the_mcp_sdk_client_sees_allow_and_deny(stack: Stack) -> None:
     assert "denied by mcp/closed" in denied.value.body.decode()
 
 
+def test_a_denial_body_over_the_cap_is_not_relayed_and_an_unreadable_answer_denies(stack: Stack) -> None:
+    # 8 KiB default cap: a 9 KiB body is dropped, the 401 stands.
+    r = stack.post("open", authz="bigdeny:9216")
+    assert (r.status, "d" * 100 in r.text) == (401, False), (r.status, len(r.body))
+    assert "denial body over maxResponseBodyBytes" in stack.envoy.log_text()
+    # Over the cap + 64 KiB the CheckResponse is not read; even failureMode Allow denies.
+    r = stack.post("open", authz="bigdeny:100000")
+    assert r.status == 403, r.status
+    assert stack.tools.tool_calls() == []
+    assert "not read: denied" in stack.envoy.log_text()
+
+
 # --- failures under both failure modes ----------------------------------------------------------
 
 FAILURES = {

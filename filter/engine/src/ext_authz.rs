@@ -577,7 +577,18 @@ pub(crate) fn interpret(
         ));
     }
     let Some(bytes) = message else {
-        return error("CheckResponse larger than the filter reads".into());
+        // Unread, it could be a denial: deny (without its status, headers or body) whatever
+        // the failure mode.
+        let cap = usize::try_from(authorizer.max_response_body_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(RESPONSE_SLACK);
+        let note = format!("CheckResponse over {cap} bytes, not read: denied");
+        let deny = AuthzOutcome::Deny {
+            status: 403,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        return (deny, Some(note), None);
     };
     let resp = match <pb::CheckResponse as prost::Message>::decode(bytes) {
         Ok(r) => r,
@@ -846,7 +857,6 @@ mod tests {
             (None, Some(&b""[..])),
             (Some(14), Some(&b""[..])),
             (Some(7), Some(&b""[..])),
-            (Some(0), None),
             (Some(0), Some(&b"\xff\xff\xff"[..])),
             (Some(0), Some(&b"\x0a\x05\x08"[..])),
         ] {
@@ -856,6 +866,11 @@ mod tests {
                 "{status:?} {msg:?}: {o:?}"
             );
         }
+        // Too large to read: denied whatever the failure mode (it could be a denial).
+        let open = authorizer(serde_json::json!({"failureMode": "Allow"}));
+        let (o, note, _) = interpret(&open, Some(0), None);
+        assert!(matches!(o, AuthzOutcome::Deny { status: 403, .. }), "{o:?}");
+        assert!(note.unwrap().contains("not read"));
         let err = pb::CheckResponse {
             status: status(13),
             error_response: Some(Vec::new()),

@@ -485,7 +485,8 @@ impl RequestFlow {
     }
 
     /// A gRPC callout ended at `now_ns`: `grpc_status` (None: no answer: timeout, reset,
-    /// unreachable), `message` the CheckResponse (None: over [`RequestFlow::grpc_response_limit`]).
+    /// unreachable), `message` the CheckResponse (None: over [`RequestFlow::grpc_response_limit`],
+    /// which denies).
     pub fn on_grpc_response(
         &mut self,
         engine: &Engine,
