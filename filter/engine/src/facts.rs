@@ -38,6 +38,8 @@ pub enum Fact {
     RequestTime,
     /// `request.protocol` (`HTTP/1.1`, `HTTP/2`, ...).
     RequestProtocol,
+    /// `connection.tls_version`: set only on a TLS connection.
+    TlsVersion,
 }
 
 impl Fact {
@@ -59,6 +61,7 @@ impl Fact {
             Fact::LocalSubject => &["connection", "subject_local_certificate"],
             Fact::RequestTime => &["request", "time"],
             Fact::RequestProtocol => &["request", "protocol"],
+            Fact::TlsVersion => &["connection", "tls_version"],
         }
     }
 }
@@ -116,7 +119,12 @@ impl HeadersInput {
 /// What gRPC authorizers are told about the connection, as Envoy's ext_authz tells it: a
 /// principal is the certificate's first URI SAN, else its first DNS SAN, else its subject.
 fn peers(engine: &Engine, facts: &dyn HostFacts) -> crate::ext_authz::Peers {
+    // Certificates exist only on a TLS connection: one read spares six on plaintext.
+    let tls = text(facts, Fact::TlsVersion).is_some();
     let principal = |uri, dns, subject| {
+        if !tls {
+            return None;
+        }
         text(facts, uri)
             .or_else(|| text(facts, dns))
             .or_else(|| text(facts, subject))
@@ -124,7 +132,7 @@ fn peers(engine: &Engine, facts: &dyn HostFacts) -> crate::ext_authz::Peers {
     let certificate = engine
         .authorizers
         .iter()
-        .any(|a| a.include_peer_certificate)
+        .any(|a| a.include_peer_certificate && tls)
         .then(|| text(facts, Fact::PeerCertificate))
         .flatten()
         .map(|pem| url_encode(&pem));
