@@ -663,11 +663,14 @@ fn a_grpc_callout_carries_the_check_request_and_its_ok_edits_headers() {
         Some("default/ask-risk")
     );
 
+    // dynamic_metadata: Struct {"user": "u1"} (fields entry: key 1, Value.string_value 3).
+    let metadata = b"\x0a\x0c\x0a\x04user\x12\x04\x1a\x02u1".to_vec();
     let ok = ext_authz::pb::CheckResponse {
         status: Some(ext_authz::pb::RpcStatus {
             code: 0,
             message: String::new(),
         }),
+        dynamic_metadata: Some(metadata),
         ok_response: Some(ext_authz::pb::OkHttpResponse {
             headers: vec![
                 hvo("x-set", "1", 2),
@@ -692,6 +695,16 @@ fn a_grpc_callout_carries_the_check_request_and_its_ok_edits_headers() {
             ("remove", "authorization".to_string(), String::new()),
         ],
         "content-type is present: ADD_IF_ABSENT leaves it"
+    );
+    // The dynamic metadata is exported as filter state, as JSON.
+    let exported = (
+        "mcp_access.authz.risk".to_string(),
+        br#"{"user":"u1"}"#.to_vec(),
+    );
+    assert!(
+        h.set_properties.contains(&exported),
+        "{:?}",
+        h.set_properties
     );
     assert_eq!(vm.decision()["decision"], "allow");
 }
