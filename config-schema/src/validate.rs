@@ -315,6 +315,12 @@ impl Validator {
                 );
             }
             if a.protocol == AuthorizerProtocol::Grpc {
+                // The filter hands Envoy a one-byte-length GrpcService naming the cluster.
+                self.check(
+                    a.cluster.len() <= 125,
+                    || format!("{at}.cluster"),
+                    "must be at most 125 bytes for a GRPC authorizer",
+                );
                 for (field, set) in [
                     ("authority", a.authority.is_some()),
                     ("pathPrefix", !a.path_prefix.is_empty()),
