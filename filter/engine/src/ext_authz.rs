@@ -17,7 +17,7 @@ pub const SERVICE: &str = "envoy.service.auth.v3.Authorization";
 pub const METHOD: &str = "Check";
 
 /// Bytes of a CheckResponse read beyond the denial body cap (headers, metadata, framing).
-pub const RESPONSE_SLACK: usize = 64 * 1024;
+pub(crate) const RESPONSE_SLACK: usize = 64 * 1024;
 
 /// The Envoy API messages, field numbers as in `api/envoy/service/auth/v3/*.proto`,
 /// `envoy/config/core/v3/{address,base}.proto`, `google/rpc/status.proto` and
@@ -249,19 +249,19 @@ pub struct Peers {
 }
 
 /// Context extension keys the filter sets (documented in docs/semantics.md).
-pub const EXT_METHOD: &str = "mcp_method";
-pub const EXT_TOOL: &str = "mcp_tool";
-pub const EXT_PROMPT: &str = "mcp_prompt";
-pub const EXT_RESOURCE_URI: &str = "mcp_resource_uri";
-pub const EXT_POLICY: &str = "mcp_access_policy";
-pub const EXT_LEVEL: &str = "mcp_access_level";
+pub(crate) const EXT_METHOD: &str = "mcp_method";
+pub(crate) const EXT_TOOL: &str = "mcp_tool";
+pub(crate) const EXT_PROMPT: &str = "mcp_prompt";
+pub(crate) const EXT_RESOURCE_URI: &str = "mcp_resource_uri";
+pub(crate) const EXT_POLICY: &str = "mcp_access_policy";
+pub(crate) const EXT_LEVEL: &str = "mcp_access_level";
 
 const PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
 
 /// Metadata namespaces of the MCP attributes in `metadata_context`: Envoy's MCP filter's
 /// (what its ext_authz forwards with `metadata_context_namespaces`), and `mcp_proxy`, the name
 /// KAN's reference implementation and its conformance authorizers use.
-pub const MCP_METADATA_NAMESPACES: [&str; 2] = ["envoy.filters.http.mcp", "mcp_proxy"];
+pub(crate) const MCP_METADATA_NAMESPACES: [&str; 2] = ["envoy.filters.http.mcp", "mcp_proxy"];
 
 fn value(kind: pb::Kind) -> pb::Value {
     pb::Value { kind: Some(kind) }
