@@ -77,7 +77,9 @@ def s2(port: int) -> dict[str, Any]:
     return b
 
 
-def authorizer(name: str, cluster: str, timeout_ms: int = 1000) -> dict[str, Any]:
+def authorizer(name: str, cluster: str, timeout_ms: int = 1000, protocol: str = "HTTP") -> dict[str, Any]:
+    if protocol == "GRPC":
+        return {"name": name, "cluster": cluster, "protocol": "GRPC", "timeoutMs": timeout_ms}
     return {"name": name, "cluster": cluster, "pathPrefix": "/authz", "timeoutMs": timeout_ms}
 
 
@@ -93,19 +95,19 @@ def ext_auth_policy(name: str, level: str, target: str, authz: str, seniority: i
     }
 
 
-def with_authorizers(port: int, gateway: list[str], backend: list[str]) -> dict[str, Any]:
+def with_authorizers(port: int, gateway: list[str], backend: list[str], protocol: str = "HTTP") -> dict[str, Any]:
     """S3/S4: the S2 policy plus ExternalAuth policies (no rules: every request) calling the
     given authorizer clusters, at the Gateway and at the Backend level."""
     b = s2(port)
     seniority = 10
     for i, cluster in enumerate(gateway):
         name = f"gw-authz-{i}"
-        b["authorizers"].append(authorizer(name, cluster))
+        b["authorizers"].append(authorizer(name, cluster, protocol=protocol))
         b["policies"].append(ext_auth_policy(name, "Gateway", GATEWAY, name, seniority))
         seniority += 1
     for i, cluster in enumerate(backend):
         name = f"be-authz-{i}"
-        b["authorizers"].append(authorizer(name, cluster))
+        b["authorizers"].append(authorizer(name, cluster, protocol=protocol))
         b["policies"].append(ext_auth_policy(name, "Backend", "tools", name, seniority))
         seniority += 1
     return b

@@ -38,6 +38,7 @@ class EnvoySpec:
     bundle: dict[str, Any] | None = None  # our filter with this bundle
     authorizers: list[str] = field(default_factory=list)  # internal authorizer listeners (fast)
     slow_authorizers: list[str] = field(default_factory=list)  # internal authorizer listeners with a delay
+    grpc_authorizers: list[str] = field(default_factory=list)  # internal gRPC ext_authz listeners (fast)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +113,36 @@ def native_ext_authz(cluster: str) -> dict[str, Any]:
     return ext_authz_filter(cluster, 1, path_prefix="/authz", timeout=1.0)
 
 
+def native_ext_authz_grpc(cluster: str) -> dict[str, Any]:
+    """Envoy's ext_authz filter calling a gRPC authorizer (as the bundle's GRPC authorizer)."""
+    return {
+        "name": "envoy.filters.http.ext_authz",
+        "typed_config": {
+            "@type": T + "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+            "grpc_service": {"envoy_grpc": {"cluster_name": cluster}, "timeout": "1s"},
+            "transport_api_version": "V3",
+        },
+    }
+
+
+# A CheckResponse with status {code: OK}: field 1, an empty google.rpc.Status.
+CHECK_RESPONSE_OK = "CgA="  # base64 of b"\x0a\x00"
+
+
+def grpc_authorizer_filters() -> list[dict[str, Any]]:
+    """An internal gRPC authorizer without a process: grpc_http1_reverse_bridge in front of an
+    internal HTTP/1.1 listener whose direct_response is the serialized CheckResponse; the
+    bridge frames it and adds grpc-status."""
+    return [{
+        "name": "envoy.filters.http.grpc_http1_reverse_bridge",
+        "typed_config": {
+            "@type": T + "envoy.extensions.filters.http.grpc_http1_reverse_bridge.v3.FilterConfig",
+            "content_type": "application/x-protobuf",
+            "withhold_grpc_frames": True,
+        },
+    }]
+
+
 def fault_delay(ms: int) -> dict[str, Any]:
     return {
         "name": "envoy.filters.http.fault",
@@ -155,6 +186,10 @@ def specs() -> dict[str, EnvoySpec]:
             slow_authorizers=["slow0", "slow1", "slow2"],
         ),
         "ours_large": EnvoySpec("ours_large", bundle={"kind": "s5"}),
+        "native_grpc": EnvoySpec(
+            "native_grpc", extra_filters=[mcp_filter(), native_ext_authz_grpc("grpc0"), rbac_filter()], grpc_authorizers=["grpc0"]
+        ),
+        "ours_grpc": EnvoySpec("ours_grpc", bundle={"kind": "grpc", "gateway": ["grpc0"]}, grpc_authorizers=["grpc0"]),
     }
 
 
@@ -166,6 +201,8 @@ def bundle_for(spec: EnvoySpec, port: int) -> dict[str, Any] | None:
         return bundles.s2(port)
     if kind == "s5":
         return bundles.s5(port)
+    if kind == "grpc":
+        return bundles.with_authorizers(port, spec.bundle["gateway"], [], protocol="GRPC")
     return bundles.with_authorizers(port, spec.bundle["gateway"], spec.bundle["backend"])
 
 
@@ -202,6 +239,13 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
         listeners.append(front)
         for a in spec.authorizers:
             internal[a] = _internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))])
+        for a in spec.grpc_authorizers:
+            # The bridge needs a real (HTTP/1.1) upstream: a direct_response to a gRPC request
+            # would be rendered as a gRPC local reply.
+            internal[a] = _internal(a, [Route(name=a, prefix="/", cluster=f"{a}_http")], grpc_authorizer_filters())
+            internal[f"{a}_http"] = _internal(f"{a}_http", [Route(
+                name=f"{a}_http", prefix="/", direct_response=(200, ""), response_headers={"content-type": "application/x-protobuf"},
+                extra={"direct_response": {"status": 200, "body": {"inline_bytes": CHECK_RESPONSE_OK}}})])
         for a in spec.slow_authorizers:
             internal[a] = _internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))], [fault_delay(SLOW_AUTHZ_MS)])
 
@@ -218,12 +262,13 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
             "typed_config": {"@type": T + "envoy.extensions.bootstrap.internal_listener.v3.InternalListener"},
         }
     ]
-    cfg["static_resources"]["clusters"] = [_internal_cluster(name) for name in internal]
+    grpc = {a for spec, _ in fronts for a in spec.grpc_authorizers}
+    cfg["static_resources"]["clusters"] = [_internal_cluster(name, http2=name in grpc) for name in internal]
     return cfg
 
 
-def _internal_cluster(name: str) -> dict[str, Any]:
-    return {
+def _internal_cluster(name: str, http2: bool = False) -> dict[str, Any]:
+    c: dict[str, Any] = {
         "name": name,
         "connect_timeout": "1s",
         "per_connection_buffer_limit_bytes": BUFFER_LIMIT,
@@ -232,3 +277,9 @@ def _internal_cluster(name: str) -> dict[str, Any]:
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"envoy_internal_address": {"server_listener_name": name}}}}]}],
         },
     }
+    if http2:
+        c["typed_extension_protocol_options"] = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": T + "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}},
+        }}
+    return c

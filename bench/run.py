@@ -74,13 +74,16 @@ VARIANTS = [
     Variant("s4_ours_slow", "S4", f"mcp-access, 2 Gateway + 1 Backend {configs.SLOW_AUTHZ_MS} ms authorizers", "ours_slow3", "allow", 200, slow=True),
     Variant("s5_allow", "S5", "mcp-access, 10,000-tool bundle, allowed call", "ours_large", "s5_allow", 200),
     Variant("s5_deny", "S5", "mcp-access, 10,000-tool bundle, denied call", "ours_large", "s5_deny", 403),
+    Variant("s7_native", "S7", "native mcp + ext_authz gRPC + rbac, one gRPC authorizer", "native_grpc", "allow", 200),
+    Variant("s7_ours", "S7", "mcp-access, one gRPC authorizer callout", "ours_grpc", "allow", 200),
     Variant("s6_bare", "S6", "bare Envoy, 1 MiB tools/call", "bare", "mib", 200),
     Variant("s6_native", "S6", "native mcp + rbac, 1 MiB tools/call", "native", "mib", 200),
     Variant("s6_ours", "S6", "mcp-access, 1 MiB tools/call", "ours", "mib", 200),
 ]
 
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
-COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny"], ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny"]]
+COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny"], ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny"],
+           ["s7_native", "s7_ours"]]
 QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)
 
 BODIES = {
@@ -194,7 +197,7 @@ def authz_requests(env: BenchEnvoy) -> dict[str, int]:
     stats = env.stats("downstream_rq_completed")
     out = {}
     for k, v in stats.items():
-        m = re.fullmatch(r"http\.((?:authz|slow)\d)\.downstream_rq_completed", k)
+        m = re.fullmatch(r"http\.((?:authz|slow|grpc)\d)\.downstream_rq_completed", k)
         if m and isinstance(v, int):
             out[m[1]] = v
     return out
@@ -203,7 +206,7 @@ def authz_requests(env: BenchEnvoy) -> dict[str, int]:
 def preflight(v: Variant, r: Running) -> dict[str, Any]:
     """One request, checked: status, body, and that each authorizer was called once."""
     spec = configs.specs()[v.envoy]
-    want_authz = len(spec.authorizers) + len(spec.slow_authorizers)
+    want_authz = len(spec.authorizers) + len(spec.slow_authorizers) + len(spec.grpc_authorizers)
     before = authz_requests(r.envoy)
     status, body = post(r.port, BODIES[v.body])
     after = authz_requests(r.envoy)

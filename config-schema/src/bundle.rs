@@ -179,35 +179,45 @@ pub struct Backend {
     pub cluster_names: Vec<String>,
 }
 
-/// An external HTTP authorizer with Envoy ext_authz HTTP-service semantics.
+/// An external authorizer speaking Envoy's ext_authz protocol: the HTTP service or gRPC
+/// (`envoy.service.auth.v3.Authorization/Check`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Authorizer {
     /// Name policies refer to.
     pub name: String,
-    /// Envoy cluster the callout goes to.
+    /// Envoy cluster the callout goes to (HTTP/2 for `GRPC`).
     pub cluster: String,
-    /// `:authority` of the callout; defaults to the client request's host.
+    /// `HTTP` (default) or `GRPC`.
+    #[serde(default, skip_serializing_if = "AuthorizerProtocol::is_http")]
+    pub protocol: AuthorizerProtocol,
+    /// `:authority` of the callout; defaults to the client request's host. HTTP only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authority: Option<String>,
-    /// Prefix added to the client request path.
+    /// Prefix added to the client request path. HTTP only.
     #[serde(default)]
     pub path_prefix: String,
     /// Callout timeout in milliseconds.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u32,
-    /// Client request headers sent besides the always-sent Host, Method, Path, Content-Length
-    /// and Authorization.
+    /// HTTP: client request headers sent besides the always-sent Host, Method, Path,
+    /// Content-Length and Authorization. GRPC: the headers put in the CheckRequest; empty: all
+    /// of them, pseudo-headers included (as Envoy's ext_authz does).
     #[serde(default)]
     pub allowed_headers: Vec<String>,
     /// Authorizer response headers copied to the upstream request on allow. Empty: all but
-    /// pseudo, hop-by-hop, framing and Host headers.
+    /// pseudo, hop-by-hop, framing and Host headers. HTTP only (a gRPC authorizer names its
+    /// header edits in the CheckResponse).
     #[serde(default)]
     pub allowed_response_headers: Vec<String>,
-    /// Forward up to this many body bytes (0: none).
+    /// Forward up to this many body bytes (0: none). GRPC: as `raw_body`.
     #[serde(default)]
     pub forward_body_max_bytes: u32,
+    /// GRPC only: send the caller's certificate (URL-encoded PEM) as
+    /// `source.certificate`, as ext_authz's `include_peer_certificate` does.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub include_peer_certificate: bool,
     /// Largest denial body relayed to the client (default 8192 bytes, at most 1 MiB). The filter reads at most one
     /// byte more of a denial and nothing of other answers; a larger denial body is not relayed:
     /// the request is still denied with the authorizer's status and headers, an empty body,
@@ -217,6 +227,29 @@ pub struct Authorizer {
     /// What an unreachable authorizer, a timeout or a 5xx means.
     #[serde(default)]
     pub failure_mode: FailureMode,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The protocol an authorizer speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum AuthorizerProtocol {
+    /// Envoy ext_authz HTTP service semantics (default).
+    #[default]
+    #[serde(rename = "HTTP")]
+    Http,
+    /// `envoy.service.auth.v3.Authorization/Check` over gRPC.
+    #[serde(rename = "GRPC")]
+    Grpc,
+}
+
+impl AuthorizerProtocol {
+    fn is_http(&self) -> bool {
+        *self == AuthorizerProtocol::Http
+    }
 }
 
 /// Outcome when an authorizer cannot give an answer.

@@ -336,6 +336,34 @@ impl Validator {
                     "must be a valid HTTP header name",
                 );
             }
+            if a.protocol == AuthorizerProtocol::Grpc {
+                // The filter hands Envoy a one-byte-length GrpcService naming the cluster.
+                self.check(
+                    a.cluster.len() <= 125,
+                    || format!("{at}.cluster"),
+                    "must be at most 125 bytes for a GRPC authorizer",
+                );
+                for (field, set) in [
+                    ("authority", a.authority.is_some()),
+                    ("pathPrefix", !a.path_prefix.is_empty()),
+                    (
+                        "allowedResponseHeaders",
+                        !a.allowed_response_headers.is_empty(),
+                    ),
+                ] {
+                    self.check(
+                        !set,
+                        || format!("{at}.{field}"),
+                        "applies to HTTP authorizers only (protocol is GRPC)",
+                    );
+                }
+            } else {
+                self.check(
+                    !a.include_peer_certificate,
+                    || format!("{at}.includePeerCertificate"),
+                    "applies to GRPC authorizers only",
+                );
+            }
             for (j, h) in a.allowed_response_headers.iter().enumerate() {
                 self.check(
                     is_header_name(h),

@@ -94,6 +94,31 @@ fn trailing_garbage_is_rejected() {
 fn semantic_errors_name_the_field() {
     let cases: Vec<(fn(&mut serde_json::Value), &str)> = vec![
         (
+            |v| {
+                v["authorizers"][0]["protocol"] = "GRPC".into();
+                v["authorizers"][0]["pathPrefix"] = "/x".into();
+            },
+            "authorizers[0].pathPrefix",
+        ),
+        (
+            |v| {
+                v["authorizers"][0]["protocol"] = "GRPC".into();
+                v["authorizers"][0]["allowedResponseHeaders"] = serde_json::json!(["x-a"]);
+            },
+            "authorizers[0].allowedResponseHeaders",
+        ),
+        (
+            |v| {
+                v["authorizers"][0]["protocol"] = "GRPC".into();
+                v["authorizers"][0]["cluster"] = "c".repeat(126).into();
+            },
+            "authorizers[0].cluster",
+        ),
+        (
+            |v| v["authorizers"][0]["includePeerCertificate"] = true.into(),
+            "authorizers[0].includePeerCertificate",
+        ),
+        (
             |v| v["policies"][1]["externalAuth"] = "nope".into(),
             "policies[1].externalAuth",
         ),

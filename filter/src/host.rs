@@ -20,6 +20,10 @@ static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
 /// Filter state key (`%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%` in access logs).
 pub const FILTER_STATE_KEY: &str = "mcp_access.decision";
 
+/// Filter state key prefix of a gRPC authorizer's dynamic metadata (a JSON object):
+/// `wasm.mcp_access.authz.<authorizer name>`.
+pub const AUTHZ_METADATA_KEY: &str = "mcp_access.authz";
+
 /// The filter's version and the commit it was built from (see build.rs).
 macro_rules! version {
     () => {
@@ -162,7 +166,11 @@ impl Stream {
             match action {
                 Next::Dispatch(calls) => {
                     for (slot, call) in calls {
-                        let result = abi::http_call(&call);
+                        let result = if call.grpc {
+                            abi::grpc_call(&call)
+                        } else {
+                            abi::http_call(&call)
+                        };
                         self.flow
                             .dispatched(&self.engine, slot, result, abi::now_ns());
                     }
@@ -176,11 +184,14 @@ impl Stream {
                     };
                 }
                 Next::Allow { add_headers } => {
-                    for (name, value) in &add_headers {
-                        if !abi::set_request_header(name, value) {
+                    for edit in &add_headers {
+                        if !abi::edit_request_header(edit) {
                             abi::log(
                                 LogLevel::Warn,
-                                &format!("mcp-access: could not add header {name} (headers already sent)"),
+                                &format!(
+                                    "mcp-access: could not edit header {} (headers already sent)",
+                                    edit.name
+                                ),
                             );
                         }
                     }
@@ -242,6 +253,10 @@ impl Stream {
             if r.failed {
                 self.stats.inc(Counter::CalloutErrors);
             }
+            if let Some(json) = &r.metadata {
+                let key = format!("{AUTHZ_METADATA_KEY}.{}", r.authorizer);
+                abi::set_property(&[&key], json.as_bytes());
+            }
             if let Some(detail) = &r.detail {
                 abi::log(
                     LogLevel::Warn,
@@ -253,6 +268,21 @@ impl Stream {
 }
 
 impl Context for Stream {
+    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
+        let now = abi::now_ns();
+        let limit = self.flow.grpc_response_limit(&self.engine, token);
+        let message = if status_code != 0 || response_size > limit {
+            None
+        } else {
+            Some(abi::buffer(abi::BUFFER_GRPC_RECEIVE, response_size).unwrap_or_default())
+        };
+        let action =
+            self.flow
+                .on_grpc_response(&self.engine, token, Some(status_code), message, now);
+        self.report_callouts();
+        self.run(action, Phase::Async);
+    }
+
     fn on_http_call_response(
         &mut self,
         token: u32,
@@ -392,7 +422,7 @@ mod abi {
 
     use proxy_wasm::types::LogLevel;
 
-    use mcp_access_engine::callout::CalloutRequest;
+    use mcp_access_engine::callout::{CalloutRequest, HeaderEdit, HeaderOp};
     use mcp_access_engine::wire;
 
     pub const MAP_HTTP_REQUEST_HEADERS: u32 = 0;
@@ -401,6 +431,7 @@ mod abi {
     pub const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
     pub const BUFFER_HTTP_REQUEST_BODY: u32 = 0;
     pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
+    pub const BUFFER_GRPC_RECEIVE: u32 = 5;
     const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
     pub const METRIC_COUNTER: u32 = 0;
     pub const METRIC_HISTOGRAM: u32 = 2;
@@ -413,7 +444,7 @@ mod abi {
         fn proxy_log(level: u32, data: *const u8, size: usize) -> u32;
         fn proxy_get_log_level(level: *mut u32) -> u32;
         fn proxy_get_header_map_pairs(map: u32, data: *mut *mut u8, size: *mut usize) -> u32;
-        fn proxy_replace_header_map_value(
+        fn proxy_add_header_map_value(
             map: u32,
             key: *const u8,
             key_size: usize,
@@ -421,6 +452,20 @@ mod abi {
             value_size: usize,
         ) -> u32;
         fn proxy_remove_header_map_value(map: u32, key: *const u8, key_size: usize) -> u32;
+        fn proxy_get_header_map_value(
+            map: u32,
+            key: *const u8,
+            key_size: usize,
+            data: *mut *mut u8,
+            size: *mut usize,
+        ) -> u32;
+        fn proxy_replace_header_map_value(
+            map: u32,
+            key: *const u8,
+            key_size: usize,
+            value: *const u8,
+            value_size: usize,
+        ) -> u32;
         fn proxy_set_buffer_bytes(
             buffer: u32,
             start: usize,
@@ -497,16 +542,50 @@ mod abi {
         wire::decode_map(&bytes)
     }
 
-    /// Replaces a request header; false if the host refused (e.g. headers already sent).
-    pub fn set_request_header(name: &str, value: &str) -> bool {
+    /// Applies an authorizer's edit to the request headers; false if the host refused.
+    pub fn edit_request_header(e: &HeaderEdit) -> bool {
+        let (name, value) = (e.name.as_bytes(), e.value.as_bytes());
+        let present = || {
+            let (mut data, mut size) = (null_mut(), 0usize);
+            let status = unsafe {
+                proxy_get_header_map_value(
+                    MAP_HTTP_REQUEST_HEADERS,
+                    name.as_ptr(),
+                    name.len(),
+                    &mut data,
+                    &mut size,
+                )
+            };
+            drop(unsafe { take(data, size) });
+            status == OK
+        };
+        let skip = match e.op {
+            HeaderOp::OverwriteIfExists => !present(),
+            HeaderOp::AddIfAbsent => present(),
+            _ => false,
+        };
+        if skip {
+            return true;
+        }
+        let m = MAP_HTTP_REQUEST_HEADERS;
         let status = unsafe {
-            proxy_replace_header_map_value(
-                MAP_HTTP_REQUEST_HEADERS,
-                name.as_ptr(),
-                name.len(),
-                value.as_ptr(),
-                value.len(),
-            )
+            match e.op {
+                HeaderOp::Set | HeaderOp::OverwriteIfExists => proxy_replace_header_map_value(
+                    m,
+                    name.as_ptr(),
+                    name.len(),
+                    value.as_ptr(),
+                    value.len(),
+                ),
+                HeaderOp::Append | HeaderOp::AddIfAbsent => proxy_add_header_map_value(
+                    m,
+                    name.as_ptr(),
+                    name.len(),
+                    value.as_ptr(),
+                    value.len(),
+                ),
+                HeaderOp::Remove => proxy_remove_header_map_value(m, name.as_ptr(), name.len()),
+            }
         };
         status == OK
     }
@@ -596,6 +675,31 @@ mod abi {
             headers,
             Some(&c.body),
             Vec::new(),
+            std::time::Duration::from_millis(u64::from(c.timeout_ms)),
+        )
+        .map_err(|s| format!("{s:?}"))
+    }
+
+    /// Dispatches a gRPC authorizer's Check call. The upstream is given as a serialized
+    /// `envoy.config.core.v3.GrpcService` (`envoy_grpc.cluster_name`), so that Envoy answers
+    /// an unknown cluster with a status the SDK maps (a bare cluster name gets BadArgument,
+    /// on which the SDK panics) and never mistakes a cluster name for a proto.
+    pub fn grpc_call(c: &CalloutRequest) -> Result<u32, String> {
+        let name = c.cluster.as_bytes();
+        let (Ok(n), true) = (u8::try_from(name.len()), name.len() < 126) else {
+            return Err("cluster name longer than 125 bytes".into());
+        };
+        let mut service = vec![0x0a, n + 2, 0x0a, n];
+        service.extend_from_slice(name);
+        let Ok(service) = std::str::from_utf8(&service) else {
+            return Err("cluster name is not UTF-8".into());
+        };
+        proxy_wasm::hostcalls::dispatch_grpc_call(
+            service,
+            mcp_access_engine::ext_authz::SERVICE,
+            mcp_access_engine::ext_authz::METHOD,
+            Vec::new(),
+            Some(&c.body),
             std::time::Duration::from_millis(u64::from(c.timeout_ms)),
         )
         .map_err(|s| format!("{s:?}"))

@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use mcp_access_engine::wire;
+use mcp_access_engine::{ext_authz, wire};
 use serde_json::{json, Value};
 use wasmi::{Caller, Engine, Extern, Instance, Linker, Module, Store, Val};
 
@@ -42,6 +42,14 @@ struct Host {
     response_body: Vec<u8>,
     /// Status proxy_http_call answers with.
     http_call_status: i32,
+    /// Status proxy_grpc_call answers with.
+    grpc_call_status: i32,
+    /// The gRPC receive buffer (a CheckResponse).
+    grpc_response: Vec<u8>,
+    /// (upstream, service, method, message) of each proxy_grpc_call.
+    grpc_calls: Vec<(Vec<u8>, String, String, Vec<u8>)>,
+    /// Request header edits other than replace: ("add"|"remove", name, value).
+    header_edits: Vec<(&'static str, String, String)>,
     now_ns: u64,
 
     logs: Vec<(i32, String)>,
@@ -141,6 +149,7 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
                 0 => c.data().request_body.clone(),
                 1 => c.data().response_body.clone(),
                 4 => c.data().call_response_body.clone(),
+                5 => c.data().grpc_response.clone(),
                 7 => c.data().config.clone(),
                 other => panic!("buffer {other}"),
             };
@@ -171,9 +180,15 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
             OK
         }
         "proxy_remove_header_map_value" => {
-            assert_eq!(a(0), 2, "only response headers are removed");
             let name = text(c, a(1), a(2));
-            c.data_mut().response_headers.retain(|(n, _)| n != &name);
+            match a(0) {
+                0 => c
+                    .data_mut()
+                    .header_edits
+                    .push(("remove", name, String::new())),
+                2 => c.data_mut().response_headers.retain(|(n, _)| n != &name),
+                other => panic!("header map {other}"),
+            }
             OK
         }
         "proxy_set_buffer_bytes" => {
@@ -184,6 +199,31 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
             let end = start.saturating_add(len).min(body.len());
             body.splice(start.min(end)..end, data);
             OK
+        }
+        "proxy_add_header_map_value" => {
+            let edit = ("add", text(c, a(1), a(2)), text(c, a(3), a(4)));
+            c.data_mut().header_edits.push(edit);
+            OK
+        }
+        "proxy_get_header_map_value" => {
+            let name = text(c, a(1), a(2));
+            let found = c.data().request_headers.iter().find(|(n, _)| *n == name);
+            match found.map(|(_, v)| v.clone()) {
+                Some(v) => give(c, v.as_bytes(), a(3), a(4)),
+                None => NOT_FOUND,
+            }
+        }
+        "proxy_grpc_call" => {
+            let call = (
+                read(c, a(0), a(1)),
+                text(c, a(2), a(3)),
+                text(c, a(4), a(5)),
+                read(c, a(8), a(9)),
+            );
+            c.data_mut().grpc_calls.push(call);
+            let token = 100 + c.data().grpc_calls.len() as u32;
+            write(c, a(11), &token.to_le_bytes());
+            c.data().grpc_call_status
         }
         "proxy_get_property" => {
             let path = text(c, a(0), a(1)).replace('\0', ".");
@@ -720,4 +760,123 @@ fn a_listing_response_is_filtered_over_the_abi() {
         .response_headers
         .iter()
         .any(|(n, _)| n == "content-length"));
+}
+
+fn grpc_bundle(mode: &str) -> Value {
+    let mut b = bundle(ext_auth(), json!({}));
+    b["authorizers"] = json!([{"name": "risk", "cluster": "risk-grpc", "protocol": "GRPC",
+                               "failureMode": mode}]);
+    b
+}
+
+fn hvo(key: &str, value: &str, action: i32) -> ext_authz::pb::HeaderValueOption {
+    ext_authz::pb::HeaderValueOption {
+        header: Some(ext_authz::pb::HeaderValue {
+            key: key.into(),
+            value: value.into(),
+            raw_value: Vec::new(),
+        }),
+        append: None,
+        append_action: action,
+    }
+}
+
+#[test]
+fn a_grpc_callout_carries_the_check_request_and_its_ok_edits_headers() {
+    let Some(mut vm) = configured(&grpc_bundle("Deny"), "tools-route") else {
+        return;
+    };
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body(ctx), PAUSE);
+    let (upstream, service, method, message) = vm.host().grpc_calls[0].clone();
+    // A serialized GrpcService { envoy_grpc { cluster_name: "risk-grpc" } }.
+    assert_eq!(upstream, [&[0x0a, 11, 0x0a, 9][..], b"risk-grpc"].concat());
+    assert_eq!(
+        (service.as_str(), method.as_str()),
+        ("envoy.service.auth.v3.Authorization", "Check")
+    );
+    let ext = ext_authz::context_extensions(&message);
+    assert_eq!(ext.get("mcp_tool").map(String::as_str), Some("echo"));
+    assert_eq!(
+        ext.get("mcp_access_policy").map(String::as_str),
+        Some("default/ask-risk")
+    );
+
+    // dynamic_metadata: Struct {"user": "u1"} (fields entry: key 1, Value.string_value 3).
+    let metadata = b"\x0a\x0c\x0a\x04user\x12\x04\x1a\x02u1".to_vec();
+    let ok = ext_authz::pb::CheckResponse {
+        status: Some(ext_authz::pb::RpcStatus {
+            code: 0,
+            message: String::new(),
+        }),
+        dynamic_metadata: Some(metadata),
+        ok_response: Some(ext_authz::pb::OkHttpResponse {
+            headers: vec![
+                hvo("x-set", "1", 2),
+                hvo("x-add", "2", 0),
+                hvo("content-type", "x", 1),
+            ],
+            headers_to_remove: vec!["authorization".into()],
+            dynamic_metadata: None,
+        }),
+        ..Default::default()
+    };
+    let bytes = prost::Message::encode_to_vec(&ok);
+    vm.host_mut().grpc_response = bytes.clone();
+    vm.call("proxy_on_grpc_receive", &[ROOT, 101, bytes.len() as i32]);
+    let h = vm.host();
+    assert_eq!(h.continued, 1, "the paused request is resumed");
+    assert!(h.set_headers.contains(&("x-set".into(), "1".into())));
+    assert_eq!(
+        h.header_edits,
+        [
+            ("add", "x-add".to_string(), "2".to_string()),
+            ("remove", "authorization".to_string(), String::new()),
+        ],
+        "content-type is present: ADD_IF_ABSENT leaves it"
+    );
+    // The dynamic metadata is exported as filter state, as JSON.
+    let exported = (
+        "mcp_access.authz.risk".to_string(),
+        br#"{"user":"u1"}"#.to_vec(),
+    );
+    assert!(
+        h.set_properties.contains(&exported),
+        "{:?}",
+        h.set_properties
+    );
+    assert_eq!(vm.decision()["decision"], "allow");
+}
+
+#[test]
+fn grpc_failures_follow_the_failure_mode_and_never_panic() {
+    // A gRPC status other than OK, garbage, and a dispatch the host refuses.
+    for (mode, want) in [("Deny", "deny"), ("Allow", "allow")] {
+        let Some(mut vm) = configured(&grpc_bundle(mode), "tools-route") else {
+            return;
+        };
+        let (ctx, _) = vm.request(POST, &call("echo"));
+        vm.body(ctx);
+        vm.call("proxy_on_grpc_close", &[ROOT, 101, 14]);
+        assert_eq!(vm.decision()["decision"], want, "{mode} UNAVAILABLE");
+        assert!(vm
+            .host()
+            .log_has("authorizer answered gRPC status 14 (UNAVAILABLE)"));
+
+        let (ctx, _) = vm.request(POST, &call("echo"));
+        vm.body(ctx);
+        vm.host_mut().grpc_response = b"\xff\xff garbage".to_vec();
+        vm.call("proxy_on_grpc_receive", &[ROOT, 102, 10]);
+        assert_eq!(vm.decision()["decision"], want, "{mode} garbage");
+        assert!(vm.host().log_has("malformed CheckResponse"));
+
+        vm.host_mut().grpc_call_status = 10; // InternalFailure: e.g. no healthy host
+        let (ctx, _) = vm.request(POST, &call("echo"));
+        vm.body(ctx);
+        assert_eq!(vm.decision()["decision"], want, "{mode} dispatch");
+        assert!(vm.host().log_has("dispatch failed: InternalFailure"));
+        vm.host_mut().grpc_call_status = OK;
+        // A late or unknown token is ignored.
+        vm.call("proxy_on_grpc_close", &[ROOT, 999, 0]);
+    }
 }

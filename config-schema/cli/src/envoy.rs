@@ -123,6 +123,19 @@ fn cluster(name: &str, host: &str, port: u16, tls_sni: Option<&str>, upstream_ca
     c
 }
 
+/// Makes `cluster` speak HTTP/2 to its endpoints (gRPC authorizers), over TLS or plaintext.
+pub(crate) fn http2_only(cluster: &mut Value) {
+    if let Some(obj) = cluster.as_object_mut() {
+        obj.insert(
+            "typed_extension_protocol_options".into(),
+            json!({"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": format!("{T}envoy.extensions.upstreams.http.v3.HttpProtocolOptions"),
+                "explicit_http_config": {"http2_protocol_options": {}}
+            }}),
+        );
+    }
+}
+
 fn string_match(v: &ValueMatchModel) -> Value {
     if v.regex {
         json!({"safe_regex": {"regex": v.value}})
@@ -562,13 +575,17 @@ pub fn render(
                 (h, a.port, false)
             }
         };
-        clusters.push(cluster(
+        let mut c = cluster(
             &a.cluster,
             &host,
             port,
             tls.then_some(a.name.as_str()),
             &o.upstream_ca,
-        ));
+        );
+        if a.grpc {
+            http2_only(&mut c);
+        }
+        clusters.push(c);
     }
     for p in &o.jwt {
         if let (Jwks::Remote { host, port, .. }, Some(name)) = (&p.jwks, p.jwks_cluster()) {

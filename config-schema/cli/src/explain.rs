@@ -230,6 +230,15 @@ pub struct HeaderView {
     pub value: String,
 }
 
+fn edit_views(h: &[mcp_access_engine::callout::HeaderEdit]) -> Vec<HeaderView> {
+    h.iter()
+        .map(|e| HeaderView {
+            name: e.name.clone(),
+            value: e.value.clone(),
+        })
+        .collect()
+}
+
 fn header_views(h: &[(String, String)]) -> Vec<HeaderView> {
     h.iter()
         .map(|(name, value)| HeaderView {
@@ -393,7 +402,8 @@ impl HostFacts for SpecFacts {
                 .map(|n| n.to_le_bytes().to_vec()),
             // The caller is set from --spiffe / --service-account: it stands for a peer
             // certificate with exactly that one URI SAN.
-            Fact::PeerUriSan | Fact::PeerCertificate | Fact::Metadata => None,
+            // The connection facts gRPC authorizers are told have no `explain` flag.
+            _ => None,
         }
     }
 }
@@ -630,12 +640,19 @@ pub fn explain(
                 let mut answers = Vec::new();
                 for (slot, callout) in list {
                     token += 1;
+                    let ext = if callout.grpc {
+                        mcp_access_engine::ext_authz::context_extensions(&callout.body)
+                    } else {
+                        Default::default()
+                    };
                     let header = |n: &str| {
+                        let grpc_key = n.strip_prefix("x-").map(|k| k.replace('-', "_"));
                         callout
                             .headers
                             .iter()
                             .find(|(k, _)| k == n)
                             .map(|(_, v)| v.clone())
+                            .or_else(|| grpc_key.and_then(|k| ext.get(&k).cloned()))
                             .unwrap_or_default()
                     };
                     let policy = header("x-mcp-access-policy");
@@ -742,7 +759,7 @@ pub fn explain(
     match add_headers {
         Err(r) => out.response = Some(ResponseView::from(&r)),
         Ok(add) => match router {
-            None => out.add_headers = Some(header_views(&add)),
+            None => out.add_headers = Some(edit_views(&add)),
             // Envoy's router answers after the filter let the request on.
             Some(answer) => {
                 let (status, reason, body) = match answer {

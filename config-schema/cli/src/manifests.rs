@@ -181,15 +181,20 @@ fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str) -> Bundle {
     b
 }
 
-fn authorizer_cluster(name: &str, host: &str, port: u16) -> Value {
-    json!({
+/// An authorizer's cluster; HTTP/2 for a gRPC authorizer.
+fn authorizer_cluster(name: &str, host: &str, port: u16, grpc: bool) -> Value {
+    let mut c = json!({
         "name": name,
         "type": "STRICT_DNS",
         "connect_timeout": "1s",
         "dns_lookup_family": "V4_PREFERRED",
         "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
             "socket_address": {"address": host, "port_value": port}}}}]}]}
-    })
+    });
+    if grpc {
+        crate::envoy::http2_only(&mut c);
+    }
+    c
 }
 
 fn escaped_action(e: EscapedSlashes, reject: &str, decode: &str) -> String {
@@ -248,7 +253,7 @@ fn envoy_gateway(
                     patches.push(json!({
                         "type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
                         "name": a.cluster,
-                        "operation": {"op": "add", "path": "", "value": authorizer_cluster(&a.cluster, &host, a.port)},
+                        "operation": {"op": "add", "path": "", "value": authorizer_cluster(&a.cluster, &host, a.port, a.grpc)},
                     }));
                 }
             }

@@ -452,3 +452,113 @@ fn manifests_refuses_bad_inputs() {
         text(&out.stderr)
     );
 }
+
+/// The demo manifests plus a Backend-level ExternalAuth policy with a gRPC authorizer.
+fn demo_with_grpc_authorizer(name: &str) -> String {
+    let d = std::env::temp_dir().join(format!("mcp-access-grpc-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    for e in std::fs::read_dir(demo()).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, d.join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        d.join("90-grpc.yaml"),
+        "apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: grpc-check, namespace: demo}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: ExternalAuth
+  externalAuth:
+    protocol: GRPC
+    backendRef: {name: opa, port: 9191}
+    grpc: {allowedHeaders: [authorization]}
+",
+    )
+    .unwrap();
+    d.to_str().unwrap().to_string()
+}
+
+fn http2(cluster: &serde_json::Value) -> bool {
+    cluster["typed_extension_protocol_options"]
+        ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"]
+        .get("http2_protocol_options")
+        .is_some()
+}
+
+#[test]
+fn grpc_authorizers_get_http2_clusters() {
+    let f = demo_with_grpc_authorizer("render");
+    let d = std::env::temp_dir().join(format!("mcp-access-grpc-{}-out", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    for (resolve, tls) in [
+        ("opa=127.0.0.1:9191", false),
+        ("opa=https://127.0.0.1:9191", true),
+    ] {
+        let cfg = d.join("envoy.json");
+        let out = run(&[
+            "envoy",
+            "-f",
+            &f,
+            "--trust-domain",
+            "example.org",
+            "--wasm-path",
+            "/opt/f.wasm",
+            "--resolve",
+            resolve,
+            "--upstream-ca",
+            "/ca.pem",
+            "--format",
+            "json",
+            "-o",
+            cfg.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+        let clusters = v["static_resources"]["clusters"].as_array().unwrap();
+        let grpc = clusters
+            .iter()
+            .find(|c| c["name"].as_str().unwrap().starts_with("authz-grpc/"))
+            .unwrap();
+        assert!(http2(grpc), "{grpc}");
+        assert_eq!(grpc["transport_socket"].is_object(), tls, "{grpc}");
+        if tls {
+            let t = &grpc["transport_socket"]["typed_config"];
+            assert_eq!(t["sni"], "opa");
+        }
+        // HTTP authorizers keep HTTP/1.1.
+        let http = clusters
+            .iter()
+            .find(|c| c["name"].as_str().unwrap().starts_with("authz/"))
+            .unwrap();
+        assert!(!http2(http), "{http}");
+    }
+
+    let out = run(&[
+        "manifests",
+        "-f",
+        &f,
+        "--trust-domain",
+        "example.org",
+        "--platform",
+        "envoy-gateway",
+        "--image",
+        IMAGE,
+        "--digest",
+        DIGEST,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let objs = docs(&out);
+    let patches = objs[1]["spec"]["jsonPatches"].as_array().unwrap();
+    let grpc = patches
+        .iter()
+        .find(|p| p["name"].as_str().unwrap().starts_with("authz-grpc/"))
+        .unwrap();
+    assert!(http2(&grpc["operation"]["value"]), "{grpc}");
+    let config = &objs[0]["spec"]["wasm"][0]["config"];
+    assert!(config["authorizers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["protocol"] == "GRPC" && a["allowedHeaders"][0] == "authorization"));
+}

@@ -423,3 +423,25 @@ fn the_command_prints_the_response_and_rejects_unknown_assumptions() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("--assume gateway-risk-chek"), "{err}");
 }
+
+#[test]
+fn grpc_authorizers_are_explained_like_http_ones() {
+    let b = bundle(
+        policies(),
+        json!({"authorizers": [{"name": "opa", "cluster": "opa-grpc", "protocol": "GRPC"}]}),
+    );
+    let e = run(&b, &spec("echo", &[]));
+    assert_eq!(e.decision, "allow");
+    assert_eq!(e.calls.len(), 1);
+    // Policy and level come from the CheckRequest's context extensions.
+    let v = serde_json::to_value(&e).unwrap();
+    assert_eq!(
+        (&v["calls"][0]["policy"], &v["calls"][0]["level"]),
+        (&json!("default/check"), &json!("gateway")),
+        "{v}"
+    );
+    assert_eq!(e.calls[0].cluster, "opa-grpc");
+    let mut s = spec("echo", &[]);
+    s.assume = BTreeMap::from([("check".to_string(), parse_assumption("deny:401").unwrap())]);
+    assert_eq!(run(&b, &s).status, Some(401));
+}

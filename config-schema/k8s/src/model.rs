@@ -260,4 +260,6 @@ pub struct AuthorizerModel {
     pub namespace: String,
     pub name: String,
     pub port: u16,
+    /// A gRPC authorizer: its cluster speaks HTTP/2.
+    pub grpc: bool,
 }

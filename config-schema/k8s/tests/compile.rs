@@ -556,7 +556,7 @@ spec:
 }
 
 #[test]
-fn grpc_authorizers_are_not_accepted_and_their_requests_denied() {
+fn grpc_authorizers_map_to_grpc_bundle_authorizers() {
     let p = r#"
 apiVersion: agentic.networking.x-k8s.io/v1alpha1
 kind: XAccessPolicy
@@ -567,19 +567,58 @@ spec:
   externalAuth:
     protocol: GRPC
     backendRef: {name: authorino, port: 50051}
-    grpc: {}
+    grpc: {allowedHeaders: [authorization, x-team]}
+    forwardBody: {maxSize: 512}
   rules:
   - name: sa
     source: {type: ServiceAccount, serviceAccount: {name: agent}}
 "#;
     let c = run(p);
     let st = &policy_status(&c, "grpc").conditions[0];
-    assert_eq!(st.reason, reason::UNSUPPORTED);
-    assert!(st.message.contains("GRPC"), "{}", st.message);
-    let standin = bundle_policy(&c, "grpc.not-accepted").unwrap();
-    assert_eq!(standin.action, Action::Deny);
-    let rules = standin.rules.as_ref().unwrap();
-    assert_eq!(rules[0].name, "sa", "the same requests are selected");
+    assert_eq!(st.reason, reason::ACCEPTED, "{}", st.message);
+    let a = &c.bundle.authorizers[0];
+    assert_eq!(a.protocol, mcp_access_bundle::AuthorizerProtocol::Grpc);
+    assert_eq!(a.cluster, "authz-grpc/mcp/authorino:50051");
+    assert_eq!(a.allowed_headers, ["authorization", "x-team"]);
+    assert_eq!(a.forward_body_max_bytes, 512);
+    let m = &c.topology.authorizers[0];
+    assert!(m.grpc && m.name == "authorino" && m.port == 50051, "{m:?}");
+}
+
+#[test]
+fn v0alpha0_grpc_external_auth_maps_to_a_grpc_authorizer() {
+    let p = r#"
+apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XAccessPolicy
+metadata: {name: ext, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  rules:
+  - name: agent-calls
+    source: {type: ServiceAccount, serviceAccount: {name: agent}}
+    authorization:
+      type: ExternalAuth
+      externalAuth:
+        protocol: GRPC
+        backendRef: {name: opa, port: 9191}
+        grpc: {allowedHeaders: [x-a]}
+        forwardBody: {maxSize: 64}
+"#;
+    let c = run(p);
+    assert_eq!(
+        policy_status(&c, "ext").conditions[0].reason,
+        reason::ACCEPTED
+    );
+    let a = &c.bundle.authorizers[0];
+    assert_eq!(
+        (a.protocol, a.cluster.as_str(), a.forward_body_max_bytes),
+        (
+            mcp_access_bundle::AuthorizerProtocol::Grpc,
+            "authz-grpc/mcp/opa:9191",
+            64
+        )
+    );
+    assert_eq!(a.allowed_headers, ["x-a"]);
 }
 
 #[test]

@@ -142,7 +142,7 @@ fn every_invalid_example_is_rejected_with_the_crd_reason() {
 
 #[test]
 fn valid_examples_compile_with_honest_statuses() {
-    // Each example alone: the targets do not exist, CEL and gRPC are not supported.
+    // Each example alone: the targets do not exist, CEL is not supported.
     let m = load(&examples("valid"));
     let c = compile(&m, &Options::default());
     let by_name = |n: &str| {
@@ -153,12 +153,14 @@ fn valid_examples_compile_with_honest_statuses() {
             .unwrap_or_else(|| panic!("{n} missing"))
             .clone()
     };
-    // valid-policy targets XBackend valid-backend, which exists, but uses gRPC.
+    // valid-policy targets XBackend valid-backend, which exists, with a gRPC authorizer.
     let grpc = by_name("valid-policy");
-    assert_eq!(grpc.conditions[0].reason, reason::UNSUPPORTED);
-    assert!(grpc.conditions[0]
-        .message
-        .contains("GRPC is not supported yet"));
+    assert_eq!(grpc.conditions[0].reason, reason::ACCEPTED, "{grpc:?}");
+    assert!(c
+        .bundle
+        .authorizers
+        .iter()
+        .any(|a| a.protocol == mcp_access_bundle::AuthorizerProtocol::Grpc));
     // cel-policy targets my-backend, which does not exist.
     assert_eq!(
         by_name("cel-policy").conditions[0].reason,

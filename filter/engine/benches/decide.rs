@@ -184,6 +184,7 @@ fn headers_input(len: usize) -> HeadersInput {
         ),
     ];
     HeadersInput {
+        peers: None,
         headers: h.iter().map(|(n, v)| (n.to_string(), v.clone())).collect(),
         end_of_stream: false,
         time: None,

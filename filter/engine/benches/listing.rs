@@ -74,6 +74,8 @@ fn allowed_listing_request(e: &Engine) -> RequestFlow {
             ("content-type".into(), "application/json".into()),
         ],
         end_of_stream: false,
+        time: None,
+        peers: None,
         port: 10000,
         route_name: Some("tools".into()),
         cluster_name: None,

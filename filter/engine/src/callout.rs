@@ -18,13 +18,58 @@ pub(crate) const CONTEXT_HEADERS: &[&str] = &[
     "x-mcp-access-policy",
 ];
 
-/// An HTTP request to an authorizer, ready for `dispatch_http_call`.
+/// A request to an authorizer: for `dispatch_http_call`, or with `grpc` for
+/// `dispatch_grpc_call` of [`crate::ext_authz::SERVICE`]/`Check` (`body`: the CheckRequest;
+/// no headers).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CalloutRequest {
     pub cluster: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub timeout_ms: u32,
+    pub grpc: bool,
+}
+
+/// How an allowing authorizer edits one upstream request header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderOp {
+    /// Replace every value (add if absent): HTTP authorizers' headers, gRPC `append: false`.
+    Set,
+    /// Add one more value: gRPC `append: true` / `APPEND_IF_EXISTS_OR_ADD`.
+    Append,
+    /// Add only if absent: gRPC `ADD_IF_ABSENT`.
+    AddIfAbsent,
+    /// Replace only if present: gRPC `OVERWRITE_IF_EXISTS`.
+    OverwriteIfExists,
+    /// Remove the header: gRPC `headers_to_remove`.
+    Remove,
+}
+
+/// One upstream header edit, applied in order (authorizers in seniority order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderEdit {
+    pub op: HeaderOp,
+    pub name: String,
+    pub value: String,
+}
+
+impl HeaderEdit {
+    /// A [`HeaderOp::Set`] edit.
+    pub fn set(name: impl Into<String>, value: impl Into<String>) -> Self {
+        HeaderEdit {
+            op: HeaderOp::Set,
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// Whether `name` is a lowercase-insensitive HTTP token (RFC 9110), non-empty.
+pub(crate) fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// Builds the callout for `authorizer` about `req` (body: the buffered client body).
@@ -92,6 +137,7 @@ pub(crate) fn build(
         headers,
         body: forwarded.to_vec(),
         timeout_ms: authorizer.timeout_ms,
+        grpc: false,
     }
 }
 
@@ -169,6 +215,7 @@ pub(crate) fn interpret(
                             .any(|a| a.eq_ignore_ascii_case(n))
                 }
             })
+            .map(|(n, v)| HeaderEdit::set(n, v))
             .collect();
         return (AuthzOutcome::Allow { headers }, None);
     }
@@ -176,6 +223,17 @@ pub(crate) fn interpret(
         let detail = format!("authorizer answered {status}");
         return (AuthzOutcome::Error { detail }, None);
     }
+    denial(authorizer, status, headers, body)
+}
+
+/// An authorizer's denial (HTTP or gRPC): its headers minus those that never travel, its body
+/// unless over `maxResponseBodyBytes` (then none, nor the headers describing it; the note says so).
+pub(crate) fn denial(
+    authorizer: &Authorizer,
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+) -> (AuthzOutcome, Option<String>) {
     let cap = usize::try_from(authorizer.max_response_body_bytes).unwrap_or(usize::MAX);
     let over = body.len() > cap;
     let headers = headers
@@ -211,6 +269,8 @@ pub struct CalloutReport {
     pub failed: bool,
     /// For the log: why it failed, or what was not relayed.
     pub detail: Option<String>,
+    /// gRPC authorizers: the CheckResponse's dynamic metadata (a JSON object), to export.
+    pub metadata: Option<String>,
 }
 
 impl CalloutReport {
@@ -230,6 +290,7 @@ impl CalloutReport {
             latency_ms,
             failed,
             detail,
+            metadata: None,
         }
     }
 }

@@ -20,9 +20,26 @@ pub enum Fact {
     PeerCertificate,
     /// `metadata`: the request's dynamic metadata (a serialized `envoy.config.core.v3.Metadata`).
     Metadata,
-    /// `request.time`: when the request arrived (a 64-bit integer: nanoseconds since the Unix
-    /// epoch); read only when a CEL condition uses `request.time`.
+    /// `source.address` (`ip:port`).
+    SourceAddress,
+    /// `destination.address` (`ip:port`).
+    DestinationAddress,
+    /// `connection.dns_san_peer_certificate`: the first DNS SAN of the peer certificate.
+    PeerDnsSan,
+    /// `connection.subject_peer_certificate`.
+    PeerSubject,
+    /// `connection.uri_san_local_certificate`.
+    LocalUriSan,
+    /// `connection.dns_san_local_certificate`.
+    LocalDnsSan,
+    /// `connection.subject_local_certificate`.
+    LocalSubject,
+    /// `request.time`: when the first byte arrived (ns since the epoch, a 64-bit integer).
     RequestTime,
+    /// `request.protocol` (`HTTP/1.1`, `HTTP/2`, ...).
+    RequestProtocol,
+    /// `connection.tls_version`: set only on a TLS connection.
+    TlsVersion,
 }
 
 impl Fact {
@@ -35,7 +52,16 @@ impl Fact {
             Fact::PeerUriSan => &["connection", "uri_san_peer_certificate"],
             Fact::PeerCertificate => &["connection", "peer_certificate"],
             Fact::Metadata => &["metadata"],
+            Fact::SourceAddress => &["source", "address"],
+            Fact::DestinationAddress => &["destination", "address"],
+            Fact::PeerDnsSan => &["connection", "dns_san_peer_certificate"],
+            Fact::PeerSubject => &["connection", "subject_peer_certificate"],
+            Fact::LocalUriSan => &["connection", "uri_san_local_certificate"],
+            Fact::LocalDnsSan => &["connection", "dns_san_local_certificate"],
+            Fact::LocalSubject => &["connection", "subject_local_certificate"],
             Fact::RequestTime => &["request", "time"],
+            Fact::RequestProtocol => &["request", "protocol"],
+            Fact::TlsVersion => &["connection", "tls_version"],
         }
     }
 }
@@ -74,7 +100,12 @@ impl HeadersInput {
         } else {
             text(facts, Fact::ClusterName)
         };
+        let grpc = engine
+            .authorizers
+            .iter()
+            .any(|a| a.protocol == mcp_access_bundle::AuthorizerProtocol::Grpc);
         HeadersInput {
+            peers: grpc.then(|| peers(engine, facts)),
             caller: identity::caller(
                 &engine.identity,
                 &engine.jwt_claims,
@@ -96,6 +127,56 @@ impl HeadersInput {
             cluster_name,
         }
     }
+}
+
+/// What gRPC authorizers are told about the connection, as Envoy's ext_authz tells it: a
+/// principal is the certificate's first URI SAN, else its first DNS SAN, else its subject.
+fn peers(engine: &Engine, facts: &dyn HostFacts) -> crate::ext_authz::Peers {
+    // Certificates exist only on a TLS connection: one read spares six on plaintext.
+    let tls = text(facts, Fact::TlsVersion).is_some();
+    let principal = |uri, dns, subject| {
+        if !tls {
+            return None;
+        }
+        text(facts, uri)
+            .or_else(|| text(facts, dns))
+            .or_else(|| text(facts, subject))
+    };
+    let certificate = engine
+        .authorizers
+        .iter()
+        .any(|a| a.include_peer_certificate && tls)
+        .then(|| text(facts, Fact::PeerCertificate))
+        .flatten()
+        .map(|pem| url_encode(&pem));
+    crate::ext_authz::Peers {
+        source_address: text(facts, Fact::SourceAddress),
+        source_principal: principal(Fact::PeerUriSan, Fact::PeerDnsSan, Fact::PeerSubject),
+        source_certificate: certificate,
+        destination_address: text(facts, Fact::DestinationAddress),
+        destination_principal: principal(Fact::LocalUriSan, Fact::LocalDnsSan, Fact::LocalSubject),
+        time_ns: facts
+            .read(Fact::RequestTime)
+            .and_then(|b| crate::wire::decode_i64(&b)),
+        protocol: text(facts, Fact::RequestProtocol),
+        scheme: None,
+    }
+}
+
+/// A PEM as Envoy's `urlEncodedPemEncodedPeerCertificate` gives it (already-encoded text is kept).
+fn url_encode(pem: &str) -> String {
+    if !pem.contains("-----BEGIN") {
+        return pem.to_string();
+    }
+    let mut out = String::with_capacity(pem.len() * 2);
+    for b in pem.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

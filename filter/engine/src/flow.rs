@@ -14,8 +14,10 @@ use crate::request::{McpOp, Request};
 /// What the host must do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
-    /// Let the request go on (after adding `add_headers`, later replacing earlier).
-    Allow { add_headers: Vec<(String, String)> },
+    /// Let the request go on (after applying `add_headers`, in order).
+    Allow {
+        add_headers: Vec<callout::HeaderEdit>,
+    },
     /// Keep holding the request (headers held, body buffered, or callouts in flight).
     Hold,
     /// Make these callouts, report each with [`RequestFlow::dispatched`], then call
@@ -179,6 +181,8 @@ pub struct HeadersInput {
     pub route_name: Option<String>,
     pub cluster_name: Option<String>,
     pub caller: crate::request::Caller,
+    /// Connection facts for gRPC authorizers (read only when the bundle has one).
+    pub peers: Option<crate::ext_authz::Peers>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -201,6 +205,8 @@ pub struct RequestFlow {
     tokens: Vec<(u32, usize, u64)>,
     /// Callouts that ended since the host last took them.
     reports: Vec<CalloutReport>,
+    /// What gRPC authorizers are told about the connection.
+    peers: crate::ext_authz::Peers,
     outcome: Option<Outcome>,
     /// Whether the evaluation keeps a trace (`explain`).
     trace: bool,
@@ -226,6 +232,7 @@ impl RequestFlow {
             eval: None,
             tokens: Vec::new(),
             reports: Vec::new(),
+            peers: Default::default(),
             outcome: None,
             trace: false,
             revision: Revision::UNNAMED,
@@ -299,6 +306,10 @@ impl RequestFlow {
             Ok(p) => (p, None),
             Err(e) => (String::new(), Some(e)),
         };
+        if let Some(mut peers) = input.peers {
+            peers.scheme = header(":scheme");
+            self.peers = peers;
+        }
         let req = Request {
             canonical_path: canonical,
             path,
@@ -520,21 +531,67 @@ impl RequestFlow {
         body: Vec<u8>,
         now_ns: u64,
     ) -> Next {
+        self.callout_ended(engine, token, now_ns, |a| {
+            let (outcome, note) = callout::interpret(a, status, headers, body);
+            (outcome, note, None)
+        })
+    }
+
+    /// How many bytes of a gRPC authorizer's CheckResponse the host reads: the denial body
+    /// cap plus [`crate::ext_authz::RESPONSE_SLACK`]; 0 for a token this request does not wait for.
+    pub fn grpc_response_limit(&self, engine: &Engine, token: u32) -> usize {
+        self.tokens
+            .iter()
+            .find(|(t, _, _)| *t == token)
+            .and_then(|(_, slot, _)| self.authorizer_of(engine, *slot))
+            .map_or(0, |a| {
+                usize::try_from(a.max_response_body_bytes)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(crate::ext_authz::RESPONSE_SLACK)
+            })
+    }
+
+    /// A gRPC callout ended at `now_ns`: `grpc_status` (None: no answer: timeout, reset,
+    /// unreachable), `message` the CheckResponse (None: over [`RequestFlow::grpc_response_limit`],
+    /// which denies).
+    pub fn on_grpc_response(
+        &mut self,
+        engine: &Engine,
+        token: u32,
+        grpc_status: Option<u32>,
+        message: Option<Vec<u8>>,
+        now_ns: u64,
+    ) -> Next {
+        self.callout_ended(engine, token, now_ns, |a| {
+            crate::ext_authz::interpret(a, grpc_status, message.as_deref())
+        })
+    }
+
+    fn callout_ended(
+        &mut self,
+        engine: &Engine,
+        token: u32,
+        now_ns: u64,
+        interpret: impl FnOnce(
+            &mcp_access_bundle::Authorizer,
+        ) -> (crate::policy::AuthzOutcome, Option<String>, Option<String>),
+    ) -> Next {
         let Some(pos) = self.tokens.iter().position(|(t, _, _)| *t == token) else {
             return Next::Hold;
         };
         let (_, slot, at) = self.tokens.swap_remove(pos);
-        let (outcome, note) = match self.authorizer_of(engine, slot) {
-            Some(a) => callout::interpret(a, status, headers, body),
+        let (outcome, note, metadata) = match self.authorizer_of(engine, slot) {
+            Some(a) => interpret(a),
             None => {
                 let detail = "unknown authorizer".to_string();
-                (crate::policy::AuthzOutcome::Error { detail }, None)
+                (crate::policy::AuthzOutcome::Error { detail }, None, None)
             }
         };
         let latency_ms = now_ns.saturating_sub(at) / 1_000_000;
         let name = self.authorizer_name(engine, slot);
-        self.reports
-            .push(CalloutReport::of(name, Some(latency_ms), &outcome, note));
+        let mut report = CalloutReport::of(name, Some(latency_ms), &outcome, note);
+        report.metadata = metadata;
+        self.reports.push(report);
         if let Some(ev) = &mut self.eval {
             ev.complete(slot, outcome);
         }
@@ -669,7 +726,27 @@ impl RequestFlow {
                         );
                         continue;
                     };
-                    out.push((c.slot, callout::build(a, req, &self.body, c.level, &p.id)));
+                    let call = match a.protocol {
+                        mcp_access_bundle::AuthorizerProtocol::Http => {
+                            callout::build(a, req, &self.body, c.level, &p.id)
+                        }
+                        mcp_access_bundle::AuthorizerProtocol::Grpc => CalloutRequest {
+                            cluster: a.cluster.clone(),
+                            headers: Vec::new(),
+                            body: crate::ext_authz::build(
+                                a,
+                                req,
+                                &self.peers,
+                                &self.body,
+                                self.id.as_deref(),
+                                c.level,
+                                &p.id,
+                            ),
+                            timeout_ms: a.timeout_ms,
+                            grpc: true,
+                        },
+                    };
+                    out.push((c.slot, call));
                 }
                 // Even when empty: the host dispatches nothing and resumes, which decides.
                 Next::Dispatch(out)
@@ -707,7 +784,7 @@ impl RequestFlow {
                 self.outcome = Some(outcome);
                 if self.listing_filter(engine).is_some() {
                     // A listing is read to be filtered: ask the server not to compress it.
-                    add_headers.push(("accept-encoding".into(), "identity".into()));
+                    add_headers.push(callout::HeaderEdit::set("accept-encoding", "identity"));
                 }
                 Next::Allow { add_headers }
             }

@@ -2,7 +2,7 @@
 //!
 //! A request is parsed in [`mcp`], its path canonicalized in [`canon`], its caller identified
 //! in [`identity`] (certificates read by [`x509`]), decided in [`policy`]; authorizers are
-//! called through [`callout`], and it is answered in [`answer`]. [`flow`] strings these
+//! called through [`callout`] (HTTP) and [`ext_authz`] (gRPC), and it is answered in [`answer`]. [`flow`] strings these
 //! together per request; the `mcp-access-filter` crate is the thin proxy-wasm host around it.
 
 pub mod answer;
@@ -10,6 +10,7 @@ mod base64;
 pub mod callout;
 pub mod canon;
 pub mod cel;
+pub mod ext_authz;
 pub mod facts;
 pub mod flow;
 mod identity;

@@ -97,7 +97,6 @@ pub(crate) fn filter_metadata(buf: &[u8], filter: &str) -> Option<Vec<(String, P
 }
 
 /// Decodes a serialized `google.protobuf.Struct`.
-#[cfg(test)]
 pub(crate) fn decode_struct(buf: &[u8]) -> Option<Vec<(String, PValue)>> {
     struct_at(buf, 0)
 }
@@ -169,7 +168,31 @@ fn list_at(buf: &[u8], depth: usize) -> Option<Vec<PValue>> {
     Some(items)
 }
 
+/// A Struct's fields as a JSON object (a non-finite number becomes null).
+pub(crate) fn struct_json(fields: &[(String, PValue)]) -> serde_json::Value {
+    serde_json::Value::Object(
+        fields
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_json()))
+            .collect(),
+    )
+}
+
 impl PValue {
+    fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value;
+        match self {
+            PValue::Null => Value::Null,
+            PValue::Number(n) => {
+                serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
+            }
+            PValue::Str(s) => Value::String(s.clone()),
+            PValue::Bool(b) => Value::Bool(*b),
+            PValue::Struct(f) => struct_json(f),
+            PValue::List(items) => Value::Array(items.iter().map(PValue::to_json).collect()),
+        }
+    }
+
     /// Scalar as text: strings as-is, numbers as JSON numbers, booleans as true/false.
     pub(crate) fn scalar_text(&self) -> Option<String> {
         match self {

@@ -339,6 +339,7 @@ fn tool_arguments_reach_cel_through_the_flow() {
             ],
             end_of_stream: false,
             time,
+            peers: None,
             port: 8443,
             route_name: Some("tools-route".into()),
             cluster_name: None,

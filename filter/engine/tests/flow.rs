@@ -9,6 +9,7 @@
 mod common;
 
 use common::*;
+use mcp_access_engine::callout::HeaderEdit;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
@@ -22,6 +23,7 @@ fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
     ];
     h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     HeadersInput {
+        peers: None,
         headers: h,
         end_of_stream: method != "POST",
         time: None,
@@ -423,7 +425,7 @@ fn allowed_callout_headers_reach_the_upstream_request() {
     assert_eq!(
         a,
         Next::Allow {
-            add_headers: vec![("x-user".into(), "alice".into())]
+            add_headers: vec![HeaderEdit::set("x-user", "alice")]
         }
     );
 }

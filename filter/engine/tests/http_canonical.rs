@@ -32,6 +32,7 @@ fn send(
     headers.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     let mut flow = RequestFlow::new();
     let input = HeadersInput {
+        peers: None,
         headers,
         end_of_stream: body.is_none(),
         time: None,

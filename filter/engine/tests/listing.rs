@@ -10,6 +10,7 @@
 mod common;
 
 use common::*;
+use mcp_access_engine::callout::HeaderEdit;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
@@ -35,6 +36,7 @@ fn input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
             jwts: vec![],
         },
         time: None,
+        peers: None,
     }
 }
 
@@ -339,7 +341,7 @@ fn a_compressed_listing_cannot_be_read_and_is_refused() {
     };
     assert_eq!(
         add_headers,
-        [("accept-encoding".to_string(), "identity".to_string())]
+        [HeaderEdit::set("accept-encoding", "identity")]
     );
     // A server that compresses anyway: refused.
     let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use common::*;
 use mcp_access_bundle::Level;
+use mcp_access_engine::callout::HeaderEdit;
 use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, Reason, Step};
 use mcp_access_engine::request::McpOp;
 use serde_json::json;
@@ -562,13 +563,13 @@ fn authorizer_headers_are_collected_in_evaluation_order() {
         (
             "g",
             AuthzOutcome::Allow {
-                headers: vec![("x-user".into(), "g".into())],
+                headers: vec![HeaderEdit::set("x-user", "g")],
             },
         ),
         (
             "b",
             AuthzOutcome::Allow {
-                headers: vec![("x-user".into(), "b".into())],
+                headers: vec![HeaderEdit::set("x-user", "b")],
             },
         ),
     ]);
@@ -576,8 +577,8 @@ fn authorizer_headers_are_collected_in_evaluation_order() {
         Decision::Allow { add_headers, .. } => assert_eq!(
             add_headers,
             vec![
-                ("x-user".to_string(), "g".to_string()),
-                ("x-user".to_string(), "b".to_string())
+                HeaderEdit::set("x-user", "g"),
+                HeaderEdit::set("x-user", "b")
             ]
         ),
         d => panic!("{d:?}"),

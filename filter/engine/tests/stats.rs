@@ -22,6 +22,7 @@ fn input(method: &str, path: &str, port: u16, extra: &[(&str, &str)]) -> Headers
     ];
     headers.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     HeadersInput {
+        peers: None,
         headers,
         end_of_stream: method != "POST",
         time: None,

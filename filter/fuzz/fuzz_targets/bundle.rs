@@ -40,6 +40,7 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
     let mut action = flow.on_headers(
         engine,
         HeadersInput {
+            peers: None,
             headers,
             end_of_stream: body.is_empty(),
             time: None,

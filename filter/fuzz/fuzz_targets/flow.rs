@@ -38,11 +38,13 @@ use mcp_access_engine::request::{Caller, ClaimValue, JwtPrincipal};
 use serde_json::Value;
 
 /// The bundles the flow runs under: the demo's (compiled from envoy-demo/manifests by
-/// `mcp-access envoy`), one with rules of every kind, one with authorizers at both levels.
+/// `mcp-access envoy`), one with rules of every kind, one with authorizers at both levels, one
+/// with an HTTP and a gRPC authorizer.
 const BUNDLES: &[&str] = &[
     include_str!("../bundles/demo.json"),
     include_str!("../bundles/rules.json"),
     include_str!("../bundles/authz.json"),
+    include_str!("../bundles/grpc.json"),
 ];
 
 fn engines() -> &'static [Engine] {
@@ -348,7 +350,8 @@ struct Driver<'a> {
     /// Terminal actions seen (Allow or Respond).
     terminal: usize,
     /// Dispatched callouts still to be answered: (token, index of the answer).
-    pending: Vec<(u32, usize)>,
+    /// (token, answer index, a gRPC callout)
+    pending: Vec<(u32, usize, bool)>,
     next_answer: usize,
     next_token: u32,
 }
@@ -363,7 +366,8 @@ impl Driver<'_> {
                 Next::Hold => return,
                 Next::Allow { add_headers } => {
                     self.terminal += 1;
-                    for (name, _) in &add_headers {
+                    for edit in &add_headers {
+                        let name = &edit.name;
                         assert!(
                             !name.starts_with(':'),
                             "an added header is a pseudo-header: {name}"
@@ -382,7 +386,7 @@ impl Driver<'_> {
                     return;
                 }
                 Next::Dispatch(calls) => {
-                    for (slot, _call) in calls {
+                    for (slot, call) in calls {
                         let i = self.next_answer;
                         self.next_answer += 1;
                         match self.input.answers.get(i) {
@@ -392,7 +396,7 @@ impl Driver<'_> {
                             }
                             _ => {
                                 self.next_token += 1;
-                                self.pending.push((self.next_token, i));
+                                self.pending.push((self.next_token, i, call.grpc));
                                 self.flow
                                     .dispatched(self.engine, slot, Ok(self.next_token), 0);
                             }
@@ -404,7 +408,10 @@ impl Driver<'_> {
         }
     }
 
-    fn answer(&mut self, token: u32, answer: usize) {
+    fn answer(&mut self, token: u32, answer: usize, grpc: bool) {
+        if grpc {
+            return self.answer_grpc(token, answer);
+        }
         let status = match self.input.answers.get(answer) {
             Some(Answer::Status(s)) => Some(*s),
             Some(Answer::Silent) | None => None,
@@ -427,6 +434,29 @@ impl Driver<'_> {
         let a = self
             .flow
             .on_callout_response(self.engine, token, status, headers, body, 1_000_000);
+        self.handle(a);
+    }
+
+    /// A gRPC authorizer's answer: status 200 is gRPC OK with the callout body as the
+    /// CheckResponse (arbitrary bytes), another status that gRPC status (mod 17), none no answer.
+    fn answer_grpc(&mut self, token: u32, answer: usize) {
+        let status = match self.input.answers.get(answer) {
+            Some(Answer::Status(200)) => Some(0),
+            Some(Answer::Status(s)) => Some(u32::from(*s) % 17),
+            Some(Answer::Silent) | Some(Answer::DispatchFails) | None => None,
+        };
+        let body = self
+            .input
+            .callout_bodies
+            .get(answer)
+            .cloned()
+            .unwrap_or_default();
+        // The host reads none of an answer over the limit.
+        let limit = self.flow.grpc_response_limit(self.engine, token);
+        let message = (body.len() <= limit).then_some(body);
+        let a = self
+            .flow
+            .on_grpc_response(self.engine, token, status, message, 1_000_000);
         self.handle(a);
     }
 }
@@ -456,6 +486,7 @@ fuzz_target!(|data: &[u8]| {
     let a = d.flow.on_headers(
         engine,
         HeadersInput {
+            peers: Some(Default::default()),
             headers,
             end_of_stream: input.eos,
             time: None,
@@ -494,12 +525,12 @@ fuzz_target!(|data: &[u8]| {
     }
     // Answer callouts until none is outstanding (answers may dispatch more).
     while !d.pending.is_empty() {
-        let (token, answer) = if input.reverse {
+        let (token, answer, grpc) = if input.reverse {
             d.pending.remove(d.pending.len() - 1)
         } else {
             d.pending.remove(0)
         };
-        d.answer(token, answer);
+        d.answer(token, answer, grpc);
     }
     assert_eq!(
         d.terminal, 1,

@@ -42,6 +42,8 @@ fn setup() -> &'static (Engine, RequestFlow) {
                 .map(|(n, v)| (n.to_string(), v.to_string()))
                 .collect(),
             end_of_stream: false,
+            time: None,
+            peers: None,
             port: 8443,
             route_name: Some("tools".into()),
             cluster_name: None,

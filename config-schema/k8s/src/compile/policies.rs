@@ -598,8 +598,18 @@ impl Ctx<'_> {
         ) {
             return Err((reason::REF_NOT_PERMITTED, format!("{at}.backendRef: no ReferenceGrant in namespace {ns} allows {} objects from {} to refer to Service {name}", p.kind, p.meta.namespace)));
         }
-        if opt(&e.protocol) == "GRPC" {
-            return Err((reason::UNSUPPORTED, format!("{at}.protocol GRPC is not supported yet: mcp-access calls HTTP authorizers only")));
+        let grpc = opt(&e.protocol) == "GRPC";
+        if grpc && e.http.is_some() {
+            return Err((
+                reason::INVALID,
+                format!("{at}.http applies to protocol HTTP, not GRPC"),
+            ));
+        }
+        if !grpc && e.grpc.is_some() {
+            return Err((
+                reason::INVALID,
+                format!("{at}.grpc applies to protocol GRPC, not HTTP"),
+            ));
         }
         let http = e.http.clone().unwrap_or_default();
         let path_prefix = http.path.clone().unwrap_or_default();
@@ -624,14 +634,29 @@ impl Ctx<'_> {
             ));
         };
         let port = u16::try_from(b.port.unwrap_or_default()).unwrap_or_default();
-        let cluster = format!("authz/{ns}/{name}:{port}");
+        let (cluster, protocol, allowed_headers) = if grpc {
+            let g = e.grpc.clone().unwrap_or_default();
+            (
+                format!("{GRPC_CLUSTER_PREFIX}{ns}/{name}:{port}"),
+                bundle::AuthorizerProtocol::Grpc,
+                g.allowed_headers.unwrap_or_default(),
+            )
+        } else {
+            (
+                format!("{HTTP_CLUSTER_PREFIX}{ns}/{name}:{port}"),
+                bundle::AuthorizerProtocol::Http,
+                http.allowed_headers.clone().unwrap_or_default(),
+            )
+        };
         Ok(bundle::Authorizer {
             name: String::new(),
             cluster,
+            protocol,
             authority: None,
             path_prefix,
             timeout_ms: self.o.authz_timeout_ms,
-            allowed_headers: http.allowed_headers.clone().unwrap_or_default(),
+            include_peer_certificate: false,
+            allowed_headers,
             allowed_response_headers: http.allowed_response_headers.clone().unwrap_or_default(),
             forward_body_max_bytes,
             max_response_body_bytes: bundle::DEFAULT_MAX_RESPONSE_BODY_BYTES,
@@ -640,14 +665,26 @@ impl Ctx<'_> {
     }
 }
 
-/// The Services behind the authorizers' clusters (`authz/<namespace>/<name>:<port>`).
+/// Cluster name prefix of HTTP authorizers.
+const HTTP_CLUSTER_PREFIX: &str = "authz/";
+/// Cluster name prefix of gRPC authorizers (HTTP/2 clusters).
+const GRPC_CLUSTER_PREFIX: &str = "authz-grpc/";
+
+/// The Services behind the authorizers' clusters (`authz/<namespace>/<name>:<port>`, or
+/// `authz-grpc/...` for gRPC).
 pub(crate) fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<AuthorizerModel> {
     let mut out: Vec<AuthorizerModel> = Vec::new();
     for a in authorizers {
         if out.iter().any(|x| x.cluster == a.cluster) {
             continue;
         }
-        let rest = a.cluster.strip_prefix("authz/").unwrap_or(&a.cluster);
+        let grpc = a.protocol == bundle::AuthorizerProtocol::Grpc;
+        let prefix = if grpc {
+            GRPC_CLUSTER_PREFIX
+        } else {
+            HTTP_CLUSTER_PREFIX
+        };
+        let rest = a.cluster.strip_prefix(prefix).unwrap_or(&a.cluster);
         let (ns, svc) = rest.split_once('/').unwrap_or(("", rest));
         let (name, port) = svc.rsplit_once(':').unwrap_or((svc, "0"));
         out.push(AuthorizerModel {
@@ -655,6 +692,7 @@ pub(crate) fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<Autho
             namespace: ns.to_string(),
             name: name.to_string(),
             port: port.parse().unwrap_or(0),
+            grpc,
         });
     }
     out

@@ -52,8 +52,10 @@ pub fn level_str(level: Option<Level>) -> &'static str {
 /// An authorizer's answer, or the failure to get one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthzOutcome {
-    /// 2xx: allowed; these headers go to the upstream request.
-    Allow { headers: Vec<(String, String)> },
+    /// Allowed; these edits apply to the upstream request.
+    Allow {
+        headers: Vec<crate::callout::HeaderEdit>,
+    },
     /// Denied: relay this response to the client.
     Deny {
         status: u16,
@@ -148,7 +150,7 @@ pub enum Decision {
     /// Let the request through, adding these headers (in order; later replaces earlier).
     /// `policy`/`rule`: the last Allow rule that admitted it (Backend level over Gateway).
     Allow {
-        add_headers: Vec<(String, String)>,
+        add_headers: Vec<crate::callout::HeaderEdit>,
         policy: Option<String>,
         rule: Option<String>,
     },
@@ -193,7 +195,7 @@ pub struct Evaluation {
     phase: LevelPart,
     done: Option<Decision>,
     calls: Vec<(AuthzCall, Option<AuthzOutcome>)>,
-    add_headers: Vec<(String, String)>,
+    add_headers: Vec<crate::callout::HeaderEdit>,
     admitted: Option<(Option<String>, Option<String>)>,
     trace: Option<Vec<TraceEntry>>,
     /// CEL conditions evaluated so far.

@@ -1,0 +1,924 @@
+//! gRPC authorizers: Envoy's ext_authz protocol (`envoy.service.auth.v3.Authorization/Check`).
+//! [`build`] makes the CheckRequest Envoy's own ext_authz filter would send for the request,
+//! plus the MCP attributes in `context_extensions`; [`interpret`] reads the CheckResponse as
+//! Envoy does. The messages ([`pb`]) are the subset of the Envoy API this needs, for `prost`.
+
+use std::collections::BTreeMap;
+
+use mcp_access_bundle::mcp_methods::{self, Category};
+use mcp_access_bundle::{Authorizer, Level};
+
+use crate::callout::{HeaderEdit, HeaderOp};
+use crate::policy::{level_str, AuthzOutcome};
+use crate::request::{McpOp, Request};
+
+/// gRPC service and method of the callout.
+pub const SERVICE: &str = "envoy.service.auth.v3.Authorization";
+pub const METHOD: &str = "Check";
+
+/// Bytes of a CheckResponse read beyond the denial body cap (headers, metadata, framing).
+pub(crate) const RESPONSE_SLACK: usize = 64 * 1024;
+
+/// The Envoy API messages, field numbers as in `api/envoy/service/auth/v3/*.proto`,
+/// `envoy/config/core/v3/{address,base}.proto`, `google/rpc/status.proto` and
+/// `google/protobuf/{timestamp,struct,wrappers}.proto`. Written for prost by hand (no protoc, no
+/// vendored .proto tree); `integration/tests/test_grpc_messages.py` checks every field's name,
+/// number and type against the official descriptors (PyPI `xds-protos`). Fields the filter
+/// neither sends nor reads are left out (prost skips them when decoding).
+#[allow(missing_docs)]
+pub mod pb {
+    use std::collections::BTreeMap;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct CheckRequest {
+        #[prost(message, optional, tag = "1")]
+        pub attributes: Option<AttributeContext>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct AttributeContext {
+        #[prost(message, optional, tag = "1")]
+        pub source: Option<Peer>,
+        #[prost(message, optional, tag = "2")]
+        pub destination: Option<Peer>,
+        #[prost(message, optional, tag = "4")]
+        pub request: Option<AttrRequest>,
+        #[prost(btree_map = "string, string", tag = "10")]
+        pub context_extensions: BTreeMap<String, String>,
+        #[prost(message, optional, tag = "11")]
+        pub metadata_context: Option<Metadata>,
+        #[prost(message, optional, tag = "13")]
+        pub route_metadata_context: Option<Metadata>,
+    }
+
+    /// `envoy.config.core.v3.Metadata` (untyped filter metadata only).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Metadata {
+        #[prost(btree_map = "string, message", tag = "1")]
+        pub filter_metadata: BTreeMap<String, Struct>,
+    }
+
+    /// `google.protobuf.Struct`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Struct {
+        #[prost(btree_map = "string, message", tag = "1")]
+        pub fields: BTreeMap<String, Value>,
+    }
+
+    /// `google.protobuf.Value` (the kinds the filter sends).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Value {
+        #[prost(oneof = "Kind", tags = "2, 3, 4, 5")]
+        pub kind: Option<Kind>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Kind {
+        #[prost(double, tag = "2")]
+        Number(f64),
+        #[prost(string, tag = "3")]
+        Str(String),
+        #[prost(bool, tag = "4")]
+        Bool(bool),
+        #[prost(message, tag = "5")]
+        Struct(Struct),
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Peer {
+        #[prost(message, optional, tag = "1")]
+        pub address: Option<Address>,
+        #[prost(string, tag = "2")]
+        pub service: String,
+        #[prost(string, tag = "4")]
+        pub principal: String,
+        #[prost(string, tag = "5")]
+        pub certificate: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Address {
+        #[prost(message, optional, tag = "1")]
+        pub socket_address: Option<SocketAddress>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SocketAddress {
+        #[prost(string, tag = "2")]
+        pub address: String,
+        #[prost(uint32, tag = "3")]
+        pub port_value: u32,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct AttrRequest {
+        #[prost(message, optional, tag = "1")]
+        pub time: Option<Timestamp>,
+        #[prost(message, optional, tag = "2")]
+        pub http: Option<HttpRequest>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Timestamp {
+        #[prost(int64, tag = "1")]
+        pub seconds: i64,
+        #[prost(int32, tag = "2")]
+        pub nanos: i32,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct HttpRequest {
+        #[prost(string, tag = "1")]
+        pub id: String,
+        #[prost(string, tag = "2")]
+        pub method: String,
+        #[prost(btree_map = "string, string", tag = "3")]
+        pub headers: BTreeMap<String, String>,
+        #[prost(string, tag = "4")]
+        pub path: String,
+        #[prost(string, tag = "5")]
+        pub host: String,
+        #[prost(string, tag = "6")]
+        pub scheme: String,
+        #[prost(int64, tag = "9")]
+        pub size: i64,
+        #[prost(string, tag = "10")]
+        pub protocol: String,
+        #[prost(bytes = "vec", tag = "12")]
+        pub raw_body: Vec<u8>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct CheckResponse {
+        #[prost(message, optional, tag = "1")]
+        pub status: Option<RpcStatus>,
+        #[prost(message, optional, tag = "2")]
+        pub denied_response: Option<DeniedHttpResponse>,
+        #[prost(message, optional, tag = "3")]
+        pub ok_response: Option<OkHttpResponse>,
+        /// A `google.protobuf.Struct`, kept serialized.
+        #[prost(bytes = "vec", optional, tag = "4")]
+        pub dynamic_metadata: Option<Vec<u8>>,
+        /// Only its presence matters (an error, not a denial); kept serialized.
+        #[prost(bytes = "vec", optional, tag = "5")]
+        pub error_response: Option<Vec<u8>>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RpcStatus {
+        #[prost(int32, tag = "1")]
+        pub code: i32,
+        #[prost(string, tag = "2")]
+        pub message: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct DeniedHttpResponse {
+        #[prost(message, optional, tag = "1")]
+        pub status: Option<HttpStatus>,
+        #[prost(message, repeated, tag = "2")]
+        pub headers: Vec<HeaderValueOption>,
+        #[prost(string, tag = "3")]
+        pub body: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct HttpStatus {
+        #[prost(int32, tag = "1")]
+        pub code: i32,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct OkHttpResponse {
+        #[prost(message, repeated, tag = "2")]
+        pub headers: Vec<HeaderValueOption>,
+        /// Deprecated; overrides `CheckResponse.dynamic_metadata` when set. Kept serialized.
+        #[prost(bytes = "vec", optional, tag = "3")]
+        pub dynamic_metadata: Option<Vec<u8>>,
+        #[prost(string, repeated, tag = "5")]
+        pub headers_to_remove: Vec<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct HeaderValueOption {
+        #[prost(message, optional, tag = "1")]
+        pub header: Option<HeaderValue>,
+        /// `google.protobuf.BoolValue` (deprecated `append`).
+        #[prost(message, optional, tag = "2")]
+        pub append: Option<BoolValue>,
+        #[prost(int32, tag = "3")]
+        pub append_action: i32,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct BoolValue {
+        #[prost(bool, tag = "1")]
+        pub value: bool,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct HeaderValue {
+        #[prost(string, tag = "1")]
+        pub key: String,
+        #[prost(string, tag = "2")]
+        pub value: String,
+        #[prost(bytes = "vec", tag = "3")]
+        pub raw_value: Vec<u8>,
+    }
+}
+
+/// What Envoy knows of the connection and stream, read only when a gRPC authorizer exists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Peers {
+    /// `source.address` (`ip:port`).
+    pub source_address: Option<String>,
+    /// The caller's certificate's first URI SAN, else first DNS SAN, else subject.
+    pub source_principal: Option<String>,
+    /// `connection.peer_certificate`, URL-encoded PEM (only with `includePeerCertificate`).
+    pub source_certificate: Option<String>,
+    /// `destination.address` (`ip:port`).
+    pub destination_address: Option<String>,
+    /// The listener certificate's first URI SAN, else first DNS SAN, else subject.
+    pub destination_principal: Option<String>,
+    /// `request.time`, ns since the epoch.
+    pub time_ns: Option<i64>,
+    /// `request.protocol` (`HTTP/1.1`, `HTTP/2`, ...).
+    pub protocol: Option<String>,
+    /// `:scheme` (set by the flow from the request headers).
+    pub scheme: Option<String>,
+}
+
+/// Context extension keys the filter sets (documented in docs/semantics.md).
+pub(crate) const EXT_METHOD: &str = "mcp_method";
+pub(crate) const EXT_TOOL: &str = "mcp_tool";
+pub(crate) const EXT_PROMPT: &str = "mcp_prompt";
+pub(crate) const EXT_RESOURCE_URI: &str = "mcp_resource_uri";
+pub(crate) const EXT_POLICY: &str = "mcp_access_policy";
+pub(crate) const EXT_LEVEL: &str = "mcp_access_level";
+
+const PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
+
+/// Metadata namespaces of the MCP attributes in `metadata_context`: Envoy's MCP filter's
+/// (what its ext_authz forwards with `metadata_context_namespaces`), and `mcp_proxy`, the name
+/// KAN's reference implementation and its conformance authorizers use.
+pub(crate) const MCP_METADATA_NAMESPACES: [&str; 2] = ["envoy.filters.http.mcp", "mcp_proxy"];
+
+fn value(kind: pb::Kind) -> pb::Value {
+    pb::Value { kind: Some(kind) }
+}
+
+/// The MCP attributes as Envoy's MCP filter states them in its dynamic metadata: `jsonrpc`,
+/// `method`, `id`, `params.name` / `params.uri`, `is_mcp_request`, `status`. None for a
+/// request that is not a JSON-RPC call (GET, DELETE, a response).
+fn mcp_metadata(req: &Request, id: Option<&str>) -> Option<pb::Metadata> {
+    let McpOp::Call { method, param } = &req.mcp else {
+        return None;
+    };
+    let mut fields = BTreeMap::new();
+    fields.insert("jsonrpc".into(), value(pb::Kind::Str("2.0".into())));
+    fields.insert("method".into(), value(pb::Kind::Str(method.clone())));
+    fields.insert("is_mcp_request".into(), value(pb::Kind::Bool(true)));
+    fields.insert("status".into(), value(pb::Kind::Str("mcp_ok".into())));
+    let id = id.and_then(|raw| match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Number(n)) => n.as_f64().map(pb::Kind::Number),
+        Ok(serde_json::Value::String(s)) => Some(pb::Kind::Str(s)),
+        _ => None,
+    });
+    if let Some(id) = id {
+        fields.insert("id".into(), value(id));
+    }
+    let key = mcp_methods::lookup(method)
+        .and_then(|m| m.param)
+        .map(|p| match p {
+            mcp_methods::Param::Name => "name",
+            mcp_methods::Param::Uri => "uri",
+        });
+    if let (Some(k), Some(p)) = (key, param) {
+        let mut params = BTreeMap::new();
+        params.insert(k.to_string(), value(pb::Kind::Str(p.clone())));
+        fields.insert(
+            "params".into(),
+            value(pb::Kind::Struct(pb::Struct { fields: params })),
+        );
+    }
+    let attrs = pb::Struct { fields };
+    Some(pb::Metadata {
+        filter_metadata: MCP_METADATA_NAMESPACES
+            .iter()
+            .map(|n| (n.to_string(), attrs.clone()))
+            .collect(),
+    })
+}
+
+fn address(a: Option<&String>) -> Option<pb::Address> {
+    let a = a?;
+    let (host, port) = a.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Some(pb::Address {
+        socket_address: Some(pb::SocketAddress {
+            address: host.to_string(),
+            port_value: port.parse().ok()?,
+        }),
+    })
+}
+
+/// The serialized CheckRequest for `authorizer` about `req` (`body`: the buffered client body,
+/// `id`: the JSON-RPC id as raw JSON text).
+pub(crate) fn build(
+    authorizer: &Authorizer,
+    req: &Request,
+    peers: &Peers,
+    body: &[u8],
+    id: Option<&str>,
+    level: Level,
+    policy: &str,
+) -> Vec<u8> {
+    let mut headers: BTreeMap<String, String> = BTreeMap::new();
+    let pseudo = [
+        (":authority", Some(&req.authority)),
+        (":path", Some(&req.path)),
+        (":method", Some(&req.method)),
+        (":scheme", peers.scheme.as_ref()),
+    ];
+    let pseudo = pseudo
+        .into_iter()
+        .filter_map(|(n, v)| Some((n.to_string(), v?.clone())));
+    let all: Vec<(String, String)> = pseudo.chain(req.headers.iter().cloned()).collect();
+    for (name, value) in &all {
+        let allowed = authorizer.allowed_headers.is_empty()
+            || authorizer
+                .allowed_headers
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(name));
+        if name == PARTIAL_BODY || !allowed {
+            continue;
+        }
+        headers
+            .entry(name.clone())
+            .and_modify(|v| {
+                v.push(',');
+                v.push_str(value);
+            })
+            .or_insert_with(|| value.clone());
+    }
+    let max = usize::try_from(authorizer.forward_body_max_bytes).unwrap_or(usize::MAX);
+    let mut raw_body = Vec::new();
+    if max > 0 && !body.is_empty() {
+        raw_body = body.get(..max.min(body.len())).unwrap_or_default().to_vec();
+        let partial = if raw_body.len() < body.len() {
+            "true"
+        } else {
+            "false"
+        };
+        headers.insert(PARTIAL_BODY.into(), partial.into());
+    }
+    let mut ext = BTreeMap::new();
+    if let McpOp::Call { method, param } = &req.mcp {
+        ext.insert(EXT_METHOD.to_string(), method.clone());
+        let key = mcp_methods::lookup(method)
+            .filter(|m| m.param.is_some())
+            .and_then(|m| m.category)
+            .map(|c| match c {
+                Category::Tools => EXT_TOOL,
+                Category::Prompts => EXT_PROMPT,
+                Category::Resources => EXT_RESOURCE_URI,
+            });
+        if let (Some(k), Some(p)) = (key, param) {
+            ext.insert(k.to_string(), p.clone());
+        }
+    }
+    ext.insert(EXT_LEVEL.to_string(), level_str(Some(level)).to_string());
+    ext.insert(EXT_POLICY.to_string(), policy.to_string());
+    let header = |n: &str| req.header(n).unwrap_or_default().to_string();
+    let time = peers.time_ns.map(|ns| pb::Timestamp {
+        seconds: ns.div_euclid(1_000_000_000),
+        nanos: i32::try_from(ns.rem_euclid(1_000_000_000)).unwrap_or(0),
+    });
+    let certificate = if authorizer.include_peer_certificate {
+        peers.source_certificate.clone().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let message = pb::CheckRequest {
+        attributes: Some(pb::AttributeContext {
+            source: Some(pb::Peer {
+                address: address(peers.source_address.as_ref()),
+                service: header("x-envoy-downstream-service-cluster"),
+                principal: peers.source_principal.clone().unwrap_or_default(),
+                certificate,
+            }),
+            destination: Some(pb::Peer {
+                address: address(peers.destination_address.as_ref()),
+                principal: peers.destination_principal.clone().unwrap_or_default(),
+                ..Default::default()
+            }),
+            request: Some(pb::AttrRequest {
+                time,
+                http: Some(pb::HttpRequest {
+                    id: header("x-request-id"),
+                    method: req.method.clone(),
+                    headers,
+                    path: req.path.clone(),
+                    host: req.authority.clone(),
+                    scheme: peers.scheme.clone().unwrap_or_default(),
+                    size: i64::try_from(body.len()).unwrap_or(i64::MAX),
+                    protocol: peers.protocol.clone().unwrap_or_default(),
+                    raw_body,
+                }),
+            }),
+            context_extensions: ext,
+            metadata_context: Some(mcp_metadata(req, id).unwrap_or_default()),
+            route_metadata_context: Some(pb::Metadata::default()),
+        }),
+    };
+    prost::Message::encode_to_vec(&message)
+}
+
+/// The `context_extensions` of a serialized CheckRequest (empty if it does not decode).
+pub fn context_extensions(check_request: &[u8]) -> BTreeMap<String, String> {
+    <pb::CheckRequest as prost::Message>::decode(check_request)
+        .ok()
+        .and_then(|m| m.attributes)
+        .map(|a| a.context_extensions)
+        .unwrap_or_default()
+}
+
+/// gRPC status names, for logs.
+fn grpc_status_name(code: u32) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .copied()
+        .unwrap_or("?")
+}
+
+/// Headers an authorizer may not edit upstream: pseudo-headers and Host (as Envoy ignores them).
+fn is_protected(name: &str) -> bool {
+    name.starts_with(':') || name == "host"
+}
+
+fn header_pair(o: &pb::HeaderValueOption) -> Option<(String, String)> {
+    let h = o.header.as_ref()?;
+    let value = if h.value.is_empty() && !h.raw_value.is_empty() {
+        String::from_utf8(h.raw_value.clone()).ok()?
+    } else {
+        h.value.clone()
+    };
+    Some((h.key.to_ascii_lowercase(), value))
+}
+
+/// The upstream edit a HeaderValueOption asks for; None: an append action Envoy does not know.
+fn op_of(o: &pb::HeaderValueOption) -> Option<HeaderOp> {
+    if let Some(append) = &o.append {
+        return Some(if append.value {
+            HeaderOp::Append
+        } else {
+            HeaderOp::Set
+        });
+    }
+    match o.append_action {
+        0 => Some(HeaderOp::Append),
+        1 => Some(HeaderOp::AddIfAbsent),
+        2 => Some(HeaderOp::Set),
+        3 => Some(HeaderOp::OverwriteIfExists),
+        _ => None,
+    }
+}
+
+/// What an OK CheckResponse asks: upstream header edits, or why it cannot be applied.
+fn ok_edits(ok: &pb::OkHttpResponse) -> Result<(Vec<HeaderEdit>, Vec<String>), String> {
+    let mut edits = Vec::new();
+    let mut ignored = Vec::new();
+    for o in &ok.headers {
+        let Some((name, value)) = header_pair(o) else {
+            return Err("an OK header without a key or with a non-UTF-8 value".into());
+        };
+        let Some(op) = op_of(o) else {
+            return Err(format!(
+                "OK header {name}: unknown append_action {}",
+                o.append_action
+            ));
+        };
+        if is_protected(&name) || !crate::callout::is_header_name(&name) {
+            ignored.push(name);
+            continue;
+        }
+        edits.push(HeaderEdit { op, name, value });
+    }
+    for name in &ok.headers_to_remove {
+        let name = name.to_ascii_lowercase();
+        if is_protected(&name) || !crate::callout::is_header_name(&name) {
+            ignored.push(name);
+            continue;
+        }
+        edits.push(HeaderEdit {
+            op: HeaderOp::Remove,
+            name,
+            value: String::new(),
+        });
+    }
+    Ok((edits, ignored))
+}
+
+/// Dynamic metadata of a CheckResponse as a JSON object (Envoy: the OK response's
+/// deprecated field overrides the outer one). None: none sent, or not a Struct.
+fn metadata_json(resp: &pb::CheckResponse) -> Option<String> {
+    let raw = resp
+        .ok_response
+        .as_ref()
+        .and_then(|o| o.dynamic_metadata.as_ref())
+        .or(resp.dynamic_metadata.as_ref())?;
+    let fields = crate::protobuf::decode_struct(raw)?;
+    if fields.is_empty() {
+        return None;
+    }
+    Some(crate::protobuf::struct_json(&fields).to_string())
+}
+
+/// What a gRPC authorizer's answer means: `grpc_status` of the call (0: OK; None: no answer:
+/// timeout, reset or unreachable), `message` the CheckResponse bytes the host read (None: more
+/// than the filter reads). The third value is the dynamic metadata to export (JSON object).
+pub(crate) fn interpret(
+    authorizer: &Authorizer,
+    grpc_status: Option<u32>,
+    message: Option<&[u8]>,
+) -> (AuthzOutcome, Option<String>, Option<String>) {
+    let error = |detail: String| (AuthzOutcome::Error { detail }, None, None);
+    let code = match grpc_status {
+        None => return error("no response (timeout, reset or unreachable)".into()),
+        Some(c) => c,
+    };
+    if code != 0 {
+        return error(format!(
+            "authorizer answered gRPC status {code} ({})",
+            grpc_status_name(code)
+        ));
+    }
+    let Some(bytes) = message else {
+        // Unread, it could be a denial: deny (without its status, headers or body) whatever
+        // the failure mode.
+        let cap = usize::try_from(authorizer.max_response_body_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(RESPONSE_SLACK);
+        let note = format!("CheckResponse over {cap} bytes, not read: denied");
+        let deny = AuthzOutcome::Deny {
+            status: 403,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        return (deny, Some(note), None);
+    };
+    let resp = match <pb::CheckResponse as prost::Message>::decode(bytes) {
+        Ok(r) => r,
+        Err(e) => return error(format!("malformed CheckResponse: {e}")),
+    };
+    let metadata = metadata_json(&resp);
+    let status = resp.status.as_ref().map_or(0, |s| s.code);
+    if status == 0 {
+        let (edits, ignored) = match resp.ok_response.as_ref().map(ok_edits) {
+            None => (Vec::new(), Vec::new()),
+            Some(Ok(e)) => e,
+            Some(Err(detail)) => return error(format!("malformed CheckResponse: {detail}")),
+        };
+        let note = (!ignored.is_empty())
+            .then(|| format!("ignored edits of protected headers: {}", ignored.join(", ")));
+        return (AuthzOutcome::Allow { headers: edits }, note, metadata);
+    }
+    if resp.error_response.is_some() {
+        return error(format!(
+            "authorizer answered an error_response (status {status})"
+        ));
+    }
+    let denied = resp.denied_response.unwrap_or_default();
+    let http = denied.status.map_or(0, |s| s.code);
+    let http = u16::try_from(http)
+        .ok()
+        .filter(|s| (300..600).contains(s))
+        .unwrap_or(403);
+    let headers = denied.headers.iter().filter_map(header_pair).collect();
+    let (outcome, note) =
+        crate::callout::denial(authorizer, http, headers, denied.body.into_bytes());
+    (outcome, note, metadata)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    fn authorizer(json: serde_json::Value) -> Authorizer {
+        let mut base = serde_json::json!({"name": "a", "cluster": "c", "protocol": "GRPC"});
+        if let (Some(b), Some(extra)) = (base.as_object_mut(), json.as_object()) {
+            b.extend(extra.clone());
+        }
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn request() -> Request {
+        let headers: Vec<(String, String)> = [
+            ("x-request-id", "rid-1"),
+            ("accept", "a"),
+            ("accept", "b"),
+            ("x-envoy-auth-partial-body", "forged"),
+            ("authorization", "Bearer t"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+        Request {
+            method: "POST".into(),
+            path: "/mcp?x=1".into(),
+            canonical_path: "/mcp".into(),
+            authority: "gw.example:8080".into(),
+            port: 8080,
+            headers,
+            caller: Default::default(),
+            mcp: McpOp::Call {
+                method: "tools/call".into(),
+                param: Some("add".into()),
+            },
+            route_name: None,
+            cluster_name: None,
+            params: None,
+            time: None,
+        }
+    }
+
+    fn peers() -> Peers {
+        Peers {
+            source_address: Some("10.0.0.1:5555".into()),
+            source_principal: Some("spiffe://td/ns/a/sa/b".into()),
+            source_certificate: Some("-----BEGIN%20CERT".into()),
+            destination_address: Some("[::1]:8080".into()),
+            destination_principal: None,
+            time_ns: Some(1_700_000_000_123_456_789),
+            protocol: Some("HTTP/1.1".into()),
+            scheme: Some("http".into()),
+        }
+    }
+
+    #[test]
+    fn check_request_carries_what_envoy_sends_and_the_mcp_attributes() {
+        let a = authorizer(serde_json::json!({"forwardBodyMaxBytes": 4}));
+        let bytes = build(
+            &a,
+            &request(),
+            &peers(),
+            b"123456",
+            Some("7"),
+            Level::Backend,
+            "ns/p",
+        );
+        let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
+        let attrs = m.attributes.unwrap();
+        let src = attrs.source.unwrap();
+        let sa = src.address.unwrap().socket_address.unwrap();
+        assert_eq!((sa.address.as_str(), sa.port_value), ("10.0.0.1", 5555));
+        assert_eq!(src.principal, "spiffe://td/ns/a/sa/b");
+        assert_eq!(src.certificate, "", "only with includePeerCertificate");
+        let dst = attrs.destination.unwrap().address.unwrap().socket_address;
+        assert_eq!(dst.unwrap().address, "::1");
+        let r = attrs.request.unwrap();
+        let t = r.time.unwrap();
+        assert_eq!((t.seconds, t.nanos), (1_700_000_000, 123_456_789));
+        let http = r.http.unwrap();
+        assert_eq!(http.id, "rid-1");
+        assert_eq!(http.method, "POST");
+        assert_eq!(http.path, "/mcp?x=1");
+        assert_eq!(http.host, "gw.example:8080");
+        assert_eq!(http.scheme, "http");
+        assert_eq!(http.protocol, "HTTP/1.1");
+        assert_eq!(http.size, 6);
+        assert_eq!(http.raw_body, b"1234");
+        assert_eq!(http.headers.get("accept").unwrap(), "a,b");
+        assert_eq!(http.headers.get(":path").unwrap(), "/mcp?x=1");
+        assert_eq!(http.headers.get(PARTIAL_BODY).unwrap(), "true");
+        let ext = attrs.context_extensions;
+        assert_eq!(ext.get(EXT_METHOD).unwrap(), "tools/call");
+        assert_eq!(ext.get(EXT_TOOL).unwrap(), "add");
+        assert_eq!(ext.get(EXT_LEVEL).unwrap(), "backend");
+        assert_eq!(ext.get(EXT_POLICY).unwrap(), "ns/p");
+        let meta = attrs.metadata_context.unwrap().filter_metadata;
+        assert_eq!(meta.len(), 2);
+        let mcp = &meta.get("envoy.filters.http.mcp").unwrap().fields;
+        assert_eq!(mcp.get("id").unwrap().kind, Some(pb::Kind::Number(7.0)));
+        assert_eq!(
+            mcp.get("method").unwrap().kind,
+            Some(pb::Kind::Str("tools/call".into()))
+        );
+        let Some(pb::Kind::Struct(params)) = &mcp.get("params").unwrap().kind else {
+            panic!("params")
+        };
+        assert_eq!(
+            params.fields.get("name").unwrap().kind,
+            Some(pb::Kind::Str("add".into()))
+        );
+        assert_eq!(meta.get("mcp_proxy"), meta.get("envoy.filters.http.mcp"));
+    }
+
+    #[test]
+    fn allowed_headers_select_and_no_body_means_no_partial_header() {
+        let a = authorizer(
+            serde_json::json!({"allowedHeaders": ["Authorization"], "includePeerCertificate": true}),
+        );
+        let bytes = build(&a, &request(), &peers(), b"", None, Level::Gateway, "p");
+        let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
+        let attrs = m.attributes.unwrap();
+        assert_eq!(attrs.source.unwrap().certificate, "-----BEGIN%20CERT");
+        let http = attrs.request.unwrap().http.unwrap();
+        assert_eq!(http.headers.len(), 1, "{:?}", http.headers);
+        assert_eq!(http.headers.get("authorization").unwrap(), "Bearer t");
+        assert!(http.raw_body.is_empty());
+    }
+
+    fn hvo(key: &str, value: &str, append: Option<bool>, action: i32) -> pb::HeaderValueOption {
+        pb::HeaderValueOption {
+            header: Some(pb::HeaderValue {
+                key: key.into(),
+                value: value.into(),
+                raw_value: Vec::new(),
+            }),
+            append: append.map(|value| pb::BoolValue { value }),
+            append_action: action,
+        }
+    }
+
+    fn status(code: i32) -> Option<pb::RpcStatus> {
+        Some(pb::RpcStatus {
+            code,
+            message: String::new(),
+        })
+    }
+
+    #[test]
+    fn ok_maps_header_options_like_envoy() {
+        let resp = pb::CheckResponse {
+            status: status(0),
+            ok_response: Some(pb::OkHttpResponse {
+                headers: vec![
+                    hvo("X-Set", "1", Some(false), 0),
+                    hvo("x-app", "2", Some(true), 2),
+                    hvo("x-default", "3", None, 0),
+                    hvo("x-absent", "4", None, 1),
+                    hvo("x-over", "5", None, 3),
+                    hvo(":path", "/evil", None, 2),
+                ],
+                headers_to_remove: vec!["Authorization".into(), "host".into()],
+                dynamic_metadata: None,
+            }),
+            ..Default::default()
+        };
+        let (outcome, note, meta) = interpret(
+            &authorizer(serde_json::json!({})),
+            Some(0),
+            Some(&resp.encode_to_vec()),
+        );
+        let edit = |op, n: &str, v: &str| HeaderEdit {
+            op,
+            name: n.into(),
+            value: v.into(),
+        };
+        assert_eq!(
+            outcome,
+            AuthzOutcome::Allow {
+                headers: vec![
+                    edit(HeaderOp::Set, "x-set", "1"),
+                    edit(HeaderOp::Append, "x-app", "2"),
+                    edit(HeaderOp::Append, "x-default", "3"),
+                    edit(HeaderOp::AddIfAbsent, "x-absent", "4"),
+                    edit(HeaderOp::OverwriteIfExists, "x-over", "5"),
+                    edit(HeaderOp::Remove, "authorization", ""),
+                ]
+            }
+        );
+        assert!(note.unwrap().contains(":path, host"));
+        assert_eq!(meta, None);
+    }
+
+    #[test]
+    fn denial_relays_status_headers_and_capped_body() {
+        let deny = |code: i32, body: &str| pb::CheckResponse {
+            status: status(7),
+            denied_response: Some(pb::DeniedHttpResponse {
+                status: Some(pb::HttpStatus { code }),
+                headers: vec![hvo("WWW-Authenticate", "Bearer", None, 0)],
+                body: body.into(),
+            }),
+            ..Default::default()
+        };
+        let a = authorizer(serde_json::json!({"maxResponseBodyBytes": 4}));
+        let (o, _, _) = interpret(&a, Some(0), Some(&deny(401, "nope").encode_to_vec()));
+        assert_eq!(
+            o,
+            AuthzOutcome::Deny {
+                status: 401,
+                headers: vec![("www-authenticate".into(), "Bearer".into())],
+                body: b"nope".to_vec()
+            }
+        );
+        let (o, note, _) = interpret(&a, Some(0), Some(&deny(0, "too long").encode_to_vec()));
+        assert!(matches!(o, AuthzOutcome::Deny { status: 403, ref body, .. } if body.is_empty()));
+        assert!(note.is_some());
+        let (o, _, _) = interpret(&a, Some(0), Some(&deny(200, "").encode_to_vec()));
+        assert!(matches!(o, AuthzOutcome::Deny { status: 403, .. }), "{o:?}");
+        // No denied_response at all: 403.
+        let bare = pb::CheckResponse {
+            status: status(16),
+            ..Default::default()
+        };
+        let (o, _, _) = interpret(&a, Some(0), Some(&bare.encode_to_vec()));
+        assert!(matches!(o, AuthzOutcome::Deny { status: 403, .. }), "{o:?}");
+    }
+
+    #[test]
+    fn failures_are_errors_and_garbage_never_panics() {
+        let a = authorizer(serde_json::json!({}));
+        for (status, msg) in [
+            (None, Some(&b""[..])),
+            (Some(14), Some(&b""[..])),
+            (Some(7), Some(&b""[..])),
+            (Some(0), Some(&b"\xff\xff\xff"[..])),
+            (Some(0), Some(&b"\x0a\x05\x08"[..])),
+        ] {
+            let (o, _, _) = interpret(&a, status, msg);
+            assert!(
+                matches!(o, AuthzOutcome::Error { .. }),
+                "{status:?} {msg:?}: {o:?}"
+            );
+        }
+        // Too large to read: denied whatever the failure mode (it could be a denial).
+        let open = authorizer(serde_json::json!({"failureMode": "Allow"}));
+        let (o, note, _) = interpret(&open, Some(0), None);
+        assert!(matches!(o, AuthzOutcome::Deny { status: 403, .. }), "{o:?}");
+        assert!(note.unwrap().contains("not read"));
+        let err = pb::CheckResponse {
+            status: status(13),
+            error_response: Some(Vec::new()),
+            ..Default::default()
+        };
+        let (o, _, _) = interpret(&a, Some(0), Some(&err.encode_to_vec()));
+        assert!(matches!(o, AuthzOutcome::Error { .. }), "{o:?}");
+        let bad_action = pb::CheckResponse {
+            status: status(0),
+            ok_response: Some(pb::OkHttpResponse {
+                headers: vec![hvo("x", "1", None, 9)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (o, _, _) = interpret(&a, Some(0), Some(&bad_action.encode_to_vec()));
+        assert!(matches!(o, AuthzOutcome::Error { .. }), "{o:?}");
+        // An empty message is an OK CheckResponse with status unset: allow, nothing to edit.
+        let (o, _, _) = interpret(&a, Some(0), Some(b""));
+        assert_eq!(o, AuthzOutcome::Allow { headers: vec![] });
+        let mut seed = 0x1234_5678u32;
+        for len in 0..300 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                    (seed >> 16) as u8
+                })
+                .collect();
+            let _ = interpret(&a, Some(0), Some(&bytes));
+        }
+    }
+
+    #[test]
+    fn dynamic_metadata_is_exported_as_json() {
+        use crate::protobuf::{tests::enc_struct, PValue};
+        let s = enc_struct(&[("user".into(), PValue::Str("u1".into()))]);
+        let resp = pb::CheckResponse {
+            status: status(0),
+            dynamic_metadata: Some(s),
+            ..Default::default()
+        };
+        let (_, _, meta) = interpret(
+            &authorizer(serde_json::json!({})),
+            Some(0),
+            Some(&resp.encode_to_vec()),
+        );
+        assert_eq!(meta.as_deref(), Some(r#"{"user":"u1"}"#));
+    }
+}
