@@ -33,6 +33,7 @@ ensure_venv() {
     python3 -m venv "$VENV" >&2 || return 1
   fi
   if ! cmp -s "$req" "$stamp"; then
+    echo "installing the Python packages of integration/requirements.txt into $VENV (about a minute the first time)" >&2
     "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$req" >&2 || return 1
     cp "$req" "$stamp"
   fi
