@@ -277,6 +277,11 @@ pub struct Policy {
     /// only what a rule matches. An empty list is rejected: omit `rules` for all traffic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<Vec<Rule>>,
+    /// CEL predicates, all of which must hold for the policy to apply (docs/semantics.md,
+    /// "CEL"). False: the policy does not apply. An error or a non-boolean result: an Allow
+    /// policy applies and admits nothing; a Deny or ExternalAuth policy applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<String>,
     /// Set by the compiler on the stand-in of a policy it could not accept (the reason). The
     /// stand-in is enforced fail-closed: an Allow stand-in has no rules and admits nothing
     /// (its level stays default-deny); a Deny stand-in denies what its rules match.
@@ -312,6 +317,11 @@ pub struct Rule {
     /// Absent: any request of that caller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authorization: Option<Authorization>,
+    /// CEL predicates, all of which must hold for the rule to match. An error or a
+    /// non-boolean result counts against the caller: an Allow rule does not admit, a Deny or
+    /// ExternalAuth rule matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<String>,
 }
 
 /// Kind of source.
@@ -376,12 +386,13 @@ pub struct JwtSource {
     pub claims: Vec<ClaimMatch>,
 }
 
-/// A claim condition: the claim (or, for a list claim, one of its elements) equals one of `values`.
+/// A claim condition: the claim (or, for a list claim, one of its elements) equals one of
+/// `values`; a missing claim does not match.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClaimMatch {
-    /// Top-level claim name.
+    /// Claim name; a dotted name (`a.b`) addresses a nested claim.
     pub name: String,
     /// Accepted values (strings; numbers and booleans compare by their JSON text).
     pub values: Vec<String>,
@@ -414,6 +425,10 @@ pub struct Authorization {
     /// Destination ports.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
+    /// A CEL condition that must hold (ANDed with the conditions above). An error or a
+    /// non-boolean result counts against the caller, as for `when`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<String>,
 }
 
 /// MCP conditions.
@@ -538,6 +553,9 @@ pub struct Limits {
     /// Deepest JSON nesting accepted.
     #[serde(default = "default_max_depth")]
     pub max_json_depth: u32,
+    /// Bounds on CEL expressions (`when`, `authorization.cel`).
+    #[serde(default)]
+    pub cel: CelLimits,
 }
 
 impl Default for Limits {
@@ -545,9 +563,51 @@ impl Default for Limits {
         Limits {
             max_body_bytes: default_max_body(),
             max_json_depth: default_max_depth(),
+            cel: CelLimits::default(),
         }
     }
 }
+
+/// Bounds on CEL expressions: size, nesting and node count are checked when the bundle is
+/// loaded (a bundle with a larger expression is refused); steps are counted per evaluation
+/// (an evaluation that needs more errors, which counts against the caller).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CelLimits {
+    /// Longest expression, in bytes of source (default 4096, at most 65536).
+    #[serde(default = "default_cel_bytes")]
+    pub max_expression_bytes: u32,
+    /// Deepest nesting of the parsed expression (default 32, at most 100).
+    #[serde(default = "default_cel_depth")]
+    pub max_depth: u32,
+    /// Most nodes in the parsed expression, macros expanded (default 1000, at most 5000).
+    #[serde(default = "default_cel_nodes")]
+    pub max_nodes: u32,
+    /// Most evaluation steps per expression and request: one per node evaluated, one per
+    /// element a macro visits (default 10000, at most 1000000).
+    #[serde(default = "default_cel_steps")]
+    pub max_steps: u32,
+}
+
+impl Default for CelLimits {
+    fn default() -> Self {
+        CelLimits {
+            max_expression_bytes: default_cel_bytes(),
+            max_depth: default_cel_depth(),
+            max_nodes: default_cel_nodes(),
+            max_steps: default_cel_steps(),
+        }
+    }
+}
+
+/// Upper bounds of the [`CelLimits`] fields (the validator refuses larger values).
+pub const CEL_LIMIT_MAX: CelLimits = CelLimits {
+    max_expression_bytes: 65536,
+    max_depth: 100,
+    max_nodes: 5000,
+    max_steps: 1_000_000,
+};
 
 /// Integration with the hosting Envoy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -629,6 +689,18 @@ fn default_max_body() -> u32 {
 }
 fn default_max_depth() -> u32 {
     64
+}
+fn default_cel_bytes() -> u32 {
+    4096
+}
+fn default_cel_depth() -> u32 {
+    32
+}
+fn default_cel_nodes() -> u32 {
+    1000
+}
+fn default_cel_steps() -> u32 {
+    10_000
 }
 fn default_true() -> bool {
     true

@@ -147,6 +147,23 @@ impl Validator {
             || "limits.maxJsonDepth".into(),
             "must be between 1 and 1024",
         );
+        let (c, max) = (&b.limits.cel, &CEL_LIMIT_MAX);
+        for (value, max, field) in [
+            (
+                c.max_expression_bytes,
+                max.max_expression_bytes,
+                "maxExpressionBytes",
+            ),
+            (c.max_depth, max.max_depth, "maxDepth"),
+            (c.max_nodes, max.max_nodes, "maxNodes"),
+            (c.max_steps, max.max_steps, "maxSteps"),
+        ] {
+            self.check(
+                (1..=max).contains(&value),
+                || format!("limits.cel.{field}"),
+                format!("must be between 1 and {max}"),
+            );
+        }
     }
 
     fn identity(&mut self, id: &IdentitySettings) {
@@ -423,7 +440,20 @@ impl Validator {
                 if let Some(a) = &r.authorization {
                     self.authorization(&format!("{rat}.authorization"), a);
                 }
+                self.when(&format!("{rat}.when"), &r.when);
             }
+        }
+        self.when(&format!("{at}.when"), &p.when);
+    }
+
+    /// CEL text is checked by the engine when it compiles the bundle; here only that it is there.
+    fn when(&mut self, at: &str, predicates: &[String]) {
+        for (i, w) in predicates.iter().enumerate() {
+            self.check(
+                !w.trim().is_empty(),
+                || format!("{at}[{i}]"),
+                "must be a CEL expression, not empty",
+            );
         }
     }
 
@@ -565,6 +595,13 @@ impl Validator {
         }
         for (i, p) in a.ports.iter().enumerate() {
             self.check(*p != 0, || format!("{at}.ports[{i}]"), "must not be 0");
+        }
+        if let Some(cel) = &a.cel {
+            self.check(
+                !cel.trim().is_empty(),
+                || format!("{at}.cel"),
+                "must be a CEL expression, not empty",
+            );
         }
     }
 

@@ -63,6 +63,9 @@ PLATFORMS = ("envoy-gateway", "istio")
 
 
 CRD_DIR = REPO / "config-schema" / "crds" / "upstream"
+# The project's own CRD (generated from its Rust types) and the examples of its kind.
+PROJECT_CRD = REPO / "config-schema" / "crds" / "mcp-access.io_accesspolicies.yaml"
+PROJECT_EXAMPLES = REPO / "config-schema" / "crds" / "examples"
 # The vendored CRD files the generated kinds are validated against.
 CRD_FILES = {
     "EnvoyExtensionPolicy": "envoy-gateway/gateway.envoyproxy.io_envoyextensionpolicies.yaml",
@@ -99,9 +102,11 @@ def compiled_bundle(cli: Path, *args: str) -> dict[str, Any]:
 
 
 class Crds:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, *places: Path) -> None:
+        """The CRDs in these files and directories (recursively)."""
         self.schemas: dict[tuple[str, str], dict[str, Any]] = {}  # (apiVersion, kind) -> schema
-        for path in sorted(directory.rglob("*.yaml")):
+        files = [f for p in places for f in (sorted(p.rglob("*.yaml")) if p.is_dir() else [p])]
+        for path in files:
             for doc in yaml.safe_load_all(path.read_text()):
                 if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                     continue
@@ -236,7 +241,8 @@ def validate(crds: Crds, obj: dict[str, Any]) -> list[str]:
 def crds() -> Crds:
     missing = [f for f in CRD_FILES.values() if not (CRD_DIR / f).is_file()]
     assert not missing, f"vendored CRDs missing under {CRD_DIR}: {missing}"
-    return Crds(CRD_DIR)
+    assert PROJECT_CRD.is_file(), PROJECT_CRD
+    return Crds(CRD_DIR, PROJECT_CRD)
 
 
 @pytest.fixture(scope="module")
@@ -288,6 +294,51 @@ def test_the_validator_rejects_broken_objects(generated: dict[str, list[dict[str
     assert broken(ctp, lambda o: o["spec"]["connection"].update(bufferLimit="2MB"))
     errors = broken(ctp, lambda o: o["spec"]["targetRefs"][0].update(kind="HTTPRoute"))
     assert any("targetRefs[*].kind of Gateway or" in e for e in errors), errors
+
+
+# What each invalid AccessPolicy example is refused for (a part of the message).
+INVALID_ACCESS_POLICIES = {
+    "deny-with-external-auth.yaml": "externalAuth may only be specified when action is set to 'ExternalAuth'",
+    "jwt-claim-without-values.yaml": "values: [] should be non-empty",
+    "jwt-without-jwt.yaml": "jwt must be specified when type is set to 'JWT'",
+    "jwt-without-type.yaml": "type must be 'JWT' when jwt is set",
+    "mixed-targets.yaml": "All targetRefs must have the same Kind",
+    "unknown-action.yaml": "'Audit' is not one of",
+    "unknown-field.yaml": "'priority' was unexpected",
+    "when-without-predicate.yaml": "'predicate' is a required property",
+}
+
+
+def test_access_policy_crd_validates_its_examples(crds: Crds) -> None:
+    """The generated AccessPolicy CRD, applied as the API server would: every valid example passes,
+    every invalid one is refused for its reason, and an upstream XAccessPolicy v1alpha1 spec is an
+    AccessPolicy spec as it is."""
+    crd = next(d for d in yaml.safe_load_all(PROJECT_CRD.read_text()) if d)
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1" and crd["kind"] == "CustomResourceDefinition"
+    assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}
+    valid = sorted((PROJECT_EXAMPLES / "valid").glob("*.yaml"))
+    assert [p.name for p in valid] == ["cel.yaml", "deny.yaml", "jwt.yaml", "when.yaml"]
+    for path in valid:
+        for obj in (d for d in yaml.safe_load_all(path.read_text()) if d):
+            assert crds.schema_for(obj) is not None, path
+            assert validate(crds, obj) == [], (path, validate(crds, obj))
+    invalid = sorted((PROJECT_EXAMPLES / "invalid").glob("*.yaml"))
+    assert sorted(p.name for p in invalid) == sorted(INVALID_ACCESS_POLICIES)
+    for path in invalid:
+        obj = yaml.safe_load(path.read_text())
+        errors = validate(crds, obj)
+        assert any(INVALID_ACCESS_POLICIES[path.name] in e for e in errors), (path.name, errors)
+    upstream = REPO / "config-schema/crds/upstream/kube-agentic-networking/examples/valid"
+    for name in ("accesspolicy_v1alpha1.yaml", "cel-policy.yaml"):
+        obj = yaml.safe_load((upstream / name).read_text())
+        if obj["apiVersion"].endswith("/v1alpha1"):
+            obj.update(apiVersion="mcp-access.io/v1alpha1", kind="AccessPolicy")
+            assert validate(crds, obj) == [], name
+    # The project's fields in the upstream kind: its CRD refuses them.
+    obj = yaml.safe_load((PROJECT_EXAMPLES / "valid" / "deny.yaml").read_text())
+    obj.update(apiVersion="agentic.networking.x-k8s.io/v1alpha1", kind="XAccessPolicy")
+    assert crds.schema_for(obj) is not None
+    assert any("'Deny' is not one of" in e for e in validate(crds, obj))
 
 
 def test_generated_objects_carry_the_image_digest_and_bundle(

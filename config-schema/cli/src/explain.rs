@@ -522,6 +522,8 @@ pub fn explain(
             mcp: McpOp::NotMcp,
             route_name: None,
             cluster_name: None,
+            time: None,
+            params: None,
         };
         match match_route(t, &gateway, &listener, &probe) {
             Some(e) => {
@@ -735,7 +737,12 @@ fn trace_views(engine: &Engine, flow: &RequestFlow, outcome: &Outcome) -> Vec<Tr
             let host = req.host();
             for r in index.allow.rules() {
                 let Some(rule) = engine.rule(r) else { continue };
-                if let Some(why) = rule.mismatch(req, &host, Mode::Admit) {
+                if let Some(why) = rule.mismatch(
+                    req,
+                    &host,
+                    Mode::Admit,
+                    engine.identity.trust_domain.as_deref(),
+                ) {
                     out.push(TraceView {
                         level,
                         step: "allow",

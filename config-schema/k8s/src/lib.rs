@@ -1,5 +1,5 @@
 //! The policy compiler: Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy,
-//! ReferenceGrant) to a policy bundle, a status report and the topology an Envoy
+//! the project's AccessPolicy, ReferenceGrant) to a policy bundle, a status report and the topology an Envoy
 //! configuration is rendered from.
 //!
 //! [`Manifests::load_paths`] reads and validates (rejecting what the API server would),
@@ -7,11 +7,13 @@
 
 mod check;
 mod compile;
+mod crd;
 mod load;
 mod model;
 mod types;
 mod validate;
 
 pub use compile::{compile, precedence, reason, Compiled, Options};
+pub use crd::{crd, crd_yaml};
 pub use load::Manifests;
 pub use model::*;

@@ -16,6 +16,8 @@ use crate::validate;
 pub(crate) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 pub(crate) const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";
 pub(crate) const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
+/// The project's own API group (`AccessPolicy`).
+pub(crate) const MCP_ACCESS_GROUP: &str = "mcp-access.io";
 
 /// Where an object came from.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -67,7 +69,8 @@ impl<S> Item<S> {
     }
 }
 
-/// Either version of an XAccessPolicy.
+/// Either version of an XAccessPolicy; an `AccessPolicy` (group `mcp-access.io`) has the
+/// v1alpha1 spec (with its extensions).
 #[derive(Debug, Clone)]
 pub enum PolicySpec {
     V0(Box<PolicySpecV0>),
@@ -323,6 +326,12 @@ impl Manifests {
                     self.policies.push(it);
                 }
             }
+            "AccessPolicy" => {
+                if let Some(it) = self.typed(&doc, v, validate::access_policy) {
+                    let it = map_spec(it, |s| PolicySpec::V1(Box::new(s)));
+                    self.policies.push(it);
+                }
+            }
             _ => self.namespace(doc.origin, v),
         }
     }
@@ -460,8 +469,9 @@ fn versions(group: &str, kind: &str) -> Option<&'static [&'static str]> {
         (GATEWAY_GROUP, "ReferencePolicy") => &["v1alpha2"],
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
+        (MCP_ACCESS_GROUP, "AccessPolicy") => &["v1alpha1"],
         ("", "Namespace") => &["v1"],
-        (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP, _) => &[],
+        (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP | MCP_ACCESS_GROUP, _) => &[],
         _ => return None,
     })
 }

@@ -23,8 +23,8 @@ pub struct TargetStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectStatus {
-    pub(crate) kind: String,
-    pub(crate) api_version: String,
+    pub kind: String,
+    pub api_version: String,
     pub namespace: String,
     pub name: String,
     /// `file: document n`.

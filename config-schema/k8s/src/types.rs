@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -264,21 +265,35 @@ pub(crate) struct RouteMatch {
 }
 
 /// A path match (`HTTPRoute` matches and `XAccessPolicy` v1alpha1 `paths`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PathMatch {
+    /// Exact, PathPrefix (default) or RegularExpression.
     #[serde(rename = "type")]
+    #[schemars(extend("enum" = ["Exact", "PathPrefix", "RegularExpression"]))]
     pub(crate) kind: Option<String>,
+    /// The path (an empty PathPrefix is `/`).
+    #[schemars(length(max = 1024))]
     pub(crate) value: Option<String>,
 }
 
 /// A header or query parameter match.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ValueMatch {
+    /// Header name (case-insensitive).
+    #[schemars(
+        required,
+        length(min = 1, max = 256),
+        pattern(crate::check::HEADER_NAME)
+    )]
     pub(crate) name: Option<String>,
+    /// Exact (default) or RegularExpression.
     #[serde(rename = "type")]
+    #[schemars(extend("enum" = ["Exact", "RegularExpression"]))]
     pub(crate) kind: Option<String>,
+    /// Value or pattern.
+    #[schemars(required, length(min = 1, max = 4096))]
     pub(crate) value: Option<String>,
 }
 
@@ -400,70 +415,177 @@ pub(crate) struct McpBackend {
 }
 
 /// A policy target (`LocalPolicyTargetReferenceWithSectionName`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct TargetRef {
+    /// `gateway.networking.k8s.io` (Gateway) or `agentic.networking.x-k8s.io` (XBackend).
+    #[schemars(required, length(max = 253), pattern(crate::check::GROUP))]
     pub(crate) group: Option<String>,
+    /// `Gateway` or `XBackend`.
+    #[schemars(required, length(min = 1, max = 63), pattern(crate::check::KIND))]
     pub(crate) kind: Option<String>,
+    /// Name of the target, in the policy's namespace.
+    #[schemars(required, length(min = 1, max = 253))]
     pub(crate) name: Option<String>,
+    /// A Gateway listener: the policy applies there only.
+    #[schemars(length(min = 1, max = 253), pattern(crate::check::DNS_SUBDOMAIN))]
     pub(crate) section_name: Option<String>,
 }
 
-/// Rule source (both versions).
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Who a rule is about. Without one, a rule matches every caller.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.type) && self.type == 'JWT' ? has(self.jwt) : true",
+     "message": "jwt must be specified when type is set to 'JWT'"},
+    {"rule": "has(self.jwt) ? (has(self.type) && self.type == 'JWT') : true",
+     "message": "type must be 'JWT' when jwt is set"}
+]))]
 pub(crate) struct RuleSource {
+    /// ServiceAccount, SPIFFE or JWT.
     #[serde(rename = "type")]
+    #[schemars(extend("enum" = ["ServiceAccount", "SPIFFE", "JWT"]))]
     pub(crate) kind: Option<String>,
+    /// A SPIFFE ID (`spiffe://<trust-domain>/<path>`), matched exactly.
+    #[schemars(pattern(crate::check::SPIFFE))]
     pub(crate) spiffe: Option<String>,
+    /// A Kubernetes ServiceAccount (through the trust domain).
     pub(crate) service_account: Option<ServiceAccountRef>,
+    /// Claims of a token verified by Envoy's `jwt_authn` filter (AccessPolicy only).
+    pub(crate) jwt: Option<JwtSourceSpec>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A JWT source (`AccessPolicy` only): claims of a token Envoy's `jwt_authn` verified.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct JwtSourceSpec {
+    /// The token's `iss`, exactly; a JWT provider must verify this issuer.
+    #[schemars(required, length(min = 1, max = 1024))]
+    pub(crate) issuer: Option<String>,
+    /// The token's `sub`, exactly.
+    #[schemars(length(min = 1, max = 1024))]
+    pub(crate) subject: Option<String>,
+    /// Claims that must all match.
+    #[schemars(length(max = 16))]
+    pub(crate) claims: Option<Vec<ClaimSpec>>,
+}
+
+/// One claim condition of a JWT source: the claim (for an array: one of its elements)
+/// equals one of `values` (numbers and booleans by their JSON text); a missing claim does
+/// not match.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ClaimSpec {
+    /// Claim name; `a.b` is claim `b` inside claim `a`.
+    #[schemars(required, length(min = 1, max = 256))]
+    pub(crate) name: Option<String>,
+    /// Accepted values.
+    #[schemars(required, length(min = 1, max = 16), inner(length(max = 1024)))]
+    pub(crate) values: Option<Vec<String>>,
+}
+
+/// A request condition (`AccessPolicy` only): a CEL predicate that must hold.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct WhenCondition {
+    /// A CEL expression over the request (`request.*`, `source.*`, `jwt.claims`).
+    #[schemars(required, length(min = 1, max = 4096))]
+    pub(crate) predicate: Option<String>,
+}
+
+/// A ServiceAccount.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ServiceAccountRef {
+    /// ServiceAccount name.
+    #[schemars(required)]
     pub(crate) name: Option<String>,
+    /// Its namespace (default: the policy's).
     pub(crate) namespace: Option<String>,
 }
 
 /// Gateway API `HTTPExternalAuthFilter`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.protocol == 'GRPC' ? has(self.grpc) : true",
+     "message": "grpc must be specified when protocol is set to 'GRPC'"},
+    {"rule": "has(self.grpc) ? self.protocol == 'GRPC' : true",
+     "message": "protocol must be 'GRPC' when grpc is set"},
+    {"rule": "self.protocol == 'HTTP' ? has(self.http) : true",
+     "message": "http must be specified when protocol is set to 'HTTP'"},
+    {"rule": "has(self.http) ? self.protocol == 'HTTP' : true",
+     "message": "protocol must be 'HTTP' when http is set"}
+]))]
 pub(crate) struct ExternalAuth {
+    /// HTTP or GRPC.
+    #[schemars(required, extend("enum" = ["HTTP", "GRPC"]))]
     pub(crate) protocol: Option<String>,
+    /// The authorizer's Service.
+    #[schemars(required)]
     pub(crate) backend_ref: Option<BackendObjectRef>,
+    /// gRPC settings.
     pub(crate) grpc: Option<GrpcAuthConfig>,
+    /// HTTP settings.
     pub(crate) http: Option<HttpAuthConfig>,
+    /// Request body forwarded to the authorizer.
     pub(crate) forward_body: Option<ForwardBody>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A reference to a Service (or another backend kind).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "(size(self.group) == 0 && self.kind == 'Service') ? has(self.port) : true",
+     "message": "Must have port for Service reference"}
+]))]
 pub(crate) struct BackendObjectRef {
+    /// API group (default: core).
+    #[schemars(length(max = 253), pattern(crate::check::GROUP), extend("default" = ""))]
     pub(crate) group: Option<String>,
+    /// Kind (default: Service).
+    #[schemars(length(min = 1, max = 63), pattern(crate::check::KIND), extend("default" = "Service"))]
     pub(crate) kind: Option<String>,
+    /// Name.
+    #[schemars(required, length(min = 1, max = 253))]
     pub(crate) name: Option<String>,
+    /// Namespace (default: the policy's; another one needs a ReferenceGrant).
+    #[schemars(length(min = 1, max = 63), pattern(crate::check::DNS_LABEL))]
     pub(crate) namespace: Option<String>,
+    /// Port.
+    #[schemars(range(min = 1, max = 65535), extend("format" = "int32"))]
     pub(crate) port: Option<i64>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// gRPC authorizer settings.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct GrpcAuthConfig {
+    /// Request headers sent to the authorizer.
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "set"))]
     pub(crate) allowed_headers: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// HTTP authorizer settings.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct HttpAuthConfig {
+    /// Prefix of the authorization request path.
+    #[schemars(length(max = 1024), pattern(crate::check::HTTP_PATH))]
     pub(crate) path: Option<String>,
+    /// Request headers sent to the authorizer.
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "set"))]
     pub(crate) allowed_headers: Option<Vec<String>>,
+    /// Authorizer response headers copied to the request.
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "set"))]
     pub(crate) allowed_response_headers: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Request body forwarding.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ForwardBody {
+    /// Bytes of body forwarded (0: none).
     pub(crate) max_size: Option<i64>,
 }
 
@@ -501,54 +623,134 @@ pub(crate) struct CelV0 {
     _message: Option<String>,
 }
 
-/// `XAccessPolicy.spec`, v1alpha1.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `XAccessPolicy.spec`, v1alpha1, and `AccessPolicy.spec` (group `mcp-access.io`), which is
+/// the same spec plus `action: Deny`, JWT sources and `when` (validation keeps the
+/// extensions out of an `XAccessPolicy`, as its CRD does). Its schema is the AccessPolicy
+/// CRD's (`crate::crd`).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.action == 'ExternalAuth' ? has(self.externalAuth) : true",
+     "message": "externalAuth must be specified when action is set to 'ExternalAuth'"},
+    {"rule": "has(self.externalAuth) ? self.action == 'ExternalAuth' : true",
+     "message": "externalAuth may only be specified when action is set to 'ExternalAuth'"}
+]))]
 pub struct PolicySpecV1 {
+    /// Gateways or XBackends (all of one kind) the policy applies to.
+    #[schemars(required, length(min = 1, max = 10), extend(
+        "x-kubernetes-list-type" = "atomic",
+        "x-kubernetes-validations" = [{"rule": "self.all(ref, ref.kind == self[0].kind)",
+                                       "message": "All targetRefs must have the same Kind"}]))]
     pub(crate) target_refs: Option<Vec<TargetRef>>,
+    /// Allow: admit what a rule matches (the level denies the rest); Deny: deny what a rule
+    /// matches; ExternalAuth: ask the authorizer about what a rule matches.
+    #[schemars(required, extend("enum" = ["Allow", "Deny", "ExternalAuth"]))]
     pub(crate) action: Option<String>,
+    /// The authorizer (action ExternalAuth).
     pub(crate) external_auth: Option<ExternalAuth>,
+    /// Rules; omitted or empty: the policy applies to all traffic.
+    #[schemars(length(max = 10), extend(
+        "x-kubernetes-list-type" = "atomic",
+        "x-kubernetes-validations" = [{"rule": "self.all(r, self.filter(x, x.name == r.name).size() == 1)",
+                                       "message": "AccessRule names must be unique"}]))]
     pub(crate) rules: Option<Vec<RuleV1>>,
+    /// `AccessPolicy` only: conditions (all must hold) under which the policy applies.
+    #[schemars(length(max = 8), extend("x-kubernetes-list-type" = "atomic"))]
+    pub(crate) when: Option<Vec<WhenCondition>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A rule: a source, an authorization and conditions, all of which must match.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct RuleV1 {
+    /// Rule name, unique in the policy.
+    #[schemars(
+        required,
+        length(min = 1, max = 63),
+        pattern(crate::check::DNS_SUBDOMAIN)
+    )]
     pub(crate) name: Option<String>,
+    /// Who; omitted: every caller.
     pub(crate) source: Option<RuleSource>,
+    /// What; omitted: every request.
     pub(crate) authorization: Option<AuthorizationV1>,
+    /// `AccessPolicy` only: conditions (all must hold) under which the rule matches.
+    #[schemars(length(max = 8), extend("x-kubernetes-list-type" = "atomic"))]
+    pub(crate) when: Option<Vec<WhenCondition>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// What a rule matches: Inline conditions or a CEL expression.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.type == 'CEL' ? has(self.cel) : true",
+     "message": "cel must be specified when type is set to 'CEL'"},
+    {"rule": "self.type == 'Inline' ? !has(self.cel) : true",
+     "message": "cel must not be specified when type is set to 'Inline'"}
+]))]
 pub(crate) struct AuthorizationV1 {
+    /// Inline or CEL.
     #[serde(rename = "type")]
+    #[schemars(required, extend("enum" = ["Inline", "CEL"]))]
     pub(crate) kind: Option<String>,
+    /// The CEL expression (type CEL).
     pub(crate) cel: Option<CelV1>,
+    /// Header conditions, all of which must hold.
+    #[schemars(length(max = 10), extend("x-kubernetes-list-type" = "atomic"))]
     pub(crate) headers: Option<Vec<ValueMatch>>,
+    /// Hosts (`*.` wildcards allowed).
+    #[schemars(length(max = 10), inner(length(min = 1, max = 253), pattern(crate::check::HOSTNAME)),
+               extend("x-kubernetes-list-type" = "set"))]
     pub(crate) hosts: Option<Vec<String>>,
+    /// MCP conditions.
     pub(crate) mcp: Option<McpV1>,
+    /// HTTP methods.
+    #[schemars(length(max = 9), extend("x-kubernetes-list-type" = "set", "items" = {"type": "string",
+        "enum": ["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"]}))]
     pub(crate) methods: Option<Vec<String>>,
+    /// Paths (canonical form).
+    #[schemars(length(max = 10), extend("x-kubernetes-list-type" = "atomic"))]
     pub(crate) paths: Option<Vec<PathMatch>>,
+    /// Destination ports.
+    #[schemars(length(max = 10), inner(range(min = 1, max = 65535)), extend("x-kubernetes-list-type" = "set"))]
     pub(crate) ports: Option<Vec<i64>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A CEL authorization.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct CelV1 {
+    /// A CEL expression over the request that must hold.
+    #[schemars(required)]
     pub(crate) expression: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// MCP conditions.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct McpV1 {
+    /// Whether the base protocol (initialize, ping, notifications, ...) is matched.
+    #[schemars(extend("enum" = ["SKIP_BASE_PROTOCOL_METHODS", "MATCH_BASE_PROTOCOL_METHODS"]))]
     pub(crate) mcp_base_protocol_methods_option: Option<String>,
+    /// Methods matched (with `params`: only those names or URIs).
+    #[schemars(length(max = 10), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub(crate) methods: Option<Vec<McpMethodV1>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// One MCP method.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.params) && self.params.size() > 0 ? self.name in ['prompts/get', 'tools/call', 'resources/subscribe', 'resources/unsubscribe', 'resources/read'] : true",
+     "message": "Params can only be specified for get, call, subscribe, unsubscribe, or read methods"}
+]))]
 pub(crate) struct McpMethodV1 {
+    /// Method or category.
+    #[schemars(required, extend("enum" = ["tools", "prompts", "resources", "prompts/list", "tools/list",
+        "resources/list", "resources/templates/list", "prompts/get", "tools/call",
+        "resources/subscribe", "resources/unsubscribe", "resources/read"]))]
     pub(crate) name: Option<String>,
+    /// Tool / prompt names or resource URIs.
+    #[schemars(length(max = 10), inner(length(max = 20)), extend("x-kubernetes-list-type" = "set"))]
     pub(crate) params: Option<Vec<String>>,
 }

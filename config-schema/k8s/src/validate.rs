@@ -167,10 +167,57 @@ fn unique_rule_names<'a>(
     c.rule(at, unique, "array", "AccessRule names must be unique");
 }
 
-fn source(at: &str, s: &RuleSource, type_required: bool, c: &mut Checker) {
+/// Which kind a policy spec belongs to: the upstream `XAccessPolicy`, or the project's
+/// `AccessPolicy` (the same spec plus `action: Deny`, JWT sources and `when`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PolicyKind {
+    Upstream,
+    Project,
+}
+
+/// Limits of the project's own fields (the generated CRD says the same).
+pub(crate) const MAX_WHEN: usize = 8;
+pub(crate) const MAX_PREDICATE_BYTES: usize = 4096;
+pub(crate) const MAX_CLAIMS: usize = 16;
+pub(crate) const MAX_CLAIM_VALUES: usize = 16;
+
+/// A field that only the project's `AccessPolicy` has, set in an `XAccessPolicy`: its CRD
+/// does not declare it, so the API server refuses it.
+fn project_only(at: &str, field: &str, kind: PolicyKind, c: &mut Checker) -> bool {
+    if kind == PolicyKind::Upstream {
+        c.err(
+            format!("{at}.{field}"),
+            format!("unknown field \"{field}\": only an AccessPolicy (group mcp-access.io) has it"),
+        );
+        return false;
+    }
+    true
+}
+
+/// A `when` list (`AccessPolicy` only).
+fn when(at: &str, w: &Option<Vec<WhenCondition>>, kind: PolicyKind, c: &mut Checker) {
+    let Some(list) = w else { return };
+    if !project_only(at, "when", kind, c) {
+        return;
+    }
+    let at = format!("{at}.when");
+    c.max_items(&at, list.len(), MAX_WHEN);
+    for (i, x) in list.iter().enumerate() {
+        let pat = format!("{at}[{i}].predicate");
+        if c.required(&pat, &x.predicate) {
+            c.len_between(&pat, opt(&x.predicate), 1, MAX_PREDICATE_BYTES);
+        }
+    }
+}
+
+fn source(at: &str, s: &RuleSource, type_required: bool, kind: PolicyKind, c: &mut Checker) {
+    let types: &[&str] = match kind {
+        PolicyKind::Upstream => &["ServiceAccount", "SPIFFE"],
+        PolicyKind::Project => &["ServiceAccount", "SPIFFE", "JWT"],
+    };
     match &s.kind {
         Some(k) => {
-            c.one_of(&format!("{at}.type"), k, &["ServiceAccount", "SPIFFE"]);
+            c.one_of(&format!("{at}.type"), k, types);
         }
         None if type_required => c.err(format!("{at}.type"), "Required value"),
         None => {}
@@ -180,6 +227,52 @@ fn source(at: &str, s: &RuleSource, type_required: bool, c: &mut Checker) {
     }
     if let Some(sa) = &s.service_account {
         c.required(&format!("{at}.serviceAccount.name"), &sa.name);
+    }
+    if kind == PolicyKind::Project {
+        let is_jwt = s.kind.as_deref() == Some("JWT");
+        c.rule(
+            at,
+            !is_jwt || s.jwt.is_some(),
+            "object",
+            "jwt must be specified when type is set to 'JWT'",
+        );
+        c.rule(
+            at,
+            s.jwt.is_none() || is_jwt,
+            "object",
+            "type must be 'JWT' when jwt is set",
+        );
+    }
+    if let Some(j) = &s.jwt {
+        if project_only(at, "jwt", kind, c) {
+            jwt_source(&format!("{at}.jwt"), j, c);
+        }
+    }
+}
+
+fn jwt_source(at: &str, j: &JwtSourceSpec, c: &mut Checker) {
+    if c.required(&format!("{at}.issuer"), &j.issuer) {
+        c.len_between(&format!("{at}.issuer"), opt(&j.issuer), 1, 1024);
+    }
+    if let Some(sub) = &j.subject {
+        c.len_between(&format!("{at}.subject"), sub, 1, 1024);
+    }
+    let Some(claims) = &j.claims else { return };
+    c.max_items(&format!("{at}.claims"), claims.len(), MAX_CLAIMS);
+    for (i, cl) in claims.iter().enumerate() {
+        let cat = format!("{at}.claims[{i}]");
+        if c.required(&format!("{cat}.name"), &cl.name) {
+            c.len_between(&format!("{cat}.name"), opt(&cl.name), 1, 256);
+        }
+        let values = required_list(
+            &format!("{cat}.values"),
+            &cl.values,
+            (1, MAX_CLAIM_VALUES),
+            c,
+        );
+        for (k, v) in values.iter().enumerate() {
+            c.len_between(&format!("{cat}.values[{k}]"), v, 0, 1024);
+        }
     }
 }
 
@@ -262,7 +355,7 @@ pub(crate) fn policy_v0(s: &PolicySpecV0, c: &mut Checker) {
         let at = format!("spec.rules[{i}]");
         rule_name(&at, &r.name, c);
         match &r.source {
-            Some(src) => source(&format!("{at}.source"), src, true, c),
+            Some(src) => source(&format!("{at}.source"), src, true, PolicyKind::Upstream, c),
             None => c.err(format!("{at}.source"), "Required value"),
         }
         let Some(a) = &r.authorization else { continue };
@@ -316,10 +409,25 @@ pub(crate) fn policy_v0(s: &PolicySpecV0, c: &mut Checker) {
     }
 }
 
+/// An `XAccessPolicy` v1alpha1 spec.
 pub(crate) fn policy_v1(s: &PolicySpecV1, c: &mut Checker) {
+    spec_v1(s, PolicyKind::Upstream, c);
+}
+
+/// An `AccessPolicy` spec (group `mcp-access.io`).
+pub(crate) fn access_policy(s: &PolicySpecV1, c: &mut Checker) {
+    spec_v1(s, PolicyKind::Project, c);
+}
+
+/// The v1alpha1 spec both kinds share, with the project's fields allowed only in its kind.
+fn spec_v1(s: &PolicySpecV1, kind: PolicyKind, c: &mut Checker) {
     target_refs(&s.target_refs, false, c);
+    let actions: &[&str] = match kind {
+        PolicyKind::Upstream => &["Allow", "ExternalAuth"],
+        PolicyKind::Project => &["Allow", "Deny", "ExternalAuth"],
+    };
     if c.required("spec.action", &s.action) {
-        c.one_of("spec.action", opt(&s.action), &["Allow", "ExternalAuth"]);
+        c.one_of("spec.action", opt(&s.action), actions);
     }
     c.rule(
         "spec",
@@ -327,9 +435,18 @@ pub(crate) fn policy_v1(s: &PolicySpecV1, c: &mut Checker) {
         "object",
         "externalAuth must be specified when action is set to 'ExternalAuth'",
     );
+    if kind == PolicyKind::Project {
+        c.rule(
+            "spec",
+            s.external_auth.is_none() || opt(&s.action) == "ExternalAuth",
+            "object",
+            "externalAuth may only be specified when action is set to 'ExternalAuth'",
+        );
+    }
     if let Some(e) = &s.external_auth {
         external_auth("spec.externalAuth", e, c);
     }
+    when("spec", &s.when, kind, c);
     let Some(rules) = &s.rules else { return };
     c.max_items("spec.rules", rules.len(), 10);
     unique_rule_names("spec.rules", rules.iter().map(|r| &r.name), c);
@@ -337,11 +454,12 @@ pub(crate) fn policy_v1(s: &PolicySpecV1, c: &mut Checker) {
         let at = format!("spec.rules[{i}]");
         rule_name(&at, &r.name, c);
         if let Some(src) = &r.source {
-            source(&format!("{at}.source"), src, false, c);
+            source(&format!("{at}.source"), src, false, kind, c);
         }
         if let Some(a) = &r.authorization {
             authorization_v1(&format!("{at}.authorization"), a, c);
         }
+        when(&at, &r.when, kind, c);
     }
 }
 

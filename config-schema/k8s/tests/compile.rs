@@ -496,7 +496,7 @@ fn listener_ports_follow_overrides() {
 // Unsupported features are reported, never dropped
 
 #[test]
-fn cel_rules_are_not_accepted_and_enforced_fail_closed() {
+fn cel_rules_compile_and_invalid_ones_are_enforced_fail_closed() {
     let p = r#"
 apiVersion: agentic.networking.x-k8s.io/v1alpha1
 kind: XAccessPolicy
@@ -511,11 +511,21 @@ spec:
       cel: {expression: "request.mcp.tool_name.startsWith('verify_')"}
 "#;
     let c = run(p);
+    assert!(policy_status(&c, "cel").accepted());
+    let rule = &bundle_policy(&c, "cel").unwrap().rules.as_ref().unwrap()[0];
+    assert_eq!(
+        rule.authorization.as_ref().unwrap().cel.as_deref(),
+        Some("request.mcp.tool_name.startsWith('verify_')")
+    );
+    // An expression the CEL checker refuses: Invalid, with the field, and a stand-in.
+    let bad = p.replace("startsWith('verify_')", "startsWith('verify_'");
+    let c = run(&bad);
     let st = &policy_status(&c, "cel").conditions[0];
     assert!(!st.accepted);
-    assert_eq!(st.reason, reason::UNSUPPORTED);
+    assert_eq!(st.reason, reason::INVALID);
     assert!(
-        st.message.contains("CEL is not supported yet"),
+        st.message
+            .contains("spec.rules[0].authorization.cel.expression: invalid CEL expression"),
         "{}",
         st.message
     );
@@ -533,7 +543,7 @@ spec:
         .is_some_and(|w| w.contains("CEL")));
     // As a controller would: left out entirely.
     let c = build(
-        p,
+        &bad,
         &Options {
             skip_rejected: true,
             ..Options::default()

@@ -286,6 +286,8 @@ impl RequestFlow {
                 .filter(|(n, _)| !n.starts_with(':'))
                 .collect(),
             method,
+            time: None,
+            params: None,
         };
         self.req = Some(req);
         let Some(req) = self.req.as_ref() else {
@@ -716,6 +718,8 @@ mod tests {
             mcp: McpOp::NotMcp,
             route_name: None,
             cluster_name: None,
+            time: None,
+            params: None,
         }
     }
 

@@ -161,6 +161,7 @@ pub(crate) fn jwt_principals(
             issuer: p.issuer.clone(),
             subject: text("sub"),
             claims,
+            payload: None,
         });
     }
     out

@@ -9,6 +9,7 @@ pub mod answer;
 mod base64;
 pub mod callout;
 pub mod canon;
+pub mod cel;
 pub mod facts;
 pub mod flow;
 mod identity;

@@ -3,7 +3,7 @@
 use mcp_access_bundle::mcp_methods;
 
 /// A caller as identified by Envoy: mTLS SPIFFE ID and verified JWT claims.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Caller {
     /// SPIFFE ID from the peer certificate (or the trusted header the bundle names).
     pub spiffe: Option<String>,
@@ -12,14 +12,16 @@ pub struct Caller {
 }
 
 /// The claims of one verified JWT.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct JwtPrincipal {
     /// `iss`.
     pub issuer: String,
     /// `sub`.
     pub subject: Option<String>,
-    /// Claims the bundle's rules look at.
+    /// Claims the bundle's rules look at (by their possibly dotted names).
     pub claims: Vec<(String, ClaimValue)>,
+    /// The whole payload, kept only when a CEL expression reads `jwt.claims`.
+    pub payload: Option<serde_json::Value>,
 }
 
 /// A claim value.
@@ -112,7 +114,7 @@ impl McpOp {
 }
 
 /// Everything the decision engine reads about a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// HTTP method.
     pub method: String,
@@ -134,6 +136,12 @@ pub struct Request {
     pub route_name: Option<String>,
     /// Envoy's upstream cluster (`xds.cluster_name`).
     pub cluster_name: Option<String>,
+    /// When the request arrived (`request.time`), nanoseconds since the Unix epoch; read only
+    /// when a CEL expression needs it.
+    pub time: Option<i64>,
+    /// The JSON-RPC `params` (arguments included); kept only when a CEL expression reads
+    /// `request.mcp.params`.
+    pub params: Option<serde_json::Value>,
 }
 
 impl Request {

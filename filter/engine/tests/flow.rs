@@ -501,6 +501,7 @@ fn a_jwt_caller_is_named_in_the_decision() {
         issuer: "https://idp.example".into(),
         subject: Some("u1".into()),
         claims: vec![],
+        payload: None,
     };
     for (spiffe, caller) in [(None, "jwt:https://idp.example#u1"), (Some(ALPHA), ALPHA)] {
         let mut input = headers("GET", &[]);

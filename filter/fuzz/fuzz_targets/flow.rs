@@ -134,6 +134,7 @@ fn parse_input(data: &[u8]) -> Input {
                         "groups".into(),
                         ClaimValue::List(groups.map(str::to_string).collect()),
                     )],
+                    payload: None,
                 });
             }
             "eos" => input.eos = true,

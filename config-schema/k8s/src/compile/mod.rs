@@ -4,7 +4,7 @@
 //!
 //! One module per kind of object compiled: [`backends`] (XBackends), [`gateways`] (listeners,
 //! TLS), [`routes`] (HTTPRoute rules, matches, filters, attachment), [`policies`]
-//! (XAccessPolicies of both versions, targets, limits, stand-ins, authorizers) with
+//! (XAccessPolicies of both versions and AccessPolicies, targets, limits, stand-ins, authorizers) with
 //! [`rules`] (their access rules), and [`grants`] (ReferenceGrants).
 
 mod backends;
@@ -277,7 +277,7 @@ impl Ctx<'_> {
     fn report_rejected(&mut self) {
         for r in &self.m.rejected {
             let list = match r.kind.as_str() {
-                "XAccessPolicy" => &mut self.report.policies,
+                "XAccessPolicy" | "AccessPolicy" => &mut self.report.policies,
                 "Gateway" => &mut self.report.gateways,
                 "HTTPRoute" => &mut self.report.routes,
                 "XBackend" => &mut self.report.backends,

@@ -1,19 +1,16 @@
-//! XAccessPolicies (both API versions): their targets, the limits per target, the
+//! XAccessPolicies (both API versions) and AccessPolicies: their targets, the limits per target, the
 //! fail-closed stand-ins of policies not accepted, and their ExternalAuth authorizers.
 
 use std::collections::{HashMap, HashSet};
 
 use super::grants::permitted;
-use super::rules::{rule_v0, rule_v1, source_v};
+use super::rules::{self, rule_v0, rule_v1, source_v, Problem};
 use super::{agentic_group, cond, is_core, opt, reason, seniority_order, status, Ctx, Options};
 use crate::check;
 use crate::load::{Item, PolicySpec, GATEWAY_GROUP};
 use crate::model::*;
 use crate::types::*;
 use mcp_access_bundle::{self as bundle, Action, Bundle, Level};
-
-/// Why something is not accepted: a status reason and a message.
-type Problem = (&'static str, String);
 
 /// The accepted policies counted at each target (`kind|Kind namespace/name`), oldest first.
 #[derive(Default)]
@@ -74,6 +71,8 @@ struct Targets {
 /// What a policy says, compiled, and whether it can be accepted.
 struct PolicyContent {
     action: Action,
+    /// The policy's `when` predicates (AccessPolicy).
+    when: Vec<String>,
     rules: Result<Option<Vec<bundle::Rule>>, Problem>,
     authorizer: Option<bundle::Authorizer>,
     /// Not accepted in a way that leaves no trustworthy selection: the stand-in denies all.
@@ -93,11 +92,24 @@ impl Ctx<'_> {
                 continue;
             };
             let seniority = rank as u64 + 1;
-            let conds = if seen.insert(p.id()) {
+            // XAccessPolicy and AccessPolicy are different kinds: the same name is no conflict.
+            let conds = if seen.insert(format!("{}|{}", p.kind, p.id())) {
                 self.policy(p, seniority, &mut per_target, &mut out, &mut authorizers)
             } else {
                 let ns = &p.meta.namespace;
-                p.spec.target_refs().iter().map(|r| cond(target_name(r, ns), r.section_name.clone(), reason::CONFLICTED, "another XAccessPolicy with this namespace/name is defined earlier or is older; it is used instead")).collect()
+                let msg = format!("another {} with this namespace/name is defined earlier or is older; it is used instead", p.kind);
+                p.spec
+                    .target_refs()
+                    .iter()
+                    .map(|r| {
+                        cond(
+                            target_name(r, ns),
+                            r.section_name.clone(),
+                            reason::CONFLICTED,
+                            msg.clone(),
+                        )
+                    })
+                    .collect()
             };
             self.report.policies.push(status(p, Some(seniority), conds));
         }
@@ -119,17 +131,24 @@ impl Ctx<'_> {
             _ => Level::Backend,
         };
         let content = self.policy_content(p);
-        let t = self.policy_targets(p, &content, per_target);
+        let mut t = self.policy_targets(p, &content, per_target);
+        let name = self.bundle_name(p);
+        if name != p.meta.name {
+            for c in &mut t.conds {
+                let sep = if c.message.is_empty() { "" } else { "; " };
+                c.message = format!("{}{sep}named {name} in the bundle (an XAccessPolicy has the same namespace/name)", c.message);
+            }
+        }
         if !t.accepted.is_empty() {
             let mut external_auth = None;
             if let Some(a) = &content.authorizer {
                 let mut a = a.clone();
-                a.name = format!("{}.{}", p.meta.namespace, p.meta.name);
+                a.name = format!("{}.{name}", p.meta.namespace);
                 external_auth = Some(a.name.clone());
                 authorizers.push(a);
             }
             out.push(bundle::Policy {
-                name: p.meta.name.clone(),
+                name: name.clone(),
                 namespace: p.meta.namespace.clone(),
                 level,
                 targets: t.accepted,
@@ -137,16 +156,23 @@ impl Ctx<'_> {
                 external_auth,
                 seniority,
                 rules: content.rules.clone().ok().flatten(),
+                when: content.when.clone(),
                 not_accepted: None,
             });
         }
         if !t.standin.is_empty() && !self.o.skip_rejected {
             // Fail closed: an Allow policy admits nothing; anything else denies what it
-            // would have selected (everything, when its rules cannot be trusted).
+            // would have selected (everything, when its rules cannot be trusted). Its `when`
+            // is kept only when every predicate compiled (it can then only narrow a denial
+            // to where the policy applies); otherwise the stand-in has none.
             let (action, rules) = match (content.action, content.deny_all) {
                 (Action::Allow, false) => (Action::Allow, None),
                 (_, true) => (Action::Deny, None),
                 _ => (Action::Deny, content.rules.clone().ok().flatten()),
+            };
+            let when = match (action, &content.rules) {
+                (Action::Deny, Ok(_)) => content.when.clone(),
+                _ => Vec::new(),
             };
             let why = match &content.problem {
                 Err((reason, msg)) => format!("{reason}: {msg}"),
@@ -156,7 +182,7 @@ impl Ctx<'_> {
                 ),
             };
             out.push(bundle::Policy {
-                name: format!("{}.not-accepted", p.meta.name),
+                name: format!("{name}.not-accepted"),
                 namespace: p.meta.namespace.clone(),
                 level,
                 targets: t.standin,
@@ -164,10 +190,28 @@ impl Ctx<'_> {
                 external_auth: None,
                 seniority,
                 rules,
+                when,
                 not_accepted: Some(why),
             });
         }
         t.conds
+    }
+
+    /// The policy's name in the bundle: its own, except for an AccessPolicy that shares its
+    /// namespace/name with an XAccessPolicy (two objects, one bundle namespace):
+    /// `<name>.accesspolicy`.
+    fn bundle_name(&self, p: &Item<PolicySpec>) -> String {
+        let shared = p.kind == "AccessPolicy"
+            && self
+                .m
+                .policies
+                .iter()
+                .any(|o| o.kind != p.kind && o.id() == p.id());
+        if shared {
+            format!("{}.accesspolicy", p.meta.name)
+        } else {
+            p.meta.name.clone()
+        }
     }
 
     /// Resolves a policy's targets and applies the limits per target.
@@ -298,25 +342,34 @@ impl Ctx<'_> {
         }
     }
 
-    /// v1alpha1: an action for the whole policy, rules that select requests.
+    /// v1alpha1 (and the AccessPolicy kind): an action for the whole policy, rules that
+    /// select requests, `when` conditions.
     fn content_v1(&self, p: &Item<PolicySpec>, s: &PolicySpecV1) -> PolicyContent {
         let ns = &p.meta.namespace;
-        let action = if opt(&s.action) == "ExternalAuth" {
-            Action::ExternalAuth
-        } else {
-            Action::Allow
+        let action = match opt(&s.action) {
+            "ExternalAuth" => Action::ExternalAuth,
+            "Deny" => Action::Deny,
+            _ => Action::Allow,
         };
+        let providers = &self.o.jwt_providers;
         // `rules: []` is indistinguishable from omitted in Kubernetes: all traffic.
         let rules = s.rules.as_ref().filter(|rs| !rs.is_empty()).map(|rs| {
             rs.iter()
                 .enumerate()
-                .map(|(i, r)| rule_v1(&format!("spec.rules[{i}]"), r))
+                .map(|(i, r)| rule_v1(&format!("spec.rules[{i}]"), r, providers))
                 .collect::<Result<Vec<_>, _>>()
         });
-        let rules = match rules {
-            None => Ok(None),
-            Some(Ok(v)) => Ok(Some(v)),
-            Some(Err(e)) => Err(e),
+        // A policy `when` that does not compile makes the policy not accepted, its rules
+        // untrustworthy as a selection (a Deny stand-in then denies everything).
+        let (when, when_problem) = match rules::when("spec", s.when.as_ref()) {
+            Ok(w) => (w, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        let rules = match (when_problem, rules) {
+            (Some(e), _) => Err(e),
+            (None, None) => Ok(None),
+            (None, Some(Ok(v))) => Ok(Some(v)),
+            (None, Some(Err(e))) => Err(e),
         };
         let authorizer = match (&action, &s.external_auth) {
             (Action::ExternalAuth, Some(e)) => {
@@ -331,7 +384,9 @@ impl Ctx<'_> {
             ))),
             _ => None,
         };
-        self.finish_content(p, action, rules, authorizer, ns)
+        let mut c = self.finish_content(p, action, rules, authorizer, ns);
+        c.when = when;
+        c
     }
 
     /// v0alpha0: rules that each admit requests, one of them possibly an ExternalAuth rule.
@@ -373,11 +428,13 @@ impl Ctx<'_> {
         }
         match ext {
             Some((i, r)) => {
-                let rule = source_v(&format!("spec.rules[{i}]"), r.source.as_ref()).map(|source| {
+                let at = format!("spec.rules[{i}]");
+                let rule = source_v(&at, r.source.as_ref(), &self.o.jwt_providers).map(|source| {
                     Some(vec![bundle::Rule {
                         name: opt(&r.name).to_string(),
                         source,
                         authorization: None,
+                        when: Vec::new(),
                     }])
                 });
                 let e = r
@@ -396,7 +453,7 @@ impl Ctx<'_> {
                 let rules = rs
                     .iter()
                     .enumerate()
-                    .map(|(i, r)| rule_v0(&format!("spec.rules[{i}]"), r))
+                    .map(|(i, r)| rule_v0(&format!("spec.rules[{i}]"), r, &self.o.jwt_providers))
                     .collect::<Result<Vec<_>, _>>()
                     .map(Some);
                 self.finish_content(p, Action::Allow, rules, None, ns)
@@ -442,6 +499,7 @@ impl Ctx<'_> {
         }
         PolicyContent {
             action,
+            when: Vec::new(),
             rules,
             authorizer,
             deny_all: false,
@@ -495,6 +553,7 @@ impl Ctx<'_> {
                 external_auth: authorizer.as_ref().map(|_| "a".to_string()),
                 seniority: 0,
                 rules: rules.clone(),
+                when: Vec::new(),
                 not_accepted: None,
             }],
             deny_response: Default::default(),
@@ -533,10 +592,10 @@ impl Ctx<'_> {
         }
         if !permitted(
             self.m,
-            (&p.group, "XAccessPolicy", &p.meta.namespace),
+            (&p.group, &p.kind, &p.meta.namespace),
             ("", "Service", &ns, &name),
         ) {
-            return Err((reason::REF_NOT_PERMITTED, format!("{at}.backendRef: no ReferenceGrant in namespace {ns} allows XAccessPolicies from {} to refer to Service {name}", p.meta.namespace)));
+            return Err((reason::REF_NOT_PERMITTED, format!("{at}.backendRef: no ReferenceGrant in namespace {ns} allows {} objects from {} to refer to Service {name}", p.kind, p.meta.namespace)));
         }
         if opt(&e.protocol) == "GRPC" {
             return Err((reason::UNSUPPORTED, format!("{at}.protocol GRPC is not supported yet: mcp-access calls HTTP authorizers only")));

@@ -1,15 +1,45 @@
-//! The access rules of XAccessPolicies (both API versions): sources and authorizations as
-//! bundle rules.
+//! The access rules of XAccessPolicies (both API versions) and AccessPolicies: sources,
+//! authorizations and `when` conditions as bundle rules.
 
 use super::{opt, reason};
 use crate::types::*;
 use mcp_access_bundle as bundle;
 
+/// Why a rule cannot be compiled: a status reason and a message naming the field.
+pub(super) type Problem = (&'static str, String);
+
+/// A CEL expression at field path `at`, checked by the engine's own checker (the filter loads
+/// it with the same code, under the bundle's default limits).
+pub(super) fn cel(at: &str, expression: &str) -> Result<String, Problem> {
+    mcp_access_engine::cel::check(expression, &bundle::CelLimits::default())
+        .map(|()| expression.to_string())
+        .map_err(|e| {
+            (
+                reason::INVALID,
+                format!("{at}: invalid CEL expression: {e}"),
+            )
+        })
+}
+
+/// The predicates of a `when` list at `at` (`spec` or `spec.rules[i]`), each checked.
+pub(super) fn when(at: &str, w: Option<&Vec<WhenCondition>>) -> Result<Vec<String>, Problem> {
+    w.into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| cel(&format!("{at}.when[{i}].predicate"), opt(&c.predicate)))
+        .collect()
+}
+
+/// A rule's source; a JWT source's issuer must be one of `providers`.
 pub(super) fn source_v(
     at: &str,
     s: Option<&RuleSource>,
-) -> Result<Option<bundle::Source>, (&'static str, String)> {
+    providers: &[bundle::JwtProvider],
+) -> Result<Option<bundle::Source>, Problem> {
     let Some(s) = s else { return Ok(None) };
+    if s.kind.as_deref() == Some("JWT") {
+        return jwt_source(at, s, providers).map(Some);
+    }
     let kind = match (s.kind.as_deref(), &s.spiffe, &s.service_account) {
         (Some("SPIFFE"), _, _) => bundle::SourceType::Spiffe,
         (Some(_), _, _) => bundle::SourceType::ServiceAccount,
@@ -61,26 +91,84 @@ pub(super) fn source_v(
     }))
 }
 
-fn cel_unsupported(at: &str) -> (&'static str, String) {
-    (
-        reason::UNSUPPORTED,
-        format!("{at}.authorization: type CEL is not supported yet"),
-    )
+/// A JWT source: the verified token's issuer, subject and claims.
+fn jwt_source(
+    at: &str,
+    s: &RuleSource,
+    providers: &[bundle::JwtProvider],
+) -> Result<bundle::Source, Problem> {
+    if s.spiffe.is_some() || s.service_account.is_some() {
+        return Err((
+            reason::INVALID,
+            format!("{at}.source: spiffe and serviceAccount are not allowed with type JWT"),
+        ));
+    }
+    let j = s.jwt.clone().unwrap_or_default();
+    let issuer = opt(&j.issuer).to_string();
+    if !providers.iter().any(|p| p.issuer == issuer) {
+        let known: Vec<&str> = providers.iter().map(|p| p.issuer.as_str()).collect();
+        let known = if known.is_empty() {
+            "none is declared".to_string()
+        } else {
+            format!("declared: {}", known.join(", "))
+        };
+        return Err((
+            reason::INVALID,
+            format!("{at}.source.jwt.issuer \"{issuer}\": no JWT provider verifies this issuer ({known}); declare it with --jwt-provider NAME=issuer={issuer},jwks=..."),
+        ));
+    }
+    Ok(bundle::Source {
+        kind: bundle::SourceType::Jwt,
+        spiffe: None,
+        service_account: None,
+        jwt: Some(bundle::JwtSource {
+            issuer,
+            subject: j.subject.clone(),
+            claims: j
+                .claims
+                .iter()
+                .flatten()
+                .map(|c| bundle::ClaimMatch {
+                    name: opt(&c.name).to_string(),
+                    values: c.values.clone().unwrap_or_default(),
+                })
+                .collect(),
+        }),
+    })
 }
 
-fn unknown_match(at: &str, kind: &str) -> (&'static str, String) {
+/// A CEL authorization: the expression must hold (nothing else is implied: the base
+/// protocol is not admitted by it).
+fn cel_authorization(at: &str, expression: Option<&str>) -> Result<bundle::Authorization, Problem> {
+    Ok(bundle::Authorization {
+        cel: Some(cel(
+            &format!("{at}.authorization.cel.expression"),
+            expression.unwrap_or_default(),
+        )?),
+        ..Default::default()
+    })
+}
+
+fn unknown_match(at: &str, kind: &str) -> Problem {
     (
         reason::INVALID,
         format!("{at}.type \"{kind}\" is not supported"),
     )
 }
 
-pub(super) fn rule_v0(at: &str, r: &RuleV0) -> Result<bundle::Rule, (&'static str, String)> {
-    let source = source_v(at, r.source.as_ref())?;
+pub(super) fn rule_v0(
+    at: &str,
+    r: &RuleV0,
+    providers: &[bundle::JwtProvider],
+) -> Result<bundle::Rule, Problem> {
+    let source = source_v(at, r.source.as_ref(), providers)?;
     let authorization = match &r.authorization {
         None => None,
         Some(a) => match opt(&a.kind) {
-            "CEL" => return Err(cel_unsupported(at)),
+            "CEL" => Some(cel_authorization(
+                at,
+                a.cel.as_ref().and_then(|c| c.expression.as_deref()),
+            )?),
             // InlineTools: these tools plus the base protocol; no tools: the base protocol.
             "InlineTools" => {
                 let tools = a.tools.clone().unwrap_or_default();
@@ -113,28 +201,34 @@ pub(super) fn rule_v0(at: &str, r: &RuleV0) -> Result<bundle::Rule, (&'static st
         name: opt(&r.name).to_string(),
         source,
         authorization,
+        when: Vec::new(),
     })
 }
 
-pub(super) fn rule_v1(at: &str, r: &RuleV1) -> Result<bundle::Rule, (&'static str, String)> {
-    let source = source_v(at, r.source.as_ref())?;
+pub(super) fn rule_v1(
+    at: &str,
+    r: &RuleV1,
+    providers: &[bundle::JwtProvider],
+) -> Result<bundle::Rule, Problem> {
+    let source = source_v(at, r.source.as_ref(), providers)?;
     let authorization = match &r.authorization {
         None => None,
-        Some(a) if opt(&a.kind) == "CEL" => return Err(cel_unsupported(at)),
+        Some(a) if opt(&a.kind) == "CEL" => Some(cel_authorization(
+            at,
+            a.cel.as_ref().and_then(|c| c.expression.as_deref()),
+        )?),
         Some(a) => Some(authorization_v1(at, a)?),
     };
     Ok(bundle::Rule {
         name: opt(&r.name).to_string(),
         source,
         authorization,
+        when: when(at, r.when.as_ref())?,
     })
 }
 
 /// An Inline authorization of a v1alpha1 rule.
-fn authorization_v1(
-    at: &str,
-    a: &AuthorizationV1,
-) -> Result<bundle::Authorization, (&'static str, String)> {
+fn authorization_v1(at: &str, a: &AuthorizationV1) -> Result<bundle::Authorization, Problem> {
     let mcp = a.mcp.as_ref().map(|m| bundle::McpMatch {
         methods: m
             .methods
@@ -173,13 +267,11 @@ fn authorization_v1(
                 })
             })
             .collect::<Result<Vec<_>, _>>()?,
+        cel: None,
     })
 }
 
-fn path_matches(
-    at: &str,
-    a: &AuthorizationV1,
-) -> Result<Vec<bundle::PathMatch>, (&'static str, String)> {
+fn path_matches(at: &str, a: &AuthorizationV1) -> Result<Vec<bundle::PathMatch>, Problem> {
     let mut paths = Vec::new();
     for (i, p) in a.paths.iter().flatten().enumerate() {
         let kind = match p.kind.as_deref().unwrap_or("PathPrefix") {
@@ -208,10 +300,7 @@ fn path_matches(
     Ok(paths)
 }
 
-fn header_matches(
-    at: &str,
-    a: &AuthorizationV1,
-) -> Result<Vec<bundle::HeaderMatch>, (&'static str, String)> {
+fn header_matches(at: &str, a: &AuthorizationV1) -> Result<Vec<bundle::HeaderMatch>, Problem> {
     a.headers
         .iter()
         .flatten()

@@ -12,7 +12,8 @@ use mcp_access_bundle::{
     self as bundle, Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, SourceType,
 };
 
-use super::LevelIndex;
+use super::{CelCx, LevelIndex};
+use crate::cel::{CelLimits, Program};
 use crate::request::{Caller, McpOp, Request};
 
 /// A policy, compiled.
@@ -24,6 +25,34 @@ pub struct Policy {
     /// None: applies to all traffic. `Some(empty)` only for the stand-in of an Allow policy
     /// that was not accepted: it admits nothing.
     pub(crate) rules: Option<Vec<Rule>>,
+    /// `when`: the policy applies only where all hold.
+    pub(crate) when: Vec<Cel>,
+}
+
+/// A compiled CEL condition with the bundle field it came from (`when[1]`,
+/// `authorization.cel`), for traces.
+#[derive(Debug)]
+pub struct Cel {
+    pub field: String,
+    pub program: Program,
+}
+
+/// Compiles CEL conditions; an error names `at` + the field.
+pub(crate) fn compile_cels<'a>(
+    at: &str,
+    items: impl Iterator<Item = (String, &'a str)>,
+    limits: &CelLimits,
+) -> Result<Vec<Cel>, String> {
+    items
+        .map(|(field, src)| {
+            Program::compile(src, limits)
+                .map(|program| Cel {
+                    field: field.clone(),
+                    program,
+                })
+                .map_err(|e| format!("{at}.{field}: {e}"))
+        })
+        .collect()
 }
 
 /// What a compiled policy does; an ExternalAuth policy always has its authorizer.
@@ -60,6 +89,8 @@ pub struct Rule {
     pub name: String,
     pub(crate) source: Source,
     pub(crate) authz: Option<Authz>,
+    /// `authorization.cel` and `when`: all must hold.
+    pub cels: Vec<Cel>,
 }
 
 /// A compiled source condition.
@@ -131,12 +162,26 @@ pub enum Mode {
     Select,
 }
 
+/// `at`: the rule's bundle path (`policies[2].rules[0]`), for CEL errors.
 pub(crate) fn compile_rule(
     rule: &bundle::Rule,
     policy_ns: &str,
     trust_domain: Option<&str>,
+    at: &str,
+    limits: &CelLimits,
 ) -> Result<Rule, String> {
+    let cel = rule
+        .authorization
+        .as_ref()
+        .and_then(|a| a.cel.as_deref())
+        .map(|src| ("authorization.cel".to_string(), src));
+    let when = rule
+        .when
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (format!("when[{i}]"), w.as_str()));
     Ok(Rule {
+        cels: compile_cels(at, cel.into_iter().chain(when), limits)?,
         name: rule.name.clone(),
         source: match &rule.source {
             None => Source::Any,
@@ -237,6 +282,8 @@ pub enum Mismatch<'r> {
     McpMethod,
     /// A listed MCP method is the request's, but not with its name / URI.
     Param,
+    /// A CEL condition (`authorization.cel`, `when[i]`) is false or errs.
+    Cel(&'r str),
 }
 
 impl fmt::Display for Mismatch<'_> {
@@ -250,22 +297,52 @@ impl fmt::Display for Mismatch<'_> {
             Mismatch::Header(name) => write!(f, "header {name}"),
             Mismatch::McpMethod => f.write_str("MCP method"),
             Mismatch::Param => f.write_str("param"),
+            Mismatch::Cel(field) => write!(f, "CEL {field}"),
         }
     }
 }
 
 impl Rule {
-    /// Source AND authorization, repeated headers resolved per `mode`.
-    pub(crate) fn admits(&self, req: &Request, host: &str, mode: Mode) -> bool {
+    /// Source AND authorization AND CEL conditions (last: the costliest), repeated headers
+    /// and CEL errors resolved against the caller per `mode`.
+    pub(crate) fn admits(
+        &self,
+        req: &Request,
+        host: &str,
+        mode: Mode,
+        cx: &mut CelCx,
+        policy: &str,
+    ) -> bool {
         self.source.matches(&req.caller)
             && self
                 .authz
                 .as_ref()
                 .is_none_or(|a| a.matches(req, host, mode))
+            && self
+                .cels
+                .iter()
+                .all(|c| cx.holds(c, mode, req, host, policy, Some(&self.name)))
     }
 
     /// Why the rule does not admit `req` (the first condition that fails), None if it does.
-    pub fn mismatch(&self, req: &Request, host: &str, mode: Mode) -> Option<Mismatch<'_>> {
+    pub fn mismatch(
+        &self,
+        req: &Request,
+        host: &str,
+        mode: Mode,
+        trust_domain: Option<&str>,
+    ) -> Option<Mismatch<'_>> {
+        if let Some(m) = self.static_mismatch(req, host, mode) {
+            return Some(m);
+        }
+        let mut cx = CelCx::new(trust_domain, false);
+        self.cels
+            .iter()
+            .find(|c| !cx.holds(c, mode, req, host, "", None))
+            .map(|c| Mismatch::Cel(&c.field))
+    }
+
+    fn static_mismatch(&self, req: &Request, host: &str, mode: Mode) -> Option<Mismatch<'_>> {
         if !self.source.matches(&req.caller) {
             return Some(Mismatch::Source);
         }
@@ -428,7 +505,8 @@ mod tests {
 
     fn rule(json: serde_json::Value) -> Rule {
         let r: bundle::Rule = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
-        compile_rule(&r, "ns", Some("example.org")).unwrap_or_else(|e| panic!("{e}"))
+        compile_rule(&r, "ns", Some("example.org"), "rule", &CelLimits::default())
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -453,6 +531,8 @@ mod tests {
             },
             route_name: None,
             cluster_name: None,
+            time: None,
+            params: None,
         };
         let header = rule(serde_json::json!({"name": "h", "authorization": {
             "headers": [{"name": "X-Team", "value": "blue"}],
@@ -490,9 +570,9 @@ mod tests {
             ),
         ];
         for (r, q, mode, want) in cases {
-            assert_eq!(r.mismatch(&q, "a.example", mode), want, "{}", r.name);
+            assert_eq!(r.mismatch(&q, "a.example", mode, None), want, "{}", r.name);
             assert_eq!(
-                r.admits(&q, "a.example", mode),
+                r.admits(&q, "a.example", mode, &mut CelCx::new(None, false), "p"),
                 want.is_none(),
                 "{}",
                 r.name
@@ -504,7 +584,7 @@ mod tests {
             param: Some("echo".into()),
         };
         assert_eq!(
-            header.mismatch(&prompt, "a.example", Mode::Admit),
+            header.mismatch(&prompt, "a.example", Mode::Admit, None),
             Some(Mismatch::McpMethod)
         );
         assert_eq!(Mismatch::Header("x-team").to_string(), "header x-team");

@@ -6,7 +6,7 @@ use std::fmt;
 
 use mcp_access_bundle::{FailureMode, Level, UnknownBackend};
 
-use super::{Engine, LevelIndex, PolicyId, RuleRef};
+use super::{CelCx, Engine, LevelIndex, PolicyId, RuleRef};
 use crate::request::Request;
 
 /// Why a request was denied.
@@ -151,6 +151,8 @@ pub struct Evaluation {
     add_headers: Vec<(String, String)>,
     admitted: Option<(Option<String>, Option<String>)>,
     trace: Option<Vec<TraceEntry>>,
+    /// CEL conditions evaluated so far.
+    cel: CelCx,
 }
 
 impl Evaluation {
@@ -169,6 +171,11 @@ impl Evaluation {
             add_headers: Vec::new(),
             admitted: None,
             trace: trace.then(Vec::new),
+            cel: if engine.cel_needs.any {
+                CelCx::new(engine.identity.trust_domain.as_deref(), trace)
+            } else {
+                CelCx::default()
+            },
         };
         let unknown = if listener.is_none() {
             Some((Reason::UnknownListener, format!("port {}", req.port)))
@@ -211,6 +218,16 @@ impl Evaluation {
     /// The trace, if it was asked for.
     pub fn trace(&self) -> &[TraceEntry] {
         self.trace.as_deref().unwrap_or(&[])
+    }
+
+    /// The CEL conditions evaluated so far (only when traced).
+    pub fn cel_records(&self) -> &[super::CelRecord] {
+        self.cel.records.as_deref().unwrap_or(&[])
+    }
+
+    /// CEL evaluations that erred, and of those the ones stopped by the step limit.
+    pub fn cel_errors(&self) -> (u32, u32) {
+        (self.cel.errors, self.cel.budget_exceeded)
     }
 
     /// The authorizer of an outstanding call.
@@ -304,7 +321,7 @@ impl Evaluation {
             let Some(p) = engine.policies.get(pid) else {
                 continue;
             };
-            if !engine.selects(pid, req, &self.host) {
+            if !engine.selects(pid, req, &self.host, &mut self.cel) {
                 self.note(
                     Some(self.level),
                     "externalAuth",
@@ -411,7 +428,10 @@ impl Evaluation {
 
     fn apply_rules(&mut self, engine: &Engine, index: &LevelIndex, req: &Request) {
         let level = Some(self.level);
-        if let Some(r) = index.deny.first_admitting(engine, req, &self.host) {
+        if let Some(r) = index
+            .deny
+            .first_admitting(engine, req, &self.host, &mut self.cel)
+        {
             let (policy, rule) = names(engine, r);
             self.note(
                 level,
@@ -430,11 +450,19 @@ impl Evaluation {
             });
             return;
         }
-        if !index.has_allow {
-            self.note(level, "allow", None, None, format_args!("no Allow policy"));
+        if !engine.allow_applies(index, req, &self.host, &mut self.cel) {
+            let why = if index.has_allow {
+                "no Allow policy applies (when)"
+            } else {
+                "no Allow policy"
+            };
+            self.note(level, "allow", None, None, format_args!("{why}"));
             return;
         }
-        match index.allow.first_admitting(engine, req, &self.host) {
+        match index
+            .allow
+            .first_admitting(engine, req, &self.host, &mut self.cel)
+        {
             Some(r) => {
                 let (policy, rule) = names(engine, r);
                 self.note(

@@ -2,6 +2,7 @@
 //! per-request evaluation of docs/semantics.md §3–§4 ([`Evaluation`]).
 
 mod compiled;
+mod cx;
 mod eval;
 
 use std::collections::HashMap;
@@ -12,8 +13,10 @@ use mcp_access_bundle::{
     UnknownBackend, ValidBundle,
 };
 
-use compiled::compile_rule;
-pub use compiled::Mode;
+use compiled::{compile_cels, compile_rule};
+pub use compiled::{Cel, Mode};
+pub use cx::CelRecord;
+pub(crate) use cx::{Applies, CelCx};
 pub use eval::{level_str, AuthzOutcome, Decision, Denial, Reason, Step};
 pub(crate) use eval::{Evaluation, TraceEntry};
 use mcp_access_bundle::gateway_api::HostPattern;
@@ -132,6 +135,7 @@ impl RuleSet {
         engine: &Engine,
         req: &Request,
         host: &str,
+        cx: &mut CelCx,
     ) -> Option<RuleRef> {
         let keyed = match (&req.mcp.method(), req.mcp.param()) {
             (Some(m), Some(p)) => self.keyed.get(*m).and_then(|x| x.get(p)),
@@ -142,13 +146,23 @@ impl RuleSet {
         } else {
             None
         };
-        self.general
+        // Each list is in seniority order: a rule no more senior than the best found so far
+        // is not looked at (its CEL conditions are not evaluated).
+        let mut best: Option<RuleRef> = None;
+        for r in self
+            .general
             .iter()
             .chain(keyed.into_iter().flatten())
             .chain(base.into_iter().flatten())
-            .filter(|r| engine.rule_admits(**r, req, host, self.mode))
-            .min()
-            .copied()
+        {
+            if best.is_some_and(|b| *r >= b) {
+                continue;
+            }
+            if engine.rule_admits(*r, req, host, self.mode, cx) {
+                best = Some(*r);
+            }
+        }
+        best
     }
 
     /// Every rule of the set, most senior first (for traces: not on the request path).
@@ -176,6 +190,10 @@ pub struct LevelIndex {
     pub allow: RuleSet,
     /// Whether any Allow policy is attached (the level is then default-deny).
     pub(crate) has_allow: bool,
+    /// Whether an attached Allow policy has no `when` (it always applies).
+    pub(crate) allow_always: bool,
+    /// Attached Allow policies with `when` conditions.
+    pub(crate) allow_when: Vec<PolicyId>,
 }
 
 /// The bundle compiled for per-request use.
@@ -196,6 +214,21 @@ pub struct Engine {
     pub(crate) escaped_slashes: EscapedSlashes,
     /// Claim names any JWT rule reads.
     pub(crate) jwt_claims: Vec<String>,
+    /// What the CEL conditions read beyond the usual request attributes.
+    pub(crate) cel_needs: CelNeeds,
+}
+
+/// Request attributes gathered only because a CEL condition reads them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CelNeeds {
+    /// `request.time`.
+    pub time: bool,
+    /// `request.mcp.params`.
+    pub params: bool,
+    /// `jwt.claims`.
+    pub jwt_payload: bool,
+    /// Any CEL condition at all.
+    pub any: bool,
 }
 
 impl Engine {
@@ -206,20 +239,50 @@ impl Engine {
             (x.seniority, &x.namespace, &x.name).cmp(&(y.seniority, &y.namespace, &y.name))
         });
         let td = b.identity.trust_domain.as_deref();
+        let limits = &b.limits.cel;
         let mut policies = Vec::with_capacity(order.len());
         let mut jwt_claims: Vec<String> = Vec::new();
+        let mut cel_needs = CelNeeds::default();
         for p in &order {
+            // The bundle path of the policy, for errors.
+            let at = format!(
+                "policies[{}]",
+                b.policies
+                    .iter()
+                    .position(|x| std::ptr::eq(x, *p))
+                    .unwrap_or_default()
+            );
             let rules = match &p.rules {
                 None => None,
                 Some(rs) => Some(
                     rs.iter()
-                        .map(|r| {
-                            compile_rule(r, &p.namespace, td)
+                        .enumerate()
+                        .map(|(i, r)| {
+                            compile_rule(r, &p.namespace, td, &format!("{at}.rules[{i}]"), limits)
                                 .map_err(|e| format!("policy {}/{}: {e}", p.namespace, p.name))
                         })
                         .collect::<Result<Vec<_>, _>>()?,
                 ),
             };
+            let when = compile_cels(
+                &at,
+                p.when
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| (format!("when[{i}]"), w.as_str())),
+                limits,
+            )
+            .map_err(|e| format!("policy {}/{}: {e}", p.namespace, p.name))?;
+            let cels = when
+                .iter()
+                .chain(rules.iter().flatten().flat_map(|r| r.cels.iter()));
+            for c in cels {
+                use crate::cel::Attr;
+                cel_needs.any = true;
+                cel_needs.time |= c.program.reads_attr(Attr::Time);
+                cel_needs.params |= c.program.reads_attr(Attr::McpParams);
+                cel_needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
+            }
             for r in rules.iter().flatten() {
                 if let compiled::Source::Jwt { claims, .. } = &r.source {
                     for (c, _) in claims {
@@ -263,7 +326,12 @@ impl Engine {
                 }
                 (_, _, rules) => rules,
             };
-            policies.push(compiled::Policy { id, action, rules });
+            policies.push(compiled::Policy {
+                id,
+                action,
+                rules,
+                when,
+            });
         }
 
         let mut listeners = Vec::new();
@@ -331,6 +399,7 @@ impl Engine {
             unknown_backend: b.envoy.unknown_backend,
             escaped_slashes: b.envoy.escaped_slashes,
             jwt_claims,
+            cel_needs,
         })
     }
 
@@ -369,22 +438,68 @@ impl Engine {
         p.rules.as_ref()?.get(r.rule?)
     }
 
-    fn rule_admits(&self, r: RuleRef, req: &Request, host: &str, mode: Mode) -> bool {
+    /// Whether rule `r` admits (Allow) or selects (Deny) `req`, its policy's `when` included:
+    /// a policy `when` that errs makes an Allow policy admit nothing and a Deny policy apply.
+    fn rule_admits(
+        &self,
+        r: RuleRef,
+        req: &Request,
+        host: &str,
+        mode: Mode,
+        cx: &mut CelCx,
+    ) -> bool {
+        let Some(p) = self.policies.get(r.policy) else {
+            return false;
+        };
+        match (cx.applies(r.policy, p, req, host), mode) {
+            (Applies::No, _) | (Applies::Errored, Mode::Admit) => return false,
+            _ => {}
+        }
         match r.rule {
             None => true,
             Some(_) => self
                 .rule(r)
-                .is_some_and(|rule| rule.admits(req, host, mode)),
+                .is_some_and(|rule| rule.admits(req, host, mode, cx, &p.id)),
         }
     }
 
-    /// Whether an ExternalAuth policy selects the request (no rules: every request).
-    pub(crate) fn selects(&self, pid: PolicyId, req: &Request, host: &str) -> bool {
-        match self.policies.get(pid).map(|p| &p.rules) {
-            Some(None) => true,
-            Some(Some(rules)) => rules.iter().any(|r| r.admits(req, host, Mode::Select)),
-            None => false,
+    /// Whether an ExternalAuth policy applies and selects the request (no rules: every
+    /// request).
+    pub(crate) fn selects(&self, pid: PolicyId, req: &Request, host: &str, cx: &mut CelCx) -> bool {
+        let Some(p) = self.policies.get(pid) else {
+            return false;
+        };
+        if cx.applies(pid, p, req, host) == Applies::No {
+            return false;
         }
+        match &p.rules {
+            None => true,
+            Some(rules) => rules
+                .iter()
+                .any(|r| r.admits(req, host, Mode::Select, cx, &p.id)),
+        }
+    }
+
+    /// Whether an Allow policy applies at `index` for `req` (the level is then default-deny).
+    pub(crate) fn allow_applies(
+        &self,
+        index: &LevelIndex,
+        req: &Request,
+        host: &str,
+        cx: &mut CelCx,
+    ) -> bool {
+        index.has_allow
+            && (index.allow_always
+                || index.allow_when.iter().any(|pid| {
+                    self.policies
+                        .get(*pid)
+                        .is_some_and(|p| cx.applies(*pid, p, req, host) != Applies::No)
+                }))
+    }
+
+    /// Request attributes the CEL conditions need gathered.
+    pub fn cel_needs(&self) -> CelNeeds {
+        self.cel_needs
     }
 
     /// Starts evaluating a request.
@@ -400,6 +515,8 @@ impl Default for LevelIndex {
             deny: RuleSet::new(Mode::Select),
             allow: RuleSet::new(Mode::Admit),
             has_allow: false,
+            allow_always: false,
+            allow_when: Vec::new(),
         }
     }
 }
@@ -414,6 +531,11 @@ impl LevelIndex {
                     &mut self.deny
                 } else {
                     self.has_allow = true;
+                    if p.when.is_empty() {
+                        self.allow_always = true;
+                    } else {
+                        self.allow_when.push(pid);
+                    }
                     &mut self.allow
                 };
                 match &p.rules {

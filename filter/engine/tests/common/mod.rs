@@ -90,6 +90,8 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
         mcp,
         route_name: Some("tools-route".into()),
         cluster_name: Some("tools-cluster".into()),
+        time: None,
+        params: None,
     }
 }
 

@@ -1,0 +1,213 @@
+//! The CustomResourceDefinition of the project's `AccessPolicy` kind (group `mcp-access.io`),
+//! generated from the Rust types the compiler reads ([`PolicySpecV1`] and what it holds):
+//! their schema (with the `x-kubernetes-validations` rules written on them) made structural
+//! as Kubernetes requires — subschemas inlined, no `null` types, no `additionalProperties:
+//! false` (the API server prunes or, with strict field validation, rejects unknown fields).
+//!
+//! The committed file `config-schema/crds/mcp-access.io_accesspolicies.yaml` is checked
+//! against this by a test (`UPDATE_CRD=1 cargo test -p mcp-access-k8s --test crd` rewrites it).
+
+use schemars::generate::SchemaSettings;
+use schemars::JsonSchema;
+use serde_json::{json, Map, Value};
+
+use crate::load::MCP_ACCESS_GROUP;
+use crate::types::PolicySpecV1;
+
+/// `status`: Gateway API's PolicyStatus, per ancestor (Gateway) the conditions of a
+/// controller. Only its schema is used.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // only the schema is used
+struct PolicyStatus {
+    /// One entry per ancestor the policy is attached through.
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "atomic"))]
+    ancestors: Vec<PolicyAncestorStatus>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // only the schema is used
+struct PolicyAncestorStatus {
+    /// The ancestor (a Gateway, or an XBackend's Gateway).
+    ancestor_ref: ParentReference,
+    /// The controller that wrote this entry.
+    #[schemars(length(min = 1, max = 253))]
+    controller_name: String,
+    /// Conditions (Accepted, ...).
+    #[schemars(length(min = 1, max = 8), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    conditions: Vec<Condition>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // only the schema is used
+struct ParentReference {
+    #[schemars(length(max = 253))]
+    group: Option<String>,
+    #[schemars(length(min = 1, max = 63))]
+    kind: Option<String>,
+    #[schemars(length(min = 1, max = 253))]
+    name: String,
+    #[schemars(length(min = 1, max = 63))]
+    namespace: Option<String>,
+    #[schemars(length(min = 1, max = 253))]
+    section_name: Option<String>,
+    #[schemars(range(min = 1, max = 65535), extend("format" = "int32"))]
+    port: Option<i32>,
+}
+
+/// A `metav1.Condition`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // only the schema is used
+struct Condition {
+    #[schemars(length(max = 316))]
+    #[serde(rename = "type")]
+    kind: String,
+    #[schemars(extend("enum" = ["True", "False", "Unknown"]))]
+    status: String,
+    #[schemars(length(min = 1, max = 1024))]
+    reason: String,
+    #[schemars(length(max = 32768))]
+    message: String,
+    #[schemars(extend("format" = "date-time"))]
+    last_transition_time: String,
+    #[schemars(range(min = 0))]
+    observed_generation: Option<i64>,
+}
+
+/// The schema of `T`, structural.
+fn schema_of<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut v = generator.into_root_schema_for::<T>().to_value();
+    structural(&mut v);
+    if let Some(o) = v.as_object_mut() {
+        o.remove("title");
+    }
+    v
+}
+
+/// Makes a generated JSON Schema a Kubernetes structural schema (see the module comment).
+fn structural(v: &mut Value) {
+    match v {
+        Value::Array(items) => items.iter_mut().for_each(structural),
+        Value::Object(o) => {
+            // `Option<T>`: `T` or null.
+            if let Some(Value::Array(any)) = o.get("anyOf") {
+                let non_null: Vec<Value> = any
+                    .iter()
+                    .filter(|x| x.get("type") != Some(&json!("null")))
+                    .cloned()
+                    .collect();
+                if let [one] = non_null.as_slice() {
+                    o.remove("anyOf");
+                    if let Value::Object(inner) = one {
+                        for (k, x) in inner {
+                            o.entry(k.clone()).or_insert_with(|| x.clone());
+                        }
+                    }
+                }
+            }
+            if let Some(Value::Array(types)) = o.get("type") {
+                let types: Vec<Value> = types
+                    .iter()
+                    .filter(|t| *t != &json!("null"))
+                    .cloned()
+                    .collect();
+                let t = match types.as_slice() {
+                    [one] => one.clone(),
+                    _ => Value::Array(types),
+                };
+                o.insert("type".into(), t);
+            }
+            if o.get("additionalProperties") == Some(&Value::Bool(false)) {
+                o.remove("additionalProperties");
+            }
+            if o.get("default") == Some(&Value::Null) {
+                o.remove("default");
+            }
+            for key in ["$schema", "title", "nullable"] {
+                o.remove(key);
+            }
+            // Unsigned integer formats are not Kubernetes formats.
+            if let Some(Value::String(f)) = o.get("format") {
+                if f.starts_with("uint") {
+                    o.insert("format".into(), json!("int64"));
+                }
+            }
+            o.values_mut().for_each(structural);
+        }
+        _ => {}
+    }
+}
+
+/// The CRD as a value.
+pub fn crd() -> Value {
+    let mut spec = schema_of::<PolicySpecV1>();
+    if let Some(o) = spec.as_object_mut() {
+        o.insert(
+            "description".into(),
+            json!("The XAccessPolicy v1alpha1 spec (group agentic.networking.x-k8s.io) plus action Deny, JWT sources and `when` conditions on the policy and its rules."),
+        );
+    }
+    let mut status = schema_of::<PolicyStatus>();
+    if let Some(o) = status.as_object_mut() {
+        o.insert(
+            "description".into(),
+            json!("What controllers report, per ancestor."),
+        );
+    }
+    let mut properties = Map::new();
+    properties.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
+    properties.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
+    properties.insert("metadata".into(), json!({"type": "object"}));
+    properties.insert("spec".into(), spec);
+    properties.insert("status".into(), status);
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": format!("accesspolicies.{MCP_ACCESS_GROUP}"),
+            "annotations": {"mcp-access.io/generated-from": "config-schema/k8s/src/types.rs (PolicySpecV1)"},
+        },
+        "spec": {
+            "group": MCP_ACCESS_GROUP,
+            "names": {
+                "kind": "AccessPolicy",
+                "listKind": "AccessPolicyList",
+                "plural": "accesspolicies",
+                "singular": "accesspolicy",
+                "categories": ["mcp-access"],
+            },
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1",
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Action", "type": "string", "jsonPath": ".spec.action"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "description": "AccessPolicy: which callers may do what through Gateways or to XBackends (mcp-access's own kind; see docs/semantics.md).",
+                    "type": "object",
+                    "required": ["spec"],
+                    "properties": properties,
+                }},
+            }],
+        },
+    })
+}
+
+/// The CRD as the YAML file that is committed and applied.
+pub fn crd_yaml() -> String {
+    let body = serde_norway::to_string(&crd()).unwrap_or_default();
+    format!("# Generated by mcp-access from its Rust types (config-schema/k8s/src/crd.rs); do not edit.\n# Regenerate: UPDATE_CRD=1 cargo test -p mcp-access-k8s --test crd\n{body}")
+}

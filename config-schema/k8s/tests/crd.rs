@@ -1,0 +1,102 @@
+//! The AccessPolicy CRD: the committed file is what the Rust types generate, and it is a
+//! structural schema Kubernetes accepts.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use serde_json::Value;
+
+const PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../crds/mcp-access.io_accesspolicies.yaml"
+);
+
+#[test]
+fn crd_file_is_current() {
+    let fresh = mcp_access_k8s::crd_yaml();
+    if std::env::var_os("UPDATE_CRD").is_some() {
+        std::fs::write(PATH, &fresh).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(PATH).unwrap_or_default();
+    assert!(
+        on_disk == fresh,
+        "config-schema/crds/mcp-access.io_accesspolicies.yaml is stale: run `UPDATE_CRD=1 cargo test -p mcp-access-k8s --test crd`"
+    );
+}
+
+/// Every node of a structural schema has a single `type`; no `$ref`, no `anyOf` with types,
+/// no `additionalProperties: false`, no `null`.
+fn assert_structural(v: &Value, at: &str) {
+    let o = v
+        .as_object()
+        .unwrap_or_else(|| panic!("{at}: not an object"));
+    let t = o.get("type").and_then(Value::as_str);
+    assert!(t.is_some(), "{at}: no single type: {v}");
+    for bad in ["$ref", "$defs", "anyOf", "oneOf", "nullable", "title"] {
+        assert!(!o.contains_key(bad), "{at}: has {bad}");
+    }
+    assert_ne!(
+        o.get("additionalProperties"),
+        Some(&Value::Bool(false)),
+        "{at}"
+    );
+    if let Some(Value::Object(props)) = o.get("properties") {
+        assert_eq!(t, Some("object"), "{at}");
+        for (k, p) in props {
+            assert_structural(p, &format!("{at}.{k}"));
+        }
+    }
+    if let Some(items) = o.get("items") {
+        assert_eq!(t, Some("array"), "{at}");
+        assert_structural(items, &format!("{at}[]"));
+    }
+}
+
+#[test]
+fn crd_is_structural_and_installable() {
+    let crd = mcp_access_k8s::crd();
+    assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
+    assert_eq!(crd["kind"], "CustomResourceDefinition");
+    assert_eq!(crd["metadata"]["name"], "accesspolicies.mcp-access.io");
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    let v = &crd["spec"]["versions"][0];
+    assert_eq!(v["name"], "v1alpha1");
+    assert_eq!(v["subresources"]["status"], serde_json::json!({}));
+    let root = &v["schema"]["openAPIV3Schema"];
+    assert_structural(root, "openAPIV3Schema");
+    let spec = &root["properties"]["spec"];
+    // The project's additions, and the upstream rules kept.
+    assert_eq!(
+        spec["properties"]["action"]["enum"],
+        serde_json::json!(["Allow", "Deny", "ExternalAuth"])
+    );
+    let source = &spec["properties"]["rules"]["items"]["properties"]["source"];
+    assert_eq!(
+        source["properties"]["type"]["enum"],
+        serde_json::json!(["ServiceAccount", "SPIFFE", "JWT"])
+    );
+    assert_eq!(
+        source["properties"]["jwt"]["required"],
+        serde_json::json!(["issuer"])
+    );
+    let when = &spec["properties"]["when"];
+    assert_eq!(when["items"]["required"], serde_json::json!(["predicate"]));
+    let rules: Vec<&str> = spec["x-kubernetes-validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["message"].as_str().unwrap())
+        .collect();
+    assert!(rules.contains(&"externalAuth must be specified when action is set to 'ExternalAuth'"));
+    assert_eq!(
+        spec["properties"]["targetRefs"]["x-kubernetes-validations"][0]["message"],
+        "All targetRefs must have the same Kind"
+    );
+    assert_eq!(
+        spec["required"],
+        serde_json::json!(["targetRefs", "action"])
+    );
+}

@@ -1,0 +1,1087 @@
+//! CEL conditions (`when`, `authorization.cel`): parsed with the `cel` crate's Pratt parser,
+//! then compiled here into a plan over the request attributes (names resolved, regexes
+//! compiled, types checked where they are known) that [`Program::eval`] runs with a step
+//! budget. The variables, types and error rules are in docs/semantics.md, "CEL".
+
+mod eval;
+mod scan;
+
+use std::fmt;
+use std::sync::Arc;
+
+use cel::common::ast::{operators as op, Expr, IdedExpr, LiteralValue};
+pub use mcp_access_bundle::CelLimits;
+
+pub(crate) use eval::{attr_value, show, Str, Value};
+pub use eval::{EvalError, Input};
+
+/// Longest compiled regular expression (regex-lite's size limit), in bytes.
+const REGEX_SIZE_LIMIT: usize = 64 * 1024;
+
+/// An expression that cannot be used, with where in its text the problem is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CelError {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column (characters).
+    pub column: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl CelError {
+    fn at(src: &str, offset: usize, message: String) -> CelError {
+        let before = src.get(..offset).unwrap_or(src);
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        CelError {
+            line,
+            column,
+            message,
+        }
+    }
+
+    /// An error about identifier `word` (located by its first occurrence).
+    fn about(src: &str, word: &str, message: String) -> CelError {
+        CelError::at(src, scan::find_ident(src, word).unwrap_or(0), message)
+    }
+}
+
+impl fmt::Display for CelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CEL line {}, column {}: {}",
+            self.line, self.column, self.message
+        )
+    }
+}
+
+impl std::error::Error for CelError {}
+
+/// Parses and checks `expression` exactly as the engine does when it loads a bundle.
+pub fn check(expression: &str, limits: &CelLimits) -> Result<(), CelError> {
+    Program::compile(expression, limits).map(|_| ())
+}
+
+/// A request attribute an expression can read (docs/semantics.md, "CEL").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Attr {
+    Path,
+    UrlPath,
+    Method,
+    Host,
+    Port,
+    Headers,
+    Time,
+    ToolName,
+    McpMethod,
+    McpName,
+    McpUri,
+    McpParams,
+    Principal,
+    SaNamespace,
+    SaName,
+    JwtClaims,
+}
+
+/// Every variable, by its CEL name.
+const ATTRS: &[(&str, Attr)] = &[
+    ("request.path", Attr::Path),
+    ("request.url_path", Attr::UrlPath),
+    ("request.method", Attr::Method),
+    ("request.host", Attr::Host),
+    ("request.port", Attr::Port),
+    ("request.headers", Attr::Headers),
+    ("request.time", Attr::Time),
+    ("request.mcp.tool_name", Attr::ToolName),
+    ("request.mcp.method", Attr::McpMethod),
+    ("request.mcp.name", Attr::McpName),
+    ("request.mcp.uri", Attr::McpUri),
+    ("request.mcp.params", Attr::McpParams),
+    ("source.principal", Attr::Principal),
+    ("source.service_account.namespace", Attr::SaNamespace),
+    ("source.service_account.name", Attr::SaName),
+    ("jwt.claims", Attr::JwtClaims),
+];
+
+impl Attr {
+    /// The CEL name.
+    pub fn name(self) -> &'static str {
+        ATTRS
+            .iter()
+            .find(|(_, a)| *a == self)
+            .map_or("?", |(n, _)| n)
+    }
+
+    fn ty(self) -> Ty {
+        match self {
+            Attr::Port => Ty::Int,
+            Attr::Headers | Attr::McpParams | Attr::JwtClaims => Ty::Map,
+            Attr::Time => Ty::Time,
+            _ => Ty::Str,
+        }
+    }
+}
+
+/// Static type, where known at load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ty {
+    Bool,
+    Int,
+    Uint,
+    Double,
+    Str,
+    Bytes,
+    List,
+    Map,
+    Time,
+    Duration,
+    Null,
+    Dyn,
+}
+
+impl Ty {
+    fn name(self) -> &'static str {
+        match self {
+            Ty::Bool => "bool",
+            Ty::Int => "int",
+            Ty::Uint => "uint",
+            Ty::Double => "double",
+            Ty::Str => "string",
+            Ty::Bytes => "bytes",
+            Ty::List => "list",
+            Ty::Map => "map",
+            Ty::Time => "timestamp",
+            Ty::Duration => "duration",
+            Ty::Null => "null",
+            Ty::Dyn => "dyn",
+        }
+    }
+}
+
+/// Binary operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    In,
+}
+
+/// Functions and methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Func {
+    Size,
+    StartsWith,
+    EndsWith,
+    Contains,
+    LowerAscii,
+    UpperAscii,
+    Trim,
+    Replace,
+    Split,
+    Substring,
+    IndexOf,
+    LastIndexOf,
+    CharAt,
+    Join,
+    ToInt,
+    ToUint,
+    ToDouble,
+    ToString,
+    ToBool,
+    Timestamp,
+    Duration,
+    /// getFullYear, getMonth, ... (UTC).
+    TimePart(TimePart),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimePart {
+    FullYear,
+    Month,
+    DayOfMonth,
+    Date,
+    DayOfWeek,
+    DayOfYear,
+    Hours,
+    Minutes,
+    Seconds,
+    Milliseconds,
+}
+
+/// Function name, whether it is called as a method, the function, argument counts allowed
+/// (method target not counted), and the receiver type (Dyn: any).
+const FUNCS: &[(&str, bool, Func, &[usize], Ty)] = &[
+    ("size", false, Func::Size, &[1], Ty::Dyn),
+    ("size", true, Func::Size, &[0], Ty::Dyn),
+    ("startsWith", true, Func::StartsWith, &[1], Ty::Str),
+    ("endsWith", true, Func::EndsWith, &[1], Ty::Str),
+    ("contains", true, Func::Contains, &[1], Ty::Str),
+    ("lowerAscii", true, Func::LowerAscii, &[0], Ty::Str),
+    ("upperAscii", true, Func::UpperAscii, &[0], Ty::Str),
+    ("trim", true, Func::Trim, &[0], Ty::Str),
+    ("replace", true, Func::Replace, &[2, 3], Ty::Str),
+    ("split", true, Func::Split, &[1, 2], Ty::Str),
+    ("substring", true, Func::Substring, &[1, 2], Ty::Str),
+    ("indexOf", true, Func::IndexOf, &[1, 2], Ty::Str),
+    ("lastIndexOf", true, Func::LastIndexOf, &[1, 2], Ty::Str),
+    ("charAt", true, Func::CharAt, &[1], Ty::Str),
+    ("join", true, Func::Join, &[0, 1], Ty::List),
+    ("int", false, Func::ToInt, &[1], Ty::Dyn),
+    ("uint", false, Func::ToUint, &[1], Ty::Dyn),
+    ("double", false, Func::ToDouble, &[1], Ty::Dyn),
+    ("string", false, Func::ToString, &[1], Ty::Dyn),
+    ("bool", false, Func::ToBool, &[1], Ty::Dyn),
+    ("timestamp", false, Func::Timestamp, &[1], Ty::Dyn),
+    ("duration", false, Func::Duration, &[1], Ty::Dyn),
+    (
+        "getFullYear",
+        true,
+        Func::TimePart(TimePart::FullYear),
+        &[0],
+        Ty::Time,
+    ),
+    (
+        "getMonth",
+        true,
+        Func::TimePart(TimePart::Month),
+        &[0],
+        Ty::Time,
+    ),
+    (
+        "getDayOfMonth",
+        true,
+        Func::TimePart(TimePart::DayOfMonth),
+        &[0],
+        Ty::Time,
+    ),
+    (
+        "getDate",
+        true,
+        Func::TimePart(TimePart::Date),
+        &[0],
+        Ty::Time,
+    ),
+    (
+        "getDayOfWeek",
+        true,
+        Func::TimePart(TimePart::DayOfWeek),
+        &[0],
+        Ty::Time,
+    ),
+    (
+        "getDayOfYear",
+        true,
+        Func::TimePart(TimePart::DayOfYear),
+        &[0],
+        Ty::Time,
+    ),
+    (
+        "getHours",
+        true,
+        Func::TimePart(TimePart::Hours),
+        &[0],
+        Ty::Time,
+    ),
+    (
+        "getMinutes",
+        true,
+        Func::TimePart(TimePart::Minutes),
+        &[0],
+        Ty::Time,
+    ),
+    (
+        "getSeconds",
+        true,
+        Func::TimePart(TimePart::Seconds),
+        &[0],
+        Ty::Time,
+    ),
+    (
+        "getMilliseconds",
+        true,
+        Func::TimePart(TimePart::Milliseconds),
+        &[0],
+        Ty::Time,
+    ),
+];
+
+impl Func {
+    fn result(self) -> Ty {
+        match self {
+            Func::Size | Func::IndexOf | Func::LastIndexOf | Func::ToInt | Func::TimePart(_) => {
+                Ty::Int
+            }
+            Func::StartsWith | Func::EndsWith | Func::Contains | Func::ToBool => Ty::Bool,
+            Func::Split => Ty::List,
+            Func::ToUint => Ty::Uint,
+            Func::ToDouble => Ty::Double,
+            Func::Timestamp => Ty::Time,
+            Func::Duration => Ty::Duration,
+            _ => Ty::Str,
+        }
+    }
+}
+
+/// A compiled expression node.
+#[derive(Debug)]
+pub(crate) enum Node {
+    Lit(Value<'static>),
+    Attr(Attr),
+    /// Whether an attribute is present (`has(request.mcp.tool_name)`).
+    HasAttr(Attr),
+    /// A comprehension variable.
+    Local(usize),
+    /// A comprehension accumulator, moved out when read (macros read it once per step).
+    TakeLocal(usize),
+    Field(Box<Node>, Arc<str>),
+    HasField(Box<Node>, Arc<str>),
+    Index(Box<Node>, Box<Node>),
+    Not(Box<Node>),
+    Neg(Box<Node>),
+    And(Box<Node>, Box<Node>),
+    Or(Box<Node>, Box<Node>),
+    /// `@not_strictly_false`: true unless false (errors included).
+    NotStrictlyFalse(Box<Node>),
+    Cond(Box<Node>, Box<Node>, Box<Node>),
+    Bin(BinOp, Box<Node>, Box<Node>),
+    List(Vec<Node>),
+    Map(Vec<(Node, Node)>),
+    Call(Func, Vec<Node>),
+    /// `s.matches('<literal>')`: the regex compiled at load.
+    Matches(Box<Node>, Arc<regex_lite::Regex>),
+    Comp(Box<Comp>),
+}
+
+#[derive(Debug)]
+pub(crate) struct Comp {
+    pub(crate) range: Node,
+    pub(crate) iter: usize,
+    pub(crate) accu: usize,
+    pub(crate) init: Node,
+    pub(crate) cond: Node,
+    pub(crate) step: Node,
+    pub(crate) result: Node,
+}
+
+/// A compiled expression.
+#[derive(Debug)]
+pub struct Program {
+    source: String,
+    root: Node,
+    /// Comprehension variable slots.
+    locals: usize,
+    /// Attributes the expression reads, sorted, no duplicates.
+    reads: Vec<Attr>,
+    max_steps: u32,
+}
+
+impl Program {
+    /// Bounds, parses, and compiles `src`.
+    pub fn compile(src: &str, limits: &CelLimits) -> Result<Program, CelError> {
+        scan::precheck(src, limits)?;
+        let depth = u16::try_from(limits.max_depth.saturating_add(8)).unwrap_or(u16::MAX);
+        let ast = cel::parser::PrattParser::new()
+            .max_recursion_depth(depth)
+            .error_reporting_limit(1)
+            .parse(src)
+            .map_err(|e| match e.errors.first() {
+                Some(first) => CelError {
+                    line: usize::try_from(first.pos.0).unwrap_or(1).max(1),
+                    column: usize::try_from(first.pos.1).unwrap_or(0) + 1,
+                    message: first.msg.clone(),
+                },
+                None => CelError::at(src, 0, "syntax error".into()),
+            })?;
+        tree_bounds(src, &ast, limits)?;
+        let mut c = Compiler {
+            src,
+            scopes: Vec::new(),
+            locals: 0,
+            reads: Vec::new(),
+        };
+        let (root, ty) = c.node(&ast)?;
+        if !matches!(ty, Ty::Bool | Ty::Dyn) {
+            return Err(CelError::at(
+                src,
+                0,
+                format!(
+                    "a condition must be boolean, this expression is {}",
+                    ty.name()
+                ),
+            ));
+        }
+        let mut reads = c.reads;
+        reads.sort();
+        reads.dedup();
+        Ok(Program {
+            source: src.to_string(),
+            root,
+            locals: c.locals,
+            reads,
+            max_steps: limits.max_steps,
+        })
+    }
+
+    /// The expression text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The attributes the expression reads.
+    pub fn reads(&self) -> &[Attr] {
+        &self.reads
+    }
+
+    /// Whether the expression reads `a`.
+    pub fn reads_attr(&self, a: Attr) -> bool {
+        self.reads.binary_search(&a).is_ok()
+    }
+
+    /// Evaluates the condition: a boolean, or an error (which counts against the caller).
+    pub fn eval(&self, input: &Input<'_>) -> Result<bool, EvalError> {
+        eval::run(self, input)
+    }
+}
+
+/// Depth and node count of the parsed tree, walked iteratively before anything recursive
+/// touches it.
+fn tree_bounds(src: &str, ast: &IdedExpr, limits: &CelLimits) -> Result<(), CelError> {
+    let max_depth = usize::try_from(limits.max_depth).unwrap_or(usize::MAX);
+    let max_nodes = usize::try_from(limits.max_nodes).unwrap_or(usize::MAX);
+    let mut stack: Vec<(&IdedExpr, usize)> = vec![(ast, 1)];
+    let mut nodes = 0usize;
+    while let Some((e, d)) = stack.pop() {
+        nodes += 1;
+        if d > max_depth {
+            return Err(CelError::at(
+                src,
+                0,
+                format!("nested deeper than limits.cel.maxDepth ({max_depth})"),
+            ));
+        }
+        if nodes > max_nodes {
+            return Err(CelError::at(
+                src,
+                0,
+                format!("more nodes than limits.cel.maxNodes ({max_nodes}), macros expanded"),
+            ));
+        }
+        match &e.expr {
+            Expr::Call(c) => {
+                stack.extend(c.target.iter().map(|t| (&**t, d + 1)));
+                stack.extend(c.args.iter().map(|a| (a, d + 1)));
+            }
+            Expr::Comprehension(c) => {
+                for x in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    stack.push((x, d + 1));
+                }
+            }
+            Expr::List(l) => stack.extend(l.elements.iter().map(|a| (a, d + 1))),
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    if let cel::common::ast::EntryExpr::MapEntry(me) = &entry.expr {
+                        stack.push((&me.key, d + 1));
+                        stack.push((&me.value, d + 1));
+                    }
+                }
+            }
+            Expr::Select(s) => stack.push((&s.operand, d + 1)),
+            Expr::Struct(_) | Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+    Ok(())
+}
+
+struct Compiler<'s> {
+    src: &'s str,
+    /// Comprehension variables in scope: (name, slot, is accumulator).
+    scopes: Vec<(String, usize, bool)>,
+    locals: usize,
+    reads: Vec<Attr>,
+}
+
+type Compiled = (Node, Ty);
+
+impl Compiler<'_> {
+    fn err(&self, word: &str, message: String) -> CelError {
+        CelError::about(self.src, word, message)
+    }
+
+    fn local(&self, name: &str) -> Option<(usize, bool)> {
+        self.scopes
+            .iter()
+            .rev()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, s, a)| (*s, *a))
+    }
+
+    /// A `request.x.y` chain naming an attribute (for `has(request.x.y)` too).
+    fn attr_of(&self, e: &IdedExpr) -> Option<Attr> {
+        let mut parts = match &e.expr {
+            Expr::Select(sel) if sel.test => {
+                let mut p = segments(&sel.operand.expr)?;
+                p.push(sel.field.as_str());
+                p
+            }
+            other => segments(other)?,
+        };
+        if self.local(parts.first()?).is_some() {
+            return None;
+        }
+        let name = std::mem::take(&mut parts).join(".");
+        ATTRS.iter().find(|(n, _)| *n == name).map(|(_, a)| *a)
+    }
+
+    /// An unknown name rooted at a variable: the error naming it.
+    fn unknown(&self, e: &IdedExpr) -> CelError {
+        let parts = segments(&e.expr).unwrap_or_default();
+        let name = parts.join(".");
+        let last = parts.last().copied().unwrap_or("");
+        let known: Vec<&str> = ATTRS
+            .iter()
+            .map(|(n, _)| *n)
+            .filter(|n| n.starts_with(&format!("{name}.")))
+            .collect();
+        if known.is_empty() {
+            self.err(
+                last,
+                format!("unknown variable `{name}` (variables: docs/semantics.md, \"CEL\")"),
+            )
+        } else {
+            self.err(
+                last,
+                format!("`{name}` is not a value; use one of {}", known.join(", ")),
+            )
+        }
+    }
+
+    fn node(&mut self, e: &IdedExpr) -> Result<Compiled, CelError> {
+        match &e.expr {
+            Expr::Literal(l) => Ok(literal(l)),
+            Expr::Ident(name) => {
+                if let Some((slot, accu)) = self.local(name) {
+                    return Ok((
+                        if accu {
+                            Node::TakeLocal(slot)
+                        } else {
+                            Node::Local(slot)
+                        },
+                        Ty::Dyn,
+                    ));
+                }
+                match self.attr_of(e) {
+                    Some(a) => Ok(self.attr(a)),
+                    None => Err(self.unknown(e)),
+                }
+            }
+            Expr::Select(s) => {
+                if let Some(a) = self.attr_of(e) {
+                    return Ok(if s.test {
+                        self.reads.push(a);
+                        (Node::HasAttr(a), Ty::Bool)
+                    } else {
+                        self.attr(a)
+                    });
+                }
+                if s.test {
+                    if let Some(a) = self.attr_of(&s.operand) {
+                        let (n, ty) = self.attr(a);
+                        self.want(&s.field, ty, &[Ty::Map], "has()")?;
+                        return Ok((
+                            Node::HasField(Box::new(n), s.field.as_str().into()),
+                            Ty::Bool,
+                        ));
+                    }
+                }
+                // A name rooted at a variable that is not one of ours.
+                if let Some(root) = segments(&e.expr).and_then(|s| s.first().copied()) {
+                    if self.local(root).is_none() && self.attr_prefix(&e.expr).is_none() {
+                        return Err(self.unknown(e));
+                    }
+                }
+                let (operand, ty) = self.node(&s.operand)?;
+                self.want(&s.field, ty, &[Ty::Map], "field selection")?;
+                let field: Arc<str> = s.field.as_str().into();
+                Ok(if s.test {
+                    (Node::HasField(Box::new(operand), field), Ty::Bool)
+                } else {
+                    (Node::Field(Box::new(operand), field), Ty::Dyn)
+                })
+            }
+            Expr::Call(c) => self.call(&c.func_name, c.target.as_deref(), &c.args),
+            Expr::List(l) => {
+                if !l.optional_indices.is_empty() {
+                    return Err(CelError::at(
+                        self.src,
+                        0,
+                        "optional list elements are not supported".into(),
+                    ));
+                }
+                let items = l
+                    .elements
+                    .iter()
+                    .map(|x| self.node(x).map(|(n, _)| n))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok((Node::List(items), Ty::List))
+            }
+            Expr::Map(m) => {
+                let mut entries = Vec::with_capacity(m.entries.len());
+                for entry in &m.entries {
+                    match &entry.expr {
+                        cel::common::ast::EntryExpr::MapEntry(me) if !me.optional => {
+                            let (k, kt) = self.node(&me.key)?;
+                            if !matches!(kt, Ty::Str | Ty::Int | Ty::Uint | Ty::Bool | Ty::Dyn) {
+                                return Err(CelError::at(
+                                    self.src,
+                                    0,
+                                    format!("a map key cannot be a {}", kt.name()),
+                                ));
+                            }
+                            let (v, _) = self.node(&me.value)?;
+                            entries.push((k, v));
+                        }
+                        _ => {
+                            return Err(CelError::at(
+                                self.src,
+                                0,
+                                "optional map entries are not supported".into(),
+                            ))
+                        }
+                    }
+                }
+                Ok((Node::Map(entries), Ty::Map))
+            }
+            Expr::Comprehension(c) => {
+                let (range, rt) = self.node(&c.iter_range)?;
+                self.want(&c.iter_var, rt, &[Ty::List, Ty::Map], "a macro")?;
+                if c.iter_var2.is_some() {
+                    return Err(self.err(
+                        &c.iter_var,
+                        "two-variable comprehensions are not supported".into(),
+                    ));
+                }
+                let (init, _) = self.node(&c.accu_init)?;
+                // The accumulator is moved out where the macro reads it once per iteration
+                // (step, result) and copied where it is only looked at (condition).
+                let accu = self.new_local();
+                self.scopes.push((c.accu_var.clone(), accu, false));
+                let iter = self.new_local();
+                self.scopes.push((c.iter_var.clone(), iter, false));
+                let cond = self.node(&c.loop_cond)?.0;
+                self.set_take(accu, true);
+                let step = self.node(&c.loop_step)?.0;
+                self.scopes.pop();
+                let (result, ty) = self.node(&c.result)?;
+                self.scopes.pop();
+                Ok((
+                    Node::Comp(Box::new(Comp {
+                        range,
+                        iter,
+                        accu,
+                        init,
+                        cond,
+                        step,
+                        result,
+                    })),
+                    ty,
+                ))
+            }
+            Expr::Struct(s) => Err(self.err(
+                s.type_name.rsplit('.').next().unwrap_or(""),
+                format!("message construction ({}) is not supported", s.type_name),
+            )),
+            Expr::Unspecified => Err(CelError::at(self.src, 0, "empty expression".into())),
+        }
+    }
+
+    /// Whether a select chain starts with a known attribute (`jwt.claims.groups`).
+    fn attr_prefix(&self, e: &Expr) -> Option<Attr> {
+        let mut cur = e;
+        loop {
+            match cur {
+                Expr::Select(s) => {
+                    if let Some(a) = self.attr_of(&s.operand) {
+                        return Some(a);
+                    }
+                    cur = &s.operand.expr;
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn set_take(&mut self, slot: usize, take: bool) {
+        if let Some(entry) = self.scopes.iter_mut().rev().find(|(_, s, _)| *s == slot) {
+            entry.2 = take;
+        }
+    }
+
+    fn new_local(&mut self) -> usize {
+        self.locals += 1;
+        self.locals - 1
+    }
+
+    fn attr(&mut self, a: Attr) -> Compiled {
+        self.reads.push(a);
+        (Node::Attr(a), a.ty())
+    }
+
+    /// A type error when `ty` is known and not one of `want`.
+    fn want(&self, word: &str, ty: Ty, want: &[Ty], what: &str) -> Result<(), CelError> {
+        if ty == Ty::Dyn || want.contains(&ty) {
+            return Ok(());
+        }
+        let names: Vec<&str> = want.iter().map(|t| t.name()).collect();
+        Err(self.err(
+            word,
+            format!(
+                "type error: {what} needs {}, not {}",
+                names.join(" or "),
+                ty.name()
+            ),
+        ))
+    }
+
+    fn boxed(&mut self, e: &IdedExpr) -> Result<(Box<Node>, Ty), CelError> {
+        self.node(e).map(|(n, t)| (Box::new(n), t))
+    }
+
+    fn call(
+        &mut self,
+        name: &str,
+        target: Option<&IdedExpr>,
+        args: &[IdedExpr],
+    ) -> Result<Compiled, CelError> {
+        let two = |c: &mut Self| -> Result<(Box<Node>, Ty, Box<Node>, Ty), CelError> {
+            match args {
+                [a, b] => {
+                    let (x, xt) = c.boxed(a)?;
+                    let (y, yt) = c.boxed(b)?;
+                    Ok((x, xt, y, yt))
+                }
+                _ => Err(c.err(name, format!("`{name}` takes two operands"))),
+            }
+        };
+        let bin = match name {
+            op::ADD => Some(BinOp::Add),
+            op::SUBSTRACT => Some(BinOp::Sub),
+            op::MULTIPLY => Some(BinOp::Mul),
+            op::DIVIDE => Some(BinOp::Div),
+            op::MODULO => Some(BinOp::Rem),
+            op::EQUALS => Some(BinOp::Eq),
+            op::NOT_EQUALS => Some(BinOp::Ne),
+            op::LESS => Some(BinOp::Lt),
+            op::LESS_EQUALS => Some(BinOp::Le),
+            op::GREATER => Some(BinOp::Gt),
+            op::GREATER_EQUALS => Some(BinOp::Ge),
+            op::IN => Some(BinOp::In),
+            _ => None,
+        };
+        if let Some(b) = bin {
+            let (x, xt, y, yt) = two(self)?;
+            let ty = self.bin_type(b, xt, yt)?;
+            return Ok((Node::Bin(b, x, y), ty));
+        }
+        match name {
+            op::LOGICAL_AND | op::LOGICAL_OR => {
+                let (x, xt, y, yt) = two(self)?;
+                let word = if name == op::LOGICAL_AND { "&&" } else { "||" };
+                for t in [xt, yt] {
+                    self.want_op(word, t, Ty::Bool)?;
+                }
+                return Ok((
+                    if name == op::LOGICAL_AND {
+                        Node::And(x, y)
+                    } else {
+                        Node::Or(x, y)
+                    },
+                    Ty::Bool,
+                ));
+            }
+            op::LOGICAL_NOT | op::NEGATE | op::NOT_STRICTLY_FALSE => {
+                let [a] = args else {
+                    return Err(self.err(name, format!("`{name}` takes one operand")));
+                };
+                let (x, t) = self.boxed(a)?;
+                return Ok(match name {
+                    op::LOGICAL_NOT => {
+                        self.want_op("!", t, Ty::Bool)?;
+                        (Node::Not(x), Ty::Bool)
+                    }
+                    op::NEGATE => {
+                        if !matches!(t, Ty::Int | Ty::Double | Ty::Dyn) {
+                            return Err(CelError::at(
+                                self.src,
+                                0,
+                                format!("type error: cannot negate {}", t.name()),
+                            ));
+                        }
+                        (Node::Neg(x), t)
+                    }
+                    _ => (Node::NotStrictlyFalse(x), Ty::Bool),
+                });
+            }
+            op::CONDITIONAL => {
+                let [c, a, b] = args else {
+                    return Err(self.err(name, "`?:` takes three operands".into()));
+                };
+                let (c, ct) = self.boxed(c)?;
+                self.want_op("?", ct, Ty::Bool)?;
+                let (a, at) = self.boxed(a)?;
+                let (b, bt) = self.boxed(b)?;
+                let ty = if at == bt { at } else { Ty::Dyn };
+                return Ok((Node::Cond(c, a, b), ty));
+            }
+            op::INDEX => {
+                let (x, xt, y, yt) = two(self)?;
+                let ty = match xt {
+                    Ty::List => {
+                        self.want_op("[", yt, Ty::Int)?;
+                        Ty::Dyn
+                    }
+                    Ty::Map | Ty::Dyn => Ty::Dyn,
+                    other => {
+                        return Err(CelError::at(
+                            self.src,
+                            scan::find_ident(self.src, "[").unwrap_or(0),
+                            format!("type error: cannot index a {}", other.name()),
+                        ))
+                    }
+                };
+                let ty = if xt == Ty::Map && matches!(&*x, Node::Attr(Attr::Headers)) {
+                    Ty::Str
+                } else {
+                    ty
+                };
+                return Ok((Node::Index(x, y), ty));
+            }
+            _ => {}
+        }
+        if name == "matches" {
+            return self.matches(target, args);
+        }
+        let method = target.is_some();
+        let candidates: Vec<_> = FUNCS
+            .iter()
+            .filter(|(n, m, ..)| *n == name && *m == method)
+            .collect();
+        let Some((_, _, f, _, recv)) = candidates
+            .iter()
+            .find(|(.., counts, _)| counts.contains(&args.len()))
+            .copied()
+        else {
+            return Err(if candidates.is_empty() {
+                let how = if method { "method" } else { "function" };
+                self.err(name, format!("unsupported {how} `{name}`"))
+            } else {
+                self.err(
+                    name,
+                    format!("`{name}` does not take {} arguments", args.len()),
+                )
+            });
+        };
+        let mut nodes = Vec::with_capacity(args.len() + 1);
+        if let Some(t) = target {
+            let (n, ty) = self.node(t)?;
+            self.want(name, ty, &[*recv], &format!("`{name}`"))?;
+            nodes.push(n);
+        }
+        for a in args {
+            let (n, ty) = self.node(a)?;
+            let ok = match f {
+                Func::StartsWith | Func::EndsWith | Func::Contains => {
+                    matches!(ty, Ty::Str | Ty::Dyn)
+                }
+                Func::CharAt => matches!(ty, Ty::Int | Ty::Dyn),
+                Func::Size => matches!(ty, Ty::Str | Ty::Bytes | Ty::List | Ty::Map | Ty::Dyn),
+                _ => true,
+            };
+            if !ok {
+                return Err(self.err(
+                    name,
+                    format!("type error: `{name}` cannot take a {}", ty.name()),
+                ));
+            }
+            nodes.push(n);
+        }
+        Ok((Node::Call(*f, nodes), f.result()))
+    }
+
+    fn matches(
+        &mut self,
+        target: Option<&IdedExpr>,
+        args: &[IdedExpr],
+    ) -> Result<Compiled, CelError> {
+        let (subject, pattern) = match (target, args) {
+            (Some(t), [p]) => (t, p),
+            (None, [t, p]) => (t, p),
+            _ => return Err(self.err("matches", "`matches` takes a string and a pattern".into())),
+        };
+        let (s, ty) = self.boxed(subject)?;
+        self.want("matches", ty, &[Ty::Str], "`matches`")?;
+        let Expr::Literal(LiteralValue::String(p)) = &pattern.expr else {
+            return Err(self.err(
+                "matches",
+                "`matches` needs a string literal pattern (compiled when the bundle is loaded)"
+                    .into(),
+            ));
+        };
+        let p: &str = p.inner();
+        let re = regex_lite::RegexBuilder::new(p)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map_err(|e| self.err("matches", format!("invalid regular expression: {e}")))?;
+        Ok((Node::Matches(s, Arc::new(re)), Ty::Bool))
+    }
+
+    fn want_op(&self, word: &str, ty: Ty, want: Ty) -> Result<(), CelError> {
+        if ty == Ty::Dyn || ty == want {
+            return Ok(());
+        }
+        Err(CelError::at(
+            self.src,
+            self.src.find(word).unwrap_or(0),
+            format!(
+                "type error: `{word}` needs {}, not {}",
+                want.name(),
+                ty.name()
+            ),
+        ))
+    }
+
+    fn bin_type(&self, b: BinOp, x: Ty, y: Ty) -> Result<Ty, CelError> {
+        let numeric = |t: Ty| matches!(t, Ty::Int | Ty::Uint | Ty::Double);
+        let known = x != Ty::Dyn && y != Ty::Dyn;
+        let bad = |what: &str| {
+            Err(CelError::at(
+                self.src,
+                0,
+                format!("type error: {what} {} and {}", x.name(), y.name()),
+            ))
+        };
+        match b {
+            BinOp::Eq | BinOp::Ne => {
+                if known && x != y && !(numeric(x) && numeric(y)) && x != Ty::Null && y != Ty::Null
+                {
+                    return bad("cannot compare");
+                }
+                Ok(Ty::Bool)
+            }
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                if known && x != y && !(numeric(x) && numeric(y)) {
+                    return bad("cannot order");
+                }
+                Ok(Ty::Bool)
+            }
+            BinOp::In => {
+                if !matches!(y, Ty::List | Ty::Map | Ty::Dyn) {
+                    return bad("`in` needs a list or map on the right, got");
+                }
+                Ok(Ty::Bool)
+            }
+            BinOp::Add => {
+                if !known {
+                    return Ok(Ty::Dyn);
+                }
+                match (x, y) {
+                    (Ty::Time, Ty::Duration) | (Ty::Duration, Ty::Time) => Ok(Ty::Time),
+                    _ if x == y
+                        && matches!(
+                            x,
+                            Ty::Int
+                                | Ty::Uint
+                                | Ty::Double
+                                | Ty::Str
+                                | Ty::Bytes
+                                | Ty::List
+                                | Ty::Duration
+                        ) =>
+                    {
+                        Ok(x)
+                    }
+                    _ => bad("cannot add"),
+                }
+            }
+            BinOp::Sub => {
+                if !known {
+                    return Ok(Ty::Dyn);
+                }
+                match (x, y) {
+                    (Ty::Time, Ty::Duration) => Ok(Ty::Time),
+                    (Ty::Time, Ty::Time) => Ok(Ty::Duration),
+                    _ if x == y && matches!(x, Ty::Int | Ty::Uint | Ty::Double | Ty::Duration) => {
+                        Ok(x)
+                    }
+                    _ => bad("cannot subtract"),
+                }
+            }
+            BinOp::Mul | BinOp::Div | BinOp::Rem => {
+                if !known {
+                    return Ok(Ty::Dyn);
+                }
+                if x == y
+                    && (matches!(x, Ty::Int | Ty::Uint) || (x == Ty::Double && b != BinOp::Rem))
+                {
+                    Ok(x)
+                } else {
+                    bad("arithmetic on")
+                }
+            }
+        }
+    }
+}
+
+/// The segments of a dotted name (`a.b.c`), root first; None for anything else.
+fn segments(e: &Expr) -> Option<Vec<&str>> {
+    let mut out = Vec::new();
+    let mut cur = e;
+    loop {
+        match cur {
+            Expr::Ident(name) => {
+                out.push(name.as_str());
+                out.reverse();
+                return Some(out);
+            }
+            Expr::Select(s) if !s.test => {
+                out.push(s.field.as_str());
+                cur = &s.operand.expr;
+            }
+            _ => return None,
+        }
+    }
+}
+
+fn literal(l: &LiteralValue) -> Compiled {
+    match l {
+        LiteralValue::Boolean(b) => (Node::Lit(Value::Bool(*b.inner())), Ty::Bool),
+        LiteralValue::Int(i) => (Node::Lit(Value::Int(*i.inner())), Ty::Int),
+        LiteralValue::UInt(u) => (Node::Lit(Value::Uint(*u.inner())), Ty::Uint),
+        LiteralValue::Double(d) => (Node::Lit(Value::Double(*d.inner())), Ty::Double),
+        LiteralValue::String(s) => (
+            Node::Lit(Value::Str(Str::Shared(Arc::from(s.inner())))),
+            Ty::Str,
+        ),
+        LiteralValue::Bytes(b) => (Node::Lit(Value::Bytes(Arc::from(b.inner()))), Ty::Bytes),
+        LiteralValue::Null => (Node::Lit(Value::Null), Ty::Null),
+    }
+}
+
+#[cfg(test)]
+mod tests;
