@@ -80,6 +80,7 @@ JWT_ISSUER = "https://auth.demo.mcp-access.local"
 JWT_AUDIENCE = "mcp-access-demo"
 JWT_PROVIDER = "demo-idp"
 TOKEN_TTL_S = 24 * 3600  # tokens printed by --keep stay valid for a day
+JWT_CALLER = "a JWT agent"  # how the summary names a caller that has no certificate
 INSPECTOR_VERSION = "1.0.3"  # integration/clients/node/package.json
 AGENTS = {"alpha": ALPHA, "beta": BETA}
 STATS_PREFIX = "wasmcustom.mcp_access."
@@ -165,12 +166,13 @@ def render_compose(cli: Path) -> str:
 
 
 def caller_of(headers: dict[str, str], header: str) -> str:
-    """Agent name (alpha/beta) found in a header carrying a SPIFFE ID (XFCC or x-mcp-source-spiffe)."""
+    """Agent name (alpha/beta) found in a header carrying a SPIFFE ID (XFCC or x-mcp-source-spiffe);
+    without the header, the request came with a bearer JWT (whose token Envoy does not forward)."""
     value = headers.get(header, "")
     for name, spiffe in AGENTS.items():
         if spiffe in value:
             return name
-    return value or "?"
+    return value or JWT_CALLER
 
 
 def make_tokens(directory: Path) -> tuple[JwtKeys, Path]:
@@ -388,12 +390,18 @@ class Demo:
 
     # -- the session -------------------------------------------------------------
     def line(self, agent: str, op: str, result: str) -> None:
-        print(f"agent {agent:<6} {op:<31} -> {result}", flush=True)
+        print(f"agent {agent:<11} {op:<26} -> {result}", flush=True)
 
-    def connect(self, agent: str, expect: Expect) -> McpAgent | None:
+    def connect(self, agent: str, expect: Expect, *, jwt: bool = False) -> McpAgent | None:
+        """Agent `agent` connects: over mTLS with its certificate, or with jwt=True over the JWT
+        listener with its token (then labelled "<agent> (JWT)")."""
+        if jwt:
+            client = McpAgent(self.jwt_url, token=self.tokens[agent], client_name=f"demo-agent-{agent}")
+            agent = f"{agent} (JWT)"
+        else:
+            client = McpAgent(self.url, cert=self.certs[agent], ca=self.pki.ca, client_name=f"demo-agent-{agent}")
         label = f"agent {agent} initialize"
         start, before = self.log_count(), self.denial_counters()
-        client = McpAgent(self.url, cert=self.certs[agent], ca=self.pki.ca, client_name=f"demo-agent-{agent}")
         try:
             client.connect()
         except Denied as e:
@@ -482,6 +490,47 @@ class Demo:
         self.call("alpha", alpha, "add", {"a": 2, "b": 3},
                   Expect(False, level="backend", reason="external_auth_denied", policy="demo/tools-risk-check",
                          body={"denied_by": AUTHORIZER}))
+        self.jwt_session()
+
+    def refused(self, who: str, token: str | None, status: int, expect: Expect | None = None) -> None:
+        """A caller without a usable token on the JWT listener: `status` expected (401 from
+        jwt_authn for a token it cannot verify; else the filter's denial `expect`)."""
+        label = f"{who} initialize"
+        start, before = self.log_count(), self.denial_counters()
+        client = McpAgent(self.jwt_url, token=token, client_name="demo-anonymous")
+        try:
+            client.connect()
+        except Denied as e:
+            if e.status == 401:
+                challenge = e.headers.get("www-authenticate", "(no WWW-Authenticate)")
+                shown = f"REFUSED 401 by jwt_authn: {e.body.decode('utf-8', 'replace').strip()}  [{challenge}]"
+                print(f"{who:<17} {'initialize':<26} -> {shown}", flush=True)
+                self.expect(status == 401 and "invalid_token" in challenge, f"{label}: 401 {challenge}")
+                return
+            d = self.decision(start, "initialize", None, before)
+            print(f"{who:<17} {'initialize':<26} -> DENIED {e.status} {self.where(d, e)}", flush=True)
+            self.expect(e.status == status and expect is not None and d is not None
+                        and (d.get("level"), d.get("reason")) == (expect.level, expect.reason),
+                        f"{label}: HTTP {e.status}, filter decision {d}, expected {status}")
+            return
+        except TransportFailure as e:
+            print(f"{who:<17} {'initialize':<26} -> NO ANSWER ({e})", flush=True)
+            self.expect(False, f"{label}: no HTTP answer: {e}")
+            return
+        client.close()
+        print(f"{who:<17} {'initialize':<26} -> ok", flush=True)
+        self.expect(False, f"{label}: expected HTTP {status}, it was let through")
+
+    def jwt_session(self) -> None:
+        """The same agents through the bearer-JWT listener, and callers without a valid token."""
+        alpha = self.connect("alpha", Expect(True), jwt=True)
+        self.list_tools("alpha (JWT)", alpha)
+        self.call("alpha (JWT)", alpha, "echo", {"text": "hello"}, Expect(True, text="hello"))
+        beta = self.connect("beta", Expect(True), jwt=True)
+        self.call("beta (JWT)", beta, "echo", {"text": "hi from beta"},
+                  Expect(False, level="gateway", reason="not_allowed"))
+        self.refused("no token", None, 403, Expect(False, level="gateway", reason="not_allowed"))
+        self.refused("forged token", self.jwt_keys.mint_untrusted({}, sub="alpha"), 401)
 
     # -- summary -----------------------------------------------------------------
     def summary(self) -> None:
@@ -495,8 +544,9 @@ class Demo:
         print(f"  MCP server received {len(blocked)} calls of delete_repo/add/echo-from-beta"
               + ("" if not blocked else f": {blocked}"))
         self.expect(not blocked, f"denied calls reached the MCP server: {blocked}")
-        self.expect(sorted(calls) == sorted([("echo", "alpha"), ("get_weather", "beta")]),
-                    f"the MCP server should have received echo from alpha and get_weather from beta, got {calls}")
+        self.expect(sorted(calls) == sorted([("echo", "alpha"), ("get_weather", "beta"), ("echo", JWT_CALLER)]),
+                    "the MCP server should have received echo from alpha, get_weather from beta and echo from "
+                    f"alpha's JWT, got {calls}")
 
         asked = [(c["headers"].get("x-mcp-tool", "?"), caller_of(c["headers"], "x-mcp-source-spiffe"))
                  for c in self.authz.calls()]
@@ -513,7 +563,7 @@ class Demo:
         for k in sorted(counters):
             if counters[k]:
                 print(f"    {k}: {counters[k]}")
-        want = {"denied": 3, "denied.gateway.not_allowed": 1, "denied.backend.not_allowed": 1,
+        want = {"denied": 5, "denied.gateway.not_allowed": 3, "denied.backend.not_allowed": 1,
                 "denied.backend.external_auth_denied": 1}
         for k, v in want.items():
             got = counters.get(STATS_PREFIX + k, 0)

@@ -33,6 +33,7 @@ from harness import (
     Pki,
     envoy_binary,
     free_port,
+    make_jwt_keys,
     normalization,
     start_authorizer,
     start_mcp_server,
@@ -218,12 +219,14 @@ def test_static_config_passes_envoy_validate(tmp_path: Path, wasm_path: Path, pk
 
 
 def test_static_config_runs_the_demo_session(
-    envoy: StartEnvoy, tmp_path: Path, wasm_path: Path, pki: Pki, work_dir: Path, jwt_keys: JwtKeys
+    envoy: StartEnvoy, tmp_path: Path, wasm_path: Path, pki: Pki, work_dir: Path
 ) -> None:
+    # The demo's token issuer, as the compose "pki" service makes it.
+    keys = make_jwt_keys(issuer="https://auth.demo.mcp-access.local", audience="mcp-access-demo", kid="demo-1")
     with start_mcp_server(work_dir / "logs", name="demo-tools") as mcp, \
             start_authorizer(work_dir / "logs", name="risk-check", deny_tools=["add"]) as authz:
         port, jwt_port = free_port(), free_port()
-        path = localized(tmp_path, wasm_path, pki, jwt_keys.jwks_json, ports={MTLS_PORT: port, JWT_PORT: jwt_port},
+        path = localized(tmp_path, wasm_path, pki, keys.jwks_json, ports={MTLS_PORT: port, JWT_PORT: jwt_port},
                          admin_port=free_port(), upstreams={"mcp-server": mcp.port, "authorizer": authz.port})
         envoy(yaml.safe_load(path.read_text()))
         url = f"https://127.0.0.1:{port}/mcp"
@@ -236,4 +239,11 @@ def test_static_config_runs_the_demo_session(
                 with pytest.raises(Denied) as denied:
                     agent.call_tool(tool, args)
                 assert denied.value.status == 403, tool
-        assert sorted(mcp.tool_calls()) == ["echo", "get_weather"]
+        jwt_url = f"http://127.0.0.1:{jwt_port}/mcp"
+        with McpAgent(jwt_url, token=keys.mint({}, sub="alpha")) as alpha, \
+                McpAgent(jwt_url, token=keys.mint({}, sub="beta")) as beta:
+            assert text_of(alpha.call_tool("echo", {"text": "hello"})) == "hello"
+            with pytest.raises(Denied) as denied:
+                beta.call_tool("echo", {"text": "x"})
+            assert denied.value.status == 403
+        assert sorted(mcp.tool_calls()) == ["echo", "echo", "get_weather"]

@@ -75,8 +75,14 @@ def test_demo_session_succeeds_and_stops_everything(repo_root: Path, wasm_path: 
     assert re.search(r"agent beta +tools/call echo +-> DENIED 403 at the gateway", out), out
     assert re.search(r"agent alpha +tools/call delete_repo +-> DENIED 403 by the backend policy", out), out
     assert re.search(r'agent alpha +tools/call add +-> DENIED 403 by the authorizer risk-check: \{"denied_by"', out), out
+    # The same agents with bearer tokens on the plain-HTTP listener; no token, or a forged one.
+    assert re.search(r'agent alpha \(JWT\) +tools/call echo +-> allowed: "hello"', out), out
+    assert re.search(r"agent beta \(JWT\) +tools/call echo +-> DENIED 403 at the gateway", out), out
+    assert re.search(r"no token +initialize +-> DENIED 403 at the gateway", out), out
+    assert re.search(r'forged token +initialize +-> REFUSED 401 by jwt_authn: Jwt verification fails +'
+                     r'\[Bearer realm="[^"]+", error="invalid_token"\]', out), out
     assert "MCP server received 0 calls of delete_repo/add/echo-from-beta" in out, out
-    assert "wasmcustom.mcp_access.denied.gateway.not_allowed: 1" in out, out
+    assert "wasmcustom.mcp_access.denied.gateway.not_allowed: 3" in out, out
     assert re.search(r"all \d+ expectations held", out), out
 
     # The demo ran the CLI's compilation of envoy-demo/manifests, on the Envoy port it was given.
@@ -167,3 +173,37 @@ def test_keep_removes_its_folder_on_stop(repo_root: Path, wasm_path: Path, cli: 
     assert f"removed {workdir} (its keys, certificates, tokens and logs)" in rest, rest
     assert not workdir.exists()
     assert [p for p in ports if port_open(p)] == []
+
+
+def test_keep_prints_inspector_and_curl_commands_that_work(repo_root: Path, wasm_path: Path, cli: Path) -> None:
+    """The commands --keep prints for the bearer-JWT listener, pasted into a shell as they are."""
+    ports = free_ports(len(FLAGS))
+    proc, out = start_kept_demo(repo_root, wasm_path, cli, ports)
+    try:
+        commands = [l.strip() for l in out.splitlines() if "mcp-inspector --cli" in l]
+        assert len(commands) == 4, out  # tools/list and tools/call, for alpha and beta
+        ran = {}
+        for cmd in commands:
+            r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=90)
+            ran[cmd] = r
+            assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+        listed = [json.loads(r.stdout) for c, r in ran.items() if "tools/list" in c]
+        assert all({t["name"] for t in doc["tools"]} >= {"echo", "get_weather"} for doc in listed), listed
+        called = {c: json.loads(r.stdout)["content"][0]["text"] for c, r in ran.items() if "tools/call" in c}
+        assert sorted(called.values()) == ["hi", "sunny in Lisbon"], called
+        # A denial, as the Inspector shows it: beta may not call echo.
+        beta_call = next(c for c in commands if "beta.jwt" in c and "tools/call" in c)
+        denied = subprocess.run(["bash", "-c", beta_call.replace("--tool-name get_weather --tool-arg city=Lisbon",
+                                                                 "--tool-name echo --tool-arg text=hi")],
+                                capture_output=True, text=True, timeout=90)
+        assert denied.returncode == 1 and "Failed to call tool echo" in denied.stderr, denied
+        # The curl commands (three lines each, joined as a shell joins them).
+        text = out.replace("\\\n", " ")
+        curls = [l.strip() for l in text.splitlines() if l.strip().startswith("curl -sS http://")]
+        assert len(curls) == 2, out
+        for c in curls:
+            r = subprocess.run(["bash", "-c", c], capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0 and '"isError":false' in r.stdout, (c, r.stdout, r.stderr)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
