@@ -214,18 +214,37 @@ def demo_topology(work_dir: Path, wasm_path: Path, keys: JwtKeys, name: str, *, 
 
 ECHO, DELETE, ADD = 'call:echo:{"text":"hello"}', 'call:delete_repo:{"name":"prod"}', 'call:add:{"a":2,"b":3}'
 BETA_ECHO = 'call:echo:{"text":"from beta"}'
-DENY_CODE, DENY_MESSAGE = -32001, "Access denied"  # the bundle's denyResponse defaults
+# Issue 13's filter (per-caller listings; every denial a JSON-RPC error, an authorizer's with its
+# status and headers; default code -32010; denyResponse.httpStatus 200 accepted) is recognised by
+# its bundle schema. Before it: listings pass unfiltered, an authorizer's denial is relayed as the
+# authorizer sent it, the default code is -32001, and 2026-07-28's server/discover is unknown.
+LISTINGS = '"listings"' in (REPO / "config-schema" / "bundle.schema.json").read_text()
+DENY_CODE, DENY_MESSAGE = (-32010 if LISTINGS else -32001), "Access denied"  # denyResponse defaults
+ALPHA_SEES = ["add", "echo", "get_weather"] if LISTINGS else TOOLS  # delete_repo: no Backend rule admits it
+BETA_SEES = ["get_weather"] if LISTINGS else TOOLS
+DENY_BODY = f'"error":{{"code":{DENY_CODE},"message":"{DENY_MESSAGE}"}}'
 # (sdk, protocol) pairs each SDK speaks: the TypeScript SDK 1.x knows no 2026-07-28.
 SPOKEN = [("python", "2025-11-25"), ("python", "2026-07-28"), ("typescript", "2025-11-25"),
           ("rmcp", "2025-11-25"), ("rmcp", "2026-07-28")]
+# rmcp opens 2026-07-28 with server/discover, which the filter before issue 13 does not know.
+WORKING = SPOKEN if LISTINGS else [p for p in SPOKEN if p != ("rmcp", "2026-07-28")]
+
+
+def demo_keys(jwt_keys: JwtKeys) -> JwtKeys:
+    return JwtKeys(issuer=jwt_keys.issuer, audience=AUDIENCE, kid=jwt_keys.kid, private_key=jwt_keys.private_key,
+                   rogue_key=jwt_keys.rogue_key)
 
 
 @pytest.fixture(scope="module")
 def demo(work_dir: Path, wasm_path: Path, jwt_keys: JwtKeys) -> Iterator[Demo]:
-    keys = JwtKeys(issuer=jwt_keys.issuer, audience=AUDIENCE, kid=jwt_keys.kid, private_key=jwt_keys.private_key,
-                   rogue_key=jwt_keys.rogue_key)
-    with demo_topology(work_dir, wasm_path, keys, "default") as d:
+    with demo_topology(work_dir, wasm_path, demo_keys(jwt_keys), "default") as d:
         yield d
+
+
+def first_request(sdk: str, protocol: str, reports: dict[str, Any], op: str) -> dict[str, Any]:
+    """The report of a client's first request: 2026-07-28 has no handshake, so the Python SDK's
+    first request is the operation itself (rmcp's is server/discover, at connect)."""
+    return reports[op] if (sdk, protocol) == ("python", "2026-07-28") else reports["connect"]
 
 
 def policy_denial(sdk: str, report: dict[str, Any]) -> None:
@@ -236,24 +255,28 @@ def policy_denial(sdk: str, report: dict[str, Any]) -> None:
         assert (e["class"], e["code"], e["message"]) == ("MCPError", DENY_CODE, DENY_MESSAGE), e
     elif sdk == "typescript":  # any non-2xx is a transport error carrying the status and the raw body
         assert (e["class"], e["code"]) == ("StreamableHTTPError", 403), e
-        assert "Error POSTing to endpoint: " in e["message"] and f'"message":"{DENY_MESSAGE}"' in e["message"], e
+        assert e["message"].startswith("Streamable HTTP error: Error POSTing to endpoint: {") and \
+            DENY_BODY in e["message"], e
     else:  # rmcp: a transport error naming the status, with the body
-        assert "HTTP 403 Forbidden" in e["display"] and f'"message":"{DENY_MESSAGE}"' in e["display"], e
+        assert "error: unexpected server response: HTTP 403 Forbidden: {" in e["display"] and \
+            DENY_BODY in e["display"], e
 
 
 @pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
 def test_an_allowed_agent_connects_lists_and_calls(demo: Demo, sdk: str, protocol: str) -> None:
-    if (sdk, protocol) == ("rmcp", "2026-07-28"):
-        pytest.xfail("rmcp opens 2026-07-28 with server/discover, which this filter does not know yet (issue 13 item 1)")
+    if (sdk, protocol) not in WORKING:
+        pytest.xfail("rmcp opens 2026-07-28 with server/discover, which this filter does not know yet")
     r = run_sdk(sdk, demo.url, "list", ECHO, token=demo.token("alpha"), protocol=protocol)
     assert r["connect"]["ok"] and r["connect"]["protocol"] == protocol, r
-    if protocol == "2025-11-25":
+    if protocol == "2025-11-25" or sdk == "rmcp":  # the Python SDK's 2026-07-28 client asks for no server info
         assert r["connect"]["server"] == "demo-tools", r
-    assert sorted(r["list"]["tools"]) == TOOLS, r
+    assert sorted(r["list"]["tools"]) == ALPHA_SEES, r
     assert (r[ECHO]["ok"], r[ECHO]["text"], r[ECHO]["is_error"]) == (True, "hello", False), r
+    beta = run_sdk(sdk, demo.url, "list", token=demo.token("beta"), protocol=protocol)
+    assert sorted(beta["list"]["tools"]) == BETA_SEES, beta
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), [p for p in SPOKEN if p != ("rmcp", "2026-07-28")])
+@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
 def test_policy_denials_as_each_sdk_reports_them(demo: Demo, sdk: str, protocol: str) -> None:
     # Denied at the Gateway (beta may call only get_weather) and at the Backend (delete_repo is
     # not on the allow list): the same answer, a 403 with the JSON-RPC error.
@@ -264,52 +287,55 @@ def test_policy_denials_as_each_sdk_reports_them(demo: Demo, sdk: str, protocol:
     policy_denial(sdk, beta[BETA_ECHO])
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), [p for p in SPOKEN if p != ("rmcp", "2026-07-28")])
+@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
 def test_an_authorizer_denial_as_each_sdk_reports_it(demo: Demo, sdk: str, protocol: str) -> None:
     r = run_sdk(sdk, demo.url, ADD, ECHO, token=demo.token("alpha"), protocol=protocol)
     e = r[ADD]["error"]
     assert r[ADD]["ok"] is False and r[ECHO]["ok"], r
-    if sdk == "python":  # the authorizer's body is no JSON-RPC error: the SDK puts a stand-in
+    if sdk == "rmcp":  # rmcp reads the relayed WWW-Authenticate challenge (insufficient_scope), not the body
+        assert e["display"].endswith("error: Insufficient scope") and e["www_authenticate"] == CHALLENGE, e
+    elif LISTINGS:  # a JSON-RPC error with the authorizer's status: as a policy denial
+        policy_denial(sdk, r[ADD])
+    elif sdk == "python":  # the authorizer's own body is no JSON-RPC error: the SDK puts a stand-in
         assert (e["class"], e["code"], e["message"]) == ("MCPError", -32603, "Server returned an error response"), e
-    elif sdk == "typescript":
+    else:
         assert (e["class"], e["code"]) == ("StreamableHTTPError", 403), e
         assert e["message"] == "Streamable HTTP error: Error POSTing to endpoint: " + json.dumps(AUTHZ_BODY), e
-    else:  # rmcp reads the relayed WWW-Authenticate challenge (insufficient_scope)
-        assert e["display"].endswith("error: Insufficient scope") and e["www_authenticate"] == CHALLENGE, e
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), [p for p in SPOKEN if p != ("rmcp", "2026-07-28")])
+@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
 def test_tokens_jwt_authn_refuses_and_no_token(demo: Demo, sdk: str, protocol: str) -> None:
     expired = run_sdk(sdk, demo.url, "list", token=demo.keys.mint_expired({}, sub="alpha"), protocol=protocol)
-    # 2026-07-28 has no handshake: the Python SDK's first request is the listing.
-    first = expired["list"] if (sdk, protocol) == ("python", "2026-07-28") else expired["connect"]
+    first = first_request(sdk, protocol, expired, "list")
     e = first["error"]
     assert first["ok"] is False, expired
-    if sdk == "python":
+    if sdk == "python":  # jwt_authn's 401 body is plain text: the SDK puts a stand-in
         assert (e["code"], e["message"]) == (-32603, "Server returned an error response"), e
     elif sdk == "typescript":
         assert (e["class"], e["code"], e["message"]) == (
             "StreamableHTTPError", 401, "Streamable HTTP error: Error POSTing to endpoint: Jwt is expired"), e
     else:
-        assert "Auth required" in e["display"], e
+        assert "error: Auth required, when send " in e["display"], e
         assert e["www_authenticate"].startswith(f'Bearer realm="{demo.url}"') and 'error="invalid_token"' in \
             e["www_authenticate"], e
     # No token: jwt_authn lets it pass, and no policy admits an unidentified caller.
     none = run_sdk(sdk, demo.url, "list", protocol=protocol)
-    policy_denial(sdk, none["list"] if (sdk, protocol) == ("python", "2026-07-28") else none["connect"])
+    policy_denial(sdk, first_request(sdk, protocol, none, "list"))
 
 
 def test_the_inspector_cli_lists_calls_and_shows_denials(demo: Demo) -> None:
     alpha = demo.token("alpha")
     listed = inspector(demo.url, "tools/list", token=alpha)
     assert listed.code == 0, listed
-    assert sorted(t["name"] for t in listed.json()["tools"]) == TOOLS
+    assert sorted(t["name"] for t in listed.json()["tools"]) == ALPHA_SEES
+    beta_listed = inspector(demo.url, "tools/list", token=demo.token("beta"))
+    assert sorted(t["name"] for t in beta_listed.json()["tools"]) == BETA_SEES, beta_listed
     called = inspector(demo.url, "tools/call", "--tool-name", "echo", "--tool-arg", "text=hello", token=alpha)
     assert called.code == 0 and called.json()["content"] == [{"type": "text", "text": "hello"}], called
     for tool, arg, token, body in [
-        ("delete_repo", "name=prod", alpha, f'"message":"{DENY_MESSAGE}"'),
-        ("echo", "text=x", demo.token("beta"), f'"message":"{DENY_MESSAGE}"'),
-        ("add", "a=2", alpha, json.dumps(AUTHZ_BODY)),
+        ("delete_repo", "name=prod", alpha, DENY_BODY),
+        ("echo", "text=x", demo.token("beta"), DENY_BODY),
+        ("add", "a=2", alpha, DENY_BODY if LISTINGS else json.dumps(AUTHZ_BODY)),
     ]:
         denied = inspector(demo.url, "tools/call", "--tool-name", tool, "--tool-arg", arg, token=token)
         assert denied.code == 1 and denied.out == "", denied
@@ -318,6 +344,50 @@ def test_the_inspector_cli_lists_calls_and_shows_denials(demo: Demo) -> None:
     expired = inspector(demo.url, "tools/list", token=demo.keys.mint_expired({}, sub="alpha"))
     assert expired.code == 1 and "Failed to connect to MCP server: Streamable HTTP error: Error POSTing to " \
         "endpoint: Jwt is expired" in expired.err, expired
+
+
+@pytest.fixture(scope="module")
+def ok200(work_dir: Path, wasm_path: Path, demo: Demo) -> Iterator[Demo]:
+    """The demo topology with denyResponse httpStatus 200 and exposeDetails: for clients that take
+    every non-2xx answer for a transport failure."""
+    if not LISTINGS:
+        pytest.skip("this filter's loader refuses denyResponse.httpStatus 200 (issue 13 item 3)")
+    with demo_topology(work_dir, wasm_path, demo.keys, "ok200", deny={"httpStatus": 200, "exposeDetails": True}) as d:
+        yield d
+
+
+@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
+def test_denials_with_http_status_200_are_errors_of_the_call(ok200: Demo, sdk: str, protocol: str) -> None:
+    alpha = run_sdk(sdk, ok200.url, DELETE, ADD, ECHO, token=ok200.token("alpha"), protocol=protocol)
+    beta = run_sdk(sdk, ok200.url, BETA_ECHO, token=ok200.token("beta"), protocol=protocol)
+    assert alpha[ECHO]["ok"], alpha
+    for report, level in ((alpha[DELETE], "backend"), (beta[BETA_ECHO], "gateway")):
+        e = report["error"]
+        data = {"level": level, "policy": None, "reason": "not_allowed", "rule": None}
+        # Every SDK now reports the JSON-RPC error itself, with its code, message and data.
+        if sdk == "python":
+            assert (e["class"], e["code"], e["message"], e["data"]) == ("MCPError", DENY_CODE, DENY_MESSAGE, data), e
+        elif sdk == "typescript":
+            assert (e["class"], e["code"], e["message"], e["data"]) == (
+                "McpError", DENY_CODE, f"MCP error {DENY_CODE}: {DENY_MESSAGE}", data), e
+        else:
+            assert (e["code"], e["message"], e["data"]) == (DENY_CODE, DENY_MESSAGE, data), e
+            assert e["display"] == f"Mcp error: {DENY_CODE}: {DENY_MESSAGE}({json.dumps(data, separators=(',', ':'))})"
+    # The authorizer's denial keeps the authorizer's status (403) and challenge; its body is in error.data.
+    e = alpha[ADD]["error"]
+    if sdk == "rmcp":
+        assert e["www_authenticate"] == CHALLENGE, e
+    else:
+        data = json.loads(e["message"].split("Error POSTing to endpoint: ", 1)[1])["error"]["data"] \
+            if sdk == "typescript" else e["data"]
+        assert (data["authorizerStatus"], data["authorizerBody"]) == (403, AUTHZ_BODY), e
+
+
+def test_the_inspector_cli_with_http_status_200(ok200: Demo) -> None:
+    denied = inspector(ok200.url, "tools/call", "--tool-name", "delete_repo", "--tool-arg", "name=prod",
+                       token=ok200.token("alpha"))
+    assert denied.code == 1 and f"Failed to call tool delete_repo: MCP error {DENY_CODE}: {DENY_MESSAGE}" in \
+        denied.err, denied
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +403,7 @@ TOO_LARGE = "Request body exceeds the configured limit"
 BAD_PATH = "the request path holds an encoded '/' or '\\' (%2F, %5C)"
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), [p for p in SPOKEN if p != ("rmcp", "2026-07-28")])
+@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
 def test_a_body_over_the_limit_as_each_sdk_reports_it(strict: Demo, sdk: str, protocol: str) -> None:
     r = run_sdk(sdk, strict.url, BIG, ECHO, token=strict.token("alpha"), protocol=protocol)
     e = r[BIG]["error"]
