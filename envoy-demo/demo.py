@@ -201,6 +201,7 @@ class Expect:
     reason: str | None = None
     policy: str | None = None
     body: Any = None  # for denials: the JSON body the client must get
+    challenge: str | None = None  # for denials: the WWW-Authenticate header the client must get
 
     def describe(self) -> str:
         if self.allow:
@@ -366,6 +367,16 @@ class Demo:
             return {"decision": "deny", "level": level, "reason": reason, "source": "stats"}
         return None
 
+    def denial_body(self, denied: Denied) -> dict[str, Any]:
+        """The JSON-RPC error the bundle's denyResponse gives (exposeDetails off), echoing the id."""
+        deny = self.bundle.get("denyResponse", {})
+        try:
+            req_id = denied.json().get("id")
+        except (ValueError, AttributeError):
+            req_id = None
+        return {"jsonrpc": "2.0", "id": req_id,
+                "error": {"code": deny.get("jsonRpcCode"), "message": deny.get("message")}}
+
     def where(self, d: dict[str, Any] | None, denied: Denied) -> str:
         """Where the filter denied, in words, from its decision record."""
         if d is None:
@@ -374,7 +385,8 @@ class Demo:
         body = denied.body.decode("utf-8", "replace").strip()
         if reason == "external_auth_denied":
             authz = self.authorizer_of.get(policy or "", "?")
-            return f"by the authorizer {authz}: {body}"
+            challenge = denied.headers.get("www-authenticate")
+            return f"by the authorizer {authz}: {body}" + (f"   [WWW-Authenticate: {challenge}]" if challenge else "")
         if reason == "authorizer_error":
             return f"because the authorizer {self.authorizer_of.get(policy or '', '?')} failed"
         text = {"gateway": "at the gateway", "backend": "by the backend policy"}.get(level or "", f"at level {level}")
@@ -430,7 +442,10 @@ class Demo:
             self.expect(False, f"agent {agent} tools/list: expected allowed, got HTTP {e.status}")
             return
         self.line(agent, "tools/list", "ok: " + ", ".join(names))
-        self.expect({"echo", "add", "delete_repo", "get_weather"} <= set(names), f"agent {agent} tools/list: {names}")
+        # A filter with per-caller listings (bundle "listings") leaves out what the agent may not call.
+        filtered = self.bundle.get("listings", {}).get("filter", False)
+        want = ["add", "echo", "get_weather"] if filtered else ["add", "delete_repo", "echo", "get_weather"]
+        self.expect(names == want, f"agent {agent} tools/list: {names}, expected {want}")
 
     def call(self, agent: str, client: McpAgent | None, tool: str, arguments: dict[str, Any], expect: Expect) -> None:
         op, label = f"tools/call {tool}", f"agent {agent} tools/call {tool}"
@@ -458,7 +473,14 @@ class Demo:
                     body = e.json()
                 except ValueError:
                     body = e.body
-                self.expect(body == expect.body, f"{label}: client got body {body!r}, expected {expect.body!r}")
+                # A filter with per-caller listings (issue 13) answers every denial with a JSON-RPC
+                # error; before it, an authorizer's denial body was relayed as it came.
+                want = self.denial_body(e) if "listings" in self.bundle else expect.body
+                self.expect(body == want, f"{label}: client got body {body!r}, expected {want!r}")
+            if expect.challenge is not None:
+                got_challenge = e.headers.get("www-authenticate")
+                self.expect(got_challenge == expect.challenge,
+                            f"{label}: WWW-Authenticate {got_challenge!r}, expected {expect.challenge!r}")
             return
         except TransportFailure as e:
             self.line(agent, op, f"NO ANSWER ({e})")
@@ -489,7 +511,7 @@ class Demo:
                   Expect(False, level="backend", reason="not_allowed"))
         self.call("alpha", alpha, "add", {"a": 2, "b": 3},
                   Expect(False, level="backend", reason="external_auth_denied", policy="demo/tools-risk-check",
-                         body={"denied_by": AUTHORIZER}))
+                         body={"denied_by": AUTHORIZER}, challenge=AUTHZ_CHALLENGE))
         self.jwt_session()
 
     def refused(self, who: str, token: str | None, status: int, expect: Expect | None = None) -> None:
