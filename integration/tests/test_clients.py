@@ -6,12 +6,12 @@ print what the SDK reported, as JSON lines) and the MCP Inspector's CLI mode, as
 npm packages are pinned by integration/clients/node/package-lock.json; scripts/setup installs
 them and builds the rmcp program (nothing is downloaded here).
 
-The topology is the demo's (envoy-demo/): the demo MCP server "demo-tools", the demo authorizer
-"risk-check" (denies the tool `add`, with a `WWW-Authenticate` challenge) and Envoy with
-jwt_authn and the filter, on a plain-HTTP loopback listener where agents alpha and beta are
-identified by bearer JWTs. The policies are the demo's: alpha may call any tool at the Gateway,
-beta only get_weather; the Backend allows echo, add and get_weather, and asks risk-check about
-every tool call. Each client then connects (2025-11-25 initialize; 2026-07-28 discovery where the
+The topology is the demo's: envoy-demo/manifests rendered by `mcp-access envoy` as
+envoy-demo/demo.py renders them (the demo's token issuer and JWKS, its MCP server "demo-tools", its
+authorizer "risk-check", which denies the tool `add` with a `WWW-Authenticate` challenge), driven
+on the plain-HTTP listener where agents alpha and beta present bearer JWTs. Alpha may call any
+tool at the Gateway, beta only get_weather; the Backend allows echo, add and get_weather and asks
+risk-check about every tool call. Each client connects (2025-11-25 initialize; 2026-07-28 where the
 SDK speaks it), lists tools, and calls an allowed tool and three denied ones (Gateway policy,
 Backend policy, authorizer); tokens that jwt_authn refuses, bodies over the limit and paths the
 filter rejects show what a transport rejection looks like. docs/clients.md is written from these
@@ -32,29 +32,19 @@ from typing import Any
 
 import pytest
 
-from harness import (
-    Cluster,
-    EnvoyProcess,
-    JwtKeys,
-    JwtProvider,
-    Listener,
-    Route,
-    Wasm,
-    build_bootstrap,
-    free_port,
-    start_authorizer,
-    start_mcp_server,
-)
+from harness import EnvoyProcess, JwtKeys, Pki, free_port, start_authorizer, start_mcp_server
+from test_cli_e2e import cli  # noqa: F401  (a fixture: the mcp-access binary)
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "envoy-demo"))
+import demo  # noqa: E402  (envoy-demo/demo.py: its names, token issuer and CLI rendering)
 CLIENTS = REPO / "integration" / "clients"
 NODE_DIR = CLIENTS / "node"
 RMCP_DIR = CLIENTS / "rmcp-client"
-AUDIENCE = "mcp-access-demo"
 TOOLS = ["add", "delete_repo", "echo", "get_weather"]
 # What the demo authorizer answers a denial with: an RFC 6750 challenge, as the MCP authorization
 # spec asks of a 403 for a token that lacks a permission.
-CHALLENGE = 'Bearer error="insufficient_scope", error_description="risk-check refuses this tool"'
+CHALLENGE = demo.AUTHZ_CHALLENGE
 AUTHZ_BODY = {"denied_by": "risk-check"}
 
 
@@ -132,54 +122,12 @@ def inspector(url: str, method: str, *args: str, token: str | None = None) -> In
 
 
 # ---------------------------------------------------------------------------
-# The demo topology, with a JWT listener
-
-
-def bundle(port: int, issuer: str, *, deny: dict[str, Any] | None = None, max_body: int | None = None,
-           escaped_slashes: str = "Reject") -> dict[str, Any]:
-    """The demo's policies (envoy-demo/manifests/policies.yaml) for JWT agents alpha and beta."""
-
-    def agent(sub: str) -> dict[str, Any]:
-        return {"type": "JWT", "jwt": {"issuer": issuer, "subject": sub}}
-
-    def tool_calls(*names: str, base: str = "Match") -> dict[str, Any]:
-        method: dict[str, Any] = {"name": "tools/call"}
-        if names:
-            method["params"] = list(names)
-        return {"mcp": {"methods": [method], "baseProtocol": base}}
-
-    gw, be = [{"name": "agents-gateway", "namespace": "demo"}], [{"name": "tools", "namespace": "demo"}]
-    out: dict[str, Any] = {
-        "apiVersion": "mcp-access.io/v1",
-        "identity": {"jwt": {"providers": [{"issuer": issuer, "metadataKey": "jwt_payload"}]}},
-        "gateways": [{"name": "agents-gateway", "namespace": "demo", "listeners": [{"name": "mcp-jwt", "port": port}]}],
-        "backends": [{"name": "tools", "namespace": "demo", "routeNames": ["tools"]}],
-        "authorizers": [{"name": "risk-check", "cluster": "risk-check", "timeoutMs": 2000}],
-        "policies": [
-            {"name": "gateway-agents", "namespace": "demo", "level": "Gateway", "targets": gw, "action": "Allow",
-             "seniority": 1, "rules": [
-                 {"name": "alpha-any-tool", "source": agent("alpha")},
-                 {"name": "beta-weather-only", "source": agent("beta"), "authorization": tool_calls("get_weather")},
-             ]},
-            {"name": "tools-risk-check", "namespace": "demo", "level": "Backend", "targets": be,
-             "action": "ExternalAuth", "externalAuth": "risk-check", "seniority": 2,
-             "rules": [{"name": "tool-calls", "authorization": tool_calls(base="Skip")}]},
-            {"name": "tools-allow-list", "namespace": "demo", "level": "Backend", "targets": be, "action": "Allow",
-             "seniority": 3,
-             "rules": [{"name": "safe-tools", "authorization": tool_calls("echo", "add", "get_weather")}]},
-        ],
-        "envoy": {"escapedSlashes": escaped_slashes},
-    }
-    if deny is not None:
-        out["denyResponse"] = deny
-    if max_body is not None:
-        out["limits"] = {"maxBodyBytes": max_body}
-    return out
+# The demo topology: envoy-demo/manifests rendered by the CLI as envoy-demo/demo.py renders them
 
 
 @dataclass
 class Demo:
-    url: str
+    url: str  # the bearer-JWT listener's MCP endpoint
     keys: JwtKeys
     envoy: EnvoyProcess
 
@@ -187,26 +135,54 @@ class Demo:
         return self.keys.mint({}, sub=agent, ttl=3600)
 
 
+def adjusted(cfg: dict[str, Any], *, deny: dict[str, Any] | None, max_body: int | None,
+             normalize: bool) -> dict[str, Any]:
+    """The rendered Envoy configuration with the bundle's denyResponse / limits set (the CLI has no
+    flags for them) and, with normalize=False, without Envoy's own path normalization (so that
+    the filter is the one refusing an encoded '/')."""
+    for listener in cfg["static_resources"]["listeners"]:
+        for chain in listener["filter_chains"]:
+            hcm = chain["filters"][0]["typed_config"]
+            if not normalize:
+                for key in ("normalize_path", "merge_slashes", "path_with_escaped_slashes_action"):
+                    hcm.pop(key, None)
+            for f in hcm["http_filters"]:
+                if f["name"] == "envoy.filters.http.wasm":
+                    value = f["typed_config"]["config"]["configuration"]
+                    bundle = json.loads(value["value"])
+                    if deny is not None:
+                        bundle["denyResponse"] = {**bundle.get("denyResponse", {}), **deny}
+                    if max_body is not None:
+                        bundle["limits"] = {**bundle.get("limits", {}), "maxBodyBytes": max_body}
+                    value["value"] = json.dumps(bundle)
+    return cfg
+
+
 @contextmanager
-def demo_topology(work_dir: Path, wasm_path: Path, keys: JwtKeys, name: str, *, normalize: bool = True,
-                  **bundle_args: Any) -> Iterator[Demo]:
-    logs = work_dir / "logs"
+def demo_topology(work_dir: Path, wasm_path: Path, cli: Path, pki: Pki, name: str, *, normalize: bool = True,
+                  deny: dict[str, Any] | None = None, max_body: int | None = None) -> Iterator[Demo]:
+    """The demo MCP server, the demo authorizer (as demo.py starts it) and Envoy configured by
+    `mcp-access envoy` from the demo's manifests with the demo's token issuer."""
+    logs, workdir = work_dir / "logs", work_dir / f"clients-{name}"
+    keys, jwks = demo.make_tokens(workdir / "jwt")
     with ExitStack() as stack:
-        mcp = stack.enter_context(start_mcp_server(logs, name="demo-tools"))
-        authz = stack.enter_context(start_authorizer(logs, name="risk-check", deny_tools=["add"]))
+        mcp = stack.enter_context(start_mcp_server(logs, name=demo.MCP_SERVER_NAME))
+        authz = stack.enter_context(start_authorizer(logs, name=demo.AUTHORIZER, deny_tools=[demo.DENIED_TOOL]))
         authz.configure(www_authenticate=CHALLENGE)
-        port = free_port()
-        listener = Listener(
-            "mcp-jwt", port, [Route("tools", "/mcp", "tools", timeout=0)],
-            jwt=[JwtProvider(keys.issuer, keys.jwks_json, audiences=[AUDIENCE], forward=False)],
-            wasm=Wasm(wasm_path, configuration=json.dumps(bundle(port, keys.issuer, **bundle_args))),
-            normalize=normalize,
+        mtls, jwt_port, out = free_port(), free_port(), workdir / "envoy-config.json"
+        demo.run_cli(
+            cli, "--wasm", str(wasm_path),
+            "--tls-cert", f"gateway-cert={pki.server.cert},{pki.server.key}", "--client-ca", f"agents-ca={pki.ca.cert}",
+            "--resolve", f"{demo.BACKEND_SERVICE}=127.0.0.1:{mcp.port}",
+            "--resolve", f"{demo.AUTHORIZER}=127.0.0.1:{authz.port}",
+            "--jwt-provider", f"{demo.JWT_PROVIDER}=issuer={demo.JWT_ISSUER},jwks={jwks},audience={demo.JWT_AUDIENCE}",
+            "--listen", f"{demo.LISTENER}={mtls}", "--listen", f"{demo.JWT_LISTENER}={jwt_port}",
+            "--bind", "127.0.0.1", "--admin-port", str(free_port()), "--access-log", str(workdir / "access.log"),
+            "-o", str(out),
         )
-        cfg = build_bootstrap(admin_port=free_port(), listeners=[listener],
-                              clusters=[Cluster("tools", port=mcp.port), Cluster("risk-check", port=authz.port)],
-                              access_log_path=work_dir / f"access-clients-{name}.log")
-        envoy = stack.enter_context(EnvoyProcess(cfg, workdir=work_dir / f"envoy-clients-{name}", name=f"envoy-{name}"))
-        yield Demo(f"http://127.0.0.1:{port}/mcp", keys, envoy)
+        cfg = adjusted(json.loads(out.read_text()), deny=deny, max_body=max_body, normalize=normalize)
+        envoy = stack.enter_context(EnvoyProcess(cfg, workdir=workdir / "envoy", name=f"envoy-{name}"))
+        yield Demo(f"http://127.0.0.1:{jwt_port}/mcp", keys, envoy)
 
 
 # ---------------------------------------------------------------------------
@@ -230,14 +206,9 @@ SPOKEN = [("python", "2025-11-25"), ("python", "2026-07-28"), ("typescript", "20
 WORKING = SPOKEN if LISTINGS else [p for p in SPOKEN if p != ("rmcp", "2026-07-28")]
 
 
-def demo_keys(jwt_keys: JwtKeys) -> JwtKeys:
-    return JwtKeys(issuer=jwt_keys.issuer, audience=AUDIENCE, kid=jwt_keys.kid, private_key=jwt_keys.private_key,
-                   rogue_key=jwt_keys.rogue_key)
-
-
 @pytest.fixture(scope="module")
-def demo(work_dir: Path, wasm_path: Path, jwt_keys: JwtKeys) -> Iterator[Demo]:
-    with demo_topology(work_dir, wasm_path, demo_keys(jwt_keys), "default") as d:
+def topo(work_dir: Path, wasm_path: Path, cli: Path, pki: Pki) -> Iterator[Demo]:
+    with demo_topology(work_dir, wasm_path, cli, pki, "default") as d:
         yield d
 
 
@@ -263,33 +234,33 @@ def policy_denial(sdk: str, report: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
-def test_an_allowed_agent_connects_lists_and_calls(demo: Demo, sdk: str, protocol: str) -> None:
+def test_an_allowed_agent_connects_lists_and_calls(topo: Demo, sdk: str, protocol: str) -> None:
     if (sdk, protocol) not in WORKING:
         pytest.xfail("rmcp opens 2026-07-28 with server/discover, which this filter does not know yet")
-    r = run_sdk(sdk, demo.url, "list", ECHO, token=demo.token("alpha"), protocol=protocol)
+    r = run_sdk(sdk, topo.url, "list", ECHO, token=topo.token("alpha"), protocol=protocol)
     assert r["connect"]["ok"] and r["connect"]["protocol"] == protocol, r
     if protocol == "2025-11-25" or sdk == "rmcp":  # the Python SDK's 2026-07-28 client asks for no server info
         assert r["connect"]["server"] == "demo-tools", r
     assert sorted(r["list"]["tools"]) == ALPHA_SEES, r
     assert (r[ECHO]["ok"], r[ECHO]["text"], r[ECHO]["is_error"]) == (True, "hello", False), r
-    beta = run_sdk(sdk, demo.url, "list", token=demo.token("beta"), protocol=protocol)
+    beta = run_sdk(sdk, topo.url, "list", token=topo.token("beta"), protocol=protocol)
     assert sorted(beta["list"]["tools"]) == BETA_SEES, beta
 
 
 @pytest.mark.parametrize(("sdk", "protocol"), WORKING)
-def test_policy_denials_as_each_sdk_reports_them(demo: Demo, sdk: str, protocol: str) -> None:
+def test_policy_denials_as_each_sdk_reports_them(topo: Demo, sdk: str, protocol: str) -> None:
     # Denied at the Gateway (beta may call only get_weather) and at the Backend (delete_repo is
     # not on the allow list): the same answer, a 403 with the JSON-RPC error.
-    alpha = run_sdk(sdk, demo.url, DELETE, ECHO, token=demo.token("alpha"), protocol=protocol)
+    alpha = run_sdk(sdk, topo.url, DELETE, ECHO, token=topo.token("alpha"), protocol=protocol)
     policy_denial(sdk, alpha[DELETE])
     assert alpha[ECHO]["ok"], alpha  # the session survives a denial
-    beta = run_sdk(sdk, demo.url, BETA_ECHO, token=demo.token("beta"), protocol=protocol)
+    beta = run_sdk(sdk, topo.url, BETA_ECHO, token=topo.token("beta"), protocol=protocol)
     policy_denial(sdk, beta[BETA_ECHO])
 
 
 @pytest.mark.parametrize(("sdk", "protocol"), WORKING)
-def test_an_authorizer_denial_as_each_sdk_reports_it(demo: Demo, sdk: str, protocol: str) -> None:
-    r = run_sdk(sdk, demo.url, ADD, ECHO, token=demo.token("alpha"), protocol=protocol)
+def test_an_authorizer_denial_as_each_sdk_reports_it(topo: Demo, sdk: str, protocol: str) -> None:
+    r = run_sdk(sdk, topo.url, ADD, ECHO, token=topo.token("alpha"), protocol=protocol)
     e = r[ADD]["error"]
     assert r[ADD]["ok"] is False and r[ECHO]["ok"], r
     if sdk == "rmcp":  # rmcp reads the relayed WWW-Authenticate challenge (insufficient_scope), not the body
@@ -304,8 +275,8 @@ def test_an_authorizer_denial_as_each_sdk_reports_it(demo: Demo, sdk: str, proto
 
 
 @pytest.mark.parametrize(("sdk", "protocol"), WORKING)
-def test_tokens_jwt_authn_refuses_and_no_token(demo: Demo, sdk: str, protocol: str) -> None:
-    expired = run_sdk(sdk, demo.url, "list", token=demo.keys.mint_expired({}, sub="alpha"), protocol=protocol)
+def test_tokens_jwt_authn_refuses_and_no_token(topo: Demo, sdk: str, protocol: str) -> None:
+    expired = run_sdk(sdk, topo.url, "list", token=topo.keys.mint_expired({}, sub="alpha"), protocol=protocol)
     first = first_request(sdk, protocol, expired, "list")
     e = first["error"]
     assert first["ok"] is False, expired
@@ -316,43 +287,43 @@ def test_tokens_jwt_authn_refuses_and_no_token(demo: Demo, sdk: str, protocol: s
             "StreamableHTTPError", 401, "Streamable HTTP error: Error POSTing to endpoint: Jwt is expired"), e
     else:
         assert "error: Auth required, when send " in e["display"], e
-        assert e["www_authenticate"].startswith(f'Bearer realm="{demo.url}"') and 'error="invalid_token"' in \
-            e["www_authenticate"], e
+        # Envoy's realm is the request URL; the CLI's configuration strips the port from the host.
+        assert e["www_authenticate"] == 'Bearer realm="http://127.0.0.1/mcp", error="invalid_token"', e
     # No token: jwt_authn lets it pass, and no policy admits an unidentified caller.
-    none = run_sdk(sdk, demo.url, "list", protocol=protocol)
+    none = run_sdk(sdk, topo.url, "list", protocol=protocol)
     policy_denial(sdk, first_request(sdk, protocol, none, "list"))
 
 
-def test_the_inspector_cli_lists_calls_and_shows_denials(demo: Demo) -> None:
-    alpha = demo.token("alpha")
-    listed = inspector(demo.url, "tools/list", token=alpha)
+def test_the_inspector_cli_lists_calls_and_shows_denials(topo: Demo) -> None:
+    alpha = topo.token("alpha")
+    listed = inspector(topo.url, "tools/list", token=alpha)
     assert listed.code == 0, listed
     assert sorted(t["name"] for t in listed.json()["tools"]) == ALPHA_SEES
-    beta_listed = inspector(demo.url, "tools/list", token=demo.token("beta"))
+    beta_listed = inspector(topo.url, "tools/list", token=topo.token("beta"))
     assert sorted(t["name"] for t in beta_listed.json()["tools"]) == BETA_SEES, beta_listed
-    called = inspector(demo.url, "tools/call", "--tool-name", "echo", "--tool-arg", "text=hello", token=alpha)
+    called = inspector(topo.url, "tools/call", "--tool-name", "echo", "--tool-arg", "text=hello", token=alpha)
     assert called.code == 0 and called.json()["content"] == [{"type": "text", "text": "hello"}], called
     for tool, arg, token, body in [
         ("delete_repo", "name=prod", alpha, DENY_BODY),
-        ("echo", "text=x", demo.token("beta"), DENY_BODY),
+        ("echo", "text=x", topo.token("beta"), DENY_BODY),
         ("add", "a=2", alpha, DENY_BODY if LISTINGS else json.dumps(AUTHZ_BODY)),
     ]:
-        denied = inspector(demo.url, "tools/call", "--tool-name", tool, "--tool-arg", arg, token=token)
+        denied = inspector(topo.url, "tools/call", "--tool-name", tool, "--tool-arg", arg, token=token)
         assert denied.code == 1 and denied.out == "", denied
         assert f"Failed to call tool {tool}: Streamable HTTP error: Error POSTing to endpoint: " in denied.err, denied
         assert body in denied.err, denied
-    expired = inspector(demo.url, "tools/list", token=demo.keys.mint_expired({}, sub="alpha"))
+    expired = inspector(topo.url, "tools/list", token=topo.keys.mint_expired({}, sub="alpha"))
     assert expired.code == 1 and "Failed to connect to MCP server: Streamable HTTP error: Error POSTing to " \
         "endpoint: Jwt is expired" in expired.err, expired
 
 
 @pytest.fixture(scope="module")
-def ok200(work_dir: Path, wasm_path: Path, demo: Demo) -> Iterator[Demo]:
+def ok200(work_dir: Path, wasm_path: Path, cli: Path, pki: Pki) -> Iterator[Demo]:
     """The demo topology with denyResponse httpStatus 200 and exposeDetails: for clients that take
     every non-2xx answer for a transport failure."""
     if not LISTINGS:
         pytest.skip("this filter's loader refuses denyResponse.httpStatus 200 (issue 13 item 3)")
-    with demo_topology(work_dir, wasm_path, demo.keys, "ok200", deny={"httpStatus": 200, "exposeDetails": True}) as d:
+    with demo_topology(work_dir, wasm_path, cli, pki, "ok200", deny={"httpStatus": 200, "exposeDetails": True}) as d:
         yield d
 
 
@@ -391,10 +362,10 @@ def test_the_inspector_cli_with_http_status_200(ok200: Demo) -> None:
 
 
 @pytest.fixture(scope="module")
-def strict(work_dir: Path, wasm_path: Path, demo: Demo) -> Iterator[Demo]:
+def strict(work_dir: Path, wasm_path: Path, cli: Path, pki: Pki) -> Iterator[Demo]:
     """The demo topology with a 1 KiB body limit, and without Envoy's own path normalization, so
     that the filter is the one refusing an encoded '/'."""
-    with demo_topology(work_dir, wasm_path, demo.keys, "strict", normalize=False, max_body=1024) as d:
+    with demo_topology(work_dir, wasm_path, cli, pki, "strict", normalize=False, max_body=1024) as d:
         yield d
 
 
