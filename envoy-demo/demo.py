@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "integration"))
 
-from preflight import COMPOSE_ENVOY, DemoError, check_ports, guarded, new_workdir, parse_args
+from preflight import COMPOSE_ENVOY, DemoError, check_ports, guarded, new_workdir, parse_args, tidy
 
 try:
     from harness import (
@@ -685,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
             workdir = a.workdir.resolve()
             workdir.mkdir(parents=True, exist_ok=True)
         else:
+            tidy()
             workdir, temp = new_workdir(), True
         cli = cli_binary()
         with ExitStack() as stack:

@@ -120,6 +120,12 @@ def remove_stale_workdirs() -> list[Path]:
     return removed
 
 
+def tidy() -> None:
+    """Removes the folders of killed demos, saying so."""
+    for d in remove_stale_workdirs():
+        print(f"demo: removed {d}, left by a demo that was killed", flush=True)
+
+
 def new_workdir() -> Path:
     """A temporary folder for this demo, marked with its PID so a later run can tidy it up."""
     d = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
@@ -151,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         a = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:  # argparse: 0 after --help, 2 after a usage error (printed)
         return HELP_EXIT if e.code == 0 else 2
-    for d in remove_stale_workdirs():
-        print(f"demo: removed {d}, left by a demo that was killed")
+    tidy()
     if a.render_compose is not None:
         return 0
     try:

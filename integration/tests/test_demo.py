@@ -208,3 +208,16 @@ def test_keep_prints_inspector_and_curl_commands_that_work(repo_root: Path, wasm
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
+
+
+def test_scripts_demo_checks_ports_before_setting_up_or_building(repo_root: Path) -> None:
+    ports = free_ports(len(FLAGS))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", ports[1]))
+        busy.listen()
+        args = [a for flag, port in zip(FLAGS, ports) for a in (flag, str(port))]
+        proc = subprocess.run(["bash", str(repo_root / "scripts" / "demo"), *args], capture_output=True, text=True,
+                              timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"port {ports[1]} on 127.0.0.1 is already in use; pick another one with --jwt-port PORT" in proc.stderr
+    assert "setting the machine up" not in proc.stdout and "building" not in proc.stdout, proc.stdout
