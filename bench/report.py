@@ -103,6 +103,17 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     if crit:
         ts.append(_target("S5 bundle load time, native", "S5", [crit["median_ns"] / 1e6], "<=", 100, "ms",
                           "Engine::from_json, criterion median", primary=False))
+    # Issue 10: ten CEL rules vs the same conditions inline, and loading 1,000 CEL rules (native).
+    cg = res.get("callgrind", {})
+    cel, inline = cg.get("request/cel10_allowed"), cg.get("request/inline10_allowed")
+    if cel and inline:
+        ts.append(_target("10 CEL rules / the same policy inline, instructions per request", "CEL",
+                          [cel["instructions"] / inline["instructions"]], "<=", 1.2, "ratio",
+                          "callgrind of the whole native request flow; the request is admitted by the 10th rule"))
+    crit = res.get("criterion", {}).get("load/cel1000_bundle")
+    if crit:
+        ts.append(_target("bundle load with 1,000 CEL rules, native", "CEL", [crit["median_ns"] / 1e6], "<=", 100, "ms",
+                          "Engine::from_json, criterion median"))
     size = res.get("wasm", {}).get("bytes_after_wasm_opt")
     if size:
         ts.append(_target(".wasm size after wasm-opt", "build", [size / MIB], "<=", 1, "MiB", f"{size:,} bytes"))

@@ -269,8 +269,11 @@ CALLGRIND_OPS = [
     ("request/s5_allowed", 100, 600),
     ("request/s5_denied", 100, 600),
     ("request/s6_1mib_allowed", 1, 4),
+    ("request/inline10_allowed", 100, 600),
+    ("request/cel10_allowed", 100, 600),
     ("load/s2_bundle", 100, 600),
     ("load/s5_bundle", 1, 2),
+    ("load/cel1000_bundle", 1, 3),
 ]
 
 

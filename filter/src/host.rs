@@ -201,6 +201,15 @@ impl Stream {
         };
         let json = outcome.to_json();
         abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
+        for (c, n) in [
+            (Counter::CelErrors, outcome.cel_errors.0),
+            (Counter::CelStepsExceeded, outcome.cel_errors.1),
+        ] {
+            if let (Some(id), true) = (self.stats.counters.get(c.index()).copied().flatten(), n > 0)
+            {
+                abi::increment_metric(id, i64::from(n));
+            }
+        }
         let level = if outcome.allowed {
             self.stats.inc(Counter::Allowed);
             LogLevel::Debug

@@ -33,8 +33,8 @@ pub fn dangling(c: &Compiled) -> Vec<String> {
         for cnd in &p.conditions {
             if cnd.reason == mcp_access_k8s::reason::TARGET_NOT_FOUND {
                 out.push(format!(
-                    "XAccessPolicy {}/{} -> {}: {} {}",
-                    p.namespace, p.name, cnd.target, cnd.reason, cnd.message
+                    "{} {}/{} -> {}: {} {}",
+                    p.kind, p.namespace, p.name, cnd.target, cnd.reason, cnd.message
                 ));
             }
         }

@@ -572,7 +572,12 @@ pub fn render(
     }
     for p in &o.jwt {
         if let (Jwks::Remote { host, port, .. }, Some(name)) = (&p.jwks, p.jwks_cluster()) {
-            clusters.push(cluster(&name, host, *port, Some(host), &o.upstream_ca));
+            let mut c = cluster(&name, host, *port, Some(host), &o.upstream_ca);
+            if let Some(obj) = c.as_object_mut() {
+                // `localhost` and dual-stack names: try IPv4 first, then IPv6.
+                obj.insert("dns_lookup_family".into(), json!("V4_PREFERRED"));
+            }
+            clusters.push(c);
         }
     }
 

@@ -89,6 +89,9 @@ pub struct RequestSpec {
     pub body: Option<String>,
     /// Authorizer outcomes by policy (`ns/name` or `name`), authorizer name, or `*`.
     pub assume: BTreeMap<String, Assumption>,
+    /// The caller's verified JWT claims (a JSON object with `iss`, `sub`, ...), as if Envoy's
+    /// `jwt_authn` had verified that token.
+    pub jwt_claims: Option<serde_json::Value>,
 }
 
 /// The result: what the filter (and Envoy) did with the request.
@@ -104,6 +107,9 @@ pub struct Explanation {
     pub note: Option<String>,
     pub calls: Vec<CallView>,
     pub trace: Vec<TraceView>,
+    /// Each CEL condition evaluated: its result or error, and the variables it read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cel: Vec<CelView>,
     /// `allow`: the request goes upstream; `deny`: the client gets [`Explanation::response`].
     pub decision: &'static str,
     /// Who answered.
@@ -191,6 +197,21 @@ pub struct TraceView {
     pub(crate) policy: Option<String>,
     pub rule: Option<String>,
     pub outcome: String,
+}
+
+/// One evaluated CEL condition.
+#[derive(Debug, Clone, Serialize)]
+pub struct CelView {
+    pub policy: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// `when[0]`, `authorization.cel`.
+    pub field: String,
+    pub expression: String,
+    /// `true`, `false`, or `error: ...` (an error counts against the caller).
+    pub result: String,
+    /// Variable -> value read (or `<why it has none>`).
+    pub reads: BTreeMap<String, String>,
 }
 
 /// A response the client gets.
@@ -364,6 +385,12 @@ impl HostFacts for SpecFacts {
             Fact::RouteName => text(&self.route),
             Fact::ClusterName => text(&self.cluster),
             Fact::DestinationPort => Some(i64::from(self.port).to_le_bytes().to_vec()),
+            // Now, as Envoy would report the request's arrival.
+            Fact::RequestTime => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| i64::try_from(d.as_nanos()).ok())
+                .map(|n| n.to_le_bytes().to_vec()),
             // The caller is set from --spiffe / --service-account: it stands for a peer
             // certificate with exactly that one URI SAN.
             Fact::PeerUriSan | Fact::PeerCertificate | Fact::Metadata => None,
@@ -580,6 +607,11 @@ pub fn explain(
     if engine.identity.spiffe.source == SpiffeSource::PeerCertificate {
         input.caller.spiffe = spiffe.clone();
     }
+    if let Some(claims) = &spec.jwt_claims {
+        input.caller.jwts = vec![engine
+            .jwt_principal(claims)
+            .map_err(|e| format!("--jwt-claims: {e}"))?];
+    }
     let (route, cluster) = (input.route_name.clone(), input.cluster_name.clone());
     let mut flow = RequestFlow::traced();
     let mut next = flow.on_headers(&engine, input);
@@ -656,7 +688,14 @@ pub fn explain(
             method,
             authority,
             path,
-            caller: req.and_then(|r| r.caller.spiffe.clone()),
+            caller: req.and_then(|r| {
+                r.caller.spiffe.clone().or_else(|| {
+                    r.caller.jwts.first().map(|j| match &j.subject {
+                        Some(sub) => format!("jwt:{}#{sub}", j.issuer),
+                        None => format!("jwt:{}", j.issuer),
+                    })
+                })
+            }),
             mcp: req.and_then(|r| match &r.mcp {
                 McpOp::Call { method, param } => Some(McpView::Call {
                     method: method.clone(),
@@ -675,6 +714,21 @@ pub fn explain(
         note,
         calls,
         trace: trace_views(&engine, &flow, &outcome),
+        cel: flow
+            .cel_records()
+            .iter()
+            .map(|c| CelView {
+                policy: c.policy.clone(),
+                rule: c.rule.clone(),
+                field: c.field.clone(),
+                expression: c.expression.clone(),
+                result: match &c.result {
+                    Ok(b) => b.to_string(),
+                    Err(e) => format!("error: {e}"),
+                },
+                reads: c.reads.iter().cloned().collect(),
+            })
+            .collect(),
         decision: if outcome.allowed { "allow" } else { "deny" },
         stage,
         level: (!outcome.allowed).then(|| level_str(outcome.level)),
@@ -839,6 +893,23 @@ pub fn to_text(e: &Explanation) -> String {
             }
             if !resp.body.is_empty() {
                 out.push_str(&format!("          {}\n", resp.body));
+            }
+        }
+    }
+    if !e.cel.is_empty() {
+        out.push_str("cel\n");
+        for c in &e.cel {
+            let at = match &c.rule {
+                Some(r) => format!("{} rule {r} {}", c.policy, c.field),
+                None => format!("{} {}", c.policy, c.field),
+            };
+            out.push_str(&format!(
+                "  {at}: {} -> {}\n",
+                c.expression.replace('\n', " "),
+                c.result
+            ));
+            for (name, value) in &c.reads {
+                out.push_str(&format!("      {name} = {value}\n"));
             }
         }
     }

@@ -183,6 +183,8 @@ pub fn envoy_filter(providers: &[JwtProviderSpec]) -> Option<Value> {
                         json!({
                             "http_uri": {"uri": uri, "cluster": p.jwks_cluster(), "timeout": "5s"},
                             "cache_duration": "300s",
+                            // Fetched when Envoy starts (and refreshed), not on the first request.
+                            "async_fetch": {},
                         }),
                     );
                 }

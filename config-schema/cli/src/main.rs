@@ -26,7 +26,7 @@ const EXIT_DANGLING: u8 = 4;
 #[command(
     name = "mcp-access",
     version,
-    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
+    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, AccessPolicy, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -88,6 +88,9 @@ enum Command {
     Explain(Box<ExplainArgs>),
     /// Print the policy bundle's JSON Schema.
     Schema,
+    /// Print the CustomResourceDefinition of the project's AccessPolicy kind (group
+    /// mcp-access.io), ready for `kubectl apply -f -`.
+    Crd,
 }
 
 #[derive(Args)]
@@ -261,8 +264,8 @@ struct EnvoyArgs {
 
 #[derive(Args)]
 struct ExplainArgs {
-    /// A compiled bundle.
-    #[arg(long, conflicts_with = "files")]
+    /// A compiled bundle (its JWT providers are those it was compiled with).
+    #[arg(long, conflicts_with_all = ["files", "jwt_providers"])]
     bundle: Option<PathBuf>,
     /// Manifests to compile first (routes then decide the backend from host and path).
     #[arg(short = 'f', long = "filename")]
@@ -322,6 +325,10 @@ struct ExplainArgs {
     /// authorizers are assumed to allow; a key naming none is an error.
     #[arg(long = "assume", value_name = "POLICY=OUTCOME")]
     assume: Vec<String>,
+    /// The caller's verified JWT claims, a JSON object with `iss` (an issuer of the bundle's
+    /// JWT providers), `sub` and any other claims, as if Envoy's jwt_authn had verified them.
+    #[arg(long = "jwt-claims", value_name = "JSON")]
+    jwt_claims: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
@@ -500,6 +507,10 @@ fn run(cli: Cli) -> Result<u8, String> {
             print!("{}", mcp_access_bundle::json_schema_text());
             Ok(0)
         }
+        Command::Crd => {
+            print!("{}", mcp_access_k8s::crd_yaml());
+            Ok(0)
+        }
         Command::Validate {
             input,
             report,
@@ -550,6 +561,9 @@ fn run(cli: Cli) -> Result<u8, String> {
                 },
                 cluster_domain: p.cluster_domain,
             };
+            if !input.compile.jwt_providers.is_empty() {
+                eprintln!("note: --jwt-provider: the bundle reads verified claims under each provider's name; configure the platform's jwt_authn (payload_in_metadata) to match, the generated objects do not");
+            }
             write_out(&output, &manifests::render(&c.bundle, &c.topology, &o)?)?;
             Ok(code)
         }
@@ -721,6 +735,17 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
         param,
         body: a.body,
         assume,
+        jwt_claims: match &a.jwt_claims {
+            None => None,
+            Some(text) => {
+                let v: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|e| format!("--jwt-claims: not JSON: {e}"))?;
+                if !v.is_object() {
+                    return Err("--jwt-claims: must be a JSON object (e.g. {\"iss\": \"https://idp.example\", \"sub\": \"u1\"})".into());
+                }
+                Some(v)
+            }
+        },
     };
     let e = explain::explain(&bundle, topo.as_ref(), &spec)?;
     match a.format {

@@ -335,6 +335,17 @@ fn schema_is_the_checked_in_bundle_schema() {
 }
 
 #[test]
+fn crd_is_the_checked_in_access_policy_crd() {
+    let out = run(&["crd"]);
+    assert_eq!(out.status.code(), Some(0));
+    let checked_in = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/mcp-access.io_accesspolicies.yaml"),
+    )
+    .unwrap();
+    assert_eq!(text(&out.stdout), checked_in);
+}
+
+#[test]
 fn stdin_and_usage_errors() {
     use std::io::Write;
     let mut child = bin()
@@ -358,4 +369,108 @@ fn stdin_and_usage_errors() {
         .starts_with("<stdin>: document 4"));
     let out = run(&["compile"]);
     assert_eq!(out.status.code(), Some(2), "clap usage error");
+}
+
+/// The topology the AccessPolicy examples target, and the JWT example.
+fn jwt_inputs() -> [String; 2] {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/examples");
+    [dir.join("targets.yaml"), dir.join("valid/jwt.yaml")].map(|p| p.to_str().unwrap().to_string())
+}
+
+#[test]
+fn jwt_providers_reach_the_bundle_and_an_undeclared_issuer_is_not_accepted() {
+    let [infra, jwt] = jwt_inputs();
+    let provider = "idp=issuer=https://idp.example.com,jwks=/etc/jwks.json";
+    let out = run(&[
+        "compile",
+        "-f",
+        &infra,
+        "-f",
+        &jwt,
+        "--strict",
+        "--jwt-provider",
+        provider,
+        "-o",
+        "-",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let bundle: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        bundle["identity"]["jwt"]["providers"],
+        serde_json::json!([{"issuer": "https://idp.example.com", "metadataKey": "idp"}])
+    );
+    // No provider for the issuer: not accepted (--strict: exit 3), the reason names the flag.
+    let out = run(&[
+        "compile", "-f", &infra, "-f", &jwt, "--strict", "--format", "text",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stdout).contains("no JWT provider verifies this issuer (none is declared)"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A malformed provider is a usage error naming the flag.
+    let out = run(&["compile", "-f", &infra, "--jwt-provider", "idp=jwks=/x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--jwt-provider `idp=jwks=/x`: issuer=ISSUER is required"));
+}
+
+#[test]
+fn envoy_puts_jwt_authn_before_the_filter_with_its_jwks() {
+    let d = tmp("jwt-envoy");
+    let [infra, jwt] = jwt_inputs();
+    let out_path = d.join("envoy.json");
+    let out = run(&[
+        "envoy",
+        "-f",
+        &infra,
+        "-f",
+        &jwt,
+        "--wasm-path",
+        "/filter.wasm",
+        "--tls-cert",
+        "gateway-cert=/tls/cert.pem,/tls/key.pem",
+        "--client-ca",
+        "agents-ca=/tls/ca.pem",
+        "--jwt-provider",
+        "idp=issuer=https://idp.example.com,jwks=https://keys.example.com/jwks.json,audience=mcp",
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    let listener = &cfg["static_resources"]["listeners"][0];
+    let hcm = &listener["filter_chains"][0]["filters"][0]["typed_config"];
+    let names: Vec<&str> = hcm["http_filters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "envoy.filters.http.jwt_authn",
+            "envoy.filters.http.wasm",
+            "envoy.filters.http.router"
+        ]
+    );
+    let p = &hcm["http_filters"][0]["typed_config"]["providers"]["idp"];
+    assert_eq!(p["issuer"], "https://idp.example.com");
+    assert_eq!(p["payload_in_metadata"], "idp");
+    assert_eq!(p["audiences"], serde_json::json!(["mcp"]));
+    assert_eq!(p["remote_jwks"]["http_uri"]["cluster"], "jwks/idp");
+    let cluster = cfg["static_resources"]["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "jwks/idp")
+        .unwrap();
+    assert_eq!(
+        cluster["transport_socket"]["typed_config"]["sni"],
+        "keys.example.com"
+    );
+    let endpoint = &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
+    assert_eq!(endpoint["address"]["socket_address"]["port_value"], 443);
 }

@@ -182,7 +182,6 @@ fn kan_each_variable_alone() {
 }
 
 #[test]
-#[ignore = "explain does not give the engine request.time yet (h-cel's explain work): enable with it"]
 fn kan_request_time() {
     let c = build(
         KAN_INFRA,
@@ -212,29 +211,7 @@ fn the_kan_cel_crd_example_compiles() {
 }
 
 /// The topology the project's CRD examples (config-schema/crds/examples/valid) target.
-const EXAMPLE_INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: agents-gateway, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners: [{name: mcp-https, protocol: HTTP, port: 8443}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: agents-gateway}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000}
-"#;
+const EXAMPLE_INFRA: &str = include_str!("../../crds/examples/targets.yaml");
 
 fn example(name: &str) -> String {
     std::fs::read_to_string(format!(
@@ -275,7 +252,6 @@ fn the_deny_example_denies_one_tool_to_everyone_and_nothing_else() {
 }
 
 #[test]
-#[ignore = "explain does not give the engine the tool arguments yet (h-cel's explain work): enable with it"]
 fn the_cel_example_admits_getters_and_denies_by_tool_arguments() {
     let c = build(EXAMPLE_INFRA, &example("cel.yaml"));
     let alpha = "spiffe://example.org/ns/agents/sa/alpha";
@@ -332,4 +308,56 @@ fn the_when_example_applies_only_where_its_condition_holds() {
     assert_eq!(deployer("mcp.eu.example.com", None)["decision"], "deny");
     // Elsewhere the policy does not apply (and no other policy makes the level default-deny).
     assert_eq!(deployer("mcp.us.example.com", None)["decision"], "allow");
+}
+
+#[test]
+fn the_jwt_example_matches_verified_claims() {
+    let mut m = Manifests::default();
+    m.add_text(
+        "test.yaml",
+        &format!("{EXAMPLE_INFRA}---\n{}", example("jwt.yaml")),
+        "default",
+    );
+    let o = Options {
+        jwt_providers: vec![mcp_access_bundle::JwtProvider {
+            issuer: "https://idp.example.com".into(),
+            metadata_key: "idp".into(),
+        }],
+        ..Options::default()
+    };
+    let c = compile(&m, &o);
+    assert!(c.report.policies[0].accepted(), "{:#?}", c.report);
+    let call = |claims: Value, tool: &str| {
+        ask(
+            &c,
+            RequestSpec {
+                jwt_claims: Some(claims),
+                mcp_method: Some("tools/call".into()),
+                param: Some(tool.into()),
+                ..RequestSpec::default()
+            },
+        )["decision"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let iss = "https://idp.example.com";
+    let staff_eu =
+        serde_json::json!({"iss": iss, "sub": "u1", "groups": ["staff"], "org": {"region": "eu"}});
+    assert_eq!(call(staff_eu.clone(), "echo"), "allow");
+    assert_eq!(call(staff_eu, "restart"), "deny");
+    // Every claim must hold: the nested region (a dotted name), the group.
+    let staff_asia = serde_json::json!({"iss": iss, "sub": "u1", "groups": ["staff"], "org": {"region": "asia"}});
+    assert_eq!(call(staff_asia, "echo"), "deny");
+    let guest =
+        serde_json::json!({"iss": iss, "sub": "u2", "groups": ["guest"], "org": {"region": "eu"}});
+    assert_eq!(call(guest, "echo"), "deny");
+    // The on-call subject may call anything.
+    assert_eq!(
+        call(
+            serde_json::json!({"iss": iss, "sub": "oncall@example.com"}),
+            "restart"
+        ),
+        "allow"
+    );
 }

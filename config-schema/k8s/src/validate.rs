@@ -447,11 +447,17 @@ fn spec_v1(s: &PolicySpecV1, kind: PolicyKind, c: &mut Checker) {
         external_auth("spec.externalAuth", e, c);
     }
     when("spec", &s.when, kind, c);
-    let Some(rules) = &s.rules else { return };
-    c.max_items("spec.rules", rules.len(), 10);
-    unique_rule_names("spec.rules", rules.iter().map(|r| &r.name), c);
+    if let Some(rules) = &s.rules {
+        rules_v1("spec.rules", rules, kind, c);
+    }
+}
+
+/// The v1alpha1 `rules` list at `at` (a policy's, and later a defaults/overrides block's).
+fn rules_v1(at: &str, rules: &[RuleV1], kind: PolicyKind, c: &mut Checker) {
+    c.max_items(at, rules.len(), 10);
+    unique_rule_names(at, rules.iter().map(|r| &r.name), c);
     for (i, r) in rules.iter().enumerate() {
-        let at = format!("spec.rules[{i}]");
+        let at = format!("{at}[{i}]");
         rule_name(&at, &r.name, c);
         if let Some(src) = &r.source {
             source(&format!("{at}.source"), src, false, kind, c);

@@ -15,30 +15,8 @@ use mcp_access_k8s::{compile, reason, Compiled, Manifests, ObjectStatus, Options
 
 const IDP: &str = "https://idp.example.com";
 
-/// The Gateway, route and XBackend the examples target.
-const INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: agents-gateway, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: mcp-https, protocol: HTTP, port: 8443}
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: agents-gateway}]
-  rules:
-  - backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
-"#;
+/// The Gateway, route and XBackend the examples target (`examples/targets.yaml`).
+const INFRA: &str = include_str!("../../crds/examples/targets.yaml");
 
 fn options() -> Options {
     Options {
@@ -482,4 +460,49 @@ fn both_kinds_target_the_same_objects_and_count_together() {
     assert!(st.conditions[0]
         .message
         .contains("named same.accesspolicy in the bundle"));
+}
+
+/// An ExternalAuth AccessPolicy whose authorizer is a Service in another namespace.
+const RISKY: &str = r#"
+apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: risky, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: agents-gateway}]
+  action: ExternalAuth
+  externalAuth:
+    protocol: HTTP
+    backendRef: {name: risk-check, namespace: authz, port: 9000}
+    http: {}
+"#;
+
+#[test]
+fn an_external_auth_stand_in_keeps_the_when_it_was_selected_by() {
+    // No ReferenceGrant for the authorizer in another namespace: not accepted; the stand-in
+    // denies what the policy would have sent to its authorizer, where it would have applied.
+    let c = build(&format!(
+        "{RISKY}  when: [{{predicate: \"request.mcp.method == 'tools/call'\"}}]\n  rules:\n  - name: writes\n    authorization: {{type: Inline, mcp: {{methods: [{{name: tools/call, params: [write]}}]}}}}\n"
+    ));
+    let st = &status(&c, "risky").conditions[0];
+    assert_eq!(st.reason, reason::REF_NOT_PERMITTED);
+    assert!(
+        st.message.contains("AccessPolicy objects from mcp"),
+        "{}",
+        st.message
+    );
+    let standin = policy(&c, "risky.not-accepted");
+    assert_eq!(standin.action, Action::Deny);
+    assert_eq!(standin.when, ["request.mcp.method == 'tools/call'"]);
+    assert_eq!(standin.rules.as_ref().unwrap()[0].name, "writes");
+    // With a grant naming the AccessPolicy kind, it is accepted.
+    let grant = r#"---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: allow-mcp, namespace: authz}
+spec:
+  from: [{group: mcp-access.io, kind: AccessPolicy, namespace: mcp}]
+  to: [{group: "", kind: Service}]
+"#;
+    let c = build(&format!("{RISKY}{grant}"));
+    assert!(status(&c, "risky").accepted(), "{:#?}", status(&c, "risky"));
 }

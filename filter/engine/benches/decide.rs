@@ -107,6 +107,46 @@ fn s5() -> Value {
     base(backends, vec![], policies)
 }
 
+/// CEL vs inline (issue 10): one Gateway Allow policy of 10 rules, rule i admitting tools/call
+/// of `cel-tool-i` under /mcp; the request calls the tool of the last rule. `cel`: each rule is
+/// `authorization.cel`; else the same conditions written inline.
+fn ten_rules(cel: bool) -> Value {
+    let rules: Vec<Value> = (0..10)
+        .map(|i| {
+            let tool = format!("cel-tool-{i}");
+            if cel {
+                json!({"name": format!("r{i}"), "authorization": {"cel": format!(
+                    "request.url_path.startsWith('/mcp') && request.mcp.tool_name == '{tool}'")}})
+            } else {
+                json!({"name": format!("r{i}"), "authorization": {
+                    "paths": [{"type": "PathPrefix", "value": "/mcp"}],
+                    "mcp": {"methods": [{"name": "tools/call", "params": [tool]}]}}})
+            }
+        })
+        .collect();
+    base(
+        vec![tools_backend()],
+        vec![],
+        vec![json!({"name": "ten", "namespace": NS, "level": "Gateway",
+                    "targets": [{"name": "gw"}], "action": "Allow", "rules": rules})],
+    )
+}
+
+/// 1,000 CEL rules: 100 Backend-level Allow policies of 10 KAN-style rules each.
+fn cel1000() -> Value {
+    let policies: Vec<Value> = (0..100)
+        .map(|p| {
+            let rules: Vec<Value> = (0..10)
+                .map(|r| json!({"name": format!("r{r}"), "authorization": {"cel": format!(
+                    "request.path.startsWith('/mc') && request.headers['mcp-protocol-version'].contains('2025') && request.mcp.tool_name.matches('^get-{p}-{r}-[a-z]+$')")}}))
+                .collect();
+            json!({"name": format!("p{p:03}"), "namespace": NS, "level": "Backend",
+                   "targets": [{"name": "tools"}], "action": "Allow", "rules": rules})
+        })
+        .collect();
+    base(vec![tools_backend()], vec![], policies)
+}
+
 fn call_body(tool: &str, text: &str) -> Vec<u8> {
     format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}","arguments":{{"text":"{text}"}}}}}}"#)
         .into_bytes()
@@ -134,6 +174,7 @@ fn headers_input(len: usize) -> HeadersInput {
     HeadersInput {
         headers: h.iter().map(|(n, v)| (n.to_string(), v.clone())).collect(),
         end_of_stream: false,
+        time: None,
         port: PORT,
         route_name: Some("tools".into()),
         cluster_name: Some("upstream".into()),
@@ -181,6 +222,10 @@ struct Fixtures {
     mib: Vec<u8>,
     s2_json: Vec<u8>,
     s5_json: Vec<u8>,
+    cel1000_json: Vec<u8>,
+    ten_call: Vec<u8>,
+    cel10: Engine,
+    inline10: Engine,
     s2: Engine,
     s4: Engine,
     s5: Engine,
@@ -206,7 +251,15 @@ impl Fixtures {
             s5: Engine::from_json(&s5_json).unwrap(),
             s2_json,
             s5_json,
+            cel1000_json: cel1000().to_string().into_bytes(),
+            ten_call: call_body("cel-tool-9", "hi"),
+            cel10: Engine::from_json(ten_rules(true).to_string().as_bytes()).unwrap(),
+            inline10: Engine::from_json(ten_rules(false).to_string().as_bytes()).unwrap(),
         };
+        assert!(request(&f.cel10, &f.ten_call).0);
+        assert!(request(&f.inline10, &f.ten_call).0);
+        assert!(!request(&f.cel10, &f.small_deny).0);
+        assert!(Engine::from_json(&f.cel1000_json).is_ok());
         // The decisions the benchmark relies on.
         assert!(request(&f.s2, &f.small_allow).0);
         assert!(!request(&f.s2, &f.small_deny).0);
@@ -244,6 +297,12 @@ const OPS: &[(&str, Op)] = &[
     ("request/s5_denied", |f| {
         black_box(request(&f.s5, black_box(&f.s5_deny)));
     }),
+    ("request/inline10_allowed", |f| {
+        black_box(request(&f.inline10, black_box(&f.ten_call)));
+    }),
+    ("request/cel10_allowed", |f| {
+        black_box(request(&f.cel10, black_box(&f.ten_call)));
+    }),
     ("request/s6_1mib_allowed", |f| {
         black_box(request(&f.s2, black_box(&f.mib)));
     }),
@@ -252,6 +311,9 @@ const OPS: &[(&str, Op)] = &[
     }),
     ("load/s5_bundle", |f| {
         black_box(Engine::from_json(black_box(&f.s5_json)).is_ok());
+    }),
+    ("load/cel1000_bundle", |f| {
+        black_box(Engine::from_json(black_box(&f.cel1000_json)).is_ok());
     }),
 ];
 

@@ -20,6 +20,9 @@ pub enum Fact {
     PeerCertificate,
     /// `metadata`: the request's dynamic metadata (a serialized `envoy.config.core.v3.Metadata`).
     Metadata,
+    /// `request.time`: when the request arrived (a 64-bit integer: nanoseconds since the Unix
+    /// epoch); read only when a CEL condition uses `request.time`.
+    RequestTime,
 }
 
 impl Fact {
@@ -32,6 +35,7 @@ impl Fact {
             Fact::PeerUriSan => &["connection", "uri_san_peer_certificate"],
             Fact::PeerCertificate => &["connection", "peer_certificate"],
             Fact::Metadata => &["metadata"],
+            Fact::RequestTime => &["request", "time"],
         }
     }
 }
@@ -71,9 +75,22 @@ impl HeadersInput {
             text(facts, Fact::ClusterName)
         };
         HeadersInput {
-            caller: identity::caller(&engine.identity, &engine.jwt_claims, &headers, facts),
+            caller: identity::caller(
+                &engine.identity,
+                &engine.jwt_claims,
+                engine.cel_needs().jwt_payload,
+                &headers,
+                facts,
+            ),
             headers,
             end_of_stream,
+            time: if engine.cel_needs().time {
+                facts
+                    .read(Fact::RequestTime)
+                    .and_then(|b| crate::wire::decode_i64(&b))
+            } else {
+                None
+            },
             port,
             route_name,
             cluster_name,
@@ -194,6 +211,38 @@ mod tests {
             ["connection", "peer_certificate"]
         );
         assert_eq!(Fact::Metadata.path(), ["metadata"]);
+        assert_eq!(Fact::RequestTime.path(), ["request", "time"]);
+    }
+
+    #[test]
+    fn request_time_and_the_jwt_payload_are_read_only_for_cel_that_uses_them() {
+        let facts = || {
+            FakeFacts::default()
+                .with(Fact::RouteName, "tools-route")
+                .with(
+                    Fact::RequestTime,
+                    1_767_323_045_000_000_000i64.to_le_bytes(),
+                )
+        };
+        let plain = engine(serde_json::json!({}));
+        let f = facts();
+        assert_eq!(
+            HeadersInput::gather(&plain, Vec::new(), true, &f).time,
+            None
+        );
+        assert!(!f.reads().contains(&Fact::RequestTime));
+        let timed = engine(
+            serde_json::json!({"policies": [{"name": "p", "level": "Backend",
+            "targets": [{"name": "tools"}], "action": "Deny",
+            "when": ["request.time.getHours() == 3 && jwt.claims.sub == 'x'"]}]}),
+        );
+        assert!(timed.cel_needs().time && timed.cel_needs().jwt_payload);
+        assert!(!timed.cel_needs().params);
+        let f = facts();
+        assert_eq!(
+            HeadersInput::gather(&timed, Vec::new(), true, &f).time,
+            Some(1_767_323_045_000_000_000)
+        );
     }
 
     #[test]

@@ -65,7 +65,8 @@ impl Phase {
 /// `deny`), `jwt`, `level`, `listener`, `method`, `name`, `policy`, `reason`, `rule`, `status`;
 /// absent values are `null`. `caller` is the SPIFFE ID when the certificate (or trusted header)
 /// identifies the caller, else `jwt:<iss>#<sub>` of its verified JWT, else `null`; `jwt` is
-/// `<iss>#<sub>` of the verified JWT (with or without a SPIFFE ID), `<iss>` without a `sub`.
+/// `<iss>#<sub>` of the verified JWT (with or without a SPIFFE ID), `<iss>` without a `sub`;
+/// `cel_errors` is the number of CEL conditions that erred (0 without CEL).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub allowed: bool,
@@ -84,6 +85,9 @@ pub struct Outcome {
     pub caller: Option<String>,
     /// `<iss>#<sub>` of the first verified JWT (in the bundle's provider order).
     pub jwt: Option<String>,
+    /// CEL evaluations that erred (errors count against the caller), and of those the ones
+    /// stopped by the step limit.
+    pub cel_errors: (u32, u32),
 }
 
 impl Outcome {
@@ -97,6 +101,8 @@ impl Outcome {
         push_opt_str(&mut out, self.backend.as_deref());
         out.push_str(",\"caller\":");
         push_opt_str(&mut out, self.caller.as_deref());
+        out.push_str(",\"cel_errors\":");
+        out.push_str(&self.cel_errors.0.to_string());
         out.push_str(",\"decision\":");
         push_str(&mut out, if self.allowed { "allow" } else { "deny" });
         out.push_str(",\"jwt\":");
@@ -166,6 +172,8 @@ pub struct HeadersInput {
     /// All request headers, names lowercase, pseudo-headers included.
     pub headers: Vec<(String, String)>,
     pub end_of_stream: bool,
+    /// `request.time` in nanoseconds since the Unix epoch, when a CEL condition reads it.
+    pub time: Option<i64>,
     pub port: u16,
     pub route_name: Option<String>,
     pub cluster_name: Option<String>,
@@ -231,6 +239,11 @@ impl RequestFlow {
         self.eval.as_ref().map_or(&[], |ev| ev.trace())
     }
 
+    /// The CEL conditions evaluated, with results and what they read (traced flows only).
+    pub fn cel_records(&self) -> &[crate::policy::CelRecord] {
+        self.eval.as_ref().map_or(&[], |ev| ev.cel_records())
+    }
+
     /// Whether policies were evaluated (false: a transport check answered first).
     pub fn evaluated(&self) -> bool {
         self.eval.is_some()
@@ -286,7 +299,7 @@ impl RequestFlow {
                 .filter(|(n, _)| !n.starts_with(':'))
                 .collect(),
             method,
-            time: None,
+            time: input.time,
             params: None,
         };
         self.req = Some(req);
@@ -375,6 +388,15 @@ impl RequestFlow {
                 self.body = body;
                 let body_version = msg.protocol_version.clone();
                 let op = McpOp::from_message(msg);
+                if engine.cel_needs().params {
+                    // The body is valid strict JSON: serde_json reads it the same way.
+                    let params = serde_json::from_slice::<serde_json::Value>(&self.body)
+                        .ok()
+                        .and_then(|mut v| v.get_mut("params").map(serde_json::Value::take));
+                    if let Some(req) = self.req.as_mut() {
+                        req.params = params;
+                    }
+                }
                 if let Some(problem) = self.header_mismatch(&op, body_version.as_deref()) {
                     return self.reject(Rejection::HeaderMismatch(problem));
                 }
@@ -587,6 +609,7 @@ impl RequestFlow {
         let mut outcome = self.base_outcome();
         outcome.listener = listener;
         outcome.backend = backend;
+        outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
         match decision {
             Decision::Allow {
                 add_headers,
@@ -635,6 +658,7 @@ impl RequestFlow {
                 .and_then(|r| r.caller.spiffe.clone())
                 .or_else(|| jwt.as_ref().map(|j| format!("jwt:{j}"))),
             jwt,
+            cel_errors: (0, 0),
         }
     }
 
@@ -807,6 +831,7 @@ mod tests {
                 (":path".into(), "/mcp".into()),
             ],
             end_of_stream: true,
+            time: None,
             port: 80,
             ..HeadersInput::default()
         };
@@ -873,6 +898,7 @@ mod tests {
             "name": o.mcp_param,
             "caller": o.caller,
             "jwt": o.jwt,
+            "cel_errors": o.cel_errors.0,
         })
         .to_string()
     }
@@ -892,6 +918,7 @@ mod tests {
             mcp_param: Some("</script>\\".into()),
             caller: Some("spiffe://example.org/ns/a/sa/b".into()),
             jwt: Some("https://idp.example/\u{2028}#u\"1".into()),
+            cel_errors: (3, 1),
         };
         let empty = Outcome {
             allowed: true,
@@ -906,6 +933,7 @@ mod tests {
             mcp_param: None,
             caller: None,
             jwt: None,
+            cel_errors: (0, 0),
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));

@@ -16,6 +16,7 @@ use crate::request::{Caller, ClaimValue, JwtPrincipal};
 pub(crate) fn caller(
     id: &IdentitySettings,
     claims: &[String],
+    keep_payload: bool,
     headers: &[(String, String)],
     facts: &dyn HostFacts,
 ) -> Caller {
@@ -39,7 +40,7 @@ pub(crate) fn caller(
     } else {
         facts
             .read(Fact::Metadata)
-            .map(|md| jwt_principals(&md, &id.jwt.providers, claims))
+            .map(|md| jwt_principals(&md, &id.jwt.providers, claims, keep_payload))
             .unwrap_or_default()
     };
     Caller { spiffe, jwts }
@@ -115,11 +116,14 @@ pub(crate) const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 
 /// Verified JWT principals from the request's dynamic metadata (the serialized
 /// `envoy.config.core.v3.Metadata` of the `metadata` property): the `jwt_authn` entry holds one
-/// payload per provider, under the provider's `payload_in_metadata` key.
+/// payload per provider, under the provider's `payload_in_metadata` key. `wanted`: claim names
+/// (a dotted name addresses a nested claim); `keep_payload`: keep the whole payload as JSON
+/// (for CEL's `jwt.claims`).
 pub(crate) fn jwt_principals(
     metadata: &[u8],
     providers: &[JwtProvider],
     wanted: &[String],
+    keep_payload: bool,
 ) -> Vec<JwtPrincipal> {
     let Some(fields) = filter_metadata(metadata, JWT_FILTER) else {
         return Vec::new();
@@ -146,7 +150,7 @@ pub(crate) fn jwt_principals(
         let claims = wanted
             .iter()
             .filter_map(|name| {
-                let (_, v) = payload.iter().find(|(k, _)| k == name)?;
+                let v = claim_at(payload, name)?;
                 let value = match v {
                     PValue::Str(s) => ClaimValue::Str(s.clone()),
                     PValue::List(items) => {
@@ -161,10 +165,109 @@ pub(crate) fn jwt_principals(
             issuer: p.issuer.clone(),
             subject: text("sub"),
             claims,
-            payload: None,
+            payload: keep_payload.then(|| fields_json(payload, 0)),
         });
     }
     out
+}
+
+/// A verified JWT given as its claims (JSON object with `iss`, `sub`, ...), as `jwt_authn`
+/// would have left it for a provider of `providers` (`explain --jwt-claims`).
+pub(crate) fn principal_from_json(
+    json: &serde_json::Value,
+    providers: &[JwtProvider],
+    wanted: &[String],
+    keep_payload: bool,
+) -> Result<JwtPrincipal, String> {
+    let serde_json::Value::Object(obj) = json else {
+        return Err("the JWT claims must be a JSON object".into());
+    };
+    let issuer = match obj.get("iss") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        _ => return Err("the JWT claims need `iss` (a string)".into()),
+    };
+    if !providers.iter().any(|p| p.issuer == issuer) {
+        return Err(format!(
+            "`iss` {issuer:?} is not an issuer in identity.jwt.providers: the filter would not see this token"
+        ));
+    }
+    let subject = match obj.get("sub") {
+        None => None,
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err("`sub` must be a string".into()),
+    };
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(_) | serde_json::Value::Bool(_) => Some(v.to_string()),
+        _ => None,
+    };
+    let claims = wanted
+        .iter()
+        .filter_map(|name| {
+            let mut v = json;
+            for part in name.split('.') {
+                v = v.as_object()?.get(part)?;
+            }
+            let value = match v {
+                serde_json::Value::String(s) => ClaimValue::Str(s.clone()),
+                serde_json::Value::Array(items) => {
+                    ClaimValue::List(items.iter().filter_map(text).collect())
+                }
+                other => ClaimValue::Other(text(other)?),
+            };
+            Some((name.clone(), value))
+        })
+        .collect();
+    Ok(JwtPrincipal {
+        issuer,
+        subject,
+        claims,
+        payload: keep_payload.then(|| json.clone()),
+    })
+}
+
+/// The claim a possibly dotted name (`a.b`) addresses: `b` inside the object claim `a`.
+fn claim_at<'p>(payload: &'p [(String, PValue)], name: &str) -> Option<&'p PValue> {
+    let mut fields = payload;
+    let mut parts = name.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let (_, v) = fields.iter().find(|(k, _)| k == part)?;
+        if parts.peek().is_none() {
+            return Some(v);
+        }
+        let PValue::Struct(inner) = v else {
+            return None;
+        };
+        fields = inner;
+    }
+    None
+}
+
+/// A `google.protobuf.Value` as JSON (integral numbers as integers). `depth`: the decoder
+/// already bounds nesting; this only guards against a deeper value built elsewhere.
+fn to_json(v: &PValue, depth: usize) -> serde_json::Value {
+    use serde_json::Value as J;
+    if depth > 64 {
+        return J::Null;
+    }
+    match v {
+        PValue::Null => J::Null,
+        PValue::Bool(b) => J::Bool(*b),
+        PValue::Number(n) if n.fract() == 0.0 && n.abs() < 9.0e15 => J::from(*n as i64),
+        PValue::Number(n) => serde_json::Number::from_f64(*n).map_or(J::Null, J::Number),
+        PValue::Str(s) => J::String(s.clone()),
+        PValue::List(items) => J::Array(items.iter().map(|x| to_json(x, depth + 1)).collect()),
+        PValue::Struct(fields) => fields_json(fields, depth + 1),
+    }
+}
+
+fn fields_json(fields: &[(String, PValue)], depth: usize) -> serde_json::Value {
+    serde_json::Value::Object(
+        fields
+            .iter()
+            .map(|(k, x)| (k.clone(), to_json(x, depth + 1)))
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -245,7 +348,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         let facts = FakeFacts::default()
             .with(Fact::PeerUriSan, ALPHA)
             .with(Fact::PeerCertificate, ONE_URI);
-        let c = caller(&id, &[], &h(&[("x-spiffe", "spiffe://x/y")]), &facts);
+        let c = caller(&id, &[], false, &h(&[("x-spiffe", "spiffe://x/y")]), &facts);
         assert_eq!(c.spiffe.as_deref(), Some(ALPHA));
         assert!(c.jwts.is_empty());
         // No providers: metadata is never read.
@@ -260,11 +363,11 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 .with(Fact::PeerCertificate, ONE_URI),
             FakeFacts::default().with(Fact::PeerUriSan, ALPHA),
         ] {
-            assert_eq!(caller(&id, &[], &[], &facts).spiffe, None);
+            assert_eq!(caller(&id, &[], false, &[], &facts).spiffe, None);
         }
         // No URI SAN: the certificate is not read at all.
         let none = FakeFacts::default().with(Fact::PeerCertificate, ONE_URI);
-        assert_eq!(caller(&id, &[], &[], &none).spiffe, None);
+        assert_eq!(caller(&id, &[], false, &[], &none).spiffe, None);
         assert_eq!(none.reads(), [Fact::PeerUriSan]);
     }
 
@@ -278,17 +381,17 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             .with(Fact::PeerCertificate, ONE_URI);
         let one = h(&[("x-client-spiffe", ALPHA), ("other", "x")]);
         assert_eq!(
-            caller(&id, &[], &one, &facts).spiffe.as_deref(),
+            caller(&id, &[], false, &one, &facts).spiffe.as_deref(),
             Some(ALPHA)
         );
         assert!(facts.reads().is_empty());
         let two = h(&[("x-client-spiffe", ALPHA), ("x-client-spiffe", ALPHA)]);
-        assert_eq!(caller(&id, &[], &two, &facts).spiffe, None);
-        assert_eq!(caller(&id, &[], &[], &facts).spiffe, None);
+        assert_eq!(caller(&id, &[], false, &two, &facts).spiffe, None);
+        assert_eq!(caller(&id, &[], false, &[], &facts).spiffe, None);
         assert!(facts.reads().is_empty());
         // TrustedHeader without a header (a bundle validation refuses): no identity.
         let bare = settings(serde_json::json!({"spiffe": {"source": "TrustedHeader"}}));
-        assert_eq!(caller(&bare, &[], &one, &facts).spiffe, None);
+        assert_eq!(caller(&bare, &[], false, &one, &facts).spiffe, None);
     }
 
     #[test]
@@ -303,7 +406,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         ]);
         let md = enc_metadata(JWT_FILTER, &[("jwt".into(), payload)]);
         let facts = FakeFacts::default().with(Fact::Metadata, md);
-        let c = caller(&id, &["team".to_string()], &[], &facts);
+        let c = caller(&id, &["team".to_string()], false, &[], &facts);
         assert_eq!(c.spiffe, None);
         assert_eq!(c.jwts.len(), 1);
         assert_eq!(c.jwts[0].subject.as_deref(), Some("agent-7"));
@@ -313,7 +416,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         );
         assert_eq!(facts.reads(), [Fact::PeerUriSan, Fact::Metadata]);
         let empty = FakeFacts::default();
-        assert!(caller(&id, &[], &[], &empty).jwts.is_empty());
+        assert!(caller(&id, &[], false, &[], &empty).jwts.is_empty());
     }
 
     #[test]
@@ -351,6 +454,13 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 PValue::List(vec![PValue::Str("ops".into())]),
             ),
             ("level".into(), PValue::Number(3.0)),
+            (
+                "org".into(),
+                PValue::Struct(vec![
+                    ("team".into(), PValue::Str("blue".into())),
+                    ("admin".into(), PValue::Bool(true)),
+                ]),
+            ),
         ]);
         let forged = PValue::Struct(vec![("iss".into(), PValue::Str("https://other".into()))]);
         let md = enc_metadata(
@@ -371,8 +481,12 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             "groups".to_string(),
             "level".to_string(),
             "absent".to_string(),
+            "org.team".to_string(),
+            "org.admin".to_string(),
+            "org.absent".to_string(),
+            "level.x".to_string(),
         ];
-        let p = jwt_principals(&md, &providers, &wanted);
+        let p = jwt_principals(&md, &providers, &wanted, false);
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].subject.as_deref(), Some("agent-7"));
         assert_eq!(
@@ -380,8 +494,19 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             vec![
                 ("groups".to_string(), ClaimValue::List(vec!["ops".into()])),
                 ("level".to_string(), ClaimValue::Other("3".into())),
+                ("org.team".to_string(), ClaimValue::Str("blue".into())),
+                ("org.admin".to_string(), ClaimValue::Other("true".into())),
             ]
         );
-        assert!(jwt_principals(b"\xff\xff", &providers, &wanted).is_empty());
+        assert_eq!(p[0].payload, None);
+        let kept = jwt_principals(&md, &providers, &[], true);
+        assert_eq!(
+            kept[0].payload,
+            Some(
+                serde_json::json!({"iss": "https://idp", "sub": "agent-7", "groups": ["ops"],
+                "level": 3, "org": {"team": "blue", "admin": true}})
+            )
+        );
+        assert!(jwt_principals(b"\xff\xff", &providers, &wanted, false).is_empty());
     }
 }

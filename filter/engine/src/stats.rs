@@ -14,15 +14,21 @@ pub enum Counter {
     CalloutErrors,
     /// Callouts the host could not dispatch.
     CalloutDispatchErrors,
+    /// CEL condition evaluations that erred or were not boolean (counted against the caller).
+    CelErrors,
+    /// Of those, evaluations stopped by `limits.cel.maxSteps`.
+    CelStepsExceeded,
 }
 
 impl Counter {
     /// Every counter, in index order.
-    pub const ALL: [Counter; 4] = [
+    pub const ALL: [Counter; 6] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CalloutErrors,
         Counter::CalloutDispatchErrors,
+        Counter::CelErrors,
+        Counter::CelStepsExceeded,
     ];
 
     /// Position in [`Counter::ALL`].
@@ -36,6 +42,8 @@ impl Counter {
             Counter::Denied => "mcp_access.denied",
             Counter::CalloutErrors => "mcp_access.callout.errors",
             Counter::CalloutDispatchErrors => "mcp_access.callout.dispatch_errors",
+            Counter::CelErrors => "mcp_access.cel.errors",
+            Counter::CelStepsExceeded => "mcp_access.cel.steps_exceeded",
         }
     }
 }
@@ -130,7 +138,9 @@ mod tests {
                 "mcp_access.allowed",
                 "mcp_access.denied",
                 "mcp_access.callout.errors",
-                "mcp_access.callout.dispatch_errors"
+                "mcp_access.callout.dispatch_errors",
+                "mcp_access.cel.errors",
+                "mcp_access.cel.steps_exceeded"
             ]
         );
     }

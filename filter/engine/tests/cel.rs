@@ -308,3 +308,52 @@ fn a_bad_expression_refuses_the_bundle_naming_the_field() {
     let err = mcp_access_engine::policy::Engine::from_json(b.to_string().as_bytes()).unwrap_err();
     assert!(err.contains("limits.cel.maxSteps"), "{err}");
 }
+
+#[test]
+fn tool_arguments_reach_cel_through_the_flow() {
+    use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+    use mcp_access_engine::request::Caller;
+    let e = engine(&bundle(
+        vec![allow_cel(
+            "args",
+            "request.mcp.tool_name == 'weather' && request.mcp.params.arguments.city in ['Paris', 'Rome'] && request.time.getFullYear() == 2026",
+        )],
+        &[],
+    ));
+    assert!(e.cel_needs().params && e.cel_needs().time);
+    let run = |city: &str, time: Option<i64>| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"weather","arguments":{{"city":"{city}"}}}}}}"#
+        );
+        let mut flow = RequestFlow::new();
+        let input = HeadersInput {
+            headers: vec![
+                (":method".into(), "POST".into()),
+                (":path".into(), "/mcp".into()),
+                (":authority".into(), "gw.example.org".into()),
+                ("content-type".into(), "application/json".into()),
+                (
+                    "accept".into(),
+                    "application/json, text/event-stream".into(),
+                ),
+            ],
+            end_of_stream: false,
+            time,
+            port: 8443,
+            route_name: Some("tools-route".into()),
+            cluster_name: None,
+            caller: Caller::default(),
+        };
+        assert_eq!(flow.on_headers(&e, input), Next::Hold);
+        let len = body.len();
+        matches!(
+            flow.on_body(&e, len, true, move |_| Some(body.into_bytes())),
+            Next::Allow { .. }
+        )
+    };
+    let t2026 = Some(1_767_323_045_000_000_000);
+    assert!(run("Paris", t2026));
+    assert!(!run("Oslo", t2026));
+    // No request.time from the host: an error, which an Allow rule resolves as "no".
+    assert!(!run("Paris", None));
+}

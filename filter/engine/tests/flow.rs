@@ -24,6 +24,7 @@ fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
     HeadersInput {
         headers: h,
         end_of_stream: method != "POST",
+        time: None,
         port: 8443,
         route_name: Some("tools-route".into()),
         cluster_name: None,

@@ -34,6 +34,7 @@ fn send(
     let input = HeadersInput {
         headers,
         end_of_stream: body.is_none(),
+        time: None,
         port: 8443,
         route_name: Some("tools-route".into()),
         cluster_name: None,

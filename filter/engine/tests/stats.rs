@@ -24,6 +24,7 @@ fn input(method: &str, path: &str, port: u16, extra: &[(&str, &str)]) -> Headers
     HeadersInput {
         headers,
         end_of_stream: method != "POST",
+        time: None,
         port,
         route_name: Some("tools-route".into()),
         cluster_name: None,

@@ -42,6 +42,7 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
         HeadersInput {
             headers,
             end_of_stream: body.is_empty(),
+            time: None,
             port,
             route_name: Some("tools-route".into()),
             cluster_name: Some("tools-cluster".into()),

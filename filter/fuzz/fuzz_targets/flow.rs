@@ -458,6 +458,7 @@ fuzz_target!(|data: &[u8]| {
         HeadersInput {
             headers,
             end_of_stream: input.eos,
+            time: None,
             port: input.port,
             route_name: input.route.clone(),
             cluster_name: input.cluster.clone(),

@@ -206,15 +206,16 @@ fn show_into(v: &Value<'_>, out: &mut String, depth: usize) {
     }
 }
 
-struct Eval<'p, 'a> {
-    input: &'p Input<'a>,
+/// One evaluation; program literals and request attributes are both borrowed for `'a`.
+struct Eval<'a> {
+    input: Input<'a>,
     locals: Vec<Value<'a>>,
     steps: u32,
 }
 
-pub(super) fn run(p: &Program, input: &Input<'_>) -> Result<bool, EvalError> {
+pub(super) fn run<'a>(p: &'a Program, input: &Input<'a>) -> Result<bool, EvalError> {
     let mut e = Eval {
-        input,
+        input: *input,
         locals: vec![Value::Null; p.locals],
         steps: p.max_steps,
     };
@@ -319,7 +320,7 @@ pub(crate) fn attr_value<'a>(a: Attr, input: &Input<'a>) -> Result<Value<'a>, Ev
     })
 }
 
-impl<'a> Eval<'_, 'a> {
+impl<'a> Eval<'a> {
     fn tick(&mut self, n: usize) -> Result<(), EvalError> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         match self.steps.checked_sub(n) {
@@ -337,19 +338,19 @@ impl<'a> Eval<'_, 'a> {
         }
     }
 
-    fn bool_of(&mut self, n: &Node) -> Result<bool, EvalError> {
+    fn bool_of(&mut self, n: &'a Node) -> Result<bool, EvalError> {
         match self.eval(n)?.norm() {
             Value::Bool(b) => Ok(b),
             v => fail(format!("expected bool, got {}", v.type_name())),
         }
     }
 
-    fn eval(&mut self, n: &Node) -> Result<Value<'a>, EvalError> {
+    fn eval(&mut self, n: &'a Node) -> Result<Value<'a>, EvalError> {
         self.tick(1)?;
         match n {
             Node::Lit(v) => Ok(lit(v)),
-            Node::Attr(a) => attr_value(*a, self.input),
-            Node::HasAttr(a) => Ok(Value::Bool(attr_value(*a, self.input).is_ok())),
+            Node::Attr(a) => attr_value(*a, &self.input),
+            Node::HasAttr(a) => Ok(Value::Bool(attr_value(*a, &self.input).is_ok())),
             Node::Local(i) => self.locals.get(*i).cloned().ok_or_else(|| EvalError {
                 message: "internal: unbound variable".into(),
                 budget: false,
@@ -439,9 +440,10 @@ impl<'a> Eval<'_, 'a> {
                 Ok(Value::Map(Arc::new(out)))
             }
             Node::Call(f, args) => {
-                let mut vals = Vec::with_capacity(args.len());
-                for a in args {
-                    vals.push(self.eval(a)?.norm());
+                // At most a target and three arguments (checked at load): no allocation.
+                let mut vals: [Option<Value<'a>>; 4] = [None, None, None, None];
+                for (slot, a) in vals.iter_mut().zip(args) {
+                    *slot = Some(self.eval(a)?.norm());
                 }
                 self.call(*f, vals)
             }
@@ -456,7 +458,7 @@ impl<'a> Eval<'_, 'a> {
         }
     }
 
-    fn comprehension(&mut self, c: &Comp) -> Result<Value<'a>, EvalError> {
+    fn comprehension(&mut self, c: &'a Comp) -> Result<Value<'a>, EvalError> {
         let range = self.eval(&c.range)?.norm();
         let items: Vec<Value<'a>> = match &range {
             Value::List(l) => l.iter().cloned().collect(),
@@ -594,9 +596,8 @@ impl<'a> Eval<'_, 'a> {
         self.tick(len / 64)
     }
 
-    fn call(&mut self, f: Func, args: Vec<Value<'a>>) -> Result<Value<'a>, EvalError> {
-        let mut it = args.into_iter();
-        let (a, b, c) = (it.next(), it.next(), it.next());
+    fn call(&mut self, f: Func, args: [Option<Value<'a>>; 4]) -> Result<Value<'a>, EvalError> {
+        let [a, b, c, d] = args;
         let text_len = |v: &Option<Value<'_>>| match v {
             Some(Value::Str(s)) => s.as_str().len(),
             _ => 0,
@@ -647,7 +648,7 @@ impl<'a> Eval<'_, 'a> {
             Func::Trim => Value::s(s(&a)?.as_str().trim().to_string()),
             Func::Replace => {
                 let (x, from, to) = (s(&a)?, s(&b)?, s(&c)?);
-                let n = match it.next() {
+                let n = match d {
                     None => -1,
                     some => int(&some)?,
                 };
@@ -846,14 +847,15 @@ impl<'a> Eval<'_, 'a> {
     }
 }
 
-fn lit<'a>(v: &Value<'static>) -> Value<'a> {
+/// A literal of the program, borrowed (strings are not copied).
+fn lit<'a>(v: &'a Value<'static>) -> Value<'a> {
     match v {
         Value::Null => Value::Null,
         Value::Bool(b) => Value::Bool(*b),
         Value::Int(i) => Value::Int(*i),
         Value::Uint(u) => Value::Uint(*u),
         Value::Double(d) => Value::Double(*d),
-        Value::Str(Str::Shared(s)) => Value::Str(Str::Shared(s.clone())),
+        Value::Str(Str::Shared(s)) => Value::Str(Str::Borrowed(s)),
         Value::Str(Str::Borrowed(s)) => Value::Str(Str::Borrowed(s)),
         Value::Bytes(b) => Value::Bytes(b.clone()),
         Value::Time(t) => Value::Time(*t),
@@ -966,7 +968,7 @@ fn index<'a>(v: &Value<'a>, k: &Value<'_>) -> Result<Value<'a>, EvalError> {
     }
 }
 
-fn contains<'a>(coll: &Value<'a>, x: &Value<'_>, e: &mut Eval<'_, 'a>) -> Result<bool, EvalError> {
+fn contains<'a>(coll: &Value<'a>, x: &Value<'_>, e: &mut Eval<'a>) -> Result<bool, EvalError> {
     match coll {
         Value::List(l) => {
             e.tick(l.len())?;

@@ -497,6 +497,20 @@ impl Engine {
                 }))
     }
 
+    /// The verified JWT a caller would have with these claims (a JSON object with `iss`,
+    /// `sub` and any other claims), as if `jwt_authn` had verified it (`explain`).
+    pub fn jwt_principal(
+        &self,
+        claims: &serde_json::Value,
+    ) -> Result<crate::request::JwtPrincipal, String> {
+        crate::identity::principal_from_json(
+            claims,
+            &self.identity.jwt.providers,
+            &self.jwt_claims,
+            self.cel_needs.jwt_payload,
+        )
+    }
+
     /// Request attributes the CEL conditions need gathered.
     pub fn cel_needs(&self) -> CelNeeds {
         self.cel_needs
