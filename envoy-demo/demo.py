@@ -606,13 +606,13 @@ class Demo:
         inspector = ROOT / "integration" / "clients" / "node" / "node_modules" / ".bin" / "mcp-inspector"
         run = str(inspector) if inspector.exists() else f"npx -y @modelcontextprotocol/inspector@{INSPECTOR_VERSION}"
         lines = [f"\nThe bearer-JWT listener: each agent's token (valid until {expires}) is in {self.workdir / 'jwt'}."]
-        for agent, (tool, arg) in (("alpha", ("echo", "text=hi")), ("beta", ("get_weather", "city=Lisbon"))):
+        for agent, (tool, arg), denials in (("alpha", ("echo", "text=hi"), "delete_repo or add"),
+                                            ("beta", ("get_weather", "city=Lisbon"), "echo")):
             auth = f'"Authorization: Bearer $(cat {self.workdir / "jwt" / f"{agent}.jwt"})"'
             body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                "params": {"name": tool, "arguments": dict([arg.split("=", 1)])}})
             lines += [
-                f"MCP Inspector as agent {agent}: the tools it may call, then a call (try delete_repo or add, "
-                "or echo as beta, for denials):",
+                f"MCP Inspector as agent {agent}: the tools it may call, then a call (try {denials} for a denial):",
                 f"  {run} --cli {self.jwt_url} --transport http --method tools/list --header {auth}",
                 f"  {run} --cli {self.jwt_url} --transport http --method tools/call --tool-name {tool} "
                 f"--tool-arg {arg} --header {auth}",
