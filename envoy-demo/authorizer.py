@@ -8,7 +8,8 @@ headers and body to the client. Every check is recorded.
 Control endpoints (same port): GET /__calls, POST /__reset, GET|POST /__config.
 /__config accepts a JSON object with any of: deny_headers ["name:value"],
 deny_tools [tool], deny_all bool, deny_status int, delay_ms int,
-add_headers ["name:value"] (replacing the current values).
+add_headers ["name:value"] (replacing the current values), www_authenticate (the challenge
+sent with every denial; default `Bearer realm="<name>"`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class State:
         self.config: dict[str, Any] = {
             "deny_headers": [], "deny_tools": [], "deny_all": False,
             "deny_status": 403, "delay_ms": 0, "add_headers": [],
+            "www_authenticate": f'Bearer realm="{name}"',
         }
         self.update(config)
 
@@ -132,7 +134,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self._send(
                     int(cfg["deny_status"]),
                     json.dumps({"denied_by": state.name}).encode(),
-                    [("content-type", "application/json"), ("www-authenticate", f'Bearer realm="{state.name}"')],
+                    [("content-type", "application/json"), ("www-authenticate", cfg["www_authenticate"])],
                 )
 
         def _handle(self) -> None:
@@ -161,10 +163,13 @@ def main() -> None:
     ap.add_argument("--deny-status", type=int, default=403)
     ap.add_argument("--delay-ms", type=int, default=0)
     ap.add_argument("--add-header", action="append", default=[], metavar="NAME:VALUE", help="added to OK answers")
+    ap.add_argument("--www-authenticate", metavar="CHALLENGE",
+                    help='the WWW-Authenticate header of denials (default: Bearer realm="NAME")')
     a = ap.parse_args()
     state = State(a.name, {
         "deny_headers": a.deny_header, "deny_tools": a.deny_tool, "deny_all": a.deny_all,
         "deny_status": a.deny_status, "delay_ms": a.delay_ms, "add_headers": a.add_header,
+        **({"www_authenticate": a.www_authenticate} if a.www_authenticate else {}),
     })
     server = ThreadingHTTPServer((a.host, a.port), make_handler(state))
     server.daemon_threads = True

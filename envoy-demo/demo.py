@@ -26,10 +26,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -40,6 +38,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "integration"))
 
+from preflight import COMPOSE_ENVOY, DemoError, check_ports, guarded, new_workdir, parse_args, tidy
+
 try:
     from harness import (
         ALPHA,
@@ -47,12 +47,14 @@ try:
         AuthorizerProc,
         Denied,
         EnvoyProcess,
+        JwtKeys,
         McpAgent,
         ManagedProcess,
         McpServerProc,
         TransportFailure,
         envoy_binary,
         free_port,
+        make_jwt_keys,
         make_pki,
         port_open,
         text_of,
@@ -64,13 +66,22 @@ except ImportError as e:  # pragma: no cover - depends on the interpreter used
     )
 
 MANIFESTS = HERE / "manifests"
-COMPOSE_ENVOY = HERE / "envoy.yaml"
-DEFAULT_WASM = ROOT / "build" / "mcp_access_filter.wasm"
 MCP_SERVER_NAME = "demo-tools"
 AUTHORIZER = "risk-check"  # the Service the ExternalAuth policy's backendRef names
 DENIED_TOOL = "add"  # what the authorizer refuses
+# How the authorizer's denial names its reason: an RFC 6750 challenge, as the MCP authorization
+# spec asks of a 403 for a valid token that lacks a permission (relayed by the filter).
+AUTHZ_CHALLENGE = f'Bearer error="insufficient_scope", error_description="{AUTHORIZER} refuses this tool"'
 BACKEND_SERVICE = "tools"  # the XBackend's serviceName
 LISTENER = "mcp-mtls"
+JWT_LISTENER = "mcp-jwt"
+# The demo's token issuer: its signing key is made at start, its JWKS given to Envoy's jwt_authn.
+JWT_ISSUER = "https://auth.demo.mcp-access.local"
+JWT_AUDIENCE = "mcp-access-demo"
+JWT_PROVIDER = "demo-idp"
+TOKEN_TTL_S = 24 * 3600  # tokens printed by --keep stay valid for a day
+JWT_CALLER = "a JWT agent"  # how the summary names a caller that has no certificate
+INSPECTOR_VERSION = "1.0.3"  # integration/clients/node/package.json
 AGENTS = {"alpha": ALPHA, "beta": BETA}
 STATS_PREFIX = "wasmcustom.mcp_access."
 # Compiler flags of every rendering: the manifests' ServiceAccount sources are SPIFFE IDs in this trust domain.
@@ -82,7 +93,8 @@ COMPOSE_FLAGS = [
     "--client-ca", "agents-ca=/etc/envoy/pki/ca.crt",
     "--resolve", f"{BACKEND_SERVICE}=mcp-server:18080",
     "--resolve", f"{AUTHORIZER}=authorizer:18081",
-    "--listen", f"{LISTENER}=10443", "--bind", "0.0.0.0",
+    "--jwt-provider", f"{JWT_PROVIDER}=issuer={JWT_ISSUER},jwks=/etc/envoy/pki/jwks.json,audience={JWT_AUDIENCE}",
+    "--listen", f"{LISTENER}=10443", "--listen", f"{JWT_LISTENER}=10080", "--bind", "0.0.0.0",
     "--admin-port", "19901", "--admin-address", "0.0.0.0",
     "--access-log", "/dev/stdout",
 ]
@@ -91,7 +103,8 @@ COMPOSE_HEADER = """\
 # envoy-demo/manifests by `envoy-demo/demo.py --render-compose` (mcp-access envoy with container paths
 # and the compose service names); integration/tests/test_compose.py checks it is current.
 #   /etc/envoy/mcp_access_filter.wasm   the filter (build/mcp_access_filter.wasm, made by scripts/build)
-#   /etc/envoy/pki/                     CA, server and agent certificates (made by the compose "pki" service)
+#   /etc/envoy/pki/                     CA, server and agent certificates, the JWKS of the demo's token
+#                                       issuer (made by the compose "pki" service, with the agents' tokens)
 """
 
 
@@ -99,35 +112,8 @@ COMPOSE_HEADER = """\
 # Small helpers
 
 
-class DemoError(Exception):
-    """A problem the user can fix (busy port, missing filter...): printed without a traceback."""
-
-
 def _raise_interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind; TIME_WAIT leftovers are fine
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return not port_open(port)
-
-
-def check_ports(ports: dict[str, int]) -> None:
-    seen: dict[int, str] = {}
-    for flag, port in ports.items():
-        if not 0 < port < 65536:
-            raise DemoError(f"{flag} {port} is not a TCP port")
-        if port in seen:
-            raise DemoError(f"{seen[port]} and {flag} are both {port}; give them different ports")
-        seen[port] = flag
-    for flag, port in ports.items():
-        if not port_is_free(port):
-            raise DemoError(f"port {port} on 127.0.0.1 is already in use; pick another one with {flag} PORT")
 
 
 def other_free_port(taken: set[int]) -> int:
@@ -156,6 +142,8 @@ def cli_binary() -> Path:
     cargo = shutil.which("cargo")
     if cargo is None:
         raise DemoError("cargo is needed to build the mcp-access CLI (or set MCP_ACCESS_CLI to the binary)")
+    print("building the mcp-access CLI (cargo build -p mcp-access-cli; about a minute the first time) ...",
+          flush=True)
     proc = subprocess.run([cargo, "build", "-q", "-p", "mcp-access-cli"], cwd=ROOT, capture_output=True,
                           text=True, timeout=1800)
     if proc.returncode != 0:
@@ -178,12 +166,25 @@ def render_compose(cli: Path) -> str:
 
 
 def caller_of(headers: dict[str, str], header: str) -> str:
-    """Agent name (alpha/beta) found in a header carrying a SPIFFE ID (XFCC or x-mcp-source-spiffe)."""
+    """Agent name (alpha/beta) found in a header carrying a SPIFFE ID (XFCC or x-mcp-source-spiffe);
+    without the header, the request came with a bearer JWT (whose token Envoy does not forward)."""
     value = headers.get(header, "")
     for name, spiffe in AGENTS.items():
         if spiffe in value:
             return name
-    return value or "?"
+    return value or JWT_CALLER
+
+
+def make_tokens(directory: Path) -> tuple[JwtKeys, Path]:
+    """The demo's token issuer: a new RSA key, its JWKS (jwks.json, what jwt_authn verifies with) and
+    a token for each agent (<agent>.jwt: sub = the agent's name, valid for a day)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    keys = make_jwt_keys(issuer=JWT_ISSUER, audience=JWT_AUDIENCE, kid="demo-1")
+    jwks = directory / "jwks.json"
+    jwks.write_text(keys.jwks_json)
+    for name in AGENTS:
+        (directory / f"{name}.jwt").write_text(keys.mint({}, sub=name, ttl=TOKEN_TTL_S) + "\n")
+    return keys, jwks
 
 
 # ---------------------------------------------------------------------------
@@ -200,12 +201,20 @@ class Expect:
     reason: str | None = None
     policy: str | None = None
     body: Any = None  # for denials: the JSON-RPC error the client must get
+    challenge: str | None = None  # for denials: the WWW-Authenticate header the client must get
 
     def describe(self) -> str:
         if self.allow:
             return "allowed" + (f" with {self.text!r}" if self.text is not None else "")
         where = f"{self.level}/{self.reason}" + (f" (policy {self.policy})" if self.policy else "")
         return f"DENIED at {where}"
+
+
+class GuardedEnvoy(EnvoyProcess):
+    """Envoy that dies with the demo, however the demo ends (see preflight.guarded)."""
+
+    def argv(self) -> list[str]:
+        return guarded(super().argv())
 
 
 class Demo:
@@ -222,6 +231,8 @@ class Demo:
         self.mcp: McpServerProc | None = None
         self.authz: AuthorizerProc | None = None
         self.url = f"https://127.0.0.1:{args.envoy_port}/mcp"
+        self.jwt_url = f"http://127.0.0.1:{args.jwt_port}/mcp"
+        self.tokens: dict[str, str] = {}
 
     # -- bookkeeping ----------------------------------------------------------
     def expect(self, ok: bool, what: str) -> bool:
@@ -236,6 +247,8 @@ class Demo:
         print("starting the MCP server, the authorizer and Envoy ...", flush=True)
         self.pki = make_pki(self.workdir / "pki")
         self.certs = {name: self.pki.client(spiffe, name=name) for name, spiffe in AGENTS.items()}
+        self.jwt_keys, jwks = make_tokens(self.workdir / "jwt")
+        self.tokens = {name: (self.workdir / "jwt" / f"{name}.jwt").read_text().strip() for name in AGENTS}
 
         # Envoy's configuration and the bundle, from the manifests, with the local ports and files.
         envoy_dir = self.workdir / "envoy"
@@ -247,7 +260,9 @@ class Demo:
             "--client-ca", f"agents-ca={self.pki.ca.cert}",
             "--resolve", f"{BACKEND_SERVICE}=127.0.0.1:{a.mcp_port}",
             "--resolve", f"{AUTHORIZER}=127.0.0.1:{a.authz_port}",
-            "--listen", f"{LISTENER}={a.envoy_port}", "--bind", "127.0.0.1", "--admin-port", str(a.admin_port),
+            "--jwt-provider", f"{JWT_PROVIDER}=issuer={JWT_ISSUER},jwks={jwks},audience={JWT_AUDIENCE}",
+            "--listen", f"{LISTENER}={a.envoy_port}", "--listen", f"{JWT_LISTENER}={a.jwt_port}",
+            "--bind", "127.0.0.1", "--admin-port", str(a.admin_port),
             "--access-log", str(envoy_dir / "access.log"),
             "-o", str(config_path), "--bundle-out", str(bundle_path),
         )
@@ -259,7 +274,7 @@ class Demo:
         }
 
         # The MCP server and the authorizer start while Envoy compiles the filter; all are awaited below.
-        taken = {a.envoy_port, a.admin_port, a.mcp_port, a.authz_port}
+        taken = {a.envoy_port, a.jwt_port, a.admin_port, a.mcp_port, a.authz_port}
         mcp_admin = other_free_port(taken)
         mcp_proc = self._spawn("mcp_server", HERE / "mcp_server.py", [
             "--port", str(a.mcp_port), "--admin-port", str(mcp_admin), "--mcp-path", "/mcp", "--name", MCP_SERVER_NAME,
@@ -267,10 +282,11 @@ class Demo:
         self.mcp = McpServerProc(mcp_proc, name=MCP_SERVER_NAME, port=a.mcp_port, admin_port=mcp_admin, mcp_path="/mcp")
         authz_proc = self._spawn("authorizer", HERE / "authorizer.py", [
             "--name", AUTHORIZER, "--port", str(a.authz_port), "--deny-tool", DENIED_TOOL,
+            "--www-authenticate", AUTHZ_CHALLENGE,
         ])
         self.authz = AuthorizerProc(authz_proc, name=AUTHORIZER, port=a.authz_port)
 
-        self.envoy = EnvoyProcess(json.loads(config_path.read_text()), workdir=envoy_dir, name="envoy")
+        self.envoy = GuardedEnvoy(json.loads(config_path.read_text()), workdir=envoy_dir, name="envoy")
         self.stack.callback(self.envoy.stop)
         try:
             self.envoy.start()
@@ -292,6 +308,7 @@ class Demo:
             ("MCP server", f"{self.mcp.url}  (\"{MCP_SERVER_NAME}\": echo, add, delete_repo, get_weather)"),
             ("authorizer", f"{self.authz.url}  (\"{AUTHORIZER}\", denies the tool {DENIED_TOOL!r})"),
             (f"Envoy {envoy_version()}", f"{self.url}  (mTLS; admin http://127.0.0.1:{a.admin_port})"),
+            ("", f"{self.jwt_url}  (plain HTTP, bearer JWT of issuer {JWT_ISSUER})"),
             ("filter", str(a.wasm)),
             ("policies", self._policy_summary()),
         ]
@@ -300,9 +317,10 @@ class Demo:
         print()
 
     def _spawn(self, name: str, script: Path, args: list[str]) -> ManagedProcess:
-        """Start `python script args` (this interpreter), logging to logs/<name>.log; stopped with the stack."""
+        """Start `python script args` (this interpreter), logging to logs/<name>.log; stopped with the
+        stack, and killed by the kernel if the demo is killed."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        proc = ManagedProcess([sys.executable, str(script), *args], name=name,
+        proc = ManagedProcess(guarded([sys.executable, str(script), *args]), name=name,
                               log_path=self.workdir / "logs" / f"{name}.log", env=env)
         self.stack.callback(proc.stop)
         return proc.start()
@@ -356,7 +374,8 @@ class Demo:
         level, reason, policy = d.get("level"), d.get("reason"), d.get("policy")
         if reason == "external_auth_denied":
             authz = self.authorizer_of.get(policy or "", "?")
-            return f"by the authorizer {authz}: {denied.message}"
+            challenge = denied.headers.get("www-authenticate")
+            return f"by the authorizer {authz}: {denied.message}" + (f"   [WWW-Authenticate: {challenge}]" if challenge else "")
         if reason == "authorizer_error":
             return f"because the authorizer {self.authorizer_of.get(policy or '', '?')} failed"
         text = {"gateway": "at the gateway", "backend": "by the backend policy"}.get(level or "", f"at level {level}")
@@ -372,12 +391,18 @@ class Demo:
 
     # -- the session -------------------------------------------------------------
     def line(self, agent: str, op: str, result: str) -> None:
-        print(f"agent {agent:<6} {op:<31} -> {result}", flush=True)
+        print(f"agent {agent:<11} {op:<26} -> {result}", flush=True)
 
-    def connect(self, agent: str, expect: Expect) -> McpAgent | None:
+    def connect(self, agent: str, expect: Expect, *, jwt: bool = False) -> McpAgent | None:
+        """Agent `agent` connects: over mTLS with its certificate, or with jwt=True over the JWT
+        listener with its token (then labelled "<agent> (JWT)")."""
+        if jwt:
+            client = McpAgent(self.jwt_url, token=self.tokens[agent], client_name=f"demo-agent-{agent}")
+            agent = f"{agent} (JWT)"
+        else:
+            client = McpAgent(self.url, cert=self.certs[agent], ca=self.pki.ca, client_name=f"demo-agent-{agent}")
         label = f"agent {agent} initialize"
         start, before = self.log_count(), self.denial_counters()
-        client = McpAgent(self.url, cert=self.certs[agent], ca=self.pki.ca, client_name=f"demo-agent-{agent}")
         try:
             client.connect()
         except Denied as e:
@@ -432,6 +457,10 @@ class Demo:
             )
             if expect.body is not None:
                 self.expect(e.error == expect.body, f"{label}: client got error {e.error!r}, expected {expect.body!r}")
+            if expect.challenge is not None:
+                got_challenge = e.headers.get("www-authenticate")
+                self.expect(got_challenge == expect.challenge,
+                            f"{label}: WWW-Authenticate {got_challenge!r}, expected {expect.challenge!r}")
             return
         except TransportFailure as e:
             self.line(agent, op, f"NO ANSWER ({e})")
@@ -462,7 +491,48 @@ class Demo:
                   Expect(False, level="backend", reason="not_allowed"))
         self.call("alpha", alpha, "add", {"a": 2, "b": 3},
                   Expect(False, level="backend", reason="external_auth_denied", policy="demo/tools-risk-check",
-                         body={"code": -32010, "message": "Access denied"}))
+                         body={"code": -32010, "message": "Access denied"}, challenge=AUTHZ_CHALLENGE))
+        self.jwt_session()
+
+    def refused(self, who: str, token: str | None, status: int, expect: Expect | None = None) -> None:
+        """A caller without a usable token on the JWT listener: `status` expected (401 from
+        jwt_authn for a token it cannot verify; else the filter's denial `expect`)."""
+        label = f"{who} initialize"
+        start, before = self.log_count(), self.denial_counters()
+        client = McpAgent(self.jwt_url, token=token, client_name="demo-anonymous")
+        try:
+            client.connect()
+        except Denied as e:
+            if e.status == 401:
+                challenge = e.headers.get("www-authenticate", "(no WWW-Authenticate)")
+                shown = f"REFUSED 401 by jwt_authn: {e.body.decode('utf-8', 'replace').strip()}  [{challenge}]"
+                print(f"{who:<17} {'initialize':<26} -> {shown}", flush=True)
+                self.expect(status == 401 and "invalid_token" in challenge, f"{label}: 401 {challenge}")
+                return
+            d = self.decision(start, "initialize", None, before)
+            print(f"{who:<17} {'initialize':<26} -> DENIED {e.status} {self.where(d, e)}", flush=True)
+            self.expect(e.status == status and expect is not None and d is not None
+                        and (d.get("level"), d.get("reason")) == (expect.level, expect.reason),
+                        f"{label}: HTTP {e.status}, filter decision {d}, expected {status}")
+            return
+        except TransportFailure as e:
+            print(f"{who:<17} {'initialize':<26} -> NO ANSWER ({e})", flush=True)
+            self.expect(False, f"{label}: no HTTP answer: {e}")
+            return
+        client.close()
+        print(f"{who:<17} {'initialize':<26} -> ok", flush=True)
+        self.expect(False, f"{label}: expected HTTP {status}, it was let through")
+
+    def jwt_session(self) -> None:
+        """The same agents through the bearer-JWT listener, and callers without a valid token."""
+        alpha = self.connect("alpha", Expect(True), jwt=True)
+        self.list_tools("alpha (JWT)", alpha)
+        self.call("alpha (JWT)", alpha, "echo", {"text": "hello"}, Expect(True, text="hello"))
+        beta = self.connect("beta", Expect(True), jwt=True)
+        self.call("beta (JWT)", beta, "echo", {"text": "hi from beta"},
+                  Expect(False, level="gateway", reason="not_allowed"))
+        self.refused("no token", None, 403, Expect(False, level="gateway", reason="not_allowed"))
+        self.refused("forged token", self.jwt_keys.mint_untrusted({}, sub="alpha"), 401)
 
     # -- summary -----------------------------------------------------------------
     def summary(self) -> None:
@@ -476,8 +546,9 @@ class Demo:
         print(f"  MCP server received {len(blocked)} calls of delete_repo/add/echo-from-beta"
               + ("" if not blocked else f": {blocked}"))
         self.expect(not blocked, f"denied calls reached the MCP server: {blocked}")
-        self.expect(sorted(calls) == sorted([("echo", "alpha"), ("get_weather", "beta")]),
-                    f"the MCP server should have received echo from alpha and get_weather from beta, got {calls}")
+        self.expect(sorted(calls) == sorted([("echo", "alpha"), ("get_weather", "beta"), ("echo", JWT_CALLER)]),
+                    "the MCP server should have received echo from alpha, get_weather from beta and echo from "
+                    f"alpha's JWT, got {calls}")
 
         asked = [(c["headers"].get("x-mcp-tool", "?"), caller_of(c["headers"], "x-mcp-source-spiffe"))
                  for c in self.authz.calls()]
@@ -494,7 +565,7 @@ class Demo:
         for k in sorted(counters):
             if counters[k]:
                 print(f"    {k}: {counters[k]}")
-        want = {"denied": 3, "denied.gateway.not_allowed": 1, "denied.backend.not_allowed": 1,
+        want = {"denied": 5, "denied.gateway.not_allowed": 3, "denied.backend.not_allowed": 1,
                 "denied.backend.external_auth_denied": 1}
         for k, v in want.items():
             got = counters.get(STATS_PREFIX + k, 0)
@@ -510,15 +581,40 @@ class Demo:
         return 0
 
     # -- --keep ------------------------------------------------------------------
+    def jwt_commands(self, expires: str) -> str:
+        """Ready-to-paste MCP Inspector (CLI mode) and curl commands for each agent's token."""
+        inspector = ROOT / "integration" / "clients" / "node" / "node_modules" / ".bin" / "mcp-inspector"
+        run = str(inspector) if inspector.exists() else f"npx -y @modelcontextprotocol/inspector@{INSPECTOR_VERSION}"
+        lines = [f"\nThe bearer-JWT listener: each agent's token (valid until {expires}) is in {self.workdir / 'jwt'}."]
+        for agent, (tool, arg), denials in (("alpha", ("echo", "text=hi"), "delete_repo or add"),
+                                            ("beta", ("get_weather", "city=Lisbon"), "echo")):
+            auth = f'"Authorization: Bearer $(cat {self.workdir / "jwt" / f"{agent}.jwt"})"'
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                               "params": {"name": tool, "arguments": dict([arg.split("=", 1)])}})
+            lines += [
+                f"MCP Inspector as agent {agent}: the tools it may call, then a call (try {denials} for a denial):",
+                f"  {run} --cli {self.jwt_url} --transport http --method tools/list --header {auth}",
+                f"  {run} --cli {self.jwt_url} --transport http --method tools/call --tool-name {tool} "
+                f"--tool-arg {arg} --header {auth}",
+                f"curl as agent {agent}:",
+                f"  curl -sS {self.jwt_url} -H {auth} \\",
+                "    -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \\",
+                f"    -H 'mcp-protocol-version: 2025-11-25' -d '{body}'",
+            ]
+        return "\n".join(lines) + "\n"
+
     def keep_running(self) -> bool:
         """Wait for Ctrl-C (KeyboardInterrupt); False if one of the processes exits first."""
         assert self.mcp is not None and self.authz is not None and self.envoy is not None
         a, alpha = self.a, self.certs["alpha"]
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                            "params": {"name": "echo", "arguments": {"text": "hi"}}})
+        expires = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(time.time() + TOKEN_TTL_S))
         print(f"""
-Everything keeps running (Ctrl-C stops it all):
+Everything keeps running (Ctrl-C stops it all, and removes {self.workdir}
+with its keys, certificates and tokens):
   MCP through Envoy   {self.url}   (mTLS: client cert required)
+                      {self.jwt_url}   (plain HTTP: Authorization: Bearer <token>)
   Envoy admin         http://127.0.0.1:{a.admin_port}/   (counters: http://127.0.0.1:{a.admin_port}/stats?filter=mcp_access)
   MCP server direct   {self.mcp.url}   (what it received: http://127.0.0.1:{self.mcp.admin_port}/requests)
   authorizer          {self.authz.url}   (what it was asked: {self.authz.url}/__calls)
@@ -528,7 +624,7 @@ Call a tool through Envoy as agent alpha (try "delete_repo" or "add" for denials
     -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \\
     -H 'mcp-protocol-version: 2025-11-25' \\
     {self.url} -d '{body}'
-
+{self.jwt_commands(expires)}
 Logs:
   Envoy               {self.envoy.log_path}   (decisions: grep mcp-access)
   access log          {self.envoy.access_log_paths[0]}   (filter_state = the filter's decision)
@@ -545,24 +641,6 @@ Logs:
                     print(f"{name} exited unexpectedly; stopping everything", flush=True)
                     return False
             time.sleep(0.5)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description="Run the mcp-access demo: an MCP server, an authorizer and Envoy with the filter, "
-        "then two agents through it.",
-    )
-    ap.add_argument("--keep", action="store_true", help="leave everything running until Ctrl-C")
-    ap.add_argument("--envoy-port", type=int, default=10443, help="Envoy's mTLS MCP listener (default 10443)")
-    ap.add_argument("--admin-port", type=int, default=19901, help="Envoy admin (default 19901)")
-    ap.add_argument("--mcp-port", type=int, default=18080, help="the MCP server (default 18080)")
-    ap.add_argument("--authz-port", type=int, default=18081, help="the authorizer (default 18081)")
-    ap.add_argument("--wasm", type=Path, default=DEFAULT_WASM,
-                    help="the filter (default build/mcp_access_filter.wasm, made by scripts/build)")
-    ap.add_argument("--workdir", type=Path, help="certificates, configs and logs (default: a new temp dir)")
-    ap.add_argument("--render-compose", nargs="?", const=COMPOSE_ENVOY, type=Path, metavar="FILE",
-                    help=f"write the docker-compose Envoy configuration (default {COMPOSE_ENVOY.relative_to(ROOT)}) and exit")
-    return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -582,13 +660,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not a.wasm.is_file():
             raise DemoError(f"the filter is not at {a.wasm}: run scripts/build (or scripts/demo), or pass --wasm PATH")
-        check_ports({"--envoy-port": a.envoy_port, "--admin-port": a.admin_port,
-                     "--mcp-port": a.mcp_port, "--authz-port": a.authz_port})
+        check_ports(a)
         if a.workdir:
             workdir = a.workdir.resolve()
             workdir.mkdir(parents=True, exist_ok=True)
         else:
-            workdir, temp = Path(tempfile.mkdtemp(prefix="mcp-access-demo-")), True
+            tidy()
+            workdir, temp = new_workdir(), True
         cli = cli_binary()
         with ExitStack() as stack:
             demo = Demo(a, stack, workdir, cli)
@@ -610,9 +688,11 @@ def main(argv: list[str] | None = None) -> int:
         return code if a.keep else 130
     finally:
         if workdir is not None and temp:
-            if code == 0 and not a.keep:
+            if code == 0:
                 shutil.rmtree(workdir, ignore_errors=True)
-            elif code != 0:
+                if a.keep:
+                    print(f"removed {workdir} (its keys, certificates, tokens and logs)", flush=True)
+            else:
                 print(f"logs kept in {workdir}")
     return code
 

@@ -28,10 +28,12 @@ from harness import (
     BETA,
     Denied,
     EnvoyProcess,
+    JwtKeys,
     McpAgent,
     Pki,
     envoy_binary,
     free_port,
+    make_jwt_keys,
     normalization,
     start_authorizer,
     start_mcp_server,
@@ -61,9 +63,22 @@ def static_config() -> dict[str, Any]:
     return yaml.safe_load(ENVOY_YAML.read_text())
 
 
-def wasm_filter(cfg: dict[str, Any]) -> dict[str, Any]:
-    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    return hcm["http_filters"][0]["typed_config"]["config"]
+MTLS_PORT, JWT_PORT = 10443, 10080
+JWT_PROVIDER = ("demo-idp=issuer=https://auth.demo.mcp-access.local,jwks=/etc/envoy/pki/jwks.json,"
+                "audience=mcp-access-demo")
+
+
+def listener_on(cfg: dict[str, Any], port: int) -> dict[str, Any]:
+    return next(l for l in cfg["static_resources"]["listeners"] if l["address"]["socket_address"]["port_value"] == port)
+
+
+def hcm_of(listener: dict[str, Any]) -> dict[str, Any]:
+    return listener["filter_chains"][0]["filters"][0]["typed_config"]
+
+
+def wasm_filter(cfg: dict[str, Any], port: int = MTLS_PORT) -> dict[str, Any]:
+    return next(f["typed_config"]["config"] for f in hcm_of(listener_on(cfg, port))["http_filters"]
+                if f["name"] == "envoy.filters.http.wasm")
 
 
 def envoy_release_under_test() -> str:
@@ -80,10 +95,11 @@ def test_compose_file_is_valid_and_publishes_only_loopback() -> None:
             host_ip = port["host_ip"] if isinstance(port, dict) else str(port).split(":")[0]
             assert host_ip == "127.0.0.1", f"{name} publishes {port} beyond loopback"
     # Ports are configurable.
-    cfg = compose_config({"MCP_ACCESS_ENVOY_PORT": "21443", "MCP_ACCESS_ADMIN_PORT": "21901"})
+    cfg = compose_config({"MCP_ACCESS_ENVOY_PORT": "21443", "MCP_ACCESS_JWT_PORT": "21080",
+                          "MCP_ACCESS_ADMIN_PORT": "21901"})
     published = {str(p["published"]) if isinstance(p, dict) else str(p).split(":")[1]
                  for p in cfg["services"]["envoy"]["ports"]}
-    assert published == {"21443", "21901"}
+    assert published == {"21443", "21080", "21901"}
 
 
 def test_compose_pins_the_envoy_release_the_tests_run() -> None:
@@ -133,45 +149,55 @@ def test_static_config_is_the_demo_configuration(cli: Path, tmp_path: Path) -> N
     cfg = static_config()
     out = tmp_path / "bundle.json"
     proc = subprocess.run([str(cli), "compile", "-f", str(MANIFESTS), "--trust-domain", "example.org",
-                           "--listen", "mcp-mtls=10443", "-o", str(out)], capture_output=True, text=True, timeout=60)
+                           "--listen", f"mcp-mtls={MTLS_PORT}", "--listen", f"mcp-jwt={JWT_PORT}",
+                           "--jwt-provider", JWT_PROVIDER, "-o", str(out)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     bundle = json.loads(out.read_text())
-    config = wasm_filter(cfg)
-    assert json.loads(config["configuration"]["value"]) == bundle
-    assert config["allow_on_headers_stop_iteration"] is True and config["fail_open"] is False
-    listener = cfg["static_resources"]["listeners"][0]
-    assert listener["address"]["socket_address"]["port_value"] == bundle["gateways"][0]["listeners"][0]["port"] == 10443
-    assert listener["name"] == "0.0.0.0:10443"
-    assert listener["per_connection_buffer_limit_bytes"] > bundle.get("limits", {}).get("maxBodyBytes", 1 << 20)
-    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    assert {l["name"]: l["port"] for l in bundle["gateways"][0]["listeners"]} == {
+        "mcp-mtls": MTLS_PORT, "mcp-jwt": JWT_PORT}
     escaped = bundle.get("envoy", {}).get("escapedSlashes", "Reject")
-    assert {k: hcm.get(k) for k in normalization(escaped)} == normalization(escaped)
-    routes = [r["name"] for vh in hcm["route_config"]["virtual_hosts"] for r in vh["routes"]]
-    assert routes == bundle["backends"][0]["routeNames"]
+    for port in (MTLS_PORT, JWT_PORT):
+        config = wasm_filter(cfg, port)
+        assert json.loads(config["configuration"]["value"]) == bundle
+        assert config["allow_on_headers_stop_iteration"] is True and config["fail_open"] is False
+        listener = listener_on(cfg, port)
+        assert listener["name"] == f"0.0.0.0:{port}"
+        assert listener["per_connection_buffer_limit_bytes"] > bundle.get("limits", {}).get("maxBodyBytes", 1 << 20)
+        hcm = hcm_of(listener)
+        assert {k: hcm.get(k) for k in normalization(escaped)} == normalization(escaped)
+        routes = [r["name"] for vh in hcm["route_config"]["virtual_hosts"] for r in vh["routes"]]
+        assert routes == bundle["backends"][0]["routeNames"]
+    # Bearer tokens are verified (jwt_authn, before the filter) on the plain-HTTP listener.
+    filters = [f["name"] for f in hcm_of(listener_on(cfg, JWT_PORT))["http_filters"]]
+    assert filters[:2] == ["envoy.filters.http.jwt_authn", "envoy.filters.http.wasm"], filters
+    assert "transport_socket" not in listener_on(cfg, JWT_PORT)["filter_chains"][0]
     clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
     assert bundle["authorizers"][0]["cluster"] in clusters
 
 
-def localized(tmp: Path, wasm_path: Path, pki: Pki, *, listen_port: int | None = None, admin_port: int | None = None,
-              upstreams: dict[str, int] | None = None) -> Path:
-    """envoy.yaml with container paths mapped to local files, and optionally ports and service names
-    mapped to local ones (the embedded bundle's listener port follows the listener)."""
+def localized(tmp: Path, wasm_path: Path, pki: Pki, jwks_json: str, *, ports: dict[int, int] | None = None,
+              admin_port: int | None = None, upstreams: dict[str, int] | None = None) -> Path:
+    """envoy.yaml with container paths mapped to local files (the JWKS written beside the
+    certificates), and optionally listener ports, admin port and service names mapped to local ones
+    (the embedded bundle's listener ports follow the listeners)."""
+    (tmp / "jwks.json").write_text(jwks_json)
     text = ENVOY_YAML.read_text()
     text = text.replace("/etc/envoy/mcp_access_filter.wasm", str(wasm_path))
+    text = text.replace("/etc/envoy/pki/jwks.json", str(tmp / "jwks.json"))
     text = text.replace("/etc/envoy/pki/", str(pki.directory) + "/")
     text = text.replace("path: /dev/stdout", f"path: {tmp / 'access.log'}")
     cfg = yaml.safe_load(text)
-    if listen_port is not None:
-        listener = cfg["static_resources"]["listeners"][0]
-        old = listener["address"]["socket_address"]["port_value"]
-        listener["address"]["socket_address"].update(address="127.0.0.1", port_value=listen_port)
-        config = wasm_filter(cfg)
-        bundle = json.loads(config["configuration"]["value"])
-        for gw in bundle["gateways"]:
-            for l in gw["listeners"]:
-                if l["port"] == old:
-                    l["port"] = listen_port
-        config["configuration"]["value"] = json.dumps(bundle)
+    configs = [wasm_filter(cfg, p) for p in (MTLS_PORT, JWT_PORT)]
+    listeners = {p: listener_on(cfg, p) for p in (MTLS_PORT, JWT_PORT)}
+    for old, new in (ports or {}).items():
+        listeners[old]["address"]["socket_address"].update(address="127.0.0.1", port_value=new)
+        for config in configs:
+            bundle = json.loads(config["configuration"]["value"])
+            for gw in bundle["gateways"]:
+                for l in gw["listeners"]:
+                    if l["port"] == old:
+                        l["port"] = new
+            config["configuration"]["value"] = json.dumps(bundle)
     if admin_port is not None:
         cfg["admin"]["address"]["socket_address"].update(address="127.0.0.1", port_value=admin_port)
     for cluster in cfg["static_resources"]["clusters"]:
@@ -184,8 +210,8 @@ def localized(tmp: Path, wasm_path: Path, pki: Pki, *, listen_port: int | None =
     return path
 
 
-def test_static_config_passes_envoy_validate(tmp_path: Path, wasm_path: Path, pki: Pki) -> None:
-    path = localized(tmp_path, wasm_path, pki)
+def test_static_config_passes_envoy_validate(tmp_path: Path, wasm_path: Path, pki: Pki, jwt_keys: JwtKeys) -> None:
+    path = localized(tmp_path, wasm_path, pki, jwt_keys.jwks_json)
     proc = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path), "--base-id", str(free_port())],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -195,11 +221,13 @@ def test_static_config_passes_envoy_validate(tmp_path: Path, wasm_path: Path, pk
 def test_static_config_runs_the_demo_session(
     envoy: StartEnvoy, tmp_path: Path, wasm_path: Path, pki: Pki, work_dir: Path
 ) -> None:
+    # The demo's token issuer, as the compose "pki" service makes it.
+    keys = make_jwt_keys(issuer="https://auth.demo.mcp-access.local", audience="mcp-access-demo", kid="demo-1")
     with start_mcp_server(work_dir / "logs", name="demo-tools") as mcp, \
             start_authorizer(work_dir / "logs", name="risk-check", deny_tools=["add"]) as authz:
-        port = free_port()
-        path = localized(tmp_path, wasm_path, pki, listen_port=port, admin_port=free_port(),
-                         upstreams={"mcp-server": mcp.port, "authorizer": authz.port})
+        port, jwt_port = free_port(), free_port()
+        path = localized(tmp_path, wasm_path, pki, keys.jwks_json, ports={MTLS_PORT: port, JWT_PORT: jwt_port},
+                         admin_port=free_port(), upstreams={"mcp-server": mcp.port, "authorizer": authz.port})
         envoy(yaml.safe_load(path.read_text()))
         url = f"https://127.0.0.1:{port}/mcp"
         with McpAgent(url, cert=pki.client(ALPHA), ca=pki.ca) as alpha, \
@@ -211,4 +239,11 @@ def test_static_config_runs_the_demo_session(
                 with pytest.raises(Denied) as denied:
                     agent.call_tool(tool, args)
                 assert denied.value.status == 403, tool
-        assert sorted(mcp.tool_calls()) == ["echo", "get_weather"]
+        jwt_url = f"http://127.0.0.1:{jwt_port}/mcp"
+        with McpAgent(jwt_url, token=keys.mint({}, sub="alpha")) as alpha, \
+                McpAgent(jwt_url, token=keys.mint({}, sub="beta")) as beta:
+            assert text_of(alpha.call_tool("echo", {"text": "hello"})) == "hello"
+            with pytest.raises(Denied) as denied:
+                beta.call_tool("echo", {"text": "x"})
+            assert denied.value.status == 403
+        assert sorted(mcp.tool_calls()) == ["echo", "echo", "get_weather"]

@@ -10,12 +10,19 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from harness import free_ports, port_open
 from test_cli_e2e import cli  # noqa: F401  (a fixture: the mcp-access binary)
 
-FLAGS = ("--envoy-port", "--admin-port", "--mcp-port", "--authz-port")
+FLAGS = ("--envoy-port", "--jwt-port", "--admin-port", "--mcp-port", "--authz-port")
+
+
+def jwt_provider_flags(demo_dir: Path) -> list[str]:
+    """The demo's token issuer, as demo.py declares it to the CLI (its JWKS is in the work dir)."""
+    return ["--jwt-provider", "demo-idp=issuer=https://auth.demo.mcp-access.local,"
+            f"jwks={demo_dir / 'jwt' / 'jwks.json'},audience=mcp-access-demo"]
 
 
 def run_demo(repo_root: Path, args: list[str], cli: Path, timeout: float = 180.0) -> tuple[int, str]:
@@ -53,7 +60,7 @@ def processes_mentioning(needles: list[str]) -> list[str]:
 
 
 def test_demo_session_succeeds_and_stops_everything(repo_root: Path, wasm_path: Path, work_dir: Path, cli: Path) -> None:
-    ports = free_ports(4)
+    ports = free_ports(len(FLAGS))
     demo_dir = work_dir / "demo"
     args = ["--wasm", str(wasm_path), "--workdir", str(demo_dir)]
     for flag, port in zip(FLAGS, ports):
@@ -67,15 +74,23 @@ def test_demo_session_succeeds_and_stops_everything(repo_root: Path, wasm_path: 
     assert re.search(r'agent beta +tools/call get_weather +-> allowed: "sunny in ', out), out
     assert re.search(r"agent beta +tools/call echo +-> DENIED 403 at the gateway", out), out
     assert re.search(r"agent alpha +tools/call delete_repo +-> DENIED 403 by the backend policy", out), out
-    assert re.search(r"agent alpha +tools/call add +-> DENIED 403 by the authorizer risk-check: Access denied", out), out
+    assert re.search(r'agent alpha +tools/call add +-> DENIED 403 by the authorizer risk-check: Access denied +'
+                     r'\[WWW-Authenticate: Bearer error="insufficient_scope", error_description=', out), out
+    # The same agents with bearer tokens on the plain-HTTP listener; no token, or a forged one.
+    assert re.search(r'agent alpha \(JWT\) +tools/call echo +-> allowed: "hello"', out), out
+    assert re.search(r"agent beta \(JWT\) +tools/call echo +-> DENIED 403 at the gateway", out), out
+    assert re.search(r"no token +initialize +-> DENIED 403 at the gateway", out), out
+    assert re.search(r'forged token +initialize +-> REFUSED 401 by jwt_authn: Jwt verification fails +'
+                     r'\[Bearer realm="[^"]+", error="invalid_token"\]', out), out
     assert "MCP server received 0 calls of delete_repo/add/echo-from-beta" in out, out
-    assert "wasmcustom.mcp_access.denied.gateway.not_allowed: 1" in out, out
+    assert "wasmcustom.mcp_access.denied.gateway.not_allowed: 3" in out, out
     assert re.search(r"all \d+ expectations held", out), out
 
     # The demo ran the CLI's compilation of envoy-demo/manifests, on the Envoy port it was given.
     compiled = subprocess.run(
         [str(cli), "compile", "-f", str(repo_root / "envoy-demo" / "manifests"), "--trust-domain", "example.org",
-         "--listen", f"mcp-mtls={ports[0]}", "-o", "-"], capture_output=True, text=True, timeout=60)
+         "--listen", f"mcp-mtls={ports[0]}", "--listen", f"mcp-jwt={ports[1]}", *jwt_provider_flags(demo_dir),
+         "-o", "-"], capture_output=True, text=True, timeout=60)
     assert compiled.returncode == 0, compiled.stderr
     assert json.loads((demo_dir / "bundle.json").read_text()) == json.loads(compiled.stdout)
 
@@ -85,15 +100,124 @@ def test_demo_session_succeeds_and_stops_everything(repo_root: Path, wasm_path: 
 
 
 def test_demo_refuses_a_busy_port_naming_the_flag(repo_root: Path, wasm_path: Path, work_dir: Path, cli: Path) -> None:
-    ports = free_ports(4)
+    ports = free_ports(len(FLAGS))
     with socket.socket() as busy:
-        busy.bind(("127.0.0.1", ports[2]))
+        busy.bind(("127.0.0.1", ports[3]))
         busy.listen()
         args = ["--wasm", str(wasm_path), "--workdir", str(work_dir / "demo-busy")]
         for flag, port in zip(FLAGS, ports):
             args += [flag, str(port)]
         code, out = run_demo(repo_root, args, cli, timeout=60)
     assert code == 1, out
-    assert f"port {ports[2]}" in out and "--mcp-port" in out, out
-    assert [p for i, p in enumerate(ports) if i != 2 and port_open(p)] == []
+    assert f"port {ports[3]}" in out and "--mcp-port" in out, out
+    assert [p for i, p in enumerate(ports) if i != 3 and port_open(p)] == []
     assert not (work_dir / "demo-busy" / "envoy").exists()  # nothing was started
+
+
+def start_kept_demo(repo_root: Path, wasm_path: Path, cli: Path, ports: list[int]) -> tuple[subprocess.Popen[str], str]:
+    """demo.py --keep in a temporary folder of its own; returns it once everything runs, with its output so far."""
+    args = ["--keep", "--wasm", str(wasm_path)]
+    for flag, port in zip(FLAGS, ports):
+        args += [flag, str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, str(repo_root / "envoy-demo" / "demo.py"), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=repo_root,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "MCP_ACCESS_CLI": str(cli)},
+    )
+    out: list[str] = []
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 150
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("Logs:") or time.monotonic() > deadline:
+            break
+    text = "".join(out)
+    if "Logs:" not in text:
+        proc.kill()
+        raise AssertionError(text + (proc.stdout.read() or ""))
+    return proc, text
+
+
+def test_kill_9_of_the_demo_leaves_nothing_behind(repo_root: Path, wasm_path: Path, cli: Path) -> None:
+    ports = free_ports(len(FLAGS))
+    proc, out = start_kept_demo(repo_root, wasm_path, cli, ports)
+    m = re.search(r"Ctrl-C stops it all, and removes (\S+)\n", out)
+    assert m, out
+    workdir = Path(m.group(1))
+    assert (workdir / "jwt" / "alpha.jwt").is_file() and (workdir / "pki").is_dir(), out
+    assert all(port_open(p) for p in (ports[0], ports[1], ports[3], ports[4])), out
+
+    proc.kill()  # SIGKILL: the demo cannot clean up
+    proc.wait(timeout=10)
+    # Its processes die with it (the kernel kills them): no port answers, no process refers to it.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and ([p for p in ports if port_open(p)] or processes_mentioning([str(workdir)])):
+        time.sleep(0.2)
+    assert [p for p in ports if port_open(p)] == []
+    assert processes_mentioning([str(workdir)]) == []
+    # Its folder (keys, tokens) is removed by the next start, before anything is built.
+    assert workdir.is_dir()
+    pre = subprocess.run([sys.executable, str(repo_root / "envoy-demo" / "preflight.py")], capture_output=True,
+                         text=True, timeout=30)
+    assert f"removed {workdir}, left by a demo that was killed" in pre.stdout, pre
+    assert not workdir.exists()
+
+
+def test_keep_removes_its_folder_on_stop(repo_root: Path, wasm_path: Path, cli: Path) -> None:
+    ports = free_ports(len(FLAGS))
+    proc, out = start_kept_demo(repo_root, wasm_path, cli, ports)
+    workdir = Path(re.search(r"Ctrl-C stops it all, and removes (\S+)\n", out).group(1))  # type: ignore[union-attr]
+    assert workdir.is_dir()
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out + rest
+    assert f"removed {workdir} (its keys, certificates, tokens and logs)" in rest, rest
+    assert not workdir.exists()
+    assert [p for p in ports if port_open(p)] == []
+
+
+def test_keep_prints_inspector_and_curl_commands_that_work(repo_root: Path, wasm_path: Path, cli: Path) -> None:
+    """The commands --keep prints for the bearer-JWT listener, pasted into a shell as they are."""
+    ports = free_ports(len(FLAGS))
+    proc, out = start_kept_demo(repo_root, wasm_path, cli, ports)
+    try:
+        commands = [l.strip() for l in out.splitlines() if "mcp-inspector --cli" in l]
+        assert len(commands) == 4, out  # tools/list and tools/call, for alpha and beta
+        ran = {}
+        for cmd in commands:
+            r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=90)
+            ran[cmd] = r
+            assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+        listed = [json.loads(r.stdout) for c, r in ran.items() if "tools/list" in c]
+        assert all({t["name"] for t in doc["tools"]} >= {"echo", "get_weather"} for doc in listed), listed
+        called = {c: json.loads(r.stdout)["content"][0]["text"] for c, r in ran.items() if "tools/call" in c}
+        assert sorted(called.values()) == ["hi", "sunny in Lisbon"], called
+        # A denial, as the Inspector shows it: beta may not call echo.
+        beta_call = next(c for c in commands if "beta.jwt" in c and "tools/call" in c)
+        denied = subprocess.run(["bash", "-c", beta_call.replace("--tool-name get_weather --tool-arg city=Lisbon",
+                                                                 "--tool-name echo --tool-arg text=hi")],
+                                capture_output=True, text=True, timeout=90)
+        assert denied.returncode == 1 and "Failed to call tool echo" in denied.stderr, denied
+        # The curl commands (three lines each, joined as a shell joins them).
+        text = out.replace("\\\n", " ")
+        curls = [l.strip() for l in text.splitlines() if l.strip().startswith("curl -sS http://")]
+        assert len(curls) == 2, out
+        for c in curls:
+            r = subprocess.run(["bash", "-c", c], capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0 and '"isError":false' in r.stdout, (c, r.stdout, r.stderr)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def test_scripts_demo_checks_ports_before_setting_up_or_building(repo_root: Path) -> None:
+    ports = free_ports(len(FLAGS))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", ports[1]))
+        busy.listen()
+        args = [a for flag, port in zip(FLAGS, ports) for a in (flag, str(port))]
+        proc = subprocess.run(["bash", str(repo_root / "scripts" / "demo"), *args], capture_output=True, text=True,
+                              timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"port {ports[1]} on 127.0.0.1 is already in use; pick another one with --jwt-port PORT" in proc.stderr
+    assert "setting the machine up" not in proc.stdout and "building" not in proc.stdout, proc.stdout
