@@ -110,6 +110,8 @@ def bundle(ports: list[int]) -> dict[str, Any]:
         "backends": [{"name": "tools", "namespace": "mcp", "routeNames": ["tools-route"]}],
         "authorizers": authorizers,
         "policies": policies,
+        # The authorizer's denial body reaches the client in error.data (docs/semantics.md §5.2).
+        "denyResponse": {"exposeDetails": True},
     }
 
 
@@ -229,7 +231,9 @@ def test_deny_relays_status_headers_and_body(stack: Stack) -> None:
     r = stack.post("closed", authz="deny:401")
     assert r.status == 401, r.text
     assert r.headers["www-authenticate"] == 'Bearer realm="mcp/closed"'
-    assert "denied by mcp/closed" in r.text
+    error = r.json()["error"]
+    assert error["code"] == -32010 and r.json()["id"] == 7, r.text
+    assert error["data"]["authorizerStatus"] == 401 and "denied by mcp/closed" in error["data"]["authorizerBody"]
     d = stack.decision()
     assert (d["reason"], d["policy"], d["status"]) == ("external_auth_denied", "mcp/closed", 401), d
     assert stack.tools.tool_calls() == []

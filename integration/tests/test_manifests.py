@@ -57,7 +57,10 @@ DEMO_MANIFESTS = "envoy-demo/manifests"
 EXAMPLE_IMAGE = "registry.example.com/mcp-access/filter:0.1.0"
 # The inputs deploy/*.yaml were generated from (see docs/deploy.md); the digest is an example.
 EXAMPLE_DIGEST = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7"
-COMPILE_ARGS = ["-f", DEMO_MANIFESTS, "--trust-domain", "example.org"]
+# The demo's bearer-token listener admits agents by JWT: its issuer is declared as in envoy-demo/demo.py.
+COMPILE_ARGS = ["-f", DEMO_MANIFESTS, "--trust-domain", "example.org",
+                "--jwt-provider", "demo-idp=issuer=https://auth.demo.mcp-access.local,"
+                                  "jwks=https://auth.demo.mcp-access.local/jwks.json"]
 EXAMPLE_ARGS = [*COMPILE_ARGS, "--image", EXAMPLE_IMAGE, "--digest", EXAMPLE_DIGEST]
 PLATFORMS = ("envoy-gateway", "istio")
 
@@ -474,6 +477,8 @@ def test_envoy_gateway_rendering_enforces_the_demo(
             assert addr["address"] == "risk-check.demo.svc.cluster.local"
             addr.update(address="127.0.0.1", port_value=authz.port)  # no cluster DNS here
             cfg["static_resources"]["clusters"].append(cluster)
+        elif patch["name"] == "demo/agents-gateway/mcp-jwt":
+            continue  # the demo's second listener: not part of this bootstrap
         else:
             assert patch["name"] == "demo/agents-gateway/mcp-mtls"
             targets = json_path_filter(listener, filter_name)
