@@ -188,8 +188,11 @@ def test_keep_prints_inspector_and_curl_commands_that_work(repo_root: Path, wasm
             r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=90)
             ran[cmd] = r
             assert r.returncode == 0, (cmd, r.stdout, r.stderr)
-        listed = [json.loads(r.stdout) for c, r in ran.items() if "tools/list" in c]
-        assert all({t["name"] for t in doc["tools"]} >= {"echo", "get_weather"} for doc in listed), listed
+        # Each agent's listing shows only the tools it may call (delete_repo: no Backend rule admits
+        # it; beta may call only get_weather at the Gateway).
+        listed = {("alpha" if "alpha.jwt" in c else "beta"): sorted(t["name"] for t in json.loads(r.stdout)["tools"])
+                  for c, r in ran.items() if "tools/list" in c}
+        assert listed == {"alpha": ["add", "echo", "get_weather"], "beta": ["get_weather"]}, listed
         called = {c: json.loads(r.stdout)["content"][0]["text"] for c, r in ran.items() if "tools/call" in c}
         assert sorted(called.values()) == ["hi", "sunny in Lisbon"], called
         # A denial, as the Inspector shows it: beta may not call echo.
