@@ -175,6 +175,7 @@ def demo_topology(work_dir: Path, wasm_path: Path, cli: Path, pki: Pki, name: st
             "--resolve", f"{demo.BACKEND_SERVICE}=127.0.0.1:{mcp.port}",
             "--resolve", f"{demo.AUTHORIZER}=127.0.0.1:{authz.port}",
             "--jwt-provider", f"{demo.JWT_PROVIDER}=issuer={demo.JWT_ISSUER},jwks={jwks},audience={demo.JWT_AUDIENCE}",
+            "--jwt-required", demo.JWT_LISTENER,
             "--listen", f"{demo.LISTENER}={mtls}", "--listen", f"{demo.JWT_LISTENER}={jwt_port}",
             "--bind", "127.0.0.1", "--admin-port", str(free_port()), "--access-log", str(workdir / "access.log"),
             "-o", str(out),
@@ -261,24 +262,32 @@ def test_an_authorizer_denial_as_each_sdk_reports_it(topo: Demo, sdk: str, proto
         policy_denial(sdk, r[ADD])
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
-def test_tokens_jwt_authn_refuses_and_no_token(topo: Demo, sdk: str, protocol: str) -> None:
-    expired = run_sdk(sdk, topo.url, "list", token=topo.keys.mint_expired({}, sub="alpha"), protocol=protocol)
-    first = first_request(sdk, protocol, expired, "list")
-    e = first["error"]
-    assert first["ok"] is False, expired
-    if sdk == "python":  # jwt_authn's 401 body is plain text: the SDK puts a stand-in
+# Envoy's realm is the request URL; the CLI's configuration strips the port from the host.
+REALM = 'Bearer realm="http://127.0.0.1/mcp"'
+
+
+def jwt_refusal(sdk: str, report: dict[str, Any], body: str, challenge: str) -> None:
+    """What each SDK makes of jwt_authn's 401: a plain-text body and a Bearer challenge."""
+    e = report["error"]
+    assert report["ok"] is False, report
+    if sdk == "python":  # the body is no JSON-RPC error: the SDK puts a stand-in
         assert (e["code"], e["message"]) == (-32603, "Server returned an error response"), e
     elif sdk == "typescript":
         assert (e["class"], e["code"], e["message"]) == (
-            "StreamableHTTPError", 401, "Streamable HTTP error: Error POSTing to endpoint: Jwt is expired"), e
+            "StreamableHTTPError", 401, f"Streamable HTTP error: Error POSTing to endpoint: {body}"), e
     else:
         assert "error: Auth required, when send " in e["display"], e
-        # Envoy's realm is the request URL; the CLI's configuration strips the port from the host.
-        assert e["www_authenticate"] == 'Bearer realm="http://127.0.0.1/mcp", error="invalid_token"', e
-    # No token: jwt_authn lets it pass, and no policy admits an unidentified caller.
+        assert e["www_authenticate"] == challenge, e
+
+
+@pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
+def test_tokens_jwt_authn_refuses_and_no_token(topo: Demo, sdk: str, protocol: str) -> None:
+    expired = run_sdk(sdk, topo.url, "list", token=topo.keys.mint_expired({}, sub="alpha"), protocol=protocol)
+    jwt_refusal(sdk, first_request(sdk, protocol, expired, "list"), "Jwt is expired", f'{REALM}, error="invalid_token"')
+    # No token: the listener requires one (--jwt-required), so jwt_authn answers 401 with a
+    # challenge that has no error code (RFC 6750: the request carried no credentials).
     none = run_sdk(sdk, topo.url, "list", protocol=protocol)
-    policy_denial(sdk, first_request(sdk, protocol, none, "list"))
+    jwt_refusal(sdk, first_request(sdk, protocol, none, "list"), "Jwt is missing", REALM)
 
 
 def test_the_inspector_cli_lists_calls_and_shows_denials(topo: Demo) -> None:
@@ -302,6 +311,9 @@ def test_the_inspector_cli_lists_calls_and_shows_denials(topo: Demo) -> None:
     expired = inspector(topo.url, "tools/list", token=topo.keys.mint_expired({}, sub="alpha"))
     assert expired.code == 1 and "Failed to connect to MCP server: Streamable HTTP error: Error POSTing to " \
         "endpoint: Jwt is expired" in expired.err, expired
+    missing = inspector(topo.url, "tools/list")
+    assert missing.code == 1 and "Failed to connect to MCP server: Streamable HTTP error: Error POSTing to " \
+        "endpoint: Jwt is missing" in missing.err, missing
 
 
 @pytest.fixture(scope="module")
