@@ -235,8 +235,9 @@ spec:
         "{}",
         text(&out.stdout)
     );
-    // The demo's gateway policy lets both agents connect.
-    let out = validate(&demo(), &[]);
+    // The demo's gateway policies let every agent connect (its JWT policy needs its provider).
+    let provider = "demo-idp=issuer=https://auth.demo.mcp-access.local,jwks=/jwks.json";
+    let out = validate(&demo(), &["--jwt-provider", provider]);
     assert!(
         !text(&out.stdout).contains("base protocol"),
         "{}",
