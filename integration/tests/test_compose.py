@@ -246,4 +246,9 @@ def test_static_config_runs_the_demo_session(
             with pytest.raises(Denied) as denied:
                 beta.call_tool("echo", {"text": "x"})
             assert denied.value.status == 403
+        # The JWT listener requires a token: none is jwt_authn's 401 with a Bearer challenge.
+        with pytest.raises(Denied) as denied:
+            McpAgent(jwt_url).connect()
+        assert denied.value.status == 401 and denied.value.headers.get("www-authenticate", "").startswith(
+            "Bearer realm="), denied.value
         assert sorted(mcp.tool_calls()) == ["echo", "echo", "get_weather"]

@@ -3,7 +3,7 @@ real Envoy 1.40 with the built filter, real MCP SDK clients and the demo MCP ser
 
 - JWT providers declared on the command line (`--jwt-provider`): Envoy's jwt_authn verifies
   tokens against a local JWKS file (or one fetched over HTTPS) and leaves the payload where the
-  filter reads it.
+  filter reads it; `envoy --jwt-required` makes a missing token a 401 with a challenge.
 - Every CEL scenario of kube-agentic-networking's e2e tests (single rule, all failures,
   multi-rule, macros, the variables), as XAccessPolicies with ServiceAccount sources over mTLS
   (KAN's `get-sum` tool is the demo server's `get_weather`).
@@ -34,6 +34,7 @@ from harness import (
     initialize_params,
     make_jwt_keys,
     post_jsonrpc,
+    request,
     rpc,
     start_mcp_server,
     text_of,
@@ -121,6 +122,39 @@ def test_jwt_providers_from_the_command_line(cli: Path, wasm_path: Path, work_di
                     pass
             assert denied.value.status == status
         assert server.requests() and all("authorization" not in {k.lower() for k in r.get("headers", {})} for r in server.requests())
+
+
+def test_jwt_required_answers_a_missing_token_with_a_challenge(cli: Path, wasm_path: Path, work_dir: Path,
+                                                              jwt_keys: JwtKeys, envoy: Any) -> None:
+    """`--jwt-required LISTENER`: jwt_authn answers a request without a token 401 with a
+    `WWW-Authenticate: Bearer` challenge (the MCP authorization spec's answer), where without the
+    option it reaches the policies; a CORS preflight, which carries no token, still passes
+    jwt_authn (and is then the filter's to judge); a valid token is served."""
+    base = work_dir / "policy-language" / "jwt-required"
+    base.mkdir(parents=True, exist_ok=True)
+    jwks = base / "jwks.json"
+    jwks.write_text(jwt_keys.jwks_json)
+    provider = f"idp=issuer={jwt_keys.issuer},jwks={jwks},audience={jwt_keys.audience}"
+    with start_mcp_server(base / "logs", name="jwt-required") as server:
+        d = deploy(cli, envoy, wasm_path, base, PLAIN_GATEWAY, server, "--jwt-provider", provider,
+                   "--jwt-required", "gw/http")
+        missing = post_jsonrpc(d.url, rpc("initialize", initialize_params()))
+        assert (missing.status, missing.text) == (401, "Jwt is missing"), missing
+        # RFC 6750 3.1: no error code for a request that has no credentials at all.
+        assert missing.headers.get("www-authenticate") == 'Bearer realm="http://127.0.0.1/mcp"', missing
+        with pytest.raises(Denied) as denied:
+            with McpAgent(d.url):
+                pass
+        assert denied.value.status == 401
+        expired = post_jsonrpc(d.url, rpc("ping"), token=jwt_keys.mint_expired())
+        assert expired.status == 401 and 'error="invalid_token"' in expired.headers.get("www-authenticate", ""), expired
+        preflight = request("OPTIONS", d.url, headers={
+            "origin": "https://inspector.example", "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization, content-type"})
+        # Past jwt_authn; no policy here, so the filter lets it on to the MCP server, which serves no OPTIONS.
+        assert preflight.status == 405 and "x-envoy-upstream-service-time" in preflight.headers, preflight
+        with McpAgent(d.url, token=jwt_keys.mint()) as holder:
+            assert text_of(holder.call_tool("echo", {"text": "token"})) == "token"
 
 
 # ---------------------------------------------------------------------------

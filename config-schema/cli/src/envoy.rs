@@ -1,6 +1,6 @@
 //! A complete Envoy bootstrap (static resources) from the compiled topology and bundle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use mcp_access_bundle::{Bundle, EscapedSlashes};
 use mcp_access_k8s::{
@@ -72,6 +72,22 @@ pub struct EnvoyOptions {
     pub access_log: Option<String>,
     /// JWT providers: a `jwt_authn` filter before the wasm filter on every listener.
     pub jwt: Vec<JwtProviderSpec>,
+    /// Listeners (`LISTENER`, `GATEWAY/LISTENER` or `NAMESPACE/GATEWAY/LISTENER`) whose
+    /// `jwt_authn` answers a request without a token 401 instead of passing it on.
+    pub jwt_required: Vec<String>,
+}
+
+/// Whether `--jwt-required` names the listener `ns/gw/listener` (`full`); marks the names used.
+fn jwt_required(o: &EnvoyOptions, full: &str, used: &mut BTreeSet<String>) -> bool {
+    let mut hit = false;
+    for r in &o.jwt_required {
+        let matches = full == r || (r.matches('/').count() < 2 && full.ends_with(&format!("/{r}")));
+        if matches {
+            used.insert(r.clone());
+            hit = true;
+        }
+    }
+    hit
 }
 
 /// What could not be resolved and fell back to a default (printed as notes).
@@ -453,15 +469,24 @@ pub(crate) fn normalization(escaped: EscapedSlashes) -> Value {
     })
 }
 
-fn hcm(
-    name: &str,
-    vhosts: Vec<Value>,
+struct Chain<'a> {
+    name: &'a str,
     tls: bool,
+    /// `jwt_authn` refuses requests without a token.
+    jwt_required: bool,
+}
+
+fn hcm(
+    c: &Chain<'_>,
+    vhosts: Vec<Value>,
     o: &EnvoyOptions,
     bundle: &Bundle,
     bundle_json: &str,
 ) -> Value {
-    let mut filters: Vec<Value> = jwt::envoy_filter(&o.jwt).into_iter().collect();
+    let (name, tls) = (c.name, c.tls);
+    let mut filters: Vec<Value> = jwt::envoy_filter(&o.jwt, c.jwt_required)
+        .into_iter()
+        .collect();
     filters.push(wasm_filter(&o.wasm, bundle_json));
     filters.push(json!({"name": "envoy.filters.http.router", "typed_config": {"@type": format!("{T}envoy.extensions.filters.http.router.v3.Router")}}));
     let mut h = json!({
@@ -615,6 +640,13 @@ pub fn render(
             }
         }
     }
+    if !o.jwt_required.is_empty() && o.jwt.is_empty() {
+        return Err(
+            "--jwt-required needs a --jwt-provider (the token it requires is verified by one)"
+                .into(),
+        );
+    }
+    let mut required_used = BTreeSet::new();
     let mut listeners = Vec::new();
     for ((addr, port), ls) in groups {
         let name = format!("{addr}:{port}");
@@ -627,13 +659,34 @@ pub fn render(
         let chains: Vec<Value> = if !https {
             let refs: Vec<&ListenerModel> = ls.iter().map(|(_, l)| *l).collect();
             let vhosts = virtual_hosts(&refs, &name, &host_rewrites);
-            vec![json!({"filters": hcm(&name, vhosts, false, o, bundle, &bundle_json)})]
+            // Plain-HTTP listeners on one port share one filter chain: all require a token or none.
+            let required: Vec<(&String, bool)> = ls
+                .iter()
+                .map(|(lname, _)| (lname, jwt_required(o, lname, &mut required_used)))
+                .collect();
+            let jwt_required = required.iter().any(|(_, r)| *r);
+            if let Some((other, _)) = required.iter().find(|(_, r)| *r != jwt_required) {
+                return Err(format!(
+                    "--jwt-required: listener {other} shares port {port} with a listener that requires a token; name every listener on that port, or none"
+                ));
+            }
+            let chain = Chain {
+                name: &name,
+                tls: false,
+                jwt_required,
+            };
+            vec![json!({"filters": hcm(&chain, vhosts, o, bundle, &bundle_json)})]
         } else {
             let mut chains = Vec::new();
             for (lname, l) in &ls {
                 let vhosts = virtual_hosts(&[*l], lname, &host_rewrites);
+                let c = Chain {
+                    name: lname,
+                    tls: true,
+                    jwt_required: jwt_required(o, lname, &mut required_used),
+                };
                 let mut chain = json!({
-                    "filters": hcm(lname, vhosts, true, o, bundle, &bundle_json),
+                    "filters": hcm(&c, vhosts, o, bundle, &bundle_json),
                     "transport_socket": downstream_tls(lname, l, o)?,
                 });
                 if let (Some(h), Some(obj)) = (&l.hostname, chain.as_object_mut()) {
@@ -654,6 +707,21 @@ pub fn render(
             obj.insert("filter_chains".into(), json!(chains));
         }
         listeners.push(listener);
+    }
+    if let Some(unknown) = o.jwt_required.iter().find(|r| !required_used.contains(*r)) {
+        let known: Vec<String> = topo
+            .gateways
+            .iter()
+            .flat_map(|g| {
+                g.listeners
+                    .iter()
+                    .map(move |l| format!("{}/{}/{}", g.namespace, g.name, l.name))
+            })
+            .collect();
+        return Err(format!(
+            "--jwt-required {unknown}: no such listener (LISTENER, GATEWAY/LISTENER or NAMESPACE/GATEWAY/LISTENER; listeners: {})",
+            known.join(", ")
+        ));
     }
     Ok(json!({
         "admin": {"address": {"socket_address": {"address": o.admin_address, "port_value": o.admin_port}}},

@@ -158,9 +158,11 @@ pub fn parse_providers(list: &[String]) -> Result<Vec<JwtProviderSpec>, String> 
 
 /// Envoy's `jwt_authn` filter for these providers (None without providers). A valid token
 /// of any provider passes and its payload is left in metadata under the provider's name; a
-/// request without a token passes on to the policies (a JWT source then does not match); a
-/// token that no provider verifies is answered 401 by `jwt_authn`.
-pub fn envoy_filter(providers: &[JwtProviderSpec]) -> Option<Value> {
+/// token that no provider verifies is answered 401 by `jwt_authn`. A request without a token
+/// passes on to the policies (a JWT source then does not match), unless `required`: then
+/// `jwt_authn` answers it 401 with a `WWW-Authenticate: Bearer` challenge, as the MCP
+/// authorization spec asks, and lets only CORS preflights (which carry no token) through.
+pub fn envoy_filter(providers: &[JwtProviderSpec], required: bool) -> Option<Value> {
     if providers.is_empty() {
         return None;
     }
@@ -196,15 +198,22 @@ pub fn envoy_filter(providers: &[JwtProviderSpec]) -> Option<Value> {
         provs.insert(p.name.clone(), cfg);
         alternatives.push(json!({"provider_name": p.name}));
     }
-    alternatives.push(json!({"allow_missing": {}}));
-    Some(json!({
-        "name": "envoy.filters.http.jwt_authn",
-        "typed_config": {
-            "@type": format!("{T}envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"),
-            "providers": provs,
-            "rules": [{"match": {"prefix": "/"}, "requires": {"requires_any": {"requirements": alternatives}}}],
-        }
-    }))
+    if !required {
+        alternatives.push(json!({"allow_missing": {}}));
+    }
+    let requires = match alternatives.as_slice() {
+        [one] => one.clone(),
+        _ => json!({"requires_any": {"requirements": alternatives}}),
+    };
+    let mut cfg = json!({
+        "@type": format!("{T}envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"),
+        "providers": provs,
+        "rules": [{"match": {"prefix": "/"}, "requires": requires}],
+    });
+    if let (true, Some(obj)) = (required, cfg.as_object_mut()) {
+        obj.insert("bypass_cors_preflight".into(), json!(true));
+    }
+    Some(json!({"name": "envoy.filters.http.jwt_authn", "typed_config": cfg}))
 }
 
 #[cfg(test)]
@@ -257,9 +266,9 @@ mod tests {
 
     #[test]
     fn envoy_filter_lets_missing_tokens_through_to_the_policies() {
-        assert!(envoy_filter(&[]).is_none());
+        assert!(envoy_filter(&[], false).is_none());
         let p = parse_provider("idp=issuer=i,jwks=/k.json").unwrap_or_else(|e| panic!("{e}"));
-        let f = envoy_filter(&[p]).unwrap_or_default();
+        let f = envoy_filter(&[p], false).unwrap_or_default();
         let cfg = &f["typed_config"];
         assert_eq!(cfg["providers"]["idp"]["local_jwks"]["filename"], "/k.json");
         assert_eq!(cfg["providers"]["idp"]["payload_in_metadata"], "idp");
@@ -267,5 +276,21 @@ mod tests {
         let req = &cfg["rules"][0]["requires"]["requires_any"]["requirements"];
         assert_eq!(req[0]["provider_name"], "idp");
         assert!(req[1]["allow_missing"].is_object());
+        assert!(cfg.get("bypass_cors_preflight").is_none());
+    }
+
+    #[test]
+    fn envoy_filter_can_require_a_token() {
+        let a = parse_provider("a=issuer=i,jwks=/a.json").unwrap_or_else(|e| panic!("{e}"));
+        let b = parse_provider("b=issuer=j,jwks=/b.json").unwrap_or_else(|e| panic!("{e}"));
+        let one = envoy_filter(std::slice::from_ref(&a), true).unwrap_or_default();
+        let cfg = &one["typed_config"];
+        assert_eq!(cfg["rules"][0]["requires"], json!({"provider_name": "a"}));
+        assert_eq!(cfg["bypass_cors_preflight"], true);
+        let two = envoy_filter(&[a, b], true).unwrap_or_default();
+        assert_eq!(
+            two["typed_config"]["rules"][0]["requires"],
+            json!({"requires_any": {"requirements": [{"provider_name": "a"}, {"provider_name": "b"}]}})
+        );
     }
 }

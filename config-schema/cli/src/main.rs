@@ -260,6 +260,11 @@ struct EnvoyArgs {
     /// Write an access log (one JSON line per request, with the filter's decision).
     #[arg(long)]
     access_log: Option<String>,
+    /// Require a bearer token on this listener (repeatable; LISTENER, GATEWAY/LISTENER or
+    /// NAMESPACE/GATEWAY/LISTENER): jwt_authn answers a request without one 401 with a
+    /// `WWW-Authenticate: Bearer` challenge (CORS preflights pass) instead of passing it on.
+    #[arg(long = "jwt-required", value_name = "LISTENER")]
+    jwt_required: Vec<String>,
 }
 
 #[derive(Args)]
@@ -640,6 +645,7 @@ fn run(cli: Cli) -> Result<u8, String> {
                 upstream_ca: e.upstream_ca,
                 access_log: e.access_log,
                 jwt: jwt::parse_providers(&input.compile.jwt_providers)?,
+                jwt_required: e.jwt_required,
             };
             let mut notes = Notes::default();
             let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;

@@ -477,3 +477,95 @@ fn envoy_puts_jwt_authn_before_the_filter_with_its_jwks() {
     let endpoint = &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
     assert_eq!(endpoint["address"]["socket_address"]["port_value"], 443);
 }
+
+#[test]
+fn jwt_required_takes_allow_missing_off_that_listener_only() {
+    let d = tmp("jwt-required");
+    let gateway = d.join("gateway.yaml");
+    // Two HTTP listeners sharing port 80 (one filter chain), one HTTPS listener of its own.
+    std::fs::write(
+        &gateway,
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: mcp}\n\
+         spec:\n  gatewayClassName: mcp-access\n  listeners:\n\
+         \x20 - {name: a, protocol: HTTP, port: 80, hostname: a.example}\n\
+         \x20 - {name: b, protocol: HTTP, port: 80, hostname: b.example}\n\
+         \x20 - {name: s, protocol: HTTPS, port: 443, tls: {mode: Terminate, certificateRefs: [{name: cert}]}}\n",
+    )
+    .unwrap();
+    let out_path = d.join("envoy.json");
+    let render = |extra: &[&str]| {
+        let mut args = vec![
+            "envoy",
+            "-f",
+            gateway.to_str().unwrap(),
+            "--wasm-path",
+            "/filter.wasm",
+            "--tls-cert",
+            "cert=/tls/cert.pem,/tls/key.pem",
+            "-o",
+            out_path.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let idp = "idp=issuer=https://idp.example.com,jwks=/jwks.json";
+    let out = render(&["--jwt-provider", idp, "--jwt-required", "mcp/gw/s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    // jwt_authn's rule on each listener, by its port.
+    let rule_of = |port: u64| {
+        let l = cfg["static_resources"]["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["address"]["socket_address"]["port_value"] == port)
+            .unwrap();
+        let jwt = &l["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"][0];
+        assert_eq!(jwt["name"], "envoy.filters.http.jwt_authn");
+        (
+            jwt["typed_config"]["rules"][0]["requires"].clone(),
+            jwt["typed_config"]["bypass_cors_preflight"].clone(),
+        )
+    };
+    assert_eq!(
+        rule_of(443),
+        (
+            serde_json::json!({"provider_name": "idp"}),
+            serde_json::json!(true)
+        )
+    );
+    assert_eq!(
+        rule_of(80).0,
+        serde_json::json!({"requires_any": {"requirements": [{"provider_name": "idp"}, {"allow_missing": {}}]}})
+    );
+    // Both listeners of port 80: required there too.
+    let out = render(&[
+        "--jwt-provider",
+        idp,
+        "--jwt-required",
+        "a",
+        "--jwt-required",
+        "gw/b",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Errors name the flag and what is wrong.
+    for (extra, want) in [
+        (
+            vec!["--jwt-provider", idp, "--jwt-required", "a"],
+            "--jwt-required: listener mcp/gw/b shares port 80 with a listener that requires a token",
+        ),
+        (
+            vec!["--jwt-provider", idp, "--jwt-required", "nope"],
+            "--jwt-required nope: no such listener (LISTENER, GATEWAY/LISTENER or NAMESPACE/GATEWAY/LISTENER; listeners: mcp/gw/a, mcp/gw/b, mcp/gw/s)",
+        ),
+        (
+            vec!["--jwt-required", "s"],
+            "--jwt-required needs a --jwt-provider",
+        ),
+    ] {
+        let out = render(&extra);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}");
+        assert!(text(&out.stderr).contains(want), "{extra:?}: {}", text(&out.stderr));
+    }
+}
