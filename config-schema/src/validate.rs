@@ -435,6 +435,43 @@ impl Validator {
             ),
             _ => {}
         }
+        for (i, l) in p.listeners.iter().enumerate() {
+            let lat = format!("{at}.listeners[{i}]");
+            self.check(
+                p.level == Level::Backend,
+                || lat.clone(),
+                "only a Backend-level policy is narrowed to listeners",
+            );
+            let ns = l.namespace.as_deref().unwrap_or(&p.namespace);
+            let found = b.gateways.iter().any(|g| {
+                g.name == l.name
+                    && g.namespace == ns
+                    && l.section_name
+                        .as_ref()
+                        .is_some_and(|s| g.listeners.iter().any(|x| &x.name == s))
+            });
+            self.check(
+                found,
+                || format!("{lat}.sectionName"),
+                format!(
+                    "no listener \"{}\" of gateway {ns}/{} in the bundle",
+                    l.section_name.as_deref().unwrap_or_default(),
+                    l.name
+                ),
+            );
+        }
+        if let Some(o) = &p.origin {
+            self.check(
+                !o.policy.is_empty(),
+                || format!("{at}.origin.policy"),
+                "must name the object the rules came from",
+            );
+            self.check(
+                o.block.is_some() == o.strategy.is_some(),
+                || format!("{at}.origin.strategy"),
+                "a block's rules have a strategy, a policy's own rules none",
+            );
+        }
         if let Some(reason) = &p.not_accepted {
             self.check(
                 !reason.is_empty(),

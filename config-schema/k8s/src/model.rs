@@ -17,6 +17,21 @@ pub struct TargetStatus {
     /// `RefNotPermitted`, `Conflicted`, or a Gateway API route/listener reason.
     pub reason: String,
     pub message: String,
+    /// Where defaults/overrides meet (docs/semantics.md, "Defaults and overrides"): whether
+    /// the policy is enforced at this target as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enforced: Option<Enforcement>,
+}
+
+/// The `Enforced` condition of a policy at one target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Enforcement {
+    /// False only when `Overridden`.
+    pub status: bool,
+    /// `Enforced`, `PartiallyEnforced` or `Overridden`.
+    pub reason: String,
+    pub message: String,
 }
 
 /// The status of one object.

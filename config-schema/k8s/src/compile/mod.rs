@@ -8,6 +8,7 @@
 //! [`rules`] (their access rules), and [`grants`] (ReferenceGrants).
 
 mod backends;
+mod effective;
 mod gateways;
 mod grants;
 mod policies;
@@ -134,6 +135,7 @@ fn cond(
         accepted: reason == reason::ACCEPTED,
         reason: reason.to_string(),
         message: message.into(),
+        enforced: None,
     }
 }
 
@@ -176,6 +178,8 @@ struct Ctx<'a> {
     topo: Topology,
     /// ns/name -> index into topo.backends
     backend_index: HashMap<String, usize>,
+    /// What defaults/overrides blocks did, per (backend, listener).
+    effects: Vec<(String, (String, String, String), effective::Effects)>,
 }
 
 /// Compiles validated manifests.
@@ -186,6 +190,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         report: Report::default(),
         topo: Topology::default(),
         backend_index: HashMap::new(),
+        effects: Vec::new(),
     };
     cx.report_inputs();
     cx.backends();

@@ -80,7 +80,20 @@ pub struct Listener {
 #[derive(Debug)]
 pub struct Backend {
     pub id: String,
+    /// Policies that apply on every listener.
     pub index: LevelIndex,
+    /// Listeners some policy is narrowed to (bundle `listeners`): the index for requests that
+    /// arrived on each, those policies included.
+    pub by_listener: Vec<(usize, LevelIndex)>,
+}
+
+impl Backend {
+    /// What applies to a request that arrived on `listener`.
+    pub fn index_for(&self, listener: Option<usize>) -> &LevelIndex {
+        listener
+            .and_then(|l| self.by_listener.iter().find(|(x, _)| *x == l))
+            .map_or(&self.index, |(_, i)| i)
+    }
 }
 
 /// A compiled rule.

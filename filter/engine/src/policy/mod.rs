@@ -377,18 +377,58 @@ impl Engine {
         let mut backends = Vec::new();
         let mut by_route = HashMap::new();
         let mut by_cluster = HashMap::new();
+        let listener_of = |p: &bundle::Policy, t: &bundle::PolicyTarget| {
+            let ns = t.namespace.as_deref().unwrap_or(&p.namespace);
+            let id = format!(
+                "{ns}/{}/{}",
+                t.name,
+                t.section_name.as_deref().unwrap_or("")
+            );
+            listeners
+                .iter()
+                .position(|l: &compiled::Listener| l.id == id)
+        };
         for (bi, be) in b.backends.iter().enumerate() {
             let mut index = LevelIndex::default();
+            // Attached policies, each with the listeners it is narrowed to (empty: all).
+            let mut attached: Vec<(PolicyId, Vec<usize>)> = Vec::new();
             for (pid, p) in order.iter().enumerate() {
-                let attached = p.level == Level::Backend
+                let here = p.level == Level::Backend
                     && p.targets.iter().any(|t| {
                         t.name == be.name
                             && t.namespace.as_deref().unwrap_or(&p.namespace) == be.namespace
                     });
-                if attached {
-                    index.attach(pid, &policies);
+                if here {
+                    let only: Vec<usize> = p
+                        .listeners
+                        .iter()
+                        .filter_map(|t| listener_of(p, t))
+                        .collect();
+                    if p.listeners.is_empty() {
+                        index.attach(pid, &policies);
+                    }
+                    attached.push((pid, only));
                 }
             }
+            let mut narrowed: Vec<usize> = attached
+                .iter()
+                .flat_map(|(_, l)| l.iter().copied())
+                .collect();
+            narrowed.sort_unstable();
+            narrowed.dedup();
+            let by_listener = narrowed
+                .into_iter()
+                .map(|l| {
+                    let mut ix = LevelIndex::default();
+                    for (pid, only) in &attached {
+                        let p = order.get(*pid);
+                        if p.is_some_and(|p| p.listeners.is_empty()) || only.contains(&l) {
+                            ix.attach(*pid, &policies);
+                        }
+                    }
+                    (l, ix)
+                })
+                .collect();
             for r in &be.route_names {
                 by_route.insert(r.clone(), bi);
             }
@@ -398,6 +438,7 @@ impl Engine {
             backends.push(compiled::Backend {
                 id: format!("{}/{}", be.namespace, be.name),
                 index,
+                by_listener,
             });
         }
 
@@ -559,7 +600,9 @@ impl Engine {
             ),
             (
                 Level::Backend,
-                backend.and_then(|i| self.backends.get(i)).map(|b| &b.index),
+                backend
+                    .and_then(|i| self.backends.get(i))
+                    .map(|b| b.index_for(listener)),
             ),
         ];
         for (level, index) in levels {
