@@ -27,6 +27,8 @@ pub struct Policy {
     pub(crate) rules: Option<Vec<Rule>>,
     /// `when`: the policy applies only where all hold.
     pub(crate) when: Vec<Cel>,
+    /// The bundle's `origin`, shown: where its rules came from (defaults/overrides).
+    pub origin: Option<String>,
 }
 
 /// A compiled CEL condition with the bundle field it came from (`when[1]`,

@@ -347,6 +347,7 @@ impl Engine {
                 action,
                 rules,
                 when,
+                origin: p.origin.as_ref().map(origin_text),
             });
         }
 
@@ -465,6 +466,15 @@ impl Engine {
     pub fn from_json(json: &[u8]) -> Result<Engine, String> {
         let bundle = mcp_access_bundle::parse_bundle(json).map_err(|e| e.to_string())?;
         Engine::compile(&bundle).map_err(|e| format!("invalid policy bundle: {e}"))
+    }
+
+    /// The origin of policy `id` (`namespace/name`), if the compiler derived it.
+    pub fn origin_of(&self, id: Option<&str>) -> Option<String> {
+        let id = id?;
+        self.policies
+            .iter()
+            .find(|p| p.id == id)
+            .and_then(|p| p.origin.clone())
     }
 
     /// The listener a request arrived on: same port, most specific matching hostname.
@@ -687,4 +697,30 @@ impl LevelIndex {
             }
         }
     }
+}
+
+/// How an origin reads in decision logs and `explain`: `overrides (merge) of <policy>`, or
+/// `<policy>; <note>` for a policy's own rules.
+pub fn origin_text(o: &mcp_access_bundle::Origin) -> String {
+    use mcp_access_bundle::{BlockKind, Strategy};
+    let mut s = match (o.block, o.strategy) {
+        (Some(b), st) => format!(
+            "{} ({}) of {}",
+            match b {
+                BlockKind::Defaults => "defaults",
+                BlockKind::Overrides => "overrides",
+            },
+            match st {
+                Some(Strategy::Merge) => "merge",
+                _ => "atomic",
+            },
+            o.policy
+        ),
+        (None, _) => o.policy.clone(),
+    };
+    if !o.note.is_empty() {
+        s.push_str("; ");
+        s.push_str(&o.note);
+    }
+    s
 }
