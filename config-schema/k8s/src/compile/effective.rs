@@ -57,6 +57,8 @@ pub(crate) struct Effects {
     pub(crate) condition_errors: BTreeMap<String, String>,
     /// Lower policies an atomic override removed whole.
     pub(crate) whole: BTreeSet<String>,
+    /// Default rules (or ExternalAuth blocks) not added: name -> why.
+    pub(crate) not_added: BTreeMap<String, String>,
 }
 
 impl Ctx<'_> {
@@ -352,7 +354,10 @@ fn apply(
         (BlockKind::Defaults, Strategy::Merge) if whole => {
             let unset_by = unset.get(&my_key).or_else(|| unset.get(&b.name));
             if let Some(by) = unset_by {
-                mine.origin = Some(origin(format!("unset by {by}")));
+                fx.not_added.insert(
+                    format!("{} of {}", my_key, b.object),
+                    format!("unset by {by}"),
+                );
                 return;
             }
             if (ext && present.contains(&my_key)) || (!ext && !set_empty) {
@@ -362,7 +367,14 @@ fn apply(
         (BlockKind::Defaults, Strategy::Merge) => {
             let mut kept = Vec::new();
             for r in b.rules.iter().flatten() {
-                if present.contains(&r.name) || unset.contains_key(&r.name) {
+                let key = format!("{} of {}", r.name, b.object);
+                if let Some(by) = unset.get(&r.name) {
+                    fx.not_added.insert(key, format!("unset by {by}"));
+                    continue;
+                }
+                if present.contains(&r.name) {
+                    fx.not_added
+                        .insert(key, "a lower rule of that name is kept".into());
                     continue;
                 }
                 kept.push(r.clone());
@@ -506,7 +518,7 @@ impl Ctx<'_> {
     /// The `Enforced` conditions of block policies and of the Backend-level policies they
     /// meet.
     fn block_statuses(&mut self, blocks: &[&BlockPolicy]) {
-        let effects = std::mem::take(&mut self.effects);
+        let effects = self.effects.clone();
         let objects: Vec<String> = blocks.iter().map(|b| b.object.clone()).collect();
         let bundle_ids: Vec<(usize, String)> = self
             .report
@@ -643,4 +655,119 @@ fn atomic_everywhere(mine: &[&Effects], bid: &str) -> bool {
 
 fn join(s: &BTreeSet<String>) -> String {
     s.iter().cloned().collect::<Vec<_>>().join(", ")
+}
+
+impl Ctx<'_> {
+    /// The effective policy of every (listener, XBackend) pair, from the compiled bundle.
+    pub(super) fn effective_view(&self, b: &bundle::Bundle) -> Vec<EffectivePolicy> {
+        let mut out = Vec::new();
+        for (backend, listeners) in self.listeners_per_backend() {
+            let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
+            for key in &listeners {
+                let (gns, g, l) = key;
+                let gateway = b.policies.iter().filter(|p| {
+                    p.level == Level::Gateway
+                        && p.targets.iter().any(|t| {
+                            &t.name == g
+                                && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
+                                && t.section_name.as_ref().is_none_or(|s| s == l)
+                        })
+                });
+                let back = b.policies.iter().filter(|p| {
+                    p.level == Level::Backend
+                        && p.targets.iter().any(|t| {
+                            t.name == bname && t.namespace.as_deref().unwrap_or(&p.namespace) == bns
+                        })
+                        && (p.listeners.is_empty()
+                            || p.listeners.iter().any(|t| {
+                                &t.name == g
+                                    && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
+                                    && t.section_name.as_deref() == Some(l.as_str())
+                            }))
+                });
+                let notes = self
+                    .effects
+                    .iter()
+                    .filter(|(bk, lk, _)| bk == &backend && lk == key)
+                    .flat_map(|(_, _, fx)| notes_of(fx))
+                    .collect();
+                out.push(EffectivePolicy {
+                    gateway: format!("{gns}/{g}"),
+                    listener: l.clone(),
+                    backend: backend.clone(),
+                    levels: vec![
+                        level_view("Gateway", gateway.collect()),
+                        level_view("Backend", back.collect()),
+                    ],
+                    notes,
+                });
+            }
+        }
+        out
+    }
+}
+
+fn notes_of(fx: &Effects) -> Vec<String> {
+    let mut out = Vec::new();
+    for (p, names) in &fx.replaced {
+        out.push(format!("{p}: rules replaced by overrides: {}", join(names)));
+    }
+    for (p, names) in &fx.unset_refused {
+        out.push(format!("{p}: unset of overrides refused: {}", join(names)));
+    }
+    for (what, why) in &fx.not_added {
+        out.push(format!("default {what} not added: {why}"));
+    }
+    for (b, e) in &fx.condition_errors {
+        out.push(format!("{b}: condition erred ({e}); the block applies"));
+    }
+    out
+}
+
+fn level_view(level: &str, policies: Vec<&bundle::Policy>) -> EffectiveLevel {
+    let steps = [
+        (Action::ExternalAuth, "ExternalAuth"),
+        (Action::Deny, "Deny"),
+        (Action::Allow, "Allow"),
+    ]
+    .into_iter()
+    .filter_map(|(a, name)| {
+        let entries: Vec<EffectiveEntry> = policies
+            .iter()
+            .filter(|p| p.action == a)
+            .map(|p| EffectiveEntry {
+                policy: format!("{}/{}", p.namespace, p.name),
+                from: match (&p.origin, &p.not_accepted) {
+                    (_, Some(why)) => format!("stand-in of a policy not accepted ({why})"),
+                    (Some(o), None) => mcp_access_engine::policy::origin_text(o),
+                    (None, None) => "its own rules".into(),
+                },
+                when: p.when.clone(),
+                rules: p.rules.as_ref().map(|rs| {
+                    rs.iter()
+                        .map(|r| {
+                            let mut v = serde_json::to_value(r).unwrap_or_default();
+                            if let Some(o) = v.as_object_mut() {
+                                o.remove("name");
+                            }
+                            EffectiveRule {
+                                name: r.name.clone(),
+                                rule: v,
+                            }
+                        })
+                        .collect()
+                }),
+                authorizer: p.external_auth.clone(),
+            })
+            .collect();
+        (!entries.is_empty()).then(|| EffectiveStep {
+            step: name.into(),
+            policies: entries,
+        })
+    })
+    .collect();
+    EffectiveLevel {
+        level: level.into(),
+        steps,
+    }
 }

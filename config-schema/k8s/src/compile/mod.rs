@@ -104,6 +104,8 @@ pub struct Compiled {
     pub bundle: Bundle,
     pub report: Report,
     pub topology: Topology,
+    /// Per (Gateway listener, XBackend) the policies a request meets.
+    pub effective: Vec<EffectivePolicy>,
 }
 
 /// Whether two API groups name the same kind family (the prototype group is the older name).
@@ -216,10 +218,12 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
             ..Default::default()
         },
     };
+    let effective = cx.effective_view(&bundle);
     Compiled {
         bundle,
         report: cx.report,
         topology: cx.topo,
+        effective,
     }
 }
 
