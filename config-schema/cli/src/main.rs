@@ -403,6 +403,7 @@ fn options(a: &CompileArgs) -> Result<Options, String> {
             .iter()
             .map(jwt::JwtProviderSpec::bundle_provider)
             .collect(),
+        effective_view: false,
     })
 }
 
@@ -690,7 +691,9 @@ fn run(cli: Cli) -> Result<u8, String> {
             backend,
             format,
         } => {
-            let (_, c) = build(&input, options(&input.compile)?)?;
+            let mut o = options(&input.compile)?;
+            o.effective_view = true;
+            let (_, c) = build(&input, o)?;
             let matches = |want: &Option<String>, full: &str| {
                 want.as_ref()
                     .is_none_or(|w| w == full || full.split_once('/').is_some_and(|(_, n)| n == w))

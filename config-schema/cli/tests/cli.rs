@@ -493,7 +493,12 @@ fn effective_prints_each_level_step_and_origin() {
         t.starts_with("platform/agents listener mcp -> XBackend platform/wiki\n"),
         "{t}"
     );
-    assert!(t.contains("platform/risk-check.platform.wiki  from overrides (atomic) of AccessPolicy platform/risk-check"), "{t}");
+    assert!(
+        t.contains(
+            "platform/risk-check  from overrides (atomic) of AccessPolicy platform/risk-check"
+        ),
+        "{t}"
+    );
     assert!(
         t.contains("from defaults (merge) of AccessPolicy platform/read-only"),
         "{t}"

@@ -219,13 +219,15 @@ fn b1_merged_defaults_are_added() {
         m.contains("the following defaults have been added by AccessPolicy mcp/gw-defaults: a, b"),
         "{m}"
     );
-    // The added rules say where they came from.
+    // The added rules say where they came from; alike on both backends, they are one
+    // bundle policy with both targets.
     let p = c
         .bundle
         .policies
         .iter()
-        .find(|p| p.name == "gw-defaults.mcp.tools")
+        .find(|p| p.name == "gw-defaults")
         .unwrap();
+    assert_eq!(p.targets.len(), 2);
     let o = p.origin.as_ref().unwrap();
     assert_eq!(o.policy, "AccessPolicy mcp/gw-defaults");
     assert_eq!(o.block, Some(mcp_access_bundle::BlockKind::Defaults));

@@ -10,6 +10,10 @@ use crate::load::PolicySpec;
 use crate::model::*;
 
 use mcp_access_bundle::{self as bundle, Action, BlockKind, Level, Strategy};
+use mcp_access_engine::cel::SelfCondition;
+
+/// Condition results per (block policy, lower policy): the lower spec does not change.
+type CondCache = BTreeMap<(String, String), Result<bool, String>>;
 
 /// An accepted Gateway policy with a defaults or overrides block, compiled.
 #[derive(Debug, Clone)]
@@ -26,7 +30,9 @@ pub(crate) struct BlockPolicy {
     pub(crate) rules: Option<Vec<bundle::Rule>>,
     pub(crate) when: Vec<String>,
     pub(crate) authorizer: Option<bundle::Authorizer>,
-    pub(crate) condition: Option<String>,
+    /// The compiled `condition` (an error the compiler already reported cannot occur here:
+    /// such a policy is not accepted).
+    pub(crate) condition: Option<Result<std::sync::Arc<SelfCondition>, String>>,
     /// Gateways (and listeners) it targets.
     pub(crate) targets: Vec<bundle::PolicyTarget>,
 }
@@ -82,12 +88,14 @@ impl Ctx<'_> {
             }
         }
         let raw = self.lower_specs();
+        let mut cache = CondCache::new();
         let mut names: BTreeSet<String> = out
             .iter()
             .map(|p| format!("{}/{}", p.namespace, p.name))
             .collect();
         let mut effects_all: Vec<(String, ListenerKey, Effects)> = Vec::new();
         let mut added: Vec<bundle::Policy> = Vec::new();
+        let mut added_out: Vec<bundle::Policy> = Vec::new();
         for (backend, listeners) in self.listeners_per_backend() {
             let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
             let here = |p: &bundle::Policy| {
@@ -112,6 +120,18 @@ impl Ctx<'_> {
                     p
                 })
                 .collect();
+            // `unset` entries of the lower policies: name -> the policy that unsets it.
+            let unset: BTreeMap<String, String> = lower
+                .iter()
+                .flat_map(|p| {
+                    let id = lower_id(p);
+                    raw.get(&id)
+                        .map(|(_, u)| u.clone())
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(move |n| (n, id.clone()))
+                })
+                .collect();
             let mut per_listener: Vec<(ListenerKey, Vec<Unit>)> = Vec::new();
             for l in &listeners {
                 let mut units: Vec<Unit> = lower
@@ -123,7 +143,14 @@ impl Ctx<'_> {
                     .collect();
                 let mut fx = Effects::default();
                 for b in blocks.iter().filter(|b| block_reaches(b, l)) {
-                    apply(b, (bns, bname), &lower, &raw, &mut units, &mut fx);
+                    apply(
+                        b,
+                        (bns, bname),
+                        &lower,
+                        (&raw, &mut cache, &unset),
+                        &mut units,
+                        &mut fx,
+                    );
                 }
                 effects_all.push((backend.clone(), l.clone(), fx));
                 per_listener.push((l.clone(), units));
@@ -161,20 +188,67 @@ impl Ctx<'_> {
                         })
                         .collect();
                 }
-                let base = format!("{}.{bns}.{bname}", p.name);
-                let mut name = base.clone();
-                let mut k = 1;
-                while names.contains(&format!("{}/{name}", p.namespace)) {
-                    k += 1;
-                    name = format!("{base}.{k}");
-                }
-                names.insert(format!("{}/{name}", p.namespace));
-                p.name = name;
                 added.push(p);
             }
         }
+        // One bundle policy per distinct content: a block's rules that apply alike to many
+        // backends are one policy with many targets.
+        let mut groups: Vec<bundle::Policy> = Vec::new();
+        let mut by_key: std::collections::HashMap<(String, String), Vec<usize>> =
+            std::collections::HashMap::new();
+        for p in added {
+            let key = (
+                format!("{}/{}", p.namespace, p.name),
+                format!("{:?}", p.listeners),
+            );
+            let same = |g: &bundle::Policy| {
+                g.action == p.action
+                    && g.rules == p.rules
+                    && g.when == p.when
+                    && g.origin == p.origin
+                    && g.external_auth == p.external_auth
+                    && g.not_accepted == p.not_accepted
+                    && g.seniority == p.seniority
+            };
+            let slot = by_key.entry(key).or_default();
+            match slot
+                .iter()
+                .copied()
+                .find(|&i| groups.get(i).is_some_and(same))
+            {
+                Some(i) => {
+                    if let Some(g) = groups.get_mut(i) {
+                        g.targets.extend(p.targets);
+                    }
+                }
+                None => {
+                    slot.push(groups.len());
+                    groups.push(p);
+                }
+            }
+        }
+        for mut p in groups {
+            let base = match p.targets.as_slice() {
+                [t] => format!(
+                    "{}.{}.{}",
+                    p.name,
+                    t.namespace.as_deref().unwrap_or_default(),
+                    t.name
+                ),
+                _ => p.name.clone(),
+            };
+            let mut name = base.clone();
+            let mut k = 1;
+            while names.contains(&format!("{}/{name}", p.namespace)) {
+                k += 1;
+                name = format!("{base}.{k}");
+            }
+            names.insert(format!("{}/{name}", p.namespace));
+            p.name = name;
+            added_out.push(p);
+        }
         out.retain(|p| !p.targets.is_empty());
-        out.extend(added);
+        out.extend(added_out);
         out.sort_by(|a, b| {
             (a.seniority, &a.namespace, &a.name).cmp(&(b.seniority, &b.namespace, &b.name))
         });
@@ -266,7 +340,11 @@ fn apply(
     b: &BlockPolicy,
     (bns, bname): (&str, &str),
     lower: &[bundle::Policy],
-    raw: &BTreeMap<String, (serde_json::Value, Vec<String>)>,
+    (raw, cache, unset): (
+        &BTreeMap<String, (serde_json::Value, Vec<String>)>,
+        &mut CondCache,
+        &BTreeMap<String, String>,
+    ),
     units: &mut Vec<Unit>,
     fx: &mut Effects,
 ) {
@@ -276,22 +354,28 @@ fn apply(
     if let Some(cond) = &b.condition {
         let of_action: Vec<&bundle::Policy> = lower.iter().filter(|p| same_action(p)).collect();
         if !of_action.is_empty() {
-            let limits = bundle::CelLimits::default();
             let mut holds = false;
             for p in of_action {
-                let v = raw
-                    .get(&lower_id(p))
-                    .map(|(v, _)| v.clone())
-                    .unwrap_or_default();
-                match mcp_access_engine::cel::eval_over_self(cond, &v, &limits) {
-                    Ok(Ok(true)) => holds = true,
-                    Ok(Ok(false)) => {}
-                    Ok(Err(e)) => {
-                        fx.condition_errors.insert(b.object.clone(), e.message);
-                        holds = true;
+                let id = lower_id(p);
+                let key = (b.object.clone(), id.clone());
+                let result = match cache.get(&key) {
+                    Some(r) => r.clone(),
+                    None => {
+                        let null = serde_json::Value::Null;
+                        let v = raw.get(&id).map_or(&null, |(v, _)| v);
+                        let r = cond
+                            .as_ref()
+                            .map_err(Clone::clone)
+                            .and_then(|c| c.eval(v).map_err(|e| e.message));
+                        cache.insert(key, r.clone());
+                        r
                     }
+                };
+                match result {
+                    Ok(true) => holds = true,
+                    Ok(false) => {}
                     Err(e) => {
-                        fx.condition_errors.insert(b.object.clone(), e.to_string());
+                        fx.condition_errors.insert(b.object.clone(), e);
                         holds = true;
                     }
                 }
@@ -301,17 +385,6 @@ fn apply(
             }
         }
     }
-    let unset: BTreeMap<String, String> = lower
-        .iter()
-        .flat_map(|p| {
-            let id = lower_id(p);
-            raw.get(&id)
-                .map(|(_, u)| u.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .map(move |n| (n, id.clone()))
-        })
-        .collect();
     let origin = |note: String| bundle::Origin {
         policy: b.object.clone(),
         block: Some(b.kind),
@@ -336,11 +409,15 @@ fn apply(
         origin: Some(origin(String::new())),
     };
     let of_action = |u: &Unit| u.policy.action == b.action;
-    let present: BTreeSet<String> = units
-        .iter()
-        .filter(|u| of_action(u))
-        .flat_map(keys)
-        .collect();
+    let present: BTreeSet<String> = if b.kind == BlockKind::Defaults {
+        units
+            .iter()
+            .filter(|u| of_action(u))
+            .flat_map(keys)
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
     let set_empty = !units.iter().any(of_action);
     let ext = b.action == Action::ExternalAuth;
     let my_key = format!("{}/{}", b.namespace, b.name);
@@ -471,7 +548,7 @@ fn apply(
                 units.retain(|u| u.policy.rules.as_ref().is_none_or(|r| !r.is_empty()));
             }
             // An `unset` of an override is refused (and reported on the lower policy).
-            for (n, by) in &unset {
+            for (n, by) in unset {
                 if names_of(&mine).contains(n) || (ext && (n == &my_key || n == &b.name)) {
                     fx.unset_refused
                         .entry(by.clone())
@@ -482,7 +559,7 @@ fn apply(
         }
     }
     if b.kind == BlockKind::Overrides && b.strategy == Strategy::Atomic {
-        for (n, by) in &unset {
+        for (n, by) in unset {
             if names_of(&mine).contains(n) || (ext && (n == &my_key || n == &b.name)) {
                 fx.unset_refused
                     .entry(by.clone())

@@ -64,6 +64,8 @@ pub struct Options {
     pub client_cas: Option<Vec<String>>,
     /// The `jwt_authn` providers whose verified claims JWT sources read.
     pub jwt_providers: Vec<bundle::JwtProvider>,
+    /// Also build [`Compiled::effective`] (`mcp-access effective`).
+    pub effective_view: bool,
 }
 
 impl Default for Options {
@@ -81,6 +83,7 @@ impl Default for Options {
             tls_secrets: None,
             client_cas: None,
             jwt_providers: Vec::new(),
+            effective_view: false,
         }
     }
 }
@@ -104,7 +107,8 @@ pub struct Compiled {
     pub bundle: Bundle,
     pub report: Report,
     pub topology: Topology,
-    /// Per (Gateway listener, XBackend) the policies a request meets.
+    /// Per (Gateway listener, XBackend) the policies a request meets (with
+    /// [`Options::effective_view`]).
     pub effective: Vec<EffectivePolicy>,
 }
 
@@ -218,7 +222,11 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
             ..Default::default()
         },
     };
-    let effective = cx.effective_view(&bundle);
+    let effective = if o.effective_view {
+        cx.effective_view(&bundle)
+    } else {
+        Vec::new()
+    };
     Compiled {
         bundle,
         report: cx.report,

@@ -174,7 +174,14 @@ impl Ctx<'_> {
                 rules: content.rules.clone().ok().flatten(),
                 when: content.when.clone(),
                 authorizer: content.authorizer.clone(),
-                condition: b.condition.clone(),
+                condition: b.condition.as_ref().map(|c| {
+                    mcp_access_engine::cel::SelfCondition::compile(
+                        c,
+                        &mcp_access_bundle::CelLimits::default(),
+                    )
+                    .map(std::sync::Arc::new)
+                    .map_err(|e| e.to_string())
+                }),
                 targets: t.accepted.clone(),
             });
         } else if !t.accepted.is_empty() {
@@ -394,8 +401,7 @@ impl Ctx<'_> {
                     self.content_parts(p, &at, (&b.action, &b.external_auth, &b.rules, &b.when));
                 if let (Ok(()), Some(cond)) = (&c.problem, &b.condition) {
                     let limits = mcp_access_bundle::CelLimits::default();
-                    let null = serde_json::Value::Null;
-                    if let Err(e) = mcp_access_engine::cel::eval_over_self(cond, &null, &limits) {
+                    if let Err(e) = mcp_access_engine::cel::SelfCondition::compile(cond, &limits) {
                         c.problem = Err((reason::INVALID, format!("{at}.condition: {e}")));
                     }
                 }

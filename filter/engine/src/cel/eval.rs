@@ -21,7 +21,7 @@ pub struct Input<'a> {
     pub host: &'a str,
     /// The bundle's trust domain (`source.service_account` needs it to match, when set).
     pub trust_domain: Option<&'a str>,
-    /// `self` of a compile-time condition ([`super::eval_over_self`]); None for requests.
+    /// `self` of a compile-time condition ([`super::SelfCondition`]); None for requests.
     pub this: Option<&'a serde_json::Value>,
 }
 

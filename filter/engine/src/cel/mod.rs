@@ -64,36 +64,42 @@ pub fn check(expression: &str, limits: &CelLimits) -> Result<(), CelError> {
     Program::compile(expression, limits).map(|_| ())
 }
 
-/// Evaluates `condition` with `self` bound to `value` and no request attributes: how the
-/// policy compiler judges a defaults/overrides `condition` against a lower policy's spec
-/// (docs/semantics.md, "Defaults and overrides"). Outer error: the expression cannot be
-/// used; inner: its evaluation erred or was not boolean.
-pub fn eval_over_self(
-    condition: &str,
-    value: &serde_json::Value,
-    limits: &CelLimits,
-) -> Result<Result<bool, EvalError>, CelError> {
-    let program = Program::compile_for(condition, limits, true)?;
-    let req = crate::request::Request {
-        method: String::new(),
-        path: String::new(),
-        canonical_path: String::new(),
-        authority: String::new(),
-        port: 0,
-        headers: Vec::new(),
-        caller: crate::request::Caller::default(),
-        mcp: crate::request::McpOp::Transport,
-        route_name: None,
-        cluster_name: None,
-        time: None,
-        params: None,
-    };
-    Ok(program.eval(&Input {
-        req: &req,
-        host: "",
-        trust_domain: None,
-        this: Some(value),
-    }))
+/// A compile-time condition: `self` is its only variable (a defaults/overrides `condition`,
+/// which the policy compiler evaluates against lower policies' specs; docs/semantics.md,
+/// "Defaults and overrides").
+#[derive(Debug)]
+pub struct SelfCondition(Program);
+
+impl SelfCondition {
+    /// Parses and checks `condition` (no request attribute may be read).
+    pub fn compile(condition: &str, limits: &CelLimits) -> Result<SelfCondition, CelError> {
+        Program::compile_for(condition, limits, true).map(SelfCondition)
+    }
+
+    /// Evaluates it with `self` bound to `value`: a boolean, or why there is none (an error
+    /// or a result that is not boolean).
+    pub fn eval(&self, value: &serde_json::Value) -> Result<bool, EvalError> {
+        let req = crate::request::Request {
+            method: String::new(),
+            path: String::new(),
+            canonical_path: String::new(),
+            authority: String::new(),
+            port: 0,
+            headers: Vec::new(),
+            caller: crate::request::Caller::default(),
+            mcp: crate::request::McpOp::Transport,
+            route_name: None,
+            cluster_name: None,
+            time: None,
+            params: None,
+        };
+        self.0.eval(&Input {
+            req: &req,
+            host: "",
+            trust_domain: None,
+            this: Some(value),
+        })
+    }
 }
 
 /// A request attribute an expression can read (docs/semantics.md, "CEL").
@@ -115,7 +121,7 @@ pub enum Attr {
     SaNamespace,
     SaName,
     JwtClaims,
-    /// `self`: the value a compile-time condition is evaluated against ([`eval_over_self`]);
+    /// `self`: the value a compile-time condition is evaluated against ([`SelfCondition`]);
     /// never a request attribute.
     SelfValue,
 }

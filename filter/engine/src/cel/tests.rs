@@ -324,7 +324,7 @@ fn hostile_expressions_at_the_largest_limits_fit_a_wasm_sized_stack() {
 fn conditions_over_self() {
     let spec = serde_json::json!({"action": "Allow", "rules": [{"name": "a"}, {"name": "b"}, {"name": "c"}]});
     let lim = CelLimits::default();
-    let run = |src: &str| super::eval_over_self(src, &spec, &lim);
+    let run = |src: &str| super::SelfCondition::compile(src, &lim).map(|c| c.eval(&spec));
     assert_eq!(run("size(self.rules) > 2"), Ok(Ok(true)));
     assert_eq!(run("self.action == 'Deny'"), Ok(Ok(false)));
     assert_eq!(run("self.rules.exists(r, r.name == 'b')"), Ok(Ok(true)));
