@@ -15,6 +15,9 @@ use mcp_access_engine::cel::SelfCondition;
 /// Condition results per (block policy, lower policy): the lower spec does not change.
 type CondCache = BTreeMap<(String, String), Result<bool, String>>;
 
+/// Bundle `namespace/name` of each policy -> (its spec as written, its `unset`).
+type LowerSpecs = BTreeMap<String, (serde_json::Value, Vec<String>)>;
+
 /// An accepted Gateway policy with a defaults or overrides block, compiled.
 #[derive(Debug, Clone)]
 pub(crate) struct BlockPolicy {
@@ -283,7 +286,7 @@ impl Ctx<'_> {
     }
 
     /// Bundle `namespace/name` of each policy -> (its spec as written, its `unset`).
-    fn lower_specs(&self) -> BTreeMap<String, (serde_json::Value, Vec<String>)> {
+    fn lower_specs(&self) -> LowerSpecs {
         let mut map = BTreeMap::new();
         for p in &self.m.policies {
             let unset = match &p.spec {
@@ -340,11 +343,7 @@ fn apply(
     b: &BlockPolicy,
     (bns, bname): (&str, &str),
     lower: &[bundle::Policy],
-    (raw, cache, unset): (
-        &BTreeMap<String, (serde_json::Value, Vec<String>)>,
-        &mut CondCache,
-        &BTreeMap<String, String>,
-    ),
+    (raw, cache, unset): (&LowerSpecs, &mut CondCache, &BTreeMap<String, String>),
     units: &mut Vec<Unit>,
     fx: &mut Effects,
 ) {
