@@ -165,21 +165,48 @@ impl Ctx<'_> {
             if same {
                 continue;
             }
-            // The backend leaves every lower policy; its effective policies replace them.
+            let mut variants: Vec<(bundle::Policy, Vec<ListenerKey>)> = Vec::new();
+            let mut by_name: std::collections::HashMap<String, Vec<usize>> =
+                std::collections::HashMap::new();
+            for (l, units) in per_listener {
+                for u in units {
+                    let slot = by_name.entry(u.policy.name.clone()).or_default();
+                    let found = slot
+                        .iter()
+                        .copied()
+                        .find(|&i| variants.get(i).is_some_and(|(p, _)| *p == u.policy));
+                    match found.and_then(|i| variants.get_mut(i)) {
+                        Some((_, ls)) => ls.push(l.clone()),
+                        None => {
+                            slot.push(variants.len());
+                            variants.push((u.policy, vec![l.clone()]));
+                        }
+                    }
+                }
+            }
+            // A lower policy unchanged on every listener keeps this backend as a target;
+            // the backend leaves the others, whose effective variants replace them.
+            let kept: Vec<&bundle::Policy> = lower
+                .iter()
+                .filter(|lp| {
+                    variants
+                        .iter()
+                        .any(|(p, ls)| p == *lp && ls.len() == listeners.len())
+                })
+                .collect();
             for p in out.iter_mut().filter(|p| here(p)) {
+                let id = (p.namespace.clone(), p.name.clone());
+                if kept
+                    .iter()
+                    .any(|k| (k.namespace.clone(), k.name.clone()) == id)
+                {
+                    continue;
+                }
                 p.targets.retain(|t| {
                     !(t.name == bname && t.namespace.as_deref().unwrap_or(&p.namespace) == bns)
                 });
             }
-            let mut variants: Vec<(bundle::Policy, Vec<ListenerKey>)> = Vec::new();
-            for (l, units) in per_listener {
-                for u in units {
-                    match variants.iter_mut().find(|(p, _)| *p == u.policy) {
-                        Some((_, ls)) => ls.push(l.clone()),
-                        None => variants.push((u.policy, vec![l.clone()])),
-                    }
-                }
-            }
+            variants.retain(|(p, ls)| !(ls.len() == listeners.len() && kept.contains(&p)));
             for (mut p, ls) in variants {
                 if ls.len() < listeners.len() {
                     p.listeners = ls
@@ -408,14 +435,15 @@ fn apply(
         origin: Some(origin(String::new())),
     };
     let of_action = |u: &Unit| u.policy.action == b.action;
-    let present: BTreeSet<String> = if b.kind == BlockKind::Defaults {
+    // Whether the lower set (with the blocks applied so far) has merge key `k`.
+    let present = |units: &[Unit], k: &str| {
         units
             .iter()
             .filter(|u| of_action(u))
-            .flat_map(keys)
-            .collect()
-    } else {
-        BTreeSet::new()
+            .any(|u| match u.policy.action {
+                Action::ExternalAuth => keys(u).iter().any(|x| x == k),
+                _ => u.policy.rules.iter().flatten().any(|r| r.name == k),
+            })
     };
     let set_empty = !units.iter().any(of_action);
     let ext = b.action == Action::ExternalAuth;
@@ -436,7 +464,7 @@ fn apply(
                 );
                 return;
             }
-            if (ext && present.contains(&my_key)) || (!ext && !set_empty) {
+            if (ext && present(units, &my_key)) || (!ext && !set_empty) {
                 return;
             }
         }
@@ -448,7 +476,7 @@ fn apply(
                     fx.not_added.insert(key, format!("unset by {by}"));
                     continue;
                 }
-                if present.contains(&r.name) {
+                if present(units, &r.name) {
                     fx.not_added
                         .insert(key, "a lower rule of that name is kept".into());
                     continue;
