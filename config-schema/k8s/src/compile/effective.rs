@@ -43,12 +43,144 @@ pub(crate) struct BlockPolicy {
 /// A listener: `(gateway namespace, gateway name, listener name)`.
 type ListenerKey = (String, String, String);
 
-/// One effective Backend-level policy of a (listener, backend) pair.
-#[derive(Debug, Clone, PartialEq)]
-struct Unit {
-    policy: bundle::Policy,
-    /// From a block: its Gateway policy's seniority and kind.
-    block: Option<(u64, BlockKind)>,
+/// One effective Backend-level policy of a (listener, backend) pair, by reference: a lower
+/// policy (index into that backend's lower policies) without the rules of some names, or a
+/// block (index into the blocks, oldest first) with some of its rules (None: as written).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Unit {
+    Lower { i: usize, removed: Vec<String> },
+    Block { k: usize, kept: Option<Vec<usize>> },
+}
+
+/// What the units of one backend refer to.
+struct Scope<'a> {
+    lower: &'a [bundle::Policy],
+    blocks: &'a [&'a BlockPolicy],
+}
+
+impl Scope<'_> {
+    fn action(&self, u: &Unit) -> Option<Action> {
+        match u {
+            Unit::Lower { i, .. } => self.lower.get(*i).map(|p| p.action),
+            Unit::Block { k, .. } => self.blocks.get(*k).map(|b| b.action),
+        }
+    }
+
+    fn is_override(&self, u: &Unit) -> bool {
+        matches!(u, Unit::Block { k, .. } if self.blocks.get(*k).is_some_and(|b| b.kind == BlockKind::Overrides))
+    }
+
+    fn is_standin(&self, u: &Unit) -> bool {
+        matches!(u, Unit::Lower { i, .. } if self.lower.get(*i).is_some_and(|p| p.not_accepted.is_some()))
+    }
+
+    /// The rule names the unit holds.
+    fn names<'s>(&'s self, u: &'s Unit) -> Vec<&'s str> {
+        match u {
+            Unit::Lower { i, removed } => self
+                .lower
+                .get(*i)
+                .and_then(|p| p.rules.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|r| r.name.as_str())
+                .filter(|n| !removed.iter().any(|x| x == n))
+                .collect(),
+            Unit::Block { k, kept } => {
+                let rules = self.blocks.get(*k).and_then(|b| b.rules.as_ref());
+                match (rules, kept) {
+                    (Some(rs), Some(kept)) => kept
+                        .iter()
+                        .filter_map(|ix| rs.get(*ix))
+                        .map(|r| r.name.as_str())
+                        .collect(),
+                    (Some(rs), None) => rs.iter().map(|r| r.name.as_str()).collect(),
+                    (None, _) => Vec::new(),
+                }
+            }
+        }
+    }
+
+    /// The ExternalAuth merge key: the policy's `namespace/name`.
+    fn key(&self, u: &Unit) -> String {
+        match u {
+            Unit::Lower { i, .. } => self.lower.get(*i).map(lower_id).unwrap_or_default(),
+            Unit::Block { k, .. } => self
+                .blocks
+                .get(*k)
+                .map(|b| format!("{}/{}", b.namespace, b.name))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Whether the unit has rules (Some) of which none is left.
+    fn emptied(&self, u: &Unit) -> bool {
+        match u {
+            Unit::Lower { i, .. } => {
+                self.lower.get(*i).is_some_and(|p| p.rules.is_some()) && self.names(u).is_empty()
+            }
+            Unit::Block { kept, .. } => kept.as_ref().is_some_and(Vec::is_empty),
+        }
+    }
+
+    /// The bundle policy of a unit on backend `(bns, bname)`.
+    fn materialize(&self, u: &Unit, (bns, bname): (&str, &str)) -> Option<bundle::Policy> {
+        match u {
+            Unit::Lower { i, removed } => {
+                let mut p = self.lower.get(*i)?.clone();
+                if !removed.is_empty() {
+                    if let Some(rs) = &mut p.rules {
+                        rs.retain(|r| !removed.contains(&r.name));
+                    }
+                    p.origin = Some(bundle::Origin {
+                        policy: format!("policy {}", lower_id(&p)),
+                        block: None,
+                        strategy: None,
+                        note: format!("rules replaced by overrides: {}", removed.join(", ")),
+                    });
+                }
+                Some(p)
+            }
+            Unit::Block { k, kept } => {
+                let b = self.blocks.get(*k)?;
+                let rules = match (&b.rules, kept) {
+                    (Some(rs), Some(kept)) => {
+                        Some(kept.iter().filter_map(|ix| rs.get(*ix)).cloned().collect())
+                    }
+                    (rules, _) => rules.clone(),
+                };
+                Some(bundle::Policy {
+                    name: b.name.clone(),
+                    namespace: b.namespace.clone(),
+                    level: Level::Backend,
+                    targets: vec![backend_target(bns, bname)],
+                    action: b.action,
+                    external_auth: b
+                        .authorizer
+                        .as_ref()
+                        .map(|_| format!("{}.{}", b.namespace, b.name)),
+                    seniority: b.seniority,
+                    rules,
+                    when: b.when.clone(),
+                    not_accepted: None,
+                    listeners: Vec::new(),
+                    origin: Some(bundle::Origin {
+                        policy: b.object.clone(),
+                        block: Some(b.kind),
+                        strategy: Some(b.strategy),
+                        note: String::new(),
+                    }),
+                })
+            }
+        }
+    }
+}
+
+/// A unit with what identifies it across backends, and its listeners.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum GlobalKey {
+    Lower(String, Vec<String>, Vec<ListenerKey>),
+    Block(usize, Option<Vec<usize>>, Vec<ListenerKey>),
 }
 
 /// What a block did on one (listener, backend), for the status and the effective view.
@@ -97,8 +229,11 @@ impl Ctx<'_> {
             .map(|p| format!("{}/{}", p.namespace, p.name))
             .collect();
         let mut effects_all: Vec<(String, ListenerKey, Effects)> = Vec::new();
-        let mut added: Vec<bundle::Policy> = Vec::new();
-        let mut added_out: Vec<bundle::Policy> = Vec::new();
+        // Effective policies by what they are (and their listeners): one bundle policy each,
+        // with every backend it applies to as a target.
+        let mut groups: Vec<(GlobalKey, bundle::Policy)> = Vec::new();
+        let mut group_of: std::collections::HashMap<GlobalKey, usize> =
+            std::collections::HashMap::new();
         for (backend, listeners) in self.listeners_per_backend() {
             let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
             let here = |p: &bundle::Policy| {
@@ -107,11 +242,10 @@ impl Ctx<'_> {
                         t.name == bname && t.namespace.as_deref().unwrap_or(&p.namespace) == bns
                     })
             };
-            let reaching: Vec<&ListenerKey> = listeners
+            let reaching = listeners
                 .iter()
-                .filter(|l| blocks.iter().any(|b| block_reaches(b, l)))
-                .collect();
-            if reaching.is_empty() {
+                .any(|l| blocks.iter().any(|b| block_reaches(b, l)));
+            if !reaching {
                 continue;
             }
             let lower: Vec<bundle::Policy> = out
@@ -123,6 +257,10 @@ impl Ctx<'_> {
                     p
                 })
                 .collect();
+            let scope = Scope {
+                lower: &lower,
+                blocks: &blocks,
+            };
             // `unset` entries of the lower policies: name -> the policy that unsets it.
             let unset: BTreeMap<String, String> = lower
                 .iter()
@@ -135,129 +273,96 @@ impl Ctx<'_> {
                         .map(move |n| (n, id.clone()))
                 })
                 .collect();
-            let mut per_listener: Vec<(ListenerKey, Vec<Unit>)> = Vec::new();
+            let as_written: Vec<Unit> = (0..lower.len())
+                .map(|i| Unit::Lower {
+                    i,
+                    removed: Vec::new(),
+                })
+                .collect();
+            // Per unit, the listeners it is effective on (in first-seen order).
+            let mut variants: Vec<(Unit, Vec<ListenerKey>)> = Vec::new();
+            let mut changed = false;
             for l in &listeners {
-                let mut units: Vec<Unit> = lower
-                    .iter()
-                    .map(|p| Unit {
-                        policy: p.clone(),
-                        block: None,
-                    })
-                    .collect();
+                let mut units = as_written.clone();
                 let mut fx = Effects::default();
-                for b in blocks.iter().filter(|b| block_reaches(b, l)) {
-                    apply(
-                        b,
-                        (bns, bname),
-                        &lower,
-                        (&raw, &mut cache, &unset),
-                        &mut units,
-                        &mut fx,
-                    );
+                for (k, b) in blocks.iter().enumerate() {
+                    if block_reaches(b, l) {
+                        apply(&scope, k, (&raw, &mut cache, &unset), &mut units, &mut fx);
+                    }
                 }
+                changed |= units != as_written;
                 effects_all.push((backend.clone(), l.clone(), fx));
-                per_listener.push((l.clone(), units));
-            }
-            // Unchanged everywhere: nothing to rewrite for this backend.
-            let same = per_listener.iter().all(|(_, u)| {
-                u.len() == lower.len() && u.iter().zip(&lower).all(|(x, y)| &x.policy == y)
-            });
-            if same {
-                continue;
-            }
-            let mut variants: Vec<(bundle::Policy, Vec<ListenerKey>)> = Vec::new();
-            let mut by_name: std::collections::HashMap<String, Vec<usize>> =
-                std::collections::HashMap::new();
-            for (l, units) in per_listener {
                 for u in units {
-                    let slot = by_name.entry(u.policy.name.clone()).or_default();
-                    let found = slot
-                        .iter()
-                        .copied()
-                        .find(|&i| variants.get(i).is_some_and(|(p, _)| *p == u.policy));
-                    match found.and_then(|i| variants.get_mut(i)) {
+                    match variants.iter_mut().find(|(x, _)| *x == u) {
                         Some((_, ls)) => ls.push(l.clone()),
-                        None => {
-                            slot.push(variants.len());
-                            variants.push((u.policy, vec![l.clone()]));
-                        }
+                        None => variants.push((u, vec![l.clone()])),
                     }
                 }
             }
-            // A lower policy unchanged on every listener keeps this backend as a target;
-            // the backend leaves the others, whose effective variants replace them.
-            let kept: Vec<&bundle::Policy> = lower
+            if !changed {
+                continue;
+            }
+            // A lower policy unchanged on every listener keeps this backend as a target; the
+            // backend leaves the others, whose effective variants replace them.
+            let everywhere = |u: &Unit| {
+                variants
+                    .iter()
+                    .any(|(x, ls)| x == u && ls.len() == listeners.len())
+            };
+            let kept: Vec<String> = as_written
                 .iter()
-                .filter(|lp| {
-                    variants
-                        .iter()
-                        .any(|(p, ls)| p == *lp && ls.len() == listeners.len())
+                .filter(|u| everywhere(u))
+                .filter_map(|u| match u {
+                    Unit::Lower { i, .. } => lower.get(*i).map(lower_id),
+                    Unit::Block { .. } => None,
                 })
                 .collect();
             for p in out.iter_mut().filter(|p| here(p)) {
-                let id = (p.namespace.clone(), p.name.clone());
-                if kept
-                    .iter()
-                    .any(|k| (k.namespace.clone(), k.name.clone()) == id)
-                {
+                if kept.contains(&lower_id(p)) {
                     continue;
                 }
                 p.targets.retain(|t| {
                     !(t.name == bname && t.namespace.as_deref().unwrap_or(&p.namespace) == bns)
                 });
             }
-            variants.retain(|(p, ls)| !(ls.len() == listeners.len() && kept.contains(&p)));
-            for (mut p, ls) in variants {
-                if ls.len() < listeners.len() {
-                    p.listeners = ls
-                        .iter()
-                        .map(|(ns, g, l)| bundle::PolicyTarget {
-                            name: g.clone(),
-                            namespace: Some(ns.clone()),
-                            section_name: Some(l.clone()),
-                        })
-                        .collect();
+            for (u, ls) in variants {
+                if ls.len() == listeners.len() && as_written.contains(&u) {
+                    continue;
                 }
-                added.push(p);
+                let only = if ls.len() < listeners.len() {
+                    ls
+                } else {
+                    Vec::new()
+                };
+                let key = match &u {
+                    Unit::Lower { i, removed } => GlobalKey::Lower(
+                        lower.get(*i).map(lower_id).unwrap_or_default(),
+                        removed.clone(),
+                        only.clone(),
+                    ),
+                    Unit::Block { k, kept } => GlobalKey::Block(*k, kept.clone(), only.clone()),
+                };
+                if let Some(g) = group_of.get(&key).and_then(|&i| groups.get_mut(i)) {
+                    g.1.targets.push(backend_target(bns, bname));
+                    continue;
+                }
+                let Some(mut p) = scope.materialize(&u, (bns, bname)) else {
+                    continue;
+                };
+                p.listeners = only
+                    .iter()
+                    .map(|(ns, g, l)| bundle::PolicyTarget {
+                        name: g.clone(),
+                        namespace: Some(ns.clone()),
+                        section_name: Some(l.clone()),
+                    })
+                    .collect();
+                group_of.insert(key.clone(), groups.len());
+                groups.push((key, p));
             }
         }
-        // One bundle policy per distinct content: a block's rules that apply alike to many
-        // backends are one policy with many targets.
-        let mut groups: Vec<bundle::Policy> = Vec::new();
-        let mut by_key: std::collections::HashMap<(String, String), Vec<usize>> =
-            std::collections::HashMap::new();
-        for p in added {
-            let key = (
-                format!("{}/{}", p.namespace, p.name),
-                format!("{:?}", p.listeners),
-            );
-            let same = |g: &bundle::Policy| {
-                g.action == p.action
-                    && g.rules == p.rules
-                    && g.when == p.when
-                    && g.origin == p.origin
-                    && g.external_auth == p.external_auth
-                    && g.not_accepted == p.not_accepted
-                    && g.seniority == p.seniority
-            };
-            let slot = by_key.entry(key).or_default();
-            match slot
-                .iter()
-                .copied()
-                .find(|&i| groups.get(i).is_some_and(same))
-            {
-                Some(i) => {
-                    if let Some(g) = groups.get_mut(i) {
-                        g.targets.extend(p.targets);
-                    }
-                }
-                None => {
-                    slot.push(groups.len());
-                    groups.push(p);
-                }
-            }
-        }
-        for mut p in groups {
+        let mut added = Vec::new();
+        for (_, mut p) in groups {
             let base = match p.targets.as_slice() {
                 [t] => format!(
                     "{}.{}.{}",
@@ -275,10 +380,10 @@ impl Ctx<'_> {
             }
             names.insert(format!("{}/{name}", p.namespace));
             p.name = name;
-            added_out.push(p);
+            added.push(p);
         }
         out.retain(|p| !p.targets.is_empty());
-        out.extend(added_out);
+        out.extend(added);
         out.sort_by(|a, b| {
             (a.seniority, &a.namespace, &a.name).cmp(&(b.seniority, &b.namespace, &b.name))
         });
@@ -286,7 +391,6 @@ impl Ctx<'_> {
         self.block_statuses(&blocks);
     }
 
-    /// Per XBackend (`namespace/name`), the listeners whose routes forward to it.
     pub(super) fn listeners_per_backend(&self) -> BTreeMap<String, Vec<ListenerKey>> {
         let mut map: BTreeMap<String, Vec<ListenerKey>> = BTreeMap::new();
         for b in &self.topo.backends {
@@ -346,34 +450,21 @@ fn block_reaches(b: &BlockPolicy, (ns, g, l): &ListenerKey) -> bool {
     })
 }
 
-/// The merge key of a unit's rules: rule names, or for ExternalAuth the policy's
-/// `namespace/name`.
-fn keys(u: &Unit) -> Vec<String> {
-    match u.policy.action {
-        Action::ExternalAuth => vec![format!("{}/{}", u.policy.namespace, u.policy.name)],
-        _ => u
-            .policy
-            .rules
-            .iter()
-            .flatten()
-            .map(|r| r.name.clone())
-            .collect(),
-    }
-}
-
+/// `namespace/name` of a bundle policy.
 fn lower_id(p: &bundle::Policy) -> String {
     format!("{}/{}", p.namespace, p.name)
 }
 
-/// Applies block `b` to the units of one (listener, backend).
+/// Applies block `k` to the units of one (listener, backend).
 fn apply(
-    b: &BlockPolicy,
-    (bns, bname): (&str, &str),
-    lower: &[bundle::Policy],
+    scope: &Scope<'_>,
+    k: usize,
     (raw, cache, unset): (&LowerSpecs, &mut CondCache, &BTreeMap<String, String>),
     units: &mut Vec<Unit>,
     fx: &mut Effects,
 ) {
+    let Some(b) = scope.blocks.get(k) else { return };
+    let lower = scope.lower;
     let same_action = |p: &bundle::Policy| p.action == b.action && p.not_accepted.is_none();
     // `condition`: holds for at least one lower policy of this action (an empty lower set:
     // the block applies without it; an error: it applies, and the status says so).
@@ -411,55 +502,53 @@ fn apply(
             }
         }
     }
-    let origin = |note: String| bundle::Origin {
-        policy: b.object.clone(),
-        block: Some(b.kind),
-        strategy: Some(b.strategy),
-        note,
-    };
-    let mut mine = bundle::Policy {
-        name: b.name.clone(),
-        namespace: b.namespace.clone(),
-        level: Level::Backend,
-        targets: vec![backend_target(bns, bname)],
-        action: b.action,
-        external_auth: b
-            .authorizer
-            .as_ref()
-            .map(|_| format!("{}.{}", b.namespace, b.name)),
-        seniority: b.seniority,
-        rules: b.rules.clone(),
-        when: b.when.clone(),
-        not_accepted: None,
-        listeners: Vec::new(),
-        origin: Some(origin(String::new())),
-    };
-    let of_action = |u: &Unit| u.policy.action == b.action;
-    // Whether the lower set (with the blocks applied so far) has merge key `k`.
-    let present = |units: &[Unit], k: &str| {
-        units
-            .iter()
-            .filter(|u| of_action(u))
-            .any(|u| match u.policy.action {
-                Action::ExternalAuth => keys(u).iter().any(|x| x == k),
-                _ => u.policy.rules.iter().flatten().any(|r| r.name == k),
-            })
-    };
-    let set_empty = !units.iter().any(of_action);
+    let of_action = |u: &Unit| scope.action(u) == Some(b.action);
     let ext = b.action == Action::ExternalAuth;
     let my_key = format!("{}/{}", b.namespace, b.name);
+    // Whether the lower set (with the blocks applied so far) has merge key `name`.
+    let present = |units: &[Unit], name: &str| {
+        units.iter().filter(|u| of_action(u)).any(|u| {
+            if ext {
+                scope.key(u) == name
+            } else {
+                scope.names(u).contains(&name)
+            }
+        })
+    };
+    let set_empty = !units.iter().any(of_action);
     let whole = ext || b.rules.is_none();
-    match (b.kind, b.strategy) {
+    let rule_name = |ix: usize| {
+        b.rules
+            .as_ref()
+            .and_then(|rs| rs.get(ix))
+            .map(|r| r.name.clone())
+            .unwrap_or_default()
+    };
+    let all: Option<Vec<usize>> = b.rules.as_ref().map(|rs| (0..rs.len()).collect());
+    let senior = |units: &[Unit]| -> BTreeSet<String> {
+        units
+            .iter()
+            .filter(|u| of_action(u) && scope.is_override(u))
+            .flat_map(|u| {
+                if ext {
+                    vec![scope.key(u)]
+                } else {
+                    scope.names(u).into_iter().map(str::to_string).collect()
+                }
+            })
+            .collect()
+    };
+    let kept: Option<Vec<usize>> = match (b.kind, b.strategy) {
         (BlockKind::Defaults, Strategy::Atomic) => {
             if !set_empty {
                 return;
             }
+            None
         }
         (BlockKind::Defaults, Strategy::Merge) if whole => {
-            let unset_by = unset.get(&my_key).or_else(|| unset.get(&b.name));
-            if let Some(by) = unset_by {
+            if let Some(by) = unset.get(&my_key).or_else(|| unset.get(&b.name)) {
                 fx.not_added.insert(
-                    format!("{} of {}", my_key, b.object),
+                    format!("{my_key} of {}", b.object),
                     format!("unset by {by}"),
                 );
                 return;
@@ -467,127 +556,147 @@ fn apply(
             if (ext && present(units, &my_key)) || (!ext && !set_empty) {
                 return;
             }
+            None
         }
         (BlockKind::Defaults, Strategy::Merge) => {
             let mut kept = Vec::new();
-            for r in b.rules.iter().flatten() {
-                let key = format!("{} of {}", r.name, b.object);
-                if let Some(by) = unset.get(&r.name) {
+            for ix in all.iter().flatten().copied() {
+                let name = rule_name(ix);
+                let key = format!("{name} of {}", b.object);
+                if let Some(by) = unset.get(&name) {
                     fx.not_added.insert(key, format!("unset by {by}"));
-                    continue;
-                }
-                if present(units, &r.name) {
+                } else if present(units, &name) {
                     fx.not_added
                         .insert(key, "a lower rule of that name is kept".into());
-                    continue;
+                } else {
+                    kept.push(ix);
                 }
-                kept.push(r.clone());
             }
             if kept.is_empty() {
                 return;
             }
-            let names: Vec<String> = kept.iter().map(|r| r.name.clone()).collect();
-            for u in units.iter().filter(|u| of_action(u) && u.block.is_none()) {
-                fx.added
-                    .entry(lower_id(&u.policy))
-                    .or_default()
-                    .extend(names.iter().cloned());
+            let names: Vec<String> = kept.iter().map(|ix| rule_name(*ix)).collect();
+            for u in units.iter().filter(|u| of_action(u)) {
+                if let Unit::Lower { i, .. } = u {
+                    if let Some(p) = lower.get(*i) {
+                        fx.added
+                            .entry(lower_id(p))
+                            .or_default()
+                            .extend(names.iter().cloned());
+                    }
+                }
             }
-            mine.rules = Some(kept);
+            Some(kept)
         }
         (BlockKind::Overrides, Strategy::Atomic) => {
-            // Replaces everything of this action but more senior overrides.
-            let senior: BTreeSet<String> = units
+            // Replaces everything of this action but more senior overrides (and stand-ins).
+            let senior = senior(units);
+            for u in units
                 .iter()
-                .filter(|u| of_action(u) && matches!(u.block, Some((_, BlockKind::Overrides))))
-                .flat_map(keys)
-                .collect();
-            for u in units.iter().filter(|u| of_action(u) && u.block.is_none()) {
-                if u.policy.not_accepted.is_none() {
-                    let mut k = keys(u);
-                    if k.is_empty() {
-                        k.push("(all traffic)".into());
+                .filter(|u| of_action(u) && !scope.is_standin(u))
+            {
+                if let Unit::Lower { i, .. } = u {
+                    let Some(p) = lower.get(*i) else { continue };
+                    let mut names: Vec<String> =
+                        scope.names(u).into_iter().map(str::to_string).collect();
+                    if p.rules.is_none() {
+                        names.push("(all traffic)".into());
                     }
-                    fx.replaced
-                        .entry(lower_id(&u.policy))
-                        .or_default()
-                        .extend(k);
-                    fx.whole.insert(lower_id(&u.policy));
+                    fx.replaced.entry(lower_id(p)).or_default().extend(names);
+                    fx.whole.insert(lower_id(p));
                 }
             }
-            units.retain(|u| {
-                !of_action(u)
-                    || u.policy.not_accepted.is_some()
-                    || matches!(u.block, Some((_, BlockKind::Overrides)))
-            });
-            if let Some(rs) = &mut mine.rules {
-                rs.retain(|r| !senior.contains(&r.name));
-                if rs.is_empty() {
-                    return;
+            units.retain(|u| !of_action(u) || scope.is_standin(u) || scope.is_override(u));
+            match &all {
+                Some(all) => {
+                    let kept: Vec<usize> = all
+                        .iter()
+                        .copied()
+                        .filter(|ix| !senior.contains(&rule_name(*ix)))
+                        .collect();
+                    if kept.is_empty() {
+                        return;
+                    }
+                    Some(kept)
                 }
+                None => None,
             }
         }
         (BlockKind::Overrides, Strategy::Merge) => {
-            let senior: BTreeSet<String> = units
-                .iter()
-                .filter(|u| of_action(u) && matches!(u.block, Some((_, BlockKind::Overrides))))
-                .flat_map(keys)
-                .collect();
+            let senior = senior(units);
             if ext {
                 if senior.contains(&my_key) {
                     return;
                 }
-                units.retain(|u| !(of_action(u) && keys(u).contains(&my_key)));
-            } else if let Some(rs) = &mut mine.rules {
-                rs.retain(|r| !senior.contains(&r.name));
-                if rs.is_empty() {
+                units.retain(|u| !(of_action(u) && scope.key(u) == my_key));
+                None
+            } else if let Some(all) = &all {
+                let kept: Vec<usize> = all
+                    .iter()
+                    .copied()
+                    .filter(|ix| !senior.contains(&rule_name(*ix)))
+                    .collect();
+                if kept.is_empty() {
                     return;
                 }
-                let names: BTreeSet<String> = rs.iter().map(|r| r.name.clone()).collect();
-                for u in units.iter_mut().filter(|u| of_action(u)) {
-                    let id = lower_id(&u.policy);
-                    let Some(urs) = &mut u.policy.rules else {
+                let names: BTreeSet<String> = kept.iter().map(|ix| rule_name(*ix)).collect();
+                for u in units.iter_mut() {
+                    if scope.action(u) != Some(b.action) {
                         continue;
-                    };
-                    let before = urs.len();
-                    let mut gone = Vec::new();
-                    urs.retain(|r| {
-                        let hit = names.contains(&r.name);
-                        if hit {
-                            gone.push(r.name.clone());
+                    }
+                    let hit: Vec<String> = scope
+                        .names(u)
+                        .into_iter()
+                        .filter(|n| names.contains(*n))
+                        .map(str::to_string)
+                        .collect();
+                    if hit.is_empty() {
+                        continue;
+                    }
+                    match u {
+                        Unit::Lower { i, removed } => {
+                            if let Some(p) = lower.get(*i) {
+                                fx.replaced
+                                    .entry(lower_id(p))
+                                    .or_default()
+                                    .extend(hit.iter().cloned());
+                            }
+                            removed.extend(hit);
+                            removed.sort();
+                            removed.dedup();
                         }
-                        !hit
-                    });
-                    if urs.len() != before && u.block.is_none() {
-                        fx.replaced.entry(id).or_default().extend(gone);
-                        u.policy.origin = Some(bundle::Origin {
-                            policy: u
-                                .policy
-                                .origin
-                                .as_ref()
-                                .map_or_else(|| id_of(&u.policy), |o| o.policy.clone()),
-                            block: None,
-                            strategy: None,
-                            note: format!("rules replaced by overrides of {}", b.object),
-                        });
+                        Unit::Block { k: bk, kept } => {
+                            let rs = scope.blocks.get(*bk).and_then(|x| x.rules.as_ref());
+                            let left: Vec<usize> = match kept {
+                                Some(kept) => kept.clone(),
+                                None => rs.map(|rs| (0..rs.len()).collect()).unwrap_or_default(),
+                            };
+                            *kept = Some(
+                                left.into_iter()
+                                    .filter(|ix| {
+                                        rs.and_then(|rs| rs.get(*ix))
+                                            .is_none_or(|r| !names.contains(&r.name))
+                                    })
+                                    .collect(),
+                            );
+                        }
                     }
                 }
-                units.retain(|u| u.policy.rules.as_ref().is_none_or(|r| !r.is_empty()));
-            }
-            // An `unset` of an override is refused (and reported on the lower policy).
-            for (n, by) in unset {
-                if names_of(&mine).contains(n) || (ext && (n == &my_key || n == &b.name)) {
-                    fx.unset_refused
-                        .entry(by.clone())
-                        .or_default()
-                        .insert(n.clone());
-                }
+                units.retain(|u| !scope.emptied(u));
+                Some(kept)
+            } else {
+                None
             }
         }
-    }
-    if b.kind == BlockKind::Overrides && b.strategy == Strategy::Atomic {
+    };
+    if b.kind == BlockKind::Overrides {
+        // An `unset` of an override is refused (and reported on the lower policy).
+        let mine: Vec<String> = match &kept {
+            Some(k) => k.iter().map(|ix| rule_name(*ix)).collect(),
+            None => all.iter().flatten().map(|ix| rule_name(*ix)).collect(),
+        };
         for (n, by) in unset {
-            if names_of(&mine).contains(n) || (ext && (n == &my_key || n == &b.name)) {
+            if mine.contains(n) || (ext && (n == &my_key || n == &b.name)) {
                 fx.unset_refused
                     .entry(by.clone())
                     .or_default()
@@ -596,18 +705,7 @@ fn apply(
         }
     }
     fx.applied.insert(b.object.clone());
-    units.push(Unit {
-        policy: mine,
-        block: Some((b.seniority, b.kind)),
-    });
-}
-
-fn names_of(p: &bundle::Policy) -> Vec<String> {
-    p.rules.iter().flatten().map(|r| r.name.clone()).collect()
-}
-
-fn id_of(p: &bundle::Policy) -> String {
-    format!("policy {}/{}", p.namespace, p.name)
+    units.push(Unit::Block { k, kept });
 }
 
 fn enforcement(status: bool, reason: &str, message: String) -> Option<Enforcement> {
