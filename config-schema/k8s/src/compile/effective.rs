@@ -15,6 +15,9 @@ use mcp_access_engine::cel::SelfCondition;
 /// Condition results per (block policy, lower policy): the lower spec does not change.
 type CondCache = BTreeMap<(String, String), Result<bool, String>>;
 
+/// Whether a block's condition lets it apply to one backend, and its error if it erred.
+type Cond = (bool, Option<String>);
+
 /// Bundle `namespace/name` of each policy -> (its spec as written, its `unset`).
 type LowerSpecs = BTreeMap<String, (serde_json::Value, Vec<String>)>;
 
@@ -273,6 +276,10 @@ impl Ctx<'_> {
                         .map(move |n| (n, id.clone()))
                 })
                 .collect();
+            let conds: Vec<Cond> = blocks
+                .iter()
+                .map(|b| condition(b, &lower, (&raw, &mut cache)))
+                .collect();
             let as_written: Vec<Unit> = (0..lower.len())
                 .map(|i| Unit::Lower {
                     i,
@@ -287,7 +294,7 @@ impl Ctx<'_> {
                 let mut fx = Effects::default();
                 for (k, b) in blocks.iter().enumerate() {
                     if block_reaches(b, l) {
-                        apply(&scope, k, (&raw, &mut cache, &unset), &mut units, &mut fx);
+                        apply(&scope, k, (&conds, &unset), &mut units, &mut fx);
                     }
                 }
                 changed |= units != as_written;
@@ -450,6 +457,54 @@ fn block_reaches(b: &BlockPolicy, (ns, g, l): &ListenerKey) -> bool {
     })
 }
 
+/// Whether block `b` applies to a backend with policies `lower` by its `condition`: it holds
+/// for at least one lower policy of the block's action, or there is none (an error: it
+/// applies, and the message says why).
+fn condition(
+    b: &BlockPolicy,
+    lower: &[bundle::Policy],
+    (raw, cache): (&LowerSpecs, &mut CondCache),
+) -> Cond {
+    let Some(cond) = &b.condition else {
+        return (true, None);
+    };
+    let of_action: Vec<&bundle::Policy> = lower
+        .iter()
+        .filter(|p| p.action == b.action && p.not_accepted.is_none())
+        .collect();
+    if of_action.is_empty() {
+        return (true, None);
+    }
+    let mut holds = false;
+    let mut error = None;
+    for p in of_action {
+        let id = lower_id(p);
+        let key = (b.object.clone(), id);
+        let result = match cache.get(&key) {
+            Some(r) => r.clone(),
+            None => {
+                let null = serde_json::Value::Null;
+                let v = raw.get(&key.1).map_or(&null, |(v, _)| v);
+                let r = cond
+                    .as_ref()
+                    .map_err(Clone::clone)
+                    .and_then(|c| c.eval(v).map_err(|e| e.message));
+                cache.insert(key, r.clone());
+                r
+            }
+        };
+        match result {
+            Ok(true) => holds = true,
+            Ok(false) => {}
+            Err(e) => {
+                error = Some(e);
+                holds = true;
+            }
+        }
+    }
+    (holds, error)
+}
+
 /// `namespace/name` of a bundle policy.
 fn lower_id(p: &bundle::Policy) -> String {
     format!("{}/{}", p.namespace, p.name)
@@ -459,47 +514,18 @@ fn lower_id(p: &bundle::Policy) -> String {
 fn apply(
     scope: &Scope<'_>,
     k: usize,
-    (raw, cache, unset): (&LowerSpecs, &mut CondCache, &BTreeMap<String, String>),
+    (conds, unset): (&[Cond], &BTreeMap<String, String>),
     units: &mut Vec<Unit>,
     fx: &mut Effects,
 ) {
     let Some(b) = scope.blocks.get(k) else { return };
     let lower = scope.lower;
-    let same_action = |p: &bundle::Policy| p.action == b.action && p.not_accepted.is_none();
-    // `condition`: holds for at least one lower policy of this action (an empty lower set:
-    // the block applies without it; an error: it applies, and the status says so).
-    if let Some(cond) = &b.condition {
-        let of_action: Vec<&bundle::Policy> = lower.iter().filter(|p| same_action(p)).collect();
-        if !of_action.is_empty() {
-            let mut holds = false;
-            for p in of_action {
-                let id = lower_id(p);
-                let key = (b.object.clone(), id.clone());
-                let result = match cache.get(&key) {
-                    Some(r) => r.clone(),
-                    None => {
-                        let null = serde_json::Value::Null;
-                        let v = raw.get(&id).map_or(&null, |(v, _)| v);
-                        let r = cond
-                            .as_ref()
-                            .map_err(Clone::clone)
-                            .and_then(|c| c.eval(v).map_err(|e| e.message));
-                        cache.insert(key, r.clone());
-                        r
-                    }
-                };
-                match result {
-                    Ok(true) => holds = true,
-                    Ok(false) => {}
-                    Err(e) => {
-                        fx.condition_errors.insert(b.object.clone(), e);
-                        holds = true;
-                    }
-                }
-            }
-            if !holds {
-                return;
-            }
+    if let Some((holds, error)) = conds.get(k) {
+        if let Some(e) = error {
+            fx.condition_errors.insert(b.object.clone(), e.clone());
+        }
+        if !holds {
+            return;
         }
     }
     let of_action = |u: &Unit| scope.action(u) == Some(b.action);
