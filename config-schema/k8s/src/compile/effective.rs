@@ -104,16 +104,43 @@ impl Scope<'_> {
         }
     }
 
-    /// The ExternalAuth merge key: the policy's `namespace/name`.
-    fn key(&self, u: &Unit) -> String {
+    /// Whether the unit holds a rule named `name`.
+    fn has_name(&self, u: &Unit, name: &str) -> bool {
         match u {
-            Unit::Lower { i, .. } => self.lower.get(*i).map(lower_id).unwrap_or_default(),
-            Unit::Block { k, .. } => self
-                .blocks
-                .get(*k)
-                .map(|b| format!("{}/{}", b.namespace, b.name))
-                .unwrap_or_default(),
+            Unit::Lower { i, removed } => self
+                .lower
+                .get(*i)
+                .and_then(|p| p.rules.as_ref())
+                .is_some_and(|rs| {
+                    rs.iter().any(|r| r.name == name) && !removed.iter().any(|x| x == name)
+                }),
+            Unit::Block { k, kept } => {
+                let Some(rs) = self.blocks.get(*k).and_then(|b| b.rules.as_ref()) else {
+                    return false;
+                };
+                match kept {
+                    Some(kept) => kept
+                        .iter()
+                        .any(|ix| rs.get(*ix).is_some_and(|r| r.name == name)),
+                    None => rs.iter().any(|r| r.name == name),
+                }
+            }
         }
+    }
+
+    /// Whether the unit's ExternalAuth merge key is `key`.
+    fn has_key(&self, u: &Unit, key: &str) -> bool {
+        let (ns, name) = match u {
+            Unit::Lower { i, .. } => match self.lower.get(*i) {
+                Some(p) => (&p.namespace, &p.name),
+                None => return false,
+            },
+            Unit::Block { k, .. } => match self.blocks.get(*k) {
+                Some(b) => (&b.namespace, &b.name),
+                None => return false,
+            },
+        };
+        key.split_once('/') == Some((ns.as_str(), name.as_str()))
     }
 
     /// Whether the unit has rules (Some) of which none is left.
@@ -535,9 +562,9 @@ fn apply(
     let present = |units: &[Unit], name: &str| {
         units.iter().filter(|u| of_action(u)).any(|u| {
             if ext {
-                scope.key(u) == name
+                scope.has_key(u, name)
             } else {
-                scope.names(u).contains(&name)
+                scope.has_name(u, name)
             }
         })
     };
@@ -551,18 +578,17 @@ fn apply(
             .unwrap_or_default()
     };
     let all: Option<Vec<usize>> = b.rules.as_ref().map(|rs| (0..rs.len()).collect());
-    let senior = |units: &[Unit]| -> BTreeSet<String> {
-        units
-            .iter()
-            .filter(|u| of_action(u) && scope.is_override(u))
-            .flat_map(|u| {
-                if ext {
-                    vec![scope.key(u)]
+    // Whether a more senior override (applied before) holds merge key `name`.
+    let senior = |units: &[Unit], name: &str| {
+        units.iter().any(|u| {
+            of_action(u)
+                && scope.is_override(u)
+                && if ext {
+                    scope.has_key(u, name)
                 } else {
-                    scope.names(u).into_iter().map(str::to_string).collect()
+                    scope.has_name(u, name)
                 }
-            })
-            .collect()
+        })
     };
     let kept: Option<Vec<usize>> = match (b.kind, b.strategy) {
         (BlockKind::Defaults, Strategy::Atomic) => {
@@ -616,7 +642,6 @@ fn apply(
         }
         (BlockKind::Overrides, Strategy::Atomic) => {
             // Replaces everything of this action but more senior overrides (and stand-ins).
-            let senior = senior(units);
             for u in units
                 .iter()
                 .filter(|u| of_action(u) && !scope.is_standin(u))
@@ -638,7 +663,7 @@ fn apply(
                     let kept: Vec<usize> = all
                         .iter()
                         .copied()
-                        .filter(|ix| !senior.contains(&rule_name(*ix)))
+                        .filter(|ix| !senior(units, &rule_name(*ix)))
                         .collect();
                     if kept.is_empty() {
                         return;
@@ -649,18 +674,17 @@ fn apply(
             }
         }
         (BlockKind::Overrides, Strategy::Merge) => {
-            let senior = senior(units);
             if ext {
-                if senior.contains(&my_key) {
+                if senior(units, &my_key) {
                     return;
                 }
-                units.retain(|u| !(of_action(u) && scope.key(u) == my_key));
+                units.retain(|u| !(of_action(u) && scope.has_key(u, &my_key)));
                 None
             } else if let Some(all) = &all {
                 let kept: Vec<usize> = all
                     .iter()
                     .copied()
-                    .filter(|ix| !senior.contains(&rule_name(*ix)))
+                    .filter(|ix| !senior(units, &rule_name(*ix)))
                     .collect();
                 if kept.is_empty() {
                     return;
@@ -668,6 +692,9 @@ fn apply(
                 let names: BTreeSet<String> = kept.iter().map(|ix| rule_name(*ix)).collect();
                 for u in units.iter_mut() {
                     if scope.action(u) != Some(b.action) {
+                        continue;
+                    }
+                    if !names.iter().any(|n| scope.has_name(u, n)) {
                         continue;
                     }
                     let hit: Vec<String> = scope
