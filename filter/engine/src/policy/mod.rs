@@ -389,17 +389,35 @@ impl Engine {
                 .iter()
                 .position(|l: &compiled::Listener| l.id == id)
         };
+        // Backend-level policies by target `(namespace, name)`, in seniority order: a policy
+        // may target many backends (the compiler's effective policies do).
+        let mut by_target: HashMap<(&str, &str), Vec<PolicyId>> = HashMap::new();
+        for (pid, p) in order.iter().enumerate() {
+            if p.level != Level::Backend {
+                continue;
+            }
+            for t in &p.targets {
+                let key = (
+                    t.namespace.as_deref().unwrap_or(&p.namespace),
+                    t.name.as_str(),
+                );
+                let list = by_target.entry(key).or_default();
+                if list.last() != Some(&pid) {
+                    list.push(pid);
+                }
+            }
+        }
         for (bi, be) in b.backends.iter().enumerate() {
             let mut index = LevelIndex::default();
             // Attached policies, each with the listeners it is narrowed to (empty: all).
             let mut attached: Vec<(PolicyId, Vec<usize>)> = Vec::new();
-            for (pid, p) in order.iter().enumerate() {
-                let here = p.level == Level::Backend
-                    && p.targets.iter().any(|t| {
-                        t.name == be.name
-                            && t.namespace.as_deref().unwrap_or(&p.namespace) == be.namespace
-                    });
-                if here {
+            let mine = by_target
+                .get(&(be.namespace.as_str(), be.name.as_str()))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            for &pid in mine {
+                let Some(p) = order.get(pid) else { continue };
+                {
                     let only: Vec<usize> = p
                         .listeners
                         .iter()
