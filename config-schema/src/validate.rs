@@ -88,6 +88,8 @@ pub fn validate(b: &Bundle) -> Result<(), BundleError> {
 #[derive(Default)]
 struct Validator {
     first: Option<BundleError>,
+    /// `(namespace, name)` of the bundle's backends (a policy may target a thousand).
+    backend_ids: HashSet<(String, String)>,
 }
 
 const HTTP_METHODS: &[&str] = &[
@@ -119,6 +121,11 @@ impl Validator {
         self.identity(&b.identity);
         self.gateways(&b.gateways);
         self.backends(&b.backends);
+        self.backend_ids = b
+            .backends
+            .iter()
+            .map(|x| (x.namespace.clone(), x.name.clone()))
+            .collect();
         self.authorizers(&b.authorizers);
         for (i, p) in b.policies.iter().enumerate() {
             self.policy(b, &format!("policies[{i}]"), p);
@@ -404,10 +411,9 @@ impl Validator {
                     }
                 }
                 Level::Backend => {
+                    let known = self.backend_ids.contains(&(ns.to_string(), t.name.clone()));
                     self.check(
-                        b.backends
-                            .iter()
-                            .any(|x| x.name == t.name && x.namespace == ns),
+                        known,
                         || format!("{tat}.name"),
                         format!("no backend {ns}/{} in the bundle", t.name),
                     );
