@@ -323,6 +323,53 @@ pub struct Policy {
     /// (its level stays default-deny); a Deny stand-in denies what its rules match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_accepted: Option<String>,
+    /// Backend level only: the Gateway listeners (`name` the Gateway, `sectionName` the
+    /// listener) on whose requests the policy applies; empty: every listener. The compiler
+    /// sets it where the effective Backend-level policy differs between listeners
+    /// (docs/semantics.md, "Defaults and overrides").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<PolicyTarget>,
+    /// Set by the compiler on what it derived from a Gateway policy's defaults/overrides
+    /// block, or on a Backend-level policy a block changed: where the rules came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// Where a compiled policy's rules came from (decision logs and `explain` show it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Origin {
+    /// The object, `Kind namespace/name` (the Gateway policy for a block's rules).
+    pub policy: String,
+    /// The block the rules came from; absent: the policy's own rules (some replaced or
+    /// unset, see `note`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<BlockKind>,
+    /// The block's strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
+    /// What the compiler did (e.g. which lower rules an override replaced).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+}
+
+/// A defaults or overrides block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum BlockKind {
+    Defaults,
+    Overrides,
+}
+
+/// How a block meets the lower policies: as one set of rules, or rule by rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum Strategy {
+    Atomic,
+    Merge,
 }
 
 /// A policy target.

@@ -88,6 +88,8 @@ pub fn validate(b: &Bundle) -> Result<(), BundleError> {
 #[derive(Default)]
 struct Validator {
     first: Option<BundleError>,
+    /// `(namespace, name)` of the bundle's backends (a policy may target a thousand).
+    backend_ids: HashSet<(String, String)>,
 }
 
 const HTTP_METHODS: &[&str] = &[
@@ -119,6 +121,11 @@ impl Validator {
         self.identity(&b.identity);
         self.gateways(&b.gateways);
         self.backends(&b.backends);
+        self.backend_ids = b
+            .backends
+            .iter()
+            .map(|x| (x.namespace.clone(), x.name.clone()))
+            .collect();
         self.authorizers(&b.authorizers);
         for (i, p) in b.policies.iter().enumerate() {
             self.policy(b, &format!("policies[{i}]"), p);
@@ -404,10 +411,9 @@ impl Validator {
                     }
                 }
                 Level::Backend => {
+                    let known = self.backend_ids.contains(&(ns.to_string(), t.name.clone()));
                     self.check(
-                        b.backends
-                            .iter()
-                            .any(|x| x.name == t.name && x.namespace == ns),
+                        known,
                         || format!("{tat}.name"),
                         format!("no backend {ns}/{} in the bundle", t.name),
                     );
@@ -434,6 +440,43 @@ impl Validator {
                 "is only allowed when action is ExternalAuth",
             ),
             _ => {}
+        }
+        for (i, l) in p.listeners.iter().enumerate() {
+            let lat = format!("{at}.listeners[{i}]");
+            self.check(
+                p.level == Level::Backend,
+                || lat.clone(),
+                "only a Backend-level policy is narrowed to listeners",
+            );
+            let ns = l.namespace.as_deref().unwrap_or(&p.namespace);
+            let found = b.gateways.iter().any(|g| {
+                g.name == l.name
+                    && g.namespace == ns
+                    && l.section_name
+                        .as_ref()
+                        .is_some_and(|s| g.listeners.iter().any(|x| &x.name == s))
+            });
+            self.check(
+                found,
+                || format!("{lat}.sectionName"),
+                format!(
+                    "no listener \"{}\" of gateway {ns}/{} in the bundle",
+                    l.section_name.as_deref().unwrap_or_default(),
+                    l.name
+                ),
+            );
+        }
+        if let Some(o) = &p.origin {
+            self.check(
+                !o.policy.is_empty(),
+                || format!("{at}.origin.policy"),
+                "must name the object the rules came from",
+            );
+            self.check(
+                o.block.is_some() == o.strategy.is_some(),
+                || format!("{at}.origin.strategy"),
+                "a block's rules have a strategy, a policy's own rules none",
+            );
         }
         if let Some(reason) = &p.not_accepted {
             self.check(

@@ -292,3 +292,42 @@ fn a_valid_bundle_is_made_only_by_validating() {
     assert_eq!(e, parse_bundle(v.to_string().as_bytes()).unwrap_err());
     assert_eq!(e.path, "identity.trustDomain");
 }
+
+#[test]
+fn listeners_and_origin_are_checked() {
+    // A Backend-level policy narrowed to a listener, with where its rules came from.
+    let mut v = minimal();
+    v["policies"][1]["listeners"] = serde_json::json!([{"name": "gw", "sectionName": "https"}]);
+    v["policies"][1]["origin"] = serde_json::json!(
+        {"policy": "AccessPolicy default/risk", "block": "overrides", "strategy": "atomic"});
+    let b = parse_bundle(v.to_string().as_bytes()).unwrap();
+    assert_eq!(
+        b.policies[1].listeners[0].section_name.as_deref(),
+        Some("https")
+    );
+    assert_eq!(
+        b.policies[1].origin.as_ref().unwrap().block,
+        Some(mcp_access_bundle::BlockKind::Overrides)
+    );
+    // An unknown listener, a Gateway-level policy with listeners, a block without strategy.
+    let mut v = minimal();
+    v["policies"][1]["listeners"] = serde_json::json!([{"name": "gw", "sectionName": "nope"}]);
+    assert_eq!(
+        err_at(v),
+        (
+            "policies[1].listeners[0].sectionName".into(),
+            "no listener \"nope\" of gateway default/gw in the bundle".into()
+        )
+    );
+    let mut v = minimal();
+    v["policies"][0]["listeners"] = serde_json::json!([{"name": "gw", "sectionName": "https"}]);
+    assert_eq!(err_at(v).0, "policies[0].listeners[0]");
+    let mut v = minimal();
+    v["policies"][1]["origin"] =
+        serde_json::json!({"policy": "AccessPolicy default/risk", "block": "defaults"});
+    assert_eq!(err_at(v).0, "policies[1].origin.strategy");
+    let mut v = minimal();
+    v["policies"][1]["origin"] =
+        serde_json::json!({"policy": "x", "block": "sideways", "strategy": "merge"});
+    assert!(err_at(v).0.starts_with("policies[1].origin"));
+}

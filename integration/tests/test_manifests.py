@@ -301,6 +301,11 @@ def test_the_validator_rejects_broken_objects(generated: dict[str, list[dict[str
 
 # What each invalid AccessPolicy example is refused for (a part of the message).
 INVALID_ACCESS_POLICIES = {
+    "block-beside-rules.yaml": "with a defaults or overrides block, action, externalAuth, rules and when belong in the block",
+    "block-on-backend.yaml": "defaults and overrides may only be set on a policy that targets Gateways",
+    "block-without-action.yaml": "'action' is a required property",
+    "defaults-and-overrides.yaml": "only one of defaults and overrides may be set",
+    "unset-on-gateway.yaml": "unset may only be set on a policy that targets XBackends",
     "deny-with-external-auth.yaml": "externalAuth may only be specified when action is set to 'ExternalAuth'",
     "jwt-claim-without-values.yaml": "values: [] should be non-empty",
     "jwt-without-jwt.yaml": "jwt must be specified when type is set to 'JWT'",
@@ -320,7 +325,15 @@ def test_access_policy_crd_validates_its_examples(crds: Crds) -> None:
     assert crd["apiVersion"] == "apiextensions.k8s.io/v1" and crd["kind"] == "CustomResourceDefinition"
     assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}
     valid = sorted((PROJECT_EXAMPLES / "valid").glob("*.yaml"))
-    assert [p.name for p in valid] == ["cel.yaml", "deny.yaml", "jwt.yaml", "when.yaml"]
+    assert [p.name for p in valid] == [
+        "cel.yaml",
+        "defaults.yaml",
+        "deny.yaml",
+        "jwt.yaml",
+        "overrides.yaml",
+        "unset.yaml",
+        "when.yaml",
+    ]
     for path in valid:
         for obj in (d for d in yaml.safe_load_all(path.read_text()) if d):
             assert crds.schema_for(obj) is not None, path

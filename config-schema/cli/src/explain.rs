@@ -121,6 +121,9 @@ pub struct Explanation {
     /// `route_error` when Envoy answers after the filter let the request on.
     pub reason: &'static str,
     pub policy: Option<String>,
+    /// Where the deciding policy's rules came from (a defaults/overrides block).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
     pub rule: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
@@ -751,6 +754,7 @@ pub fn explain(
         level: (!outcome.allowed).then(|| level_str(outcome.level)),
         reason: outcome.reason,
         policy: outcome.policy,
+        origin: outcome.origin,
         rule: outcome.rule,
         status: outcome.status,
         response: None,
@@ -880,6 +884,9 @@ pub fn to_text(e: &Explanation) -> String {
             s(e.policy.as_deref()),
             s(e.rule.as_deref())
         ));
+        if let Some(o) = &e.origin {
+            out.push_str(&format!("from      {o}\n"));
+        }
         for h in e.add_headers.iter().flatten() {
             out.push_str(&format!("upstream  + {}: {}\n", h.name, h.value));
         }
@@ -898,6 +905,9 @@ pub fn to_text(e: &Explanation) -> String {
             s(e.policy.as_deref()),
             s(e.rule.as_deref())
         ));
+        if let Some(o) = &e.origin {
+            out.push_str(&format!("from      {o}\n"));
+        }
         if let Some(resp) = &e.response {
             let relayed = if e.reason == "external_auth_denied" {
                 " (with the headers and body the authorizer sends)"

@@ -86,6 +86,25 @@ enum Command {
     },
     /// Run one request through the filter's request flow; print the response and the trace.
     Explain(Box<ExplainArgs>),
+    /// Print the effective policy of each (Gateway listener, XBackend): every level and
+    /// step with its rules and where they came from (the policy, or the defaults/overrides
+    /// block and strategy of a Gateway policy), and what blocks replaced or left out.
+    Effective {
+        #[command(flatten)]
+        input: Input,
+        /// Only this Gateway (`name` or `namespace/name`).
+        #[arg(long)]
+        gateway: Option<String>,
+        /// Only this listener.
+        #[arg(long)]
+        listener: Option<String>,
+        /// Only this XBackend (`name` or `namespace/name`).
+        #[arg(long)]
+        backend: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+    },
     /// Print the policy bundle's JSON Schema.
     Schema,
     /// Print the CustomResourceDefinition of the project's AccessPolicy kind (group
@@ -389,6 +408,7 @@ fn options(a: &CompileArgs) -> Result<Options, String> {
             .iter()
             .map(jwt::JwtProviderSpec::bundle_provider)
             .collect(),
+        effective_view: false,
     })
 }
 
@@ -463,6 +483,9 @@ fn render_report(c: &Compiled, format: Format) -> Result<String, String> {
                             cnd.message
                         );
                         out.push_str(line.trim_end());
+                        if let Some(e) = &cnd.enforced {
+                            out.push_str(&format!("; {}: {}", e.reason, e.message));
+                        }
                         out.push('\n');
                     }
                 }
@@ -667,7 +690,85 @@ fn run(cli: Cli) -> Result<u8, String> {
             Ok(code)
         }
         Command::Explain(a) => explain_cmd(*a),
+        Command::Effective {
+            input,
+            gateway,
+            listener,
+            backend,
+            format,
+        } => {
+            let mut o = options(&input.compile)?;
+            o.effective_view = true;
+            let (_, c) = build(&input, o)?;
+            let matches = |want: &Option<String>, full: &str| {
+                want.as_ref()
+                    .is_none_or(|w| w == full || full.split_once('/').is_some_and(|(_, n)| n == w))
+            };
+            let views: Vec<&mcp_access_k8s::EffectivePolicy> = c
+                .effective
+                .iter()
+                .filter(|e| {
+                    matches(&gateway, &e.gateway)
+                        && listener.as_ref().is_none_or(|l| l == &e.listener)
+                        && matches(&backend, &e.backend)
+                })
+                .collect();
+            if views.is_empty() {
+                return Err("no (listener, XBackend) pair matches: a route from a listener to an XBackend makes one".into());
+            }
+            let text = match format {
+                Format::Json => serde_json::to_string_pretty(&views)
+                    .map(|s| s + "\n")
+                    .map_err(|e| e.to_string())?,
+                Format::Yaml => serde_norway::to_string(&views).map_err(|e| e.to_string())?,
+                Format::Text => effective_text(&views),
+            };
+            print!("{text}");
+            Ok(exit_code(&c, false))
+        }
     }
+}
+
+/// The effective policy view as text.
+fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
+    let mut out = String::new();
+    for v in views {
+        out.push_str(&format!(
+            "{} listener {} -> XBackend {}\n",
+            v.gateway, v.listener, v.backend
+        ));
+        for l in &v.levels {
+            if l.steps.is_empty() {
+                out.push_str(&format!("  {} level: no policy\n", l.level));
+                continue;
+            }
+            out.push_str(&format!("  {} level\n", l.level));
+            for s in &l.steps {
+                out.push_str(&format!("    {}\n", s.step));
+                for p in &s.policies {
+                    out.push_str(&format!("      {}  from {}\n", p.policy, p.from));
+                    for w in &p.when {
+                        out.push_str(&format!("        when {w}\n"));
+                    }
+                    if let Some(a) = &p.authorizer {
+                        out.push_str(&format!("        authorizer {a}\n"));
+                    }
+                    match &p.rules {
+                        None => out.push_str("        all traffic\n"),
+                        Some(rs) => {
+                            for r in rs {
+                                out.push_str(&format!("        rule {}: {}\n", r.name, r.rule));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for n in &v.notes {
+            out.push_str(&format!("  note: {n}\n"));
+        }
+    }
+    out
 }
 
 fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {

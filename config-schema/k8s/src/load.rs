@@ -60,6 +60,8 @@ pub struct Item<S> {
     pub(crate) kind: String,
     pub meta: Meta,
     pub(crate) spec: S,
+    /// The spec as written (a defaults/overrides `condition` reads it as `self`).
+    pub(crate) raw_spec: Value,
 }
 
 impl<S> Item<S> {
@@ -390,6 +392,7 @@ impl Manifests {
         v: Value,
         check_spec: fn(&S, &mut Checker),
     ) -> Option<Item<S>> {
+        let raw_spec = v.get("spec").cloned().unwrap_or(Value::Null);
         let obj: Object<S> = self.deserialize(doc, v)?;
         let mut c = Checker::default();
         let meta = metadata(&obj.metadata, doc.default_namespace, &mut c);
@@ -410,6 +413,7 @@ impl Manifests {
             kind: doc.kind.to_string(),
             meta,
             spec: obj.spec.unwrap_or_default(),
+            raw_spec,
         })
     }
 
@@ -447,6 +451,7 @@ impl Manifests {
                 labels,
             },
             spec: (),
+            raw_spec: Value::Null,
         });
     }
 }
@@ -484,6 +489,7 @@ fn map_spec<A, B>(it: Item<A>, f: impl FnOnce(A) -> B) -> Item<B> {
         kind: it.kind,
         meta: it.meta,
         spec: f(it.spec),
+        raw_spec: it.raw_spec,
     }
 }
 

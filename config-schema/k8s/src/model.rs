@@ -17,6 +17,21 @@ pub struct TargetStatus {
     /// `RefNotPermitted`, `Conflicted`, or a Gateway API route/listener reason.
     pub reason: String,
     pub message: String,
+    /// Where defaults/overrides meet (docs/semantics.md, "Defaults and overrides"): whether
+    /// the policy is enforced at this target as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enforced: Option<Enforcement>,
+}
+
+/// The `Enforced` condition of a policy at one target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Enforcement {
+    /// False only when `Overridden`.
+    pub status: bool,
+    /// `Enforced`, `PartiallyEnforced` or `Overridden`.
+    pub reason: String,
+    pub message: String,
 }
 
 /// The status of one object.
@@ -91,6 +106,64 @@ impl Report {
                 .iter()
                 .all(|l| l.iter().all(ObjectStatus::accepted))
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Effective policy view
+
+/// The policies a request through one Gateway listener to one XBackend meets, level by level
+/// and step by step, each rule with where it came from (`mcp-access effective`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectivePolicy {
+    /// `namespace/name` of the Gateway.
+    pub gateway: String,
+    pub listener: String,
+    /// `namespace/name` of the XBackend.
+    pub backend: String,
+    pub levels: Vec<EffectiveLevel>,
+    /// What defaults/overrides left out here (replaced, unset, not added), and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveLevel {
+    /// `Gateway` or `Backend`.
+    pub level: String,
+    pub steps: Vec<EffectiveStep>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveStep {
+    /// `ExternalAuth`, `Deny` or `Allow` (in evaluation order).
+    pub step: String,
+    pub policies: Vec<EffectiveEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveEntry {
+    /// `namespace/name` in the bundle (what decision logs name).
+    pub policy: String,
+    /// Where its rules came from: the object, or the block and strategy of a Gateway policy.
+    pub from: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<String>,
+    /// None: all traffic.
+    pub rules: Option<Vec<EffectiveRule>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authorizer: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveRule {
+    pub name: String,
+    /// The rule as compiled (source, authorization, when).
+    pub rule: serde_json::Value,
 }
 
 // ---------------------------------------------------------------------------------------

@@ -630,10 +630,18 @@ pub(crate) struct CelV0 {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "self.action == 'ExternalAuth' ? has(self.externalAuth) : true",
+    {"rule": "has(self.action) && self.action == 'ExternalAuth' ? has(self.externalAuth) : true",
      "message": "externalAuth must be specified when action is set to 'ExternalAuth'"},
-    {"rule": "has(self.externalAuth) ? self.action == 'ExternalAuth' : true",
-     "message": "externalAuth may only be specified when action is set to 'ExternalAuth'"}
+    {"rule": "has(self.externalAuth) ? (has(self.action) && self.action == 'ExternalAuth') : true",
+     "message": "externalAuth may only be specified when action is set to 'ExternalAuth'"},
+    {"rule": "!(has(self.defaults) && has(self.overrides))",
+     "message": "only one of defaults and overrides may be set"},
+    {"rule": "(has(self.defaults) || has(self.overrides)) ? !(has(self.action) || has(self.externalAuth) || has(self.rules) || has(self.when)) : has(self.action)",
+     "message": "with a defaults or overrides block, action, externalAuth, rules and when belong in the block; without one, action is required"},
+    {"rule": "(has(self.defaults) || has(self.overrides)) ? self.targetRefs.all(r, r.kind == 'Gateway') : true",
+     "message": "defaults and overrides may only be set on a policy that targets Gateways"},
+    {"rule": "has(self.unset) ? self.targetRefs.all(r, r.kind == 'XBackend') : true",
+     "message": "unset may only be set on a policy that targets XBackends"}
 ]))]
 pub struct PolicySpecV1 {
     /// Gateways or XBackends (all of one kind) the policy applies to.
@@ -643,8 +651,9 @@ pub struct PolicySpecV1 {
                                        "message": "All targetRefs must have the same Kind"}]))]
     pub(crate) target_refs: Option<Vec<TargetRef>>,
     /// Allow: admit what a rule matches (the level denies the rest); Deny: deny what a rule
-    /// matches; ExternalAuth: ask the authorizer about what a rule matches.
-    #[schemars(required, extend("enum" = ["Allow", "Deny", "ExternalAuth"]))]
+    /// matches; ExternalAuth: ask the authorizer about what a rule matches. Required unless
+    /// a defaults or overrides block holds it.
+    #[schemars(extend("enum" = ["Allow", "Deny", "ExternalAuth"]))]
     pub(crate) action: Option<String>,
     /// The authorizer (action ExternalAuth).
     pub(crate) external_auth: Option<ExternalAuth>,
@@ -657,6 +666,49 @@ pub struct PolicySpecV1 {
     /// `AccessPolicy` only: conditions (all must hold) under which the policy applies.
     #[schemars(length(max = 8), extend("x-kubernetes-list-type" = "atomic"))]
     pub(crate) when: Option<Vec<WhenCondition>>,
+    /// `AccessPolicy` on Gateways only: rules applied to the Backend level of every backend
+    /// behind the Gateway, which backend policies may replace, extend or unset.
+    pub(crate) defaults: Option<Block>,
+    /// `AccessPolicy` on Gateways only: rules applied to the Backend level of every backend
+    /// behind the Gateway that backend policies cannot escape.
+    pub(crate) overrides: Option<Block>,
+    /// `AccessPolicy` on XBackends only: names of merged default rules (or `namespace/name`
+    /// of a merged default ExternalAuth block) to remove.
+    #[schemars(length(max = 16), inner(length(min = 1, max = 253)), extend("x-kubernetes-list-type" = "set"))]
+    pub(crate) unset: Option<Vec<String>>,
+}
+
+/// A defaults or overrides block (docs/semantics.md, "Defaults and overrides").
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.action == 'ExternalAuth' ? has(self.externalAuth) : true",
+     "message": "externalAuth must be specified when action is set to 'ExternalAuth'"},
+    {"rule": "has(self.externalAuth) ? self.action == 'ExternalAuth' : true",
+     "message": "externalAuth may only be specified when action is set to 'ExternalAuth'"}
+]))]
+pub(crate) struct Block {
+    /// atomic (default): the block's rules as one set; merge: rule by rule, by name.
+    #[schemars(extend("enum" = ["atomic", "merge"]))]
+    pub(crate) strategy: Option<String>,
+    /// The action of the block's rules.
+    #[schemars(required, extend("enum" = ["Allow", "Deny", "ExternalAuth"]))]
+    pub(crate) action: Option<String>,
+    /// The authorizer (action ExternalAuth).
+    pub(crate) external_auth: Option<ExternalAuth>,
+    /// Rules; omitted or empty: all traffic.
+    #[schemars(length(max = 10), extend(
+        "x-kubernetes-list-type" = "atomic",
+        "x-kubernetes-validations" = [{"rule": "self.all(r, self.filter(x, x.name == r.name).size() == 1)",
+                                       "message": "AccessRule names must be unique"}]))]
+    pub(crate) rules: Option<Vec<RuleV1>>,
+    /// Request conditions carried by the block's rules.
+    #[schemars(length(max = 8), extend("x-kubernetes-list-type" = "atomic"))]
+    pub(crate) when: Option<Vec<WhenCondition>>,
+    /// A CEL expression over a lower policy's spec (`self`), evaluated by the compiler: the
+    /// block applies to a backend where it holds for one of its policies of this action.
+    #[schemars(length(min = 1, max = 4096))]
+    pub(crate) condition: Option<String>,
 }
 
 /// A rule: a source, an authorization and conditions, all of which must match.

@@ -426,6 +426,64 @@ fn spec_v1(s: &PolicySpecV1, kind: PolicyKind, c: &mut Checker) {
         PolicyKind::Upstream => &["Allow", "ExternalAuth"],
         PolicyKind::Project => &["Allow", "Deny", "ExternalAuth"],
     };
+    let kinds: Vec<&str> = s
+        .target_refs
+        .iter()
+        .flatten()
+        .map(|r| opt(&r.kind))
+        .collect();
+    let mut has_block = false;
+    for (field, b) in [("defaults", &s.defaults), ("overrides", &s.overrides)] {
+        let Some(b) = b else { continue };
+        if !project_only("spec", field, kind, c) {
+            continue;
+        }
+        has_block = true;
+        block(&format!("spec.{field}"), b, c);
+        c.rule(
+            "spec.targetRefs",
+            kinds.iter().all(|k| *k == "Gateway"),
+            "array",
+            "defaults and overrides may only be set on a policy that targets Gateways",
+        );
+    }
+    c.rule(
+        "spec",
+        !(s.defaults.is_some() && s.overrides.is_some()),
+        "object",
+        "only one of defaults and overrides may be set",
+    );
+    if has_block {
+        for (field, set) in [
+            ("action", s.action.is_some()),
+            ("externalAuth", s.external_auth.is_some()),
+            ("rules", s.rules.is_some()),
+            ("when", s.when.is_some()),
+        ] {
+            if set {
+                c.err(
+                    format!("spec.{field}"),
+                    "Forbidden: with a defaults or overrides block, it belongs in the block",
+                );
+            }
+        }
+        return;
+    }
+    if let Some(unset) = &s.unset {
+        if project_only("spec", "unset", kind, c) {
+            c.max_items("spec.unset", unset.len(), 16);
+            c.set("spec.unset", unset);
+            for (i, u) in unset.iter().enumerate() {
+                c.len_between(&format!("spec.unset[{i}]"), u, 1, 253);
+            }
+            c.rule(
+                "spec.targetRefs",
+                kinds.iter().all(|k| *k == "XBackend"),
+                "array",
+                "unset may only be set on a policy that targets XBackends",
+            );
+        }
+    }
     if c.required("spec.action", &s.action) {
         c.one_of("spec.action", opt(&s.action), actions);
     }
@@ -449,6 +507,39 @@ fn spec_v1(s: &PolicySpecV1, kind: PolicyKind, c: &mut Checker) {
     when("spec", &s.when, kind, c);
     if let Some(rules) = &s.rules {
         rules_v1("spec.rules", rules, kind, c);
+    }
+}
+
+/// A defaults or overrides block at `at` (`AccessPolicy` only).
+fn block(at: &str, b: &Block, c: &mut Checker) {
+    if let Some(st) = &b.strategy {
+        c.one_of(&format!("{at}.strategy"), st, &["atomic", "merge"]);
+    }
+    let action = format!("{at}.action");
+    if c.required(&action, &b.action) {
+        c.one_of(&action, opt(&b.action), &["Allow", "Deny", "ExternalAuth"]);
+    }
+    c.rule(
+        at,
+        opt(&b.action) != "ExternalAuth" || b.external_auth.is_some(),
+        "object",
+        "externalAuth must be specified when action is set to 'ExternalAuth'",
+    );
+    c.rule(
+        at,
+        b.external_auth.is_none() || opt(&b.action) == "ExternalAuth",
+        "object",
+        "externalAuth may only be specified when action is set to 'ExternalAuth'",
+    );
+    if let Some(e) = &b.external_auth {
+        external_auth(&format!("{at}.externalAuth"), e, c);
+    }
+    when(at, &b.when, PolicyKind::Project, c);
+    if let Some(rules) = &b.rules {
+        rules_v1(&format!("{at}.rules"), rules, PolicyKind::Project, c);
+    }
+    if let Some(cond) = &b.condition {
+        c.len_between(&format!("{at}.condition"), cond, 1, MAX_PREDICATE_BYTES);
     }
 }
 

@@ -92,7 +92,18 @@ fn every_valid_example_is_accepted_and_compiles() {
         .iter()
         .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, ["cel.yaml", "deny.yaml", "jwt.yaml", "when.yaml"]);
+    assert_eq!(
+        names,
+        [
+            "cel.yaml",
+            "defaults.yaml",
+            "deny.yaml",
+            "jwt.yaml",
+            "overrides.yaml",
+            "unset.yaml",
+            "when.yaml"
+        ]
+    );
     for f in files(&dir) {
         let c = build(&std::fs::read_to_string(&f).unwrap());
         assert!(!c.report.policies.is_empty(), "{}", f.display());
@@ -106,6 +117,26 @@ fn every_valid_example_is_accepted_and_compiles() {
 
 /// (file, field, message) of each invalid example: what the CRD (and the loader) refuse.
 const INVALID: &[(&str, &str, &str)] = &[
+    (
+        "block-beside-rules.yaml",
+        "spec.action",
+        "Forbidden: with a defaults or overrides block, it belongs in the block",
+    ),
+    (
+        "block-on-backend.yaml",
+        "spec.targetRefs",
+        "defaults and overrides may only be set on a policy that targets Gateways",
+    ),
+    (
+        "block-without-action.yaml",
+        "spec.defaults.action",
+        "Required value",
+    ),
+    (
+        "defaults-and-overrides.yaml",
+        "spec",
+        "only one of defaults and overrides may be set",
+    ),
     (
         "deny-with-external-auth.yaml",
         "spec",
@@ -140,6 +171,11 @@ const INVALID: &[(&str, &str, &str)] = &[
         "unknown-field.yaml",
         "spec.priority",
         "unknown field `priority`",
+    ),
+    (
+        "unset-on-gateway.yaml",
+        "spec.targetRefs",
+        "unset may only be set on a policy that targets XBackends",
     ),
     (
         "when-without-predicate.yaml",

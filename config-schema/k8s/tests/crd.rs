@@ -95,8 +95,23 @@ fn crd_is_structural_and_installable() {
         spec["properties"]["targetRefs"]["x-kubernetes-validations"][0]["message"],
         "All targetRefs must have the same Kind"
     );
-    assert_eq!(
-        spec["required"],
-        serde_json::json!(["targetRefs", "action"])
-    );
+    // `action` moves into a defaults/overrides block when there is one.
+    assert_eq!(spec["required"], serde_json::json!(["targetRefs"]));
+    for rule in [
+        "only one of defaults and overrides may be set",
+        "defaults and overrides may only be set on a policy that targets Gateways",
+        "unset may only be set on a policy that targets XBackends",
+    ] {
+        assert!(rules.contains(&rule), "{rule}");
+    }
+    for block in ["defaults", "overrides"] {
+        let b = &spec["properties"][block];
+        assert_eq!(b["required"], serde_json::json!(["action"]));
+        assert_eq!(
+            b["properties"]["strategy"]["enum"],
+            serde_json::json!(["atomic", "merge"])
+        );
+        assert_eq!(b["properties"]["condition"]["type"], "string");
+    }
+    assert_eq!(spec["properties"]["unset"]["items"]["type"], "string");
 }

@@ -65,7 +65,8 @@ impl Phase {
 /// How the request ended, for stats, logs and filter state.
 ///
 /// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `decision` (`allow` or
-/// `deny`), `jwt`, `level`, `listener`, `method`, `name`, `policy`, `reason`, `rule`, `status`;
+/// `deny`), `jwt`, `level`, `listener`, `method`, `name`, `origin`, `policy`, `reason`, `rule`,
+/// `status`;
 /// absent values are `null`. `caller` is the SPIFFE ID when the certificate (or trusted header)
 /// identifies the caller, else `jwt:<iss>#<sub>` of its verified JWT, else `null`; `jwt` is
 /// `<iss>#<sub>` of the verified JWT (with or without a SPIFFE ID), `<iss>` without a `sub`;
@@ -78,6 +79,9 @@ pub struct Outcome {
     /// (`invalid_json`, `body_too_large`, ...).
     pub reason: &'static str,
     pub policy: Option<String>,
+    /// Where the deciding policy's rules came from, when the compiler derived them from a
+    /// defaults/overrides block (e.g. `overrides (merge) of AccessPolicy ns/name`).
+    pub origin: Option<String>,
     pub rule: Option<String>,
     pub status: Option<u16>,
     pub listener: Option<String>,
@@ -118,6 +122,8 @@ impl Outcome {
         push_opt_str(&mut out, self.mcp_method.as_deref());
         out.push_str(",\"name\":");
         push_opt_str(&mut out, self.mcp_param.as_deref());
+        out.push_str(",\"origin\":");
+        push_opt_str(&mut out, self.origin.as_deref());
         out.push_str(",\"policy\":");
         push_opt_str(&mut out, self.policy.as_deref());
         out.push_str(",\"reason\":");
@@ -779,6 +785,7 @@ impl RequestFlow {
                 rule,
             } => {
                 outcome.allowed = true;
+                outcome.origin = engine.origin_of(policy.as_deref());
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
@@ -792,6 +799,7 @@ impl RequestFlow {
                 let response = answer::denial(&engine.deny_response, &d, self.id.as_deref());
                 outcome.level = d.level;
                 outcome.reason = d.reason.as_str();
+                outcome.origin = engine.origin_of(d.policy.as_deref());
                 outcome.policy = d.policy;
                 outcome.rule = d.rule;
                 outcome.status = Some(response.status);
@@ -833,6 +841,7 @@ impl RequestFlow {
             level: None,
             reason: "allowed",
             policy: None,
+            origin: None,
             rule: None,
             status: None,
             listener: None,
@@ -1074,6 +1083,7 @@ mod tests {
             "decision": if o.allowed { "allow" } else { "deny" },
             "level": level_str(o.level),
             "reason": o.reason,
+            "origin": o.origin,
             "policy": o.policy,
             "rule": o.rule,
             "status": o.status,
@@ -1095,6 +1105,7 @@ mod tests {
             level: Some(Level::Backend),
             reason: "deny_policy",
             policy: Some("ns/p\"q".into()),
+            origin: Some("overrides (merge) of AccessPolicy ns/g".into()),
             rule: Some("r\u{1}\n\u{e9}\t\u{8}\u{c}\u{1f}\u{7f}\r".into()),
             status: Some(403),
             listener: Some("ns/gw/l".into()),
@@ -1110,6 +1121,7 @@ mod tests {
             level: None,
             reason: "allowed",
             policy: None,
+            origin: None,
             rule: None,
             status: None,
             listener: None,

@@ -8,6 +8,7 @@
 //! [`rules`] (their access rules), and [`grants`] (ReferenceGrants).
 
 mod backends;
+mod effective;
 mod gateways;
 mod grants;
 mod policies;
@@ -63,6 +64,8 @@ pub struct Options {
     pub client_cas: Option<Vec<String>>,
     /// The `jwt_authn` providers whose verified claims JWT sources read.
     pub jwt_providers: Vec<bundle::JwtProvider>,
+    /// Also build [`Compiled::effective`] (`mcp-access effective`).
+    pub effective_view: bool,
 }
 
 impl Default for Options {
@@ -80,6 +83,7 @@ impl Default for Options {
             tls_secrets: None,
             client_cas: None,
             jwt_providers: Vec::new(),
+            effective_view: false,
         }
     }
 }
@@ -103,6 +107,9 @@ pub struct Compiled {
     pub bundle: Bundle,
     pub report: Report,
     pub topology: Topology,
+    /// Per (Gateway listener, XBackend) the policies a request meets (with
+    /// [`Options::effective_view`]).
+    pub effective: Vec<EffectivePolicy>,
 }
 
 /// Whether two API groups name the same kind family (the prototype group is the older name).
@@ -134,6 +141,7 @@ fn cond(
         accepted: reason == reason::ACCEPTED,
         reason: reason.to_string(),
         message: message.into(),
+        enforced: None,
     }
 }
 
@@ -176,6 +184,8 @@ struct Ctx<'a> {
     topo: Topology,
     /// ns/name -> index into topo.backends
     backend_index: HashMap<String, usize>,
+    /// What defaults/overrides blocks did, per (backend, listener).
+    effects: Vec<(String, (String, String, String), effective::Effects)>,
 }
 
 /// Compiles validated manifests.
@@ -186,6 +196,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         report: Report::default(),
         topo: Topology::default(),
         backend_index: HashMap::new(),
+        effects: Vec::new(),
     };
     cx.report_inputs();
     cx.backends();
@@ -211,10 +222,16 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
             ..Default::default()
         },
     };
+    let effective = if o.effective_view {
+        cx.effective_view(&bundle)
+    } else {
+        Vec::new()
+    };
     Compiled {
         bundle,
         report: cx.report,
         topology: cx.topo,
+        effective,
     }
 }
 

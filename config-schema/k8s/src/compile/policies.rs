@@ -87,6 +87,7 @@ impl Ctx<'_> {
         let mut authorizers: Vec<bundle::Authorizer> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
         let mut per_target = PerTarget::default();
+        let mut blocks = Vec::new();
         for (rank, i) in order.into_iter().enumerate() {
             let Some(p) = self.m.policies.get(i) else {
                 continue;
@@ -94,7 +95,14 @@ impl Ctx<'_> {
             let seniority = rank as u64 + 1;
             // XAccessPolicy and AccessPolicy are different kinds: the same name is no conflict.
             let conds = if seen.insert(format!("{}|{}", p.kind, p.id())) {
-                self.policy(p, seniority, &mut per_target, &mut out, &mut authorizers)
+                self.policy(
+                    p,
+                    seniority,
+                    &mut per_target,
+                    &mut out,
+                    &mut authorizers,
+                    &mut blocks,
+                )
             } else {
                 let ns = &p.meta.namespace;
                 let msg = format!("another {} with this namespace/name is defined earlier or is older; it is used instead", p.kind);
@@ -113,6 +121,7 @@ impl Ctx<'_> {
             };
             self.report.policies.push(status(p, Some(seniority), conds));
         }
+        self.apply_blocks(&blocks, &mut out, &mut authorizers);
         (out, authorizers)
     }
 
@@ -125,6 +134,7 @@ impl Ctx<'_> {
         per_target: &mut PerTarget,
         out: &mut Vec<bundle::Policy>,
         authorizers: &mut Vec<bundle::Authorizer>,
+        blocks: &mut Vec<super::effective::BlockPolicy>,
     ) -> Vec<TargetStatus> {
         let level = match p.spec.target_refs().first().map(|r| opt(&r.kind)) {
             Some("Gateway") => Level::Gateway,
@@ -139,7 +149,42 @@ impl Ctx<'_> {
                 c.message = format!("{}{sep}named {name} in the bundle (an XAccessPolicy has the same namespace/name)", c.message);
             }
         }
-        if !t.accepted.is_empty() {
+        let block = match &p.spec {
+            PolicySpec::V1(s) => block_of(s),
+            PolicySpec::V0(_) => None,
+        };
+        if let (Some((field, b)), false) = (block, t.accepted.is_empty()) {
+            // Not evaluated at the Gateway level: applied to the backends behind it later.
+            blocks.push(super::effective::BlockPolicy {
+                object: format!("{} {}", p.kind, p.id()),
+                namespace: p.meta.namespace.clone(),
+                name: name.clone(),
+                seniority,
+                kind: if field == "defaults" {
+                    bundle::BlockKind::Defaults
+                } else {
+                    bundle::BlockKind::Overrides
+                },
+                strategy: if opt(&b.strategy) == "merge" {
+                    bundle::Strategy::Merge
+                } else {
+                    bundle::Strategy::Atomic
+                },
+                action: content.action,
+                rules: content.rules.clone().ok().flatten(),
+                when: content.when.clone(),
+                authorizer: content.authorizer.clone(),
+                condition: b.condition.as_ref().map(|c| {
+                    mcp_access_engine::cel::SelfCondition::compile(
+                        c,
+                        &mcp_access_bundle::CelLimits::default(),
+                    )
+                    .map(std::sync::Arc::new)
+                    .map_err(|e| e.to_string())
+                }),
+                targets: t.accepted.clone(),
+            });
+        } else if !t.accepted.is_empty() {
             let mut external_auth = None;
             if let Some(a) = &content.authorizer {
                 let mut a = a.clone();
@@ -158,6 +203,8 @@ impl Ctx<'_> {
                 rules: content.rules.clone().ok().flatten(),
                 when: content.when.clone(),
                 not_accepted: None,
+                listeners: Vec::new(),
+                origin: None,
             });
         }
         if !t.standin.is_empty() && !self.o.skip_rejected {
@@ -192,6 +239,8 @@ impl Ctx<'_> {
                 rules,
                 when,
                 not_accepted: Some(why),
+                listeners: Vec::new(),
+                origin: None,
             });
         }
         t.conds
@@ -200,7 +249,7 @@ impl Ctx<'_> {
     /// The policy's name in the bundle: its own, except for an AccessPolicy that shares its
     /// namespace/name with an XAccessPolicy (two objects, one bundle namespace):
     /// `<name>.accesspolicy`.
-    fn bundle_name(&self, p: &Item<PolicySpec>) -> String {
+    pub(super) fn bundle_name(&self, p: &Item<PolicySpec>) -> String {
         let shared = p.kind == "AccessPolicy"
             && self
                 .m
@@ -345,8 +394,44 @@ impl Ctx<'_> {
     /// v1alpha1 (and the AccessPolicy kind): an action for the whole policy, rules that
     /// select requests, `when` conditions.
     fn content_v1(&self, p: &Item<PolicySpec>, s: &PolicySpecV1) -> PolicyContent {
+        match block_of(s) {
+            Some((field, b)) => {
+                let at = format!("spec.{field}");
+                let mut c =
+                    self.content_parts(p, &at, (&b.action, &b.external_auth, &b.rules, &b.when));
+                if let (Ok(()), Some(cond)) = (&c.problem, &b.condition) {
+                    let limits = mcp_access_bundle::CelLimits::default();
+                    if let Err(e) = mcp_access_engine::cel::SelfCondition::compile(cond, &limits) {
+                        c.problem = Err((reason::INVALID, format!("{at}.condition: {e}")));
+                    }
+                }
+                c
+            }
+            None => self.content_parts(p, "spec", (&s.action, &s.external_auth, &s.rules, &s.when)),
+        }
+    }
+
+    /// Action, authorizer, rules and `when` of a policy (or of its block, at `at`).
+    #[allow(clippy::type_complexity)]
+    fn content_parts(
+        &self,
+        p: &Item<PolicySpec>,
+        at: &str,
+        (action, external_auth, rules, when): (
+            &Option<String>,
+            &Option<ExternalAuth>,
+            &Option<Vec<RuleV1>>,
+            &Option<Vec<WhenCondition>>,
+        ),
+    ) -> PolicyContent {
         let ns = &p.meta.namespace;
-        let action = match opt(&s.action) {
+        let s = Parts {
+            action,
+            external_auth,
+            rules,
+            when,
+        };
+        let action = match opt(s.action) {
             "ExternalAuth" => Action::ExternalAuth,
             "Deny" => Action::Deny,
             _ => Action::Allow,
@@ -356,12 +441,12 @@ impl Ctx<'_> {
         let rules = s.rules.as_ref().filter(|rs| !rs.is_empty()).map(|rs| {
             rs.iter()
                 .enumerate()
-                .map(|(i, r)| rule_v1(&format!("spec.rules[{i}]"), r, providers))
+                .map(|(i, r)| rule_v1(&format!("{at}.rules[{i}]"), r, providers))
                 .collect::<Result<Vec<_>, _>>()
         });
         // A policy `when` that does not compile makes the policy not accepted, its rules
         // untrustworthy as a selection (a Deny stand-in then denies everything).
-        let (when, when_problem) = match rules::when("spec", s.when.as_ref()) {
+        let (when, when_problem) = match rules::when(at, s.when.as_ref()) {
             Ok(w) => (w, None),
             Err(e) => (Vec::new(), Some(e)),
         };
@@ -373,13 +458,13 @@ impl Ctx<'_> {
         };
         let authorizer = match (&action, &s.external_auth) {
             (Action::ExternalAuth, Some(e)) => {
-                Some(self.authorizer(p, "spec.externalAuth", e))
+                Some(self.authorizer(p, &format!("{at}.externalAuth"), e))
             }
             (_, Some(_)) => Some(Err((
                 reason::INVALID,
                 format!(
-                    "spec.externalAuth is only used with action ExternalAuth, not {}: remove it or set action: ExternalAuth",
-                    opt(&s.action)
+                    "{at}.externalAuth is only used with action ExternalAuth, not {}: remove it or set action: ExternalAuth",
+                    opt(s.action)
                 ),
             ))),
             _ => None,
@@ -555,6 +640,8 @@ impl Ctx<'_> {
                 rules: rules.clone(),
                 when: Vec::new(),
                 not_accepted: None,
+                listeners: Vec::new(),
+                origin: None,
             }],
             deny_response: Default::default(),
             listings: Default::default(),
@@ -696,6 +783,23 @@ pub(crate) fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<Autho
         });
     }
     out
+}
+
+/// The fields a policy and a block share.
+struct Parts<'a> {
+    action: &'a Option<String>,
+    external_auth: &'a Option<ExternalAuth>,
+    rules: &'a Option<Vec<RuleV1>>,
+    when: &'a Option<Vec<WhenCondition>>,
+}
+
+/// A policy's defaults or overrides block, with its field name.
+pub(super) fn block_of(s: &PolicySpecV1) -> Option<(&'static str, &Block)> {
+    match (&s.defaults, &s.overrides) {
+        (Some(b), _) => Some(("defaults", b)),
+        (None, Some(b)) => Some(("overrides", b)),
+        _ => None,
+    }
 }
 
 /// `Kind namespace/name` of a policy target.

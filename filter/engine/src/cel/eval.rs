@@ -21,6 +21,8 @@ pub struct Input<'a> {
     pub host: &'a str,
     /// The bundle's trust domain (`source.service_account` needs it to match, when set).
     pub trust_domain: Option<&'a str>,
+    /// `self` of a compile-time condition ([`super::SelfCondition`]); None for requests.
+    pub this: Option<&'a serde_json::Value>,
 }
 
 /// Why an evaluation has no boolean result (it counts against the caller).
@@ -312,6 +314,10 @@ pub(crate) fn attr_value<'a>(a: Attr, input: &Input<'a>) -> Result<Value<'a>, Ev
             (None, _) => return fail("request.mcp.params is absent: not an MCP request"),
             (Some(_), Some(p)) => Value::Json(p),
             (Some(_), None) => Value::Map(Arc::new(Vec::new())),
+        },
+        Attr::SelfValue => match input.this {
+            Some(v) => Value::Json(v),
+            None => return fail("self is not bound"),
         },
         Attr::Principal => match &req.caller.spiffe {
             Some(s) => Value::Str(Str::Borrowed(s)),

@@ -64,6 +64,44 @@ pub fn check(expression: &str, limits: &CelLimits) -> Result<(), CelError> {
     Program::compile(expression, limits).map(|_| ())
 }
 
+/// A compile-time condition: `self` is its only variable (a defaults/overrides `condition`,
+/// which the policy compiler evaluates against lower policies' specs; docs/semantics.md,
+/// "Defaults and overrides").
+#[derive(Debug)]
+pub struct SelfCondition(Program);
+
+impl SelfCondition {
+    /// Parses and checks `condition` (no request attribute may be read).
+    pub fn compile(condition: &str, limits: &CelLimits) -> Result<SelfCondition, CelError> {
+        Program::compile_for(condition, limits, true).map(SelfCondition)
+    }
+
+    /// Evaluates it with `self` bound to `value`: a boolean, or why there is none (an error
+    /// or a result that is not boolean).
+    pub fn eval(&self, value: &serde_json::Value) -> Result<bool, EvalError> {
+        let req = crate::request::Request {
+            method: String::new(),
+            path: String::new(),
+            canonical_path: String::new(),
+            authority: String::new(),
+            port: 0,
+            headers: Vec::new(),
+            caller: crate::request::Caller::default(),
+            mcp: crate::request::McpOp::Transport,
+            route_name: None,
+            cluster_name: None,
+            time: None,
+            params: None,
+        };
+        self.0.eval(&Input {
+            req: &req,
+            host: "",
+            trust_domain: None,
+            this: Some(value),
+        })
+    }
+}
+
 /// A request attribute an expression can read (docs/semantics.md, "CEL").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Attr {
@@ -83,6 +121,9 @@ pub enum Attr {
     SaNamespace,
     SaName,
     JwtClaims,
+    /// `self`: the value a compile-time condition is evaluated against ([`SelfCondition`]);
+    /// never a request attribute.
+    SelfValue,
 }
 
 /// Every variable, by its CEL name.
@@ -108,6 +149,9 @@ const ATTRS: &[(&str, Attr)] = &[
 impl Attr {
     /// The CEL name.
     pub fn name(self) -> &'static str {
+        if self == Attr::SelfValue {
+            return "self";
+        }
         ATTRS
             .iter()
             .find(|(_, a)| *a == self)
@@ -118,6 +162,7 @@ impl Attr {
         match self {
             Attr::Port => Ty::Int,
             Attr::Headers | Attr::McpParams | Attr::JwtClaims => Ty::Map,
+            Attr::SelfValue => Ty::Dyn,
             Attr::Time => Ty::Time,
             _ => Ty::Str,
         }
@@ -426,6 +471,11 @@ pub struct Program {
 impl Program {
     /// Bounds, parses, and compiles `src`.
     pub fn compile(src: &str, limits: &CelLimits) -> Result<Program, CelError> {
+        Program::compile_for(src, limits, false)
+    }
+
+    /// `over_self`: the only variable is `self` (no request attribute).
+    fn compile_for(src: &str, limits: &CelLimits, over_self: bool) -> Result<Program, CelError> {
         scan::precheck(src, limits)?;
         let depth = u16::try_from(limits.max_depth.saturating_add(8)).unwrap_or(u16::MAX);
         let ast = cel::parser::PrattParser::new()
@@ -446,6 +496,7 @@ impl Program {
             scopes: Vec::new(),
             locals: 0,
             reads: Vec::new(),
+            over_self,
         };
         let compiled = bounded.and_then(|()| c.node(&ast));
         dismantle(ast);
@@ -623,6 +674,8 @@ struct Compiler<'s> {
     scopes: Vec<(String, usize, bool)>,
     locals: usize,
     reads: Vec<Attr>,
+    /// A compile-time condition: `self` is the only variable.
+    over_self: bool,
 }
 
 type Compiled = (Node, Ty);
@@ -654,6 +707,9 @@ impl Compiler<'_> {
             return None;
         }
         let name = std::mem::take(&mut parts).join(".");
+        if self.over_self {
+            return (name == "self").then_some(Attr::SelfValue);
+        }
         ATTRS.iter().find(|(n, _)| *n == name).map(|(_, a)| *a)
     }
 

@@ -43,6 +43,7 @@ fn eval_on(src: &str, r: &Request) -> Result<bool, String> {
         req: r,
         host: "a.example",
         trust_domain: Some("example.org"),
+        this: None,
     })
     .map_err(|e| e.message)
 }
@@ -210,6 +211,7 @@ fn limits_are_enforced() {
             req: &r,
             host: "a.example",
             trust_domain: None,
+            this: None,
         })
         .unwrap_err();
     assert!(err.budget, "{err}");
@@ -262,6 +264,7 @@ fn regex_matching_is_charged_by_text_length_and_pattern_size() {
             req: &r,
             host: "a.example",
             trust_domain: None,
+            this: None,
         })
     };
     assert_eq!(
@@ -308,10 +311,27 @@ fn hostile_expressions_at_the_largest_limits_fit_a_wasm_sized_stack() {
                         req: &r,
                         host: "a.example",
                         trust_domain: None,
+                        this: None,
                     });
                 }
             }
         })
         .unwrap();
     assert!(worker.join().is_ok());
+}
+
+#[test]
+fn conditions_over_self() {
+    let spec = serde_json::json!({"action": "Allow", "rules": [{"name": "a"}, {"name": "b"}, {"name": "c"}]});
+    let lim = CelLimits::default();
+    let run = |src: &str| super::SelfCondition::compile(src, &lim).map(|c| c.eval(&spec));
+    assert_eq!(run("size(self.rules) > 2"), Ok(Ok(true)));
+    assert_eq!(run("self.action == 'Deny'"), Ok(Ok(false)));
+    assert_eq!(run("self.rules.exists(r, r.name == 'b')"), Ok(Ok(true)));
+    // A missing field errs at evaluation; a request attribute is not a variable here.
+    assert!(matches!(run("self.when.size() > 0"), Ok(Err(_))));
+    assert!(run("request.path == '/'").is_err());
+    assert!(run("size(self.rules").is_err());
+    // ... and `self` is not a request attribute.
+    assert!(Program::compile("self.x == 1", &lim).is_err());
 }

@@ -27,6 +27,8 @@ pub struct Policy {
     pub(crate) rules: Option<Vec<Rule>>,
     /// `when`: the policy applies only where all hold.
     pub(crate) when: Vec<Cel>,
+    /// The bundle's `origin`, shown: where its rules came from (defaults/overrides).
+    pub origin: Option<String>,
 }
 
 /// A compiled CEL condition with the bundle field it came from (`when[1]`,
@@ -80,7 +82,20 @@ pub struct Listener {
 #[derive(Debug)]
 pub struct Backend {
     pub id: String,
+    /// Policies that apply on every listener.
     pub index: LevelIndex,
+    /// Listeners some policy is narrowed to (bundle `listeners`): the index for requests that
+    /// arrived on each, those policies included.
+    pub by_listener: Vec<(usize, LevelIndex)>,
+}
+
+impl Backend {
+    /// What applies to a request that arrived on `listener`.
+    pub fn index_for(&self, listener: Option<usize>) -> &LevelIndex {
+        listener
+            .and_then(|l| self.by_listener.iter().find(|(x, _)| *x == l))
+            .map_or(&self.index, |(_, i)| i)
+    }
 }
 
 /// A compiled rule.

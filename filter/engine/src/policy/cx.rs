@@ -86,6 +86,7 @@ impl CelCx {
             req,
             host,
             trust_domain: self.trust_domain.as_deref(),
+            this: None,
         };
         let result = c.program.eval(&input);
         if let Err(e) = &result {

@@ -301,7 +301,7 @@ impl Evaluation {
                 Level::Backend => self
                     .backend
                     .and_then(|i| engine.backends.get(i))
-                    .map(|b| &b.index),
+                    .map(|b| b.index_for(self.listener)),
             };
             let Some(index) = index else {
                 // GatewayOnly with no backend: nothing attached at the Backend level.

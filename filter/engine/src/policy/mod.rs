@@ -347,6 +347,7 @@ impl Engine {
                 action,
                 rules,
                 when,
+                origin: p.origin.as_ref().map(origin_text),
             });
         }
 
@@ -377,18 +378,76 @@ impl Engine {
         let mut backends = Vec::new();
         let mut by_route = HashMap::new();
         let mut by_cluster = HashMap::new();
-        for (bi, be) in b.backends.iter().enumerate() {
-            let mut index = LevelIndex::default();
-            for (pid, p) in order.iter().enumerate() {
-                let attached = p.level == Level::Backend
-                    && p.targets.iter().any(|t| {
-                        t.name == be.name
-                            && t.namespace.as_deref().unwrap_or(&p.namespace) == be.namespace
-                    });
-                if attached {
-                    index.attach(pid, &policies);
+        let listener_of = |p: &bundle::Policy, t: &bundle::PolicyTarget| {
+            let ns = t.namespace.as_deref().unwrap_or(&p.namespace);
+            let id = format!(
+                "{ns}/{}/{}",
+                t.name,
+                t.section_name.as_deref().unwrap_or("")
+            );
+            listeners
+                .iter()
+                .position(|l: &compiled::Listener| l.id == id)
+        };
+        // Backend-level policies by target `(namespace, name)`, in seniority order: a policy
+        // may target many backends (the compiler's effective policies do).
+        let mut by_target: HashMap<(&str, &str), Vec<PolicyId>> = HashMap::new();
+        for (pid, p) in order.iter().enumerate() {
+            if p.level != Level::Backend {
+                continue;
+            }
+            for t in &p.targets {
+                let key = (
+                    t.namespace.as_deref().unwrap_or(&p.namespace),
+                    t.name.as_str(),
+                );
+                let list = by_target.entry(key).or_default();
+                if list.last() != Some(&pid) {
+                    list.push(pid);
                 }
             }
+        }
+        for (bi, be) in b.backends.iter().enumerate() {
+            let mut index = LevelIndex::default();
+            // Attached policies, each with the listeners it is narrowed to (empty: all).
+            let mut attached: Vec<(PolicyId, Vec<usize>)> = Vec::new();
+            let mine = by_target
+                .get(&(be.namespace.as_str(), be.name.as_str()))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            for &pid in mine {
+                let Some(p) = order.get(pid) else { continue };
+                {
+                    let only: Vec<usize> = p
+                        .listeners
+                        .iter()
+                        .filter_map(|t| listener_of(p, t))
+                        .collect();
+                    if p.listeners.is_empty() {
+                        index.attach(pid, &policies);
+                    }
+                    attached.push((pid, only));
+                }
+            }
+            let mut narrowed: Vec<usize> = attached
+                .iter()
+                .flat_map(|(_, l)| l.iter().copied())
+                .collect();
+            narrowed.sort_unstable();
+            narrowed.dedup();
+            let by_listener = narrowed
+                .into_iter()
+                .map(|l| {
+                    let mut ix = LevelIndex::default();
+                    for (pid, only) in &attached {
+                        let p = order.get(*pid);
+                        if p.is_some_and(|p| p.listeners.is_empty()) || only.contains(&l) {
+                            ix.attach(*pid, &policies);
+                        }
+                    }
+                    (l, ix)
+                })
+                .collect();
             for r in &be.route_names {
                 by_route.insert(r.clone(), bi);
             }
@@ -398,6 +457,7 @@ impl Engine {
             backends.push(compiled::Backend {
                 id: format!("{}/{}", be.namespace, be.name),
                 index,
+                by_listener,
             });
         }
 
@@ -424,6 +484,15 @@ impl Engine {
     pub fn from_json(json: &[u8]) -> Result<Engine, String> {
         let bundle = mcp_access_bundle::parse_bundle(json).map_err(|e| e.to_string())?;
         Engine::compile(&bundle).map_err(|e| format!("invalid policy bundle: {e}"))
+    }
+
+    /// The origin of policy `id` (`namespace/name`), if the compiler derived it.
+    pub fn origin_of(&self, id: Option<&str>) -> Option<String> {
+        let id = id?;
+        self.policies
+            .iter()
+            .find(|p| p.id == id)
+            .and_then(|p| p.origin.clone())
     }
 
     /// The listener a request arrived on: same port, most specific matching hostname.
@@ -559,7 +628,9 @@ impl Engine {
             ),
             (
                 Level::Backend,
-                backend.and_then(|i| self.backends.get(i)).map(|b| &b.index),
+                backend
+                    .and_then(|i| self.backends.get(i))
+                    .map(|b| b.index_for(listener)),
             ),
         ];
         for (level, index) in levels {
@@ -644,4 +715,30 @@ impl LevelIndex {
             }
         }
     }
+}
+
+/// How an origin reads in decision logs and `explain`: `overrides (merge) of <policy>`, or
+/// `<policy>; <note>` for a policy's own rules.
+pub fn origin_text(o: &mcp_access_bundle::Origin) -> String {
+    use mcp_access_bundle::{BlockKind, Strategy};
+    let mut s = match (o.block, o.strategy) {
+        (Some(b), st) => format!(
+            "{} ({}) of {}",
+            match b {
+                BlockKind::Defaults => "defaults",
+                BlockKind::Overrides => "overrides",
+            },
+            match st {
+                Some(Strategy::Merge) => "merge",
+                _ => "atomic",
+            },
+            o.policy
+        ),
+        (None, _) => o.policy.clone(),
+    };
+    if !o.note.is_empty() {
+        s.push_str("; ");
+        s.push_str(&o.note);
+    }
+    s
 }

@@ -1,0 +1,123 @@
+"""Compile time of defaults and overrides at scale: 100 Gateway AccessPolicies with blocks
+(defaults and overrides, atomic and merge, Allow and ExternalAuth) over 1,000 XBackends, each
+with its own Backend-level policy, compiled by the release `mcp-access compile`.
+
+    python bench/defaults_overrides.py [--cli target/release/mcp-access] [--runs 5]
+
+Prints the wall and CPU (user + system) time of the whole command (reading YAML, validating,
+compiling, applying the blocks, writing the bundle) and writes nothing else. On a shared machine
+the CPU time is the figure to compare: wall time includes waiting for a core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+GATEWAYS = 1
+BACKENDS = 1000
+BLOCKS = 100
+
+
+def manifests() -> str:
+    docs = [
+        """apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: bench}
+spec:
+  gatewayClassName: mcp-access
+  listeners:
+  - {name: main, protocol: HTTP, port: 8080}
+  - {name: alt, protocol: HTTP, port: 8081}"""
+    ]
+    for i in range(BACKENDS):
+        docs.append(
+            f"""apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r{i}, namespace: bench}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: [b{i}.bench.example]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /mcp}}}}]
+    backendRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: b{i}}}]"""
+        )
+        docs.append(
+            f"""apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XBackend
+metadata: {{name: b{i}, namespace: bench}}
+spec:
+  mcp: {{serviceName: s{i}, port: 8000, path: /mcp}}"""
+        )
+        docs.append(
+            f"""apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {{name: own{i}, namespace: bench, creationTimestamp: "2026-02-01T00:00:00Z"}}
+spec:
+  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: b{i}}}]
+  action: Allow
+  unset: [d{i % BLOCKS}-r0]
+  rules:
+  - {{name: r0, authorization: {{type: Inline, mcp: {{methods: [{{name: tools/call, params: [t{i}]}}]}}}}}}
+  - {{name: shared, authorization: {{type: Inline, mcp: {{methods: [{{name: tools/list}}]}}}}}}"""
+        )
+    for k in range(BLOCKS):
+        block = "defaults" if k % 2 == 0 else "overrides"
+        strategy = "merge" if k % 4 < 2 else "atomic"
+        section = ", sectionName: alt" if k % 10 == 9 else ""
+        if k % 25 == 24:
+            body = f"""    action: ExternalAuth
+    externalAuth: {{protocol: HTTP, backendRef: {{name: authz{k}, port: 9000}}, http: {{}}}}"""
+        else:
+            body = f"""    action: Allow
+    condition: "size(self.rules) > 1"
+    rules:
+    - {{name: d{k}-r0, authorization: {{type: Inline, mcp: {{methods: [{{name: tools/call, params: [x{k}]}}]}}}}}}
+    - {{name: shared, authorization: {{type: Inline, mcp: {{methods: [{{name: tools/call, params: [y{k}]}}]}}}}}}"""
+        docs.append(
+            f"""apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {{name: block{k}, namespace: bench, creationTimestamp: "2026-01-01T00:{k // 60:02d}:{k % 60:02d}Z"}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw{section}}}]
+  {block}:
+    strategy: {strategy}
+{body}"""
+        )
+    return "\n---\n".join(docs) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", default="target/release/mcp-access")
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "bench.yaml"
+        src.write_text(manifests())
+        out = Path(d) / "bundle.json"
+        cmd = [args.cli, "compile", "-f", str(src), "-o", str(out), "--max-policies-per-target", "0", "--format", "json"]
+        times, cpu = [], []
+        for _ in range(args.runs):
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            times.append(time.perf_counter() - t0)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+            if p.returncode != 0:
+                raise SystemExit(f"compile failed ({p.returncode}): {p.stderr[-2000:]}")
+        size = out.stat().st_size
+        print(f"{BLOCKS} Gateway blocks x {BACKENDS} XBackends (2 listeners, {BACKENDS} backend policies): "
+              f"wall median {statistics.median(times):.3f} s (min {min(times):.3f} s), "
+              f"CPU median {statistics.median(cpu):.3f} s (min {min(cpu):.3f} s) over {args.runs} runs; "
+              f"manifests {src.stat().st_size} bytes, bundle {size} bytes")
+
+
+if __name__ == "__main__":
+    main()
