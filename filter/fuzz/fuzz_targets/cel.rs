@@ -51,6 +51,7 @@ fn run(data: &[u8]) {
             req: &req,
             host: "a.example",
             trust_domain,
+            this: None,
         };
         let _ = program.eval(&input);
     }
