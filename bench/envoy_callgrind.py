@@ -65,7 +65,7 @@ def _live(admin: int) -> bool:
 
 
 def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: int = 400, warmup: int = 200,
-               connections: int = 4, ready_timeout: float = 600.0, log=print) -> dict[str, dict[str, Any]]:
+               connections: int = 4, ready_timeout: float = 600.0, log=print, keep: bool = False) -> dict[str, dict[str, Any]]:
     specs = configs.specs()
     names = sorted({v.envoy for v in variants})
     ports = {n: free_port() for n in names}
@@ -123,4 +123,5 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         for f in workdir.glob("callgrind.out*"):
-            f.unlink()
+            if not keep:  # kept: the per-function profile (callgrind_annotate), dump i+1 = variant i
+                f.unlink()

@@ -138,9 +138,11 @@ def expected(kind: str, flip_allowed: bool) -> tuple[int, int | None]:
     return 403, -32010
 
 
-def judge(results: list[Sent], versions: list[Version]) -> dict[str, Any]:
+def judge(results: list[Sent], versions: list[Version], flip_denials: tuple[int, ...] = (403,)) -> dict[str, Any]:
     """Counts per outcome; `failed` (no answer or an answer no version gives) and
-    `misdecisions` (an answer only a version that was not serving gives) must be empty."""
+    `misdecisions` (an answer only a version that was not serving gives) must be empty.
+    `flip_denials`: the statuses a denied `flip` may have (an authorizer's failure modes),
+    each with a JSON-RPC error."""
     windows = []
     for k, v in enumerate(versions):
         end = versions[k + 1].seen if k + 1 < len(versions) else None
@@ -150,6 +152,8 @@ def judge(results: list[Sent], versions: list[Version]) -> dict[str, Any]:
     for s in results:
         counts[f"{s.proto}/{s.kind}/{s.status}"] += 1
         got = (s.status, s.code)
+        if s.kind == "flip" and s.status in flip_denials and s.code is not None:
+            got = expected("flip", False)  # a denial, whichever failure mode gave it
         if s.status is None or got not in {expected(s.kind, True), expected(s.kind, False)}:
             failed.append(s)
             continue
