@@ -33,6 +33,7 @@ class Counted:
     envoy: str  # configs.specs() name
     body: bytes
     path: str = "/mcp"
+    requests: int = 0  # 0: count_many's `requests` (warm-up: a third of it)
 
 
 def real_envoy_binary() -> str:
@@ -94,14 +95,15 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
         req = urllib.request.Request(f"http://127.0.0.1:{admin}/logging?wasm=warning", data=b"", method="POST")
         urllib.request.urlopen(req, timeout=10).read()
         for i, v in enumerate(variants):
+            n, n_warm = (v.requests, max(1, v.requests // 3)) if v.requests else (requests, warmup)
             body_path = workdir / f"body-{v.key}.json"
             body_path.write_bytes(v.body)
             h2load = ["h2load", "--h1", "-c", str(connections), "-d", str(body_path),
                       "-H", "content-type: application/json", "-H", "accept: application/json, text/event-stream",
                       f"http://127.0.0.1:{ports[v.envoy]}{v.path}"]
-            subprocess.run(h2load[:1] + ["-n", str(warmup)] + h2load[1:], capture_output=True, check=True, timeout=900)
+            subprocess.run(h2load[:1] + ["-n", str(n_warm)] + h2load[1:], capture_output=True, check=True, timeout=900)
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True, timeout=120)
-            run = subprocess.run(h2load[:1] + ["-n", str(requests)] + h2load[1:], capture_output=True, text=True,
+            run = subprocess.run(h2load[:1] + ["-n", str(n)] + h2load[1:], capture_output=True, text=True,
                                  check=True, timeout=900)
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True, timeout=120)
             dump = Path(f"{out}.{i + 1}")
@@ -112,7 +114,7 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
             total = int(re.search(r"^summary: (\d+)", dump.read_text(), re.M)[1])
             m = re.search(r"status codes: (\d+) 2xx, \d+ 3xx, (\d+) 4xx, (\d+) 5xx", run.stdout)
             codes = {"2xx": int(m[1]), "4xx": int(m[2]), "5xx": int(m[3])} if m else {}
-            results[v.key] = {"instructions_per_request": round(total / requests), "requests": requests, "status": codes}
+            results[v.key] = {"instructions_per_request": round(total / n), "requests": n, "status": codes}
             log(f"  Envoy {v.key:26} {results[v.key]['instructions_per_request']:12,} instructions per request")
         return results
     finally:

@@ -155,7 +155,9 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _num(x: float, unit: str) -> str:
-    return f"{x:.3f}" if unit == "ratio" else f"{x:,.1f} {unit}" if unit != "MiB" else f"{x:.2f} MiB"
+    if unit == "ratio":
+        return f"{x:.3f}"
+    return f"{x:.2f} {unit}" if unit in ("MiB", "s") else f"{x:,.1f} {unit}"
 
 
 def target_table(ts: list[dict[str, Any]]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime as dt
+import hashlib
 import http.client
 import json
 import os
@@ -96,8 +97,9 @@ VARIANTS = [
 ]
 
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
-COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny"], ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny"],
-           ["s7_native", "s7_ours", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"]]
+COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny", "s7_native", "s7_ours"],
+           ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"]]
+FEW = {"p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"}  # 300 KB answers: 60 requests, not 300
 QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)
 
 BODIES = {
@@ -475,6 +477,10 @@ def compile_bench(workdir: Path, runs: int) -> dict[str, Any]:
             "what": f"{COMPILE_GATEWAYS} Gateway-level policies, {COMPILE_BACKENDS} backends; mcp-access compile (release), CPU time of the process (wall clock beside it)"}
 
 
+class _SkipRounds(Exception):
+    """--callgrind-only: no Envoy is started for timed rounds."""
+
+
 class Saver:
     """Writes what has been measured so far (partial.json) after every step, so a crash late in
     the run keeps the rounds it measured; the final files replace it at the end."""
@@ -522,6 +528,11 @@ def main() -> int:
     ap.add_argument("--skip-micro", action="store_true", help="no criterion / callgrind of the native benches")
     ap.add_argument("--skip-criterion", action="store_true", help="callgrind of the native benches, no criterion timing")
     ap.add_argument("--skip-envoy-callgrind", action="store_true", help="no instruction counts of Envoy under callgrind")
+    ap.add_argument("--callgrind-only", action="store_true",
+                    help="only the instruction counts (no timed rounds): they do not depend on load, so they can be "
+                         "counted while the machine is busy and reused with --callgrind-from")
+    ap.add_argument("--callgrind-from", type=Path, default=None,
+                    help="take the instruction counts from this results file (if it counted the same .wasm)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
 
@@ -559,7 +570,8 @@ def main() -> int:
         },
     }
     raw_size = args.raw_wasm.stat().st_size if args.raw_wasm.is_file() else None
-    result["wasm"] = {"bytes_after_wasm_opt": args.wasm.stat().st_size, "bytes_from_cargo": raw_size}
+    result["wasm"] = {"bytes_after_wasm_opt": args.wasm.stat().st_size, "bytes_from_cargo": raw_size,
+                      "sha256": hashlib.sha256(args.wasm.read_bytes()).hexdigest()}
     saver = Saver(out_dir)
     runs: dict[str, list[dict[str, Any]]] = {v.key: [] for v in variants}
     checks: dict[str, Any] = {}
@@ -588,6 +600,8 @@ def main() -> int:
     t0 = time.monotonic()
     envoys: dict[str, Running] = {}
     try:
+        if args.callgrind_only:
+            raise _SkipRounds
         print(f"starting {len({v.envoy for v in variants})} Envoys", flush=True)
         envoys = start_envoys({v.envoy for v in variants}, wasm, workdir, args.envoy_cpu)
         result["bundle_loads"] = {name: {"bundle_bytes": r.bundle_bytes, "vm_loads": r.loads}
@@ -659,6 +673,8 @@ def main() -> int:
                 saver.save(result, variants, runs, checks)
         phases["remeasure_s"] = round(time.monotonic() - t0)
         result["memory_kib"] = {name: r.envoy.rss_kib() for name, r in envoys.items()}
+    except _SkipRounds:
+        pass
     finally:
         for r in envoys.values():
             r.envoy.stop()
@@ -666,6 +682,16 @@ def main() -> int:
 
     # Instruction counts (deterministic, so both CPUs at once): native operations and whole Envoys.
     jobs: list[tuple[str, Any]] = []
+    if args.callgrind_from is not None:
+        prev = json.loads(args.callgrind_from.read_text())
+        if prev.get("wasm", {}).get("sha256") != result["wasm"]["sha256"]:
+            problems.append(f"{args.callgrind_from} counted another .wasm: instructions counted again")
+        else:
+            result["callgrind"] = prev.get("callgrind", {})
+            result["envoy_instructions"] = prev.get("envoy_instructions", {})
+            result["callgrind_from"] = {"file": str(args.callgrind_from), "date": prev.get("date")}
+            exe = None
+            args.skip_envoy_callgrind = True
     if exe is not None:
         jobs += [("op", (op, small, large)) for op, small, large in CALLGRIND_OPS
                  if not args.quick or op in QUICK_CALLGRIND_OPS]
@@ -689,7 +715,7 @@ def main() -> int:
                 return
             todo = what
             counted = envoy_callgrind.count_many(
-                [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body], v.path) for v in todo], wasm,
+                [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body], v.path, 60 if v.key in FEW else 0) for v in todo], wasm,
                 workdir / "callgrind" / todo[0].key, requests=300, warmup=100, log=lambda m: print(m, flush=True))
             for v in todo:
                 c = counted[v.key]
