@@ -120,8 +120,13 @@ impl Validator {
         self.gateways(&b.gateways);
         self.backends(&b.backends);
         self.authorizers(&b.authorizers);
+        let backends: HashSet<(&str, &str)> = b
+            .backends
+            .iter()
+            .map(|x| (x.namespace.as_str(), x.name.as_str()))
+            .collect();
         for (i, p) in b.policies.iter().enumerate() {
-            self.policy(b, &format!("policies[{i}]"), p);
+            self.policy(b, &backends, &format!("policies[{i}]"), p);
         }
         let mut seen = HashSet::new();
         for (i, p) in b.policies.iter().enumerate() {
@@ -374,7 +379,8 @@ impl Validator {
         }
     }
 
-    fn policy(&mut self, b: &Bundle, at: &str, p: &Policy) {
+    /// `backends`: the (namespace, name) of every backend, so that a target is found at once.
+    fn policy(&mut self, b: &Bundle, backends: &HashSet<(&str, &str)>, at: &str, p: &Policy) {
         self.name(&format!("{at}.name"), &p.name);
         self.check(
             !p.targets.is_empty(),
@@ -404,13 +410,12 @@ impl Validator {
                     }
                 }
                 Level::Backend => {
-                    self.check(
-                        b.backends
-                            .iter()
-                            .any(|x| x.name == t.name && x.namespace == ns),
-                        || format!("{tat}.name"),
-                        format!("no backend {ns}/{} in the bundle", t.name),
-                    );
+                    if !backends.contains(&(ns, t.name.as_str())) {
+                        self.fail(
+                            format!("{tat}.name"),
+                            format!("no backend {ns}/{} in the bundle", t.name),
+                        );
+                    }
                     self.check(
                         t.section_name.is_none(),
                         || format!("{tat}.sectionName"),
