@@ -291,7 +291,7 @@ README_START, README_END = "<!-- bench:targets -->", "<!-- /bench:targets -->"
 
 
 def update_readme(readme: Any, res: dict[str, Any]) -> bool:
-    """Replaces README's performance table (between the bench:targets markers) with this run's."""
+    """Replaces a document's performance table (between the bench:targets markers) with this run's."""
     text = readme.read_text()
     if README_START not in text or README_END not in text:
         return False
@@ -306,12 +306,14 @@ def update_readme(readme: Any, res: dict[str, Any]) -> bool:
     return True
 
 
-def write_all(res: dict[str, Any], out_dir: Any, readme: Any | None) -> None:
-    """latest.md and chart.svg next to the results file, and README's table."""
+def write_all(res: dict[str, Any], out_dir: Any, root: Any | None) -> None:
+    """latest.md and chart.svg next to the results file; with the repository root, the tables
+    of README.md and docs/performance.md."""
     (out_dir / "latest.md").write_text(markdown(res))
     (out_dir / "chart.svg").write_text(chart_svg(res))
-    if readme is not None:
-        update_readme(readme, res)
+    if root is not None:
+        for doc in (root / "README.md", root / "docs" / "performance.md"):
+            update_readme(doc, res)
 
 
 if __name__ == "__main__":
@@ -324,5 +326,5 @@ if __name__ == "__main__":
     data = json.loads(path.read_text())
     data["targets"] = targets(data)
     path.write_text(json.dumps(data, indent=1) + "\n")
-    write_all(data, path.parent, root / "README.md" if path.parent == root / "bench" / "results" else None)
+    write_all(data, path.parent, root if path.parent == root / "bench" / "results" else None)
     print(target_table(data["targets"]))

@@ -747,9 +747,9 @@ def main() -> int:
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "latest.json").write_text(json.dumps(result, indent=1) + "\n")
-        report.write_all(result, out_dir, ROOT / "README.md" if out_dir == RESULTS else None)
+        report.write_all(result, out_dir, ROOT if out_dir == RESULTS else None)
         saver.done()
-        print(f"wrote {out_dir}/latest.json, latest.md, chart.svg" + (" and README's table" if out_dir == RESULTS else ""))
+        print(f"wrote {out_dir}/latest.json, latest.md, chart.svg" + (", README's and docs/performance.md's tables" if out_dir == RESULTS else ""))
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     if problems:
