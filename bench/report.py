@@ -300,8 +300,10 @@ def update_readme(readme: Any, res: dict[str, Any]) -> bool:
     m = res["machine"]
     s = res["settings"]
     intro = (f"Run of {res['date'][:16].replace('T', ' ')} UTC ({m['cores']} vCPUs, {m['cpu']}; Envoy {m['envoy'].split('/')[1] if '/' in m['envoy'] else m['envoy']}, "
-             f"one worker pinned to CPU {s['envoy_cpu']}, load on CPU {s['load_cpu']}; {s['rounds']} interleaved rounds, "
-             f"noisy ratios re-measured), from `bench/results/latest.json`:\n\n")
+             f"one worker pinned to CPU {s['envoy_cpu']}, load on CPU {s['load_cpu']}; {s['rounds']} interleaved rounds"
+             + (", noisy ratios re-measured" if s.get("remeasure_passes") else "")
+             + (", instruction counts from " + res["callgrind_from"]["file"].rsplit("/", 1)[-1] if res.get("callgrind_from") else "")
+             + "), from `bench/results/latest.json`:\n\n")
     readme.write_text(head + README_START + "\n" + intro + target_table(res["targets"]) + README_END + tail)
     return True
 

@@ -320,39 +320,45 @@ impl RequestFlow {
         if self.stage != Stage::Start {
             return Next::Hold;
         }
-        let header = |name: &str| {
-            input
-                .headers
-                .iter()
+        // Pseudo-headers are moved out of the list (they are not kept in it), not copied.
+        let mut headers = input.headers;
+        let mut take = |name: &str| {
+            headers
+                .iter_mut()
                 .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
+                .map(|(_, v)| std::mem::take(v))
         };
-        let method = header(":method").unwrap_or_default();
-        let path = header(":path").unwrap_or_default();
+        let method = take(":method").unwrap_or_default();
+        let path = take(":path").unwrap_or_default();
+        let authority = take(":authority");
+        let scheme = take(":scheme");
+        headers.retain(|(n, _)| !n.starts_with(':'));
+        let authority = authority
+            .or_else(|| {
+                headers
+                    .iter()
+                    .find(|(n, _)| n == "host")
+                    .map(|(_, v)| v.clone())
+            })
+            .unwrap_or_default();
         let (canonical, bad_path) = match canonical_path(&path, engine.escaped_slashes) {
             Ok(p) => (p, None),
             Err(e) => (String::new(), Some(e)),
         };
         if let Some(mut peers) = input.peers {
-            peers.scheme = header(":scheme");
+            peers.scheme = scheme;
             self.peers = peers;
         }
         let req = Request {
             canonical_path: canonical,
             path,
-            authority: header(":authority")
-                .or_else(|| header("host"))
-                .unwrap_or_default(),
+            authority,
             port: input.port,
             mcp: McpOp::NotMcp,
             route_name: input.route_name,
             cluster_name: input.cluster_name,
             caller: input.caller,
-            headers: input
-                .headers
-                .into_iter()
-                .filter(|(n, _)| !n.starts_with(':'))
-                .collect(),
+            headers,
             method,
             time: input.time,
             params: None,
@@ -1063,6 +1069,50 @@ mod tests {
             .push(("content-encoding".into(), "gzip".into()));
         assert!(matches!(rejected.on_headers(&engine, gzip), Next::Respond(r) if r.status == 415));
         assert!(!rejected.evaluated() && rejected.trace().is_empty());
+    }
+
+    #[test]
+    fn pseudo_headers_become_request_fields() {
+        let engine = Engine::from_json(
+            br#"{"apiVersion": "mcp-access.io/v1",
+                 "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 80}]}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let seen = |headers: &[(&str, &str)]| {
+            let mut flow = RequestFlow::new();
+            let input = HeadersInput {
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+                end_of_stream: false,
+                port: 80,
+                ..HeadersInput::default()
+            };
+            flow.on_headers(&engine, input);
+            let r = flow
+                .request()
+                .cloned()
+                .unwrap_or_else(|| panic!("no request"));
+            (r.method, r.path, r.authority, r.headers)
+        };
+        let (method, path, authority, headers) = seen(&[
+            (":method", "POST"),
+            (":path", "/mcp?x=1"),
+            (":authority", "gw.example:80"),
+            (":scheme", "http"),
+            ("host", "other"),
+            ("content-type", "application/json"),
+            (":path", "/second"),
+        ]);
+        assert_eq!((method.as_str(), path.as_str()), ("POST", "/mcp?x=1"));
+        assert_eq!(authority, "gw.example:80");
+        let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["host", "content-type"]);
+        // Without :authority, the Host header names the authority (and stays a header).
+        let (_, _, authority, headers) = seen(&[(":method", "POST"), ("host", "h.example")]);
+        assert_eq!(authority, "h.example");
+        assert_eq!(headers, [("host".to_string(), "h.example".to_string())]);
     }
 
     #[test]
