@@ -1,7 +1,7 @@
 """The performance harness of issue 4: this filter side by side with bare Envoy and Envoy's
 native MCP chain, on one machine, in one run.
 
-    scripts/bench            # full run (~11 minutes), writes bench/results/latest.{json,md} and chart.svg
+    scripts/bench            # full run (~20 minutes), writes bench/results/latest.{json,md}, chart.svg, README table
     scripts/bench --quick    # ~2 minute smoke run (prints the tables; writes only with --out DIR)
 
 Envoy runs with one worker (`--concurrency 1`) pinned to one core; wrk runs pinned to the other.
