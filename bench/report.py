@@ -164,7 +164,7 @@ def target_table(ts: list[dict[str, Any]]) -> str:
     """The Markdown table of the targets (README's performance table is this table)."""
     rows = ["| id | target | measured | rounds (spread) | goal | met |", "| --- | --- | ---: | --- | ---: | :---: |"]
     for t in ts:
-        vals = ", ".join(f"{v:.3f}" if t["unit"] == "ratio" else f"{v:,.1f}" for v in t["values"])
+        vals = ", ".join(f"{v:.3f}" if t["unit"] in ("ratio", "s") else f"{v:,.1f}" for v in t["values"])
         spread = f" (±{t['spread'] * 100:.0f}%{', **noisy**' if t['noisy'] else ''})" if len(t["values"]) > 1 else ""
         met = "yes" if t["met"] else "**no**"
         goal = f"{t['op'].replace('>=', '≥').replace('<=', '≤')} {_num(t['target'], t['unit'])}"
