@@ -113,12 +113,13 @@ def with_authorizers(port: int, gateway: list[str], backend: list[str], protocol
     return b
 
 
-def s5(port: int) -> dict[str, Any]:
-    """10,000 tools in 1,000 Backend-level Allow policies over 100 backends; Envoy's `tools`
-    route leads to backend 42."""
+def s5(port: int, n_backends: int = S5_BACKENDS) -> dict[str, Any]:
+    """10,000 tools in 1,000 Backend-level Allow policies over 100 backends (P8: 100,000 tools in
+    10,000 policies over 1,000 backends with n_backends=1000); Envoy's `tools` route leads to
+    backend 42."""
     backends = []
     policies = []
-    for bi in range(S5_BACKENDS):
+    for bi in range(n_backends):
         name = f"backend-{bi:03}"
         route = ROUTE if bi == S5_ROUTED_BACKEND else f"route-{bi:03}"
         backends.append({"name": name, "namespace": NAMESPACE, "routeNames": [route]})
@@ -154,3 +155,54 @@ def mib_body(tool: str, size: int = 1024 * 1024) -> bytes:
     """A tools/call body of exactly `size` bytes (the argument text pads it)."""
     empty = len(tools_call_body(tool, ""))
     return tools_call_body(tool, "x" * (size - empty))
+
+
+# P8 shape: S5 scaled tenfold (100,000 tools, 10,000 policies, 1,000 backends).
+P8_BACKENDS = 1000
+
+
+def p8(port: int) -> dict[str, Any]:
+    return s5(port, P8_BACKENDS)
+
+
+# P7: a 1,000-tool tools/list answer filtered per caller (as filter/engine/benches/listing.rs).
+LIST_TOOLS = 1000
+
+
+def list_tool(i: int) -> str:
+    return f"tool-{i:04}"
+
+
+def listing_bundle(port: int) -> dict[str, Any]:
+    """Every caller may call the even-numbered tools; a Gateway Deny removes every tenth: 400 of
+    the 1,000 listed tools remain."""
+    b = _base(port, [_tools_backend()])
+    b["policies"] = [
+        {"name": "allow-half", "namespace": NAMESPACE, "level": "Backend", "targets": [{"name": "tools"}],
+         "action": "Allow", "rules": [tool_rule("half", [list_tool(i) for i in range(0, LIST_TOOLS, 2)])]},
+        {"name": "deny-tenth", "namespace": NAMESPACE, "level": "Gateway", "targets": [{"name": GATEWAY}],
+         "action": "Deny", "rules": [{"name": "tenth", "authorization": {"mcp": {"methods": [
+             {"name": "tools/call", "params": [list_tool(i) for i in range(0, LIST_TOOLS, 10)]}]}}}]},
+    ]
+    return b
+
+
+LIST_KEPT = 400
+
+
+def listing_result() -> str:
+    """The upstream's answer: 1,000 tools with a description and an input schema (about 300 KB)."""
+    tools = ",".join(
+        '{"name":"' + list_tool(i) + '","description":"Tool number ' + str(i) + ', which does one thing well.",'
+        '"inputSchema":{"type":"object","properties":{"text":{"type":"string","description":"what to work on"},'
+        '"count":{"type":"integer","minimum":0}},"required":["text"]}}'
+        for i in range(LIST_TOOLS))
+    return '{"jsonrpc":"2.0","id":1,"result":{"tools":[' + tools + '],"nextCursor":"next"}}'
+
+
+def listing_sse() -> str:
+    return "event: message\ndata: " + listing_result() + "\n\n"
+
+
+def tools_list_body() -> bytes:
+    return b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'

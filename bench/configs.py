@@ -27,6 +27,8 @@ MCP_FILTER = "envoy.filters.http.mcp"
 UPSTREAM_RESULT = '{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}]}}'
 BUFFER_LIMIT = 4 * 1024 * 1024  # above the 1 MiB body of S6 and the bundles' maxBodyBytes
 SLOW_AUTHZ_MS = 5
+LIST_JSON_PATH = "/list/json"  # the upstream answers a 1,000-tool tools/list (P7)
+LIST_SSE_PATH = "/list/sse"
 
 
 @dataclass
@@ -39,6 +41,7 @@ class EnvoySpec:
     authorizers: list[str] = field(default_factory=list)  # internal authorizer listeners (fast)
     slow_authorizers: list[str] = field(default_factory=list)  # internal authorizer listeners with a delay
     grpc_authorizers: list[str] = field(default_factory=list)  # internal gRPC ext_authz listeners (fast)
+    slow_grpc_authorizers: list[str] = field(default_factory=list)  # internal gRPC ext_authz listeners with a delay
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,6 +193,14 @@ def specs() -> dict[str, EnvoySpec]:
             "native_grpc", extra_filters=[mcp_filter(), native_ext_authz_grpc("grpc0"), rbac_filter()], grpc_authorizers=["grpc0"]
         ),
         "ours_grpc": EnvoySpec("ours_grpc", bundle={"kind": "grpc", "gateway": ["grpc0"]}, grpc_authorizers=["grpc0"]),
+        "native_grpc_slow": EnvoySpec(
+            "native_grpc_slow", extra_filters=[mcp_filter(), native_ext_authz_grpc("sgrpc0"), rbac_filter()],
+            slow_grpc_authorizers=["sgrpc0"],
+        ),
+        "ours_grpc_slow": EnvoySpec("ours_grpc_slow", bundle={"kind": "grpc", "gateway": ["sgrpc0"]},
+                                    slow_grpc_authorizers=["sgrpc0"]),
+        "ours_list": EnvoySpec("ours_list", bundle={"kind": "list"}),
+        "ours_p8": EnvoySpec("ours_p8", bundle={"kind": "p8"}),
     }
 
 
@@ -201,6 +212,10 @@ def bundle_for(spec: EnvoySpec, port: int) -> dict[str, Any] | None:
         return bundles.s2(port)
     if kind == "s5":
         return bundles.s5(port)
+    if kind == "p8":
+        return bundles.p8(port)
+    if kind == "list":
+        return bundles.listing_bundle(port)
     if kind == "grpc":
         return bundles.with_authorizers(port, spec.bundle["gateway"], [], protocol="GRPC")
     return bundles.with_authorizers(port, spec.bundle["gateway"], spec.bundle["backend"])
@@ -222,7 +237,13 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
     json_headers = {"content-type": "application/json"}
     listeners: list[Listener] = []
     internal: dict[str, Listener] = {
-        "upstream": _internal("upstream", [Route(name="up", prefix="/", direct_response=(200, UPSTREAM_RESULT), response_headers=json_headers)])
+        "upstream": _internal("upstream", [
+            Route(name="list_json", prefix=LIST_JSON_PATH, direct_response=(200, bundles.listing_result()),
+                  response_headers=json_headers),
+            Route(name="list_sse", prefix=LIST_SSE_PATH, direct_response=(200, bundles.listing_sse()),
+                  response_headers={"content-type": "text/event-stream"}),
+            Route(name="up", prefix="/", direct_response=(200, UPSTREAM_RESULT), response_headers=json_headers),
+        ])
     }
     for spec, port in fronts:
         front = Listener(
@@ -239,10 +260,11 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
         listeners.append(front)
         for a in spec.authorizers:
             internal[a] = _internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))])
-        for a in spec.grpc_authorizers:
+        for a in [*spec.grpc_authorizers, *spec.slow_grpc_authorizers]:
             # The bridge needs a real (HTTP/1.1) upstream: a direct_response to a gRPC request
             # would be rendered as a gRPC local reply.
-            internal[a] = _internal(a, [Route(name=a, prefix="/", cluster=f"{a}_http")], grpc_authorizer_filters())
+            delay = [fault_delay(SLOW_AUTHZ_MS)] if a in spec.slow_grpc_authorizers else []
+            internal[a] = _internal(a, [Route(name=a, prefix="/", cluster=f"{a}_http")], [*delay, *grpc_authorizer_filters()])
             internal[f"{a}_http"] = _internal(f"{a}_http", [Route(
                 name=f"{a}_http", prefix="/", direct_response=(200, ""), response_headers={"content-type": "application/x-protobuf"},
                 extra={"direct_response": {"status": 200, "body": {"inline_bytes": CHECK_RESPONSE_OK}}})])
@@ -251,6 +273,9 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
 
     cfg = build_bootstrap(admin_port=admin_port, listeners=[*listeners, *internal.values()], clusters=[])
     for l in cfg["static_resources"]["listeners"]:
+        if l["name"] == "upstream":  # the listings are larger than direct_response's default 4 KiB
+            hcm = l["filter_chains"][0]["filters"][0]["typed_config"]
+            hcm["route_config"]["max_direct_response_body_size_bytes"] = BUFFER_LIMIT
         if l["name"] in internal:
             del l["address"]
             l["internal_listener"] = {}
@@ -262,7 +287,7 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
             "typed_config": {"@type": T + "envoy.extensions.bootstrap.internal_listener.v3.InternalListener"},
         }
     ]
-    grpc = {a for spec, _ in fronts for a in spec.grpc_authorizers}
+    grpc = {a for spec, _ in fronts for a in [*spec.grpc_authorizers, *spec.slow_grpc_authorizers]}
     cfg["static_resources"]["clusters"] = [_internal_cluster(name, http2=name in grpc) for name in internal]
     return cfg
 

