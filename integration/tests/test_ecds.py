@@ -122,13 +122,24 @@ def test_policy_swaps_under_load(cli: Path, wasm_path: Path, work_dir: Path, pki
 
         assert flip_allowed()  # version A from the file written by `envoy --ecds`
         versions = [Version("A0", True, float("-inf"), time.monotonic())]
+        mtls_kw = {"ca": pki.ca.cert, "cert": (pki.client(ALPHA).cert, pki.client(ALPHA).key)}
+        # Each listener subscribes to the file on its own and may take the new version a moment
+        # after the other: a version counts as seen once both listeners' probes answer with it.
+        mtls_probe = client("mtls", **mtls_kw)
+
+        def serving(allow: bool) -> bool:
+            if flip_allowed() != allow:
+                return False
+            s = send(mtls_probe, mtls_url, "flip", 8, "mtls")
+            assert (s.status, s.code) in (expected("flip", True), expected("flip", False)), s
+            probes_allowed.append(s.status == 200)
+            return (s.status == 200) == allow
 
         def publish(text: str) -> subprocess.CompletedProcess[str]:
             policy_file.write_text(text)
             return subprocess.run([str(cli), "publish", *common, "--ecds", str(ecds_dir)],
                                   capture_output=True, text=True, timeout=60)
 
-        mtls_kw = {"ca": pki.ca.cert, "cert": (pki.client(ALPHA).cert, pki.client(ALPHA).key)}
         load = Load([("http1", plain_url, {}), ("h2c", plain_url, {}), ("mtls", mtls_url, mtls_kw),
                      ("h2c", plain_url, {})]).start()
         latencies = []
@@ -142,7 +153,7 @@ def test_policy_swaps_under_load(cli: Path, wasm_path: Path, work_dir: Path, pki
                 replaced = (ecds_dir / "mcp_access.ecds.json").stat().st_mtime - (time.time() - time.monotonic())
                 v = Version(f"{'A' if allow else 'B'}{i + 1}", allow, published)
                 versions.append(v)
-                while flip_allowed() != allow:
+                while not serving(allow):
                     assert time.monotonic() - published < 10, f"swap {i + 1} not applied after 10 s"
                 v.seen = time.monotonic()
                 latencies.append(v.seen - max(replaced, published))
