@@ -104,8 +104,16 @@ impl HeadersInput {
             .authorizers
             .iter()
             .any(|a| a.protocol == mcp_access_bundle::AuthorizerProtocol::Grpc);
+        // One read of the request time serves both CEL and gRPC authorizers.
+        let time = if grpc || engine.cel_needs().time {
+            facts
+                .read(Fact::RequestTime)
+                .and_then(|b| crate::wire::decode_i64(&b))
+        } else {
+            None
+        };
         HeadersInput {
-            peers: grpc.then(|| peers(engine, facts)),
+            peers: grpc.then(|| peers(engine, facts, time)),
             caller: identity::caller(
                 &engine.identity,
                 &engine.jwt_claims,
@@ -115,13 +123,7 @@ impl HeadersInput {
             ),
             headers,
             end_of_stream,
-            time: if engine.cel_needs().time {
-                facts
-                    .read(Fact::RequestTime)
-                    .and_then(|b| crate::wire::decode_i64(&b))
-            } else {
-                None
-            },
+            time: if engine.cel_needs().time { time } else { None },
             port,
             route_name,
             cluster_name,
@@ -131,7 +133,7 @@ impl HeadersInput {
 
 /// What gRPC authorizers are told about the connection, as Envoy's ext_authz tells it: a
 /// principal is the certificate's first URI SAN, else its first DNS SAN, else its subject.
-fn peers(engine: &Engine, facts: &dyn HostFacts) -> crate::ext_authz::Peers {
+fn peers(engine: &Engine, facts: &dyn HostFacts, time_ns: Option<i64>) -> crate::ext_authz::Peers {
     // Certificates exist only on a TLS connection: one read spares six on plaintext.
     let tls = text(facts, Fact::TlsVersion).is_some();
     let principal = |uri, dns, subject| {
@@ -155,9 +157,7 @@ fn peers(engine: &Engine, facts: &dyn HostFacts) -> crate::ext_authz::Peers {
         source_certificate: certificate,
         destination_address: text(facts, Fact::DestinationAddress),
         destination_principal: principal(Fact::LocalUriSan, Fact::LocalDnsSan, Fact::LocalSubject),
-        time_ns: facts
-            .read(Fact::RequestTime)
-            .and_then(|b| crate::wire::decode_i64(&b)),
+        time_ns,
         protocol: text(facts, Fact::RequestProtocol),
         scheme: None,
     }
