@@ -92,6 +92,11 @@ spec:
     return "\n---\n".join(docs) + "\n"
 
 
+def command(cli: str, src: Path, out: Path) -> list[str]:
+    """The compile command measured (here and by bench/run.py's P8.compile)."""
+    return [cli, "compile", "-f", str(src), "-o", str(out), "--max-policies-per-target", "0", "--format", "json"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", default="target/release/mcp-access")
@@ -101,7 +106,7 @@ def main() -> None:
         src = Path(d) / "bench.yaml"
         src.write_text(manifests())
         out = Path(d) / "bundle.json"
-        cmd = [args.cli, "compile", "-f", str(src), "-o", str(out), "--max-policies-per-target", "0", "--format", "json"]
+        cmd = command(args.cli, src, out)
         times, cpu = [], []
         for _ in range(args.runs):
             r0 = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -444,15 +444,15 @@ def aggregate(v: Variant, rs: list[dict[str, Any]], check: dict[str, Any] | None
     return agg
 
 
-# P8's compile target: the effective policies of 100 Gateway-level blocks x 1,000 backends.
-COMPILE_GATEWAYS, COMPILE_BACKENDS = 100, 1000
-
-
+# P8's compile target: the effective policies of 100 Gateway-level defaults/overrides blocks over
+# 1,000 XBackends (bench/defaults_overrides.py builds the manifests).
 def compile_bench(workdir: Path, runs: int) -> dict[str, Any]:
-    """Times `mcp-access compile` on Kubernetes manifests with COMPILE_GATEWAYS Gateway-level
-    policies and COMPILE_BACKENDS backends (bench/manifests.py): CPU time of the whole process
-    (user + system; wall clock beside it, which on a shared machine includes waiting for a CPU)."""
-    from bench import manifests
+    """Times `mcp-access compile` of bench/defaults_overrides.py's manifests: 100 Gateway
+    AccessPolicies with defaults and overrides blocks (atomic and merge, Allow with a `condition`,
+    ExternalAuth, some on one listener) over 1,000 XBackends on two listeners, each with its own
+    Backend-level policy. CPU time of the whole process (user + system; wall clock beside it,
+    which on a shared machine includes waiting for a CPU)."""
+    from bench import defaults_overrides as do
 
     cli = ROOT / "target" / "release" / "mcp-access"
     if not cli.is_file():
@@ -460,8 +460,9 @@ def compile_bench(workdir: Path, runs: int) -> dict[str, Any]:
     d = workdir / "compile"
     d.mkdir(parents=True, exist_ok=True)
     src = d / "manifests.yaml"
-    src.write_text(manifests.scaled(COMPILE_GATEWAYS, COMPILE_BACKENDS))
-    argv = [str(cli), *manifests.COMPILE_ARGS, str(src), "-o", str(d / "bundle.json")]
+    src.write_text(do.manifests())
+    out = d / "bundle.json"
+    argv = do.command(str(cli), src, out)
     secs, wall = [], []
     for _ in range(runs):
         t, ru = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -471,10 +472,13 @@ def compile_bench(workdir: Path, runs: int) -> dict[str, Any]:
         secs.append(round(ru2.ru_utime - ru.ru_utime + ru2.ru_stime - ru.ru_stime, 4))
         if p.returncode != 0:
             return {"error": f"{' '.join(argv)} failed: {p.stderr[-1000:]}"}
-    bundle = json.loads((d / "bundle.json").read_text())
-    return {"seconds": secs, "wall_seconds": wall, "manifest_bytes": src.stat().st_size, "policies": len(bundle.get("policies", [])),
+    bundle = json.loads(out.read_text())
+    origins = sum(1 for x in bundle.get("policies", []) if x.get("origin"))
+    return {"seconds": secs, "wall_seconds": wall, "manifest_bytes": src.stat().st_size, "bundle_bytes": out.stat().st_size,
+            "policies": len(bundle.get("policies", [])), "policies_from_blocks": origins,
             "backends": len(bundle.get("backends", [])),
-            "what": f"{COMPILE_GATEWAYS} Gateway-level policies, {COMPILE_BACKENDS} backends; mcp-access compile (release), CPU time of the process (wall clock beside it)"}
+            "what": f"{do.BLOCKS} Gateway defaults/overrides blocks, {do.BACKENDS} XBackends with their own policies, 2 listeners; "
+                    "mcp-access compile (release), CPU time of the process (wall clock beside it)"}
 
 
 class _SkipRounds(Exception):
