@@ -290,13 +290,8 @@ def chart_svg(res: dict[str, Any]) -> str:
 README_START, README_END = "<!-- bench:targets -->", "<!-- /bench:targets -->"
 
 
-def update_readme(readme: Any, res: dict[str, Any]) -> bool:
-    """Replaces a document's performance table (between the bench:targets markers) with this run's."""
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        return False
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
+def table_block(res: dict[str, Any]) -> str:
+    """What goes between the bench:targets markers: a line naming the run, then the target table."""
     m = res["machine"]
     s = res["settings"]
     intro = (f"Run of {res['date'][:16].replace('T', ' ')} UTC ({m['cores']} vCPUs, {m['cpu']}; Envoy {m['envoy'].split('/')[1] if '/' in m['envoy'] else m['envoy']}, "
@@ -304,7 +299,24 @@ def update_readme(readme: Any, res: dict[str, Any]) -> bool:
              + (", noisy ratios re-measured" if s.get("remeasure_passes") else "")
              + (", instruction counts from " + res["callgrind_from"]["file"].rsplit("/", 1)[-1] if res.get("callgrind_from") else "")
              + "), from `bench/results/latest.json`:\n\n")
-    readme.write_text(head + README_START + "\n" + intro + target_table(res["targets"]) + README_END + tail)
+    return intro + target_table(res["targets"])
+
+
+def current_block(text: str) -> str | None:
+    """The text between a document's bench:targets markers (None without them)."""
+    if README_START not in text or README_END not in text:
+        return None
+    return text.split(README_START, 1)[1].split(README_END, 1)[0].removeprefix("\n")
+
+
+def update_readme(readme: Any, res: dict[str, Any]) -> bool:
+    """Replaces a document's performance table (between the bench:targets markers) with this run's."""
+    text = readme.read_text()
+    if current_block(text) is None:
+        return False
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(head + README_START + "\n" + table_block(res) + README_END + tail)
     return True
 
 

@@ -1,0 +1,55 @@
+"""The committed benchmark results agree with themselves and with the docs (issue 14: "README's
+table and the chart follow from that file"): the targets in bench/results/latest.json are what
+bench/report.py computes from its rounds, and README.md's and docs/performance.md's tables are
+the ones it renders. Nothing is measured here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench import report  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "latest.json"
+IDS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7.json", "P7.sse", "P8", "P8.load", "P8.memory", "P8.compile", "P9"]
+
+
+def _results() -> dict:
+    return json.loads(RESULTS.read_text())
+
+
+def test_results_are_complete_and_name_every_target() -> None:
+    res = _results()
+    assert res.get("complete") is True, "latest.json is not from a complete run"
+    ids = [t["id"] for t in res["targets"]]
+    missing = [i for i in IDS if i not in ids]
+    assert not missing, f"targets missing from latest.json: {missing}"
+    for t in res["targets"]:
+        assert {"id", "measured", "target", "met", "values", "spread"} <= t.keys(), t["id"]
+        assert t["values"], f"{t['id']} has no values"
+        if t["source"].startswith("wall clock") and t["met"]:
+            assert len(t["values"]) >= 3, f"{t['id']} met on fewer than three rounds"
+
+
+def test_targets_follow_from_the_rounds() -> None:
+    res = _results()
+    stored = {t["id"]: t for t in res["targets"]}
+    for t in report.targets(res):
+        s = stored.get(t["id"])
+        assert s is not None, f"{t['id']} computed but not stored"
+        assert s["met"] == t["met"], t["id"]
+        assert abs(s["measured"] - t["measured"]) <= 1e-9 * max(1.0, abs(t["measured"])), t["id"]
+
+
+def test_docs_tables_are_the_rendered_ones() -> None:
+    res = _results()
+    want = report.table_block(res)
+    for doc in (ROOT / "README.md", ROOT / "docs" / "performance.md"):
+        have = report.current_block(doc.read_text())
+        assert have is not None, f"{doc.name} has no bench:targets block"
+        assert have == want, f"{doc.name}'s table is not the one bench/report.py renders from latest.json " \
+                             "(run: python bench/report.py)"
