@@ -531,6 +531,7 @@ mod blocks {
     }
 }
 
+/// [`scan_plain`]'s block loop with Wasm SIMD: two 16-byte blocks per step, then one.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod blocks {
     use core::arch::wasm32::{
