@@ -97,9 +97,10 @@ VARIANTS = [
 ]
 
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
-COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny", "s7_native", "s7_ours"],
+COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours"],
            ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"]]
 FEW = {"p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"}  # 300 KB answers: 60 requests, not 300
+MIB = {"s6_bare", "s6_ours"}  # 1 MiB requests: 30 (about a minute more under callgrind)
 QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)
 
 BODIES = {
@@ -719,7 +720,8 @@ def main() -> int:
                 return
             todo = what
             counted = envoy_callgrind.count_many(
-                [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body], v.path, 60 if v.key in FEW else 0) for v in todo], wasm,
+                [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body], v.path,
+                                        60 if v.key in FEW else 30 if v.key in MIB else 0) for v in todo], wasm,
                 workdir / "callgrind" / todo[0].key, requests=300, warmup=100, log=lambda m: print(m, flush=True))
             for v in todo:
                 c = counted[v.key]

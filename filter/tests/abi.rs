@@ -26,7 +26,8 @@ use std::collections::BTreeMap;
 use common::built_module;
 
 use wasmparser::{
-    CompositeInnerType, ExternalKind, Parser, Payload, TypeRef, ValType, Validator, WasmFeatures,
+    CompositeInnerType, ExternalKind, Operator, Parser, Payload, TypeRef, ValType, Validator,
+    WasmFeatures,
 };
 
 const I: ValType = ValType::I32;
@@ -342,6 +343,33 @@ fn built_module_is_optimized_and_stripped() {
             path.display()
         );
     }
+}
+
+/// The JSON reader's string scanner is compiled with Wasm SIMD (scripts/build and
+/// .cargo/config.toml pass `+simd128`): its 16-byte blocks end in `i8x16.bitmask`. Without
+/// it the module would fall back to the scalar scanner, and `host.rs`'s comparison of the
+/// module with the native reader would compare the scalar code with itself.
+#[test]
+fn built_module_scans_strings_with_simd() {
+    let Some((path, bytes)) = built_module() else {
+        return;
+    };
+    let mut bitmasks = 0;
+    for payload in Parser::new(0).parse_all(&bytes) {
+        if let Payload::CodeSectionEntry(body) = payload.unwrap() {
+            let mut ops = body.get_operators_reader().unwrap();
+            while !ops.eof() {
+                if matches!(ops.read().unwrap(), Operator::I8x16Bitmask) {
+                    bitmasks += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        bitmasks > 0,
+        "{} has no i8x16.bitmask: built without +simd128?",
+        path.display()
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -880,3 +880,139 @@ fn grpc_failures_follow_the_failure_mode_and_never_panic() {
         vm.call("proxy_on_grpc_close", &[ROOT, 999, 0]);
     }
 }
+
+/// Bytes placed inside a JSON string by the scanner test: escapes (valid and not), control
+/// characters, quotes, non-ASCII UTF-8 (valid and not).
+const STRING_SPECIALS: &[&[u8]] = &[
+    b"\"",
+    b"\\",
+    b"\\n",
+    b"\\\"",
+    b"\\u00e9",
+    b"\\ud83d\\ude00",
+    b"\\x",
+    b"\\ud800",
+    b"\\udc00x",
+    b"\x00",
+    b"\x1f",
+    b"\n",
+    b"\x7f",
+    "é".as_bytes(),
+    "😀".as_bytes(),
+    "\u{ffff}".as_bytes(),
+    b"\xff",
+    b"\x80",
+    b"\xc3",
+    b"\xe2\x82",
+    b"\xed\xa0\x80",
+    b"\xc0\xaf",
+    b"\xf4\x90\x80\x80",
+];
+
+/// The `tools/call` bodies that carry `text` in each place a string is scanned: an ignored
+/// argument value, the decoded `params.name`, an object key, and cut off after `text`.
+fn scanned_bodies(text: &[u8]) -> [Vec<u8>; 4] {
+    let head = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"#;
+    let join = |parts: &[&[u8]]| parts.concat();
+    let argument = join(&[head, br#""name":"echo","arguments":{"t":""#, text]);
+    [
+        join(&[&argument, br#""}}}"#]),
+        join(&[head, br#""name":""#, text, br#""}}"#]),
+        join(&[head, br#""name":"echo","arguments":{""#, text, br#"":1}}}"#]),
+        argument,
+    ]
+}
+
+/// The built module (Wasm SIMD string scanner, run by wasmi) decides bodies exactly as this
+/// crate's native build (the SWAR scanner) parses them: the same error message (its byte
+/// offset included) or the same allowed/denied call. Strings put each special byte sequence
+/// at every offset of the scanner's first word, of two 32-byte steps and of the tail, ending
+/// at and around block edges and at the end of the input, plus random strings and 1 MiB ones.
+#[test]
+fn the_modules_string_scanner_decides_as_the_native_reader() {
+    let Some(mut vm) = configured(&bundle(only_echo(), json!({})), "tools-route") else {
+        return;
+    };
+    let limits = mcp_access_engine::mcp::ParseLimits::default();
+    let mut texts: Vec<Vec<u8>> = Vec::new();
+    for at in 0..=72usize {
+        for special in STRING_SPECIALS {
+            for tail in [0usize, 16, 33] {
+                let mut t = vec![b'a'; at];
+                t.extend_from_slice(special);
+                t.extend(std::iter::repeat_n(b'b', tail));
+                texts.push(t);
+            }
+        }
+    }
+    for len in 0..=80usize {
+        texts.push(vec![b'a'; len]);
+    }
+    // Random strings over an alphabet of plain and special bytes.
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let alphabet: &[u8] = b"ab \"\\\x00\x1f\x7f\x80\xc3\xa9\xff/u0";
+    for _ in 0..1000 {
+        let len = (next() % 100) as usize;
+        let t: Vec<u8> = (0..len)
+            .map(|_| match next() % 100 {
+                0..80 => b'a' + (next() % 26) as u8,
+                _ => alphabet[(next() % alphabet.len() as u64) as usize],
+            })
+            .collect();
+        texts.push(t);
+    }
+    // Large strings (the body stays under the default 1 MiB limit): plain, and with a control
+    // character, an invalid UTF-8 byte or a quote near the end (the last step, the tail).
+    let mib = (1 << 20) - 200;
+    for (back, special) in [(0, &b""[..]), (3, b"\x01"), (17, b"\xff"), (40, b"\"")] {
+        let mut t = vec![b'x'; mib - back];
+        t.extend_from_slice(special);
+        t.extend(std::iter::repeat_n(
+            b'y',
+            back.saturating_sub(special.len()),
+        ));
+        texts.push(t);
+    }
+
+    let mut checked = 0;
+    for text in &texts {
+        for body in scanned_bodies(text) {
+            let want = mcp_access_engine::mcp::parse_message(&body, &limits);
+            vm.host_mut().local_responses.clear();
+            vm.host_mut().logs.clear();
+            let (ctx, _) = vm.request(POST, &body);
+            let action = vm.body(ctx);
+            let answered = vm
+                .host()
+                .local_responses
+                .last()
+                .map(|(s, b)| (*s, String::from_utf8_lossy(b).into_owned()));
+            let shown = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+            match want {
+                Err((e, _)) => {
+                    let (status, reply) = answered.unwrap_or_else(|| panic!("{shown}: {e}"));
+                    let reply: Value = serde_json::from_str(&reply).unwrap();
+                    assert_eq!(status, 400, "{shown}");
+                    assert_eq!(reply["error"]["message"], e.to_string(), "{shown}");
+                }
+                Ok(msg) if msg.name.as_deref() == Some("echo") => {
+                    assert_eq!((action, answered), (CONTINUE, None), "{shown}");
+                }
+                Ok(msg) => {
+                    let status = answered.map(|(s, _)| s);
+                    assert_eq!(status, Some(403), "{shown}: {:?}", msg.name);
+                }
+            }
+            vm.call("proxy_on_done", &[ctx]);
+            vm.call("proxy_on_delete", &[ctx]);
+            checked += 1;
+        }
+    }
+    assert!(checked > 20_000, "{checked}");
+}

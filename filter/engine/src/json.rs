@@ -434,53 +434,49 @@ fn digits(bytes: &[u8], mut i: usize) -> usize {
     i
 }
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The bytes of `w` (eight, little-endian) that end a plain run: the high bit of each byte
+/// that is '"', '\\' or below 0x20, by the "has zero byte" trick `(x - 1) & !x & 0x80`
+/// applied to `x = w ^ c` for '"' and '\\' and as `(w - 0x20) & !w` for bytes below 0x20. A
+/// borrow can only mark bytes above a real hit, so the lowest marked byte is exact.
+#[inline(always)]
+fn word_stops(w: u64) -> u64 {
+    let q = w ^ (ONES * u64::from(b'"'));
+    let b = w ^ (ONES * u64::from(b'\\'));
+    (w.wrapping_sub(ONES * 0x20) & !w | q.wrapping_sub(ONES) & !q | b.wrapping_sub(ONES) & !b)
+        & HIGH
+}
+
 /// Scans string contents from `i` to the first `"`, `\\` or control character (or the
 /// end). Also says whether the run may contain non-ASCII bytes (it may over-report).
 #[inline(always)]
 fn scan_plain(bytes: &[u8], mut i: usize) -> (usize, bool) {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut high = 0u64;
-    // Eight bytes at a time with the "has zero byte" trick, `(x - 1) & !x & 0x80`, applied
-    // to `x = w ^ c` for '"' and '\\' and as `(w - 0x20) & !w` for bytes below 0x20. A
-    // borrow can only mark bytes above a real hit, so the lowest marked byte is exact.
-    let hits = |w: u64| {
-        let q = w ^ (ONES * u64::from(b'"'));
-        let b = w ^ (ONES * u64::from(b'\\'));
-        (w.wrapping_sub(ONES * 0x20) & !w | q.wrapping_sub(ONES) & !q | b.wrapping_sub(ONES) & !b)
-            & HIGH
-    };
     // The first word alone: most strings (keys, names) end in it.
     if let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
         let w = u64::from_le_bytes(*chunk);
-        let hit = hits(w);
+        let hit = word_stops(w);
         high |= w;
         if hit != 0 {
             return (i + (hit.trailing_zeros() / 8) as usize, high & HIGH != 0);
         }
         i += 8;
     }
-    // Long strings (a large argument): sixteen bytes per step, one branch for both words.
-    while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<16>()) {
-        let (lo, hi) = chunk.split_at(8);
-        let (Ok(lo), Ok(hi)) = (<[u8; 8]>::try_from(lo), <[u8; 8]>::try_from(hi)) else {
-            break;
-        };
-        let (w1, w2) = (u64::from_le_bytes(lo), u64::from_le_bytes(hi));
-        let (h1, h2) = (hits(w1), hits(w2));
-        high |= w1 | w2;
-        if h1 | h2 != 0 {
-            let at = match h1 {
-                0 => i + 8 + (h2.trailing_zeros() / 8) as usize,
-                _ => i + (h1.trailing_zeros() / 8) as usize,
-            };
-            return (at, high & HIGH != 0);
-        }
-        i += 16;
+    // Long strings (a large argument): sixteen bytes or more per step.
+    let (end, stopped, non_ascii) = blocks::scan(bytes, i);
+    if stopped {
+        return (end, non_ascii || high & HIGH != 0);
     }
+    i = end;
+    if non_ascii {
+        high |= HIGH;
+    }
+    // The tail, shorter than a block.
     while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
         let w = u64::from_le_bytes(*chunk);
-        let hit = hits(w);
+        let hit = word_stops(w);
         high |= w;
         if hit != 0 {
             let at = i + (hit.trailing_zeros() / 8) as usize;
@@ -496,6 +492,106 @@ fn scan_plain(bytes: &[u8], mut i: usize) -> (usize, bool) {
         i += 1;
     }
     (i, high & HIGH != 0)
+}
+
+/// The block loop of [`scan_plain`]: from `i`, whole 16-byte blocks up to the first block
+/// holding a byte that ends a plain run. Returns `(end, stopped, non_ascii)`: with `stopped`,
+/// `end` is that byte's index; otherwise fewer than 16 bytes are left at `end`. `non_ascii`
+/// says whether the blocks read may hold non-ASCII bytes (it may over-report).
+///
+/// Two implementations: two SWAR words per block (native, and Wasm without SIMD), and Wasm
+/// SIMD (simd128) for the filter's module. `filter/tests/host.rs` runs the built module under
+/// an interpreter with SIMD against this crate's native build on many strings, so both are
+/// checked to stop at the same byte.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+mod blocks {
+    use super::{word_stops, HIGH};
+
+    #[inline(always)]
+    pub(super) fn scan(bytes: &[u8], mut i: usize) -> (usize, bool, bool) {
+        let mut high = 0u64;
+        while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<16>()) {
+            let (lo, hi) = chunk.split_at(8);
+            let (Ok(lo), Ok(hi)) = (<[u8; 8]>::try_from(lo), <[u8; 8]>::try_from(hi)) else {
+                break;
+            };
+            let (w1, w2) = (u64::from_le_bytes(lo), u64::from_le_bytes(hi));
+            let (h1, h2) = (word_stops(w1), word_stops(w2));
+            high |= w1 | w2;
+            if h1 | h2 != 0 {
+                let at = match h1 {
+                    0 => i + 8 + (h2.trailing_zeros() / 8) as usize,
+                    _ => i + (h1.trailing_zeros() / 8) as usize,
+                };
+                return (at, true, high & HIGH != 0);
+            }
+            i += 16;
+        }
+        (i, false, high & HIGH != 0)
+    }
+}
+
+/// [`scan_plain`]'s block loop with Wasm SIMD: two 16-byte blocks per step, then one.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod blocks {
+    use core::arch::wasm32::{
+        u8x16_bitmask, u8x16_eq, u8x16_lt, u8x16_splat, v128, v128_any_true, v128_load, v128_or,
+    };
+
+    /// The 16 bytes as a vector: one `v128.load` (built lane by lane, LLVM emits 16 loads).
+    #[inline(always)]
+    fn load(c: &[u8; 16]) -> v128 {
+        // SAFETY: `c` is valid for reading 16 bytes, and `v128_load` has no alignment
+        // requirement (it emits a load with alignment 1).
+        unsafe { v128_load(c.as_ptr().cast::<v128>()) }
+    }
+
+    /// Lanes that end a plain run: '"', '\\' or below 0x20 (all ones there).
+    #[inline(always)]
+    fn stops(v: v128) -> v128 {
+        let quote = u8x16_eq(v, u8x16_splat(b'"'));
+        let backslash = u8x16_eq(v, u8x16_splat(b'\\'));
+        v128_or(u8x16_lt(v, u8x16_splat(0x20)), v128_or(quote, backslash))
+    }
+
+    #[inline(always)]
+    pub(super) fn scan(bytes: &[u8], mut i: usize) -> (usize, bool, bool) {
+        let mut high = u8x16_splat(0);
+        // Two blocks per step: one branch for 32 bytes.
+        while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<32>()) {
+            let (lo, hi) = chunk.split_at(16);
+            let (Ok(lo), Ok(hi)) = (<&[u8; 16]>::try_from(lo), <&[u8; 16]>::try_from(hi)) else {
+                break;
+            };
+            let (a, b) = (load(lo), load(hi));
+            let (sa, sb) = (stops(a), stops(b));
+            high = v128_or(high, v128_or(a, b));
+            if v128_any_true(v128_or(sa, sb)) {
+                let mask = u32::from(u8x16_bitmask(sa)) | u32::from(u8x16_bitmask(sb)) << 16;
+                return (
+                    i + mask.trailing_zeros() as usize,
+                    true,
+                    u8x16_bitmask(high) != 0,
+                );
+            }
+            i += 32;
+        }
+        if let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<16>()) {
+            let a = load(chunk);
+            let sa = stops(a);
+            high = v128_or(high, a);
+            let mask = u8x16_bitmask(sa);
+            if mask != 0 {
+                return (
+                    i + mask.trailing_zeros() as usize,
+                    true,
+                    u8x16_bitmask(high) != 0,
+                );
+            }
+            i += 16;
+        }
+        (i, false, u8x16_bitmask(high) != 0)
+    }
 }
 
 /// Decodes the escape whose backslash is at `at`, appending to `out` if given; returns
