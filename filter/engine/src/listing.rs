@@ -14,7 +14,7 @@ use mcp_access_bundle::mcp_methods::{self, Listing, Revision};
 
 use crate::answer::{jsonrpc_error, INTERNAL_ERROR};
 use crate::json::{self, Val};
-use crate::policy::Engine;
+use crate::policy::{Engine, ItemScope};
 use crate::request::{McpOp, Request};
 
 /// The JSON-RPC error message of a listing that could not be filtered.
@@ -61,7 +61,7 @@ pub enum BodyAction {
 #[derive(Debug)]
 pub struct ListingFilter {
     listing: &'static Listing,
-    /// The request, its MCP operation replaced by each item in turn.
+    /// The request, its MCP operation replaced by a call of each item in turn.
     probe: Request,
     host: String,
     /// The request id (raw JSON), for the error that replaces what cannot be filtered.
@@ -92,7 +92,10 @@ impl ListingFilter {
         }
         let listing = mcp_methods::listing(req.mcp.method()?)?;
         let mut probe = req.clone();
-        probe.mcp = McpOp::NotMcp;
+        probe.mcp = McpOp::Call {
+            method: listing.judged_as.to_string(),
+            param: None,
+        };
         Some(ListingFilter {
             listing,
             host: req.host(),
@@ -262,53 +265,67 @@ impl ListingFilter {
         let Some(items) = m.items else {
             return Err(());
         };
-        let mut list = Vec::with_capacity(text.len());
-        list.push(b'[');
+        let scope = engine.item_scope(&self.probe, &self.host);
+        // The edits: `cacheScope` set to "private" (or added first in the result), then the
+        // item array with only the usable items, written in order of position.
+        let cache_edit: Option<(usize, usize, &[u8])> = match (self.cache_scope, m.cache_scope) {
+            (false, _) => None,
+            (true, Some((start, end))) => Some((start, end, b"\"private\"")),
+            (true, None) => Some((result + 1, result + 1, b"\"cacheScope\":\"private\",")),
+        };
+        let mut out = Vec::with_capacity(text.len() + 32);
+        let mut at = 0;
+        let splice =
+            |out: &mut Vec<u8>, at: &mut usize, (start, end, with): (usize, usize, &[u8])| {
+                out.extend_from_slice(text.get(*at..start).ok_or(())?);
+                out.extend_from_slice(with);
+                *at = end;
+                Ok::<(), ()>(())
+            };
+        if let Some(edit) = cache_edit.filter(|e| e.0 < items.0) {
+            splice(&mut out, &mut at, edit)?;
+        }
+        splice(&mut out, &mut at, (items.0, items.0, b"["))?;
         let mut first = true;
-        for (start, end, name) in &m.item_spans {
-            if !self.usable(engine, name.as_deref()) {
+        for item in &m.items_read {
+            if !self.usable(engine, scope, item.key.as_deref()) {
                 continue;
             }
             if !first {
-                list.push(b',');
+                out.push(b',');
             }
             first = false;
-            list.extend_from_slice(text.get(*start..*end).ok_or(())?);
+            out.extend_from_slice(text.get(item.start..item.end).ok_or(())?);
         }
-        list.push(b']');
-        let mut edits: Vec<(usize, usize, &[u8])> = vec![(items.0, items.1, &list)];
-        if self.cache_scope {
-            match m.cache_scope {
-                Some((start, end)) => edits.push((start, end, b"\"private\"")),
-                None => edits.push((result + 1, result + 1, b"\"cacheScope\":\"private\",")),
-            }
-        }
-        edits.sort_by_key(|e| e.0);
-        let mut out = Vec::with_capacity(text.len() + 32);
-        let mut at = 0;
-        for (start, end, with) in edits {
-            out.extend_from_slice(text.get(at..start).ok_or(())?);
-            out.extend_from_slice(with);
-            at = end;
+        out.push(b']');
+        at = items.1;
+        if let Some(edit) = cache_edit.filter(|e| e.0 >= items.0) {
+            splice(&mut out, &mut at, edit)?;
         }
         out.extend_from_slice(text.get(at..).ok_or(())?);
         Ok(Some(out))
     }
 
-    /// Whether the caller could use the item named `name` (its name or URI; None: it has
-    /// none). Resource templates are judged as a read of some URI.
-    fn usable(&mut self, engine: &Engine, name: Option<&str>) -> bool {
-        let param = match (self.listing.key, name) {
-            (Some(_), Some(n)) => Some(n.to_string()),
+    /// Whether the caller could use the item named `name` (its name or URI, decoded; None:
+    /// it has none). Resource templates are judged as a read of some URI.
+    fn usable(&mut self, engine: &Engine, scope: ItemScope, name: Option<&[u8]>) -> bool {
+        let McpOp::Call { param, .. } = &mut self.probe.mcp else {
+            return false;
+        };
+        match (self.listing.key, name.map(std::str::from_utf8)) {
+            (Some(_), Some(Ok(n))) => {
+                // The probe's string is reused from item to item.
+                let p = param.get_or_insert_with(String::new);
+                p.clear();
+                p.push_str(n);
+            }
             // An item without its name or URI cannot be judged, so it is not listed.
-            (Some(_), None) => return false,
-            (None, _) => None,
-        };
-        self.probe.mcp = McpOp::Call {
-            method: self.listing.judged_as.to_string(),
-            param,
-        };
-        engine.item_denial(&self.probe, &self.host).is_none()
+            (Some(_), _) => return false,
+            (None, _) => *param = None,
+        }
+        engine
+            .item_refusal(scope, &self.probe, &self.host)
+            .is_none()
     }
 
     /// Reads an SSE chunk; returns the rewritten events it completed.
@@ -516,9 +533,16 @@ enum Slot {
     ItemKey,
 }
 
+/// One item of a listing: its span and its name or URI (decoded).
+struct Item<'a> {
+    start: usize,
+    end: usize,
+    key: Option<Cow<'a, [u8]>>,
+}
+
 /// What the filter reads of one JSON-RPC message: which members the message has, and the byte
-/// spans of the result, its item array, each item and `cacheScope`.
-struct MessageShape {
+/// spans of the result, its item array, each item (with its name or URI) and `cacheScope`.
+struct MessageShape<'a> {
     listing: &'static Listing,
     duplicate: bool,
     method: bool,
@@ -530,13 +554,13 @@ struct MessageShape {
     /// The item array's span; None: absent or not an array.
     items: Option<(usize, usize)>,
     items_is_array: bool,
-    item_spans: Vec<(usize, usize, Option<String>)>,
-    /// The name or URI of the item being read.
-    item_key: Option<String>,
+    items_read: Vec<Item<'a>>,
+    /// The name or URI (decoded) of the item being read.
+    item_key: Option<Cow<'a, [u8]>>,
     result_is_object: bool,
 }
 
-impl MessageShape {
+impl MessageShape<'_> {
     fn new(listing: &'static Listing) -> Self {
         MessageShape {
             listing,
@@ -548,14 +572,14 @@ impl MessageShape {
             cache_scope: None,
             items: None,
             items_is_array: false,
-            item_spans: Vec::new(),
+            items_read: Vec::new(),
             item_key: None,
             result_is_object: false,
         }
     }
 }
 
-impl<'a> json::Visitor<'a> for MessageShape {
+impl<'a> json::Visitor<'a> for MessageShape<'a> {
     type Slot = Slot;
     type Error = json::SyntaxError;
     const ROOT: Slot = Slot::Root;
@@ -607,7 +631,7 @@ impl<'a> json::Visitor<'a> for MessageShape {
                     decoded: Some(s), ..
                 },
             ) => {
-                self.item_key = Some(json::into_string(s)?);
+                self.item_key = Some(s);
             }
             (
                 Slot::ResultType,
@@ -627,7 +651,11 @@ impl<'a> json::Visitor<'a> for MessageShape {
             Slot::Result if self.result_is_object => self.result = Some(start),
             Slot::Items if self.items_is_array => self.items = Some((start, end)),
             Slot::CacheScope => self.cache_scope = Some((start, end)),
-            Slot::Item => self.item_spans.push((start, end, self.item_key.take())),
+            Slot::Item => self.items_read.push(Item {
+                start,
+                end,
+                key: self.item_key.take(),
+            }),
             _ => {}
         }
     }
