@@ -70,8 +70,8 @@ pub struct ListingFilter {
     max_bytes: usize,
     max_depth: usize,
     mode: Mode,
-    /// SSE: the bytes of the event being read (at most `max_bytes`).
-    pending: Vec<u8>,
+    /// SSE: the event being read (at most `max_bytes`).
+    pending: PendingEvent,
     /// SSE: an event grew past `max_bytes`; its bytes are dropped up to its end.
     skipping: bool,
     /// SSE, while skipping: whether the last byte seen ended a line (a blank line ends it).
@@ -105,7 +105,7 @@ impl ListingFilter {
             max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
             mode: Mode::Unknown,
-            pending: Vec::new(),
+            pending: PendingEvent::default(),
             skipping: false,
             at_line_start: true,
         })
@@ -165,7 +165,7 @@ impl ListingFilter {
         match self.mode {
             Mode::Pass => BodyAction::Pass,
             Mode::Sse => {
-                self.pending = Vec::new();
+                self.pending = PendingEvent::default();
                 BodyAction::Pass
             }
             Mode::Unknown | Mode::Refuse => BodyAction::Replace(self.error()),
@@ -337,16 +337,15 @@ impl ListingFilter {
                 rest = self.skip_event(rest);
                 continue;
             }
-            // An event ends at a blank line: "\n\n" (a "\r\n" line end ends in '\n' too).
-            let end = find_event_end(&self.pending, rest);
+            let end = self.pending.scan(rest);
             let (take, done) = match end {
                 Some(n) => (n, true),
                 None => (rest.len(), false),
             };
             let (head, tail) = rest.split_at(take);
             rest = tail;
-            if self.pending.len().saturating_add(head.len()) > self.max_bytes {
-                self.pending = Vec::new();
+            if self.pending.bytes.len().saturating_add(head.len()) > self.max_bytes {
+                self.pending = PendingEvent::default();
                 out.extend_from_slice(&self.sse_error());
                 if done {
                     continue;
@@ -355,16 +354,16 @@ impl ListingFilter {
                 self.at_line_start = head.last() == Some(&b'\n');
                 continue;
             }
-            self.pending.extend_from_slice(head);
+            self.pending.bytes.extend_from_slice(head);
             if done {
                 let event = std::mem::take(&mut self.pending);
-                out.extend_from_slice(&self.rewrite_event(engine, &event));
+                self.rewrite_event(engine, &event, &mut out);
             }
         }
         // An event not ended by a blank line when the stream ends is not dispatched by
         // clients; it is dropped.
         if end_of_stream {
-            self.pending = Vec::new();
+            self.pending = PendingEvent::default();
         }
         out
     }
@@ -394,90 +393,148 @@ impl ListingFilter {
         out
     }
 
-    /// One complete SSE event (its bytes up to and including the blank line), written again
-    /// from its parsed fields: comments dropped, a `message` event's data filtered.
-    fn rewrite_event(&mut self, engine: &Engine, event: &[u8]) -> Vec<u8> {
-        let Some(parsed) = SseEvent::parse(event) else {
-            return self.sse_error();
+    /// One complete SSE event, written again to `out` from its fields: comments dropped, a
+    /// `message` event's data filtered. One that is not UTF-8 or has a line holding a lone
+    /// `\r` (a client would split there and read other lines than the filter) is replaced
+    /// by the error.
+    fn rewrite_event(&mut self, engine: &Engine, event: &PendingEvent, out: &mut Vec<u8>) {
+        let Some(fields) = SseEvent::parse(event) else {
+            return out.extend_from_slice(&self.sse_error());
         };
-        if parsed.is_empty() {
-            return Vec::new();
+        if fields.is_empty() {
+            return;
         }
-        let is_message = parsed.event.as_deref().is_none_or(|e| e == "message");
-        let data: Cow<'_, [u8]> = match parsed.data.as_slice() {
-            [one] => Cow::Borrowed(one.as_bytes()),
-            lines => Cow::Owned(lines.join("\n").into_bytes()),
+        let is_message = fields.event.is_none_or(|e| e == b"message");
+        let data: Cow<'_, [u8]> = match fields.data.as_slice() {
+            [one] => Cow::Borrowed(one),
+            lines => Cow::Owned(lines.join(&b'\n')),
         };
         let data = if is_message && !data.is_empty() {
+            // The strict reader checks every byte (UTF-8 included) of what it accepts.
             match self.filter_message(engine, &data) {
-                Ok(Some(out)) => Some(Cow::Owned(out)),
+                Ok(Some(filtered)) => Some(Cow::Owned(filtered)),
                 Ok(None) => Some(data),
                 Err(()) => None,
             }
         } else {
-            Some(data)
+            // Passed on as it is: UTF-8 only.
+            std::str::from_utf8(&data).is_ok().then_some(data)
         };
-        let Some(data) = data else {
-            return self.sse_error();
-        };
-        parsed.write(&data)
-    }
-}
-
-/// Where the event that `pending` began ends in `rest`: the length of `rest` up to and
-/// including the `'\n'` of the blank line.
-fn find_event_end(pending: &[u8], rest: &[u8]) -> Option<usize> {
-    // The byte before each position, ignoring '\r' (a "\r\n" line end).
-    let mut prev_newline = pending
-        .iter()
-        .rev()
-        .find(|&&b| b != b'\r')
-        .is_some_and(|&b| b == b'\n')
-        || pending.is_empty();
-    for (i, &b) in rest.iter().enumerate() {
-        match b {
-            b'\n' if prev_newline => return Some(i + 1),
-            b'\n' => prev_newline = true,
-            b'\r' => {}
-            _ => prev_newline = false,
+        match data {
+            Some(data) => fields.write(&data, out),
+            None => out.extend_from_slice(&self.sse_error()),
         }
     }
-    None
 }
 
-/// The fields of one SSE event.
+/// SSE: the event being read, with its lines found as its bytes arrive.
 #[derive(Debug, Default)]
-struct SseEvent {
-    event: Option<String>,
-    data: Vec<String>,
-    id: Option<String>,
-    retry: Option<String>,
+struct PendingEvent {
+    bytes: Vec<u8>,
+    /// Its complete lines: spans in `bytes` without the line end (`\n` or `\r\n`).
+    lines: Vec<(usize, usize)>,
+    /// Start of the line being read, the carriage returns in it so far and the first one's
+    /// offset.
+    line_start: usize,
+    line_crs: usize,
+    first_cr: usize,
+    /// A line holds a `\r` other than one just before its `\n`.
+    lone_cr: bool,
 }
 
-impl SseEvent {
-    /// Parses an event's lines (`\n` or `\r\n` ends). None when it is not UTF-8 or a line
-    /// holds a lone `\r` (a client would split there and read other lines than the filter).
-    fn parse(event: &[u8]) -> Option<SseEvent> {
-        let text = std::str::from_utf8(event).ok()?;
-        let mut e = SseEvent::default();
-        for line in text.split('\n') {
-            let line = line.strip_suffix('\r').unwrap_or(line);
-            if line.contains('\r') {
-                return None;
-            }
-            if line.is_empty() || line.starts_with(':') {
+impl PendingEvent {
+    /// Reads `rest`, which continues the event (it will be appended to `bytes`), up to the
+    /// blank line that ends the event (a line of nothing, or of `\r` only); returns the length
+    /// of `rest` up to and including that line's `\n`.
+    fn scan(&mut self, rest: &[u8]) -> Option<usize> {
+        let base = self.bytes.len();
+        let mut from = 0;
+        while let Some(at) = find_either(rest, from, b'\n', b'\r') {
+            from = at + 1;
+            let p = base + at;
+            if rest.get(at) == Some(&b'\r') {
+                if self.line_crs == 0 {
+                    self.first_cr = p;
+                }
+                self.line_crs += 1;
                 continue;
             }
-            let (field, value) = match line.split_once(':') {
-                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-                None => (line, ""),
+            let crlf = self.line_crs == 1 && self.first_cr + 1 == p;
+            if self.line_crs > 0 && !crlf {
+                self.lone_cr = true;
+            }
+            let blank = p - self.line_start == self.line_crs;
+            if !blank {
+                let end = if crlf { p - 1 } else { p };
+                self.lines.push((self.line_start, end));
+            }
+            self.line_start = p + 1;
+            self.line_crs = 0;
+            if blank {
+                return Some(from);
+            }
+        }
+        None
+    }
+}
+
+/// The index of the first `a` or `b` in `bytes` at or after `i` (eight bytes at a time).
+fn find_either(bytes: &[u8], mut i: usize, a: u8, b: u8) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
+        let w = u64::from_le_bytes(*chunk);
+        let (x, y) = (w ^ (ONES * u64::from(a)), w ^ (ONES * u64::from(b)));
+        // A zero byte of x or y is a hit; a borrow only marks bytes above a real hit, so
+        // the lowest marked byte is exact.
+        let hits = (x.wrapping_sub(ONES) & !x | y.wrapping_sub(ONES) & !y) & HIGH;
+        if hits != 0 {
+            return Some(i + (hits.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    let tail = bytes.get(i..)?;
+    tail.iter().position(|&c| c == a || c == b).map(|p| i + p)
+}
+
+/// The fields of one SSE event, borrowed from its bytes.
+#[derive(Debug, Default)]
+struct SseEvent<'e> {
+    event: Option<&'e [u8]>,
+    data: Vec<&'e [u8]>,
+    id: Option<&'e [u8]>,
+    retry: Option<&'e [u8]>,
+}
+
+impl<'e> SseEvent<'e> {
+    /// The fields of a complete event. None when a line holds a lone `\r` or a line that is
+    /// not `data` is not UTF-8 (data lines are checked where they are used).
+    fn parse(event: &'e PendingEvent) -> Option<SseEvent<'e>> {
+        if event.lone_cr {
+            return None;
+        }
+        let mut e = SseEvent::default();
+        for &(start, end) in &event.lines {
+            let line = event.bytes.get(start..end)?;
+            let (field, value) = match line.iter().position(|&b| b == b':') {
+                Some(colon) => {
+                    let (f, v) = line.split_at(colon);
+                    let v = v.get(1..).unwrap_or_default();
+                    (f, v.strip_prefix(b" ").unwrap_or(v))
+                }
+                None => (line, &[][..]),
             };
+            if field != b"data" {
+                std::str::from_utf8(line).ok()?;
+            }
             match field {
-                "event" => e.event = Some(value.to_string()),
-                "data" => e.data.push(value.to_string()),
-                "id" if !value.contains('\0') => e.id = Some(value.to_string()),
-                "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
-                    e.retry = Some(value.to_string())
+                // A comment (or an empty line, which cannot be here: it ends the event).
+                b"" => {}
+                b"event" => e.event = Some(value),
+                b"data" => e.data.push(value),
+                b"id" if !value.contains(&0) => e.id = Some(value),
+                b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                    e.retry = Some(value)
                 }
                 _ => {}
             }
@@ -490,30 +547,35 @@ impl SseEvent {
         self.event.is_none() && self.data.is_empty() && self.id.is_none() && self.retry.is_none()
     }
 
-    /// The event written again, with `data` (split into lines) as its data.
-    fn write(&self, data: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(data.len() + 64);
+    /// Writes the event to `out` again, with `data` (split into lines) as its data.
+    fn write(&self, data: &[u8], out: &mut Vec<u8>) {
+        out.reserve(data.len() + 64);
         for (field, value) in [
-            ("event", &self.event),
-            ("id", &self.id),
-            ("retry", &self.retry),
+            (&b"event"[..], self.event),
+            (b"id", self.id),
+            (b"retry", self.retry),
         ] {
             if let Some(v) = value {
-                out.extend_from_slice(field.as_bytes());
+                out.extend_from_slice(field);
                 out.extend_from_slice(b": ");
-                out.extend_from_slice(v.as_bytes());
+                out.extend_from_slice(v);
                 out.push(b'\n');
             }
         }
         if !self.data.is_empty() {
-            for line in data.split(|&b| b == b'\n') {
+            let mut at = 0;
+            loop {
+                let end = find_either(data, at, b'\n', b'\n').unwrap_or(data.len());
                 out.extend_from_slice(b"data: ");
-                out.extend_from_slice(line);
+                out.extend_from_slice(data.get(at..end).unwrap_or_default());
                 out.push(b'\n');
+                if end >= data.len() {
+                    break;
+                }
+                at = end + 1;
             }
         }
         out.push(b'\n');
-        out
     }
 }
 
