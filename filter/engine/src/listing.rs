@@ -722,3 +722,178 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::{HeadersInput, Next, RequestFlow};
+    use crate::json::tests::Rng;
+
+    const BUNDLE: &str = r#"{"apiVersion": "mcp-access.io/v1",
+      "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 8443}]}],
+      "backends": [{"name": "tools", "routeNames": ["tools"]}],
+      "policies": [{"name": "p", "level": "Backend", "targets": [{"name": "tools"}],
+        "action": "Allow", "rules": [{"name": "r", "authorization": {"mcp": {"baseProtocol": "Match",
+          "methods": [{"name": "tools/call", "params": ["echo"]}]}}}]}]}"#;
+
+    fn sse_filter(e: &Engine) -> ListingFilter {
+        let mut flow = RequestFlow::new();
+        let input = HeadersInput {
+            headers: [
+                (":method", "POST"),
+                (":path", "/mcp"),
+                ("content-type", "application/json"),
+            ]
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .to_vec(),
+            port: 8443,
+            route_name: Some("tools".into()),
+            ..HeadersInput::default()
+        };
+        flow.on_headers(e, input);
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
+        let a = flow.on_body(e, body.len(), true, move |_| Some(body));
+        assert!(matches!(a, Next::Allow { .. }), "{a:?}");
+        let mut f = flow
+            .listing_filter(e)
+            .unwrap_or_else(|| panic!("no filter"));
+        f.on_headers(&[
+            (":status".into(), "200".into()),
+            ("content-type".into(), "text/event-stream".into()),
+        ]);
+        f
+    }
+
+    /// The SSE reading as it was written first (whole text, `str` lines), to check the
+    /// incremental one against: each event is its lines up to a blank one ('\r' ignored).
+    fn reference(f: &mut ListingFilter, e: &Engine, stream: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let mut prev_newline = true;
+        for (i, &b) in stream.iter().enumerate() {
+            match b {
+                b'\n' if prev_newline => {
+                    out.extend(reference_event(f, e, &stream[start..=i]));
+                    start = i + 1;
+                }
+                b'\n' => prev_newline = true,
+                b'\r' => {}
+                _ => prev_newline = false,
+            }
+        }
+        out
+    }
+
+    fn reference_event(f: &mut ListingFilter, e: &Engine, event: &[u8]) -> Vec<u8> {
+        let Ok(text) = std::str::from_utf8(event) else {
+            return f.sse_error();
+        };
+        let (mut name, mut data, mut id, mut retry) = (None, Vec::new(), None, None);
+        for line in text.split('\n') {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if line.contains('\r') {
+                return f.sse_error();
+            }
+            if line.is_empty() || line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            match field {
+                "event" => name = Some(value),
+                "data" => data.push(value),
+                "id" if !value.contains('\0') => id = Some(value),
+                "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                    retry = Some(value)
+                }
+                _ => {}
+            }
+        }
+        if name.is_none() && data.is_empty() && id.is_none() && retry.is_none() {
+            return Vec::new();
+        }
+        let joined = data.join("\n");
+        let body = if name.is_none_or(|n| n == "message") && !joined.is_empty() {
+            match f.filter_message(e, joined.as_bytes()) {
+                Ok(Some(v)) => v,
+                Ok(None) => joined.into_bytes(),
+                Err(()) => return f.sse_error(),
+            }
+        } else {
+            joined.into_bytes()
+        };
+        let mut out = Vec::new();
+        for (field, value) in [("event", name), ("id", id), ("retry", retry)] {
+            if let Some(v) = value {
+                out.extend_from_slice(format!("{field}: {v}\n").as_bytes());
+            }
+        }
+        if !data.is_empty() {
+            for line in body.split(|&b| b == b'\n') {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            }
+        }
+        out.push(b'\n');
+        out
+    }
+
+    #[test]
+    fn sse_events_read_as_they_stream_as_the_whole_text_reads_them() {
+        let e = Engine::from_json(BUNDLE.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let listing = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo"},
+ {"name":"rm"}]}}"#;
+        let pieces: [&[u8]; 22] = [
+            b"data: ",
+            b"data:",
+            b"data",
+            listing.as_bytes(),
+            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","name":"rm"}]}}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#,
+            b"event: message",
+            b"event: other",
+            b"event:message",
+            b"id: 7",
+            b"id: a\0b",
+            b"retry: 10",
+            b"retry: 1x",
+            b": comment",
+            b"x: y",
+            b"\n",
+            b"\n",
+            b"\r\n",
+            b"\r",
+            "é".as_bytes(),
+            b"\xff",
+            b"\xc3",
+        ];
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..3000 {
+            let mut stream = Vec::new();
+            for _ in 0..rng.below(24) {
+                stream.extend_from_slice(rng.pick(&pieces));
+            }
+            // Events end where the reference saw them end: compare on whole events.
+            stream.extend_from_slice(b"\n\n");
+            let want = reference(&mut sse_filter(&e), &e, &stream);
+            let mut f = sse_filter(&e);
+            let mut got = Vec::new();
+            let mut rest = &stream[..];
+            while !rest.is_empty() {
+                let (chunk, tail) = rest.split_at(rest.len().min(1 + rng.below(40)));
+                got.extend(f.feed_sse(&e, chunk, tail.is_empty()));
+                rest = tail;
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "{:?}",
+                String::from_utf8_lossy(&stream)
+            );
+            assert_eq!(got, want);
+        }
+    }
+}
