@@ -512,16 +512,15 @@ impl Value {
 
 impl Mcp {
     fn matches(&self, op: &McpOp, mode: Mode) -> bool {
-        if self.base && op.is_base() {
-            return true;
-        }
         // An mcp block admits only what it lists (none: only the base protocol, with Match).
-        let McpOp::Call { method, param } = op else {
-            return false;
+        let listed = match op {
+            McpOp::Call { method, param } => self
+                .methods
+                .iter()
+                .any(|m| m.matches(method, param.as_deref(), mode)),
+            _ => false,
         };
-        self.methods
-            .iter()
-            .any(|m| m.matches(method, param.as_deref(), mode))
+        listed || self.base && op.is_base()
     }
 }
 
