@@ -191,7 +191,7 @@ LIST_KEPT = 400
 
 
 def listing_result() -> str:
-    """The upstream's answer: 1,000 tools with a description and an input schema (about 300 KB)."""
+    """The upstream's answer: 1,000 tools with a description and an input schema (about 244 KB)."""
     tools = ",".join(
         '{"name":"' + list_tool(i) + '","description":"Tool number ' + str(i) + ', which does one thing well.",'
         '"inputSchema":{"type":"object","properties":{"text":{"type":"string","description":"what to work on"},'

@@ -43,11 +43,12 @@ pub(crate) trait Visitor<'a> {
     type Error: From<SyntaxError>;
     /// The slot of the top-level value.
     const ROOT: Self::Slot;
-    /// The slot of values the visitor does not care about: array elements, and members it
-    /// gives this slot, and the elements of arrays unless [`Visitor::element`] places them.
-    /// They are read and checked but not handed over.
+    /// The slot of values the visitor does not care about: members it gives this slot, the
+    /// elements of arrays unless [`Visitor::element`] places them, and everything inside an
+    /// ignored value. They are read and checked but not handed over.
     const IGNORE: Self::Slot;
-    /// The slot of member `key` (decoded) of an object that sits in slot `object`.
+    /// The slot of member `key` (decoded) of an object that sits in slot `object` (not
+    /// `IGNORE`: the members of an ignored object are ignored).
     fn member(&mut self, object: Self::Slot, key: &[u8]) -> Self::Slot;
     /// The slot of the elements of an array that sits in slot `array` (not `IGNORE`);
     /// by default they are not handed over.
@@ -78,216 +79,387 @@ pub(crate) fn read<'a, V: Visitor<'a>>(
         max_depth,
         stack: Vec::new(),
         keys: Vec::new(),
+        decoded: Vec::new(),
+        sets: Vec::new(),
         visitor,
     }
     .run()
 }
 
 /// One open object or array.
-struct Frame<'a, S> {
+struct Frame<S> {
     is_object: bool,
+    /// Whether this object's keys moved from `Reader::keys` to the top of `Reader::sets`.
+    hashed: bool,
     /// The slot the container sits in.
     slot: S,
-    /// Start of this object's keys in `Reader::keys` (while `set` is None).
+    /// Start of this object's keys in `Reader::keys`, and of their decoded copies in
+    /// `Reader::decoded`.
     keys_start: usize,
+    decoded_start: usize,
     /// Offset of the opening bracket.
     start: usize,
-    /// This object's keys once there are more than `LINEAR_KEYS`.
-    set: Option<HashSet<Cow<'a, [u8]>>>,
+}
+
+/// A key of an open object, for duplicate detection: its contents when they hold no escape,
+/// else the index of its decoded form in `Reader::decoded`.
+#[derive(Clone, Copy)]
+enum Key<'a> {
+    Plain(&'a [u8]),
+    Decoded(usize),
+}
+
+/// A key of an open object with its [`tag`].
+#[derive(Clone, Copy)]
+struct Seen<'a> {
+    tag: u64,
+    key: Key<'a>,
+}
+
+/// A summary of a decoded key (its length and first eight bytes): keys with different tags
+/// differ, so only keys with the same tag are compared. `bytes[at..at + len]` is the key.
+#[inline(always)]
+fn tag(bytes: &[u8], at: usize, len: usize) -> u64 {
+    let head = match bytes.get(at..).and_then(|s| s.first_chunk::<8>()) {
+        Some(w) if len >= 8 => u64::from_le_bytes(*w),
+        Some(w) => u64::from_le_bytes(*w) & ((1u64 << (8 * len)) - 1),
+        // Near the end of the input: the key's bytes one by one, little-endian as above.
+        None => bytes
+            .get(at..at + len.min(8))
+            .unwrap_or_default()
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b)),
+    };
+    head ^ ((len as u64) << 56)
 }
 
 struct Reader<'a, 'v, V: Visitor<'a>> {
     bytes: &'a [u8],
+    /// Where `string_body`, `number` and `literal` start and leave off.
     pos: usize,
     max_depth: usize,
-    stack: Vec<Frame<'a, V::Slot>>,
-    /// Decoded keys of the open objects that still use linear duplicate detection.
-    keys: Vec<Cow<'a, [u8]>>,
+    stack: Vec<Frame<V::Slot>>,
+    /// Keys of the open objects that still use linear duplicate detection.
+    keys: Vec<Seen<'a>>,
+    /// Decoded keys (those with escapes) of the open objects.
+    decoded: Vec<Vec<u8>>,
+    /// The keys of the open objects with more than `LINEAR_KEYS` keys, innermost last.
+    sets: Vec<HashSet<Cow<'a, [u8]>>>,
     visitor: &'v mut V,
 }
 
 impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
-    /// Reads the whole input.
+    /// Reads the whole input: a value, then, while containers are open, what follows a value
+    /// in them (`,` and the next member or element, or the closing bracket).
     fn run(&mut self) -> Result<(), V::Error> {
-        if self.bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
+        let bytes = self.bytes;
+        if bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
             return Err(syntax("UTF-8 byte order mark is not allowed").into());
         }
-        self.skip_ws();
-        if self.pos >= self.bytes.len() {
-            return Err(syntax(if self.bytes.is_empty() {
+        let mut pos = skip_ws(bytes, 0);
+        if pos >= bytes.len() {
+            return Err(syntax(if bytes.is_empty() {
                 "empty body"
             } else {
                 "body contains only whitespace"
             })
             .into());
         }
-        // Whether the innermost container was just opened (no value read yet).
-        let mut opened = self.value(V::ROOT)?;
-
-        while let Some(is_object) = self.stack.last().map(|f| f.is_object) {
-            self.skip_ws();
-            let b = self.bytes.get(self.pos).copied();
-            let closer = if is_object { b'}' } else { b']' };
-            if b == Some(closer) {
-                self.pos += 1;
-                if let Some(frame) = self.stack.pop() {
-                    if frame.is_object {
-                        self.keys.truncate(frame.keys_start);
-                    }
-                    if frame.slot != V::IGNORE {
-                        self.visitor.closed(frame.slot, frame.start, self.pos);
-                    }
-                }
-                opened = false;
-                continue;
-            }
-            if !opened {
-                if b != Some(b',') {
-                    return Err(self
-                        .unexpected(if is_object {
-                            "expected ',' or '}'"
-                        } else {
-                            "expected ',' or ']'"
-                        })
+        let mut slot = V::ROOT;
+        loop {
+            // A value at `pos` (whitespace skipped) in `slot`.
+            let start = pos;
+            match bytes.get(pos).copied() {
+                Some(b @ (b'{' | b'[')) => {
+                    if self.stack.len() >= self.max_depth {
+                        return Err(SyntaxError(format!(
+                            "nesting deeper than {} levels at offset {start}",
+                            self.max_depth
+                        ))
                         .into());
+                    }
+                    let is_object = b == b'{';
+                    self.stack.push(Frame {
+                        is_object,
+                        hashed: false,
+                        slot,
+                        keys_start: self.keys.len(),
+                        decoded_start: self.decoded.len(),
+                        start,
+                    });
+                    if slot != V::IGNORE {
+                        let val = if is_object { Val::Object } else { Val::Array };
+                        self.visitor.value(slot, val)?;
+                    }
+                    pos = skip_ws(bytes, pos + 1);
+                    let closer = if is_object { b'}' } else { b']' };
+                    if bytes.get(pos) != Some(&closer) {
+                        slot = self.first_of(is_object, slot, &mut pos)?;
+                        continue;
+                    }
+                    self.close(pos + 1);
+                    pos += 1;
                 }
-                self.pos += 1;
-                self.skip_ws();
+                Some(b'"') if slot == V::IGNORE => pos = self.skip_string(pos + 1)?,
+                Some(b'"') => {
+                    self.pos = pos + 1;
+                    let want = self.visitor.wants_text(slot);
+                    let decoded = self.string_body(want)?;
+                    pos = self.pos;
+                    let raw = bytes.get(start..pos).unwrap_or_default();
+                    self.scalar(slot, Val::Str { decoded, raw }, start, pos)?;
+                }
+                Some(b'-' | b'0'..=b'9') => {
+                    self.pos = pos;
+                    self.number()?;
+                    pos = self.pos;
+                    let raw = bytes.get(start..pos).unwrap_or_default();
+                    self.scalar(slot, Val::Number(raw), start, pos)?;
+                }
+                Some(b @ (b't' | b'f' | b'n')) => {
+                    let word: &[u8] = match b {
+                        b't' => b"true",
+                        b'f' => b"false",
+                        _ => b"null",
+                    };
+                    self.pos = pos;
+                    self.literal(word)?;
+                    pos = self.pos;
+                    self.scalar(slot, Val::Literal, start, pos)?;
+                }
+                _ => return Err(unexpected(bytes, pos, "expected a value").into()),
             }
-            let slot = if is_object {
-                self.member_key()?
-            } else {
-                match self.stack.last().map_or(V::IGNORE, |f| f.slot) {
-                    array if array == V::IGNORE => V::IGNORE,
-                    array => self.visitor.element(array),
+            // After a value: close containers until one goes on with a ','.
+            loop {
+                let Some(&Frame {
+                    is_object,
+                    slot: container,
+                    ..
+                }) = self.stack.last()
+                else {
+                    pos = skip_ws(bytes, pos);
+                    if pos < bytes.len() {
+                        return Err(SyntaxError(format!("trailing data at offset {pos}")).into());
+                    }
+                    return Ok(());
+                };
+                pos = skip_ws(bytes, pos);
+                match (bytes.get(pos), is_object) {
+                    (Some(b','), _) => {
+                        pos = skip_ws(bytes, pos + 1);
+                        slot = self.first_of(is_object, container, &mut pos)?;
+                        break;
+                    }
+                    (Some(b'}'), true) | (Some(b']'), false) => {
+                        self.close(pos + 1);
+                        pos += 1;
+                    }
+                    (_, true) => return Err(unexpected(bytes, pos, "expected ',' or '}'").into()),
+                    (_, false) => return Err(unexpected(bytes, pos, "expected ',' or ']'").into()),
                 }
-            };
-            opened = self.value(slot)?;
+            }
         }
+    }
 
-        self.skip_ws();
-        if self.pos < self.bytes.len() {
-            return Err(SyntaxError(format!("trailing data at offset {}", self.pos)).into());
+    /// The slot of the next member (its key read, `pos` left at its value) or element of the
+    /// innermost container, which sits in `container`.
+    #[inline(always)]
+    fn first_of(
+        &mut self,
+        is_object: bool,
+        container: V::Slot,
+        pos: &mut usize,
+    ) -> Result<V::Slot, SyntaxError> {
+        if is_object {
+            self.member_key(container, pos)
+        } else if container == V::IGNORE {
+            Ok(V::IGNORE)
+        } else {
+            Ok(self.visitor.element(container))
+        }
+    }
+
+    /// Hands a scalar in `slot` to the visitor (unless ignored).
+    #[inline(always)]
+    fn scalar(
+        &mut self,
+        slot: V::Slot,
+        val: Val<'a>,
+        start: usize,
+        end: usize,
+    ) -> Result<(), V::Error> {
+        if slot != V::IGNORE {
+            self.visitor.value(slot, val)?;
+            self.visitor.closed(slot, start, end);
         }
         Ok(())
     }
 
-    fn skip_ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.pos) {
-            self.pos += 1;
+    /// Closes the innermost container, whose closing bracket ends at `end`.
+    #[inline(always)]
+    fn close(&mut self, end: usize) {
+        let Some(frame) = self.stack.pop() else {
+            return;
+        };
+        if frame.is_object {
+            self.keys.truncate(frame.keys_start);
+            if self.decoded.len() > frame.decoded_start {
+                self.decoded.truncate(frame.decoded_start);
+            }
+            if frame.hashed {
+                self.sets.pop();
+            }
+        }
+        if frame.slot != V::IGNORE {
+            self.visitor.closed(frame.slot, frame.start, end);
         }
     }
 
-    fn unexpected(&self, expected: &str) -> SyntaxError {
-        match self.bytes.get(self.pos) {
-            None => SyntaxError(format!("unexpected end of input ({expected})")),
-            Some(b) => SyntaxError(format!(
-                "unexpected byte 0x{b:02x} at offset {} ({expected})",
-                self.pos
-            )),
+    /// Reads a string nobody wants whose opening quote is just before `pos`; returns the
+    /// offset after its closing quote. A plain ASCII string is read here, any other by
+    /// `string_body`.
+    #[inline(always)]
+    fn skip_string(&mut self, pos: usize) -> Result<usize, SyntaxError> {
+        let (end, non_ascii) = scan_plain(self.bytes, pos);
+        if !non_ascii && self.bytes.get(end) == Some(&b'"') {
+            return Ok(end + 1);
         }
+        self.pos = pos;
+        self.string_body(false)?;
+        Ok(self.pos)
     }
 
-    /// Reads `"key" :` (whitespace already skipped before the key), records the key for
-    /// duplicate detection and asks the visitor which slot it names.
-    fn member_key(&mut self) -> Result<V::Slot, SyntaxError> {
-        if self.bytes.get(self.pos) != Some(&b'"') {
-            return Err(self.unexpected("expected a string key"));
+    /// Reads `"key" :` at `pos` (whitespace skipped before it and after it), records the key
+    /// for duplicate detection and asks the visitor which slot it names in the object that
+    /// sits in `object`.
+    #[inline(always)]
+    fn member_key(&mut self, object: V::Slot, pos: &mut usize) -> Result<V::Slot, SyntaxError> {
+        let bytes = self.bytes;
+        let key_at = *pos;
+        if bytes.get(key_at) != Some(&b'"') {
+            return Err(unexpected(bytes, key_at, "expected a string key"));
         }
-        let key_at = self.pos;
-        self.pos += 1;
-        let key = self.string_body(true)?.unwrap_or_default();
-
-        let object = self.stack.last().map_or(V::IGNORE, |f| f.slot);
-        let slot = self.visitor.member(object, &key);
-        if !self.insert_key(key) {
+        let start = key_at + 1;
+        let (end, non_ascii) = scan_plain(bytes, start);
+        let (slot, fresh) = match bytes.get(start..end) {
+            Some(key) if !non_ascii && bytes.get(end) == Some(&b'"') => {
+                *pos = end + 1;
+                let slot = match object {
+                    ignored if ignored == V::IGNORE => V::IGNORE,
+                    _ => self.visitor.member(object, key),
+                };
+                (slot, self.insert_plain(key, tag(bytes, start, key.len())))
+            }
+            _ => {
+                self.pos = start;
+                let key = self.string_body(true)?.unwrap_or_default();
+                *pos = self.pos;
+                let slot = match object {
+                    ignored if ignored == V::IGNORE => V::IGNORE,
+                    _ => self.visitor.member(object, &key),
+                };
+                (slot, self.insert_key(key))
+            }
+        };
+        if !fresh {
             self.visitor.duplicate_key(slot, key_at);
         }
-
-        self.skip_ws();
-        if self.bytes.get(self.pos) != Some(&b':') {
-            return Err(self.unexpected("expected ':'"));
+        let mut at = skip_ws(bytes, *pos);
+        if bytes.get(at) != Some(&b':') {
+            return Err(unexpected(bytes, at, "expected ':'"));
         }
-        self.pos += 1;
-        self.skip_ws();
+        at = skip_ws(bytes, at + 1);
+        *pos = at;
         Ok(slot)
     }
 
-    /// Adds a key to the innermost object; false if it was already there.
-    fn insert_key(&mut self, key: Cow<'a, [u8]>) -> bool {
-        let Some(frame) = self.stack.last_mut() else {
-            return true;
+    /// Adds a key without escapes (with its tag) to the innermost object; false if it was
+    /// already there.
+    #[inline(always)]
+    fn insert_plain(&mut self, key: &'a [u8], tag: u64) -> bool {
+        let start = match self.stack.last() {
+            Some(f) if !f.hashed => f.keys_start,
+            _ => return self.insert_key(Cow::Borrowed(key)),
         };
-        if let Some(set) = frame.set.as_mut() {
-            return set.insert(key);
-        }
-        let start = frame.keys_start;
         let existing = self.keys.get(start..).unwrap_or_default();
-        if existing.iter().any(|k| k.as_ref() == key.as_ref()) {
-            return false;
+        for seen in existing {
+            if seen.tag == tag && self.text(seen.key) == key {
+                return false;
+            }
         }
-        self.keys.push(key);
-        if self.keys.len().saturating_sub(start) > LINEAR_KEYS {
-            let mut set = HashSet::with_capacity(4 * LINEAR_KEYS);
-            set.extend(self.keys.drain(start..));
-            frame.set = Some(set);
+        let count = existing.len();
+        self.keys.push(Seen {
+            tag,
+            key: Key::Plain(key),
+        });
+        if count >= LINEAR_KEYS {
+            self.hash_keys();
         }
         true
     }
 
-    /// Reads one value starting at `self.pos` (whitespace already skipped). Containers
-    /// are only opened here (returns true); `run` reads their contents.
-    fn value(&mut self, slot: V::Slot) -> Result<bool, V::Error> {
-        let bytes = self.bytes;
-        let start = self.pos;
-        let Some(&b) = bytes.get(start) else {
-            return Err(self.unexpected("expected a value").into());
+    /// Adds a key (decoded) to the innermost object; false if it was already there.
+    fn insert_key(&mut self, key: Cow<'a, [u8]>) -> bool {
+        let Some(frame) = self.stack.last() else {
+            return true;
         };
-        let val = match b {
-            b'{' | b'[' => {
-                if self.stack.len() >= self.max_depth {
-                    return Err(SyntaxError(format!(
-                        "nesting deeper than {} levels at offset {start}",
-                        self.max_depth
-                    ))
-                    .into());
-                }
-                self.pos += 1;
-                let is_object = b == b'{';
-                self.stack.push(Frame {
-                    is_object,
-                    slot,
-                    keys_start: self.keys.len(),
-                    start,
-                    set: None,
-                });
-                if slot != V::IGNORE {
-                    let val = if is_object { Val::Object } else { Val::Array };
-                    self.visitor.value(slot, val)?;
-                }
-                return Ok(true);
-            }
-            b'"' => {
-                self.pos += 1;
-                let want = slot != V::IGNORE && self.visitor.wants_text(slot);
-                let decoded = self.string_body(want)?;
-                let raw = bytes.get(start..self.pos).unwrap_or_default();
-                Val::Str { decoded, raw }
-            }
-            b'-' | b'0'..=b'9' => {
-                self.number()?;
-                Val::Number(bytes.get(start..self.pos).unwrap_or_default())
-            }
-            b't' => self.literal(b"true")?,
-            b'f' => self.literal(b"false")?,
-            b'n' => self.literal(b"null")?,
-            _ => return Err(self.unexpected("expected a value").into()),
-        };
-        if slot != V::IGNORE {
-            self.visitor.value(slot, val)?;
-            self.visitor.closed(slot, start, self.pos);
+        if frame.hashed {
+            return self.sets.last_mut().is_none_or(|set| set.insert(key));
         }
-        Ok(false)
+        let tag = tag(&key, 0, key.len());
+        let existing = self.keys.get(frame.keys_start..).unwrap_or_default();
+        if existing
+            .iter()
+            .any(|seen| seen.tag == tag && self.text(seen.key) == key.as_ref())
+        {
+            return false;
+        }
+        let count = existing.len();
+        let key = match key {
+            Cow::Borrowed(k) => Key::Plain(k),
+            Cow::Owned(k) => {
+                self.decoded.push(k);
+                Key::Decoded(self.decoded.len() - 1)
+            }
+        };
+        self.keys.push(Seen { tag, key });
+        if count >= LINEAR_KEYS {
+            self.hash_keys();
+        }
+        true
+    }
+
+    /// The decoded text of a key.
+    #[inline(always)]
+    fn text(&self, key: Key<'a>) -> &[u8] {
+        match key {
+            Key::Plain(k) => k,
+            Key::Decoded(i) => self.decoded.get(i).map_or(&[], Vec::as_slice),
+        }
+    }
+
+    /// Moves the keys of the innermost object into a hash set.
+    #[cold]
+    fn hash_keys(&mut self) {
+        let Some(frame) = self.stack.last_mut() else {
+            return;
+        };
+        let mut set = HashSet::with_capacity(4 * LINEAR_KEYS);
+        for seen in self.keys.drain(frame.keys_start..) {
+            set.insert(match seen.key {
+                Key::Plain(k) => Cow::Borrowed(k),
+                Key::Decoded(i) => Cow::Owned(
+                    self.decoded
+                        .get_mut(i)
+                        .map(std::mem::take)
+                        .unwrap_or_default(),
+                ),
+            });
+        }
+        self.decoded.truncate(frame.decoded_start);
+        frame.hashed = true;
+        self.sets.push(set);
     }
 
     fn literal(&mut self, word: &[u8]) -> Result<Val<'a>, SyntaxError> {
@@ -413,6 +585,26 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
 
 fn syntax(detail: &str) -> SyntaxError {
     SyntaxError(detail.to_owned())
+}
+
+/// The offset of the first non-whitespace byte at or after `pos`.
+#[inline(always)]
+fn skip_ws(bytes: &[u8], mut pos: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(pos) {
+        pos += 1;
+    }
+    pos
+}
+
+/// The error for an unexpected byte (or end of input) at `pos`.
+#[cold]
+fn unexpected(bytes: &[u8], pos: usize, expected: &str) -> SyntaxError {
+    match bytes.get(pos) {
+        None => SyntaxError(format!("unexpected end of input ({expected})")),
+        Some(b) => SyntaxError(format!(
+            "unexpected byte 0x{b:02x} at offset {pos} ({expected})"
+        )),
+    }
 }
 
 /// A decoded string as a `String`.
@@ -1007,6 +1199,34 @@ pub mod tests {
     }
 
     #[test]
+    fn duplicates_equal_after_decoding_in_either_order() {
+        for body in [
+            r#"{"a":1,"\u0061":2}"#,
+            r#"{"\u0061":1,"a":2}"#,
+            r#"{"\u0061":1,"\u0061":2}"#,
+            r#"{"\u0061":1,"b":0,"a":2}"#,
+            r#"{"abcdefghij":1,"abcdefgh\u0069j":2}"#,
+            r#"{"\n":1,"\u000a":2}"#,
+            r#"{"é":1,"\u00e9":2}"#,
+            r#"{"":1,"":2}"#,
+        ] {
+            assert!(has_duplicate(body.as_bytes()), "{body}");
+        }
+        for body in [
+            r#"{"a":1,"\u0062":2}"#,
+            r#"{"\u0061":1,"b":2}"#,
+            r#"{"abcdefghij":1,"abcdefghik":2}"#,
+            r#"{"abcdefgh":1,"abcdefghi":2}"#,
+            r#"{"a":1,"a\u0000":2}"#,
+            r#"{"":1,"\u0000":2}"#,
+        ] {
+            assert!(ok(body).duplicates.is_empty(), "{body}");
+        }
+        // At the very end of the input (a key shorter than a word with nothing after it).
+        assert!(is_syntax_error(br#"{"a":1,"a""#));
+    }
+
+    #[test]
     fn duplicate_detection_in_large_objects() {
         // Around the switch from linear scan to hash set.
         for n in [15, 16, 17, 18, 40] {
@@ -1016,6 +1236,13 @@ pub mod tests {
                 assert!(has_duplicate(body.as_bytes()), "n={n} dup={dup}");
                 let body = big_object(n, &format!("\"\\u006b{dup}\":0"));
                 assert!(has_duplicate(body.as_bytes()), "n={n} dup={dup}");
+                // Escaped keys in the object before it is hashed, found after.
+                let mut s = String::from("{\"\\u006b0x\":1,");
+                for i in 0..n {
+                    s.push_str(&format!("\"k{i}\":{i},"));
+                }
+                s.push_str("\"k0x\":2}");
+                assert!(has_duplicate(s.as_bytes()), "n={n}");
             }
         }
         // Nested object inside a hashed object keeps its own keys.

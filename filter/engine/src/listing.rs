@@ -14,7 +14,7 @@ use mcp_access_bundle::mcp_methods::{self, Listing, Revision};
 
 use crate::answer::{jsonrpc_error, INTERNAL_ERROR};
 use crate::json::{self, Val};
-use crate::policy::Engine;
+use crate::policy::{Engine, ItemScope};
 use crate::request::{McpOp, Request};
 
 /// The JSON-RPC error message of a listing that could not be filtered.
@@ -61,7 +61,7 @@ pub enum BodyAction {
 #[derive(Debug)]
 pub struct ListingFilter {
     listing: &'static Listing,
-    /// The request, its MCP operation replaced by each item in turn.
+    /// The request, its MCP operation replaced by a call of each item in turn.
     probe: Request,
     host: String,
     /// The request id (raw JSON), for the error that replaces what cannot be filtered.
@@ -70,8 +70,8 @@ pub struct ListingFilter {
     max_bytes: usize,
     max_depth: usize,
     mode: Mode,
-    /// SSE: the bytes of the event being read (at most `max_bytes`).
-    pending: Vec<u8>,
+    /// SSE: the event being read (at most `max_bytes`).
+    pending: PendingEvent,
     /// SSE: an event grew past `max_bytes`; its bytes are dropped up to its end.
     skipping: bool,
     /// SSE, while skipping: whether the last byte seen ended a line (a blank line ends it).
@@ -92,7 +92,10 @@ impl ListingFilter {
         }
         let listing = mcp_methods::listing(req.mcp.method()?)?;
         let mut probe = req.clone();
-        probe.mcp = McpOp::NotMcp;
+        probe.mcp = McpOp::Call {
+            method: listing.judged_as.to_string(),
+            param: None,
+        };
         Some(ListingFilter {
             listing,
             host: req.host(),
@@ -102,7 +105,7 @@ impl ListingFilter {
             max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
             mode: Mode::Unknown,
-            pending: Vec::new(),
+            pending: PendingEvent::default(),
             skipping: false,
             at_line_start: true,
         })
@@ -162,7 +165,7 @@ impl ListingFilter {
         match self.mode {
             Mode::Pass => BodyAction::Pass,
             Mode::Sse => {
-                self.pending = Vec::new();
+                self.pending = PendingEvent::default();
                 BodyAction::Pass
             }
             Mode::Unknown | Mode::Refuse => BodyAction::Replace(self.error()),
@@ -262,53 +265,67 @@ impl ListingFilter {
         let Some(items) = m.items else {
             return Err(());
         };
-        let mut list = Vec::with_capacity(text.len());
-        list.push(b'[');
+        let scope = engine.item_scope(&self.probe, &self.host);
+        // The edits: `cacheScope` set to "private" (or added first in the result), then the
+        // item array with only the usable items, written in order of position.
+        let cache_edit: Option<(usize, usize, &[u8])> = match (self.cache_scope, m.cache_scope) {
+            (false, _) => None,
+            (true, Some((start, end))) => Some((start, end, b"\"private\"")),
+            (true, None) => Some((result + 1, result + 1, b"\"cacheScope\":\"private\",")),
+        };
+        let mut out = Vec::with_capacity(text.len() + 32);
+        let mut at = 0;
+        let splice =
+            |out: &mut Vec<u8>, at: &mut usize, (start, end, with): (usize, usize, &[u8])| {
+                out.extend_from_slice(text.get(*at..start).ok_or(())?);
+                out.extend_from_slice(with);
+                *at = end;
+                Ok::<(), ()>(())
+            };
+        if let Some(edit) = cache_edit.filter(|e| e.0 < items.0) {
+            splice(&mut out, &mut at, edit)?;
+        }
+        splice(&mut out, &mut at, (items.0, items.0, b"["))?;
         let mut first = true;
-        for (start, end, name) in &m.item_spans {
-            if !self.usable(engine, name.as_deref()) {
+        for item in &m.items_read {
+            if !self.usable(engine, scope, item.key.as_deref()) {
                 continue;
             }
             if !first {
-                list.push(b',');
+                out.push(b',');
             }
             first = false;
-            list.extend_from_slice(text.get(*start..*end).ok_or(())?);
+            out.extend_from_slice(text.get(item.start..item.end).ok_or(())?);
         }
-        list.push(b']');
-        let mut edits: Vec<(usize, usize, &[u8])> = vec![(items.0, items.1, &list)];
-        if self.cache_scope {
-            match m.cache_scope {
-                Some((start, end)) => edits.push((start, end, b"\"private\"")),
-                None => edits.push((result + 1, result + 1, b"\"cacheScope\":\"private\",")),
-            }
-        }
-        edits.sort_by_key(|e| e.0);
-        let mut out = Vec::with_capacity(text.len() + 32);
-        let mut at = 0;
-        for (start, end, with) in edits {
-            out.extend_from_slice(text.get(at..start).ok_or(())?);
-            out.extend_from_slice(with);
-            at = end;
+        out.push(b']');
+        at = items.1;
+        if let Some(edit) = cache_edit.filter(|e| e.0 >= items.0) {
+            splice(&mut out, &mut at, edit)?;
         }
         out.extend_from_slice(text.get(at..).ok_or(())?);
         Ok(Some(out))
     }
 
-    /// Whether the caller could use the item named `name` (its name or URI; None: it has
-    /// none). Resource templates are judged as a read of some URI.
-    fn usable(&mut self, engine: &Engine, name: Option<&str>) -> bool {
-        let param = match (self.listing.key, name) {
-            (Some(_), Some(n)) => Some(n.to_string()),
+    /// Whether the caller could use the item named `name` (its name or URI, decoded; None:
+    /// it has none). Resource templates are judged as a read of some URI.
+    fn usable(&mut self, engine: &Engine, scope: ItemScope, name: Option<&[u8]>) -> bool {
+        let McpOp::Call { param, .. } = &mut self.probe.mcp else {
+            return false;
+        };
+        match (self.listing.key, name.map(std::str::from_utf8)) {
+            (Some(_), Some(Ok(n))) => {
+                // The probe's string is reused from item to item.
+                let p = param.get_or_insert_with(String::new);
+                p.clear();
+                p.push_str(n);
+            }
             // An item without its name or URI cannot be judged, so it is not listed.
-            (Some(_), None) => return false,
-            (None, _) => None,
-        };
-        self.probe.mcp = McpOp::Call {
-            method: self.listing.judged_as.to_string(),
-            param,
-        };
-        engine.item_denial(&self.probe, &self.host).is_none()
+            (Some(_), _) => return false,
+            (None, _) => *param = None,
+        }
+        engine
+            .item_refusal(scope, &self.probe, &self.host)
+            .is_none()
     }
 
     /// Reads an SSE chunk; returns the rewritten events it completed.
@@ -320,16 +337,15 @@ impl ListingFilter {
                 rest = self.skip_event(rest);
                 continue;
             }
-            // An event ends at a blank line: "\n\n" (a "\r\n" line end ends in '\n' too).
-            let end = find_event_end(&self.pending, rest);
+            let end = self.pending.scan(rest);
             let (take, done) = match end {
                 Some(n) => (n, true),
                 None => (rest.len(), false),
             };
             let (head, tail) = rest.split_at(take);
             rest = tail;
-            if self.pending.len().saturating_add(head.len()) > self.max_bytes {
-                self.pending = Vec::new();
+            if self.pending.bytes.len().saturating_add(head.len()) > self.max_bytes {
+                self.pending = PendingEvent::default();
                 out.extend_from_slice(&self.sse_error());
                 if done {
                     continue;
@@ -338,16 +354,16 @@ impl ListingFilter {
                 self.at_line_start = head.last() == Some(&b'\n');
                 continue;
             }
-            self.pending.extend_from_slice(head);
+            self.pending.bytes.extend_from_slice(head);
             if done {
                 let event = std::mem::take(&mut self.pending);
-                out.extend_from_slice(&self.rewrite_event(engine, &event));
+                self.rewrite_event(engine, &event, &mut out);
             }
         }
         // An event not ended by a blank line when the stream ends is not dispatched by
         // clients; it is dropped.
         if end_of_stream {
-            self.pending = Vec::new();
+            self.pending = PendingEvent::default();
         }
         out
     }
@@ -377,90 +393,148 @@ impl ListingFilter {
         out
     }
 
-    /// One complete SSE event (its bytes up to and including the blank line), written again
-    /// from its parsed fields: comments dropped, a `message` event's data filtered.
-    fn rewrite_event(&mut self, engine: &Engine, event: &[u8]) -> Vec<u8> {
-        let Some(parsed) = SseEvent::parse(event) else {
-            return self.sse_error();
+    /// One complete SSE event, written again to `out` from its fields: comments dropped, a
+    /// `message` event's data filtered. One that is not UTF-8 or has a line holding a lone
+    /// `\r` (a client would split there and read other lines than the filter) is replaced
+    /// by the error.
+    fn rewrite_event(&mut self, engine: &Engine, event: &PendingEvent, out: &mut Vec<u8>) {
+        let Some(fields) = SseEvent::parse(event) else {
+            return out.extend_from_slice(&self.sse_error());
         };
-        if parsed.is_empty() {
-            return Vec::new();
+        if fields.is_empty() {
+            return;
         }
-        let is_message = parsed.event.as_deref().is_none_or(|e| e == "message");
-        let data: Cow<'_, [u8]> = match parsed.data.as_slice() {
-            [one] => Cow::Borrowed(one.as_bytes()),
-            lines => Cow::Owned(lines.join("\n").into_bytes()),
+        let is_message = fields.event.is_none_or(|e| e == b"message");
+        let data: Cow<'_, [u8]> = match fields.data.as_slice() {
+            [one] => Cow::Borrowed(one),
+            lines => Cow::Owned(lines.join(&b'\n')),
         };
         let data = if is_message && !data.is_empty() {
+            // The strict reader checks every byte (UTF-8 included) of what it accepts.
             match self.filter_message(engine, &data) {
-                Ok(Some(out)) => Some(Cow::Owned(out)),
+                Ok(Some(filtered)) => Some(Cow::Owned(filtered)),
                 Ok(None) => Some(data),
                 Err(()) => None,
             }
         } else {
-            Some(data)
+            // Passed on as it is: UTF-8 only.
+            std::str::from_utf8(&data).is_ok().then_some(data)
         };
-        let Some(data) = data else {
-            return self.sse_error();
-        };
-        parsed.write(&data)
-    }
-}
-
-/// Where the event that `pending` began ends in `rest`: the length of `rest` up to and
-/// including the `'\n'` of the blank line.
-fn find_event_end(pending: &[u8], rest: &[u8]) -> Option<usize> {
-    // The byte before each position, ignoring '\r' (a "\r\n" line end).
-    let mut prev_newline = pending
-        .iter()
-        .rev()
-        .find(|&&b| b != b'\r')
-        .is_some_and(|&b| b == b'\n')
-        || pending.is_empty();
-    for (i, &b) in rest.iter().enumerate() {
-        match b {
-            b'\n' if prev_newline => return Some(i + 1),
-            b'\n' => prev_newline = true,
-            b'\r' => {}
-            _ => prev_newline = false,
+        match data {
+            Some(data) => fields.write(&data, out),
+            None => out.extend_from_slice(&self.sse_error()),
         }
     }
-    None
 }
 
-/// The fields of one SSE event.
+/// SSE: the event being read, with its lines found as its bytes arrive.
 #[derive(Debug, Default)]
-struct SseEvent {
-    event: Option<String>,
-    data: Vec<String>,
-    id: Option<String>,
-    retry: Option<String>,
+struct PendingEvent {
+    bytes: Vec<u8>,
+    /// Its complete lines: spans in `bytes` without the line end (`\n` or `\r\n`).
+    lines: Vec<(usize, usize)>,
+    /// Start of the line being read, the carriage returns in it so far and the first one's
+    /// offset.
+    line_start: usize,
+    line_crs: usize,
+    first_cr: usize,
+    /// A line holds a `\r` other than one just before its `\n`.
+    lone_cr: bool,
 }
 
-impl SseEvent {
-    /// Parses an event's lines (`\n` or `\r\n` ends). None when it is not UTF-8 or a line
-    /// holds a lone `\r` (a client would split there and read other lines than the filter).
-    fn parse(event: &[u8]) -> Option<SseEvent> {
-        let text = std::str::from_utf8(event).ok()?;
-        let mut e = SseEvent::default();
-        for line in text.split('\n') {
-            let line = line.strip_suffix('\r').unwrap_or(line);
-            if line.contains('\r') {
-                return None;
-            }
-            if line.is_empty() || line.starts_with(':') {
+impl PendingEvent {
+    /// Reads `rest`, which continues the event (it will be appended to `bytes`), up to the
+    /// blank line that ends the event (a line of nothing, or of `\r` only); returns the length
+    /// of `rest` up to and including that line's `\n`.
+    fn scan(&mut self, rest: &[u8]) -> Option<usize> {
+        let base = self.bytes.len();
+        let mut from = 0;
+        while let Some(at) = find_either(rest, from, b'\n', b'\r') {
+            from = at + 1;
+            let p = base + at;
+            if rest.get(at) == Some(&b'\r') {
+                if self.line_crs == 0 {
+                    self.first_cr = p;
+                }
+                self.line_crs += 1;
                 continue;
             }
-            let (field, value) = match line.split_once(':') {
-                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-                None => (line, ""),
+            let crlf = self.line_crs == 1 && self.first_cr + 1 == p;
+            if self.line_crs > 0 && !crlf {
+                self.lone_cr = true;
+            }
+            let blank = p - self.line_start == self.line_crs;
+            if !blank {
+                let end = if crlf { p - 1 } else { p };
+                self.lines.push((self.line_start, end));
+            }
+            self.line_start = p + 1;
+            self.line_crs = 0;
+            if blank {
+                return Some(from);
+            }
+        }
+        None
+    }
+}
+
+/// The index of the first `a` or `b` in `bytes` at or after `i` (eight bytes at a time).
+fn find_either(bytes: &[u8], mut i: usize, a: u8, b: u8) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
+        let w = u64::from_le_bytes(*chunk);
+        let (x, y) = (w ^ (ONES * u64::from(a)), w ^ (ONES * u64::from(b)));
+        // A zero byte of x or y is a hit; a borrow only marks bytes above a real hit, so
+        // the lowest marked byte is exact.
+        let hits = (x.wrapping_sub(ONES) & !x | y.wrapping_sub(ONES) & !y) & HIGH;
+        if hits != 0 {
+            return Some(i + (hits.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    let tail = bytes.get(i..)?;
+    tail.iter().position(|&c| c == a || c == b).map(|p| i + p)
+}
+
+/// The fields of one SSE event, borrowed from its bytes.
+#[derive(Debug, Default)]
+struct SseEvent<'e> {
+    event: Option<&'e [u8]>,
+    data: Vec<&'e [u8]>,
+    id: Option<&'e [u8]>,
+    retry: Option<&'e [u8]>,
+}
+
+impl<'e> SseEvent<'e> {
+    /// The fields of a complete event. None when a line holds a lone `\r` or a line that is
+    /// not `data` is not UTF-8 (data lines are checked where they are used).
+    fn parse(event: &'e PendingEvent) -> Option<SseEvent<'e>> {
+        if event.lone_cr {
+            return None;
+        }
+        let mut e = SseEvent::default();
+        for &(start, end) in &event.lines {
+            let line = event.bytes.get(start..end)?;
+            let (field, value) = match line.iter().position(|&b| b == b':') {
+                Some(colon) => {
+                    let (f, v) = line.split_at(colon);
+                    let v = v.get(1..).unwrap_or_default();
+                    (f, v.strip_prefix(b" ").unwrap_or(v))
+                }
+                None => (line, &[][..]),
             };
+            if field != b"data" {
+                std::str::from_utf8(line).ok()?;
+            }
             match field {
-                "event" => e.event = Some(value.to_string()),
-                "data" => e.data.push(value.to_string()),
-                "id" if !value.contains('\0') => e.id = Some(value.to_string()),
-                "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
-                    e.retry = Some(value.to_string())
+                // A comment (or an empty line, which cannot be here: it ends the event).
+                b"" => {}
+                b"event" => e.event = Some(value),
+                b"data" => e.data.push(value),
+                b"id" if !value.contains(&0) => e.id = Some(value),
+                b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                    e.retry = Some(value)
                 }
                 _ => {}
             }
@@ -473,30 +547,35 @@ impl SseEvent {
         self.event.is_none() && self.data.is_empty() && self.id.is_none() && self.retry.is_none()
     }
 
-    /// The event written again, with `data` (split into lines) as its data.
-    fn write(&self, data: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(data.len() + 64);
+    /// Writes the event to `out` again, with `data` (split into lines) as its data.
+    fn write(&self, data: &[u8], out: &mut Vec<u8>) {
+        out.reserve(data.len() + 64);
         for (field, value) in [
-            ("event", &self.event),
-            ("id", &self.id),
-            ("retry", &self.retry),
+            (&b"event"[..], self.event),
+            (b"id", self.id),
+            (b"retry", self.retry),
         ] {
             if let Some(v) = value {
-                out.extend_from_slice(field.as_bytes());
+                out.extend_from_slice(field);
                 out.extend_from_slice(b": ");
-                out.extend_from_slice(v.as_bytes());
+                out.extend_from_slice(v);
                 out.push(b'\n');
             }
         }
         if !self.data.is_empty() {
-            for line in data.split(|&b| b == b'\n') {
+            let mut at = 0;
+            loop {
+                let end = find_either(data, at, b'\n', b'\n').unwrap_or(data.len());
                 out.extend_from_slice(b"data: ");
-                out.extend_from_slice(line);
+                out.extend_from_slice(data.get(at..end).unwrap_or_default());
                 out.push(b'\n');
+                if end >= data.len() {
+                    break;
+                }
+                at = end + 1;
             }
         }
         out.push(b'\n');
-        out
     }
 }
 
@@ -516,9 +595,16 @@ enum Slot {
     ItemKey,
 }
 
+/// One item of a listing: its span and its name or URI (decoded).
+struct Item<'a> {
+    start: usize,
+    end: usize,
+    key: Option<Cow<'a, [u8]>>,
+}
+
 /// What the filter reads of one JSON-RPC message: which members the message has, and the byte
-/// spans of the result, its item array, each item and `cacheScope`.
-struct MessageShape {
+/// spans of the result, its item array, each item (with its name or URI) and `cacheScope`.
+struct MessageShape<'a> {
     listing: &'static Listing,
     duplicate: bool,
     method: bool,
@@ -530,13 +616,13 @@ struct MessageShape {
     /// The item array's span; None: absent or not an array.
     items: Option<(usize, usize)>,
     items_is_array: bool,
-    item_spans: Vec<(usize, usize, Option<String>)>,
-    /// The name or URI of the item being read.
-    item_key: Option<String>,
+    items_read: Vec<Item<'a>>,
+    /// The name or URI (decoded) of the item being read.
+    item_key: Option<Cow<'a, [u8]>>,
     result_is_object: bool,
 }
 
-impl MessageShape {
+impl MessageShape<'_> {
     fn new(listing: &'static Listing) -> Self {
         MessageShape {
             listing,
@@ -548,14 +634,14 @@ impl MessageShape {
             cache_scope: None,
             items: None,
             items_is_array: false,
-            item_spans: Vec::new(),
+            items_read: Vec::new(),
             item_key: None,
             result_is_object: false,
         }
     }
 }
 
-impl<'a> json::Visitor<'a> for MessageShape {
+impl<'a> json::Visitor<'a> for MessageShape<'a> {
     type Slot = Slot;
     type Error = json::SyntaxError;
     const ROOT: Slot = Slot::Root;
@@ -607,7 +693,7 @@ impl<'a> json::Visitor<'a> for MessageShape {
                     decoded: Some(s), ..
                 },
             ) => {
-                self.item_key = Some(json::into_string(s)?);
+                self.item_key = Some(s);
             }
             (
                 Slot::ResultType,
@@ -627,8 +713,187 @@ impl<'a> json::Visitor<'a> for MessageShape {
             Slot::Result if self.result_is_object => self.result = Some(start),
             Slot::Items if self.items_is_array => self.items = Some((start, end)),
             Slot::CacheScope => self.cache_scope = Some((start, end)),
-            Slot::Item => self.item_spans.push((start, end, self.item_key.take())),
+            Slot::Item => self.items_read.push(Item {
+                start,
+                end,
+                key: self.item_key.take(),
+            }),
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::{HeadersInput, Next, RequestFlow};
+    use crate::json::tests::Rng;
+
+    const BUNDLE: &str = r#"{"apiVersion": "mcp-access.io/v1",
+      "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 8443}]}],
+      "backends": [{"name": "tools", "routeNames": ["tools"]}],
+      "policies": [{"name": "p", "level": "Backend", "targets": [{"name": "tools"}],
+        "action": "Allow", "rules": [{"name": "r", "authorization": {"mcp": {"baseProtocol": "Match",
+          "methods": [{"name": "tools/call", "params": ["echo"]}]}}}]}]}"#;
+
+    fn sse_filter(e: &Engine) -> ListingFilter {
+        let mut flow = RequestFlow::new();
+        let input = HeadersInput {
+            headers: [
+                (":method", "POST"),
+                (":path", "/mcp"),
+                ("content-type", "application/json"),
+            ]
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .to_vec(),
+            port: 8443,
+            route_name: Some("tools".into()),
+            ..HeadersInput::default()
+        };
+        flow.on_headers(e, input);
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
+        let a = flow.on_body(e, body.len(), true, move |_| Some(body));
+        assert!(matches!(a, Next::Allow { .. }), "{a:?}");
+        let mut f = flow
+            .listing_filter(e)
+            .unwrap_or_else(|| panic!("no filter"));
+        f.on_headers(&[
+            (":status".into(), "200".into()),
+            ("content-type".into(), "text/event-stream".into()),
+        ]);
+        f
+    }
+
+    /// The SSE reading as it was written first (whole text, `str` lines), to check the
+    /// incremental one against: each event is its lines up to a blank one ('\r' ignored).
+    fn reference(f: &mut ListingFilter, e: &Engine, stream: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let mut prev_newline = true;
+        for (i, &b) in stream.iter().enumerate() {
+            match b {
+                b'\n' if prev_newline => {
+                    out.extend(reference_event(f, e, &stream[start..=i]));
+                    start = i + 1;
+                }
+                b'\n' => prev_newline = true,
+                b'\r' => {}
+                _ => prev_newline = false,
+            }
+        }
+        out
+    }
+
+    fn reference_event(f: &mut ListingFilter, e: &Engine, event: &[u8]) -> Vec<u8> {
+        let Ok(text) = std::str::from_utf8(event) else {
+            return f.sse_error();
+        };
+        let (mut name, mut data, mut id, mut retry) = (None, Vec::new(), None, None);
+        for line in text.split('\n') {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if line.contains('\r') {
+                return f.sse_error();
+            }
+            if line.is_empty() || line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            match field {
+                "event" => name = Some(value),
+                "data" => data.push(value),
+                "id" if !value.contains('\0') => id = Some(value),
+                "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                    retry = Some(value)
+                }
+                _ => {}
+            }
+        }
+        if name.is_none() && data.is_empty() && id.is_none() && retry.is_none() {
+            return Vec::new();
+        }
+        let joined = data.join("\n");
+        let body = if name.is_none_or(|n| n == "message") && !joined.is_empty() {
+            match f.filter_message(e, joined.as_bytes()) {
+                Ok(Some(v)) => v,
+                Ok(None) => joined.into_bytes(),
+                Err(()) => return f.sse_error(),
+            }
+        } else {
+            joined.into_bytes()
+        };
+        let mut out = Vec::new();
+        for (field, value) in [("event", name), ("id", id), ("retry", retry)] {
+            if let Some(v) = value {
+                out.extend_from_slice(format!("{field}: {v}\n").as_bytes());
+            }
+        }
+        if !data.is_empty() {
+            for line in body.split(|&b| b == b'\n') {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            }
+        }
+        out.push(b'\n');
+        out
+    }
+
+    #[test]
+    fn sse_events_read_as_they_stream_as_the_whole_text_reads_them() {
+        let e = Engine::from_json(BUNDLE.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let listing = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo"},
+ {"name":"rm"}]}}"#;
+        let pieces: [&[u8]; 22] = [
+            b"data: ",
+            b"data:",
+            b"data",
+            listing.as_bytes(),
+            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","name":"rm"}]}}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#,
+            b"event: message",
+            b"event: other",
+            b"event:message",
+            b"id: 7",
+            b"id: a\0b",
+            b"retry: 10",
+            b"retry: 1x",
+            b": comment",
+            b"x: y",
+            b"\n",
+            b"\n",
+            b"\r\n",
+            b"\r",
+            "é".as_bytes(),
+            b"\xff",
+            b"\xc3",
+        ];
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..3000 {
+            let mut stream = Vec::new();
+            for _ in 0..rng.below(24) {
+                stream.extend_from_slice(rng.pick(&pieces));
+            }
+            // Events end where the reference saw them end: compare on whole events.
+            stream.extend_from_slice(b"\n\n");
+            let want = reference(&mut sse_filter(&e), &e, &stream);
+            let mut f = sse_filter(&e);
+            let mut got = Vec::new();
+            let mut rest = &stream[..];
+            while !rest.is_empty() {
+                let (chunk, tail) = rest.split_at(rest.len().min(1 + rng.below(40)));
+                got.extend(f.feed_sse(&e, chunk, tail.is_empty()));
+                rest = tail;
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "{:?}",
+                String::from_utf8_lossy(&stream)
+            );
+            assert_eq!(got, want);
         }
     }
 }

@@ -1,7 +1,6 @@
 //! The bundle's policies compiled for per-request use (plain names: `compiled::Policy` is a
 //! bundle policy compiled), and how one rule matches a request.
 
-use std::collections::HashSet;
 use std::fmt;
 
 use mcp_access_bundle::gateway_api::{
@@ -12,7 +11,7 @@ use mcp_access_bundle::{
     self as bundle, Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, SourceType,
 };
 
-use super::{CelCx, LevelIndex};
+use super::{CelCx, FastSet, LevelIndex};
 use crate::cel::{CelLimits, Program};
 use crate::request::{Caller, McpOp, Request};
 
@@ -108,7 +107,7 @@ pub struct Rule {
     pub cels: Vec<Cel>,
     /// The tools a CEL condition requires (`request.mcp.tool_name == 'x'` at its top level):
     /// as an Allow rule (where an error does not admit) it admits only `tools/call` of these.
-    pub(crate) cel_tools: Option<HashSet<String>>,
+    pub(crate) cel_tools: Option<FastSet<String>>,
 }
 
 /// A compiled source condition.
@@ -145,7 +144,7 @@ pub(crate) struct Mcp {
 #[derive(Debug)]
 pub struct Method {
     pub(crate) name: String,
-    pub(crate) params: Option<HashSet<String>>,
+    pub(crate) params: Option<FastSet<String>>,
 }
 
 /// Compiled path match.
@@ -413,7 +412,7 @@ impl Rule {
     }
 
     /// For indexing: `(method, params)` pairs when every MCP method of this rule names params.
-    pub(crate) fn keyed_calls(&self) -> Option<Vec<(&str, &HashSet<String>)>> {
+    pub(crate) fn keyed_calls(&self) -> Option<Vec<(&str, &FastSet<String>)>> {
         let mcp = self.authz.as_ref()?.mcp.as_ref()?;
         if mcp.methods.is_empty() {
             return None;
@@ -426,7 +425,7 @@ impl Rule {
 
     /// For indexing an Allow rule without an `mcp` block whose CEL condition requires
     /// particular tools: `tools/call` of those.
-    pub(crate) fn cel_keyed_calls(&self) -> Option<Vec<(&str, &HashSet<String>)>> {
+    pub(crate) fn cel_keyed_calls(&self) -> Option<Vec<(&str, &FastSet<String>)>> {
         if self.authz.as_ref().is_some_and(|a| a.mcp.is_some()) {
             return None;
         }
@@ -513,16 +512,15 @@ impl Value {
 
 impl Mcp {
     fn matches(&self, op: &McpOp, mode: Mode) -> bool {
-        if self.base && op.is_base() {
-            return true;
-        }
         // An mcp block admits only what it lists (none: only the base protocol, with Match).
-        let McpOp::Call { method, param } = op else {
-            return false;
+        let listed = match op {
+            McpOp::Call { method, param } => self
+                .methods
+                .iter()
+                .any(|m| m.matches(method, param.as_deref(), mode)),
+            _ => false,
         };
-        self.methods
-            .iter()
-            .any(|m| m.matches(method, param.as_deref(), mode))
+        listed || self.base && op.is_base()
     }
 }
 

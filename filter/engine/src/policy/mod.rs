@@ -5,7 +5,7 @@ mod compiled;
 mod cx;
 mod eval;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use mcp_access_bundle::{
@@ -33,13 +33,23 @@ pub struct RuleRef {
     pub(crate) rule: Option<usize>,
 }
 
+/// The listener and backend (indexes into [`Engine`]'s tables) whose rules judge the items
+/// a request names or lists.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ItemScope {
+    listener: Option<usize>,
+    backend: Option<usize>,
+}
+
 /// A hash map with a fast, unkeyed hash (FxHash's multiply-rotate over 8-byte words). Only for
 /// tables whose keys come from the bundle: a request can look keys up but never insert, so
 /// it cannot make collisions.
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+/// A hash set with the same hash, for sets of names from the bundle.
+pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
 
 #[derive(Default, Clone, Copy)]
-struct FastHasher(u64);
+pub(crate) struct FastHasher(u64);
 
 impl FastHasher {
     fn add(&mut self, word: u64) {
@@ -55,11 +65,13 @@ impl Hasher for FastHasher {
                 <[u8; 8]>::try_from(c).unwrap_or_default(),
             ));
         }
-        let mut tail = [0u8; 8];
-        for (t, b) in tail.iter_mut().zip(chunks.remainder()) {
-            *t = *b;
-        }
-        self.add(u64::from_le_bytes(tail) ^ ((bytes.len() as u64) << 56));
+        // The last 0-7 bytes, little-endian, as the full words are.
+        let tail = chunks
+            .remainder()
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+        self.add(tail ^ ((bytes.len() as u64) << 56));
     }
 
     fn write_u8(&mut self, i: u8) {
@@ -144,37 +156,30 @@ impl RuleSet {
         host: &str,
         cx: &mut CelCx,
     ) -> Option<RuleRef> {
-        let by_param = req.mcp.method().and_then(|m| self.keyed.get(m));
-        let keyed = match (by_param, req.mcp.param()) {
-            (Some(x), Some(p)) => x.get(p),
-            _ => None,
-        };
-        // A probe for "some param" (listings, §5.4) looks at every keyed rule of the method.
-        let any_param = match (by_param, req.mcp.param()) {
-            (Some(x), None) => Some(x.values().flatten()),
-            _ => None,
-        };
-        let base = if req.mcp.is_base() {
-            Some(&self.base)
-        } else {
-            None
-        };
         // Each list is in seniority order: a rule no more senior than the best found so far
         // is not looked at (its CEL conditions are not evaluated).
         let mut best: Option<RuleRef> = None;
-        for r in self
-            .general
-            .iter()
-            .chain(keyed.into_iter().flatten())
-            .chain(any_param.into_iter().flatten())
-            .chain(base.into_iter().flatten())
-        {
-            if best.is_some_and(|b| *r >= b) {
-                continue;
+        let mut look = |rules: &[RuleRef], best: &mut Option<RuleRef>| {
+            for r in rules {
+                if best.is_some_and(|b| *r >= b) {
+                    continue;
+                }
+                if engine.rule_admits(*r, req, host, self.mode, cx) {
+                    *best = Some(*r);
+                }
             }
-            if engine.rule_admits(*r, req, host, self.mode, cx) {
-                best = Some(*r);
+        };
+        look(&self.general, &mut best);
+        if let Some(by_param) = req.mcp.method().and_then(|m| self.keyed.get(m)) {
+            match req.mcp.param() {
+                Some(p) => look(by_param.get(p).map_or(&[], Vec::as_slice), &mut best),
+                // A probe for "some param" (listings, §5.4) looks at every keyed rule of the
+                // method.
+                None => by_param.values().for_each(|rules| look(rules, &mut best)),
             }
+        }
+        if !self.base.is_empty() && req.mcp.is_base() {
+            look(&self.base, &mut best);
         }
         best
     }
@@ -614,39 +619,62 @@ impl Engine {
     /// (listings). None: the item passes; else why it would be denied. Rules read the item
     /// from `probe.mcp` (so would a CEL rule's `request.mcp.*`).
     pub fn item_denial(&self, probe: &Request, host: &str) -> Option<Denial> {
-        let listener = self.listener_for(probe.port, host);
-        let backend = self.backend_for(probe.route_name.as_deref(), probe.cluster_name.as_deref());
+        let (level, rule) = self.item_refusal(self.item_scope(probe, host), probe, host)?;
+        Some(match rule {
+            Some(r) => {
+                let mut d = Denial::of(Some(level), Reason::DenyPolicy);
+                (d.policy, d.rule) = eval::names(self, r);
+                d
+            }
+            None => Denial::of(Some(level), Reason::NotAllowed),
+        })
+    }
+
+    /// Where the items of `probe` are judged: its listener and backend, found once for
+    /// all the items of a listing.
+    pub(crate) fn item_scope(&self, probe: &Request, host: &str) -> ItemScope {
+        ItemScope {
+            listener: self.listener_for(probe.port, host),
+            backend: self.backend_for(probe.route_name.as_deref(), probe.cluster_name.as_deref()),
+        }
+    }
+
+    /// [`Engine::item_denial`] in `scope` (from [`Engine::item_scope`] of the same request):
+    /// None when the item passes, else the level that refuses it and the Deny rule that
+    /// matched it (None: no Allow rule admitted it).
+    pub(crate) fn item_refusal(
+        &self,
+        scope: ItemScope,
+        probe: &Request,
+        host: &str,
+    ) -> Option<(Level, Option<RuleRef>)> {
         let levels = [
             (
                 Level::Gateway,
-                listener
+                scope
+                    .listener
                     .and_then(|i| self.listeners.get(i))
                     .map(|l| &l.index),
             ),
             (
                 Level::Backend,
-                backend
+                scope
+                    .backend
                     .and_then(|i| self.backends.get(i))
-                    .map(|b| b.index_for(listener)),
+                    .map(|b| b.index_for(scope.listener)),
             ),
         ];
         for (level, index) in levels {
             let Some(index) = index else {
                 if level == Level::Gateway || self.unknown_backend == UnknownBackend::Deny {
-                    return Some(Denial::of(Some(level), Reason::NotAllowed));
+                    return Some((level, None));
                 }
                 continue;
             };
             let mut cx = self.cel_cx(false);
             match eval::rules_verdict(self, index, probe, host, &mut cx) {
-                eval::RulesVerdict::Denied(r) => {
-                    let mut d = Denial::of(Some(level), Reason::DenyPolicy);
-                    (d.policy, d.rule) = eval::names(self, r);
-                    return Some(d);
-                }
-                eval::RulesVerdict::NotAdmitted => {
-                    return Some(Denial::of(Some(level), Reason::NotAllowed));
-                }
+                eval::RulesVerdict::Denied(r) => return Some((level, Some(r))),
+                eval::RulesVerdict::NotAdmitted => return Some((level, None)),
                 eval::RulesVerdict::Admitted(_) => {}
             }
         }
