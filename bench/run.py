@@ -99,7 +99,7 @@ VARIANTS = [
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
 COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours"],
            ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"]]
-FEW = {"p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"}  # 300 KB answers: 60 requests, not 300
+FEW = {"p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"}  # 244 KB answers: 60 requests, not 300
 MIB = {"s6_bare", "s6_ours"}  # 1 MiB requests: 30 (about a minute more under callgrind)
 QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)
 
