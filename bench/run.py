@@ -305,6 +305,8 @@ CALLGRIND_OPS = [
     ("parse/tools_call", 100, 600),
     ("parse/tools_call_1mib", 1, 4),
     ("request/s2_allowed", 100, 600),
+    ("phase/s2_headers", 100, 600),
+    ("phase/s2_headers_body", 100, 600),
     ("request/s2_denied", 100, 600),
     ("request/s4_three_authorizers", 100, 600),
     ("request/s5_allowed", 100, 600),

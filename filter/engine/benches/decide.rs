@@ -303,6 +303,18 @@ const OPS: &[(&str, Op)] = &[
     ("request/s2_allowed", |f| {
         black_box(request(&f.s2, black_box(&f.small_allow)));
     }),
+    // request/s2_allowed by phase: the header map handed over and read, then the body parsed
+    // and decided; the rest of s2_allowed is the decision's JSON (log and filter state).
+    ("phase/s2_headers", |f| {
+        let mut flow = RequestFlow::new();
+        black_box(flow.on_headers(&f.s2, headers_input(f.small_allow.len())));
+    }),
+    ("phase/s2_headers_body", |f| {
+        let body = black_box(&f.small_allow);
+        let mut flow = RequestFlow::new();
+        black_box(flow.on_headers(&f.s2, headers_input(body.len())));
+        black_box(flow.on_body(&f.s2, body.len(), true, |_| Some(body.to_vec())));
+    }),
     ("request/s2_denied", |f| {
         black_box(request(&f.s2, black_box(&f.small_deny)));
     }),
