@@ -187,7 +187,8 @@ def test_policy_swaps_under_load(cli: Path, wasm_path: Path, work_dir: Path, pki
             results = load.stop()
 
         verdict = judge(results, versions)
-        print(f"\n{SWAPS} swaps, {verdict['requests']} requests: {verdict['counts']}")
+        print(f"\n{SWAPS} swaps, {verdict['requests']} requests: {verdict['counts']}; "
+              f"failed {len(verdict['failed'])}, misdecisions {len(verdict['misdecisions'])}")
         print(f"swap latency (file replaced -> first request decided by the new version): "
               f"median {statistics.median(latencies) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms")
         assert not verdict["failed"], verdict["failed"][:5]

@@ -103,6 +103,7 @@ def test_soak(work_dir: Path, wasm_path: Path, pki: Any) -> None:
             verdict = judge(results, versions, flip_denials=(403, 503, 504))
             growth = rss[-1][1] - min(kib for n, kib in rss if n >= len(results) // 4) if len(rss) > 2 else 0
             print(f"\nsoak: {verdict['requests']} requests, {turn} authorizer phases: {verdict['counts']}; "
+                  f"failed {len(verdict['failed'])}, misdecisions {len(verdict['misdecisions'])}; "
                   f"Envoy RSS {rss[0][1] // 1024} -> {rss[-1][1] // 1024} MiB")
             assert verdict["requests"] >= REQUESTS
             assert not verdict["failed"], verdict["failed"][:5]
@@ -119,3 +120,5 @@ def test_soak(work_dir: Path, wasm_path: Path, pki: Any) -> None:
             assert log.count("loaded bundle") == loads_at_start, "a filter VM was restarted"
             assert "Wasm VM failed" not in log and "panicked" not in log
             assert growth < 16 * 1024, f"Envoy RSS grew by {growth} KiB: {rss}"
+            print(f"soak: no denied call reached the server; {loads_at_start} filter VM loads, none after the start; "
+                  f"RSS growth after the first quarter {growth} KiB")
