@@ -113,15 +113,15 @@ def with_authorizers(port: int, gateway: list[str], backend: list[str], protocol
     return b
 
 
-def s5(port: int, n_backends: int = S5_BACKENDS) -> dict[str, Any]:
+def s5(port: int, n_backends: int = S5_BACKENDS, routed: int = S5_ROUTED_BACKEND) -> dict[str, Any]:
     """10,000 tools in 1,000 Backend-level Allow policies over 100 backends (P8: 100,000 tools in
     10,000 policies over 1,000 backends with n_backends=1000); Envoy's `tools` route leads to
-    backend 42."""
+    backend `routed` (42; P8: the last one, whose policies come last in the bundle)."""
     backends = []
     policies = []
     for bi in range(n_backends):
         name = f"backend-{bi:03}"
-        route = ROUTE if bi == S5_ROUTED_BACKEND else f"route-{bi:03}"
+        route = ROUTE if bi == routed else f"route-{bi:03}"
         backends.append({"name": name, "namespace": NAMESPACE, "routeNames": [route]})
         for pi in range(S5_POLICIES_PER_BACKEND):
             tools = [s5_tool(bi, pi, ti) for ti in range(S5_TOOLS_PER_POLICY)]
@@ -161,8 +161,13 @@ def mib_body(tool: str, size: int = 1024 * 1024) -> bytes:
 P8_BACKENDS = 1000
 
 
+P8_ROUTED_BACKEND = P8_BACKENDS - 1  # the last: any per-request scan over policies would show
+P8_ALLOWED_TOOL = s5_tool(P8_ROUTED_BACKEND, S5_POLICIES_PER_BACKEND - 1, S5_TOOLS_PER_POLICY - 1)
+P8_DENIED_TOOL = s5_tool(0, 0, 0)  # another backend's tool
+
+
 def p8(port: int) -> dict[str, Any]:
-    return s5(port, P8_BACKENDS)
+    return s5(port, P8_BACKENDS, P8_ROUTED_BACKEND)
 
 
 # P7: a 1,000-tool tools/list answer filtered per caller (as filter/engine/benches/listing.rs).

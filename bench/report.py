@@ -129,6 +129,11 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     ts.append(_target("P8.deny", "100,000-tool bundle / small bundle, Envoy CPU per denied call",
                       r("p8_deny", "s2_deny", "load", "envoy_cpu_us_per_request"), "<=", 1.1, "ratio",
                       "Envoy CPU time per request at saturation, paired per round", wall=True, variants=("s2_deny", "p8_deny")))
+    for a, b, name in (("p8_allow", "s2_allow", "P8.instructions"), ("p8_deny", "s2_deny", "P8.deny.instructions")):
+        x, y = _instr(res, a), _instr(res, b)
+        if x and y:
+            ts.append(_target(name, f"{a} / {b}, Envoy instructions per request (callgrind)", [x / y], "<=", 1.1, "ratio",
+                              f"{x:,.0f} / {y:,.0f}; the allowed call goes to the last of 1,000 backends", wall=False))
     loads = res.get("bundle_loads", {}).get("ours_p8", {}).get("vm_loads", [])
     if loads:
         ts.append(_target("P8.load", "100,000-tool bundle load in Envoy's Wasm VM", [max(l["ms"] for l in loads)], "<=", 250, "ms",

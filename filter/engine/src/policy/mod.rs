@@ -224,6 +224,8 @@ pub struct Engine {
     pub backends: Vec<compiled::Backend>,
     by_route: HashMap<String, usize>,
     by_cluster: HashMap<String, usize>,
+    /// `namespace/name` → origin, for the policies that have one (looked up per decision).
+    origins: HashMap<String, String>,
     pub identity: IdentitySettings,
     pub(crate) deny_response: DenyResponse,
     pub limits: Limits,
@@ -463,7 +465,14 @@ impl Engine {
             });
         }
 
+        let mut origins = HashMap::new();
+        for p in &policies {
+            if let Some(o) = &p.origin {
+                origins.entry(p.id.clone()).or_insert_with(|| o.clone());
+            }
+        }
         Ok(Engine {
+            origins,
             policies,
             authorizers: b.authorizers.clone(),
             listeners,
@@ -490,11 +499,7 @@ impl Engine {
 
     /// The origin of policy `id` (`namespace/name`), if the compiler derived it.
     pub fn origin_of(&self, id: Option<&str>) -> Option<String> {
-        let id = id?;
-        self.policies
-            .iter()
-            .find(|p| p.id == id)
-            .and_then(|p| p.origin.clone())
+        self.origins.get(id?).cloned()
     }
 
     /// The listener a request arrived on: same port, most specific matching hostname.
