@@ -822,7 +822,11 @@ impl RequestFlow {
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
-                if self.listing_filter(engine).is_some() {
+                let listing = self
+                    .req
+                    .as_ref()
+                    .and_then(|r| crate::listing::ListingFilter::listing_of(engine, r));
+                if listing.is_some() {
                     // A listing is read to be filtered: ask the server not to compress it.
                     add_headers.push(callout::HeaderEdit::set("accept-encoding", "identity"));
                 }

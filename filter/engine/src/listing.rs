@@ -79,6 +79,14 @@ pub struct ListingFilter {
 }
 
 impl ListingFilter {
+    /// The listing `req` asks for, when the bundle filters listings.
+    pub(crate) fn listing_of(engine: &Engine, req: &Request) -> Option<&'static Listing> {
+        if !engine.listings.filter {
+            return None;
+        }
+        mcp_methods::listing(req.mcp.method()?)
+    }
+
     /// The filter for a response to `req` (already allowed), when it is a listing and the
     /// bundle filters listings.
     pub(crate) fn for_request(
@@ -87,10 +95,7 @@ impl ListingFilter {
         id: Option<&str>,
         revision: Revision,
     ) -> Option<ListingFilter> {
-        if !engine.listings.filter {
-            return None;
-        }
-        let listing = mcp_methods::listing(req.mcp.method()?)?;
+        let listing = Self::listing_of(engine, req)?;
         let mut probe = req.clone();
         probe.mcp = McpOp::Call {
             method: listing.judged_as.to_string(),
