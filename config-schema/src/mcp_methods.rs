@@ -97,8 +97,14 @@ impl Category {
         Category::ALL.into_iter().find(|c| c.as_str() == name)
     }
 
-    /// Whether `method` is under this category (`tools/` followed by anything).
+    /// Whether `method` is one of the table's methods of this category (docs/semantics.md
+    /// §4: a category names methods, not every string under its prefix).
     pub fn covers(self, method: &str) -> bool {
+        lookup(method).is_some_and(|m| m.category == Some(self))
+    }
+
+    /// Whether `method` is under this category's prefix (`tools/` followed by anything).
+    pub fn prefixes(self, method: &str) -> bool {
         method
             .strip_prefix(self.as_str())
             .is_some_and(|rest| rest.starts_with('/'))
@@ -471,7 +477,7 @@ mod tests {
         for m in METHODS {
             assert_eq!(lookup(m.name), Some(m), "{} listed twice", m.name);
             // A method's category is the one whose prefix it carries.
-            let by_prefix = Category::ALL.into_iter().find(|c| c.covers(m.name));
+            let by_prefix = Category::ALL.into_iter().find(|c| c.prefixes(m.name));
             assert_eq!(m.category, by_prefix, "{}", m.name);
             // A method that must name itself in Mcp-Name has a param to name.
             assert!(!m.name_header || m.param.is_some(), "{}", m.name);
@@ -492,7 +498,10 @@ mod tests {
     #[test]
     fn categories_cover_their_prefix() {
         assert!(Category::Tools.covers("tools/call"));
-        assert!(Category::Tools.covers("tools/anything"));
+        assert!(!Category::Tools.covers("tools/anything"));
+        assert!(!Category::Tools.covers("tools/list "));
+        assert!(Category::Tools.prefixes("tools/anything"));
+        assert!(!Category::Tools.prefixes("toolsx/call"));
         assert!(!Category::Tools.covers("tools"));
         assert!(!Category::Tools.covers("toolsx/call"));
         assert!(!Category::Resources.covers("notifications/resources/updated"));

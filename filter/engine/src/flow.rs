@@ -247,6 +247,8 @@ pub struct RequestFlow {
     revision: Revision,
     /// `subscriptions/listen`'s resource URIs, each judged as `resources/subscribe`.
     subscriptions: Vec<String>,
+    /// `completion/complete`'s prompt or resource, judged as a call of it.
+    completion_ref: Option<crate::mcp::CompletionRef>,
 }
 
 impl Default for RequestFlow {
@@ -270,6 +272,7 @@ impl RequestFlow {
             trace: false,
             revision: Revision::UNNAMED,
             subscriptions: Vec::new(),
+            completion_ref: None,
         }
     }
 
@@ -471,6 +474,7 @@ impl RequestFlow {
                 let body_version = msg.protocol_version.take();
                 let init_version = msg.init_version.take();
                 let subscriptions = std::mem::take(&mut msg.subscriptions);
+                let completion_ref = msg.completion_ref.take();
                 let op = McpOp::from_message(msg);
                 if let Err(r) =
                     self.judge_versions(body_version.as_deref(), init_version.as_deref())
@@ -478,10 +482,16 @@ impl RequestFlow {
                     return self.reject(r);
                 }
                 if engine.cel_needs().params {
-                    // The body is valid strict JSON: serde_json reads it the same way.
-                    let params = serde_json::from_slice::<serde_json::Value>(&self.body)
-                        .ok()
-                        .and_then(|mut v| v.get_mut("params").map(serde_json::Value::take));
+                    // The body is valid strict JSON with every number a finite double:
+                    // serde_json reads it the same way. If it ever could not, CEL must not
+                    // see `params` emptier than the body is: the body is refused.
+                    let Ok(mut message) = serde_json::from_slice::<serde_json::Value>(&self.body)
+                    else {
+                        return self.reject(Rejection::Message(ParseError::Parse(
+                            "params cannot be read as CEL values".to_owned(),
+                        )));
+                    };
+                    let params = message.get_mut("params").map(serde_json::Value::take);
                     if let Some(req) = self.req.as_mut() {
                         req.params = params;
                     }
@@ -493,6 +503,7 @@ impl RequestFlow {
                     return self.reject(r);
                 }
                 self.subscriptions = subscriptions;
+                self.completion_ref = completion_ref;
                 self.decide(engine, op)
             }
         }
@@ -808,7 +819,7 @@ impl RequestFlow {
         outcome.backend = backend;
         outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
         let decision = match decision {
-            Decision::Allow { .. } => self.judge_subscriptions(engine).unwrap_or(decision),
+            Decision::Allow { .. } => self.judge_named_items(engine).unwrap_or(decision),
             deny => deny,
         };
         match decision {
@@ -846,18 +857,28 @@ impl RequestFlow {
         }
     }
 
-    /// A `subscriptions/listen` the policies let through is denied unless each resource URI
-    /// it subscribes to passes as a `resources/subscribe` of that URI (docs/semantics.md §4.3).
-    fn judge_subscriptions(&self, engine: &Engine) -> Option<Decision> {
+    /// A request the policies let through that names other items is denied unless each of
+    /// them passes as a call of that item alone (docs/semantics.md §4): a
+    /// `subscriptions/listen`'s resource URIs as `resources/subscribe`, a
+    /// `completion/complete`'s prompt or resource as `prompts/get` / `resources/read`.
+    fn judge_named_items(&self, engine: &Engine) -> Option<Decision> {
         let method = self.req.as_ref()?.mcp.method()?;
-        let judged_as = mcp_methods::subscribes_as(method)?;
+        let subscribes_as = mcp_methods::subscribes_as(method);
+        let subscriptions = self
+            .subscriptions
+            .iter()
+            .filter_map(|uri| subscribes_as.map(|m| (m, mcp_methods::Param::Uri, uri.as_str())));
+        let reference = self
+            .completion_ref
+            .as_ref()
+            .map(|r| (r.judged_as, r.key, r.value.as_str()));
+        let mut items = subscriptions.chain(reference).peekable();
+        items.peek()?;
         let mut probe = self.req.clone()?;
         let host = probe.host();
-        for uri in &self.subscriptions {
-            probe.mcp = McpOp::Call {
-                method: judged_as.to_string(),
-                param: Some(uri.clone()),
-            };
+        for (judged_as, key, value) in items {
+            // Judged as a call of that item alone: never with the request's own params.
+            probe.as_item_call(judged_as, Some(key), Some(value), engine.cel_needs().params);
             if let Some(d) = engine.item_denial(&probe, &host) {
                 return Some(Decision::Deny(d));
             }

@@ -578,9 +578,48 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
             }
             i = end;
         }
+        if !fits_double(bytes.get(start..i).unwrap_or_default()) {
+            return bad("out of the range of a double");
+        }
         self.pos = i;
         Ok(())
     }
+}
+
+/// Whether a number (valid per the grammar) has a finite double value. Rules and CEL read
+/// numbers as doubles; one that overflows (`1e400`, 400 digits) cannot be read faithfully, so
+/// the input is refused rather than read with the value missing (docs/semantics.md §3). Short
+/// numbers are decided from their digit counts; only long ones are converted.
+fn fits_double(n: &[u8]) -> bool {
+    let unsigned = n.strip_prefix(b"-").unwrap_or(n);
+    let int_digits = digits(unsigned, 0);
+    let exponent = unsigned
+        .iter()
+        .position(|&b| b == b'e' || b == b'E')
+        .and_then(|at| unsigned.get(at + 1..));
+    let small = match exponent {
+        None => int_digits <= 300,
+        Some(e) => {
+            let (negative, e) = match e.split_first() {
+                Some((b'-', rest)) => (true, rest),
+                Some((b'+', rest)) => (false, rest),
+                _ => (false, e),
+            };
+            let value = e.iter().try_fold(0usize, |v, &d| {
+                (v < 10_000).then(|| v * 10 + usize::from(d - b'0'))
+            });
+            match value {
+                Some(v) if negative => int_digits <= v.saturating_add(300),
+                Some(v) => int_digits.saturating_add(v) <= 300,
+                None => false,
+            }
+        }
+    };
+    small
+        || std::str::from_utf8(n)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .is_some_and(f64::is_finite)
 }
 
 fn syntax(detail: &str) -> SyntaxError {
@@ -1289,7 +1328,10 @@ pub mod tests {
             "1.5e10",
             "-1.5E+10",
             "123456789012345678901234567890",
-            "1e400",
+            "1e308",
+            "-1.7976931348623157e308",
+            "1e-400",
+            "0e99999",
             "0.000001",
         ] {
             ok(&with_arg(n));
@@ -1323,6 +1365,12 @@ pub mod tests {
             "0.-1",
             "1ee5",
             "\u{0660}",
+            // Valid grammar, but no finite double: refused (CEL could not read it).
+            "1e400",
+            "-1e999",
+            "1.8e308",
+            "1e99999999999999999999",
+            "-0.1e311",
         ] {
             assert!(is_syntax_error(with_arg(n).as_bytes()), "{n}");
             assert!(
@@ -1332,6 +1380,10 @@ pub mod tests {
             let body = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"ping"}}"#);
             assert!(is_syntax_error(body.as_bytes()), "{n}");
         }
+        // A 400-digit integer overflows a double; 300 digits do not.
+        assert!(is_syntax_error(with_arg(&"9".repeat(400)).as_bytes()));
+        ok(&with_arg(&"9".repeat(300)));
+        ok(&with_arg(&format!("{}e-100", "9".repeat(390))));
         // A number at the very end of the input, and a lone top-level number.
         assert!(is_syntax_error(br#"{"a":1"#));
         ok("1");

@@ -97,10 +97,13 @@ impl ListingFilter {
     ) -> Option<ListingFilter> {
         let listing = Self::listing_of(engine, req)?;
         let mut probe = req.clone();
-        probe.mcp = McpOp::Call {
-            method: listing.judged_as.to_string(),
-            param: None,
-        };
+        // Each item is judged as a call of that item alone: never with the listing's params.
+        probe.as_item_call(
+            listing.judged_as,
+            listing.key,
+            None,
+            engine.cel_needs().params,
+        );
         Some(ListingFilter {
             listing,
             host: req.host(),
@@ -318,11 +321,14 @@ impl ListingFilter {
             return false;
         };
         match (self.listing.key, name.map(std::str::from_utf8)) {
-            (Some(_), Some(Ok(n))) => {
+            (Some(key), Some(Ok(n))) => {
                 // The probe's string is reused from item to item.
                 let p = param.get_or_insert_with(String::new);
                 p.clear();
                 p.push_str(n);
+                if self.probe.params.is_some() {
+                    self.probe.set_item_params(Some(key), Some(n), true);
+                }
             }
             // An item without its name or URI cannot be judged, so it is not listed.
             (Some(_), _) => return false,

@@ -74,7 +74,25 @@ pub struct McpMessage {
     /// `subscriptions/listen`'s `params.notifications.resourceSubscriptions` (decoded): the
     /// resource URIs it subscribes to (MCP 2026-07-28), judged as `resources/subscribe`.
     pub subscriptions: Vec<String>,
+    /// `completion/complete`'s `params.ref`: the prompt (`ref/prompt`, by name) or resource
+    /// (`ref/resource`, by URI) whose arguments it completes, as the method a caller needs
+    /// to use it (`prompts/get`, `resources/read`) and that name or URI.
+    pub completion_ref: Option<CompletionRef>,
 }
+
+/// What a `completion/complete` completes for: judged as a call of it (docs/semantics.md §4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletionRef {
+    /// `prompts/get` or `resources/read`.
+    pub judged_as: &'static str,
+    /// Which member names it.
+    pub key: Param,
+    /// The prompt's name or the resource's URI (decoded).
+    pub value: String,
+}
+
+/// The method whose `params.ref` names a prompt or resource.
+pub const COMPLETION_COMPLETE: &str = "completion/complete";
 
 /// Why a message was rejected; maps onto the JSON-RPC error codes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +162,20 @@ pub fn parse_message(body: &[u8], limits: &ParseLimits) -> Result<McpMessage, Pa
     }
 }
 
+/// Why a method name is malformed, if it is: an empty, `.` or `..` segment, whitespace or a
+/// control character (docs/semantics.md §4). Such a name could read as another method to a
+/// server that normalizes it (`notifications/../tools/call`, `tools/list `), so it is refused
+/// whatever the rules say.
+fn malformed_method(method: &str) -> Option<&'static str> {
+    if method.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("\"method\" holds whitespace or a control character");
+    }
+    method
+        .split('/')
+        .any(|segment| matches!(segment, "" | "." | ".."))
+        .then_some("\"method\" has an empty, \".\" or \"..\" segment")
+}
+
 // ---------------------------------------------------------------------------------------
 // The JSON-RPC rules, applied as the JSON reader (`json::read`) goes
 // ---------------------------------------------------------------------------------------
@@ -173,6 +205,14 @@ enum Slot {
     Subscriptions,
     /// An element of `resourceSubscriptions`.
     SubscriptionUri,
+    /// `params.ref` (completion/complete).
+    Ref,
+    /// `params.ref.type`.
+    RefType,
+    /// `params.ref.name`.
+    RefName,
+    /// `params.ref.uri`.
+    RefUri,
 }
 
 /// What an object is, as far as the extraction cares.
@@ -186,6 +226,8 @@ enum Role {
     Meta,
     /// The object value of `params.notifications`.
     Notifications,
+    /// The object value of `params.ref`.
+    Ref,
     Other,
 }
 
@@ -218,6 +260,11 @@ struct Parser<'a> {
     subscriptions: Vec<String>,
     /// `resourceSubscriptions` is not an array of strings.
     subscriptions_bad: bool,
+    /// `params.ref` is an object.
+    ref_object: bool,
+    ref_type: Option<String>,
+    ref_name: Option<String>,
+    ref_uri: Option<String>,
 }
 
 /// The `_meta` key of the per-request protocol version.
@@ -243,6 +290,10 @@ impl<'a> Parser<'a> {
             init_version: None,
             subscriptions: Vec::new(),
             subscriptions_bad: false,
+            ref_object: false,
+            ref_type: None,
+            ref_name: None,
+            ref_uri: None,
         }
     }
 
@@ -263,7 +314,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Builds the result once the input is known to be valid JSON.
-    fn finish(self) -> Result<McpMessage, ParseError> {
+    fn finish(mut self) -> Result<McpMessage, ParseError> {
         if let Some(e) = self.invalid {
             return Err(e);
         }
@@ -277,7 +328,7 @@ impl<'a> Parser<'a> {
             .map(str::to_owned);
         let responding = self.has_result || self.has_error;
 
-        let Some(method) = self.method else {
+        let Some(method) = self.method.take() else {
             if !responding {
                 return invalid("message has neither \"method\" nor \"result\"/\"error\"");
             }
@@ -296,11 +347,19 @@ impl<'a> Parser<'a> {
                 protocol_version: None,
                 init_version: None,
                 subscriptions: Vec::new(),
+                completion_ref: None,
             });
         };
         if responding {
             return invalid("message has both \"method\" and \"result\"/\"error\"");
         }
+        if let Some(problem) = malformed_method(&method) {
+            return invalid(problem);
+        }
+        let completion_ref = match method == COMPLETION_COMPLETE {
+            true => Some(self.completion_ref()?),
+            false => None,
+        };
         let kind = if id.is_some() {
             MessageKind::Request
         } else {
@@ -335,6 +394,7 @@ impl<'a> Parser<'a> {
         }
         let initialize = method == mcp_methods::INITIALIZE;
         Ok(McpMessage {
+            completion_ref,
             kind,
             method: Some(method),
             id,
@@ -347,6 +407,37 @@ impl<'a> Parser<'a> {
             } else {
                 Vec::new()
             },
+        })
+    }
+}
+
+impl Parser<'_> {
+    /// `completion/complete`'s `params.ref`: a prompt by name or a resource by URI. Anything
+    /// else cannot be judged, so it is refused (-32602).
+    fn completion_ref(&mut self) -> Result<CompletionRef, ParseError> {
+        let bad = |d: &str| ParseError::InvalidParams(format!("{COMPLETION_COMPLETE} {d}"));
+        if self.params != ParamsKind::Object || !self.ref_object {
+            return Err(bad("requires \"params.ref\" to be an object"));
+        }
+        let (judged_as, key, value) = match self.ref_type.as_deref() {
+            Some("ref/prompt") => ("prompts/get", Param::Name, self.ref_name.take()),
+            Some("ref/resource") => ("resources/read", Param::Uri, self.ref_uri.take()),
+            _ => {
+                return Err(bad(
+                    "requires params.ref.type to be \"ref/prompt\" or \"ref/resource\"",
+                ))
+            }
+        };
+        let value = value.ok_or_else(|| {
+            bad(&format!(
+                "requires params.ref to have a string \"{}\"",
+                key.key()
+            ))
+        })?;
+        Ok(CompletionRef {
+            judged_as,
+            key,
+            value,
         })
     }
 }
@@ -364,6 +455,7 @@ impl<'a> json::Visitor<'a> for Parser<'a> {
             Slot::Params => Role::Params,
             Slot::Meta => Role::Meta,
             Slot::Notifications => Role::Notifications,
+            Slot::Ref => Role::Ref,
             _ => Role::Other,
         };
         match role {
@@ -382,6 +474,13 @@ impl<'a> json::Visitor<'a> for Parser<'a> {
                 b"_meta" => Slot::Meta,
                 b"protocolVersion" => Slot::InitVersion,
                 b"notifications" => Slot::Notifications,
+                b"ref" => Slot::Ref,
+                _ => Slot::Ignore,
+            },
+            Role::Ref => match key {
+                b"type" => Slot::RefType,
+                b"name" => Slot::RefName,
+                b"uri" => Slot::RefUri,
                 _ => Slot::Ignore,
             },
             Role::Notifications if key == b"resourceSubscriptions" => Slot::Subscriptions,
@@ -420,6 +519,9 @@ impl<'a> json::Visitor<'a> for Parser<'a> {
                 | Slot::ProtocolVersion
                 | Slot::InitVersion
                 | Slot::SubscriptionUri
+                | Slot::RefType
+                | Slot::RefName
+                | Slot::RefUri
         )
     }
 
@@ -546,6 +648,22 @@ impl<'a> Parser<'a> {
                 } => self.subscriptions.push(into_string(s)?),
                 _ => self.subscriptions_bad = true,
             },
+            Slot::Ref => self.ref_object = matches!(val, Val::Object),
+            Slot::RefType | Slot::RefName | Slot::RefUri => {
+                if let Val::Str {
+                    decoded: Some(s), ..
+                } = val
+                {
+                    let field = match slot {
+                        Slot::RefType => &mut self.ref_type,
+                        Slot::RefName => &mut self.ref_name,
+                        _ => &mut self.ref_uri,
+                    };
+                    if field.is_none() {
+                        *field = Some(into_string(s)?);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -604,6 +722,7 @@ mod tests {
                 protocol_version: None,
                 init_version: None,
                 subscriptions: Vec::new(),
+                completion_ref: None,
             }
         );
     }
@@ -858,11 +977,9 @@ mod tests {
     }
 
     #[test]
-    fn nul_in_method_is_kept() {
-        let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call\u0000","params":{"name":"x"}}"#);
-        assert_eq!(m.method.as_deref(), Some("tools/call\0"));
-        assert_ne!(m.method.as_deref(), Some("tools/call"));
-        assert_eq!(m.name, None);
+    fn nul_in_method_is_refused_and_kept_in_names() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call\u0000","params":{"name":"x"}}"#;
+        assert_eq!(code(body), INVALID_REQUEST);
         let m =
             ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ec\u0000ho"}}"#);
         assert_eq!(m.name.as_deref(), Some("ec\0ho"));
@@ -1041,12 +1158,13 @@ mod tests {
             "1.5e10",
             "-1.5E+10",
             "123456789012345678901234567890",
-            "1e400",
+            "1e-400",
         ] {
             let body = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"ping"}}"#);
             assert_eq!(ok(&body).id.as_deref(), Some(n));
         }
-        for n in ["01", "+1", "1.", "NaN"] {
+        // A number no double holds is refused wherever it is (CEL could not read it).
+        for n in ["01", "+1", "1.", "NaN", "1e400", "-1e999"] {
             let body = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"ping"}}"#);
             assert_eq!(code(body.as_bytes()), PARSE, "{n}");
         }
@@ -1145,9 +1263,17 @@ mod tests {
         "line\nbreak\ttab",
         "file:///tmp/x",
         "2.0",
+        "completion/complete",
+        "ref/prompt",
+        "ref/resource",
+        "tools/list ",
+        "notifications/../tools/call",
+        "tools//call",
     ];
 
     const NUMBERS: &[&str] = &[
+        "1e400",
+        "-1e999",
         "0",
         "-0",
         "1",
@@ -1274,6 +1400,35 @@ mod tests {
                                 gen_value(r, 2, o);
                             }
                         }
+                    }
+                    if r.chance(30) {
+                        if !first {
+                            o.push(',');
+                        }
+                        first = false;
+                        o.push_str("\"ref\":{");
+                        let mut inner = true;
+                        for key in ["type", "name", "uri"] {
+                            if r.chance(70) {
+                                if !inner {
+                                    o.push(',');
+                                }
+                                inner = false;
+                                o.push('"');
+                                o.push_str(key);
+                                o.push_str("\":");
+                                match r.below(4) {
+                                    0 => gen_value(r, 2, o),
+                                    1 => gen_string(r, "ref/prompt", o),
+                                    2 => gen_string(r, "ref/resource", o),
+                                    _ => {
+                                        let w = r.pick(WORDS);
+                                        gen_string(r, w, o);
+                                    }
+                                }
+                            }
+                        }
+                        o.push('}');
                     }
                     if r.chance(30) {
                         if !first {
@@ -1464,7 +1619,8 @@ mod tests {
         use serde_json::Value;
         let shape = match serde_json::from_slice::<Shape>(body) {
             Ok(s) => s,
-            Err(e) if e.to_string().contains("out of range") => return None,
+            // A number out of a double's range is refused as a parse error.
+            Err(e) if e.to_string().contains("out of range") => return Some(Err(PARSE)),
             Err(e) if e.to_string().contains("recursion limit") => return Some(Err(PARSE)),
             Err(_) => return Some(Err(PARSE)),
         };
@@ -1513,6 +1669,7 @@ mod tests {
                     protocol_version: None,
                     init_version: None,
                     subscriptions: Vec::new(),
+                    completion_ref: None,
                 }));
             }
             Some(Value::String(m)) => m.clone(),
@@ -1521,12 +1678,38 @@ mod tests {
         if responding {
             return invalid;
         }
+        let malformed = method.chars().any(|c| c.is_whitespace() || c.is_control())
+            || method
+                .split('/')
+                .any(|s| s.is_empty() || s == "." || s == "..");
+        if malformed {
+            return invalid;
+        }
         let param = |key: &str| {
             obj.get("params")
                 .and_then(|p| p.get(key))
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         };
+        let mut completion_ref = None;
+        if method == "completion/complete" {
+            let r = obj.get("params").and_then(|p| p.get("ref"));
+            let field = |k: &str| r.and_then(|r| r.get(k)).and_then(Value::as_str);
+            let (judged_as, key, value) = match field("type") {
+                _ if !r.is_some_and(Value::is_object) => return Some(Err(INVALID_PARAMS)),
+                Some("ref/prompt") => ("prompts/get", Param::Name, field("name")),
+                Some("ref/resource") => ("resources/read", Param::Uri, field("uri")),
+                _ => return Some(Err(INVALID_PARAMS)),
+            };
+            let Some(value) = value else {
+                return Some(Err(INVALID_PARAMS));
+            };
+            completion_ref = Some(CompletionRef {
+                judged_as,
+                key,
+                value: value.to_owned(),
+            });
+        }
         let (mut name, mut uri) = (None, None);
         match method.as_str() {
             "tools/call" | "prompts/get" => {
@@ -1589,6 +1772,7 @@ mod tests {
             protocol_version,
             init_version,
             subscriptions,
+            completion_ref,
         }))
     }
 
@@ -1600,13 +1784,11 @@ mod tests {
         }
         if !serde_ok {
             if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-                if !e.to_string().contains("out of range") {
-                    assert!(
-                        matches!(ours, Err((ParseError::Parse(_), _))),
-                        "serde_json rejects ({e}) but we said {ours:?}: {:?}",
-                        String::from_utf8_lossy(body)
-                    );
-                }
+                assert!(
+                    matches!(ours, Err((ParseError::Parse(_), _))),
+                    "serde_json rejects ({e}) but we said {ours:?}: {:?}",
+                    String::from_utf8_lossy(body)
+                );
             }
         }
         let Some(expected) = reference(body, limits) else {
@@ -1740,5 +1922,39 @@ mod tests {
             nested_small.as_bytes(),
             true,
         );
+    }
+
+    #[test]
+    fn malformed_method_names_are_invalid_requests() {
+        for m in [
+            "tools/list ",
+            " tools/list",
+            "tools/list/",
+            "/tools/list",
+            "tools//list",
+            "notifications/../tools/call",
+            "notifications/./initialized",
+            "tools/\\u0000list",
+            "tools/list\\n",
+            "tools/\\u00a0list",
+            "tools/\\u2028list",
+            "..",
+            "",
+        ] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+            let (err, id) = rejected(body.as_bytes());
+            assert_eq!(err.code(), crate::answer::INVALID_REQUEST, "{m:?}: {err:?}");
+            assert_eq!(id.as_deref(), Some("1"), "{m:?}");
+        }
+        for m in [
+            "tools/list",
+            "notifications/initialized",
+            "x",
+            "a.b/c..d",
+            "é/ü",
+        ] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+            ok(&body);
+        }
     }
 }

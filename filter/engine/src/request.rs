@@ -162,6 +162,41 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
+    /// This request made a call of one item alone (docs/semantics.md §4, §5): `method`
+    /// naming `value` (a listed item's or a subscribed resource's name or URI, None for a
+    /// resource template), with `params` holding only that member under `key` — never the
+    /// original request's params. `params` is kept only when `with_params` (a CEL condition
+    /// reads it).
+    pub(crate) fn as_item_call(
+        &mut self,
+        method: &str,
+        key: Option<mcp_methods::Param>,
+        value: Option<&str>,
+        with_params: bool,
+    ) {
+        self.mcp = McpOp::Call {
+            method: method.to_string(),
+            param: value.map(str::to_string),
+        };
+        self.set_item_params(key, value, with_params);
+    }
+
+    /// `params` for a call of one item alone (see [`Request::as_item_call`]).
+    pub(crate) fn set_item_params(
+        &mut self,
+        key: Option<mcp_methods::Param>,
+        value: Option<&str>,
+        with_params: bool,
+    ) {
+        self.params = with_params.then(|| {
+            let mut members = serde_json::Map::new();
+            if let (Some(k), Some(v)) = (key, value) {
+                members.insert(k.key().to_string(), serde_json::Value::from(v));
+            }
+            serde_json::Value::Object(members)
+        });
+    }
+
     /// Host in canonical form: lowercase, no port, no trailing dot.
     pub fn host(&self) -> String {
         mcp_access_bundle::gateway_api::canonical_host(&self.authority)

@@ -403,7 +403,7 @@ impl Rule {
         let named = req
             .mcp
             .method()
-            .is_some_and(|method| m.methods.iter().any(|x| x.name_matches(method)));
+            .is_some_and(|method| m.methods.iter().any(|x| x.name_matches(method, mode)));
         Some(if named {
             Mismatch::Param
         } else {
@@ -525,8 +525,12 @@ impl Mcp {
 }
 
 impl Method {
-    fn name_matches(&self, method: &str) -> bool {
+    /// A category admits the table's methods of that category only (`tools/list ` or
+    /// `tools/secret` is not a tools method); a Deny rule or an ExternalAuth selection naming
+    /// it matches every method under its prefix as well, against the caller.
+    fn name_matches(&self, method: &str, mode: Mode) -> bool {
         match Category::named(&self.name) {
+            Some(category) if mode == Mode::Select => category.prefixes(method),
             Some(category) => category.covers(method),
             None => self.name == method,
         }
@@ -536,7 +540,7 @@ impl Method {
     /// §5.4: requests of a method with a param always carry it) is admitted by a rule that
     /// lists some params, and is not matched by a Deny rule that lists params.
     fn matches(&self, method: &str, param: Option<&str>, mode: Mode) -> bool {
-        self.name_matches(method)
+        self.name_matches(method, mode)
             && match (&self.params, param) {
                 (None, _) => true,
                 (Some(allowed), Some(p)) => allowed.contains(p),
