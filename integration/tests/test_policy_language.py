@@ -212,9 +212,11 @@ def kan_policy(*rules: tuple[str, str]) -> str:
 
 MACROS = ("request.path.startsWith('/mc') && request.headers['mcp-protocol-version'].contains('2025') && "
           "request.mcp.tool_name.matches('^get_[a-z]+$')")
-# KAN's cases 10-15, one variable each; KAN's host carries the port, here request.port does.
+# KAN's cases 10-15, one variable each. request.host is the :authority as received, port included
+# (KAN: `request.host.endsWith(':10001')`); request.hostname is the canonical host.
 VARIABLES = ["request.path == '/mcp'", "request.url_path == '/mcp'", "request.method == 'POST'",
-             "request.host == '127.0.0.1'", "request.headers['mcp-protocol-version'] == '2025-11-25'"]
+             "request.host == '127.0.0.1:' + string(request.port) && request.hostname == '127.0.0.1'",
+             "request.headers['mcp-protocol-version'] == '2025-11-25'"]
 FAILING_VARIABLES = ["request.path == '/wrong'", "request.url_path == '/wrong'", "request.method == 'GET'",
                      "request.host.endsWith(':9999')", "request.headers['mcp-protocol-version'] == '1999-01-01'",
                      "request.time.getFullYear() < 2000"]

@@ -261,6 +261,21 @@ impl From<&LocalResponse> for ResponseView {
     }
 }
 
+/// The `:authority` a client sends: `host` as given when it has a port, else with the
+/// listener's port unless that is HTTP's or HTTPS's default (as clients write it). CEL's
+/// `request.host` reads it as received (port included); rules and `request.hostname` read
+/// the canonical host.
+fn client_authority(host: &str, port: u16) -> String {
+    let after_v6 = host.rfind(']').and_then(|i| host.get(i + 1..)).unwrap_or(host);
+    let has_port = after_v6
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    match (has_port, port) {
+        (true, _) | (false, 80 | 443) => host.to_string(),
+        (false, _) => format!("{host}:{port}"),
+    }
+}
+
 fn pick_listener(
     b: &Bundle,
     spec: &RequestSpec,
@@ -529,7 +544,7 @@ pub fn explain(
             "the bundle takes the caller from the trusted header {name}: give it with -H instead of --spiffe / --service-account"
         ));
     }
-    let authority = format!("{host}:{port}");
+    let authority = client_authority(&host, port);
 
     // Which route Envoy picks, and so the backend.
     let mut route_name = None;
@@ -817,6 +832,7 @@ fn trace_views(engine: &Engine, flow: &RequestFlow, outcome: &Outcome) -> Vec<Tr
                     &host,
                     Mode::Admit,
                     engine.identity.trust_domain.as_deref(),
+                    outcome.backend.as_deref(),
                 ) {
                     out.push(TraceView {
                         level,

@@ -327,7 +327,8 @@ struct ExplainArgs {
     /// Destination port (instead of --gateway/--listener).
     #[arg(long)]
     port: Option<u16>,
-    /// Host (`:authority` without port).
+    /// Host, or `:authority` with a port, as the client sends it. Without a port, a client of
+    /// a listener on a port other than 80 or 443 sends `HOST:PORT`, and so does explain.
     #[arg(long)]
     host: Option<String>,
     /// Request path (default /mcp).

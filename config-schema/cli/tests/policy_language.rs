@@ -157,15 +157,15 @@ fn kan_macros_and_functions_work_unchanged() {
 
 #[test]
 fn kan_each_variable_alone() {
-    // KAN's cases 10-15: each expression admits get-sum, its counterpart does not. KAN's
-    // request.host carries the port (`endsWith(':10001')`); here the host is the canonical
-    // one (no port, docs/semantics.md) and the port is request.port.
+    // KAN's cases 10-15: each expression admits get-sum, its counterpart does not. As in
+    // Envoy's attribute, request.host carries the port the client sent (`endsWith(':10001')`);
+    // request.hostname is the canonical host.
     let cases = [
         ("request.path == '/mcp'", "request.path == '/wrong'"),
         ("request.url_path == '/mcp'", "request.url_path == '/wrong'"),
         ("request.method == 'POST'", "request.method == 'GET'"),
         (
-            "request.host == 'gateway.example' && request.port == 10001",
+            "request.host.endsWith(':10001') && request.hostname == 'gateway.example' && request.port == 10001",
             "request.host.endsWith(':9999')",
         ),
         (

@@ -282,7 +282,7 @@ fn deny_jwt_and_when_reach_the_bundle() {
 
     let c = build(&std::fs::read_to_string(examples("valid").join("when.yaml")).unwrap());
     let p = policy(&c, "change-window");
-    assert_eq!(p.when, ["request.host.endsWith('.eu.example.com')"]);
+    assert_eq!(p.when, ["request.hostname.endsWith('.eu.example.com')"]);
     let rules = p.rules.as_ref().unwrap();
     assert!(rules[0].when.is_empty());
     assert_eq!(rules[1].when.len(), 2);

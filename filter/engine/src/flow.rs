@@ -939,11 +939,11 @@ fn header_rejection(req: &Request, end_of_stream: bool, limit: usize) -> Option<
     if end_of_stream {
         return post.then_some(Rejection::EmptyBody);
     }
-    let other_type = req.header_values("content-type").any(|ct| {
-        let essence = ct.split(';').next().unwrap_or_default().trim();
-        !essence.eq_ignore_ascii_case("application/json")
-    });
-    if post && other_type {
+    // A POST carries JSON-RPC: `application/json`, in UTF-8 if a charset is named. A missing
+    // type or another charset would let a server read other text than the filter did.
+    let mut types = req.header_values("content-type").peekable();
+    let untyped = types.peek().is_none();
+    if post && (untyped || types.any(|ct| !is_json_utf8(ct))) {
         return Some(Rejection::UnsupportedMediaType);
     }
     let lengths = req
@@ -955,6 +955,24 @@ fn header_rejection(req: &Request, end_of_stream: bool, limit: usize) -> Option<
         Ok(l) if l > limit as u64 => Some(Rejection::BodyTooLarge),
         Ok(_) => None,
     }
+}
+
+/// Whether a `Content-Type` value is `application/json` with no charset or UTF-8's.
+fn is_json_utf8(content_type: &str) -> bool {
+    let mut parts = content_type.split(';');
+    let essence = parts.next().unwrap_or_default().trim();
+    essence.eq_ignore_ascii_case("application/json")
+        && parts.all(|param| match param.split_once('=') {
+            Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
+                let value = value.trim();
+                let value = value
+                    .strip_prefix('"')
+                    .and_then(|v| v.strip_suffix('"'))
+                    .unwrap_or(value);
+                value.eq_ignore_ascii_case("utf-8") || value.eq_ignore_ascii_case("utf8")
+            }
+            _ => true,
+        })
 }
 
 /// `limits.maxBodyBytes` as a byte count.
@@ -1044,7 +1062,27 @@ mod tests {
                 false,
                 Some(UnsupportedMediaType),
             ),
-            ("POST", &[], false, None),
+            // A POST without a type, or naming another charset: 415.
+            ("POST", &[], false, Some(UnsupportedMediaType)),
+            (
+                "POST",
+                &[("content-type", "application/json; charset=iso-8859-1")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            (
+                "POST",
+                &[("content-type", "application/json;charset=\"UTF-16\"")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            (
+                "POST",
+                &[("content-type", "Application/JSON; Charset=\"UTF-8\"; x=y")],
+                false,
+                None,
+            ),
+            ("GET", &[], false, None),
             (
                 "POST",
                 &[json, ("content-length", "1x")],

@@ -21,6 +21,10 @@ fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
         (":path".into(), "/mcp".into()),
         (":authority".into(), "gw.example.org".into()),
     ];
+    // What an MCP client sends with a body, unless the test gives its own type.
+    if method == "POST" && !extra.iter().any(|(n, _)| *n == "content-type") {
+        h.push(("content-type".into(), "application/json".into()));
+    }
     h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     HeadersInput {
         peers: None,

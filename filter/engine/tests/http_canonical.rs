@@ -29,6 +29,10 @@ fn send(
         (":path".into(), path.into()),
         (":authority".into(), authority.into()),
     ];
+    // What an MCP client sends with a body, unless the test gives its own type.
+    if body.is_some() && !extra.iter().any(|(n, _)| *n == "content-type") {
+        headers.push(("content-type".into(), "application/json".into()));
+    }
     headers.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     let mut flow = RequestFlow::new();
     let input = HeadersInput {

@@ -20,6 +20,10 @@ fn input(method: &str, path: &str, port: u16, extra: &[(&str, &str)]) -> Headers
         (":path".into(), path.into()),
         (":authority".into(), "gw.example.org".into()),
     ];
+    // What an MCP client sends with a body, unless the test gives its own type.
+    if method == "POST" && !extra.iter().any(|(n, _)| *n == "content-type") {
+        headers.push(("content-type".into(), "application/json".into()));
+    }
     headers.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     HeadersInput {
         peers: None,

@@ -17,8 +17,10 @@ const MAX_BUILT: usize = 1 << 20;
 #[derive(Debug, Clone, Copy)]
 pub struct Input<'a> {
     pub req: &'a Request,
-    /// The canonical host.
+    /// The canonical host (`request.hostname`).
     pub host: &'a str,
+    /// `namespace/name` of the backend Envoy routed the request to (`request.backend`).
+    pub backend: Option<&'a str>,
     /// The bundle's trust domain (`source.service_account` needs it to match, when set).
     pub trust_domain: Option<&'a str>,
     /// `self` of a compile-time condition ([`super::SelfCondition`]); None for requests.
@@ -247,7 +249,10 @@ fn attr_str<'a>(a: Attr, input: &Input<'a>) -> Option<&'a str> {
         Attr::UrlPath => Some(&req.canonical_path),
         Attr::Path if !req.path.contains('?') => Some(&req.canonical_path),
         Attr::Method => Some(&req.method),
-        Attr::Host => Some(input.host),
+        Attr::Host => Some(&req.authority),
+        Attr::Hostname => Some(input.host),
+        Attr::Route => req.route_name.as_deref(),
+        Attr::Backend => input.backend,
         Attr::ToolName => match call()? {
             ("tools/call", p) => p,
             _ => None,
@@ -288,8 +293,17 @@ pub(crate) fn attr_value<'a>(a: Attr, input: &Input<'a>) -> Result<Value<'a>, Ev
             None => Value::Str(Str::Borrowed(&req.canonical_path)),
         },
         Attr::Method => Value::Str(Str::Borrowed(&req.method)),
-        Attr::Host => Value::Str(Str::Borrowed(input.host)),
+        Attr::Host => Value::Str(Str::Borrowed(&req.authority)),
+        Attr::Hostname => Value::Str(Str::Borrowed(input.host)),
         Attr::Port => Value::Int(i64::from(req.port)),
+        Attr::Route => match &req.route_name {
+            Some(r) => Value::Str(Str::Borrowed(r)),
+            None => return fail("request.route is absent: Envoy selected no route"),
+        },
+        Attr::Backend => match input.backend {
+            Some(b) => Value::Str(Str::Borrowed(b)),
+            None => return fail("request.backend is absent: the route leads to no known backend"),
+        },
         Attr::Headers => Value::Headers(&req.headers),
         Attr::Time => match req.time {
             Some(t) => Value::Time(t),

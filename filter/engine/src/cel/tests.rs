@@ -42,6 +42,7 @@ fn eval_on(src: &str, r: &Request) -> Result<bool, String> {
     p.eval(&Input {
         req: r,
         host: "a.example",
+        backend: Some("ns/weather"),
         trust_domain: Some("example.org"),
         this: None,
     })
@@ -76,8 +77,16 @@ fn every_variable_reads_the_canonical_attribute() {
     t("request.path == '/mcp/?a=1'");
     t("request.url_path == '/mcp/'");
     t("request.method == 'POST'");
-    t("request.host == 'a.example'");
+    // request.host is the :authority as received (Envoy's attribute); hostname is canonical.
+    t("request.host == 'A.Example:8443' && request.host.endsWith(':8443')");
+    t("request.hostname == 'a.example'");
     t("request.port == 8443");
+    t("request.backend == 'ns/weather'");
+    // Without a route (or a known backend) they are absent: an error, against the caller.
+    assert!(eval("request.route == 'r'").is_err());
+    let mut routed = req();
+    routed.route_name = Some("weather-route".into());
+    assert_eq!(eval_on("request.route == 'weather-route'", &routed), Ok(true));
     t("request.headers['x-team'] == 'blue' && 'x-team' in request.headers");
     t("request.time == timestamp('2026-01-02T03:04:05Z')");
     t("request.time.getHours() == 3 && request.time.getFullYear() == 2026");
@@ -210,6 +219,7 @@ fn limits_are_enforced() {
         .eval(&Input {
             req: &r,
             host: "a.example",
+            backend: None,
             trust_domain: None,
             this: None,
         })
@@ -263,6 +273,7 @@ fn regex_matching_is_charged_by_text_length_and_pattern_size() {
         Program::compile(src, &limits).unwrap().eval(&Input {
             req: &r,
             host: "a.example",
+            backend: None,
             trust_domain: None,
             this: None,
         })
@@ -310,6 +321,7 @@ fn hostile_expressions_at_the_largest_limits_fit_a_wasm_sized_stack() {
                     let _ = p.eval(&Input {
                         req: &r,
                         host: "a.example",
+                        backend: None,
                         trust_domain: None,
                         this: None,
                     });

@@ -365,11 +365,12 @@ impl Rule {
         host: &str,
         mode: Mode,
         trust_domain: Option<&str>,
+        backend: Option<&str>,
     ) -> Option<Mismatch<'_>> {
         if let Some(m) = self.static_mismatch(req, host, mode) {
             return Some(m);
         }
-        let mut cx = CelCx::new(trust_domain, false);
+        let mut cx = CelCx::new(trust_domain, backend, false);
         self.cels
             .iter()
             .find(|c| !cx.holds(c, mode, req, host, "", None))
@@ -620,9 +621,9 @@ mod tests {
             ),
         ];
         for (r, q, mode, want) in cases {
-            assert_eq!(r.mismatch(&q, "a.example", mode, None), want, "{}", r.name);
+            assert_eq!(r.mismatch(&q, "a.example", mode, None, None), want, "{}", r.name);
             assert_eq!(
-                r.admits(&q, "a.example", mode, &mut CelCx::new(None, false), "p"),
+                r.admits(&q, "a.example", mode, &mut CelCx::new(None, None, false), "p"),
                 want.is_none(),
                 "{}",
                 r.name
@@ -634,7 +635,7 @@ mod tests {
             param: Some("echo".into()),
         };
         assert_eq!(
-            header.mismatch(&prompt, "a.example", Mode::Admit, None),
+            header.mismatch(&prompt, "a.example", Mode::Admit, None, None),
             Some(Mismatch::McpMethod)
         );
         assert_eq!(Mismatch::Header("x-team").to_string(), "header x-team");

@@ -36,6 +36,8 @@ pub struct CelRecord {
 #[derive(Debug, Default)]
 pub struct CelCx {
     trust_domain: Option<String>,
+    /// `namespace/name` of the request's backend (`request.backend`).
+    backend: Option<String>,
     /// Per policy: None until its `when` was evaluated.
     when: Vec<Option<Applies>>,
     /// Evaluations that erred (budget exhaustion included).
@@ -47,9 +49,10 @@ pub struct CelCx {
 }
 
 impl CelCx {
-    pub(crate) fn new(trust_domain: Option<&str>, trace: bool) -> CelCx {
+    pub(crate) fn new(trust_domain: Option<&str>, backend: Option<&str>, trace: bool) -> CelCx {
         CelCx {
             trust_domain: trust_domain.map(str::to_string),
+            backend: backend.map(str::to_string),
             when: Vec::new(),
             errors: 0,
             budget_exceeded: 0,
@@ -85,6 +88,7 @@ impl CelCx {
         let input = Input {
             req,
             host,
+            backend: self.backend.as_deref(),
             trust_domain: self.trust_domain.as_deref(),
             this: None,
         };

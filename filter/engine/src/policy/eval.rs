@@ -218,7 +218,7 @@ impl Evaluation {
             add_headers: Vec::new(),
             admitted: None,
             trace: trace.then(Vec::new),
-            cel: engine.cel_cx(trace),
+            cel: engine.cel_cx(backend, trace),
         };
         let unknown = if listener.is_none() {
             Some((Reason::UnknownListener, format!("port {}", req.port)))

@@ -604,10 +604,11 @@ impl Engine {
         )
     }
 
-    /// A fresh CEL state for judging one request (or one listed item).
-    pub(crate) fn cel_cx(&self, trace: bool) -> CelCx {
+    /// A fresh CEL state for judging one request (or one listed item) routed to `backend`.
+    pub(crate) fn cel_cx(&self, backend: Option<usize>, trace: bool) -> CelCx {
         if self.cel_needs.any {
-            CelCx::new(self.identity.trust_domain.as_deref(), trace)
+            let backend = backend.and_then(|b| self.backends.get(b)).map(|b| b.id.as_str());
+            CelCx::new(self.identity.trust_domain.as_deref(), backend, trace)
         } else {
             CelCx::default()
         }
@@ -676,7 +677,7 @@ impl Engine {
                 }
                 continue;
             };
-            let mut cx = self.cel_cx(false);
+            let mut cx = self.cel_cx(scope.backend, false);
             match eval::rules_verdict(self, index, probe, host, &mut cx) {
                 eval::RulesVerdict::Denied(r) => return Some((level, Some(r))),
                 eval::RulesVerdict::NotAdmitted => return Some((level, None)),
