@@ -349,7 +349,8 @@ impl HttpContext for Stream {
         if self.flow.is_done() {
             return WasmAction::Continue;
         }
-        let action = self.flow.on_trailers(&self.engine, |n| {
+        let trailers = abi::header_map(abi::MAP_HTTP_REQUEST_TRAILERS).unwrap_or_default();
+        let action = self.flow.on_trailers(&self.engine, &trailers, |n| {
             abi::buffer(abi::BUFFER_HTTP_REQUEST_BODY, n)
         });
         self.run(action, Phase::Body)
@@ -426,6 +427,7 @@ mod abi {
     use mcp_access_engine::wire;
 
     pub const MAP_HTTP_REQUEST_HEADERS: u32 = 0;
+    pub const MAP_HTTP_REQUEST_TRAILERS: u32 = 1;
     pub const MAP_HTTP_RESPONSE_HEADERS: u32 = 2;
     pub const BUFFER_HTTP_RESPONSE_BODY: u32 = 1;
     pub const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;

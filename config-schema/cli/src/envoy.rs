@@ -535,6 +535,8 @@ pub(crate) fn normalization(escaped: EscapedSlashes) -> Value {
             EscapedSlashes::Decode => "UNESCAPE_AND_FORWARD",
         },
         "strip_trailing_host_dot": true,
+        // `mcp_name` must not reach a server that folds `_` into `-` and reads it as Mcp-Name.
+        "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
     })
 }
 
@@ -565,8 +567,9 @@ fn hcm(
         "@type": format!("{T}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"),
         "stat_prefix": name,
         "codec_type": "AUTO",
-        "strip_any_host_port": true,
-        "route_config": {"name": name, "virtual_hosts": vhosts},
+        // The :authority keeps its port (CEL's request.host reads it as received, as Envoy's
+        // attribute); virtual hosts are matched without it.
+        "route_config": {"name": name, "virtual_hosts": vhosts, "ignore_port_in_host_matching": true},
         "http_filters": filters,
         // Callers cannot forge a client certificate header; over TLS the verified one is sent.
         "forward_client_cert_details": if tls { "SANITIZE_SET" } else { "SANITIZE" },
@@ -865,6 +868,10 @@ mod tests {
         assert_eq!(reject["path_with_escaped_slashes_action"], "REJECT_REQUEST");
         assert_eq!(reject["normalize_path"], true);
         assert_eq!(reject["merge_slashes"], true);
+        assert_eq!(
+            reject["common_http_protocol_options"]["headers_with_underscores_action"],
+            "REJECT_REQUEST"
+        );
         let decode = normalization(EscapedSlashes::Decode);
         assert_eq!(
             decode["path_with_escaped_slashes_action"],

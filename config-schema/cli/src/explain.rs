@@ -266,7 +266,10 @@ impl From<&LocalResponse> for ResponseView {
 /// `request.host` reads it as received (port included); rules and `request.hostname` read
 /// the canonical host.
 fn client_authority(host: &str, port: u16) -> String {
-    let after_v6 = host.rfind(']').and_then(|i| host.get(i + 1..)).unwrap_or(host);
+    let after_v6 = host
+        .rfind(']')
+        .and_then(|i| host.get(i + 1..))
+        .unwrap_or(host);
     let has_port = after_v6
         .rsplit_once(':')
         .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));

@@ -299,6 +299,7 @@ fn envoy_gateway(
                     "escapedSlashesAction": escaped_action(bundle.envoy.escaped_slashes, "RejectRequest", "UnescapeAndForward"),
                     "disableMergeSlashes": false,
                 },
+                "headers": {"withUnderscoresAction": "RejectRequest"},
             }
         }));
     }

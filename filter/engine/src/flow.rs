@@ -430,14 +430,26 @@ impl RequestFlow {
         self.body_complete(engine, body)
     }
 
-    /// Request trailers arrived: the body is complete (`read` gets up to the given byte count).
+    /// Request trailers arrived (names lowercase): the body is complete (`read` gets up to
+    /// the given byte count). An MCP header sent as a trailer is refused: it was not compared
+    /// with the body, and a server may read trailers as headers.
     pub fn on_trailers(
         &mut self,
         engine: &Engine,
+        trailers: &[(String, String)],
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
     ) -> Next {
         if self.stage != Stage::Body {
             return Next::Hold;
+        }
+        let mcp_trailer = trailers.iter().any(|(n, _)| {
+            n.get(..4)
+                .is_some_and(|p| p.eq_ignore_ascii_case("mcp-") || p.eq_ignore_ascii_case("mcp_"))
+        });
+        if mcp_trailer {
+            return self.reject(Rejection::HeaderMismatch(
+                "an MCP header was sent as a trailer",
+            ));
         }
         let limit = body_limit(engine);
         let body = read(limit.saturating_add(1)).unwrap_or_default();
@@ -655,7 +667,7 @@ impl RequestFlow {
     fn header_mismatch(&self, op: &McpOp, body_version: Option<&str>) -> Option<&'static str> {
         let req = self.req.as_ref()?;
         fn once<'r>(req: &'r Request, name: &'static str) -> Result<Option<&'r str>, ()> {
-            let mut copies = req.header_values(name);
+            let mut copies = mcp_header_values(req, name);
             let first = copies.next();
             match copies.next() {
                 Some(_) => Err(()),
@@ -719,7 +731,7 @@ impl RequestFlow {
         let req = self.req.as_ref();
         let headers = req
             .into_iter()
-            .flat_map(|r| r.header_values("mcp-protocol-version"));
+            .flat_map(|r| mcp_header_values(r, "mcp-protocol-version"));
         let parse =
             |v: &str| Revision::parse(v).ok_or_else(|| Rejection::UnsupportedRevision(v.into()));
         let mut named = None;
@@ -955,6 +967,21 @@ fn header_rejection(req: &Request, end_of_stream: bool, limit: usize) -> Option<
         Ok(l) if l > limit as u64 => Some(Rejection::BodyTooLarge),
         Ok(_) => None,
     }
+}
+
+/// Every copy of an MCP header (name given in lowercase), a spelling with `_` for `-`
+/// included: some servers fold `_` into `-` and would read `mcp_name` as `Mcp-Name`, so it
+/// counts as a copy (which must agree with the body and appear once).
+fn mcp_header_values<'r>(req: &'r Request, name: &'static str) -> impl Iterator<Item = &'r str> {
+    req.headers
+        .iter()
+        .filter(move |(n, _)| {
+            n.len() == name.len()
+                && n.bytes()
+                    .zip(name.bytes())
+                    .all(|(a, b)| a == b || (a == b'_' && b == b'-'))
+        })
+        .map(|(_, v)| v.as_str())
 }
 
 /// Whether a `Content-Type` value is `application/json` with no charset or UTF-8's.

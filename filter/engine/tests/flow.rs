@@ -500,7 +500,7 @@ fn trailers_end_the_body_and_the_request_is_decided() {
     let mut flow = RequestFlow::new();
     flow.on_headers(&e, headers("POST", &[]));
     assert_eq!(flow.on_body(&e, body.len(), false, |_| None), Next::Hold);
-    let a = flow.on_trailers(&e, |max| Some(body[..body.len().min(max)].to_vec()));
+    let a = flow.on_trailers(&e, &[], |max| Some(body[..body.len().min(max)].to_vec()));
     assert_eq!(respond(a).0, 403);
     // Oversize bodies ending in trailers are still refused.
     let mut b = bundle(vec![], &[]);
@@ -508,7 +508,7 @@ fn trailers_end_the_body_and_the_request_is_decided() {
     let e = engine(&b);
     let mut flow = RequestFlow::new();
     flow.on_headers(&e, headers("POST", &[]));
-    let a = flow.on_trailers(&e, |max| Some(vec![b' '; max]));
+    let a = flow.on_trailers(&e, &[], |max| Some(vec![b' '; max]));
     assert_eq!(respond(a).0, 413);
 }
 

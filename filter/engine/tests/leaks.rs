@@ -334,3 +334,90 @@ fn completion_is_judged_by_the_prompt_or_resource_it_completes() {
     let no_ref = r#"{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{}}"#;
     assert_eq!(refusal(send(&e, &[], no_ref).1), (400, -32602));
 }
+
+/// A Backend allowing every tool call, for the transport checks below.
+fn any_tool() -> Engine {
+    engine(&bundle(
+        vec![backend(
+            "Allow",
+            json!([base(), {"name": "tools",
+            "authorization": {"mcp": {"methods": [{"name": "tools"}]}}}]),
+        )],
+        &[],
+    ))
+}
+
+const ECHO: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#;
+
+#[test]
+fn underscore_spellings_of_mcp_headers_are_copies() {
+    let e = any_tool();
+    assert!(allowed(&send(&e, &[("mcp-name", "echo")], ECHO).1));
+    // A server folding `_` into `-` would read these as Mcp-Name.
+    for extra in [
+        &[("mcp_name", "delete_repo")][..],
+        &[("mcp-name", "echo"), ("mcp_name", "echo")],
+        &[("mcp_method", "tools/list")],
+        &[
+            ("mcp_protocol_version", "2025-06-18"),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+    ] {
+        assert_eq!(refusal(send(&e, extra, ECHO).1), (400, -32020), "{extra:?}");
+    }
+    // Agreeing with the body, it is one copy like any other.
+    assert!(allowed(&send(&e, &[("mcp_name", "echo")], ECHO).1));
+}
+
+#[test]
+fn mcp_headers_sent_as_trailers_are_refused() {
+    let e = any_tool();
+    let post = |trailers: &[(&str, &str)]| {
+        let mut flow = RequestFlow::new();
+        assert_eq!(flow.on_headers(&e, input(ALPHA, &[])), Next::Hold);
+        assert_eq!(flow.on_body(&e, ECHO.len(), false, |_| None), Next::Hold);
+        let trailers: Vec<(String, String)> = trailers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        flow.on_trailers(&e, &trailers, |_| Some(ECHO.as_bytes().to_vec()))
+    };
+    assert!(allowed(&post(&[])));
+    assert!(allowed(&post(&[("x-checksum", "abc")])));
+    for name in ["mcp-name", "mcp-method", "Mcp-Protocol-Version", "mcp_name"] {
+        assert_eq!(
+            refusal(post(&[(name, "delete_repo")])),
+            (400, -32020),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_post_must_say_it_is_json_in_utf8() {
+    let e = any_tool();
+    let with_type = |ct: Option<&str>| {
+        let mut i = input(ALPHA, &[]);
+        i.headers.retain(|(n, _)| n != "content-type");
+        if let Some(ct) = ct {
+            i.headers.push(("content-type".into(), ct.into()));
+        }
+        let mut flow = RequestFlow::new();
+        match flow.on_headers(&e, i) {
+            Next::Hold => {}
+            other => return other,
+        }
+        let owned = ECHO.as_bytes().to_vec();
+        flow.on_body(&e, owned.len(), true, move |_| Some(owned))
+    };
+    assert!(allowed(&with_type(Some("application/json"))));
+    assert!(allowed(&with_type(Some("application/json; charset=utf-8"))));
+    for ct in [
+        None,
+        Some("text/plain"),
+        Some("application/json; charset=iso-8859-1"),
+        Some("application/json; charset=utf-16"),
+    ] {
+        assert_eq!(refusal(with_type(ct)).0, 415, "{ct:?}");
+    }
+}

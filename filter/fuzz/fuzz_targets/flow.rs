@@ -509,7 +509,7 @@ fuzz_target!(|data: &[u8]| {
         }
         let a = if input.trailers {
             d.flow
-                .on_trailers(engine, |n| Some(body[..n.min(body.len())].to_vec()))
+                .on_trailers(engine, &[], |n| Some(body[..n.min(body.len())].to_vec()))
         } else {
             d.flow.on_body(engine, body.len(), true, |n| {
                 Some(body[..n.min(body.len())].to_vec())

@@ -86,7 +86,10 @@ fn every_variable_reads_the_canonical_attribute() {
     assert!(eval("request.route == 'r'").is_err());
     let mut routed = req();
     routed.route_name = Some("weather-route".into());
-    assert_eq!(eval_on("request.route == 'weather-route'", &routed), Ok(true));
+    assert_eq!(
+        eval_on("request.route == 'weather-route'", &routed),
+        Ok(true)
+    );
     t("request.headers['x-team'] == 'blue' && 'x-team' in request.headers");
     t("request.time == timestamp('2026-01-02T03:04:05Z')");
     t("request.time.getHours() == 3 && request.time.getFullYear() == 2026");

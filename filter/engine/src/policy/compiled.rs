@@ -621,9 +621,20 @@ mod tests {
             ),
         ];
         for (r, q, mode, want) in cases {
-            assert_eq!(r.mismatch(&q, "a.example", mode, None, None), want, "{}", r.name);
             assert_eq!(
-                r.admits(&q, "a.example", mode, &mut CelCx::new(None, None, false), "p"),
+                r.mismatch(&q, "a.example", mode, None, None),
+                want,
+                "{}",
+                r.name
+            );
+            assert_eq!(
+                r.admits(
+                    &q,
+                    "a.example",
+                    mode,
+                    &mut CelCx::new(None, None, false),
+                    "p"
+                ),
                 want.is_none(),
                 "{}",
                 r.name

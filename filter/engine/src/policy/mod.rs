@@ -607,7 +607,9 @@ impl Engine {
     /// A fresh CEL state for judging one request (or one listed item) routed to `backend`.
     pub(crate) fn cel_cx(&self, backend: Option<usize>, trace: bool) -> CelCx {
         if self.cel_needs.any {
-            let backend = backend.and_then(|b| self.backends.get(b)).map(|b| b.id.as_str());
+            let backend = backend
+                .and_then(|b| self.backends.get(b))
+                .map(|b| b.id.as_str());
             CelCx::new(self.identity.trust_domain.as_deref(), backend, trace)
         } else {
             CelCx::default()
