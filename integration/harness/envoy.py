@@ -132,13 +132,16 @@ def _addr(host: str, port: int) -> dict[str, Any]:
 def normalization(escaped_slashes: str = "Reject") -> dict[str, Any]:
     """HttpConnectionManager fields for the normalization the filter also applies (it does not rely
     on them): RFC 3986 path normalization, merged slashes, %2F / %5C per the bundle's
-    envoy.escapedSlashes (Reject | Decode), one trailing dot of the host removed."""
+    envoy.escapedSlashes (Reject | Decode), one trailing dot of the host removed, header names
+    with `_` refused."""
     actions = {"Reject": "REJECT_REQUEST", "Decode": "UNESCAPE_AND_FORWARD"}
     return {
         "normalize_path": True,
         "merge_slashes": True,
         "path_with_escaped_slashes_action": actions[escaped_slashes],
         "strip_trailing_host_dot": True,
+        # As rendered: `mcp_name` must not reach a server that folds `_` into `-`.
+        "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
     }
 
 
