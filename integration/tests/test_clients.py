@@ -263,7 +263,9 @@ def test_an_authorizer_denial_as_each_sdk_reports_it(topo: Demo, sdk: str, proto
 
 
 # Envoy's realm is the request URL; the CLI's configuration strips the port from the host.
-REALM = 'Bearer realm="http://127.0.0.1/mcp"'
+def realm(url: str) -> str:
+    """jwt_authn's challenge: the realm is the URL the client asked for (the :authority keeps its port)."""
+    return f'Bearer realm="{url}"'
 
 
 def jwt_refusal(sdk: str, report: dict[str, Any], body: str, challenge: str) -> None:
@@ -283,11 +285,12 @@ def jwt_refusal(sdk: str, report: dict[str, Any], body: str, challenge: str) -> 
 @pytest.mark.parametrize(("sdk", "protocol"), SPOKEN)
 def test_tokens_jwt_authn_refuses_and_no_token(topo: Demo, sdk: str, protocol: str) -> None:
     expired = run_sdk(sdk, topo.url, "list", token=topo.keys.mint_expired({}, sub="alpha"), protocol=protocol)
-    jwt_refusal(sdk, first_request(sdk, protocol, expired, "list"), "Jwt is expired", f'{REALM}, error="invalid_token"')
+    jwt_refusal(sdk, first_request(sdk, protocol, expired, "list"), "Jwt is expired",
+                f'{realm(topo.url)}, error="invalid_token"')
     # No token: the listener requires one (--jwt-required), so jwt_authn answers 401 with a
     # challenge that has no error code (RFC 6750: the request carried no credentials).
     none = run_sdk(sdk, topo.url, "list", protocol=protocol)
-    jwt_refusal(sdk, first_request(sdk, protocol, none, "list"), "Jwt is missing", REALM)
+    jwt_refusal(sdk, first_request(sdk, protocol, none, "list"), "Jwt is missing", realm(topo.url))
 
 
 def test_the_inspector_cli_lists_calls_and_shows_denials(topo: Demo) -> None:

@@ -81,7 +81,7 @@ def test_demo_session_succeeds_and_stops_everything(repo_root: Path, wasm_path: 
     assert re.search(r"agent beta \(JWT\) +tools/call echo +-> DENIED 403 at the gateway", out), out
     # The JWT listener requires a token (--jwt-required): none is a 401 with a challenge, no error code.
     assert re.search(r'no token +initialize +-> REFUSED 401 by jwt_authn: Jwt is missing +'
-                     r'\[Bearer realm="http://127\.0\.0\.1/mcp"\]', out), out
+                     r'\[Bearer realm="http://127\.0\.0\.1:\d+/mcp"\]', out), out
     assert re.search(r'forged token +initialize +-> REFUSED 401 by jwt_authn: Jwt verification fails +'
                      r'\[Bearer realm="[^"]+", error="invalid_token"\]', out), out
     assert "MCP server received 0 calls of delete_repo/add/echo-from-beta" in out, out

@@ -140,8 +140,9 @@ def test_jwt_required_answers_a_missing_token_with_a_challenge(cli: Path, wasm_p
                    "--jwt-required", "gw/http")
         missing = post_jsonrpc(d.url, rpc("initialize", initialize_params()))
         assert (missing.status, missing.text) == (401, "Jwt is missing"), missing
-        # RFC 6750 3.1: no error code for a request that has no credentials at all.
-        assert missing.headers.get("www-authenticate") == 'Bearer realm="http://127.0.0.1/mcp"', missing
+        # RFC 6750 3.1: no error code for a request that has no credentials at all. The realm is the
+        # URL the client asked for (Envoy keeps the :authority's port).
+        assert missing.headers.get("www-authenticate") == f'Bearer realm="{d.url}"', missing
         with pytest.raises(Denied) as denied:
             with McpAgent(d.url):
                 pass

@@ -20,7 +20,9 @@
 use std::fmt;
 
 use crate::json::{self, into_string, SyntaxError, Val};
-use mcp_access_bundle::mcp_methods::{self, Param};
+use mcp_access_bundle::mcp_methods;
+/// Which member of `params` names an item (re-exported: [`CompletionRef`] holds one).
+pub use mcp_access_bundle::mcp_methods::Param;
 
 /// Default for [`ParseLimits::max_depth`].
 pub(crate) const DEFAULT_MAX_DEPTH: usize = 64;

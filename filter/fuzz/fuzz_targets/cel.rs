@@ -46,10 +46,11 @@ fn run(data: &[u8]) {
     );
     let Ok(program) = program else { return };
     let req = request(&attrs);
-    for trust_domain in [None, Some("example.org")] {
+    for (trust_domain, backend) in [(None, None), (Some("example.org"), Some("mcp/tools"))] {
         let input = Input {
             req: &req,
             host: "a.example",
+            backend,
             trust_domain,
             this: None,
         };

@@ -9,18 +9,19 @@
 //! - a batch (top-level array) or any other non-object message is -32600;
 //! - the JSON-RPC / MCP member rules of filter/src/mcp.rs (`jsonrpc` must be "2.0", `id` a
 //!   string or number, `params` an object or array, `error` an object, the `_meta` protocol
-//!   version a string, ...).
-//!
-//! One limitation of the oracle, not of the parser, is skipped: serde_json (without its
-//! `arbitrary_precision` feature) rejects numbers whose value overflows an f64 ("number out of
-//! range") although they are valid JSON; such bodies are only checked not to panic.
+//!   version a string, a method name without empty, `.` or `..` segments, whitespace or
+//!   control characters, a `completion/complete` ref naming a prompt or a resource, ...);
+//! - a number whose value overflows a double is -32700, as serde_json (without its
+//!   `arbitrary_precision` feature) also refuses it ("number out of range").
 #![no_main]
 
 use std::collections::HashSet;
 use std::fmt;
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_engine::mcp::{parse_message, McpMessage, MessageKind, ParseError, ParseLimits};
+use mcp_access_engine::mcp::{
+    parse_message, CompletionRef, McpMessage, MessageKind, Param, ParseError, ParseLimits,
+};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
@@ -107,9 +108,8 @@ fn oracle(body: &[u8]) -> Option<Result<(Value, Shape), ()>> {
             Ok(value) => Some(Ok((value, shape))),
             Err(e) => panic!("serde_json read the body once but not twice: {e}"),
         },
-        // The oracle's limitation: a valid number outside f64.
-        Err(e) if e.to_string().starts_with("number out of range") => None,
-        // Includes serde_json's own nesting limit (128), above any limit used here.
+        // Includes a number outside f64 (refused by both) and serde_json's own nesting limit
+        // (128), above any limit used here.
         Err(_) => Some(Err(())),
     }
 }
@@ -156,12 +156,18 @@ fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMes
                 protocol_version: None,
                 init_version: None,
                 subscriptions: Vec::new(),
+                completion_ref: None,
             });
         }
         None => return Err(INVALID_REQUEST),
         Some(Value::String(m)) if !has_result && !has_error => m.clone(),
         Some(_) => return Err(INVALID_REQUEST),
     };
+    if method.chars().any(|c| c.is_whitespace() || c.is_control())
+        || method.split('/').any(|s| matches!(s, "" | "." | ".."))
+    {
+        return Err(INVALID_REQUEST);
+    }
     let member = |key: &str| match params {
         Some(Value::Object(p)) => p.get(key).and_then(Value::as_str).map(str::to_owned),
         _ => None,
@@ -208,6 +214,25 @@ fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMes
             Some(_) => return Err(INVALID_PARAMS),
         }
     }
+    let mut completion_ref = None;
+    if method == "completion/complete" {
+        let reference = match params {
+            Some(Value::Object(p)) => p.get("ref").and_then(Value::as_object),
+            _ => None,
+        }
+        .ok_or(INVALID_PARAMS)?;
+        let field = |k: &str| reference.get(k).and_then(Value::as_str);
+        let (judged_as, key, value) = match field("type") {
+            Some("ref/prompt") => ("prompts/get", Param::Name, field("name")),
+            Some("ref/resource") => ("resources/read", Param::Uri, field("uri")),
+            _ => return Err(INVALID_PARAMS),
+        };
+        completion_ref = Some(CompletionRef {
+            judged_as,
+            key,
+            value: value.ok_or(INVALID_PARAMS)?.to_owned(),
+        });
+    }
     let kind = if id.is_some() {
         MessageKind::Request
     } else {
@@ -222,6 +247,7 @@ fn expected(value: &Value, shape: &Shape, limits: &ParseLimits) -> Result<McpMes
         protocol_version,
         init_version,
         subscriptions,
+        completion_ref,
     })
 }
 
