@@ -199,18 +199,27 @@ def bundle(port: int) -> dict[str, Any]:
     }
 
 
+def native_ext_authz() -> dict[str, Any]:
+    """Envoy's own ext_authz filter on the same gRPC authorizer (no mcp-access)."""
+    return {"name": "envoy.filters.http.ext_authz", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+        "grpc_service": {"envoy_grpc": {"cluster_name": "grpc-answers"}, "timeout": f"{TIMEOUT_MS / 1000}s"},
+        "transport_api_version": "V3", "failure_mode_allow": False}}
+
+
 @dataclass
 class Stack:
     envoy: EnvoyProcess
     port: int
+    native_port: int
     tools: McpServerProc
     sent: int = 0
 
-    def post(self, scenario: str, answer: str, text: str = "hi"):
+    def post(self, scenario: str, answer: str, text: str = "hi", port: int | None = None):
         self.tools.reset()
         self.sent += 1
         call = rpc("tools/call", {"name": "echo", "arguments": {"text": text}}, id=11)
-        return post_jsonrpc(f"http://127.0.0.1:{self.port}/mcp?req={self.sent}", call, timeout=5,
+        return post_jsonrpc(f"http://127.0.0.1:{port or self.port}/mcp?req={self.sent}", call, timeout=5,
                             headers={"x-scenario": scenario, "x-answer": answer})
 
     def decision(self) -> dict[str, Any]:
@@ -234,16 +243,17 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterator[Stack]:
     grpc_answers, http_answers = GrpcAnswers(), HttpAnswers()
-    port = free_port()
-    listener = Listener("mcp", port, [Route("tools-route", "/mcp", "tools")],
-                        wasm=Wasm(wasm_path, configuration=json.dumps(bundle(port))))
+    port, native_port = free_port(), free_port()
+    route = [Route("tools-route", "/mcp", "tools")]
+    listeners = [Listener("mcp", port, route, wasm=Wasm(wasm_path, configuration=json.dumps(bundle(port)))),
+                 Listener("native", native_port, route, extra_filters=[native_ext_authz()])]
     clusters = [Cluster("tools", port=mcp_server.port), Cluster("grpc-answers", port=grpc_answers.port, http2=True),
                 Cluster("http-answers", port=http_answers.port)]
-    cfg = build_bootstrap(admin_port=free_port(), listeners=[listener], clusters=clusters,
+    cfg = build_bootstrap(admin_port=free_port(), listeners=listeners, clusters=clusters,
                           access_log_path=work_dir / f"access-answers-{port}.log")
     try:
         with EnvoyProcess(cfg, workdir=work_dir / "envoy-answers", name="envoy-answers") as env:
-            yield Stack(env, port, mcp_server)
+            yield Stack(env, port, native_port, mcp_server)
     finally:
         grpc_answers.close()
         http_answers.close()
@@ -332,11 +342,13 @@ def test_an_http_answers_own_framing_never_reaches_upstream(stack: Stack, answer
 
 
 def test_two_grpc_messages_on_a_unary_check_reach_the_filter_as_the_last_one(stack: Stack) -> None:
-    """Not detectable: Envoy's unary gRPC client keeps only the last message (AsyncRequestImpl::
-    onReceiveMessageRaw overwrites it) and hands the filter that one (docs/semantics.md §3.5).
-    This pins what Envoy 1.40 does, so that a change shows."""
-    r = stack.post("grpc-deny", "ok-then-deny")
-    assert r.status == 401 and stack.tools.tool_calls() == [], r.text
-    r = stack.post("grpc-deny", "deny-then-ok")
-    assert r.status == 200 and stack.tools.tool_calls() == ["echo"], r.text
-    assert stack.upstream()["headers"]["x-user"] == "alice"
+    """Not detectable through proxy-wasm's gRPC call: Envoy's unary gRPC client keeps only the
+    last message (AsyncRequestImpl::onReceiveMessageRaw overwrites it) and hands over that one,
+    to the filter as to Envoy's own ext_authz filter (docs/semantics.md §3.5). This pins what
+    Envoy 1.40 does, so that a change shows."""
+    for port in (stack.port, stack.native_port):
+        r = stack.post("grpc-deny", "ok-then-deny", port=port)
+        assert r.status == 401 and stack.tools.tool_calls() == [], (port, r.text)
+        r = stack.post("grpc-deny", "deny-then-ok", port=port)
+        assert r.status == 200 and stack.tools.tool_calls() == ["echo"], (port, r.text)
+        assert stack.upstream()["headers"]["x-user"] == "alice"
