@@ -3,7 +3,7 @@
 each test asks for.
 
 An answer asking for a header that is never applied (pseudo-headers, `host`, framing and
-hop-by-hop headers, `proxy-*`), a header value holding CR, LF or NUL, or a gRPC answer whose status
+hop-by-hop headers, `proxy-*`), a header value holding CR, LF, NUL or another control, or a gRPC answer whose status
 and response disagree, is malformed: under failureMode Deny the client gets the JSON-RPC denial and
 the MCP server never sees the call; under Allow the call goes through with nothing of the answer
 applied. Either way the callout is counted as an error and logged, and the next request through
@@ -77,6 +77,8 @@ GRPC_ANSWERS: dict[str, list[ext.CheckResponse | bytes]] = {
     "proxy-authorization": [_ok(("proxy-authorization", "Basic eDp5"))],
     "crlf": [_ok(("x-role", "user\r\nx-admin: true"))],
     "nul": [_ok(("x-role", "user\0"))],
+    "control": [_ok(("x-role", "user\x01"))],
+    "del": [_ok(("x-role", "user\x7f"))],
     "bad-name": [_ok(("x role", "user"))],
     "remove-content-length": [_ok(remove=("content-length",))],
     "ok-and-denied": [_ok(denied_response=ext.DeniedHttpResponse(status=http_status_pb2.HttpStatus(code=403)))],
@@ -293,7 +295,7 @@ def assert_malformed(stack: Stack, protocol: str, answer: str, mode: str, logged
 
 
 MALFORMED_GRPC = ["content-length", "transfer-encoding", "host", ":path", "connection", "proxy-authorization",
-                  "crlf", "nul", "bad-name", "remove-content-length", "ok-and-denied", "ok-and-error",
+                  "crlf", "nul", "control", "del", "bad-name", "remove-content-length", "ok-and-denied", "ok-and-error",
                   "denial-crlf", "denial-content-length"]
 
 

@@ -66,14 +66,17 @@ impl HeaderEdit {
 
 /// Why an authorizer's header cannot be applied to the upstream request or the client's
 /// response (docs/semantics.md §3.5): a header that is never applied, a name that is not a
-/// token, a value holding CR, LF or NUL. None: it can. `name` is lowercase.
+/// token, a value holding CR, LF, NUL or another control but HTAB. None: it can. `name` is
+/// lowercase.
 pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
     if http::is_never_applied(name) {
         Some(format!("header {name:?} is never applied"))
     } else if !http::is_header_name(name) {
         Some(format!("{name:?} is not a header name"))
     } else if !http::is_header_value(value) {
-        Some(format!("the value of header {name} holds CR, LF or NUL"))
+        Some(format!(
+            "the value of header {name} holds CR, LF, NUL or another control"
+        ))
     } else {
         None
     }

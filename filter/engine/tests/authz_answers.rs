@@ -1,6 +1,6 @@
 //! Authorizer answers are checked before they are applied (docs/semantics.md §3.5): an answer
 //! that asks for a header that is never applied, a header name that is not a token, a value
-//! holding CR, LF or NUL, or (gRPC) a status that disagrees with the response, is malformed:
+//! holding CR, LF, NUL or another control (HTAB aside), or (gRPC) a status that disagrees with the response, is malformed:
 //! the failure mode decides, the callout is reported failed, and nothing of it is applied.
 #![allow(
     clippy::unwrap_used,
@@ -190,10 +190,12 @@ const BAD_HEADERS: &[(&str, &str, &str)] = &[
     ("trailer", "x-t", "never applied"),
     ("upgrade", "websocket", "never applied"),
     ("proxy-authorization", "Basic x", "never applied"),
-    ("x-user", "alice\r\nx-admin: true", "CR, LF or NUL"),
-    ("x-user", "alice\nx", "CR, LF or NUL"),
-    ("x-user", "alice\rx", "CR, LF or NUL"),
-    ("x-user", "alice\0", "CR, LF or NUL"),
+    ("x-user", "alice\r\nx-admin: true", "CR, LF, NUL"),
+    ("x-user", "alice\nx", "CR, LF, NUL"),
+    ("x-user", "alice\rx", "CR, LF, NUL"),
+    ("x-user", "alice\0", "CR, LF, NUL"),
+    ("x-user", "alice\x01", "another control"),
+    ("x-user", "alice\x7f", "another control"),
     ("x user", "alice", "not a header name"),
     ("x-user\r\nx-admin", "true", "not a header name"),
     ("", "alice", "not a header name"),
@@ -243,7 +245,7 @@ fn a_grpc_raw_value_is_checked_like_a_value() {
     assert_malformed(
         "Deny",
         grpc_answer("Deny", &ok(vec![h], &[])),
-        "CR, LF or NUL",
+        "CR, LF, NUL",
         "raw",
     );
 }

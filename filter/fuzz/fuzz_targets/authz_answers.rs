@@ -4,7 +4,7 @@
 //! - the answer decides: one Allow or Respond, one callout report;
 //! - every header the filter applies upstream or sends to the client is a token name that is
 //!   never a pseudo-header, `host`, a framing, hop-by-hop or `proxy-*` header, with a value
-//!   without CR, LF or NUL (`mcp_access_bundle::http`);
+//!   without a control character but HTAB (`mcp_access_bundle::http`);
 //! - an HTTP answer's applied headers are its own, name lowercased, value as sent;
 //! - a failed answer (malformed, an error) is never half-applied: under failureMode Allow
 //!   nothing is added upstream, under Deny the client gets the filter's own 403 and nothing of
