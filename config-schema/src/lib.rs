@@ -3,6 +3,7 @@
 
 mod bundle;
 pub mod gateway_api;
+pub mod http;
 pub mod mcp_methods;
 pub mod validate;
 

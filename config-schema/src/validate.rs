@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use crate::bundle::*;
+use crate::http::is_header_name;
 use crate::mcp_methods;
 
 /// A bundle that cannot be used, with the JSON path of the offending field.
@@ -736,13 +737,6 @@ pub fn is_spiffe_id(s: &str) -> bool {
                     .bytes()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
         })
-}
-
-/// RFC 7230 token.
-pub(crate) fn is_header_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
 }
 
 fn is_path_prefix(s: &str) -> bool {

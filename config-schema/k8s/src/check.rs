@@ -20,6 +20,7 @@ pub(crate) const GROUP: &str =
 pub(crate) const KIND: &str = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$";
 pub(crate) const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 pub(crate) const SPIFFE: &str = r"^spiffe://[a-z0-9._-]+(?:/[A-Za-z0-9._-]+)*$";
+/// The CRD's pattern for [`mcp_access_bundle::http::is_header_name`] (a test keeps them equal).
 pub(crate) const HEADER_NAME: &str = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$";
 pub(crate) const HOSTNAME: &str =
     r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
@@ -364,5 +365,18 @@ mod tests {
         assert!(matches(SPIFFE, "spiffe://example.org/ns/a/sa/b"));
         assert!(matches(HTTP_PATH, "/mcp"));
         assert!(matches(GROUP, ""));
+    }
+
+    #[test]
+    fn the_header_name_pattern_is_the_bundles_rule() {
+        for b in 0u8..=255 {
+            let s = char::from(b).to_string();
+            assert_eq!(
+                matches(HEADER_NAME, &s),
+                mcp_access_bundle::http::is_header_name(&s),
+                "{b:#x}"
+            );
+        }
+        assert!(!matches(HEADER_NAME, ""));
     }
 }

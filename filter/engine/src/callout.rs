@@ -2,7 +2,7 @@
 //! and what the answer means.
 
 use mcp_access_bundle::mcp_methods::{self, Category};
-use mcp_access_bundle::{Authorizer, Level};
+use mcp_access_bundle::{http, Authorizer, Level};
 
 use crate::policy::{level_str, AuthzOutcome};
 use crate::request::{McpOp, Request};
@@ -64,12 +64,29 @@ impl HeaderEdit {
     }
 }
 
-/// Whether `name` is a lowercase-insensitive HTTP token (RFC 9110), non-empty.
-pub(crate) fn is_header_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+/// Why an authorizer's header cannot be applied to the upstream request or the client's
+/// response (docs/semantics.md §3.5): a header that is never applied, a name that is not a
+/// token, a value holding CR, LF, NUL or another control but HTAB. None: it can. `name` is
+/// lowercase.
+pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
+    if http::is_never_applied(name) {
+        Some(format!("header {name:?} is never applied"))
+    } else if !http::is_header_name(name) {
+        Some(format!("{name:?} is not a header name"))
+    } else if !http::is_header_value(value) {
+        Some(format!(
+            "the value of header {name} holds CR, LF, NUL or another control"
+        ))
+    } else {
+        None
+    }
+}
+
+/// The outcome of an answer that cannot be applied: an error (the failure mode applies).
+pub(crate) fn malformed(problem: &str) -> AuthzOutcome {
+    AuthzOutcome::Error {
+        detail: format!("malformed answer: {problem}"),
+    }
 }
 
 /// Builds the callout for `authorizer` about `req` (body: the buffered client body).
@@ -141,22 +158,10 @@ pub(crate) fn build(
     }
 }
 
-/// Response headers that never travel: pseudo, hop-by-hop, framing, and Envoy's own.
-fn is_unforwardable(name: &str) -> bool {
-    name.starts_with(':')
-        || name.starts_with("x-envoy-")
-        || matches!(
-            name,
-            "connection"
-                | "keep-alive"
-                | "proxy-connection"
-                | "transfer-encoding"
-                | "upgrade"
-                | "te"
-                | "trailer"
-                | "content-length"
-                | "host"
-        )
+/// Headers of an HTTP answer that belong to the answer itself, not to what it asks: its
+/// pseudo-headers, framing and hop-by-hop headers, and Envoy's own.
+fn is_answers_own(name: &str) -> bool {
+    name.starts_with(':') || name.starts_with("x-envoy-") || http::is_framing(name)
 }
 
 /// Whether a status is a denial, whose response (body included) is relayed to the client.
@@ -199,35 +204,39 @@ pub(crate) fn interpret(
         let detail = "no response (timeout, reset or unreachable)".to_string();
         return (AuthzOutcome::Error { detail }, None);
     };
+    let headers = headers
+        .into_iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v))
+        .filter(|(n, _)| !is_answers_own(n));
     if (200..300).contains(&status) {
-        let headers = headers
-            .into_iter()
-            .map(|(n, v)| (n.to_ascii_lowercase(), v))
-            .filter(|(n, _)| {
-                if authorizer.allowed_response_headers.is_empty() {
-                    !is_unforwardable(n)
-                        && !matches!(n.as_str(), "content-type" | "date" | "server")
-                } else {
-                    !n.starts_with(':')
-                        && authorizer
-                            .allowed_response_headers
-                            .iter()
-                            .any(|a| a.eq_ignore_ascii_case(n))
-                }
-            })
-            .map(|(n, v)| HeaderEdit::set(n, v))
-            .collect();
-        return (AuthzOutcome::Allow { headers }, None);
+        let listed = &authorizer.allowed_response_headers;
+        let mut edits = Vec::new();
+        for (n, v) in headers {
+            let applied = if listed.is_empty() {
+                !matches!(n.as_str(), "content-type" | "date" | "server")
+            } else {
+                listed.iter().any(|a| a.eq_ignore_ascii_case(&n))
+            };
+            if !applied {
+                continue;
+            }
+            if let Some(problem) = header_problem(&n, &v) {
+                return (malformed(&problem), None);
+            }
+            edits.push(HeaderEdit::set(n, v));
+        }
+        return (AuthzOutcome::Allow { headers: edits }, None);
     }
     if !is_denial(status) {
         let detail = format!("authorizer answered {status}");
         return (AuthzOutcome::Error { detail }, None);
     }
-    denial(authorizer, status, headers, body)
+    denial(authorizer, status, headers.collect(), body)
 }
 
-/// An authorizer's denial (HTTP or gRPC): its headers minus those that never travel, its body
-/// unless over `maxResponseBodyBytes` (then none, nor the headers describing it; the note says so).
+/// An authorizer's denial (HTTP or gRPC): its headers (Envoy's own left out; any other that
+/// cannot be applied makes the answer malformed), its body unless over `maxResponseBodyBytes`
+/// (then none, nor the headers describing it; the note says so).
 pub(crate) fn denial(
     authorizer: &Authorizer,
     status: u16,
@@ -236,11 +245,19 @@ pub(crate) fn denial(
 ) -> (AuthzOutcome, Option<String>) {
     let cap = usize::try_from(authorizer.max_response_body_bytes).unwrap_or(usize::MAX);
     let over = body.len() > cap;
-    let headers = headers
-        .into_iter()
-        .map(|(n, v)| (n.to_ascii_lowercase(), v))
-        .filter(|(n, _)| !(is_unforwardable(n) || (over && describes_body(n))))
-        .collect();
+    let mut relayed = Vec::with_capacity(headers.len());
+    for (n, v) in headers {
+        let n = n.to_ascii_lowercase();
+        if n.starts_with("x-envoy-") {
+            continue;
+        }
+        if let Some(problem) = header_problem(&n, &v) {
+            return (malformed(&problem), None);
+        }
+        if !(over && describes_body(&n)) {
+            relayed.push((n, v));
+        }
+    }
     let (body, note) = if over {
         let note = format!("denial body over maxResponseBodyBytes ({cap}), not relayed");
         (Vec::new(), Some(note))
@@ -250,7 +267,7 @@ pub(crate) fn denial(
     (
         AuthzOutcome::Deny {
             status,
-            headers,
+            headers: relayed,
             body,
         },
         note,

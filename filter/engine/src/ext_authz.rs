@@ -474,19 +474,23 @@ fn grpc_status_name(code: u32) -> &'static str {
         .unwrap_or("?")
 }
 
-/// Headers an authorizer may not edit upstream: pseudo-headers and Host (as Envoy ignores them).
-fn is_protected(name: &str) -> bool {
-    name.starts_with(':') || name == "host"
-}
-
-fn header_pair(o: &pb::HeaderValueOption) -> Option<(String, String)> {
-    let h = o.header.as_ref()?;
+/// A HeaderValueOption's header, name lowercase, checked by [`crate::callout::header_problem`].
+fn header_pair(o: &pb::HeaderValueOption) -> Result<(String, String), String> {
+    let h = o
+        .header
+        .as_ref()
+        .ok_or("a HeaderValueOption without a header")?;
     let value = if h.value.is_empty() && !h.raw_value.is_empty() {
-        String::from_utf8(h.raw_value.clone()).ok()?
+        String::from_utf8(h.raw_value.clone())
+            .map_err(|_| format!("header {:?}: raw_value is not UTF-8", h.key))?
     } else {
         h.value.clone()
     };
-    Some((h.key.to_ascii_lowercase(), value))
+    let name = h.key.to_ascii_lowercase();
+    match crate::callout::header_problem(&name, &value) {
+        Some(problem) => Err(problem),
+        None => Ok((name, value)),
+    }
 }
 
 /// The upstream edit a HeaderValueOption asks for; None: an append action Envoy does not know.
@@ -508,30 +512,18 @@ fn op_of(o: &pb::HeaderValueOption) -> Option<HeaderOp> {
 }
 
 /// What an OK CheckResponse asks: upstream header edits, or why it cannot be applied.
-fn ok_edits(ok: &pb::OkHttpResponse) -> Result<(Vec<HeaderEdit>, Vec<String>), String> {
-    let mut edits = Vec::new();
-    let mut ignored = Vec::new();
+fn ok_edits(ok: &pb::OkHttpResponse) -> Result<Vec<HeaderEdit>, String> {
+    let mut edits = Vec::with_capacity(ok.headers.len() + ok.headers_to_remove.len());
     for o in &ok.headers {
-        let Some((name, value)) = header_pair(o) else {
-            return Err("an OK header without a key or with a non-UTF-8 value".into());
-        };
-        let Some(op) = op_of(o) else {
-            return Err(format!(
-                "OK header {name}: unknown append_action {}",
-                o.append_action
-            ));
-        };
-        if is_protected(&name) || !crate::callout::is_header_name(&name) {
-            ignored.push(name);
-            continue;
-        }
+        let (name, value) = header_pair(o)?;
+        let op = op_of(o)
+            .ok_or_else(|| format!("header {name}: unknown append_action {}", o.append_action))?;
         edits.push(HeaderEdit { op, name, value });
     }
     for name in &ok.headers_to_remove {
         let name = name.to_ascii_lowercase();
-        if is_protected(&name) || !crate::callout::is_header_name(&name) {
-            ignored.push(name);
-            continue;
+        if let Some(problem) = crate::callout::header_problem(&name, "") {
+            return Err(format!("headers_to_remove: {problem}"));
         }
         edits.push(HeaderEdit {
             op: HeaderOp::Remove,
@@ -539,7 +531,7 @@ fn ok_edits(ok: &pb::OkHttpResponse) -> Result<(Vec<HeaderEdit>, Vec<String>), S
             value: String::new(),
         });
     }
-    Ok((edits, ignored))
+    Ok(edits)
 }
 
 /// Dynamic metadata of a CheckResponse as a JSON object (Envoy: the OK response's
@@ -594,32 +586,46 @@ pub(crate) fn interpret(
         Ok(r) => r,
         Err(e) => return error(format!("malformed CheckResponse: {e}")),
     };
-    let metadata = metadata_json(&resp);
     let status = resp.status.as_ref().map_or(0, |s| s.code);
     if status == 0 {
-        let (edits, ignored) = match resp.ok_response.as_ref().map(ok_edits) {
-            None => (Vec::new(), Vec::new()),
-            Some(Ok(e)) => e,
-            Some(Err(detail)) => return error(format!("malformed CheckResponse: {detail}")),
+        // An answer whose status and response disagree is malformed: never applied.
+        let disagrees = [
+            ("denied_response", resp.denied_response.is_some()),
+            ("error_response", resp.error_response.is_some()),
+        ];
+        if let Some((field, _)) = disagrees.iter().find(|(_, set)| *set) {
+            let problem = format!("status OK with a {field}");
+            return (crate::callout::malformed(&problem), None, None);
+        }
+        let edits = match resp.ok_response.as_ref().map(ok_edits).transpose() {
+            Ok(e) => e.unwrap_or_default(),
+            Err(problem) => return (crate::callout::malformed(&problem), None, None),
         };
-        let note = (!ignored.is_empty())
-            .then(|| format!("ignored edits of protected headers: {}", ignored.join(", ")));
-        return (AuthzOutcome::Allow { headers: edits }, note, metadata);
+        let metadata = metadata_json(&resp);
+        return (AuthzOutcome::Allow { headers: edits }, None, metadata);
     }
     if resp.error_response.is_some() {
         return error(format!(
             "authorizer answered an error_response (status {status})"
         ));
     }
+    let metadata = metadata_json(&resp);
     let denied = resp.denied_response.unwrap_or_default();
     let http = denied.status.map_or(0, |s| s.code);
     let http = u16::try_from(http)
         .ok()
         .filter(|s| (300..600).contains(s))
         .unwrap_or(403);
-    let headers = denied.headers.iter().filter_map(header_pair).collect();
+    let headers = match denied.headers.iter().map(header_pair).collect() {
+        Ok(h) => h,
+        Err(problem) => return (crate::callout::malformed(&problem), None, None),
+    };
     let (outcome, note) =
         crate::callout::denial(authorizer, http, headers, denied.body.into_bytes());
+    let metadata = match outcome {
+        AuthzOutcome::Error { .. } => None,
+        _ => metadata,
+    };
     (outcome, note, metadata)
 }
 
@@ -783,9 +789,8 @@ mod tests {
                     hvo("x-default", "3", None, 0),
                     hvo("x-absent", "4", None, 1),
                     hvo("x-over", "5", None, 3),
-                    hvo(":path", "/evil", None, 2),
                 ],
-                headers_to_remove: vec!["Authorization".into(), "host".into()],
+                headers_to_remove: vec!["Authorization".into()],
                 dynamic_metadata: None,
             }),
             ..Default::default()
@@ -813,8 +818,7 @@ mod tests {
                 ]
             }
         );
-        assert!(note.unwrap().contains(":path, host"));
-        assert_eq!(meta, None);
+        assert_eq!((note, meta), (None, None));
     }
 
     #[test]

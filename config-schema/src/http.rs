@@ -1,0 +1,101 @@
+//! HTTP header rules shared by bundle validation and the filter: the one definition of a valid
+//! header name and value, and of the headers an authorizer's answer may never set.
+
+/// Whether `name` is an HTTP field name: a non-empty token (RFC 9110 §5.1, §5.6.2).
+pub fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Whether `value` may be a header value (RFC 9110 §5.5): no control character but HTAB. CR, LF
+/// and NUL would split or end a header; Envoy refuses the other controls too (with a 503).
+pub fn is_header_value(value: &str) -> bool {
+    value.bytes().all(|b| b == b'\t' || !b.is_ascii_control())
+}
+
+/// Framing and hop-by-hop headers (RFC 9110 §7.6.1, plus `content-length` and `trailer`):
+/// they describe one message on one connection. `name` is lowercase.
+pub fn is_framing(name: &str) -> bool {
+    matches!(
+        name,
+        "content-length"
+            | "transfer-encoding"
+            | "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "upgrade"
+    )
+}
+
+/// Headers an authorizer's answer never sets on the upstream request or the client's
+/// response: pseudo-headers, `host`, framing and hop-by-hop headers, `proxy-*`. `name` is
+/// lowercase.
+pub fn is_never_applied(name: &str) -> bool {
+    name.starts_with(':') || name == "host" || name.starts_with("proxy-") || is_framing(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_tokens() {
+        for ok in ["x-a", "X_b", "a.b", "!#$%&'*+-.^_`|~09Az"] {
+            assert!(is_header_name(ok), "{ok}");
+        }
+        for bad in ["", ":path", "a b", "a\r", "a:b", "é", "a\0", "a\"b", "(x)"] {
+            assert!(!is_header_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn values_hold_no_control_but_htab() {
+        assert!(is_header_value("a b\t\"c\"é"));
+        assert!(is_header_value(""));
+        for bad in [
+            "a\r\nx-b: c",
+            "a\rb",
+            "a\nb",
+            "a\0b",
+            "a\x01",
+            "\x1f",
+            "a\x7f",
+        ] {
+            assert!(!is_header_value(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn never_applied() {
+        for name in [
+            ":path",
+            ":authority",
+            "host",
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "keep-alive",
+            "te",
+            "trailer",
+            "upgrade",
+            "proxy-authorization",
+            "proxy-connection",
+        ] {
+            assert!(is_never_applied(name), "{name}");
+        }
+        for name in [
+            "x-user",
+            "authorization",
+            "content-type",
+            "hostname",
+            "tee",
+            "x-host",
+        ] {
+            assert!(!is_never_applied(name), "{name}");
+        }
+    }
+}
