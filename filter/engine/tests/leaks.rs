@@ -12,41 +12,13 @@
 mod common;
 
 use common::*;
-use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+use mcp_access_engine::flow::{Next, RequestFlow};
 use mcp_access_engine::listing::{BodyAction, HeadersAction};
 use mcp_access_engine::policy::Engine;
-use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 
-fn input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
-    let mut h: Vec<(String, String)> = vec![
-        (":method".into(), "POST".into()),
-        (":path".into(), "/mcp".into()),
-        (":authority".into(), "gw.example.org".into()),
-        ("content-type".into(), "application/json".into()),
-    ];
-    h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
-    HeadersInput {
-        headers: h,
-        end_of_stream: false,
-        port: 8443,
-        route_name: Some("tools-route".into()),
-        cluster_name: None,
-        caller: Caller {
-            spiffe: Some(spiffe.into()),
-            jwts: vec![],
-        },
-        time: None,
-        peers: None,
-    }
-}
-
 fn send(e: &Engine, extra: &[(&str, &str)], body: &str) -> (RequestFlow, Next) {
-    let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(e, input(ALPHA, extra)), Next::Hold);
-    let owned = body.as_bytes().to_vec();
-    let a = flow.on_body(e, owned.len(), true, move |_| Some(owned));
-    (flow, a)
+    post_through(e, ALPHA, extra, body)
 }
 
 fn allowed(a: &Next) -> bool {
@@ -374,7 +346,7 @@ fn mcp_headers_sent_as_trailers_are_refused() {
     let e = any_tool();
     let post = |trailers: &[(&str, &str)]| {
         let mut flow = RequestFlow::new();
-        assert_eq!(flow.on_headers(&e, input(ALPHA, &[])), Next::Hold);
+        assert_eq!(flow.on_headers(&e, post_input(ALPHA, &[])), Next::Hold);
         assert_eq!(flow.on_body(&e, ECHO.len(), false, |_| None), Next::Hold);
         let trailers: Vec<(String, String)> = trailers
             .iter()
@@ -397,7 +369,7 @@ fn mcp_headers_sent_as_trailers_are_refused() {
 fn a_post_must_say_it_is_json_in_utf8() {
     let e = any_tool();
     let with_type = |ct: Option<&str>| {
-        let mut i = input(ALPHA, &[]);
+        let mut i = post_input(ALPHA, &[]);
         i.headers.retain(|(n, _)| n != "content-type");
         if let Some(ct) = ct {
             i.headers.push(("content-type".into(), ct.into()));

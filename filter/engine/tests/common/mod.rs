@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, Step};
 use mcp_access_engine::request::{Caller, McpOp, Request};
 use serde_json::{json, Value};
@@ -140,4 +141,45 @@ pub fn run(
 
 pub fn is_allow(d: &Decision) -> bool {
     matches!(d, Decision::Allow { .. })
+}
+
+/// The headers of a POST to `/mcp` on listener 8443, routed to `tools` (what an MCP client
+/// sends: `Content-Type: application/json`), from the caller with SPIFFE ID `spiffe`, plus
+/// `extra`.
+pub fn post_input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
+    let mut h: Vec<(String, String)> = vec![
+        (":method".into(), "POST".into()),
+        (":path".into(), "/mcp".into()),
+        (":authority".into(), "gw.example.org".into()),
+        ("content-type".into(), "application/json".into()),
+    ];
+    h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+    HeadersInput {
+        headers: h,
+        end_of_stream: false,
+        port: 8443,
+        route_name: Some("tools-route".into()),
+        cluster_name: None,
+        caller: Caller {
+            spiffe: Some(spiffe.into()),
+            jwts: vec![],
+        },
+        time: None,
+        peers: None,
+    }
+}
+
+/// One POST through the flow as the host drives it (headers, then the whole body): the flow
+/// and what it decided.
+pub fn post_through(
+    e: &Engine,
+    spiffe: &str,
+    extra: &[(&str, &str)],
+    body: &str,
+) -> (RequestFlow, Next) {
+    let mut flow = RequestFlow::new();
+    assert_eq!(flow.on_headers(e, post_input(spiffe, extra)), Next::Hold);
+    let owned = body.as_bytes().to_vec();
+    let a = flow.on_body(e, owned.len(), true, move |_| Some(owned));
+    (flow, a)
 }
