@@ -26,6 +26,7 @@ import h2.events
 import pytest
 
 from harness import Cluster, EnvoyProcess, Listener, McpServerProc, Route, Wasm, build_bootstrap, free_port, rpc
+from harness.rawhttp import Reply, send_raw
 
 DENIED = (403, -32010)
 MALFORMED_JSON = (400, -32700)
@@ -65,58 +66,6 @@ def bundle(ports: list[int]) -> dict[str, Any]:
                    [{"name": "tools", "authorization": {"mcp": {"methods": [{"name": "tools"}]}}}]),
         ],
     }
-
-
-@dataclass
-class Reply:
-    status: int
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    @property
-    def outcome(self) -> tuple[int, int | None]:
-        try:
-            return self.status, json.loads(self.body)["error"]["code"]
-        except (ValueError, KeyError, TypeError):
-            return self.status, None
-
-
-def send_h1(port: int, path: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
-    lines = [f"POST {path} HTTP/1.1", "Host: gw.example", "Connection: close", f"Content-Length: {len(body)}"]
-    lines += [f"{k}: {v}" for k, v in headers]
-    raw = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(raw)
-        data, chunked = b"", False
-        # Read only what the response holds: Envoy delays closing after a local reply.
-        while True:
-            head, sep, content = data.partition(b"\r\n\r\n")
-            if sep:
-                hdrs = {k.strip().lower(): v.strip() for k, _, v in
-                        (h.partition(":") for h in head.decode("latin-1").split("\r\n")[1:])}
-                chunked = hdrs.get("transfer-encoding", "").lower() == "chunked"
-                if "content-length" in hdrs and len(content) >= int(hdrs["content-length"]):
-                    break
-                if chunked and content.endswith(b"0\r\n\r\n"):
-                    break
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    if chunked:
-        out = b""
-        while content:
-            size_line, _, content = content.partition(b"\r\n")
-            size = int(size_line.split(b";")[0], 16)
-            if size == 0:
-                break
-            out, content = out + content[:size], content[size + 2:]
-        content = out
-    status = int(head.split(b" ", 2)[1])
-    return Reply(status, content)
 
 
 def send_h2(port: int, path: str, headers: list[tuple[str, str]], body: bytes,
@@ -162,7 +111,7 @@ class Stack:
              headers: list[tuple[str, str]] | None = None) -> Reply:
         self.mcp.reset()
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return send_h1(self.ports[via], f"/{backend}", JSON if headers is None else headers, raw)
+        return send_raw(self.ports[via], "POST", f"/{backend}", JSON if headers is None else headers, raw)
 
     def arrived(self) -> list[dict[str, Any]]:
         return self.mcp.requests()
@@ -186,7 +135,7 @@ VIAS = ["normalized", "raw"]
 
 def tool_names(r: Reply) -> list[str]:
     assert r.status == 200, r
-    return [t["name"] for t in r.json["result"]["tools"]]
+    return [t["name"] for t in json.loads(r.body)["result"]["tools"]]
 
 
 @pytest.mark.parametrize("via", VIAS)
