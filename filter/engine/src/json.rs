@@ -615,11 +615,9 @@ fn fits_double(n: &[u8]) -> bool {
             }
         }
     };
-    small
-        || std::str::from_utf8(n)
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .is_some_and(f64::is_finite)
+    // Converted as serde_json converts it (the value CEL reads comes from serde_json): at the
+    // very edge (`1.7976931348623158e308`) its rounding and the standard library's differ.
+    small || serde_json::from_slice::<f64>(n).is_ok_and(f64::is_finite)
 }
 
 fn syntax(detail: &str) -> SyntaxError {
@@ -1330,6 +1328,7 @@ pub mod tests {
             "123456789012345678901234567890",
             "1e308",
             "-1.7976931348623157e308",
+            "1.7976931348623157e308",
             "1e-400",
             "0e99999",
             "0.000001",
@@ -1371,6 +1370,9 @@ pub mod tests {
             "1.8e308",
             "1e99999999999999999999",
             "-0.1e311",
+            // Rounds to the largest double, but serde_json (which gives CEL its values) says
+            // out of range: refused, as CEL could not read it.
+            "1.7976931348623158e308",
         ] {
             assert!(is_syntax_error(with_arg(n).as_bytes()), "{n}");
             assert!(
