@@ -82,6 +82,19 @@ pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
     }
 }
 
+/// Why an OK answer cannot edit header `name` of the upstream request: [`header_problem`], or
+/// an MCP header the filter has compared with the body (`Mcp-Method`, `Mcp-Name`,
+/// `MCP-Protocol-Version`): changed after the check, the server would read another request
+/// than the one decided. `name` is lowercase.
+pub(crate) fn upstream_edit_problem(name: &str, value: &str) -> Option<String> {
+    match name {
+        "mcp-method" | "mcp-name" | "mcp-protocol-version" => Some(format!(
+            "header {name} was checked against the body and is never changed"
+        )),
+        _ => header_problem(name, value),
+    }
+}
+
 /// The outcome of an answer that cannot be applied: an error (the failure mode applies).
 pub(crate) fn malformed(problem: &str) -> AuthzOutcome {
     AuthzOutcome::Error {
@@ -220,7 +233,7 @@ pub(crate) fn interpret(
             if !applied {
                 continue;
             }
-            if let Some(problem) = header_problem(&n, &v) {
+            if let Some(problem) = upstream_edit_problem(&n, &v) {
                 return (malformed(&problem), None);
             }
             edits.push(HeaderEdit::set(n, v));

@@ -516,13 +516,16 @@ fn ok_edits(ok: &pb::OkHttpResponse) -> Result<Vec<HeaderEdit>, String> {
     let mut edits = Vec::with_capacity(ok.headers.len() + ok.headers_to_remove.len());
     for o in &ok.headers {
         let (name, value) = header_pair(o)?;
+        if let Some(problem) = crate::callout::upstream_edit_problem(&name, &value) {
+            return Err(problem);
+        }
         let op = op_of(o)
             .ok_or_else(|| format!("header {name}: unknown append_action {}", o.append_action))?;
         edits.push(HeaderEdit { op, name, value });
     }
     for name in &ok.headers_to_remove {
         let name = name.to_ascii_lowercase();
-        if let Some(problem) = crate::callout::header_problem(&name, "") {
+        if let Some(problem) = crate::callout::upstream_edit_problem(&name, "") {
             return Err(format!("headers_to_remove: {problem}"));
         }
         edits.push(HeaderEdit {

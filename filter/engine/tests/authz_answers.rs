@@ -392,3 +392,33 @@ fn an_http_denial_with_a_header_that_cannot_be_relayed_is_malformed() {
         .headers
         .contains(&("www-authenticate".into(), "Bearer".into())));
 }
+
+#[test]
+fn an_ok_answer_changing_an_mcp_header_checked_against_the_body_is_malformed() {
+    // The filter compared these with the body; an answer rewriting them would have the server
+    // read another request than the one decided.
+    for mode in ["Deny", "Allow"] {
+        for name in ["mcp-name", "Mcp-Method", "mcp-protocol-version"] {
+            let resp = ok(vec![hvo("x-good", "1"), hvo(name, "delete_repo")], &[]);
+            let case = format!("{mode} gRPC set {name}");
+            assert_malformed(
+                mode,
+                grpc_answer(mode, &resp),
+                "checked against the body",
+                &case,
+            );
+            let resp = ok(vec![hvo("x-good", "1")], &[name]);
+            let case = format!("{mode} gRPC remove {name}");
+            assert_malformed(
+                mode,
+                grpc_answer(mode, &resp),
+                "checked against the body",
+                &case,
+            );
+            let extra = json!({ "allowedResponseHeaders": ["x-good", name] });
+            let answer = http_answer(mode, extra, 200, &[("x-good", "1"), (name, "delete_repo")]);
+            let case = format!("{mode} HTTP {name}");
+            assert_malformed(mode, answer, "checked against the body", &case);
+        }
+    }
+}
