@@ -837,7 +837,7 @@ fn every_stream_that_can_carry_a_listing_is_filtered_over_the_abi() {
         .unwrap()
         .replace('\n', "\r");
     let cut = cr.len() - 1;
-    let (out, _) = vm.respond(ctx, &sse, &[cr[..cut].as_bytes(), cr[cut..].as_bytes()]);
+    let (out, _) = vm.respond(ctx, &sse, &[&cr.as_bytes()[..cut], &cr.as_bytes()[cut..]]);
     assert_eq!(sse_tools(&String::from_utf8(out).unwrap()), [["echo"]]);
 
     // A 500 answering the listing: filtered when it holds one, else passed on as it is.

@@ -304,8 +304,8 @@ impl ListingFilter {
     }
 
     /// A whole body (the answer to the listing request): the filtered message, the body
-    /// unchanged, or the error. A non-2xx body is passed on unless it is a JSON-RPC result or
-    /// JSON the filter cannot read.
+    /// unchanged, or the error (echoing the request's id: the body answers it). A non-2xx
+    /// body is passed on unless it is a JSON-RPC result or JSON the filter cannot read.
     fn filter_body(&mut self, engine: &Engine, body: &[u8]) -> Vec<u8> {
         let lenient = self.mode == Mode::Lenient;
         match self.read_message(engine, body, true) {
@@ -313,8 +313,7 @@ impl ListingFilter {
             Read::Unchanged => body.to_vec(),
             Read::NotJsonRpc if lenient => body.to_vec(),
             Read::Unreadable(_) if lenient && !looks_like_json(body) => body.to_vec(),
-            Read::NotJsonRpc => self.error(None),
-            Read::Unreadable(id) => self.error(id),
+            Read::NotJsonRpc | Read::Unreadable(_) => self.error(None),
         }
     }
 
