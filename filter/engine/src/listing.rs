@@ -548,7 +548,8 @@ impl ListingFilter {
         if fields.is_empty() {
             return;
         }
-        let is_message = fields.event.is_none_or(|e| e == b"message");
+        // An empty event type is dispatched as `message` too.
+        let is_message = fields.event.is_none_or(|e| e.is_empty() || e == b"message");
         let data: Cow<'_, [u8]> = match fields.data.as_slice() {
             [one] => Cow::Borrowed(one),
             lines => Cow::Owned(lines.join(&b'\n')),
@@ -1076,7 +1077,7 @@ mod tests {
             return Vec::new();
         }
         let joined = data.join(&b'\n');
-        let message = name.is_none_or(|n| n == "message") && !joined.is_empty();
+        let message = name.is_none_or(|n| n.is_empty() || n == "message") && !joined.is_empty();
         let body = if message && (f.listing.is_some() || may_hold_listing(&joined)) {
             match f.read_message(e, &joined, false) {
                 Read::Filtered(v) => v,
@@ -1115,7 +1116,7 @@ mod tests {
         let e = Engine::from_json(BUNDLE.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         let listing = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo"},
  {"name":"rm"}]}}"#;
-        let pieces: [&[u8]; 26] = [
+        let pieces: [&[u8]; 27] = [
             b"data: ",
             b"data:",
             b"data",
@@ -1126,6 +1127,7 @@ mod tests {
             br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#,
             b"event: message",
             b"event: other",
+            b"event:",
             b"event:message",
             b"id: 7",
             b"id: a\0b",

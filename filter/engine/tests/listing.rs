@@ -741,6 +741,24 @@ fn the_end_of_a_stream_loses_no_complete_event() {
     );
 }
 
+#[test]
+fn an_event_of_empty_type_is_a_message_and_is_filtered() {
+    // Clients dispatch an event whose `event` field is empty as `message` (found by fuzzing:
+    // such an event went on unread).
+    let e = engine_for_listings();
+    let result = TOOLS.replace('\n', "");
+    for field in ["event:", "event: ", "event"] {
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+        let stream = format!("{field}\ndata: {result}\n\n");
+        let out = through_sse(&e, &mut f, &[stream.as_bytes()]);
+        assert_eq!(
+            names(&messages(&out)[0], "tools", "name"),
+            ["echo"],
+            "{field}: {out}"
+        );
+    }
+}
+
 /// A request with no body (GET) from `spiffe`, with these extra headers.
 fn bodiless(e: &Engine, method: &str, spiffe: &str, extra: &[(&str, &str)]) -> (RequestFlow, Next) {
     let mut h = input(spiffe, extra);
