@@ -86,8 +86,8 @@ pub struct ListingFilter {
     listing: Option<&'static Listing>,
     /// The request, its MCP operation replaced by a call of each item in turn.
     probe: Request,
-    /// The listing whose items the probe is set up to judge.
-    probe_listing: Option<&'static Listing>,
+    /// The listing whose items the probe is set up to judge (its [`LISTINGS`] index).
+    probe_listing: Option<u8>,
     host: String,
     /// The request id (raw JSON) of a JSON-RPC request: a response with this id answers it.
     /// Also the id of the error that replaces what cannot be filtered, when that has none.
@@ -180,7 +180,7 @@ impl ListingFilter {
             listing,
             host: req.host(),
             probe,
-            probe_listing: listing,
+            probe_listing: listing.and_then(index_of),
             id: id.map(str::to_string),
             cache_scope: revision.has_cache_scope(),
             max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
@@ -410,7 +410,7 @@ impl ListingFilter {
             out.push(b'[');
             let mut first = true;
             while let Some(item) = items.next_if(|i| i.array == index) {
-                if !self.usable(engine, scope, listing, item.key.as_deref()) {
+                if !self.usable(engine, scope, (index, listing), item.key.as_deref()) {
                     continue;
                 }
                 if !first {
@@ -431,16 +431,18 @@ impl ListingFilter {
         Some(out)
     }
 
-    /// Whether the caller could use the item of `listing` named `name` (its name or URI,
-    /// decoded; None: it has none). Resource templates are judged as a read of some URI.
+    /// Whether the caller could use the item of `listing` (its [`LISTINGS`] index and entry)
+    /// named `name` (its name or URI, decoded; None: it has none). Resource templates are
+    /// judged as a read of some URI.
     fn usable(
         &mut self,
         engine: &Engine,
         scope: ItemScope,
-        listing: &'static Listing,
+        listing: (u8, &'static Listing),
         name: Option<&[u8]>,
     ) -> bool {
-        if self.probe_listing != Some(listing) {
+        let (index, listing) = listing;
+        if self.probe_listing != Some(index) {
             // Each item is judged as a call of that item alone: never with the request's params.
             self.probe.as_item_call(
                 listing.judged_as,
@@ -448,7 +450,7 @@ impl ListingFilter {
                 None,
                 engine.cel_needs().params,
             );
-            self.probe_listing = Some(listing);
+            self.probe_listing = Some(index);
         }
         let McpOp::Call { param, .. } = &mut self.probe.mcp else {
             return false;
@@ -621,6 +623,12 @@ fn mode_for(listing: bool, headers: &[(String, String)]) -> Mode {
 /// The listing at `index` of [`LISTINGS`].
 fn listing_at(index: u8) -> Option<&'static Listing> {
     LISTINGS.get(usize::from(index))
+}
+
+/// The index of `listing` in [`LISTINGS`].
+fn index_of(listing: &'static Listing) -> Option<u8> {
+    let i = LISTINGS.iter().position(|l| l == listing)?;
+    u8::try_from(i).ok()
 }
 
 /// Whether a body that is not a JSON-RPC message could be read as JSON by a lenient client:
