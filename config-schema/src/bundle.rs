@@ -697,8 +697,8 @@ pub struct Listings {
     /// the server sent them.
     #[serde(default = "default_true")]
     pub filter: bool,
-    /// Largest listing response (JSON body, or one SSE event) the filter reads; a larger one
-    /// is replaced by a JSON-RPC error, never passed unfiltered.
+    /// Largest listing response (JSON body, or one SSE event of any stream the filter reads)
+    /// the filter reads; a larger one is replaced by a JSON-RPC error, never passed unfiltered.
     #[serde(default = "default_max_listing")]
     pub max_bytes: u32,
 }

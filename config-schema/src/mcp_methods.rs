@@ -314,8 +314,9 @@ pub struct Listing {
     pub key: Option<Param>,
 }
 
-/// The listings, each with how its items are judged.
-pub(crate) const LISTINGS: &[Listing] = &[
+/// The listings, each with how its items are judged (the filter also recognises a listing
+/// answer by its `items` member, docs/semantics.md §5.4).
+pub const LISTINGS: &[Listing] = &[
     Listing {
         method: "tools/list",
         items: "tools",

@@ -137,7 +137,8 @@ struct Stream {
     engine: Rc<Engine>,
     stats: Rc<Stats>,
     flow: RequestFlow,
-    /// The response filter of an allowed listing request.
+    /// The filter of a response that may carry a listing (docs/semantics.md §5.4), made when
+    /// its headers arrive.
     listing: Option<ListingFilter>,
 }
 
@@ -196,7 +197,6 @@ impl Stream {
                         }
                     }
                     self.finished();
-                    self.listing = self.flow.listing_filter(&self.engine);
                     if phase.resumes_on_allow() {
                         abi::resume_request();
                     }
@@ -361,10 +361,15 @@ impl HttpContext for Stream {
         _num_headers: usize,
         _end_of_stream: bool,
     ) -> WasmAction {
+        // Only an allowed request's response is read (a denial is the filter's own answer).
+        if !self.flow.outcome().is_some_and(|o| o.allowed) {
+            return WasmAction::Continue;
+        }
+        let headers = abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default();
+        self.listing = self.flow.response_filter(&self.engine, &headers);
         let Some(filter) = self.listing.as_mut() else {
             return WasmAction::Continue;
         };
-        let headers = abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default();
         match filter.on_headers(&headers) {
             HeadersAction::Keep => self.listing = None,
             HeadersAction::Rewrite => {
@@ -403,12 +408,7 @@ impl HttpContext for Stream {
         });
         match action {
             BodyAction::Pass => WasmAction::Continue,
-            BodyAction::Buffer { drop_buffer } => {
-                if drop_buffer {
-                    abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, body_size, &[]);
-                }
-                WasmAction::Pause
-            }
+            BodyAction::Buffer => WasmAction::Pause,
             BodyAction::Replace(bytes) => {
                 abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, body_size, &bytes);
                 WasmAction::Continue

@@ -762,6 +762,99 @@ fn a_listing_response_is_filtered_over_the_abi() {
         .any(|(n, _)| n == "content-length"));
 }
 
+/// The tools of each JSON-RPC message in an SSE body (events split at blank lines).
+fn sse_tools(text: &str) -> Vec<Vec<String>> {
+    text.split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            let tools = v["result"]["tools"].as_array()?.clone();
+            Some(
+                tools
+                    .iter()
+                    .map(|t| t["name"].as_str().unwrap_or("").to_string())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_stream_that_can_carry_a_listing_is_filtered_over_the_abi() {
+    let policies = json!([{"name": "echo-only", "level": "Gateway", "targets": [{"name": "gw"}],
+        "action": "Allow", "rules": [{"name": "echo", "authorization": {"mcp": {
+            "methods": [{"name": "tools/call", "params": ["echo"]}], "baseProtocol": "Match"}}}]}]);
+    let Some(mut vm) = configured(&bundle(policies, json!({})), "tools-route") else {
+        return;
+    };
+    let sse = [(":status", "200"), ("content-type", "text/event-stream")];
+    let others = br#"{"jsonrpc":"2.0","id":9,"result":{"tools":[{"name":"rm"},{"name":"echo"}]}}"#;
+    let mut event = b"id: e1\ndata: ".to_vec();
+    event.extend_from_slice(others);
+    event.extend_from_slice(b"\n\n");
+
+    // A GET stream, standalone or resumed: each event goes out, filtered, as it completes.
+    for resume in [None, Some("e0")] {
+        let mut get = vec![
+            (":method", "GET"),
+            (":path", "/mcp"),
+            (":authority", "gw.example.org"),
+        ];
+        get.extend(resume.map(|id| ("last-event-id", id)));
+        vm.host_mut().set_headers.clear();
+        let (ctx, action) = vm.request(&get, b"");
+        assert_eq!(action, CONTINUE);
+        assert!(vm
+            .host()
+            .set_headers
+            .contains(&("accept-encoding".into(), "identity".into())));
+        let (out, actions) = vm.respond(ctx, &sse, &[&event[..30], &event[30..], &event]);
+        assert_eq!(actions, [CONTINUE, CONTINUE, CONTINUE]);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(sse_tools(&text), [["echo"], ["echo"]], "{resume:?}: {text}");
+        assert!(!text.contains("rm"));
+    }
+
+    // A tools/call answered with a stream: another request's listing on it is filtered, the
+    // call's own answer is not touched.
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let own = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
+    let mut stream = event.clone();
+    stream.extend_from_slice(b"data: ");
+    stream.extend_from_slice(own);
+    stream.extend_from_slice(b"\n\n");
+    let (out, _) = vm.respond(ctx, &sse, &[&stream]);
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(sse_tools(&text), [["echo"]], "{text}");
+    assert!(text.contains(std::str::from_utf8(own).unwrap()), "{text}");
+
+    // A listing in CR-only lines, its CRs split across chunks.
+    let list = br#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#;
+    let (ctx, _) = vm.request(POST, list);
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let cr = String::from_utf8(event.clone())
+        .unwrap()
+        .replace('\n', "\r");
+    let cut = cr.len() - 1;
+    let (out, _) = vm.respond(ctx, &sse, &[&cr.as_bytes()[..cut], &cr.as_bytes()[cut..]]);
+    assert_eq!(sse_tools(&String::from_utf8(out).unwrap()), [["echo"]]);
+
+    // A 500 answering the listing: filtered when it holds one, else passed on as it is.
+    let err = [(":status", "500"), ("content-type", "application/json")];
+    let (ctx, _) = vm.request(POST, list);
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let (out, actions) = vm.respond(ctx, &err, &[&others[..20], &others[20..]]);
+    assert_eq!(actions, [PAUSE, CONTINUE]);
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["result"]["tools"], json!([{"name": "echo"}]));
+    let error = br#"{"jsonrpc":"2.0","id":4,"error":{"code":-32000,"message":"rm failed"}}"#;
+    let (ctx, _) = vm.request(POST, list);
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let (out, _) = vm.respond(ctx, &err, &[error]);
+    assert_eq!(out, error);
+}
+
 fn grpc_bundle(mode: &str) -> Value {
     let mut b = bundle(ext_auth(), json!({}));
     b["authorizers"] = json!([{"name": "risk", "cluster": "risk-grpc", "protocol": "GRPC",

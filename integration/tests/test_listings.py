@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import MCPError
 
@@ -37,11 +38,13 @@ from harness import (
     Wasm,
     build_bootstrap,
     free_port,
+    get,
     post_jsonrpc,
     rpc,
     start_mcp_server,
     text_of,
 )
+from harness.client import ssl_context
 
 MAX_LISTING = 16 * 1024
 
@@ -57,14 +60,76 @@ SSE_EVENTS = [
     b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}\n\n',
     b"event: message\ndata: " + json.dumps(tools_result(["delete_repo", "echo", "get_weather"])).encode() + b"\n\n",
 ]
+# Non-2xx answers to a listing: (status, content type, body).
+ERROR_ANSWERS = {
+    "500-listing": (500, "application/json", json.dumps(tools_result(["delete_repo", "echo", "get_weather"])).encode()),
+    "500-error": (500, "application/json",
+                  b'{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"delete_repo is broken"}}'),
+    "502-html": (502, "text/html", b"<html><body>delete_repo: bad gateway</body></html>"),
+}
+
+
+def with_line_ends(events: list[bytes], style: str) -> list[bytes]:
+    """`events` (LF line ends) with CR, CRLF or mixed line ends."""
+    if style == "lf":
+        return events
+    if style in ("cr", "crlf"):
+        return [e.replace(b"\n", {"cr": b"\r", "crlf": b"\r\n"}[style]) for e in events]
+    # mixed: each line end of another kind than the one before (never a CR before a blank LF).
+    ends = [b"\r\n", b"\n", b"\r"]
+    out, i = [], 0
+    for e in events:
+        lines = e.split(b"\n")[:-1]
+        buf = b""
+        for line in lines:
+            buf += line + ends[i % 3]
+            i += 1
+        out.append(buf)
+    return out
+
+
+# What a crafted server sends on streams: a listing of every tool answering a request the
+# filter did not see on that stream (a GET stream, or another request's POST stream).
+ALL_TOOLS = ["delete_repo", "echo", "get_weather"]
 
 
 class CraftedUpstream(BackgroundHttpServer):
-    """Answers every POST as its `x-answer` header says."""
+    """Answers every POST as its `x-answer` header says; GET streams as the `x-stream` header says."""
 
     def __init__(self) -> None:
+        # The id of the last tools/list answered with a stream that broke off (resumed by GET).
+        pending: dict[str, Any] = {}
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def stream(self, parts: list[bytes], status: int = 200, pause: float = 0.05, hold: float = 0) -> None:
+                """An SSE answer written in `parts` (chunks with a pause between), then held
+                open `hold` seconds before it ends."""
+                self.send_response(status)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for part in parts:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.flush()
+                    time.sleep(pause)
+                time.sleep(hold)
+                self.wfile.write(b"0\r\n\r\n")
+
+            def do_GET(self) -> None:  # noqa: N802
+                kind = self.headers.get("x-stream", "lf")
+                listing = tools_result(ALL_TOOLS)
+                if self.headers.get("last-event-id"):
+                    # The stream a tools/list POST broke off: its answer, replayed.
+                    listing["id"] = pending.get("id", 1)
+                    self.stream([b"id: ev-2\ndata: " + json.dumps(listing).encode() + b"\n\n"])
+                    return
+                listing["id"] = "no-such-request"
+                note = b'data: {"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n\n'
+                event = b"id: s-1\ndata: " + json.dumps(listing).encode() + b"\n\n"
+                # The stream stays open after its events: they must reach the client before it ends.
+                self.stream(with_line_ends([note, event], kind), hold=float(self.headers.get("x-hold", "0")))
 
             def do_POST(self) -> None:  # noqa: N802
                 msg = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
@@ -77,18 +142,39 @@ class CraftedUpstream(BackgroundHttpServer):
                 if msg.get("method") == "initialize":
                     answer = "initialize"
                 if answer == "sse":
-                    self.send_response(200)
-                    self.send_header("content-type", "text/event-stream")
-                    self.send_header("transfer-encoding", "chunked")
-                    self.end_headers()
                     # Each event cut in two writes, a pause between: the filter sees it in pieces.
-                    for event in SSE_EVENTS:
-                        half = len(event) // 2
-                        for part in (event[:half], event[half:]):
-                            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
-                            self.wfile.flush()
-                            time.sleep(0.05)
-                    self.wfile.write(b"0\r\n\r\n")
+                    self.stream([p for e in SSE_EVENTS for p in (e[:len(e) // 2], e[len(e) // 2:])])
+                    return
+                if answer.startswith("sse-"):
+                    # The listing with other line ends, each event cut after its first CR (a
+                    # CRLF then arrives in two chunks), with this request's id.
+                    events = [e.replace(b'"id": 1,', b'"id": %s,' % json.dumps(msg["id"]).encode()) for e in SSE_EVENTS]
+                    parts = []
+                    for e in with_line_ends(events, answer[4:]):
+                        cut = e.find(b"\r") + 1 or len(e) // 2
+                        parts += [e[:cut], e[cut:]]
+                    self.stream(parts)
+                    return
+                if answer == "resume" and msg.get("method") == "tools/list":
+                    # A priming event (id, short retry), then the stream breaks off: the client
+                    # resumes it with a GET carrying Last-Event-ID.
+                    pending["id"] = msg["id"]
+                    self.stream([b"id: ev-1\nretry: 50\ndata: \n\n"])
+                    return
+                if answer == "call-stream" and msg.get("method") == "tools/call":
+                    # Another request's listing on this call's stream, then the call's answer.
+                    other = {**tools_result(ALL_TOOLS), "id": 424242}
+                    own = {"jsonrpc": "2.0", "id": msg["id"], "result": {
+                        "content": [{"type": "text", "text": "called"}], "tools": [{"name": "delete_repo"}]}}
+                    self.stream([b"data: " + json.dumps(m).encode() + b"\n\n" for m in (other, own)])
+                    return
+                if answer in ERROR_ANSWERS:
+                    status, ctype, body = ERROR_ANSWERS[answer]
+                    self.send_response(status)
+                    self.send_header("content-type", ctype)
+                    self.send_header("content-length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
                     return
                 body = {
                     "initialize": json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
@@ -266,3 +352,92 @@ def test_mcp_param_headers_are_passed_on_untouched(stack: Stack) -> None:
     stack.post("json", call, headers=headers, protocol_version="2026-07-28")
     seen = [r["headers"] for r in stack.json_server.requests() if r["mcp_method"] == "tools/call"]
     assert [h.get("mcp-param-region") for h in seen] == ["=?base64?ZXUtd2VzdA==?="], seen
+
+
+def sse_messages(text: str) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of an SSE body the filter wrote (LF line ends, `data: ` lines)."""
+    events = [e for e in text.split("\n\n") if e.strip()]
+    data = ["\n".join(l[len("data: "):] for l in e.splitlines() if l.startswith("data: ")) for e in events]
+    return [json.loads(d) for d in data if d]
+
+
+def tool_lists(messages: list[dict[str, Any]]) -> list[list[str]]:
+    return [[t["name"] for t in m["result"]["tools"]] for m in messages if "tools" in m.get("result", {})]
+
+
+@pytest.mark.parametrize("line_ends", ["lf", "cr", "crlf", "mixed"])
+def test_a_get_stream_is_filtered_whatever_its_line_ends(stack: Stack, line_ends: str) -> None:
+    """The standalone GET stream carries a listing answering a request the filter never saw."""
+    r = get(stack.url("crafted"), headers={"x-stream": line_ends}, cert=stack.pki.client(ALPHA), ca=stack.pki.ca)
+    assert r.status == 200 and r.headers["content-type"] == "text/event-stream", r.text
+    m = sse_messages(r.text)
+    assert m[0]["method"] == "notifications/tools/list_changed"
+    assert tool_lists(m) == [["echo", "get_weather"]], r.text
+    assert m[1]["id"] == "no-such-request" and "delete_repo" not in r.text
+    assert "id: s-1\n" in r.text
+    r = get(stack.url("crafted"), headers={"x-stream": line_ends}, cert=stack.pki.client(BETA), ca=stack.pki.ca)
+    assert tool_lists(sse_messages(r.text)) == [["get_weather"]]
+
+
+def test_a_get_stream_event_reaches_the_client_before_the_stream_ends(stack: Stack) -> None:
+    """The GET stream is long-lived: each event goes out, filtered, as soon as it is complete."""
+    ctx = ssl_context(stack.pki.ca, stack.pki.client(ALPHA))
+    headers = {"accept": "text/event-stream", "x-hold": "4"}
+    started = time.monotonic()
+    with httpx2.Client(verify=ctx, timeout=10, trust_env=False) as http:
+        with http.stream("GET", stack.url("crafted"), headers=headers) as resp:
+            seen = b""
+            for chunk in resp.iter_bytes():
+                seen += chunk
+                if b"s-1" in seen and seen.endswith(b"\n\n"):
+                    break
+            waited = time.monotonic() - started
+    assert waited < 3, f"the listing event waited {waited:.1f} s for the stream to end"
+    assert tool_lists(sse_messages(seen.decode())) == [["echo", "get_weather"]], seen
+
+
+@pytest.mark.parametrize("who,want", [(ALPHA, ["echo", "get_weather"]), (BETA, ["get_weather"])])
+def test_a_listing_resumed_on_a_get_stream_is_filtered_for_the_sdk_client(stack: Stack, who: str, want: list[str]) -> None:
+    """The official client's tools/list stream breaks off after a priming event; the client
+    resumes it with GET and Last-Event-ID, and the listing arrives there."""
+    with McpAgent(stack.url("crafted"), cert=stack.pki.client(who), ca=stack.pki.ca,
+                  headers={"x-answer": "resume"}) as agent:
+        assert sorted(agent.tool_names()) == want
+    # The same by hand: the resumed stream's listing is filtered.
+    r = get(stack.url("crafted"), headers={"last-event-id": "ev-1"}, cert=stack.pki.client(who), ca=stack.pki.ca)
+    assert tool_lists(sse_messages(r.text)) == [want] and "delete_repo" not in r.text
+
+
+@pytest.mark.parametrize("line_ends", ["cr", "crlf", "mixed", "lf"])
+def test_an_sse_listing_is_filtered_whatever_its_line_ends(stack: Stack, line_ends: str) -> None:
+    answer = f"sse-{line_ends}"
+    r = stack.post("crafted", rpc("tools/list", id=5), headers={"x-answer": answer})
+    assert r.status == 200 and r.headers["content-type"] == "text/event-stream"
+    m = sse_messages(r.text)
+    assert [x.get("method") for x in m] == ["notifications/progress", None], r.text
+    assert tool_lists(m) == [["echo", "get_weather"]] and "delete_repo" not in r.text
+    with McpAgent(stack.url("crafted"), cert=stack.pki.client(ALPHA), ca=stack.pki.ca,
+                  headers={"x-answer": answer}) as agent:
+        assert sorted(agent.tool_names()) == ["echo", "get_weather"]
+
+
+def test_another_requests_listing_on_a_call_stream_is_filtered(stack: Stack) -> None:
+    call = rpc("tools/call", {"name": "echo", "arguments": {"text": "x"}}, id=8)
+    r = stack.post("crafted", call, headers={"x-answer": "call-stream"})
+    assert r.status == 200 and r.headers["content-type"] == "text/event-stream"
+    other, own = sse_messages(r.text)
+    assert other["id"] == 424242 and [t["name"] for t in other["result"]["tools"]] == ["echo", "get_weather"]
+    # The call's own answer is not a listing: passed on as the server wrote it.
+    assert own == {"jsonrpc": "2.0", "id": 8, "result": {
+        "content": [{"type": "text", "text": "called"}], "tools": [{"name": "delete_repo"}]}}
+
+
+def test_a_non_2xx_listing_is_filtered_and_an_error_passes_unchanged(stack: Stack) -> None:
+    r = stack.post("crafted", rpc("tools/list"), headers={"x-answer": "500-listing"})
+    assert r.status == 500
+    assert [t["name"] for t in r.json()["result"]["tools"]] == ["echo", "get_weather"], r.text
+    assert "delete_repo" not in r.text
+    for answer in ("500-error", "502-html"):
+        status, ctype, body = ERROR_ANSWERS[answer]
+        r = stack.post("crafted", rpc("tools/list"), headers={"x-answer": answer})
+        assert (r.status, r.headers["content-type"], r.body) == (status, ctype, body)

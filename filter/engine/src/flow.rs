@@ -319,6 +319,27 @@ impl RequestFlow {
         crate::listing::ListingFilter::for_request(engine, req, self.id.as_deref(), self.revision)
     }
 
+    /// The filter of the response with these headers (docs/semantics.md §5.4), when the
+    /// request was allowed and the response may carry a listing: any answer to a listing
+    /// request, an SSE stream answering any other request.
+    pub fn response_filter(
+        &self,
+        engine: &Engine,
+        headers: &[(String, String)],
+    ) -> Option<crate::listing::ListingFilter> {
+        if !self.outcome.as_ref()?.allowed {
+            return None;
+        }
+        let req = self.req.as_ref()?;
+        crate::listing::ListingFilter::for_response(
+            engine,
+            req,
+            self.id.as_deref(),
+            self.revision,
+            headers,
+        )
+    }
+
     /// Whether a decision has been reached.
     pub fn is_done(&self) -> bool {
         self.stage == Stage::Done
@@ -845,12 +866,13 @@ impl RequestFlow {
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
-                let listing = self
+                let read = self
                     .req
                     .as_ref()
-                    .and_then(|r| crate::listing::ListingFilter::listing_of(engine, r));
-                if listing.is_some() {
-                    // A listing is read to be filtered: ask the server not to compress it.
+                    .is_some_and(|r| crate::listing::ListingFilter::wants_identity(engine, r));
+                if read {
+                    // A listing (or a GET stream) is read to be filtered: ask the server not
+                    // to compress it.
                     add_headers.push(callout::HeaderEdit::set("accept-encoding", "identity"));
                 }
                 Next::Allow { add_headers }

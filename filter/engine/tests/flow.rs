@@ -211,12 +211,13 @@ fn mcp_headers_must_agree_with_the_body() {
 #[test]
 fn requests_without_body_are_decided_at_headers() {
     let e = tools_engine();
-    // GET (SSE) and DELETE with a session are base protocol, admitted by InlineTools.
+    // GET (SSE) and DELETE with a session are base protocol, admitted by InlineTools. The
+    // GET stream is asked for uncompressed: the filter reads it (docs/semantics.md §5.4).
     let mut flow = RequestFlow::new();
     assert_eq!(
         flow.on_headers(&e, headers("GET", &[])),
         Next::Allow {
-            add_headers: vec![]
+            add_headers: vec![HeaderEdit::set("accept-encoding", "identity")]
         }
     );
     let mut flow = RequestFlow::new();
@@ -429,7 +430,10 @@ fn allowed_callout_headers_reach_the_upstream_request() {
     assert_eq!(
         a,
         Next::Allow {
-            add_headers: vec![HeaderEdit::set("x-user", "alice")]
+            add_headers: vec![
+                HeaderEdit::set("x-user", "alice"),
+                HeaderEdit::set("accept-encoding", "identity")
+            ]
         }
     );
 }

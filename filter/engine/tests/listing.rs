@@ -101,7 +101,7 @@ fn filter_json(e: &Engine, f: &mut ListingFilter, body: &str) -> Value {
     let half = body.len() / 2;
     assert_eq!(
         f.on_body(e, half, false, |_| panic!("read only at the end")),
-        BodyAction::Buffer { drop_buffer: false }
+        BodyAction::Buffer
     );
     let owned = body.as_bytes().to_vec();
     match f.on_body(e, body.len(), true, move |_| Some(owned)) {
@@ -288,14 +288,19 @@ fn an_oversize_json_listing_is_dropped_and_replaced() {
     let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
     f.on_headers(&response(200, &["application/json; charset=utf-8"]));
     assert_eq!(
-        f.on_body(&e, 65, false, |_| panic!("not read")),
-        BodyAction::Buffer { drop_buffer: true }
+        f.on_body(&e, 40, false, |_| panic!("not read")),
+        BodyAction::Buffer
     );
-    let BodyAction::Replace(out) = f.on_body(&e, 10, true, |_| panic!("not read")) else {
+    // What is buffered is replaced by the error at once; what follows is dropped.
+    let BodyAction::Replace(out) = f.on_body(&e, 65, false, |_| panic!("not read")) else {
         panic!()
     };
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["error"]["code"], -32603);
+    assert_eq!(
+        f.on_body(&e, 10, true, |_| panic!("not read")),
+        BodyAction::Replace(vec![])
+    );
 }
 
 #[test]
@@ -317,13 +322,109 @@ fn other_media_types_and_error_statuses() {
     let two = ["application/json", "text/event-stream"];
     assert_eq!(f.on_headers(&response(200, &two)), HeadersAction::Rewrite);
     assert_eq!(f.content_type(), Some("application/json"));
-    // A non-2xx answer is not a listing: left alone.
+}
+
+/// A whole body through the filter of a `tools/list` answered with these headers.
+fn answer(e: &Engine, headers: &[(String, String)], body: &[u8]) -> Vec<u8> {
+    let mut f = listing_filter(e, ALPHA, "tools/list", &[]);
+    assert_eq!(f.on_headers(headers), HeadersAction::Rewrite);
+    let owned = body.to_vec();
+    match f.on_body(e, body.len(), true, move |_| Some(owned)) {
+        BodyAction::Replace(out) => out,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_non_2xx_answer_holding_a_listing_is_filtered_like_a_200() {
+    let e = engine_for_listings();
+    let json = |status| response(status, &["application/json"]);
+    // A result under any status is a listing: filtered (whatever the media type says).
+    for headers in [
+        json(500),
+        json(404),
+        response(503, &["text/plain"]),
+        response(500, &[]),
+    ] {
+        let v: Value = serde_json::from_slice(&answer(&e, &headers, TOOLS.as_bytes())).unwrap();
+        assert_eq!(names(&v, "tools", "name"), ["echo"], "{headers:?}");
+    }
+    // ... and a result it cannot read or that lacks its items is replaced by the error.
+    for bad in [
+        r#"{"jsonrpc":"2.0","id":"L","result":{"tools":[{"name":"delete_repo"}"#,
+        r#"{"jsonrpc":"2.0","id":"L","result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":"L","result":{"tools":[{"name":"echo","name":"delete_repo"}]}}"#,
+        r#"[{"jsonrpc":"2.0","id":"L","result":{"tools":[{"name":"delete_repo"}]}}]"#,
+        "\u{feff} {\"result\": oops",
+    ] {
+        let v: Value = serde_json::from_slice(&answer(&e, &json(500), bad.as_bytes())).unwrap();
+        assert_eq!(
+            (v["id"].clone(), v["error"]["code"].clone()),
+            (json!("L"), json!(-32603)),
+            "{bad}"
+        );
+    }
+    // A body that is no JSON-RPC result goes on unchanged, byte for byte.
+    for body in [
+        &br#"{"jsonrpc":"2.0","id":"L","error":{"code":-32000,"message":"busy"}}"#[..],
+        br#"{"detail":"upstream failed"}"#,
+        b"<html><body>502 Bad Gateway</body></html>",
+        b"upstream connect error",
+        b"",
+    ] {
+        assert_eq!(
+            answer(&e, &json(502), body),
+            body,
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    // A compressed or oversize one cannot be read: replaced by the error.
+    let mut gzip = json(500);
+    gzip.push(("content-encoding".into(), "gzip".into()));
     let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    assert_eq!(f.on_headers(&gzip), HeadersAction::Rewrite);
+    assert_eq!(f.content_type(), Some("application/json"));
+    let BodyAction::Replace(out) = f.on_body(&e, 3, true, |_| panic!("not read")) else {
+        panic!()
+    };
     assert_eq!(
-        f.on_headers(&response(500, &["application/json"])),
-        HeadersAction::Keep
+        serde_json::from_slice::<Value>(&out).unwrap()["error"]["code"],
+        -32603
     );
-    assert_eq!(f.on_body(&e, 3, true, |_| panic!()), BodyAction::Pass);
+    let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
+    b["listings"] = json!({"maxBytes": 64});
+    let small = engine(&b);
+    let mut f = listing_filter(&small, ALPHA, "tools/list", &[]);
+    f.on_headers(&json(500));
+    let BodyAction::Replace(out) = f.on_body(&small, 65, false, |_| panic!("not read")) else {
+        panic!()
+    };
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out).unwrap()["error"]["code"],
+        -32603
+    );
+    // An SSE answer under a non-2xx status is read as a stream.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    let event = format!("data: {}\n\n", TOOLS.replace('\n', ""));
+    let out = through(
+        &e,
+        &mut f,
+        &response(500, &["text/event-stream"]),
+        &[event.as_bytes()],
+    );
+    assert_eq!(names(&messages(&out)[0], "tools", "name"), ["echo"]);
+    // Ended by trailers: read all the same.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&json(500));
+    assert_eq!(f.on_body(&e, 10, false, |_| panic!()), BodyAction::Buffer);
+    let BodyAction::Replace(out) = f.on_trailers(&e, || Some(TOOLS.as_bytes().to_vec())) else {
+        panic!()
+    };
+    assert_eq!(
+        names(&serde_json::from_slice(&out).unwrap(), "tools", "name"),
+        ["echo"]
+    );
 }
 
 #[test]
@@ -363,7 +464,7 @@ fn a_body_ended_by_trailers_is_filtered_too() {
     f.on_headers(&response(200, &["application/json"]));
     assert_eq!(
         f.on_body(&e, TOOLS.len(), false, |_| panic!("read at the end")),
-        BodyAction::Buffer { drop_buffer: false }
+        BodyAction::Buffer
     );
     let BodyAction::Replace(out) = f.on_trailers(&e, || Some(TOOLS.as_bytes().to_vec())) else {
         panic!()
@@ -424,10 +525,17 @@ fn no_filter_when_turned_off_or_not_a_listing_or_denied() {
 
 /// SSE chunks through the filter; returns what the client receives.
 fn through_sse(e: &Engine, f: &mut ListingFilter, chunks: &[&[u8]]) -> String {
-    assert_eq!(
-        f.on_headers(&response(200, &["text/event-stream"])),
-        HeadersAction::Rewrite
-    );
+    through(e, f, &response(200, &["text/event-stream"]), chunks)
+}
+
+/// SSE chunks through the filter, answered with `headers`; returns what the client receives.
+fn through(
+    e: &Engine,
+    f: &mut ListingFilter,
+    headers: &[(String, String)],
+    chunks: &[&[u8]],
+) -> String {
+    assert_eq!(f.on_headers(headers), HeadersAction::Rewrite);
     let mut out = Vec::new();
     for (i, c) in chunks.iter().enumerate() {
         let owned = c.to_vec();
@@ -507,6 +615,384 @@ fn sse_malformed_or_oversize_events_become_errors() {
         through_sse(&e, &mut f, &[b"data: {\"jsonrpc\":\"2.0\""]),
         ""
     );
+}
+
+#[test]
+fn sse_lines_end_with_cr_lf_or_crlf_even_split_across_chunks() {
+    let e = engine_for_listings();
+    let progress = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#;
+    let result = TOOLS.replace('\n', "");
+    let events = [
+        ": keep-alive".to_string(),
+        format!("event: message\nid: 6\ndata: {progress}"),
+        // The listing split over two data lines (where JSON allows a line feed).
+        {
+            let (a, b) = result.split_at(result.find('[').unwrap() + 1);
+            format!("event: message\nid: 7\ndata: {a}\ndata: {b}")
+        },
+    ];
+    // Each line end of another kind than the one before.
+    let mut mixed = String::new();
+    let ends = ["\r\n", "\n", "\r"];
+    for (i, line) in events.join("\n\n").split('\n').enumerate() {
+        mixed.push_str(line);
+        mixed.push_str(ends[i % 3]);
+    }
+    mixed.push_str("\r\n");
+    let streams = [
+        ("LF", events.join("\n\n") + "\n\n"),
+        ("CRLF", (events.join("\n\n") + "\n\n").replace('\n', "\r\n")),
+        ("CR", (events.join("\n\n") + "\n\n").replace('\n', "\r")),
+        ("mixed", mixed),
+        // A byte order mark may start the stream.
+        (
+            "BOM",
+            "\u{feff}".to_string() + &(events.join("\n\n") + "\n\n").replace('\n', "\r"),
+        ),
+    ];
+    for (name, stream) in &streams {
+        let bytes = stream.as_bytes();
+        // Cut everywhere: inside every CRLF, between the CRs of a blank line, ...
+        for cut in 1..bytes.len() {
+            let (a, b) = bytes.split_at(cut);
+            let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+            let out = through_sse(&e, &mut f, &[a, b]);
+            let m = messages(&out);
+            assert_eq!(m.len(), 2, "{name}, cut {cut}: {out:?}");
+            assert_eq!(
+                m[0]["method"], "notifications/progress",
+                "{name}, cut {cut}"
+            );
+            assert_eq!(names(&m[1], "tools", "name"), ["echo"], "{name}, cut {cut}");
+            assert!(
+                out.contains("id: 6\n") && out.contains("id: 7\n"),
+                "{name}: {out}"
+            );
+        }
+        // One byte at a time.
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+        let chunks: Vec<&[u8]> = bytes.chunks(1).collect();
+        let out = through_sse(&e, &mut f, &chunks);
+        assert_eq!(messages(&out).len(), 2, "{name}: {out:?}");
+    }
+    // A CRLF whose CR ends a chunk and whose LF starts the next is one line end: the LF is
+    // not a blank line ending the event early.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    let out = through_sse(
+        &e,
+        &mut f,
+        &[
+            b"event: message\r",
+            b"\ndata: ",
+            result.as_bytes(),
+            b"\r",
+            b"\n\r",
+            b"\n",
+        ],
+    );
+    assert_eq!(
+        names(&messages(&out)[0], "tools", "name"),
+        ["echo"],
+        "{out}"
+    );
+}
+
+#[test]
+fn the_end_of_a_stream_loses_no_complete_event() {
+    let e = engine_for_listings();
+    let result = TOOLS.replace('\n', "");
+    // An event ended by a CR blank line at the very end of the stream is complete.
+    for end in ["\r\r", "\n\n", "\r\n\r\n", "\n\r"] {
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+        let stream = format!("data: {result}{end}");
+        let out = through_sse(&e, &mut f, &[stream.as_bytes()]);
+        assert_eq!(
+            names(&messages(&out)[0], "tools", "name"),
+            ["echo"],
+            "{end:?}"
+        );
+    }
+    // One the stream ends in the middle of is not dispatched by clients: dropped.
+    for unfinished in [
+        "data: {\"jsonrpc\":\"2.0\"",
+        "data: {}\n",
+        "data: {}\r",
+        "data: {}\r\n",
+    ] {
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+        assert_eq!(
+            through_sse(&e, &mut f, &[unfinished.as_bytes()]),
+            "",
+            "{unfinished:?}"
+        );
+    }
+    // Ended by trailers: what completed went out with its chunk.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    f.on_headers(&response(200, &["text/event-stream"]));
+    let event = format!("data: {result}\r\r");
+    let owned = event.clone().into_bytes();
+    let BodyAction::Replace(out) = f.on_body(&e, event.len(), false, move |_| Some(owned)) else {
+        panic!()
+    };
+    assert_eq!(messages(&String::from_utf8(out).unwrap()).len(), 1);
+    assert_eq!(
+        f.on_trailers(&e, || panic!("nothing buffered")),
+        BodyAction::Pass
+    );
+}
+
+#[test]
+fn an_event_of_empty_type_is_a_message_and_is_filtered() {
+    // Clients dispatch an event whose `event` field is empty as `message` (found by fuzzing:
+    // such an event went on unread).
+    let e = engine_for_listings();
+    let result = TOOLS.replace('\n', "");
+    for field in ["event:", "event: ", "event"] {
+        let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+        let stream = format!("{field}\ndata: {result}\n\n");
+        let out = through_sse(&e, &mut f, &[stream.as_bytes()]);
+        assert_eq!(
+            names(&messages(&out)[0], "tools", "name"),
+            ["echo"],
+            "{field}: {out}"
+        );
+    }
+}
+
+/// A request with no body (GET) from `spiffe`, with these extra headers.
+fn bodiless(e: &Engine, method: &str, spiffe: &str, extra: &[(&str, &str)]) -> (RequestFlow, Next) {
+    let mut h = input(spiffe, extra);
+    h.headers.retain(|(n, _)| n != "content-type");
+    h.headers[0].1 = method.into();
+    h.end_of_stream = true;
+    let mut flow = RequestFlow::new();
+    let a = flow.on_headers(e, h);
+    (flow, a)
+}
+
+/// A response to a listing that does not name the request it answers.
+const OTHERS: &str = r#"{"jsonrpc":"2.0","id":41,"result":{"tools":[{"name":"echo"},{"name":"delete_repo"}],"nextCursor":"c"}}"#;
+
+#[test]
+fn get_streams_standalone_and_resumed_are_filtered_event_by_event() {
+    let e = engine_for_listings();
+    let sse = response(200, &["text/event-stream"]);
+    for extra in [&[][..], &[("last-event-id", "ev-3")][..]] {
+        let (flow, a) = bodiless(&e, "GET", ALPHA, extra);
+        // The stream is asked for uncompressed, so that it can be read.
+        assert_eq!(
+            a,
+            Next::Allow {
+                add_headers: vec![HeaderEdit::set("accept-encoding", "identity")]
+            }
+        );
+        let mut f = flow.response_filter(&e, &sse).expect("a stream filter");
+        assert_eq!(f.on_headers(&sse), HeadersAction::Rewrite);
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+        let prompts =
+            r#"{"jsonrpc":"2.0","id":"p","result":{"prompts":[{"name":"p1"},{"name":"p2"}]}}"#;
+        let resources = r#"{"jsonrpc":"2.0","id":2,"result":{"resources":[{"uri":"file:///b"},{"uri":"file:///a"}]}}"#;
+        let templates = r#"{"jsonrpc":"2.0","id":3,"result":{"resourceTemplates":[{"uriTemplate":"file:///{p}"}]}}"#;
+        let call =
+            r#"{"jsonrpc":"2.0","id":4,"result":{"content":[{"type":"text","text":"\"tools\""}]}}"#;
+        let error = r#"{"jsonrpc":"2.0","id":5,"error":{"code":-1,"message":"tools"}}"#;
+        // Each chunk gives the client the events it completed, while the stream goes on.
+        let mut seen = Vec::new();
+        for (i, data) in [note, OTHERS, prompts, resources, templates, call, error]
+            .iter()
+            .enumerate()
+        {
+            let chunk = format!("id: ev-{i}\ndata: {data}\n\n");
+            let owned = chunk.clone().into_bytes();
+            let BodyAction::Replace(out) = f.on_body(&e, chunk.len(), false, move |_| Some(owned))
+            else {
+                panic!()
+            };
+            let out = String::from_utf8(out).unwrap();
+            assert!(out.contains(&format!("id: ev-{i}\n")), "{out}");
+            seen.extend(messages(&out));
+        }
+        assert_eq!(seen.len(), 7);
+        assert_eq!(seen[0]["method"], "notifications/tools/list_changed");
+        assert_eq!(names(&seen[1], "tools", "name"), ["echo"], "{extra:?}");
+        assert_eq!(
+            (
+                seen[1]["id"].clone(),
+                seen[1]["result"]["nextCursor"].clone()
+            ),
+            (json!(41), json!("c"))
+        );
+        assert_eq!(names(&seen[2], "prompts", "name"), ["p1"]);
+        assert_eq!(names(&seen[3], "resources", "uri"), ["file:///a"]);
+        assert_eq!(
+            seen[4]["result"]["resourceTemplates"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(seen[5], serde_json::from_str::<Value>(call).unwrap());
+        assert_eq!(seen[6], serde_json::from_str::<Value>(error).unwrap());
+    }
+    // Beta may read nothing: every listing it is shown is empty, templates included.
+    let (flow, _) = bodiless(&e, "GET", BETA, &[]);
+    let mut f = flow.response_filter(&e, &sse).unwrap();
+    let stream = format!("data: {OTHERS}\n\n");
+    let m = messages(&through(&e, &mut f, &sse, &[stream.as_bytes()]));
+    assert!(names(&m[0], "tools", "name").is_empty());
+}
+
+#[test]
+fn a_stream_result_with_several_listings_is_filtered_in_each() {
+    let e = engine_for_listings();
+    let (flow, _) = bodiless(&e, "GET", ALPHA, &[]);
+    let sse = response(200, &["text/event-stream"]);
+    let mut f = flow.response_filter(&e, &sse).unwrap();
+    let both = r#"{"jsonrpc":"2.0","id":8,"result":{"prompts":[{"name":"p2"},{"name":"p1"}],"x":1,"tools":[{"name":"rm"},{"name":"echo"}]}}"#;
+    let out = through(&e, &mut f, &sse, &[format!("data: {both}\n\n").as_bytes()]);
+    assert_eq!(
+        messages(&out)[0],
+        json!({"jsonrpc":"2.0","id":8,"result":{"prompts":[{"name":"p1"}],"x":1,"tools":[{"name":"echo"}]}})
+    );
+}
+
+#[test]
+fn what_a_get_stream_cannot_have_read_becomes_an_error_event() {
+    let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
+    b["listings"] = json!({"maxBytes": 300});
+    let e = engine(&b);
+    let sse = response(200, &["text/event-stream"]);
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":"big","result":{{"tools":[{}]}}}}"#,
+        vec![r#"{"name":"delete_repo"}"#; 20].join(",")
+    );
+    let cases = [
+        // A response holding a listing whose duplicate name the client reads differently.
+        (
+            r#"{"jsonrpc":"2.0","id":6,"result":{"tools":[{"name":"echo","name":"rm"}]}}"#
+                .to_string(),
+            json!(6),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":6,"result":{"tools":[{"name":"rm"}]},"error":{}}"#.to_string(),
+            json!(6),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"rm"}]}"#.to_string(),
+            Value::Null,
+        ),
+        (
+            r#"[{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"rm"}]}}]"#.to_string(),
+            Value::Null,
+        ),
+        // Too large to hold: its id is never read.
+        (big, Value::Null),
+    ];
+    for (data, id) in cases {
+        let (flow, _) = bodiless(&e, "GET", ALPHA, &[]);
+        let mut f = flow.response_filter(&e, &sse).unwrap();
+        let stream = format!("data: {data}\n\ndata: {OTHERS}\n\n");
+        let chunks: Vec<&[u8]> = stream.as_bytes().chunks(64).collect();
+        let out = through(&e, &mut f, &sse, &chunks);
+        let m = messages(&out);
+        assert_eq!(m.len(), 2, "{out}");
+        assert_eq!(
+            (m[0]["id"].clone(), m[0]["error"]["code"].clone()),
+            (id, json!(-32603)),
+            "{data}"
+        );
+        assert!(!out.contains("delete_repo") && !out.contains("rm"), "{out}");
+        assert_eq!(names(&m[1], "tools", "name"), ["echo"]);
+    }
+    // A compressed stream cannot be read: one error event, then nothing.
+    let (flow, _) = bodiless(&e, "GET", ALPHA, &[]);
+    let mut gz = sse.clone();
+    gz.push(("content-encoding".into(), "gzip".into()));
+    let mut f = flow.response_filter(&e, &gz).unwrap();
+    assert_eq!(f.on_headers(&gz), HeadersAction::Rewrite);
+    assert_eq!(f.content_type(), Some("text/event-stream"));
+    let BodyAction::Replace(out) = f.on_body(&e, 5, false, |_| panic!("not read")) else {
+        panic!()
+    };
+    let m = messages(&String::from_utf8(out).unwrap());
+    assert_eq!(
+        (m[0]["id"].clone(), m[0]["error"]["code"].clone()),
+        (Value::Null, json!(-32603))
+    );
+    assert_eq!(
+        f.on_body(&e, 5, false, |_| panic!()),
+        BodyAction::Replace(vec![])
+    );
+}
+
+#[test]
+fn a_stream_answering_another_request_filters_the_listings_of_other_requests() {
+    let e = engine_for_listings();
+    let sse = response(200, &["text/event-stream"]);
+    let call = r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"echo"}}"#;
+    let (flow, a) = send(&e, ALPHA, &[], call);
+    assert_eq!(
+        a,
+        Next::Allow {
+            add_headers: vec![]
+        }
+    );
+    // Its JSON answer is that call's answer: not read.
+    assert!(flow
+        .response_filter(&e, &response(200, &["application/json"]))
+        .is_none());
+    assert!(flow
+        .response_filter(&e, &response(500, &["text/html"]))
+        .is_none());
+    let mut f = flow.response_filter(&e, &sse).expect("a stream filter");
+    // Its own answer goes on as it is, even holding a `tools` array; a response to another
+    // request holding listings is filtered.
+    let own =
+        r#"{"jsonrpc":"2.0","id":"c1","result":{"content":[],"tools":[{"name":"delete_repo"}]}}"#;
+    let stream = format!("data: {OTHERS}\n\ndata: {own}\n\n");
+    let m = messages(&through(&e, &mut f, &sse, &[stream.as_bytes()]));
+    assert_eq!(names(&m[0], "tools", "name"), ["echo"]);
+    assert_eq!(m[1], serde_json::from_str::<Value>(own).unwrap());
+    // What it cannot read is replaced by an error answering the call.
+    let mut f = flow.response_filter(&e, &sse).unwrap();
+    let m = messages(&through(
+        &e,
+        &mut f,
+        &sse,
+        &[b"data: {\"tools\": oops}\n\n"],
+    ));
+    assert_eq!(
+        (m[0]["id"].clone(), m[0]["error"]["code"].clone()),
+        (json!("c1"), json!(-32603))
+    );
+    // The same on a listing's stream: a response naming another id is filtered as what it
+    // holds, not as the listing asked for.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[]);
+    let prompts =
+        r#"{"jsonrpc":"2.0","id":"zz","result":{"prompts":[{"name":"p2"},{"name":"p1"}]}}"#;
+    let stream = format!("data: {prompts}\n\n");
+    let m = messages(&through_sse(&e, &mut f, &[stream.as_bytes()]));
+    assert_eq!(names(&m[0], "prompts", "name"), ["p1"]);
+    // Nothing is read when listings are not filtered, or for a denied request.
+    let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
+    b["listings"] = json!({"filter": false});
+    let off = engine(&b);
+    let (flow, a) = bodiless(&off, "GET", ALPHA, &[]);
+    assert_eq!(
+        a,
+        Next::Allow {
+            add_headers: vec![]
+        }
+    );
+    assert!(flow.response_filter(&off, &sse).is_none());
+    let (flow, a) = send(
+        &e,
+        ALPHA,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm"}}"#,
+    );
+    assert!(matches!(a, Next::Respond(_)));
+    assert!(flow.response_filter(&e, &sse).is_none());
 }
 
 // ----- revisions (docs/semantics.md §4.4) -----

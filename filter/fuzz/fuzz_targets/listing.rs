@@ -1,19 +1,27 @@
-//! The listing filter (docs/semantics.md §5.4) on arbitrary upstream answers: the first input
-//! byte picks JSON or SSE (low bit) and the chunk size (the rest), the remaining bytes are the
-//! body. Besides never panicking, it checks that nothing the caller may not call gets through:
-//! every listed tool in what the client receives is one the caller may call (`echo`), and
-//! every JSON-RPC message the client can read with a result is a filtered listing or an
-//! `input_required` result.
+//! The listing filter (docs/semantics.md §5.4) on arbitrary upstream answers, driven like the
+//! host adapter. The first input byte picks the answer's media type (bits 0-1: JSON, SSE,
+//! HTML, compressed SSE), its status (bit 2: 200 or 500) and the request it answers (bits 3-4:
+//! `tools/list`, `tools/call` of `echo`, a GET stream, a GET resuming one with
+//! `Last-Event-ID`); the second the chunk size; the rest is the body.
+//!
+//! Besides never panicking, it checks what the client reads, read the standard's way (SSE
+//! lines ending with CRLF, LF or CR, a leading byte order mark dropped; JSON as serde_json
+//! reads it, the last of duplicate keys): every `tools` array of a result lists only what
+//! the caller may call (`echo`) and every `prompts`, `resources` or `resourceTemplates`
+//! array is empty (the caller may use none), except in the `tools/call`'s own answer; the
+//! answer to `tools/list` (a JSON body, or a response with its id) is a filtered listing or
+//! an `input_required` result. An SSE stream read event by event loses no event a client
+//! would have dispatched (each becomes itself, filtered, or an error event).
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
-use mcp_access_engine::listing::BodyAction;
+use mcp_access_engine::listing::{BodyAction, HeadersAction};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const BUNDLE: &str = r#"{"apiVersion": "mcp-access.io/v1",
   "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 8443}]}],
@@ -23,98 +31,183 @@ const BUNDLE: &str = r#"{"apiVersion": "mcp-access.io/v1",
       "methods": [{"name": "tools/call", "params": ["echo"]}]}}}]}],
   "listings": {"maxBytes": 4096}}"#;
 
-fn setup() -> &'static (Engine, RequestFlow) {
-    static SETUP: OnceLock<(Engine, RequestFlow)> = OnceLock::new();
+/// The requests an answer may answer, in the order of input bits 3-4.
+const LIST: usize = 0;
+const CALL: usize = 1;
+
+fn setup() -> &'static (Engine, Vec<RequestFlow>) {
+    static SETUP: OnceLock<(Engine, Vec<RequestFlow>)> = OnceLock::new();
     SETUP.get_or_init(|| {
         let engine = match Engine::from_json(BUNDLE.as_bytes()) {
             Ok(e) => e,
             Err(e) => panic!("the bundle does not load: {e}"),
         };
-        let mut flow = RequestFlow::new();
-        let headers = [
-            (":method", "POST"),
-            (":path", "/mcp"),
-            ("content-type", "application/json"),
+        let requests: [(&str, &[(&str, &str)], &[u8]); 4] = [
+            (
+                "POST",
+                &[],
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            ),
+            (
+                "POST",
+                &[],
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#,
+            ),
+            ("GET", &[], b""),
+            ("GET", &[("last-event-id", "7")], b""),
         ];
-        let input = HeadersInput {
-            headers: headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-            end_of_stream: false,
-            time: None,
-            peers: None,
-            port: 8443,
-            route_name: Some("tools".into()),
-            cluster_name: None,
-            caller: Caller::default(),
-        };
-        flow.on_headers(&engine, input);
-        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
-        let a = flow.on_body(&engine, body.len(), true, move |_| Some(body));
-        assert!(matches!(a, Next::Allow { .. }), "{a:?}");
-        (engine, flow)
+        let flows = requests
+            .iter()
+            .map(|(method, extra, body)| {
+                let mut headers = vec![(":method", *method), (":path", "/mcp")];
+                if !body.is_empty() {
+                    headers.push(("content-type", "application/json"));
+                }
+                headers.extend_from_slice(extra);
+                let mut flow = RequestFlow::new();
+                let input = HeadersInput {
+                    headers: headers
+                        .iter()
+                        .map(|(n, v)| (n.to_string(), v.to_string()))
+                        .collect(),
+                    end_of_stream: body.is_empty(),
+                    time: None,
+                    peers: None,
+                    port: 8443,
+                    route_name: Some("tools".into()),
+                    cluster_name: None,
+                    caller: Caller::default(),
+                };
+                let mut a = flow.on_headers(&engine, input);
+                if !body.is_empty() {
+                    let owned = body.to_vec();
+                    a = flow.on_body(&engine, owned.len(), true, move |_| Some(owned));
+                }
+                assert!(matches!(a, Next::Allow { .. }), "{method}: {a:?}");
+                flow
+            })
+            .collect();
+        (engine, flows)
     })
 }
 
-/// Every JSON-RPC message with a result lists only `echo` (or is an input_required result).
-fn check_message(text: &str) {
-    // What a client reads: the last of duplicate keys, as serde_json does.
-    let Ok(v) = serde_json::from_str::<Value>(text) else {
-        return;
-    };
+/// The events an SSE client dispatches from `stream` (the standard's reading): type and data.
+fn sse_client(stream: &[u8]) -> Vec<(String, String)> {
+    let text = String::from_utf8_lossy(stream);
+    let mut rest = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let mut out = Vec::new();
+    let (mut event, mut data, mut has_data) = (String::new(), String::new(), false);
+    // A line the stream ends in the middle of is never dispatched.
+    while let Some(end) = rest.find(['\r', '\n']) {
+        let line = &rest[..end];
+        let skip = if rest[end..].starts_with("\r\n") {
+            2
+        } else {
+            1
+        };
+        rest = &rest[end + skip..];
+        if line.is_empty() {
+            if has_data {
+                data.pop();
+                let kind = if event.is_empty() { "message" } else { &event };
+                out.push((kind.to_string(), std::mem::take(&mut data)));
+            }
+            (event, data, has_data) = (String::new(), String::new(), false);
+            continue;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => event = value.to_string(),
+            "data" => {
+                data.push_str(value);
+                data.push('\n');
+                has_data = true;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Checks one JSON-RPC message (or each of a batch) the client reads.
+fn check(v: &Value, request: usize, whole_body: bool, text: &str) {
+    if let Value::Array(batch) = v {
+        return batch.iter().for_each(|m| check(m, request, false, text));
+    }
     let Some(result) = v.get("result") else {
         return;
     };
-    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+    let own = whole_body || v.get("id") == Some(&json!(1));
+    if own && request == CALL {
         return;
     }
-    let tools = result.get("tools").and_then(Value::as_array);
-    let Some(tools) = tools else {
-        panic!("a result that is not a filtered listing got through: {text}");
-    };
-    for t in tools {
-        assert_eq!(
-            t.get("name").and_then(Value::as_str),
-            Some("echo"),
-            "{text}"
+    if own && request == LIST && result.is_object() {
+        let interim = result.get("resultType").and_then(Value::as_str) == Some("input_required");
+        assert!(
+            interim || result.get("tools").is_some_and(Value::is_array),
+            "the listing's answer is no filtered listing: {text}"
         );
+    }
+    for key in ["tools", "prompts", "resources", "resourceTemplates"] {
+        for item in result
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = item.get("name").and_then(Value::as_str);
+            assert!(
+                key == "tools" && name == Some("echo"),
+                "{key} lists {item}: {text}"
+            );
+        }
     }
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&first, body)) = data.split_first() else {
+    let [flags, chunk, body @ ..] = data else {
         return;
     };
-    let (engine, flow) = setup();
-    let Some(mut f) = flow.listing_filter(engine) else {
-        panic!("no listing filter");
+    let (engine, flows) = setup();
+    let request = usize::from(flags >> 3 & 3);
+    let Some(flow) = flows.get(request) else {
+        return;
     };
-    let sse = first & 1 == 1;
-    let chunk = usize::from(first >> 1).max(1);
-    let media = if sse {
-        "text/event-stream"
-    } else {
-        "application/json"
+    let (media, encoded) = match flags & 3 {
+        0 => ("application/json", false),
+        1 => ("text/event-stream", false),
+        2 => ("text/html", false),
+        _ => ("text/event-stream", true),
     };
-    f.on_headers(&[
-        (":status".into(), "200".into()),
-        ("content-type".into(), media.into()),
-    ]);
+    let status = if flags & 4 == 0 { "200" } else { "500" };
+    let mut headers = vec![
+        (":status".to_string(), status.to_string()),
+        ("content-type".to_string(), media.to_string()),
+    ];
+    if encoded {
+        headers.push(("content-encoding".into(), "gzip".into()));
+    }
+    let sse = media == "text/event-stream";
+    let Some(mut f) = flow.response_filter(engine, &headers) else {
+        // Only the answer to another request than a listing, not an SSE stream, is not read.
+        assert!(request != LIST && !sse, "{request} {media} not read");
+        return;
+    };
+    let read_as_sse =
+        f.on_headers(&headers) == HeadersAction::Rewrite && sse && f.content_type().is_none();
     let mut out = Vec::new();
     let mut buffered = Vec::new();
-    let chunks: Vec<&[u8]> = body.chunks(chunk).collect();
+    let chunks: Vec<&[u8]> = body.chunks(usize::from(*chunk).max(1)).collect();
     let last = chunks.len().saturating_sub(1);
     for (i, c) in chunks.iter().enumerate() {
         buffered.extend_from_slice(c);
         let held = buffered.clone();
         match f.on_body(engine, held.len(), i == last, move |_| Some(held)) {
             BodyAction::Pass => out.append(&mut buffered),
-            BodyAction::Buffer { drop_buffer } => {
-                if drop_buffer {
-                    buffered.clear();
-                }
-            }
+            BodyAction::Buffer => {}
             BodyAction::Replace(b) => {
                 out.extend(b);
                 buffered.clear();
@@ -122,15 +215,23 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let text = String::from_utf8_lossy(&out);
-    if sse {
-        for event in text.split("\n\n") {
-            let data: Vec<&str> = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data: "))
-                .collect();
-            check_message(&data.join("\n"));
+    let out_sse = f.content_type().map_or(sse, |t| t == "text/event-stream");
+    if out_sse {
+        let events = sse_client(&out);
+        for (kind, data) in &events {
+            if let (true, Ok(v)) = (kind == "message", serde_json::from_str::<Value>(data)) {
+                check(&v, request, false, &text);
+            }
         }
-    } else if !out.is_empty() {
-        check_message(&text);
+        if read_as_sse {
+            let sent = sse_client(body).len();
+            assert!(
+                events.len() >= sent,
+                "{sent} events sent, {} received: {text}",
+                events.len()
+            );
+        }
+    } else if let Ok(v) = serde_json::from_slice::<Value>(&out) {
+        check(&v, request, true, &text);
     }
 });
