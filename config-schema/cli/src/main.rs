@@ -17,7 +17,7 @@ use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 
 /// Exit code: input the API server would reject, or an error.
 const EXIT_INVALID: u8 = 1;
-/// Exit code: --strict and something was not accepted.
+/// Exit code: something was not accepted (without --allow-not-accepted).
 const EXIT_NOT_ACCEPTED: u8 = 3;
 /// Exit code: `validate` found references that lead nowhere (without --allow-dangling).
 const EXIT_DANGLING: u8 = 4;
@@ -197,9 +197,14 @@ struct ReportArgs {
     /// Report format.
     #[arg(long, value_enum, default_value = "yaml")]
     format: Format,
-    /// Exit with 3 when anything is not accepted.
-    #[arg(long)]
+    /// Also refuse (exit 3) when a Gateway, HTTPRoute or XBackend is not accepted; a policy
+    /// that is not accepted always does, unless --allow-not-accepted.
+    #[arg(long, conflicts_with = "allow_not_accepted")]
     strict: bool,
+    /// Proceed although something is not accepted: report it, exit 0, and write the
+    /// bundle with every not-accepted policy enforced fail-closed where its target resolves.
+    #[arg(long)]
+    allow_not_accepted: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -527,13 +532,52 @@ fn render_report(c: &Compiled, format: Format) -> Result<String, String> {
     }
 }
 
-fn exit_code(c: &Compiled, strict: bool) -> u8 {
+/// The exit code of a command that writes: 1 for invalid input, 3 when a policy (with
+/// --strict: anything) is not accepted and --allow-not-accepted was not given.
+fn exit_code(c: &Compiled, r: &ReportArgs) -> u8 {
     if !c.report.invalid.is_empty() {
         EXIT_INVALID
-    } else if strict && !c.report.all_accepted() {
-        EXIT_NOT_ACCEPTED
     } else {
+        not_accepted(c, r, r.strict)
+    }
+}
+
+/// Names on stderr each object (`all`) or policy that is not accepted, and each policy
+/// enforced nowhere; 3 when any is not accepted, unless --allow-not-accepted.
+fn not_accepted(c: &Compiled, r: &ReportArgs, all: bool) -> u8 {
+    let lists: &[&Vec<mcp_access_k8s::ObjectStatus>] = if all {
+        &[
+            &c.report.policies,
+            &c.report.gateways,
+            &c.report.routes,
+            &c.report.backends,
+        ]
+    } else {
+        &[&c.report.policies]
+    };
+    let level = if r.allow_not_accepted {
+        "warning"
+    } else {
+        "error"
+    };
+    let mut n = 0;
+    for o in lists.iter().flat_map(|l| l.iter()) {
+        for cnd in o.conditions.iter().filter(|x| !x.accepted) {
+            n += 1;
+            eprintln!(
+                "{level}: {}: {} {}/{} -> {}: not accepted: {}: {}",
+                o.source, o.kind, o.namespace, o.name, cnd.target, cnd.reason, cnd.message
+            );
+        }
+    }
+    for u in &c.report.unenforced {
+        eprintln!("{level}: {u}");
+    }
+    if n == 0 || r.allow_not_accepted {
         0
+    } else {
+        eprintln!("mcp-access: {n} status condition(s) not accepted (--allow-not-accepted to proceed with fail-closed stand-ins)");
+        EXIT_NOT_ACCEPTED
     }
 }
 
@@ -573,7 +617,11 @@ fn run(cli: Cli) -> Result<u8, String> {
                 c.report.warnings.extend(dangling.iter().cloned());
             }
             print!("{}", render_report(&c, report.format)?);
-            let code = exit_code(&c, report.strict);
+            let code = if c.report.invalid.is_empty() {
+                0
+            } else {
+                EXIT_INVALID
+            };
             if code == 0 && !allow_dangling && !dangling.is_empty() {
                 for d in &dangling {
                     eprintln!("error: dangling reference: {d}");
@@ -584,6 +632,10 @@ fn run(cli: Cli) -> Result<u8, String> {
                 );
                 return Ok(EXIT_DANGLING);
             }
+            if code == 0 {
+                // --allow-dangling waives what routes and XBackends lead nowhere, never a policy.
+                return Ok(not_accepted(&c, &report, !allow_dangling));
+            }
             Ok(code)
         }
         Command::Manifests {
@@ -593,7 +645,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => {
             let (_, c) = build(&input, options(&input.compile)?)?;
-            let code = exit_code(&c, report.strict);
+            let code = exit_code(&c, &report);
             eprint!("{}", render_report(&c, report.format)?);
             if code != 0 {
                 return Ok(nothing_written(code));
@@ -624,7 +676,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => {
             let (_, c) = build(&input, options(&input.compile)?)?;
-            let code = exit_code(&c, report.strict);
+            let code = exit_code(&c, &report);
             let text = render_report(&c, report.format)?;
             let to_stdout = output.as_ref().is_some_and(|o| o.as_os_str() == "-");
             if to_stdout {
@@ -647,7 +699,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => {
             let (_, c) = build(&input, options(&input.compile)?)?;
-            let code = exit_code(&c, report.strict);
+            let code = exit_code(&c, &report);
             eprint!("{}", render_report(&c, report.format)?);
             if code != 0 {
                 return Ok(nothing_written(code));
@@ -697,7 +749,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
             opts.client_cas = Some(client_cas.keys().cloned().collect());
             let (_, c) = build(&input, opts)?;
-            let code = exit_code(&c, report.strict);
+            let code = exit_code(&c, &report);
             eprint!("{}", render_report(&c, report.format)?);
             if code != 0 {
                 return Ok(nothing_written(code));
@@ -775,7 +827,11 @@ fn run(cli: Cli) -> Result<u8, String> {
                 Format::Text => effective_text(&views),
             };
             print!("{text}");
-            Ok(exit_code(&c, false))
+            Ok(if c.report.invalid.is_empty() {
+                0
+            } else {
+                EXIT_INVALID
+            })
         }
     }
 }
@@ -955,7 +1011,7 @@ fn nothing_written(code: u8) -> u8 {
     let why = if code == EXIT_INVALID {
         "the manifests have errors"
     } else {
-        "not everything was accepted (--strict)"
+        "not everything was accepted (--allow-not-accepted to proceed)"
     };
     eprintln!("mcp-access: nothing written: {why}");
     code
