@@ -335,7 +335,8 @@ impl Ctx<'_> {
                     t.standin.push(target);
                 }
                 Ok(()) => {
-                    t.conds.push(cond(tname, section, reason::ACCEPTED, ""));
+                    t.conds
+                        .push(cond(tname, section, reason::ACCEPTED, inert_rules(content)));
                     t.accepted.push(target);
                 }
             }
@@ -847,6 +848,38 @@ pub(super) fn block_of(s: &PolicySpecV1) -> Option<(&'static str, &Block)> {
         (None, Some(b)) => Some(("overrides", b)),
         _ => None,
     }
+}
+
+/// The warning for rules whose `mcp` block lists no method and skips the base protocol:
+/// they match nothing (the rest of the policy takes effect).
+fn inert_rules(c: &PolicyContent) -> String {
+    let Ok(Some(rules)) = &c.rules else {
+        return String::new();
+    };
+    let inert: Vec<String> = rules
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            r.authorization
+                .as_ref()
+                .and_then(|a| a.mcp.as_ref())
+                .is_some_and(|m| {
+                    m.methods.is_empty() && m.base_protocol == bundle::BaseProtocol::Skip
+                })
+        })
+        .map(|(i, r)| format!("spec.rules[{i}] ({})", r.name))
+        .collect();
+    if inert.is_empty() {
+        return String::new();
+    }
+    let what = match c.action {
+        Action::Allow => "admits nothing",
+        _ => "matches nothing",
+    };
+    format!(
+        "warning: {}: an mcp block with no methods and mcpBaseProtocolMethodsOption SKIP_BASE_PROTOCOL_METHODS (the default) {what}; list methods under mcp.methods, set mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS to match the base protocol (initialize, ping, ...), or remove the mcp block to match any method",
+        inert.join(", ")
+    )
 }
 
 /// What a policy would have done at its targets, for one whose target does not resolve.
