@@ -879,6 +879,7 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
 }
 
 fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
+    let mut report = None;
     let (bundle, topo) = match (&a.bundle, a.files.is_empty()) {
         (Some(p), _) => {
             let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
@@ -898,12 +899,20 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
             if !c.report.invalid.is_empty() {
                 return Err("the manifests have errors".into());
             }
+            report = Some(c.report);
             (c.bundle, Some(c.topology))
         }
         (None, true) => return Err("give a --bundle or manifests (-f)".into()),
     };
     let mut assume = BTreeMap::new();
     for (k, v) in pairs(&a.assume, "--assume")? {
+        if let Some(note) = report
+            .as_ref()
+            .and_then(|r| enforced_nowhere(r, &bundle, &k))
+        {
+            eprintln!("note: {note}");
+            continue;
+        }
         assume.insert(
             k,
             explain::parse_assumption(&v).map_err(|e| format!("--assume {e}"))?,
@@ -974,6 +983,40 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
         Format::Text => print!("{}", explain::to_text(&e)),
     }
     Ok(0)
+}
+
+/// For an `--assume` key that names a policy of the manifests with nothing in the bundle
+/// (not accepted, and its target does not resolve): what became of it.
+fn enforced_nowhere(r: &mcp_access_k8s::Report, b: &Bundle, key: &str) -> Option<String> {
+    let names = |id: &str| key == id || id.split_once('/').is_some_and(|(_, n)| n == key);
+    let in_bundle = b.policies.iter().any(|p| {
+        names(&format!("{}/{}", p.namespace, p.name))
+            || names(&format!(
+                "{}/{}",
+                p.namespace,
+                p.name.trim_end_matches(".not-accepted")
+            ))
+    });
+    if in_bundle {
+        return None;
+    }
+    let p = r
+        .policies
+        .iter()
+        .find(|p| !p.accepted() && names(&format!("{}/{}", p.namespace, p.name)))?;
+    let why: Vec<String> = p
+        .conditions
+        .iter()
+        .filter(|c| !c.accepted)
+        .map(|c| format!("{}: {}", c.reason, c.message))
+        .collect();
+    Some(format!(
+        "--assume {key}: {} {}/{} is not accepted ({}) and is enforced nowhere: its target does not resolve; no authorizer is called",
+        p.kind,
+        p.namespace,
+        p.name,
+        why.join("; ")
+    ))
 }
 
 /// The filter path written into the configuration: `--wasm` must be a file and is made
