@@ -465,3 +465,24 @@ spec:
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_misspelled_target_kind_is_refused_with_the_valid_kinds() {
+    let d = case(
+        "kind",
+        r#"apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: p, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gatway, name: gw}]
+  action: Allow
+"#,
+    );
+    let err = refused_everywhere(&d, 3);
+    assert!(
+        err.contains(
+            "spec.targetRefs[0]: target gateway.networking.k8s.io/Gatway is not supported"
+        ) && err.contains("did you mean `Gateway`? (valid: Gateway, XBackend)"),
+        "{err}"
+    );
+}
