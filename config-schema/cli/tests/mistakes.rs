@@ -313,6 +313,14 @@ fn duplicate_yaml_keys_are_an_error_naming_both_lines() {
         err.contains("m.yaml: document 1: invalid YAML: duplicate entry with key \"apiVersion\" (the key is on lines 1 and 6)"),
         "{err}"
     );
+    // Keys that are not strings are no duplicates (read as strings, as Kubernetes does).
+    std::fs::write(
+        &f,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: mcp}\ndata:\n  1: x\n  true: y\n",
+    )
+    .unwrap();
+    let out = run(&["validate", "-f", s(&f)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // Nested: a targetRef with two names.
     std::fs::write(
         &f,

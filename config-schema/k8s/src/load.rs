@@ -560,14 +560,19 @@ fn metadata(m: &ObjectMeta, default_namespace: &str, c: &mut Checker) -> Meta {
 
 fn yaml_documents(text: &str) -> Vec<Result<Value, String>> {
     let mut out = Vec::new();
+    // serde_norway's own Value refuses duplicate keys in a mapping (serde_json's Value keeps
+    // the last one silently): each document is read into it too, for that check only (it keeps
+    // non-string keys, which serde_json reads as strings, as Kubernetes does).
+    let mut checks = serde_norway::Deserializer::from_str(text);
     for doc in serde_norway::Deserializer::from_str(text) {
-        // serde_norway's own Value refuses duplicate keys in a mapping (serde_json's Value
-        // would keep the last one silently).
-        let v: Result<Value, String> = serde::Deserialize::deserialize(doc)
-            .map_err(|e| yaml_error(text, &e))
-            .and_then(|y: serde_norway::Value| {
-                serde_norway::from_value(y).map_err(|e| format!("invalid YAML: {e}"))
-            });
+        let duplicate = checks
+            .next()
+            .and_then(|d| <serde_norway::Value as serde::Deserialize>::deserialize(d).err())
+            .filter(|e| e.to_string().contains("duplicate entry"));
+        let v: Result<Value, String> = match duplicate {
+            Some(e) => Err(yaml_error(text, &e)),
+            None => serde::Deserialize::deserialize(doc).map_err(|e| format!("invalid YAML: {e}")),
+        };
         let failed = v.is_err();
         out.push(v);
         if failed {
