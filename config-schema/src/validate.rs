@@ -597,12 +597,9 @@ impl Validator {
     }
 
     fn authorization(&mut self, at: &str, a: &Authorization) {
+        // An `mcp` block with no method and the base protocol skipped matches nothing: valid
+        // (the compiler warns about it).
         if let Some(m) = &a.mcp {
-            self.check(
-                !m.methods.is_empty() || m.base_protocol == BaseProtocol::Match,
-                || format!("{at}.mcp"),
-                "lists no method and skips the base protocol, so it matches nothing: list methods, set baseProtocol Match, or omit mcp to match any method",
-            );
             let mut seen = HashSet::new();
             for (i, method) in m.methods.iter().enumerate() {
                 let mat = format!("{at}.mcp.methods[{i}]");

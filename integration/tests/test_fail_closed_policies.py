@@ -115,8 +115,8 @@ def test_policies_are_enforced_as_written(cli: Path, wasm_path: Path, work_dir: 
     with start_mcp_server(logs, name="fc-tools") as server, \
             start_authorizer(logs, name="check-all", deny_tools=["add"]) as check:
         port, admin = free_port(), free_port()
-        out = run_cli(
-            cli, "envoy", "-f", str(base / "policies.yaml"),
+        args = [
+            "envoy", "-f", str(base / "policies.yaml"),
             "--trust-domain", "example.org", "--wasm", str(wasm_path),
             "--tls-cert", f"gateway-cert={pki.server.cert},{pki.server.key}",
             "--client-ca", f"agents-ca={pki.ca.cert}",
@@ -125,9 +125,15 @@ def test_policies_are_enforced_as_written(cli: Path, wasm_path: Path, work_dir: 
             "--listen", f"https={port}", "--bind", "127.0.0.1", "--admin-port", str(admin),
             "--bundle-out", str(base / "bundle.json"),
             "-o", str(base / "envoy.json"),
-        )
+        ]
+        # A policy is not accepted: nothing is written unless told to proceed.
+        refused = run_cli(cli, *args)
+        assert refused.returncode == 3, refused.stderr
+        assert "mixed-rules" in refused.stderr and not (base / "envoy.json").exists(), refused.stderr
+        out = run_cli(cli, *args, "--allow-not-accepted")
         assert out.returncode == 0, out.stderr
         checked = run_cli(cli, "validate", "-f", str(base / "policies.yaml"), "--format", "json")
+        assert checked.returncode == 3, checked.stderr
         report = json.loads(checked.stdout)
         mixed = next(p for p in report["policies"] if p["name"] == "mixed-rules")
         assert mixed["conditions"][0]["reason"] == "Invalid", mixed

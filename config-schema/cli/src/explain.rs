@@ -105,6 +105,9 @@ pub struct Explanation {
     pub(crate) backend: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What `--assume` keys naming policies that were not accepted amount to.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assumptions: Vec<String>,
     pub calls: Vec<CallView>,
     pub trace: Vec<TraceView>,
     /// Each CEL condition evaluated: its result or error, and the variables it read.
@@ -429,9 +432,29 @@ impl HostFacts for SpecFacts {
     }
 }
 
-/// Every `--assume` key must name an ExternalAuth policy (`namespace/name` or `name`), an
-/// authorizer, or be `*`.
-fn check_assumptions(bundle: &Bundle, assume: &BTreeMap<String, Assumption>) -> Result<(), String> {
+/// `namespace/name` of the Gateway policy whose defaults/overrides block a bundle policy was
+/// derived from.
+fn block_policy(p: &mcp_access_bundle::Policy) -> Option<&str> {
+    p.origin
+        .as_ref()
+        .filter(|o| o.block.is_some())
+        .and_then(|o| o.policy.split_once(' '))
+        .map(|(_, id)| id)
+}
+
+/// Whether `key` (`namespace/name` or `name`) names `id` (`namespace/name`).
+fn names(key: &str, id: &str) -> bool {
+    key == id || id.split_once('/').is_some_and(|(_, n)| n == key)
+}
+
+/// Every `--assume` key must name an ExternalAuth policy (`namespace/name` or `name`; a
+/// Gateway policy whose block derived it), an authorizer, or be `*`. A key naming a policy
+/// that was not accepted is no error: the note says how it is enforced.
+fn check_assumptions(
+    bundle: &Bundle,
+    assume: &BTreeMap<String, Assumption>,
+) -> Result<Vec<String>, String> {
+    let mut notes = Vec::new();
     for key in assume.keys() {
         if key == "*" || bundle.authorizers.iter().any(|a| &a.name == key) {
             continue;
@@ -439,8 +462,38 @@ fn check_assumptions(bundle: &Bundle, assume: &BTreeMap<String, Assumption>) -> 
         let named: Vec<_> = bundle
             .policies
             .iter()
-            .filter(|p| &format!("{}/{}", p.namespace, p.name) == key || &p.name == key)
+            .filter(|p| {
+                names(key, &format!("{}/{}", p.namespace, p.name))
+                    || block_policy(p).is_some_and(|id| names(key, id))
+            })
             .collect();
+        let standins: Vec<_> = bundle
+            .policies
+            .iter()
+            .filter(|p| {
+                p.not_accepted.is_some()
+                    && p.name
+                        .strip_suffix(".not-accepted")
+                        .is_some_and(|n| names(key, &format!("{}/{n}", p.namespace)))
+            })
+            .collect();
+        if named.is_empty() && !standins.is_empty() {
+            for p in standins {
+                let does = if p.action == Action::Allow {
+                    "admits nothing"
+                } else {
+                    "denies the requests the policy would have selected"
+                };
+                notes.push(format!(
+                    "--assume {key}: policy {}/{} is not accepted ({}) and is enforced fail-closed: its stand-in {} {does}; no authorizer is called",
+                    p.namespace,
+                    p.name.trim_end_matches(".not-accepted"),
+                    p.not_accepted.as_deref().unwrap_or_default(),
+                    p.name
+                ));
+            }
+            continue;
+        }
         if named.is_empty() {
             return Err(format!(
                 "--assume {key}: no policy or authorizer of that name in the bundle"
@@ -452,7 +505,7 @@ fn check_assumptions(bundle: &Bundle, assume: &BTreeMap<String, Assumption>) -> 
             ));
         }
     }
-    Ok(())
+    Ok(notes)
 }
 
 /// The JSON-RPC body for `--mcp-method` (and its tool, prompt or URI), as a client writes it.
@@ -490,7 +543,7 @@ pub fn explain(
         &mcp_access_bundle::ValidBundle::new(bundle.clone()).map_err(|e| e.to_string())?,
     )
     .map_err(|e| format!("the bundle does not compile: {e}"))?;
-    check_assumptions(bundle, &spec.assume)?;
+    let assumptions = check_assumptions(bundle, &spec.assume)?;
     let (gateway, listener, port, listener_host) = pick_listener(bundle, spec)?;
     let host = spec
         .host
@@ -682,9 +735,25 @@ pub fn explain(
                         .map(|a| a.name.clone())
                         .unwrap_or_default();
                     let short = policy.split_once('/').map_or("", |x| x.1);
-                    let found = [policy.as_str(), short, authorizer.as_str(), "*"]
+                    // A policy derived from a Gateway policy's block answers to its name too.
+                    let block = bundle
+                        .policies
                         .iter()
-                        .find_map(|k| spec.assume.get(*k));
+                        .find(|p| format!("{}/{}", p.namespace, p.name) == policy)
+                        .and_then(block_policy)
+                        .unwrap_or_default();
+                    let block_short = block.split_once('/').map_or("", |x| x.1);
+                    let found = [
+                        policy.as_str(),
+                        short,
+                        block,
+                        block_short,
+                        authorizer.as_str(),
+                    ]
+                    .iter()
+                    .filter(|k| !k.is_empty())
+                    .chain(&["*"])
+                    .find_map(|k| spec.assume.get(*k));
                     let assumed = found.cloned().unwrap_or(Assumption::Allow);
                     calls.push(CallView {
                         level: header("x-mcp-access-level"),
@@ -750,6 +819,7 @@ pub fn explain(
         listener: outcome.listener.clone(),
         backend: outcome.backend.clone(),
         note,
+        assumptions,
         calls,
         trace: trace_views(&engine, &flow, &outcome),
         cel: flow
@@ -884,6 +954,9 @@ pub fn to_text(e: &Explanation) -> String {
         s(r.route.as_deref()),
         s(r.cluster.as_deref())
     ));
+    for n in &e.assumptions {
+        out.push_str(&format!("note      {n}\n"));
+    }
     if let Some(n) = &e.note {
         out.push_str(&format!("note      {n}\n"));
     }

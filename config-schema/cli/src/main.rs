@@ -17,7 +17,7 @@ use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 
 /// Exit code: input the API server would reject, or an error.
 const EXIT_INVALID: u8 = 1;
-/// Exit code: --strict and something was not accepted.
+/// Exit code: something was not accepted (without --allow-not-accepted).
 const EXIT_NOT_ACCEPTED: u8 = 3;
 /// Exit code: `validate` found references that lead nowhere (without --allow-dangling).
 const EXIT_DANGLING: u8 = 4;
@@ -197,9 +197,14 @@ struct ReportArgs {
     /// Report format.
     #[arg(long, value_enum, default_value = "yaml")]
     format: Format,
-    /// Exit with 3 when anything is not accepted.
-    #[arg(long)]
+    /// Also refuse (exit 3) when a Gateway, HTTPRoute or XBackend is not accepted; a policy
+    /// that is not accepted always does, unless --allow-not-accepted.
+    #[arg(long, conflicts_with = "allow_not_accepted")]
     strict: bool,
+    /// Proceed although something is not accepted: report it, exit 0, and write the
+    /// bundle with every not-accepted policy enforced fail-closed where its target resolves.
+    #[arg(long)]
+    allow_not_accepted: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -527,13 +532,52 @@ fn render_report(c: &Compiled, format: Format) -> Result<String, String> {
     }
 }
 
-fn exit_code(c: &Compiled, strict: bool) -> u8 {
+/// The exit code of a command that writes: 1 for invalid input, 3 when a policy (with
+/// --strict: anything) is not accepted and --allow-not-accepted was not given.
+fn exit_code(c: &Compiled, r: &ReportArgs) -> u8 {
     if !c.report.invalid.is_empty() {
         EXIT_INVALID
-    } else if strict && !c.report.all_accepted() {
-        EXIT_NOT_ACCEPTED
     } else {
+        not_accepted(c, r, r.strict)
+    }
+}
+
+/// Names on stderr each object (`all`) or policy that is not accepted, and each policy
+/// enforced nowhere; 3 when any is not accepted, unless --allow-not-accepted.
+fn not_accepted(c: &Compiled, r: &ReportArgs, all: bool) -> u8 {
+    let lists: &[&Vec<mcp_access_k8s::ObjectStatus>] = if all {
+        &[
+            &c.report.policies,
+            &c.report.gateways,
+            &c.report.routes,
+            &c.report.backends,
+        ]
+    } else {
+        &[&c.report.policies]
+    };
+    let level = if r.allow_not_accepted {
+        "warning"
+    } else {
+        "error"
+    };
+    let mut n = 0;
+    for o in lists.iter().flat_map(|l| l.iter()) {
+        for cnd in o.conditions.iter().filter(|x| !x.accepted) {
+            n += 1;
+            eprintln!(
+                "{level}: {}: {} {}/{} -> {}: not accepted: {}: {}",
+                o.source, o.kind, o.namespace, o.name, cnd.target, cnd.reason, cnd.message
+            );
+        }
+    }
+    for u in &c.report.unenforced {
+        eprintln!("{level}: {u}");
+    }
+    if n == 0 || r.allow_not_accepted {
         0
+    } else {
+        eprintln!("mcp-access: {n} status condition(s) not accepted (--allow-not-accepted to proceed with fail-closed stand-ins)");
+        EXIT_NOT_ACCEPTED
     }
 }
 
@@ -573,7 +617,11 @@ fn run(cli: Cli) -> Result<u8, String> {
                 c.report.warnings.extend(dangling.iter().cloned());
             }
             print!("{}", render_report(&c, report.format)?);
-            let code = exit_code(&c, report.strict);
+            let code = if c.report.invalid.is_empty() {
+                0
+            } else {
+                EXIT_INVALID
+            };
             if code == 0 && !allow_dangling && !dangling.is_empty() {
                 for d in &dangling {
                     eprintln!("error: dangling reference: {d}");
@@ -584,6 +632,10 @@ fn run(cli: Cli) -> Result<u8, String> {
                 );
                 return Ok(EXIT_DANGLING);
             }
+            if code == 0 {
+                // --allow-dangling waives what routes and XBackends lead nowhere, never a policy.
+                return Ok(not_accepted(&c, &report, !allow_dangling));
+            }
             Ok(code)
         }
         Command::Manifests {
@@ -593,7 +645,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => {
             let (_, c) = build(&input, options(&input.compile)?)?;
-            let code = exit_code(&c, report.strict);
+            let code = exit_code(&c, &report);
             eprint!("{}", render_report(&c, report.format)?);
             if code != 0 {
                 return Ok(nothing_written(code));
@@ -624,7 +676,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => {
             let (_, c) = build(&input, options(&input.compile)?)?;
-            let code = exit_code(&c, report.strict);
+            let code = exit_code(&c, &report);
             let text = render_report(&c, report.format)?;
             let to_stdout = output.as_ref().is_some_and(|o| o.as_os_str() == "-");
             if to_stdout {
@@ -647,7 +699,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => {
             let (_, c) = build(&input, options(&input.compile)?)?;
-            let code = exit_code(&c, report.strict);
+            let code = exit_code(&c, &report);
             eprint!("{}", render_report(&c, report.format)?);
             if code != 0 {
                 return Ok(nothing_written(code));
@@ -697,7 +749,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
             opts.client_cas = Some(client_cas.keys().cloned().collect());
             let (_, c) = build(&input, opts)?;
-            let code = exit_code(&c, report.strict);
+            let code = exit_code(&c, &report);
             eprint!("{}", render_report(&c, report.format)?);
             if code != 0 {
                 return Ok(nothing_written(code));
@@ -775,7 +827,11 @@ fn run(cli: Cli) -> Result<u8, String> {
                 Format::Text => effective_text(&views),
             };
             print!("{text}");
-            Ok(exit_code(&c, false))
+            Ok(if c.report.invalid.is_empty() {
+                0
+            } else {
+                EXIT_INVALID
+            })
         }
     }
 }
@@ -823,6 +879,7 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
 }
 
 fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
+    let mut report = None;
     let (bundle, topo) = match (&a.bundle, a.files.is_empty()) {
         (Some(p), _) => {
             let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
@@ -842,12 +899,20 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
             if !c.report.invalid.is_empty() {
                 return Err("the manifests have errors".into());
             }
+            report = Some(c.report);
             (c.bundle, Some(c.topology))
         }
         (None, true) => return Err("give a --bundle or manifests (-f)".into()),
     };
     let mut assume = BTreeMap::new();
     for (k, v) in pairs(&a.assume, "--assume")? {
+        if let Some(note) = report
+            .as_ref()
+            .and_then(|r| enforced_nowhere(r, &bundle, &k))
+        {
+            eprintln!("note: {note}");
+            continue;
+        }
         assume.insert(
             k,
             explain::parse_assumption(&v).map_err(|e| format!("--assume {e}"))?,
@@ -920,6 +985,40 @@ fn explain_cmd(a: ExplainArgs) -> Result<u8, String> {
     Ok(0)
 }
 
+/// For an `--assume` key that names a policy of the manifests with nothing in the bundle
+/// (not accepted, and its target does not resolve): what became of it.
+fn enforced_nowhere(r: &mcp_access_k8s::Report, b: &Bundle, key: &str) -> Option<String> {
+    let names = |id: &str| key == id || id.split_once('/').is_some_and(|(_, n)| n == key);
+    let in_bundle = b.policies.iter().any(|p| {
+        names(&format!("{}/{}", p.namespace, p.name))
+            || names(&format!(
+                "{}/{}",
+                p.namespace,
+                p.name.trim_end_matches(".not-accepted")
+            ))
+    });
+    if in_bundle {
+        return None;
+    }
+    let p = r
+        .policies
+        .iter()
+        .find(|p| !p.accepted() && names(&format!("{}/{}", p.namespace, p.name)))?;
+    let why: Vec<String> = p
+        .conditions
+        .iter()
+        .filter(|c| !c.accepted)
+        .map(|c| format!("{}: {}", c.reason, c.message))
+        .collect();
+    Some(format!(
+        "--assume {key}: {} {}/{} is not accepted ({}) and is enforced nowhere: its target does not resolve; no authorizer is called",
+        p.kind,
+        p.namespace,
+        p.name,
+        why.join("; ")
+    ))
+}
+
 /// The filter path written into the configuration: `--wasm` must be a file and is made
 /// absolute (Envoy resolves relative paths against its own working directory); `--wasm-path`
 /// must be absolute and is written as given.
@@ -955,7 +1054,7 @@ fn nothing_written(code: u8) -> u8 {
     let why = if code == EXIT_INVALID {
         "the manifests have errors"
     } else {
-        "not everything was accepted (--strict)"
+        "not everything was accepted (--allow-not-accepted to proceed)"
     };
     eprintln!("mcp-access: nothing written: {why}");
     code

@@ -35,6 +35,9 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 /// The demo's manifests (envoy-demo/manifests), the user's path through the demo.
+/// The demo's JWT provider: its JWT policy is accepted only with it.
+const DEMO_JWT: &str = "demo-idp=issuer=https://auth.demo.mcp-access.local,jwks=/jwks.json";
+
 fn demo() -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../envoy-demo/manifests")
@@ -94,7 +97,7 @@ fn validate_passes_complete_manifests() {
     );
     let out = validate(&f, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let out = validate(&demo(), &[]);
+    let out = validate(&demo(), &["--jwt-provider", DEMO_JWT]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
@@ -249,7 +252,19 @@ spec:
 fn envoy_checks_the_wasm_file_and_writes_its_absolute_path() {
     let d = tmp("wasm");
     let missing = d.join("missing.wasm");
-    let out = run(&["envoy", "-f", &demo(), "--wasm", missing.to_str().unwrap()]);
+    let out = run(&[
+        "envoy",
+        "-f",
+        &demo(),
+        "--jwt-provider",
+        DEMO_JWT,
+        "--tls-cert",
+        "gateway-cert=/c.pem,/k.pem",
+        "--client-ca",
+        "agents-ca=/ca.pem",
+        "--wasm",
+        missing.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
@@ -266,6 +281,8 @@ fn envoy_checks_the_wasm_file_and_writes_its_absolute_path() {
             "envoy",
             "-f",
             &demo(),
+            "--jwt-provider",
+            DEMO_JWT,
             "--wasm",
             "filter.wasm",
             "--tls-cert",
@@ -278,20 +295,20 @@ fn envoy_checks_the_wasm_file_and_writes_its_absolute_path() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
-    let hcm =
-        &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
-    let file = hcm["http_filters"][0]["typed_config"]["config"]["vm_config"]["code"]["local"]
-        ["filename"]
-        .as_str()
-        .unwrap();
-    assert_eq!(
-        PathBuf::from(file),
-        std::fs::canonicalize(d.join("filter.wasm")).unwrap()
-    );
+    let written = std::fs::read_to_string(&cfg).unwrap();
+    let abs = std::fs::canonicalize(d.join("filter.wasm")).unwrap();
+    let want = format!("\"filename\": \"{}\"", abs.to_str().unwrap());
+    assert!(written.contains(&want), "{written}");
 
     // --wasm-path: a path where Envoy runs, written as given; it must be absolute.
-    let out = run(&["envoy", "-f", &demo(), "--wasm-path", "filter.wasm"]);
+    let out = run(&[
+        "envoy",
+        "-f",
+        &demo(),
+        "--allow-not-accepted",
+        "--wasm-path",
+        "filter.wasm",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("--wasm-path filter.wasm: give an absolute path"),
@@ -309,6 +326,8 @@ fn manifests(platform: &str, extra: &[&str]) -> Output {
         "manifests",
         "-f",
         &f,
+        "--jwt-provider",
+        DEMO_JWT,
         "--trust-domain",
         "example.org",
         "--platform",
@@ -501,6 +520,12 @@ fn grpc_authorizers_get_http2_clusters() {
             "envoy",
             "-f",
             &f,
+            "--jwt-provider",
+            DEMO_JWT,
+            "--tls-cert",
+            "gateway-cert=/c.pem,/k.pem",
+            "--client-ca",
+            "agents-ca=/ca.pem",
             "--trust-domain",
             "example.org",
             "--wasm-path",
@@ -539,6 +564,8 @@ fn grpc_authorizers_get_http2_clusters() {
         "manifests",
         "-f",
         &f,
+        "--jwt-provider",
+        DEMO_JWT,
         "--trust-domain",
         "example.org",
         "--platform",

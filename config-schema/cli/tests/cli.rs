@@ -127,7 +127,21 @@ fn valid_examples_validate_but_strict_mode_reports_what_is_not_accepted() {
     let out = run(&["validate", "-f", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("dangling reference: XAccessPolicy"));
+    // --allow-dangling waives routes and XBackends, not policies that enforce nothing.
     let out = run(&["validate", "-f", dir.to_str().unwrap(), "--allow-dangling"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("enforced nowhere"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&[
+        "validate",
+        "-f",
+        dir.to_str().unwrap(),
+        "--allow-dangling",
+        "--allow-not-accepted",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let report = text(&out.stdout);
     assert!(report.contains("reason: TargetNotFound"), "{report}");
@@ -135,8 +149,9 @@ fn valid_examples_validate_but_strict_mode_reports_what_is_not_accepted() {
         !report.contains("GRPC"),
         "gRPC authorizers are accepted: {report}"
     );
+    // Dangling references come first (exit 4), then what is not accepted (exit 3).
     let out = run(&["validate", "-f", dir.to_str().unwrap(), "--strict"]);
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(4));
     let d = tmp("strict");
     let out_path = d.join("bundle.json");
     let out = run(&[
@@ -230,21 +245,30 @@ fn envoy_renders_a_bootstrap_with_the_listen_port_in_the_bundle() {
         ]
     );
 
-    // YAML by default; a missing certificate is an error naming the flag.
-    let out = run(&[
+    // A missing certificate leaves the listener out, and the policies that target it are
+    // not accepted: nothing is written unless told to proceed.
+    let f = fixture();
+    let no_cert = [
         "envoy",
         "-f",
-        fixture().to_str().unwrap(),
+        f.to_str().unwrap(),
         "--wasm-path",
         "/x.wasm",
         "--client-ca",
         "agents-ca=/ca.pem",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "the listener is reported, the rest rendered"
+    ];
+    let out = run(&no_cert);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    assert!(
+        text(&out.stderr).contains("pass --tls-cert gateway-cert="),
+        "{}",
+        text(&out.stderr)
     );
+    // YAML by default; the listener is reported, the rest rendered.
+    let proceed = [&no_cert[..], &["--allow-not-accepted"]].concat();
+    let out = run(&proceed);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("pass --tls-cert gateway-cert="),
         "{}",

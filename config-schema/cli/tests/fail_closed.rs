@@ -194,7 +194,7 @@ spec:
 }
 
 #[test]
-fn an_mcp_block_that_lists_nothing_is_not_accepted() {
+fn an_mcp_block_that_lists_nothing_is_accepted_with_a_warning_and_admits_nothing() {
     let c = build(
         r#"apiVersion: agentic.networking.x-k8s.io/v1alpha1
 kind: XAccessPolicy
@@ -208,8 +208,16 @@ spec:
 "#,
     );
     let st = &status(&c, "nothing").conditions[0];
-    assert_eq!(st.reason, "Invalid", "{st:?}");
-    assert!(st.message.contains("matches nothing"), "{}", st.message);
+    assert_eq!(st.reason, "Accepted", "{st:?}");
+    assert!(
+        st.message.contains("spec.rules[0] (empty)")
+            && st.message.contains("admits nothing")
+            && st
+                .message
+                .contains("mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS"),
+        "{}",
+        st.message
+    );
     let v = ask(&c, "a", "initialize", None, &[]);
     assert_eq!(v["decision"], "deny", "admits nothing: {v:#}");
 }

@@ -560,9 +560,19 @@ fn metadata(m: &ObjectMeta, default_namespace: &str, c: &mut Checker) -> Meta {
 
 fn yaml_documents(text: &str) -> Vec<Result<Value, String>> {
     let mut out = Vec::new();
+    // serde_norway's own Value refuses duplicate keys in a mapping (serde_json's Value keeps
+    // the last one silently): each document is read into it too, for that check only (it keeps
+    // non-string keys, which serde_json reads as strings, as Kubernetes does).
+    let mut checks = serde_norway::Deserializer::from_str(text);
     for doc in serde_norway::Deserializer::from_str(text) {
-        let v: Result<Value, String> =
-            serde::Deserialize::deserialize(doc).map_err(|e| format!("invalid YAML: {e}"));
+        let duplicate = checks
+            .next()
+            .and_then(|d| <serde_norway::Value as serde::Deserialize>::deserialize(d).err())
+            .filter(|e| e.to_string().contains("duplicate entry"));
+        let v: Result<Value, String> = match duplicate {
+            Some(e) => Err(yaml_error(text, &e)),
+            None => serde::Deserialize::deserialize(doc).map_err(|e| format!("invalid YAML: {e}")),
+        };
         let failed = v.is_err();
         out.push(v);
         if failed {
@@ -571,6 +581,62 @@ fn yaml_documents(text: &str) -> Vec<Result<Value, String>> {
         }
     }
     out
+}
+
+/// A YAML error. serde_norway names a duplicate key but not where it is: both lines are
+/// found in the text.
+fn yaml_error(text: &str, e: &serde_norway::Error) -> String {
+    let msg = e.to_string();
+    let lines = msg
+        .split_once("duplicate entry with key ")
+        .and_then(|(_, k)| {
+            serde_json::Deserializer::from_str(k)
+                .into_iter::<String>()
+                .next()
+                .and_then(Result::ok)
+        })
+        .and_then(|k| duplicate_lines(text, &k));
+    match lines {
+        Some((a, b)) => format!("invalid YAML: {msg} (the key is on lines {a} and {b})"),
+        None => format!("invalid YAML: {msg}"),
+    }
+}
+
+/// The 1-based lines of the first two occurrences of `key` in one block mapping: the same
+/// indentation, with no document separator or less indented line between them.
+fn duplicate_lines(text: &str, key: &str) -> Option<(usize, usize)> {
+    // (indentation, line) of each occurrence still open.
+    let mut open: Vec<(usize, usize)> = Vec::new();
+    for (n, l) in text.lines().enumerate() {
+        let mut t = l.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if l.starts_with("---") || l.starts_with("...") {
+            open.clear();
+            continue;
+        }
+        let mut indent = l.len() - t.len();
+        open.retain(|(i, _)| *i <= indent);
+        while let Some(rest) = t.strip_prefix("- ") {
+            // A sequence item starts a new mapping, deeper than the dash.
+            open.retain(|(i, _)| *i <= indent);
+            let r = rest.trim_start();
+            indent += t.len() - r.len();
+            t = r;
+            open.retain(|(i, _)| *i < indent);
+        }
+        let k = t
+            .split_once(':')
+            .map(|(k, _)| k.trim_end().trim_matches(['"', '\'']));
+        if k == Some(key) {
+            if let Some((_, first)) = open.iter().find(|(i, _)| *i == indent) {
+                return Some((*first, n + 1));
+            }
+            open.push((indent, n + 1));
+        }
+    }
+    None
 }
 
 fn collect_files(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {

@@ -43,7 +43,7 @@ pub struct ObjectStatus {
     pub namespace: String,
     pub name: String,
     /// `file: document n`.
-    pub(crate) source: String,
+    pub source: String,
     /// Rank in seniority order (policies only; 1 is the most senior).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seniority: Option<u64>,
@@ -96,6 +96,10 @@ pub struct Report {
     /// Things that take effect but probably not as intended.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Policies with a target that does not resolve, and what they would have restricted
+    /// there (nothing stands in for them at that target).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unenforced: Vec<String>,
 }
 
 impl Report {

@@ -453,7 +453,11 @@ spec:
     let missing = &policy_status(&c, "no-such-listener").conditions[0];
     assert_eq!(missing.reason, reason::TARGET_NOT_FOUND);
     assert!(bundle_policy(&c, "no-such-listener").is_none());
-    assert!(bundle_policy(&c, "no-such-listener.not-accepted").is_none());
+    // Which listener was meant is unknown: the stand-in (admits nothing) covers the Gateway.
+    let standin = bundle_policy(&c, "no-such-listener.not-accepted").unwrap();
+    assert_eq!(standin.targets[0].section_name, None);
+    assert_eq!(standin.action, Action::Allow);
+    assert!(standin.rules.is_none() && standin.not_accepted.is_some());
     // The route's parentRef names the public listener: the backend sits behind it only.
     let gw = &c.topology.gateways[0];
     let public = gw.listeners.iter().find(|l| l.name == "public").unwrap();

@@ -450,14 +450,30 @@ fn an_mcp_block_without_methods_admits_only_the_base_protocol() {
         );
         assert!(!is_allow(&run(&e, &r, &HashMap::new()).0), "{method}");
     }
-    // With nothing listed and the base protocol skipped, it would match nothing: rejected.
-    let inert = json!({"name": "inert", "level": "Backend", "targets": [{"name": "tools"}],
-                       "action": "Deny", "rules": [{"name": "r", "authorization": {"mcp": {}}}]});
-    let err = Engine::from_json(bundle(vec![inert], &[]).to_string().as_bytes()).unwrap_err();
-    assert!(
-        err.contains("rules[0].authorization.mcp") && err.contains("matches nothing"),
-        "{err}"
-    );
+    // With nothing listed and the base protocol skipped, it matches nothing: a Deny rule of
+    // it denies nothing, an Allow rule of it admits nothing.
+    for (action, allowed) in [("Deny", true), ("Allow", false)] {
+        let inert = json!({"name": "inert", "level": "Backend", "targets": [{"name": "tools"}],
+                           "action": action, "rules": [{"name": "r", "authorization": {"mcp": {}}}]});
+        let e = engine(&bundle(vec![inert], &[]));
+        for op in [
+            McpOp::Call {
+                method: "tools/call".into(),
+                param: Some("x".into()),
+            },
+            McpOp::Call {
+                method: "initialize".into(),
+                param: None,
+            },
+        ] {
+            let r = request(op, Some(ALPHA));
+            assert_eq!(
+                is_allow(&run(&e, &r, &HashMap::new()).0),
+                allowed,
+                "{action}"
+            );
+        }
+    }
 }
 
 #[test]

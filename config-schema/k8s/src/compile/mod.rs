@@ -125,6 +125,23 @@ fn is_core(g: &str) -> bool {
     g.is_empty() || g == "core"
 }
 
+/// `; did you mean `x`? (valid: a, b)` for a name outside a closed set.
+pub(crate) fn did_you_mean(word: &str, valid: &[&str]) -> String {
+    if valid.is_empty() {
+        return String::new();
+    }
+    let best = valid
+        .iter()
+        .map(|v| (strsim::jaro_winkler(word, v), *v))
+        .filter(|(score, _)| *score > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    let list = valid.join(", ");
+    match best {
+        Some((_, v)) => format!("; did you mean `{v}`? (valid: {list})"),
+        None => format!(" (valid: {list})"),
+    }
+}
+
 fn opt(s: &Option<String>) -> &str {
     s.as_deref().unwrap_or_default()
 }

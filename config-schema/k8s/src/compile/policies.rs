@@ -66,6 +66,8 @@ struct Targets {
     conds: Vec<TargetStatus>,
     accepted: Vec<bundle::PolicyTarget>,
     standin: Vec<bundle::PolicyTarget>,
+    /// Targets that do not resolve: `Kind namespace/name` and why.
+    unresolved: Vec<String>,
 }
 
 /// What a policy says, compiled, and whether it can be accepted.
@@ -95,14 +97,16 @@ impl Ctx<'_> {
             let seniority = rank as u64 + 1;
             // XAccessPolicy and AccessPolicy are different kinds: the same name is no conflict.
             let conds = if seen.insert(format!("{}|{}", p.kind, p.id())) {
-                self.policy(
+                let (conds, unresolved) = self.policy(
                     p,
                     seniority,
                     &mut per_target,
                     &mut out,
                     &mut authorizers,
                     &mut blocks,
-                )
+                );
+                self.report.unenforced.extend(unresolved);
+                conds
             } else {
                 let ns = &p.meta.namespace;
                 let msg = format!("another {} with this namespace/name is defined earlier or is older; it is used instead", p.kind);
@@ -135,7 +139,7 @@ impl Ctx<'_> {
         out: &mut Vec<bundle::Policy>,
         authorizers: &mut Vec<bundle::Authorizer>,
         blocks: &mut Vec<super::effective::BlockPolicy>,
-    ) -> Vec<TargetStatus> {
+    ) -> (Vec<TargetStatus>, Vec<String>) {
         let level = match p.spec.target_refs().first().map(|r| opt(&r.kind)) {
             Some("Gateway") => Level::Gateway,
             _ => Level::Backend,
@@ -243,7 +247,20 @@ impl Ctx<'_> {
                 origin: None,
             });
         }
-        t.conds
+        let unresolved = t
+            .unresolved
+            .iter()
+            .map(|u| {
+                format!(
+                    "{} {} ({}): enforced nowhere: {u}; it would have {}",
+                    p.kind,
+                    p.id(),
+                    p.origin,
+                    restricted(&content)
+                )
+            })
+            .collect();
+        (t.conds, unresolved)
     }
 
     /// The policy's name in the bundle: its own, except for an AccessPolicy that shares its
@@ -273,12 +290,33 @@ impl Ctx<'_> {
         let mut t = Targets::default();
         let mut counted = HashSet::new();
         let external_auth = content.action == Action::ExternalAuth;
-        for r in p.spec.target_refs() {
+        for (i, r) in p.spec.target_refs().iter().enumerate() {
             let tname = target_name(r, &p.meta.namespace);
             let section = r.section_name.clone();
             let target = match self.find_target(r, &p.meta.namespace) {
                 Err((reason, msg)) => {
-                    t.conds.push(cond(tname, section, reason, msg));
+                    let msg = format!("spec.targetRefs[{i}]: {msg}");
+                    // An unknown listener of a Gateway that resolves: the stand-in covers
+                    // every listener of it (which one was meant is unknown).
+                    let whole = TargetRef {
+                        section_name: None,
+                        ..r.clone()
+                    };
+                    match self.find_target(&whole, &p.meta.namespace) {
+                        Ok(g) if r.section_name.is_some() => {
+                            let msg = format!(
+                                "{msg}{}",
+                                self.standin_note(content)
+                                    .replace("this target", "every listener of this Gateway")
+                            );
+                            t.conds.push(cond(tname, section, reason, msg));
+                            t.standin.push(g);
+                        }
+                        _ => {
+                            t.unresolved.push(format!("{tname}: {reason}: {msg}"));
+                            t.conds.push(cond(tname, section, reason, msg));
+                        }
+                    }
                     continue;
                 }
                 Ok(target) => target,
@@ -297,7 +335,8 @@ impl Ctx<'_> {
                     t.standin.push(target);
                 }
                 Ok(()) => {
-                    t.conds.push(cond(tname, section, reason::ACCEPTED, ""));
+                    t.conds
+                        .push(cond(tname, section, reason::ACCEPTED, inert_rules(content)));
                     t.accepted.push(target);
                 }
             }
@@ -347,9 +386,13 @@ impl Ctx<'_> {
             };
             if let Some(s) = &r.section_name {
                 if !g.listeners.iter().any(|l| &l.name == s) {
+                    let names: Vec<&str> = g.listeners.iter().map(|l| l.name.as_str()).collect();
                     return Err((
                         reason::TARGET_NOT_FOUND,
-                        format!("Gateway {policy_ns}/{name} has no usable listener \"{s}\""),
+                        format!(
+                            "sectionName: Gateway {policy_ns}/{name} has no usable listener \"{s}\"{}",
+                            super::did_you_mean(s, &names)
+                        ),
                     ));
                 }
             }
@@ -381,7 +424,12 @@ impl Ctx<'_> {
                 section_name: None,
             });
         }
-        Err((reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways (gateway.networking.k8s.io) or XBackends (agentic.networking.x-k8s.io)")))
+        let hint = match kind {
+            "Gateway" => format!("; for a Gateway, group: {GATEWAY_GROUP}"),
+            "XBackend" => format!("; for an XBackend, group: {}", crate::load::AGENTIC_GROUP),
+            _ => super::did_you_mean(kind, &["Gateway", "XBackend"]),
+        };
+        Err((reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways ({GATEWAY_GROUP}) or XBackends ({}){hint}", crate::load::AGENTIC_GROUP)))
     }
 
     fn policy_content(&self, p: &Item<PolicySpec>) -> PolicyContent {
@@ -799,6 +847,55 @@ pub(super) fn block_of(s: &PolicySpecV1) -> Option<(&'static str, &Block)> {
         (Some(b), _) => Some(("defaults", b)),
         (None, Some(b)) => Some(("overrides", b)),
         _ => None,
+    }
+}
+
+/// The warning for rules whose `mcp` block lists no method and skips the base protocol:
+/// they match nothing (the rest of the policy takes effect).
+fn inert_rules(c: &PolicyContent) -> String {
+    let Ok(Some(rules)) = &c.rules else {
+        return String::new();
+    };
+    let inert: Vec<String> = rules
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            r.authorization
+                .as_ref()
+                .and_then(|a| a.mcp.as_ref())
+                .is_some_and(|m| {
+                    m.methods.is_empty() && m.base_protocol == bundle::BaseProtocol::Skip
+                })
+        })
+        .map(|(i, r)| format!("spec.rules[{i}] ({})", r.name))
+        .collect();
+    if inert.is_empty() {
+        return String::new();
+    }
+    let what = match c.action {
+        Action::Allow => "admits nothing",
+        _ => "matches nothing",
+    };
+    format!(
+        "warning: {}: an mcp block with no methods and mcpBaseProtocolMethodsOption SKIP_BASE_PROTOCOL_METHODS (the default) {what}; list methods under mcp.methods, set mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS to match the base protocol (initialize, ping, ...), or remove the mcp block to match any method",
+        inert.join(", ")
+    )
+}
+
+/// What a policy would have done at its targets, for one whose target does not resolve.
+fn restricted(c: &PolicyContent) -> &'static str {
+    let all = c.deny_all || matches!(c.rules, Ok(None));
+    match (c.action, all) {
+        (Action::Allow, true) => "admitted all traffic there, and nothing else would change",
+        (Action::Allow, false) => {
+            "admitted only what its rules allow there (denied everything else)"
+        }
+        (Action::Deny, true) => "denied every request there",
+        (Action::Deny, false) => "denied the requests its rules match there",
+        (Action::ExternalAuth, true) => "sent every request there to its authorizer",
+        (Action::ExternalAuth, false) => {
+            "sent the requests its rules select there to its authorizer"
+        }
     }
 }
 

@@ -14,9 +14,17 @@ pub(super) fn cel(at: &str, expression: &str) -> Result<String, Problem> {
     mcp_access_engine::cel::check(expression, &bundle::CelLimits::default())
         .map(|()| expression.to_string())
         .map_err(|e| {
+            let e = e.to_string();
+            let hint = e
+                .split_once("unknown variable `")
+                .and_then(|(_, rest)| rest.split_once('`'))
+                .map(|(name, _)| {
+                    super::did_you_mean(name, &mcp_access_engine::cel::variable_names())
+                })
+                .unwrap_or_default();
             (
                 reason::INVALID,
-                format!("{at}: invalid CEL expression: {e}"),
+                format!("{at}: invalid CEL expression: {e}{hint}"),
             )
         })
 }

@@ -153,6 +153,11 @@ const ATTRS: &[(&str, Attr)] = &[
     ("jwt.claims", Attr::JwtClaims),
 ];
 
+/// The names of the variables an expression may read (for suggestions in messages).
+pub fn variable_names() -> Vec<&'static str> {
+    ATTRS.iter().map(|(n, _)| *n).collect()
+}
+
 impl Attr {
     /// The CEL name.
     pub fn name(self) -> &'static str {

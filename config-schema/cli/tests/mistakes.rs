@@ -1,0 +1,496 @@
+//! Mistakes never open access: each mistake a user makes in manifests, through the binary
+//! (exit code, message naming file, document, field and the valid names, nothing written).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const BASE: &str = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: mcp}
+spec:
+  gatewayClassName: mcp-access
+  listeners:
+  - {name: http, protocol: HTTP, port: 8080}
+  - {name: mtls, protocol: HTTP, port: 8443}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: mcp}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+---
+apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XBackend
+metadata: {name: tools, namespace: mcp}
+spec:
+  mcp: {serviceName: tools-server, port: 8000, path: /mcp}
+"#;
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mcp-access-mistakes-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes `base.yaml` and `policy.yaml` into a fresh directory.
+fn case(name: &str, policy: &str) -> PathBuf {
+    let d = dir(name);
+    std::fs::write(d.join("base.yaml"), BASE).unwrap();
+    std::fs::write(d.join("policy.yaml"), policy).unwrap();
+    d
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mcp-access"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn s(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `validate`, then `compile -o`, `envoy -o` and `manifests -o`: each exits 3 and writes nothing;
+/// returns validate's stderr.
+fn refused_everywhere(d: &std::path::Path, validate_code: i32) -> String {
+    let out = run(&["validate", "-f", s(d), "--format", "text"]);
+    assert_eq!(
+        out.status.code(),
+        Some(validate_code),
+        "{}",
+        text(&out.stderr)
+    );
+    let err = text(&out.stderr);
+    // Outside the directory: `-f` reads every .json file in it.
+    let written = PathBuf::from(format!("{}.out", d.display()));
+    for cmd in [
+        vec!["compile", "-f", s(d), "-o", s(&written)],
+        vec![
+            "envoy",
+            "-f",
+            s(d),
+            "--wasm-path",
+            "/f.wasm",
+            "-o",
+            s(&written),
+        ],
+        vec![
+            "manifests",
+            "-f",
+            s(d),
+            "--platform",
+            "istio",
+            "--image",
+            "r.example/f:1",
+            "--digest",
+            "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+            "-o",
+            s(&written),
+        ],
+    ] {
+        let out = run(&cmd);
+        assert_eq!(out.status.code(), Some(3), "{cmd:?}: {}", text(&out.stderr));
+        assert!(!written.exists(), "{cmd:?} wrote {}", written.display());
+        assert!(
+            text(&out.stderr).contains("--allow-not-accepted"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    err
+}
+
+/// The bundle `compile --allow-not-accepted` writes, and its stderr.
+fn proceed(d: &std::path::Path) -> (serde_json::Value, String) {
+    let b = PathBuf::from(format!("{}.bundle.json", d.display()));
+    let out = run(&["compile", "-f", s(d), "--allow-not-accepted", "-o", s(&b)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v = serde_json::from_slice(&std::fs::read(&b).unwrap()).unwrap();
+    (v, text(&out.stderr))
+}
+
+#[test]
+fn a_deny_policy_with_the_wrong_target_group_is_refused_and_named() {
+    let d = case(
+        "group",
+        r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: no-delete, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: XBackend, name: tools}]
+  action: Deny
+  rules:
+  - name: delete
+    authorization:
+      type: Inline
+      mcp: {methods: [{name: tools/call, params: [delete]}]}
+"#,
+    );
+    let err = refused_everywhere(&d, 3);
+    assert!(
+        err.contains("policy.yaml: document 1: AccessPolicy mcp/no-delete")
+            && err.contains(
+                "spec.targetRefs[0]: target gateway.networking.k8s.io/XBackend is not supported"
+            )
+            && err.contains("for an XBackend, group: agentic.networking.x-k8s.io"),
+        "{err}"
+    );
+    // Told to proceed: nothing can stand in (the target does not resolve); stderr says what
+    // the policy would have restricted.
+    let (bundle, err) = proceed(&d);
+    assert!(
+        bundle["policies"].as_array().unwrap().is_empty(),
+        "{bundle}"
+    );
+    assert!(
+        err.contains("AccessPolicy mcp/no-delete (")
+            && err.contains("enforced nowhere")
+            && err.contains("it would have denied the requests its rules match there"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_section_name_typo_is_refused_with_the_listener_names_and_stands_in_on_the_gateway() {
+    let d = case(
+        "section",
+        r#"apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: mtls-only, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: mtl}]
+  action: Allow
+  rules:
+  - name: alpha
+    source: {type: ServiceAccount, serviceAccount: {namespace: agents, name: alpha}}
+"#,
+    );
+    // validate: a reference that leads nowhere (4).
+    let err = refused_everywhere(&d, 4);
+    assert!(
+        err.contains("spec.targetRefs[0]: sectionName: Gateway mcp/gw has no usable listener \"mtl\"; did you mean `mtls`? (valid: http, mtls)"),
+        "{err}"
+    );
+    // Told to proceed: the stand-in admits nothing on every listener of the Gateway.
+    let (bundle, _) = proceed(&d);
+    let p = &bundle["policies"][0];
+    assert_eq!(p["name"], "mtls-only.not-accepted", "{bundle}");
+    assert_eq!(p["action"], "Allow");
+    assert!(p.get("rules").is_none(), "{p}");
+    assert_eq!(
+        p["targets"],
+        serde_json::json!([{"name": "gw", "namespace": "mcp"}])
+    );
+    let out = run(&[
+        "explain",
+        "-f",
+        s(&d),
+        "--gateway",
+        "gw",
+        "--listener",
+        "mtls",
+        "--service-account",
+        "agents/alpha",
+        "--tool",
+        "x",
+    ]);
+    assert!(
+        text(&out.stdout).contains("DENY 403 at gateway"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+fn cel_policy(expression: &str) -> String {
+    format!(
+        r#"apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {{name: cel, namespace: mcp}}
+spec:
+  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]
+  action: Allow
+  rules:
+  - name: c
+    authorization:
+      type: CEL
+      cel: {{expression: '{expression}'}}
+"#
+    )
+}
+
+#[test]
+fn a_cel_syntax_error_is_refused() {
+    let d = case("cel-syntax", &cel_policy("request.mcp.tool_name == "));
+    let err = refused_everywhere(&d, 3);
+    assert!(
+        err.contains("policy.yaml: document 1: XAccessPolicy mcp/cel")
+            && err.contains(
+                "Invalid: spec.rules[0].authorization.cel.expression: invalid CEL expression"
+            )
+            && err.contains("Syntax error"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_cel_variable_is_refused_with_the_closest_name() {
+    let d = case("cel-var", &cel_policy("request.mcp.toolname == \"x\""));
+    let err = refused_everywhere(&d, 3);
+    assert!(
+        err.contains("unknown variable `request.mcp.toolname`")
+            && err.contains("did you mean `request.mcp.tool_name`?"),
+        "{err}"
+    );
+    // Told to proceed: the Allow policy's stand-in admits nothing.
+    let (bundle, _) = proceed(&d);
+    let p = &bundle["policies"][0];
+    assert_eq!(p["name"], "cel.not-accepted", "{bundle}");
+    assert!(
+        p.get("rules").is_none() && p["notAccepted"].is_string(),
+        "{p}"
+    );
+}
+
+#[test]
+fn an_undeclared_jwt_issuer_is_refused_naming_the_flag() {
+    let d = case(
+        "jwt",
+        r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: jwt, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: Allow
+  rules:
+  - name: j
+    source: {type: JWT, jwt: {issuer: "https://idp.example"}}
+"#,
+    );
+    let err = refused_everywhere(&d, 3);
+    assert!(
+        err.contains("spec.rules[0].source.jwt.issuer \"https://idp.example\"")
+            && err.contains("--jwt-provider NAME=issuer=https://idp.example"),
+        "{err}"
+    );
+    // Declared, it is accepted.
+    let out = run(&[
+        "validate",
+        "-f",
+        s(&d),
+        "--jwt-provider",
+        "idp=issuer=https://idp.example,jwks=/j.json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn duplicate_yaml_keys_are_an_error_naming_both_lines() {
+    // Two files concatenated without `---`: the XBackend's keys repeat in one mapping.
+    let d = dir("dup");
+    let f = d.join("m.yaml");
+    std::fs::write(
+        &f,
+        "apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {name: tools, namespace: mcp}\nspec:\n  mcp: {serviceName: s, port: 8000}\napiVersion: mcp-access.io/v1alpha1\nkind: AccessPolicy\n",
+    )
+    .unwrap();
+    let out = run(&["validate", "-f", s(&f)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("m.yaml: document 1: invalid YAML: duplicate entry with key \"apiVersion\" (the key is on lines 1 and 6)"),
+        "{err}"
+    );
+    // Keys that are not strings are no duplicates (read as strings, as Kubernetes does).
+    std::fs::write(
+        &f,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: mcp}\ndata:\n  1: x\n  true: y\n",
+    )
+    .unwrap();
+    let out = run(&["validate", "-f", s(&f)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Nested: a targetRef with two names.
+    std::fs::write(
+        &f,
+        "apiVersion: mcp-access.io/v1alpha1\nkind: AccessPolicy\nmetadata: {name: p, namespace: mcp}\nspec:\n  targetRefs:\n  - group: gateway.networking.k8s.io\n    kind: Gateway\n    name: gw\n    name: gw2\n  action: Allow\n",
+    )
+    .unwrap();
+    let out = run(&["validate", "-f", s(&f)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("duplicate entry with key \"name\"")
+            && err.contains("(the key is on lines 8 and 9)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_mcp_block_without_methods_is_accepted_with_a_warning_and_the_rest_takes_effect() {
+    let d = case(
+        "empty-mcp",
+        r#"apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: p, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: Allow
+  rules:
+  - name: nothing
+    authorization: {type: Inline, mcp: {}}
+  - name: alpha
+    source: {type: ServiceAccount, serviceAccount: {namespace: agents, name: alpha}}
+"#,
+    );
+    let out = run(&["validate", "-f", s(&d), "--format", "text"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(
+        report.contains(
+            "policy   mcp/p -> XBackend mcp/tools: Accepted warning: spec.rules[0] (nothing)"
+        ) && report.contains("admits nothing")
+            && report.contains("set mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS"),
+        "{report}"
+    );
+    let ask = |sa: &str| {
+        let out = run(&[
+            "explain",
+            "-f",
+            s(&d),
+            "--backend",
+            "tools",
+            "--gateway",
+            "gw",
+            "--listener",
+            "http",
+            "--service-account",
+            sa,
+            "--tool",
+            "x",
+        ]);
+        text(&out.stdout)
+    };
+    assert!(
+        ask("agents/alpha").contains("decision  ALLOW"),
+        "{}",
+        ask("agents/alpha")
+    );
+    assert!(
+        ask("agents/beta").contains("DENY 403"),
+        "{}",
+        ask("agents/beta")
+    );
+}
+
+const RISK: &str = r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: risk, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  defaults:
+    action: ExternalAuth
+    externalAuth: {protocol: HTTP, backendRef: {name: risk, port: 9000}, http: {}}
+"#;
+
+fn explain(d: &std::path::Path, assume: &str) -> Output {
+    run(&[
+        "explain",
+        "-f",
+        s(d),
+        "--backend",
+        "tools",
+        "--gateway",
+        "gw",
+        "--listener",
+        "http",
+        "--tool",
+        "x",
+        "--assume",
+        assume,
+    ])
+}
+
+#[test]
+fn explain_assume_takes_the_name_of_a_gateway_policy_applied_through_its_defaults() {
+    let d = case("assume-block", RISK);
+    for key in ["risk", "mcp/risk"] {
+        let out = explain(&d, &format!("{key}=deny"));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let t = text(&out.stdout);
+        assert!(
+            t.contains("assumed deny:403")
+                && t.contains("DENY 403 at backend (external_auth_denied)"),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn explain_assume_of_a_refused_policy_says_how_it_is_enforced() {
+    // Cross-namespace authorizer without a ReferenceGrant: not accepted, enforced fail-closed.
+    let refused = r#"apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: check, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: ExternalAuth
+  externalAuth: {protocol: HTTP, backendRef: {name: risk, namespace: other, port: 9000}, http: {}}
+"#;
+    let d = case("assume-refused", refused);
+    let out = explain(&d, "check=allow");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("--assume check: policy mcp/check is not accepted (RefNotPermitted")
+            && t.contains("enforced fail-closed")
+            && t.contains("DENY 403 at backend (deny_policy)"),
+        "{t}"
+    );
+    // Its target does not resolve: nothing stands in; stderr says so.
+    let d = case(
+        "assume-nowhere",
+        &refused.replace("name: tools}", "name: toolz}"),
+    );
+    let out = explain(&d, "check=allow");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("--assume check: XAccessPolicy mcp/check is not accepted (TargetNotFound")
+            && text(&out.stderr).contains("enforced nowhere"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_misspelled_target_kind_is_refused_with_the_valid_kinds() {
+    let d = case(
+        "kind",
+        r#"apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: p, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gatway, name: gw}]
+  action: Allow
+"#,
+    );
+    let err = refused_everywhere(&d, 3);
+    assert!(
+        err.contains(
+            "spec.targetRefs[0]: target gateway.networking.k8s.io/Gatway is not supported"
+        ) && err.contains("did you mean `Gateway`? (valid: Gateway, XBackend)"),
+        "{err}"
+    );
+}
