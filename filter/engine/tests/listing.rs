@@ -14,38 +14,14 @@ use mcp_access_engine::callout::HeaderEdit;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
-use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 
 fn input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
-    let mut h: Vec<(String, String)> = vec![
-        (":method".into(), "POST".into()),
-        (":path".into(), "/mcp".into()),
-        (":authority".into(), "gw.example.org".into()),
-        ("content-type".into(), "application/json".into()),
-    ];
-    h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
-    HeadersInput {
-        headers: h,
-        end_of_stream: false,
-        port: 8443,
-        route_name: Some("tools-route".into()),
-        cluster_name: None,
-        caller: Caller {
-            spiffe: Some(spiffe.into()),
-            jwts: vec![],
-        },
-        time: None,
-        peers: None,
-    }
+    post_input(spiffe, extra)
 }
 
 fn send(e: &Engine, spiffe: &str, extra: &[(&str, &str)], body: &str) -> (RequestFlow, Next) {
-    let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(e, input(spiffe, extra)), Next::Hold);
-    let owned = body.as_bytes().to_vec();
-    let a = flow.on_body(e, owned.len(), true, move |_| Some(owned));
-    (flow, a)
+    post_through(e, spiffe, extra, body)
 }
 
 fn rejected(a: Next) -> (u16, Value) {
