@@ -150,7 +150,9 @@ def cli_binary() -> Path:
     if proc.returncode != 0:
         raise DemoError(f"cargo build -p mcp-access-cli failed:\n{proc.stderr[-3000:]}")
     target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
-    return (target if target.is_absolute() else ROOT / target) / "debug" / "mcp-access"
+    binary = (target if target.is_absolute() else ROOT / target) / "debug" / "mcp-access"
+    print(f"the mcp-access CLI is {binary} (a debug build; docs/cli.md says how to install it)", flush=True)
+    return binary
 
 
 def run_cli(cli: Path, *args: str) -> str:

@@ -382,12 +382,24 @@ fn header(o: &ManifestOptions) -> String {
     lines.join("\n") + "\n"
 }
 
-/// The objects for `o.platform`, as multi-document YAML with a header comment.
-pub fn render(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<String, String> {
+/// The objects for `o.platform`: multi-document YAML with a header comment, or (`json`) one
+/// JSON `List` (kubectl's `-o json` shape; the header's notes are then not written).
+pub fn render(
+    bundle: &Bundle,
+    topo: &Topology,
+    o: &ManifestOptions,
+    json: bool,
+) -> Result<String, String> {
     let objects = match o.platform {
         Platform::EnvoyGateway => envoy_gateway(bundle, topo, o)?,
         Platform::Istio => istio(bundle, topo, o)?,
     };
+    if json {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        return serde_json::to_string_pretty(&list)
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string());
+    }
     let mut out = header(o);
     for obj in &objects {
         out.push_str("---\n");

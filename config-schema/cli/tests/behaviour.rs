@@ -220,11 +220,12 @@ spec:
     );
     assert!(report.contains("no agent can connect"), "{report}");
     // The warning is in every report format and from every command that compiles.
+    // (compile writes the bundle to standard output and the report to standard error.)
     let out = run(&["compile", "-f", &closed, "--format", "json"]);
     assert!(
-        text(&out.stdout).contains("admit no base protocol traffic"),
+        text(&out.stderr).contains("admit no base protocol traffic"),
         "{}",
-        text(&out.stdout)
+        text(&out.stderr)
     );
     let open = write(
         "open",

@@ -362,14 +362,23 @@ fn schema_is_the_checked_in_bundle_schema() {
 }
 
 #[test]
-fn crd_is_the_checked_in_access_policy_crd() {
+fn crd_prints_the_checked_in_crds() {
     let out = run(&["crd"]);
     assert_eq!(out.status.code(), Some(0));
-    let checked_in = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/mcp-access.io_accesspolicies.yaml"),
-    )
-    .unwrap();
-    assert_eq!(text(&out.stdout), checked_in);
+    let file = |name: &str| {
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../crds")
+                .join(name),
+        )
+        .unwrap()
+    };
+    let both = format!(
+        "{}---\n{}",
+        file("mcp-access.io_accesspolicies.yaml"),
+        file("mcp-access.io_filtersettings.yaml")
+    );
+    assert_eq!(text(&out.stdout), both);
 }
 
 #[test]
@@ -432,9 +441,9 @@ fn jwt_providers_reach_the_bundle_and_an_undeclared_issuer_is_not_accepted() {
     ]);
     assert_eq!(out.status.code(), Some(3));
     assert!(
-        text(&out.stdout).contains("no JWT provider verifies this issuer (none is declared)"),
+        text(&out.stderr).contains("no JWT provider verifies this issuer (none is declared)"),
         "{}",
-        text(&out.stdout)
+        text(&out.stderr)
     );
     // A malformed provider is a usage error naming the flag.
     let out = run(&["compile", "-f", &infra, "--jwt-provider", "idp=jwks=/x"]);

@@ -360,7 +360,7 @@ fn a_path_no_route_matches_is_what_envoy_does_with_it() {
     assert!(e.note.as_deref().unwrap().contains("no HTTPRoute matches"));
     // unknownBackend: GatewayOnly: the Gateway level lets it on, Envoy answers 404.
     let open = Options {
-        unknown_backend: mcp_access_bundle::UnknownBackend::GatewayOnly,
+        unknown_backend: Some(mcp_access_bundle::UnknownBackend::GatewayOnly),
         ..Options::default()
     };
     let e = at(&open, "/elsewhere");

@@ -1,18 +1,19 @@
-//! The CustomResourceDefinition of the project's `AccessPolicy` kind (group `mcp-access.io`),
-//! generated from the Rust types the compiler reads ([`PolicySpecV1`] and what it holds):
+//! The CustomResourceDefinitions of the project's kinds (group `mcp-access.io`): `AccessPolicy`
+//! and `FilterSettings`, generated from the Rust types the compiler reads ([`PolicySpecV1`],
+//! [`FilterSettingsSpec`] and what they hold):
 //! their schema (with the `x-kubernetes-validations` rules written on them) made structural
 //! as Kubernetes requires — subschemas inlined, no `null` types, no `additionalProperties:
 //! false` (the API server prunes or, with strict field validation, rejects unknown fields).
 //!
-//! The committed file `config-schema/crds/mcp-access.io_accesspolicies.yaml` is checked
-//! against this by a test (`UPDATE_CRD=1 cargo test -p mcp-access-k8s --test crd` rewrites it).
+//! The committed files `config-schema/crds/mcp-access.io_*.yaml` are checked against this by
+//! a test (`UPDATE_CRD=1 cargo test -p mcp-access-k8s --test crd` rewrites it).
 
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};
 
 use crate::load::MCP_ACCESS_GROUP;
-use crate::types::PolicySpecV1;
+use crate::types::{FilterSettingsSpec, PolicySpecV1};
 
 /// `status`: Gateway API's PolicyStatus, per ancestor (Gateway) the conditions of a
 /// controller. Only its schema is used.
@@ -114,6 +115,17 @@ fn structural(v: &mut Value) {
                     }
                 }
             }
+            // A unit-variant enum: `oneOf` of `const`s becomes `enum` (structural schemas
+            // allow no `oneOf` with types); the field's own doc names the values.
+            if let Some(Value::Array(variants)) = o.get("oneOf") {
+                let consts: Option<Vec<Value>> =
+                    variants.iter().map(|x| x.get("const").cloned()).collect();
+                if let Some(consts) = consts {
+                    o.remove("oneOf");
+                    o.insert("type".into(), json!("string"));
+                    o.insert("enum".into(), Value::Array(consts));
+                }
+            }
             if let Some(Value::Array(types)) = o.get("type") {
                 let types: Vec<Value> = types
                     .iter()
@@ -147,67 +159,118 @@ fn structural(v: &mut Value) {
     }
 }
 
-/// The CRD as a value.
-pub fn crd() -> Value {
-    let mut spec = schema_of::<PolicySpecV1>();
-    if let Some(o) = spec.as_object_mut() {
-        o.insert(
-            "description".into(),
-            json!("The XAccessPolicy v1alpha1 spec (group agentic.networking.x-k8s.io) plus action Deny, JWT sources and `when` conditions on the policy and its rules."),
-        );
-    }
-    let mut status = schema_of::<PolicyStatus>();
-    if let Some(o) = status.as_object_mut() {
-        o.insert(
-            "description".into(),
-            json!("What controllers report, per ancestor."),
-        );
-    }
+/// What differs between the project's CRDs.
+struct Kind<'a> {
+    kind: &'a str,
+    plural: &'a str,
+    namespaced: bool,
+    description: &'a str,
+    generated_from: &'a str,
+    spec: Value,
+    status: Option<Value>,
+    columns: Value,
+}
+
+fn custom_resource(k: Kind) -> Value {
     let mut properties = Map::new();
     properties.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
     properties.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
     properties.insert("metadata".into(), json!({"type": "object"}));
-    properties.insert("spec".into(), spec);
-    properties.insert("status".into(), status);
+    properties.insert("spec".into(), k.spec);
+    let subresources = match k.status {
+        Some(status) => {
+            properties.insert("status".into(), status);
+            json!({"status": {}})
+        }
+        None => Value::Null,
+    };
+    let mut version = json!({
+        "name": "v1alpha1",
+        "served": true,
+        "storage": true,
+        "additionalPrinterColumns": k.columns,
+        "schema": {"openAPIV3Schema": {
+            "description": k.description,
+            "type": "object",
+            "required": ["spec"],
+            "properties": properties,
+        }},
+    });
+    if let (Some(v), false) = (version.as_object_mut(), subresources.is_null()) {
+        v.insert("subresources".into(), subresources);
+    }
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": format!("accesspolicies.{MCP_ACCESS_GROUP}"),
-            "annotations": {"mcp-access.io/generated-from": "config-schema/k8s/src/types.rs (PolicySpecV1)"},
+            "name": format!("{}.{MCP_ACCESS_GROUP}", k.plural),
+            "annotations": {"mcp-access.io/generated-from": k.generated_from},
         },
         "spec": {
             "group": MCP_ACCESS_GROUP,
             "names": {
-                "kind": "AccessPolicy",
-                "listKind": "AccessPolicyList",
-                "plural": "accesspolicies",
-                "singular": "accesspolicy",
+                "kind": k.kind,
+                "listKind": format!("{}List", k.kind),
+                "plural": k.plural,
+                "singular": k.kind.to_ascii_lowercase(),
                 "categories": ["mcp-access"],
             },
-            "scope": "Namespaced",
-            "versions": [{
-                "name": "v1alpha1",
-                "served": true,
-                "storage": true,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [
-                    {"name": "Action", "type": "string", "jsonPath": ".spec.action"},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                ],
-                "schema": {"openAPIV3Schema": {
-                    "description": "AccessPolicy: which callers may do what through Gateways or to XBackends (mcp-access's own kind; see docs/semantics.md).",
-                    "type": "object",
-                    "required": ["spec"],
-                    "properties": properties,
-                }},
-            }],
+            "scope": if k.namespaced { "Namespaced" } else { "Cluster" },
+            "versions": [version],
         },
     })
 }
 
-/// The CRD as the YAML file that is committed and applied.
+fn described(mut v: Value, description: &str) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.insert("description".into(), json!(description));
+    }
+    v
+}
+
+/// The AccessPolicy CRD as a value.
+pub fn crd() -> Value {
+    custom_resource(Kind {
+        kind: "AccessPolicy",
+        plural: "accesspolicies",
+        namespaced: true,
+        description: "AccessPolicy: which callers may do what through Gateways or to XBackends (mcp-access's own kind; see docs/semantics.md).",
+        generated_from: "config-schema/k8s/src/types.rs (PolicySpecV1)",
+        spec: described(schema_of::<PolicySpecV1>(), "The XAccessPolicy v1alpha1 spec (group agentic.networking.x-k8s.io) plus action Deny, JWT sources and `when` conditions on the policy and its rules."),
+        status: Some(described(schema_of::<PolicyStatus>(), "What controllers report, per ancestor.")),
+        columns: json!([
+            {"name": "Action", "type": "string", "jsonPath": ".spec.action"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ]),
+    })
+}
+
+/// The FilterSettings CRD as a value.
+pub fn filter_settings_crd() -> Value {
+    custom_resource(Kind {
+        kind: "FilterSettings",
+        plural: "filtersettings",
+        namespaced: false,
+        description: "FilterSettings: the mcp-access filter's settings that are not policy (denial response, limits, listing filtering, identity source, authorizer timeout, Envoy integration). At most one object; see docs/cli.md.",
+        generated_from: "config-schema/k8s/src/types.rs (FilterSettingsSpec)",
+        spec: described(schema_of::<FilterSettingsSpec>(), "Every field is optional and defaults as the policy bundle does."),
+        status: None,
+        columns: json!([
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ]),
+    })
+}
+
+const HEADER: &str = "# Generated by mcp-access from its Rust types (config-schema/k8s/src/crd.rs); do not edit.\n# Regenerate: UPDATE_CRD=1 cargo test -p mcp-access-k8s --test crd\n";
+
+/// The AccessPolicy CRD as the YAML file that is committed and applied.
 pub fn crd_yaml() -> String {
     let body = serde_norway::to_string(&crd()).unwrap_or_default();
-    format!("# Generated by mcp-access from its Rust types (config-schema/k8s/src/crd.rs); do not edit.\n# Regenerate: UPDATE_CRD=1 cargo test -p mcp-access-k8s --test crd\n{body}")
+    format!("{HEADER}{body}")
+}
+
+/// The FilterSettings CRD as the YAML file that is committed and applied.
+pub fn filter_settings_crd_yaml() -> String {
+    let body = serde_norway::to_string(&filter_settings_crd()).unwrap_or_default();
+    format!("{HEADER}{body}")
 }

@@ -148,10 +148,14 @@ pub struct Manifests {
     pub backends: Vec<Item<XBackendSpec>>,
     pub policies: Vec<Item<PolicySpec>>,
     pub namespaces: Vec<Item<()>>,
+    /// `FilterSettings` objects (at most one is used; the compiler refuses more).
+    pub settings: Vec<Item<FilterSettingsSpec>>,
     pub skipped: Vec<Skipped>,
     pub rejected: Vec<Rejected>,
     /// Documents that are not objects at all (syntax errors, missing apiVersion/kind).
     pub unreadable: Vec<Problem>,
+    /// Subdirectories not read (a directory was read without `recursive`).
+    pub skipped_dirs: Vec<PathBuf>,
 }
 
 impl Manifests {
@@ -177,14 +181,44 @@ impl Manifests {
         out
     }
 
+    /// Appends what another read found.
+    pub fn extend(&mut self, more: Manifests) {
+        self.gateways.extend(more.gateways);
+        self.routes.extend(more.routes);
+        self.grants.extend(more.grants);
+        self.backends.extend(more.backends);
+        self.policies.extend(more.policies);
+        self.namespaces.extend(more.namespaces);
+        self.settings.extend(more.settings);
+        self.skipped.extend(more.skipped);
+        self.rejected.extend(more.rejected);
+        self.unreadable.extend(more.unreadable);
+        self.skipped_dirs.extend(more.skipped_dirs);
+    }
+
     /// Reads files and directories (recursively: `*.yaml`, `*.yml`, `*.json`, sorted by name).
     /// Objects without a namespace get `default_namespace`.
     pub fn load_paths(paths: &[PathBuf], default_namespace: &str) -> Result<Manifests, String> {
+        Manifests::load(paths, default_namespace, true)
+    }
+
+    /// Reads files and directories: the `*.yaml`, `*.yml` and `*.json` files of a directory,
+    /// sorted by name, and (`recursive`) of its subdirectories, else the subdirectories are
+    /// listed in [`Manifests::skipped_dirs`] (kubectl's `-f DIR` and `-f DIR -R`).
+    pub fn load(
+        paths: &[PathBuf],
+        default_namespace: &str,
+        recursive: bool,
+    ) -> Result<Manifests, String> {
         let mut files = Vec::new();
+        let mut skipped_dirs = Vec::new();
         for p in paths {
-            collect_files(p, &mut files)?;
+            collect_files(p, recursive, &mut files, &mut skipped_dirs)?;
         }
-        let mut m = Manifests::default();
+        let mut m = Manifests {
+            skipped_dirs,
+            ..Manifests::default()
+        };
         for f in files {
             let text = std::fs::read_to_string(&f)
                 .map_err(|e| format!("cannot read {}: {e}", f.display()))?;
@@ -334,6 +368,11 @@ impl Manifests {
                     self.policies.push(it);
                 }
             }
+            "FilterSettings" => {
+                if let Some(it) = self.typed(&doc, v, validate::filter_settings) {
+                    self.settings.push(it);
+                }
+            }
             _ => self.namespace(doc.origin, v),
         }
     }
@@ -474,7 +513,7 @@ fn versions(group: &str, kind: &str) -> Option<&'static [&'static str]> {
         (GATEWAY_GROUP, "ReferencePolicy") => &["v1alpha2"],
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
-        (MCP_ACCESS_GROUP, "AccessPolicy") => &["v1alpha1"],
+        (MCP_ACCESS_GROUP, "AccessPolicy" | "FilterSettings") => &["v1alpha1"],
         ("", "Namespace") => &["v1"],
         (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP | MCP_ACCESS_GROUP, _) => &[],
         _ => return None,
@@ -639,7 +678,12 @@ fn duplicate_lines(text: &str, key: &str) -> Option<(usize, usize)> {
     None
 }
 
-fn collect_files(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+fn collect_files(
+    p: &Path,
+    recursive: bool,
+    out: &mut Vec<PathBuf>,
+    skipped_dirs: &mut Vec<PathBuf>,
+) -> Result<(), String> {
     let meta = std::fs::metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
     if meta.is_file() {
         out.push(p.to_path_buf());
@@ -651,8 +695,10 @@ fn collect_files(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
         .collect();
     entries.sort();
     for e in entries {
-        if e.is_dir() {
-            collect_files(&e, out)?;
+        if e.is_dir() && recursive {
+            collect_files(&e, recursive, out, skipped_dirs)?;
+        } else if e.is_dir() {
+            skipped_dirs.push(e);
         } else if e
             .extension()
             .and_then(|x| x.to_str())

@@ -68,6 +68,22 @@ pub struct InvalidObject {
     pub(crate) message: String,
 }
 
+impl std::fmt::Display for InvalidObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.source)?;
+        if !self.kind.is_empty() {
+            write!(f, ": {}", self.kind)?;
+            if !self.object.is_empty() {
+                write!(f, " {}", self.object)?;
+            }
+        }
+        if !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
 /// An object of a kind the compiler does not read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

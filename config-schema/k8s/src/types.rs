@@ -530,6 +530,15 @@ pub(crate) struct ExternalAuth {
     pub(crate) http: Option<HttpAuthConfig>,
     /// Request body forwarded to the authorizer.
     pub(crate) forward_body: Option<ForwardBody>,
+    /// `AccessPolicy` only: what an authorizer that gives no usable answer (timeout, refused
+    /// connection, malformed answer) means: `Deny` (default) or `Allow`.
+    #[schemars(extend("enum" = ["Deny", "Allow"]))]
+    pub(crate) failure_mode: Option<String>,
+    /// `AccessPolicy` only: how long to wait for the authorizer (a Gateway API duration such
+    /// as `500ms` or `2s`, at most `60s`; default: `FilterSettings` `externalAuth.timeout`,
+    /// else 1s).
+    #[schemars(pattern(crate::check::DURATION))]
+    pub(crate) timeout: Option<String>,
 }
 
 /// A reference to a Service (or another backend kind).
@@ -805,4 +814,59 @@ pub(crate) struct McpMethodV1 {
     /// Tool / prompt names or resource URIs.
     #[schemars(length(max = 10), inner(length(max = 20)), extend("x-kubernetes-list-type" = "set"))]
     pub(crate) params: Option<Vec<String>>,
+}
+
+/// `FilterSettings.spec` (group `mcp-access.io`, cluster-scoped): the settings of the filter
+/// that are not policy — the denial a client sees, request limits, listing filtering, where
+/// caller identities come from, authorizer defaults and Envoy integration. At most one
+/// object; every field is optional and defaults as the bundle does.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FilterSettingsSpec {
+    /// What a client sees when a policy denies its request.
+    pub(crate) deny_response: Option<mcp_access_bundle::DenyResponse>,
+    /// Request limits.
+    pub(crate) limits: Option<mcp_access_bundle::Limits>,
+    /// Per-caller filtering of listings.
+    pub(crate) listings: Option<mcp_access_bundle::Listings>,
+    /// Where caller identities come from.
+    pub(crate) identity: Option<IdentitySettingsSpec>,
+    /// Defaults of every ExternalAuth policy's authorizer.
+    pub(crate) external_auth: Option<ExternalAuthDefaults>,
+    /// How the filter fits into Envoy.
+    pub(crate) envoy: Option<EnvoySettingsSpec>,
+}
+
+/// `FilterSettings.spec.identity`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct IdentitySettingsSpec {
+    /// SPIFFE trust domain of ServiceAccount sources (the CLI's `--trust-domain`).
+    #[schemars(length(min = 1, max = 255))]
+    pub(crate) trust_domain: Option<String>,
+    /// Where the caller's SPIFFE ID is read: the mTLS peer certificate (default) or a header a
+    /// trusted front proxy sets.
+    pub(crate) spiffe: Option<mcp_access_bundle::SpiffeSettings>,
+}
+
+/// `FilterSettings.spec.externalAuth`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ExternalAuthDefaults {
+    /// Timeout of authorizer calls whose policy sets none (a Gateway API duration, at most
+    /// `60s`; the CLI's `--authz-timeout-ms`). There is deliberately no global failure mode:
+    /// failing open is chosen per policy, where reviewers see it.
+    #[schemars(pattern(crate::check::DURATION))]
+    pub(crate) timeout: Option<String>,
+}
+
+/// `FilterSettings.spec.envoy`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct EnvoySettingsSpec {
+    /// Requests Envoy routes to no XBackend: `Deny` (default) or `GatewayOnly` (the CLI's
+    /// `--unknown-backend`).
+    pub(crate) unknown_backend: Option<mcp_access_bundle::UnknownBackend>,
+    /// A path holding `%2F` or `%5C`: `Reject` (400, default) or `Decode`.
+    pub(crate) escaped_slashes: Option<mcp_access_bundle::EscapedSlashes>,
 }

@@ -276,7 +276,37 @@ fn jwt_source(at: &str, j: &JwtSourceSpec, c: &mut Checker) {
     }
 }
 
-fn external_auth(at: &str, e: &ExternalAuth, c: &mut Checker) {
+/// Longest authorizer timeout (the bundle's bound).
+const MAX_AUTHZ_TIMEOUT_MS: u64 = 60_000;
+
+/// An authorizer timeout: a Gateway API duration between 1ms and 60s.
+pub(crate) fn authz_timeout(at: &str, t: &str, c: &mut Checker) {
+    match check::parse_duration_ms(t) {
+        Some(ms) if (1..=MAX_AUTHZ_TIMEOUT_MS).contains(&ms) => {}
+        Some(_) => c.err(
+            at,
+            format!("Invalid value: \"{t}\": must be between 1ms and 60s"),
+        ),
+        None => c.err(
+            at,
+            format!(
+                "Invalid value: \"{t}\": must be a Gateway API duration such as 500ms, 2s or 1m"
+            ),
+        ),
+    }
+}
+
+fn external_auth(at: &str, e: &ExternalAuth, kind: PolicyKind, c: &mut Checker) {
+    if let Some(f) = &e.failure_mode {
+        if project_only(at, "failureMode", kind, c) {
+            c.one_of(&format!("{at}.failureMode"), f, &["Deny", "Allow"]);
+        }
+    }
+    if let Some(t) = &e.timeout {
+        if project_only(at, "timeout", kind, c) {
+            authz_timeout(&format!("{at}.timeout"), t, c);
+        }
+    }
     if c.required(&format!("{at}.protocol"), &e.protocol) {
         c.one_of(
             &format!("{at}.protocol"),
@@ -401,7 +431,7 @@ pub(crate) fn policy_v0(s: &PolicySpecV0, c: &mut Checker) {
             c.set(&format!("{aat}.tools"), t);
         }
         if let Some(e) = &a.external_auth {
-            external_auth(&format!("{aat}.externalAuth"), e, c);
+            external_auth(&format!("{aat}.externalAuth"), e, PolicyKind::Upstream, c);
         }
         if let Some(cel) = &a.cel {
             c.required(&format!("{aat}.cel.expression"), &cel.expression);
@@ -502,7 +532,7 @@ fn spec_v1(s: &PolicySpecV1, kind: PolicyKind, c: &mut Checker) {
         );
     }
     if let Some(e) = &s.external_auth {
-        external_auth("spec.externalAuth", e, c);
+        external_auth("spec.externalAuth", e, kind, c);
     }
     when("spec", &s.when, kind, c);
     if let Some(rules) = &s.rules {
@@ -532,7 +562,7 @@ fn block(at: &str, b: &Block, c: &mut Checker) {
         "externalAuth may only be specified when action is set to 'ExternalAuth'",
     );
     if let Some(e) = &b.external_auth {
-        external_auth(&format!("{at}.externalAuth"), e, c);
+        external_auth(&format!("{at}.externalAuth"), e, PolicyKind::Project, c);
     }
     when(at, &b.when, PolicyKind::Project, c);
     if let Some(rules) = &b.rules {
@@ -1416,6 +1446,36 @@ fn timeouts(tat: &str, t: &RouteTimeouts, c: &mut Checker) {
             r == 0 || b <= r,
             "object",
             "backendRequest timeout cannot be longer than request timeout",
+        );
+    }
+}
+
+/// A `FilterSettings` spec: its fields are the bundle's own settings, so the bundle's rules
+/// (one home: `mcp_access_bundle::validate`) check them, at the same paths under `spec`.
+pub(crate) fn filter_settings(s: &FilterSettingsSpec, c: &mut Checker) {
+    if let Some(t) = s.external_auth.as_ref().and_then(|e| e.timeout.as_ref()) {
+        authz_timeout("spec.externalAuth.timeout", t, c);
+    }
+    let mut b = mcp_access_bundle::Bundle {
+        api_version: mcp_access_bundle::API_VERSION.into(),
+        identity: Default::default(),
+        gateways: Vec::new(),
+        backends: Vec::new(),
+        authorizers: Vec::new(),
+        policies: Vec::new(),
+        deny_response: s.deny_response.clone().unwrap_or_default(),
+        limits: s.limits.clone().unwrap_or_default(),
+        listings: s.listings.clone().unwrap_or_default(),
+        envoy: Default::default(),
+    };
+    if let Some(id) = &s.identity {
+        b.identity.trust_domain = id.trust_domain.clone();
+        b.identity.spiffe = id.spiffe.clone().unwrap_or_default();
+    }
+    if let Err(e) = mcp_access_bundle::validate(&b) {
+        c.err(
+            format!("spec.{}", e.path),
+            format!("Invalid value: {}", e.message),
         );
     }
 }

@@ -9,22 +9,59 @@
 
 use serde_json::Value;
 
-const PATH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../crds/mcp-access.io_accesspolicies.yaml"
-);
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/");
 
 #[test]
-fn crd_file_is_current() {
-    let fresh = mcp_access_k8s::crd_yaml();
-    if std::env::var_os("UPDATE_CRD").is_some() {
-        std::fs::write(PATH, &fresh).unwrap();
+fn crd_files_are_current() {
+    for (file, fresh) in [
+        (
+            "mcp-access.io_accesspolicies.yaml",
+            mcp_access_k8s::crd_yaml(),
+        ),
+        (
+            "mcp-access.io_filtersettings.yaml",
+            mcp_access_k8s::filter_settings_crd_yaml(),
+        ),
+    ] {
+        let path = format!("{DIR}{file}");
+        if std::env::var_os("UPDATE_CRD").is_some() {
+            std::fs::write(&path, &fresh).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == fresh,
+            "config-schema/crds/{file} is stale: run `UPDATE_CRD=1 cargo test -p mcp-access-k8s --test crd`"
+        );
     }
-    let on_disk = std::fs::read_to_string(PATH).unwrap_or_default();
-    assert!(
-        on_disk == fresh,
-        "config-schema/crds/mcp-access.io_accesspolicies.yaml is stale: run `UPDATE_CRD=1 cargo test -p mcp-access-k8s --test crd`"
+}
+
+#[test]
+fn filter_settings_crd_is_structural_and_cluster_scoped() {
+    let crd = mcp_access_k8s::filter_settings_crd();
+    assert_eq!(crd["metadata"]["name"], "filtersettings.mcp-access.io");
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+    let v = &crd["spec"]["versions"][0];
+    let root = &v["schema"]["openAPIV3Schema"];
+    assert_structural(root, "openAPIV3Schema");
+    let spec = &root["properties"]["spec"]["properties"];
+    let deny = &spec["denyResponse"]["properties"];
+    for field in ["httpStatus", "jsonRpcCode", "message", "exposeDetails"] {
+        assert!(deny.get(field).is_some(), "denyResponse.{field}");
+    }
+    assert!(spec["limits"]["properties"]["cel"]["properties"]
+        .get("maxSteps")
+        .is_some());
+    assert!(spec["listings"]["properties"].get("maxBytes").is_some());
+    assert_eq!(
+        spec["identity"]["properties"]["spiffe"]["properties"]["source"]["enum"],
+        serde_json::json!(["PeerCertificate", "TrustedHeader"])
     );
+    assert!(spec["externalAuth"]["properties"]["timeout"]["pattern"].is_string());
+    assert_eq!(
+        spec["envoy"]["properties"]["unknownBackend"]["enum"],
+        serde_json::json!(["Deny", "GatewayOnly"])
+    );
+    assert!(v.get("subresources").is_none());
 }
 
 /// Every node of a structural schema has a single `type`; no `$ref`, no `anyOf` with types,

@@ -14,12 +14,12 @@ mod grants;
 mod policies;
 mod routes;
 mod rules;
+mod settings;
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::load::{Item, Manifests, AGENTIC_GROUP, PROTOTYPE_GROUP};
 use crate::model::*;
-use mcp_access_bundle::gateway_api::DEFAULT_TRUST_DOMAIN;
 use mcp_access_bundle::{self as bundle, Bundle};
 
 use policies::authorizer_models;
@@ -39,8 +39,9 @@ pub mod reason {
 /// Compiler settings (the CLI's flags).
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// SPIFFE trust domain of ServiceAccount sources.
-    pub trust_domain: String,
+    /// SPIFFE trust domain of ServiceAccount sources (None: a `FilterSettings` object's, else
+    /// the default).
+    pub trust_domain: Option<String>,
     /// Accepted policies per target object (0: no limit).
     pub max_policies_per_target: usize,
     /// Accepted ExternalAuth policies per target object (0: no limit).
@@ -49,12 +50,14 @@ pub struct Options {
     pub listen: BTreeMap<String, u16>,
     /// Added to every Gateway listener port without an override.
     pub port_offset: i32,
-    /// Timeout of authorizer callouts.
-    pub authz_timeout_ms: u32,
+    /// Timeout of authorizer callouts whose policy sets none (None: a `FilterSettings`
+    /// object's, else 1000).
+    pub authz_timeout_ms: Option<u32>,
     /// Drop policies that are not accepted (as a controller would) instead of enforcing
     /// them fail-closed.
     pub skip_rejected: bool,
-    pub unknown_backend: bundle::UnknownBackend,
+    /// None: a `FilterSettings` object's, else `Deny`.
+    pub unknown_backend: Option<bundle::UnknownBackend>,
     /// Only Gateways of these classes (empty: all).
     pub gateway_classes: Vec<String>,
     /// Certificate Secrets that can be used (`name` or `namespace/name`); None: do not check.
@@ -71,32 +74,19 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            trust_domain: DEFAULT_TRUST_DOMAIN.into(),
+            trust_domain: None,
             max_policies_per_target: 5,
             max_external_auth_per_target: 0,
             listen: BTreeMap::new(),
             port_offset: 0,
-            authz_timeout_ms: 1000,
+            authz_timeout_ms: None,
             skip_rejected: false,
-            unknown_backend: bundle::UnknownBackend::Deny,
+            unknown_backend: None,
             gateway_classes: Vec::new(),
             tls_secrets: None,
             client_cas: None,
             jwt_providers: Vec::new(),
             effective_view: false,
-        }
-    }
-}
-
-impl Options {
-    /// The bundle's identity settings: the trust domain and the JWT providers.
-    pub(crate) fn identity(&self) -> bundle::IdentitySettings {
-        bundle::IdentitySettings {
-            trust_domain: Some(self.trust_domain.clone()),
-            jwt: bundle::JwtSettings {
-                providers: self.jwt_providers.clone(),
-            },
-            ..Default::default()
         }
     }
 }
@@ -203,10 +193,13 @@ struct Ctx<'a> {
     backend_index: HashMap<String, usize>,
     /// What defaults/overrides blocks did, per (backend, listener).
     effects: Vec<(String, (String, String, String), effective::Effects)>,
+    /// The filter's settings (a `FilterSettings` object and the flags).
+    settings: settings::Settings,
 }
 
 /// Compiles validated manifests.
 pub fn compile(m: &Manifests, o: &Options) -> Compiled {
+    let (settings, settings_problems) = settings::resolve(m, o);
     let mut cx = Ctx {
         m,
         o,
@@ -214,8 +207,10 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         topo: Topology::default(),
         backend_index: HashMap::new(),
         effects: Vec::new(),
+        settings,
     };
     cx.report_inputs();
+    cx.report.invalid.extend(settings_problems);
     cx.backends();
     cx.gateways();
     cx.routes();
@@ -223,9 +218,9 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     let (policies, authorizers) = cx.policies();
     cx.topo.authorizers = authorizer_models(&authorizers);
     cx.report_rejected();
-    let bundle = Bundle {
+    let mut bundle = Bundle {
         api_version: bundle::API_VERSION.to_string(),
-        identity: o.identity(),
+        identity: Default::default(),
         gateways: cx.bundle_gateways(),
         backends: cx.bundle_backends(),
         authorizers,
@@ -233,12 +228,9 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         deny_response: Default::default(),
         listings: Default::default(),
         limits: Default::default(),
-        envoy: bundle::EnvoySettings {
-            hold_headers: true,
-            unknown_backend: o.unknown_backend,
-            ..Default::default()
-        },
+        envoy: Default::default(),
     };
+    cx.settings.apply(&mut bundle);
     let effective = if o.effective_view {
         cx.effective_view(&bundle)
     } else {

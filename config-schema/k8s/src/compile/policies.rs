@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::grants::permitted;
-use super::rules::{self, rule_v0, rule_v1, source_v, Problem};
+use super::rules::{self, rule_v0, rule_v1, source_v, Problem, RuleCx};
 use super::{agentic_group, cond, is_core, opt, reason, seniority_order, status, Ctx, Options};
 use crate::check;
 use crate::load::{Item, PolicySpec, GATEWAY_GROUP};
@@ -484,17 +484,21 @@ impl Ctx<'_> {
             "Deny" => Action::Deny,
             _ => Action::Allow,
         };
-        let providers = &self.o.jwt_providers;
+        let rcx = RuleCx {
+            providers: &self.o.jwt_providers,
+            cel_limits: &self.settings.limits.cel,
+        };
         // `rules: []` is indistinguishable from omitted in Kubernetes: all traffic.
         let rules = s.rules.as_ref().filter(|rs| !rs.is_empty()).map(|rs| {
             rs.iter()
                 .enumerate()
-                .map(|(i, r)| rule_v1(&format!("{at}.rules[{i}]"), r, providers))
+                .map(|(i, r)| rule_v1(&format!("{at}.rules[{i}]"), r, &rcx))
                 .collect::<Result<Vec<_>, _>>()
         });
         // A policy `when` that does not compile makes the policy not accepted, its rules
         // untrustworthy as a selection (a Deny stand-in then denies everything).
-        let (when, when_problem) = match rules::when(at, s.when.as_ref()) {
+        let (when, when_problem) = match rules::when(at, s.when.as_ref(), &self.settings.limits.cel)
+        {
             Ok(w) => (w, None),
             Err(e) => (Vec::new(), Some(e)),
         };
@@ -586,7 +590,13 @@ impl Ctx<'_> {
                 let rules = rs
                     .iter()
                     .enumerate()
-                    .map(|(i, r)| rule_v0(&format!("spec.rules[{i}]"), r, &self.o.jwt_providers))
+                    .map(|(i, r)| {
+                        let rcx = RuleCx {
+                            providers: &self.o.jwt_providers,
+                            cel_limits: &self.settings.limits.cel,
+                        };
+                        rule_v0(&format!("spec.rules[{i}]"), r, &rcx)
+                    })
                     .collect::<Result<Vec<_>, _>>()
                     .map(Some);
                 self.finish_content(p, Action::Allow, rules, None, ns)
@@ -654,7 +664,7 @@ impl Ctx<'_> {
     ) -> Bundle {
         Bundle {
             api_version: bundle::API_VERSION.into(),
-            identity: self.o.identity(),
+            identity: self.settings.identity.clone(),
             gateways: vec![bundle::Gateway {
                 name: "g".into(),
                 namespace: ns.into(),
@@ -693,7 +703,7 @@ impl Ctx<'_> {
             }],
             deny_response: Default::default(),
             listings: Default::default(),
-            limits: Default::default(),
+            limits: self.settings.limits.clone(),
             envoy: Default::default(),
         }
     }
@@ -789,13 +799,21 @@ impl Ctx<'_> {
             protocol,
             authority: None,
             path_prefix,
-            timeout_ms: self.o.authz_timeout_ms,
+            timeout_ms: e
+                .timeout
+                .as_deref()
+                .and_then(check::parse_duration_ms)
+                .and_then(|ms| u32::try_from(ms).ok())
+                .unwrap_or(self.settings.authz_timeout_ms),
             include_peer_certificate: false,
             allowed_headers,
             allowed_response_headers: http.allowed_response_headers.clone().unwrap_or_default(),
             forward_body_max_bytes,
             max_response_body_bytes: bundle::DEFAULT_MAX_RESPONSE_BODY_BYTES,
-            failure_mode: bundle::FailureMode::Deny,
+            failure_mode: match e.failure_mode.as_deref() {
+                Some("Allow") => bundle::FailureMode::Allow,
+                _ => bundle::FailureMode::Deny,
+            },
         })
     }
 }

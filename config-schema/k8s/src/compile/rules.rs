@@ -8,10 +8,21 @@ use mcp_access_bundle as bundle;
 /// Why a rule cannot be compiled: a status reason and a message naming the field.
 pub(super) type Problem = (&'static str, String);
 
-/// A CEL expression at field path `at`, checked by the engine's own checker (the filter loads
-/// it with the same code, under the bundle's default limits).
-pub(super) fn cel(at: &str, expression: &str) -> Result<String, Problem> {
-    mcp_access_engine::cel::check(expression, &bundle::CelLimits::default())
+/// What compiling a rule reads besides the rule: the JWT providers its sources may name and
+/// the CEL limits the bundle will carry.
+pub(super) struct RuleCx<'a> {
+    pub(super) providers: &'a [bundle::JwtProvider],
+    pub(super) cel_limits: &'a bundle::CelLimits,
+}
+
+/// A CEL expression at field path `at`, checked by the engine's own checker under the limits
+/// the filter will load it with.
+pub(super) fn cel(
+    at: &str,
+    expression: &str,
+    limits: &bundle::CelLimits,
+) -> Result<String, Problem> {
+    mcp_access_engine::cel::check(expression, limits)
         .map(|()| expression.to_string())
         .map_err(|e| {
             let e = e.to_string();
@@ -30,11 +41,21 @@ pub(super) fn cel(at: &str, expression: &str) -> Result<String, Problem> {
 }
 
 /// The predicates of a `when` list at `at` (`spec` or `spec.rules[i]`), each checked.
-pub(super) fn when(at: &str, w: Option<&Vec<WhenCondition>>) -> Result<Vec<String>, Problem> {
+pub(super) fn when(
+    at: &str,
+    w: Option<&Vec<WhenCondition>>,
+    limits: &bundle::CelLimits,
+) -> Result<Vec<String>, Problem> {
     w.into_iter()
         .flatten()
         .enumerate()
-        .map(|(i, c)| cel(&format!("{at}.when[{i}].predicate"), opt(&c.predicate)))
+        .map(|(i, c)| {
+            cel(
+                &format!("{at}.when[{i}].predicate"),
+                opt(&c.predicate),
+                limits,
+            )
+        })
         .collect()
 }
 
@@ -147,11 +168,16 @@ fn jwt_source(
 
 /// A CEL authorization: the expression must hold (nothing else is implied: the base
 /// protocol is not admitted by it).
-fn cel_authorization(at: &str, expression: Option<&str>) -> Result<bundle::Authorization, Problem> {
+fn cel_authorization(
+    at: &str,
+    expression: Option<&str>,
+    limits: &bundle::CelLimits,
+) -> Result<bundle::Authorization, Problem> {
     Ok(bundle::Authorization {
         cel: Some(cel(
             &format!("{at}.authorization.cel.expression"),
             expression.unwrap_or_default(),
+            limits,
         )?),
         ..Default::default()
     })
@@ -164,18 +190,15 @@ fn unknown_match(at: &str, kind: &str) -> Problem {
     )
 }
 
-pub(super) fn rule_v0(
-    at: &str,
-    r: &RuleV0,
-    providers: &[bundle::JwtProvider],
-) -> Result<bundle::Rule, Problem> {
-    let source = source_v(at, r.source.as_ref(), providers)?;
+pub(super) fn rule_v0(at: &str, r: &RuleV0, cx: &RuleCx) -> Result<bundle::Rule, Problem> {
+    let source = source_v(at, r.source.as_ref(), cx.providers)?;
     let authorization = match &r.authorization {
         None => None,
         Some(a) => match opt(&a.kind) {
             "CEL" => Some(cel_authorization(
                 at,
                 a.cel.as_ref().and_then(|c| c.expression.as_deref()),
+                cx.cel_limits,
             )?),
             // InlineTools: these tools plus the base protocol; no tools: the base protocol.
             "InlineTools" => {
@@ -213,17 +236,14 @@ pub(super) fn rule_v0(
     })
 }
 
-pub(super) fn rule_v1(
-    at: &str,
-    r: &RuleV1,
-    providers: &[bundle::JwtProvider],
-) -> Result<bundle::Rule, Problem> {
-    let source = source_v(at, r.source.as_ref(), providers)?;
+pub(super) fn rule_v1(at: &str, r: &RuleV1, cx: &RuleCx) -> Result<bundle::Rule, Problem> {
+    let source = source_v(at, r.source.as_ref(), cx.providers)?;
     let authorization = match &r.authorization {
         None => None,
         Some(a) if opt(&a.kind) == "CEL" => Some(cel_authorization(
             at,
             a.cel.as_ref().and_then(|c| c.expression.as_deref()),
+            cx.cel_limits,
         )?),
         Some(a) => Some(authorization_v1(at, a)?),
     };
@@ -231,7 +251,7 @@ pub(super) fn rule_v1(
         name: opt(&r.name).to_string(),
         source,
         authorization,
-        when: when(at, r.when.as_ref())?,
+        when: when(at, r.when.as_ref(), cx.cel_limits)?,
     })
 }
 

@@ -1,0 +1,467 @@
+//! The command line: subcommands and their flags (clap), following kubectl where it does not
+//! conflict: `-f` (files, directories, `-` for stdin), `-R`, `-o` (a format, or a file to
+//! write), `-n`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mcp_access_cli::manifests;
+
+#[derive(Parser)]
+#[command(
+    name = "mcp-access",
+    version,
+    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, AccessPolicy, FilterSettings, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Compile manifests to a policy bundle; print the status report.
+    Compile {
+        #[command(flatten)]
+        input: Input,
+        /// `json` (default) or `yaml`: the bundle on standard output (the report then goes to
+        /// standard error); or a file to write the bundle to (the report goes to standard
+        /// output; `-`: standard output).
+        #[arg(short, long, value_name = "FORMAT|FILE", value_parser = Output::parse_bundle)]
+        output: Option<Output>,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Validate and compile manifests without writing anything; print the status report.
+    /// References that lead nowhere (an unknown backendRef or target, an XBackend no route
+    /// reaches) fail it with exit code 4.
+    Validate {
+        #[command(flatten)]
+        input: Input,
+        /// Report format.
+        #[arg(
+            short = 'o',
+            long = "output",
+            visible_alias = "format",
+            value_enum,
+            default_value = "yaml"
+        )]
+        format: Format,
+        /// Report what is not accepted as warnings and exit 0 (what compile and envoy would
+        /// then enforce fail-closed).
+        #[arg(long)]
+        allow_not_accepted: bool,
+        /// Accepted for symmetry with compile: validate always refuses what is not accepted.
+        #[arg(long, hide = true, conflicts_with = "allow_not_accepted")]
+        strict: bool,
+        /// Report references that lead nowhere as warnings instead of failing.
+        #[arg(long)]
+        allow_dangling: bool,
+    },
+    /// Render a complete Envoy bootstrap with the filter and the compiled bundle.
+    Envoy {
+        #[command(flatten)]
+        input: Input,
+        #[command(flatten)]
+        envoy: EnvoyArgs,
+        /// `yaml` (default) or `json` on standard output, or a file to write (`.json`: JSON,
+        /// otherwise YAML). The report goes to standard error.
+        #[arg(short, long, value_name = "FORMAT|FILE", default_value = "yaml", value_parser = Output::parse_config)]
+        output: Output,
+        /// Also write the bundle here.
+        #[arg(long)]
+        bundle_out: Option<PathBuf>,
+        /// Deliver the filter's configuration by extension config discovery from
+        /// DIR/mcp_access.ecds.json (written now): `mcp-access publish --ecds DIR` then changes
+        /// policies without restarting Envoy.
+        #[arg(long, value_name = "DIR")]
+        ecds: Option<PathBuf>,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Compile manifests and publish the bundle to a running Envoy rendered with `envoy --ecds
+    /// DIR`: DIR/mcp_access.ecds.json is replaced atomically and Envoy swaps the filter's
+    /// configuration without dropping a request. Nothing is written when the manifests have
+    /// errors; Envoy itself refuses a configuration the filter cannot load and keeps the
+    /// previous one. Listeners, backends and authorizer clusters are Envoy's static
+    /// configuration: changing those needs `mcp-access envoy` and a restart.
+    Publish {
+        #[command(flatten)]
+        input: Input,
+        #[command(flatten)]
+        wasm: WasmArg,
+        /// The directory given to `mcp-access envoy --ecds`.
+        #[arg(long, value_name = "DIR")]
+        ecds: PathBuf,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Render the Kubernetes objects that load the filter into Envoy Gateway or Istio.
+    Manifests {
+        #[command(flatten)]
+        input: Input,
+        #[command(flatten)]
+        platform: PlatformArgs,
+        /// `yaml` (default) or `json` on standard output, or a file to write (`.json`: JSON,
+        /// otherwise YAML). The report goes to standard error.
+        #[arg(short, long, value_name = "FORMAT|FILE", default_value = "yaml", value_parser = Output::parse_config)]
+        output: Output,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Run one request through the filter's request flow; print the response and the trace.
+    Explain(Box<ExplainArgs>),
+    /// Print the effective policy of each (Gateway listener, XBackend): every level and
+    /// step with its rules and where they came from (the policy, or the defaults/overrides
+    /// block and strategy of a Gateway policy), and what blocks replaced or left out.
+    Effective {
+        #[command(flatten)]
+        input: Input,
+        /// Only this Gateway (`name` or `namespace/name`).
+        #[arg(long)]
+        gateway: Option<String>,
+        /// Only this listener.
+        #[arg(long)]
+        listener: Option<String>,
+        /// Only this XBackend (`name` or `namespace/name`).
+        #[arg(long)]
+        backend: Option<String>,
+        /// Output format.
+        #[arg(
+            short = 'o',
+            long = "output",
+            visible_alias = "format",
+            value_enum,
+            default_value = "text"
+        )]
+        format: Format,
+    },
+    /// Print the policy bundle's JSON Schema.
+    Schema,
+    /// Print a shell completion script (bash: `source <(mcp-access completion bash)`).
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the CustomResourceDefinitions of the project's kinds (group mcp-access.io:
+    /// AccessPolicy, FilterSettings), ready for `kubectl apply -f -`.
+    Crd,
+}
+
+#[derive(Args)]
+pub(crate) struct Input {
+    /// Manifest files or directories (YAML, multi-document, or JSON; `-` for standard input).
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub(crate) files: Vec<PathBuf>,
+    /// Read directories named with -f recursively (without it, only the files directly in
+    /// them; skipped subdirectories are named on standard error).
+    #[arg(short = 'R', long)]
+    pub(crate) recursive: bool,
+    #[command(flatten)]
+    pub(crate) compile: CompileArgs,
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct CompileArgs {
+    /// Namespace of objects that name none.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub(crate) namespace: String,
+    /// SPIFFE trust domain of ServiceAccount sources [default: cluster.local, or a
+    /// FilterSettings object's spec.identity.trustDomain].
+    #[arg(long)]
+    pub(crate) trust_domain: Option<String>,
+    /// Accepted policies per target (Gateway or XBackend); 0 for no limit.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) max_policies_per_target: usize,
+    /// Accepted ExternalAuth policies per target; 0 for no limit.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) max_external_auth_per_target: usize,
+    /// Envoy port of a listener: LISTENER=PORT, GATEWAY/LISTENER=PORT or NAMESPACE/GATEWAY/LISTENER=PORT.
+    #[arg(long = "listen", value_name = "LISTENER=PORT")]
+    pub(crate) listen: Vec<String>,
+    /// Added to every listener port without a --listen.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub(crate) port_offset: i32,
+    /// Timeout of authorizer calls whose policy sets none [default: 1000, or a FilterSettings
+    /// object's spec.externalAuth.timeout].
+    #[arg(long)]
+    pub(crate) authz_timeout_ms: Option<u32>,
+    /// Leave policies that are not accepted out of the bundle (as a controller would) instead
+    /// of enforcing them fail-closed.
+    #[arg(long)]
+    pub(crate) skip_rejected: bool,
+    /// Requests Envoy routes to no XBackend: deny them, or decide them on Gateway policies
+    /// only [default: deny, or a FilterSettings object's spec.envoy.unknownBackend].
+    #[arg(long, value_enum)]
+    pub(crate) unknown_backend: Option<UnknownBackendArg>,
+    /// Only Gateways of this class (repeatable; default: all).
+    #[arg(long = "gateway-class")]
+    pub(crate) gateway_classes: Vec<String>,
+    /// A JWT provider of Envoy's jwt_authn filter (repeatable): its verified claims are what
+    /// JWT sources match. JWKS: a local file or an https:// URI; `audience` repeatable;
+    /// `forward=true` keeps the token in the upstream request.
+    #[arg(
+        long = "jwt-provider",
+        value_name = "NAME=issuer=ISSUER,jwks=FILE|URI[,audience=AUD][,forward=BOOL]"
+    )]
+    pub(crate) jwt_providers: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum UnknownBackendArg {
+    Deny,
+    GatewayOnly,
+}
+
+#[derive(Args)]
+pub(crate) struct ReportArgs {
+    /// Format of the status report (on standard error when the command's output goes to
+    /// standard output).
+    #[arg(
+        long = "report-format",
+        visible_alias = "format",
+        value_enum,
+        default_value = "yaml"
+    )]
+    pub(crate) format: Format,
+    /// Also refuse (exit 3) when a Gateway, HTTPRoute or XBackend is not accepted; a policy
+    /// that is not accepted always does, unless --allow-not-accepted.
+    #[arg(long, conflicts_with = "allow_not_accepted")]
+    pub(crate) strict: bool,
+    /// Proceed although something is not accepted: report it, exit 0, and write the
+    /// bundle with every not-accepted policy enforced fail-closed where its target resolves.
+    #[arg(long)]
+    pub(crate) allow_not_accepted: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    Yaml,
+    Json,
+    Text,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum PlatformArg {
+    EnvoyGateway,
+    Istio,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ListenerNamesArg {
+    Legacy,
+    V2,
+}
+
+#[derive(Args)]
+pub(crate) struct PlatformArgs {
+    /// Where the filter runs.
+    #[arg(long, value_enum)]
+    pub(crate) platform: PlatformArg,
+    /// REGISTRY/REPOSITORY:TAG of the filter's OCI image.
+    #[arg(long, value_parser = manifests::parse_image)]
+    pub(crate) image: String,
+    /// Its manifest digest, sha256:<hex> (printed by scripts/oci-image).
+    #[arg(long, value_parser = manifests::parse_digest)]
+    pub(crate) digest: String,
+    /// Name of the generated objects.
+    #[arg(long, default_value = "mcp-access", value_parser = dns_label)]
+    pub(crate) name: String,
+    /// Envoy Gateway's xDS naming scheme (v2 with the XDSNameSchemeV2 runtime flag).
+    #[arg(long, value_enum, default_value = "legacy")]
+    pub(crate) eg_listener_names: ListenerNamesArg,
+    /// Kubernetes cluster domain of Service DNS names.
+    #[arg(long, default_value = "cluster.local")]
+    pub(crate) cluster_domain: String,
+}
+
+pub(crate) fn dns_label(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "`{s}` is not a DNS label (lower-case letters, digits, '-')"
+        ))
+    }
+}
+
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct WasmArg {
+    /// The filter (`mcp_access_filter.wasm`); it must exist, its absolute path is written.
+    #[arg(long)]
+    pub(crate) wasm: Option<PathBuf>,
+    /// The filter's absolute path where Envoy runs (e.g. in a container), written as given and
+    /// not checked here.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) wasm_path: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct EnvoyArgs {
+    #[command(flatten)]
+    pub(crate) wasm: WasmArg,
+    /// Map a Service or hostname to an address: NAME=HOST:PORT (NAME: `svc`, `ns/svc` or a
+    /// hostname; `http://` or `https://` before HOST forces plaintext or TLS).
+    #[arg(long = "resolve", value_name = "NAME=HOST:PORT")]
+    pub(crate) resolve: Vec<String>,
+    /// Certificate of a Gateway certificateRef Secret: SECRET=CERT.pem,KEY.pem.
+    #[arg(long = "tls-cert", value_name = "SECRET=CERT,KEY")]
+    pub(crate) tls_cert: Vec<String>,
+    /// CA for client certificates: REF=CA.pem for a caCertificateRef, or CA.pem for HTTPS
+    /// listeners whose Gateway names none.
+    #[arg(long = "client-ca", value_name = "[REF=]CA.pem")]
+    pub(crate) client_ca: Vec<String>,
+    /// Address listeners bind to when their Gateway has no spec.addresses.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub(crate) bind: String,
+    /// Envoy admin port.
+    #[arg(long, default_value_t = 9901)]
+    pub(crate) admin_port: u16,
+    /// Envoy admin address.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) admin_address: String,
+    /// Trusted CAs for TLS towards `hostname` XBackends.
+    #[arg(long, default_value = "/etc/ssl/certs/ca-certificates.crt")]
+    pub(crate) upstream_ca: String,
+    /// Write an access log (one JSON line per request, with the filter's decision).
+    #[arg(long)]
+    pub(crate) access_log: Option<String>,
+    /// Require a bearer token on this listener (repeatable; LISTENER, GATEWAY/LISTENER or
+    /// NAMESPACE/GATEWAY/LISTENER): jwt_authn answers a request without one 401 with a
+    /// `WWW-Authenticate: Bearer` challenge (CORS preflights pass) instead of passing it on.
+    #[arg(long = "jwt-required", value_name = "LISTENER")]
+    pub(crate) jwt_required: Vec<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct ExplainArgs {
+    /// A compiled bundle (its JWT providers are those it was compiled with).
+    #[arg(long, conflicts_with_all = ["files", "jwt_providers"])]
+    pub(crate) bundle: Option<PathBuf>,
+    /// Manifests to compile first (routes then decide the backend from host and path).
+    #[arg(short = 'f', long = "filename")]
+    pub(crate) files: Vec<PathBuf>,
+    /// Read directories named with -f recursively.
+    #[arg(short = 'R', long)]
+    pub(crate) recursive: bool,
+    #[command(flatten)]
+    pub(crate) compile: CompileArgs,
+    /// Gateway (NAME or NAMESPACE/NAME) the request arrives at.
+    #[arg(long)]
+    pub(crate) gateway: Option<String>,
+    /// Listener (section) name.
+    #[arg(long)]
+    pub(crate) listener: Option<String>,
+    /// Destination port (instead of --gateway/--listener).
+    #[arg(long)]
+    pub(crate) port: Option<u16>,
+    /// Host, or `:authority` with a port, as the client sends it. Without a port, a client of
+    /// a listener on a port other than 80 or 443 sends `HOST:PORT`, and so does explain.
+    #[arg(long)]
+    pub(crate) host: Option<String>,
+    /// Request path (default /mcp).
+    #[arg(long)]
+    pub(crate) path: Option<String>,
+    /// HTTP method (default POST).
+    #[arg(long = "http-method")]
+    pub(crate) http_method: Option<String>,
+    /// Request header NAME:VALUE (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "NAME:VALUE")]
+    pub(crate) headers: Vec<String>,
+    /// XBackend (NAME or NAMESPACE/NAME) Envoy routes to, instead of matching routes.
+    #[arg(long)]
+    pub(crate) backend: Option<String>,
+    /// Envoy route name, instead of matching routes.
+    #[arg(long)]
+    pub(crate) route: Option<String>,
+    /// Caller SPIFFE ID.
+    #[arg(long, conflicts_with = "service_account")]
+    pub(crate) spiffe: Option<String>,
+    /// Caller ServiceAccount NAMESPACE/NAME (through the trust domain).
+    #[arg(long)]
+    pub(crate) service_account: Option<String>,
+    /// JSON-RPC method (tools/call, prompts/get, resources/read, tools/list, initialize, ...).
+    #[arg(long)]
+    pub(crate) mcp_method: Option<String>,
+    /// Tool name (implies --mcp-method tools/call).
+    #[arg(long, conflicts_with_all = ["prompt", "uri", "body"])]
+    pub(crate) tool: Option<String>,
+    /// Prompt name (implies --mcp-method prompts/get).
+    #[arg(long, conflicts_with_all = ["uri", "body"])]
+    pub(crate) prompt: Option<String>,
+    /// Resource URI (implies --mcp-method resources/read).
+    #[arg(long, conflicts_with = "body")]
+    pub(crate) uri: Option<String>,
+    /// The request body as sent (else built from --mcp-method / --tool / --prompt / --uri).
+    #[arg(long, conflicts_with = "mcp_method")]
+    pub(crate) body: Option<String>,
+    /// Authorizer outcome to assume: POLICY=allow|deny[:STATUS]|error (POLICY: an ExternalAuth
+    /// policy's NAMESPACE/NAME or NAME, the authorizer name, or `*`; STATUS 300-499). Unlisted
+    /// authorizers are assumed to allow; a key naming none is an error.
+    #[arg(long = "assume", value_name = "POLICY=OUTCOME")]
+    pub(crate) assume: Vec<String>,
+    /// The caller's verified JWT claims, a JSON object with `iss` (an issuer of the bundle's
+    /// JWT providers), `sub` and any other claims, as if Envoy's jwt_authn had verified them.
+    #[arg(long = "jwt-claims", value_name = "JSON")]
+    pub(crate) jwt_claims: Option<String>,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "format",
+        value_enum,
+        default_value = "text"
+    )]
+    pub(crate) format: Format,
+}
+
+/// Where a command's main output goes: `-o FORMAT` (standard output in that format), `-o -`
+/// (standard output, the default format) or `-o FILE` (its extension picks the format).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Output {
+    Stdout(Format),
+    File(PathBuf),
+}
+
+impl Output {
+    /// `compile -o`: JSON unless YAML is asked for (a `.yaml`/`.yml` file or `-o yaml`).
+    pub(crate) fn parse_bundle(s: &str) -> Result<Output, String> {
+        Output::parse(s, Format::Json)
+    }
+
+    /// `envoy -o`, `manifests -o`: YAML unless JSON is asked for (a `.json` file or `-o json`).
+    pub(crate) fn parse_config(s: &str) -> Result<Output, String> {
+        Output::parse(s, Format::Yaml)
+    }
+
+    fn parse(s: &str, default: Format) -> Result<Output, String> {
+        match s {
+            "" => Err("give a format (json, yaml) or a file".into()),
+            "-" => Ok(Output::Stdout(default)),
+            "json" => Ok(Output::Stdout(Format::Json)),
+            "yaml" | "yml" => Ok(Output::Stdout(Format::Yaml)),
+            "text" => Err("this command writes JSON or YAML: -o json, -o yaml, or -o FILE".into()),
+            _ => Ok(Output::File(PathBuf::from(s))),
+        }
+    }
+
+    /// The format written: a file's extension decides (`.json`, `.yaml`/`.yml`), else `default`.
+    pub(crate) fn format(&self, default: Format) -> Format {
+        match self {
+            Output::Stdout(f) => *f,
+            Output::File(p) => match p.extension().and_then(|x| x.to_str()) {
+                Some("json") => Format::Json,
+                Some("yaml" | "yml") => Format::Yaml,
+                _ => default,
+            },
+        }
+    }
+}

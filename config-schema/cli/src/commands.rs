@@ -1,0 +1,473 @@
+//! One function per subcommand.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use mcp_access_bundle::Bundle;
+use mcp_access_cli::envoy::{self, EnvoyOptions, Notes};
+use mcp_access_cli::explain::{self, RequestSpec};
+use mcp_access_cli::manifests::{self as platform, ListenerNames, ManifestOptions, Platform};
+use mcp_access_cli::{checks, jwt};
+
+use crate::args::{
+    EnvoyArgs, ExplainArgs, Format, Input, ListenerNamesArg, Output, PlatformArg, PlatformArgs,
+    ReportArgs, WasmArg,
+};
+use crate::{
+    build, exit_code, not_accepted, options, pairs, render_report, serialize, write_out,
+    EXIT_DANGLING, EXIT_INVALID,
+};
+
+/// `validate`: the report on standard output; exit 1 (invalid), 4 (dangling) or 3 (not
+/// accepted).
+pub(crate) fn validate(
+    input: &Input,
+    format: Format,
+    allow_not_accepted: bool,
+    allow_dangling: bool,
+) -> Result<u8, String> {
+    let (_, mut c) = build(input, options(&input.compile)?)?;
+    let dangling = checks::dangling(&c);
+    if allow_dangling {
+        c.report.warnings.extend(dangling.iter().cloned());
+    }
+    print!("{}", render_report(&c, format)?);
+    if !c.report.invalid.is_empty() {
+        return Ok(EXIT_INVALID);
+    }
+    if !allow_dangling && !dangling.is_empty() {
+        for d in &dangling {
+            eprintln!("error: dangling reference: {d}");
+        }
+        eprintln!(
+            "mcp-access: {} reference(s) lead nowhere (--allow-dangling to accept them)",
+            dangling.len()
+        );
+        return Ok(EXIT_DANGLING);
+    }
+    // --allow-dangling waives what routes and XBackends lead nowhere, never a policy.
+    Ok(not_accepted(&c, allow_not_accepted, !allow_dangling))
+}
+
+/// `compile`: the bundle on standard output (the report on standard error) or into a file
+/// (the report on standard output).
+pub(crate) fn compile(
+    input: &Input,
+    output: Option<Output>,
+    report: &ReportArgs,
+) -> Result<u8, String> {
+    let output = output.unwrap_or(Output::Stdout(Format::Json));
+    let to_file = matches!(output, Output::File(_));
+    let (c, code) = match writable(input, options(&input.compile)?, report, to_file)? {
+        Ok(ok) => ok,
+        Err(refused) => return Ok(refused),
+    };
+    write_out(&output, &serialize(&c.bundle, output.format(Format::Json))?)?;
+    Ok(code)
+}
+
+/// Compiles for a command that writes, and prints the report (to standard output when the
+/// command writes a file, else to standard error): the compiled result and the exit code, or
+/// (`Err`) the exit code of a refusal, nothing written.
+fn writable(
+    input: &Input,
+    opts: mcp_access_k8s::Options,
+    report: &ReportArgs,
+    report_to_stdout: bool,
+) -> Result<Result<(mcp_access_k8s::Compiled, u8), u8>, String> {
+    let (_, c) = build(input, opts)?;
+    let code = exit_code(&c, report);
+    let text = render_report(&c, report.format)?;
+    if report_to_stdout {
+        print!("{text}");
+    } else {
+        eprint!("{text}");
+    }
+    if code != 0 {
+        return Ok(Err(nothing_written(code)));
+    }
+    Ok(Ok((c, code)))
+}
+
+/// `manifests`: the objects that load the filter into Envoy Gateway or Istio.
+pub(crate) fn manifests(
+    input: &Input,
+    p: PlatformArgs,
+    output: &Output,
+    report: &ReportArgs,
+) -> Result<u8, String> {
+    let (c, code) = match writable(input, options(&input.compile)?, report, false)? {
+        Ok(ok) => ok,
+        Err(refused) => return Ok(refused),
+    };
+    let o = ManifestOptions {
+        platform: match p.platform {
+            PlatformArg::EnvoyGateway => Platform::EnvoyGateway,
+            PlatformArg::Istio => Platform::Istio,
+        },
+        name: p.name,
+        image: p.image,
+        sha256: p.digest,
+        listener_names: match p.eg_listener_names {
+            ListenerNamesArg::Legacy => ListenerNames::Legacy,
+            ListenerNamesArg::V2 => ListenerNames::V2,
+        },
+        cluster_domain: p.cluster_domain,
+    };
+    if !input.compile.jwt_providers.is_empty() {
+        eprintln!("note: --jwt-provider: the bundle reads verified claims under each provider's name; configure the platform's jwt_authn (payload_in_metadata) to match, the generated objects do not");
+    }
+    let json = output.format(Format::Yaml) == Format::Json;
+    let text = platform::render(&c.bundle, &c.topology, &o, json)?;
+    write_out(output, &text)?;
+    Ok(code)
+}
+
+/// `publish`: the bundle into a running Envoy's ECDS file.
+pub(crate) fn publish(
+    input: &Input,
+    wasm: &WasmArg,
+    ecds: &Path,
+    report: &ReportArgs,
+) -> Result<u8, String> {
+    let (c, code) = match writable(input, options(&input.compile)?, report, false)? {
+        Ok(ok) => ok,
+        Err(refused) => return Ok(refused),
+    };
+    let bundle_json = serde_json::to_string(&c.bundle).map_err(|e| e.to_string())?;
+    let doc = envoy::ecds_document(&wasm_path(wasm)?, &bundle_json);
+    let version = envoy::publish_ecds(ecds, &doc)?;
+    eprintln!(
+        "published version {version} to {}",
+        ecds.join(envoy::ECDS_FILE).display()
+    );
+    Ok(code)
+}
+
+/// `envoy`: a complete Envoy bootstrap.
+pub(crate) fn envoy(
+    input: &Input,
+    e: EnvoyArgs,
+    output: &Output,
+    bundle_out: Option<PathBuf>,
+    ecds: Option<PathBuf>,
+    report: &ReportArgs,
+) -> Result<u8, String> {
+    let ecds = ecds.map(|d| ecds_dir(&d)).transpose()?;
+    let mut opts = options(&input.compile)?;
+    let tls_certs: BTreeMap<String, (String, String)> = pairs(&e.tls_cert, "--tls-cert")?
+        .into_iter()
+        .map(|(k, v)| {
+            v.split_once(',')
+                .map(|(c, kf)| (k.clone(), (c.to_string(), kf.to_string())))
+                .ok_or_else(|| format!("--tls-cert {k}={v}: expected CERT.pem,KEY.pem"))
+        })
+        .collect::<Result<_, _>>()?;
+    let client_cas: BTreeMap<String, String> = e
+        .client_ca
+        .iter()
+        .map(|s| match s.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (String::new(), s.clone()),
+        })
+        .collect();
+    let mut resolve = BTreeMap::new();
+    for (k, v) in pairs(&e.resolve, "--resolve")? {
+        resolve.insert(
+            k,
+            envoy::parse_resolve_target(&v).map_err(|x| format!("--resolve {x}"))?,
+        );
+    }
+    opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
+    opts.client_cas = Some(client_cas.keys().cloned().collect());
+    let (c, code) = match writable(input, opts, report, false)? {
+        Ok(ok) => ok,
+        Err(refused) => return Ok(refused),
+    };
+    let eo = EnvoyOptions {
+        wasm: wasm_path(&e.wasm)?,
+        admin_port: e.admin_port,
+        admin_address: e.admin_address,
+        bind: e.bind,
+        resolve,
+        tls_certs,
+        client_cas,
+        upstream_ca: e.upstream_ca,
+        access_log: e.access_log,
+        jwt: jwt::parse_providers(&input.compile.jwt_providers)?,
+        jwt_required: e.jwt_required,
+        ecds_dir: ecds.as_ref().map(|d| d.to_string_lossy().into_owned()),
+    };
+    let mut notes = Notes::default();
+    let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;
+    if let Some(dir) = &ecds {
+        let bundle_json = serde_json::to_string(&c.bundle).map_err(|x| x.to_string())?;
+        envoy::publish_ecds(dir, &envoy::ecds_document(&eo.wasm, &bundle_json))?;
+    }
+    for n in &notes.0 {
+        eprintln!("note: {n}");
+    }
+    write_out(output, &serialize(&config, output.format(Format::Yaml))?)?;
+    if let Some(b) = bundle_out {
+        let out = Output::File(b);
+        write_out(&out, &serialize(&c.bundle, out.format(Format::Json))?)?;
+    }
+    Ok(code)
+}
+
+/// `effective`: the effective policy of each (listener, XBackend), filtered by
+/// `[gateway, listener, backend]`.
+pub(crate) fn effective(
+    input: &Input,
+    [gateway, listener, backend]: [Option<String>; 3],
+    format: Format,
+) -> Result<u8, String> {
+    let mut o = options(&input.compile)?;
+    o.effective_view = true;
+    let (_, c) = build(input, o)?;
+    let matches = |want: &Option<String>, full: &str| {
+        want.as_ref()
+            .is_none_or(|w| w == full || full.split_once('/').is_some_and(|(_, n)| n == w))
+    };
+    let views: Vec<&mcp_access_k8s::EffectivePolicy> = c
+        .effective
+        .iter()
+        .filter(|e| {
+            matches(&gateway, &e.gateway)
+                && listener.as_ref().is_none_or(|l| l == &e.listener)
+                && matches(&backend, &e.backend)
+        })
+        .collect();
+    if views.is_empty() {
+        return Err("no (listener, XBackend) pair matches: a route from a listener to an XBackend makes one".into());
+    }
+    let text = match format {
+        Format::Text => effective_text(&views),
+        f => serialize(&views, f)?,
+    };
+    print!("{text}");
+    Ok(if c.report.invalid.is_empty() {
+        0
+    } else {
+        EXIT_INVALID
+    })
+}
+
+/// The effective policy view as text.
+fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
+    let mut out = String::new();
+    for v in views {
+        out.push_str(&format!(
+            "{} listener {} -> XBackend {}\n",
+            v.gateway, v.listener, v.backend
+        ));
+        for l in &v.levels {
+            if l.steps.is_empty() {
+                out.push_str(&format!("  {} level: no policy\n", l.level));
+                continue;
+            }
+            out.push_str(&format!("  {} level\n", l.level));
+            for s in &l.steps {
+                out.push_str(&format!("    {}\n", s.step));
+                for p in &s.policies {
+                    out.push_str(&format!("      {}  from {}\n", p.policy, p.from));
+                    for w in &p.when {
+                        out.push_str(&format!("        when {w}\n"));
+                    }
+                    if let Some(a) = &p.authorizer {
+                        out.push_str(&format!("        authorizer {a}\n"));
+                    }
+                    match &p.rules {
+                        None => out.push_str("        all traffic\n"),
+                        Some(rs) => {
+                            for r in rs {
+                                out.push_str(&format!("        rule {}: {}\n", r.name, r.rule));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for n in &v.notes {
+            out.push_str(&format!("  note: {n}\n"));
+        }
+    }
+    out
+}
+
+/// `explain`: one request through the request flow.
+pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
+    let mut report = None;
+    let (bundle, topo) = match (&a.bundle, a.files.is_empty()) {
+        (Some(p), _) => {
+            let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            (
+                mcp_access_bundle::parse_bundle(&text)
+                    .map_err(|e| e.to_string())?
+                    .into_inner(),
+                None,
+            )
+        }
+        (None, false) => {
+            let input = Input {
+                files: a.files.clone(),
+                recursive: a.recursive,
+                compile: a.compile.clone(),
+            };
+            let (_, c) = build(&input, options(&a.compile)?)?;
+            if !c.report.invalid.is_empty() {
+                return Err("the manifests have errors".into());
+            }
+            report = Some(c.report);
+            (c.bundle, Some(c.topology))
+        }
+        (None, true) => return Err("give a --bundle or manifests (-f)".into()),
+    };
+    let mut assume = BTreeMap::new();
+    for (k, v) in pairs(&a.assume, "--assume")? {
+        if let Some(note) = report
+            .as_ref()
+            .and_then(|r| enforced_nowhere(r, &bundle, &k))
+        {
+            eprintln!("note: {note}");
+            continue;
+        }
+        assume.insert(
+            k,
+            explain::parse_assumption(&v).map_err(|e| format!("--assume {e}"))?,
+        );
+    }
+    let headers = a
+        .headers
+        .iter()
+        .map(|h| {
+            h.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| format!("-H `{h}`: expected NAME:VALUE"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (mcp_method, param) = match (&a.mcp_method, &a.tool, &a.prompt, &a.uri) {
+        (m, Some(t), _, _) => (
+            Some(m.clone().unwrap_or_else(|| "tools/call".into())),
+            Some(t.clone()),
+        ),
+        (m, _, Some(p), _) => (
+            Some(m.clone().unwrap_or_else(|| "prompts/get".into())),
+            Some(p.clone()),
+        ),
+        (m, _, _, Some(u)) => (
+            Some(m.clone().unwrap_or_else(|| "resources/read".into())),
+            Some(u.clone()),
+        ),
+        (m, _, _, _) => (m.clone(), None),
+    };
+    let spec = RequestSpec {
+        gateway: a.gateway,
+        listener: a.listener,
+        port: a.port,
+        host: a.host,
+        path: a.path,
+        method: a.http_method,
+        headers,
+        backend: a.backend,
+        route: a.route,
+        spiffe: a.spiffe,
+        service_account: a.service_account,
+        mcp_method,
+        param,
+        body: a.body,
+        assume,
+        jwt_claims: match &a.jwt_claims {
+            None => None,
+            Some(text) => {
+                let v: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|e| format!("--jwt-claims: not JSON: {e}"))?;
+                if !v.is_object() {
+                    return Err("--jwt-claims: must be a JSON object (e.g. {\"iss\": \"https://idp.example\", \"sub\": \"u1\"})".into());
+                }
+                Some(v)
+            }
+        },
+    };
+    let e = explain::explain(&bundle, topo.as_ref(), &spec)?;
+    match a.format {
+        Format::Text => print!("{}", explain::to_text(&e)),
+        f => print!("{}", serialize(&e, f)?),
+    }
+    Ok(0)
+}
+
+/// For an `--assume` key that names a policy of the manifests with nothing in the bundle
+/// (not accepted, and its target does not resolve): what became of it.
+fn enforced_nowhere(r: &mcp_access_k8s::Report, b: &Bundle, key: &str) -> Option<String> {
+    let names = |id: &str| key == id || id.split_once('/').is_some_and(|(_, n)| n == key);
+    let in_bundle = b.policies.iter().any(|p| {
+        names(&format!("{}/{}", p.namespace, p.name))
+            || names(&format!(
+                "{}/{}",
+                p.namespace,
+                p.name.trim_end_matches(".not-accepted")
+            ))
+    });
+    if in_bundle {
+        return None;
+    }
+    let p = r
+        .policies
+        .iter()
+        .find(|p| !p.accepted() && names(&format!("{}/{}", p.namespace, p.name)))?;
+    let why: Vec<String> = p
+        .conditions
+        .iter()
+        .filter(|c| !c.accepted)
+        .map(|c| format!("{}: {}", c.reason, c.message))
+        .collect();
+    Some(format!(
+        "--assume {key}: {} {}/{} is not accepted ({}) and is enforced nowhere: its target does not resolve; no authorizer is called",
+        p.kind,
+        p.namespace,
+        p.name,
+        why.join("; ")
+    ))
+}
+
+/// The ECDS directory, created if missing, as the absolute path Envoy watches.
+fn ecds_dir(d: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(d).map_err(|e| format!("--ecds {}: {e}", d.display()))?;
+    std::fs::canonicalize(d).map_err(|e| format!("--ecds {}: {e}", d.display()))
+}
+
+/// The filter path written into the configuration: `--wasm` must be a file and is made
+/// absolute (Envoy resolves relative paths against its own working directory); `--wasm-path`
+/// must be absolute and is written as given.
+fn wasm_path(w: &WasmArg) -> Result<String, String> {
+    match (&w.wasm, &w.wasm_path) {
+        (Some(p), _) => {
+            if !p.is_file() {
+                return Err(format!(
+                    "--wasm {}: no such file (build it with scripts/build, or give --wasm-path for a path that exists only where Envoy runs)",
+                    p.display()
+                ));
+            }
+            let abs =
+                std::fs::canonicalize(p).map_err(|e| format!("--wasm {}: {e}", p.display()))?;
+            abs.to_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("--wasm {}: the path is not UTF-8", abs.display()))
+        }
+        (None, Some(s)) if s.starts_with('/') => Ok(s.clone()),
+        (None, Some(s)) => Err(format!("--wasm-path {s}: give an absolute path")),
+        (None, None) => Err("give --wasm FILE or --wasm-path PATH".into()),
+    }
+}
+
+/// Says why nothing was written and passes the exit code on.
+fn nothing_written(code: u8) -> u8 {
+    let why = if code == EXIT_INVALID {
+        "the manifests have errors"
+    } else {
+        "not everything was accepted (--allow-not-accepted to proceed)"
+    };
+    eprintln!("mcp-access: nothing written: {why}");
+    code
+}

@@ -1,0 +1,64 @@
+//! What the CLI tests share: a small topology, running the binary, fresh directories.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// One Gateway (listeners `http` and `mtls`), one HTTPRoute, one XBackend `mcp/tools`.
+pub const BASE: &str = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: mcp}
+spec:
+  gatewayClassName: mcp-access
+  listeners:
+  - {name: http, protocol: HTTP, port: 8080}
+  - {name: mtls, protocol: HTTP, port: 8443}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: mcp}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+---
+apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XBackend
+metadata: {name: tools, namespace: mcp}
+spec:
+  mcp: {serviceName: tools-server, port: 8000, path: /mcp}
+"#;
+
+/// A fresh, empty directory for one test case.
+pub fn dir(suite: &str, name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mcp-access-{suite}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A fresh directory with `base.yaml` ([`BASE`]) and each of `files` (name, text).
+pub fn case(suite: &str, name: &str, files: &[(&str, &str)]) -> PathBuf {
+    let d = dir(suite, name);
+    std::fs::write(d.join("base.yaml"), BASE).unwrap();
+    for (f, text) in files {
+        std::fs::write(d.join(f), text).unwrap();
+    }
+    d
+}
+
+/// Runs the `mcp-access` binary.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mcp-access"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}

@@ -1,0 +1,154 @@
+//! The filter's settings, resolved once: a `FilterSettings` object (at most one) and the
+//! CLI's flags. A setting given both ways with different values is an error, never a silent
+//! choice of one of them.
+
+use mcp_access_bundle::gateway_api::DEFAULT_TRUST_DOMAIN;
+use mcp_access_bundle::{self as bundle, Bundle};
+
+use super::Options;
+use crate::check;
+use crate::load::{Item, Manifests};
+use crate::model::InvalidObject;
+use crate::types::FilterSettingsSpec;
+
+/// Default authorizer timeout when neither a flag nor the object sets one.
+const DEFAULT_AUTHZ_TIMEOUT_MS: u32 = 1000;
+
+/// What the bundle gets from the settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) identity: bundle::IdentitySettings,
+    pub(crate) deny_response: bundle::DenyResponse,
+    pub(crate) limits: bundle::Limits,
+    pub(crate) listings: bundle::Listings,
+    pub(crate) envoy: bundle::EnvoySettings,
+    /// Timeout of an authorizer whose policy sets none.
+    pub(crate) authz_timeout_ms: u32,
+}
+
+impl Settings {
+    /// Copies the settings into a bundle (its identity keeps the bundle's JWT providers).
+    pub(crate) fn apply(&self, b: &mut Bundle) {
+        b.identity = self.identity.clone();
+        b.deny_response = self.deny_response.clone();
+        b.limits = self.limits.clone();
+        b.listings = self.listings.clone();
+        b.envoy = self.envoy.clone();
+    }
+}
+
+/// Resolves the settings; a second object and a flag that disagrees with the object are
+/// invalid input.
+pub(super) fn resolve(m: &Manifests, o: &Options) -> (Settings, Vec<InvalidObject>) {
+    let mut r = Resolver::default();
+    let settings = r.settings(m, o);
+    (settings, r.invalid)
+}
+
+#[derive(Default)]
+struct Resolver {
+    invalid: Vec<InvalidObject>,
+}
+
+impl Resolver {
+    fn settings(&mut self, m: &Manifests, o: &Options) -> Settings {
+        let mut objects = m.settings.iter();
+        let first = objects.next();
+        for extra in objects {
+            let first_at = first.map(|f| f.origin.to_string()).unwrap_or_default();
+            self.invalid_settings(
+                extra,
+                "metadata.name",
+                format!("a second FilterSettings (the first is {first_at}): one bundle has one set of settings; merge them into one object"),
+            );
+        }
+        let spec = first.map(|f| f.spec.clone()).unwrap_or_default();
+        let id = spec.identity.clone().unwrap_or_default();
+        let trust_domain = self.one_of_two(
+            first,
+            "spec.identity.trustDomain",
+            id.trust_domain.clone(),
+            "--trust-domain",
+            o.trust_domain.clone(),
+            DEFAULT_TRUST_DOMAIN.to_string(),
+        );
+        let timeout = spec
+            .external_auth
+            .as_ref()
+            .and_then(|e| e.timeout.as_deref())
+            .and_then(check::parse_duration_ms)
+            .and_then(|ms| u32::try_from(ms).ok());
+        let authz_timeout_ms = self.one_of_two(
+            first,
+            "spec.externalAuth.timeout",
+            timeout,
+            "--authz-timeout-ms",
+            o.authz_timeout_ms,
+            DEFAULT_AUTHZ_TIMEOUT_MS,
+        );
+        let env = spec.envoy.clone().unwrap_or_default();
+        let unknown_backend = self.one_of_two(
+            first,
+            "spec.envoy.unknownBackend",
+            env.unknown_backend,
+            "--unknown-backend",
+            o.unknown_backend,
+            bundle::UnknownBackend::Deny,
+        );
+        Settings {
+            identity: bundle::IdentitySettings {
+                trust_domain: Some(trust_domain),
+                spiffe: id.spiffe.unwrap_or_default(),
+                jwt: bundle::JwtSettings {
+                    providers: o.jwt_providers.clone(),
+                },
+            },
+            deny_response: spec.deny_response.unwrap_or_default(),
+            limits: spec.limits.unwrap_or_default(),
+            listings: spec.listings.unwrap_or_default(),
+            envoy: bundle::EnvoySettings {
+                hold_headers: true,
+                unknown_backend,
+                escaped_slashes: env.escaped_slashes.unwrap_or_default(),
+            },
+            authz_timeout_ms,
+        }
+    }
+
+    /// The value the object or the flag gives (they must agree), else the default.
+    fn one_of_two<T: PartialEq + std::fmt::Debug>(
+        &mut self,
+        object: Option<&Item<FilterSettingsSpec>>,
+        field: &str,
+        from_object: Option<T>,
+        flag: &str,
+        from_flag: Option<T>,
+        default: T,
+    ) -> T {
+        match (from_object, from_flag) {
+            (Some(a), Some(b)) if a != b => {
+                if let Some(it) = object {
+                    self.invalid_settings(
+                        it,
+                        field,
+                        format!("{a:?} here, but {flag} gives {b:?}: set it in one place"),
+                    );
+                }
+                a
+            }
+            (Some(a), _) => a,
+            (None, Some(b)) => b,
+            (None, None) => default,
+        }
+    }
+
+    fn invalid_settings(&mut self, it: &Item<FilterSettingsSpec>, field: &str, message: String) {
+        self.invalid.push(InvalidObject {
+            source: it.origin.to_string(),
+            kind: it.kind.clone(),
+            object: it.meta.name.clone(),
+            field: field.to_string(),
+            message,
+        });
+    }
+}
