@@ -136,6 +136,16 @@ pub(crate) enum Command {
         )]
         format: Format,
     },
+    /// Print the status each object would get from an implementation (policy ancestors with
+    /// Accepted/Enforced, Gateway listeners, HTTPRoute parents, XBackends, `<Kind>Affected` on
+    /// policy targets), for `kubectl apply --server-side --subresource=status -f -`.
+    Status {
+        #[command(flatten)]
+        input: Input,
+        /// `yaml` (documents) or `json` (a List).
+        #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
+        format: Format,
+    },
     /// Print the policy bundle's JSON Schema.
     Schema,
     /// Print a shell completion script (bash: `source <(mcp-access completion bash)`).

@@ -215,6 +215,33 @@ pub(crate) fn envoy(
     Ok(code)
 }
 
+/// `status`: what an implementation would write in each object's `status`.
+pub(crate) fn status(input: &Input, format: Format) -> Result<u8, String> {
+    let (_, c) = build(input, options(&input.compile)?)?;
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let objects = mcp_access_k8s::status_objects(&c.report, &c.topology, &now);
+    let text = match format {
+        Format::Json => serialize(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}),
+            Format::Json,
+        )?,
+        _ => {
+            let mut out = String::new();
+            for o in &objects {
+                out.push_str("---\n");
+                out.push_str(&serialize(o, Format::Yaml)?);
+            }
+            out
+        }
+    };
+    print!("{text}");
+    Ok(if c.report.invalid.is_empty() {
+        0
+    } else {
+        EXIT_INVALID
+    })
+}
+
 /// `effective`: the effective policy of each (listener, XBackend), filtered by
 /// `[gateway, listener, backend]`.
 pub(crate) fn effective(

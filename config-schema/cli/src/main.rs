@@ -89,6 +89,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => commands::envoy(&input, envoy, &output, bundle_out, ecds, &report),
         Command::Explain(a) => commands::explain(*a),
+        Command::Status { input, format } => commands::status(&input, format),
         Command::Effective {
             input,
             gateway,

@@ -10,6 +10,7 @@ mod compile;
 mod crd;
 mod load;
 mod model;
+mod status;
 mod types;
 mod validate;
 
@@ -17,3 +18,4 @@ pub use compile::{compile, precedence, reason, Compiled, Options};
 pub use crd::{crd, crd_yaml, filter_settings_crd, filter_settings_crd_yaml};
 pub use load::Manifests;
 pub use model::*;
+pub use status::{status_objects, CONTROLLER_NAME};

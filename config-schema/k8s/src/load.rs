@@ -47,6 +47,8 @@ pub struct Meta {
     /// `creationTimestamp` as (seconds, nanoseconds) since the epoch.
     pub(crate) created: Option<(i64, u32)>,
     pub(crate) labels: BTreeMap<String, String>,
+    /// `metadata.generation`, when the manifest carries one (from a cluster).
+    pub(crate) generation: Option<i64>,
 }
 
 /// An object that passed validation.
@@ -488,6 +490,7 @@ impl Manifests {
                 namespace: String::new(),
                 created: None,
                 labels,
+                generation: None,
             },
             spec: (),
             raw_spec: Value::Null,
@@ -594,6 +597,7 @@ fn metadata(m: &ObjectMeta, default_namespace: &str, c: &mut Checker) -> Meta {
         namespace,
         created,
         labels: m.labels.clone().unwrap_or_default(),
+        generation: m.generation.as_ref().and_then(Value::as_i64),
     }
 }
 

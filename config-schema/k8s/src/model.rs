@@ -47,6 +47,9 @@ pub struct ObjectStatus {
     /// Rank in seniority order (policies only; 1 is the most senior).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seniority: Option<u64>,
+    /// `metadata.generation` of the object, when the manifest has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     pub conditions: Vec<TargetStatus>,
 }
 

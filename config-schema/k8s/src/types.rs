@@ -27,8 +27,7 @@ pub(crate) struct ObjectMeta {
     _uid: Option<Value>,
     #[serde(rename = "resourceVersion")]
     _resource_version: Option<Value>,
-    #[serde(rename = "generation")]
-    _generation: Option<Value>,
+    pub(crate) generation: Option<Value>,
     #[serde(rename = "managedFields")]
     _managed_fields: Option<Value>,
     #[serde(rename = "ownerReferences")]

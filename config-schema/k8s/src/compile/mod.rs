@@ -160,6 +160,7 @@ fn status<S>(it: &Item<S>, seniority: Option<u64>, conditions: Vec<TargetStatus>
         name: it.meta.name.clone(),
         source: it.origin.to_string(),
         seniority,
+        generation: it.meta.generation,
         conditions,
     }
 }
@@ -328,6 +329,7 @@ impl Ctx<'_> {
                 name: r.name.clone(),
                 source: r.origin.to_string(),
                 seniority: None,
+                generation: None,
                 conditions: vec![cond(
                     format!("{} {}/{}", r.kind, r.namespace, r.name),
                     None,

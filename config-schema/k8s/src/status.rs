@@ -1,0 +1,242 @@
+//! The `status` an implementation would write on each object, from the compiler's report:
+//! objects of `apiVersion`, `kind`, `metadata` and `status` only, as `kubectl apply
+//! --server-side --subresource=status` takes them.
+//!
+//! - Policies (both kinds): Gateway API `PolicyStatus`, one ancestor per target (the Gateway,
+//!   with its `sectionName`, or the XBackend), conditions `Accepted` and, where defaults and
+//!   overrides meet, `Enforced`.
+//! - Gateways: `Accepted` and one entry per listener (`Accepted`, `ResolvedRefs`, routes
+//!   attached); XBackends: `Accepted`; HTTPRoutes: one parent per parentRef.
+//! - Gateways and XBackends a policy of a kind is accepted on carry `<Kind>Affected` (Gateway API
+//!   policy attachment's convention).
+//!
+//! `observedGeneration` is the object's `metadata.generation` when the manifest has one.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::compile::reason;
+use crate::model::{ObjectStatus, Report, TargetStatus, Topology};
+
+/// The controller name written on ancestors and route parents.
+pub const CONTROLLER_NAME: &str = "mcp-access.io/compiler";
+
+/// One status object per object of the report (policies, Gateways, HTTPRoutes, XBackends),
+/// with `now` (RFC 3339) as every condition's `lastTransitionTime`.
+pub fn status_objects(report: &Report, topo: &Topology, now: &str) -> Vec<Value> {
+    let w = Writer { now };
+    let affected = affected(report);
+    let mut out = Vec::new();
+    for p in &report.policies {
+        out.push(w.policy(p));
+    }
+    for g in &report.gateways {
+        out.push(w.gateway(g, topo, affected.get(&key("Gateway", g))));
+    }
+    for r in &report.routes {
+        out.push(w.route(r));
+    }
+    for b in &report.backends {
+        out.push(w.backend(b, affected.get(&key("XBackend", b))));
+    }
+    out
+}
+
+struct Writer<'a> {
+    now: &'a str,
+}
+
+/// `Kind namespace/name`, as the report names targets.
+fn key(kind: &str, o: &ObjectStatus) -> String {
+    format!("{kind} {}/{}", o.namespace, o.name)
+}
+
+/// Per target (`Kind ns/name`), the policy kinds accepted on it.
+fn affected(report: &Report) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in &report.policies {
+        for c in p.conditions.iter().filter(|c| c.accepted) {
+            let kinds = out.entry(c.target.clone()).or_default();
+            if !kinds.contains(&p.kind) {
+                kinds.push(p.kind.clone());
+            }
+        }
+    }
+    out
+}
+
+/// (`kind`, `namespace`, `name`) of a target named `Kind ns/name`.
+fn split_target(target: &str) -> Option<(&str, &str, &str)> {
+    let (kind, rest) = target.split_once(' ')?;
+    let (ns, name) = rest.split_once('/')?;
+    Some((kind, ns, name))
+}
+
+fn group_of(kind: &str) -> &'static str {
+    match kind {
+        "XBackend" => "agentic.networking.x-k8s.io",
+        _ => "gateway.networking.k8s.io",
+    }
+}
+
+impl Writer<'_> {
+    fn condition(
+        &self,
+        o: &ObjectStatus,
+        kind: &str,
+        ok: bool,
+        reason: &str,
+        message: &str,
+    ) -> Value {
+        let mut c = json!({
+            "type": kind,
+            "status": if ok { "True" } else { "False" },
+            "reason": reason,
+            "message": message.chars().take(32768).collect::<String>(),
+            "lastTransitionTime": self.now,
+        });
+        if let (Some(g), Some(m)) = (o.generation, c.as_object_mut()) {
+            m.insert("observedGeneration".into(), json!(g));
+        }
+        c
+    }
+
+    fn object(o: &ObjectStatus, status: Value) -> Value {
+        let meta = json!({"name": o.name, "namespace": o.namespace});
+        json!({"apiVersion": o.api_version, "kind": o.kind, "metadata": meta, "status": status})
+    }
+
+    fn policy(&self, p: &ObjectStatus) -> Value {
+        let ancestors: Vec<Value> = p
+            .conditions
+            .iter()
+            .map(|c| {
+                let (kind, ns, name) = split_target(&c.target).unwrap_or(("", "", &c.target));
+                let mut r = json!({"group": group_of(kind), "kind": kind, "namespace": ns, "name": name});
+                if let (Some(s), Some(m)) = (&c.section_name, r.as_object_mut()) {
+                    m.insert("sectionName".into(), json!(s));
+                }
+                let mut conditions = vec![self.condition(p, "Accepted", c.accepted, &c.reason, &c.message)];
+                if let Some(e) = &c.enforced {
+                    conditions.push(self.condition(p, "Enforced", e.status, &e.reason, &e.message));
+                }
+                json!({"ancestorRef": r, "controllerName": CONTROLLER_NAME, "conditions": conditions})
+            })
+            .collect();
+        Writer::object(p, json!({"ancestors": ancestors}))
+    }
+
+    fn affected_conditions(&self, o: &ObjectStatus, kinds: Option<&Vec<String>>) -> Vec<Value> {
+        kinds
+            .into_iter()
+            .flatten()
+            .map(|k| {
+                let msg = format!("a {k} is accepted on this object");
+                self.condition(o, &format!("{k}Affected"), true, "Accepted", &msg)
+            })
+            .collect()
+    }
+
+    fn gateway(&self, g: &ObjectStatus, topo: &Topology, affected: Option<&Vec<String>>) -> Value {
+        let listeners: Vec<Value> = g
+            .conditions
+            .iter()
+            .filter_map(|c| Some((c.target.strip_prefix("listener ")?, c)))
+            .map(|(name, c)| {
+                let refs_ok = !matches!(
+                    c.reason.as_str(),
+                    "InvalidCertificateRef" | "InvalidCACertificateRef" | "RefNotPermitted"
+                );
+                let (refs_reason, refs_msg) = if refs_ok {
+                    ("ResolvedRefs", "")
+                } else {
+                    (c.reason.as_str(), c.message.as_str())
+                };
+                json!({
+                    "name": name,
+                    "attachedRoutes": attached_routes(topo, &g.namespace, &g.name, name),
+                    "supportedKinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
+                    "conditions": [
+                        self.condition(g, "Accepted", c.accepted, &c.reason, &c.message),
+                        self.condition(g, "ResolvedRefs", refs_ok, refs_reason, refs_msg),
+                    ],
+                })
+            })
+            .collect();
+        let any = g.conditions.iter().any(|c| c.accepted);
+        let (reason, msg) = if any {
+            (reason::ACCEPTED, "at least one listener is accepted")
+        } else {
+            ("ListenersNotValid", "no listener is accepted")
+        };
+        let mut conditions = vec![self.condition(g, "Accepted", any, reason, msg)];
+        conditions.extend(self.affected_conditions(g, affected));
+        Writer::object(g, json!({"conditions": conditions, "listeners": listeners}))
+    }
+
+    fn route(&self, r: &ObjectStatus) -> Value {
+        let parents: Vec<Value> = r
+            .conditions
+            .iter()
+            .map(|c: &TargetStatus| {
+                let (kind, ns, name) =
+                    split_target(&c.target).unwrap_or(("Gateway", "", &c.target));
+                let mut p =
+                    json!({"group": group_of(kind), "kind": kind, "namespace": ns, "name": name});
+                if let (Some(s), Some(m)) = (&c.section_name, p.as_object_mut()) {
+                    m.insert("sectionName".into(), json!(s));
+                }
+                let refs_ok = !matches!(
+                    c.reason.as_str(),
+                    "RefNotPermitted" | "BackendNotFound" | "InvalidKind"
+                );
+                let (refs_reason, refs_msg) = if refs_ok {
+                    ("ResolvedRefs", "")
+                } else {
+                    (c.reason.as_str(), c.message.as_str())
+                };
+                let accepted = c.accepted || !refs_ok;
+                let (reason, msg) = if accepted {
+                    (reason::ACCEPTED, c.message.as_str())
+                } else {
+                    (c.reason.as_str(), c.message.as_str())
+                };
+                json!({"parentRef": p, "controllerName": CONTROLLER_NAME, "conditions": [
+                    self.condition(r, "Accepted", accepted, reason, msg),
+                    self.condition(r, "ResolvedRefs", refs_ok, refs_reason, refs_msg),
+                ]})
+            })
+            .collect();
+        Writer::object(r, json!({"parents": parents}))
+    }
+
+    fn backend(&self, b: &ObjectStatus, affected: Option<&Vec<String>>) -> Value {
+        let ok = b.accepted();
+        let first = b
+            .conditions
+            .iter()
+            .find(|c| !c.accepted)
+            .or(b.conditions.first());
+        let (reason, msg) = first
+            .map(|c| (c.reason.as_str(), c.message.as_str()))
+            .unwrap_or((reason::ACCEPTED, ""));
+        let mut conditions = vec![self.condition(b, "Accepted", ok, reason, msg)];
+        conditions.extend(self.affected_conditions(b, affected));
+        Writer::object(b, json!({"conditions": conditions}))
+    }
+}
+
+/// Routes attached to a listener: the distinct HTTPRoutes of its route entries.
+fn attached_routes(topo: &Topology, ns: &str, gateway: &str, listener: &str) -> usize {
+    let mut names: Vec<&str> = topo
+        .gateways
+        .iter()
+        .filter(|g| g.namespace == ns && g.name == gateway)
+        .flat_map(|g| g.listeners.iter().filter(|l| l.name == listener))
+        .flat_map(|l| l.routes.iter().map(|e| e.route.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names.len()
+}
