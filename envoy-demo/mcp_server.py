@@ -16,7 +16,6 @@ from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
-from mcp.server.transport_security import TransportSecuritySettings
 
 _log: list[dict[str, Any]] = []
 _log_lock = threading.Lock()
@@ -180,8 +179,7 @@ def main() -> None:
         streamable_http_path=args.mcp_path,
         json_response=not args.sse,
         stateless_http=not args.stateful,
-        # Behind a proxy the Host header is the proxy's; no DNS-rebinding checks here.
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        # The SDK's defaults: on loopback it checks the Host header (DNS-rebinding protection).
         host=args.host,
     )
     uvicorn.run(

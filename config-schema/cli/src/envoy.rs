@@ -213,6 +213,18 @@ fn rewrite_fields(obj: &mut serde_json::Map<String, Value>, rw: &PathRewrite) {
 }
 
 /// One Envoy route from a route entry.
+/// `HOST:PORT` as an HTTP authority (an IPv6 address in brackets).
+fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// One Envoy route. `hostnames`: per cluster, the Host the upstream is sent (an XBackend's
+/// `hostname`, or the `HOST:PORT` a `--resolve` maps a Service to: an MCP server listening on
+/// loopback checks that Host, as the official SDKs do by default against DNS rebinding).
 pub(crate) fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Value {
     let mut m = serde_json::Map::new();
     match e.path_kind {
@@ -263,11 +275,12 @@ pub(crate) fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Val
             timeout_ms,
         } => {
             let mut a = serde_json::Map::new();
-            let host_of = |c: &str| hostnames.get(c).cloned();
+            let host_of = |c: &str| host_rewrite.clone().or_else(|| hostnames.get(c).cloned());
+            let rewritten = clusters.iter().any(|c| host_of(&c.cluster).is_some());
             match clusters.as_slice() {
                 [one] => {
                     a.insert("cluster".into(), json!(one.cluster));
-                    if let Some(h) = host_rewrite.clone().or_else(|| host_of(&one.cluster)) {
+                    if let Some(h) = host_of(&one.cluster) {
                         a.insert("host_rewrite_literal".into(), json!(h));
                     }
                 }
@@ -276,10 +289,7 @@ pub(crate) fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Val
                         .iter()
                         .map(|c| {
                             let mut w = json!({"name": c.cluster, "weight": c.weight});
-                            if let (Some(h), Some(o)) = (
-                                host_rewrite.clone().or_else(|| host_of(&c.cluster)),
-                                w.as_object_mut(),
-                            ) {
+                            if let (Some(h), Some(o)) = (host_of(&c.cluster), w.as_object_mut()) {
                                 o.insert("host_rewrite_literal".into(), json!(h));
                             }
                             w
@@ -287,6 +297,10 @@ pub(crate) fn route(e: &RouteEntry, hostnames: &BTreeMap<String, String>) -> Val
                         .collect();
                     a.insert("weighted_clusters".into(), json!({"clusters": cs}));
                 }
+            }
+            if rewritten {
+                // The client's Host, where the upstream sees its own authority instead.
+                a.insert("append_x_forwarded_host".into(), json!(true));
             }
             if let Some(rw) = path_rewrite {
                 rewrite_fields(&mut a, rw);
@@ -634,6 +648,8 @@ pub fn render(
         };
         if let Some(h) = &b.hostname {
             host_rewrites.insert(b.cluster.clone(), h.clone());
+        } else if resolved.is_some() {
+            host_rewrites.insert(b.cluster.clone(), authority(&host, port));
         }
         clusters.push(cluster(
             &b.cluster,
@@ -645,7 +661,10 @@ pub fn render(
     }
     for s in &topo.services {
         let (host, port, tls) = match lookup(&o.resolve, &s.namespace, &s.name) {
-            Some(r) => (r.host.clone(), r.port, r.tls == Some(true)),
+            Some(r) => {
+                host_rewrites.insert(s.cluster.clone(), authority(&r.host, r.port));
+                (r.host.clone(), r.port, r.tls == Some(true))
+            }
             None => {
                 let h = format!("{}.{}.svc.cluster.local", s.name, s.namespace);
                 notes.0.push(format!(
