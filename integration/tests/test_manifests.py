@@ -544,3 +544,51 @@ def test_istio_rendering_enforces_the_demo_without_holding_headers(
     cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"].update(patch)
     envoy(cfg)
     run_session(port, pki, mcp, authz)
+
+
+def test_istio_envoy_filter_rendering_holds_headers(
+    demo_upstreams: Any, envoy: StartEnvoy, pki: Pki, wasm_path: Path, tmp_path: Path, work_dir: Path, cli: Path,
+    crds: Crds,
+) -> None:
+    """`--istio-hold-headers`: no WasmPlugin; an EnvoyFilter adds the filter as an extension config
+    (the OCI image and digest istio-agent resolves to a local file, as it does for WasmPlugins) with
+    allow_on_headers_stop_iteration, and inserts it before the router by discovery. Run here as
+    istio-agent hands it to Envoy (the module as a local file), it holds headers and enforces."""
+    mcp, authz = demo_upstreams
+    port = free_port()
+    objects = generate(cli, tmp_path, *EXAMPLE_ARGS, "--listen", f"mcp-mtls={port}", "--istio-hold-headers",
+                       platforms=("istio",))["istio"]
+    assert [o["kind"] for o in objects] == ["EnvoyFilter", "EnvoyFilter"]
+    for o in objects:
+        assert validate(crds, o) == [], validate(crds, o)
+    extension, insert = objects[0]["spec"]["configPatches"]
+    assert extension["applyTo"] == "EXTENSION_CONFIG" and extension["patch"]["operation"] == "ADD"
+    wasm = extension["patch"]["value"]["typed_config"]["config"]
+    assert wasm["allow_on_headers_stop_iteration"] is True and wasm["fail_open"] is False
+    remote = wasm["vm_config"]["code"]["remote"]
+    assert remote["http_uri"]["uri"].startswith("oci://") and len(remote["sha256"]) == 64
+    config = json.loads(wasm["configuration"]["value"])
+    assert config["envoy"]["holdHeaders"] is True
+    assert insert["applyTo"] == "HTTP_FILTER" and insert["patch"]["operation"] == "INSERT_BEFORE"
+    assert insert["match"]["listener"]["filterChain"]["filter"]["subFilter"]["name"] == "envoy.filters.http.router"
+    assert insert["patch"]["value"]["config_discovery"]["type_urls"] == [
+        extension["patch"]["value"]["typed_config"]["@type"]]
+    tools_cluster = config["backends"][0]["clusterNames"][0]
+    authz_cluster = config["authorizers"][0]["cluster"]
+    cfg = build_bootstrap(
+        admin_port=free_port(),
+        listeners=[Listener("mcp", port, [Route("tools-route", "/mcp", tools_cluster, timeout=30)],
+                            tls=Tls(pki.server, pki.ca),
+                            wasm=Wasm(wasm_path, wasm["configuration"]["value"], root_id=wasm["root_id"],
+                                      allow_on_headers_stop_iteration=True, fail_open=False),
+                            normalize=False)],
+        clusters=[Cluster(tools_cluster, port=mcp.port), Cluster(authz_cluster, port=authz.port)],
+        access_log_path=work_dir / f"access-istio-hold-{port}.log",
+    )
+    patch = dict(objects[1]["spec"]["configPatches"][0]["patch"]["value"]["typed_config"])
+    patch.pop("@type")
+    cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"].update(patch)
+    envoy(cfg)
+    run_session(port, pki, mcp, authz)
+    # Held headers: no request the filter denied reached the MCP server at all.
+    assert all(r.get("tool") in (None, "echo", "get_weather") for r in mcp.requests())

@@ -284,6 +284,11 @@ pub(crate) struct PlatformArgs {
     /// Kubernetes cluster domain of Service DNS names.
     #[arg(long, default_value = "cluster.local")]
     pub(crate) cluster_domain: String,
+    /// Istio only: insert the filter with an EnvoyFilter (extension config discovery, the
+    /// module fetched by istio-agent from the OCI image) that holds request headers until the
+    /// decision, instead of a WasmPlugin, which cannot (docs/deploy.md).
+    #[arg(long)]
+    pub(crate) istio_hold_headers: bool,
 }
 
 pub(crate) fn dns_label(s: &str) -> Result<String, String> {

@@ -113,7 +113,11 @@ pub(crate) fn manifests(
             ListenerNamesArg::V2 => ListenerNames::V2,
         },
         cluster_domain: p.cluster_domain,
+        istio_hold_headers: p.istio_hold_headers,
     };
+    if o.istio_hold_headers && o.platform != Platform::Istio {
+        return Err("--istio-hold-headers applies to --platform istio".into());
+    }
     if !input.compile.jwt_providers.is_empty() {
         eprintln!("note: --jwt-provider: the bundle reads verified claims under each provider's name; configure the platform's jwt_authn (payload_in_metadata) to match, the generated objects do not");
     }

@@ -50,6 +50,10 @@ pub struct ManifestOptions {
     pub listener_names: ListenerNames,
     /// Kubernetes cluster domain of Service DNS names.
     pub cluster_domain: String,
+    /// Istio: insert the filter with an EnvoyFilter (delivered by extension config discovery,
+    /// which istio-agent serves from the OCI image) so that it holds request headers, instead
+    /// of a WasmPlugin, which cannot.
+    pub istio_hold_headers: bool,
 }
 
 /// `sha256:<64 hex>` (or the bare hex) to the bare hex.
@@ -156,7 +160,7 @@ fn eg_bundle(bundle: &Bundle, topo: &Topology) -> Bundle {
     b
 }
 
-fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str) -> Bundle {
+fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str, hold_headers: bool) -> Bundle {
     let mut b = bundle.clone();
     for a in &mut b.authorizers {
         if let Some(m) = topo.authorizers.iter().find(|m| m.cluster == a.cluster) {
@@ -177,8 +181,67 @@ fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str) -> Bundle {
             })
             .collect();
     }
-    b.envoy.hold_headers = false; // a WasmPlugin cannot set allow_on_headers_stop_iteration
+    // A WasmPlugin cannot set allow_on_headers_stop_iteration; the EnvoyFilter rendering can.
+    b.envoy.hold_headers = hold_headers;
     b
+}
+
+/// The filter as an extension config (`EXTENSION_CONFIG`, which istio-agent resolves: it fetches
+/// the OCI image, checks its digest and hands Envoy a local file, as for a WasmPlugin) and its
+/// place in the Gateway's HTTP filter chain (before the router, by discovery), holding headers.
+fn istio_envoy_filter(ns: &str, refs: &[Value], config: &Value, o: &ManifestOptions) -> Value {
+    let bundle_json = config.to_string();
+    json!({
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "EnvoyFilter",
+        "metadata": meta(&o.name, ns),
+        "spec": {
+            "targetRefs": refs,
+            "configPatches": [
+                {
+                    "applyTo": "EXTENSION_CONFIG",
+                    "patch": {"operation": "ADD", "value": {
+                        "name": o.name,
+                        "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+                            "config": {
+                                "name": o.name,
+                                "root_id": ROOT_ID,
+                                "vm_config": {
+                                    "vm_id": o.name,
+                                    "runtime": "envoy.wasm.runtime.v8",
+                                    "code": {"remote": {
+                                        "http_uri": {"uri": format!("oci://{}", o.image), "timeout": "30s"},
+                                        "sha256": o.sha256,
+                                    }},
+                                },
+                                "configuration": {
+                                    "@type": "type.googleapis.com/google.protobuf.StringValue",
+                                    "value": bundle_json,
+                                },
+                                "fail_open": false,
+                                "allow_on_headers_stop_iteration": true,
+                            },
+                        },
+                    }},
+                },
+                {
+                    "applyTo": "HTTP_FILTER",
+                    "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "subFilter": {"name": "envoy.filters.http.router"},
+                    }}}},
+                    "patch": {"operation": "INSERT_BEFORE", "value": {
+                        "name": o.name,
+                        "config_discovery": {
+                            "config_source": {"ads": {}},
+                            "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"],
+                        },
+                    }},
+                },
+            ],
+        }
+    })
 }
 
 /// An authorizer's cluster; HTTP/2 for a gRPC authorizer.
@@ -307,12 +370,16 @@ fn envoy_gateway(
 }
 
 fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Value>, String> {
-    let config = serde_json::to_value(istio_bundle(bundle, topo, &o.cluster_domain))
+    let hold = o.istio_hold_headers;
+    let config = serde_json::to_value(istio_bundle(bundle, topo, &o.cluster_domain, hold))
         .map_err(|e| e.to_string())?;
     let mut objects = Vec::new();
     for (ns, gws) in by_namespace(bundle)? {
         let refs: Vec<Value> = gws.iter().map(|g| gateway_ref(&g.name)).collect();
-        objects.push(json!({
+        if hold {
+            objects.push(istio_envoy_filter(ns, &refs, &config, o));
+        } else {
+            objects.push(json!({
             "apiVersion": ISTIO_API,
             "kind": "WasmPlugin",
             "metadata": meta(&o.name, ns),
@@ -327,7 +394,8 @@ fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Va
                 "failStrategy": "FAIL_CLOSE",
                 "pluginConfig": config,
             }
-        }));
+            }));
+        }
         let mut hcm = json!({"@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"});
         if let (Some(h), Value::Object(n)) = (
             hcm.as_object_mut(),
@@ -375,7 +443,11 @@ fn header(o: &ManifestOptions) -> String {
             ));
         }
         Platform::Istio => {
-            lines.push("# The bundle has envoy.holdHeaders: false (WasmPlugin cannot set allow_on_headers_stop_iteration).".into());
+            if o.istio_hold_headers {
+                lines.push("# The filter is an EnvoyFilter extension config (istio-agent fetches the OCI image) that holds request headers (allow_on_headers_stop_iteration).".into());
+            } else {
+                lines.push("# The bundle has envoy.holdHeaders: false (WasmPlugin cannot set allow_on_headers_stop_iteration; --istio-hold-headers renders an EnvoyFilter that can).".into());
+            }
             lines.push("# The EnvoyFilter sets the Gateways' path normalization (overrides meshConfig.pathNormalization).".into());
         }
     }
