@@ -456,13 +456,38 @@ def demo_upstreams(work_dir: Path) -> Any:
         yield mcp, authz
 
 
+def service_routed_demo(tmp: Path) -> list[str]:
+    """EXAMPLE_ARGS with the demo's HTTPRoute pointing at the Service its XBackend names (how
+    Envoy Gateway routes: Service, ServiceImport or its own Backend, never an XBackend)."""
+    d = tmp / "service-routed"
+    d.mkdir()
+    for f in (REPO / DEMO_MANIFESTS).glob("*.yaml"):
+        text = f.read_text()
+        xbackend_ref = "    - group: agentic.networking.x-k8s.io\n      kind: XBackend\n      name: tools\n"
+        if f.name == "gateway.yaml":
+            assert xbackend_ref in text
+            text = text.replace(xbackend_ref, "    - name: tools\n      port: 8080\n")
+        (d / f.name).write_text(text)
+    return [str(d) if a == DEMO_MANIFESTS else a for a in EXAMPLE_ARGS]
+
+
+def test_envoy_gateway_routes_services_and_warns_about_xbackend_refs(cli: Path, tmp_path: Path) -> None:
+    proc = run_manifests(cli, *EXAMPLE_ARGS, "--platform", "envoy-gateway")
+    assert proc.returncode == 0 and "HTTPRoute demo/tools refers to an XBackend" in proc.stderr, proc.stderr
+    proc = run_manifests(cli, *service_routed_demo(tmp_path), "--platform", "envoy-gateway")
+    assert proc.returncode == 0 and "refers to an XBackend" not in proc.stderr, proc.stderr
+
+
 def test_envoy_gateway_rendering_enforces_the_demo(
     demo_upstreams: Any, envoy: StartEnvoy, pki: Pki, wasm_path: Path, tmp_path: Path, work_dir: Path, cli: Path
 ) -> None:
+    """The demo with its HTTPRoute to the Service, as Envoy Gateway routes it: the bundle knows the
+    XBackend by the cluster Envoy Gateway names for the rule."""
     mcp, authz = demo_upstreams
     port = free_port()  # the Gateway listener's port here (not privileged: Envoy Gateway keeps it)
-    eep, epp, ctp = generate(cli, tmp_path, *EXAMPLE_ARGS, "--listen", f"mcp-mtls={port}",
+    eep, epp, ctp = generate(cli, tmp_path, *service_routed_demo(tmp_path), "--listen", f"mcp-mtls={port}",
                              platforms=("envoy-gateway",))["envoy-gateway"]
+    assert eep["spec"]["wasm"][0]["config"]["backends"][0]["clusterNames"] == ["httproute/demo/tools/rule/0"]
     wasm = eep["spec"]["wasm"][0]
     route_cluster = "httproute/demo/tools/rule/0"  # what Envoy Gateway names the HTTPRoute rule's cluster
     cfg = build_bootstrap(

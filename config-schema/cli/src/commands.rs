@@ -118,6 +118,11 @@ pub(crate) fn manifests(
     if o.istio_hold_headers && o.platform != Platform::Istio {
         return Err("--istio-hold-headers applies to --platform istio".into());
     }
+    if o.platform == Platform::EnvoyGateway {
+        for r in &c.topology.xbackend_refs {
+            eprintln!("warning: HTTPRoute {r} refers to an XBackend: Envoy Gateway routes only to Service, ServiceImport and its Backend, so it will not route it; refer to the Service the XBackend names (spec.mcp.serviceName and port) instead: mcp-access resolves it to the XBackend");
+        }
+    }
     if !input.compile.jwt_providers.is_empty() {
         eprintln!("note: --jwt-provider: the bundle reads verified claims under each provider's name; configure the platform's jwt_authn (payload_in_metadata) to match, the generated objects do not");
     }

@@ -199,6 +199,9 @@ pub struct Topology {
     pub backends: Vec<BackendModel>,
     pub services: Vec<ServiceModel>,
     pub authorizers: Vec<AuthorizerModel>,
+    /// HTTPRoutes (`namespace/name`) with a backendRef of kind XBackend, which platforms that
+    /// route only to Services (Envoy Gateway) cannot route.
+    pub xbackend_refs: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

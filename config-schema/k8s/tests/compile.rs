@@ -1004,3 +1004,68 @@ fn a_yaml_flow_mapping_is_not_mistaken_for_json() {
     assert!(m.problems().is_empty(), "{:?}", m.problems());
     assert_eq!(m.backends.len(), 1);
 }
+
+// ---------------------------------------------------------------------------------------
+// A backendRef to the Service an XBackend describes (how Envoy Gateway routes)
+
+#[test]
+fn a_service_backend_ref_is_the_xbackend_that_describes_it() {
+    let route = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: by-service, namespace: mcp}
+spec:
+  parentRefs: [{name: gw, sectionName: internal}]
+  rules:
+  - backendRefs: [{name: tools-server, port: 8000}]
+"#;
+    let c = run(route);
+    let tools = c
+        .bundle
+        .backends
+        .iter()
+        .find(|b| b.name == "tools")
+        .unwrap();
+    assert!(
+        tools
+            .route_names
+            .iter()
+            .any(|r| r.starts_with("mcp/by-service/")),
+        "{:?}",
+        tools.route_names
+    );
+    assert!(c.topology.services.is_empty(), "no plain Service cluster");
+    // Another port is another Service port: a plain Service, not the XBackend.
+    let other = run(&route.replace("port: 8000", "port: 9000"));
+    let tools = other
+        .bundle
+        .backends
+        .iter()
+        .find(|b| b.name == "tools")
+        .unwrap();
+    assert!(!tools
+        .route_names
+        .iter()
+        .any(|r| r.starts_with("mcp/by-service/")));
+    assert_eq!(other.topology.services.len(), 1);
+    // Two XBackends describing one Service: ambiguous, the rule forwards nowhere.
+    let twin = r#"
+apiVersion: agentic.networking.x-k8s.io/v0alpha0
+kind: XBackend
+metadata: {name: tools-twin, namespace: mcp}
+spec:
+  mcp: {serviceName: tools-server, port: 8000}
+---"#;
+    let c = run(&format!("{twin}{route}"));
+    let st = c
+        .report
+        .routes
+        .iter()
+        .find(|r| r.name == "by-service")
+        .unwrap();
+    let msg = &st.conditions[0].message;
+    assert!(
+        msg.contains("described by more than one XBackend (mcp/tools, mcp/tools-twin)"),
+        "{st:#?}"
+    );
+}

@@ -268,6 +268,38 @@ impl Ctx<'_> {
         }
         if to_kind == "Service" {
             let port = u16::try_from(b.port.unwrap_or_default()).unwrap_or_default();
+            // The Service an XBackend describes (`spec.mcp.serviceName` and `port`) is that
+            // XBackend: platforms that route only to Services (Envoy Gateway) still reach it.
+            let described: Vec<&BackendModel> = self
+                .topo
+                .backends
+                .iter()
+                .filter(|m| {
+                    m.namespace == ns
+                        && m.service_name.as_deref() == Some(name.as_str())
+                        && m.port == port
+                })
+                .collect();
+            match described.as_slice() {
+                [bm] => {
+                    return Ok(WeightedCluster {
+                        cluster: bm.cluster.clone(),
+                        weight,
+                        backend: Some(bm.id.clone()),
+                    })
+                }
+                [] => {}
+                many => {
+                    let ids: Vec<&str> = many.iter().map(|m| m.id.as_str()).collect();
+                    return Err((
+                        "BackendNotFound",
+                        format!(
+                            "{bat}: Service {ns}/{name} port {port} is described by more than one XBackend ({}): which policies apply is ambiguous; keep one, or refer to the XBackend itself",
+                            ids.join(", ")
+                        ),
+                    ));
+                }
+            }
             let cluster = format!("service/{ns}/{name}:{port}");
             if !self.topo.services.iter().any(|s| s.cluster == cluster) {
                 self.topo.services.push(ServiceModel {
@@ -301,6 +333,10 @@ impl Ctx<'_> {
                     bm.port
                 ),
             ));
+        }
+        let id = r.id();
+        if !self.topo.xbackend_refs.contains(&id) {
+            self.topo.xbackend_refs.push(id);
         }
         Ok(WeightedCluster {
             cluster: bm.cluster.clone(),
