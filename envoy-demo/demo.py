@@ -36,57 +36,53 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT / "integration"))
 
 from preflight import COMPOSE_ENVOY, DemoError, check_ports, guarded, new_workdir, parse_args, tidy
 
 try:
     from harness import (
-        ALPHA,
-        BETA,
         AuthorizerProc,
         Denied,
         EnvoyProcess,
-        JwtKeys,
         McpAgent,
         ManagedProcess,
         McpServerProc,
         TransportFailure,
         envoy_binary,
         free_port,
-        make_jwt_keys,
         make_pki,
         port_open,
         text_of,
     )
+    from harness.demo import (
+        AGENTS,
+        AUTHORIZER,
+        AUTHZ_CHALLENGE,
+        BACKEND_SERVICE,
+        DENIED_TOOL,
+        JWT_AUDIENCE,
+        JWT_ISSUER,
+        JWT_LISTENER,
+        JWT_PROVIDER,
+        LISTENER,
+        MANIFESTS,
+        MCP_SERVER_NAME,
+        TOKEN_TTL_S,
+        CliError,
+        make_tokens,
+        render_local,
+        run_cli,
+    )
 except ImportError as e:  # pragma: no cover - depends on the interpreter used
     sys.exit(
         f"demo: cannot import the test harness ({e}).\n"
-        "Run it with the project's venv: scripts/demo, or .venv/bin/python envoy-demo/demo.py"
+        "Run it with the project's venv (scripts/setup installs the harness into it): scripts/demo, or "
+        ".venv/bin/python envoy-demo/demo.py"
     )
 
-MANIFESTS = HERE / "manifests"
-MCP_SERVER_NAME = "demo-tools"
-AUTHORIZER = "risk-check"  # the Service the ExternalAuth policy's backendRef names
-DENIED_TOOL = "add"  # what the authorizer refuses
-# How the authorizer's denial names its reason: an RFC 6750 challenge, as the MCP authorization
-# spec asks of a 403 for a valid token that lacks a permission (relayed by the filter).
-AUTHZ_CHALLENGE = f'Bearer error="insufficient_scope", error_description="{AUTHORIZER} refuses this tool"'
-BACKEND_SERVICE = "tools"  # the XBackend's serviceName
-LISTENER = "mcp-mtls"
-JWT_LISTENER = "mcp-jwt"
-# The demo's token issuer: its signing key is made at start, its JWKS given to Envoy's jwt_authn.
-JWT_ISSUER = "https://auth.demo.mcp-access.local"
-JWT_AUDIENCE = "mcp-access-demo"
-JWT_PROVIDER = "demo-idp"
-TOKEN_TTL_S = 24 * 3600  # tokens printed by --keep stay valid for a day
 JWT_CALLER = "a JWT agent"  # how the summary names a caller that has no certificate
 INSPECTOR_VERSION = "1.0.3"  # integration/clients/node/package.json
-AGENTS = {"alpha": ALPHA, "beta": BETA}
 STATS_PREFIX = "wasmcustom.mcp_access."
-# Compiler flags of every rendering: the manifests' ServiceAccount sources are SPIFFE IDs in this trust domain.
-COMPILE_FLAGS = ["-f", str(MANIFESTS), "--trust-domain", "example.org", "--strict", "--format", "text"]
-# The docker-compose rendering: container paths (envoy-demo/docker-compose.yaml's mounts) and service names.
 COMPOSE_FLAGS = [
     "--wasm-path", "/etc/envoy/mcp_access_filter.wasm",
     "--tls-cert", "gateway-cert=/etc/envoy/pki/server.crt,/etc/envoy/pki/server.key",
@@ -153,14 +149,6 @@ def cli_binary() -> Path:
     return (target if target.is_absolute() else ROOT / target) / "debug" / "mcp-access"
 
 
-def run_cli(cli: Path, *args: str) -> str:
-    """Runs `mcp-access envoy` on the demo's manifests; its standard output (the report goes to stderr)."""
-    proc = subprocess.run([str(cli), "envoy", *COMPILE_FLAGS, *args], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        raise DemoError(f"mcp-access envoy failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
-    return proc.stdout
-
-
 def render_compose(cli: Path) -> str:
     """envoy-demo/envoy.yaml: the compose rendering of the demo's manifests, with its header."""
     return COMPOSE_HEADER + run_cli(cli, *COMPOSE_FLAGS, "-o", "-")
@@ -174,18 +162,6 @@ def caller_of(headers: dict[str, str], header: str) -> str:
         if spiffe in value:
             return name
     return value or JWT_CALLER
-
-
-def make_tokens(directory: Path) -> tuple[JwtKeys, Path]:
-    """The demo's token issuer: a new RSA key, its JWKS (jwks.json, what jwt_authn verifies with) and
-    a token for each agent (<agent>.jwt: sub = the agent's name, valid for a day)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    keys = make_jwt_keys(issuer=JWT_ISSUER, audience=JWT_AUDIENCE, kid="demo-1")
-    jwks = directory / "jwks.json"
-    jwks.write_text(keys.jwks_json)
-    for name in AGENTS:
-        (directory / f"{name}.jwt").write_text(keys.mint({}, sub=name, ttl=TOKEN_TTL_S) + "\n")
-    return keys, jwks
 
 
 # ---------------------------------------------------------------------------
@@ -255,19 +231,9 @@ class Demo:
         envoy_dir = self.workdir / "envoy"
         envoy_dir.mkdir(parents=True, exist_ok=True)
         config_path, bundle_path = self.workdir / "envoy-config.json", self.workdir / "bundle.json"
-        run_cli(
-            self.cli, "--wasm", str(a.wasm),
-            "--tls-cert", f"gateway-cert={self.pki.server.cert},{self.pki.server.key}",
-            "--client-ca", f"agents-ca={self.pki.ca.cert}",
-            "--resolve", f"{BACKEND_SERVICE}=127.0.0.1:{a.mcp_port}",
-            "--resolve", f"{AUTHORIZER}=127.0.0.1:{a.authz_port}",
-            "--jwt-provider", f"{JWT_PROVIDER}=issuer={JWT_ISSUER},jwks={jwks},audience={JWT_AUDIENCE}",
-            "--jwt-required", JWT_LISTENER,
-            "--listen", f"{LISTENER}={a.envoy_port}", "--listen", f"{JWT_LISTENER}={a.jwt_port}",
-            "--bind", "127.0.0.1", "--admin-port", str(a.admin_port),
-            "--access-log", str(envoy_dir / "access.log"),
-            "-o", str(config_path), "--bundle-out", str(bundle_path),
-        )
+        render_local(self.cli, wasm=a.wasm, pki=self.pki, jwks=jwks, mcp_port=a.mcp_port, authz_port=a.authz_port,
+                     mtls_port=a.envoy_port, jwt_port=a.jwt_port, admin_port=a.admin_port,
+                     access_log=envoy_dir / "access.log", out=config_path, extra=["--bundle-out", str(bundle_path)])
         self.bundle = json.loads(bundle_path.read_text())
         services = {z["name"]: z["cluster"].rsplit("/", 1)[-1].split(":")[0] for z in self.bundle.get("authorizers", [])}
         self.authorizer_of = {
@@ -655,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.render_compose is not None:
         try:
             a.render_compose.write_text(render_compose(cli_binary()))
-        except DemoError as e:
+        except (DemoError, CliError) as e:
             print(f"demo: {e}", file=sys.stderr)
             return 1
         print(f"wrote {a.render_compose}")
@@ -683,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.keep and not demo.keep_running():
                 code = 1
             print("stopping the MCP server, the authorizer and Envoy", flush=True)
-    except DemoError as e:
+    except (DemoError, CliError) as e:
         print(f"demo: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

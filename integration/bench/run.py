@@ -1,7 +1,7 @@
 """The performance harness of issue 4: this filter side by side with bare Envoy and Envoy's
 native MCP chain, on one machine, in one run.
 
-    scripts/bench            # full run (~20 minutes), writes bench/results/latest.{json,md}, chart.svg, README table
+    scripts/bench            # full run (~20 minutes), writes integration/bench/results/latest.{json,md}, chart.svg, README table
     scripts/bench --quick    # ~2 minute smoke run (prints the tables; writes only with --out DIR)
 
 Envoy runs with one worker (`--concurrency 1`) pinned to one core; wrk runs pinned to the other.
@@ -34,16 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "integration"))
+from harness import EnvoyProcess, envoy_binary, free_port
 
-from harness import EnvoyProcess, envoy_binary, free_port  # noqa: E402
+from bench import bundles, configs, envoy_callgrind, report
+from bench.loadgen import WrkResult, run_wrk
 
-from bench import bundles, configs, envoy_callgrind, report  # noqa: E402
-from bench.loadgen import WrkResult, run_wrk  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,7 +364,7 @@ def check_bundle_recipe(exe: Path) -> None:
         theirs = json.loads(subprocess.run([str(exe)], env={**os.environ, "MCP_ACCESS_DUMP": kind},
                                            capture_output=True, text=True, check=True).stdout)
         if theirs != ours:
-            raise RuntimeError(f"decide.rs builds a different {kind} bundle than bench/bundles.py")
+            raise RuntimeError(f"decide.rs builds a different {kind} bundle than integration/bench/bundles.py")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,9 +448,9 @@ def aggregate(v: Variant, rs: list[dict[str, Any]], check: dict[str, Any] | None
 
 
 # P8's compile target: the effective policies of 100 Gateway-level defaults/overrides blocks over
-# 1,000 XBackends (bench/defaults_overrides.py builds the manifests).
+# 1,000 XBackends (integration/bench/defaults_overrides.py builds the manifests).
 def compile_bench(workdir: Path, runs: int) -> dict[str, Any]:
-    """Times `mcp-access compile` of bench/defaults_overrides.py's manifests: 100 Gateway
+    """Times `mcp-access compile` of integration/bench/defaults_overrides.py's manifests: 100 Gateway
     AccessPolicies with defaults and overrides blocks (atomic and merge, Allow with a `condition`,
     ExternalAuth, some on one listener) over 1,000 XBackends on two listeners, each with its own
     Backend-level policy. CPU time of the whole process (user + system; wall clock beside it,
@@ -533,7 +530,7 @@ def main() -> int:
     ap.add_argument("--load-cpu", type=int, default=0)
     ap.add_argument("--wasm", type=Path, default=ROOT / "build" / "mcp_access_filter.wasm")
     ap.add_argument("--raw-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "mcp_access_filter.wasm")
-    ap.add_argument("--out", type=Path, default=None, help="results directory (default bench/results, quick: no write unless given)")
+    ap.add_argument("--out", type=Path, default=None, help="results directory (default integration/bench/results, quick: no write unless given)")
     ap.add_argument("--only", default="", help="comma-separated variant keys (default: all)")
     ap.add_argument("--skip-micro", action="store_true", help="no criterion / callgrind of the native benches")
     ap.add_argument("--skip-criterion", action="store_true", help="callgrind of the native benches, no criterion timing")

@@ -2,7 +2,7 @@
 (the same bundle as `load/cel1000_bundle` in filter/engine/benches/decide.rs), and of the same
 bundle without the CEL conditions, side by side. Prints one JSON line.
 
-    $VENV/bin/python bench/cel_load.py [--wasm build/mcp_access_filter.wasm] [--runs 3]
+    $VENV/bin/python -m bench.cel_load [--wasm build/mcp_access_filter.wasm] [--runs 3]
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "integration"))
+from harness import Cluster, EnvoyProcess, Listener, Route, Wasm, build_bootstrap, free_port
 
-from harness import Cluster, EnvoyProcess, Listener, Route, Wasm, build_bootstrap, free_port  # noqa: E402
+from bench.run import LOAD_LINE
 
-from bench.run import LOAD_LINE  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cel1000(port: int, cel: bool = True) -> dict[str, Any]:
