@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import Cluster, EnvoyProcess, Listener, Route, Wasm, build_bootstrap, free_port
+from harness import bundles as b
 
 from bench.run import LOAD_LINE
 
@@ -26,18 +27,17 @@ def cel1000(port: int, cel: bool = True) -> dict[str, Any]:
     """100 Backend-level Allow policies of 10 KAN-style CEL rules each (decide.rs `cel1000`)."""
     def rule(p: int, r: int) -> dict[str, Any]:
         if not cel:
-            return {"name": f"r{r}"}
-        return {"name": f"r{r}", "authorization": {"cel": (
+            return b.rule(f"r{r}")
+        return b.rule(f"r{r}", b.cel(
             "request.path.startsWith('/mc') && request.headers['mcp-protocol-version'].contains('2025') && "
-            f"request.mcp.tool_name.matches('^get-{p}-{r}-[a-z]+$')")}}
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "gateways": [{"name": "gw", "namespace": "bench", "listeners": [{"name": "mcp", "port": port}]}],
-        "backends": [{"name": "tools", "namespace": "bench", "routeNames": ["tools"]}],
-        "policies": [{"name": f"p{p:03}", "namespace": "bench", "level": "Backend", "targets": [{"name": "tools"}],
-                      "action": "Allow", "rules": [rule(p, r) for r in range(10)]} for p in range(100)],
-        "limits": {"maxBodyBytes": 2 * 1024 * 1024},
-    }
+            f"request.mcp.tool_name.matches('^get-{p}-{r}-[a-z]+$')"))
+    return b.bundle(
+        gateways=[b.gateway({"mcp": port}, namespace="bench")],
+        backends=[b.backend("tools", "tools", namespace="bench")],
+        policies=[b.policy(f"p{p:03}", "Backend", "tools", "Allow", namespace="bench", rules=[rule(p, r) for r in range(10)])
+                  for p in range(100)],
+        limits={"maxBodyBytes": 2 * 1024 * 1024},
+    )
 
 
 def load_ms(wasm: Path, bundle_of: Any, workdir: Path) -> list[float]:
