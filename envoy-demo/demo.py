@@ -36,57 +36,54 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT / "integration"))
 
 from preflight import COMPOSE_ENVOY, DemoError, check_ports, guarded, new_workdir, parse_args, tidy
 
 try:
     from harness import (
-        ALPHA,
-        BETA,
         AuthorizerProc,
         Denied,
         EnvoyProcess,
-        JwtKeys,
         McpAgent,
         ManagedProcess,
         McpServerProc,
         TransportFailure,
         envoy_binary,
         free_port,
-        make_jwt_keys,
         make_pki,
         port_open,
         text_of,
     )
+    from harness.demo import (
+        AGENTS,
+        AUTHORIZER,
+        AUTHZ_CHALLENGE,
+        BACKEND_SERVICE,
+        DENIED_TOOL,
+        JWT_AUDIENCE,
+        JWT_ISSUER,
+        JWT_LISTENER,
+        JWT_PROVIDER,
+        LISTENER,
+        MANIFESTS,
+        MCP_SERVER_NAME,
+        TOKEN_TTL_S,
+        CliError,
+        make_tokens,
+        render_local,
+        run_cli,
+    )
+    from harness.stack import decisions, mark
 except ImportError as e:  # pragma: no cover - depends on the interpreter used
     sys.exit(
         f"demo: cannot import the test harness ({e}).\n"
-        "Run it with the project's venv: scripts/demo, or .venv/bin/python envoy-demo/demo.py"
+        "Run it with the project's venv (scripts/setup installs the harness into it): scripts/demo, or "
+        ".venv/bin/python envoy-demo/demo.py"
     )
 
-MANIFESTS = HERE / "manifests"
-MCP_SERVER_NAME = "demo-tools"
-AUTHORIZER = "risk-check"  # the Service the ExternalAuth policy's backendRef names
-DENIED_TOOL = "add"  # what the authorizer refuses
-# How the authorizer's denial names its reason: an RFC 6750 challenge, as the MCP authorization
-# spec asks of a 403 for a valid token that lacks a permission (relayed by the filter).
-AUTHZ_CHALLENGE = f'Bearer error="insufficient_scope", error_description="{AUTHORIZER} refuses this tool"'
-BACKEND_SERVICE = "tools"  # the XBackend's serviceName
-LISTENER = "mcp-mtls"
-JWT_LISTENER = "mcp-jwt"
-# The demo's token issuer: its signing key is made at start, its JWKS given to Envoy's jwt_authn.
-JWT_ISSUER = "https://auth.demo.mcp-access.local"
-JWT_AUDIENCE = "mcp-access-demo"
-JWT_PROVIDER = "demo-idp"
-TOKEN_TTL_S = 24 * 3600  # tokens printed by --keep stay valid for a day
 JWT_CALLER = "a JWT agent"  # how the summary names a caller that has no certificate
 INSPECTOR_VERSION = "1.0.3"  # integration/clients/node/package.json
-AGENTS = {"alpha": ALPHA, "beta": BETA}
 STATS_PREFIX = "wasmcustom.mcp_access."
-# Compiler flags of every rendering: the manifests' ServiceAccount sources are SPIFFE IDs in this trust domain.
-COMPILE_FLAGS = ["-f", str(MANIFESTS), "--trust-domain", "example.org", "--strict", "--format", "text"]
-# The docker-compose rendering: container paths (envoy-demo/docker-compose.yaml's mounts) and service names.
 COMPOSE_FLAGS = [
     "--wasm-path", "/etc/envoy/mcp_access_filter.wasm",
     "--tls-cert", "gateway-cert=/etc/envoy/pki/server.crt,/etc/envoy/pki/server.key",
@@ -155,14 +152,6 @@ def cli_binary() -> Path:
     return binary
 
 
-def run_cli(cli: Path, *args: str) -> str:
-    """Runs `mcp-access envoy` on the demo's manifests; its standard output (the report goes to stderr)."""
-    proc = subprocess.run([str(cli), "envoy", *COMPILE_FLAGS, *args], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        raise DemoError(f"mcp-access envoy failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
-    return proc.stdout
-
-
 def render_compose(cli: Path) -> str:
     """envoy-demo/envoy.yaml: the compose rendering of the demo's manifests, with its header."""
     return COMPOSE_HEADER + run_cli(cli, *COMPOSE_FLAGS, "-o", "-")
@@ -176,18 +165,6 @@ def caller_of(headers: dict[str, str], header: str) -> str:
         if spiffe in value:
             return name
     return value or JWT_CALLER
-
-
-def make_tokens(directory: Path) -> tuple[JwtKeys, Path]:
-    """The demo's token issuer: a new RSA key, its JWKS (jwks.json, what jwt_authn verifies with) and
-    a token for each agent (<agent>.jwt: sub = the agent's name, valid for a day)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    keys = make_jwt_keys(issuer=JWT_ISSUER, audience=JWT_AUDIENCE, kid="demo-1")
-    jwks = directory / "jwks.json"
-    jwks.write_text(keys.jwks_json)
-    for name in AGENTS:
-        (directory / f"{name}.jwt").write_text(keys.mint({}, sub=name, ttl=TOKEN_TTL_S) + "\n")
-    return keys, jwks
 
 
 # ---------------------------------------------------------------------------
@@ -220,14 +197,15 @@ class GuardedEnvoy(EnvoyProcess):
         return guarded(super().argv())
 
 
-class Demo:
+class Services:
+    """What the demo starts (the MCP server, the authorizer, Envoy, with the agents' certificates
+    and tokens) and what Envoy recorded of each request (its access log and counters)."""
+
     def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path, cli: Path) -> None:
         self.a = args
         self.cli = cli
         self.stack = stack
         self.workdir = workdir
-        self.failures: list[str] = []
-        self.checks = 0
         self.bundle: dict[str, Any] = {}
         self.authorizer_of: dict[str, str] = {}  # "ns/policy" -> authorizer name
         self.envoy: EnvoyProcess | None = None
@@ -237,47 +215,45 @@ class Demo:
         self.jwt_url = f"http://127.0.0.1:{args.jwt_port}/mcp"
         self.tokens: dict[str, str] = {}
 
-    # -- bookkeeping ----------------------------------------------------------
-    def expect(self, ok: bool, what: str) -> bool:
-        self.checks += 1
-        if not ok:
-            self.failures.append(what)
-        return ok
-
     # -- start ----------------------------------------------------------------
     def start(self) -> None:
-        a = self.a
         print("starting the MCP server, the authorizer and Envoy ...", flush=True)
+        config_path = self.render()
+        # The MCP server and the authorizer start while Envoy compiles the filter; all are awaited below.
+        waits = self.spawn_servers()
+        self.start_envoy(config_path)
+        for proc, ports in waits:
+            try:
+                proc.wait_ready(lambda: all(port_open(p) for p in ports), timeout=30, what=f"ports {ports}")
+            except (RuntimeError, TimeoutError) as e:
+                raise DemoError(str(e)) from None
+        self.banner()
+
+    def render(self) -> Path:
+        """The agents' certificates and tokens; Envoy's configuration (its path is returned) and the
+        bundle, from the manifests, with the local ports and files."""
+        a = self.a
         self.pki = make_pki(self.workdir / "pki")
         self.certs = {name: self.pki.client(spiffe, name=name) for name, spiffe in AGENTS.items()}
         self.jwt_keys, jwks = make_tokens(self.workdir / "jwt")
         self.tokens = {name: (self.workdir / "jwt" / f"{name}.jwt").read_text().strip() for name in AGENTS}
-
-        # Envoy's configuration and the bundle, from the manifests, with the local ports and files.
         envoy_dir = self.workdir / "envoy"
         envoy_dir.mkdir(parents=True, exist_ok=True)
         config_path, bundle_path = self.workdir / "envoy-config.json", self.workdir / "bundle.json"
-        run_cli(
-            self.cli, "--wasm", str(a.wasm),
-            "--tls-cert", f"gateway-cert={self.pki.server.cert},{self.pki.server.key}",
-            "--client-ca", f"agents-ca={self.pki.ca.cert}",
-            "--resolve", f"{BACKEND_SERVICE}=127.0.0.1:{a.mcp_port}",
-            "--resolve", f"{AUTHORIZER}=127.0.0.1:{a.authz_port}",
-            "--jwt-provider", f"{JWT_PROVIDER}=issuer={JWT_ISSUER},jwks={jwks},audience={JWT_AUDIENCE}",
-            "--jwt-required", JWT_LISTENER,
-            "--listen", f"{LISTENER}={a.envoy_port}", "--listen", f"{JWT_LISTENER}={a.jwt_port}",
-            "--bind", "127.0.0.1", "--admin-port", str(a.admin_port),
-            "--access-log", str(envoy_dir / "access.log"),
-            "-o", str(config_path), "--bundle-out", str(bundle_path),
-        )
+        render_local(self.cli, wasm=a.wasm, pki=self.pki, jwks=jwks, mcp_port=a.mcp_port, authz_port=a.authz_port,
+                     mtls_port=a.envoy_port, jwt_port=a.jwt_port, admin_port=a.admin_port,
+                     access_log=envoy_dir / "access.log", out=config_path, extra=["--bundle-out", str(bundle_path)])
         self.bundle = json.loads(bundle_path.read_text())
         services = {z["name"]: z["cluster"].rsplit("/", 1)[-1].split(":")[0] for z in self.bundle.get("authorizers", [])}
         self.authorizer_of = {
             f"{p.get('namespace', '')}/{p['name']}": services.get(p["externalAuth"], p["externalAuth"])
             for p in self.bundle.get("policies", []) if p.get("action") == "ExternalAuth"
         }
+        return config_path
 
-        # The MCP server and the authorizer start while Envoy compiles the filter; all are awaited below.
+    def spawn_servers(self) -> list[tuple[ManagedProcess, list[int]]]:
+        """The MCP server and the authorizer, started; each with the ports to wait for."""
+        a = self.a
         taken = {a.envoy_port, a.jwt_port, a.admin_port, a.mcp_port, a.authz_port}
         mcp_admin = other_free_port(taken)
         mcp_proc = self._spawn("mcp_server", HERE / "mcp_server.py", [
@@ -289,8 +265,10 @@ class Demo:
             "--www-authenticate", AUTHZ_CHALLENGE,
         ])
         self.authz = AuthorizerProc(authz_proc, name=AUTHORIZER, port=a.authz_port)
+        return [(mcp_proc, [a.mcp_port, mcp_admin]), (authz_proc, [a.authz_port])]
 
-        self.envoy = GuardedEnvoy(json.loads(config_path.read_text()), workdir=envoy_dir, name="envoy")
+    def start_envoy(self, config_path: Path) -> None:
+        self.envoy = GuardedEnvoy(json.loads(config_path.read_text()), workdir=self.workdir / "envoy", name="envoy")
         self.stack.callback(self.envoy.stop)
         try:
             self.envoy.start()
@@ -301,12 +279,10 @@ class Demo:
             raise DemoError(
                 f"Envoy did not start ({why}); its log is {self.envoy.log_path}\n" + "\n".join(lines[-15:])
             ) from None
-        for proc, ports in ((mcp_proc, [a.mcp_port, mcp_admin]), (authz_proc, [a.authz_port])):
-            try:
-                proc.wait_ready(lambda: all(port_open(p) for p in ports), timeout=30, what=f"ports {ports}")
-            except (RuntimeError, TimeoutError) as e:
-                raise DemoError(str(e)) from None
 
+    def banner(self) -> None:
+        assert self.mcp is not None and self.authz is not None
+        a = self.a
         print(f"mcp-access demo (work dir {self.workdir})")
         rows = [
             ("MCP server", f"{self.mcp.url}  (\"{MCP_SERVER_NAME}\": echo, add, delete_repo, get_weather)"),
@@ -338,9 +314,9 @@ class Demo:
         return ", ".join(parts)
 
     # -- reading decisions -----------------------------------------------------
-    def log_count(self) -> int:
+    def mark(self) -> int:
         assert self.envoy is not None
-        return len(self.envoy.access_log_lines())
+        return mark(self.envoy)
 
     def denial_counters(self) -> dict[str, int]:
         assert self.envoy is not None
@@ -351,19 +327,10 @@ class Demo:
         """The filter's decision for the request just made: the filter state of the first new access
         log entry for (method, name); if no filter state shows up, the denial counter that moved."""
         assert self.envoy is not None
-        deadline = time.monotonic() + 5.0
-        while True:
-            for line in self.envoy.access_log_lines()[start:]:
-                try:
-                    entry = json.loads(line)
-                    state = json.loads(entry.get("filter_state") or "null")
-                except ValueError:
-                    continue
-                if isinstance(state, dict) and state.get("method") == method and state.get("name") == name:
-                    return {**state, "source": "access log", "code": entry.get("code")}
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        found = decisions(self.envoy, start, where=lambda _, d: d.get("method") == method and d.get("name") == name)
+        if found:
+            entry, d = found[0]
+            return {**d, "source": "access log", "code": entry.get("code")}
         after = self.denial_counters()
         moved = [k for k, v in after.items() if v > before.get(k, 0)]
         if len(moved) == 1:  # wasmcustom.mcp_access.denied.<level>.<reason>
@@ -393,7 +360,37 @@ class Demo:
             text += f"   [JSON-RPC error {denied.code} {json.dumps(denied.message)}]"
         return text
 
-    # -- the session -------------------------------------------------------------
+
+class Checks:
+    """The demo's expectations: how many were checked, which did not hold."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+        self.count = 0
+
+    def expect(self, ok: bool, what: str) -> bool:
+        self.count += 1
+        if not ok:
+            self.failures.append(what)
+        return ok
+
+    def report(self) -> int:
+        if self.failures:
+            print(f"\nFAILED: {len(self.failures)} of {self.count} expectations did not hold:")
+            for f in self.failures:
+                print(f"  - {f}")
+            return 1
+        print(f"\nall {self.count} expectations held")
+        return 0
+
+
+class Session:
+    """The agents' session through Envoy, each answer printed with where the filter decided it."""
+
+    def __init__(self, services: Services, checks: Checks) -> None:
+        self.s = services
+        self.checks = checks
+
     def line(self, agent: str, op: str, result: str) -> None:
         print(f"agent {agent:<11} {op:<26} -> {result}", flush=True)
 
@@ -401,28 +398,28 @@ class Demo:
         """Agent `agent` connects: over mTLS with its certificate, or with jwt=True over the JWT
         listener with its token (then labelled "<agent> (JWT)")."""
         if jwt:
-            client = McpAgent(self.jwt_url, token=self.tokens[agent], client_name=f"demo-agent-{agent}")
+            client = McpAgent(self.s.jwt_url, token=self.s.tokens[agent], client_name=f"demo-agent-{agent}")
             agent = f"{agent} (JWT)"
         else:
-            client = McpAgent(self.url, cert=self.certs[agent], ca=self.pki.ca, client_name=f"demo-agent-{agent}")
+            client = McpAgent(self.s.url, cert=self.s.certs[agent], ca=self.s.pki.ca, client_name=f"demo-agent-{agent}")
         label = f"agent {agent} initialize"
-        start, before = self.log_count(), self.denial_counters()
+        start, before = self.s.mark(), self.s.denial_counters()
         try:
             client.connect()
         except Denied as e:
-            d = self.decision(start, "initialize", None, before)
-            self.line(agent, "initialize", f"DENIED {e.status} {self.where(d, e)}")
-            self.expect(False, f"{label}: expected {expect.describe()}, got HTTP {e.status}")
+            d = self.s.decision(start, "initialize", None, before)
+            self.line(agent, "initialize", f"DENIED {e.status} {self.s.where(d, e)}")
+            self.checks.expect(False, f"{label}: expected {expect.describe()}, got HTTP {e.status}")
             return None
         except TransportFailure as e:
             self.line(agent, "initialize", f"NO ANSWER ({e})")
-            self.expect(False, f"{label}: expected {expect.describe()}, got no HTTP answer: {e}")
+            self.checks.expect(False, f"{label}: expected {expect.describe()}, got no HTTP answer: {e}")
             return None
-        self.stack.callback(client.close)
-        d = self.decision(start, "initialize", None, before)
+        self.s.stack.callback(client.close)
+        d = self.s.decision(start, "initialize", None, before)
         self.line(agent, "initialize", f"ok (server {client.server_name})")
-        self.expect(client.server_name == MCP_SERVER_NAME, f"{label}: server name {client.server_name!r}")
-        self.expect(d is not None and d.get("decision") == "allow", f"{label}: filter decision {d}")
+        self.checks.expect(client.server_name == MCP_SERVER_NAME, f"{label}: server name {client.server_name!r}")
+        self.checks.expect(d is not None and d.get("decision") == "allow", f"{label}: filter decision {d}")
         return client
 
     def list_tools(self, agent: str, client: McpAgent | None) -> None:
@@ -432,58 +429,58 @@ class Demo:
             names = sorted(client.tool_names())
         except Denied as e:
             self.line(agent, "tools/list", f"DENIED {e.status}")
-            self.expect(False, f"agent {agent} tools/list: expected allowed, got HTTP {e.status}")
+            self.checks.expect(False, f"agent {agent} tools/list: expected allowed, got HTTP {e.status}")
             return
         self.line(agent, "tools/list", "ok: " + ", ".join(names))
         # The listing holds what the agent may call (delete_repo is not on the backend's list).
-        self.expect(set(names) == {"echo", "add", "get_weather"}, f"agent {agent} tools/list: {names}")
+        self.checks.expect(set(names) == {"echo", "add", "get_weather"}, f"agent {agent} tools/list: {names}")
 
     def call(self, agent: str, client: McpAgent | None, tool: str, arguments: dict[str, Any], expect: Expect) -> None:
         op, label = f"tools/call {tool}", f"agent {agent} tools/call {tool}"
         if client is None:
-            self.expect(False, f"{label}: not attempted (agent {agent} has no session)")
+            self.checks.expect(False, f"{label}: not attempted (agent {agent} has no session)")
             return
-        start, before = self.log_count(), self.denial_counters()
+        start, before = self.s.mark(), self.s.denial_counters()
         try:
             result = client.call_tool(tool, arguments)
         except Denied as e:
-            d = self.decision(start, "tools/call", tool, before)
-            self.line(agent, op, f"DENIED {e.status} {self.where(d, e)}")
+            d = self.s.decision(start, "tools/call", tool, before)
+            self.line(agent, op, f"DENIED {e.status} {self.s.where(d, e)}")
             if expect.allow:
-                self.expect(False, f"{label}: expected {expect.describe()}, got HTTP {e.status} {e.body[:200]!r}")
+                self.checks.expect(False, f"{label}: expected {expect.describe()}, got HTTP {e.status} {e.body[:200]!r}")
                 return
             got = (d or {}).get("level"), (d or {}).get("reason")
-            self.expect(e.status == 403, f"{label}: HTTP status {e.status}, expected 403")
-            self.expect(
+            self.checks.expect(e.status == 403, f"{label}: HTTP status {e.status}, expected 403")
+            self.checks.expect(
                 d is not None and d.get("decision") == "deny" and got == (expect.level, expect.reason)
                 and (expect.policy is None or d.get("policy") == expect.policy),
                 f"{label}: expected {expect.describe()}, the filter recorded {d}",
             )
             if expect.body is not None:
-                self.expect(e.error == expect.body, f"{label}: client got error {e.error!r}, expected {expect.body!r}")
+                self.checks.expect(e.error == expect.body, f"{label}: client got error {e.error!r}, expected {expect.body!r}")
             if expect.challenge is not None:
                 got_challenge = e.headers.get("www-authenticate")
-                self.expect(got_challenge == expect.challenge,
-                            f"{label}: WWW-Authenticate {got_challenge!r}, expected {expect.challenge!r}")
+                self.checks.expect(got_challenge == expect.challenge,
+                                   f"{label}: WWW-Authenticate {got_challenge!r}, expected {expect.challenge!r}")
             return
         except TransportFailure as e:
             self.line(agent, op, f"NO ANSWER ({e})")
-            self.expect(False, f"{label}: expected {expect.describe()}, got no HTTP answer: {e}")
+            self.checks.expect(False, f"{label}: expected {expect.describe()}, got no HTTP answer: {e}")
             return
         text = text_of(result)
-        d = self.decision(start, "tools/call", tool, before)
+        d = self.s.decision(start, "tools/call", tool, before)
         self.line(agent, op, f"allowed: {json.dumps(text)}" + (" (tool error)" if result.is_error else ""))
         if not expect.allow:
-            self.expect(False, f"{label}: expected {expect.describe()}, but it was allowed (filter recorded {d})")
+            self.checks.expect(False, f"{label}: expected {expect.describe()}, but it was allowed (filter recorded {d})")
             return
-        self.expect(not result.is_error and (expect.text is None or text == expect.text),
-                    f"{label}: result {text!r}, expected {expect.text!r}")
-        self.expect(d is not None and d.get("decision") == "allow", f"{label}: filter decision {d}")
+        self.checks.expect(not result.is_error and (expect.text is None or text == expect.text),
+                           f"{label}: result {text!r}, expected {expect.text!r}")
+        self.checks.expect(d is not None and d.get("decision") == "allow", f"{label}: filter decision {d}")
 
-    def session(self) -> None:
-        assert self.mcp is not None and self.authz is not None
-        self.mcp.reset()
-        self.authz.reset()
+    def run(self) -> None:
+        assert self.s.mcp is not None and self.s.authz is not None
+        self.s.mcp.reset()
+        self.s.authz.reset()
         alpha = self.connect("alpha", Expect(True))
         self.list_tools("alpha", alpha)
         self.call("alpha", alpha, "echo", {"text": "hello"}, Expect(True, text="hello"))
@@ -503,8 +500,8 @@ class Demo:
         listener requires a token) with a Bearer challenge: `error="invalid_token"` for a token it
         cannot verify, no error code (RFC 6750) when there is no token at all."""
         label = f"{who} initialize"
-        start, before = self.log_count(), self.denial_counters()
-        client = McpAgent(self.jwt_url, token=token, client_name="demo-anonymous")
+        start, before = self.s.mark(), self.s.denial_counters()
+        client = McpAgent(self.s.jwt_url, token=token, client_name="demo-anonymous")
         try:
             client.connect()
         except Denied as e:
@@ -512,19 +509,19 @@ class Demo:
             if e.status == 401:
                 shown = f"REFUSED 401 by jwt_authn: {e.body.decode('utf-8', 'replace').strip()}  [{challenge}]"
             else:
-                shown = f"DENIED {e.status} {self.where(self.decision(start, 'initialize', None, before), e)}"
+                shown = f"DENIED {e.status} {self.s.where(self.s.decision(start, 'initialize', None, before), e)}"
             print(f"{who:<17} {'initialize':<26} -> {shown}", flush=True)
             error_ok = (f'error="{challenge_error}"' in challenge) if challenge_error else "error=" not in challenge
-            self.expect(e.status == 401 and challenge.startswith("Bearer realm=") and error_ok,
-                        f"{label}: expected 401 from jwt_authn with a Bearer challenge, got {e.status} [{challenge}]")
+            self.checks.expect(e.status == 401 and challenge.startswith("Bearer realm=") and error_ok,
+                               f"{label}: expected 401 from jwt_authn with a Bearer challenge, got {e.status} [{challenge}]")
             return
         except TransportFailure as e:
             print(f"{who:<17} {'initialize':<26} -> NO ANSWER ({e})", flush=True)
-            self.expect(False, f"{label}: no HTTP answer: {e}")
+            self.checks.expect(False, f"{label}: no HTTP answer: {e}")
             return
         client.close()
         print(f"{who:<17} {'initialize':<26} -> ok", flush=True)
-        self.expect(False, f"{label}: expected HTTP 401, it was let through")
+        self.checks.expect(False, f"{label}: expected HTTP 401, it was let through")
 
     def jwt_session(self) -> None:
         """The same agents through the bearer-JWT listener, and callers without a valid token."""
@@ -535,117 +532,114 @@ class Demo:
         self.call("beta (JWT)", beta, "echo", {"text": "hi from beta"},
                   Expect(False, level="gateway", reason="not_allowed"))
         self.refused("no token", None, None)
-        self.refused("forged token", self.jwt_keys.mint_untrusted({}, sub="alpha"), "invalid_token")
+        self.refused("forged token", self.s.jwt_keys.mint_untrusted({}, sub="alpha"), "invalid_token")
 
-    # -- summary -----------------------------------------------------------------
-    def summary(self) -> None:
-        assert self.mcp is not None and self.authz is not None and self.envoy is not None
-        print("\nsummary")
-        calls = [(r["tool"], caller_of(r["headers"], "x-forwarded-client-cert"))
-                 for r in self.mcp.requests() if r.get("mcp_method") == "tools/call"]
-        shown = ", ".join(f"{t} ({who})" for t, who in calls) or "none"
-        print(f"  MCP server {MCP_SERVER_NAME} received {len(calls)} tools/call requests: {shown}")
-        blocked = [c for c in calls if c[0] in ("delete_repo", "add") or c == ("echo", "beta")]
-        print(f"  MCP server received {len(blocked)} calls of delete_repo/add/echo-from-beta"
-              + ("" if not blocked else f": {blocked}"))
-        self.expect(not blocked, f"denied calls reached the MCP server: {blocked}")
-        self.expect(sorted(calls) == sorted([("echo", "alpha"), ("get_weather", "beta"), ("echo", JWT_CALLER)]),
-                    "the MCP server should have received echo from alpha, get_weather from beta and echo from "
-                    f"alpha's JWT, got {calls}")
 
-        asked = [(c["headers"].get("x-mcp-tool", "?"), caller_of(c["headers"], "x-mcp-source-spiffe"))
-                 for c in self.authz.calls()]
-        shown = ", ".join(f"{t} ({who})" for t, who in asked) or "none"
-        print(f"  authorizer {AUTHORIZER} was asked {len(asked)} times: {shown}")
-        self.expect(("echo", "beta") not in asked,
-                    "beta's echo, denied at the gateway, must not reach the backend's authorizer")
-        self.expect(("add", "alpha") in asked and ("delete_repo", "alpha") in asked,
-                    f"the authorizer should have been asked about alpha's add and delete_repo, got {asked}")
+# ---------------------------------------------------------------------------
+# After the session
 
-        stats = self.envoy.stats(filter=r"mcp_access\.")
-        counters = {k: v for k, v in stats.items() if k.startswith(STATS_PREFIX) and isinstance(v, int)}
-        print("  filter counters (Envoy admin /stats; those still at 0 left out):")
-        for k in sorted(counters):
-            if counters[k]:
-                print(f"    {k}: {counters[k]}")
-        # beta's echo twice (mTLS, JWT) at the Gateway, delete_repo and add at the Backend; callers
-        # without a valid token are jwt_authn's (401), not the filter's.
-        want = {"denied": 4, "denied.gateway.not_allowed": 2, "denied.backend.not_allowed": 1,
-                "denied.backend.external_auth_denied": 1}
-        for k, v in want.items():
-            got = counters.get(STATS_PREFIX + k, 0)
-            self.expect(got == v, f"counter {STATS_PREFIX}{k} is {got}, expected {v}")
 
-    def report(self) -> int:
-        if self.failures:
-            print(f"\nFAILED: {len(self.failures)} of {self.checks} expectations did not hold:")
-            for f in self.failures:
-                print(f"  - {f}")
-            return 1
-        print(f"\nall {self.checks} expectations held")
-        return 0
+def summarize(s: Services, checks: Checks) -> None:
+    """What the MCP server and the authorizer received and the filter counted, checked."""
+    assert s.mcp is not None and s.authz is not None and s.envoy is not None
+    print("\nsummary")
+    calls = [(r["tool"], caller_of(r["headers"], "x-forwarded-client-cert"))
+             for r in s.mcp.requests() if r.get("mcp_method") == "tools/call"]
+    shown = ", ".join(f"{t} ({who})" for t, who in calls) or "none"
+    print(f"  MCP server {MCP_SERVER_NAME} received {len(calls)} tools/call requests: {shown}")
+    blocked = [c for c in calls if c[0] in ("delete_repo", "add") or c == ("echo", "beta")]
+    print(f"  MCP server received {len(blocked)} calls of delete_repo/add/echo-from-beta"
+          + ("" if not blocked else f": {blocked}"))
+    checks.expect(not blocked, f"denied calls reached the MCP server: {blocked}")
+    checks.expect(sorted(calls) == sorted([("echo", "alpha"), ("get_weather", "beta"), ("echo", JWT_CALLER)]),
+                  "the MCP server should have received echo from alpha, get_weather from beta and echo from "
+                  f"alpha's JWT, got {calls}")
 
-    # -- --keep ------------------------------------------------------------------
-    def jwt_commands(self, expires: str) -> str:
-        """Ready-to-paste MCP Inspector (CLI mode) and curl commands for each agent's token."""
-        inspector = ROOT / "integration" / "clients" / "node" / "node_modules" / ".bin" / "mcp-inspector"
-        run = str(inspector) if inspector.exists() else f"npx -y @modelcontextprotocol/inspector@{INSPECTOR_VERSION}"
-        lines = [f"\nThe bearer-JWT listener: each agent's token (valid until {expires}) is in {self.workdir / 'jwt'}."]
-        for agent, (tool, arg), denials in (("alpha", ("echo", "text=hi"), "delete_repo or add"),
-                                            ("beta", ("get_weather", "city=Lisbon"), "echo")):
-            auth = f'"Authorization: Bearer $(cat {self.workdir / "jwt" / f"{agent}.jwt"})"'
-            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                               "params": {"name": tool, "arguments": dict([arg.split("=", 1)])}})
-            lines += [
-                f"MCP Inspector as agent {agent}: the tools it may call, then a call (try {denials} for a denial):",
-                f"  {run} --cli {self.jwt_url} --transport http --method tools/list --header {auth}",
-                f"  {run} --cli {self.jwt_url} --transport http --method tools/call --tool-name {tool} "
-                f"--tool-arg {arg} --header {auth}",
-                f"curl as agent {agent}:",
-                f"  curl -sS {self.jwt_url} -H {auth} \\",
-                "    -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \\",
-                f"    -H 'mcp-protocol-version: 2025-11-25' -d '{body}'",
-            ]
-        return "\n".join(lines) + "\n"
+    asked = [(c["headers"].get("x-mcp-tool", "?"), caller_of(c["headers"], "x-mcp-source-spiffe"))
+             for c in s.authz.calls()]
+    shown = ", ".join(f"{t} ({who})" for t, who in asked) or "none"
+    print(f"  authorizer {AUTHORIZER} was asked {len(asked)} times: {shown}")
+    checks.expect(("echo", "beta") not in asked,
+                  "beta's echo, denied at the gateway, must not reach the backend's authorizer")
+    checks.expect(("add", "alpha") in asked and ("delete_repo", "alpha") in asked,
+                  f"the authorizer should have been asked about alpha's add and delete_repo, got {asked}")
 
-    def keep_running(self) -> bool:
-        """Wait for Ctrl-C (KeyboardInterrupt); False if one of the processes exits first."""
-        assert self.mcp is not None and self.authz is not None and self.envoy is not None
-        a, alpha = self.a, self.certs["alpha"]
+    stats = s.envoy.stats(filter=r"mcp_access\.")
+    counters = {k: v for k, v in stats.items() if k.startswith(STATS_PREFIX) and isinstance(v, int)}
+    print("  filter counters (Envoy admin /stats; those still at 0 left out):")
+    for k in sorted(counters):
+        if counters[k]:
+            print(f"    {k}: {counters[k]}")
+    # beta's echo twice (mTLS, JWT) at the Gateway, delete_repo and add at the Backend; callers
+    # without a valid token are jwt_authn's (401), not the filter's.
+    want = {"denied": 4, "denied.gateway.not_allowed": 2, "denied.backend.not_allowed": 1,
+            "denied.backend.external_auth_denied": 1}
+    for k, v in want.items():
+        got = counters.get(STATS_PREFIX + k, 0)
+        checks.expect(got == v, f"counter {STATS_PREFIX}{k} is {got}, expected {v}")
+
+
+def jwt_commands(s: Services, expires: str) -> str:
+    """Ready-to-paste MCP Inspector (CLI mode) and curl commands for each agent's token."""
+    inspector = ROOT / "integration" / "clients" / "node" / "node_modules" / ".bin" / "mcp-inspector"
+    run = str(inspector) if inspector.exists() else f"npx -y @modelcontextprotocol/inspector@{INSPECTOR_VERSION}"
+    lines = [f"\nThe bearer-JWT listener: each agent's token (valid until {expires}) is in {s.workdir / 'jwt'}."]
+    for agent, (tool, arg), denials in (("alpha", ("echo", "text=hi"), "delete_repo or add"),
+                                        ("beta", ("get_weather", "city=Lisbon"), "echo")):
+        auth = f'"Authorization: Bearer $(cat {s.workdir / "jwt" / f"{agent}.jwt"})"'
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                           "params": {"name": "echo", "arguments": {"text": "hi"}}})
-        expires = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(time.time() + TOKEN_TTL_S))
-        print(f"""
-Everything keeps running (Ctrl-C stops it all, and removes {self.workdir}
+                           "params": {"name": tool, "arguments": dict([arg.split("=", 1)])}})
+        lines += [
+            f"MCP Inspector as agent {agent}: the tools it may call, then a call (try {denials} for a denial):",
+            f"  {run} --cli {s.jwt_url} --transport http --method tools/list --header {auth}",
+            f"  {run} --cli {s.jwt_url} --transport http --method tools/call --tool-name {tool} "
+            f"--tool-arg {arg} --header {auth}",
+            f"curl as agent {agent}:",
+            f"  curl -sS {s.jwt_url} -H {auth} \\",
+            "    -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \\",
+            f"    -H 'mcp-protocol-version: 2025-11-25' -d '{body}'",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def keep_running(s: Services) -> bool:
+    """Wait for Ctrl-C (KeyboardInterrupt); False if one of the processes exits first."""
+    assert s.mcp is not None and s.authz is not None and s.envoy is not None
+    a, alpha = s.a, s.certs["alpha"]
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "echo", "arguments": {"text": "hi"}}})
+    expires = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(time.time() + TOKEN_TTL_S))
+    print(f"""
+Everything keeps running (Ctrl-C stops it all, and removes {s.workdir}
 with its keys, certificates and tokens):
-  MCP through Envoy   {self.url}   (mTLS: client cert required)
-                      {self.jwt_url}   (plain HTTP: Authorization: Bearer <token>)
+  MCP through Envoy   {s.url}   (mTLS: client cert required)
+                      {s.jwt_url}   (plain HTTP: Authorization: Bearer <token>)
   Envoy admin         http://127.0.0.1:{a.admin_port}/   (counters: http://127.0.0.1:{a.admin_port}/stats?filter=mcp_access)
-  MCP server direct   {self.mcp.url}   (what it received: http://127.0.0.1:{self.mcp.admin_port}/requests)
-  authorizer          {self.authz.url}   (what it was asked: {self.authz.url}/__calls)
+  MCP server direct   {s.mcp.url}   (what it received: http://127.0.0.1:{s.mcp.admin_port}/requests)
+  authorizer          {s.authz.url}   (what it was asked: {s.authz.url}/__calls)
 
 Call a tool through Envoy as agent alpha (try "delete_repo" or "add" for denials; beta.crt/beta.key for beta):
-  curl -sS --cacert {self.pki.ca.cert} --cert {alpha.cert} --key {alpha.key} \\
+  curl -sS --cacert {s.pki.ca.cert} --cert {alpha.cert} --key {alpha.key} \\
     -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \\
     -H 'mcp-protocol-version: 2025-11-25' \\
-    {self.url} -d '{body}'
-{self.jwt_commands(expires)}
+    {s.url} -d '{body}'
+{jwt_commands(s, expires)}
 Logs:
-  Envoy               {self.envoy.log_path}   (decisions: grep mcp-access)
-  access log          {self.envoy.access_log_paths[0]}   (filter_state = the filter's decision)
-  MCP server          {self.workdir / 'logs' / 'mcp_server.log'}
-  authorizer          {self.workdir / 'logs' / 'authorizer.log'}
+  Envoy               {s.envoy.log_path}   (decisions: grep mcp-access)
+  access log          {s.envoy.access_log_paths[0]}   (filter_state = the filter's decision)
+  MCP server          {s.workdir / 'logs' / 'mcp_server.log'}
+  authorizer          {s.workdir / 'logs' / 'authorizer.log'}
   manifests           {MANIFESTS}
-  policy bundle       {self.workdir / 'bundle.json'}   (mcp-access envoy --bundle-out)
-  Envoy config        {self.envoy.config_path}
+  policy bundle       {s.workdir / 'bundle.json'}   (mcp-access envoy --bundle-out)
+  Envoy config        {s.envoy.config_path}
 """, flush=True)
-        procs = {"Envoy": self.envoy, "MCP server": self.mcp.proc, "authorizer": self.authz.proc}
-        while True:
-            for name, p in procs.items():
-                if not p.alive:
-                    print(f"{name} exited unexpectedly; stopping everything", flush=True)
-                    return False
-            time.sleep(0.5)
+    procs = {"Envoy": s.envoy, "MCP server": s.mcp.proc, "authorizer": s.authz.proc}
+    while True:
+        for name, p in procs.items():
+            if not p.alive:
+                print(f"{name} exited unexpectedly; stopping everything", flush=True)
+                return False
+        time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -657,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.render_compose is not None:
         try:
             a.render_compose.write_text(render_compose(cli_binary()))
-        except DemoError as e:
+        except (DemoError, CliError) as e:
             print(f"demo: {e}", file=sys.stderr)
             return 1
         print(f"wrote {a.render_compose}")
@@ -674,18 +668,18 @@ def main(argv: list[str] | None = None) -> int:
             workdir, temp = new_workdir(), True
         cli = cli_binary()
         with ExitStack() as stack:
-            demo = Demo(a, stack, workdir, cli)
-            demo.start()
+            services, checks = Services(a, stack, workdir, cli), Checks()
+            services.start()
             try:
-                demo.session()
-                demo.summary()
+                Session(services, checks).run()
+                summarize(services, checks)
             except Exception as e:  # noqa: BLE001 - reported as a failed expectation, then everything stops
-                demo.expect(False, f"the session broke off: {type(e).__name__}: {e}")
-            code = demo.report()
-            if a.keep and not demo.keep_running():
+                checks.expect(False, f"the session broke off: {type(e).__name__}: {e}")
+            code = checks.report()
+            if a.keep and not keep_running(services):
                 code = 1
             print("stopping the MCP server, the authorizer and Envoy", flush=True)
-    except DemoError as e:
+    except (DemoError, CliError) as e:
         print(f"demo: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

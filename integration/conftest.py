@@ -11,9 +11,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # make `harness` importable however pytest is run
-
-from harness import EnvoyProcess, JwtKeys, McpServerProc, Pki, make_jwt_keys, make_pki, start_mcp_server  # noqa: E402
+from harness import EnvoyProcess, JwtKeys, McpServerProc, Pki, make_jwt_keys, make_pki, start_mcp_server
 
 DEFAULT_WASM = "build/mcp_access_filter.wasm"
 

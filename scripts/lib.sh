@@ -26,27 +26,54 @@ ensure_wasm_opt() {
   echo "$bin"
 }
 
-# A Python venv with Envoy, the MCP SDK and the test tools (integration/requirements.txt).
+# A Python venv with Envoy, the MCP SDK and the test tools (integration/requirements.txt), and the
+# harness package of this checkout installed editable (integration/pyproject.toml: `harness`,
+# `bench`), which the tests, the demo and the benchmark import.
 # Two pinned packages write the same file, cel/__init__.py: common-expression-language (the CEL
 # evaluator of test_manifests.py) and xds-protos (Envoy's API messages, whose empty cel/__init__.py
 # only makes its cel.expr messages a package). pip installs in dependency order, not file order, so
 # which one wins depends on the machine; the CEL package is therefore reinstalled last, alone
 # (--no-deps --force-reinstall), which keeps xds-protos's cel/expr/ beside it. venv_check then
 # imports both and fails naming the package that is broken.
+# The venv is brought up to date when the requirements or pyproject.toml changed since the last
+# install (the stamp holds both), or when a check fails: a new venv, or one without the harness.
 ensure_venv() {
-  local req="$ROOT/integration/requirements.txt" stamp="$VENV/.requirements" cel_pin
+  local req="$ROOT/integration/requirements.txt" project="$ROOT/integration/pyproject.toml"
+  local stamp="$VENV/.requirements" cel_pin
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV" >&2 || return 1
   fi
   cel_pin=$(grep -E '^common-expression-language==' "$req") || {
     echo "integration/requirements.txt: no pinned common-expression-language==<version> line" >&2; return 1; }
-  if ! cmp -s "$req" "$stamp" || ! venv_check 2>/dev/null; then
-    echo "installing the Python packages of integration/requirements.txt into $VENV (about a minute the first time)" >&2
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$req" >&2 || return 1
+  if ! cat "$req" "$project" | cmp -s - "$stamp" || ! venv_check 2>/dev/null || ! harness_check 2>/dev/null; then
+    echo "installing integration/requirements.txt and the harness (pip install -e integration) into $VENV" \
+      "(about a minute the first time)" >&2
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$req" -e "$ROOT/integration" >&2 || return 1
     "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall "$cel_pin" >&2 || return 1
     venv_check || return 1
-    cp "$req" "$stamp"
+    harness_check || return 1
+    cat "$req" "$project" > "$stamp"
   fi
+}
+
+# Fails unless the venv imports `harness` and `bench` from this checkout's integration/ (an
+# editable install of another checkout would test that one's harness). -I: not from the current
+# directory, only as installed.
+harness_check() {
+  "$VENV/bin/python" -I - "$ROOT/integration" <<'PY'
+import sys
+from pathlib import Path
+try:
+    import bench
+    import harness
+except ImportError as e:
+    sys.exit(f"harness check: the harness package is not installed ({e}): run scripts/setup")
+want = Path(sys.argv[1]).resolve()
+for module in (harness, bench):
+    have = Path(module.__file__).resolve().parents[1]
+    if have != want:
+        sys.exit(f"harness check: {module.__name__} is installed from {have}, not {want}: run scripts/setup")
+PY
 }
 
 # Fails, saying which, unless the venv's CEL evaluator (cel.evaluate) and the Envoy API messages the

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,8 +22,7 @@ import mcp_types as types
 from mcp import Client, Implementation, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness.client import _unwrap as leaf  # noqa: E402  (the MCPError under the SDK's task groups)
+from harness.client import _unwrap as leaf  # the MCPError under the SDK's task groups
 
 
 def report(exc: BaseException) -> dict[str, Any]:

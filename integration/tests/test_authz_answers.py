@@ -15,10 +15,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from concurrent import futures
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +27,9 @@ from envoy.service.auth.v3 import external_auth_pb2 as ext
 from envoy.type.v3 import http_status_pb2
 from google.rpc import code_pb2, status_pb2
 
-from harness import (
-    Cluster,
-    EnvoyProcess,
-    Listener,
-    McpServerProc,
-    Route,
-    Wasm,
-    build_bootstrap,
-    free_port,
-    post_jsonrpc,
-    rpc,
-)
+from harness import Cluster, HttpResult, McpServerProc, Route, rpc
+from harness import bundles as b
+from harness.stack import Listen, Stack
 
 TIMEOUT_MS = 2000
 OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
@@ -171,34 +160,26 @@ class HttpAnswers:
         self.sock.close()
 
 
-def bundle(port: int) -> dict[str, Any]:
+def bundle(ports: dict[str, int]) -> dict[str, Any]:
     listed = ["x-user", "x-role", "content-length", "transfer-encoding", "connection", "host",
               "proxy-authorization"]
+    asks = ["x-answer"]
     authorizers = [
-        {"name": "grpc-deny", "cluster": "grpc-answers", "protocol": "GRPC", "timeoutMs": TIMEOUT_MS,
-         "allowedHeaders": ["x-answer"]},
-        {"name": "grpc-allow", "cluster": "grpc-answers", "protocol": "GRPC", "timeoutMs": TIMEOUT_MS,
-         "allowedHeaders": ["x-answer"], "failureMode": "Allow"},
+        b.authorizer("grpc-deny", "grpc-answers", TIMEOUT_MS, protocol="GRPC", allowedHeaders=asks),
+        b.authorizer("grpc-allow", "grpc-answers", TIMEOUT_MS, protocol="GRPC", allowedHeaders=asks,
+                     failureMode="Allow"),
         # allowedResponseHeaders names the framing headers too: they are still never applied.
-        {"name": "http-deny", "cluster": "http-answers", "timeoutMs": TIMEOUT_MS,
-         "allowedHeaders": ["x-answer"], "allowedResponseHeaders": listed},
-        {"name": "http-allow", "cluster": "http-answers", "timeoutMs": TIMEOUT_MS,
-         "allowedHeaders": ["x-answer"], "allowedResponseHeaders": listed, "failureMode": "Allow"},
+        b.authorizer("http-deny", "http-answers", TIMEOUT_MS, allowedHeaders=asks, allowedResponseHeaders=listed),
+        b.authorizer("http-allow", "http-answers", TIMEOUT_MS, allowedHeaders=asks, allowedResponseHeaders=listed,
+                     failureMode="Allow"),
     ]
     policies = [
-        {"name": a["name"], "namespace": "mcp", "level": "Gateway", "targets": [{"name": "gw"}],
-         "action": "ExternalAuth", "externalAuth": a["name"], "seniority": i,
-         "rules": [{"name": "r", "authorization": {"headers": [{"name": "x-scenario", "value": a["name"]}]}}]}
+        b.policy(a["name"], "Gateway", "gw", "ExternalAuth", externalAuth=a["name"], seniority=i,
+                 rules=[b.rule("r", b.header("x-scenario", a["name"]))])
         for i, a in enumerate(authorizers)
     ]
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "identity": {"trustDomain": "example.org"},
-        "gateways": [{"name": "gw", "namespace": "mcp", "listeners": [{"name": "l", "port": port}]}],
-        "backends": [{"name": "tools", "namespace": "mcp", "routeNames": ["tools-route"]}],
-        "authorizers": authorizers,
-        "policies": policies,
-    }
+    return b.bundle(identity=b.identity(), gateways=[b.gateway({"l": ports["mcp"]})],
+                    backends=[b.backend("tools", "tools-route")], authorizers=authorizers, policies=policies)
 
 
 def native_ext_authz() -> dict[str, Any]:
@@ -209,53 +190,31 @@ def native_ext_authz() -> dict[str, Any]:
         "transport_api_version": "V3", "failure_mode_allow": False}}
 
 
-@dataclass
-class Stack:
-    envoy: EnvoyProcess
-    port: int
-    native_port: int
-    tools: McpServerProc
-    sent: int = 0
+def post(stack: Stack, scenario: str, answer: str, text: str = "hi", listener: str = "mcp") -> HttpResult:
+    """tools/call echo, tagged for stack.decision(); the authorizer answers as `answer` says."""
+    stack.servers["tools"].reset()
+    call = rpc("tools/call", {"name": "echo", "arguments": {"text": text}}, id=11)
+    return stack.post(call, listener=listener, tag=True, timeout=5,
+                      headers={"x-scenario": scenario, "x-answer": answer})
 
-    def post(self, scenario: str, answer: str, text: str = "hi", port: int | None = None):
-        self.tools.reset()
-        self.sent += 1
-        call = rpc("tools/call", {"name": "echo", "arguments": {"text": text}}, id=11)
-        return post_jsonrpc(f"http://127.0.0.1:{port or self.port}/mcp?req={self.sent}", call, timeout=5,
-                            headers={"x-scenario": scenario, "x-answer": answer})
 
-    def decision(self) -> dict[str, Any]:
-        deadline = time.monotonic() + 5
-        while True:
-            mine = [e for e in self.envoy.access_log_entries() if e["path"].endswith(f"?req={self.sent}")]
-            if mine or time.monotonic() > deadline:
-                assert len(mine) == 1, mine
-                return json.loads(mine[0]["filter_state"])
-            time.sleep(0.05)
-
-    def callout_errors(self) -> int:
-        return int(self.envoy.stats("mcp_access").get("wasmcustom.mcp_access.callout.errors", 0))
-
-    def upstream(self) -> dict[str, Any]:
-        calls = [r for r in self.tools.requests() if r.get("mcp_method") == "tools/call"]
-        assert len(calls) == 1, calls
-        return calls[0]
+def upstream(stack: Stack) -> dict[str, Any]:
+    calls = [r for r in stack.servers["tools"].requests() if r.get("mcp_method") == "tools/call"]
+    assert len(calls) == 1, calls
+    return calls[0]
 
 
 @pytest.fixture(scope="module")
 def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterator[Stack]:
     grpc_answers, http_answers = GrpcAnswers(), HttpAnswers()
-    port, native_port = free_port(), free_port()
-    route = [Route("tools-route", "/mcp", "tools")]
-    listeners = [Listener("mcp", port, route, wasm=Wasm(wasm_path, configuration=json.dumps(bundle(port)))),
-                 Listener("native", native_port, route, extra_filters=[native_ext_authz()])]
-    clusters = [Cluster("tools", port=mcp_server.port), Cluster("grpc-answers", port=grpc_answers.port, http2=True),
-                Cluster("http-answers", port=http_answers.port)]
-    cfg = build_bootstrap(admin_port=free_port(), listeners=listeners, clusters=clusters,
-                          access_log_path=work_dir / f"access-answers-{port}.log")
+    listeners = {"mcp": Listen(), "native": Listen(filter=False, extra_filters=[native_ext_authz()])}
+    upstreams = [Cluster("tools", port=mcp_server.port), Cluster("grpc-answers", port=grpc_answers.port, http2=True),
+                 Cluster("http-answers", port=http_answers.port)]
     try:
-        with EnvoyProcess(cfg, workdir=work_dir / "envoy-answers", name="envoy-answers") as env:
-            yield Stack(env, port, native_port, mcp_server)
+        with Stack.start("answers", work_dir=work_dir, wasm=wasm_path, bundle=bundle,
+                         routes=[Route("tools-route", "/mcp", "tools")], upstreams=upstreams, listeners=listeners,
+                         servers={"tools": mcp_server}, path="/mcp") as s:
+            yield s
     finally:
         grpc_answers.close()
         http_answers.close()
@@ -263,32 +222,32 @@ def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterato
 
 def assert_well_formed_call(stack: Stack, scenario: str, text: str) -> None:
     """A good answer right after: allowed, x-user applied, the whole body upstream."""
-    r = stack.post(scenario, "ok", text=text)
+    r = post(stack, scenario, "ok", text=text)
     assert r.status == 200 and text in r.text, r.text
-    up = stack.upstream()
+    up = upstream(stack)
     assert up["headers"]["x-user"] == "alice", up["headers"]
     assert json.loads(up["body"])["params"]["arguments"]["text"] == text
 
 
 def assert_malformed(stack: Stack, protocol: str, answer: str, mode: str, logged: bool = True) -> None:
     scenario = f"{protocol}-{mode.lower()}"
-    before = stack.callout_errors()
-    r = stack.post(scenario, answer)
+    before = stack.counter("callout.errors")
+    r = post(stack, scenario, answer)
     if mode == "Deny":
         assert r.status == 403, (answer, r.status, r.text)
         assert r.json()["error"]["code"] == -32010 and r.json()["id"] == 11, r.text
         assert "www-authenticate" not in r.headers and "set-cookie" not in r.headers
         assert stack.decision()["reason"] == "authorizer_error"
-        assert stack.tools.tool_calls() == [], "the MCP server never sees the call"
+        assert stack.servers["tools"].tool_calls() == [], "the MCP server never sees the call"
     else:
         assert r.status == 200 and "hi" in r.text, (answer, r.status, r.text)
-        up = stack.upstream()
+        up = upstream(stack)
         for name in ("x-user", "x-role", "x-admin", "proxy-authorization", "set-cookie"):
             assert name not in up["headers"], (answer, up["headers"])
         assert up["headers"]["content-length"] == str(len(up["body"].encode())), up["headers"]
         assert "transfer-encoding" not in up["headers"] and up["headers"]["host"] != "evil.example"
         assert stack.decision()["decision"] == "allow"
-    assert stack.callout_errors() == before + 1, answer
+    assert stack.counter("callout.errors") == before + 1, answer
     if logged:
         assert f"authorizer {protocol}-{mode.lower()}: malformed answer" in stack.envoy.log_text()
     assert_well_formed_call(stack, scenario, f"after {answer}")
@@ -322,9 +281,9 @@ def test_an_http_answer_with_nul_in_a_value_takes_the_failure_mode(stack: Stack,
 def test_envoy_drops_a_bare_cr_from_an_http_answer(stack: Stack) -> None:
     # A CR or LF cannot reach the filter in an HTTP/1 answer: LF ends the line, and Envoy's codec
     # removes a bare CR from the value (no x-admin header is made of it).
-    r = stack.post("http-deny", "cr")
+    r = post(stack, "http-deny", "cr")
     assert r.status == 200, r.text
-    up = stack.upstream()["headers"]
+    up = upstream(stack)["headers"]
     assert up["x-user"] == "alicex-admin: true" and "x-admin" not in up, up
 
 
@@ -332,15 +291,15 @@ def test_envoy_drops_a_bare_cr_from_an_http_answer(stack: Stack) -> None:
 def test_an_http_answers_own_framing_never_reaches_upstream(stack: Stack, answer: str) -> None:
     # allowedResponseHeaders lists content-length, transfer-encoding and connection: still the
     # answer's own framing, never applied (content-length: 0 upstream would cut the body).
-    before = stack.callout_errors()
+    before = stack.counter("callout.errors")
     for i in range(2):
-        r = stack.post("http-deny", answer, text=f"{answer} {i}")
+        r = post(stack, "http-deny", answer, text=f"{answer} {i}")
         assert r.status == 200 and f"{answer} {i}" in r.text, r.text
-        up = stack.upstream()
+        up = upstream(stack)
         assert up["headers"]["x-user"] == "alice"
         assert up["headers"]["content-length"] == str(len(up["body"].encode())), up["headers"]
         assert "transfer-encoding" not in up["headers"] and up["headers"].get("connection") != "close"
-    assert stack.callout_errors() == before
+    assert stack.counter("callout.errors") == before
 
 
 def test_two_grpc_messages_on_a_unary_check_reach_the_filter_as_the_last_one(stack: Stack) -> None:
@@ -348,9 +307,9 @@ def test_two_grpc_messages_on_a_unary_check_reach_the_filter_as_the_last_one(sta
     last message (AsyncRequestImpl::onReceiveMessageRaw overwrites it) and hands over that one,
     to the filter as to Envoy's own ext_authz filter (docs/semantics.md §3.5). This pins what
     Envoy 1.40 does, so that a change shows."""
-    for port in (stack.port, stack.native_port):
-        r = stack.post("grpc-deny", "ok-then-deny", port=port)
-        assert r.status == 401 and stack.tools.tool_calls() == [], (port, r.text)
-        r = stack.post("grpc-deny", "deny-then-ok", port=port)
-        assert r.status == 200 and stack.tools.tool_calls() == ["echo"], (port, r.text)
-        assert stack.upstream()["headers"]["x-user"] == "alice"
+    for via in ("mcp", "native"):
+        r = post(stack, "grpc-deny", "ok-then-deny", listener=via)
+        assert r.status == 401 and stack.servers["tools"].tool_calls() == [], (via, r.text)
+        r = post(stack, "grpc-deny", "deny-then-ok", listener=via)
+        assert r.status == 200 and stack.servers["tools"].tool_calls() == ["echo"], (via, r.text)
+        assert upstream(stack)["headers"]["x-user"] == "alice"

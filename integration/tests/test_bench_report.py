@@ -1,20 +1,17 @@
 """The committed benchmark results agree with themselves and with the docs (issue 14: "README's
-table and the chart follow from that file"): the targets in bench/results/latest.json are what
-bench/report.py computes from its rounds, and README.md's and docs/performance.md's tables are
+table and the chart follow from that file"): the targets in integration/bench/results/latest.json are what
+integration/bench/report.py computes from its rounds, and README.md's and docs/performance.md's tables are
 the ones it renders. Nothing is measured here."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from bench import report
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from bench import report  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results" / "latest.json"
+RESULTS = Path(report.__file__).resolve().parent / "results" / "latest.json"
 IDS = ["P1", "P2", "P3", "P4", "P5", "P6", "P7.json", "P7.sse", "P8", "P8.load", "P8.memory", "P8.compile", "P9"]
 
 
@@ -51,5 +48,5 @@ def test_docs_tables_are_the_rendered_ones() -> None:
     for doc in (ROOT / "README.md", ROOT / "docs" / "performance.md"):
         have = report.current_block(doc.read_text())
         assert have is not None, f"{doc.name} has no bench:targets block"
-        assert have == want, f"{doc.name}'s table is not the one bench/report.py renders from latest.json " \
-                             "(run: python bench/report.py)"
+        assert have == want, f"{doc.name}'s table is not the one integration/bench/report.py renders from latest.json " \
+                             "(run: python -m bench.report)"

@@ -10,54 +10,32 @@ and in the decision log).
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import (
-    ALPHA,
-    BETA,
-    Cluster,
-    Denied,
-    EnvoyProcess,
-    JwtKeys,
-    JwtProvider,
-    Listener,
-    McpAgent,
-    McpServerProc,
-    Pki,
-    Route,
-    Tls,
-    Wasm,
-    build_bootstrap,
-    free_port,
-    post_jsonrpc,
-    rpc,
-    start_mcp_server,
-    text_of,
-)
+from harness import BETA, Cluster, Denied, JwtKeys, McpAgent, Pki, Route, post_jsonrpc, rpc, start_mcp_server, text_of
+from harness import bundles as b
+from harness.stack import Listen, Stack
 
-BASE = {"name": "allow-base-mcp", "authorization": {"mcp": {"baseProtocol": "Match"}}}
+BASE = b.rule("allow-base-mcp", b.mcp(base=True))
 KAN_MACROS = ("request.path.startsWith('/mc') &&\n"
               "request.headers['mcp-protocol-version'].contains('2025') &&\n"
               "request.mcp.tool_name.matches('^get[-_][a-z]+$')")
+BACKENDS = ["single", "multi", "macros", "none", "guarded"]
 
 
 def policy(name: str, target: str, action: str, seniority: int, **kw: Any) -> dict[str, Any]:
-    return {"name": name, "namespace": "mcp", "level": "Backend", "targets": [{"name": target}],
-            "action": action, "seniority": seniority, **kw}
+    return b.policy(name, "Backend", target, action, seniority=seniority, **kw)
 
 
 def cel_rule(name: str, expression: str, **kw: Any) -> dict[str, Any]:
-    return {"name": name, "authorization": {"cel": expression}, **kw}
+    return b.rule(name, b.cel(expression), **kw)
 
 
-def bundle(port: int, issuer: str) -> dict[str, Any]:
+def bundle(ports: dict[str, int], issuer: str) -> dict[str, Any]:
     """Backends (one per scenario, each behind its own route):
     - single: KAN single rule `tool_name == 'echo'` (+ the base protocol rule)
     - multi: KAN multi-rule, `echo` or `non-existent`
@@ -66,7 +44,6 @@ def bundle(port: int, issuer: str) -> dict[str, Any]:
     - guarded: a Deny CEL rule over the arguments (no `delete_repo` of `prod-*`), a Deny policy
       whose `when` holds only for beta, an Allow rule whose `when` needs the `x-team` header,
       an Allow rule over the verified JWT's claims, and a rule whose CEL errs at run time."""
-    backends = ["single", "multi", "macros", "none", "guarded"]
     policies = [
         policy("single", "single", "Allow", 1, rules=[cel_rule("cel", "request.mcp.tool_name == 'echo'"), BASE]),
         policy("multi", "multi", "Allow", 2, rules=[
@@ -89,77 +66,25 @@ def bundle(port: int, issuer: str) -> dict[str, Any]:
         policy("guarded-allow", "guarded", "Allow", 7,
                when=["request.time > timestamp('2025-01-01T00:00:00Z') && request.time.getFullYear() < 2200"], rules=[
             BASE,
-            {"name": "team", "when": ["request.headers['x-team'] == 'blue'"],
-             "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": ["echo", "add", "delete_repo"]}]}}},
+            b.rule("team", b.calls("echo", "add", "delete_repo"), when=["request.headers['x-team'] == 'blue'"]),
             cel_rule("ops", "'ops' in jwt.claims.groups && jwt.claims.org.team == 'blue' && request.mcp.tool_name == 'get_weather'"),
             # Errs when `a` is 0 (division by zero): an error never admits.
             cel_rule("ratio", "request.mcp.tool_name == 'add' && 10 / request.mcp.params.arguments.a > 1"),
         ]),
     ]
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "identity": {"trustDomain": "example.org",
-                     "jwt": {"providers": [{"issuer": issuer, "metadataKey": "jwt_payload"}]}},
-        "gateways": [{"name": "gw", "namespace": "mcp", "listeners": [{"name": "https", "port": port}]}],
-        "backends": [{"name": b, "namespace": "mcp", "routeNames": [f"{b}-route"]} for b in backends],
-        "policies": policies,
-    }
-
-
-@dataclass
-class Stack:
-    envoy: EnvoyProcess
-    port: int
-    server: McpServerProc
-    pki: Pki
-    jwt: JwtKeys
-    logged: int = 0
-
-    def url(self, backend: str) -> str:
-        # Under /mcp, as KAN's scenarios expect (`request.path.startsWith('/mc')`).
-        return f"https://127.0.0.1:{self.port}/mcp/{backend}"
-
-    def agent(self, backend: str, who: str = ALPHA, **kw: Any) -> McpAgent:
-        return McpAgent(self.url(backend), cert=self.pki.client(who), ca=self.pki.ca, **kw)
-
-    def mark(self) -> None:
-        count, stable_since = -1, time.monotonic()
-        while time.monotonic() - stable_since < 0.15:
-            now = len(self.envoy.access_log_entries())
-            if now != count:
-                count, stable_since = now, time.monotonic()
-            time.sleep(0.03)
-        self.logged = count
-
-    def decisions(self) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + 5
-        while True:
-            entries = self.envoy.access_log_entries()[self.logged:]
-            found = [json.loads(e["filter_state"]) for e in entries if e.get("filter_state") not in (None, "-")]
-            if found or time.monotonic() > deadline:
-                return found
-            time.sleep(0.05)
-
-    def cel_errors(self) -> int:
-        return int(self.envoy.stats("mcp_access").get("wasmcustom.mcp_access.cel.errors", 0))
+    return b.bundle(identity=b.identity(jwt_issuers=[issuer]), gateways=[b.gateway(ports)],
+                    backends=[b.backend(n, f"{n}-route") for n in BACKENDS], policies=policies)
 
 
 @pytest.fixture(scope="module")
 def stack(work_dir: Path, wasm_path: Path, jwt_keys: JwtKeys, pki: Pki) -> Iterator[Stack]:
-    port = free_port()
-    backends = ["single", "multi", "macros", "none", "guarded"]
+    # Under /mcp, as KAN's scenarios expect (`request.path.startsWith('/mc')`).
     with start_mcp_server(work_dir / "logs", name="cel-tools") as server:
-        routes = [Route(f"{b}-route", f"/mcp/{b}", "tools", prefix_rewrite="/mcp") for b in backends]
-        listener = Listener(
-            "https", port, routes, tls=Tls(pki.server, pki.ca, require_client_certificate=False),
-            jwt=[JwtProvider(jwt_keys.issuer, jwt_keys.jwks_json, audiences=[jwt_keys.audience])],
-            wasm=Wasm(wasm_path, configuration=json.dumps(bundle(port, jwt_keys.issuer))),
-        )
-        cfg = build_bootstrap(admin_port=free_port(), listeners=[listener],
-                              clusters=[Cluster("tools", port=server.port)],
-                              access_log_path=work_dir / f"access-cel-{port}.log")
-        with EnvoyProcess(cfg, workdir=work_dir / "envoy-cel", name="envoy-cel") as env:
-            yield Stack(env, port, server, pki, jwt_keys)
+        routes = [Route(f"{n}-route", f"/mcp/{n}", "tools", prefix_rewrite="/mcp") for n in BACKENDS]
+        with Stack.start("cel", work_dir=work_dir, wasm=wasm_path, bundle=lambda ports: bundle(ports, jwt_keys.issuer),
+                         routes=routes, upstreams=[Cluster("tools", port=server.port)],
+                         listeners={"https": Listen(tls="tls")}, pki=pki, jwt=jwt_keys, path="/mcp/{backend}") as s:
+            yield s
 
 
 def calls(agent: McpAgent, tools: dict[str, dict[str, Any]]) -> dict[str, bool]:
@@ -179,71 +104,71 @@ ECHO = {"echo": {"text": "hi"}, "get_weather": {"city": "Paris"}, "add": {"a": 1
 
 
 def test_kan_single_rule(stack: Stack) -> None:
-    with stack.agent("single") as a:
+    with stack.agent(backend="single") as a:
         assert text_of(a.call_tool("echo", {"text": "hi"})) == "hi"
         assert calls(a, ECHO) == {"echo": True, "get_weather": False, "add": False}
 
 
 def test_kan_multi_rule(stack: Stack) -> None:
-    with stack.agent("multi") as a:
+    with stack.agent(backend="multi") as a:
         assert calls(a, ECHO) == {"echo": True, "get_weather": False, "add": False}
 
 
 def test_kan_macros(stack: Stack) -> None:
     # The SDK sends mcp-protocol-version 2025-11-25 after initialize: `contains('2025')` holds.
-    with stack.agent("macros") as a:
+    with stack.agent(backend="macros") as a:
         assert calls(a, ECHO) == {"echo": False, "get_weather": True, "add": False}
     # Without the header (a raw POST) the expression errs: the CEL rule does not admit.
     stack.mark()
     r = post_jsonrpc(stack.url("macros"), rpc("tools/call", {"name": "get_weather", "arguments": {"city": "x"}}),
                      ca=stack.pki.ca, protocol_version=None)
     assert r.status == 403, r
-    assert stack.decisions()[-1]["cel_errors"] == 1
+    assert stack.decisions_since()[-1]["cel_errors"] == 1
 
 
 def test_kan_all_failures(stack: Stack) -> None:
     # initialize and tools/list pass (the base protocol rule); every call is denied, so the
     # per-caller listing is empty.
-    with stack.agent("none") as a:
+    with stack.agent(backend="none") as a:
         assert a.tool_names() == []
         assert calls(a, ECHO) == {"echo": False, "get_weather": False, "add": False}
 
 
 def test_deny_rule_reads_tool_arguments(stack: Stack) -> None:
-    with stack.agent("guarded", headers={"x-team": "blue"}) as a:
+    with stack.agent(backend="guarded", headers={"x-team": "blue"}) as a:
         assert calls(a, {"delete_repo": {"name": "dev-1"}}) == {"delete_repo": True}
         stack.mark()
         assert calls(a, {"delete_repo": {"name": "prod-1"}}) == {"delete_repo": False}
-        d = stack.decisions()[-1]
+        d = stack.decisions_since()[-1]
         assert (d["reason"], d["policy"], d["rule"]) == ("deny_policy", "mcp/no-prod-delete", "prod"), d
 
 
 def test_when_on_rule_and_policy(stack: Stack) -> None:
     # The rule's `when` needs x-team: blue.
-    with stack.agent("guarded") as a:
+    with stack.agent(backend="guarded") as a:
         assert calls(a, {"echo": {"text": "x"}}) == {"echo": False}
-    with stack.agent("guarded", headers={"x-team": "blue"}) as a:
+    with stack.agent(backend="guarded", headers={"x-team": "blue"}) as a:
         assert calls(a, {"echo": {"text": "x"}, "add": {"a": 1, "b": 1}}) == {"echo": True, "add": True}
     # The Deny policy applies only to beta (its `when`): beta may echo but not add.
-    with stack.agent("guarded", who=BETA, headers={"x-team": "blue"}) as b:
-        assert calls(b, {"echo": {"text": "x"}, "add": {"a": 1, "b": 1}}) == {"echo": True, "add": False}
+    with stack.agent(BETA, "guarded", headers={"x-team": "blue"}) as beta:
+        assert calls(beta, {"echo": {"text": "x"}, "add": {"a": 1, "b": 1}}) == {"echo": True, "add": False}
 
 
 def test_jwt_claims(stack: Stack) -> None:
     ops = stack.jwt.mint({"groups": ["ops"], "org": {"team": "blue"}}, sub="u1")
-    with stack.agent("guarded", token=ops) as a:
+    with stack.agent(backend="guarded", token=ops) as a:
         assert calls(a, {"get_weather": {"city": "Paris"}}) == {"get_weather": True}
     red = stack.jwt.mint({"groups": ["ops"], "org": {"team": "red"}}, sub="u2")
-    with stack.agent("guarded", token=red) as a:
+    with stack.agent(backend="guarded", token=red) as a:
         assert calls(a, {"get_weather": {"city": "Paris"}}) == {"get_weather": False}
 
 
 def test_runtime_error_fails_closed_and_is_counted(stack: Stack) -> None:
-    before = stack.cel_errors()
-    with stack.agent("guarded") as a:
+    before = stack.counter("cel.errors")
+    with stack.agent(backend="guarded") as a:
         assert calls(a, {"add": {"a": 5, "b": 1}}) == {"add": True}  # 10 / 5 > 1
         stack.mark()
         assert calls(a, {"add": {"a": 0, "b": 1}}) == {"add": False}  # 10 / 0: an error
-        d = stack.decisions()[-1]
+        d = stack.decisions_since()[-1]
         assert d["reason"] == "not_allowed" and d["cel_errors"] >= 1, d
-    assert stack.cel_errors() > before
+    assert stack.counter("cel.errors") > before

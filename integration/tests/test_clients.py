@@ -32,12 +32,10 @@ from typing import Any
 
 import pytest
 
-from harness import EnvoyProcess, JwtKeys, Pki, free_port, start_authorizer, start_mcp_server
+from harness import EnvoyProcess, JwtKeys, Pki, demo, free_port, start_authorizer, start_mcp_server
 from test_cli_e2e import cli  # noqa: F401  (a fixture: the mcp-access binary)
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "envoy-demo"))
-import demo  # noqa: E402  (envoy-demo/demo.py: its names, token issuer and CLI rendering)
 CLIENTS = REPO / "integration" / "clients"
 NODE_DIR = CLIENTS / "node"
 RMCP_DIR = CLIENTS / "rmcp-client"
@@ -169,17 +167,9 @@ def demo_topology(work_dir: Path, wasm_path: Path, cli: Path, pki: Pki, name: st
         authz = stack.enter_context(start_authorizer(logs, name=demo.AUTHORIZER, deny_tools=[demo.DENIED_TOOL]))
         authz.configure(www_authenticate=CHALLENGE)
         mtls, jwt_port, out = free_port(), free_port(), workdir / "envoy-config.json"
-        demo.run_cli(
-            cli, "--wasm", str(wasm_path),
-            "--tls-cert", f"gateway-cert={pki.server.cert},{pki.server.key}", "--client-ca", f"agents-ca={pki.ca.cert}",
-            "--resolve", f"{demo.BACKEND_SERVICE}=127.0.0.1:{mcp.port}",
-            "--resolve", f"{demo.AUTHORIZER}=127.0.0.1:{authz.port}",
-            "--jwt-provider", f"{demo.JWT_PROVIDER}=issuer={demo.JWT_ISSUER},jwks={jwks},audience={demo.JWT_AUDIENCE}",
-            "--jwt-required", demo.JWT_LISTENER,
-            "--listen", f"{demo.LISTENER}={mtls}", "--listen", f"{demo.JWT_LISTENER}={jwt_port}",
-            "--bind", "127.0.0.1", "--admin-port", str(free_port()), "--access-log", str(workdir / "access.log"),
-            "-o", str(out),
-        )
+        demo.render_local(cli, wasm=wasm_path, pki=pki, jwks=jwks, mcp_port=mcp.port, authz_port=authz.port,
+                          mtls_port=mtls, jwt_port=jwt_port, admin_port=free_port(),
+                          access_log=workdir / "access.log", out=out)
         cfg = adjusted(json.loads(out.read_text()), deny=deny, max_body=max_body, normalize=normalize)
         envoy = stack.enter_context(EnvoyProcess(cfg, workdir=workdir / "envoy", name=f"envoy-{name}"))
         yield Demo(f"http://127.0.0.1:{jwt_port}/mcp", keys, envoy)

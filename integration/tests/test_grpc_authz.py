@@ -13,7 +13,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -21,24 +20,10 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from harness import (
-    ALPHA,
-    Cluster,
-    Denied,
-    EnvoyProcess,
-    Listener,
-    McpAgent,
-    McpServerProc,
-    Pki,
-    Route,
-    Tls,
-    Wasm,
-    build_bootstrap,
-    free_port,
-    post_jsonrpc,
-    rpc,
-)
+from harness import ALPHA, Cluster, Denied, HttpResult, McpServerProc, Pki, Route, rpc
+from harness import bundles as b
 from harness.grpc_authz import GrpcAuthorizer, ResettingServer
+from harness.stack import Listen, Stack
 
 _T = "type.googleapis.com/"
 TIMEOUT_MS = 1000
@@ -76,20 +61,18 @@ class HttpAuthorizer:
         self.server.server_close()
 
 
-def bundle(ports: list[int]) -> dict[str, Any]:
+def bundle(ports: dict[str, int]) -> dict[str, Any]:
     def grpc(name: str, cluster: str, mode: str = "Deny", **extra: Any) -> dict[str, Any]:
-        return {"name": name, "cluster": cluster, "protocol": "GRPC", "timeoutMs": TIMEOUT_MS,
-                "forwardBodyMaxBytes": BODY_MAX, "failureMode": mode, **extra}
+        return b.authorizer(name, cluster, TIMEOUT_MS, protocol="GRPC", forwardBodyMaxBytes=BODY_MAX, failureMode=mode,
+                            **extra)
 
     def ext(name: str, authorizer: str, seniority: int, scenario: str, level: str = "Gateway") -> dict[str, Any]:
         target = "gw" if level == "Gateway" else "tools"
-        return {"name": name, "namespace": "mcp", "level": level, "targets": [{"name": target}],
-                "action": "ExternalAuth", "externalAuth": authorizer, "seniority": seniority,
-                "rules": [{"name": scenario,
-                           "authorization": {"headers": [{"name": "x-scenario", "value": scenario}]}}]}
+        return b.policy(name, level, target, "ExternalAuth", externalAuth=authorizer, seniority=seniority,
+                        rules=[b.rule(scenario, b.header("x-scenario", scenario))])
 
     authorizers = [grpc("grpc", "grpc-authz"), grpc("grpc-open", "grpc-authz", "Allow"),
-                   {"name": "http", "cluster": "http-authz", "timeoutMs": TIMEOUT_MS},
+                   b.authorizer("http", "http-authz", TIMEOUT_MS),
                    grpc("grpc-cert", "grpc-authz", includePeerCertificate=True)]
     policies = [ext("closed", "grpc", 1, "closed"), ext("open", "grpc-open", 2, "open"),
                 ext("p1", "grpc", 10, "parallel"), ext("p2", "grpc", 11, "parallel"),
@@ -102,17 +85,15 @@ def bundle(ports: list[int]) -> dict[str, Any]:
             cluster = "no-such-cluster" if target == "unknown" else f"{target}-authz"
             authorizers.append(grpc(name, cluster, mode))
             policies.append(ext(name, name, 40 + len(policies), name))
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "identity": {"trustDomain": "example.org"},
-        "gateways": [{"name": "gw", "namespace": "mcp",
-                      "listeners": [{"name": f"l{p}", "port": p} for p in ports]}],
-        "backends": [{"name": "tools", "namespace": "mcp", "routeNames": ["tools-route"]}],
-        "authorizers": authorizers,
-        "policies": policies,
+    return b.bundle(
+        identity=b.identity(),
+        gateways=[b.gateway({f"l{p}": p for n, p in ports.items() if n in ("mcp", "tls")})],
+        backends=[b.backend("tools", "tools-route")],
+        authorizers=authorizers,
+        policies=policies,
         # The authorizer's denial body reaches the client in error.data (docs/semantics.md §5.2).
-        "denyResponse": {"exposeDetails": True},
-    }
+        denyResponse={"exposeDetails": True},
+    )
 
 
 def native_ext_authz() -> dict[str, Any]:
@@ -134,73 +115,49 @@ def native_mcp() -> dict[str, Any]:
     return {"name": "envoy.filters.http.mcp", "typed_config": {"@type": _T + "envoy.extensions.filters.http.mcp.v3.Mcp"}}
 
 
-@dataclass
-class Stack:
-    envoy: EnvoyProcess
-    port: int
-    tls_port: int
-    native_port: int
-    native_tls_port: int
-    tools: McpServerProc
-    authz: GrpcAuthorizer
-    http_authz: HttpAuthorizer
-    pki: Pki
-    sent: int = 0
+def post(stack: Stack, scenario: str, authz: str = "allow", listener: str = "mcp", cert: Any = None,
+         extra: dict[str, str] | None = None, tool: str = "echo", again: bool = False) -> HttpResult:
+    """tools/call `tool`, tagged for stack.decision(). `again` sends the same path as the previous
+    request (same authority too, with `host` in `extra`)."""
+    stack.servers["tools"].reset()
+    stack.servers["grpc"].reset()
+    call = rpc("tools/call", {"name": tool, "arguments": {"text": "hi"}}, id=7)
+    headers = {"x-scenario": scenario, "x-authz": authz, **(extra or {})}
+    return stack.post(call, who=cert, listener=listener, tag=True, again=again, headers=headers)
 
-    def post(self, scenario: str, authz: str = "allow", port: int | None = None, cert: Any = None,
-             extra: dict[str, str] | None = None, tool: str = "echo", again: bool = False):
-        """tools/call `tool`; the query names the request for decision(). `again` sends the
-        same path as the previous request (same authority too, with `host` in `extra`)."""
-        self.tools.reset()
-        self.authz.reset()
-        self.sent += 0 if again else 1
-        port = port or self.port
-        scheme = "https" if port in (self.tls_port, self.native_tls_port) else "http"
-        call = rpc("tools/call", {"name": tool, "arguments": {"text": "hi"}}, id=7)
-        headers = {"x-scenario": scenario, "x-authz": authz, **(extra or {})}
-        return post_jsonrpc(f"{scheme}://127.0.0.1:{port}/mcp?req={self.sent}", call, headers=headers,
-                            cert=cert, ca=self.pki.ca if cert else None)
 
-    def decision(self) -> dict[str, Any]:
-        deadline = time.monotonic() + 5
-        while True:
-            mine = [e for e in self.envoy.access_log_entries() if e["path"].endswith(f"?req={self.sent}")]
-            if mine or time.monotonic() > deadline:
-                assert len(mine) == 1, mine
-                return json.loads(mine[0]["filter_state"])
-            time.sleep(0.05)
-
-    def upstream_headers(self) -> dict[str, str]:
-        calls = [r for r in self.tools.requests() if r.get("mcp_method") == "tools/call"]
-        assert len(calls) == 1, calls
-        return calls[0]["headers"]
+def upstream_headers(stack: Stack) -> dict[str, str]:
+    calls = [r for r in stack.servers["tools"].requests() if r.get("mcp_method") == "tools/call"]
+    assert len(calls) == 1, calls
+    return calls[0]["headers"]
 
 
 @pytest.fixture(scope="module")
 def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path, pki: Pki) -> Iterator[Stack]:
     authz, http_authz, resetter = GrpcAuthorizer(), HttpAuthorizer(), ResettingServer()
-    port, tls_port, native_port, native_tls_port = free_port(), free_port(), free_port(), free_port()
-    server_tls = Tls(pki.server, pki.ca, require_client_certificate=False, forward_client_cert=False)
-    route = [Route("tools-route", "/mcp", "tools")]
-    wasm = Wasm(wasm_path, configuration=json.dumps(bundle([port, tls_port])))
-    listeners = [
-        Listener("mcp", port, route, wasm=wasm),
-        Listener("tls", tls_port, route, wasm=wasm, tls=server_tls),
-        Listener("native", native_port, route, extra_filters=[native_mcp(), native_ext_authz()]),
-        Listener("native-tls", native_tls_port, route, extra_filters=[native_mcp(), native_ext_authz()], tls=server_tls),
-    ]
-    clusters = [Cluster("tools", port=mcp_server.port), Cluster("grpc-authz", port=authz.port, http2=True),
-                Cluster("http-authz", port=http_authz.port), Cluster("reset-authz", port=resetter.port, http2=True),
-                Cluster("empty-authz", port=1, http2=True)]
-    cfg = build_bootstrap(admin_port=free_port(), listeners=listeners, clusters=clusters,
-                          access_log_path=work_dir / f"access-grpc-{port}.log")
-    # A cluster without endpoints: no healthy host, ever.
-    for c in cfg["static_resources"]["clusters"]:
-        if c["name"] == "empty-authz":
-            c["load_assignment"]["endpoints"] = []
+    native = [native_mcp(), native_ext_authz()]
+    listeners = {
+        "mcp": Listen(),
+        "tls": Listen(tls="tls", forward_client_cert=False),
+        "native": Listen(filter=False, extra_filters=native),
+        "native-tls": Listen(tls="tls", forward_client_cert=False, filter=False, extra_filters=native),
+    }
+    upstreams = [Cluster("tools", port=mcp_server.port), Cluster("grpc-authz", port=authz.port, http2=True),
+                 Cluster("http-authz", port=http_authz.port), Cluster("reset-authz", port=resetter.port, http2=True),
+                 Cluster("empty-authz", port=1, http2=True)]
+
+    def no_endpoints(cfg: dict[str, Any]) -> None:
+        """A cluster without endpoints: no healthy host, ever."""
+        for c in cfg["static_resources"]["clusters"]:
+            if c["name"] == "empty-authz":
+                c["load_assignment"]["endpoints"] = []
+
     try:
-        with EnvoyProcess(cfg, workdir=work_dir / "envoy-grpc", name="envoy-grpc") as env:
-            yield Stack(env, port, tls_port, native_port, native_tls_port, mcp_server, authz, http_authz, pki)
+        with Stack.start("grpc", work_dir=work_dir, wasm=wasm_path, bundle=bundle,
+                         routes=[Route("tools-route", "/mcp", "tools")], upstreams=upstreams, listeners=listeners,
+                         pki=pki, servers={"tools": mcp_server, "grpc": authz, "http": http_authz}, path="/mcp",
+                         edit=no_endpoints) as s:
+            yield s
     finally:
         authz.close()
         http_authz.close()
@@ -211,24 +168,24 @@ def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path, pki: Pki) 
 
 
 def test_allow_applies_header_edits_upstream_and_exports_metadata(stack: Stack) -> None:
-    r = stack.post("closed", extra={"x-remove-me": "secret", "x-authz-default": "client",
+    r = post(stack, "closed", extra={"x-remove-me": "secret", "x-authz-default": "client",
                                     "x-authz-trail": "client", "x-authz-set": "client"})
     assert r.status == 200, r.text
-    h = stack.upstream_headers()
+    h = upstream_headers(stack)
     assert h["x-authz-set"] == "mcp/closed"  # OVERWRITE_IF_EXISTS_OR_ADD
     assert h["x-authz-trail"] == "client,mcp/closed"  # APPEND_IF_EXISTS_OR_ADD
     assert h["x-authz-default"] == "client"  # ADD_IF_ABSENT: present, so kept
     assert "x-remove-me" not in h  # headers_to_remove
     d = stack.decision()
     assert (d["decision"], d["level"]) == ("allow", "none") or d["decision"] == "allow", d
-    (check,) = stack.authz.recorded()
+    (check,) = stack.servers["grpc"].recorded()
     ext = dict(check.attributes.context_extensions)
     assert ext == {"mcp_method": "tools/call", "mcp_tool": "echo", "mcp_access_level": "gateway",
                    "mcp_access_policy": "mcp/closed"}, ext
 
 
 def test_deny_relays_status_headers_and_body(stack: Stack) -> None:
-    r = stack.post("closed", authz="deny:401")
+    r = post(stack, "closed", authz="deny:401")
     assert r.status == 401, r.text
     assert r.headers["www-authenticate"] == 'Bearer realm="mcp/closed"'
     error = r.json()["error"]
@@ -236,16 +193,15 @@ def test_deny_relays_status_headers_and_body(stack: Stack) -> None:
     assert error["data"]["authorizerStatus"] == 401 and "denied by mcp/closed" in error["data"]["authorizerBody"]
     d = stack.decision()
     assert (d["reason"], d["policy"], d["status"]) == ("external_auth_denied", "mcp/closed", 401), d
-    assert stack.tools.tool_calls() == []
+    assert stack.servers["tools"].tool_calls() == []
 
 
 def test_the_mcp_sdk_client_sees_allow_and_deny(stack: Stack) -> None:
-    url = f"http://127.0.0.1:{stack.port}/mcp"
-    with McpAgent(url, headers={"x-scenario": "closed"}) as agent:
+    with stack.agent(headers={"x-scenario": "closed"}) as agent:
         out = agent.call_tool("echo", {"text": "via grpc"})
         assert "via grpc" in json.dumps(out, default=str)
     with pytest.raises(Denied) as denied:
-        with McpAgent(url, headers={"x-scenario": "closed", "x-authz": "deny:403"}) as agent:
+        with stack.agent(headers={"x-scenario": "closed", "x-authz": "deny:403"}) as agent:
             agent.call_tool("echo", {"text": "no"})
     assert denied.value.status == 403
     assert "denied by mcp/closed" in denied.value.body.decode()
@@ -253,13 +209,13 @@ def test_the_mcp_sdk_client_sees_allow_and_deny(stack: Stack) -> None:
 
 def test_a_denial_body_over_the_cap_is_not_relayed_and_an_unreadable_answer_denies(stack: Stack) -> None:
     # 8 KiB default cap: a 9 KiB body is dropped, the 401 stands.
-    r = stack.post("open", authz="bigdeny:9216")
+    r = post(stack, "open", authz="bigdeny:9216")
     assert (r.status, "d" * 100 in r.text) == (401, False), (r.status, len(r.body))
     assert "denial body over maxResponseBodyBytes" in stack.envoy.log_text()
     # Over the cap + 64 KiB the CheckResponse is not read; even failureMode Allow denies.
-    r = stack.post("open", authz="bigdeny:100000")
+    r = post(stack, "open", authz="bigdeny:100000")
     assert r.status == 403, r.status
-    assert stack.tools.tool_calls() == []
+    assert stack.servers["tools"].tool_calls() == []
     assert "not read: denied" in stack.envoy.log_text()
 
 
@@ -280,16 +236,16 @@ FAILURES = {
 def test_each_failure_takes_the_failure_mode(stack: Stack, failure: str) -> None:
     closed, open_, ask = FAILURES[failure]
     started = time.monotonic()
-    r = stack.post(closed, authz=ask)
+    r = post(stack, closed, authz=ask)
     took = time.monotonic() - started
     assert r.status == 403, (failure, r.status, r.text)
     d = stack.decision()
     assert d["reason"] == "authorizer_error", d
-    assert stack.tools.tool_calls() == []
+    assert stack.servers["tools"].tool_calls() == []
     assert took < TIMEOUT_MS / 1000 + 1.0, f"{failure}: {took:.2f}s: the request waited past the timeout"
-    r = stack.post(open_, authz=ask)
+    r = post(stack, open_, authz=ask)
     assert r.status == 200, (failure, r.status, r.text)
-    assert stack.tools.tool_calls() == ["echo"]
+    assert stack.servers["tools"].tool_calls() == ["echo"]
 
 
 # --- ordering: two Gateway authorizers in parallel, then the Backend one ------------------------
@@ -297,35 +253,35 @@ def test_each_failure_takes_the_failure_mode(stack: Stack, failure: str) -> None
 
 def test_gateway_authorizers_run_in_parallel_before_the_backend_one(stack: Stack) -> None:
     started = time.monotonic()
-    r = stack.post("parallel", authz="sleep:0.4")
+    r = post(stack, "parallel", authz="sleep:0.4")
     took = time.monotonic() - started
     assert r.status == 200, r.text
-    checks = stack.authz.recorded()
+    checks = stack.servers["grpc"].recorded()
     order = [c.attributes.context_extensions["mcp_access_policy"] for c in checks]
     assert sorted(order[:2]) == ["mcp/p1", "mcp/p2"] and order[2] == "mcp/pb", order
     assert [c.attributes.context_extensions["mcp_access_level"] for c in checks] == ["gateway", "gateway", "backend"]
     # Parallel Gateway calls (0.4 s each) then the Backend call: about 0.8 s, not 1.2 s.
     assert 0.75 < took < 1.15, took
     # Every authorizer's edits reach upstream in seniority order.
-    assert stack.upstream_headers()["x-authz-trail"] == "mcp/p1,mcp/p2,mcp/pb"
+    assert upstream_headers(stack)["x-authz-trail"] == "mcp/p1,mcp/p2,mcp/pb"
 
 
 def test_a_gateway_denial_means_no_backend_call_and_the_senior_denial_is_relayed(stack: Stack) -> None:
-    r = stack.post("parallel", authz="deny:403")
+    r = post(stack, "parallel", authz="deny:403")
     assert r.status == 403
     assert "denied by mcp/p1" in r.text and r.headers["www-authenticate"] == 'Bearer realm="mcp/p1"'
-    order = sorted(c.attributes.context_extensions["mcp_access_policy"] for c in stack.authz.recorded())
+    order = sorted(c.attributes.context_extensions["mcp_access_policy"] for c in stack.servers["grpc"].recorded())
     assert order == ["mcp/p1", "mcp/p2"], order
 
 
 def test_http_and_grpc_authorizers_at_one_level(stack: Stack) -> None:
-    before = stack.http_authz.checks
-    r = stack.post("mixed")
+    before = stack.servers["http"].checks
+    r = post(stack, "mixed")
     assert r.status == 200, r.text
-    h = stack.upstream_headers()
+    h = upstream_headers(stack)
     assert h["x-http-authz"] == "ok" and h["x-authz-set"] == "mcp/m-grpc"
-    assert stack.http_authz.checks == before + 1
-    r = stack.post("mixed", authz="deny:451")
+    assert stack.servers["http"].checks == before + 1
+    r = post(stack, "mixed", authz="deny:451")
     assert r.status == 451 and "denied by mcp/m-grpc" in r.text
 
 
@@ -361,14 +317,15 @@ def test_check_requests_agree_with_envoys_own_ext_authz(stack: Stack, tls: bool)
     cert = stack.pki.client(ALPHA) if tls else None
     # The `cert` policy's authorizer sends the certificate, as include_peer_certificate does.
     scenario = "cert" if tls else "closed"
-    ours_port, native_port = (stack.tls_port, stack.native_tls_port) if tls else (stack.port, stack.native_port)
+    ours_at, native_at = ("tls", "native-tls") if tls else ("mcp", "native")
+    ours_port, native_port = stack.ports[ours_at], stack.ports[native_at]
     host = {"host": "gw.example:8080"}
-    r = stack.post(scenario, port=ours_port, cert=cert, extra=host)
+    r = post(stack, scenario, listener=ours_at, cert=cert, extra=host)
     assert r.status == 200, r.text
-    (ours,) = stack.authz.recorded()
-    r = stack.post(scenario, port=native_port, cert=cert, extra=host, again=True)
+    (ours,) = stack.servers["grpc"].recorded()
+    r = post(stack, scenario, listener=native_at, cert=cert, extra=host, again=True)
     assert r.status == 200, r.text
-    (native,) = stack.authz.recorded()
+    (native,) = stack.servers["grpc"].recorded()
     a, b = _as_dict(ours), _as_dict(native)
     assert b.get("attributes.source.address.socketAddress.address") == "127.0.0.1"
     keys = set(a) | set(b)

@@ -15,24 +15,15 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import (
-    Cluster,
-    EnvoyProcess,
-    Listener,
-    McpServerProc,
-    Route,
-    Wasm,
-    build_bootstrap,
-    free_port,
-    rpc,
-)
+from harness import Cluster, McpServerProc, Route, rpc
+from harness import bundles as b
 from harness.rawhttp import Reply, send_raw
+from harness.stack import Listen, Stack
 
 DENIED = (403, -32010)  # a policy said no (the bundle's default deny answer)
 MISMATCH = (400, -32020)  # HeaderMismatch (SEP-2243)
@@ -40,30 +31,23 @@ BAD_PATH = (400, -32600)  # no canonical path
 
 
 def policy(name: str, level: str, target: str, action: str, authorization: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "namespace": "mcp", "level": level, "targets": [{"name": target}], "action": action,
-            "rules": [{"name": name, "authorization": authorization}]}
+    return b.policy(name, level, target, action, rules=[b.rule(name, authorization)])
 
 
-def bundle(normalized: int, raw: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "gateways": [{"name": "gw", "namespace": "mcp", "listeners": [
-            {"name": "normalized", "port": normalized}, {"name": "raw", "port": raw}]}],
-        "backends": [
-            {"name": "tools", "namespace": "mcp", "routeNames": ["tools-route"]},
-            {"name": "guarded", "namespace": "mcp", "routeNames": ["guarded-route"]},
-            {"name": "hosted", "namespace": "mcp", "routeNames": ["hosted-route"]},
-        ],
-        "policies": [
+def bundle(ports: dict[str, int]) -> dict[str, Any]:
+    return b.bundle(
+        gateways=[b.gateway({n: ports[n] for n in ("normalized", "raw")})],
+        backends=[b.backend("tools", "tools-route"), b.backend("guarded", "guarded-route"),
+                  b.backend("hosted", "hosted-route")],
+        policies=[
             policy("no-admin", "Gateway", "gw", "Deny", {"paths": [{"type": "PathPrefix", "value": "/mcp/admin"}]}),
-            policy("no-intruders", "Gateway", "gw", "Deny", {"headers": [{"name": "x-role", "value": "intruder"}]}),
+            policy("no-intruders", "Gateway", "gw", "Deny", b.header("x-role", "intruder")),
             policy("blocked-host", "Gateway", "gw", "Deny", {"hosts": ["blocked.example"]}),
-            policy("echo-only", "Backend", "tools", "Allow", {"mcp": {
-                "methods": [{"name": "tools/call", "params": ["echo"]}], "baseProtocol": "Match"}}),
-            policy("tenant-acme", "Backend", "guarded", "Allow", {"headers": [{"name": "x-tenant", "value": "acme"}]}),
+            policy("echo-only", "Backend", "tools", "Allow", b.calls("echo", base=True)),
+            policy("tenant-acme", "Backend", "guarded", "Allow", b.header("x-tenant", "acme")),
             policy("ok-hosts", "Backend", "hosted", "Allow", {"hosts": ["*.ok.example"]}),
         ],
-    }
+    )
 
 
 MCP_HEADERS = [("content-type", "application/json"), ("accept", "application/json, text/event-stream")]
@@ -80,50 +64,48 @@ def b64(s: str) -> str:
     return f"=?base64?{base64.b64encode(s.encode()).decode()}?="
 
 
-@dataclass
-class Stack:
-    envoy: EnvoyProcess
-    mcp: McpServerProc
-    ports: dict[str, int]
+def send(stack: Stack, via: str, body: bytes, headers: list[tuple[str, str]] = (), path: str = "/mcp",
+         host: str = "gw.example", version: str | None = "2025-11-25") -> Reply:
+    """The request byte for byte to listener `via`, after forgetting what the MCP server received."""
+    stack.servers["mcp"].reset()
+    h = list(MCP_HEADERS) + ([("mcp-protocol-version", version)] if version else []) + list(headers)
+    return send_raw(stack.ports[via], "POST", path, h, body, host)
 
-    def post(self, via: str, body: bytes, headers: list[tuple[str, str]] = (), path: str = "/mcp",
-             host: str = "gw.example", version: str | None = "2025-11-25") -> Reply:
-        self.mcp.reset()
-        h = list(MCP_HEADERS) + ([("mcp-protocol-version", version)] if version else []) + list(headers)
-        return send_raw(self.ports[via], "POST", path, h, body, host)
 
-    def arrived(self) -> list[dict[str, Any]]:
-        return self.mcp.requests()
+def arrived(stack: Stack) -> list[dict[str, Any]]:
+    return stack.servers["mcp"].requests()
 
 
 @pytest.fixture(scope="module")
 def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterator[Stack]:
-    ports = {"normalized": free_port(), "raw": free_port(), "front": free_port()}
-    wasm = Wasm(wasm_path, configuration=json.dumps(bundle(ports["normalized"], ports["raw"])))
     routes = [
         Route("guarded-route", "/guarded", "tools", prefix_rewrite="/mcp"),
         Route("hosted-route", "/hosted", "tools", prefix_rewrite="/mcp"),
         Route("tools-route", "/", "tools"),
     ]
-    listeners = [
-        Listener("normalized", ports["normalized"], routes, wasm=wasm),
-        Listener("raw", ports["raw"], routes, wasm=wasm, normalize=False),
-        Listener("front", ports["front"], [Route("to-raw", "/", "raw-h2")], normalize=False),
-    ]
-    clusters = [Cluster("tools", port=mcp_server.port), Cluster("raw-h2", port=ports["raw"], http2=True)]
-    cfg = build_bootstrap(admin_port=free_port(), listeners=listeners, clusters=clusters,
-                          access_log_path=work_dir / "access-canonical.log")
-    hcms = {l["name"]: l["filter_chains"][0]["filters"][0]["typed_config"] for l in cfg["static_resources"]["listeners"]}
-    assert hcms["normalized"]["normalize_path"] is True and "normalize_path" not in hcms["raw"]
-    with EnvoyProcess(cfg, workdir=work_dir / "envoy-canonical", name="envoy-canonical") as env:
-        yield Stack(env, mcp_server, ports)
+    listeners = {
+        "normalized": Listen(),
+        "raw": Listen(normalize=False),
+        "front": Listen(filter=False, normalize=False, routes=[Route("to-raw", "/", "raw-h2")]),
+    }
+
+    def upstreams(ports: dict[str, int]) -> list[Cluster]:
+        # The front listener's cluster: the raw listener, over HTTP/2.
+        return [Cluster("tools", port=mcp_server.port), Cluster("raw-h2", port=ports["raw"], http2=True)]
+
+    with Stack.start("canonical", work_dir=work_dir, wasm=wasm_path, bundle=bundle, routes=routes,
+                     upstreams=upstreams, listeners=listeners, servers={"mcp": mcp_server}) as s:
+        hcms = {l["name"]: l["filter_chains"][0]["filters"][0]["typed_config"]
+                for l in s.envoy.config["static_resources"]["listeners"]}
+        assert hcms["normalized"]["normalize_path"] is True and "normalize_path" not in hcms["raw"]
+        yield s
 
 
 FILTERED = ["raw", "front", "normalized"]
 
 
 def test_the_setup_forwards_front_over_http2(stack: Stack) -> None:
-    r = stack.post("front", call("echo"))
+    r = send(stack, "front", call("echo"))
     assert r.status == 200, r.body
     assert stack.envoy.stats("http.raw.downstream_cx_http2_total")["http.raw.downstream_cx_http2_total"] >= 1
 
@@ -132,9 +114,9 @@ def test_the_setup_forwards_front_over_http2(stack: Stack) -> None:
 
 @pytest.mark.parametrize("via", FILTERED)
 def test_mcp_headers_appear_once_and_agree_with_the_body(stack: Stack, via: str) -> None:
-    ok = stack.post(via, call("echo"), [("mcp-method", "tools/call"), ("mcp-name", "echo")])
+    ok = send(stack, via, call("echo"), [("mcp-method", "tools/call"), ("mcp-name", "echo")])
     assert ok.status == 200, ok.body
-    assert [r["tool"] for r in stack.arrived()] == ["echo"]
+    assert [r["tool"] for r in arrived(stack)] == ["echo"]
     refused = {
         "second Mcp-Name": [("mcp-name", "echo"), ("mcp-name", "delete_repo")],
         "second Mcp-Name, same value": [("mcp-name", "echo"), ("mcp-name", "echo")],
@@ -145,11 +127,11 @@ def test_mcp_headers_appear_once_and_agree_with_the_body(stack: Stack, via: str)
         "malformed Base64": [("mcp-name", "=?base64?ZWNobw?=")],
     }
     for what, headers in refused.items():
-        r = stack.post(via, call("echo"), headers)
+        r = send(stack, via, call("echo"), headers)
         assert r.outcome == MISMATCH, (what, r)
-        assert stack.arrived() == [], f"{what}: reached the MCP server"
-    r = stack.post(via, call("echo"), [("mcp-name", b64("echo"))])
-    assert r.status == 200 and [x["tool"] for x in stack.arrived()] == ["echo"]
+        assert arrived(stack) == [], f"{what}: reached the MCP server"
+    r = send(stack, via, call("echo"), [("mcp-name", b64("echo"))])
+    assert r.status == 200 and [x["tool"] for x in arrived(stack)] == ["echo"]
 
 
 @pytest.mark.parametrize("via", FILTERED)
@@ -161,9 +143,9 @@ def test_protocol_version_header_is_single_and_matches_meta(stack: Stack, via: s
         ("2026-07-28 without Mcp-Name", "2026-07-28", modern[:1], call("echo", "2026-07-28")),
         ("2026-07-28 without the version header", None, modern, call("echo", "2026-07-28")),
     ]:
-        r = stack.post(via, body, headers, version=version)
+        r = send(stack, via, body, headers, version=version)
         assert r.outcome == MISMATCH, (what, r)
-        assert stack.arrived() == [], f"{what}: reached the MCP server"
+        assert arrived(stack) == [], f"{what}: reached the MCP server"
 
 
 # --- item 5: paths ----------------------------------------------------------------------
@@ -176,29 +158,29 @@ ESCAPED = ["/mcp/admin%2ftools", "/mcp/admin%2Ftools", "/mcp%5Cadmin", "/mcp/%00
 
 @pytest.mark.parametrize("via", ["raw", "front"])
 def test_the_filter_alone_matches_paths_canonically(stack: Stack, via: str) -> None:
-    ok = stack.post(via, call("echo"), path="/mcp")
-    assert ok.status == 200 and len(stack.arrived()) == 1
+    ok = send(stack, via, call("echo"), path="/mcp")
+    assert ok.status == 200 and len(arrived(stack)) == 1
     for path in BYPASSES:
-        r = stack.post(via, call("echo"), path=path)
+        r = send(stack, via, call("echo"), path=path)
         assert r.outcome == DENIED, (path, r)
-        assert stack.arrived() == [], f"{path} reached the MCP server"
+        assert arrived(stack) == [], f"{path} reached the MCP server"
     for path in ESCAPED:
-        r = stack.post(via, call("echo"), path=path)
+        r = send(stack, via, call("echo"), path=path)
         assert r.outcome == BAD_PATH, (path, r)
         assert b"path" in r.body
-        assert stack.arrived() == [], f"{path} reached the MCP server"
+        assert arrived(stack) == [], f"{path} reached the MCP server"
 
 
 def test_envoy_normalizes_too_when_configured(stack: Stack) -> None:
     for path in BYPASSES:
-        r = stack.post("normalized", call("echo"), path=path)
+        r = send(stack, "normalized", call("echo"), path=path)
         assert r.outcome == DENIED, (path, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []
     # Envoy itself refuses escaped slashes (REJECT_REQUEST), before the filter.
     for path in ESCAPED[:3]:
-        r = stack.post("normalized", call("echo"), path=path)
+        r = send(stack, "normalized", call("echo"), path=path)
         assert r.status == 400, (path, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []
 
 
 # --- item 6: repeated headers -----------------------------------------------------------
@@ -206,7 +188,7 @@ def test_envoy_normalizes_too_when_configured(stack: Stack) -> None:
 @pytest.mark.parametrize("via", FILTERED)
 def test_repeated_headers_are_judged_against_the_caller(stack: Stack, via: str) -> None:
     def post(headers: list[tuple[str, str]], path: str = "/mcp") -> Reply:
-        return stack.post(via, call("echo"), headers, path=path)
+        return send(stack, via, call("echo"), headers, path=path)
 
     assert post([("x-role", "user")]).status == 200
     # Deny: any copy matches. (Envoy 1.40 hands the filter each copy of these headers separately,
@@ -214,7 +196,7 @@ def test_repeated_headers_are_judged_against_the_caller(stack: Stack, via: str) 
     for headers in ([("x-role", "user"), ("x-role", "intruder")], [("x-role", "intruder"), ("x-role", "user")]):
         r = post(headers)
         assert r.outcome == DENIED, (headers, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []
     # Allow: every copy must match; one line with a comma is one copy.
     assert post([("x-tenant", "acme")], "/guarded").status == 200
     assert post([("x-tenant", "acme"), ("x-tenant", "acme")], "/guarded").status == 200
@@ -222,7 +204,7 @@ def test_repeated_headers_are_judged_against_the_caller(stack: Stack, via: str) 
                     [("x-tenant", "acme,evil")], []):
         r = post(headers, "/guarded")
         assert r.outcome == DENIED, (headers, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []
 
 
 # --- item 7: hosts ----------------------------------------------------------------------
@@ -230,13 +212,13 @@ def test_repeated_headers_are_judged_against_the_caller(stack: Stack, via: str) 
 @pytest.mark.parametrize("via", FILTERED)
 def test_hosts_are_matched_canonically(stack: Stack, via: str) -> None:
     for host in ["blocked.example", "blocked.example.", "BLOCKED.Example.", "blocked.example.:8080"]:
-        r = stack.post(via, call("echo"), host=host)
+        r = send(stack, via, call("echo"), host=host)
         assert r.outcome == DENIED, (host, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []
     for host in ["a.ok.example", "a.ok.example.", "A.OK.example.:8080"]:
-        r = stack.post(via, call("echo"), path="/hosted", host=host)
+        r = send(stack, via, call("echo"), path="/hosted", host=host)
         assert r.status == 200, (host, r)
     for host in [".ok.example", "ok.example"]:
-        r = stack.post(via, call("echo"), path="/hosted", host=host)
+        r = send(stack, via, call("echo"), path="/hosted", host=host)
         assert r.status in (400, 403), (host, r)
-        assert stack.arrived() == [], f"{host} reached the MCP server"
+        assert arrived(stack) == [], f"{host} reached the MCP server"

@@ -7,36 +7,17 @@ the filter, the demo MCP server, and a test authorizer that answers as each requ
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import (
-    ALPHA,
-    BETA,
-    BackgroundHttpServer,
-    Cluster,
-    EnvoyProcess,
-    JwtKeys,
-    JwtProvider,
-    Listener,
-    McpServerProc,
-    Pki,
-    Route,
-    Tls,
-    Wasm,
-    build_bootstrap,
-    free_port,
-    post_jsonrpc,
-    rpc,
-)
+from harness import ALPHA, BETA, BackgroundHttpServer, Cluster, HttpResult, JwtKeys, McpServerProc, Pki, Route, rpc
+from harness import bundles as b
+from harness.stack import Listen, Stack
 
 KIB = 1024
 
@@ -73,91 +54,51 @@ class Authorizer(BackgroundHttpServer):
         super().__init__(Handler)
 
 
-def bundle(port: int, issuer: str) -> dict[str, Any]:
-    def scenario(value: str) -> list[dict[str, Any]]:
-        return [{"name": value, "authorization": {"headers": [{"name": "x-scenario", "value": value}]}}]
-
+def bundle(ports: dict[str, int], issuer: str) -> dict[str, Any]:
     def ext(name: str, authorizer: str, seniority: int) -> dict[str, Any]:
-        return {"name": name, "namespace": "mcp", "level": "Gateway", "targets": [{"name": "gw"}],
-                "action": "ExternalAuth", "externalAuth": authorizer, "seniority": seniority,
-                "rules": scenario(name)}
+        return b.policy(name, "Gateway", "gw", "ExternalAuth", externalAuth=authorizer, seniority=seniority,
+                        rules=[b.rule(name, b.header("x-scenario", name))])
 
-    echo = {"mcp": {"methods": [{"name": "tools/call", "params": ["echo"]}]}}
+    echo = b.calls("echo")
     asks = ["x-status", "x-body-bytes", "x-header-count"]
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "identity": {"trustDomain": "example.org",
-                     "jwt": {"providers": [{"issuer": issuer, "metadataKey": "jwt_payload"}]}},
-        "gateways": [{"name": "gw", "namespace": "mcp", "listeners": [{"name": "https", "port": port}]}],
-        "backends": [{"name": "tools", "namespace": "mcp", "routeNames": ["tools-route"]}],
-        "authorizers": [
-            {"name": "default-cap", "cluster": "authz", "timeoutMs": 5000, "allowedHeaders": asks},
-            {"name": "cap-16", "cluster": "authz", "timeoutMs": 5000, "allowedHeaders": asks,
-             "maxResponseBodyBytes": 16},
+    return b.bundle(
+        identity=b.identity(jwt_issuers=[issuer]),
+        gateways=[b.gateway(ports)],
+        backends=[b.backend("tools", "tools-route")],
+        authorizers=[
+            b.authorizer("default-cap", "authz", 5000, allowedHeaders=asks),
+            b.authorizer("cap-16", "authz", 5000, allowedHeaders=asks, maxResponseBodyBytes=16),
         ],
-        "policies": [
+        policies=[
             ext("default-cap", "default-cap", 1),
             ext("cap-16", "cap-16", 2),
-            {"name": "allow", "namespace": "mcp", "level": "Gateway", "targets": [{"name": "gw"}],
-             "action": "Allow", "seniority": 3, "rules": [
-                 {"name": "alpha", "source": {"type": "SPIFFE", "spiffe": ALPHA}, "authorization": echo},
-                 {"name": "u1", "source": {"type": "JWT", "jwt": {"issuer": issuer, "subject": "u1"}},
-                  "authorization": echo},
-             ]},
+            b.policy("allow", "Gateway", "gw", "Allow", seniority=3, rules=[
+                b.rule("alpha", echo, source=b.spiffe(ALPHA)),
+                b.rule("u1", echo, source=b.jwt(issuer, subject="u1")),
+            ]),
         ],
         # The authorizer's body reaches the client only as error.data, with details exposed.
-        "denyResponse": {"exposeDetails": True},
-    }
+        denyResponse={"exposeDetails": True},
+    )
 
 
-@dataclass
-class Stack:
-    envoy: EnvoyProcess
-    port: int
-    tools: McpServerProc
-    authz: Authorizer
-    pki: Pki
-    jwt: JwtKeys
-    sent: int = 0
-
-    def post(self, cert: Any = None, headers: dict[str, str] | None = None, token: str | None = None):
-        """tools/call echo; the query names the request, so decision() finds its access-log entry."""
-        self.tools.reset()
-        self.sent += 1
-        call = rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}}, id=9)
-        return post_jsonrpc(f"https://127.0.0.1:{self.port}/tools/mcp?req={self.sent}", call, headers=headers,
-                            cert=cert, ca=self.pki.ca, token=token)
-
-    def decision(self) -> dict[str, Any]:
-        """The filter-state decision of the request sent by the last post()."""
-        deadline = time.monotonic() + 5
-        while True:
-            mine = [e for e in self.envoy.access_log_entries() if e["path"].endswith(f"?req={self.sent}")]
-            if mine or time.monotonic() > deadline:
-                assert len(mine) == 1, mine
-                return json.loads(mine[0]["filter_state"])
-            time.sleep(0.05)
-
-    def callout_errors(self) -> int:
-        return int(self.envoy.stats("mcp_access").get("wasmcustom.mcp_access.callout.errors", 0))
+def post(stack: Stack, cert: Any = None, headers: dict[str, str] | None = None, token: str | None = None) -> HttpResult:
+    """tools/call echo, tagged for stack.decision()."""
+    stack.servers["tools"].reset()
+    call = rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}}, id=9)
+    return stack.post(call, who=cert, tag=True, headers=headers, token=token)
 
 
 @pytest.fixture(scope="module")
 def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path, jwt_keys: JwtKeys, pki: Pki) -> Iterator[Stack]:
     authz = Authorizer()
-    port = free_port()
-    listener = Listener(
-        "https", port, [Route("tools-route", "/tools/mcp", "tools", prefix_rewrite="/mcp")],
-        tls=Tls(pki.server, pki.ca, require_client_certificate=False),
-        jwt=[JwtProvider(jwt_keys.issuer, jwt_keys.jwks_json, audiences=[jwt_keys.audience])],
-        wasm=Wasm(wasm_path, configuration=json.dumps(bundle(port, jwt_keys.issuer))),
-    )
-    cfg = build_bootstrap(admin_port=free_port(), listeners=[listener],
-                          clusters=[Cluster("tools", port=mcp_server.port), Cluster("authz", port=authz.port)],
-                          access_log_path=work_dir / f"access-identity-{port}.log")
     try:
-        with EnvoyProcess(cfg, workdir=work_dir / "envoy-identity", name="envoy-identity") as env:
-            yield Stack(env, port, mcp_server, authz, pki, jwt_keys)
+        with Stack.start("identity", work_dir=work_dir, wasm=wasm_path, bundle=lambda ports: bundle(ports, jwt_keys.issuer),
+                         routes=[Route("tools-route", "/tools/mcp", "tools", prefix_rewrite="/mcp")],
+                         upstreams=[Cluster("tools", port=mcp_server.port), Cluster("authz", port=authz.port)],
+                         listeners={"https": Listen(tls="tls")}, pki=pki, jwt=jwt_keys,
+                         servers={"tools": mcp_server}) as s:
+            yield s
     finally:
         authz.close()
 
@@ -166,35 +107,35 @@ def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path, jwt_keys: 
 
 
 def test_a_certificate_with_two_uri_sans_has_no_identity(stack: Stack) -> None:
-    single = stack.post(stack.pki.client(ALPHA))
+    single = post(stack, stack.pki.client(ALPHA))
     assert single.status == 200, single.text
     assert stack.decision()["caller"] == ALPHA
     # Envoy's uri_san_peer_certificate names ALPHA (the first) for both; the second SAN must count.
     for sans in ([ALPHA, BETA], [BETA, ALPHA]):
-        r = stack.post(stack.pki.client(sans))
+        r = post(stack, stack.pki.client(sans))
         assert r.status == 403, (sans, r.text)
         d = stack.decision()
         assert (d["caller"], d["reason"]) == (None, "not_allowed"), d
-        assert stack.tools.tool_calls() == []
+        assert stack.servers["tools"].tool_calls() == []
     # Other kinds of SAN do not count: one URI SAN next to a DNS name is still an X.509-SVID.
-    r = stack.post(stack.pki.client(ALPHA, name="alpha-with-dns", dns_names=["alpha.example.org"]))
+    r = post(stack, stack.pki.client(ALPHA, name="alpha-with-dns", dns_names=["alpha.example.org"]))
     assert r.status == 200 and stack.decision()["caller"] == ALPHA
 
 
 def test_a_jwt_caller_is_named_in_the_decision(stack: Stack) -> None:
     token = stack.jwt.mint({}, sub="u1")
     # No client certificate: the verified JWT is the only identity.
-    r = stack.post(token=token)
+    r = post(stack, token=token)
     assert r.status == 200, r.text
     d = stack.decision()
     assert (d["caller"], d["jwt"]) == (f"jwt:{stack.jwt.issuer}#u1", f"{stack.jwt.issuer}#u1"), d
     # With a certificate too, the caller is the SPIFFE ID and the token is still named.
-    r = stack.post(stack.pki.client(BETA), token=token)
+    r = post(stack, stack.pki.client(BETA), token=token)
     assert r.status == 200, r.text
     d = stack.decision()
     assert (d["caller"], d["jwt"]) == (BETA, f"{stack.jwt.issuer}#u1"), d
     # Denied as well as allowed decisions name it; the decision log line carries the same JSON.
-    r = stack.post(token=stack.jwt.mint({}, sub="u2"))
+    r = post(stack, token=stack.jwt.mint({}, sub="u2"))
     assert r.status == 403
     d = stack.decision()
     assert (d["caller"], d["decision"]) == (f"jwt:{stack.jwt.issuer}#u2", "deny"), d
@@ -212,7 +153,7 @@ def ask(scenario: str, **answer: int) -> dict[str, str]:
 @pytest.mark.parametrize("scenario,cap", [("default-cap", 8 * KIB), ("cap-16", 16)])
 def test_a_denial_body_is_relayed_up_to_the_cap(stack: Stack, scenario: str, cap: int) -> None:
     alpha = stack.pki.client(ALPHA)
-    r = stack.post(alpha, headers=ask(scenario, body_bytes=cap))
+    r = post(stack, alpha, headers=ask(scenario, body_bytes=cap))
     # A JSON-RPC error echoing the id, the authorizer's status, its body in error.data.
     assert r.status == 403 and r.headers["content-type"] == "application/json"
     error = r.json()["error"]
@@ -221,33 +162,33 @@ def test_a_denial_body_is_relayed_up_to_the_cap(stack: Stack, scenario: str, cap
     # One byte over, or 8 MiB over: the denial stands, with the authorizer's status and its
     # headers, but its body is not relayed.
     for size in (cap + 1, 8 * KIB * KIB):
-        r = stack.post(alpha, headers=ask(scenario, body_bytes=size, status=401))
+        r = post(stack, alpha, headers=ask(scenario, body_bytes=size, status=401))
         assert r.status == 401, (size, r.status, len(r.body))
         assert "authorizerBody" not in r.json()["error"]["data"]
         assert r.headers["www-authenticate"] == 'Bearer realm="test"'
         assert r.headers["content-type"] == "application/json"
         d = stack.decision()
         assert (d["reason"], d["policy"], d["status"]) == ("external_auth_denied", f"mcp/{scenario}", 401), d
-        assert stack.tools.tool_calls() == []
+        assert stack.servers["tools"].tool_calls() == []
     assert f"authorizer {scenario}: denial body over maxResponseBodyBytes ({cap}), not relayed" in stack.envoy.log_text()
 
 
 def test_an_allow_body_is_never_read(stack: Stack) -> None:
-    r = stack.post(stack.pki.client(ALPHA), headers=ask("cap-16", status=200, body_bytes=8 * KIB * KIB))
-    assert r.status == 200 and stack.tools.tool_calls() == ["echo"]
+    r = post(stack, stack.pki.client(ALPHA), headers=ask("cap-16", status=200, body_bytes=8 * KIB * KIB))
+    assert r.status == 200 and stack.servers["tools"].tool_calls() == ["echo"]
 
 
 def test_errors_are_counted_as_the_decision_sees_them(stack: Stack) -> None:
     alpha = stack.pki.client(ALPHA)
-    before = stack.callout_errors()
+    before = stack.counter("callout.errors")
     # Denials are answers, not errors.
-    assert stack.post(alpha, headers=ask("default-cap", status=403)).status == 403
-    assert stack.post(alpha, headers=ask("default-cap", status=499)).status == 499
-    assert stack.callout_errors() == before
+    assert post(stack, alpha, headers=ask("default-cap", status=403)).status == 403
+    assert post(stack, alpha, headers=ask("default-cap", status=499)).status == 499
+    assert stack.counter("callout.errors") == before
     # A 5xx and an answer with too many headers (Envoy refuses it): errors,
     # and the failure mode (Deny) applies.
     for headers in (ask("default-cap", status=500), ask("default-cap", status=200, header_count=150)):
-        r = stack.post(alpha, headers=headers)
+        r = post(stack, alpha, headers=headers)
         assert r.status == 403, r.text
         assert stack.decision()["reason"] == "authorizer_error"
-    assert stack.callout_errors() == before + 2
+    assert stack.counter("callout.errors") == before + 2

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,10 @@ import h2.connection
 import h2.events
 import pytest
 
-from harness import Cluster, EnvoyProcess, Listener, McpServerProc, Route, Wasm, build_bootstrap, free_port, rpc
+from harness import Cluster, McpServerProc, Route, rpc
+from harness import bundles as b
 from harness.rawhttp import Reply, send_raw
+from harness.stack import Listen, Stack
 
 DENIED = (403, -32010)
 MALFORMED_JSON = (400, -32700)
@@ -37,35 +38,28 @@ SERVER_TOOLS = ["echo", "add", "delete_repo", "get_weather"]
 
 
 def policy(name: str, target: str, action: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"name": name, "namespace": "mcp", "level": "Backend", "targets": [{"name": target}], "action": action,
-            "rules": rules}
+    return b.policy(name, "Backend", target, action, rules=rules)
 
 
-def bundle(ports: list[int]) -> dict[str, Any]:
-    base = {"name": "base", "authorization": {"mcp": {"baseProtocol": "Match"}}}
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "gateways": [{"name": "gw", "namespace": "mcp",
-                      "listeners": [{"name": f"l{i}", "port": p} for i, p in enumerate(ports)]}],
-        "backends": [{"name": b, "namespace": "mcp", "routeNames": [f"{b}-route"]} for b in ("tools", "guarded", "cat")],
-        "policies": [
+def bundle(ports: dict[str, int]) -> dict[str, Any]:
+    return b.bundle(
+        gateways=[b.gateway({f"l{i}": p for i, p in enumerate(ports.values())})],
+        backends=[b.backend(n, f"{n}-route") for n in ("tools", "guarded", "cat")],
+        policies=[
             policy("tools-allow", "tools", "Allow", [
-                base,
-                {"name": "some-tools", "authorization": {"cel":
-                    "request.mcp.method == 'tools/call' && request.mcp.params.name in ['echo', 'get_weather']"}},
-                {"name": "some-prompts-and-resources", "authorization": {"mcp": {"methods": [
-                    {"name": "prompts/get", "params": ["summarize"]},
-                    {"name": "resources/read", "params": ["file:///docs/readme"]}]}}},
-                {"name": "public-subscriptions", "authorization": {"cel":
-                    "request.mcp.method == 'resources/subscribe' && request.mcp.params.uri == 'file:///public'"}},
+                b.rule("base", b.mcp(base=True)),
+                b.rule("some-tools", b.cel(
+                    "request.mcp.method == 'tools/call' && request.mcp.params.name in ['echo', 'get_weather']")),
+                b.rule("some-prompts-and-resources", b.mcp(b.method("prompts/get", ["summarize"]),
+                                                           b.method("resources/read", ["file:///docs/readme"]))),
+                b.rule("public-subscriptions", b.cel(
+                    "request.mcp.method == 'resources/subscribe' && request.mcp.params.uri == 'file:///public'")),
             ]),
-            policy("guarded-any", "guarded", "Allow", [{"name": "any", "authorization": {}}]),
-            policy("guarded-no-arguments", "guarded", "Deny",
-                   [{"name": "no-arguments", "authorization": {"cel": "'arguments' in request.mcp.params"}}]),
-            policy("cat-tools", "cat", "Allow",
-                   [{"name": "tools", "authorization": {"mcp": {"methods": [{"name": "tools"}]}}}]),
+            policy("guarded-any", "guarded", "Allow", [b.rule("any", {})]),
+            policy("guarded-no-arguments", "guarded", "Deny", [b.rule("no-arguments", b.cel("'arguments' in request.mcp.params"))]),
+            policy("cat-tools", "cat", "Allow", [b.rule("tools", b.mcp(b.method("tools")))]),
         ],
-    }
+    )
 
 
 def send_h2(port: int, path: str, headers: list[tuple[str, str]], body: bytes,
@@ -102,32 +96,26 @@ JSON = [("content-type", "application/json"), ("accept", "application/json, text
         ("mcp-protocol-version", "2025-11-25")]
 
 
-@dataclass
-class Stack:
-    mcp: McpServerProc
-    ports: dict[str, int]
+def send(stack: Stack, body: Any, backend: str = "tools", via: str = "normalized",
+         headers: list[tuple[str, str]] | None = None) -> Reply:
+    """The request byte for byte to listener `via`, after forgetting what the MCP server received."""
+    stack.servers["mcp"].reset()
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return send_raw(stack.ports[via], "POST", f"/{backend}", JSON if headers is None else headers, raw)
 
-    def post(self, body: Any, backend: str = "tools", via: str = "normalized",
-             headers: list[tuple[str, str]] | None = None) -> Reply:
-        self.mcp.reset()
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return send_raw(self.ports[via], "POST", f"/{backend}", JSON if headers is None else headers, raw)
 
-    def arrived(self) -> list[dict[str, Any]]:
-        return self.mcp.requests()
+def arrived(stack: Stack) -> list[dict[str, Any]]:
+    return stack.servers["mcp"].requests()
 
 
 @pytest.fixture(scope="module")
 def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterator[Stack]:
-    ports = {"normalized": free_port(), "raw": free_port()}
-    wasm = Wasm(wasm_path, configuration=json.dumps(bundle(list(ports.values()))))
-    routes = [Route(f"{b}-route", f"/{b}", "mcp", prefix_rewrite="/mcp") for b in ("tools", "guarded", "cat")]
-    listeners = [Listener("normalized", ports["normalized"], routes, wasm=wasm),
-                 Listener("raw", ports["raw"], routes, wasm=wasm, normalize=False)]
-    cfg = build_bootstrap(admin_port=free_port(), listeners=listeners, clusters=[Cluster("mcp", port=mcp_server.port)],
-                          access_log_path=work_dir / "access-leaks.log")
-    with EnvoyProcess(cfg, workdir=work_dir / "envoy-leaks", name="envoy-leaks"):
-        yield Stack(mcp_server, ports)
+    routes = [Route(f"{n}-route", f"/{n}", "mcp", prefix_rewrite="/mcp") for n in ("tools", "guarded", "cat")]
+    with Stack.start("leaks", work_dir=work_dir, wasm=wasm_path, bundle=bundle, routes=routes,
+                     upstreams=[Cluster("mcp", port=mcp_server.port)],
+                     listeners={"normalized": Listen(), "raw": Listen(normalize=False)},
+                     servers={"mcp": mcp_server}) as s:
+        yield s
 
 
 VIAS = ["normalized", "raw"]
@@ -140,10 +128,10 @@ def tool_names(r: Reply) -> list[str]:
 
 @pytest.mark.parametrize("via", VIAS)
 def test_listed_tools_are_judged_without_the_listings_params(stack: Stack, via: str) -> None:
-    assert tool_names(stack.post(rpc("tools/list", {}), via=via)) == ["echo", "get_weather"]
+    assert tool_names(send(stack, rpc("tools/list", {}), via=via)) == ["echo", "get_weather"]
     # A name (and arguments) in the listing request once let every tool through the CEL rule.
     for params in ({"name": "echo"}, {"name": "get_weather", "arguments": {"x": 1}}):
-        assert tool_names(stack.post(rpc("tools/list", params), via=via)) == ["echo", "get_weather"], params
+        assert tool_names(send(stack, rpc("tools/list", params), via=via)) == ["echo", "get_weather"], params
 
 
 @pytest.mark.parametrize("via", VIAS)
@@ -153,7 +141,7 @@ def test_subscribed_uris_are_judged_without_the_listens_params(stack: Stack, via
     def listen(extra: dict[str, Any], uris: list[str]) -> Reply:
         params = {**extra, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"},
                   "notifications": {"resourceSubscriptions": uris}}
-        return stack.post(rpc("subscriptions/listen", params), via=via, headers=headers)
+        return send(stack, rpc("subscriptions/listen", params), via=via, headers=headers)
 
     # A public "uri" beside the subscriptions once subscribed the caller to the secret resource.
     for extra, uris in [({"uri": "file:///public"}, ["file:///secret"]),
@@ -161,10 +149,10 @@ def test_subscribed_uris_are_judged_without_the_listens_params(stack: Stack, via
                         ({}, ["file:///secret"])]:
         r = listen(extra, uris)
         assert r.outcome == DENIED, (extra, uris, r)
-        assert stack.arrived() == [], f"{uris} reached the MCP server"
+        assert arrived(stack) == [], f"{uris} reached the MCP server"
     # The public one alone passes the filter (what the server makes of it is its own business).
     listen({}, ["file:///public"])
-    assert [a["mcp_method"] for a in stack.arrived()] == ["subscriptions/listen"]
+    assert [a["mcp_method"] for a in arrived(stack)] == ["subscriptions/listen"]
 
 
 @pytest.mark.parametrize("via", VIAS)
@@ -175,44 +163,44 @@ def test_numbers_no_double_holds_are_malformed(stack: Stack, via: str) -> None:
 
     # CEL once saw params as empty: the Deny on 'arguments' missed and the call reached the server.
     for n in ["1e400", "-1e999", "9" * 400, "[1, 2e308]"]:
-        r = stack.post(call('{"text": ' + n + "}"), backend="guarded", via=via)
+        r = send(stack, call('{"text": ' + n + "}"), backend="guarded", via=via)
         assert r.outcome == MALFORMED_JSON, (n[:20], r)
-        assert stack.arrived() == [], f"{n[:20]} reached the MCP server"
-    r = stack.post(call('{"text": 1e300}'), backend="guarded", via=via)
-    assert r.outcome == DENIED and stack.arrived() == []
-    r = stack.post(rpc("tools/call", {"name": "echo"}), backend="guarded", via=via)
-    assert r.status == 200 and [a["tool"] for a in stack.arrived()] == ["echo"]
+        assert arrived(stack) == [], f"{n[:20]} reached the MCP server"
+    r = send(stack, call('{"text": 1e300}'), backend="guarded", via=via)
+    assert r.outcome == DENIED and arrived(stack) == []
+    r = send(stack, rpc("tools/call", {"name": "echo"}), backend="guarded", via=via)
+    assert r.status == 200 and [a["tool"] for a in arrived(stack)] == ["echo"]
 
 
 @pytest.mark.parametrize("via", VIAS)
 def test_malformed_methods_and_categories(stack: Stack, via: str) -> None:
     for backend, method in [("guarded", "notifications/../tools/call"), ("guarded", "tools/list/"),
                             ("guarded", "tools//call"), ("cat", "tools/list "), ("cat", "tools/list\t")]:
-        r = stack.post(rpc(method, {"name": "delete_repo"}), backend=backend, via=via)
+        r = send(stack, rpc(method, {"name": "delete_repo"}), backend=backend, via=via)
         assert r.outcome == INVALID_REQUEST, (method, r)
-        assert stack.arrived() == [], f"{method!r} reached the MCP server"
+        assert arrived(stack) == [], f"{method!r} reached the MCP server"
     # The tools category names the method table's tools methods, not every string under tools/.
-    r = stack.post(rpc("tools/secret", {}), backend="cat", via=via)
-    assert r.outcome == DENIED and stack.arrived() == []
-    assert tool_names(stack.post(rpc("tools/list", {}), backend="cat", via=via)) == SERVER_TOOLS
+    r = send(stack, rpc("tools/secret", {}), backend="cat", via=via)
+    assert r.outcome == DENIED and arrived(stack) == []
+    assert tool_names(send(stack, rpc("tools/list", {}), backend="cat", via=via)) == SERVER_TOOLS
 
 
 @pytest.mark.parametrize("via", VIAS)
 def test_completion_is_judged_by_what_it_completes(stack: Stack, via: str) -> None:
     def complete(ref: dict[str, Any]) -> Reply:
-        return stack.post(rpc("completion/complete", {"ref": ref, "argument": {"name": "text", "value": "a"}}), via=via)
+        return send(stack, rpc("completion/complete", {"ref": ref, "argument": {"name": "text", "value": "a"}}), via=via)
 
     for ref in [{"type": "ref/prompt", "name": "secret"}, {"type": "ref/resource", "uri": "file:///secret"}]:
         r = complete(ref)
         assert r.outcome == DENIED, (ref, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []
     for ref in [{"type": "ref/unknown", "name": "summarize"}, {"type": "ref/prompt"}]:
         r = complete(ref)
         assert r.outcome == INVALID_PARAMS, (ref, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []
     for ref in [{"type": "ref/prompt", "name": "summarize"}, {"type": "ref/resource", "uri": "file:///docs/readme"}]:
         complete(ref)
-        assert [a["mcp_method"] for a in stack.arrived()] == ["completion/complete"], ref
+        assert [a["mcp_method"] for a in arrived(stack)] == ["completion/complete"], ref
 
 
 @pytest.mark.parametrize("via", VIAS)
@@ -222,33 +210,33 @@ def test_a_post_must_be_json_in_utf8(stack: Stack, via: str) -> None:
         headers = [h for h in JSON if h[0] != "content-type"]
         if content_type:
             headers.append(("content-type", content_type))
-        r = stack.post(body, via=via, headers=headers)
+        r = send(stack, body, via=via, headers=headers)
         assert r.status == 415, (content_type, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []
     headers = [h for h in JSON if h[0] != "content-type"] + [("content-type", "application/json; charset=UTF-8")]
-    assert stack.post(body, via=via, headers=headers).status == 200
+    assert send(stack, body, via=via, headers=headers).status == 200
 
 
 def test_header_names_with_underscores(stack: Stack) -> None:
     call = rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
     # The configuration the project renders refuses them in Envoy...
-    r = stack.post(call, via="normalized", headers=[*JSON, ("mcp_name", "delete_repo")])
-    assert r.status == 400 and stack.arrived() == []
+    r = send(stack, call, via="normalized", headers=[*JSON, ("mcp_name", "delete_repo")])
+    assert r.status == 400 and arrived(stack) == []
     # ...and the filter alone counts them as copies of the MCP header they would be read as.
     for extra in ([("mcp_name", "delete_repo")], [("mcp-name", "echo"), ("mcp_name", "echo")]):
-        r = stack.post(call, via="raw", headers=[*JSON, *extra])
+        r = send(stack, call, via="raw", headers=[*JSON, *extra])
         assert r.outcome == MISMATCH, (extra, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []
 
 
 @pytest.mark.parametrize("via", VIAS)
 def test_mcp_headers_sent_as_trailers_are_refused(stack: Stack, via: str) -> None:
     body = json.dumps(rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}})).encode()
-    stack.mcp.reset()
+    stack.servers["mcp"].reset()
     r = send_h2(stack.ports[via], "/tools", JSON, body, [("x-checksum", "abc")])
     assert r.status == 200, r
     for name in ["mcp-name", "mcp-method"]:
-        stack.mcp.reset()
+        stack.servers["mcp"].reset()
         r = send_h2(stack.ports[via], "/tools", JSON, body, [(name, "delete_repo")])
         assert r.outcome == MISMATCH, (name, r)
-        assert stack.arrived() == []
+        assert arrived(stack) == []

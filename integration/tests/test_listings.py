@@ -14,7 +14,6 @@ import gzip
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -23,28 +22,10 @@ import httpx2
 import pytest
 from mcp import MCPError
 
-from harness import (
-    ALPHA,
-    BETA,
-    BackgroundHttpServer,
-    Cluster,
-    EnvoyProcess,
-    Listener,
-    McpAgent,
-    McpServerProc,
-    Pki,
-    Route,
-    Tls,
-    Wasm,
-    build_bootstrap,
-    free_port,
-    get,
-    post_jsonrpc,
-    rpc,
-    start_mcp_server,
-    text_of,
-)
+from harness import ALPHA, BETA, BackgroundHttpServer, Cluster, McpServerProc, Pki, Route, get, rpc, start_mcp_server, text_of
+from harness import bundles as b
 from harness.client import ssl_context
+from harness.stack import Stack
 
 MAX_LISTING = 16 * 1024
 
@@ -206,59 +187,35 @@ class CraftedUpstream(BackgroundHttpServer):
         super().__init__(Handler)
 
 
-def bundle(port: int) -> dict[str, Any]:
+def bundle(ports: dict[str, int]) -> dict[str, Any]:
     """alpha may call echo and get_weather and get the summarize prompt; beta may call
     get_weather and read the readme; both have the base protocol (listings, discover)."""
 
-    def rule(name: str, spiffe: str, methods: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"name": name, "source": {"type": "SPIFFE", "spiffe": spiffe},
-                "authorization": {"mcp": {"methods": methods, "baseProtocol": "Match"}}}
+    def rule(name: str, spiffe: str, *methods: dict[str, Any]) -> dict[str, Any]:
+        return b.rule(name, b.mcp(*methods, base=True), source=b.spiffe(spiffe))
 
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "gateways": [{"name": "gw", "namespace": "mcp", "listeners": [{"name": "https", "port": port}]}],
-        "backends": [{"name": n, "namespace": "mcp", "routeNames": [f"{n}-route"]} for n in ("json", "sse", "crafted")],
-        "policies": [{
-            "name": "agents", "namespace": "mcp", "level": "Gateway", "targets": [{"name": "gw"}],
-            "action": "Allow", "rules": [
-                rule("alpha", ALPHA, [{"name": "tools/call", "params": ["echo", "get_weather"]},
-                                      {"name": "prompts/get", "params": ["summarize"]}]),
-                rule("beta", BETA, [{"name": "tools/call", "params": ["get_weather"]},
-                                    {"name": "resources/read", "params": ["file:///docs/readme"]}]),
-            ]}],
-        "listings": {"maxBytes": MAX_LISTING},
-    }
-
-
-@dataclass
-class Stack:
-    envoy: EnvoyProcess
-    port: int
-    pki: Pki
-    json_server: McpServerProc
-
-    def url(self, backend: str) -> str:
-        return f"https://127.0.0.1:{self.port}/{backend}/mcp"
-
-    def post(self, backend: str, body: Any, headers: dict[str, str] | None = None, who: str = ALPHA, **kw: Any):
-        return post_jsonrpc(self.url(backend), body, headers=headers, cert=self.pki.client(who), ca=self.pki.ca, **kw)
+    return b.bundle(
+        gateways=[b.gateway(ports)],
+        backends=[b.backend(n, f"{n}-route") for n in ("json", "sse", "crafted")],
+        policies=[b.policy("agents", "Gateway", "gw", "Allow", rules=[
+            rule("alpha", ALPHA, b.method("tools/call", ["echo", "get_weather"]), b.method("prompts/get", ["summarize"])),
+            rule("beta", BETA, b.method("tools/call", ["get_weather"]), b.method("resources/read", ["file:///docs/readme"])),
+        ])],
+        listings={"maxBytes": MAX_LISTING},
+    )
 
 
 @pytest.fixture(scope="module")
 def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path, pki: Pki) -> Iterator[Stack]:
     crafted = CraftedUpstream()
-    port = free_port()
     routes = [Route(f"{n}-route", f"/{n}/mcp", n, prefix_rewrite="/mcp") for n in ("json", "sse", "crafted")]
-    listener = Listener("https", port, routes, tls=Tls(pki.server, pki.ca),
-                        wasm=Wasm(wasm_path, configuration=json.dumps(bundle(port))))
     try:
         with start_mcp_server(work_dir / "logs", name="sse-upstream", extra_args=["--sse"]) as sse:
-            cfg = build_bootstrap(admin_port=free_port(), listeners=[listener], clusters=[
-                Cluster("json", port=mcp_server.port), Cluster("sse", port=sse.port),
-                Cluster("crafted", port=crafted.port)],
-                access_log_path=work_dir / f"access-listings-{port}.log")
-            with EnvoyProcess(cfg, workdir=work_dir / "envoy-listings", name="envoy-listings") as env:
-                yield Stack(env, port, pki, mcp_server)
+            upstreams = [Cluster("json", port=mcp_server.port), Cluster("sse", port=sse.port),
+                         Cluster("crafted", port=crafted.port)]
+            with Stack.start("listings", work_dir=work_dir, wasm=wasm_path, bundle=bundle, routes=routes,
+                             upstreams=upstreams, pki=pki, servers={"json": mcp_server}) as s:
+                yield s
     finally:
         crafted.close()
 
@@ -266,19 +223,19 @@ def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path, pki: Pki) 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 @pytest.mark.parametrize("backend", ["json", "sse"])
 def test_the_sdk_client_sees_only_what_each_agent_may_use(stack: Stack, backend: str, mode: str) -> None:
-    stack.json_server.reset()
-    with McpAgent(stack.url(backend), cert=stack.pki.client(ALPHA), ca=stack.pki.ca, mode=mode) as alpha:
+    stack.servers["json"].reset()
+    with stack.agent(ALPHA, backend, mode=mode) as alpha:
         assert sorted(alpha.tool_names()) == ["echo", "get_weather"]
         assert [p.name for p in alpha.list_prompts().prompts] == ["summarize"]
         assert alpha.list_resources().resources == []
         assert text_of(alpha.call_tool("echo", {"text": "listed and callable"})) == "listed and callable"
-    with McpAgent(stack.url(backend), cert=stack.pki.client(BETA), ca=stack.pki.ca, mode=mode) as beta:
+    with stack.agent(BETA, backend, mode=mode) as beta:
         assert beta.tool_names() == ["get_weather"]
         assert beta.list_prompts().prompts == []
         assert [str(r.uri) for r in beta.list_resources().resources] == ["file:///docs/readme"]
     if backend == "json":
         # "auto" speaks 2026-07-28 (server/discover, no initialize); "legacy" 2025-11-25.
-        seen = [(r["mcp_method"], r["headers"].get("mcp-protocol-version")) for r in stack.json_server.requests()]
+        seen = [(r["mcp_method"], r["headers"].get("mcp-protocol-version")) for r in stack.servers["json"].requests()]
         want = ("server/discover", "2026-07-28") if mode == "auto" else ("initialize", None)
         assert want in seen and ("initialize" in [m for m, _ in seen]) == (mode == "legacy"), seen
 
@@ -288,18 +245,18 @@ def test_a_2026_listing_is_private_and_content_length_goes(stack: Stack) -> None
                       "io.modelcontextprotocol/clientCapabilities": {},
                       "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"}}}
     headers = {"mcp-method": "tools/list"}
-    r = stack.post("json", rpc("tools/list", meta), headers=headers, protocol_version="2026-07-28")
+    r = stack.post(backend="json", body=rpc("tools/list", meta), headers=headers, protocol_version="2026-07-28")
     assert r.status == 200, r.text
     assert r.json()["result"]["cacheScope"] == "private"
     assert sorted(t["name"] for t in r.json()["result"]["tools"]) == ["echo", "get_weather"]
     assert "content-length" not in r.headers or int(r.headers["content-length"]) == len(r.body)
     # An older revision's listing is filtered but not given a cacheScope.
-    r = stack.post("json", rpc("tools/list"), protocol_version="2025-11-25")
+    r = stack.post(backend="json", body=rpc("tools/list"), protocol_version="2025-11-25")
     assert "cacheScope" not in r.json()["result"]
 
 
 def test_pagination_and_ttl_are_kept(stack: Stack) -> None:
-    r = stack.post("crafted", rpc("tools/list", {"cursor": "page-1"}),
+    r = stack.post(backend="crafted", body=rpc("tools/list", {"cursor": "page-1"}),
                    headers={"x-answer": "paged", "accept-encoding": "gzip, br"})
     assert r.status == 200, r.text
     result = r.json()["result"]
@@ -310,7 +267,7 @@ def test_pagination_and_ttl_are_kept(stack: Stack) -> None:
 
 
 def test_a_split_sse_listing_is_filtered_event_by_event(stack: Stack) -> None:
-    r = stack.post("crafted", rpc("tools/list"), headers={"x-answer": "sse"})
+    r = stack.post(backend="crafted", body=rpc("tools/list"), headers={"x-answer": "sse"})
     assert r.status == 200 and r.headers["content-type"] == "text/event-stream"
     events = [e for e in r.text.split("\n\n") if e.strip()]
     data = [json.loads("".join(l[len("data: "):] for l in e.splitlines() if l.startswith("data: "))) for e in events]
@@ -321,36 +278,35 @@ def test_a_split_sse_listing_is_filtered_event_by_event(stack: Stack) -> None:
 
 @pytest.mark.parametrize("answer", ["malformed", "duplicate", "oversize", "gzip"])
 def test_an_unfilterable_listing_is_replaced_by_an_error(stack: Stack, answer: str) -> None:
-    r = stack.post("crafted", rpc("tools/list", id="list-7"), headers={"x-answer": answer})
+    r = stack.post(backend="crafted", body=rpc("tools/list", id="list-7"), headers={"x-answer": answer})
     assert r.status == 200
     assert "delete_repo" not in r.text
     assert r.json() == {"jsonrpc": "2.0", "id": "list-7", "error": {
         "code": -32603, "message": "The server's listing could not be checked for this caller"}}
     # What the official client reports: an error of the call, with the message.
-    with McpAgent(stack.url("crafted"), cert=stack.pki.client(ALPHA), ca=stack.pki.ca,
-                  headers={"x-answer": answer}) as agent:
+    with stack.agent(ALPHA, "crafted", headers={"x-answer": answer}) as agent:
         with pytest.raises(MCPError) as err:
             agent.list_tools()
         assert err.value.error.code == -32603 and "could not be checked" in err.value.error.message
 
 
 def test_revisions_are_checked(stack: Stack) -> None:
-    r = stack.post("json", rpc("ping"), protocol_version="2024-11-05")
+    r = stack.post(backend="json", body=rpc("ping"), protocol_version="2024-11-05")
     assert (r.status, r.json()["error"]["code"]) == (400, -32022)
     assert r.json()["error"]["data"]["supported"] == ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
-    r = stack.post("json", rpc("ping"), headers={"mcp-method": "ping"}, protocol_version="2026-07-28")
+    r = stack.post(backend="json", body=rpc("ping"), headers={"mcp-method": "ping"}, protocol_version="2026-07-28")
     assert (r.status, r.json()["error"]["code"]) == (404, -32601)
-    r = stack.post("json", rpc("server/discover"), protocol_version="2025-11-25")
+    r = stack.post(backend="json", body=rpc("server/discover"), protocol_version="2025-11-25")
     assert (r.status, r.json()["error"]["code"]) == (404, -32601)
 
 
 def test_mcp_param_headers_are_passed_on_untouched(stack: Stack) -> None:
-    stack.json_server.reset()
+    stack.servers["json"].reset()
     meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
     call = rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}, "_meta": meta})
     headers = {"mcp-method": "tools/call", "mcp-name": "echo", "mcp-param-region": "=?base64?ZXUtd2VzdA==?="}
-    stack.post("json", call, headers=headers, protocol_version="2026-07-28")
-    seen = [r["headers"] for r in stack.json_server.requests() if r["mcp_method"] == "tools/call"]
+    stack.post(backend="json", body=call, headers=headers, protocol_version="2026-07-28")
+    seen = [r["headers"] for r in stack.servers["json"].requests() if r["mcp_method"] == "tools/call"]
     assert [h.get("mcp-param-region") for h in seen] == ["=?base64?ZXUtd2VzdA==?="], seen
 
 
@@ -400,8 +356,7 @@ def test_a_get_stream_event_reaches_the_client_before_the_stream_ends(stack: Sta
 def test_a_listing_resumed_on_a_get_stream_is_filtered_for_the_sdk_client(stack: Stack, who: str, want: list[str]) -> None:
     """The official client's tools/list stream breaks off after a priming event; the client
     resumes it with GET and Last-Event-ID, and the listing arrives there."""
-    with McpAgent(stack.url("crafted"), cert=stack.pki.client(who), ca=stack.pki.ca,
-                  headers={"x-answer": "resume"}) as agent:
+    with stack.agent(who, "crafted", headers={"x-answer": "resume"}) as agent:
         assert sorted(agent.tool_names()) == want
     # The same by hand: the resumed stream's listing is filtered.
     r = get(stack.url("crafted"), headers={"last-event-id": "ev-1"}, cert=stack.pki.client(who), ca=stack.pki.ca)
@@ -411,19 +366,18 @@ def test_a_listing_resumed_on_a_get_stream_is_filtered_for_the_sdk_client(stack:
 @pytest.mark.parametrize("line_ends", ["cr", "crlf", "mixed", "lf"])
 def test_an_sse_listing_is_filtered_whatever_its_line_ends(stack: Stack, line_ends: str) -> None:
     answer = f"sse-{line_ends}"
-    r = stack.post("crafted", rpc("tools/list", id=5), headers={"x-answer": answer})
+    r = stack.post(backend="crafted", body=rpc("tools/list", id=5), headers={"x-answer": answer})
     assert r.status == 200 and r.headers["content-type"] == "text/event-stream"
     m = sse_messages(r.text)
     assert [x.get("method") for x in m] == ["notifications/progress", None], r.text
     assert tool_lists(m) == [["echo", "get_weather"]] and "delete_repo" not in r.text
-    with McpAgent(stack.url("crafted"), cert=stack.pki.client(ALPHA), ca=stack.pki.ca,
-                  headers={"x-answer": answer}) as agent:
+    with stack.agent(ALPHA, "crafted", headers={"x-answer": answer}) as agent:
         assert sorted(agent.tool_names()) == ["echo", "get_weather"]
 
 
 def test_another_requests_listing_on_a_call_stream_is_filtered(stack: Stack) -> None:
     call = rpc("tools/call", {"name": "echo", "arguments": {"text": "x"}}, id=8)
-    r = stack.post("crafted", call, headers={"x-answer": "call-stream"})
+    r = stack.post(backend="crafted", body=call, headers={"x-answer": "call-stream"})
     assert r.status == 200 and r.headers["content-type"] == "text/event-stream"
     other, own = sse_messages(r.text)
     assert other["id"] == 424242 and [t["name"] for t in other["result"]["tools"]] == ["echo", "get_weather"]
@@ -433,11 +387,11 @@ def test_another_requests_listing_on_a_call_stream_is_filtered(stack: Stack) -> 
 
 
 def test_a_non_2xx_listing_is_filtered_and_an_error_passes_unchanged(stack: Stack) -> None:
-    r = stack.post("crafted", rpc("tools/list"), headers={"x-answer": "500-listing"})
+    r = stack.post(backend="crafted", body=rpc("tools/list"), headers={"x-answer": "500-listing"})
     assert r.status == 500
     assert [t["name"] for t in r.json()["result"]["tools"]] == ["echo", "get_weather"], r.text
     assert "delete_repo" not in r.text
     for answer in ("500-error", "502-html"):
         status, ctype, body = ERROR_ANSWERS[answer]
-        r = stack.post("crafted", rpc("tools/list"), headers={"x-answer": answer})
+        r = stack.post(backend="crafted", body=rpc("tools/list"), headers={"x-answer": answer})
         assert (r.status, r.headers["content-type"], r.body) == (status, ctype, body)

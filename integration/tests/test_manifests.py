@@ -5,7 +5,7 @@ demo's manifests (envoy-demo/manifests: Gateway, HTTPRoute, XBackend, XAccessPol
    config-schema/crds/upstream/ (as the API server would: defaults, the OpenAPI schema with unknown
    fields rejected, and every x-kubernetes-validations CEL rule). A generated kind without its CRD
    there fails the test. The validator is shown to reject broken objects, so a pass means something.
-2. The example manifests in deploy/ are what the CLI renders from their recorded inputs.
+2. The example manifests in envoy-demo/deploy/ are what the CLI renders from their recorded inputs.
 3. Each platform's output is rendered into the Envoy configuration that platform would produce
    (Envoy Gateway: the Wasm filter it generates, with the EnvoyPatchPolicy's JSON patches applied
    and its clusters added, the ClientTrafficPolicy's buffer limit; Istio: the WasmPlugin's
@@ -55,7 +55,7 @@ StartEnvoy = Callable[..., EnvoyProcess]
 REPO = Path(__file__).resolve().parents[2]
 DEMO_MANIFESTS = "envoy-demo/manifests"
 EXAMPLE_IMAGE = "registry.example.com/mcp-access/filter:0.1.0"
-# The inputs deploy/*.yaml were generated from (see docs/deploy.md); the digest is an example.
+# The inputs envoy-demo/deploy/*.yaml were generated from (see docs/deploy.md); the digest is an example.
 EXAMPLE_DIGEST = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7"
 # The demo's bearer-token listener admits agents by JWT: its issuer is declared as in envoy-demo/demo.py.
 COMPILE_ARGS = ["-f", DEMO_MANIFESTS, "--trust-domain", "example.org",
@@ -396,9 +396,9 @@ def test_generated_objects_carry_the_image_digest_and_bundle(
 def test_deploy_examples_are_what_the_cli_renders(cli: Path, tmp_path: Path) -> None:
     generate(cli, tmp_path, *EXAMPLE_ARGS)
     for p in PLATFORMS:
-        assert (REPO / "deploy" / f"{p}.yaml").read_text() == (tmp_path / f"{p}.yaml").read_text(), (
-            f"deploy/{p}.yaml is stale: regenerate it with "
-            f"mcp-access manifests {' '.join(EXAMPLE_ARGS)} --platform {p} -o deploy/{p}.yaml")
+        assert (REPO / "envoy-demo" / "deploy" / f"{p}.yaml").read_text() == (tmp_path / f"{p}.yaml").read_text(), (
+            f"envoy-demo/deploy/{p}.yaml is stale: regenerate it with "
+            f"mcp-access manifests {' '.join(EXAMPLE_ARGS)} --platform {p} -o envoy-demo/deploy/{p}.yaml")
 
 
 def test_cli_refuses_incomplete_inputs(cli: Path, tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -21,23 +20,9 @@ from typing import Any
 import pytest
 from mcp import MCPError
 
-from harness import (
-    ALPHA,
-    BackgroundHttpServer,
-    Cluster,
-    Denied,
-    EnvoyProcess,
-    Listener,
-    McpAgent,
-    McpServerProc,
-    Pki,
-    Route,
-    Tls,
-    Wasm,
-    build_bootstrap,
-    free_port,
-    text_of,
-)
+from harness import ALPHA, BackgroundHttpServer, Cluster, Denied, McpServerProc, Pki, Route, text_of
+from harness import bundles as b
+from harness.stack import Listen, Stack
 
 AUTHZ_BODY = {"reason": "needs approval", "ticket": "T-1"}
 
@@ -68,57 +53,38 @@ class ApprovalAuthorizer(BackgroundHttpServer):
 def bundle(port: int, deny_response: dict[str, Any]) -> dict[str, Any]:
     """alpha may call echo and add; delete_repo is denied by a Deny policy; `add` needs the
     approval authorizer, which always says no."""
-    tools = {"mcp": {"methods": [{"name": "tools/call", "params": ["echo", "add", "delete_repo"]}],
-                     "baseProtocol": "Match"}}
 
     def policy(name: str, action: str, seniority: int, **kw: Any) -> dict[str, Any]:
-        return {"name": name, "namespace": "mcp", "level": "Gateway", "targets": [{"name": "gw"}],
-                "action": action, "seniority": seniority, **kw}
+        return b.policy(name, "Gateway", "gw", action, seniority=seniority, **kw)
 
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "gateways": [{"name": "gw", "namespace": "mcp", "listeners": [{"name": "l", "port": port}]}],
-        "backends": [{"name": "tools", "namespace": "mcp", "routeNames": [f"tools-{port}"]}],
-        "authorizers": [{"name": "approvals", "cluster": "approvals", "timeoutMs": 2000}],
-        "policies": [
-            policy("approvals", "ExternalAuth", 1, externalAuth="approvals", rules=[
-                {"name": "add", "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": ["add"]}]}}}]),
-            policy("no-delete", "Deny", 2, rules=[
-                {"name": "delete", "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": ["delete_repo"]}]}}}]),
+    return b.bundle(
+        gateways=[b.gateway({"l": port})],
+        backends=[b.backend("tools", "tools-route")],
+        authorizers=[b.authorizer("approvals", "approvals", 2000)],
+        policies=[
+            policy("approvals", "ExternalAuth", 1, externalAuth="approvals", rules=[b.rule("add", b.calls("add"))]),
+            policy("no-delete", "Deny", 2, rules=[b.rule("delete", b.calls("delete_repo"))]),
             policy("alpha", "Allow", 3, rules=[
-                {"name": "alpha", "source": {"type": "SPIFFE", "spiffe": ALPHA}, "authorization": tools}]),
+                b.rule("alpha", b.calls("echo", "add", "delete_repo", base=True), source=b.spiffe(ALPHA))]),
         ],
-        "denyResponse": deny_response,
-        "limits": {"maxBodyBytes": 4096},
-    }
-
-
-@dataclass
-class Stack:
-    envoy: EnvoyProcess
-    plain: int
-    exposed: int
-    pki: Pki
-
-    def agent(self, port: int, mode: str, **kw: Any) -> McpAgent:
-        return McpAgent(f"https://127.0.0.1:{port}/mcp", cert=self.pki.client(ALPHA), ca=self.pki.ca, mode=mode, **kw)
+        denyResponse=deny_response,
+        limits={"maxBodyBytes": 4096},
+    )
 
 
 @pytest.fixture(scope="module")
 def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path, pki: Pki) -> Iterator[Stack]:
     authz = ApprovalAuthorizer()
-    plain, exposed = free_port(), free_port()
-    listeners = [
-        Listener(f"l{port}", port, [Route(f"tools-{port}", "/mcp", "tools")], tls=Tls(pki.server, pki.ca),
-                 wasm=Wasm(wasm_path, configuration=json.dumps(bundle(port, deny)), vm_id=f"vm{port}"))
-        for port, deny in [(plain, {}), (exposed, {"httpStatus": 200, "exposeDetails": True})]
-    ]
-    cfg = build_bootstrap(admin_port=free_port(), listeners=listeners,
-                          clusters=[Cluster("tools", port=mcp_server.port), Cluster("approvals", port=authz.port)],
-                          access_log_path=work_dir / f"access-sdk-denials-{plain}.log")
+    listeners = {
+        "plain": Listen(tls="mtls", bundle=lambda ports: bundle(ports["plain"], {})),
+        "exposed": Listen(tls="mtls", bundle=lambda ports: bundle(ports["exposed"], {"httpStatus": 200, "exposeDetails": True})),
+    }
     try:
-        with EnvoyProcess(cfg, workdir=work_dir / "envoy-sdk-denials", name="envoy-sdk-denials") as env:
-            yield Stack(env, plain, exposed, pki)
+        with Stack.start("sdk-denials", work_dir=work_dir, wasm=wasm_path, bundle=None,
+                         routes=[Route("tools-route", "/mcp", "tools")],
+                         upstreams=[Cluster("tools", port=mcp_server.port), Cluster("approvals", port=authz.port)],
+                         listeners=listeners, pki=pki, path="/mcp") as s:
+            yield s
     finally:
         authz.close()
 
@@ -137,7 +103,7 @@ def sdk_error(call: Any) -> tuple[int | None, MCPError]:
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 def test_what_the_python_sdk_reports_for_each_refusal(stack: Stack, mode: str) -> None:
-    with stack.agent(stack.plain, mode) as a:
+    with stack.agent(listener="plain", mode=mode) as a:
         assert text_of(a.call_tool("echo", {"text": "ok"})) == "ok"
         # A policy denial: 403, the SDK raises MCPError with the bundle's code and message.
         status, e = sdk_error(lambda: a.call_tool("delete_repo", {"name": "prod"}))
@@ -162,7 +128,7 @@ def test_what_the_python_sdk_reports_for_each_refusal(stack: Stack, mode: str) -
     if mode == "auto":
         return
     with pytest.raises(Denied) as denied:
-        with stack.agent(stack.plain, mode, headers={"mcp-method": "tools/call"}):
+        with stack.agent(listener="plain", mode=mode, headers={"mcp-method": "tools/call"}):
             pass
     assert denied.value.status == 400 and denied.value.code == -32020
     assert isinstance(denied.value.__cause__, MCPError) and denied.value.__cause__.error.code == -32020
@@ -170,7 +136,7 @@ def test_what_the_python_sdk_reports_for_each_refusal(stack: Stack, mode: str) -
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 def test_with_status_200_and_details_the_sdk_shows_them(stack: Stack, mode: str) -> None:
-    with stack.agent(stack.exposed, mode) as a:
+    with stack.agent(listener="exposed", mode=mode) as a:
         status, e = sdk_error(lambda: a.call_tool("delete_repo", {"name": "prod"}))
         assert (status, e.error.code, e.error.message) == (None, -32010, "Access denied")
         assert e.error.data == {"level": "gateway", "reason": "deny_policy", "policy": "mcp/no-delete",

@@ -1,11 +1,11 @@
 //! Native micro-benchmarks of what the filter does per request and per configuration:
 //! parsing a body, the whole request flow (headers, body, parse, decision, outcome JSON) and
-//! compiling a bundle. The bundles and bodies are those of the Envoy benchmark (bench/).
+//! compiling a bundle. The bundles and bodies are those of the Envoy benchmark (integration/bench/).
 //!
 //! `cargo bench -p mcp-access-filter --bench decide` runs them under criterion.
 //! With `MCP_ACCESS_COUNT=<op>:<n>` the binary instead runs one operation n times and exits,
 //! for instruction counting (`valgrind --tool=callgrind`, two values of n, difference / Δn).
-//! With `MCP_ACCESS_DUMP=s5` it prints the large bundle (bench/run.py checks it equals its own).
+//! With `MCP_ACCESS_DUMP=s5` it prints the large bundle (integration/bench/run.py checks it equals its own).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
@@ -83,7 +83,7 @@ fn s4() -> Value {
     base(vec![tools_backend()], authorizers, policies)
 }
 
-/// S5: 10,000 tools in 1,000 Backend-level Allow policies over 100 backends (bench/bundles.py).
+/// S5: 10,000 tools in 1,000 Backend-level Allow policies over 100 backends (integration/bench/bundles.py).
 fn s5() -> Value {
     let mut backends = Vec::new();
     let mut policies = Vec::new();
@@ -378,7 +378,7 @@ fn main() {
         count_mode(&spec);
         return;
     }
-    // MCP_ACCESS_LOAD=FILE: loads that bundle once and prints the time (bench/run.py's P8 bundle).
+    // MCP_ACCESS_LOAD=FILE: loads that bundle once and prints the time (integration/bench/run.py's P8 bundle).
     if let Ok(path) = std::env::var("MCP_ACCESS_LOAD") {
         let text = std::fs::read(&path).unwrap();
         let t = std::time::Instant::now();

@@ -2,7 +2,7 @@
 (the same bundle as `load/cel1000_bundle` in filter/engine/benches/decide.rs), and of the same
 bundle without the CEL conditions, side by side. Prints one JSON line.
 
-    $VENV/bin/python bench/cel_load.py [--wasm build/mcp_access_filter.wasm] [--runs 3]
+    $VENV/bin/python -m bench.cel_load [--wasm build/mcp_access_filter.wasm] [--runs 3]
 """
 
 from __future__ import annotations
@@ -15,31 +15,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "integration"))
+from harness import Cluster, EnvoyProcess, Listener, Route, Wasm, build_bootstrap, free_port
+from harness import bundles as b
 
-from harness import Cluster, EnvoyProcess, Listener, Route, Wasm, build_bootstrap, free_port  # noqa: E402
+from bench.run import LOAD_LINE
 
-from bench.run import LOAD_LINE  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cel1000(port: int, cel: bool = True) -> dict[str, Any]:
     """100 Backend-level Allow policies of 10 KAN-style CEL rules each (decide.rs `cel1000`)."""
     def rule(p: int, r: int) -> dict[str, Any]:
         if not cel:
-            return {"name": f"r{r}"}
-        return {"name": f"r{r}", "authorization": {"cel": (
+            return b.rule(f"r{r}")
+        return b.rule(f"r{r}", b.cel(
             "request.path.startsWith('/mc') && request.headers['mcp-protocol-version'].contains('2025') && "
-            f"request.mcp.tool_name.matches('^get-{p}-{r}-[a-z]+$')")}}
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "gateways": [{"name": "gw", "namespace": "bench", "listeners": [{"name": "mcp", "port": port}]}],
-        "backends": [{"name": "tools", "namespace": "bench", "routeNames": ["tools"]}],
-        "policies": [{"name": f"p{p:03}", "namespace": "bench", "level": "Backend", "targets": [{"name": "tools"}],
-                      "action": "Allow", "rules": [rule(p, r) for r in range(10)]} for p in range(100)],
-        "limits": {"maxBodyBytes": 2 * 1024 * 1024},
-    }
+            f"request.mcp.tool_name.matches('^get-{p}-{r}-[a-z]+$')"))
+    return b.bundle(
+        gateways=[b.gateway({"mcp": port}, namespace="bench")],
+        backends=[b.backend("tools", "tools", namespace="bench")],
+        policies=[b.policy(f"p{p:03}", "Backend", "tools", "Allow", namespace="bench", rules=[rule(p, r) for r in range(10)])
+                  for p in range(100)],
+        limits={"maxBodyBytes": 2 * 1024 * 1024},
+    )
 
 
 def load_ms(wasm: Path, bundle_of: Any, workdir: Path) -> list[float]:

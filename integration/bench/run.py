@@ -1,7 +1,7 @@
 """The performance harness of issue 4: this filter side by side with bare Envoy and Envoy's
 native MCP chain, on one machine, in one run.
 
-    scripts/bench            # full run (~20 minutes), writes bench/results/latest.{json,md}, chart.svg, README table
+    scripts/bench            # full run (~20 minutes), writes integration/bench/results/latest.{json,md}, chart.svg, README table
     scripts/bench --quick    # ~2 minute smoke run (prints the tables; writes only with --out DIR)
 
 Envoy runs with one worker (`--concurrency 1`) pinned to one core; wrk runs pinned to the other.
@@ -34,16 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "integration"))
+from harness import EnvoyProcess, envoy_binary, free_port
 
-from harness import EnvoyProcess, envoy_binary, free_port  # noqa: E402
+from bench import bundles, configs, envoy_callgrind, report
+from bench.loadgen import WrkResult, run_wrk
 
-from bench import bundles, configs, envoy_callgrind, report  # noqa: E402
-from bench.loadgen import WrkResult, run_wrk  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,7 +364,7 @@ def check_bundle_recipe(exe: Path) -> None:
         theirs = json.loads(subprocess.run([str(exe)], env={**os.environ, "MCP_ACCESS_DUMP": kind},
                                            capture_output=True, text=True, check=True).stdout)
         if theirs != ours:
-            raise RuntimeError(f"decide.rs builds a different {kind} bundle than bench/bundles.py")
+            raise RuntimeError(f"decide.rs builds a different {kind} bundle than integration/bench/bundles.py")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,9 +448,9 @@ def aggregate(v: Variant, rs: list[dict[str, Any]], check: dict[str, Any] | None
 
 
 # P8's compile target: the effective policies of 100 Gateway-level defaults/overrides blocks over
-# 1,000 XBackends (bench/defaults_overrides.py builds the manifests).
+# 1,000 XBackends (integration/bench/defaults_overrides.py builds the manifests).
 def compile_bench(workdir: Path, runs: int) -> dict[str, Any]:
-    """Times `mcp-access compile` of bench/defaults_overrides.py's manifests: 100 Gateway
+    """Times `mcp-access compile` of integration/bench/defaults_overrides.py's manifests: 100 Gateway
     AccessPolicies with defaults and overrides blocks (atomic and merge, Allow with a `condition`,
     ExternalAuth, some on one listener) over 1,000 XBackends on two listeners, each with its own
     Backend-level policy. CPU time of the whole process (user + system; wall clock beside it,
@@ -487,10 +484,6 @@ def compile_bench(workdir: Path, runs: int) -> dict[str, Any]:
                     "mcp-access compile (release), CPU time of the process (wall clock beside it)"}
 
 
-class _SkipRounds(Exception):
-    """--callgrind-only: no Envoy is started for timed rounds."""
-
-
 class Saver:
     """Writes what has been measured so far (partial.json) after every step, so a crash late in
     the run keeps the rounds it measured; the final files replace it at the end."""
@@ -519,7 +512,7 @@ class Saver:
             self.path.unlink()
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 round, short runs, quick criterion")
     ap.add_argument("--rounds", type=int, default=None)
@@ -533,7 +526,7 @@ def main() -> int:
     ap.add_argument("--load-cpu", type=int, default=0)
     ap.add_argument("--wasm", type=Path, default=ROOT / "build" / "mcp_access_filter.wasm")
     ap.add_argument("--raw-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "mcp_access_filter.wasm")
-    ap.add_argument("--out", type=Path, default=None, help="results directory (default bench/results, quick: no write unless given)")
+    ap.add_argument("--out", type=Path, default=None, help="results directory (default integration/bench/results, quick: no write unless given)")
     ap.add_argument("--only", default="", help="comma-separated variant keys (default: all)")
     ap.add_argument("--skip-micro", action="store_true", help="no criterion / callgrind of the native benches")
     ap.add_argument("--skip-criterion", action="store_true", help="callgrind of the native benches, no criterion timing")
@@ -544,176 +537,205 @@ def main() -> int:
     ap.add_argument("--callgrind-from", type=Path, default=None,
                     help="take the instruction counts from this results file (if it counted the same .wasm)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
 
-    t_start = time.monotonic()
-    tools = check_tools(need_valgrind=not (args.skip_micro and args.skip_envoy_callgrind))
-    rounds = args.rounds or (1 if args.quick else 4)
-    duration = args.duration or (2 if args.quick else 4)
-    lat_duration = args.latency_duration or (1 if args.quick else 2)
-    remeasure = args.remeasure if args.remeasure is not None else (0 if args.quick else 2)
-    warmup = 1 if args.quick else 2
-    out_dir = args.out or (None if args.quick else RESULTS)
-    variants = [v for v in VARIANTS if not args.only or v.key in args.only.split(",")]
-    if not args.wasm.is_file():
-        print(f"no filter at {args.wasm}: run scripts/build", file=sys.stderr)
-        return 2
 
-    started = dt.datetime.now(dt.timezone.utc)
-    workdir = Path(tempfile.mkdtemp(prefix="mcp-access-bench-"))
-    wasm = workdir / "mcp_access_filter.wasm"
-    shutil.copy(args.wasm, wasm)  # others may rebuild build/ while this runs
-    print(f"work directory {workdir}", flush=True)
+class Run:
+    """One benchmark run, in the order main() calls its parts: the native micro-benchmarks and
+    P8's compile, the timed rounds in Envoy (and re-measuring passes), the instruction counts, the
+    result files. Every part saves what it measured (Saver) before the next one starts."""
 
-    result: dict[str, Any] = {
-        "date": started.isoformat(timespec="seconds"),
-        "complete": False,
-        "machine": machine(),
-        "tools": tools,
-        "settings": {
-            "rounds": rounds, "duration_s": duration, "latency_duration_s": lat_duration, "warmup_s": warmup,
-            "connections": args.connections, "envoy_cpu": args.envoy_cpu, "load_cpu": args.load_cpu,
-            "envoy_concurrency": 1, "slow_authorizer_ms": configs.SLOW_AUTHZ_MS, "quick": args.quick,
-            "remeasure_passes": remeasure, "noise_threshold": report.NOISE,
-            "upstream": "internal listener of the same Envoy, direct_response",
-            "authorizer": "internal listener of the same Envoy, direct_response 200",
-        },
-    }
-    raw_size = args.raw_wasm.stat().st_size if args.raw_wasm.is_file() else None
-    result["wasm"] = {"bytes_after_wasm_opt": args.wasm.stat().st_size, "bytes_from_cargo": raw_size,
-                      "sha256": hashlib.sha256(args.wasm.read_bytes()).hexdigest()}
-    saver = Saver(out_dir)
-    runs: dict[str, list[dict[str, Any]]] = {v.key: [] for v in variants}
-    checks: dict[str, Any] = {}
-    problems: list[str] = []
-    result["problems"] = problems
-    phases: dict[str, float] = {}
-    result["phases"] = phases
+    def __init__(self, args: argparse.Namespace, tools: dict[str, Any]) -> None:
+        self.args = args
+        self.t_start = time.monotonic()
+        self.rounds = args.rounds or (1 if args.quick else 4)
+        self.duration = args.duration or (2 if args.quick else 4)
+        self.lat_duration = args.latency_duration or (1 if args.quick else 2)
+        self.remeasure = args.remeasure if args.remeasure is not None else (0 if args.quick else 2)
+        self.warmup = 1 if args.quick else 2
+        self.out_dir = args.out or (None if args.quick else RESULTS)
+        self.variants = [v for v in VARIANTS if not args.only or v.key in args.only.split(",")]
+        self.started = dt.datetime.now(dt.timezone.utc)
+        self.workdir = Path(tempfile.mkdtemp(prefix="mcp-access-bench-"))
+        self.wasm = self.workdir / "mcp_access_filter.wasm"
+        shutil.copy(args.wasm, self.wasm)  # others may rebuild build/ while this runs
+        print(f"work directory {self.workdir}", flush=True)
+        self.result: dict[str, Any] = {
+            "date": self.started.isoformat(timespec="seconds"),
+            "complete": False,
+            "machine": machine(),
+            "tools": tools,
+            "settings": {
+                "rounds": self.rounds, "duration_s": self.duration, "latency_duration_s": self.lat_duration,
+                "warmup_s": self.warmup, "connections": args.connections, "envoy_cpu": args.envoy_cpu,
+                "load_cpu": args.load_cpu, "envoy_concurrency": 1, "slow_authorizer_ms": configs.SLOW_AUTHZ_MS,
+                "quick": args.quick, "remeasure_passes": self.remeasure, "noise_threshold": report.NOISE,
+                "upstream": "internal listener of the same Envoy, direct_response",
+                "authorizer": "internal listener of the same Envoy, direct_response 200",
+            },
+        }
+        raw_size = args.raw_wasm.stat().st_size if args.raw_wasm.is_file() else None
+        self.result["wasm"] = {"bytes_after_wasm_opt": args.wasm.stat().st_size, "bytes_from_cargo": raw_size,
+                               "sha256": hashlib.sha256(args.wasm.read_bytes()).hexdigest()}
+        self.saver = Saver(self.out_dir)
+        self.runs: dict[str, list[dict[str, Any]]] = {v.key: [] for v in self.variants}
+        self.checks: dict[str, Any] = {}
+        self.problems: list[str] = []
+        self.result["problems"] = self.problems
+        self.phases: dict[str, float] = {}
+        self.result["phases"] = self.phases
+        self.envoys: dict[str, Running] = {}
+        self.body_files: dict[str, Path] = {}
 
-    exe = None
-    if not args.skip_micro:
-        t_micro = time.monotonic()
-        print("micro-benchmarks: building", flush=True)
-        exe = bench_executable()
-        check_bundle_recipe(exe)
-        if not args.skip_criterion:
-            print("micro-benchmarks: criterion", flush=True)
-            result["criterion"] = criterion(exe, args.envoy_cpu, args.quick)
-        phases["micro_s"] = round(time.monotonic() - t_micro)
-    print("P8: compiling 100 Gateway defaults/overrides blocks x 1,000 backends", flush=True)
-    result["compile"] = compile_bench(workdir, 1 if args.quick else 3)
-    if "error" in result["compile"]:
-        problems.append("compile: " + result["compile"]["error"])
-    saver.save(result, variants, runs, checks)
+    def save(self) -> None:
+        self.saver.save(self.result, self.variants, self.runs, self.checks)
 
-    t0 = time.monotonic()
-    envoys: dict[str, Running] = {}
-    try:
-        if args.callgrind_only:
-            raise _SkipRounds
-        print(f"starting {len({v.envoy for v in variants})} Envoys", flush=True)
-        envoys = start_envoys({v.envoy for v in variants}, wasm, workdir, args.envoy_cpu)
-        result["bundle_loads"] = {name: {"bundle_bytes": r.bundle_bytes, "vm_loads": r.loads}
-                                  for name, r in envoys.items() if r.loads}
-        body_files = {}
+    # -- native micro-benchmarks and P8's compile -------------------------------------------------
+
+    def micro(self) -> Path | None:
+        """criterion of decide.rs (its bench executable, returned for the instruction counts) and
+        the compile target."""
+        exe = None
+        if not self.args.skip_micro:
+            t_micro = time.monotonic()
+            print("micro-benchmarks: building", flush=True)
+            exe = bench_executable()
+            check_bundle_recipe(exe)
+            if not self.args.skip_criterion:
+                print("micro-benchmarks: criterion", flush=True)
+                self.result["criterion"] = criterion(exe, self.args.envoy_cpu, self.args.quick)
+            self.phases["micro_s"] = round(time.monotonic() - t_micro)
+        print("P8: compiling 100 Gateway defaults/overrides blocks x 1,000 backends", flush=True)
+        self.result["compile"] = compile_bench(self.workdir, 1 if self.args.quick else 3)
+        if "error" in self.result["compile"]:
+            self.problems.append("compile: " + self.result["compile"]["error"])
+        self.save()
+        return exe
+
+    # -- timed rounds in Envoy ---------------------------------------------------------------------
+
+    def timed(self) -> None:
+        """Every Envoy started and checked, warmed up, measured in rounds, noisy targets re-measured."""
+        try:
+            t0 = time.monotonic()
+            self.start_envoys()
+            self.phases["start_preflight_warmup_s"] = round(time.monotonic() - t0)
+            t0 = time.monotonic()
+            self.measure_rounds()
+            self.phases["rounds_s"] = round(time.monotonic() - t0)
+            t0 = time.monotonic()
+            self.remeasure_noisy()
+            self.phases["remeasure_s"] = round(time.monotonic() - t0)
+            self.result["memory_kib"] = {name: r.envoy.rss_kib() for name, r in self.envoys.items()}
+        finally:
+            for r in self.envoys.values():
+                r.envoy.stop()
+            self.save()
+
+    def start_envoys(self) -> None:
+        print(f"starting {len({v.envoy for v in self.variants})} Envoys", flush=True)
+        self.envoys = start_envoys({v.envoy for v in self.variants}, self.wasm, self.workdir, self.args.envoy_cpu)
+        self.result["bundle_loads"] = {name: {"bundle_bytes": r.bundle_bytes, "vm_loads": r.loads}
+                                       for name, r in self.envoys.items() if r.loads}
         for k, b in BODIES.items():
-            body_files[k] = workdir / f"body-{k}.json"
-            body_files[k].write_bytes(b)
-
-        for v in variants:
-            checks[v.key] = preflight(v, envoys[v.envoy])
+            self.body_files[k] = self.workdir / f"body-{k}.json"
+            self.body_files[k].write_bytes(b)
+        for v in self.variants:
+            self.checks[v.key] = preflight(v, self.envoys[v.envoy])
         print("preflight: every variant answers as expected", flush=True)
-
-        def wrk(v: Variant, connections: int, secs: int) -> dict[str, Any]:
-            r = envoys[v.envoy]
-            cpu0 = r.envoy.cpu_seconds()
-            w = run_wrk(f"http://127.0.0.1:{r.port}{v.path}", body_files[v.body], connections=connections,
-                        duration_s=secs, cpu=args.load_cpu)
-            d = w.to_dict()
-            d["envoy_cpu_us_per_request"] = round((r.envoy.cpu_seconds() - cpu0) / max(1, w.requests) * 1e6, 1)
-            return d
-
-        for v in variants:
-            wrk(v, 1 if v.slow else args.connections, warmup)
+        for v in self.variants:
+            self.wrk(v, 1 if v.slow else self.args.connections, self.warmup)
         print("warmed up", flush=True)
-        phases["start_preflight_warmup_s"] = round(time.monotonic() - t0)
-        t0 = time.monotonic()
 
-        def measure(v: Variant, rnd: int, scale: float = 1.0, label: str = "round") -> None:
-            entry: dict[str, Any] = {"round": rnd}
-            if scale != 1.0:
-                entry["remeasured"] = True
-            if not v.slow:
-                entry["load"] = wrk(v, args.connections, max(1, round(duration * scale)))
-            entry["single"] = wrk(v, 1, max(1, round((lat_duration * 2 if v.slow else lat_duration) * scale)))
-            for kind in ("load", "single"):
-                if kind in entry:
-                    w = WrkResult(**{k: x for k, x in entry[kind].items() if k != "envoy_cpu_us_per_request"})
-                    for p in check_run(v, w):
-                        problems.append(f"{v.key} {label} {rnd} {kind}: {p}")
-            runs[v.key].append(entry)
-            summary = entry.get("load", entry["single"])
-            print(f"  {label} {rnd + 1} {v.key:16} {summary['rps']:9.0f} req/s  "
-                  f"p50 {summary['p50_ms']:.3f} ms  p99 {summary['p99_ms']:.3f} ms  "
-                  f"{summary['envoy_cpu_us_per_request']:.1f} µs CPU/req", flush=True)
+    def wrk(self, v: Variant, connections: int, secs: int) -> dict[str, Any]:
+        r = self.envoys[v.envoy]
+        cpu0 = r.envoy.cpu_seconds()
+        w = run_wrk(f"http://127.0.0.1:{r.port}{v.path}", self.body_files[v.body], connections=connections,
+                    duration_s=secs, cpu=self.args.load_cpu)
+        d = w.to_dict()
+        d["envoy_cpu_us_per_request"] = round((r.envoy.cpu_seconds() - cpu0) / max(1, w.requests) * 1e6, 1)
+        return d
 
-        for rnd in range(rounds):
-            shift = (rnd * max(1, len(variants) // rounds)) % len(variants)
-            order = variants[shift:] + variants[:shift]
-            for v in order:
-                measure(v, rnd)
-            saver.save(result, variants, runs, checks)
-        phases["rounds_s"] = round(time.monotonic() - t0)
+    def measure(self, v: Variant, rnd: int, scale: float = 1.0, label: str = "round") -> None:
+        entry: dict[str, Any] = {"round": rnd}
+        if scale != 1.0:
+            entry["remeasured"] = True
+        if not v.slow:
+            entry["load"] = self.wrk(v, self.args.connections, max(1, round(self.duration * scale)))
+        entry["single"] = self.wrk(v, 1, max(1, round((self.lat_duration * 2 if v.slow else self.lat_duration) * scale)))
+        for kind in ("load", "single"):
+            if kind in entry:
+                w = WrkResult(**{k: x for k, x in entry[kind].items() if k != "envoy_cpu_us_per_request"})
+                for p in check_run(v, w):
+                    self.problems.append(f"{v.key} {label} {rnd} {kind}: {p}")
+        self.runs[v.key].append(entry)
+        summary = entry.get("load", entry["single"])
+        print(f"  {label} {rnd + 1} {v.key:16} {summary['rps']:9.0f} req/s  "
+              f"p50 {summary['p50_ms']:.3f} ms  p99 {summary['p99_ms']:.3f} ms  "
+              f"{summary['envoy_cpu_us_per_request']:.1f} µs CPU/req", flush=True)
 
-        # Noisy wall-clock targets: more paired rounds of their variants, longer, order alternating.
-        t0 = time.monotonic()
-        by_key = {v.key: v for v in variants}
-        next_round = rounds
-        for rpass in range(remeasure):
-            noisy = [t for t in result.get("targets", []) if t.get("noisy")]
-            if not noisy or (time.monotonic() - t_start) / 60 > args.budget_min:
+    def measure_rounds(self) -> None:
+        """Each round runs every variant once, in an order rotated from round to round."""
+        variants = self.variants
+        for rnd in range(self.rounds):
+            shift = (rnd * max(1, len(variants) // self.rounds)) % len(variants)
+            for v in variants[shift:] + variants[:shift]:
+                self.measure(v, rnd)
+            self.save()
+
+    def remeasure_noisy(self) -> None:
+        """Noisy wall-clock targets: more paired rounds of their variants, longer, order alternating."""
+        by_key = {v.key: v for v in self.variants}
+        next_round = self.rounds
+        for rpass in range(self.remeasure):
+            noisy = [t for t in self.result.get("targets", []) if t.get("noisy")]
+            if not noisy or (time.monotonic() - self.t_start) / 60 > self.args.budget_min:
                 break
             keys = sorted({k for t in noisy for k in t.get("variants", []) if k in by_key}, key=list(by_key).index)
             print(f"re-measuring pass {rpass + 1}: {', '.join(t['id'] for t in noisy)} ({len(keys)} variants)", flush=True)
             for extra in range(2):
                 for v in keys if extra % 2 == 0 else list(reversed(keys)):
-                    measure(by_key[v], next_round, scale=1.5, label="re-measure")
+                    self.measure(by_key[v], next_round, scale=1.5, label="re-measure")
                 next_round += 1
-                saver.save(result, variants, runs, checks)
-        phases["remeasure_s"] = round(time.monotonic() - t0)
-        result["memory_kib"] = {name: r.envoy.rss_kib() for name, r in envoys.items()}
-    except _SkipRounds:
-        pass
-    finally:
-        for r in envoys.values():
-            r.envoy.stop()
-        saver.save(result, variants, runs, checks)
+                self.save()
 
-    # Instruction counts (deterministic, so both CPUs at once): native operations and whole Envoys.
-    jobs: list[tuple[str, Any]] = []
-    if args.callgrind_from is not None:
-        prev = json.loads(args.callgrind_from.read_text())
-        if prev.get("wasm", {}).get("sha256") != result["wasm"]["sha256"]:
-            problems.append(f"{args.callgrind_from} counted another .wasm: instructions counted again")
-        else:
-            result["callgrind"] = prev.get("callgrind", {})
-            result["envoy_instructions"] = prev.get("envoy_instructions", {})
-            result["callgrind_from"] = {"file": str(args.callgrind_from), "date": prev.get("date")}
-            exe = None
-            args.skip_envoy_callgrind = True
-    if exe is not None:
-        jobs += [("op", (op, small, large)) for op, small, large in CALLGRIND_OPS
-                 if not args.quick or op in QUICK_CALLGRIND_OPS]
-    if not args.skip_envoy_callgrind:
-        for group in QUICK_COUNTED if args.quick else COUNTED:
-            todo = [v for v in variants if v.key in group]
-            if todo:
-                jobs.append(("envoy", todo))
-    if jobs:
+    # -- instruction counts ------------------------------------------------------------------------
+
+    def reuse_counts(self, exe: Path | None) -> Path | None:
+        """--callgrind-from: that file's counts if it counted the same .wasm; then nothing is
+        counted again (None for the executable)."""
+        path = self.args.callgrind_from
+        if path is None:
+            return exe
+        prev = json.loads(path.read_text())
+        if prev.get("wasm", {}).get("sha256") != self.result["wasm"]["sha256"]:
+            self.problems.append(f"{path} counted another .wasm: instructions counted again")
+            return exe
+        self.result["callgrind"] = prev.get("callgrind", {})
+        self.result["envoy_instructions"] = prev.get("envoy_instructions", {})
+        self.result["callgrind_from"] = {"file": str(path), "date": prev.get("date")}
+        self.args.skip_envoy_callgrind = True
+        return None
+
+    def count_instructions(self, exe: Path | None) -> None:
+        """Native operations and whole Envoys under callgrind (deterministic, so both CPUs at once)."""
+        exe = self.reuse_counts(exe)
+        jobs: list[tuple[str, Any]] = []
+        if exe is not None:
+            jobs += [("op", (op, small, large)) for op, small, large in CALLGRIND_OPS
+                     if not self.args.quick or op in QUICK_CALLGRIND_OPS]
+        if not self.args.skip_envoy_callgrind:
+            for group in QUICK_COUNTED if self.args.quick else COUNTED:
+                todo = [v for v in self.variants if v.key in group]
+                if todo:
+                    jobs.append(("envoy", todo))
+        if not jobs:
+            return
         t0 = time.monotonic()
         print(f"callgrind: {len(jobs)} jobs", flush=True)
         counts: dict[str, Any] = {}
-        result["callgrind"] = counts
+        self.result["callgrind"] = counts
+        envoy_counts: dict[str, int] = {}
 
         def job(j: tuple[str, Any]) -> None:
             kind, what = j
@@ -722,19 +744,8 @@ def main() -> int:
                 counts[op] = callgrind_op(exe, op, small, large)
                 print(f"  {op:32} {counts[op]['instructions']:12,} instructions", flush=True)
                 return
-            todo = what
-            counted = envoy_callgrind.count_many(
-                [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body], v.path,
-                                        60 if v.key in FEW else 30 if v.key in MIB else 0) for v in todo], wasm,
-                workdir / "callgrind" / todo[0].key, requests=300, warmup=100, log=lambda m: print(m, flush=True))
-            for v in todo:
-                c = counted[v.key]
-                want = "2xx" if v.status == 200 else "4xx"
-                if c["status"].get(want) != c["requests"]:
-                    problems.append(f"{v.key} under callgrind: answers {c['status']}")
-                envoy_counts[v.key] = c["instructions_per_request"]
+            envoy_counts.update(self.count_envoys(what))
 
-        envoy_counts: dict[str, int] = {}
         # Envoys first: they take longest.
         jobs.sort(key=lambda j: j[0] != "envoy")
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
@@ -743,29 +754,64 @@ def main() -> int:
                 try:
                     f.result()
                 except Exception as e:  # one failed job keeps the others' counts
-                    problems.append(f"callgrind: {e}")
-                result["envoy_instructions"] = dict(envoy_counts)
-                saver.save(result, variants, runs, checks)
-        result["callgrind"] = {op: counts[op] for op, _, _ in CALLGRIND_OPS if op in counts}
-        phases["callgrind_s"] = round(time.monotonic() - t0)
+                    self.problems.append(f"callgrind: {e}")
+                self.result["envoy_instructions"] = dict(envoy_counts)
+                self.save()
+        self.result["callgrind"] = {op: counts[op] for op, _, _ in CALLGRIND_OPS if op in counts}
+        self.phases["callgrind_s"] = round(time.monotonic() - t0)
 
-    result["complete"] = True
-    result["duration_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds())
-    saver.save(result, variants, runs, checks)
-    md = report.markdown(result)
-    print(md)
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "latest.json").write_text(json.dumps(result, indent=1) + "\n")
-        report.write_all(result, out_dir, ROOT if out_dir == RESULTS else None)
-        saver.done()
-        print(f"wrote {out_dir}/latest.json, latest.md, chart.svg" + (", README's and docs/performance.md's tables" if out_dir == RESULTS else ""))
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    if problems:
-        print("PROBLEMS:\n  " + "\n  ".join(problems), file=sys.stderr)
-        return 1
-    return 0
+    def count_envoys(self, todo: list[Variant]) -> dict[str, int]:
+        """Instructions per request of one group of variants' Envoys."""
+        counted = envoy_callgrind.count_many(
+            [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body], v.path,
+                                     60 if v.key in FEW else 30 if v.key in MIB else 0) for v in todo], self.wasm,
+            self.workdir / "callgrind" / todo[0].key, requests=300, warmup=100, log=lambda m: print(m, flush=True))
+        out = {}
+        for v in todo:
+            c = counted[v.key]
+            want = "2xx" if v.status == 200 else "4xx"
+            if c["status"].get(want) != c["requests"]:
+                self.problems.append(f"{v.key} under callgrind: answers {c['status']}")
+            out[v.key] = c["instructions_per_request"]
+        return out
+
+    # -- results -----------------------------------------------------------------------------------
+
+    def finish(self) -> int:
+        """The tables printed, the result files written (with --out, or a full run); 1 if any
+        problem was seen."""
+        self.result["complete"] = True
+        self.result["duration_s"] = round((dt.datetime.now(dt.timezone.utc) - self.started).total_seconds())
+        self.save()
+        print(report.markdown(self.result))
+        out_dir = self.out_dir
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "latest.json").write_text(json.dumps(self.result, indent=1) + "\n")
+            report.write_all(self.result, out_dir, ROOT if out_dir == RESULTS else None)
+            self.saver.done()
+            print(f"wrote {out_dir}/latest.json, latest.md, chart.svg"
+                  + (", README's and docs/performance.md's tables" if out_dir == RESULTS else ""))
+        if not self.args.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.problems:
+            print("PROBLEMS:\n  " + "\n  ".join(self.problems), file=sys.stderr)
+            return 1
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    tools = check_tools(need_valgrind=not (args.skip_micro and args.skip_envoy_callgrind))
+    if not args.wasm.is_file():
+        print(f"no filter at {args.wasm}: run scripts/build", file=sys.stderr)
+        return 2
+    run = Run(args, tools)
+    exe = run.micro()
+    if not args.callgrind_only:
+        run.timed()
+    run.count_instructions(exe)
+    return run.finish()
 
 
 if __name__ == "__main__":

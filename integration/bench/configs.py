@@ -11,16 +11,13 @@ Slow authorizers add a fixed delay with the `fault` filter (a timer, no CPU).
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from harness import Listener, Route, Wasm, build_bootstrap, ext_authz_filter
 
-from harness import Listener, Route, Wasm, build_bootstrap, ext_authz_filter  # noqa: E402
-
-from . import bundles  # noqa: E402
+from . import bundles
 
 T = "type.googleapis.com/"
 MCP_FILTER = "envoy.filters.http.mcp"

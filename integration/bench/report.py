@@ -1,7 +1,7 @@
 """Targets of issues 4 and 14 computed from a run, the Markdown tables and the SVG chart.
 
-    python bench/report.py [RESULTS.json]   # re-renders latest.md, chart.svg and README's table from a
-                                            # results file (default bench/results/latest.json)
+    python -m bench.report [RESULTS.json]   # re-renders latest.md, chart.svg and README's table from a
+                                            # results file (default integration/bench/results/latest.json)
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def table_block(res: dict[str, Any]) -> str:
              f"one worker pinned to CPU {s['envoy_cpu']}, load on CPU {s['load_cpu']}; {s['rounds']} interleaved rounds"
              + (", noisy ratios re-measured" if s.get("remeasure_passes") else "")
              + (", instruction counts from " + res["callgrind_from"]["file"].rsplit("/", 1)[-1] if res.get("callgrind_from") else "")
-             + "), from `bench/results/latest.json`:\n\n")
+             + "), from `integration/bench/results/latest.json`:\n\n")
     return intro + target_table(res["targets"])
 
 
@@ -340,10 +340,11 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else root / "bench" / "results" / "latest.json"
+    root = Path(__file__).resolve().parents[2]
+    results = Path(__file__).resolve().parent / "results"
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else results / "latest.json"
     data = json.loads(path.read_text())
     data["targets"] = targets(data)
     path.write_text(json.dumps(data, indent=1) + "\n")
-    write_all(data, path.parent, root if path.parent == root / "bench" / "results" else None)
+    write_all(data, path.parent, root if path.parent.resolve() == results else None)
     print(target_table(data["targets"]))

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-API_VERSION = "mcp-access.io/v1"
+from harness import bundles as b
+
 NAMESPACE = "bench"
 GATEWAY = "gw"
 ROUTE = "tools"
@@ -37,80 +38,56 @@ S5_DENIED_TOOL = s5_tool(S5_ROUTED_BACKEND + 1, 0, 0)  # another backend's tool
 
 
 def tool_rule(name: str, tools: list[str]) -> dict[str, Any]:
-    return {
-        "name": name,
-        "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": tools}], "baseProtocol": "Match"}},
-    }
+    return b.rule(name, b.calls(*tools, base=True))
 
 
 def _base(port: int, backends: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "gateways": [{"name": GATEWAY, "namespace": NAMESPACE, "listeners": [{"name": "mcp", "port": port}]}],
-        "backends": backends,
-        "authorizers": [],
-        "policies": [],
-        "limits": {"maxBodyBytes": MAX_BODY_BYTES},
-    }
+    return b.bundle(gateways=[b.gateway({"mcp": port}, GATEWAY, NAMESPACE)], backends=backends, authorizers=[],
+                    limits={"maxBodyBytes": MAX_BODY_BYTES})
 
 
 def _tools_backend() -> dict[str, Any]:
-    return {"name": "tools", "namespace": NAMESPACE, "routeNames": [ROUTE]}
+    return b.backend("tools", ROUTE, namespace=NAMESPACE)
 
 
 def inline_policy(seniority: int = 1) -> dict[str, Any]:
     """S2: the Gateway-level Allow policy the native rbac filter mirrors."""
-    return {
-        "name": "allow-echo",
-        "namespace": NAMESPACE,
-        "level": "Gateway",
-        "targets": [{"name": GATEWAY}],
-        "action": "Allow",
-        "seniority": seniority,
-        "rules": [tool_rule("echo-only", [ALLOWED_TOOL])],
-    }
+    return b.policy("allow-echo", "Gateway", GATEWAY, "Allow", namespace=NAMESPACE, seniority=seniority,
+                    rules=[tool_rule("echo-only", [ALLOWED_TOOL])])
 
 
 def s2(port: int) -> dict[str, Any]:
-    b = _base(port, [_tools_backend()])
-    b["policies"] = [inline_policy()]
-    return b
+    doc = _base(port, [_tools_backend()])
+    doc["policies"] = [inline_policy()]
+    return doc
 
 
 def authorizer(name: str, cluster: str, timeout_ms: int = 1000, protocol: str = "HTTP") -> dict[str, Any]:
     if protocol == "GRPC":
-        return {"name": name, "cluster": cluster, "protocol": "GRPC", "timeoutMs": timeout_ms}
-    return {"name": name, "cluster": cluster, "pathPrefix": "/authz", "timeoutMs": timeout_ms}
+        return b.authorizer(name, cluster, timeout_ms, protocol="GRPC")
+    return b.authorizer(name, cluster, timeout_ms, pathPrefix="/authz")
 
 
 def ext_auth_policy(name: str, level: str, target: str, authz: str, seniority: int) -> dict[str, Any]:
-    return {
-        "name": name,
-        "namespace": NAMESPACE,
-        "level": level,
-        "targets": [{"name": target}],
-        "action": "ExternalAuth",
-        "externalAuth": authz,
-        "seniority": seniority,
-    }
+    return b.policy(name, level, target, "ExternalAuth", namespace=NAMESPACE, externalAuth=authz, seniority=seniority)
 
 
 def with_authorizers(port: int, gateway: list[str], backend: list[str], protocol: str = "HTTP") -> dict[str, Any]:
     """S3/S4: the S2 policy plus ExternalAuth policies (no rules: every request) calling the
     given authorizer clusters, at the Gateway and at the Backend level."""
-    b = s2(port)
+    doc = s2(port)
     seniority = 10
     for i, cluster in enumerate(gateway):
         name = f"gw-authz-{i}"
-        b["authorizers"].append(authorizer(name, cluster, protocol=protocol))
-        b["policies"].append(ext_auth_policy(name, "Gateway", GATEWAY, name, seniority))
+        doc["authorizers"].append(authorizer(name, cluster, protocol=protocol))
+        doc["policies"].append(ext_auth_policy(name, "Gateway", GATEWAY, name, seniority))
         seniority += 1
     for i, cluster in enumerate(backend):
         name = f"be-authz-{i}"
-        b["authorizers"].append(authorizer(name, cluster, protocol=protocol))
-        b["policies"].append(ext_auth_policy(name, "Backend", "tools", name, seniority))
+        doc["authorizers"].append(authorizer(name, cluster, protocol=protocol))
+        doc["policies"].append(ext_auth_policy(name, "Backend", "tools", name, seniority))
         seniority += 1
-    return b
+    return doc
 
 
 def s5(port: int, n_backends: int = S5_BACKENDS, routed: int = S5_ROUTED_BACKEND) -> dict[str, Any]:
@@ -122,23 +99,15 @@ def s5(port: int, n_backends: int = S5_BACKENDS, routed: int = S5_ROUTED_BACKEND
     for bi in range(n_backends):
         name = f"backend-{bi:03}"
         route = ROUTE if bi == routed else f"route-{bi:03}"
-        backends.append({"name": name, "namespace": NAMESPACE, "routeNames": [route]})
+        backends.append(b.backend(name, route, namespace=NAMESPACE))
         for pi in range(S5_POLICIES_PER_BACKEND):
             tools = [s5_tool(bi, pi, ti) for ti in range(S5_TOOLS_PER_POLICY)]
-            policies.append(
-                {
-                    "name": f"{name}-allow-{pi:02}",
-                    "namespace": NAMESPACE,
-                    "level": "Backend",
-                    "targets": [{"name": name}],
-                    "action": "Allow",
-                    "seniority": bi * S5_POLICIES_PER_BACKEND + pi,
-                    "rules": [tool_rule(f"tools-{pi:02}", tools)],
-                }
-            )
-    b = _base(port, backends)
-    b["policies"] = policies
-    return b
+            policies.append(b.policy(f"{name}-allow-{pi:02}", "Backend", name, "Allow", namespace=NAMESPACE,
+                                     seniority=bi * S5_POLICIES_PER_BACKEND + pi,
+                                     rules=[tool_rule(f"tools-{pi:02}", tools)]))
+    doc = _base(port, backends)
+    doc["policies"] = policies
+    return doc
 
 
 def tools_call_body(tool: str, text: str = "hi") -> bytes:
@@ -181,15 +150,14 @@ def list_tool(i: int) -> str:
 def listing_bundle(port: int) -> dict[str, Any]:
     """Every caller may call the even-numbered tools; a Gateway Deny removes every tenth: 400 of
     the 1,000 listed tools remain."""
-    b = _base(port, [_tools_backend()])
-    b["policies"] = [
-        {"name": "allow-half", "namespace": NAMESPACE, "level": "Backend", "targets": [{"name": "tools"}],
-         "action": "Allow", "rules": [tool_rule("half", [list_tool(i) for i in range(0, LIST_TOOLS, 2)])]},
-        {"name": "deny-tenth", "namespace": NAMESPACE, "level": "Gateway", "targets": [{"name": GATEWAY}],
-         "action": "Deny", "rules": [{"name": "tenth", "authorization": {"mcp": {"methods": [
-             {"name": "tools/call", "params": [list_tool(i) for i in range(0, LIST_TOOLS, 10)]}]}}}]},
+    doc = _base(port, [_tools_backend()])
+    doc["policies"] = [
+        b.policy("allow-half", "Backend", "tools", "Allow", namespace=NAMESPACE,
+                 rules=[tool_rule("half", [list_tool(i) for i in range(0, LIST_TOOLS, 2)])]),
+        b.policy("deny-tenth", "Gateway", GATEWAY, "Deny", namespace=NAMESPACE,
+                 rules=[b.rule("tenth", b.calls(*[list_tool(i) for i in range(0, LIST_TOOLS, 10)]))]),
     ]
-    return b
+    return doc
 
 
 LIST_KEPT = 400

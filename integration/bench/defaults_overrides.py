@@ -2,7 +2,7 @@
 (defaults and overrides, atomic and merge, Allow and ExternalAuth) over 1,000 XBackends, each
 with its own Backend-level policy, compiled by the release `mcp-access compile`.
 
-    python bench/defaults_overrides.py [--cli target/release/mcp-access] [--runs 5]
+    python -m bench.defaults_overrides [--cli target/release/mcp-access] [--runs 5]
 
 Prints the wall and CPU (user + system) time of the whole command (reading YAML, validating,
 compiling, applying the blocks, writing the bundle) and writes nothing else. On a shared machine
@@ -93,7 +93,7 @@ spec:
 
 
 def command(cli: str, src: Path, out: Path) -> list[str]:
-    """The compile command measured (here and by bench/run.py's P8.compile)."""
+    """The compile command measured (here and by integration/bench/run.py's P8.compile)."""
     return [cli, "compile", "-f", str(src), "-o", str(out), "--max-policies-per-target", "0", "--format", "json"]
 
 
