@@ -40,6 +40,7 @@ from harness import (
     free_port,
     post_jsonrpc,
     rpc,
+    scenario_bundle,
 )
 
 TIMEOUT_MS = 2000
@@ -185,20 +186,7 @@ def bundle(port: int) -> dict[str, Any]:
         {"name": "http-allow", "cluster": "http-answers", "timeoutMs": TIMEOUT_MS,
          "allowedHeaders": ["x-answer"], "allowedResponseHeaders": listed, "failureMode": "Allow"},
     ]
-    policies = [
-        {"name": a["name"], "namespace": "mcp", "level": "Gateway", "targets": [{"name": "gw"}],
-         "action": "ExternalAuth", "externalAuth": a["name"], "seniority": i,
-         "rules": [{"name": "r", "authorization": {"headers": [{"name": "x-scenario", "value": a["name"]}]}}]}
-        for i, a in enumerate(authorizers)
-    ]
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "identity": {"trustDomain": "example.org"},
-        "gateways": [{"name": "gw", "namespace": "mcp", "listeners": [{"name": "l", "port": port}]}],
-        "backends": [{"name": "tools", "namespace": "mcp", "routeNames": ["tools-route"]}],
-        "authorizers": authorizers,
-        "policies": policies,
-    }
+    return scenario_bundle(port, authorizers)
 
 
 def native_ext_authz() -> dict[str, Any]:
