@@ -862,6 +862,9 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
                     }
                     match &p.rules {
                         None => out.push_str("        all traffic\n"),
+                        Some(rs) if rs.is_empty() => {
+                            out.push_str("        no traffic: admits nothing (fail-closed)\n");
+                        }
                         Some(rs) => {
                             for r in rs {
                                 out.push_str(&format!("        rule {}: {}\n", r.name, r.rule));

@@ -360,8 +360,8 @@ spec:
     assert!(
         report.contains(
             "policy   mcp/p -> XBackend mcp/tools: Accepted warning: spec.rules[0] (nothing)"
-        ) && report.contains("admits nothing")
-            && report.contains("set mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS"),
+        ) && report.contains("so the rule admits nothing")
+            && report.contains("mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS, methods: [{name: tools/call, params: [TOOL]}]"),
         "{report}"
     );
     let ask = |sa: &str| {
@@ -492,5 +492,138 @@ spec:
             "spec.targetRefs[0]: target gateway.networking.k8s.io/Gatway is not supported"
         ) && err.contains("did you mean `Gateway`? (valid: Gateway, XBackend)"),
         "{err}"
+    );
+}
+
+/// An XAccessPolicy `p` that allows at XBackend mcp/tools; `rules`: its `rules:` lines.
+fn allow_at_tools(rules: &str) -> String {
+    format!(
+        "apiVersion: agentic.networking.x-k8s.io/v1alpha1\nkind: XAccessPolicy\nmetadata: {{name: p, namespace: mcp}}\nspec:\n  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]\n  action: Allow\n  rules:\n{rules}"
+    )
+}
+
+/// `explain` of one MCP method for ServiceAccount agents/alpha at the XBackend; its decision line.
+fn decide(d: &std::path::Path, method: &[&str]) -> String {
+    let mut args = vec![
+        "explain",
+        "-f",
+        s(d),
+        "--backend",
+        "tools",
+        "--gateway",
+        "gw",
+        "--listener",
+        "http",
+        "--service-account",
+        "agents/alpha",
+    ];
+    args.extend(method);
+    let out = run(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    t.lines()
+        .find(|l| l.starts_with("decision"))
+        .unwrap_or_else(|| panic!("{t}"))
+        .to_string()
+}
+
+#[test]
+fn the_empty_mcp_block_warning_offers_fixes_that_work_as_written() {
+    let policy = |mcp: &str| {
+        allow_at_tools(&format!(
+            "  - name: alpha\n    source: {{type: ServiceAccount, serviceAccount: {{namespace: agents, name: alpha}}}}\n    authorization: {{type: Inline{mcp}}}\n"
+        ))
+    };
+    let d = case("bp-warning", &policy(", mcp: {}"));
+    let out = run(&["validate", "-f", s(&d), "--format", "text"]);
+    let report = text(&out.stdout);
+    let fix = "`mcp: {mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS, methods: [{name: tools/call, params: [TOOL]}]}`";
+    assert!(
+        report.contains("spec.rules[0] (alpha): authorization.mcp lists no methods")
+            && report.contains(fix)
+            && report.contains("to admit every method, remove authorization.mcp"),
+        "{report}"
+    );
+    let initialize = ["--mcp-method", "initialize"];
+    assert!(decide(&d, &initialize).contains("DENY 403"));
+
+    // The first fix, as written (TOOL = x): clients connect and call x, nothing else.
+    let snippet = fix.trim_matches('`').replace("TOOL", "x");
+    let d = case("bp-fix-methods", &policy(&format!(", {snippet}")));
+    assert!(decide(&d, &initialize).contains("ALLOW"));
+    assert!(decide(&d, &["--mcp-method", "tools/list"]).contains("ALLOW"));
+    assert!(decide(&d, &["--tool", "x"]).contains("ALLOW"));
+    assert!(decide(&d, &["--tool", "y"]).contains("DENY 403"));
+    // Listing methods alone (SKIP) is no fix: an MCP client could not even initialize.
+    let d = case(
+        "bp-skip",
+        &policy(", mcp: {methods: [{name: tools/call, params: [x]}]}"),
+    );
+    assert!(decide(&d, &initialize).contains("DENY 403"));
+
+    // The second fix: without authorization.mcp every method is admitted.
+    let d = case("bp-fix-any", &policy(""));
+    for m in [&initialize[..], &["--tool", "y"]] {
+        assert!(decide(&d, m).contains("ALLOW"), "{m:?}");
+    }
+
+    // In a defaults block the warning names the rule where it is; a Deny rule denies nothing.
+    let d = case(
+        "bp-defaults",
+        r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: d, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  defaults:
+    action: Deny
+    rules:
+    - name: none
+      authorization: {type: Inline, mcp: {}}
+"#,
+    );
+    let out = run(&["validate", "-f", s(&d), "--format", "text"]);
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("spec.defaults.rules[0] (none): authorization.mcp lists no methods")
+            && report.contains("so the rule denies nothing; to deny methods, list them"),
+        "{report}"
+    );
+}
+
+#[test]
+fn effective_shows_a_refused_allow_policys_stand_in_as_admitting_nothing() {
+    // An unknown CEL variable: not accepted, enforced fail-closed by a stand-in that admits
+    // nothing (not "all traffic", which an Allow policy without rules would mean).
+    let d = case(
+        "effective-standin",
+        &allow_at_tools(
+            "  - name: bad\n    authorization: {type: CEL, cel: {expression: \"request.nope == 1\"}}\n",
+        ),
+    );
+    let out = run(&["effective", "-f", s(&d), "--backend", "tools"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("from stand-in of a policy not accepted (Invalid")
+            && t.contains("        no traffic: admits nothing (fail-closed)\n")
+            && !t.contains("all traffic"),
+        "{t}"
+    );
+    let out = run(&[
+        "effective",
+        "-f",
+        s(&d),
+        "--backend",
+        "tools",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = &v[0]["levels"][1]["steps"][0]["policies"][0];
+    assert_eq!(entry["rules"], serde_json::json!([]), "{v:#}");
+    assert!(
+        decide(&d, &["--tool", "x"]).contains("DENY 403"),
+        "the stand-in admits nothing"
     );
 }
