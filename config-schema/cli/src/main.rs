@@ -644,7 +644,10 @@ fn run(cli: Cli) -> Result<u8, String> {
             output,
             report,
         } => {
-            let (_, c) = build(&input, options(&input.compile)?)?;
+            let (_, mut c) = build(&input, options(&input.compile)?)?;
+            if matches!(p.platform, PlatformArg::EnvoyGateway) {
+                manifests::report_eg_ports(&mut c.report, &c.topology);
+            }
             let code = exit_code(&c, &report);
             eprint!("{}", render_report(&c, report.format)?);
             if code != 0 {

@@ -627,3 +627,38 @@ fn effective_shows_a_refused_allow_policys_stand_in_as_admitting_nothing() {
         "the stand-in admits nothing"
     );
 }
+
+#[test]
+fn the_envoy_gateway_report_names_the_port_clients_use_and_the_one_envoy_listens_on() {
+    let d = case("eg-port", &allow_at_tools(""));
+    let base = BASE.replace("port: 8080", "port: 80");
+    std::fs::write(d.join("base.yaml"), base).unwrap();
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let out = run(&[
+        "manifests",
+        "-f",
+        s(&d),
+        "--platform",
+        "envoy-gateway",
+        "--image",
+        "registry.example/mcp-access:1",
+        "--digest",
+        &digest,
+        "--format",
+        "text",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = text(&out.stderr);
+    assert!(
+        report.contains("listener http: Accepted clients connect to port 80 (the Gateway's Service); Envoy Gateway's Envoy listens on port 10080 in its pod")
+            && report.contains("listener mtls: Accepted clients connect to port 8443 (the Gateway's Service), where Envoy Gateway's Envoy listens;")
+            && !report.contains("Envoy listens on port 80"),
+        "{report}"
+    );
+    // What the filter is told matches: the bundle's listener port is 10080.
+    assert!(
+        text(&out.stdout).contains("\"port\": 10080") || text(&out.stdout).contains("port: 10080"),
+        "{}",
+        text(&out.stdout)
+    );
+}
