@@ -88,7 +88,7 @@ STATS_PREFIX = "wasmcustom.mcp_access."
 COMPILE_FLAGS = ["-f", str(MANIFESTS), "--trust-domain", "example.org", "--strict", "--format", "text"]
 # The docker-compose rendering: container paths (envoy-demo/docker-compose.yaml's mounts) and service names.
 COMPOSE_FLAGS = [
-    "--wasm-path", "/etc/envoy/mcp_access_filter.wasm",
+    "--wasm-path", "/etc/envoy/mcp_access_filter.wasm", "--files-where-envoy-runs",
     "--tls-cert", "gateway-cert=/etc/envoy/pki/server.crt,/etc/envoy/pki/server.key",
     "--client-ca", "agents-ca=/etc/envoy/pki/ca.crt",
     "--resolve", f"{BACKEND_SERVICE}=mcp-server:18080",

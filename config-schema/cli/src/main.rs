@@ -291,6 +291,10 @@ struct EnvoyArgs {
     /// listeners whose Gateway names none.
     #[arg(long = "client-ca", value_name = "[REF=]CA.pem")]
     client_ca: Vec<String>,
+    /// The --tls-cert, --client-ca and JWKS files are absolute paths where Envoy runs (e.g. in
+    /// a container), written as given and not checked here.
+    #[arg(long)]
+    files_where_envoy_runs: bool,
     /// Address listeners bind to when their Gateway has no spec.addresses.
     #[arg(long, default_value = "0.0.0.0")]
     bind: String,
@@ -726,15 +730,16 @@ fn run(cli: Cli) -> Result<u8, String> {
         } => {
             let ecds = ecds.map(|d| ecds_dir(&d)).transpose()?;
             let mut opts = options(&input.compile)?;
-            let tls_certs: BTreeMap<String, (String, String)> = pairs(&e.tls_cert, "--tls-cert")?
-                .into_iter()
-                .map(|(k, v)| {
-                    v.split_once(',')
-                        .map(|(c, kf)| (k.clone(), (c.to_string(), kf.to_string())))
-                        .ok_or_else(|| format!("--tls-cert {k}={v}: expected CERT.pem,KEY.pem"))
-                })
-                .collect::<Result<_, _>>()?;
-            let client_cas: BTreeMap<String, String> = e
+            let mut tls_certs: BTreeMap<String, (String, String)> =
+                pairs(&e.tls_cert, "--tls-cert")?
+                    .into_iter()
+                    .map(|(k, v)| {
+                        v.split_once(',')
+                            .map(|(c, kf)| (k.clone(), (c.to_string(), kf.to_string())))
+                            .ok_or_else(|| format!("--tls-cert {k}={v}: expected CERT.pem,KEY.pem"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            let mut client_cas: BTreeMap<String, String> = e
                 .client_ca
                 .iter()
                 .map(|s| match s.split_once('=') {
@@ -749,6 +754,9 @@ fn run(cli: Cli) -> Result<u8, String> {
                     envoy::parse_resolve_target(&v).map_err(|x| format!("--resolve {x}"))?,
                 );
             }
+            let mut jwt = jwt::parse_providers(&input.compile.jwt_providers)?;
+            let files = (&mut tls_certs, &mut client_cas, &mut jwt[..]);
+            envoy::check_files(files, e.files_where_envoy_runs)?;
             opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
             opts.client_cas = Some(client_cas.keys().cloned().collect());
             let (_, c) = build(&input, opts)?;
@@ -756,6 +764,13 @@ fn run(cli: Cli) -> Result<u8, String> {
             eprint!("{}", render_report(&c, report.format)?);
             if code != 0 {
                 return Ok(nothing_written(code));
+            }
+            let unserved = envoy::listeners_without_files(&c.report);
+            if !unserved.is_empty() && !report.allow_not_accepted {
+                for u in &unserved {
+                    eprintln!("error: {u}; without it Envoy would have no listener for it (--allow-not-accepted to write the configuration without it)");
+                }
+                return Ok(nothing_written(EXIT_NOT_ACCEPTED));
             }
             let wasm = wasm_path(&e.wasm)?;
             let eo = EnvoyOptions {
@@ -768,7 +783,7 @@ fn run(cli: Cli) -> Result<u8, String> {
                 client_cas,
                 upstream_ca: e.upstream_ca,
                 access_log: e.access_log,
-                jwt: jwt::parse_providers(&input.compile.jwt_providers)?,
+                jwt,
                 jwt_required: e.jwt_required,
                 ecds_dir: ecds.as_ref().map(|d| d.to_string_lossy().into_owned()),
             };

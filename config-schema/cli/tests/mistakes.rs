@@ -662,3 +662,137 @@ fn the_envoy_gateway_report_names_the_port_clients_use_and_the_one_envoy_listens
         text(&out.stdout)
     );
 }
+
+/// A Gateway whose only listener is HTTPS with certificateRef Secret `gw-cert` (`BASE`'s route
+/// and XBackend follow it in `envoy_in`).
+const HTTPS: &str = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: mcp}
+spec:
+  gatewayClassName: mcp-access
+  listeners:
+  - name: https
+    protocol: HTTPS
+    port: 8443
+    tls: {mode: Terminate, certificateRefs: [{name: gw-cert}]}
+"#;
+
+const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
+
+/// `envoy` in directory `d` (relative paths are relative to it) on `HTTPS`, with `extra`.
+fn envoy_in(d: &std::path::Path, extra: &[&str]) -> Output {
+    let (_, route_and_backend) = BASE.split_once("---\n").unwrap();
+    std::fs::write(d.join("gw.yaml"), format!("{HTTPS}---\n{route_and_backend}")).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_mcp-access"))
+        .current_dir(d)
+        .args([
+            "envoy",
+            "-f",
+            "gw.yaml",
+            "--wasm-path",
+            "/x.wasm",
+            "-o",
+            "-",
+        ])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn envoy_writes_checked_absolute_paths_for_certificates_and_jwks() {
+    let d = dir("envoy-files");
+    for (name, body) in [
+        ("cert.pem", CERT),
+        ("key.pem", KEY),
+        ("ca.pem", CERT),
+        (
+            "jwks.json",
+            r#"{"keys": [{"kty": "EC", "crv": "P-256", "x": "x", "y": "y"}]}"#,
+        ),
+        ("empty-jwks.json", r#"{"keys": []}"#),
+        ("not-json.json", "keys: []"),
+    ] {
+        std::fs::write(d.join(name), body).unwrap();
+    }
+    let jwks = |f: &str| format!("idp=issuer=https://idp.example,jwks={f}");
+    let ok = [
+        "--tls-cert",
+        "gw-cert=cert.pem,key.pem",
+        "--client-ca",
+        "ca.pem",
+    ];
+    let out = envoy_in(
+        &d,
+        &[&ok[..], &["--jwt-provider", &jwks("jwks.json")]].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let config = text(&out.stdout);
+    let abs = |f: &str| {
+        std::path::absolute(d.join(f))
+            .unwrap()
+            .display()
+            .to_string()
+    };
+    for f in ["cert.pem", "key.pem", "ca.pem", "jwks.json"] {
+        assert!(
+            config.contains(&format!("filename: {}", abs(f))),
+            "{f}: {config}"
+        );
+    }
+
+    // Each file is checked: it exists and holds what its flag needs.
+    for (args, want) in [
+        (vec!["--tls-cert", "gw-cert=nope.pem,key.pem"], "--tls-cert gw-cert: cannot read nope.pem"),
+        (vec!["--tls-cert", "gw-cert=key.pem,cert.pem"], "--tls-cert gw-cert: key.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----); it holds a private key: give the certificate first (CERT.pem,KEY.pem)"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,ca.pem"], "ca.pem holds no PEM private key"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,key.pem", "--client-ca", "agents=key.pem"], "--client-ca agents: key.pem holds no PEM certificate"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,key.pem", "--jwt-provider", &jwks("missing.json")], "--jwt-provider idp jwks: cannot read missing.json"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,key.pem", "--jwt-provider", &jwks("empty-jwks.json")], "empty-jwks.json is no JWKS with a key"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,key.pem", "--jwt-provider", &jwks("not-json.json")], "not-json.json is not JSON"),
+    ] {
+        let out = envoy_in(&d, &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(text(&out.stderr).contains(want), "{args:?}: {}", text(&out.stderr));
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+
+    // Files that exist only where Envoy runs: absolute paths, written as given.
+    let elsewhere = [
+        "--files-where-envoy-runs",
+        "--tls-cert",
+        "gw-cert=/etc/envoy/c.pem,/etc/envoy/k.pem",
+    ];
+    let out = envoy_in(&d, &elsewhere);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("filename: /etc/envoy/c.pem"));
+    let out = envoy_in(
+        &d,
+        &[
+            "--files-where-envoy-runs",
+            "--tls-cert",
+            "gw-cert=c.pem,k.pem",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("give the absolute path where Envoy runs"));
+}
+
+#[test]
+fn envoy_refuses_an_https_listener_whose_certificate_was_not_given() {
+    let d = dir("envoy-no-cert");
+    let out = envoy_in(&d, &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("error: gw.yaml: document 1: Gateway mcp/gw listener https: Secret mcp/gw-cert is not available here: pass --tls-cert gw-cert=<cert.pem>,<key.pem>; without it Envoy would have no listener for it")
+            && err.contains("nothing written"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    // Told to proceed: written without that listener.
+    let out = envoy_in(&d, &["--allow-not-accepted"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("port_value: 8443"));
+}
