@@ -338,6 +338,46 @@ fn duplicate_yaml_keys_are_an_error_naming_both_lines() {
 }
 
 #[test]
+fn duplicate_keys_in_yaml_flow_mappings_and_json_name_both_places() {
+    let d = dir("dup-flow");
+    let refused = |name: &str, body: &str, want: &str| {
+        let f = d.join(name);
+        std::fs::write(&f, body).unwrap();
+        let out = run(&["validate", "-f", s(&f)]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(err.contains(want), "{err}");
+    };
+    // A flow mapping on one line: both columns.
+    refused(
+        "flow.yaml",
+        "apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {name: tools, namespace: mcp, name: tool}\nspec:\n  mcp: {serviceName: s, port: 8000}\n",
+        "flow.yaml: document 1: invalid YAML: metadata: duplicate entry with key \"name\" at line 3 column 11 (the key is on line 3, columns 12 and 41)",
+    );
+    // Over several lines, the second quoted, after a nested mapping with its own keys.
+    refused(
+        "flow-lines.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {\n  name: a,\n  labels: {name: x},\n  \"name\": b}\n",
+        "(the key is on lines 4 and 6, columns 3 and 3)",
+    );
+    // JSON: serde_json would keep the last silently; refused like YAML, in its document.
+    refused(
+        "m.json",
+        "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"a\"}}\n{\"apiVersion\": \"v1\", \"kind\": \"Namespace\",\n \"metadata\": {\"name\": \"b\",\n  \"name\": \"c\"}}\n",
+        "m.json: document 2: invalid JSON: duplicate key \"name\" (the key is on lines 3 and 4, columns 15 and 3)",
+    );
+    // Equal text in different objects is no duplicate.
+    let f = d.join("ok.json");
+    std::fs::write(
+        &f,
+        "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"a\", \"labels\": {\"name\": \"kind\"}}}\n",
+    )
+    .unwrap();
+    let out = run(&["validate", "-f", s(&f)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
 fn an_mcp_block_without_methods_is_accepted_with_a_warning_and_the_rest_takes_effect() {
     let d = case(
         "empty-mcp",
@@ -683,7 +723,11 @@ const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\
 /// `envoy` in directory `d` (relative paths are relative to it) on `HTTPS`, with `extra`.
 fn envoy_in(d: &std::path::Path, extra: &[&str]) -> Output {
     let (_, route_and_backend) = BASE.split_once("---\n").unwrap();
-    std::fs::write(d.join("gw.yaml"), format!("{HTTPS}---\n{route_and_backend}")).unwrap();
+    std::fs::write(
+        d.join("gw.yaml"),
+        format!("{HTTPS}---\n{route_and_backend}"),
+    )
+    .unwrap();
     Command::new(env!("CARGO_BIN_EXE_mcp-access"))
         .current_dir(d)
         .args([
