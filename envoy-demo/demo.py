@@ -85,7 +85,7 @@ JWT_CALLER = "a JWT agent"  # how the summary names a caller that has no certifi
 INSPECTOR_VERSION = "1.0.3"  # integration/clients/node/package.json
 STATS_PREFIX = "wasmcustom.mcp_access."
 COMPOSE_FLAGS = [
-    "--wasm-path", "/etc/envoy/mcp_access_filter.wasm",
+    "--wasm-path", "/etc/envoy/mcp_access_filter.wasm", "--files-where-envoy-runs",
     "--tls-cert", "gateway-cert=/etc/envoy/pki/server.crt,/etc/envoy/pki/server.key",
     "--client-ca", "agents-ca=/etc/envoy/pki/ca.crt",
     "--resolve", f"{BACKEND_SERVICE}=mcp-server:18080",

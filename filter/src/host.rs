@@ -271,7 +271,10 @@ impl Context for Stream {
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
         let now = abi::now_ns();
         let limit = self.flow.grpc_response_limit(&self.engine, token);
-        let message = if status_code != 0 || response_size > limit {
+        let message = if status_code != 0 {
+            // For the log: Envoy's reason when it could not reach the authorizer.
+            abi::grpc_status_message(mcp_access_engine::callout::ERROR_BODY_PEEK)
+        } else if response_size > limit {
             None
         } else {
             Some(abi::buffer(abi::BUFFER_GRPC_RECEIVE, response_size).unwrap_or_default())
@@ -475,6 +478,7 @@ mod abi {
             data: *const u8,
             data_size: usize,
         ) -> u32;
+        fn proxy_get_status(code: *mut u32, data: *mut *mut u8, size: *mut usize) -> u32;
         fn proxy_get_buffer_bytes(
             buffer: u32,
             start: usize,
@@ -625,6 +629,16 @@ mod abi {
         let status = unsafe { proxy_get_buffer_bytes(buffer, 0, max, &mut data, &mut size) };
         let bytes = unsafe { take(data, size) };
         (status == OK).then_some(bytes)
+    }
+
+    /// The message of the gRPC status of the call being answered (Envoy's reason when it
+    /// could not reach the upstream), at most `max` bytes.
+    pub fn grpc_status_message(max: usize) -> Option<Vec<u8>> {
+        let (mut code, mut data, mut size) = (0u32, null_mut(), 0usize);
+        let status = unsafe { proxy_get_status(&mut code, &mut data, &mut size) };
+        let mut bytes = unsafe { take(data, size) };
+        bytes.truncate(max);
+        (status == OK && !bytes.is_empty()).then_some(bytes)
     }
 
     pub fn plugin_configuration() -> Option<Vec<u8>> {

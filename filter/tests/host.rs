@@ -46,6 +46,8 @@ struct Host {
     grpc_call_status: i32,
     /// The gRPC receive buffer (a CheckResponse).
     grpc_response: Vec<u8>,
+    /// The message proxy_get_status gives (of a gRPC call's status).
+    grpc_status_message: Vec<u8>,
     /// (upstream, service, method, message) of each proxy_grpc_call.
     grpc_calls: Vec<(Vec<u8>, String, String, Vec<u8>)>,
     /// Request header edits other than replace: ("add"|"remove", name, value).
@@ -212,6 +214,11 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
                 Some(v) => give(c, v.as_bytes(), a(3), a(4)),
                 None => NOT_FOUND,
             }
+        }
+        "proxy_get_status" => {
+            write(c, a(0), &14u32.to_le_bytes());
+            let message = c.data().grpc_status_message.clone();
+            give(c, &message, a(1), a(2))
         }
         "proxy_grpc_call" => {
             let call = (
@@ -680,7 +687,7 @@ fn a_callout_that_cannot_be_dispatched_follows_the_failure_mode() {
     assert_eq!(h.counter("mcp_access.callout.dispatch_errors"), 1);
     assert_eq!(h.counter("mcp_access.callout.errors"), 1);
     assert_eq!(h.counter("mcp_access.denied.gateway.authorizer_error"), 1);
-    assert!(h.log_has("mcp-access: authorizer risk: dispatch failed: BadArgument"));
+    assert!(h.log_has("mcp-access: authorizer risk: not reached: Envoy has no cluster"));
     assert_eq!(h.continued, 0);
 }
 
@@ -956,10 +963,22 @@ fn grpc_failures_follow_the_failure_mode_and_never_panic() {
             .host()
             .log_has("authorizer answered gRPC status 14 (UNAVAILABLE)"));
 
+        // Envoy's own UNAVAILABLE, for an authorizer it could not connect to (its message
+        // read through proxy_get_status): the log says the authorizer was not reached.
+        vm.host_mut().grpc_status_message = b"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure".to_vec();
+        let (ctx, _) = vm.request(POST, &call("echo"));
+        vm.body(ctx);
+        vm.call("proxy_on_grpc_close", &[ROOT, 102, 14]);
+        assert_eq!(vm.decision()["decision"], want, "{mode} not reached");
+        assert!(vm
+            .host()
+            .log_has("authorizer risk: not reached: Envoy could not reach cluster"));
+        vm.host_mut().grpc_status_message.clear();
+
         let (ctx, _) = vm.request(POST, &call("echo"));
         vm.body(ctx);
         vm.host_mut().grpc_response = b"\xff\xff garbage".to_vec();
-        vm.call("proxy_on_grpc_receive", &[ROOT, 102, 10]);
+        vm.call("proxy_on_grpc_receive", &[ROOT, 103, 10]);
         assert_eq!(vm.decision()["decision"], want, "{mode} garbage");
         assert!(vm.host().log_has("malformed CheckResponse"));
 
@@ -967,7 +986,9 @@ fn grpc_failures_follow_the_failure_mode_and_never_panic() {
         let (ctx, _) = vm.request(POST, &call("echo"));
         vm.body(ctx);
         assert_eq!(vm.decision()["decision"], want, "{mode} dispatch");
-        assert!(vm.host().log_has("dispatch failed: InternalFailure"));
+        assert!(vm
+            .host()
+            .log_has("not reached: Envoy failed the call at once (InternalFailure)"));
         vm.host_mut().grpc_call_status = OK;
         // A late or unknown token is ignored.
         vm.call("proxy_on_grpc_close", &[ROOT, 999, 0]);

@@ -28,6 +28,7 @@ from .envoy import (
     jwt_filter,
     normalization,
     render_envoy_config,
+    scenario_bundle,
     start_expect_failure,
     wasm_filter,
 )
@@ -47,6 +48,6 @@ __all__ = [
     "JwtKeys", "JwtProvider", "Listener", "ManagedProcess", "McpAgent", "McpServerProc", "Pki", "Route",
     "Tls", "TransportFailure", "Wasm", "build_bootstrap", "delete", "envoy_binary", "ext_authz_filter",
     "free_port", "free_ports", "get", "initialize_params", "jwt_filter", "make_jwt_keys", "make_pki",
-    "normalization", "port_open", "post_jsonrpc", "render_envoy_config", "request", "rpc", "start_authorizer",
+    "normalization", "port_open", "post_jsonrpc", "render_envoy_config", "request", "rpc", "scenario_bundle", "start_authorizer",
     "start_expect_failure", "start_mcp_server", "start_python", "text_of", "wait_for_port", "wasm_filter",
 ]

@@ -354,6 +354,26 @@ def _cluster(c: Cluster) -> dict[str, Any]:
     return out
 
 
+def scenario_bundle(port: int, authorizers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A policy bundle for gateway mcp/gw (listener `l` on `port`, backend mcp/tools on route
+    tools-route) with one Gateway ExternalAuth policy per authorizer, named after it, that selects
+    the requests whose `x-scenario` header is the authorizer's name."""
+    policies = [
+        {"name": a["name"], "namespace": "mcp", "level": "Gateway", "targets": [{"name": "gw"}],
+         "action": "ExternalAuth", "externalAuth": a["name"], "seniority": i,
+         "rules": [{"name": "r", "authorization": {"headers": [{"name": "x-scenario", "value": a["name"]}]}}]}
+        for i, a in enumerate(authorizers)
+    ]
+    return {
+        "apiVersion": "mcp-access.io/v1",
+        "identity": {"trustDomain": "example.org"},
+        "gateways": [{"name": "gw", "namespace": "mcp", "listeners": [{"name": "l", "port": port}]}],
+        "backends": [{"name": "tools", "namespace": "mcp", "routeNames": ["tools-route"]}],
+        "authorizers": list(authorizers),
+        "policies": policies,
+    }
+
+
 def build_bootstrap(
     *,
     admin_port: int,

@@ -334,6 +334,10 @@ pub(crate) struct EnvoyArgs {
     /// listeners whose Gateway names none.
     #[arg(long = "client-ca", value_name = "[REF=]CA.pem")]
     pub(crate) client_ca: Vec<String>,
+    /// The --tls-cert, --client-ca and JWKS files are absolute paths where Envoy runs (e.g. in
+    /// a container), written as given and not checked here.
+    #[arg(long)]
+    pub(crate) files_where_envoy_runs: bool,
     /// Address listeners bind to when their Gateway has no spec.addresses.
     #[arg(long, default_value = "0.0.0.0")]
     pub(crate) bind: String,

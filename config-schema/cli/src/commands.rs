@@ -15,7 +15,7 @@ use crate::args::{
 };
 use crate::{
     build, exit_code, not_accepted, options, pairs, render_report, serialize, write_out,
-    EXIT_DANGLING, EXIT_INVALID,
+    EXIT_DANGLING, EXIT_INVALID, EXIT_NOT_ACCEPTED,
 };
 
 /// `validate`: the report on standard output; exit 1 (invalid), 4 (dangling) or 3 (not
@@ -58,7 +58,7 @@ pub(crate) fn compile(
 ) -> Result<u8, String> {
     let output = output.unwrap_or(Output::Stdout(Format::Json));
     let to_file = matches!(output, Output::File(_));
-    let (c, code) = match writable(input, options(&input.compile)?, report, to_file)? {
+    let (c, code) = match writable(input, options(&input.compile)?, report, to_file, false)? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };
@@ -74,8 +74,12 @@ fn writable(
     opts: mcp_access_k8s::Options,
     report: &ReportArgs,
     report_to_stdout: bool,
+    envoy_gateway_ports: bool,
 ) -> Result<Result<(mcp_access_k8s::Compiled, u8), u8>, String> {
-    let (_, c) = build(input, opts)?;
+    let (_, mut c) = build(input, opts)?;
+    if envoy_gateway_ports {
+        platform::report_eg_ports(&mut c.report, &c.topology);
+    }
     let code = exit_code(&c, report);
     let text = render_report(&c, report.format)?;
     if report_to_stdout {
@@ -96,7 +100,8 @@ pub(crate) fn manifests(
     output: &Output,
     report: &ReportArgs,
 ) -> Result<u8, String> {
-    let (c, code) = match writable(input, options(&input.compile)?, report, false)? {
+    let eg = matches!(p.platform, PlatformArg::EnvoyGateway);
+    let (c, code) = match writable(input, options(&input.compile)?, report, false, eg)? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };
@@ -139,7 +144,7 @@ pub(crate) fn publish(
     ecds: &Path,
     report: &ReportArgs,
 ) -> Result<u8, String> {
-    let (c, code) = match writable(input, options(&input.compile)?, report, false)? {
+    let (c, code) = match writable(input, options(&input.compile)?, report, false, false)? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };
@@ -164,7 +169,7 @@ pub(crate) fn envoy(
 ) -> Result<u8, String> {
     let ecds = ecds.map(|d| ecds_dir(&d)).transpose()?;
     let mut opts = options(&input.compile)?;
-    let tls_certs: BTreeMap<String, (String, String)> = pairs(&e.tls_cert, "--tls-cert")?
+    let mut tls_certs: BTreeMap<String, (String, String)> = pairs(&e.tls_cert, "--tls-cert")?
         .into_iter()
         .map(|(k, v)| {
             v.split_once(',')
@@ -172,7 +177,7 @@ pub(crate) fn envoy(
                 .ok_or_else(|| format!("--tls-cert {k}={v}: expected CERT.pem,KEY.pem"))
         })
         .collect::<Result<_, _>>()?;
-    let client_cas: BTreeMap<String, String> = e
+    let mut client_cas: BTreeMap<String, String> = e
         .client_ca
         .iter()
         .map(|s| match s.split_once('=') {
@@ -187,12 +192,22 @@ pub(crate) fn envoy(
             envoy::parse_resolve_target(&v).map_err(|x| format!("--resolve {x}"))?,
         );
     }
+    let mut jwt = jwt::parse_providers(&input.compile.jwt_providers)?;
+    let files = (&mut tls_certs, &mut client_cas, &mut jwt[..]);
+    envoy::check_files(files, e.files_where_envoy_runs)?;
     opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
     opts.client_cas = Some(client_cas.keys().cloned().collect());
-    let (c, code) = match writable(input, opts, report, false)? {
+    let (c, code) = match writable(input, opts, report, false, false)? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };
+    let unserved = envoy::listeners_without_files(&c.report);
+    if !unserved.is_empty() && !report.allow_not_accepted {
+        for u in &unserved {
+            eprintln!("error: {u}; without it Envoy would have no listener for it (--allow-not-accepted to write the configuration without it)");
+        }
+        return Ok(nothing_written(EXIT_NOT_ACCEPTED));
+    }
     let eo = EnvoyOptions {
         wasm: wasm_path(&e.wasm)?,
         admin_port: e.admin_port,
@@ -203,7 +218,7 @@ pub(crate) fn envoy(
         client_cas,
         upstream_ca: e.upstream_ca,
         access_log: e.access_log,
-        jwt: jwt::parse_providers(&input.compile.jwt_providers)?,
+        jwt,
         jwt_required: e.jwt_required,
         ecds_dir: ecds.as_ref().map(|d| d.to_string_lossy().into_owned()),
     };
@@ -315,6 +330,9 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
                     }
                     match &p.rules {
                         None => out.push_str("        all traffic\n"),
+                        Some(rs) if rs.is_empty() => {
+                            out.push_str("        no traffic: admits nothing (fail-closed)\n");
+                        }
                         Some(rs) => {
                             for r in rs {
                                 out.push_str(&format!("        rule {}: {}\n", r.name, r.rule));

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mcp_access_bundle::{Bundle, EscapedSlashes};
-use mcp_access_k8s::{RouteAction, Topology};
+use mcp_access_k8s::{Report, RouteAction, Topology};
 use serde_json::{json, Value};
 
 const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
@@ -97,6 +97,38 @@ pub(crate) fn eg_container_port(port: u16) -> u16 {
         port + 10000
     } else {
         port
+    }
+}
+
+/// The report's word on each listener's port for Envoy Gateway, whose Envoy does not listen
+/// on the Gateway's port when it is privileged: clients connect to the Gateway's port (its
+/// Service), which forwards to [`eg_container_port`].
+pub fn report_eg_ports(report: &mut Report, topo: &Topology) {
+    for g in &mut report.gateways {
+        let Some(model) = topo
+            .gateways
+            .iter()
+            .find(|t| t.namespace == g.namespace && t.name == g.name)
+        else {
+            continue;
+        };
+        for c in &mut g.conditions {
+            let Some(l) = model
+                .listeners
+                .iter()
+                .find(|l| c.target == format!("listener {}", l.name))
+            else {
+                continue;
+            };
+            let (port, envoy) = (l.port, eg_container_port(l.port));
+            let said = format!("Envoy listens on port {port}");
+            let true_here = if envoy == port {
+                format!("clients connect to port {port} (the Gateway's Service), where Envoy Gateway's Envoy listens")
+            } else {
+                format!("clients connect to port {port} (the Gateway's Service); Envoy Gateway's Envoy listens on port {envoy} in its pod (privileged ports shift by 10000)")
+            };
+            c.message = c.message.replacen(&said, &true_here, 1);
+        }
     }
 }
 

@@ -338,6 +338,46 @@ fn duplicate_yaml_keys_are_an_error_naming_both_lines() {
 }
 
 #[test]
+fn duplicate_keys_in_yaml_flow_mappings_and_json_name_both_places() {
+    let d = dir("dup-flow");
+    let refused = |name: &str, body: &str, want: &str| {
+        let f = d.join(name);
+        std::fs::write(&f, body).unwrap();
+        let out = run(&["validate", "-f", s(&f)]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(err.contains(want), "{err}");
+    };
+    // A flow mapping on one line: both columns.
+    refused(
+        "flow.yaml",
+        "apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {name: tools, namespace: mcp, name: tool}\nspec:\n  mcp: {serviceName: s, port: 8000}\n",
+        "flow.yaml: document 1: invalid YAML: metadata: duplicate entry with key \"name\" at line 3 column 11 (the key is on line 3, columns 12 and 41)",
+    );
+    // Over several lines, the second quoted, after a nested mapping with its own keys.
+    refused(
+        "flow-lines.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {\n  name: a,\n  labels: {name: x},\n  \"name\": b}\n",
+        "(the key is on lines 4 and 6, columns 3 and 3)",
+    );
+    // JSON: serde_json would keep the last silently; refused like YAML, in its document.
+    refused(
+        "m.json",
+        "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"a\"}}\n{\"apiVersion\": \"v1\", \"kind\": \"Namespace\",\n \"metadata\": {\"name\": \"b\",\n  \"name\": \"c\"}}\n",
+        "m.json: document 2: invalid JSON: duplicate key \"name\" (the key is on lines 3 and 4, columns 15 and 3)",
+    );
+    // Equal text in different objects is no duplicate.
+    let f = d.join("ok.json");
+    std::fs::write(
+        &f,
+        "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"a\", \"labels\": {\"name\": \"kind\"}}}\n",
+    )
+    .unwrap();
+    let out = run(&["validate", "-f", s(&f)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
 fn an_mcp_block_without_methods_is_accepted_with_a_warning_and_the_rest_takes_effect() {
     let d = case(
         "empty-mcp",
@@ -360,8 +400,8 @@ spec:
     assert!(
         report.contains(
             "policy   mcp/p -> XBackend mcp/tools: Accepted warning: spec.rules[0] (nothing)"
-        ) && report.contains("admits nothing")
-            && report.contains("set mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS"),
+        ) && report.contains("so the rule admits nothing")
+            && report.contains("mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS, methods: [{name: tools/call, params: [TOOL]}]"),
         "{report}"
     );
     let ask = |sa: &str| {
@@ -493,4 +533,310 @@ spec:
         ) && err.contains("did you mean `Gateway`? (valid: Gateway, XBackend)"),
         "{err}"
     );
+}
+
+/// An XAccessPolicy `p` that allows at XBackend mcp/tools; `rules`: its `rules:` lines.
+fn allow_at_tools(rules: &str) -> String {
+    format!(
+        "apiVersion: agentic.networking.x-k8s.io/v1alpha1\nkind: XAccessPolicy\nmetadata: {{name: p, namespace: mcp}}\nspec:\n  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]\n  action: Allow\n  rules:\n{rules}"
+    )
+}
+
+/// `explain` of one MCP method for ServiceAccount agents/alpha at the XBackend; its decision line.
+fn decide(d: &std::path::Path, method: &[&str]) -> String {
+    let mut args = vec![
+        "explain",
+        "-f",
+        s(d),
+        "--backend",
+        "tools",
+        "--gateway",
+        "gw",
+        "--listener",
+        "http",
+        "--service-account",
+        "agents/alpha",
+    ];
+    args.extend(method);
+    let out = run(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    t.lines()
+        .find(|l| l.starts_with("decision"))
+        .unwrap_or_else(|| panic!("{t}"))
+        .to_string()
+}
+
+#[test]
+fn the_empty_mcp_block_warning_offers_fixes_that_work_as_written() {
+    let policy = |mcp: &str| {
+        allow_at_tools(&format!(
+            "  - name: alpha\n    source: {{type: ServiceAccount, serviceAccount: {{namespace: agents, name: alpha}}}}\n    authorization: {{type: Inline{mcp}}}\n"
+        ))
+    };
+    let d = case("bp-warning", &policy(", mcp: {}"));
+    let out = run(&["validate", "-f", s(&d), "--format", "text"]);
+    let report = text(&out.stdout);
+    let fix = "`mcp: {mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS, methods: [{name: tools/call, params: [TOOL]}]}`";
+    assert!(
+        report.contains("spec.rules[0] (alpha): authorization.mcp lists no methods")
+            && report.contains(fix)
+            && report.contains("to admit every method, remove authorization.mcp"),
+        "{report}"
+    );
+    let initialize = ["--mcp-method", "initialize"];
+    assert!(decide(&d, &initialize).contains("DENY 403"));
+
+    // The first fix, as written (TOOL = x): clients connect and call x, nothing else.
+    let snippet = fix.trim_matches('`').replace("TOOL", "x");
+    let d = case("bp-fix-methods", &policy(&format!(", {snippet}")));
+    assert!(decide(&d, &initialize).contains("ALLOW"));
+    assert!(decide(&d, &["--mcp-method", "tools/list"]).contains("ALLOW"));
+    assert!(decide(&d, &["--tool", "x"]).contains("ALLOW"));
+    assert!(decide(&d, &["--tool", "y"]).contains("DENY 403"));
+    // Listing methods alone (SKIP) is no fix: an MCP client could not even initialize.
+    let d = case(
+        "bp-skip",
+        &policy(", mcp: {methods: [{name: tools/call, params: [x]}]}"),
+    );
+    assert!(decide(&d, &initialize).contains("DENY 403"));
+
+    // The second fix: without authorization.mcp every method is admitted.
+    let d = case("bp-fix-any", &policy(""));
+    for m in [&initialize[..], &["--tool", "y"]] {
+        assert!(decide(&d, m).contains("ALLOW"), "{m:?}");
+    }
+
+    // In a defaults block the warning names the rule where it is; a Deny rule denies nothing.
+    let d = case(
+        "bp-defaults",
+        r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: d, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  defaults:
+    action: Deny
+    rules:
+    - name: none
+      authorization: {type: Inline, mcp: {}}
+"#,
+    );
+    let out = run(&["validate", "-f", s(&d), "--format", "text"]);
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("spec.defaults.rules[0] (none): authorization.mcp lists no methods")
+            && report.contains("so the rule denies nothing; to deny methods, list them"),
+        "{report}"
+    );
+}
+
+#[test]
+fn effective_shows_a_refused_allow_policys_stand_in_as_admitting_nothing() {
+    // An unknown CEL variable: not accepted, enforced fail-closed by a stand-in that admits
+    // nothing (not "all traffic", which an Allow policy without rules would mean).
+    let d = case(
+        "effective-standin",
+        &allow_at_tools(
+            "  - name: bad\n    authorization: {type: CEL, cel: {expression: \"request.nope == 1\"}}\n",
+        ),
+    );
+    let out = run(&["effective", "-f", s(&d), "--backend", "tools"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("from stand-in of a policy not accepted (Invalid")
+            && t.contains("        no traffic: admits nothing (fail-closed)\n")
+            && !t.contains("all traffic"),
+        "{t}"
+    );
+    let out = run(&[
+        "effective",
+        "-f",
+        s(&d),
+        "--backend",
+        "tools",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = &v[0]["levels"][1]["steps"][0]["policies"][0];
+    assert_eq!(entry["rules"], serde_json::json!([]), "{v:#}");
+    assert!(
+        decide(&d, &["--tool", "x"]).contains("DENY 403"),
+        "the stand-in admits nothing"
+    );
+}
+
+#[test]
+fn the_envoy_gateway_report_names_the_port_clients_use_and_the_one_envoy_listens_on() {
+    let d = case("eg-port", &allow_at_tools(""));
+    let base = BASE.replace("port: 8080", "port: 80");
+    std::fs::write(d.join("base.yaml"), base).unwrap();
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let out = run(&[
+        "manifests",
+        "-f",
+        s(&d),
+        "--platform",
+        "envoy-gateway",
+        "--image",
+        "registry.example/mcp-access:1",
+        "--digest",
+        &digest,
+        "--format",
+        "text",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = text(&out.stderr);
+    assert!(
+        report.contains("listener http: Accepted clients connect to port 80 (the Gateway's Service); Envoy Gateway's Envoy listens on port 10080 in its pod")
+            && report.contains("listener mtls: Accepted clients connect to port 8443 (the Gateway's Service), where Envoy Gateway's Envoy listens;")
+            && !report.contains("Envoy listens on port 80"),
+        "{report}"
+    );
+    // What the filter is told matches: the bundle's listener port is 10080.
+    assert!(
+        text(&out.stdout).contains("\"port\": 10080") || text(&out.stdout).contains("port: 10080"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// A Gateway whose only listener is HTTPS with certificateRef Secret `gw-cert` (`BASE`'s route
+/// and XBackend follow it in `envoy_in`).
+const HTTPS: &str = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: mcp}
+spec:
+  gatewayClassName: mcp-access
+  listeners:
+  - name: https
+    protocol: HTTPS
+    port: 8443
+    tls: {mode: Terminate, certificateRefs: [{name: gw-cert}]}
+"#;
+
+const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
+
+/// `envoy` in directory `d` (relative paths are relative to it) on `HTTPS`, with `extra`.
+fn envoy_in(d: &std::path::Path, extra: &[&str]) -> Output {
+    let (_, route_and_backend) = BASE.split_once("---\n").unwrap();
+    std::fs::write(
+        d.join("gw.yaml"),
+        format!("{HTTPS}---\n{route_and_backend}"),
+    )
+    .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_mcp-access"))
+        .current_dir(d)
+        .args([
+            "envoy",
+            "-f",
+            "gw.yaml",
+            "--wasm-path",
+            "/x.wasm",
+            "-o",
+            "-",
+        ])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn envoy_writes_checked_absolute_paths_for_certificates_and_jwks() {
+    let d = dir("envoy-files");
+    for (name, body) in [
+        ("cert.pem", CERT),
+        ("key.pem", KEY),
+        ("ca.pem", CERT),
+        (
+            "jwks.json",
+            r#"{"keys": [{"kty": "EC", "crv": "P-256", "x": "x", "y": "y"}]}"#,
+        ),
+        ("empty-jwks.json", r#"{"keys": []}"#),
+        ("not-json.json", "keys: []"),
+    ] {
+        std::fs::write(d.join(name), body).unwrap();
+    }
+    let jwks = |f: &str| format!("idp=issuer=https://idp.example,jwks={f}");
+    let ok = [
+        "--tls-cert",
+        "gw-cert=cert.pem,key.pem",
+        "--client-ca",
+        "ca.pem",
+    ];
+    let out = envoy_in(
+        &d,
+        &[&ok[..], &["--jwt-provider", &jwks("jwks.json")]].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let config = text(&out.stdout);
+    let abs = |f: &str| {
+        std::path::absolute(d.join(f))
+            .unwrap()
+            .display()
+            .to_string()
+    };
+    for f in ["cert.pem", "key.pem", "ca.pem", "jwks.json"] {
+        assert!(
+            config.contains(&format!("filename: {}", abs(f))),
+            "{f}: {config}"
+        );
+    }
+
+    // Each file is checked: it exists and holds what its flag needs.
+    for (args, want) in [
+        (vec!["--tls-cert", "gw-cert=nope.pem,key.pem"], "--tls-cert gw-cert: cannot read nope.pem"),
+        (vec!["--tls-cert", "gw-cert=key.pem,cert.pem"], "--tls-cert gw-cert: key.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----); it holds a private key: give the certificate first (CERT.pem,KEY.pem)"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,ca.pem"], "ca.pem holds no PEM private key"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,key.pem", "--client-ca", "agents=key.pem"], "--client-ca agents: key.pem holds no PEM certificate"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,key.pem", "--jwt-provider", &jwks("missing.json")], "--jwt-provider idp jwks: cannot read missing.json"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,key.pem", "--jwt-provider", &jwks("empty-jwks.json")], "empty-jwks.json is no JWKS with a key"),
+        (vec!["--tls-cert", "gw-cert=cert.pem,key.pem", "--jwt-provider", &jwks("not-json.json")], "not-json.json is not JSON"),
+    ] {
+        let out = envoy_in(&d, &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(text(&out.stderr).contains(want), "{args:?}: {}", text(&out.stderr));
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+
+    // Files that exist only where Envoy runs: absolute paths, written as given.
+    let elsewhere = [
+        "--files-where-envoy-runs",
+        "--tls-cert",
+        "gw-cert=/etc/envoy/c.pem,/etc/envoy/k.pem",
+    ];
+    let out = envoy_in(&d, &elsewhere);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("filename: /etc/envoy/c.pem"));
+    let out = envoy_in(
+        &d,
+        &[
+            "--files-where-envoy-runs",
+            "--tls-cert",
+            "gw-cert=c.pem,k.pem",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("give the absolute path where Envoy runs"));
+}
+
+#[test]
+fn envoy_refuses_an_https_listener_whose_certificate_was_not_given() {
+    let d = dir("envoy-no-cert");
+    let out = envoy_in(&d, &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("error: gw.yaml: document 1: Gateway mcp/gw listener https: Secret mcp/gw-cert is not available here: pass --tls-cert gw-cert=<cert.pem>,<key.pem>; without it Envoy would have no listener for it")
+            && err.contains("nothing written"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    // Told to proceed: written without that listener.
+    let out = envoy_in(&d, &["--allow-not-accepted"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("port_value: 8443"));
 }

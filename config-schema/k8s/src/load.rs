@@ -2,7 +2,7 @@
 //! `kind: List`), each object recognised by `apiVersion` and `kind`, parsed strictly and
 //! validated as its CRD would be.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -233,10 +233,23 @@ impl Manifests {
     /// or a `List`).
     pub fn add_text(&mut self, file: &str, text: &str, default_namespace: &str) {
         let json_docs = || -> Vec<Result<Value, String>> {
-            serde_json::Deserializer::from_str(text)
+            let mut docs: Vec<Result<Value, String>> = serde_json::Deserializer::from_str(text)
                 .into_iter::<Value>()
                 .map(|r| r.map_err(|e| format!("invalid JSON: {e}")))
-                .collect()
+                .collect();
+            // serde_json keeps the last of two equal keys silently: refused, as in YAML.
+            if docs.iter().all(Result::is_ok) {
+                if let Some(d) = flow_duplicate(text, 0, true) {
+                    if let Some(doc) = docs.get_mut(d.value) {
+                        *doc = Err(format!(
+                            "invalid JSON: duplicate key {:?} ({})",
+                            d.key,
+                            d.at()
+                        ));
+                    }
+                }
+            }
+            docs
         };
         let docs = if file.ends_with(".json") {
             json_docs()
@@ -638,11 +651,209 @@ fn yaml_error(text: &str, e: &serde_norway::Error) -> String {
                 .next()
                 .and_then(Result::ok)
         })
-        .and_then(|k| duplicate_lines(text, &k));
+        .and_then(|k| duplicate_in_yaml(text, &k));
     match lines {
-        Some((a, b)) => format!("invalid YAML: {msg} (the key is on lines {a} and {b})"),
+        Some(at) => format!("invalid YAML: {msg} ({at})"),
         None => format!("invalid YAML: {msg}"),
     }
+}
+
+/// Where `key` is named twice in one mapping of YAML `text`: a flow mapping (`{a: 1, a: 2}`,
+/// with columns), else a block mapping.
+fn duplicate_in_yaml(text: &str, key: &str) -> Option<String> {
+    let mut offset = 0;
+    for l in text.split_inclusive('\n') {
+        // A flow collection where a value starts: after indentation, `- ` and `key: `.
+        let flow = l.find(['{', '[']).filter(|&i| {
+            l.get(..i)
+                .is_some_and(|before| !before.contains(['"', '\'', '#', '{', '[']))
+        });
+        if let Some(d) = flow.and_then(|i| flow_duplicate(text, offset + i, false)) {
+            if d.key == key {
+                return Some(d.at());
+            }
+        }
+        offset += l.len();
+    }
+    duplicate_lines(text, key).map(|(a, b)| format!("the key is on lines {a} and {b}"))
+}
+
+/// A key named twice in one flow mapping.
+#[derive(Debug, PartialEq, Eq)]
+struct FlowDuplicate {
+    key: String,
+    /// (line, column), 1-based, of the first and the second.
+    first: (usize, usize),
+    second: (usize, usize),
+    /// Which top-level value (JSON document) it is in, from 0.
+    value: usize,
+}
+
+impl FlowDuplicate {
+    fn at(&self) -> String {
+        let ((l1, c1), (l2, c2)) = (self.first, self.second);
+        if l1 == l2 {
+            format!("the key is on line {l1}, columns {c1} and {c2}")
+        } else {
+            format!("the key is on lines {l1} and {l2}, columns {c1} and {c2}")
+        }
+    }
+}
+
+/// One open flow collection: a mapping (its keys, whether a key comes next, the key read
+/// before its `:`) or a sequence.
+enum Frame {
+    Map {
+        keys: HashMap<String, (usize, usize)>,
+        expect_key: bool,
+        pending: Option<(String, (usize, usize))>,
+    },
+    Seq,
+}
+
+/// The first key named twice in one mapping of the flow collection (JSON, or YAML `{...}` /
+/// `[...]`) that begins at byte `start` of `text`; with `stream`, of every top-level JSON value
+/// from there. Quoted keys are compared decoded; a plain YAML key ends at `: `, `,` or a bracket.
+fn flow_duplicate(text: &str, start: usize, stream: bool) -> Option<FlowDuplicate> {
+    let before = text.get(..start)?;
+    let mut line = before.matches('\n').count() + 1;
+    let mut col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    let chars: Vec<char> = text.get(start..)?.chars().collect();
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut value = 0;
+    let mut i = 0;
+    // Consumes chars[i], keeping line and column.
+    let step = |i: &mut usize, line: &mut usize, col: &mut usize| {
+        if chars.get(*i) == Some(&'\n') {
+            *line += 1;
+            *col = 1;
+        } else {
+            *col += 1;
+        }
+        *i += 1;
+    };
+    while let Some(&c) = chars.get(i) {
+        let at = (line, col);
+        let mut scalar = None;
+        match c {
+            '{' | '[' => {
+                if let Some(Frame::Map { expect_key, .. }) = stack.last_mut() {
+                    *expect_key = false; // a complex key, or a value
+                }
+                stack.push(if c == '{' {
+                    Frame::Map {
+                        keys: HashMap::new(),
+                        expect_key: true,
+                        pending: None,
+                    }
+                } else {
+                    Frame::Seq
+                });
+            }
+            '}' | ']' => {
+                stack.pop();
+                if stack.is_empty() {
+                    if !stream {
+                        return None;
+                    }
+                    value += 1;
+                }
+            }
+            ',' => {
+                if let Some(Frame::Map {
+                    expect_key,
+                    pending,
+                    ..
+                }) = stack.last_mut()
+                {
+                    *expect_key = true;
+                    *pending = None;
+                }
+            }
+            ':' => {
+                if let Some(Frame::Map {
+                    keys,
+                    expect_key,
+                    pending,
+                }) = stack.last_mut()
+                {
+                    if let Some((key, p)) = pending.take() {
+                        if let Some(&first) = keys.get(&key) {
+                            return Some(FlowDuplicate {
+                                key,
+                                first,
+                                second: p,
+                                value,
+                            });
+                        }
+                        keys.insert(key, p);
+                    }
+                    *expect_key = false;
+                }
+            }
+            '#' if !stream => {
+                while chars.get(i).is_some_and(|&c| c != '\n') {
+                    step(&mut i, &mut line, &mut col);
+                }
+                continue;
+            }
+            '"' | '\'' => {
+                let mut raw = String::from(c);
+                step(&mut i, &mut line, &mut col);
+                while let Some(&d) = chars.get(i) {
+                    raw.push(d);
+                    step(&mut i, &mut line, &mut col);
+                    if d == '\\' && c == '"' {
+                        if let Some(&e) = chars.get(i) {
+                            raw.push(e);
+                            step(&mut i, &mut line, &mut col);
+                        }
+                    } else if d == c {
+                        if c == '\'' && chars.get(i) == Some(&'\'') {
+                            step(&mut i, &mut line, &mut col); // '' is one quote
+                        } else {
+                            break;
+                        }
+                    }
+                }
+                scalar = Some(match c {
+                    '"' => serde_json::from_str::<String>(&raw).unwrap_or(raw),
+                    _ => raw.trim_matches('\'').to_string(),
+                });
+            }
+            c if c.is_whitespace() || stack.is_empty() => {}
+            _ => {
+                // A plain scalar: to a flow indicator, `: `, ` #` or the end of the line.
+                let mut plain = String::new();
+                while let Some(&d) = chars.get(i) {
+                    let next = chars.get(i + 1).copied().unwrap_or(' ');
+                    let ends = matches!(d, ',' | '[' | ']' | '{' | '}' | '\n')
+                        || (d == ':' && (next.is_whitespace() || matches!(next, ',' | ']' | '}')))
+                        || (d == '#' && plain.ends_with(char::is_whitespace));
+                    if ends {
+                        break;
+                    }
+                    plain.push(d);
+                    step(&mut i, &mut line, &mut col);
+                }
+                scalar = Some(plain.trim_end().to_string());
+            }
+        }
+        match scalar {
+            Some(s) => {
+                if let Some(Frame::Map {
+                    expect_key: true,
+                    pending,
+                    ..
+                }) = stack.last_mut()
+                {
+                    *pending = Some((s, at));
+                }
+            }
+            None => step(&mut i, &mut line, &mut col),
+        }
+    }
+    None
 }
 
 /// The 1-based lines of the first two occurrences of `key` in one block mapping: the same
@@ -712,4 +923,52 @@ fn collect_files(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dup(text: &str, stream: bool) -> Option<FlowDuplicate> {
+        flow_duplicate(text, 0, stream)
+    }
+
+    #[test]
+    fn flow_duplicates_are_found_where_they_are_and_nowhere_else() {
+        let some = |key: &str, first, second, value| {
+            Some(FlowDuplicate {
+                key: key.into(),
+                first,
+                second,
+                value,
+            })
+        };
+        // Quoted keys are compared decoded ("\u0061" is "a"); '' is one quote.
+        assert_eq!(
+            dup(r#"{"a": 1, "\u0061": 2}"#, true),
+            some("a", (1, 2), (1, 10), 0)
+        );
+        assert_eq!(
+            dup("{'it''s': 1, \"it's\": 2}", false),
+            some("it's", (1, 2), (1, 14), 0)
+        );
+        // Values, sequences, nested mappings and URLs are not keys of the outer mapping.
+        assert_eq!(
+            dup("{a: a, b: [a, {a: 1}], c: {a: 2}, u: http://a:1}", false),
+            None
+        );
+        assert_eq!(dup("[{a: 1}, {a: 2}]", false), None);
+        // A key in a nested mapping; a comment is skipped; the stream counts values.
+        assert_eq!(
+            dup("{x: {k: 1, # k: 0\n k: 2}}", false),
+            some("k", (1, 6), (2, 2), 0)
+        );
+        assert_eq!(
+            dup("{}\n{\"k\": 1, \"k\": 2}", true),
+            some("k", (2, 2), (2, 10), 1)
+        );
+        // Not a flow collection from there, or cut short: nothing.
+        assert_eq!(dup("{a: 1", false), None);
+        assert_eq!(flow_duplicate("{a: 1}", 99, false), None);
+    }
 }

@@ -175,7 +175,7 @@ pub struct EffectiveEntry {
     pub from: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub when: Vec<String>,
-    /// None: all traffic.
+    /// None: all traffic; empty: nothing (the stand-in of an Allow policy not accepted).
     pub rules: Option<Vec<EffectiveRule>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorizer: Option<String>,

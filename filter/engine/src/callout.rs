@@ -183,14 +183,66 @@ fn is_denial(status: u16) -> bool {
     (300..500).contains(&status)
 }
 
-/// How many body bytes of a callout response with `status` the host reads into the VM: the
-/// cap plus one (to tell an over-cap body), and none at all unless the response is a denial.
+/// How many body bytes of an error answer (1xx, 5xx) the host reads: enough for the reason
+/// Envoy gives when it answers in the place of an authorizer it could not reach.
+pub const ERROR_BODY_PEEK: usize = 256;
+
+/// How many body bytes of a callout response with `status` the host reads into the VM: for a
+/// denial the cap plus one (to tell an over-cap body), for an error [`ERROR_BODY_PEEK`] (for the
+/// log), for an allow none.
 pub(crate) fn body_read_limit(authorizer: &Authorizer, status: Option<u16>) -> usize {
     match status {
         Some(s) if is_denial(s) => usize::try_from(authorizer.max_response_body_bytes)
             .unwrap_or(usize::MAX)
             .saturating_add(1),
+        Some(s) if !(200..300).contains(&s) => ERROR_BODY_PEEK,
         _ => 0,
+    }
+}
+
+/// How Envoy's own answers begin when it could not reach a callout's upstream (Envoy 1.40: an
+/// HTTP call gets them as a 503 body, a gRPC call as the UNAVAILABLE status message).
+const ENVOY_UNREACHED: &[&str] = &[
+    "upstream connect error or disconnect/reset before headers",
+    "no healthy upstream",
+];
+
+/// Envoy's reason, when `text` (an error answer's body or gRPC status message) is what Envoy
+/// answers in the place of an upstream it could not reach.
+pub(crate) fn envoy_unreached(text: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(text);
+    let text = text.trim();
+    ENVOY_UNREACHED
+        .iter()
+        .any(|p| text.starts_with(p))
+        .then(|| text.chars().take(ERROR_BODY_PEEK).collect())
+}
+
+/// The log detail of an error answer with status `what` (e.g. "503"): the authorizer's own, or
+/// Envoy's, made in the place of an authorizer it could not reach (`text`: body or gRPC message).
+pub(crate) fn error_detail(authorizer: &Authorizer, what: &str, text: &[u8]) -> String {
+    match envoy_unreached(text) {
+        Some(reason) => format!(
+            "not reached: Envoy could not reach cluster {} and answered {what} itself ({reason}); check that the authorizer runs and listens on the cluster's address and port",
+            authorizer.cluster
+        ),
+        None => format!("authorizer answered {what}"),
+    }
+}
+
+/// The log detail of a callout Envoy refused to dispatch (`host_status`: the proxy-wasm status).
+/// Envoy 1.40 fails a call at once (InternalFailure) when its cluster has no endpoint to send it
+/// to, as when a STRICT_DNS cluster's name does not resolve.
+pub fn dispatch_failure(authorizer: &Authorizer, host_status: &str) -> String {
+    let cluster = &authorizer.cluster;
+    match host_status {
+        "InternalFailure" => format!(
+            "not reached: Envoy failed the call at once (InternalFailure): cluster {cluster} has no endpoint to send it to: its DNS name does not resolve (check the authorizer's Service name, namespace and the cluster's address) or none of its endpoints is healthy"
+        ),
+        "BadArgument" => format!(
+            "not reached: Envoy has no cluster {cluster} (BadArgument): define it in Envoy's configuration"
+        ),
+        other => format!("not reached: dispatch to cluster {cluster} failed ({other})"),
     }
 }
 
@@ -241,7 +293,7 @@ pub(crate) fn interpret(
         return (AuthzOutcome::Allow { headers: edits }, None);
     }
     if !is_denial(status) {
-        let detail = format!("authorizer answered {status}");
+        let detail = error_detail(authorizer, &status.to_string(), &body);
         return (AuthzOutcome::Error { detail }, None);
     }
     denial(authorizer, status, headers.collect(), body)
@@ -344,14 +396,57 @@ mod tests {
     }
 
     #[test]
-    fn only_a_denial_body_is_read_and_at_most_one_byte_past_the_cap() {
+    fn a_denial_body_is_read_to_one_byte_past_the_cap_an_error_body_for_the_log_only() {
         let a = authorizer(16);
         assert_eq!(body_read_limit(&a, Some(403)), 17);
         assert_eq!(body_read_limit(&a, Some(302)), 17);
-        for status in [None, Some(200), Some(204), Some(101), Some(500), Some(503)] {
+        for status in [None, Some(200), Some(204)] {
             assert_eq!(body_read_limit(&a, status), 0, "{status:?}");
         }
+        for status in [Some(101), Some(500), Some(503)] {
+            assert_eq!(body_read_limit(&a, status), ERROR_BODY_PEEK, "{status:?}");
+        }
         assert_eq!(body_read_limit(&authorizer(0), Some(401)), 1);
+    }
+
+    fn detail(outcome: AuthzOutcome) -> String {
+        match outcome {
+            AuthzOutcome::Error { detail } => detail,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn envoys_own_503_says_the_authorizer_was_not_reached_with_envoys_reason() {
+        let a = authorizer(8);
+        // What Envoy 1.40 delivers for an http_call to a port nothing listens on.
+        let body = b"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure";
+        let envoys = h(&[("content-length", "98"), ("content-type", "text/plain")]);
+        let (o, _) = interpret(&a, Some(503), envoys, body.to_vec());
+        assert_eq!(
+            detail(o),
+            "not reached: Envoy could not reach cluster c and answered 503 itself (upstream connect error or disconnect/reset before headers. reset reason: remote connection failure); check that the authorizer runs and listens on the cluster's address and port"
+        );
+        let (o, _) = interpret(&a, Some(503), Vec::new(), b"no healthy upstream".to_vec());
+        assert!(detail(o).starts_with("not reached: "));
+        // The authorizer's own 503 (whatever its body says) is its answer.
+        for body in [&b""[..], b"overloaded", b"try upstream connect error later"] {
+            let (o, _) = interpret(&a, Some(503), Vec::new(), body.to_vec());
+            assert_eq!(detail(o), "authorizer answered 503", "{body:?}");
+        }
+    }
+
+    #[test]
+    fn a_dispatch_envoy_refuses_names_the_cluster_and_the_likely_cause() {
+        let a = authorizer(8);
+        let d = dispatch_failure(&a, "InternalFailure");
+        assert!(
+            d.starts_with("not reached: Envoy failed the call at once (InternalFailure): cluster c has no endpoint")
+                && d.contains("its DNS name does not resolve"),
+            "{d}"
+        );
+        assert!(dispatch_failure(&a, "BadArgument").contains("Envoy has no cluster c"));
+        assert!(dispatch_failure(&a, "Other").contains("cluster c failed (Other)"));
     }
 
     #[test]

@@ -554,7 +554,8 @@ fn metadata_json(resp: &pb::CheckResponse) -> Option<String> {
 
 /// What a gRPC authorizer's answer means: `grpc_status` of the call (0: OK; None: no answer:
 /// timeout, reset or unreachable), `message` the CheckResponse bytes the host read (None: more
-/// than the filter reads). The third value is the dynamic metadata to export (JSON object).
+/// than the filter reads), or for another status its message (Envoy's reason when it could not
+/// reach the authorizer). The third value is the dynamic metadata to export (JSON object).
 pub(crate) fn interpret(
     authorizer: &Authorizer,
     grpc_status: Option<u32>,
@@ -566,10 +567,9 @@ pub(crate) fn interpret(
         Some(c) => c,
     };
     if code != 0 {
-        return error(format!(
-            "authorizer answered gRPC status {code} ({})",
-            grpc_status_name(code)
-        ));
+        let what = format!("gRPC status {code} ({})", grpc_status_name(code));
+        let text = message.unwrap_or_default();
+        return error(crate::callout::error_detail(authorizer, &what, text));
     }
     let Some(bytes) = message else {
         // Unread, it could be a denial: deny (without its status, headers or body) whatever
@@ -874,6 +874,19 @@ mod tests {
                 matches!(o, AuthzOutcome::Error { .. }),
                 "{status:?} {msg:?}: {o:?}"
             );
+        }
+        // Envoy's UNAVAILABLE for an authorizer it could not reach (Envoy 1.40's message)
+        // says so; the authorizer's own UNAVAILABLE is its answer.
+        let envoys = b"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure{upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}}";
+        for (msg, want) in [
+            (&envoys[..], "not reached: Envoy could not reach cluster c and answered gRPC status 14 (UNAVAILABLE) itself (upstream connect error"),
+            (b"draining", "authorizer answered gRPC status 14 (UNAVAILABLE)"),
+        ] {
+            let (o, _, _) = interpret(&a, Some(14), Some(msg));
+            let AuthzOutcome::Error { detail } = o else {
+                panic!("{o:?}")
+            };
+            assert!(detail.starts_with(want), "{detail}");
         }
         // Too large to read: denied whatever the failure mode (it could be a denial).
         let open = authorizer(serde_json::json!({"failureMode": "Allow"}));

@@ -542,7 +542,8 @@ impl RequestFlow {
         }
     }
 
-    /// Reports the result of dispatching the callout for `slot` at `now_ns`.
+    /// Reports the result of dispatching the callout for `slot` at `now_ns` (Err: the host's
+    /// status, e.g. `InternalFailure`).
     pub fn dispatched(
         &mut self,
         engine: &Engine,
@@ -552,10 +553,12 @@ impl RequestFlow {
     ) {
         match result {
             Ok(token) => self.tokens.push((token, slot, now_ns)),
-            Err(detail) => {
-                let outcome = crate::policy::AuthzOutcome::Error {
-                    detail: format!("dispatch failed: {detail}"),
+            Err(host_status) => {
+                let detail = match self.authorizer_of(engine, slot) {
+                    Some(a) => callout::dispatch_failure(a, &host_status),
+                    None => format!("dispatch failed: {host_status}"),
                 };
+                let outcome = crate::policy::AuthzOutcome::Error { detail };
                 let name = self.authorizer_name(engine, slot);
                 self.reports
                     .push(CalloutReport::of(name, None, &outcome, None));

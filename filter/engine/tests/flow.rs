@@ -531,6 +531,27 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     assert_eq!(r.len(), 1);
     assert!(r[0].failed && r[0].latency_ms.is_none() && r[0].authorizer == "a");
     assert!(
+        r[0].detail
+            .as_deref()
+            .unwrap()
+            .contains("Envoy has no cluster"),
+        "{r:?}"
+    );
+    // Envoy fails a call at once (InternalFailure) to a cluster with no endpoint, e.g. a DNS
+    // name that does not resolve: the log says so and names the cluster.
+    let mut flow = RequestFlow::new();
+    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        panic!()
+    };
+    flow.dispatched(&e, calls[0].0, Err("InternalFailure".into()), 0);
+    let r = flow.take_callout_reports();
+    let d = r[0].detail.as_deref().unwrap();
+    assert!(
+        d.starts_with("not reached: Envoy failed the call at once (InternalFailure): cluster ")
+            && d.contains("its DNS name does not resolve"),
+        "{d}"
+    );
+    assert!(
         flow.take_callout_reports().is_empty(),
         "reports are taken once"
     );

@@ -998,20 +998,25 @@ fn level_view(level: &str, policies: Vec<&bundle::Policy>) -> EffectiveLevel {
                     (None, None) => "its own rules".into(),
                 },
                 when: p.when.clone(),
-                rules: p.rules.as_ref().map(|rs| {
-                    rs.iter()
-                        .map(|r| {
-                            let mut v = serde_json::to_value(r).unwrap_or_default();
-                            if let Some(o) = v.as_object_mut() {
-                                o.remove("name");
-                            }
-                            EffectiveRule {
-                                name: r.name.clone(),
-                                rule: v,
-                            }
-                        })
-                        .collect()
-                }),
+                // A refused Allow policy's stand-in admits nothing, whatever its rules were.
+                rules: if p.not_accepted.is_some() && p.action == Action::Allow {
+                    Some(Vec::new())
+                } else {
+                    p.rules.as_ref().map(|rs| {
+                        rs.iter()
+                            .map(|r| {
+                                let mut v = serde_json::to_value(r).unwrap_or_default();
+                                if let Some(o) = v.as_object_mut() {
+                                    o.remove("name");
+                                }
+                                EffectiveRule {
+                                    name: r.name.clone(),
+                                    rule: v,
+                                }
+                            })
+                            .collect()
+                    })
+                },
                 authorizer: p.external_auth.clone(),
             })
             .collect();

@@ -80,6 +80,8 @@ struct PolicyContent {
     /// Not accepted in a way that leaves no trustworthy selection: the stand-in denies all.
     deny_all: bool,
     problem: Result<(), Problem>,
+    /// Where the rules are: `spec`, or `spec.defaults` / `spec.overrides`.
+    rules_at: String,
 }
 
 impl Ctx<'_> {
@@ -523,6 +525,7 @@ impl Ctx<'_> {
         };
         let mut c = self.finish_content(p, action, rules, authorizer, ns);
         c.when = when;
+        c.rules_at = at.to_string();
         c
     }
 
@@ -650,6 +653,7 @@ impl Ctx<'_> {
                 Some(p) => Err(p),
                 None => Ok(()),
             },
+            rules_at: "spec".into(),
         }
     }
 
@@ -869,7 +873,8 @@ pub(super) fn block_of(s: &PolicySpecV1) -> Option<(&'static str, &Block)> {
 }
 
 /// The warning for rules whose `mcp` block lists no method and skips the base protocol:
-/// they match nothing (the rest of the policy takes effect).
+/// they match nothing (the rest of the policy takes effect). The fixes it offers work as
+/// written: listed methods alone would leave MCP clients unable to `initialize`.
 fn inert_rules(c: &PolicyContent) -> String {
     let Ok(Some(rules)) = &c.rules else {
         return String::new();
@@ -885,17 +890,27 @@ fn inert_rules(c: &PolicyContent) -> String {
                     m.methods.is_empty() && m.base_protocol == bundle::BaseProtocol::Skip
                 })
         })
-        .map(|(i, r)| format!("spec.rules[{i}] ({})", r.name))
+        .map(|(i, r)| format!("{}.rules[{i}] ({})", c.rules_at, r.name))
         .collect();
     if inert.is_empty() {
         return String::new();
     }
-    let what = match c.action {
-        Action::Allow => "admits nothing",
-        _ => "matches nothing",
+    let (what, fix) = match c.action {
+        Action::Allow => (
+            "admits nothing",
+            "to admit tools, list them together with the base protocol MCP clients need to connect (initialize, ping, tools/list): `mcp: {mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS, methods: [{name: tools/call, params: [TOOL]}]}`; to admit every method, remove authorization.mcp",
+        ),
+        Action::Deny => (
+            "denies nothing",
+            "to deny methods, list them: `mcp: {methods: [{name: tools/call, params: [TOOL]}]}`; to deny every method, remove authorization.mcp",
+        ),
+        Action::ExternalAuth => (
+            "sends nothing to the authorizer",
+            "to send some methods, list them: `mcp: {methods: [{name: tools/call, params: [TOOL]}]}`; to send every request, remove authorization.mcp",
+        ),
     };
     format!(
-        "warning: {}: an mcp block with no methods and mcpBaseProtocolMethodsOption SKIP_BASE_PROTOCOL_METHODS (the default) {what}; list methods under mcp.methods, set mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS to match the base protocol (initialize, ping, ...), or remove the mcp block to match any method",
+        "warning: {}: authorization.mcp lists no methods and mcpBaseProtocolMethodsOption is SKIP_BASE_PROTOCOL_METHODS (the default), so the rule {what}; {fix}",
         inert.join(", ")
     )
 }
