@@ -7,60 +7,20 @@
     clippy::indexing_slicing
 )]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const BASE: &str = r#"apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: http, protocol: HTTP, port: 8080}
-  - {name: mtls, protocol: HTTP, port: 8443}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: r, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000, path: /mcp}
-"#;
+use common::{run, s, text, BASE};
 
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mcp-access-mistakes-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::dir("mistakes", name)
 }
 
-/// Writes `base.yaml` and `policy.yaml` into a fresh directory.
+/// A fresh directory with `base.yaml` and `policy.yaml`.
 fn case(name: &str, policy: &str) -> PathBuf {
-    let d = dir(name);
-    std::fs::write(d.join("base.yaml"), BASE).unwrap();
-    std::fs::write(d.join("policy.yaml"), policy).unwrap();
-    d
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mcp-access"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn s(p: &std::path::Path) -> &str {
-    p.to_str().unwrap()
+    common::case("mistakes", name, &[("policy.yaml", policy)])
 }
 
 /// `validate`, then `compile -o`, `envoy -o` and `manifests -o`: each exits 3 and writes nothing;
