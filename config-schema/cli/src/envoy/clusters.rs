@@ -6,7 +6,7 @@ use mcp_access_k8s::Topology;
 use serde_json::{json, Value};
 
 use super::routes::authority;
-use super::{EnvoyOptions, Notes, BUFFER_LIMIT, T};
+use super::{EnvoyOptions, Notes, Resolved, BUFFER_LIMIT, T};
 use crate::jwt::Jwks;
 
 pub(super) fn lookup<'a, V>(map: &'a BTreeMap<String, V>, ns: &str, name: &str) -> Option<&'a V> {
@@ -126,47 +126,18 @@ pub(super) fn upstream_clusters(
         ));
     }
     for s in &topo.services {
-        let (host, port, tls) = match lookup(&o.resolve, &s.namespace, &s.name) {
-            Some(r) => {
-                host_rewrites.insert(s.cluster.clone(), authority(&r.host, r.port));
-                (r.host.clone(), r.port, r.tls == Some(true))
-            }
-            None => {
-                let h = format!("{}.{}.svc.cluster.local", s.name, s.namespace);
-                notes.0.push(format!(
-                    "Service {}/{}: no --resolve {}=HOST:PORT, using DNS {h}:{}",
-                    s.namespace, s.name, s.name, s.port
-                ));
-                (h, s.port, false)
-            }
-        };
-        clusters.push(cluster(
-            &s.cluster,
-            &host,
-            port,
-            tls.then_some(s.name.as_str()),
-            &o.upstream_ca,
-        ));
+        let (r, resolved) = service_address(o, notes, "Service", (&s.namespace, &s.name, s.port));
+        if resolved {
+            host_rewrites.insert(s.cluster.clone(), authority(&r.host, r.port));
+        }
+        let sni = (r.tls == Some(true)).then_some(s.name.as_str());
+        clusters.push(cluster(&s.cluster, &r.host, r.port, sni, &o.upstream_ca));
     }
     for a in &topo.authorizers {
-        let (host, port, tls) = match lookup(&o.resolve, &a.namespace, &a.name) {
-            Some(r) => (r.host.clone(), r.port, r.tls == Some(true)),
-            None => {
-                let h = format!("{}.{}.svc.cluster.local", a.name, a.namespace);
-                notes.0.push(format!(
-                    "authorizer Service {}/{}: no --resolve {}=HOST:PORT, using DNS {h}:{}",
-                    a.namespace, a.name, a.name, a.port
-                ));
-                (h, a.port, false)
-            }
-        };
-        let mut c = cluster(
-            &a.cluster,
-            &host,
-            port,
-            tls.then_some(a.name.as_str()),
-            &o.upstream_ca,
-        );
+        let what = "authorizer Service";
+        let (r, _) = service_address(o, notes, what, (&a.namespace, &a.name, a.port));
+        let sni = (r.tls == Some(true)).then_some(a.name.as_str());
+        let mut c = cluster(&a.cluster, &r.host, r.port, sni, &o.upstream_ca);
         if a.grpc {
             http2_only(&mut c);
         }
@@ -183,4 +154,29 @@ pub(super) fn upstream_clusters(
         }
     }
     (clusters, host_rewrites)
+}
+
+/// Where a Service (`namespace`, `name`, `port`) is: its `--resolve` (true), else its cluster DNS
+/// name, with a note.
+fn service_address(
+    o: &EnvoyOptions,
+    notes: &mut Notes,
+    what: &str,
+    (namespace, name, port): (&str, &str, u16),
+) -> (Resolved, bool) {
+    if let Some(r) = lookup(&o.resolve, namespace, name) {
+        return (r.clone(), true);
+    }
+    let host = format!("{name}.{namespace}.svc.cluster.local");
+    notes.0.push(format!(
+        "{what} {namespace}/{name}: no --resolve {name}=HOST:PORT, using DNS {host}:{port}"
+    ));
+    (
+        Resolved {
+            host,
+            port,
+            tls: Some(false),
+        },
+        false,
+    )
 }
