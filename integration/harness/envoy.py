@@ -48,6 +48,9 @@ class Route:
     direct_response: tuple[int, str] | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # merged into the Route (e.g. typed_per_filter_config)
+    # False: send the upstream its own address as Host (as `mcp-access envoy` does for a resolved
+    # Service: an SDK server on loopback checks Host). True: pass the client's on (a proxy hop).
+    keep_host: bool = False
 
 
 @dataclass
@@ -274,13 +277,18 @@ def _access_log(path: Path | str, listener: str, filter_state_key: str) -> dict[
     }
 
 
-def _route(r: Route) -> dict[str, Any]:
+def _route(r: Route, authorities: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"name": r.name, "match": {"prefix": r.prefix}}
     if r.direct_response is not None:
         status, body = r.direct_response
         out["direct_response"] = {"status": status, "body": {"inline_string": body}}
     else:
         action: dict[str, Any] = {"cluster": r.cluster}
+        if r.cluster in authorities and not r.keep_host:
+            # As `mcp-access envoy` renders a resolved Service: the upstream gets its own address
+            # as Host (an SDK server on loopback checks it) and the client's in x-forwarded-host.
+            action["host_rewrite_literal"] = authorities[r.cluster]
+            action["append_x_forwarded_host"] = True
         if r.prefix_rewrite is not None:
             action["prefix_rewrite"] = r.prefix_rewrite
         if r.timeout is not None:
@@ -295,7 +303,8 @@ def _route(r: Route) -> dict[str, Any]:
     return out
 
 
-def _listener(l: Listener, access_log_path: Path | str | None, filter_state_key: str) -> dict[str, Any]:
+def _listener(l: Listener, access_log_path: Path | str | None, filter_state_key: str,
+              authorities: dict[str, str]) -> dict[str, Any]:
     filters: list[dict[str, Any]] = []
     if l.jwt:
         filters.append(jwt_filter(l.jwt, l.jwt_allow_missing))
@@ -311,7 +320,7 @@ def _listener(l: Listener, access_log_path: Path | str | None, filter_state_key:
         "codec_type": "AUTO",
         "route_config": {
             "name": f"{l.name}_routes",
-            "virtual_hosts": [{"name": l.name, "domains": ["*"], "routes": [_route(r) for r in l.routes]}],
+            "virtual_hosts": [{"name": l.name, "domains": ["*"], "routes": [_route(r, authorities) for r in l.routes]}],
         },
         "http_filters": filters,
     }
@@ -383,10 +392,11 @@ def build_bootstrap(
     filter_state_key: str = DEFAULT_FILTER_STATE_KEY,
 ) -> dict[str, Any]:
     """Envoy v3 bootstrap dict: admin on 127.0.0.1:admin_port, static listeners and clusters."""
+    authorities = {c.name: f"{c.host}:{c.port}" for c in clusters}
     return {
         "admin": {"address": _addr("127.0.0.1", admin_port)},
         "static_resources": {
-            "listeners": [_listener(l, access_log_path, filter_state_key) for l in listeners],
+            "listeners": [_listener(l, access_log_path, filter_state_key, authorities) for l in listeners],
             "clusters": [_cluster(c) for c in clusters],
         },
     }

@@ -205,8 +205,13 @@ def localized(tmp: Path, wasm_path: Path, pki: Pki, jwks_json: str, *, ports: di
             addr = ep["endpoint"]["address"]["socket_address"]
             if upstreams and addr["address"] in upstreams:
                 addr.update(address="127.0.0.1", port_value=upstreams[addr["address"]])
+    text = yaml.safe_dump(cfg)
+    for name, port in (upstreams or {}).items():
+        # The Host routes send the service (its compose address) becomes the local one, as the
+        # local SDK server on loopback checks it.
+        text = re.sub(rf"host_rewrite_literal: {re.escape(name)}:\d+", f"host_rewrite_literal: 127.0.0.1:{port}", text)
     path = tmp / "envoy-local.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    path.write_text(text)
     return path
 
 

@@ -86,7 +86,7 @@ def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterato
     listeners = {
         "normalized": Listen(),
         "raw": Listen(normalize=False),
-        "front": Listen(filter=False, normalize=False, routes=[Route("to-raw", "/", "raw-h2")]),
+        "front": Listen(filter=False, normalize=False, routes=[Route("to-raw", "/", "raw-h2", keep_host=True)]),
     }
 
     def upstreams(ports: dict[str, int]) -> list[Cluster]:

@@ -152,8 +152,10 @@ def test_jwt_required_answers_a_missing_token_with_a_challenge(cli: Path, wasm_p
         preflight = request("OPTIONS", d.url, headers={
             "origin": "https://inspector.example", "access-control-request-method": "POST",
             "access-control-request-headers": "authorization, content-type"})
-        # Past jwt_authn; no policy here, so the filter lets it on to the MCP server, which serves no OPTIONS.
-        assert preflight.status == 405 and "x-envoy-upstream-service-time" in preflight.headers, preflight
+        # Past jwt_authn; no policy here, so the filter lets it on to the MCP server, which (at the
+        # SDK's defaults, on loopback) refuses a foreign Origin itself: its 403, not Envoy's.
+        assert preflight.status == 403 and preflight.body == b"Invalid Origin header", preflight
+        assert "x-envoy-upstream-service-time" in preflight.headers, preflight
         with McpAgent(d.url, token=jwt_keys.mint()) as holder:
             assert text_of(holder.call_tool("echo", {"text": "token"})) == "token"
 
