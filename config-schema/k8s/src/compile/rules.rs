@@ -11,16 +11,14 @@ pub(super) type Problem = (&'static str, String);
 /// A CEL expression at field path `at`, checked by the engine's own checker (the filter loads
 /// it with the same code, under the bundle's default limits).
 pub(super) fn cel(at: &str, expression: &str) -> Result<String, Problem> {
-    mcp_access_engine::cel::check(expression, &bundle::CelLimits::default())
+    mcp_access_cel::check(expression, &bundle::CelLimits::default())
         .map(|()| expression.to_string())
         .map_err(|e| {
             let e = e.to_string();
             let hint = e
                 .split_once("unknown variable `")
                 .and_then(|(_, rest)| rest.split_once('`'))
-                .map(|(name, _)| {
-                    super::did_you_mean(name, &mcp_access_engine::cel::variable_names())
-                })
+                .map(|(name, _)| super::did_you_mean(name, &mcp_access_cel::variable_names()))
                 .unwrap_or_default();
             (
                 reason::INVALID,
