@@ -17,6 +17,15 @@ use crate::{fail, EvalError};
 pub trait Attributes {
     /// The value of `a`; None when it is absent (the evaluation errs, saying why).
     fn attr(&self, a: Attr) -> Option<Value<'_>>;
+
+    /// `a` if it is a string that can be borrowed as is: the fast path of string tests
+    /// (`request.mcp.tool_name == 'x'`), which then build no [`Value`]. None sends the
+    /// evaluator to [`Attributes::attr`] (always, by default).
+    #[inline]
+    fn text(&self, a: Attr) -> Option<&str> {
+        let _ = a;
+        None
+    }
 }
 
 /// A request attribute an expression can read (docs/semantics.md, "CEL").

@@ -61,17 +61,10 @@ impl<'a, A: Attributes + ?Sized> Eval<'a, A> {
         }
     }
 
-    /// A string attribute (borrowed unless it had to be built), or why there is none.
-    #[inline]
-    fn attr_text(&self, a: Attr) -> Result<Str<'a>, EvalError> {
-        match self.input.attr(a) {
-            Some(Value::Str(s)) => Ok(s),
-            _ => self.not_text(a),
-        }
-    }
-
+    /// A string attribute that [`Attributes::text`] does not borrow (or that is absent: the
+    /// error).
     #[cold]
-    fn not_text(&self, a: Attr) -> Result<Str<'a>, EvalError> {
+    fn attr_text(&self, a: Attr) -> Result<Str<'a>, EvalError> {
         match read(a, self.input)? {
             Value::Str(s) => Ok(s),
             other => fail(format!("expected string, got {}", other.type_name())),
@@ -100,8 +93,14 @@ impl<'a, A: Attributes + ?Sized> Eval<'a, A> {
             }
             Node::StrTest { attr, op, lit } => {
                 self.tick(1)?;
-                let text = self.attr_text(*attr)?;
-                let s = text.as_str();
+                let owned;
+                let s = match self.input.text(*attr) {
+                    Some(s) => s,
+                    None => {
+                        owned = self.attr_text(*attr)?;
+                        owned.as_str()
+                    }
+                };
                 let lit = &**lit;
                 self.tick(s.len() / 64)?;
                 Ok(match op {
@@ -114,8 +113,14 @@ impl<'a, A: Attributes + ?Sized> Eval<'a, A> {
             }
             Node::StrIn(attr, set) => {
                 self.tick(1 + set.len())?;
-                let text = self.attr_text(*attr)?;
-                let s = text.as_str();
+                let owned;
+                let s = match self.input.text(*attr) {
+                    Some(s) => s,
+                    None => {
+                        owned = self.attr_text(*attr)?;
+                        owned.as_str()
+                    }
+                };
                 Ok(set.iter().any(|x| **x == *s))
             }
             _ => match self.eval(n)?.norm() {

@@ -18,55 +18,59 @@ pub struct CelInput<'a> {
     pub trust_domain: Option<&'a str>,
 }
 
-/// A borrowed string value.
-fn text(s: &str) -> Option<Value<'_>> {
-    Some(Value::Str(Str::Borrowed(s)))
-}
-
 impl Attributes for CelInput<'_> {
     #[inline]
-    fn attr(&self, a: Attr) -> Option<Value<'_>> {
+    fn text(&self, a: Attr) -> Option<&str> {
         let req = self.req;
-        let call = || match &req.mcp {
-            McpOp::Call { method, param } => Some((method.as_str(), param.as_deref())),
+        match a {
+            Attr::UrlPath => Some(&req.canonical_path),
+            Attr::Path if !req.path.contains('?') => Some(&req.canonical_path),
+            Attr::Method => Some(&req.method),
+            Attr::Host => Some(&req.authority),
+            Attr::Hostname => Some(self.host),
+            Attr::Route => req.route_name.as_deref(),
+            Attr::Backend => self.backend,
+            Attr::ToolName => match call(req)? {
+                ("tools/call", p) => p,
+                _ => None,
+            },
+            Attr::McpMethod => call(req).map(|(m, _)| m),
+            Attr::Principal => req.caller.spiffe.as_deref(),
             _ => None,
-        };
-        let param = |want: Param| match call()? {
+        }
+    }
+
+    fn attr(&self, a: Attr) -> Option<Value<'_>> {
+        if let Some(s) = self.text(a) {
+            return Some(Value::Str(Str::Borrowed(s)));
+        }
+        let req = self.req;
+        let text = |s| Some(Value::Str(Str::Borrowed(s)));
+        let param = |want: Param| match call(req)? {
             (m, Some(p)) if mcp_methods::param_of(m) == Some(want) => text(p),
             _ => None,
         };
         match a {
-            Attr::UrlPath => text(&req.canonical_path),
-            Attr::Path => match req.path.split_once('?') {
-                Some((_, q)) => Some(Value::string(format!("{}?{q}", req.canonical_path))),
-                None => text(&req.canonical_path),
-            },
-            Attr::Method => text(&req.method),
-            Attr::Host => text(&req.authority),
-            Attr::Hostname => text(self.host),
+            Attr::Path => {
+                let (_, q) = req.path.split_once('?')?;
+                Some(Value::string(format!("{}?{q}", req.canonical_path)))
+            }
             Attr::Port => Some(Value::Int(i64::from(req.port))),
-            Attr::Route => text(req.route_name.as_deref()?),
-            Attr::Backend => text(self.backend?),
             Attr::Headers => Some(Value::Headers(&req.headers)),
             Attr::Time => Some(Value::Time(req.time?)),
-            Attr::ToolName => match call()? {
-                ("tools/call", Some(p)) => text(p),
-                _ => None,
-            },
-            Attr::McpMethod => text(call()?.0),
             Attr::McpName => param(Param::Name),
             Attr::McpUri => param(Param::Uri),
             Attr::McpParams => {
-                call()?;
+                call(req)?;
                 Some(
                     req.params
                         .as_ref()
                         .map_or_else(Value::empty_map, Value::Json),
                 )
             }
-            Attr::Principal => text(req.caller.spiffe.as_deref()?),
             Attr::SaNamespace | Attr::SaName => {
-                let (ns, name) = service_account(req.caller.spiffe.as_deref()?, self.trust_domain)?;
+                let spiffe = req.caller.spiffe.as_deref()?;
+                let (ns, name) = service_account(spiffe, self.trust_domain)?;
                 text(if a == Attr::SaNamespace { ns } else { name })
             }
             Attr::JwtClaims => Some(
@@ -76,7 +80,16 @@ impl Attributes for CelInput<'_> {
                     .find_map(|j| j.payload.as_ref())
                     .map_or_else(Value::empty_map, Value::Json),
             ),
-            Attr::SelfValue => None,
+            // Strings [`Attributes::text`] gave (or found absent); `self` is not a request's.
+            _ => None,
         }
+    }
+}
+
+/// The method and the param (tool name, prompt name, resource URI) of an MCP request.
+fn call(req: &Request) -> Option<(&str, Option<&str>)> {
+    match &req.mcp {
+        McpOp::Call { method, param } => Some((method.as_str(), param.as_deref())),
+        _ => None,
     }
 }

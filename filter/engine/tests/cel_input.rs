@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-use mcp_access_cel::{check, CelLimits, Program, CEL_LIMIT_MAX};
+use mcp_access_cel::{check, variable_names, Attributes, CelLimits, Program, Value, CEL_LIMIT_MAX};
 use mcp_access_engine::cel_input::CelInput;
 use mcp_access_engine::request::{Caller, JwtPrincipal, McpOp, Request};
 
@@ -136,6 +136,40 @@ fn absent_attributes_are_errors() {
     assert_eq!(eval_on("!has(request.mcp.tool_name)", &r), Ok(true));
     assert_eq!(eval_on("jwt.claims == {}", &r), Ok(true));
     assert_eq!(eval_on("'x-dup' in request.headers", &r), Ok(true));
+}
+
+#[test]
+fn the_string_fast_path_agrees_with_the_values() {
+    // `text` (string tests) and `attr` (everything else) must read the same request.
+    let mut plain = req();
+    plain.path = "/mcp".into();
+    plain.canonical_path = "/mcp".into();
+    plain.route_name = Some("r".into());
+    plain.mcp = McpOp::Call {
+        method: "resources/read".into(),
+        param: Some("file:///a".into()),
+    };
+    let mut bare = req();
+    bare.mcp = McpOp::Transport;
+    bare.caller = Caller::default();
+    for r in [req(), plain, bare] {
+        let input = CelInput {
+            req: &r,
+            host: "a.example",
+            backend: None,
+            trust_domain: Some("example.org"),
+        };
+        for name in variable_names() {
+            let p = Program::compile(&format!("has({name})"), &CelLimits::default()).unwrap();
+            let a = p.reads()[0];
+            if let Some(s) = input.text(a) {
+                match input.attr(a) {
+                    Some(Value::Str(v)) => assert_eq!(v.as_str(), s, "{name}"),
+                    other => panic!("{name}: text {s:?}, value {other:?}"),
+                }
+            }
+        }
+    }
 }
 
 #[test]
