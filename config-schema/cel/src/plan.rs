@@ -307,16 +307,19 @@ pub struct Program {
 
 impl Program {
     /// The expression text.
+    #[inline]
     pub fn source(&self) -> &str {
         &self.source
     }
 
     /// The attributes the expression reads.
+    #[inline]
     pub fn reads(&self) -> &[Attr] {
         &self.reads
     }
 
     /// Whether the expression reads `a`.
+    #[inline]
     pub fn reads_attr(&self, a: Attr) -> bool {
         self.reads.binary_search(&a).is_ok()
     }
