@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use mcp_access_cel::{CelLimits, CEL_LIMIT_MAX};
+
 /// The only `apiVersion` this crate reads and writes.
 pub const API_VERSION: &str = "mcp-access.io/v1";
 
@@ -354,6 +356,33 @@ pub struct Origin {
     pub note: String,
 }
 
+/// How an origin reads in decision logs and `explain`: `overrides (merge) of <policy>`, or
+/// `<policy>; <note>` for a policy's own rules.
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.block {
+            Some(b) => write!(
+                f,
+                "{} ({}) of {}",
+                match b {
+                    BlockKind::Defaults => "defaults",
+                    BlockKind::Overrides => "overrides",
+                },
+                match self.strategy {
+                    Some(Strategy::Merge) => "merge",
+                    _ => "atomic",
+                },
+                self.policy
+            )?,
+            None => f.write_str(&self.policy)?,
+        }
+        if !self.note.is_empty() {
+            write!(f, "; {}", self.note)?;
+        }
+        Ok(())
+    }
+}
+
 /// A defaults or overrides block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -653,40 +682,6 @@ impl Default for Limits {
     }
 }
 
-/// Bounds on CEL expressions: size, nesting and node count are checked when the bundle is
-/// loaded (a bundle with a larger expression is refused); steps are counted per evaluation
-/// (an evaluation that needs more errors, which counts against the caller).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct CelLimits {
-    /// Longest expression, in bytes of source (default 4096, at most 65536).
-    #[serde(default = "default_cel_bytes")]
-    pub max_expression_bytes: u32,
-    /// Deepest nesting of the parsed expression (default 32, at most 100).
-    #[serde(default = "default_cel_depth")]
-    pub max_depth: u32,
-    /// Most nodes in the parsed expression, macros expanded (default 1000, at most 2000).
-    #[serde(default = "default_cel_nodes")]
-    pub max_nodes: u32,
-    /// Most evaluation steps per expression and request: one per node evaluated, one per
-    /// element a macro visits, one per 64 bytes of text read or built (default 10000, at most
-    /// 1000000).
-    #[serde(default = "default_cel_steps")]
-    pub max_steps: u32,
-}
-
-impl Default for CelLimits {
-    fn default() -> Self {
-        CelLimits {
-            max_expression_bytes: default_cel_bytes(),
-            max_depth: default_cel_depth(),
-            max_nodes: default_cel_nodes(),
-            max_steps: default_cel_steps(),
-        }
-    }
-}
-
 /// Per-caller filtering of `tools/list`, `prompts/list`, `resources/list` and
 /// `resources/templates/list` responses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -711,14 +706,6 @@ impl Default for Listings {
         }
     }
 }
-
-/// Upper bounds of the [`CelLimits`] fields (the validator refuses larger values).
-pub const CEL_LIMIT_MAX: CelLimits = CelLimits {
-    max_expression_bytes: 65536,
-    max_depth: 100,
-    max_nodes: 2000,
-    max_steps: 1_000_000,
-};
 
 /// Integration with the hosting Envoy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -807,18 +794,6 @@ fn default_max_listing() -> u32 {
 }
 fn default_max_depth() -> u32 {
     64
-}
-fn default_cel_bytes() -> u32 {
-    4096
-}
-fn default_cel_depth() -> u32 {
-    32
-}
-fn default_cel_nodes() -> u32 {
-    1000
-}
-fn default_cel_steps() -> u32 {
-    10_000
 }
 fn default_true() -> bool {
     true

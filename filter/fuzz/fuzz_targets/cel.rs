@@ -7,7 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_engine::cel::{check, CelLimits, Input, Program, CEL_LIMIT_MAX};
+use mcp_access_cel::{check, CelLimits, Program, CEL_LIMIT_MAX};
+use mcp_access_engine::cel_input::CelInput;
 use mcp_access_engine::request::{Caller, JwtPrincipal, McpOp, Request};
 use serde_json::Value;
 
@@ -47,12 +48,11 @@ fn run(data: &[u8]) {
     let Ok(program) = program else { return };
     let req = request(&attrs);
     for (trust_domain, backend) in [(None, None), (Some("example.org"), Some("mcp/tools"))] {
-        let input = Input {
+        let input = CelInput {
             req: &req,
             host: "a.example",
             backend,
             trust_domain,
-            this: None,
         };
         let _ = program.eval(&input);
     }

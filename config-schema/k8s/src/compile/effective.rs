@@ -10,7 +10,7 @@ use crate::load::PolicySpec;
 use crate::model::*;
 
 use mcp_access_bundle::{self as bundle, Action, BlockKind, Level, Strategy};
-use mcp_access_engine::cel::SelfCondition;
+use mcp_access_cel::SelfCondition;
 
 /// Condition results per (block policy, lower policy): the lower spec does not change.
 type CondCache = BTreeMap<(String, String), Result<bool, String>>;
@@ -994,7 +994,7 @@ fn level_view(level: &str, policies: Vec<&bundle::Policy>) -> EffectiveLevel {
                 policy: format!("{}/{}", p.namespace, p.name),
                 from: match (&p.origin, &p.not_accepted) {
                     (_, Some(why)) => format!("stand-in of a policy not accepted ({why})"),
-                    (Some(o), None) => mcp_access_engine::policy::origin_text(o),
+                    (Some(o), None) => o.to_string(),
                     (None, None) => "its own rules".into(),
                 },
                 when: p.when.clone(),

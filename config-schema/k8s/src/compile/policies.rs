@@ -181,7 +181,7 @@ impl Ctx<'_> {
                 when: content.when.clone(),
                 authorizer: content.authorizer.clone(),
                 condition: b.condition.as_ref().map(|c| {
-                    mcp_access_engine::cel::SelfCondition::compile(
+                    mcp_access_cel::SelfCondition::compile(
                         c,
                         &mcp_access_bundle::CelLimits::default(),
                     )
@@ -451,7 +451,7 @@ impl Ctx<'_> {
                     self.content_parts(p, &at, (&b.action, &b.external_auth, &b.rules, &b.when));
                 if let (Ok(()), Some(cond)) = (&c.problem, &b.condition) {
                     let limits = mcp_access_bundle::CelLimits::default();
-                    if let Err(e) = mcp_access_engine::cel::SelfCondition::compile(cond, &limits) {
+                    if let Err(e) = mcp_access_cel::SelfCondition::compile(cond, &limits) {
                         c.problem = Err((reason::INVALID, format!("{at}.condition: {e}")));
                     }
                 }

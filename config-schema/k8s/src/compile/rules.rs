@@ -15,23 +15,21 @@ pub(super) struct RuleCx<'a> {
     pub(super) cel_limits: &'a bundle::CelLimits,
 }
 
-/// A CEL expression at field path `at`, checked by the engine's own checker under the limits
+/// A CEL expression at field path `at`, checked by the filter's own checker (mcp-access-cel) under the limits
 /// the filter will load it with.
 pub(super) fn cel(
     at: &str,
     expression: &str,
     limits: &bundle::CelLimits,
 ) -> Result<String, Problem> {
-    mcp_access_engine::cel::check(expression, limits)
+    mcp_access_cel::check(expression, limits)
         .map(|()| expression.to_string())
         .map_err(|e| {
             let e = e.to_string();
             let hint = e
                 .split_once("unknown variable `")
                 .and_then(|(_, rest)| rest.split_once('`'))
-                .map(|(name, _)| {
-                    super::did_you_mean(name, &mcp_access_engine::cel::variable_names())
-                })
+                .map(|(name, _)| super::did_you_mean(name, &mcp_access_cel::variable_names()))
                 .unwrap_or_default();
             (
                 reason::INVALID,

@@ -12,8 +12,8 @@ use mcp_access_bundle::{
 };
 
 use super::{CelCx, FastSet, LevelIndex};
-use crate::cel::{CelLimits, Program};
 use crate::request::{Caller, McpOp, Request};
+use mcp_access_cel::{CelLimits, Program};
 
 /// A policy, compiled.
 #[derive(Debug)]

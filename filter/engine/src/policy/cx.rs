@@ -3,8 +3,9 @@
 
 use super::compiled::{Cel, Mode, Policy};
 use super::PolicyId;
-use crate::cel::{Attr, Input};
+use crate::cel_input::CelInput;
 use crate::request::Request;
+use mcp_access_cel::EvalError;
 
 /// Whether a policy applies, per its `when` conditions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,12 +86,11 @@ impl CelCx {
         policy: &str,
         rule: Option<&str>,
     ) -> Result<bool, ()> {
-        let input = Input {
+        let input = CelInput {
             req,
             host,
             backend: self.backend.as_deref(),
             trust_domain: self.trust_domain.as_deref(),
-            this: None,
         };
         let result = c.program.eval(&input);
         if let Err(e) = &result {
@@ -147,8 +147,8 @@ impl CelCx {
 #[cold]
 fn record(
     c: &Cel,
-    input: &Input<'_>,
-    result: &Result<bool, crate::cel::EvalError>,
+    input: &CelInput<'_>,
+    result: &Result<bool, EvalError>,
     policy: &str,
     rule: Option<&str>,
 ) -> CelRecord {
@@ -162,14 +162,7 @@ fn record(
             .program
             .reads()
             .iter()
-            .map(|a| (a.name().to_string(), read_value(*a, input)))
+            .map(|a| (a.name().to_string(), mcp_access_cel::shown(*a, input)))
             .collect(),
-    }
-}
-
-fn read_value(a: Attr, input: &Input<'_>) -> String {
-    match crate::cel::attr_value(a, input) {
-        Ok(v) => crate::cel::show(&v),
-        Err(e) => format!("<{e}>"),
     }
 }

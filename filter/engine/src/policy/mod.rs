@@ -296,7 +296,7 @@ impl Engine {
                 .iter()
                 .chain(rules.iter().flatten().flat_map(|r| r.cels.iter()));
             for c in cels {
-                use crate::cel::Attr;
+                use mcp_access_cel::Attr;
                 cel_needs.any = true;
                 cel_needs.time |= c.program.reads_attr(Attr::Time);
                 cel_needs.params |= c.program.reads_attr(Attr::McpParams);
@@ -350,7 +350,7 @@ impl Engine {
                 action,
                 rules,
                 when,
-                origin: p.origin.as_ref().map(origin_text),
+                origin: p.origin.as_ref().map(ToString::to_string),
             });
         }
 
@@ -748,30 +748,4 @@ impl LevelIndex {
             }
         }
     }
-}
-
-/// How an origin reads in decision logs and `explain`: `overrides (merge) of <policy>`, or
-/// `<policy>; <note>` for a policy's own rules.
-pub fn origin_text(o: &mcp_access_bundle::Origin) -> String {
-    use mcp_access_bundle::{BlockKind, Strategy};
-    let mut s = match (o.block, o.strategy) {
-        (Some(b), st) => format!(
-            "{} ({}) of {}",
-            match b {
-                BlockKind::Defaults => "defaults",
-                BlockKind::Overrides => "overrides",
-            },
-            match st {
-                Some(Strategy::Merge) => "merge",
-                _ => "atomic",
-            },
-            o.policy
-        ),
-        (None, _) => o.policy.clone(),
-    };
-    if !o.note.is_empty() {
-        s.push_str("; ");
-        s.push_str(&o.note);
-    }
-    s
 }

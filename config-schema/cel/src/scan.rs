@@ -1,8 +1,7 @@
 //! Bounds checked on the expression text before `cel`'s parser sees it: the parser (and the
 //! drop of the tree it builds) recurse, and a stack overflow cannot be caught in wasm.
 
-use super::CelError;
-use mcp_access_bundle::CelLimits;
+use crate::{CelError, CelLimits};
 
 /// What the scan found outside string literals and comments.
 struct Scan {

@@ -1,0 +1,43 @@
+use super::*;
+
+#[test]
+fn check_names_position_and_problem() {
+    let l = CelLimits::default();
+    let e = check("request.path == 'a' &&\n  request.nope == 1", &l).unwrap_err();
+    assert_eq!((e.line, e.column), (2, 11), "{e}");
+    assert!(e.message.contains("unknown variable `request.nope`"), "{e}");
+    let e = check("request.path.frobnicate()", &l).unwrap_err();
+    assert!(e.message.contains("unsupported method `frobnicate`"), "{e}");
+    assert_eq!(e.column, 14, "{e}");
+    let e = check("request.path ==", &l).unwrap_err();
+    assert_eq!(e.line, 1, "{e}");
+    let e = check("request.port + 'a' == 1", &l).unwrap_err();
+    assert!(e.message.contains("type error"), "{e}");
+    let e = check("request.path", &l).unwrap_err();
+    assert!(e.message.contains("must be boolean"), "{e}");
+    let e = check("request.path.matches('(')", &l).unwrap_err();
+    assert!(e.message.contains("invalid regular expression"), "{e}");
+    let e = check("request.path.matches(request.method)", &l).unwrap_err();
+    assert!(e.message.contains("literal"), "{e}");
+    let e = check("request.mcp == 1", &l).unwrap_err();
+    assert!(e.message.contains("request.mcp.tool_name"), "{e}");
+    let e = check("foo.bar == 1", &l).unwrap_err();
+    assert!(e.message.contains("unknown variable `foo.bar`"), "{e}");
+    assert!(e.to_string().starts_with("CEL line 1, column 5: "), "{e}");
+}
+
+#[test]
+fn conditions_over_self() {
+    let spec = serde_json::json!({"action": "Allow", "rules": [{"name": "a"}, {"name": "b"}, {"name": "c"}]});
+    let lim = CelLimits::default();
+    let run = |src: &str| SelfCondition::compile(src, &lim).map(|c| c.eval(&spec));
+    assert_eq!(run("size(self.rules) > 2"), Ok(Ok(true)));
+    assert_eq!(run("self.action == 'Deny'"), Ok(Ok(false)));
+    assert_eq!(run("self.rules.exists(r, r.name == 'b')"), Ok(Ok(true)));
+    // A missing field errs at evaluation; a request attribute is not a variable here.
+    assert!(matches!(run("self.when.size() > 0"), Ok(Err(_))));
+    assert!(run("request.path == '/'").is_err());
+    assert!(run("size(self.rules").is_err());
+    // ... and `self` is not a request attribute.
+    assert!(Program::compile("self.x == 1", &lim).is_err());
+}
