@@ -7,6 +7,7 @@ use std::fmt;
 use crate::bundle::*;
 use crate::http::is_header_name;
 use crate::mcp_methods;
+use crate::names::{is_dns_subdomain, is_hostname, is_spiffe_id, is_trust_domain};
 
 /// A bundle that cannot be used, with the JSON path of the offending field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -692,48 +693,6 @@ impl Validator {
             format!("\"{name}\" must be a lowercase DNS subdomain name"),
         );
     }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b.first() != Some(&b'-')
-        && b.last() != Some(&b'-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-fn is_hostname(s: &str) -> bool {
-    let rest = s.strip_prefix("*.").unwrap_or(s);
-    is_dns_subdomain(rest)
-}
-
-fn is_trust_domain(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes().all(|c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'-' | b'_')
-        })
-}
-
-/// `^spiffe://[a-z0-9._-]+(?:/[A-Za-z0-9._-]+)*$`
-pub fn is_spiffe_id(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("spiffe://") else {
-        return false;
-    };
-    let mut parts = rest.split('/');
-    let domain_ok = parts.next().is_some_and(is_trust_domain);
-    domain_ok
-        && parts.all(|seg| {
-            !seg.is_empty()
-                && seg
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
-        })
 }
 
 fn is_path_prefix(s: &str) -> bool {

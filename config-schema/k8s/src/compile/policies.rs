@@ -7,7 +7,7 @@ use super::grants::permitted;
 use super::rules::{self, rule_v0, rule_v1, source_v, Problem, RuleCx};
 use super::{agentic_group, cond, is_core, opt, reason, seniority_order, status, Ctx, Options};
 use crate::check;
-use crate::load::{Item, PolicySpec, GATEWAY_GROUP};
+use crate::load::{Item, PolicySpec};
 use crate::model::*;
 use crate::types::*;
 use mcp_access_bundle::{self as bundle, Action, Bundle, Level};
@@ -428,10 +428,10 @@ impl Ctx<'_> {
         }
         let hint = match kind {
             "Gateway" => format!("; for a Gateway, group: {GATEWAY_GROUP}"),
-            "XBackend" => format!("; for an XBackend, group: {}", crate::load::AGENTIC_GROUP),
+            "XBackend" => format!("; for an XBackend, group: {}", crate::types::AGENTIC_GROUP),
             _ => super::did_you_mean(kind, &["Gateway", "XBackend"]),
         };
-        Err((reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways ({GATEWAY_GROUP}) or XBackends ({}){hint}", crate::load::AGENTIC_GROUP)))
+        Err((reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways ({GATEWAY_GROUP}) or XBackends ({}){hint}", crate::types::AGENTIC_GROUP)))
     }
 
     fn policy_content(&self, p: &Item<PolicySpec>) -> PolicyContent {
