@@ -23,7 +23,7 @@ use crate::model::*;
 use crate::types::{opt, AGENTIC_GROUP, PROTOTYPE_GROUP};
 use mcp_access_bundle::{self as bundle, Bundle};
 
-use policies::authorizer_models;
+use policies::authorizers::authorizer_models;
 pub use routes::precedence;
 
 /// Status reasons of policies.
