@@ -1,6 +1,9 @@
 //! HTTP header rules shared by bundle validation and the filter: the one definition of a valid
 //! header name and value, and of the headers an authorizer's answer may never set.
 
+/// The pattern of [`is_header_name`], for the Kubernetes CRDs.
+pub const HEADER_NAME_PATTERN: &str = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$";
+
 /// Whether `name` is an HTTP field name: a non-empty token (RFC 9110 §5.1, §5.6.2).
 pub fn is_header_name(name: &str) -> bool {
     !name.is_empty()
@@ -49,6 +52,18 @@ mod tests {
         }
         for bad in ["", ":path", "a b", "a\r", "a:b", "é", "a\0", "a\"b", "(x)"] {
             assert!(!is_header_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_header_name_pattern_is_the_rule() {
+        let re = regex_lite::Regex::new(HEADER_NAME_PATTERN).unwrap();
+        for b in 0u8..=255 {
+            let s = char::from(b).to_string();
+            assert_eq!(re.is_match(&s), is_header_name(&s), "{b:#x}");
+        }
+        for s in ["", "x-my_header", "bad header", "a:b", "Content-Type"] {
+            assert_eq!(re.is_match(s), is_header_name(s), "{s:?}");
         }
     }
 

@@ -5,6 +5,7 @@ mod bundle;
 pub mod gateway_api;
 pub mod http;
 pub mod mcp_methods;
+pub mod names;
 pub mod validate;
 
 pub use bundle::*;

@@ -7,6 +7,7 @@ use std::fmt;
 use crate::bundle::*;
 use crate::http::is_header_name;
 use crate::mcp_methods;
+use crate::names::{is_dns_subdomain, is_hostname, is_spiffe_id, is_trust_domain};
 
 /// A bundle that cannot be used, with the JSON path of the offending field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -388,6 +389,67 @@ impl Validator {
             || format!("{at}.targets"),
             "a policy needs at least one target",
         );
+        self.policy_targets(b, backends, at, p);
+        match (p.action, &p.external_auth) {
+            (Action::ExternalAuth, None) => self.fail(
+                format!("{at}.externalAuth"),
+                "is required when action is ExternalAuth",
+            ),
+            (Action::ExternalAuth, Some(name)) => self.check(
+                b.authorizers.iter().any(|a| &a.name == name),
+                || format!("{at}.externalAuth"),
+                format!("no authorizer named \"{name}\""),
+            ),
+            (_, Some(_)) => self.fail(
+                format!("{at}.externalAuth"),
+                "is only allowed when action is ExternalAuth",
+            ),
+            _ => {}
+        }
+        self.policy_listeners(b, at, p);
+        if let Some(o) = &p.origin {
+            self.check(
+                !o.policy.is_empty(),
+                || format!("{at}.origin.policy"),
+                "must name the object the rules came from",
+            );
+            self.check(
+                o.block.is_some() == o.strategy.is_some(),
+                || format!("{at}.origin.strategy"),
+                "a block's rules have a strategy, a policy's own rules none",
+            );
+        }
+        if let Some(reason) = &p.not_accepted {
+            self.check(
+                !reason.is_empty(),
+                || format!("{at}.notAccepted"),
+                "must give the reason the policy was not accepted",
+            );
+            self.check(
+                p.action != Action::ExternalAuth,
+                || format!("{at}.notAccepted"),
+                "a stand-in for a policy that was not accepted cannot call an authorizer: use action Deny",
+            );
+            self.check(
+                p.action != Action::Allow || p.rules.is_none(),
+                || format!("{at}.rules"),
+                "an Allow stand-in admits nothing: omit rules",
+            );
+        }
+        if let Some(rules) = &p.rules {
+            self.policy_rules(b, at, rules);
+        }
+        self.when(&format!("{at}.when"), &p.when);
+    }
+
+    /// A policy's targets: gateways (and listeners) or backends of the bundle.
+    fn policy_targets(
+        &mut self,
+        b: &Bundle,
+        backends: &HashSet<(&str, &str)>,
+        at: &str,
+        p: &Policy,
+    ) {
         for (i, t) in p.targets.iter().enumerate() {
             let tat = format!("{at}.targets[{i}]");
             let ns = t.namespace.as_deref().unwrap_or(&p.namespace);
@@ -425,22 +487,10 @@ impl Validator {
                 }
             }
         }
-        match (p.action, &p.external_auth) {
-            (Action::ExternalAuth, None) => self.fail(
-                format!("{at}.externalAuth"),
-                "is required when action is ExternalAuth",
-            ),
-            (Action::ExternalAuth, Some(name)) => self.check(
-                b.authorizers.iter().any(|a| &a.name == name),
-                || format!("{at}.externalAuth"),
-                format!("no authorizer named \"{name}\""),
-            ),
-            (_, Some(_)) => self.fail(
-                format!("{at}.externalAuth"),
-                "is only allowed when action is ExternalAuth",
-            ),
-            _ => {}
-        }
+    }
+
+    /// The listeners a Backend-level policy is narrowed to.
+    fn policy_listeners(&mut self, b: &Bundle, at: &str, p: &Policy) {
         for (i, l) in p.listeners.iter().enumerate() {
             let lat = format!("{at}.listeners[{i}]");
             self.check(
@@ -466,60 +516,32 @@ impl Validator {
                 ),
             );
         }
-        if let Some(o) = &p.origin {
+    }
+
+    /// A policy's `rules`: named uniquely, each with its source, authorization and `when`.
+    fn policy_rules(&mut self, b: &Bundle, at: &str, rules: &[Rule]) {
+        self.check(
+            !rules.is_empty(),
+            || format!("{at}.rules"),
+            "an empty list would apply the policy to nothing: omit `rules` to apply it to all traffic",
+        );
+        let mut names = HashSet::new();
+        for (i, r) in rules.iter().enumerate() {
+            let rat = format!("{at}.rules[{i}]");
+            self.name(&format!("{rat}.name"), &r.name);
             self.check(
-                !o.policy.is_empty(),
-                || format!("{at}.origin.policy"),
-                "must name the object the rules came from",
+                names.insert(r.name.as_str()),
+                || format!("{rat}.name"),
+                "rule names must be unique within a policy",
             );
-            self.check(
-                o.block.is_some() == o.strategy.is_some(),
-                || format!("{at}.origin.strategy"),
-                "a block's rules have a strategy, a policy's own rules none",
-            );
-        }
-        if let Some(reason) = &p.not_accepted {
-            self.check(
-                !reason.is_empty(),
-                || format!("{at}.notAccepted"),
-                "must give the reason the policy was not accepted",
-            );
-            self.check(
-                p.action != Action::ExternalAuth,
-                || format!("{at}.notAccepted"),
-                "a stand-in for a policy that was not accepted cannot call an authorizer: use action Deny",
-            );
-            self.check(
-                p.action != Action::Allow || p.rules.is_none(),
-                || format!("{at}.rules"),
-                "an Allow stand-in admits nothing: omit rules",
-            );
-        }
-        if let Some(rules) = &p.rules {
-            self.check(
-                !rules.is_empty(),
-                || format!("{at}.rules"),
-                "an empty list would apply the policy to nothing: omit `rules` to apply it to all traffic",
-            );
-            let mut names = HashSet::new();
-            for (i, r) in rules.iter().enumerate() {
-                let rat = format!("{at}.rules[{i}]");
-                self.name(&format!("{rat}.name"), &r.name);
-                self.check(
-                    names.insert(r.name.as_str()),
-                    || format!("{rat}.name"),
-                    "rule names must be unique within a policy",
-                );
-                if let Some(s) = &r.source {
-                    self.source(b, &format!("{rat}.source"), s);
-                }
-                if let Some(a) = &r.authorization {
-                    self.authorization(&format!("{rat}.authorization"), a);
-                }
-                self.when(&format!("{rat}.when"), &r.when);
+            if let Some(s) = &r.source {
+                self.source(b, &format!("{rat}.source"), s);
             }
+            if let Some(a) = &r.authorization {
+                self.authorization(&format!("{rat}.authorization"), a);
+            }
+            self.when(&format!("{rat}.when"), &r.when);
         }
-        self.when(&format!("{at}.when"), &p.when);
     }
 
     /// CEL text is checked by the engine when it compiles the bundle; here only that it is there.
@@ -692,48 +714,6 @@ impl Validator {
             format!("\"{name}\" must be a lowercase DNS subdomain name"),
         );
     }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b.first() != Some(&b'-')
-        && b.last() != Some(&b'-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-fn is_hostname(s: &str) -> bool {
-    let rest = s.strip_prefix("*.").unwrap_or(s);
-    is_dns_subdomain(rest)
-}
-
-fn is_trust_domain(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes().all(|c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'-' | b'_')
-        })
-}
-
-/// `^spiffe://[a-z0-9._-]+(?:/[A-Za-z0-9._-]+)*$`
-pub fn is_spiffe_id(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("spiffe://") else {
-        return false;
-    };
-    let mut parts = rest.split('/');
-    let domain_ok = parts.next().is_some_and(is_trust_domain);
-    domain_ok
-        && parts.all(|seg| {
-            !seg.is_empty()
-                && seg
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
-        })
 }
 
 fn is_path_prefix(s: &str) -> bool {

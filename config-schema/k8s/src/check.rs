@@ -19,11 +19,6 @@ pub(crate) const GROUP: &str =
     r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 pub(crate) const KIND: &str = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$";
 pub(crate) const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-pub(crate) const SPIFFE: &str = r"^spiffe://[a-z0-9._-]+(?:/[A-Za-z0-9._-]+)*$";
-/// The CRD's pattern for [`mcp_access_bundle::http::is_header_name`] (a test keeps them equal).
-pub(crate) const HEADER_NAME: &str = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$";
-pub(crate) const HOSTNAME: &str =
-    r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 pub(crate) const HTTP_PATH: &str = r"^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$";
 pub(crate) const PROTOCOL: &str = r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/[A-Za-z0-9]+$";
 pub(crate) const DURATION: &str = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$";
@@ -360,23 +355,7 @@ mod tests {
 
     #[test]
     fn patterns() {
-        assert!(matches(HEADER_NAME, "x-my_header"));
-        assert!(!matches(HEADER_NAME, "bad header"));
-        assert!(matches(SPIFFE, "spiffe://example.org/ns/a/sa/b"));
         assert!(matches(HTTP_PATH, "/mcp"));
         assert!(matches(GROUP, ""));
-    }
-
-    #[test]
-    fn the_header_name_pattern_is_the_bundles_rule() {
-        for b in 0u8..=255 {
-            let s = char::from(b).to_string();
-            assert_eq!(
-                matches(HEADER_NAME, &s),
-                mcp_access_bundle::http::is_header_name(&s),
-                "{b:#x}"
-            );
-        }
-        assert!(!matches(HEADER_NAME, ""));
     }
 }

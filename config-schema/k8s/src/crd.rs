@@ -12,8 +12,7 @@ use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};
 
-use crate::load::MCP_ACCESS_GROUP;
-use crate::types::{FilterSettingsSpec, PolicySpecV1};
+use crate::types::{FilterSettingsSpec, PolicySpecV1, MCP_ACCESS_GROUP};
 
 /// `status`: Gateway API's PolicyStatus, per ancestor (Gateway) the conditions of a
 /// controller. Only its schema is used.

@@ -11,6 +11,17 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub(crate) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+pub(crate) const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";
+pub(crate) const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
+/// The project's own API group (`AccessPolicy`).
+pub(crate) const MCP_ACCESS_GROUP: &str = "mcp-access.io";
+
+/// An optional string field's value, or `""`.
+pub(crate) fn opt(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or_default()
+}
+
 /// `metadata` of any object. Fields that only a cluster sets are accepted and not used.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -284,7 +295,7 @@ pub(crate) struct ValueMatch {
     #[schemars(
         required,
         length(min = 1, max = 256),
-        pattern(crate::check::HEADER_NAME)
+        pattern(mcp_access_bundle::http::HEADER_NAME_PATTERN)
     )]
     pub(crate) name: Option<String>,
     /// Exact (default) or RegularExpression.
@@ -446,7 +457,7 @@ pub(crate) struct RuleSource {
     #[schemars(extend("enum" = ["ServiceAccount", "SPIFFE", "JWT"]))]
     pub(crate) kind: Option<String>,
     /// A SPIFFE ID (`spiffe://<trust-domain>/<path>`), matched exactly.
-    #[schemars(pattern(crate::check::SPIFFE))]
+    #[schemars(pattern(mcp_access_bundle::names::SPIFFE_ID_PATTERN))]
     pub(crate) spiffe: Option<String>,
     /// A Kubernetes ServiceAccount (through the trust domain).
     pub(crate) service_account: Option<ServiceAccountRef>,
@@ -759,7 +770,7 @@ pub(crate) struct AuthorizationV1 {
     #[schemars(length(max = 10), extend("x-kubernetes-list-type" = "atomic"))]
     pub(crate) headers: Option<Vec<ValueMatch>>,
     /// Hosts (`*.` wildcards allowed).
-    #[schemars(length(max = 10), inner(length(min = 1, max = 253), pattern(crate::check::HOSTNAME)),
+    #[schemars(length(max = 10), inner(length(min = 1, max = 253), pattern(mcp_access_bundle::names::HOSTNAME_PATTERN)),
                extend("x-kubernetes-list-type" = "set"))]
     pub(crate) hosts: Option<Vec<String>>,
     /// MCP conditions.

@@ -152,3 +152,50 @@ fn crd_is_structural_and_installable() {
     }
     assert_eq!(spec["properties"]["unset"]["items"]["type"], "string");
 }
+
+/// The schemas of objects with a `name` enum and `params`: the MCP methods of a rule.
+fn method_schemas<'a>(v: &'a Value, found: &mut Vec<&'a Value>) {
+    match v {
+        Value::Object(map) => {
+            let props = &v["properties"];
+            if props["name"]["enum"].is_array() && props.get("params").is_some() {
+                found.push(v);
+            }
+            map.values().for_each(|x| method_schemas(x, found));
+        }
+        Value::Array(items) => items.iter().for_each(|x| method_schemas(x, found)),
+        _ => {}
+    }
+}
+
+#[test]
+fn crd_method_names_are_the_bundles() {
+    use mcp_access_bundle::mcp_methods::{rule_names, takes_params};
+    let crd = mcp_access_k8s::crd();
+    let mut found = Vec::new();
+    method_schemas(&crd, &mut found);
+    assert!(!found.is_empty());
+    let mut names: Vec<&str> = rule_names().collect();
+    names.sort_unstable();
+    for schema in found {
+        let mut listed: Vec<&str> = schema["properties"]["name"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        listed.sort_unstable();
+        assert_eq!(listed, names);
+        let rule = schema["x-kubernetes-validations"][0]["rule"]
+            .as_str()
+            .unwrap();
+        for name in &names {
+            let quoted = format!("'{name}'");
+            assert_eq!(
+                rule.contains(&quoted),
+                takes_params(name),
+                "{name} in {rule}"
+            );
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! Who is calling: SPIFFE IDs from the peer certificate or a trusted header, and verified JWT
 //! claims as Envoy's `jwt_authn` filter left them in metadata.
 
-use mcp_access_bundle::validate::is_spiffe_id;
+use mcp_access_bundle::names::is_spiffe_id;
 use mcp_access_bundle::{IdentitySettings, JwtProvider, SpiffeSource, TrustedHeaderFormat};
 
 use crate::facts::{Fact, HostFacts};

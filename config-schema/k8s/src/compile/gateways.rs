@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::grants::permitted;
 use super::{cond, is_core, opt, reason, seniority_order, status, Ctx};
-use crate::load::{Item, GATEWAY_GROUP};
+use crate::load::Item;
 use crate::model::*;
 use crate::types::*;
 

@@ -18,11 +18,12 @@ mod settings;
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::load::{Item, Manifests, AGENTIC_GROUP, PROTOTYPE_GROUP};
+use crate::load::{Item, Manifests};
 use crate::model::*;
+use crate::types::{opt, AGENTIC_GROUP, PROTOTYPE_GROUP};
 use mcp_access_bundle::{self as bundle, Bundle};
 
-use policies::authorizer_models;
+use policies::authorizers::authorizer_models;
 pub use routes::precedence;
 
 /// Status reasons of policies.
@@ -130,10 +131,6 @@ pub(crate) fn did_you_mean(word: &str, valid: &[&str]) -> String {
         Some((_, v)) => format!("; did you mean `{v}`? (valid: {list})"),
         None => format!(" (valid: {list})"),
     }
-}
-
-fn opt(s: &Option<String>) -> &str {
-    s.as_deref().unwrap_or_default()
 }
 
 fn cond(

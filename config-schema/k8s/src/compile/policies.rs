@@ -3,14 +3,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::grants::permitted;
 use super::rules::{self, rule_v0, rule_v1, source_v, Problem, RuleCx};
-use super::{agentic_group, cond, is_core, opt, reason, seniority_order, status, Ctx, Options};
-use crate::check;
-use crate::load::{Item, PolicySpec, GATEWAY_GROUP};
+use super::{agentic_group, cond, opt, reason, seniority_order, status, Ctx, Options};
+use crate::load::{Item, PolicySpec};
 use crate::model::*;
 use crate::types::*;
 use mcp_access_bundle::{self as bundle, Action, Bundle, Level};
+
+pub(super) mod authorizers;
 
 /// The accepted policies counted at each target (`kind|Kind namespace/name`), oldest first.
 #[derive(Default)]
@@ -161,35 +161,14 @@ impl Ctx<'_> {
         };
         if let (Some((field, b)), false) = (block, t.accepted.is_empty()) {
             // Not evaluated at the Gateway level: applied to the backends behind it later.
-            blocks.push(super::effective::BlockPolicy {
-                object: format!("{} {}", p.kind, p.id()),
-                namespace: p.meta.namespace.clone(),
-                name: name.clone(),
+            blocks.push(block_policy(
+                p,
+                &name,
                 seniority,
-                kind: if field == "defaults" {
-                    bundle::BlockKind::Defaults
-                } else {
-                    bundle::BlockKind::Overrides
-                },
-                strategy: if opt(&b.strategy) == "merge" {
-                    bundle::Strategy::Merge
-                } else {
-                    bundle::Strategy::Atomic
-                },
-                action: content.action,
-                rules: content.rules.clone().ok().flatten(),
-                when: content.when.clone(),
-                authorizer: content.authorizer.clone(),
-                condition: b.condition.as_ref().map(|c| {
-                    mcp_access_cel::SelfCondition::compile(
-                        c,
-                        &mcp_access_bundle::CelLimits::default(),
-                    )
-                    .map(std::sync::Arc::new)
-                    .map_err(|e| e.to_string())
-                }),
-                targets: t.accepted.clone(),
-            });
+                &content,
+                (field, b),
+                &t.accepted,
+            ));
         } else if !t.accepted.is_empty() {
             let mut external_auth = None;
             if let Some(a) = &content.authorizer {
@@ -214,40 +193,7 @@ impl Ctx<'_> {
             });
         }
         if !t.standin.is_empty() && !self.o.skip_rejected {
-            // Fail closed: an Allow policy admits nothing; anything else denies what it
-            // would have selected (everything, when its rules cannot be trusted). Its `when`
-            // is kept only when every predicate compiled (it can then only narrow a denial
-            // to where the policy applies); otherwise the stand-in has none.
-            let (action, rules) = match (content.action, content.deny_all) {
-                (Action::Allow, false) => (Action::Allow, None),
-                (_, true) => (Action::Deny, None),
-                _ => (Action::Deny, content.rules.clone().ok().flatten()),
-            };
-            let when = match (action, &content.rules) {
-                (Action::Deny, Ok(_)) => content.when.clone(),
-                _ => Vec::new(),
-            };
-            let why = match &content.problem {
-                Err((reason, msg)) => format!("{reason}: {msg}"),
-                Ok(()) => format!(
-                    "{}: more senior policies fill a target's limit",
-                    reason::LIMIT
-                ),
-            };
-            out.push(bundle::Policy {
-                name: format!("{name}.not-accepted"),
-                namespace: p.meta.namespace.clone(),
-                level,
-                targets: t.standin,
-                action,
-                external_auth: None,
-                seniority,
-                rules,
-                when,
-                not_accepted: Some(why),
-                listeners: Vec::new(),
-                origin: None,
-            });
+            out.push(standin(p, &name, (level, seniority), &content, t.standin));
         }
         let unresolved = t
             .unresolved
@@ -428,10 +374,10 @@ impl Ctx<'_> {
         }
         let hint = match kind {
             "Gateway" => format!("; for a Gateway, group: {GATEWAY_GROUP}"),
-            "XBackend" => format!("; for an XBackend, group: {}", crate::load::AGENTIC_GROUP),
+            "XBackend" => format!("; for an XBackend, group: {}", crate::types::AGENTIC_GROUP),
             _ => super::did_you_mean(kind, &["Gateway", "XBackend"]),
         };
-        Err((reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways ({GATEWAY_GROUP}) or XBackends ({}){hint}", crate::load::AGENTIC_GROUP)))
+        Err((reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways ({GATEWAY_GROUP}) or XBackends ({}){hint}", crate::types::AGENTIC_GROUP)))
     }
 
     fn policy_content(&self, p: &Item<PolicySpec>) -> PolicyContent {
@@ -711,148 +657,87 @@ impl Ctx<'_> {
             envoy: Default::default(),
         }
     }
+}
 
-    fn authorizer(
-        &self,
-        p: &Item<PolicySpec>,
-        at: &str,
-        e: &ExternalAuth,
-    ) -> Result<bundle::Authorizer, (&'static str, String)> {
-        let Some(b) = &e.backend_ref else {
-            return Err((reason::INVALID, format!("{at}.backendRef is required")));
-        };
-        let group = opt(&b.group);
-        let kind = b.kind.as_deref().unwrap_or("Service");
-        if !is_core(group) || kind != "Service" {
-            return Err((
-                reason::INVALID,
-                format!("{at}.backendRef must be a core Service, not {group}/{kind}"),
-            ));
-        }
-        let ns = b
-            .namespace
-            .clone()
-            .unwrap_or_else(|| p.meta.namespace.clone());
-        let name = opt(&b.name).to_string();
-        if !check::matches(check::DNS_LABEL, &name) {
-            return Err((
-                reason::INVALID,
-                format!("{at}.backendRef.name \"{name}\" is not a Service name"),
-            ));
-        }
-        if !permitted(
-            self.m,
-            (&p.group, &p.kind, &p.meta.namespace),
-            ("", "Service", &ns, &name),
-        ) {
-            return Err((reason::REF_NOT_PERMITTED, format!("{at}.backendRef: no ReferenceGrant in namespace {ns} allows {} objects from {} to refer to Service {name}", p.kind, p.meta.namespace)));
-        }
-        let grpc = opt(&e.protocol) == "GRPC";
-        if grpc && e.http.is_some() {
-            return Err((
-                reason::INVALID,
-                format!("{at}.http applies to protocol HTTP, not GRPC"),
-            ));
-        }
-        if !grpc && e.grpc.is_some() {
-            return Err((
-                reason::INVALID,
-                format!("{at}.grpc applies to protocol GRPC, not HTTP"),
-            ));
-        }
-        let http = e.http.clone().unwrap_or_default();
-        let path_prefix = http.path.clone().unwrap_or_default();
-        if !path_prefix.is_empty() && !path_prefix.starts_with('/') {
-            return Err((
-                reason::INVALID,
-                format!("{at}.http.path must start with '/'"),
-            ));
-        }
-        let max = e
-            .forward_body
-            .as_ref()
-            .and_then(|f| f.max_size)
-            .unwrap_or(0);
-        let Ok(forward_body_max_bytes) = u32::try_from(max) else {
-            return Err((
-                reason::INVALID,
-                format!(
-                    "{at}.forwardBody.maxSize must be between 0 and {}",
-                    u32::MAX
-                ),
-            ));
-        };
-        let port = u16::try_from(b.port.unwrap_or_default()).unwrap_or_default();
-        let (cluster, protocol, allowed_headers) = if grpc {
-            let g = e.grpc.clone().unwrap_or_default();
-            (
-                format!("{GRPC_CLUSTER_PREFIX}{ns}/{name}:{port}"),
-                bundle::AuthorizerProtocol::Grpc,
-                g.allowed_headers.unwrap_or_default(),
-            )
+/// An accepted policy with a defaults or overrides block (`field`), for
+/// [`Ctx::apply_blocks`].
+fn block_policy(
+    p: &Item<PolicySpec>,
+    name: &str,
+    seniority: u64,
+    content: &PolicyContent,
+    (field, b): (&str, &Block),
+    targets: &[bundle::PolicyTarget],
+) -> super::effective::BlockPolicy {
+    super::effective::BlockPolicy {
+        object: format!("{} {}", p.kind, p.id()),
+        namespace: p.meta.namespace.clone(),
+        name: name.to_string(),
+        seniority,
+        kind: if field == "defaults" {
+            bundle::BlockKind::Defaults
         } else {
-            (
-                format!("{HTTP_CLUSTER_PREFIX}{ns}/{name}:{port}"),
-                bundle::AuthorizerProtocol::Http,
-                http.allowed_headers.clone().unwrap_or_default(),
-            )
-        };
-        Ok(bundle::Authorizer {
-            name: String::new(),
-            cluster,
-            protocol,
-            authority: None,
-            path_prefix,
-            timeout_ms: e
-                .timeout
-                .as_deref()
-                .and_then(check::parse_duration_ms)
-                .and_then(|ms| u32::try_from(ms).ok())
-                .unwrap_or(self.settings.authz_timeout_ms),
-            include_peer_certificate: false,
-            allowed_headers,
-            allowed_response_headers: http.allowed_response_headers.clone().unwrap_or_default(),
-            forward_body_max_bytes,
-            max_response_body_bytes: bundle::DEFAULT_MAX_RESPONSE_BODY_BYTES,
-            failure_mode: match e.failure_mode.as_deref() {
-                Some("Allow") => bundle::FailureMode::Allow,
-                _ => bundle::FailureMode::Deny,
-            },
-        })
+            bundle::BlockKind::Overrides
+        },
+        strategy: if opt(&b.strategy) == "merge" {
+            bundle::Strategy::Merge
+        } else {
+            bundle::Strategy::Atomic
+        },
+        action: content.action,
+        rules: content.rules.clone().ok().flatten(),
+        when: content.when.clone(),
+        authorizer: content.authorizer.clone(),
+        condition: b.condition.as_ref().map(|c| {
+            mcp_access_cel::SelfCondition::compile(c, &mcp_access_bundle::CelLimits::default())
+                .map(std::sync::Arc::new)
+                .map_err(|e| e.to_string())
+        }),
+        targets: targets.to_vec(),
     }
 }
 
-/// Cluster name prefix of HTTP authorizers.
-const HTTP_CLUSTER_PREFIX: &str = "authz/";
-/// Cluster name prefix of gRPC authorizers (HTTP/2 clusters).
-const GRPC_CLUSTER_PREFIX: &str = "authz-grpc/";
-
-/// The Services behind the authorizers' clusters (`authz/<namespace>/<name>:<port>`, or
-/// `authz-grpc/...` for gRPC).
-pub(crate) fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<AuthorizerModel> {
-    let mut out: Vec<AuthorizerModel> = Vec::new();
-    for a in authorizers {
-        if out.iter().any(|x| x.cluster == a.cluster) {
-            continue;
-        }
-        let grpc = a.protocol == bundle::AuthorizerProtocol::Grpc;
-        let prefix = if grpc {
-            GRPC_CLUSTER_PREFIX
-        } else {
-            HTTP_CLUSTER_PREFIX
-        };
-        let rest = a.cluster.strip_prefix(prefix).unwrap_or(&a.cluster);
-        let (ns, svc) = rest.split_once('/').unwrap_or(("", rest));
-        let (name, port) = svc.rsplit_once(':').unwrap_or((svc, "0"));
-        out.push(AuthorizerModel {
-            cluster: a.cluster.clone(),
-            namespace: ns.to_string(),
-            name: name.to_string(),
-            port: port.parse().unwrap_or(0),
-            grpc,
-        });
+/// The stand-in of a policy not accepted at `targets`. Fail closed: an Allow policy admits
+/// nothing; anything else denies what it would have selected (everything, when its rules
+/// cannot be trusted). Its `when` is kept only when every predicate compiled (it can then
+/// only narrow a denial to where the policy applies); otherwise the stand-in has none.
+fn standin(
+    p: &Item<PolicySpec>,
+    name: &str,
+    (level, seniority): (Level, u64),
+    content: &PolicyContent,
+    targets: Vec<bundle::PolicyTarget>,
+) -> bundle::Policy {
+    let (action, rules) = match (content.action, content.deny_all) {
+        (Action::Allow, false) => (Action::Allow, None),
+        (_, true) => (Action::Deny, None),
+        _ => (Action::Deny, content.rules.clone().ok().flatten()),
+    };
+    let when = match (action, &content.rules) {
+        (Action::Deny, Ok(_)) => content.when.clone(),
+        _ => Vec::new(),
+    };
+    let why = match &content.problem {
+        Err((reason, msg)) => format!("{reason}: {msg}"),
+        Ok(()) => format!(
+            "{}: more senior policies fill a target's limit",
+            reason::LIMIT
+        ),
+    };
+    bundle::Policy {
+        name: format!("{name}.not-accepted"),
+        namespace: p.meta.namespace.clone(),
+        level,
+        targets,
+        action,
+        external_auth: None,
+        seniority,
+        rules,
+        when,
+        not_accepted: Some(why),
+        listeners: Vec::new(),
+        origin: None,
     }
-    out
 }
 
 /// The fields a policy and a block share.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use super::grants::permitted;
 use super::{agentic_group, cond, is_core, opt, reason, seniority_order, status, Ctx};
 use crate::check;
-use crate::load::{Item, Manifests, GATEWAY_GROUP};
+use crate::load::{Item, Manifests};
 use crate::model::*;
 use crate::types::*;
 use mcp_access_bundle::gateway_api::{host_matches, path_prefix_matches};

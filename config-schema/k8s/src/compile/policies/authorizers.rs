@@ -1,0 +1,154 @@
+//! A policy's `externalAuth` as a bundle authorizer, and the Services behind the authorizers'
+//! clusters.
+
+use crate::check;
+use crate::compile::grants::permitted;
+use crate::compile::{is_core, reason, Ctx};
+use crate::load::{Item, PolicySpec};
+use crate::model::*;
+use crate::types::*;
+use mcp_access_bundle as bundle;
+
+impl Ctx<'_> {
+    pub(super) fn authorizer(
+        &self,
+        p: &Item<PolicySpec>,
+        at: &str,
+        e: &ExternalAuth,
+    ) -> Result<bundle::Authorizer, (&'static str, String)> {
+        let Some(b) = &e.backend_ref else {
+            return Err((reason::INVALID, format!("{at}.backendRef is required")));
+        };
+        let group = opt(&b.group);
+        let kind = b.kind.as_deref().unwrap_or("Service");
+        if !is_core(group) || kind != "Service" {
+            return Err((
+                reason::INVALID,
+                format!("{at}.backendRef must be a core Service, not {group}/{kind}"),
+            ));
+        }
+        let ns = b
+            .namespace
+            .clone()
+            .unwrap_or_else(|| p.meta.namespace.clone());
+        let name = opt(&b.name).to_string();
+        if !check::matches(check::DNS_LABEL, &name) {
+            return Err((
+                reason::INVALID,
+                format!("{at}.backendRef.name \"{name}\" is not a Service name"),
+            ));
+        }
+        if !permitted(
+            self.m,
+            (&p.group, &p.kind, &p.meta.namespace),
+            ("", "Service", &ns, &name),
+        ) {
+            return Err((reason::REF_NOT_PERMITTED, format!("{at}.backendRef: no ReferenceGrant in namespace {ns} allows {} objects from {} to refer to Service {name}", p.kind, p.meta.namespace)));
+        }
+        let grpc = opt(&e.protocol) == "GRPC";
+        if grpc && e.http.is_some() {
+            return Err((
+                reason::INVALID,
+                format!("{at}.http applies to protocol HTTP, not GRPC"),
+            ));
+        }
+        if !grpc && e.grpc.is_some() {
+            return Err((
+                reason::INVALID,
+                format!("{at}.grpc applies to protocol GRPC, not HTTP"),
+            ));
+        }
+        let http = e.http.clone().unwrap_or_default();
+        let path_prefix = http.path.clone().unwrap_or_default();
+        if !path_prefix.is_empty() && !path_prefix.starts_with('/') {
+            return Err((
+                reason::INVALID,
+                format!("{at}.http.path must start with '/'"),
+            ));
+        }
+        let max = e
+            .forward_body
+            .as_ref()
+            .and_then(|f| f.max_size)
+            .unwrap_or(0);
+        let Ok(forward_body_max_bytes) = u32::try_from(max) else {
+            return Err((
+                reason::INVALID,
+                format!(
+                    "{at}.forwardBody.maxSize must be between 0 and {}",
+                    u32::MAX
+                ),
+            ));
+        };
+        let port = u16::try_from(b.port.unwrap_or_default()).unwrap_or_default();
+        let (cluster, protocol, allowed_headers) = if grpc {
+            let g = e.grpc.clone().unwrap_or_default();
+            (
+                format!("{GRPC_CLUSTER_PREFIX}{ns}/{name}:{port}"),
+                bundle::AuthorizerProtocol::Grpc,
+                g.allowed_headers.unwrap_or_default(),
+            )
+        } else {
+            (
+                format!("{HTTP_CLUSTER_PREFIX}{ns}/{name}:{port}"),
+                bundle::AuthorizerProtocol::Http,
+                http.allowed_headers.clone().unwrap_or_default(),
+            )
+        };
+        Ok(bundle::Authorizer {
+            name: String::new(),
+            cluster,
+            protocol,
+            authority: None,
+            path_prefix,
+            timeout_ms: e
+                .timeout
+                .as_deref()
+                .and_then(check::parse_duration_ms)
+                .and_then(|ms| u32::try_from(ms).ok())
+                .unwrap_or(self.settings.authz_timeout_ms),
+            include_peer_certificate: false,
+            allowed_headers,
+            allowed_response_headers: http.allowed_response_headers.clone().unwrap_or_default(),
+            forward_body_max_bytes,
+            max_response_body_bytes: bundle::DEFAULT_MAX_RESPONSE_BODY_BYTES,
+            failure_mode: match e.failure_mode.as_deref() {
+                Some("Allow") => bundle::FailureMode::Allow,
+                _ => bundle::FailureMode::Deny,
+            },
+        })
+    }
+}
+
+/// Cluster name prefix of HTTP authorizers.
+const HTTP_CLUSTER_PREFIX: &str = "authz/";
+/// Cluster name prefix of gRPC authorizers (HTTP/2 clusters).
+const GRPC_CLUSTER_PREFIX: &str = "authz-grpc/";
+
+/// The Services behind the authorizers' clusters (`authz/<namespace>/<name>:<port>`, or
+/// `authz-grpc/...` for gRPC).
+pub(crate) fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<AuthorizerModel> {
+    let mut out: Vec<AuthorizerModel> = Vec::new();
+    for a in authorizers {
+        if out.iter().any(|x| x.cluster == a.cluster) {
+            continue;
+        }
+        let grpc = a.protocol == bundle::AuthorizerProtocol::Grpc;
+        let prefix = if grpc {
+            GRPC_CLUSTER_PREFIX
+        } else {
+            HTTP_CLUSTER_PREFIX
+        };
+        let rest = a.cluster.strip_prefix(prefix).unwrap_or(&a.cluster);
+        let (ns, svc) = rest.split_once('/').unwrap_or(("", rest));
+        let (name, port) = svc.rsplit_once(':').unwrap_or((svc, "0"));
+        out.push(AuthorizerModel {
+            cluster: a.cluster.clone(),
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            port: port.parse().unwrap_or(0),
+            grpc,
+        });
+    }
+    out
+}
