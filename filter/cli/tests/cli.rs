@@ -20,7 +20,7 @@ fn fixture() -> PathBuf {
 /// kube-agentic-networking's CRD examples, vendored in `config-schema/crds/upstream`.
 fn examples(kind: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../crds/upstream/kube-agentic-networking/examples")
+        .join("../../config-schema/crds/upstream/kube-agentic-networking/examples")
         .join(kind);
     assert!(
         dir.is_dir(),
@@ -357,7 +357,7 @@ fn schema_is_the_checked_in_bundle_schema() {
     let out = run(&["schema"]);
     assert_eq!(out.status.code(), Some(0));
     let checked_in = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../bundle.schema.json"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config-schema/bundle.schema.json"),
     )
     .unwrap();
     assert_eq!(text(&out.stdout), checked_in);
@@ -370,7 +370,7 @@ fn crd_prints_the_checked_in_crds() {
     let file = |name: &str| {
         std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../crds")
+                .join("../../config-schema/crds")
                 .join(name),
         )
         .unwrap()
@@ -411,7 +411,7 @@ fn stdin_and_usage_errors() {
 
 /// The topology the AccessPolicy examples target, and the JWT example.
 fn jwt_inputs() -> [String; 2] {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/examples");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config-schema/crds/examples");
     [dir.join("targets.yaml"), dir.join("valid/jwt.yaml")].map(|p| p.to_str().unwrap().to_string())
 }
 

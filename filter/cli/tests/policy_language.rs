@@ -199,7 +199,7 @@ fn kan_request_time() {
 fn the_kan_cel_crd_example_compiles() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../crds/upstream/kube-agentic-networking/examples/valid/cel-policy.yaml"
+        "/../../config-schema/crds/upstream/kube-agentic-networking/examples/valid/cel-policy.yaml"
     ))
     .unwrap();
     let infra = KAN_INFRA
@@ -211,11 +211,11 @@ fn the_kan_cel_crd_example_compiles() {
 }
 
 /// The topology the project's CRD examples (config-schema/crds/examples/valid) target.
-const EXAMPLE_INFRA: &str = include_str!("../../crds/examples/targets.yaml");
+const EXAMPLE_INFRA: &str = include_str!("../../../config-schema/crds/examples/targets.yaml");
 
 fn example(name: &str) -> String {
     std::fs::read_to_string(format!(
-        "{}/../crds/examples/valid/{name}",
+        "{}/../../config-schema/crds/examples/valid/{name}",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()
