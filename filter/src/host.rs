@@ -423,7 +423,8 @@ mod abi {
 
     use proxy_wasm::types::LogLevel;
 
-    use mcp_access_engine::callout::{CalloutRequest, HeaderEdit, HeaderOp};
+    use mcp_access_engine::callout::CalloutRequest;
+    use mcp_access_engine::policy::{HeaderEdit, HeaderOp};
     use mcp_access_engine::wire;
 
     pub const MAP_HTTP_REQUEST_HEADERS: u32 = 0;

@@ -5,14 +5,15 @@
 use std::collections::BTreeMap;
 
 use mcp_access_bundle::gateway_api::{
-    full_regex, path_prefix_matches, service_account_spiffe, HostPattern, DEFAULT_TRUST_DOMAIN,
+    canonical_host, full_regex, path_prefix_matches, service_account_spiffe, HostPattern,
+    DEFAULT_TRUST_DOMAIN,
 };
 use mcp_access_bundle::{mcp_methods, Action, Bundle, Level, SpiffeSource, UnknownBackend};
 use mcp_access_engine::answer::LocalResponse;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{HeadersInput, Next, Outcome, RequestFlow};
-use mcp_access_engine::policy::{level_str, Engine, Mode};
-use mcp_access_engine::request::{Caller, McpOp, Request};
+use mcp_access_engine::policy::{Engine, Mode};
+use mcp_access_engine::request::{McpOp, Request};
 use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use serde::Serialize;
 
@@ -236,7 +237,7 @@ pub struct HeaderView {
     pub value: String,
 }
 
-fn edit_views(h: &[mcp_access_engine::callout::HeaderEdit]) -> Vec<HeaderView> {
+fn edit_views(h: &[mcp_access_engine::policy::HeaderEdit]) -> Vec<HeaderView> {
     h.iter()
         .map(|e| HeaderView {
             name: e.name.clone(),
@@ -360,7 +361,7 @@ pub(crate) fn match_route<'a>(
         .iter()
         .find(|g| format!("{}/{}", g.namespace, g.name) == gateway)?;
     let l = g.listeners.iter().find(|l| l.name == listener)?;
-    let host = req.host();
+    let host = req.host.clone();
     let query: Vec<(String, String)> = req
         .path
         .split_once('?')
@@ -627,14 +628,10 @@ pub fn explain(
             .unwrap_or_default(),
             path: path.clone(),
             authority: authority.clone(),
+            host: canonical_host(&authority),
             port,
             headers: headers.clone(),
-            caller: Caller::default(),
-            mcp: McpOp::NotMcp,
-            route_name: None,
-            cluster_name: None,
-            time: None,
-            params: None,
+            ..Request::default()
         };
         match match_route(t, &gateway, &listener, &probe) {
             Some(e) => {
@@ -839,7 +836,7 @@ pub fn explain(
             .collect(),
         decision: if outcome.allowed { "allow" } else { "deny" },
         stage,
-        level: (!outcome.allowed).then(|| level_str(outcome.level)),
+        level: (!outcome.allowed).then(|| Level::name(outcome.level)),
         reason: outcome.reason,
         policy: outcome.policy,
         origin: outcome.origin,
@@ -861,7 +858,7 @@ pub fn explain(
                 };
                 out.decision = "deny";
                 out.stage = Stage::Router;
-                out.level = Some(level_str(None));
+                out.level = Some(Level::name(None));
                 out.reason = reason;
                 out.status = Some(status);
                 out.response = Some(ResponseView {
@@ -880,7 +877,7 @@ pub fn explain(
 fn trace_views(engine: &Engine, flow: &RequestFlow, outcome: &Outcome) -> Vec<TraceView> {
     let mut out = Vec::new();
     for t in flow.trace() {
-        let level = level_str(t.level);
+        let level = Level::name(t.level);
         let index = match t.level {
             Some(Level::Gateway) => engine
                 .listeners
@@ -897,12 +894,10 @@ fn trace_views(engine: &Engine, flow: &RequestFlow, outcome: &Outcome) -> Vec<Tr
         if let (Some(index), Some(req), ("allow", "no rule admits")) =
             (index, flow.request(), (t.step, t.outcome.as_str()))
         {
-            let host = req.host();
             for r in index.allow.rules() {
                 let Some(rule) = engine.rule(r) else { continue };
                 if let Some(why) = rule.mismatch(
                     req,
-                    &host,
                     Mode::Admit,
                     engine.identity.trust_domain.as_deref(),
                     outcome.backend.as_deref(),

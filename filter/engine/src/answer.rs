@@ -3,11 +3,15 @@
 use std::borrow::Cow;
 
 use mcp_access_bundle::mcp_methods::Revision;
-use mcp_access_bundle::DenyResponse;
+use mcp_access_bundle::{DenyResponse, Level};
 use serde_json::{json, Value};
 
+use crate::jsonrpc::{
+    self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+};
 use crate::mcp::ParseError;
-use crate::policy::{level_str, Denial};
+use crate::policy::Denial;
 
 /// A response the filter sends itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,21 +20,6 @@ pub struct LocalResponse {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
-
-/// JSON-RPC error codes.
-pub(crate) const PARSE_ERROR: i32 = -32700;
-pub(crate) const INVALID_REQUEST: i32 = -32600;
-pub(crate) const INVALID_PARAMS: i32 = -32602;
-/// MCP `HeaderMismatch` (SEP-2243): HTTP headers disagree with the body, or one is repeated
-/// or missing.
-pub(crate) const HEADER_MISMATCH: i32 = -32020;
-/// JSON-RPC "Method not found".
-pub(crate) const METHOD_NOT_FOUND: i32 = -32601;
-/// JSON-RPC "Internal error".
-pub(crate) const INTERNAL_ERROR: i32 = -32603;
-/// MCP `UnsupportedProtocolVersion` (2026-07-28): the request names a revision the filter
-/// does not accept.
-pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
 
 /// Why a request is refused before any policy looks at it (docs/semantics.md §5.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,26 +113,6 @@ impl Rejection {
     }
 }
 
-/// A JSON-RPC error object. `id` is the raw JSON text of the request id (already validated by
-/// the parser), or None for `null`.
-pub(crate) fn jsonrpc_error(
-    id: Option<&str>,
-    code: i32,
-    message: &str,
-    data: Option<Value>,
-) -> Vec<u8> {
-    let mut error = json!({ "code": code, "message": message });
-    if let (Some(d), Some(obj)) = (data, error.as_object_mut()) {
-        obj.insert("data".into(), d);
-    }
-    let error = error.to_string();
-    format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{error}}}",
-        id.unwrap_or("null")
-    )
-    .into_bytes()
-}
-
 fn json_response(status: u16, body: Vec<u8>) -> LocalResponse {
     LocalResponse {
         status,
@@ -155,7 +124,7 @@ fn json_response(status: u16, body: Vec<u8>) -> LocalResponse {
 /// The answer to a rejected request (`id`: the request's, when known).
 pub(crate) fn rejection(r: &Rejection, id: Option<&str>) -> LocalResponse {
     let (status, code, _) = r.status_code_reason();
-    json_response(status, jsonrpc_error(id, code, &r.message(), r.data()))
+    json_response(status, jsonrpc::error(id, code, &r.message(), r.data()))
 }
 
 /// Headers of an authorizer's denial that describe its own body, which the client does not
@@ -175,7 +144,7 @@ fn describes_relayed_body(name: &str) -> bool {
 pub(crate) fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> LocalResponse {
     let data = settings.expose_details.then(|| {
         let mut data = json!({
-            "level": level_str(d.level),
+            "level": Level::name(d.level),
             "reason": d.reason.as_str(),
             "policy": d.policy,
             "rule": d.rule,
@@ -191,7 +160,7 @@ pub(crate) fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> L
         }
         data
     });
-    let body = jsonrpc_error(id, settings.json_rpc_code, &settings.message, data);
+    let body = jsonrpc::error(id, settings.json_rpc_code, &settings.message, data);
     match &d.relay {
         None => json_response(settings.http_status, body),
         Some(r) => {

@@ -16,9 +16,9 @@ use std::borrow::Cow;
 
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
 
-use crate::answer::{jsonrpc_error, INTERNAL_ERROR};
 use crate::json::{self, Val};
-use crate::policy::{Engine, ItemScope};
+use crate::jsonrpc::{self, INTERNAL_ERROR};
+use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
 /// The JSON-RPC error message of a listing that could not be filtered.
@@ -88,7 +88,6 @@ pub struct ListingFilter {
     probe: Request,
     /// The listing whose items the probe is set up to judge (its [`LISTINGS`] index).
     probe_listing: Option<u8>,
-    host: String,
     /// The request id (raw JSON) of a JSON-RPC request: a response with this id answers it.
     /// Also the id of the error that replaces what cannot be filtered, when that has none.
     id: Option<String>,
@@ -178,7 +177,6 @@ impl ListingFilter {
         }
         ListingFilter {
             listing,
-            host: req.host(),
             probe,
             probe_listing: listing.and_then(index_of),
             id: id.map(str::to_string),
@@ -292,7 +290,7 @@ impl ListingFilter {
         let id = id
             .and_then(|i| std::str::from_utf8(i).ok())
             .or(self.id.as_deref());
-        jsonrpc_error(id, INTERNAL_ERROR, UNFILTERABLE, None)
+        jsonrpc::error(id, INTERNAL_ERROR, UNFILTERABLE, None)
     }
 
     /// An SSE event carrying the error.
@@ -386,7 +384,6 @@ impl ListingFilter {
         m: &MessageShape<'_>,
         result: usize,
     ) -> Option<Vec<u8>> {
-        let scope = engine.item_scope(&self.probe, &self.host);
         // The edits, in order of position: `cacheScope` set to "private" (or added first in
         // the result), and each item array with only the usable items.
         let mut cache_edit: Option<(usize, usize, &[u8])> = match (self.cache_scope, m.cache_scope)
@@ -410,7 +407,7 @@ impl ListingFilter {
             out.push(b'[');
             let mut first = true;
             while let Some(item) = items.next_if(|i| i.array == index) {
-                if !self.usable(engine, scope, (index, listing), item.key.as_deref()) {
+                if !self.usable(engine, (index, listing), item.key.as_deref()) {
                     continue;
                 }
                 if !first {
@@ -437,7 +434,6 @@ impl ListingFilter {
     fn usable(
         &mut self,
         engine: &Engine,
-        scope: ItemScope,
         listing: (u8, &'static Listing),
         name: Option<&[u8]>,
     ) -> bool {
@@ -469,9 +465,7 @@ impl ListingFilter {
             (Some(_), _) => return false,
             (None, _) => *param = None,
         }
-        engine
-            .item_refusal(scope, &self.probe, &self.host)
-            .is_none()
+        engine.item_refusal(&self.probe).is_none()
     }
 
     /// Reads an SSE chunk; returns the rewritten events it completed.

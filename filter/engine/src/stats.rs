@@ -3,8 +3,6 @@
 
 use mcp_access_bundle::Level;
 
-use crate::policy::level_str;
-
 /// A counter besides the per-denial ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Counter {
@@ -83,7 +81,7 @@ pub fn denial_counter_names() -> Vec<String> {
         .flat_map(|l| {
             DENIAL_REASONS
                 .iter()
-                .map(move |r| format!("mcp_access.denied.{}.{r}", level_str(*l)))
+                .map(move |r| format!("mcp_access.denied.{}.{r}", Level::name(*l)))
         })
         .collect()
 }

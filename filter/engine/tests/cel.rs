@@ -264,7 +264,7 @@ fn step_budget_exhaustion_counts_against_the_caller() {
     let d = decide(vec![deny_cel("d", &heavy)], &call("x"));
     assert_eq!(reason(&d), Some(Reason::DenyPolicy));
     let e = engine(&bundle(vec![allow_cel("a", &heavy)], &[]));
-    let req = call("x");
+    let req = resolved(&e, &call("x"));
     let mut ev = e.begin(&req, true);
     let _ = ev.advance(&e, &req);
     assert_eq!(ev.cel_errors(), (1, 1));

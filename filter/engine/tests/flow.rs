@@ -9,9 +9,9 @@
 mod common;
 
 use common::*;
-use mcp_access_engine::callout::HeaderEdit;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::policy::HeaderEdit;
 use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 

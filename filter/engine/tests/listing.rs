@@ -10,10 +10,10 @@
 mod common;
 
 use common::*;
-use mcp_access_engine::callout::HeaderEdit;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::policy::HeaderEdit;
 use serde_json::{json, Value};
 
 fn input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {

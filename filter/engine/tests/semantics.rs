@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use common::*;
 use mcp_access_bundle::Level;
-use mcp_access_engine::callout::HeaderEdit;
+use mcp_access_engine::policy::HeaderEdit;
 use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, Reason, Step};
 use mcp_access_engine::request::McpOp;
 use serde_json::json;
@@ -617,8 +617,9 @@ fn large_bundle_decides_by_lookup() {
     let (d, _) = run(&e, &call("tool-1000-0"), &HashMap::new());
     assert!(!is_allow(&d));
     // The admitting rule is reported: the one policy that names the tool.
-    let mut ev = e.begin(&call("tool-500-3"), true);
-    let Step::Done(_) = ev.advance(&e, &call("tool-500-3")) else {
+    let req = resolved(&e, &call("tool-500-3"));
+    let mut ev = e.begin(&req, true);
+    let Step::Done(_) = ev.advance(&e, &req) else {
         panic!()
     };
     let admitted = ev.trace().iter().find(|t| t.outcome == "admitted").unwrap();

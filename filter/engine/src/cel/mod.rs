@@ -92,6 +92,7 @@ impl SelfCondition {
             cluster_name: None,
             time: None,
             params: None,
+            ..Default::default()
         };
         self.0.eval(&Input {
             req: &req,

@@ -17,11 +17,11 @@ use compiled::{compile_cels, compile_rule};
 pub use compiled::{Cel, Mode};
 pub use cx::CelRecord;
 pub(crate) use cx::{Applies, CelCx};
-pub use eval::{level_str, AuthzOutcome, Decision, Denial, Reason, Step};
+pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
 pub(crate) use eval::{Evaluation, TraceEntry};
 use mcp_access_bundle::gateway_api::HostPattern;
 
-use crate::request::Request;
+use crate::request::{Request, Target};
 
 /// Index of a policy in [`Engine::policies`] (seniority order).
 pub(crate) type PolicyId = usize;
@@ -31,14 +31,6 @@ pub(crate) type PolicyId = usize;
 pub struct RuleRef {
     pub policy: PolicyId,
     pub(crate) rule: Option<usize>,
-}
-
-/// The listener and backend (indexes into [`Engine`]'s tables) whose rules judge the items
-/// a request names or lists.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ItemScope {
-    listener: Option<usize>,
-    backend: Option<usize>,
 }
 
 /// A hash map with a fast, unkeyed hash (FxHash's multiply-rotate over 8-byte words). Only for
@@ -153,7 +145,6 @@ impl RuleSet {
         &self,
         engine: &Engine,
         req: &Request,
-        host: &str,
         cx: &mut CelCx,
     ) -> Option<RuleRef> {
         // Each list is in seniority order: a rule no more senior than the best found so far
@@ -164,7 +155,7 @@ impl RuleSet {
                 if best.is_some_and(|b| *r >= b) {
                     continue;
                 }
-                if engine.rule_admits(*r, req, host, self.mode, cx) {
+                if engine.rule_admits(*r, req, self.mode, cx) {
                     *best = Some(*r);
                 }
             }
@@ -502,8 +493,17 @@ impl Engine {
         self.origins.get(id?).cloned()
     }
 
+    /// Where `req` is judged: the listener of its port and host, the backend of its route
+    /// name or upstream cluster. The flow resolves it once, when the headers arrive.
+    pub fn target_of(&self, req: &Request) -> Target {
+        Target {
+            listener: self.listener_for(req.port, &req.host),
+            backend: self.backend_for(req.route_name.as_deref(), req.cluster_name.as_deref()),
+        }
+    }
+
     /// The listener a request arrived on: same port, most specific matching hostname.
-    pub(crate) fn listener_for(&self, port: u16, host: &str) -> Option<usize> {
+    fn listener_for(&self, port: u16, host: &str) -> Option<usize> {
         self.listeners
             .iter()
             .enumerate()
@@ -533,18 +533,11 @@ impl Engine {
 
     /// Whether rule `r` admits (Allow) or selects (Deny) `req`, its policy's `when` included:
     /// a policy `when` that errs makes an Allow policy admit nothing and a Deny policy apply.
-    fn rule_admits(
-        &self,
-        r: RuleRef,
-        req: &Request,
-        host: &str,
-        mode: Mode,
-        cx: &mut CelCx,
-    ) -> bool {
+    fn rule_admits(&self, r: RuleRef, req: &Request, mode: Mode, cx: &mut CelCx) -> bool {
         let Some(p) = self.policies.get(r.policy) else {
             return false;
         };
-        match (cx.applies(r.policy, p, req, host), mode) {
+        match (cx.applies(r.policy, p, req), mode) {
             (Applies::No, _) | (Applies::Errored, Mode::Admit) => return false,
             _ => {}
         }
@@ -552,41 +545,33 @@ impl Engine {
             None => true,
             Some(_) => self
                 .rule(r)
-                .is_some_and(|rule| rule.admits(req, host, mode, cx, &p.id)),
+                .is_some_and(|rule| rule.admits(req, mode, cx, &p.id)),
         }
     }
 
     /// Whether an ExternalAuth policy applies and selects the request (no rules: every
     /// request).
-    pub(crate) fn selects(&self, pid: PolicyId, req: &Request, host: &str, cx: &mut CelCx) -> bool {
+    pub(crate) fn selects(&self, pid: PolicyId, req: &Request, cx: &mut CelCx) -> bool {
         let Some(p) = self.policies.get(pid) else {
             return false;
         };
-        if cx.applies(pid, p, req, host) == Applies::No {
+        if cx.applies(pid, p, req) == Applies::No {
             return false;
         }
         match &p.rules {
             None => true,
-            Some(rules) => rules
-                .iter()
-                .any(|r| r.admits(req, host, Mode::Select, cx, &p.id)),
+            Some(rules) => rules.iter().any(|r| r.admits(req, Mode::Select, cx, &p.id)),
         }
     }
 
     /// Whether an Allow policy applies at `index` for `req` (the level is then default-deny).
-    pub(crate) fn allow_applies(
-        &self,
-        index: &LevelIndex,
-        req: &Request,
-        host: &str,
-        cx: &mut CelCx,
-    ) -> bool {
+    pub(crate) fn allow_applies(&self, index: &LevelIndex, req: &Request, cx: &mut CelCx) -> bool {
         index.has_allow
             && (index.allow_always
                 || index.allow_when.iter().any(|pid| {
                     self.policies
                         .get(*pid)
-                        .is_some_and(|p| cx.applies(*pid, p, req, host) != Applies::No)
+                        .is_some_and(|p| cx.applies(*pid, p, req) != Applies::No)
                 }))
     }
 
@@ -626,8 +611,8 @@ impl Engine {
     /// without ExternalAuth: docs/semantics.md §4.3 (`subscriptions/listen`) and §5.4
     /// (listings). None: the item passes; else why it would be denied. Rules read the item
     /// from `probe.mcp` (so would a CEL rule's `request.mcp.*`).
-    pub fn item_denial(&self, probe: &Request, host: &str) -> Option<Denial> {
-        let (level, rule) = self.item_refusal(self.item_scope(probe, host), probe, host)?;
+    pub fn item_denial(&self, probe: &Request) -> Option<Denial> {
+        let (level, rule) = self.item_refusal(probe)?;
         Some(match rule {
             Some(r) => {
                 let mut d = Denial::of(Some(level), Reason::DenyPolicy);
@@ -638,24 +623,11 @@ impl Engine {
         })
     }
 
-    /// Where the items of `probe` are judged: its listener and backend, found once for
-    /// all the items of a listing.
-    pub(crate) fn item_scope(&self, probe: &Request, host: &str) -> ItemScope {
-        ItemScope {
-            listener: self.listener_for(probe.port, host),
-            backend: self.backend_for(probe.route_name.as_deref(), probe.cluster_name.as_deref()),
-        }
-    }
-
-    /// [`Engine::item_denial`] in `scope` (from [`Engine::item_scope`] of the same request):
-    /// None when the item passes, else the level that refuses it and the Deny rule that
-    /// matched it (None: no Allow rule admitted it).
-    pub(crate) fn item_refusal(
-        &self,
-        scope: ItemScope,
-        probe: &Request,
-        host: &str,
-    ) -> Option<(Level, Option<RuleRef>)> {
+    /// [`Engine::item_denial`], in the probe's [`Target`](crate::request::Target): None when
+    /// the item passes, else the level that refuses it and the Deny rule that matched it
+    /// (None: no Allow rule admitted it).
+    pub(crate) fn item_refusal(&self, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
+        let scope = probe.target;
         let levels = [
             (
                 Level::Gateway,
@@ -680,7 +652,7 @@ impl Engine {
                 continue;
             };
             let mut cx = self.cel_cx(scope.backend, false);
-            match eval::rules_verdict(self, index, probe, host, &mut cx) {
+            match eval::rules_verdict(self, index, probe, &mut cx) {
                 eval::RulesVerdict::Denied(r) => return Some((level, Some(r))),
                 eval::RulesVerdict::NotAdmitted => return Some((level, None)),
                 eval::RulesVerdict::Admitted(_) => {}

@@ -82,6 +82,7 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
         path: "/mcp".into(),
         canonical_path: "/mcp".into(),
         authority: "gateway.example.org:8443".into(),
+        host: "gateway.example.org".into(),
         port: 8443,
         headers: vec![("content-type".into(), "application/json".into())],
         caller: Caller {
@@ -93,6 +94,15 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
         cluster_name: Some("tools-cluster".into()),
         time: None,
         params: None,
+        ..Request::default()
+    }
+}
+
+/// `req` as the flow has it once its headers arrived: its listener and backend resolved.
+pub fn resolved(engine: &Engine, req: &Request) -> Request {
+    Request {
+        target: engine.target_of(req),
+        ..req.clone()
     }
 }
 
@@ -115,6 +125,7 @@ pub fn run(
     req: &Request,
     outcomes: &HashMap<&str, AuthzOutcome>,
 ) -> (Decision, Vec<Vec<String>>) {
+    let req = &resolved(engine, req);
     let mut ev = engine.begin(req, true);
     let mut batches = Vec::new();
     loop {
