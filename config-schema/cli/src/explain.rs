@@ -9,10 +9,10 @@ use mcp_access_bundle::gateway_api::{
     DEFAULT_TRUST_DOMAIN,
 };
 use mcp_access_bundle::{mcp_methods, Action, Bundle, Level, SpiffeSource, UnknownBackend};
-use mcp_access_engine::answer::LocalResponse;
+use mcp_access_engine::answer::{LocalResponse, Why};
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{HeadersInput, Next, Outcome, RequestFlow};
-use mcp_access_engine::policy::{Engine, Mode};
+use mcp_access_engine::policy::{Engine, Mode, Reason};
 use mcp_access_engine::request::{McpOp, Request};
 use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use serde::Serialize;
@@ -780,7 +780,10 @@ pub fn explain(
     let req = flow.request();
     let stage = if !flow.evaluated() {
         Stage::Transport
-    } else if matches!(outcome.reason, "unknown_listener" | "unknown_backend") {
+    } else if matches!(
+        outcome.reason,
+        Why::Denied(Reason::UnknownListener | Reason::UnknownBackend)
+    ) {
         Stage::Resolve
     } else {
         Stage::Policy
@@ -837,7 +840,7 @@ pub fn explain(
         decision: if outcome.allowed { "allow" } else { "deny" },
         stage,
         level: (!outcome.allowed).then(|| Level::name(outcome.level)),
-        reason: outcome.reason,
+        reason: outcome.reason.as_str(),
         policy: outcome.policy,
         origin: outcome.origin,
         rule: outcome.rule,

@@ -115,7 +115,11 @@ fn assert_malformed(mode: &str, (mut flow, next): (RequestFlow, Next), why: &str
             "{case}: nothing of the answer relayed: {:?}",
             r.headers
         );
-        assert_eq!(flow.outcome().unwrap().reason, "authorizer_error", "{case}");
+        assert_eq!(
+            flow.outcome().unwrap().reason.as_str(),
+            "authorizer_error",
+            "{case}"
+        );
     } else {
         assert_eq!(
             next,

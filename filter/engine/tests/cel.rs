@@ -300,12 +300,15 @@ fn a_bad_expression_refuses_the_bundle_naming_the_field() {
         let err = mcp_access_engine::policy::Engine::from_json(
             bundle(vec![p], &[]).to_string().as_bytes(),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains(path) && err.contains(what), "{err}");
     }
     let mut b = bundle(vec![allow_cel("a", "true")], &[]);
     b["limits"] = json!({"cel": {"maxSteps": 0}});
-    let err = mcp_access_engine::policy::Engine::from_json(b.to_string().as_bytes()).unwrap_err();
+    let err = mcp_access_engine::policy::Engine::from_json(b.to_string().as_bytes())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("limits.cel.maxSteps"), "{err}");
 }
 

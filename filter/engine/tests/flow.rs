@@ -100,7 +100,7 @@ fn allowed_call_continues_and_denied_call_gets_jsonrpc_error_with_its_id() {
         "no details unless asked"
     );
     let o = flow.outcome().unwrap();
-    assert_eq!((o.allowed, o.reason), (false, "not_allowed"));
+    assert_eq!((o.allowed, o.reason.as_str()), (false, "not_allowed"));
     assert_eq!(o.mcp_param.as_deref(), Some("delete_repo"));
 }
 
@@ -458,7 +458,7 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
             let (status, v) = respond(a);
             assert_eq!(status, 403);
             assert_eq!(v["error"]["code"], -32010);
-            assert_eq!(flow.outcome().unwrap().reason, "authorizer_error");
+            assert_eq!(flow.outcome().unwrap().reason.as_str(), "authorizer_error");
         }
         // 504 from Envoy (timeout) and no response at all
         for status in [Some(504), Some(503), None] {
@@ -570,7 +570,10 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     let r = flow.take_callout_reports();
     assert_eq!(r[0].latency_ms, Some(7));
     assert!(!r[0].failed && r[0].detail.is_some());
-    assert_eq!(flow.outcome().unwrap().reason, "external_auth_denied");
+    assert_eq!(
+        flow.outcome().unwrap().reason.as_str(),
+        "external_auth_denied"
+    );
 }
 
 #[test]

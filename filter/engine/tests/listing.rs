@@ -1039,7 +1039,10 @@ fn a_method_the_revision_does_not_have_is_not_found() {
             (404, json!(-32601)),
             "{m}"
         );
-        assert_eq!(flow.outcome().unwrap().reason, "method_not_in_revision");
+        assert_eq!(
+            flow.outcome().unwrap().reason.as_str(),
+            "method_not_in_revision"
+        );
     }
     let sub =
         r#"{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#;
@@ -1097,7 +1100,7 @@ fn subscriptions_listen_is_base_protocol_and_its_uris_are_judged_as_subscribe() 
     );
     let (status, v) = rejected(a);
     assert_eq!((status, v["error"]["code"].clone()), (403, json!(-32010)));
-    assert_eq!(flow.outcome().unwrap().reason, "not_allowed");
+    assert_eq!(flow.outcome().unwrap().reason.as_str(), "not_allowed");
     // Not an array of strings: invalid params.
     let (_, a) = send(&e, ALPHA, &headers, &listen(r#""file:///a",7"#));
     assert_eq!(rejected(a).1["error"]["code"], -32602);

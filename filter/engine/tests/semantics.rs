@@ -356,7 +356,9 @@ fn empty_rule_lists_are_rejected_and_omitted_rules_mean_all_traffic() {
         if action == "ExternalAuth" {
             p["externalAuth"] = "a".into();
         }
-        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes()).unwrap_err();
+        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("policies[0].rules") && err.contains("omit `rules`"),
             "{action}: {err}"
@@ -418,7 +420,9 @@ fn an_allow_stand_in_admits_nothing_but_other_allow_policies_still_admit() {
     ext["action"] = "ExternalAuth".into();
     ext["externalAuth"] = "a".into();
     for (p, field) in [(with_rules, "rules"), (ext, "notAccepted")] {
-        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes()).unwrap_err();
+        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(&format!("policies[0].{field}")), "{err}");
     }
 }

@@ -33,7 +33,8 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
-use mcp_access_engine::policy::Engine;
+use mcp_access_engine::answer::Why;
+use mcp_access_engine::policy::{Engine, Reason};
 use mcp_access_engine::request::{Caller, ClaimValue, JwtPrincipal};
 use serde_json::Value;
 
@@ -313,7 +314,7 @@ fn check_allowed(input: &Input, engine: &Engine) {
 fn check_respond(flow: &RequestFlow, body: &[u8], request_body: &[u8]) {
     let relayed = flow
         .outcome()
-        .is_some_and(|o| o.reason == "external_auth_denied");
+        .is_some_and(|o| o.reason == Why::Denied(Reason::ExternalAuthDenied));
     assert!(
         flow.outcome().is_some_and(|o| !o.allowed),
         "answered but not recorded as denied"

@@ -7,7 +7,7 @@ mod outcome;
 use mcp_access_bundle::gateway_api::canonical_host;
 use mcp_access_bundle::mcp_methods::{self, Revision};
 
-use crate::answer::{self, LocalResponse, Rejection};
+use crate::answer::{self, HeaderProblem, LocalResponse, McpHeader, Rejection, Why};
 use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
 use crate::mcp::{self, ParseError, ParseLimits};
@@ -307,9 +307,7 @@ impl RequestFlow {
                 .is_some_and(|p| p.eq_ignore_ascii_case("mcp-") || p.eq_ignore_ascii_case("mcp_"))
         });
         if mcp_trailer {
-            return self.reject(Rejection::HeaderMismatch(
-                "an MCP header was sent as a trailer",
-            ));
+            return self.reject(Rejection::HeaderMismatch(HeaderProblem::Trailer));
         }
         let limit = body_limit(engine);
         let body = read(limit.saturating_add(1)).unwrap_or_default();
@@ -524,55 +522,55 @@ impl RequestFlow {
     /// `MCP-Protocol-Version` each appear at most once and agree with the body (the last with
     /// `params._meta`'s protocol version); a request of the header revision (2026-07-28 on)
     /// must carry the headers that revision requires.
-    fn header_mismatch(&self, op: &McpOp, body_version: Option<&str>) -> Option<&'static str> {
+    fn header_mismatch(&self, op: &McpOp, body_version: Option<&str>) -> Option<HeaderProblem> {
         let req = self.req.as_ref()?;
-        fn once<'r>(req: &'r Request, name: &'static str) -> Result<Option<&'r str>, ()> {
-            let mut copies = mcp_header_values(req, name);
+        fn once(req: &Request, h: McpHeader) -> Result<Option<&str>, HeaderProblem> {
+            let mut copies = mcp_header_values(req, h.name());
             let first = copies.next();
             match copies.next() {
-                Some(_) => Err(()),
+                Some(_) => Err(HeaderProblem::Repeated(h)),
                 None => Ok(first),
             }
         }
-        let Ok(method) = once(req, "mcp-method") else {
-            return Some("Mcp-Method header appears more than once");
-        };
-        let Ok(name) = once(req, "mcp-name") else {
-            return Some("Mcp-Name header appears more than once");
-        };
-        let Ok(version) = once(req, "mcp-protocol-version") else {
-            return Some("MCP-Protocol-Version header appears more than once");
+        let once = |h| once(req, h);
+        let (method, name, version) = match (
+            once(McpHeader::Method),
+            once(McpHeader::Name),
+            once(McpHeader::ProtocolVersion),
+        ) {
+            (Ok(m), Ok(n), Ok(v)) => (m, n, v),
+            (Err(p), _, _) | (_, Err(p), _) | (_, _, Err(p)) => return Some(p),
         };
         if let (Some(h), Some(b)) = (version, body_version) {
             if h != b {
-                return Some("MCP-Protocol-Version header does not match params._meta");
+                return Some(HeaderProblem::Mismatch(McpHeader::ProtocolVersion));
             }
         }
         if let Some(m) = method {
             if op.method() != Some(m) {
-                return Some("Mcp-Method header does not match the request body");
+                return Some(HeaderProblem::Mismatch(McpHeader::Method));
             }
         }
         if let Some(n) = name {
             let Some(n) = decode_header_value(n) else {
-                return Some("Mcp-Name header holds a malformed Base64 value");
+                return Some(HeaderProblem::BadBase64);
             };
             if op.param() != Some(n.as_ref()) {
-                return Some("Mcp-Name header does not match the request body");
+                return Some(HeaderProblem::Mismatch(McpHeader::Name));
             }
         }
         let header_revision =
             body_version.is_some() || version.is_some_and(mcp_methods::is_header_revision);
         if header_revision {
             if version.is_none() {
-                return Some("MCP-Protocol-Version header is required");
+                return Some(HeaderProblem::Missing(McpHeader::ProtocolVersion));
             }
             if method.is_none() {
-                return Some("Mcp-Method header is required");
+                return Some(HeaderProblem::Missing(McpHeader::Method));
             }
             let named = op.method().is_some_and(mcp_methods::requires_name_header);
             if named && name.is_none() {
-                return Some("Mcp-Name header is required");
+                return Some(HeaderProblem::Missing(McpHeader::Name));
             }
         }
         None
@@ -591,7 +589,7 @@ impl RequestFlow {
         let req = self.req.as_ref();
         let headers = req
             .into_iter()
-            .flat_map(|r| mcp_header_values(r, "mcp-protocol-version"));
+            .flat_map(|r| mcp_header_values(r, McpHeader::ProtocolVersion.name()));
         let parse =
             |v: &str| Revision::parse(v).ok_or_else(|| Rejection::UnsupportedRevision(v.into()));
         let mut named = None;
@@ -718,7 +716,7 @@ impl RequestFlow {
             Decision::Deny(d) => {
                 let response = answer::denial(&engine.deny_response, &d, self.id.as_deref());
                 outcome.level = d.level;
-                outcome.reason = d.reason.as_str();
+                outcome.reason = Why::Denied(d.reason);
                 outcome.origin = engine.origin_of(d.policy.as_deref());
                 outcome.policy = d.policy;
                 outcome.rule = d.rule;
@@ -768,7 +766,7 @@ impl RequestFlow {
         Outcome {
             allowed: false,
             level: None,
-            reason: "allowed",
+            reason: Why::Allowed,
             policy: None,
             origin: None,
             rule: None,
@@ -789,7 +787,7 @@ impl RequestFlow {
         self.stage = Stage::Done;
         let response = answer::rejection(&r, self.id.as_deref());
         let mut outcome = self.base_outcome();
-        outcome.reason = r.status_code_reason().2;
+        outcome.reason = Why::Rejected(r.reason());
         outcome.status = Some(response.status);
         self.outcome = Some(outcome);
         Next::Respond(response)

@@ -2,6 +2,8 @@
 
 use mcp_access_bundle::Level;
 
+use crate::answer::Why;
+
 /// How the request ended, for stats, logs and filter state.
 ///
 /// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `decision` (`allow` or
@@ -15,9 +17,9 @@ use mcp_access_bundle::Level;
 pub struct Outcome {
     pub allowed: bool,
     pub level: Option<Level>,
-    /// `allowed`, a [`Reason`](crate::policy::Reason) name, or a [`Rejection`]'s reason
-    /// (`invalid_json`, `body_too_large`, ...).
-    pub reason: &'static str,
+    /// Why it ended so: its name is the log's `reason` (`allowed`, `not_allowed`,
+    /// `invalid_json`, ...).
+    pub reason: Why,
     pub policy: Option<String>,
     /// Where the deciding policy's rules came from, when the compiler derived them from a
     /// defaults/overrides block (e.g. `overrides (merge) of AccessPolicy ns/name`).
@@ -67,7 +69,7 @@ impl Outcome {
         out.push_str(",\"policy\":");
         push_opt_str(&mut out, self.policy.as_deref());
         out.push_str(",\"reason\":");
-        push_str(&mut out, self.reason);
+        push_str(&mut out, self.reason.as_str());
         out.push_str(",\"rule\":");
         push_opt_str(&mut out, self.rule.as_deref());
         out.push_str(",\"status\":");
@@ -151,7 +153,7 @@ mod tests {
         serde_json::json!({
             "decision": if o.allowed { "allow" } else { "deny" },
             "level": Level::name(o.level),
-            "reason": o.reason,
+            "reason": o.reason.as_str(),
             "origin": o.origin,
             "policy": o.policy,
             "rule": o.rule,
@@ -172,7 +174,7 @@ mod tests {
         let full = Outcome {
             allowed: false,
             level: Some(Level::Backend),
-            reason: "deny_policy",
+            reason: Why::Denied(crate::policy::Reason::DenyPolicy),
             policy: Some("ns/p\"q".into()),
             origin: Some("overrides (merge) of AccessPolicy ns/g".into()),
             rule: Some("r\u{1}\n\u{e9}\t\u{8}\u{c}\u{1f}\u{7f}\r".into()),
@@ -188,7 +190,7 @@ mod tests {
         let empty = Outcome {
             allowed: true,
             level: None,
-            reason: "allowed",
+            reason: Why::Allowed,
             policy: None,
             origin: None,
             rule: None,

@@ -27,8 +27,18 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in counter order.
+    pub const ALL: [Reason; 6] = [
+        Reason::UnknownListener,
+        Reason::UnknownBackend,
+        Reason::ExternalAuthDenied,
+        Reason::AuthorizerFailed,
+        Reason::DenyPolicy,
+        Reason::NotAllowed,
+    ];
+
     /// Stable snake_case name, used in stats and logs.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Reason::UnknownListener => "unknown_listener",
             Reason::UnknownBackend => "unknown_backend",
