@@ -11,7 +11,7 @@ use mcp_access_bundle::gateway_api::{
 use mcp_access_bundle::{mcp_methods, Action, Bundle, Level, SpiffeSource, UnknownBackend};
 use mcp_access_engine::answer::{LocalResponse, Why};
 use mcp_access_engine::facts::{Fact, HostFacts};
-use mcp_access_engine::flow::{HeadersInput, Next, Outcome, RequestFlow};
+use mcp_access_engine::flow::{drive, HeadersInput, Next, Outcome, Reply, RequestFlow};
 use mcp_access_engine::policy::{Engine, Mode, Reason};
 use mcp_access_engine::request::{McpOp, Request};
 use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
@@ -509,6 +509,31 @@ fn check_assumptions(
     Ok(notes)
 }
 
+/// The `--assume` answer for a call of `policy` (`namespace/name`) to `authorizer`: by the
+/// policy's name (or that of the Gateway policy whose block derived it), the authorizer's,
+/// else `*`; None when none is given (the call is then allowed).
+fn assumption<'a>(
+    bundle: &Bundle,
+    assume: &'a BTreeMap<String, Assumption>,
+    policy: &str,
+    authorizer: &str,
+) -> Option<&'a Assumption> {
+    let short = policy.split_once('/').map_or("", |x| x.1);
+    // A policy derived from a Gateway policy's block answers to its name too.
+    let block = bundle
+        .policies
+        .iter()
+        .find(|p| format!("{}/{}", p.namespace, p.name) == policy)
+        .and_then(block_policy)
+        .unwrap_or_default();
+    let block_short = block.split_once('/').map_or("", |x| x.1);
+    [policy, short, block, block_short, authorizer]
+        .iter()
+        .filter(|k| !k.is_empty())
+        .chain(&["*"])
+        .find_map(|k| assume.get(*k))
+}
+
 /// The JSON-RPC body for `--mcp-method` (and its tool, prompt or URI), as a client writes it.
 fn body_for(method: &str, param: Option<&str>) -> String {
     let text = |s: &str| serde_json::Value::from(s).to_string();
@@ -701,76 +726,32 @@ pub fn explain(
         next = flow.on_body(&engine, bytes.len(), true, |_| Some(bytes));
     }
     let mut calls = Vec::new();
-    let mut token: u32 = 0;
-    let add_headers = loop {
-        match next {
-            Next::Allow { add_headers } => break Ok(add_headers),
-            Next::Respond(r) => break Err(r),
-            Next::Hold => return Err("internal: the request flow waits for nothing".into()),
-            Next::Dispatch(list) => {
-                let mut answers = Vec::new();
-                for (slot, callout) in list {
-                    token += 1;
-                    let ext = if callout.grpc {
-                        mcp_access_engine::ext_authz::context_extensions(&callout.body)
-                    } else {
-                        Default::default()
-                    };
-                    let header = |n: &str| {
-                        let grpc_key = n.strip_prefix("x-").map(|k| k.replace('-', "_"));
-                        callout
-                            .headers
-                            .iter()
-                            .find(|(k, _)| k == n)
-                            .map(|(_, v)| v.clone())
-                            .or_else(|| grpc_key.and_then(|k| ext.get(&k).cloned()))
-                            .unwrap_or_default()
-                    };
-                    let policy = header("x-mcp-access-policy");
-                    let authorizer = flow
-                        .authorizer_of(&engine, slot)
-                        .map(|a| a.name.clone())
-                        .unwrap_or_default();
-                    let short = policy.split_once('/').map_or("", |x| x.1);
-                    // A policy derived from a Gateway policy's block answers to its name too.
-                    let block = bundle
-                        .policies
-                        .iter()
-                        .find(|p| format!("{}/{}", p.namespace, p.name) == policy)
-                        .and_then(block_policy)
-                        .unwrap_or_default();
-                    let block_short = block.split_once('/').map_or("", |x| x.1);
-                    let found = [
-                        policy.as_str(),
-                        short,
-                        block,
-                        block_short,
-                        authorizer.as_str(),
-                    ]
-                    .iter()
-                    .filter(|k| !k.is_empty())
-                    .chain(&["*"])
-                    .find_map(|k| spec.assume.get(*k));
-                    let assumed = found.cloned().unwrap_or(Assumption::Allow);
-                    calls.push(CallView {
-                        level: header("x-mcp-access-level"),
-                        policy,
-                        authorizer,
-                        cluster: callout.cluster.clone(),
-                        assumed: assumed.as_text(),
-                        given: found.is_some(),
-                    });
-                    flow.dispatched(&engine, slot, Ok(token), 0);
-                    answers.push((token, assumed.status()));
-                }
-                next = flow.resume(&engine);
-                for (t, status) in answers {
-                    if next != Next::Hold {
-                        break;
-                    }
-                    next = flow.on_callout_response(&engine, t, status, Vec::new(), Vec::new(), 0);
-                }
-            }
+    let last = drive(&mut flow, &engine, next, |call| {
+        let policy = call.policy_id(&engine).to_string();
+        let authorizer = call.authorizer(&engine);
+        let (name, cluster) = authorizer.map_or(("", ""), |a| (&a.name, &a.cluster));
+        let found = assumption(bundle, &spec.assume, &policy, name);
+        let assumed = found.cloned().unwrap_or(Assumption::Allow);
+        calls.push(CallView {
+            level: call.level.as_str().to_string(),
+            policy,
+            authorizer: name.to_string(),
+            cluster: cluster.to_string(),
+            assumed: assumed.as_text(),
+            given: found.is_some(),
+        });
+        // Answered as an HTTP authorizer answers, whatever its protocol.
+        Reply::Http {
+            status: assumed.status(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    });
+    let add_headers = match last {
+        Next::Allow { add_headers, .. } => Ok(add_headers),
+        Next::Respond(r) => Err(r),
+        Next::Hold | Next::Dispatch(_) => {
+            return Err("internal: the request flow waits for nothing".into())
         }
     };
     let outcome = flow

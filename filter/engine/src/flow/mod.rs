@@ -1,8 +1,11 @@
 //! One request, start to end, as a pure state machine the host adapter drives:
 //! headers -> (body) -> parse -> evaluate -> (callouts) -> answer.
 
+mod drive;
 mod gather;
 mod outcome;
+
+use std::rc::Rc;
 
 use mcp_access_bundle::gateway_api::canonical_host;
 use mcp_access_bundle::mcp_methods::{self, Revision};
@@ -10,25 +13,65 @@ use mcp_access_bundle::mcp_methods::{self, Revision};
 use crate::answer::{self, HeaderProblem, LocalResponse, McpHeader, Rejection, Why};
 use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
+use crate::listing::ListingFilter;
 use crate::mcp::{self, ParseError, ParseLimits};
-use crate::policy::{Decision, Engine, Evaluation, HeaderEdit, Step};
+use crate::policy::{AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step};
 use crate::request::{McpOp, Request, Target};
 
+pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
 pub use outcome::Outcome;
 
 /// What the host must do next.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Next {
-    /// Let the request go on (after applying `add_headers`, in order).
-    Allow { add_headers: Vec<HeaderEdit> },
+    /// Let the request go on (after applying `add_headers`, in order). `listing` filters the
+    /// response (docs/semantics.md §5.4): set when the bundle filters listings, for the
+    /// response headers to tell whether the response can carry one.
+    Allow {
+        add_headers: Vec<HeaderEdit>,
+        listing: Option<ListingFilter>,
+    },
     /// Keep holding the request (headers held, body buffered, or callouts in flight).
     Hold,
-    /// Make these callouts, report each with [`RequestFlow::dispatched`], then call
-    /// [`RequestFlow::resume`].
-    Dispatch(Vec<(usize, CalloutRequest)>),
+    /// Make these callouts, then report them all with [`RequestFlow::dispatched`].
+    Dispatch(Vec<Callout>),
     /// Answer the client with this; the request never goes upstream.
     Respond(LocalResponse),
+}
+
+impl Next {
+    /// Whether this is [`Next::Hold`].
+    pub fn is_hold(&self) -> bool {
+        matches!(self, Next::Hold)
+    }
+}
+
+/// A callout to make: which authorizer the evaluation calls, for which policy and level
+/// ([`AuthzCall`]), and the request that carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Callout {
+    pub call: AuthzCall,
+    pub request: CalloutRequest,
+}
+
+/// How the host dispatched one [`Callout`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatched {
+    /// [`AuthzCall::slot`] of the callout.
+    pub slot: usize,
+    /// The host's token for its answer, or why it could not be dispatched.
+    pub token: Result<u32, String>,
+    /// When it was dispatched (ns).
+    pub at_ns: u64,
+}
+
+/// What a callout event did: what the host does next, and the callouts that ended with it
+/// (for the host's stats and logs).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub next: Next,
+    pub reports: Vec<CalloutReport>,
 }
 
 /// Where the host is when it carries out an action.
@@ -78,13 +121,14 @@ enum Stage {
 #[derive(Debug)]
 pub struct RequestFlow {
     stage: Stage,
-    req: Option<Request>,
+    /// The request; shared with the listing filter once allowed.
+    req: Option<Rc<Request>>,
     body: Vec<u8>,
     id: Option<String>,
     eval: Option<Evaluation>,
     /// (callout token, evaluation slot, dispatch time in ns)
     tokens: Vec<(u32, usize, u64)>,
-    /// Callouts that ended since the host last took them.
+    /// Callouts that ended during the current event.
     reports: Vec<CalloutReport>,
     outcome: Option<Outcome>,
     /// Whether the evaluation keeps a trace (`explain`).
@@ -146,43 +190,12 @@ impl RequestFlow {
 
     /// The request as the flow sees it, once its headers arrived.
     pub fn request(&self) -> Option<&Request> {
-        self.req.as_ref()
+        self.req.as_deref()
     }
 
     /// How the request ended, once it has.
     pub fn outcome(&self) -> Option<&Outcome> {
         self.outcome.as_ref()
-    }
-
-    /// The filter of the response, when the request is an allowed listing and the bundle
-    /// filters listings (docs/semantics.md §5.4).
-    pub fn listing_filter(&self, engine: &Engine) -> Option<crate::listing::ListingFilter> {
-        if !self.outcome.as_ref()?.allowed {
-            return None;
-        }
-        let req = self.req.as_ref()?;
-        crate::listing::ListingFilter::for_request(engine, req, self.id.as_deref(), self.revision)
-    }
-
-    /// The filter of the response with these headers (docs/semantics.md §5.4), when the
-    /// request was allowed and the response may carry a listing: any answer to a listing
-    /// request, an SSE stream answering any other request.
-    pub fn response_filter(
-        &self,
-        engine: &Engine,
-        headers: &[(String, String)],
-    ) -> Option<crate::listing::ListingFilter> {
-        if !self.outcome.as_ref()?.allowed {
-            return None;
-        }
-        let req = self.req.as_ref()?;
-        crate::listing::ListingFilter::for_response(
-            engine,
-            req,
-            self.id.as_deref(),
-            self.revision,
-            headers,
-        )
     }
 
     /// Whether a decision has been reached.
@@ -219,7 +232,7 @@ impl RequestFlow {
             Ok(p) => (p, None),
             Err(e) => (String::new(), Some(e)),
         };
-        let req = self.req.insert(Request {
+        let req = Rc::make_mut(self.req.insert(Rc::new(Request {
             canonical_path: canonical,
             path,
             host: canonical_host(&authority),
@@ -235,7 +248,7 @@ impl RequestFlow {
             params: None,
             target: Target::default(),
             peers: input.peers.unwrap_or_default(),
-        });
+        })));
         req.target = engine.target_of(req);
         if let Some(e) = bad_path {
             return self.reject(Rejection::InvalidPath(e.to_string()));
@@ -363,7 +376,7 @@ impl RequestFlow {
                     };
                     let params = message.get_mut("params").map(serde_json::Value::take);
                     if let Some(req) = self.req.as_mut() {
-                        req.params = params;
+                        Rc::make_mut(req).params = params;
                     }
                 }
                 if let Some(problem) = self.header_mismatch(&op, body_version.as_deref()) {
@@ -379,37 +392,42 @@ impl RequestFlow {
         }
     }
 
-    /// Reports the result of dispatching the callout for `slot` at `now_ns`.
+    /// The callouts of a [`Next::Dispatch`] were dispatched (or could not be): the host
+    /// reports them all at once.
     pub fn dispatched(
         &mut self,
         engine: &Engine,
-        slot: usize,
-        result: Result<u32, String>,
-        now_ns: u64,
-    ) {
-        match result {
-            Ok(token) => self.tokens.push((token, slot, now_ns)),
-            Err(detail) => {
-                let outcome = crate::policy::AuthzOutcome::Error {
-                    detail: format!("dispatch failed: {detail}"),
-                };
-                let name = self.authorizer_name(engine, slot);
-                self.reports
-                    .push(CalloutReport::of(name, None, &outcome, None));
-                if let Some(ev) = &mut self.eval {
-                    ev.complete(slot, outcome);
+        results: impl IntoIterator<Item = Dispatched>,
+    ) -> Progress {
+        for d in results {
+            match d.token {
+                Ok(token) => self.tokens.push((token, d.slot, d.at_ns)),
+                Err(detail) => {
+                    let outcome = AuthzOutcome::Error {
+                        detail: format!("dispatch failed: {detail}"),
+                    };
+                    let name = self.authorizer_name(engine, d.slot);
+                    self.reports
+                        .push(CalloutReport::of(name, None, &outcome, None));
+                    if let Some(ev) = &mut self.eval {
+                        ev.complete(d.slot, outcome);
+                    }
                 }
             }
         }
+        let next = self.step(engine);
+        self.progress(next)
     }
 
-    /// The callouts that ended since the last call (for the host's stats and logs).
-    pub fn take_callout_reports(&mut self) -> Vec<CalloutReport> {
-        std::mem::take(&mut self.reports)
+    fn progress(&mut self, next: Next) -> Progress {
+        Progress {
+            next,
+            reports: std::mem::take(&mut self.reports),
+        }
     }
 
     /// The authorizer of the callout for `slot`.
-    pub fn authorizer_of<'e>(
+    fn authorizer_of<'e>(
         &self,
         engine: &'e Engine,
         slot: usize,
@@ -425,64 +443,49 @@ impl RequestFlow {
             .map_or("?", |a| a.name.as_str())
     }
 
-    /// How many body bytes of the response to `token` (with `status`) the host may read:
-    /// see [`callout::body_read_limit`]; 0 for a token this request does not wait for.
-    pub fn callout_body_limit(&self, engine: &Engine, token: u32, status: Option<u16>) -> usize {
-        self.tokens
-            .iter()
-            .find(|(t, _, _)| *t == token)
-            .and_then(|(_, slot, _)| self.authorizer_of(engine, *slot))
-            .map_or(0, |a| callout::body_read_limit(a, status))
-    }
-
-    /// Continues after dispatching.
-    pub fn resume(&mut self, engine: &Engine) -> Next {
-        self.step(engine)
-    }
-
-    /// A callout answered at `now_ns` (`status` None: no response: timeout, reset). `body` is
-    /// what the host read, at most [`RequestFlow::callout_body_limit`] bytes.
+    /// An HTTP callout answered at `now_ns` (`status` None: no response: timeout, reset).
+    /// `read` fetches up to the given number of body bytes; it is only called for a body the
+    /// flow reads ([`callout::body_read_limit`]: a denial's, at most its cap plus one byte).
     pub fn on_callout_response(
         &mut self,
         engine: &Engine,
         token: u32,
         status: Option<u16>,
         headers: Vec<(String, String)>,
-        body: Vec<u8>,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
         now_ns: u64,
-    ) -> Next {
+    ) -> Progress {
         self.callout_ended(engine, token, now_ns, |a| {
+            let limit = callout::body_read_limit(a, status);
+            let body = if limit > 0 {
+                read(limit).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             let (outcome, note) = callout::interpret(a, status, headers, body);
             (outcome, note, None)
         })
     }
 
-    /// How many bytes of a gRPC authorizer's CheckResponse the host reads: the denial body
-    /// cap plus [`crate::ext_authz::RESPONSE_SLACK`]; 0 for a token this request does not wait for.
-    pub fn grpc_response_limit(&self, engine: &Engine, token: u32) -> usize {
-        self.tokens
-            .iter()
-            .find(|(t, _, _)| *t == token)
-            .and_then(|(_, slot, _)| self.authorizer_of(engine, *slot))
-            .map_or(0, |a| {
-                usize::try_from(a.max_response_body_bytes)
-                    .unwrap_or(usize::MAX)
-                    .saturating_add(crate::ext_authz::RESPONSE_SLACK)
-            })
-    }
-
     /// A gRPC callout ended at `now_ns`: `grpc_status` (None: no answer: timeout, reset,
-    /// unreachable), `message` the CheckResponse (None: over [`RequestFlow::grpc_response_limit`],
-    /// which denies).
+    /// unreachable) and the CheckResponse of `size` bytes. `read` fetches it; it is only
+    /// called for an OK answer of at most the denial body cap plus
+    /// [`crate::ext_authz::RESPONSE_SLACK`] bytes (a larger one is not read, and denies).
     pub fn on_grpc_response(
         &mut self,
         engine: &Engine,
         token: u32,
         grpc_status: Option<u32>,
-        message: Option<Vec<u8>>,
+        size: usize,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
         now_ns: u64,
-    ) -> Next {
+    ) -> Progress {
         self.callout_ended(engine, token, now_ns, |a| {
+            let limit = usize::try_from(a.max_response_body_bytes)
+                .unwrap_or(usize::MAX)
+                .saturating_add(crate::ext_authz::RESPONSE_SLACK);
+            let message =
+                (grpc_status == Some(0) && size <= limit).then(|| read(size).unwrap_or_default());
             crate::ext_authz::interpret(a, grpc_status, message.as_deref())
         })
     }
@@ -494,17 +497,17 @@ impl RequestFlow {
         now_ns: u64,
         interpret: impl FnOnce(
             &mcp_access_bundle::Authorizer,
-        ) -> (crate::policy::AuthzOutcome, Option<String>, Option<String>),
-    ) -> Next {
+        ) -> (AuthzOutcome, Option<String>, Option<String>),
+    ) -> Progress {
         let Some(pos) = self.tokens.iter().position(|(t, _, _)| *t == token) else {
-            return Next::Hold;
+            return self.progress(Next::Hold);
         };
         let (_, slot, at) = self.tokens.swap_remove(pos);
         let (outcome, note, metadata) = match self.authorizer_of(engine, slot) {
             Some(a) => interpret(a),
             None => {
                 let detail = "unknown authorizer".to_string();
-                (crate::policy::AuthzOutcome::Error { detail }, None, None)
+                (AuthzOutcome::Error { detail }, None, None)
             }
         };
         let latency_ms = now_ns.saturating_sub(at) / 1_000_000;
@@ -515,7 +518,8 @@ impl RequestFlow {
         if let Some(ev) = &mut self.eval {
             ev.complete(slot, outcome);
         }
-        self.step(engine)
+        let next = self.step(engine);
+        self.progress(next)
     }
 
     /// SEP-2243: `Mcp-Method`, `Mcp-Name` (Base64 sentinel decoded) and
@@ -618,7 +622,7 @@ impl RequestFlow {
         let Some(req) = self.req.as_mut() else {
             return Next::Hold;
         };
-        req.mcp = op;
+        Rc::make_mut(req).mcp = op;
         self.eval = Some(engine.begin(req, self.trace));
         self.stage = Stage::Deciding;
         self.step(engine)
@@ -640,13 +644,13 @@ impl RequestFlow {
                         // Not reachable from a compiled bundle; if it were, the call failed.
                         ev.complete(
                             c.slot,
-                            crate::policy::AuthzOutcome::Error {
+                            AuthzOutcome::Error {
                                 detail: "no such authorizer or policy".into(),
                             },
                         );
                         continue;
                     };
-                    let call = match a.protocol {
+                    let request = match a.protocol {
                         mcp_access_bundle::AuthorizerProtocol::Http => {
                             callout::build(a, req, &self.body, c.level, &p.id)
                         }
@@ -665,9 +669,9 @@ impl RequestFlow {
                             grpc: true,
                         },
                     };
-                    out.push((c.slot, call));
+                    out.push(Callout { call: c, request });
                 }
-                // Even when empty: the host dispatches nothing and resumes, which decides.
+                // Even when empty: the host dispatches nothing and reports that, which decides.
                 Next::Dispatch(out)
             }
             Step::Done(decision) => self.finish(engine, decision),
@@ -702,16 +706,19 @@ impl RequestFlow {
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
-                let read = self
-                    .req
-                    .as_ref()
-                    .is_some_and(|r| crate::listing::ListingFilter::wants_identity(engine, r));
-                if read {
+                let req = self.req.as_ref();
+                if req.is_some_and(|r| ListingFilter::wants_identity(engine, r)) {
                     // A listing (or a GET stream) is read to be filtered: ask the server not
                     // to compress it.
                     add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
                 }
-                Next::Allow { add_headers }
+                let listing = req.and_then(|r| {
+                    ListingFilter::for_allowed(engine, r, self.id.as_deref(), self.revision)
+                });
+                Next::Allow {
+                    add_headers,
+                    listing,
+                }
             }
             Decision::Deny(d) => {
                 let response = answer::denial(&engine.deny_response, &d, self.id.as_deref());
@@ -744,7 +751,7 @@ impl RequestFlow {
             .map(|r| (r.judged_as, r.key, r.value.as_str()));
         let mut items = subscriptions.chain(reference).peekable();
         items.peek()?;
-        let mut probe = self.req.clone()?;
+        let mut probe = Request::clone(self.req.as_ref()?);
         for (judged_as, key, value) in items {
             // Judged as a call of that item alone: never with the request's own params.
             probe.as_item_call(judged_as, Some(key), Some(value), engine.cel_needs().params);

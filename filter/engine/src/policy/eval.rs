@@ -99,15 +99,32 @@ pub enum AuthzOutcome {
     Error { detail: String },
 }
 
-/// A callout the host must make.
+/// An authorizer call the evaluation asks for: the ExternalAuth policy at a level, and its
+/// authorizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuthzCall {
     /// Pass back to [`Evaluation::complete`].
     pub slot: usize,
+    /// Index into [`Engine::policies`].
     pub policy: PolicyId,
-    /// Index into [`Engine::authorizers`].
-    pub(crate) authorizer: usize,
-    pub(crate) level: Level,
+    /// Index into the engine's authorizers ([`AuthzCall::authorizer`]).
+    pub authorizer: usize,
+    pub level: Level,
+}
+
+impl AuthzCall {
+    /// `namespace/name` of the policy.
+    pub fn policy_id<'e>(&self, engine: &'e Engine) -> &'e str {
+        engine
+            .policies
+            .get(self.policy)
+            .map_or("", |p| p.id.as_str())
+    }
+
+    /// The authorizer called.
+    pub fn authorizer<'e>(&self, engine: &'e Engine) -> Option<&'e mcp_access_bundle::Authorizer> {
+        engine.authorizers.get(self.authorizer)
+    }
 }
 
 /// An authorizer's denial, relayed to the client as it is.
