@@ -167,18 +167,15 @@ impl Stream {
         loop {
             match action {
                 Next::Dispatch(calls) => {
-                    let results: Vec<Dispatched> = calls
-                        .iter()
-                        .map(|c| Dispatched {
-                            slot: c.call.slot,
-                            token: if c.request.grpc {
-                                abi::grpc_call(&c.request)
-                            } else {
-                                abi::http_call(&c.request)
-                            },
-                            at_ns: abi::now_ns(),
-                        })
-                        .collect();
+                    let results = calls.iter().map(|c| Dispatched {
+                        slot: c.call.slot,
+                        token: if c.request.grpc {
+                            abi::grpc_call(&c.request)
+                        } else {
+                            abi::http_call(&c.request)
+                        },
+                        at_ns: abi::now_ns(),
+                    });
                     let progress = self.flow.dispatched(&self.engine, results);
                     self.report_callouts(progress.reports);
                     action = progress.next;

@@ -135,7 +135,7 @@ impl ListingFilter {
     pub(crate) fn for_allowed(
         engine: &Engine,
         req: &Rc<Request>,
-        id: Option<&str>,
+        id: Option<String>,
         revision: Revision,
     ) -> Option<ListingFilter> {
         if !engine.listings.filter {
@@ -152,7 +152,7 @@ impl ListingFilter {
             request: Rc::clone(req),
             probe: None,
             probe_listing: None,
-            id: id.map(str::to_string),
+            id,
             cache_scope: revision.has_cache_scope(),
             max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),

@@ -48,11 +48,9 @@ pub fn drive(
         let Next::Dispatch(calls) = next else {
             return next;
         };
-        let mut replies = Vec::with_capacity(calls.len());
-        let mut results = Vec::with_capacity(calls.len());
-        for c in &calls {
-            let reply = answer(&c.call);
-            let result = match reply {
+        let mut replies = Vec::new();
+        let results = calls.iter().map(|c| {
+            let result = match answer(&c.call) {
                 Reply::NotDispatched => Err("not dispatched".to_string()),
                 reply => {
                     token += 1;
@@ -60,12 +58,12 @@ pub fn drive(
                     Ok(token)
                 }
             };
-            results.push(Dispatched {
+            Dispatched {
                 slot: c.call.slot,
                 token: result,
                 at_ns: 0,
-            });
-        }
+            }
+        });
         next = flow.dispatched(engine, results).next;
         for (token, reply) in replies {
             let progress = match reply {

@@ -121,8 +121,9 @@ enum Stage {
 #[derive(Debug)]
 pub struct RequestFlow {
     stage: Stage,
-    /// The request; shared with the listing filter once allowed.
-    req: Option<Rc<Request>>,
+    req: Option<Request>,
+    /// The request once allowed, shared with the listing filter.
+    shared: Option<Rc<Request>>,
     body: Vec<u8>,
     id: Option<String>,
     eval: Option<Evaluation>,
@@ -152,6 +153,7 @@ impl RequestFlow {
         RequestFlow {
             stage: Stage::Start,
             req: None,
+            shared: None,
             body: Vec::new(),
             id: None,
             eval: None,
@@ -190,7 +192,7 @@ impl RequestFlow {
 
     /// The request as the flow sees it, once its headers arrived.
     pub fn request(&self) -> Option<&Request> {
-        self.req.as_deref()
+        self.req.as_ref().or(self.shared.as_deref())
     }
 
     /// How the request ended, once it has.
@@ -232,7 +234,7 @@ impl RequestFlow {
             Ok(p) => (p, None),
             Err(e) => (String::new(), Some(e)),
         };
-        let req = Rc::make_mut(self.req.insert(Rc::new(Request {
+        let req = self.req.insert(Request {
             canonical_path: canonical,
             path,
             host: canonical_host(&authority),
@@ -248,7 +250,7 @@ impl RequestFlow {
             params: None,
             target: Target::default(),
             peers: input.peers.unwrap_or_default(),
-        })));
+        });
         req.target = engine.target_of(req);
         if let Some(e) = bad_path {
             return self.reject(Rejection::InvalidPath(e.to_string()));
@@ -376,7 +378,7 @@ impl RequestFlow {
                     };
                     let params = message.get_mut("params").map(serde_json::Value::take);
                     if let Some(req) = self.req.as_mut() {
-                        Rc::make_mut(req).params = params;
+                        req.params = params;
                     }
                 }
                 if let Some(problem) = self.header_mismatch(&op, body_version.as_deref()) {
@@ -622,7 +624,7 @@ impl RequestFlow {
         let Some(req) = self.req.as_mut() else {
             return Next::Hold;
         };
-        Rc::make_mut(req).mcp = op;
+        req.mcp = op;
         self.eval = Some(engine.begin(req, self.trace));
         self.stage = Stage::Deciding;
         self.step(engine)
@@ -712,9 +714,17 @@ impl RequestFlow {
                     // to compress it.
                     add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
                 }
-                let listing = req.and_then(|r| {
-                    ListingFilter::for_allowed(engine, r, self.id.as_deref(), self.revision)
-                });
+                // The flow is done with the request: the listing filter takes it, and its id.
+                let listing = match self.req.take() {
+                    Some(r) if engine.listings.filter => {
+                        let shared = self.shared.insert(Rc::new(r));
+                        ListingFilter::for_allowed(engine, shared, self.id.take(), self.revision)
+                    }
+                    r => {
+                        self.req = r;
+                        None
+                    }
+                };
                 Next::Allow {
                     add_headers,
                     listing,
@@ -751,7 +761,7 @@ impl RequestFlow {
             .map(|r| (r.judged_as, r.key, r.value.as_str()));
         let mut items = subscriptions.chain(reference).peekable();
         items.peek()?;
-        let mut probe = Request::clone(self.req.as_ref()?);
+        let mut probe = self.req.clone()?;
         for (judged_as, key, value) in items {
             // Judged as a call of that item alone: never with the request's own params.
             probe.as_item_call(judged_as, Some(key), Some(value), engine.cel_needs().params);
