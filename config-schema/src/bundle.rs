@@ -275,6 +275,24 @@ pub enum Level {
     Backend,
 }
 
+impl Level {
+    /// The level's name in stats, logs and callout attributes: `gateway`, `backend`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Level::Gateway => "gateway",
+            Level::Backend => "backend",
+        }
+    }
+
+    /// [`Level::as_str`], or `none` for a denial before or outside the policy levels.
+    pub const fn name(level: Option<Level>) -> &'static str {
+        match level {
+            Some(l) => l.as_str(),
+            None => "none",
+        }
+    }
+}
+
 /// What a policy does with the requests its rules select.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

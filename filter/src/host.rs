@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
+use mcp_access_engine::callout::CalloutReport;
 use mcp_access_engine::facts::{Fact, HostFacts};
-use mcp_access_engine::flow::{HeadersInput, Next, Phase, RequestFlow, Verdict};
+use mcp_access_engine::flow::{Dispatched, HeadersInput, Next, Phase, RequestFlow, Verdict};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
@@ -137,8 +138,8 @@ struct Stream {
     engine: Rc<Engine>,
     stats: Rc<Stats>,
     flow: RequestFlow,
-    /// The filter of a response that may carry a listing (docs/semantics.md §5.4), made when
-    /// its headers arrive.
+    /// The filter of a response that may carry a listing (docs/semantics.md §5.4), from the
+    /// flow's allow; dropped when the response headers show it carries none.
     listing: Option<ListingFilter>,
 }
 
@@ -166,17 +167,18 @@ impl Stream {
         loop {
             match action {
                 Next::Dispatch(calls) => {
-                    for (slot, call) in calls {
-                        let result = if call.grpc {
-                            abi::grpc_call(&call)
+                    let results = calls.iter().map(|c| Dispatched {
+                        slot: c.call.slot,
+                        token: if c.request.grpc {
+                            abi::grpc_call(&c.request)
                         } else {
-                            abi::http_call(&call)
-                        };
-                        self.flow
-                            .dispatched(&self.engine, slot, result, abi::now_ns());
-                    }
-                    self.report_callouts();
-                    action = self.flow.resume(&self.engine);
+                            abi::http_call(&c.request)
+                        },
+                        at_ns: abi::now_ns(),
+                    });
+                    let progress = self.flow.dispatched(&self.engine, results);
+                    self.report_callouts(progress.reports);
+                    action = progress.next;
                 }
                 Next::Hold => {
                     return match phase.hold(self.engine.hold_headers) {
@@ -184,7 +186,10 @@ impl Stream {
                         Verdict::Pause => WasmAction::Pause,
                     };
                 }
-                Next::Allow { add_headers } => {
+                Next::Allow {
+                    add_headers,
+                    listing,
+                } => {
                     for edit in &add_headers {
                         if !abi::edit_request_header(edit) {
                             abi::log(
@@ -196,6 +201,7 @@ impl Stream {
                             );
                         }
                     }
+                    self.listing = listing;
                     self.finished();
                     if phase.resumes_on_allow() {
                         abi::resume_request();
@@ -243,8 +249,8 @@ impl Stream {
     }
 
     /// Stats and log lines of the callouts that ended, as the flow judged them.
-    fn report_callouts(&mut self) {
-        for r in self.flow.take_callout_reports() {
+    fn report_callouts(&mut self, reports: Vec<CalloutReport>) {
+        for r in reports {
             match (r.latency_ms, self.stats.latency) {
                 (Some(ms), Some(id)) => abi::record_metric(id, ms),
                 (Some(_), None) => {}
@@ -270,20 +276,23 @@ impl Stream {
 impl Context for Stream {
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
         let now = abi::now_ns();
-        let limit = self.flow.grpc_response_limit(&self.engine, token);
-        let message = if status_code != 0 {
-            // For the log: Envoy's reason when it could not reach the authorizer.
-            abi::grpc_status_message(mcp_access_engine::callout::ERROR_BODY_PEEK)
-        } else if response_size > limit {
-            None
-        } else {
-            Some(abi::buffer(abi::BUFFER_GRPC_RECEIVE, response_size).unwrap_or_default())
-        };
-        let action =
-            self.flow
-                .on_grpc_response(&self.engine, token, Some(status_code), message, now);
-        self.report_callouts();
-        self.run(action, Phase::Async);
+        let progress = self.flow.on_grpc_response(
+            &self.engine,
+            token,
+            Some(status_code),
+            response_size,
+            |n| {
+                if status_code == 0 {
+                    abi::buffer(abi::BUFFER_GRPC_RECEIVE, n)
+                } else {
+                    // Envoy's reason when it could not reach the authorizer (for the log).
+                    abi::grpc_status_message(n)
+                }
+            },
+            now,
+        );
+        self.report_callouts(progress.reports);
+        self.run(progress.next, Phase::Async);
     }
 
     fn on_http_call_response(
@@ -300,25 +309,20 @@ impl Context for Stream {
             .iter()
             .find(|(n, _)| n == ":status")
             .and_then(|(_, v)| v.parse::<u16>().ok());
-        // Only a denial's body is read, and never more than its cap plus one byte.
-        let limit = self
-            .flow
-            .callout_body_limit(&self.engine, token, status)
-            .min(body_size);
-        let body = if limit > 0 {
-            abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, limit).unwrap_or_default()
-        } else {
-            Vec::new()
-        };
         let headers = headers
             .into_iter()
             .filter(|(n, _)| !n.starts_with(':'))
             .collect();
-        let action = self
-            .flow
-            .on_callout_response(&self.engine, token, status, headers, body, now);
-        self.report_callouts();
-        self.run(action, Phase::Async);
+        // The flow reads only a denial's body, and never more than its cap plus one byte.
+        let read = |limit: usize| match limit.min(body_size) {
+            0 => Some(Vec::new()),
+            n => abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, n),
+        };
+        let progress =
+            self.flow
+                .on_callout_response(&self.engine, token, status, headers, read, now);
+        self.report_callouts(progress.reports);
+        self.run(progress.next, Phase::Async);
     }
 }
 
@@ -365,14 +369,10 @@ impl HttpContext for Stream {
         _end_of_stream: bool,
     ) -> WasmAction {
         // Only an allowed request's response is read (a denial is the filter's own answer).
-        if !self.flow.outcome().is_some_and(|o| o.allowed) {
-            return WasmAction::Continue;
-        }
-        let headers = abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default();
-        self.listing = self.flow.response_filter(&self.engine, &headers);
         let Some(filter) = self.listing.as_mut() else {
             return WasmAction::Continue;
         };
+        let headers = abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default();
         match filter.on_headers(&headers) {
             HeadersAction::Keep => self.listing = None,
             HeadersAction::Rewrite => {
@@ -426,7 +426,8 @@ mod abi {
 
     use proxy_wasm::types::LogLevel;
 
-    use mcp_access_engine::callout::{CalloutRequest, HeaderEdit, HeaderOp};
+    use mcp_access_engine::callout::CalloutRequest;
+    use mcp_access_engine::policy::{HeaderEdit, HeaderOp};
     use mcp_access_engine::wire;
 
     pub const MAP_HTTP_REQUEST_HEADERS: u32 = 0;

@@ -53,7 +53,7 @@ PROST = {
 def rust_fields() -> dict[str, list[tuple[str, str, int]]]:
     """(field, prost kind, tag) of each message and of the oneof Kind, from the source."""
     src = SOURCE.read_text()
-    pb = src[src.index("pub mod pb {"):src.index("/// What Envoy knows of the connection")]
+    pb = src[src.index("pub mod pb {"):src.index("/// Context extension keys the filter sets")]
     out: dict[str, list[tuple[str, str, int]]] = {}
     for m in re.finditer(r"pub (?:struct|enum) (\w+) \{(.*?)\n    \}", pb, re.S):
         fields = re.findall(r'#\[prost\((\w+)[^\]]*?tags? = "(\d+)"\)\]\s*(?:pub )?(\w+)', m[2])

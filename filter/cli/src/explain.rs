@@ -5,14 +5,15 @@
 use std::collections::BTreeMap;
 
 use mcp_access_bundle::gateway_api::{
-    full_regex, path_prefix_matches, service_account_spiffe, HostPattern, DEFAULT_TRUST_DOMAIN,
+    canonical_host, full_regex, path_prefix_matches, service_account_spiffe, HostPattern,
+    DEFAULT_TRUST_DOMAIN,
 };
 use mcp_access_bundle::{mcp_methods, Action, Bundle, Level, SpiffeSource, UnknownBackend};
-use mcp_access_engine::answer::LocalResponse;
+use mcp_access_engine::answer::{LocalResponse, Why};
 use mcp_access_engine::facts::{Fact, HostFacts};
-use mcp_access_engine::flow::{HeadersInput, Next, Outcome, RequestFlow};
-use mcp_access_engine::policy::{level_str, Engine, Mode};
-use mcp_access_engine::request::{Caller, McpOp, Request};
+use mcp_access_engine::flow::{drive, HeadersInput, Next, Outcome, Reply, RequestFlow};
+use mcp_access_engine::policy::{Engine, Mode, Reason};
+use mcp_access_engine::request::{McpOp, Request};
 use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 use serde::Serialize;
 
@@ -236,7 +237,7 @@ pub struct HeaderView {
     pub value: String,
 }
 
-fn edit_views(h: &[mcp_access_engine::callout::HeaderEdit]) -> Vec<HeaderView> {
+fn edit_views(h: &[mcp_access_engine::policy::HeaderEdit]) -> Vec<HeaderView> {
     h.iter()
         .map(|e| HeaderView {
             name: e.name.clone(),
@@ -360,7 +361,7 @@ pub(crate) fn match_route<'a>(
         .iter()
         .find(|g| format!("{}/{}", g.namespace, g.name) == gateway)?;
     let l = g.listeners.iter().find(|l| l.name == listener)?;
-    let host = req.host();
+    let host = req.host.clone();
     let query: Vec<(String, String)> = req
         .path
         .split_once('?')
@@ -508,6 +509,31 @@ fn check_assumptions(
     Ok(notes)
 }
 
+/// The `--assume` answer for a call of `policy` (`namespace/name`) to `authorizer`: by the
+/// policy's name (or that of the Gateway policy whose block derived it), the authorizer's,
+/// else `*`; None when none is given (the call is then allowed).
+fn assumption<'a>(
+    bundle: &Bundle,
+    assume: &'a BTreeMap<String, Assumption>,
+    policy: &str,
+    authorizer: &str,
+) -> Option<&'a Assumption> {
+    let short = policy.split_once('/').map_or("", |x| x.1);
+    // A policy derived from a Gateway policy's block answers to its name too.
+    let block = bundle
+        .policies
+        .iter()
+        .find(|p| format!("{}/{}", p.namespace, p.name) == policy)
+        .and_then(block_policy)
+        .unwrap_or_default();
+    let block_short = block.split_once('/').map_or("", |x| x.1);
+    [policy, short, block, block_short, authorizer]
+        .iter()
+        .filter(|k| !k.is_empty())
+        .chain(&["*"])
+        .find_map(|k| assume.get(*k))
+}
+
 /// The JSON-RPC body for `--mcp-method` (and its tool, prompt or URI), as a client writes it.
 fn body_for(method: &str, param: Option<&str>) -> String {
     let text = |s: &str| serde_json::Value::from(s).to_string();
@@ -627,14 +653,10 @@ pub fn explain(
             .unwrap_or_default(),
             path: path.clone(),
             authority: authority.clone(),
+            host: canonical_host(&authority),
             port,
             headers: headers.clone(),
-            caller: Caller::default(),
-            mcp: McpOp::NotMcp,
-            route_name: None,
-            cluster_name: None,
-            time: None,
-            params: None,
+            ..Request::default()
         };
         match match_route(t, &gateway, &listener, &probe) {
             Some(e) => {
@@ -704,76 +726,32 @@ pub fn explain(
         next = flow.on_body(&engine, bytes.len(), true, |_| Some(bytes));
     }
     let mut calls = Vec::new();
-    let mut token: u32 = 0;
-    let add_headers = loop {
-        match next {
-            Next::Allow { add_headers } => break Ok(add_headers),
-            Next::Respond(r) => break Err(r),
-            Next::Hold => return Err("internal: the request flow waits for nothing".into()),
-            Next::Dispatch(list) => {
-                let mut answers = Vec::new();
-                for (slot, callout) in list {
-                    token += 1;
-                    let ext = if callout.grpc {
-                        mcp_access_engine::ext_authz::context_extensions(&callout.body)
-                    } else {
-                        Default::default()
-                    };
-                    let header = |n: &str| {
-                        let grpc_key = n.strip_prefix("x-").map(|k| k.replace('-', "_"));
-                        callout
-                            .headers
-                            .iter()
-                            .find(|(k, _)| k == n)
-                            .map(|(_, v)| v.clone())
-                            .or_else(|| grpc_key.and_then(|k| ext.get(&k).cloned()))
-                            .unwrap_or_default()
-                    };
-                    let policy = header("x-mcp-access-policy");
-                    let authorizer = flow
-                        .authorizer_of(&engine, slot)
-                        .map(|a| a.name.clone())
-                        .unwrap_or_default();
-                    let short = policy.split_once('/').map_or("", |x| x.1);
-                    // A policy derived from a Gateway policy's block answers to its name too.
-                    let block = bundle
-                        .policies
-                        .iter()
-                        .find(|p| format!("{}/{}", p.namespace, p.name) == policy)
-                        .and_then(block_policy)
-                        .unwrap_or_default();
-                    let block_short = block.split_once('/').map_or("", |x| x.1);
-                    let found = [
-                        policy.as_str(),
-                        short,
-                        block,
-                        block_short,
-                        authorizer.as_str(),
-                    ]
-                    .iter()
-                    .filter(|k| !k.is_empty())
-                    .chain(&["*"])
-                    .find_map(|k| spec.assume.get(*k));
-                    let assumed = found.cloned().unwrap_or(Assumption::Allow);
-                    calls.push(CallView {
-                        level: header("x-mcp-access-level"),
-                        policy,
-                        authorizer,
-                        cluster: callout.cluster.clone(),
-                        assumed: assumed.as_text(),
-                        given: found.is_some(),
-                    });
-                    flow.dispatched(&engine, slot, Ok(token), 0);
-                    answers.push((token, assumed.status()));
-                }
-                next = flow.resume(&engine);
-                for (t, status) in answers {
-                    if next != Next::Hold {
-                        break;
-                    }
-                    next = flow.on_callout_response(&engine, t, status, Vec::new(), Vec::new(), 0);
-                }
-            }
+    let last = drive(&mut flow, &engine, next, |call| {
+        let policy = call.policy_id(&engine).to_string();
+        let authorizer = call.authorizer(&engine);
+        let (name, cluster) = authorizer.map_or(("", ""), |a| (&a.name, &a.cluster));
+        let found = assumption(bundle, &spec.assume, &policy, name);
+        let assumed = found.cloned().unwrap_or(Assumption::Allow);
+        calls.push(CallView {
+            level: call.level.as_str().to_string(),
+            policy,
+            authorizer: name.to_string(),
+            cluster: cluster.to_string(),
+            assumed: assumed.as_text(),
+            given: found.is_some(),
+        });
+        // Answered as an HTTP authorizer answers, whatever its protocol.
+        Reply::Http {
+            status: assumed.status(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    });
+    let add_headers = match last {
+        Next::Allow { add_headers, .. } => Ok(add_headers),
+        Next::Respond(r) => Err(r),
+        Next::Hold | Next::Dispatch(_) => {
+            return Err("internal: the request flow waits for nothing".into())
         }
     };
     let outcome = flow
@@ -783,7 +761,10 @@ pub fn explain(
     let req = flow.request();
     let stage = if !flow.evaluated() {
         Stage::Transport
-    } else if matches!(outcome.reason, "unknown_listener" | "unknown_backend") {
+    } else if matches!(
+        outcome.reason,
+        Why::Denied(Reason::UnknownListener | Reason::UnknownBackend)
+    ) {
         Stage::Resolve
     } else {
         Stage::Policy
@@ -839,8 +820,8 @@ pub fn explain(
             .collect(),
         decision: if outcome.allowed { "allow" } else { "deny" },
         stage,
-        level: (!outcome.allowed).then(|| level_str(outcome.level)),
-        reason: outcome.reason,
+        level: (!outcome.allowed).then(|| Level::name(outcome.level)),
+        reason: outcome.reason.as_str(),
         policy: outcome.policy,
         origin: outcome.origin,
         rule: outcome.rule,
@@ -861,7 +842,7 @@ pub fn explain(
                 };
                 out.decision = "deny";
                 out.stage = Stage::Router;
-                out.level = Some(level_str(None));
+                out.level = Some(Level::name(None));
                 out.reason = reason;
                 out.status = Some(status);
                 out.response = Some(ResponseView {
@@ -880,7 +861,7 @@ pub fn explain(
 fn trace_views(engine: &Engine, flow: &RequestFlow, outcome: &Outcome) -> Vec<TraceView> {
     let mut out = Vec::new();
     for t in flow.trace() {
-        let level = level_str(t.level);
+        let level = Level::name(t.level);
         let index = match t.level {
             Some(Level::Gateway) => engine
                 .listeners
@@ -897,12 +878,10 @@ fn trace_views(engine: &Engine, flow: &RequestFlow, outcome: &Outcome) -> Vec<Tr
         if let (Some(index), Some(req), ("allow", "no rule admits")) =
             (index, flow.request(), (t.step, t.outcome.as_str()))
         {
-            let host = req.host();
             for r in index.allow.rules() {
                 let Some(rule) = engine.rule(r) else { continue };
                 if let Some(why) = rule.mismatch(
                     req,
-                    &host,
                     Mode::Admit,
                     engine.identity.trust_domain.as_deref(),
                     outcome.backend.as_deref(),

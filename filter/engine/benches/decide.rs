@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::Criterion;
-use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
@@ -200,30 +200,12 @@ fn headers_input(len: usize) -> HeadersInput {
 fn request(engine: &Engine, body: &[u8]) -> (bool, String) {
     let mut flow = RequestFlow::new();
     let mut action = flow.on_headers(engine, headers_input(body.len()));
-    if action == Next::Hold {
+    if action.is_hold() {
         action = flow.on_body(engine, body.len(), true, |_| Some(body.to_vec()));
     }
-    let mut token = 0u32;
-    loop {
-        match action {
-            Next::Dispatch(calls) => {
-                let mut tokens = Vec::new();
-                for (slot, _call) in calls {
-                    token += 1;
-                    flow.dispatched(engine, slot, Ok(token), 0);
-                    tokens.push(token);
-                }
-                action = flow.resume(engine);
-                for t in tokens {
-                    action =
-                        flow.on_callout_response(engine, t, Some(200), Vec::new(), Vec::new(), 0);
-                }
-            }
-            Next::Hold => panic!("flow stalled"),
-            Next::Allow { .. } | Next::Respond(_) => break,
-        }
-    }
-    let allowed = matches!(action, Next::Allow { .. });
+    let last = drive(&mut flow, engine, action, |_| Reply::status(200));
+    assert!(!last.is_hold(), "flow stalled");
+    let allowed = matches!(last, Next::Allow { .. });
     (allowed, flow.outcome().expect("decided").to_json())
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
-use mcp_access_engine::listing::BodyAction;
+use mcp_access_engine::listing::{BodyAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
@@ -63,8 +63,8 @@ fn listing() -> Vec<u8> {
     .unwrap()
 }
 
-/// An allowed tools/list request of the caller.
-fn allowed_listing_request(e: &Engine) -> RequestFlow {
+/// The listing filter of an allowed tools/list request of the caller.
+fn allowed_listing_request(e: &Engine) -> ListingFilter {
     let mut flow = RequestFlow::new();
     let input = HeadersInput {
         headers: vec![
@@ -86,9 +86,12 @@ fn allowed_listing_request(e: &Engine) -> RequestFlow {
     };
     assert_eq!(flow.on_headers(e, input), Next::Hold);
     let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
-    let a = flow.on_body(e, body.len(), true, move |_| Some(body));
-    assert!(matches!(a, Next::Allow { .. }), "{a:?}");
-    flow
+    match flow.on_body(e, body.len(), true, move |_| Some(body)) {
+        Next::Allow {
+            listing: Some(f), ..
+        } => f,
+        other => panic!("{other:?}"),
+    }
 }
 
 fn kept(out: &[u8]) -> usize {
@@ -100,14 +103,14 @@ fn kept(out: &[u8]) -> usize {
 
 fn main() {
     let e = engine();
-    let flow = allowed_listing_request(&e);
+    let filter = allowed_listing_request(&e);
     let body = listing();
     let mut event = b"data: ".to_vec();
     event.extend_from_slice(&body);
     event.extend_from_slice(b"\n\n");
 
     let json_once = || {
-        let mut f = flow.listing_filter(&e).unwrap();
+        let mut f = filter.clone();
         f.on_headers(&[
             (":status".into(), "200".into()),
             ("content-type".into(), "application/json".into()),
@@ -119,7 +122,7 @@ fn main() {
         }
     };
     let sse_once = || {
-        let mut f = flow.listing_filter(&e).unwrap();
+        let mut f = filter.clone();
         f.on_headers(&[
             (":status".into(), "200".into()),
             ("content-type".into(), "text/event-stream".into()),

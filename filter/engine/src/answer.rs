@@ -1,13 +1,18 @@
 //! What the client gets when a request is not let through (docs/semantics.md §5).
 
 use std::borrow::Cow;
+use std::fmt;
 
 use mcp_access_bundle::mcp_methods::Revision;
-use mcp_access_bundle::DenyResponse;
+use mcp_access_bundle::{DenyResponse, Level};
 use serde_json::{json, Value};
 
+use crate::jsonrpc::{
+    self, HEADER_MISMATCH, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+};
 use crate::mcp::ParseError;
-use crate::policy::{level_str, Denial};
+use crate::policy::{Denial, Reason};
 
 /// A response the filter sends itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,21 +21,6 @@ pub struct LocalResponse {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
-
-/// JSON-RPC error codes.
-pub(crate) const PARSE_ERROR: i32 = -32700;
-pub(crate) const INVALID_REQUEST: i32 = -32600;
-pub(crate) const INVALID_PARAMS: i32 = -32602;
-/// MCP `HeaderMismatch` (SEP-2243): HTTP headers disagree with the body, or one is repeated
-/// or missing.
-pub(crate) const HEADER_MISMATCH: i32 = -32020;
-/// JSON-RPC "Method not found".
-pub(crate) const METHOD_NOT_FOUND: i32 = -32601;
-/// JSON-RPC "Internal error".
-pub(crate) const INTERNAL_ERROR: i32 = -32603;
-/// MCP `UnsupportedProtocolVersion` (2026-07-28): the request names a revision the filter
-/// does not accept.
-pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
 
 /// Why a request is refused before any policy looks at it (docs/semantics.md §5.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +40,7 @@ pub(crate) enum Rejection {
     /// The body is not one acceptable JSON-RPC message.
     Message(ParseError),
     /// The MCP headers disagree with the body, are repeated, or are missing (SEP-2243).
-    HeaderMismatch(&'static str),
+    HeaderMismatch(HeaderProblem),
     /// The request names a protocol revision the filter does not accept (docs/semantics.md
     /// §4.4): the version it names.
     UnsupportedRevision(String),
@@ -61,31 +51,204 @@ pub(crate) enum Rejection {
     HttpMethodNotInRevision(String, &'static str),
 }
 
-impl Rejection {
-    /// The HTTP status, the JSON-RPC error code and the reason name for stats and logs: the
-    /// one place these are defined.
-    pub(crate) fn status_code_reason(&self) -> (u16, i32, &'static str) {
+/// An MCP header the filter compares with the body (SEP-2243).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum McpHeader {
+    Method,
+    Name,
+    ProtocolVersion,
+}
+
+impl McpHeader {
+    /// The header's name, lowercase.
+    pub(crate) const fn name(self) -> &'static str {
         match self {
-            Rejection::InvalidPath(_) => (400, INVALID_REQUEST, "invalid_path"),
-            Rejection::UnsupportedEncoding => (415, INVALID_REQUEST, "unsupported_encoding"),
-            Rejection::UnsupportedMediaType => (415, INVALID_REQUEST, "unsupported_media_type"),
-            Rejection::EmptyBody => (400, PARSE_ERROR, "invalid_json"),
-            Rejection::BodyTooLarge => (413, INVALID_REQUEST, "body_too_large"),
-            Rejection::InvalidContentLength => (400, INVALID_REQUEST, "invalid_content_length"),
-            Rejection::Message(ParseError::Parse(_)) => (400, PARSE_ERROR, "invalid_json"),
-            Rejection::Message(ParseError::InvalidRequest(_)) => {
-                (400, INVALID_REQUEST, "invalid_request")
+            McpHeader::Method => "mcp-method",
+            McpHeader::Name => "mcp-name",
+            McpHeader::ProtocolVersion => "mcp-protocol-version",
+        }
+    }
+
+    /// The header as the MCP specification spells it.
+    const fn spelled(self) -> &'static str {
+        match self {
+            McpHeader::Method => "Mcp-Method",
+            McpHeader::Name => "Mcp-Name",
+            McpHeader::ProtocolVersion => "MCP-Protocol-Version",
+        }
+    }
+}
+
+/// What is wrong with the MCP headers of a request (SEP-2243).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeaderProblem {
+    /// An MCP header came as a trailer: it was not compared with the body.
+    Trailer,
+    /// Given more than once.
+    Repeated(McpHeader),
+    /// Required by the request's revision and absent.
+    Missing(McpHeader),
+    /// Disagrees with the body (the protocol version: with `params._meta`'s).
+    Mismatch(McpHeader),
+    /// `Mcp-Name` holds a malformed Base64 sentinel.
+    BadBase64,
+}
+
+impl fmt::Display for HeaderProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HeaderProblem::Trailer => f.write_str("an MCP header was sent as a trailer"),
+            HeaderProblem::Repeated(h) => {
+                write!(f, "{} header appears more than once", h.spelled())
             }
-            Rejection::Message(ParseError::InvalidParams(_)) => {
-                (400, INVALID_PARAMS, "invalid_params")
+            HeaderProblem::Missing(h) => write!(f, "{} header is required", h.spelled()),
+            HeaderProblem::Mismatch(McpHeader::ProtocolVersion) => {
+                f.write_str("MCP-Protocol-Version header does not match params._meta")
             }
-            Rejection::HeaderMismatch(_) => (400, HEADER_MISMATCH, "header_mismatch"),
-            Rejection::UnsupportedRevision(_) => {
-                (400, UNSUPPORTED_PROTOCOL_VERSION, "unsupported_revision")
+            HeaderProblem::Mismatch(h) => {
+                write!(f, "{} header does not match the request body", h.spelled())
             }
-            Rejection::MethodNotInRevision(..) => (404, METHOD_NOT_FOUND, "method_not_in_revision"),
-            Rejection::HttpMethodNotInRevision(..) => {
-                (405, METHOD_NOT_FOUND, "method_not_in_revision")
+            HeaderProblem::BadBase64 => {
+                f.write_str("Mcp-Name header holds a malformed Base64 value")
+            }
+        }
+    }
+}
+
+/// The reason a rejection is counted and logged under (in counter order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectionKind {
+    InvalidPath,
+    UnsupportedEncoding,
+    InvalidJson,
+    UnsupportedMediaType,
+    InvalidContentLength,
+    BodyTooLarge,
+    InvalidRequest,
+    InvalidParams,
+    HeaderMismatch,
+    UnsupportedRevision,
+    MethodNotInRevision,
+}
+
+impl RejectionKind {
+    /// Stable snake_case name, used in stats and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RejectionKind::InvalidPath => "invalid_path",
+            RejectionKind::UnsupportedEncoding => "unsupported_encoding",
+            RejectionKind::InvalidJson => "invalid_json",
+            RejectionKind::UnsupportedMediaType => "unsupported_media_type",
+            RejectionKind::InvalidContentLength => "invalid_content_length",
+            RejectionKind::BodyTooLarge => "body_too_large",
+            RejectionKind::InvalidRequest => "invalid_request",
+            RejectionKind::InvalidParams => "invalid_params",
+            RejectionKind::HeaderMismatch => "header_mismatch",
+            RejectionKind::UnsupportedRevision => "unsupported_revision",
+            RejectionKind::MethodNotInRevision => "method_not_in_revision",
+        }
+    }
+}
+
+/// Why a request ended as it did: allowed, denied by policy (or an authorizer), or rejected
+/// before any policy looked at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    Allowed,
+    Denied(Reason),
+    Rejected(RejectionKind),
+}
+
+impl Why {
+    /// Every reason a request is denied or rejected for, in counter order.
+    pub const DENIALS: [Why; 17] = [
+        Why::Denied(Reason::UnknownListener),
+        Why::Denied(Reason::UnknownBackend),
+        Why::Denied(Reason::ExternalAuthDenied),
+        Why::Denied(Reason::AuthorizerFailed),
+        Why::Denied(Reason::DenyPolicy),
+        Why::Denied(Reason::NotAllowed),
+        Why::Rejected(RejectionKind::InvalidPath),
+        Why::Rejected(RejectionKind::UnsupportedEncoding),
+        Why::Rejected(RejectionKind::InvalidJson),
+        Why::Rejected(RejectionKind::UnsupportedMediaType),
+        Why::Rejected(RejectionKind::InvalidContentLength),
+        Why::Rejected(RejectionKind::BodyTooLarge),
+        Why::Rejected(RejectionKind::InvalidRequest),
+        Why::Rejected(RejectionKind::InvalidParams),
+        Why::Rejected(RejectionKind::HeaderMismatch),
+        Why::Rejected(RejectionKind::UnsupportedRevision),
+        Why::Rejected(RejectionKind::MethodNotInRevision),
+    ];
+
+    /// Stable snake_case name, used in stats and logs (`allowed` for an allowed request).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Why::Allowed => "allowed",
+            Why::Denied(r) => r.as_str(),
+            Why::Rejected(k) => k.as_str(),
+        }
+    }
+
+    /// Position in [`Why::DENIALS`]; None for [`Why::Allowed`].
+    pub const fn denial_index(self) -> Option<usize> {
+        match self {
+            Why::Allowed => None,
+            Why::Denied(r) => Some(r as usize),
+            Why::Rejected(k) => Some(Reason::ALL.len() + k as usize),
+        }
+    }
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Rejection {
+    /// The HTTP status.
+    pub(crate) fn status(&self) -> u16 {
+        match self {
+            Rejection::UnsupportedEncoding | Rejection::UnsupportedMediaType => 415,
+            Rejection::BodyTooLarge => 413,
+            Rejection::MethodNotInRevision(..) => 404,
+            Rejection::HttpMethodNotInRevision(..) => 405,
+            _ => 400,
+        }
+    }
+
+    /// The JSON-RPC error code.
+    pub(crate) fn code(&self) -> i32 {
+        match self {
+            Rejection::EmptyBody => PARSE_ERROR,
+            Rejection::Message(e) => e.code(),
+            Rejection::HeaderMismatch(_) => HEADER_MISMATCH,
+            Rejection::UnsupportedRevision(_) => UNSUPPORTED_PROTOCOL_VERSION,
+            Rejection::MethodNotInRevision(..) | Rejection::HttpMethodNotInRevision(..) => {
+                METHOD_NOT_FOUND
+            }
+            _ => INVALID_REQUEST,
+        }
+    }
+
+    /// The reason it is counted and logged under.
+    pub(crate) fn reason(&self) -> RejectionKind {
+        match self {
+            Rejection::InvalidPath(_) => RejectionKind::InvalidPath,
+            Rejection::UnsupportedEncoding => RejectionKind::UnsupportedEncoding,
+            Rejection::UnsupportedMediaType => RejectionKind::UnsupportedMediaType,
+            Rejection::EmptyBody | Rejection::Message(ParseError::Parse(_)) => {
+                RejectionKind::InvalidJson
+            }
+            Rejection::BodyTooLarge => RejectionKind::BodyTooLarge,
+            Rejection::InvalidContentLength => RejectionKind::InvalidContentLength,
+            Rejection::Message(ParseError::InvalidRequest(_)) => RejectionKind::InvalidRequest,
+            Rejection::Message(ParseError::InvalidParams(_)) => RejectionKind::InvalidParams,
+            Rejection::HeaderMismatch(_) => RejectionKind::HeaderMismatch,
+            Rejection::UnsupportedRevision(_) => RejectionKind::UnsupportedRevision,
+            Rejection::MethodNotInRevision(..) | Rejection::HttpMethodNotInRevision(..) => {
+                RejectionKind::MethodNotInRevision
             }
         }
     }
@@ -100,7 +263,7 @@ impl Rejection {
             Rejection::BodyTooLarge => "Request body exceeds the configured limit".into(),
             Rejection::InvalidContentLength => "Content-Length is not a number".into(),
             Rejection::Message(e) => Cow::Owned(e.to_string()),
-            Rejection::HeaderMismatch(problem) => Cow::Borrowed(problem),
+            Rejection::HeaderMismatch(problem) => Cow::Owned(problem.to_string()),
             Rejection::UnsupportedRevision(_) => "Unsupported protocol version".into(),
             Rejection::MethodNotInRevision(method, revision) => Cow::Owned(format!(
                 "Method not found: {method} is not part of MCP {revision}"
@@ -124,26 +287,6 @@ impl Rejection {
     }
 }
 
-/// A JSON-RPC error object. `id` is the raw JSON text of the request id (already validated by
-/// the parser), or None for `null`.
-pub(crate) fn jsonrpc_error(
-    id: Option<&str>,
-    code: i32,
-    message: &str,
-    data: Option<Value>,
-) -> Vec<u8> {
-    let mut error = json!({ "code": code, "message": message });
-    if let (Some(d), Some(obj)) = (data, error.as_object_mut()) {
-        obj.insert("data".into(), d);
-    }
-    let error = error.to_string();
-    format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{error}}}",
-        id.unwrap_or("null")
-    )
-    .into_bytes()
-}
-
 fn json_response(status: u16, body: Vec<u8>) -> LocalResponse {
     LocalResponse {
         status,
@@ -154,8 +297,8 @@ fn json_response(status: u16, body: Vec<u8>) -> LocalResponse {
 
 /// The answer to a rejected request (`id`: the request's, when known).
 pub(crate) fn rejection(r: &Rejection, id: Option<&str>) -> LocalResponse {
-    let (status, code, _) = r.status_code_reason();
-    json_response(status, jsonrpc_error(id, code, &r.message(), r.data()))
+    let body = jsonrpc::error(id, r.code(), &r.message(), r.data());
+    json_response(r.status(), body)
 }
 
 /// Headers of an authorizer's denial that describe its own body, which the client does not
@@ -175,7 +318,7 @@ fn describes_relayed_body(name: &str) -> bool {
 pub(crate) fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> LocalResponse {
     let data = settings.expose_details.then(|| {
         let mut data = json!({
-            "level": level_str(d.level),
+            "level": Level::name(d.level),
             "reason": d.reason.as_str(),
             "policy": d.policy,
             "rule": d.rule,
@@ -191,7 +334,7 @@ pub(crate) fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> L
         }
         data
     });
-    let body = jsonrpc_error(id, settings.json_rpc_code, &settings.message, data);
+    let body = jsonrpc::error(id, settings.json_rpc_code, &settings.message, data);
     match &d.relay {
         None => json_response(settings.http_status, body),
         Some(r) => {
@@ -278,7 +421,7 @@ mod tests {
                 "Invalid params: z",
             ),
             (
-                Rejection::HeaderMismatch("Mcp-Method header is required"),
+                Rejection::HeaderMismatch(HeaderProblem::Missing(McpHeader::Method)),
                 400,
                 -32020,
                 "header_mismatch",
@@ -307,9 +450,12 @@ mod tests {
             ),
         ];
         for (r, status, code, reason, message) in cases {
-            assert_eq!(r.status_code_reason(), (status, code, reason), "{r:?}");
+            assert_eq!(
+                (r.status(), r.code(), r.reason().as_str()),
+                (status, code, reason)
+            );
             // Every rejection has its denial counter.
-            assert!(crate::stats::DENIAL_REASONS.contains(&reason), "{r:?}");
+            assert!(Why::DENIALS.contains(&Why::Rejected(r.reason())), "{r:?}");
             assert_eq!(r.message(), message, "{r:?}");
             if let Rejection::Message(e) = &r {
                 assert_eq!(e.code(), code, "{r:?}");

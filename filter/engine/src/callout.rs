@@ -4,7 +4,7 @@
 use mcp_access_bundle::mcp_methods::{self, Category};
 use mcp_access_bundle::{http, Authorizer, Level};
 
-use crate::policy::{level_str, AuthzOutcome};
+use crate::policy::{AuthzOutcome, HeaderEdit};
 use crate::request::{McpOp, Request};
 
 /// Headers the filter sets on every callout; the client's own copies are never forwarded.
@@ -28,40 +28,6 @@ pub struct CalloutRequest {
     pub body: Vec<u8>,
     pub timeout_ms: u32,
     pub grpc: bool,
-}
-
-/// How an allowing authorizer edits one upstream request header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeaderOp {
-    /// Replace every value (add if absent): HTTP authorizers' headers, gRPC `append: false`.
-    Set,
-    /// Add one more value: gRPC `append: true` / `APPEND_IF_EXISTS_OR_ADD`.
-    Append,
-    /// Add only if absent: gRPC `ADD_IF_ABSENT`.
-    AddIfAbsent,
-    /// Replace only if present: gRPC `OVERWRITE_IF_EXISTS`.
-    OverwriteIfExists,
-    /// Remove the header: gRPC `headers_to_remove`.
-    Remove,
-}
-
-/// One upstream header edit, applied in order (authorizers in seniority order).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderEdit {
-    pub op: HeaderOp,
-    pub name: String,
-    pub value: String,
-}
-
-impl HeaderEdit {
-    /// A [`HeaderOp::Set`] edit.
-    pub fn set(name: impl Into<String>, value: impl Into<String>) -> Self {
-        HeaderEdit {
-            op: HeaderOp::Set,
-            name: name.into(),
-            value: value.into(),
-        }
-    }
 }
 
 /// Why an authorizer's header cannot be applied to the upstream request or the client's
@@ -160,7 +126,7 @@ pub(crate) fn build(
     if let Some(id) = &req.caller.spiffe {
         headers.push(("x-mcp-source-spiffe".into(), id.clone()));
     }
-    headers.push(("x-mcp-access-level".into(), level_str(Some(level)).into()));
+    headers.push(("x-mcp-access-level".into(), level.as_str().into()));
     headers.push(("x-mcp-access-policy".into(), policy.into()));
     CalloutRequest {
         cluster: authorizer.cluster.clone(),

@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use mcp_access_bundle::mcp_methods::{self, Category};
 use mcp_access_bundle::{Authorizer, Level};
 
-use crate::callout::{HeaderEdit, HeaderOp};
-use crate::policy::{level_str, AuthzOutcome};
+use crate::policy::{AuthzOutcome, HeaderEdit, HeaderOp};
 use crate::request::{McpOp, Request};
 
 /// gRPC service and method of the callout.
@@ -227,27 +226,6 @@ pub mod pb {
     }
 }
 
-/// What Envoy knows of the connection and stream, read only when a gRPC authorizer exists.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Peers {
-    /// `source.address` (`ip:port`).
-    pub source_address: Option<String>,
-    /// The caller's certificate's first URI SAN, else first DNS SAN, else subject.
-    pub source_principal: Option<String>,
-    /// `connection.peer_certificate`, URL-encoded PEM (only with `includePeerCertificate`).
-    pub source_certificate: Option<String>,
-    /// `destination.address` (`ip:port`).
-    pub destination_address: Option<String>,
-    /// The listener certificate's first URI SAN, else first DNS SAN, else subject.
-    pub destination_principal: Option<String>,
-    /// `request.time`, ns since the epoch.
-    pub time_ns: Option<i64>,
-    /// `request.protocol` (`HTTP/1.1`, `HTTP/2`, ...).
-    pub protocol: Option<String>,
-    /// `:scheme` (set by the flow from the request headers).
-    pub scheme: Option<String>,
-}
-
 /// Context extension keys the filter sets (documented in docs/semantics.md).
 pub(crate) const EXT_METHOD: &str = "mcp_method";
 pub(crate) const EXT_TOOL: &str = "mcp_tool";
@@ -330,12 +308,12 @@ fn address(a: Option<&String>) -> Option<pb::Address> {
 pub(crate) fn build(
     authorizer: &Authorizer,
     req: &Request,
-    peers: &Peers,
     body: &[u8],
     id: Option<&str>,
     level: Level,
     policy: &str,
 ) -> Vec<u8> {
+    let peers = &req.peers;
     let mut headers: BTreeMap<String, String> = BTreeMap::new();
     let pseudo = [
         (":authority", Some(&req.authority)),
@@ -390,7 +368,7 @@ pub(crate) fn build(
             ext.insert(k.to_string(), p.clone());
         }
     }
-    ext.insert(EXT_LEVEL.to_string(), level_str(Some(level)).to_string());
+    ext.insert(EXT_LEVEL.to_string(), level.as_str().to_string());
     ext.insert(EXT_POLICY.to_string(), policy.to_string());
     let header = |n: &str| req.header(n).unwrap_or_default().to_string();
     let time = peers.time_ns.map(|ns| pb::Timestamp {
@@ -635,6 +613,7 @@ pub(crate) fn interpret(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::Peers;
     use prost::Message;
 
     fn authorizer(json: serde_json::Value) -> Authorizer {
@@ -672,6 +651,8 @@ mod tests {
             cluster_name: None,
             params: None,
             time: None,
+            peers: peers(),
+            ..Request::default()
         }
     }
 
@@ -691,15 +672,7 @@ mod tests {
     #[test]
     fn check_request_carries_what_envoy_sends_and_the_mcp_attributes() {
         let a = authorizer(serde_json::json!({"forwardBodyMaxBytes": 4}));
-        let bytes = build(
-            &a,
-            &request(),
-            &peers(),
-            b"123456",
-            Some("7"),
-            Level::Backend,
-            "ns/p",
-        );
+        let bytes = build(&a, &request(), b"123456", Some("7"), Level::Backend, "ns/p");
         let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
         let attrs = m.attributes.unwrap();
         let src = attrs.source.unwrap();
@@ -752,7 +725,7 @@ mod tests {
         let a = authorizer(
             serde_json::json!({"allowedHeaders": ["Authorization"], "includePeerCertificate": true}),
         );
-        let bytes = build(&a, &request(), &peers(), b"", None, Level::Gateway, "p");
+        let bytes = build(&a, &request(), b"", None, Level::Gateway, "p");
         let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
         let attrs = m.attributes.unwrap();
         assert_eq!(attrs.source.unwrap().certificate, "-----BEGIN%20CERT");

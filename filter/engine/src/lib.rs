@@ -1,10 +1,24 @@
 //! mcp-access's decision engine: everything the filter decides, with no proxy-wasm in sight.
 //!
-//! A request is parsed in [`mcp`], its path canonicalized in [`canon`], its caller identified
-//! in [`identity`] (certificates read by [`x509`]), decided in [`policy`] (CEL conditions by the
-//! `mcp-access-cel` crate, reading the request through [`cel_input`]); authorizers are
-//! called through [`callout`] (HTTP) and [`ext_authz`] (gRPC), and it is answered in [`answer`]. [`flow`] strings these
-//! together per request; the `mcp-access-filter` crate is the thin proxy-wasm host around it.
+//! The modules form layers; each uses only layers below it (`scripts/engine-layers` checks
+//! that no module reaches one that reaches it back):
+//!
+//! 0. **Codecs**: bytes in, values out, nothing of the project: `json` (the strict JSON
+//!    reader), `jsonrpc` (error codes and the error object), [`wire`], [`canon`], [`x509`],
+//!    `base64`, `protobuf`.
+//! 1. **The request model and the host-fact port**: [`request`] is what a decision reads
+//!    about one request (its caller, MCP operation, and the listener and backend it is judged
+//!    at, resolved once); [`facts`] names what the host knows beyond the headers.
+//! 2. **Readers**: [`mcp`] turns a body into a message and its [`request::McpOp`];
+//!    [`cel_input`] lets the `mcp-access-cel` crate read a request's attributes; `identity`
+//!    finds the caller in the facts.
+//! 3. **Policy**: [`policy`] compiles a bundle into an [`policy::Engine`] and evaluates a
+//!    request into a [`policy::Decision`], asking for authorizer calls on the way.
+//! 4. **Edges**: what crosses the wire: [`answer`] (the client's JSON-RPC errors),
+//!    [`callout`] and [`ext_authz`] (HTTP and gRPC authorizers), [`listing`] (filtering
+//!    listing responses), [`stats`] (the metrics).
+//! 5. **Flow**: [`flow`] strings these together per request, from the headers to the answer;
+//!    the `mcp-access-filter` crate is the thin proxy-wasm host around it.
 
 pub mod answer;
 mod base64;
@@ -16,6 +30,7 @@ pub mod facts;
 pub mod flow;
 mod identity;
 mod json;
+mod jsonrpc;
 pub mod listing;
 pub mod mcp;
 pub mod policy;

@@ -13,12 +13,13 @@
 //! JSON-RPC error, never passed on unfiltered.
 
 use std::borrow::Cow;
+use std::rc::Rc;
 
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
 
-use crate::answer::{jsonrpc_error, INTERNAL_ERROR};
 use crate::json::{self, Val};
-use crate::policy::{Engine, ItemScope};
+use crate::jsonrpc::{self, INTERNAL_ERROR};
+use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
 /// The JSON-RPC error message of a listing that could not be filtered.
@@ -79,16 +80,18 @@ enum Read<'t> {
 }
 
 /// The filter of one response.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListingFilter {
     /// The listing the request asked for; None: the request is not a listing, only what its
     /// stream carries for other requests can be one.
     listing: Option<&'static Listing>,
-    /// The request, its MCP operation replaced by a call of each item in turn.
-    probe: Request,
+    /// The request allowed.
+    request: Rc<Request>,
+    /// A copy of it, its MCP operation replaced by a call of each item in turn (made when
+    /// the first item is judged).
+    probe: Option<Box<Request>>,
     /// The listing whose items the probe is set up to judge (its [`LISTINGS`] index).
     probe_listing: Option<u8>,
-    host: String,
     /// The request id (raw JSON) of a JSON-RPC request: a response with this id answers it.
     /// Also the id of the error that replaces what cannot be filtered, when that has none.
     id: Option<String>,
@@ -126,62 +129,30 @@ impl ListingFilter {
             || engine.listings.filter && req.mcp == McpOp::Transport && req.method == "GET"
     }
 
-    /// The filter for a response to `req` (already allowed), when it is a listing and the
-    /// bundle filters listings.
-    pub(crate) fn for_request(
+    /// The filter of the response to `req`, just allowed, when the bundle filters listings.
+    /// Its response headers tell whether it may carry a listing ([`ListingFilter::on_headers`]):
+    /// any answer to a listing request, an SSE stream answering any other request.
+    pub(crate) fn for_allowed(
         engine: &Engine,
-        req: &Request,
-        id: Option<&str>,
+        req: &Rc<Request>,
+        id: Option<String>,
         revision: Revision,
     ) -> Option<ListingFilter> {
-        let listing = Self::listing_of(engine, req)?;
-        Some(Self::new(engine, req, id, revision, Some(listing)))
-    }
-
-    /// The filter for the response to `req` (already allowed) with these headers, when the
-    /// bundle filters listings and the response may carry one: any answer to a listing
-    /// request, an SSE stream answering any other request.
-    pub(crate) fn for_response(
-        engine: &Engine,
-        req: &Request,
-        id: Option<&str>,
-        revision: Revision,
-        headers: &[(String, String)],
-    ) -> Option<ListingFilter> {
-        if let Some(f) = Self::for_request(engine, req, id, revision) {
-            return Some(f);
-        }
-        if !engine.listings.filter || mode_for(false, headers) == Mode::Pass {
+        if !engine.listings.filter {
             return None;
         }
+        let listing = Self::listing_of(engine, req);
         // Only a request's own id tells its answer apart (not a notification's or a reply's).
-        let id = id.filter(|_| matches!(req.mcp, McpOp::Call { .. }));
-        Some(Self::new(engine, req, id, revision, None))
-    }
-
-    fn new(
-        engine: &Engine,
-        req: &Request,
-        id: Option<&str>,
-        revision: Revision,
-        listing: Option<&'static Listing>,
-    ) -> ListingFilter {
-        let mut probe = req.clone();
-        if let Some(listing) = listing {
-            // Each item is judged as a call of that item alone: never with the listing's params.
-            probe.as_item_call(
-                listing.judged_as,
-                listing.key,
-                None,
-                engine.cel_needs().params,
-            );
-        }
-        ListingFilter {
+        let id = match listing {
+            Some(_) => id,
+            None => id.filter(|_| matches!(req.mcp, McpOp::Call { .. })),
+        };
+        Some(ListingFilter {
             listing,
-            host: req.host(),
-            probe,
-            probe_listing: listing.and_then(index_of),
-            id: id.map(str::to_string),
+            request: Rc::clone(req),
+            probe: None,
+            probe_listing: None,
+            id,
             cache_scope: revision.has_cache_scope(),
             max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
@@ -192,7 +163,7 @@ impl ListingFilter {
             at_line_start: true,
             after_cr: false,
             stream_start: true,
-        }
+        })
     }
 
     /// The response headers arrived (names lowercase, `:status` included): see [`mode_for`].
@@ -292,7 +263,7 @@ impl ListingFilter {
         let id = id
             .and_then(|i| std::str::from_utf8(i).ok())
             .or(self.id.as_deref());
-        jsonrpc_error(id, INTERNAL_ERROR, UNFILTERABLE, None)
+        jsonrpc::error(id, INTERNAL_ERROR, UNFILTERABLE, None)
     }
 
     /// An SSE event carrying the error.
@@ -386,7 +357,6 @@ impl ListingFilter {
         m: &MessageShape<'_>,
         result: usize,
     ) -> Option<Vec<u8>> {
-        let scope = engine.item_scope(&self.probe, &self.host);
         // The edits, in order of position: `cacheScope` set to "private" (or added first in
         // the result), and each item array with only the usable items.
         let mut cache_edit: Option<(usize, usize, &[u8])> = match (self.cache_scope, m.cache_scope)
@@ -410,7 +380,7 @@ impl ListingFilter {
             out.push(b'[');
             let mut first = true;
             while let Some(item) = items.next_if(|i| i.array == index) {
-                if !self.usable(engine, scope, (index, listing), item.key.as_deref()) {
+                if !self.usable(engine, (index, listing), item.key.as_deref()) {
                     continue;
                 }
                 if !first {
@@ -437,14 +407,16 @@ impl ListingFilter {
     fn usable(
         &mut self,
         engine: &Engine,
-        scope: ItemScope,
         listing: (u8, &'static Listing),
         name: Option<&[u8]>,
     ) -> bool {
         let (index, listing) = listing;
+        let probe = self
+            .probe
+            .get_or_insert_with(|| Box::new(Request::clone(&self.request)));
         if self.probe_listing != Some(index) {
             // Each item is judged as a call of that item alone: never with the request's params.
-            self.probe.as_item_call(
+            probe.as_item_call(
                 listing.judged_as,
                 listing.key,
                 None,
@@ -452,7 +424,7 @@ impl ListingFilter {
             );
             self.probe_listing = Some(index);
         }
-        let McpOp::Call { param, .. } = &mut self.probe.mcp else {
+        let McpOp::Call { param, .. } = &mut probe.mcp else {
             return false;
         };
         match (listing.key, name.map(std::str::from_utf8)) {
@@ -461,17 +433,15 @@ impl ListingFilter {
                 let p = param.get_or_insert_with(String::new);
                 p.clear();
                 p.push_str(n);
-                if self.probe.params.is_some() {
-                    self.probe.set_item_params(Some(key), Some(n), true);
+                if probe.params.is_some() {
+                    probe.set_item_params(Some(key), Some(n), true);
                 }
             }
             // An item without its name or URI cannot be judged, so it is not listed.
             (Some(_), _) => return false,
             (None, _) => *param = None,
         }
-        engine
-            .item_refusal(scope, &self.probe, &self.host)
-            .is_none()
+        engine.item_refusal(probe).is_none()
     }
 
     /// Reads an SSE chunk; returns the rewritten events it completed.
@@ -625,12 +595,6 @@ fn listing_at(index: u8) -> Option<&'static Listing> {
     LISTINGS.get(usize::from(index))
 }
 
-/// The index of `listing` in [`LISTINGS`].
-fn index_of(listing: &'static Listing) -> Option<u8> {
-    let i = LISTINGS.iter().position(|l| l == listing)?;
-    u8::try_from(i).ok()
-}
-
 /// Whether a body that is not a JSON-RPC message could be read as JSON by a lenient client:
 /// it starts (after whitespace or a byte order mark) with `{` or `[`.
 fn looks_like_json(body: &[u8]) -> bool {
@@ -677,7 +641,7 @@ fn line_end(bytes: &[u8], at: usize, after_cr: &mut bool) -> usize {
 }
 
 /// SSE: the event being read, with its lines found as its bytes arrive.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct PendingEvent {
     bytes: Vec<u8>,
     /// Its complete lines: spans in `bytes` without the line end (CRLF, LF or CR).
@@ -1013,17 +977,18 @@ mod tests {
             route_name: Some("tools".into()),
             ..HeadersInput::default()
         };
-        let a = flow.on_headers(e, input);
+        let mut a = flow.on_headers(e, input);
         if !get {
             let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
-            let a = flow.on_body(e, body.len(), true, move |_| Some(body));
-            assert!(matches!(a, Next::Allow { .. }), "{a:?}");
-        } else {
-            assert!(matches!(a, Next::Allow { .. }), "{a:?}");
+            a = flow.on_body(e, body.len(), true, move |_| Some(body));
         }
-        let mut f = flow
-            .response_filter(e, &headers(&SSE))
-            .unwrap_or_else(|| panic!("no filter"));
+        let Next::Allow {
+            listing: Some(mut f),
+            ..
+        } = a
+        else {
+            panic!("no filter: {a:?}")
+        };
         assert_eq!(f.listing.is_some(), !get);
         f.on_headers(&headers(&SSE));
         f

@@ -20,6 +20,7 @@
 use std::fmt;
 
 use crate::json::{self, into_string, SyntaxError, Val};
+use crate::request::McpOp;
 use mcp_access_bundle::mcp_methods;
 /// Which member of `params` names an item (re-exported: [`CompletionRef`] holds one).
 pub use mcp_access_bundle::mcp_methods::Param;
@@ -82,6 +83,20 @@ pub struct McpMessage {
     pub completion_ref: Option<CompletionRef>,
 }
 
+impl McpMessage {
+    /// The operation the message performs: a client's response is a reply, anything else
+    /// a call of its method naming its `params.name` or `params.uri`.
+    pub(crate) fn into_op(self) -> McpOp {
+        match self.kind {
+            MessageKind::Response => McpOp::Reply,
+            MessageKind::Request | MessageKind::Notification => McpOp::Call {
+                method: self.method.unwrap_or_default(),
+                param: self.name.or(self.uri),
+            },
+        }
+    }
+}
+
 /// What a `completion/complete` completes for: judged as a call of it (docs/semantics.md §4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletionRef {
@@ -111,9 +126,9 @@ impl ParseError {
     /// The JSON-RPC error code.
     pub fn code(&self) -> i32 {
         match self {
-            ParseError::Parse(_) => crate::answer::PARSE_ERROR,
-            ParseError::InvalidRequest(_) => crate::answer::INVALID_REQUEST,
-            ParseError::InvalidParams(_) => crate::answer::INVALID_PARAMS,
+            ParseError::Parse(_) => crate::jsonrpc::PARSE_ERROR,
+            ParseError::InvalidRequest(_) => crate::jsonrpc::INVALID_REQUEST,
+            ParseError::InvalidParams(_) => crate::jsonrpc::INVALID_PARAMS,
         }
     }
 
@@ -1945,7 +1960,11 @@ mod tests {
         ] {
             let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
             let (err, id) = rejected(body.as_bytes());
-            assert_eq!(err.code(), crate::answer::INVALID_REQUEST, "{m:?}: {err:?}");
+            assert_eq!(
+                err.code(),
+                crate::jsonrpc::INVALID_REQUEST,
+                "{m:?}: {err:?}"
+            );
             assert_eq!(id.as_deref(), Some("1"), "{m:?}");
         }
         for m in [

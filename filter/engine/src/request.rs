@@ -1,9 +1,10 @@
-//! What the decision looks at: one request, as the host adapter collected it.
+//! What the decision looks at: one request, as the host adapter collected it, with its
+//! listener and backend resolved once ([`Target`]).
 
 use mcp_access_bundle::mcp_methods;
 
 /// A caller as identified by Envoy: mTLS SPIFFE ID and verified JWT claims.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
     /// SPIFFE ID from the peer certificate (or the trusted header the bundle names).
     pub spiffe: Option<String>,
@@ -12,7 +13,7 @@ pub struct Caller {
 }
 
 /// The claims of one verified JWT.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JwtPrincipal {
     /// `iss`.
     pub issuer: String,
@@ -46,7 +47,7 @@ impl ClaimValue {
 }
 
 /// The MCP meaning of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum McpOp {
     /// HTTP GET (the SSE stream) or DELETE carrying `Mcp-Session-Id`: base protocol.
     Transport,
@@ -61,21 +62,11 @@ pub enum McpOp {
     /// A JSON-RPC response sent by the client (to a server request): base protocol.
     Reply,
     /// No MCP meaning (e.g. PUT, or DELETE without a session).
+    #[default]
     NotMcp,
 }
 
 impl McpOp {
-    /// The operation a parsed JSON-RPC message performs.
-    pub(crate) fn from_message(msg: crate::mcp::McpMessage) -> McpOp {
-        match msg.kind {
-            crate::mcp::MessageKind::Response => McpOp::Reply,
-            _ => McpOp::Call {
-                method: msg.method.unwrap_or_default(),
-                param: msg.name.or(msg.uri),
-            },
-        }
-    }
-
     /// The operation of a request without a body: GET opens the SSE stream, DELETE with
     /// `Mcp-Session-Id` ends a session; anything else has no MCP meaning.
     pub(crate) fn without_body(http_method: &str, has_session_id: bool) -> McpOp {
@@ -114,7 +105,7 @@ impl McpOp {
 }
 
 /// Everything the decision engine reads about a request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Request {
     /// HTTP method.
     pub method: String,
@@ -124,6 +115,9 @@ pub struct Request {
     pub canonical_path: String,
     /// `:authority` as received (port included, if any).
     pub authority: String,
+    /// The host in canonical form ([`canonical_host`](mcp_access_bundle::gateway_api::canonical_host) of `authority`: lowercase, no port, no
+    /// trailing dot).
+    pub host: String,
     /// Destination (listener) port.
     pub port: u16,
     /// Request headers, names lowercase, in arrival order.
@@ -142,6 +136,42 @@ pub struct Request {
     /// The JSON-RPC `params` (arguments included); kept only when a CEL expression reads
     /// `request.mcp.params`.
     pub params: Option<serde_json::Value>,
+    /// The listener and backend whose policies judge the request.
+    pub target: Target,
+    /// What gRPC authorizers are told about the connection (empty without one).
+    pub peers: Peers,
+}
+
+/// Where a request is judged: indexes into the engine's listeners and backends, resolved once
+/// when the headers arrive (None: the bundle knows none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Target {
+    /// The Gateway listener: same port, most specific matching hostname.
+    pub listener: Option<usize>,
+    /// The Backend Envoy routed to: by route name first, then by upstream cluster.
+    pub backend: Option<usize>,
+}
+
+/// The connection as Envoy's ext_authz describes it to gRPC authorizers (each None when the
+/// host has no value).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Peers {
+    /// `source.address` (`ip:port`).
+    pub source_address: Option<String>,
+    /// The caller's certificate's first URI SAN, else first DNS SAN, else subject.
+    pub source_principal: Option<String>,
+    /// `connection.peer_certificate`, URL-encoded PEM (only with `includePeerCertificate`).
+    pub source_certificate: Option<String>,
+    /// `destination.address` (`ip:port`).
+    pub destination_address: Option<String>,
+    /// The listener certificate's first URI SAN, else first DNS SAN, else subject.
+    pub destination_principal: Option<String>,
+    /// `request.time`, ns since the epoch.
+    pub time_ns: Option<i64>,
+    /// `request.protocol` (`HTTP/1.1`, `HTTP/2`, ...).
+    pub protocol: Option<String>,
+    /// `:scheme`.
+    pub scheme: Option<String>,
 }
 
 impl Request {
@@ -195,10 +225,5 @@ impl Request {
             }
             serde_json::Value::Object(members)
         });
-    }
-
-    /// Host in canonical form: lowercase, no port, no trailing dot.
-    pub fn host(&self) -> String {
-        mcp_access_bundle::gateway_api::canonical_host(&self.authority)
     }
 }

@@ -3,7 +3,7 @@
 
 use mcp_access_bundle::Level;
 
-use crate::policy::level_str;
+use crate::answer::Why;
 
 /// A counter besides the per-denial ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,81 +54,80 @@ pub const CALLOUT_LATENCY_MS: &str = "mcp_access.callout.latency_ms";
 /// Levels a denial is counted under (`none`: before or outside the policy levels).
 pub(crate) const LEVELS: [Option<Level>; 3] = [Some(Level::Gateway), Some(Level::Backend), None];
 
-/// Every reason a request is denied ([`crate::policy::Reason`]) or rejected (by the flow) for.
-pub const DENIAL_REASONS: [&str; 17] = [
-    "unknown_listener",
-    "unknown_backend",
-    "external_auth_denied",
-    "authorizer_error",
-    "deny_policy",
-    "not_allowed",
-    "invalid_path",
-    "unsupported_encoding",
-    "invalid_json",
-    "unsupported_media_type",
-    "invalid_content_length",
-    "body_too_large",
-    "invalid_request",
-    "invalid_params",
-    "header_mismatch",
-    "unsupported_revision",
-    "method_not_in_revision",
-];
-
-/// `mcp_access.denied.<level>.<reason>` for every level and reason, in index order: see
-/// [`denial_counter`].
+/// `mcp_access.denied.<level>.<reason>` for every level and reason ([`Why::DENIALS`]), in
+/// index order: see [`denial_counter`].
 pub fn denial_counter_names() -> Vec<String> {
     LEVELS
         .iter()
         .flat_map(|l| {
-            DENIAL_REASONS
+            Why::DENIALS
                 .iter()
-                .map(move |r| format!("mcp_access.denied.{}.{r}", level_str(*l)))
+                .map(move |r| format!("mcp_access.denied.{}.{r}", Level::name(*l)))
         })
         .collect()
 }
 
-/// Index into [`denial_counter_names`] of a denial at `level` for `reason` (see
-/// [`crate::flow::Outcome`]); None for a reason not in [`DENIAL_REASONS`].
-pub fn denial_counter(level: Option<Level>, reason: &str) -> Option<usize> {
+/// Index into [`denial_counter_names`] of a denial at `level` for `why` (see
+/// [`crate::flow::Outcome`]); None for an allowed request.
+pub fn denial_counter(level: Option<Level>, why: Why) -> Option<usize> {
     let level = LEVELS.iter().position(|l| *l == level)?;
-    let reason = DENIAL_REASONS.iter().position(|r| *r == reason)?;
-    Some(level * DENIAL_REASONS.len() + reason)
+    Some(level * Why::DENIALS.len() + why.denial_index()?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::answer::RejectionKind;
     use crate::policy::Reason;
 
     #[test]
     fn names_are_unique_and_indexes_find_them() {
         let names = denial_counter_names();
-        assert_eq!(names.len(), LEVELS.len() * DENIAL_REASONS.len());
+        assert_eq!(names.len(), LEVELS.len() * Why::DENIALS.len());
         let mut sorted = names.clone();
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), names.len());
         let name = |level, reason| denial_counter(level, reason).and_then(|i| names.get(i));
         assert_eq!(
-            name(Some(Level::Backend), "external_auth_denied").map(String::as_str),
+            name(
+                Some(Level::Backend),
+                Why::Denied(Reason::ExternalAuthDenied)
+            )
+            .map(String::as_str),
             Some("mcp_access.denied.backend.external_auth_denied")
         );
         assert_eq!(
-            name(None, "body_too_large").map(String::as_str),
+            name(None, Why::Rejected(RejectionKind::BodyTooLarge)).map(String::as_str),
             Some("mcp_access.denied.none.body_too_large")
         );
-        assert_eq!(name(Some(Level::Gateway), "not_a_reason"), None);
-        assert_eq!(name(None, "allowed"), None);
-        for r in [
-            Reason::UnknownListener,
-            Reason::UnknownBackend,
-            Reason::ExternalAuthDenied,
-            Reason::AuthorizerFailed,
-            Reason::DenyPolicy,
-            Reason::NotAllowed,
-        ] {
-            assert!(DENIAL_REASONS.contains(&r.as_str()), "{r:?}");
+        assert_eq!(name(None, Why::Allowed), None);
+        // The names and their order, as the counters were first defined.
+        let reasons: Vec<&str> = Why::DENIALS.iter().map(|w| w.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "unknown_listener",
+                "unknown_backend",
+                "external_auth_denied",
+                "authorizer_error",
+                "deny_policy",
+                "not_allowed",
+                "invalid_path",
+                "unsupported_encoding",
+                "invalid_json",
+                "unsupported_media_type",
+                "invalid_content_length",
+                "body_too_large",
+                "invalid_request",
+                "invalid_params",
+                "header_mismatch",
+                "unsupported_revision",
+                "method_not_in_revision",
+            ]
+        );
+        for (i, w) in Why::DENIALS.iter().enumerate() {
+            assert_eq!(w.denial_index(), Some(i));
         }
         for (i, c) in Counter::ALL.iter().enumerate() {
             assert_eq!(c.index(), i);

@@ -12,10 +12,10 @@
 mod common;
 
 use common::*;
-use mcp_access_engine::callout::HeaderEdit;
 use mcp_access_engine::ext_authz::pb;
-use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+use mcp_access_engine::flow::{HeadersInput, Next, Progress, RequestFlow};
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::policy::HeaderEdit;
 use mcp_access_engine::request::Caller;
 use prost::Message;
 use serde_json::{json, Value};
@@ -68,16 +68,18 @@ fn called(e: &Engine) -> RequestFlow {
         panic!("expected the callout")
     };
     assert_eq!(calls.len(), 1);
-    flow.dispatched(e, calls[0].0, Ok(7), 0);
-    assert_eq!(flow.resume(e), Next::Hold);
+    assert_eq!(
+        flow.dispatch(e, calls[0].call.slot, Ok(7), 0).next,
+        Next::Hold
+    );
     flow
 }
 
-fn grpc_answer(mode: &str, resp: &pb::CheckResponse) -> (RequestFlow, Next) {
+fn grpc_answer(mode: &str, resp: &pb::CheckResponse) -> (RequestFlow, Progress) {
     let e = engine_with("GRPC", mode, json!({}));
     let mut flow = called(&e);
-    let next = flow.on_grpc_response(&e, 7, Some(0), Some(resp.encode_to_vec()), 0);
-    (flow, next)
+    let progress = flow.answer_grpc(&e, 7, Some(0), resp.encode_to_vec(), 0);
+    (flow, progress)
 }
 
 fn http_answer(
@@ -85,20 +87,21 @@ fn http_answer(
     extra: Value,
     status: u16,
     headers: &[(&str, &str)],
-) -> (RequestFlow, Next) {
+) -> (RequestFlow, Progress) {
     let e = engine_with("HTTP", mode, extra);
     let mut flow = called(&e);
     let headers = headers
         .iter()
         .map(|(n, v)| (n.to_string(), v.to_string()))
         .collect();
-    let next = flow.on_callout_response(&e, 7, Some(status), headers, Vec::new(), 0);
-    (flow, next)
+    let progress = flow.answer(&e, 7, Some(status), headers, Vec::new(), 0);
+    (flow, progress)
 }
 
 /// Under Deny: the JSON-RPC denial (reason authorizer_error), the callout reported failed
 /// with `why`. Under Allow: the call goes on with nothing of the answer applied.
-fn assert_malformed(mode: &str, (mut flow, next): (RequestFlow, Next), why: &str, case: &str) {
+fn assert_malformed(mode: &str, (flow, progress): (RequestFlow, Progress), why: &str, case: &str) {
+    let Progress { next, reports } = progress;
     if mode == "Deny" {
         let Next::Respond(r) = &next else {
             panic!("{case}: expected the denial, got {next:?}")
@@ -115,17 +118,14 @@ fn assert_malformed(mode: &str, (mut flow, next): (RequestFlow, Next), why: &str
             "{case}: nothing of the answer relayed: {:?}",
             r.headers
         );
-        assert_eq!(flow.outcome().unwrap().reason, "authorizer_error", "{case}");
-    } else {
         assert_eq!(
-            next,
-            Next::Allow {
-                add_headers: vec![]
-            },
+            flow.outcome().unwrap().reason.as_str(),
+            "authorizer_error",
             "{case}"
         );
+    } else {
+        assert_eq!(added(&next), Some(vec![]), "{case}");
     }
-    let reports = flow.take_callout_reports();
     assert_eq!(reports.len(), 1, "{case}");
     assert!(reports[0].failed, "{case}: counted as a callout error");
     assert!(
@@ -294,8 +294,8 @@ fn a_grpc_denial_with_a_header_that_cannot_be_relayed_is_malformed() {
 #[test]
 fn a_well_formed_grpc_answer_is_still_applied() {
     let resp = ok(vec![hvo("X-User", "alice \"a\"\t1")], &["x-gone"]);
-    let (_, next) = grpc_answer("Deny", &resp);
-    let Next::Allow { add_headers } = next else {
+    let (_, Progress { next, .. }) = grpc_answer("Deny", &resp);
+    let Next::Allow { add_headers, .. } = next else {
         panic!("{next:?}")
     };
     assert_eq!(add_headers.len(), 2);
@@ -348,15 +348,13 @@ fn an_http_answers_own_framing_is_never_applied() {
         let mut headers = own.to_vec();
         headers.push(("x-good", "1"));
         let extra = json!({ "allowedResponseHeaders": list });
-        let (mut flow, next) = http_answer("Deny", extra, 200, &headers);
+        let (_, Progress { next, reports }) = http_answer("Deny", extra, 200, &headers);
         assert_eq!(
-            next,
-            Next::Allow {
-                add_headers: vec![HeaderEdit::set("x-good", "1")]
-            },
+            added(&next),
+            Some(vec![HeaderEdit::set("x-good", "1")]),
             "{list}"
         );
-        assert!(!flow.take_callout_reports()[0].failed);
+        assert!(!reports[0].failed);
     }
 }
 
@@ -374,7 +372,7 @@ fn an_http_denial_with_a_header_that_cannot_be_relayed_is_malformed() {
         }
     }
     // Its own framing is dropped, the denial stands.
-    let (_, next) = http_answer(
+    let (_, Progress { next, .. }) = http_answer(
         "Deny",
         json!({}),
         401,

@@ -264,7 +264,7 @@ fn step_budget_exhaustion_counts_against_the_caller() {
     let d = decide(vec![deny_cel("d", &heavy)], &call("x"));
     assert_eq!(reason(&d), Some(Reason::DenyPolicy));
     let e = engine(&bundle(vec![allow_cel("a", &heavy)], &[]));
-    let req = call("x");
+    let req = resolved(&e, &call("x"));
     let mut ev = e.begin(&req, true);
     let _ = ev.advance(&e, &req);
     assert_eq!(ev.cel_errors(), (1, 1));
@@ -300,12 +300,15 @@ fn a_bad_expression_refuses_the_bundle_naming_the_field() {
         let err = mcp_access_engine::policy::Engine::from_json(
             bundle(vec![p], &[]).to_string().as_bytes(),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains(path) && err.contains(what), "{err}");
     }
     let mut b = bundle(vec![allow_cel("a", "true")], &[]);
     b["limits"] = json!({"cel": {"maxSteps": 0}});
-    let err = mcp_access_engine::policy::Engine::from_json(b.to_string().as_bytes()).unwrap_err();
+    let err = mcp_access_engine::policy::Engine::from_json(b.to_string().as_bytes())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("limits.cel.maxSteps"), "{err}");
 }
 

@@ -44,6 +44,8 @@ fn req() -> Request {
         time: Some(1_767_323_045_000_000_000), // 2026-01-02T03:04:05Z
         params: Some(serde_json::json!({"name": "get-weather",
             "arguments": {"city": "Paris", "days": 3, "tags": ["a", "b"]}})),
+        host: "a.example".into(),
+        ..Request::default()
     }
 }
 

@@ -9,9 +9,9 @@
 mod common;
 
 use common::*;
-use mcp_access_engine::callout::HeaderEdit;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::policy::HeaderEdit;
 use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 
@@ -79,12 +79,7 @@ fn call_body(id: &str, tool: &str) -> Vec<u8> {
 fn allowed_call_continues_and_denied_call_gets_jsonrpc_error_with_its_id() {
     let e = tools_engine();
     let (flow, a) = post(&e, &call_body("7", "echo"), &[]);
-    assert_eq!(
-        a,
-        Next::Allow {
-            add_headers: vec![]
-        }
-    );
+    assert_eq!(added(&a), Some(vec![]),);
     assert!(flow.outcome().unwrap().allowed);
 
     let (flow, a) = post(&e, &call_body(r#""req-1""#, "delete_repo"), &[]);
@@ -100,7 +95,7 @@ fn allowed_call_continues_and_denied_call_gets_jsonrpc_error_with_its_id() {
         "no details unless asked"
     );
     let o = flow.outcome().unwrap();
-    assert_eq!((o.allowed, o.reason), (false, "not_allowed"));
+    assert_eq!((o.allowed, o.reason.as_str()), (false, "not_allowed"));
     assert_eq!(o.mcp_param.as_deref(), Some("delete_repo"));
 }
 
@@ -196,12 +191,7 @@ fn mcp_headers_must_agree_with_the_body() {
         &body,
         &[("mcp-method", "tools/call"), ("mcp-name", "echo")],
     );
-    assert_eq!(
-        a,
-        Next::Allow {
-            add_headers: vec![]
-        }
-    );
+    assert_eq!(added(&a), Some(vec![]),);
     let (_, a) = post(&e, &body, &[("mcp-method", "tools/list")]);
     assert_eq!(respond(a).0, 400);
     let (_, a) = post(&e, &body, &[("mcp-name", "delete_repo")]);
@@ -215,19 +205,12 @@ fn requests_without_body_are_decided_at_headers() {
     // GET stream is asked for uncompressed: the filter reads it (docs/semantics.md §5.4).
     let mut flow = RequestFlow::new();
     assert_eq!(
-        flow.on_headers(&e, headers("GET", &[])),
-        Next::Allow {
-            add_headers: vec![HeaderEdit::set("accept-encoding", "identity")]
-        }
+        added(&flow.on_headers(&e, headers("GET", &[]))),
+        Some(vec![HeaderEdit::set("accept-encoding", "identity")])
     );
     let mut flow = RequestFlow::new();
     let a = flow.on_headers(&e, headers("DELETE", &[("mcp-session-id", "abc")]));
-    assert_eq!(
-        a,
-        Next::Allow {
-            add_headers: vec![]
-        }
-    );
+    assert_eq!(added(&a), Some(vec![]),);
     // DELETE without a session is not MCP: an MCP-only allow-list does not admit it.
     let mut flow = RequestFlow::new();
     assert_eq!(respond(flow.on_headers(&e, headers("DELETE", &[]))).0, 403);
@@ -273,7 +256,7 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
         panic!("expected the gateway callout")
     };
     assert_eq!(calls.len(), 1);
-    let (slot, req) = &calls[0];
+    let (slot, req) = (&calls[0].call.slot, &calls[0].request);
     assert_eq!(req.cluster, "a-cluster");
     let h = |n: &str| {
         req.headers
@@ -298,40 +281,45 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
     assert_eq!(h("content-length"), ["10"]);
     assert_eq!(h("x-envoy-auth-partial-body"), ["true"]);
     assert_eq!(req.body, body[..10].to_vec());
-    flow.dispatched(&e, *slot, Ok(11), 0);
-    assert_eq!(flow.resume(&e), Next::Hold);
+    assert_eq!(flow.dispatch(&e, *slot, Ok(11), 0).next, Next::Hold);
 
     // Gateway allows with a header; the backend callout follows.
-    let a = flow.on_callout_response(
-        &e,
-        11,
-        Some(200),
-        vec![
-            ("x-user".into(), "alice".into()),
-            ("content-type".into(), "text/plain".into()),
-        ],
-        vec![],
-        0,
-    );
+    let a = flow
+        .answer(
+            &e,
+            11,
+            Some(200),
+            vec![
+                ("x-user".into(), "alice".into()),
+                ("content-type".into(), "text/plain".into()),
+            ],
+            vec![],
+            0,
+        )
+        .next;
     let Next::Dispatch(calls) = a else {
         panic!("expected the backend callout, got {a:?}")
     };
-    assert_eq!(calls[0].1.cluster, "b-cluster");
-    flow.dispatched(&e, calls[0].0, Ok(12), 0);
-    assert_eq!(flow.resume(&e), Next::Hold);
+    assert_eq!(calls[0].request.cluster, "b-cluster");
+    assert_eq!(
+        flow.dispatch(&e, calls[0].call.slot, Ok(12), 0).next,
+        Next::Hold
+    );
     // The backend authorizer denies: its status and headers are relayed, its body becomes a
     // JSON-RPC error (the authorizer's body only with exposeDetails).
-    let a = flow.on_callout_response(
-        &e,
-        12,
-        Some(401),
-        vec![
-            ("www-authenticate".into(), "Bearer realm=\"b\"".into()),
-            ("content-type".into(), "text/plain".into()),
-        ],
-        b"nope".to_vec(),
-        0,
-    );
+    let a = flow
+        .answer(
+            &e,
+            12,
+            Some(401),
+            vec![
+                ("www-authenticate".into(), "Bearer realm=\"b\"".into()),
+                ("content-type".into(), "text/plain".into()),
+            ],
+            b"nope".to_vec(),
+            0,
+        )
+        .next;
     match a {
         Next::Respond(r) => {
             assert_eq!(r.status, 401);
@@ -370,16 +358,17 @@ fn an_authorizer_body_goes_in_error_data_when_details_are_exposed() {
         let Next::Dispatch(calls) = a else {
             panic!("{a:?}")
         };
-        flow.dispatched(&e, calls[0].0, Ok(1), 0);
-        flow.resume(&e);
-        let a = flow.on_callout_response(
-            &e,
-            1,
-            Some(403),
-            vec![("x-other".into(), "1".into())],
-            body.to_vec(),
-            0,
-        );
+        flow.dispatch(&e, calls[0].call.slot, Ok(1), 0);
+        let a = flow
+            .answer(
+                &e,
+                1,
+                Some(403),
+                vec![("x-other".into(), "1".into())],
+                body.to_vec(),
+                0,
+            )
+            .next;
         let (status, v) = respond(a);
         assert_eq!(status, 403);
         assert_eq!(v["id"], "r");
@@ -409,32 +398,31 @@ fn allowed_callout_headers_reach_the_upstream_request() {
     let Next::Dispatch(calls) = flow2.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
-    flow2.dispatched(&e, calls[0].0, Ok(1), 0);
-    flow2.resume(&e);
-    let Next::Dispatch(calls) = flow2.on_callout_response(
-        &e,
-        1,
-        Some(204),
-        vec![
-            ("x-user".into(), "alice".into()),
-            ("content-type".into(), "x".into()),
-        ],
-        vec![],
-        0,
-    ) else {
+    flow2.dispatch(&e, calls[0].call.slot, Ok(1), 0);
+    let Next::Dispatch(calls) = flow2
+        .answer(
+            &e,
+            1,
+            Some(204),
+            vec![
+                ("x-user".into(), "alice".into()),
+                ("content-type".into(), "x".into()),
+            ],
+            vec![],
+            0,
+        )
+        .next
+    else {
         panic!()
     };
-    flow2.dispatched(&e, calls[0].0, Ok(2), 0);
-    flow2.resume(&e);
-    let a = flow2.on_callout_response(&e, 2, Some(200), vec![], vec![], 0);
+    flow2.dispatch(&e, calls[0].call.slot, Ok(2), 0);
+    let a = flow2.answer(&e, 2, Some(200), vec![], vec![], 0).next;
     assert_eq!(
-        a,
-        Next::Allow {
-            add_headers: vec![
-                HeaderEdit::set("x-user", "alice"),
-                HeaderEdit::set("accept-encoding", "identity")
-            ]
-        }
+        added(&a),
+        Some(vec![
+            HeaderEdit::set("x-user", "alice"),
+            HeaderEdit::set("accept-encoding", "identity")
+        ]),
     );
 }
 
@@ -447,8 +435,9 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
         let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
             panic!()
         };
-        flow.dispatched(&e, calls[0].0, Err("BadArgument".into()), 0);
-        let a = flow.resume(&e);
+        let a = flow
+            .dispatch(&e, calls[0].call.slot, Err("BadArgument".into()), 0)
+            .next;
         if allowed {
             assert!(
                 matches!(a, Next::Dispatch(_)),
@@ -458,7 +447,7 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
             let (status, v) = respond(a);
             assert_eq!(status, 403);
             assert_eq!(v["error"]["code"], -32010);
-            assert_eq!(flow.outcome().unwrap().reason, "authorizer_error");
+            assert_eq!(flow.outcome().unwrap().reason.as_str(), "authorizer_error");
         }
         // 504 from Envoy (timeout) and no response at all
         for status in [Some(504), Some(503), None] {
@@ -466,9 +455,8 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
             let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
                 panic!()
             };
-            flow.dispatched(&e, calls[0].0, Ok(9), 0);
-            flow.resume(&e);
-            let a = flow.on_callout_response(&e, 9, status, vec![], vec![], 0);
+            flow.dispatch(&e, calls[0].call.slot, Ok(9), 0);
+            let a = flow.answer(&e, 9, status, vec![], vec![], 0).next;
             assert_eq!(
                 matches!(a, Next::Dispatch(_)),
                 allowed,
@@ -485,14 +473,13 @@ fn stray_callout_tokens_are_ignored() {
     let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
-    flow.dispatched(&e, calls[0].0, Ok(5), 0);
-    flow.resume(&e);
+    flow.dispatch(&e, calls[0].call.slot, Ok(5), 0);
     assert_eq!(
-        flow.on_callout_response(&e, 99, Some(200), vec![], vec![], 0),
+        flow.answer(&e, 99, Some(200), vec![], vec![], 0).next,
         Next::Hold
     );
     assert!(matches!(
-        flow.on_callout_response(&e, 5, Some(200), vec![], vec![], 0),
+        flow.answer(&e, 5, Some(200), vec![], vec![], 0).next,
         Next::Dispatch(_)
     ));
 }
@@ -526,8 +513,9 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
-    flow.dispatched(&e, calls[0].0, Err("BadArgument".into()), 0);
-    let r = flow.take_callout_reports();
+    let r = flow
+        .dispatch(&e, calls[0].call.slot, Err("BadArgument".into()), 0)
+        .reports;
     assert_eq!(r.len(), 1);
     assert!(r[0].failed && r[0].latency_ms.is_none() && r[0].authorizer == "a");
     assert!(
@@ -543,17 +531,14 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
-    flow.dispatched(&e, calls[0].0, Err("InternalFailure".into()), 0);
-    let r = flow.take_callout_reports();
+    let r = flow
+        .dispatch(&e, calls[0].call.slot, Err("InternalFailure".into()), 0)
+        .reports;
     let d = r[0].detail.as_deref().unwrap();
     assert!(
         d.starts_with("not reached: Envoy failed the call at once (InternalFailure): cluster ")
             && d.contains("its DNS name does not resolve"),
         "{d}"
-    );
-    assert!(
-        flow.take_callout_reports().is_empty(),
-        "reports are taken once"
     );
 
     // A denial: the host may read 9 bytes; the latency runs from dispatch to answer.
@@ -561,23 +546,25 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
         panic!()
     };
-    flow.dispatched(&e, calls[0].0, Ok(4), 1_000_000);
-    flow.resume(&e);
-    assert_eq!(flow.callout_body_limit(&e, 4, Some(403)), 9);
-    assert_eq!(flow.callout_body_limit(&e, 4, Some(200)), 0);
-    assert_eq!(
-        flow.callout_body_limit(&e, 5, Some(403)),
-        0,
-        "unknown token"
-    );
-    let a = flow.on_callout_response(
+    flow.dispatch(&e, calls[0].call.slot, Ok(4), 1_000_000);
+    let never = |_: usize| -> Option<Vec<u8>> { panic!("an unknown token's body is not read") };
+    let stray = flow.on_callout_response(&e, 5, Some(403), vec![], never, 0);
+    assert!(stray.next.is_hold() && stray.reports.is_empty());
+    let mut asked = None;
+    let read = |n: usize| {
+        asked = Some(n);
+        Some(b"123456789"[..n.min(9)].to_vec())
+    };
+    let progress = flow.on_callout_response(
         &e,
         4,
         Some(403),
         vec![("content-type".into(), "text/plain".into())],
-        b"123456789".to_vec(),
+        read,
         8_000_000,
     );
+    assert_eq!(asked, Some(9), "the cap plus one byte");
+    let (a, r) = (progress.next, progress.reports);
     let Next::Respond(resp) = a else {
         panic!("{a:?}")
     };
@@ -588,10 +575,12 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
         "a JSON-RPC error, not the authorizer's body"
     );
     assert!(resp.headers.iter().all(|(_, v)| v != "text/plain"));
-    let r = flow.take_callout_reports();
     assert_eq!(r[0].latency_ms, Some(7));
     assert!(!r[0].failed && r[0].detail.is_some());
-    assert_eq!(flow.outcome().unwrap().reason, "external_auth_denied");
+    assert_eq!(
+        flow.outcome().unwrap().reason.as_str(),
+        "external_auth_denied"
+    );
 }
 
 #[test]
@@ -618,5 +607,48 @@ fn a_jwt_caller_is_named_in_the_decision() {
         let v: Value = serde_json::from_str(&o.to_json()).unwrap();
         assert_eq!(v["caller"], caller);
         assert_eq!(v["jwt"], "https://idp.example#u1");
+    }
+}
+
+#[test]
+fn answers_may_arrive_in_any_order() {
+    // Two Gateway authorizers called together; the second answers first, then the first.
+    let b = bundle(
+        vec![
+            ext("first", "Gateway", "gw", "a", 0),
+            ext("second", "Gateway", "gw", "b", 1),
+        ],
+        &["a", "b"],
+    );
+    let e = engine(&b);
+    let headed = |v: &str| vec![("x-from".to_string(), v.to_string())];
+    for order in [[0usize, 1], [1, 0]] {
+        let mut flow = RequestFlow::new();
+        let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+            panic!()
+        };
+        assert_eq!(calls.len(), 2);
+        for (i, c) in calls.iter().enumerate() {
+            let token = u32::try_from(i).unwrap() + 1;
+            assert!(flow.dispatch(&e, c.call.slot, Ok(token), 0).next.is_hold());
+        }
+        let [x, y] = order;
+        let name = |i: usize| ["a", "b"][i];
+        let token = |i: usize| u32::try_from(i).unwrap() + 1;
+        let p = flow.answer(&e, token(x), Some(200), headed(name(x)), vec![], 0);
+        assert!(p.next.is_hold(), "{order:?}: waits for the other answer");
+        assert_eq!(p.reports[0].authorizer, name(x));
+        let p = flow.answer(&e, token(y), Some(200), headed(name(y)), vec![], 0);
+        // Both allowed: the Backend level (no authorizer there) allows, edits in seniority
+        // order whatever order the answers came in.
+        let added = added(&p.next).unwrap_or_else(|| panic!("{order:?}: {:?}", p.next));
+        assert_eq!(
+            added[..2],
+            [
+                HeaderEdit::set("x-from", "a"),
+                HeaderEdit::set("x-from", "b")
+            ],
+            "{order:?}"
+        );
     }
 }

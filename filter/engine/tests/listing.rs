@@ -10,10 +10,10 @@
 mod common;
 
 use common::*;
-use mcp_access_engine::callout::HeaderEdit;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::policy::HeaderEdit;
 use serde_json::{json, Value};
 
 fn input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
@@ -63,9 +63,27 @@ fn response(status: u16, types: &[&str]) -> Vec<(String, String)> {
 /// The filter of an allowed listing request.
 fn listing_filter(e: &Engine, spiffe: &str, method: &str, extra: &[(&str, &str)]) -> ListingFilter {
     let body = format!(r#"{{"jsonrpc":"2.0","id":"L","method":"{method}","params":{{}}}}"#);
-    let (flow, a) = send(e, spiffe, extra, &body);
-    assert!(matches!(a, Next::Allow { .. }), "{method}: {a:?}");
-    flow.listing_filter(e).expect("a listing filter")
+    let (_, a) = send(e, spiffe, extra, &body);
+    let Next::Allow {
+        listing: Some(f), ..
+    } = a
+    else {
+        panic!("{method}: no listing filter: {a:?}")
+    };
+    f
+}
+
+/// The filter of the response with `headers` to a request allowed with `a`, as the host keeps
+/// it: None when the headers show the response carries no listing.
+fn response_filter(a: &Next, headers: &[(String, String)]) -> Option<ListingFilter> {
+    let Next::Allow {
+        listing: Some(f), ..
+    } = a
+    else {
+        return None;
+    };
+    let mut f = f.clone();
+    (f.on_headers(headers) == HeadersAction::Rewrite).then_some(f)
 }
 
 /// The JSON body through the filter, as the host drives it (two chunks).
@@ -413,7 +431,7 @@ fn a_compressed_listing_cannot_be_read_and_is_refused() {
         &[],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
     );
-    let Next::Allow { add_headers } = a else {
+    let Next::Allow { add_headers, .. } = a else {
         panic!("{a:?}")
     };
     assert_eq!(
@@ -464,23 +482,23 @@ fn no_filter_when_turned_off_or_not_a_listing_or_denied() {
     let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
     b["listings"] = json!({"filter": false});
     let e = engine(&b);
-    let (flow, a) = send(
+    let (_, a) = send(
         &e,
         ALPHA,
         &[],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
     );
-    assert!(matches!(a, Next::Allow { .. }));
-    assert!(flow.listing_filter(&e).is_none());
+    assert!(matches!(a, Next::Allow { listing: None, .. }));
 
     let e = engine_for_listings();
-    let (flow, _) = send(
+    let (_, a) = send(
         &e,
         ALPHA,
         &[],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#,
     );
-    assert!(flow.listing_filter(&e).is_none());
+    // Its JSON answer is not read.
+    assert!(response_filter(&a, &response(200, &["application/json"])).is_none());
     let only_calls = engine(&bundle(
         vec![
             json!({"name": "calls", "level": "Backend", "targets": [{"name": "tools"}],
@@ -489,14 +507,13 @@ fn no_filter_when_turned_off_or_not_a_listing_or_denied() {
         ],
         &[],
     ));
-    let (flow, a) = send(
+    let (_, a) = send(
         &only_calls,
         ALPHA,
         &[],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
     );
     assert!(matches!(a, Next::Respond(_)));
-    assert!(flow.listing_filter(&only_calls).is_none());
 }
 
 /// SSE chunks through the filter; returns what the client receives.
@@ -754,15 +771,13 @@ fn get_streams_standalone_and_resumed_are_filtered_event_by_event() {
     let e = engine_for_listings();
     let sse = response(200, &["text/event-stream"]);
     for extra in [&[][..], &[("last-event-id", "ev-3")][..]] {
-        let (flow, a) = bodiless(&e, "GET", ALPHA, extra);
+        let (_, a) = bodiless(&e, "GET", ALPHA, extra);
         // The stream is asked for uncompressed, so that it can be read.
         assert_eq!(
-            a,
-            Next::Allow {
-                add_headers: vec![HeaderEdit::set("accept-encoding", "identity")]
-            }
+            added(&a),
+            Some(vec![HeaderEdit::set("accept-encoding", "identity")]),
         );
-        let mut f = flow.response_filter(&e, &sse).expect("a stream filter");
+        let mut f = response_filter(&a, &sse).expect("a stream filter");
         assert_eq!(f.on_headers(&sse), HeadersAction::Rewrite);
         let note = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
         let prompts =
@@ -811,8 +826,8 @@ fn get_streams_standalone_and_resumed_are_filtered_event_by_event() {
         assert_eq!(seen[6], serde_json::from_str::<Value>(error).unwrap());
     }
     // Beta may read nothing: every listing it is shown is empty, templates included.
-    let (flow, _) = bodiless(&e, "GET", BETA, &[]);
-    let mut f = flow.response_filter(&e, &sse).unwrap();
+    let (_, a) = bodiless(&e, "GET", BETA, &[]);
+    let mut f = response_filter(&a, &sse).unwrap();
     let stream = format!("data: {OTHERS}\n\n");
     let m = messages(&through(&e, &mut f, &sse, &[stream.as_bytes()]));
     assert!(names(&m[0], "tools", "name").is_empty());
@@ -821,9 +836,9 @@ fn get_streams_standalone_and_resumed_are_filtered_event_by_event() {
 #[test]
 fn a_stream_result_with_several_listings_is_filtered_in_each() {
     let e = engine_for_listings();
-    let (flow, _) = bodiless(&e, "GET", ALPHA, &[]);
+    let (_, a) = bodiless(&e, "GET", ALPHA, &[]);
     let sse = response(200, &["text/event-stream"]);
-    let mut f = flow.response_filter(&e, &sse).unwrap();
+    let mut f = response_filter(&a, &sse).unwrap();
     let both = r#"{"jsonrpc":"2.0","id":8,"result":{"prompts":[{"name":"p2"},{"name":"p1"}],"x":1,"tools":[{"name":"rm"},{"name":"echo"}]}}"#;
     let out = through(&e, &mut f, &sse, &[format!("data: {both}\n\n").as_bytes()]);
     assert_eq!(
@@ -865,8 +880,8 @@ fn what_a_get_stream_cannot_have_read_becomes_an_error_event() {
         (big, Value::Null),
     ];
     for (data, id) in cases {
-        let (flow, _) = bodiless(&e, "GET", ALPHA, &[]);
-        let mut f = flow.response_filter(&e, &sse).unwrap();
+        let (_, a) = bodiless(&e, "GET", ALPHA, &[]);
+        let mut f = response_filter(&a, &sse).unwrap();
         let stream = format!("data: {data}\n\ndata: {OTHERS}\n\n");
         let chunks: Vec<&[u8]> = stream.as_bytes().chunks(64).collect();
         let out = through(&e, &mut f, &sse, &chunks);
@@ -881,10 +896,10 @@ fn what_a_get_stream_cannot_have_read_becomes_an_error_event() {
         assert_eq!(names(&m[1], "tools", "name"), ["echo"]);
     }
     // A compressed stream cannot be read: one error event, then nothing.
-    let (flow, _) = bodiless(&e, "GET", ALPHA, &[]);
+    let (_, a) = bodiless(&e, "GET", ALPHA, &[]);
     let mut gz = sse.clone();
     gz.push(("content-encoding".into(), "gzip".into()));
-    let mut f = flow.response_filter(&e, &gz).unwrap();
+    let mut f = response_filter(&a, &gz).unwrap();
     assert_eq!(f.on_headers(&gz), HeadersAction::Rewrite);
     assert_eq!(f.content_type(), Some("text/event-stream"));
     let BodyAction::Replace(out) = f.on_body(&e, 5, false, |_| panic!("not read")) else {
@@ -906,21 +921,12 @@ fn a_stream_answering_another_request_filters_the_listings_of_other_requests() {
     let e = engine_for_listings();
     let sse = response(200, &["text/event-stream"]);
     let call = r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"echo"}}"#;
-    let (flow, a) = send(&e, ALPHA, &[], call);
-    assert_eq!(
-        a,
-        Next::Allow {
-            add_headers: vec![]
-        }
-    );
+    let (_, a) = send(&e, ALPHA, &[], call);
+    assert_eq!(added(&a), Some(vec![]),);
     // Its JSON answer is that call's answer: not read.
-    assert!(flow
-        .response_filter(&e, &response(200, &["application/json"]))
-        .is_none());
-    assert!(flow
-        .response_filter(&e, &response(500, &["text/html"]))
-        .is_none());
-    let mut f = flow.response_filter(&e, &sse).expect("a stream filter");
+    assert!(response_filter(&a, &response(200, &["application/json"])).is_none());
+    assert!(response_filter(&a, &response(500, &["text/html"])).is_none());
+    let mut f = response_filter(&a, &sse).expect("a stream filter");
     // Its own answer goes on as it is, even holding a `tools` array; a response to another
     // request holding listings is filtered.
     let own =
@@ -930,7 +936,7 @@ fn a_stream_answering_another_request_filters_the_listings_of_other_requests() {
     assert_eq!(names(&m[0], "tools", "name"), ["echo"]);
     assert_eq!(m[1], serde_json::from_str::<Value>(own).unwrap());
     // What it cannot read is replaced by an error answering the call.
-    let mut f = flow.response_filter(&e, &sse).unwrap();
+    let mut f = response_filter(&a, &sse).unwrap();
     let m = messages(&through(
         &e,
         &mut f,
@@ -953,22 +959,17 @@ fn a_stream_answering_another_request_filters_the_listings_of_other_requests() {
     let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
     b["listings"] = json!({"filter": false});
     let off = engine(&b);
-    let (flow, a) = bodiless(&off, "GET", ALPHA, &[]);
-    assert_eq!(
-        a,
-        Next::Allow {
-            add_headers: vec![]
-        }
-    );
-    assert!(flow.response_filter(&off, &sse).is_none());
-    let (flow, a) = send(
+    let (_, a) = bodiless(&off, "GET", ALPHA, &[]);
+    assert_eq!(added(&a), Some(vec![]),);
+    assert!(response_filter(&a, &sse).is_none());
+    let (_, a) = send(
         &e,
         ALPHA,
         &[],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm"}}"#,
     );
     assert!(matches!(a, Next::Respond(_)));
-    assert!(flow.response_filter(&e, &sse).is_none());
+    assert!(response_filter(&a, &sse).is_none());
 }
 
 // ----- revisions (docs/semantics.md §4.4) -----
@@ -1039,7 +1040,10 @@ fn a_method_the_revision_does_not_have_is_not_found() {
             (404, json!(-32601)),
             "{m}"
         );
-        assert_eq!(flow.outcome().unwrap().reason, "method_not_in_revision");
+        assert_eq!(
+            flow.outcome().unwrap().reason.as_str(),
+            "method_not_in_revision"
+        );
     }
     let sub =
         r#"{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#;
@@ -1097,7 +1101,7 @@ fn subscriptions_listen_is_base_protocol_and_its_uris_are_judged_as_subscribe() 
     );
     let (status, v) = rejected(a);
     assert_eq!((status, v["error"]["code"].clone()), (403, json!(-32010)));
-    assert_eq!(flow.outcome().unwrap().reason, "not_allowed");
+    assert_eq!(flow.outcome().unwrap().reason.as_str(), "not_allowed");
     // Not an array of strings: invalid params.
     let (_, a) = send(&e, ALPHA, &headers, &listen(r#""file:///a",7"#));
     assert_eq!(rejected(a).1["error"]["code"], -32602);

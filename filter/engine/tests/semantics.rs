@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use common::*;
 use mcp_access_bundle::Level;
-use mcp_access_engine::callout::HeaderEdit;
+use mcp_access_engine::policy::HeaderEdit;
 use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, Reason, Step};
 use mcp_access_engine::request::McpOp;
 use serde_json::json;
@@ -356,7 +356,9 @@ fn empty_rule_lists_are_rejected_and_omitted_rules_mean_all_traffic() {
         if action == "ExternalAuth" {
             p["externalAuth"] = "a".into();
         }
-        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes()).unwrap_err();
+        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("policies[0].rules") && err.contains("omit `rules`"),
             "{action}: {err}"
@@ -418,7 +420,9 @@ fn an_allow_stand_in_admits_nothing_but_other_allow_policies_still_admit() {
     ext["action"] = "ExternalAuth".into();
     ext["externalAuth"] = "a".into();
     for (p, field) in [(with_rules, "rules"), (ext, "notAccepted")] {
-        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes()).unwrap_err();
+        let err = Engine::from_json(bundle(vec![p], &["a"]).to_string().as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(&format!("policies[0].{field}")), "{err}");
     }
 }
@@ -617,8 +621,9 @@ fn large_bundle_decides_by_lookup() {
     let (d, _) = run(&e, &call("tool-1000-0"), &HashMap::new());
     assert!(!is_allow(&d));
     // The admitting rule is reported: the one policy that names the tool.
-    let mut ev = e.begin(&call("tool-500-3"), true);
-    let Step::Done(_) = ev.advance(&e, &call("tool-500-3")) else {
+    let req = resolved(&e, &call("tool-500-3"));
+    let mut ev = e.begin(&req, true);
+    let Step::Done(_) = ev.advance(&e, &req) else {
         panic!()
     };
     let admitted = ev.trace().iter().find(|t| t.outcome == "admitted").unwrap();

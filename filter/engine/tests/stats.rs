@@ -9,9 +9,10 @@
 mod common;
 
 use common::*;
+use mcp_access_engine::answer::Why;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::request::Caller;
-use mcp_access_engine::stats::{denial_counter, denial_counter_names, DENIAL_REASONS};
+use mcp_access_engine::stats::{denial_counter, denial_counter_names};
 use serde_json::json;
 
 fn input(method: &str, path: &str, port: u16, extra: &[(&str, &str)]) -> HeadersInput {
@@ -109,10 +110,10 @@ fn every_denial_and_rejection_reason_has_a_counter() {
         seen.push(o.reason);
     }
     // The authorizer reasons are covered by the flow's callout tests.
-    let mut missing: Vec<&str> = DENIAL_REASONS
+    let mut missing: Vec<&str> = Why::DENIALS
         .iter()
-        .copied()
         .filter(|r| !seen.contains(r))
+        .map(|r| r.as_str())
         .collect();
     missing.sort();
     assert_eq!(missing, ["authorizer_error", "external_auth_denied"]);

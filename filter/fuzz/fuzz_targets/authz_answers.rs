@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use mcp_access_bundle::http;
-use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+use mcp_access_engine::flow::{Dispatched, HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
 
@@ -106,16 +106,21 @@ fuzz_target!(|data: &[u8]| {
         panic!("no callout")
     };
     assert_eq!(calls.len(), 1);
-    flow.dispatched(e, calls[0].0, Ok(1), 0);
-    assert_eq!(flow.resume(e), Next::Hold);
+    let dispatched = Dispatched {
+        slot: calls[0].call.slot,
+        token: Ok(1),
+        at_ns: 0,
+    };
+    assert_eq!(flow.dispatched(e, [dispatched]).next, Next::Hold);
 
     let mut sent: Vec<(String, String)> = Vec::new();
-    let next = if grpc {
+    let progress = if grpc {
         let Some((&s, message)) = rest.split_first() else {
             return;
         };
         let status = if s & 0x80 == 0 { 0 } else { u32::from(s % 17) };
-        flow.on_grpc_response(e, 1, Some(status), Some(message.to_vec()), 0)
+        let read = |n: usize| Some(message[..n.min(message.len())].to_vec());
+        flow.on_grpc_response(e, 1, Some(status), message.len(), read, 0)
     } else {
         let [a, b, text @ ..] = rest else {
             return;
@@ -130,13 +135,13 @@ fuzz_target!(|data: &[u8]| {
                 None => (r.to_string(), String::new()),
             })
             .collect();
-        flow.on_callout_response(e, 1, Some(status), sent.clone(), Vec::new(), 0)
+        flow.on_callout_response(e, 1, Some(status), sent.clone(), |_| Some(Vec::new()), 0)
     };
-    let reports = flow.take_callout_reports();
+    let (next, reports) = (progress.next, progress.reports);
     assert_eq!(reports.len(), 1, "{reports:?}");
     let failed = reports[0].failed;
     match next {
-        Next::Allow { add_headers } => {
+        Next::Allow { add_headers, .. } => {
             for h in &add_headers {
                 assert!(applicable(&h.name, &h.value), "applied upstream: {h:?}");
                 if !grpc {

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
 
@@ -58,23 +58,11 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
         action = flow.on_body(engine, body.len(), true, move |_| Some(owned));
     }
     // Every authorizer allows, with one header.
-    let mut token = 0;
-    for _ in 0..4 {
-        let Next::Dispatch(calls) = action else {
-            break;
-        };
-        let mut tokens = Vec::new();
-        for (slot, _) in calls {
-            token += 1;
-            flow.dispatched(engine, slot, Ok(token), 0);
-            tokens.push(token);
-        }
-        action = flow.resume(engine);
-        for t in tokens {
-            let headers = vec![("x-user".to_string(), "u".to_string())];
-            action = flow.on_callout_response(engine, t, Some(200), headers, Vec::new(), 1_000_000);
-        }
-    }
+    let action = drive(&mut flow, engine, action, |_| Reply::Http {
+        status: Some(200),
+        headers: vec![("x-user".to_string(), "u".to_string())],
+        body: Vec::new(),
+    });
     assert!(
         !matches!(action, Next::Hold | Next::Dispatch(_)),
         "the request was never decided: {action:?}"

@@ -117,5 +117,7 @@ fn request(v: &Value) -> Request {
         cluster_name: None,
         time: v.get("time").and_then(Value::as_i64),
         params: v.get("params").cloned(),
+        host: "a.example".into(),
+        ..Request::default()
     }
 }

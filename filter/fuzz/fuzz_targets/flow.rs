@@ -12,7 +12,7 @@
 //!
 //! The input is text, so seeds stay readable (see seeds/flow):
 //! ```text
-//! POST port=8443 bundle=1 chunks=2 trailers callouts=200,403,none,fail reverse
+//! POST port=8443 bundle=1 chunks=2 trailers callouts=200,403,none,fail
 //! :path: /mcp
 //! mcp-method: tools/call
 //!
@@ -23,7 +23,8 @@
 //! Line 1: the HTTP method, then options: `port=`, `bundle=` (index into BUNDLES), `route=`,
 //! `cluster=`, `spiffe=`, `jwt=ISSUER|SUBJECT|GROUP,GROUP` (a verified JWT), `eos` (no body), `chunks=` (body chunks before the end), `trailers`
 //! (the body ends with trailers), `callouts=` (answers in dispatch order: a status, `none` for
-//! no answer, `fail` for a failed dispatch), `reverse` (answers arrive last first), `stale`
+//! no answer, `fail` for a failed dispatch; they arrive in dispatch order: tests/flow.rs
+//! has them out of order), `stale`
 //! (an answer with an unknown token first). Then header lines `name: value` (names lowercased
 //! as Envoy does) up to an empty line; the rest is the body, up to a `--callout--` line.
 #![no_main]
@@ -31,9 +32,11 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+use mcp_access_bundle::AuthorizerProtocol;
+use mcp_access_engine::answer::Why;
+use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
-use mcp_access_engine::policy::Engine;
+use mcp_access_engine::policy::{Engine, Reason};
 use mcp_access_engine::request::{Caller, ClaimValue, JwtPrincipal};
 use serde_json::Value;
 
@@ -80,7 +83,6 @@ struct Input {
     chunks: usize,
     trailers: bool,
     answers: Vec<Answer>,
-    reverse: bool,
     stale: bool,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
@@ -110,7 +112,6 @@ fn parse_input(data: &[u8]) -> Input {
         chunks: 0,
         trailers: false,
         answers: Vec::new(),
-        reverse: false,
         stale: false,
         headers: Vec::new(),
         body: Vec::new(),
@@ -142,7 +143,6 @@ fn parse_input(data: &[u8]) -> Input {
             "eos" => input.eos = true,
             "chunks" => input.chunks = value.parse::<usize>().unwrap_or(0).min(8),
             "trailers" => input.trailers = true,
-            "reverse" => input.reverse = true,
             "stale" => input.stale = true,
             "callouts" => {
                 input.answers = value
@@ -313,7 +313,7 @@ fn check_allowed(input: &Input, engine: &Engine) {
 fn check_respond(flow: &RequestFlow, body: &[u8], request_body: &[u8]) {
     let relayed = flow
         .outcome()
-        .is_some_and(|o| o.reason == "external_auth_denied");
+        .is_some_and(|o| o.reason == Why::Denied(Reason::ExternalAuthDenied));
     assert!(
         flow.outcome().is_some_and(|o| !o.allowed),
         "answered but not recorded as denied"
@@ -349,115 +349,76 @@ struct Driver<'a> {
     flow: RequestFlow,
     /// Terminal actions seen (Allow or Respond).
     terminal: usize,
-    /// Dispatched callouts still to be answered: (token, index of the answer).
-    /// (token, answer index, a gRPC callout)
-    pending: Vec<(u32, usize, bool)>,
+    /// Callouts answered so far (the index of the next answer).
     next_answer: usize,
-    next_token: u32,
 }
 
 impl Driver<'_> {
-    fn handle(&mut self, mut action: Next) {
-        loop {
-            if self.terminal > 0 {
-                assert_eq!(action, Next::Hold, "action after the request was decided");
-            }
-            match action {
-                Next::Hold => return,
-                Next::Allow { add_headers } => {
-                    self.terminal += 1;
-                    for edit in &add_headers {
-                        let name = &edit.name;
-                        assert!(
-                            !name.starts_with(':'),
-                            "an added header is a pseudo-header: {name}"
-                        );
-                    }
+    /// Carries out an action, callouts answered from the input through [`drive`].
+    fn handle(&mut self, action: Next) {
+        if self.terminal > 0 {
+            assert_eq!(action, Next::Hold, "action after the request was decided");
+        }
+        let (engine, input) = (self.engine, self.input);
+        let next_answer = &mut self.next_answer;
+        let action = drive(&mut self.flow, engine, action, |call| {
+            let i = *next_answer;
+            *next_answer += 1;
+            let grpc = call
+                .authorizer(engine)
+                .is_some_and(|a| a.protocol == AuthorizerProtocol::Grpc);
+            reply(input, i, grpc)
+        });
+        match action {
+            Next::Hold => {}
+            Next::Allow { add_headers, .. } => {
+                self.terminal += 1;
+                for edit in &add_headers {
+                    let name = &edit.name;
                     assert!(
-                        self.flow.outcome().is_some_and(|o| o.allowed),
-                        "allowed but recorded as denied"
+                        !name.starts_with(':'),
+                        "an added header is a pseudo-header: {name}"
                     );
-                    check_allowed(self.input, self.engine);
-                    return;
                 }
-                Next::Respond(r) => {
-                    self.terminal += 1;
-                    check_respond(&self.flow, &r.body, &self.input.body);
-                    return;
-                }
-                Next::Dispatch(calls) => {
-                    for (slot, call) in calls {
-                        let i = self.next_answer;
-                        self.next_answer += 1;
-                        match self.input.answers.get(i) {
-                            Some(Answer::DispatchFails) => {
-                                self.flow
-                                    .dispatched(self.engine, slot, Err("fuzz".into()), 0);
-                            }
-                            _ => {
-                                self.next_token += 1;
-                                self.pending.push((self.next_token, i, call.grpc));
-                                self.flow
-                                    .dispatched(self.engine, slot, Ok(self.next_token), 0);
-                            }
-                        }
-                    }
-                    action = self.flow.resume(self.engine);
-                }
+                assert!(
+                    self.flow.outcome().is_some_and(|o| o.allowed),
+                    "allowed but recorded as denied"
+                );
+                check_allowed(self.input, self.engine);
             }
+            Next::Respond(r) => {
+                self.terminal += 1;
+                check_respond(&self.flow, &r.body, &self.input.body);
+            }
+            Next::Dispatch(_) => panic!("drive returned a dispatch"),
         }
     }
+}
 
-    fn answer(&mut self, token: u32, answer: usize, grpc: bool) {
-        if grpc {
-            return self.answer_grpc(token, answer);
-        }
-        let status = match self.input.answers.get(answer) {
-            Some(Answer::Status(s)) => Some(*s),
-            Some(Answer::Silent) | None => None,
-            Some(Answer::DispatchFails) => None,
+/// The answer of callout `i`: HTTP with the input's status, headers and callout body; gRPC
+/// with status 200 as OK and the callout body as the CheckResponse (arbitrary bytes), another
+/// status as that gRPC status (mod 17); none for no answer.
+fn reply(input: &Input, i: usize, grpc: bool) -> Reply {
+    let body = input.callout_bodies.get(i).cloned().unwrap_or_default();
+    let status = match input.answers.get(i) {
+        Some(Answer::DispatchFails) => return Reply::NotDispatched,
+        Some(Answer::Status(s)) => Some(*s),
+        Some(Answer::Silent) | None => None,
+    };
+    if grpc {
+        return Reply::Grpc {
+            status: status.map(|s| if s == 200 { 0 } else { u32::from(s) % 17 }),
+            message: body,
         };
-        let headers = vec![
+    }
+    Reply::Http {
+        status,
+        headers: vec![
             ("x-user".to_string(), "u1".to_string()),
             ("www-authenticate".to_string(), "Bearer".to_string()),
             ("content-type".to_string(), "application/json".to_string()),
-        ];
-        // The host reads no more of the answer's body than the flow says.
-        let limit = self.flow.callout_body_limit(self.engine, token, status);
-        let mut body = self
-            .input
-            .callout_bodies
-            .get(answer)
-            .cloned()
-            .unwrap_or_default();
-        body.truncate(limit);
-        let a = self
-            .flow
-            .on_callout_response(self.engine, token, status, headers, body, 1_000_000);
-        self.handle(a);
-    }
-
-    /// A gRPC authorizer's answer: status 200 is gRPC OK with the callout body as the
-    /// CheckResponse (arbitrary bytes), another status that gRPC status (mod 17), none no answer.
-    fn answer_grpc(&mut self, token: u32, answer: usize) {
-        let status = match self.input.answers.get(answer) {
-            Some(Answer::Status(200)) => Some(0),
-            Some(Answer::Status(s)) => Some(u32::from(*s) % 17),
-            Some(Answer::Silent) | Some(Answer::DispatchFails) | None => None,
-        };
-        let body = self
-            .input
-            .callout_bodies
-            .get(answer)
-            .cloned()
-            .unwrap_or_default();
-        // The host reads none of an answer over the limit.
-        let limit = self.flow.grpc_response_limit(self.engine, token);
-        let message = (body.len() <= limit).then_some(body);
-        let a = self
-            .flow
-            .on_grpc_response(self.engine, token, status, message, 1_000_000);
-        self.handle(a);
+        ],
+        body,
     }
 }
 
@@ -479,9 +440,7 @@ fuzz_target!(|data: &[u8]| {
         input: &input,
         flow: RequestFlow::new(),
         terminal: 0,
-        pending: Vec::new(),
         next_answer: 0,
-        next_token: 0,
     };
     let a = d.flow.on_headers(
         engine,
@@ -518,19 +477,12 @@ fuzz_target!(|data: &[u8]| {
         d.handle(a);
     }
     if input.stale {
-        let a = d
+        let never = |_: usize| -> Option<Vec<u8>> { panic!("a stray answer's body is read") };
+        let p = d
             .flow
-            .on_callout_response(engine, 9999, Some(200), vec![], vec![], 0);
-        d.handle(a);
-    }
-    // Answer callouts until none is outstanding (answers may dispatch more).
-    while !d.pending.is_empty() {
-        let (token, answer, grpc) = if input.reverse {
-            d.pending.remove(d.pending.len() - 1)
-        } else {
-            d.pending.remove(0)
-        };
-        d.answer(token, answer, grpc);
+            .on_callout_response(engine, 9999, Some(200), vec![], never, 0);
+        assert!(p.reports.is_empty(), "a stray answer is reported");
+        d.handle(p.next);
     }
     assert_eq!(
         d.terminal, 1,

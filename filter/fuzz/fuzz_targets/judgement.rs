@@ -90,12 +90,13 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let engine = engine();
     let request = json!({"jsonrpc": "2.0", "id": "L", "method": "tools/list", "params": params});
-    let (flow, a) = post(engine, request.to_string().into_bytes());
-    if !matches!(a, Next::Allow { .. }) {
-        return;
-    }
-    let Some(mut f) = flow.listing_filter(engine) else {
-        panic!("an allowed tools/list has no listing filter");
+    let (_, a) = post(engine, request.to_string().into_bytes());
+    let mut f = match a {
+        Next::Allow {
+            listing: Some(f), ..
+        } => f,
+        Next::Allow { .. } => panic!("an allowed tools/list has no listing filter"),
+        _ => return,
     };
     f.on_headers(&[
         (":status".into(), "200".into()),

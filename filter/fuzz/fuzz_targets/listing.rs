@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
-use mcp_access_engine::listing::{BodyAction, HeadersAction};
+use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
@@ -35,60 +35,66 @@ const BUNDLE: &str = r#"{"apiVersion": "mcp-access.io/v1",
 const LIST: usize = 0;
 const CALL: usize = 1;
 
-fn setup() -> &'static (Engine, Vec<RequestFlow>) {
-    static SETUP: OnceLock<(Engine, Vec<RequestFlow>)> = OnceLock::new();
-    SETUP.get_or_init(|| {
-        let engine = match Engine::from_json(BUNDLE.as_bytes()) {
-            Ok(e) => e,
-            Err(e) => panic!("the bundle does not load: {e}"),
-        };
-        let requests: [(&str, &[(&str, &str)], &[u8]); 4] = [
-            (
-                "POST",
-                &[],
-                br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-            ),
-            (
-                "POST",
-                &[],
-                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#,
-            ),
-            ("GET", &[], b""),
-            ("GET", &[("last-event-id", "7")], b""),
-        ];
-        let flows = requests
-            .iter()
-            .map(|(method, extra, body)| {
-                let mut headers = vec![(":method", *method), (":path", "/mcp")];
-                if !body.is_empty() {
-                    headers.push(("content-type", "application/json"));
-                }
-                headers.extend_from_slice(extra);
-                let mut flow = RequestFlow::new();
-                let input = HeadersInput {
-                    headers: headers
-                        .iter()
-                        .map(|(n, v)| (n.to_string(), v.to_string()))
-                        .collect(),
-                    end_of_stream: body.is_empty(),
-                    time: None,
-                    peers: None,
-                    port: 8443,
-                    route_name: Some("tools".into()),
-                    cluster_name: None,
-                    caller: Caller::default(),
-                };
-                let mut a = flow.on_headers(&engine, input);
-                if !body.is_empty() {
-                    let owned = body.to_vec();
-                    a = flow.on_body(&engine, owned.len(), true, move |_| Some(owned));
-                }
-                assert!(matches!(a, Next::Allow { .. }), "{method}: {a:?}");
-                flow
-            })
-            .collect();
-        (engine, flows)
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| match Engine::from_json(BUNDLE.as_bytes()) {
+        Ok(e) => e,
+        Err(e) => panic!("the bundle does not load: {e}"),
     })
+}
+
+/// The response filters the flow hands over when it allows each request (made per input: a
+/// filter shares its request with the flow, so it is not `Sync`).
+fn filters(engine: &Engine) -> Vec<ListingFilter> {
+    let requests: [(&str, &[(&str, &str)], &[u8]); 4] = [
+        (
+            "POST",
+            &[],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        ),
+        (
+            "POST",
+            &[],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#,
+        ),
+        ("GET", &[], b""),
+        ("GET", &[("last-event-id", "7")], b""),
+    ];
+    requests
+        .iter()
+        .map(|(method, extra, body)| {
+            let mut headers = vec![(":method", *method), (":path", "/mcp")];
+            if !body.is_empty() {
+                headers.push(("content-type", "application/json"));
+            }
+            headers.extend_from_slice(extra);
+            let mut flow = RequestFlow::new();
+            let input = HeadersInput {
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+                end_of_stream: body.is_empty(),
+                time: None,
+                peers: None,
+                port: 8443,
+                route_name: Some("tools".into()),
+                cluster_name: None,
+                caller: Caller::default(),
+            };
+            let mut a = flow.on_headers(engine, input);
+            if !body.is_empty() {
+                let owned = body.to_vec();
+                a = flow.on_body(engine, owned.len(), true, move |_| Some(owned));
+            }
+            match a {
+                Next::Allow {
+                    listing: Some(f), ..
+                } => f,
+                a => panic!("{method}: {a:?}"),
+            }
+        })
+        .collect()
 }
 
 /// The events an SSE client dispatches from `stream` (the standard's reading): type and data.
@@ -171,9 +177,9 @@ fuzz_target!(|data: &[u8]| {
     let [flags, chunk, body @ ..] = data else {
         return;
     };
-    let (engine, flows) = setup();
+    let engine = engine();
     let request = usize::from(flags >> 3 & 3);
-    let Some(flow) = flows.get(request) else {
+    let Some(mut f) = filters(engine).into_iter().nth(request) else {
         return;
     };
     let (media, encoded) = match flags & 3 {
@@ -191,13 +197,12 @@ fuzz_target!(|data: &[u8]| {
         headers.push(("content-encoding".into(), "gzip".into()));
     }
     let sse = media == "text/event-stream";
-    let Some(mut f) = flow.response_filter(engine, &headers) else {
+    if f.on_headers(&headers) == HeadersAction::Keep {
         // Only the answer to another request than a listing, not an SSE stream, is not read.
         assert!(request != LIST && !sse, "{request} {media} not read");
         return;
-    };
-    let read_as_sse =
-        f.on_headers(&headers) == HeadersAction::Rewrite && sse && f.content_type().is_none();
+    }
+    let read_as_sse = sse && f.content_type().is_none();
     let mut out = Vec::new();
     let mut buffered = Vec::new();
     let chunks: Vec<&[u8]> = body.chunks(usize::from(*chunk).max(1)).collect();

@@ -339,45 +339,34 @@ impl fmt::Display for Mismatch<'_> {
 impl Rule {
     /// Source AND authorization AND CEL conditions (last: the costliest), repeated headers
     /// and CEL errors resolved against the caller per `mode`.
-    pub(crate) fn admits(
-        &self,
-        req: &Request,
-        host: &str,
-        mode: Mode,
-        cx: &mut CelCx,
-        policy: &str,
-    ) -> bool {
+    pub(crate) fn admits(&self, req: &Request, mode: Mode, cx: &mut CelCx, policy: &str) -> bool {
         self.source.matches(&req.caller)
-            && self
-                .authz
-                .as_ref()
-                .is_none_or(|a| a.matches(req, host, mode))
+            && self.authz.as_ref().is_none_or(|a| a.matches(req, mode))
             && self
                 .cels
                 .iter()
-                .all(|c| cx.holds(c, mode, req, host, policy, Some(&self.name)))
+                .all(|c| cx.holds(c, mode, req, policy, Some(&self.name)))
     }
 
     /// Why the rule does not admit `req` (the first condition that fails), None if it does.
     pub fn mismatch(
         &self,
         req: &Request,
-        host: &str,
         mode: Mode,
         trust_domain: Option<&str>,
         backend: Option<&str>,
     ) -> Option<Mismatch<'_>> {
-        if let Some(m) = self.static_mismatch(req, host, mode) {
+        if let Some(m) = self.static_mismatch(req, mode) {
             return Some(m);
         }
         let mut cx = CelCx::new(trust_domain, backend, false);
         self.cels
             .iter()
-            .find(|c| !cx.holds(c, mode, req, host, "", None))
+            .find(|c| !cx.holds(c, mode, req, "", None))
             .map(|c| Mismatch::Cel(&c.field))
     }
 
-    fn static_mismatch(&self, req: &Request, host: &str, mode: Mode) -> Option<Mismatch<'_>> {
+    fn static_mismatch(&self, req: &Request, mode: Mode) -> Option<Mismatch<'_>> {
         if !self.source.matches(&req.caller) {
             return Some(Mismatch::Source);
         }
@@ -388,7 +377,7 @@ impl Rule {
         if !(a.ports.is_empty() || a.ports.contains(&req.port)) {
             return Some(Mismatch::Port);
         }
-        if !(a.hosts.is_empty() || a.hosts.iter().any(|h| h.matches(host))) {
+        if !(a.hosts.is_empty() || a.hosts.iter().any(|h| h.matches(&req.host))) {
             return Some(Mismatch::Host);
         }
         if !(a.paths.is_empty() || a.paths.iter().any(|p| p.matches(&req.canonical_path))) {
@@ -468,10 +457,10 @@ impl Source {
 }
 
 impl Authz {
-    fn matches(&self, req: &Request, host: &str, mode: Mode) -> bool {
+    fn matches(&self, req: &Request, mode: Mode) -> bool {
         (self.methods.is_empty() || self.methods.iter().any(|m| m == &req.method))
             && (self.ports.is_empty() || self.ports.contains(&req.port))
-            && (self.hosts.is_empty() || self.hosts.iter().any(|h| h.matches(host)))
+            && (self.hosts.is_empty() || self.hosts.iter().any(|h| h.matches(&req.host)))
             && (self.paths.is_empty() || self.paths.iter().any(|p| p.matches(&req.canonical_path)))
             && self.headers.iter().all(|h| h.matches(req, mode))
             && self.mcp.as_ref().is_none_or(|m| m.matches(&req.mcp, mode))
@@ -580,10 +569,8 @@ mod tests {
                 method: "tools/call".into(),
                 param: Some(tool.into()),
             },
-            route_name: None,
-            cluster_name: None,
-            time: None,
-            params: None,
+            host: "a.example".into(),
+            ..Request::default()
         };
         let header = rule(serde_json::json!({"name": "h", "authorization": {
             "headers": [{"name": "X-Team", "value": "blue"}],
@@ -621,20 +608,9 @@ mod tests {
             ),
         ];
         for (r, q, mode, want) in cases {
+            assert_eq!(r.mismatch(&q, mode, None, None), want, "{}", r.name);
             assert_eq!(
-                r.mismatch(&q, "a.example", mode, None, None),
-                want,
-                "{}",
-                r.name
-            );
-            assert_eq!(
-                r.admits(
-                    &q,
-                    "a.example",
-                    mode,
-                    &mut CelCx::new(None, None, false),
-                    "p"
-                ),
+                r.admits(&q, mode, &mut CelCx::new(None, None, false), "p"),
                 want.is_none(),
                 "{}",
                 r.name
@@ -646,7 +622,7 @@ mod tests {
             param: Some("echo".into()),
         };
         assert_eq!(
-            header.mismatch(&prompt, "a.example", Mode::Admit, None, None),
+            header.mismatch(&prompt, Mode::Admit, None, None),
             Some(Mismatch::McpMethod)
         );
         assert_eq!(Mismatch::Header("x-team").to_string(), "header x-team");

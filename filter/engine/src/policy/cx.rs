@@ -68,11 +68,10 @@ impl CelCx {
         c: &Cel,
         mode: Mode,
         req: &Request,
-        host: &str,
         policy: &str,
         rule: Option<&str>,
     ) -> bool {
-        match self.eval(c, req, host, policy, rule) {
+        match self.eval(c, req, policy, rule) {
             Ok(b) => b,
             Err(()) => mode == Mode::Select,
         }
@@ -82,13 +81,12 @@ impl CelCx {
         &mut self,
         c: &Cel,
         req: &Request,
-        host: &str,
         policy: &str,
         rule: Option<&str>,
     ) -> Result<bool, ()> {
         let input = CelInput {
             req,
-            host,
+            host: &req.host,
             backend: self.backend.as_deref(),
             trust_domain: self.trust_domain.as_deref(),
         };
@@ -106,13 +104,7 @@ impl CelCx {
     }
 
     /// Whether policy `pid` applies, evaluating its `when` once per request.
-    pub(crate) fn applies(
-        &mut self,
-        pid: PolicyId,
-        p: &Policy,
-        req: &Request,
-        host: &str,
-    ) -> Applies {
+    pub(crate) fn applies(&mut self, pid: PolicyId, p: &Policy, req: &Request) -> Applies {
         if p.when.is_empty() {
             return Applies::Yes;
         }
@@ -124,7 +116,7 @@ impl CelCx {
         }
         let mut out = Applies::Yes;
         for c in &p.when {
-            match self.eval(c, req, host, &p.id, None) {
+            match self.eval(c, req, &p.id, None) {
                 Ok(true) => {}
                 Ok(false) => {
                     out = Applies::No;

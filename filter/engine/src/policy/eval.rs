@@ -7,7 +7,7 @@ use std::fmt;
 use mcp_access_bundle::{FailureMode, Level, UnknownBackend};
 
 use super::{CelCx, Engine, LevelIndex, PolicyId, RuleRef};
-use crate::request::Request;
+use crate::request::{Request, Target};
 
 /// Why a request was denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +27,18 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in counter order.
+    pub const ALL: [Reason; 6] = [
+        Reason::UnknownListener,
+        Reason::UnknownBackend,
+        Reason::ExternalAuthDenied,
+        Reason::AuthorizerFailed,
+        Reason::DenyPolicy,
+        Reason::NotAllowed,
+    ];
+
     /// Stable snake_case name, used in stats and logs.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Reason::UnknownListener => "unknown_listener",
             Reason::UnknownBackend => "unknown_backend",
@@ -40,12 +50,37 @@ impl Reason {
     }
 }
 
-/// Level name for stats and logs.
-pub fn level_str(level: Option<Level>) -> &'static str {
-    match level {
-        Some(Level::Gateway) => "gateway",
-        Some(Level::Backend) => "backend",
-        None => "none",
+/// How an allowing authorizer edits one upstream request header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderOp {
+    /// Replace every value (add if absent): HTTP authorizers' headers, gRPC `append: false`.
+    Set,
+    /// Add one more value: gRPC `append: true` / `APPEND_IF_EXISTS_OR_ADD`.
+    Append,
+    /// Add only if absent: gRPC `ADD_IF_ABSENT`.
+    AddIfAbsent,
+    /// Replace only if present: gRPC `OVERWRITE_IF_EXISTS`.
+    OverwriteIfExists,
+    /// Remove the header: gRPC `headers_to_remove`.
+    Remove,
+}
+
+/// One upstream header edit, applied in order (authorizers in seniority order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderEdit {
+    pub op: HeaderOp,
+    pub name: String,
+    pub value: String,
+}
+
+impl HeaderEdit {
+    /// A [`HeaderOp::Set`] edit.
+    pub fn set(name: impl Into<String>, value: impl Into<String>) -> Self {
+        HeaderEdit {
+            op: HeaderOp::Set,
+            name: name.into(),
+            value: value.into(),
+        }
     }
 }
 
@@ -53,9 +88,7 @@ pub fn level_str(level: Option<Level>) -> &'static str {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthzOutcome {
     /// Allowed; these edits apply to the upstream request.
-    Allow {
-        headers: Vec<crate::callout::HeaderEdit>,
-    },
+    Allow { headers: Vec<HeaderEdit> },
     /// Denied: relay this response to the client.
     Deny {
         status: u16,
@@ -66,15 +99,32 @@ pub enum AuthzOutcome {
     Error { detail: String },
 }
 
-/// A callout the host must make.
+/// An authorizer call the evaluation asks for: the ExternalAuth policy at a level, and its
+/// authorizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuthzCall {
     /// Pass back to [`Evaluation::complete`].
     pub slot: usize,
+    /// Index into [`Engine::policies`].
     pub policy: PolicyId,
-    /// Index into [`Engine::authorizers`].
-    pub(crate) authorizer: usize,
-    pub(crate) level: Level,
+    /// Index into the engine's authorizers ([`AuthzCall::authorizer`]).
+    pub authorizer: usize,
+    pub level: Level,
+}
+
+impl AuthzCall {
+    /// `namespace/name` of the policy.
+    pub fn policy_id<'e>(&self, engine: &'e Engine) -> &'e str {
+        engine
+            .policies
+            .get(self.policy)
+            .map_or("", |p| p.id.as_str())
+    }
+
+    /// The authorizer called.
+    pub fn authorizer<'e>(&self, engine: &'e Engine) -> Option<&'e mcp_access_bundle::Authorizer> {
+        engine.authorizers.get(self.authorizer)
+    }
 }
 
 /// An authorizer's denial, relayed to the client as it is.
@@ -129,16 +179,15 @@ pub(crate) fn rules_verdict(
     engine: &Engine,
     index: &LevelIndex,
     req: &Request,
-    host: &str,
     cx: &mut CelCx,
 ) -> RulesVerdict {
-    if let Some(r) = index.deny.first_admitting(engine, req, host, cx) {
+    if let Some(r) = index.deny.first_admitting(engine, req, cx) {
         return RulesVerdict::Denied(r);
     }
-    if !engine.allow_applies(index, req, host, cx) {
+    if !engine.allow_applies(index, req, cx) {
         return RulesVerdict::Admitted(None);
     }
-    match index.allow.first_admitting(engine, req, host, cx) {
+    match index.allow.first_admitting(engine, req, cx) {
         Some(r) => RulesVerdict::Admitted(Some(r)),
         None => RulesVerdict::NotAdmitted,
     }
@@ -150,7 +199,7 @@ pub enum Decision {
     /// Let the request through, adding these headers (in order; later replaces earlier).
     /// `policy`/`rule`: the last Allow rule that admitted it (Backend level over Gateway).
     Allow {
-        add_headers: Vec<crate::callout::HeaderEdit>,
+        add_headers: Vec<HeaderEdit>,
         policy: Option<String>,
         rule: Option<String>,
     },
@@ -190,12 +239,11 @@ enum LevelPart {
 pub struct Evaluation {
     listener: Option<usize>,
     backend: Option<usize>,
-    host: String,
     level: Level,
     phase: LevelPart,
     done: Option<Decision>,
     calls: Vec<(AuthzCall, Option<AuthzOutcome>)>,
-    add_headers: Vec<crate::callout::HeaderEdit>,
+    add_headers: Vec<HeaderEdit>,
     admitted: Option<(Option<String>, Option<String>)>,
     trace: Option<Vec<TraceEntry>>,
     /// CEL conditions evaluated so far.
@@ -204,13 +252,10 @@ pub struct Evaluation {
 
 impl Evaluation {
     pub(super) fn new(engine: &Engine, req: &Request, trace: bool) -> Evaluation {
-        let host = req.host();
-        let listener = engine.listener_for(req.port, &host);
-        let backend = engine.backend_for(req.route_name.as_deref(), req.cluster_name.as_deref());
+        let Target { listener, backend } = req.target;
         let mut ev = Evaluation {
             listener,
             backend,
-            host,
             level: Level::Gateway,
             phase: LevelPart::ExternalAuth,
             done: None,
@@ -364,7 +409,7 @@ impl Evaluation {
             let Some(p) = engine.policies.get(pid) else {
                 continue;
             };
-            if !engine.selects(pid, req, &self.host, &mut self.cel) {
+            if !engine.selects(pid, req, &mut self.cel) {
                 self.note(
                     Some(self.level),
                     "externalAuth",
@@ -471,7 +516,7 @@ impl Evaluation {
 
     fn apply_rules(&mut self, engine: &Engine, index: &LevelIndex, req: &Request) {
         let level = Some(self.level);
-        match rules_verdict(engine, index, req, &self.host, &mut self.cel) {
+        match rules_verdict(engine, index, req, &mut self.cel) {
             RulesVerdict::Denied(r) => {
                 let (policy, rule) = names(engine, r);
                 self.note(

@@ -6,6 +6,7 @@ mod cx;
 mod eval;
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use mcp_access_bundle::{
@@ -17,11 +18,11 @@ use compiled::{compile_cels, compile_rule};
 pub use compiled::{Cel, Mode};
 pub use cx::CelRecord;
 pub(crate) use cx::{Applies, CelCx};
-pub use eval::{level_str, AuthzOutcome, Decision, Denial, Reason, Step};
+pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
 pub(crate) use eval::{Evaluation, TraceEntry};
 use mcp_access_bundle::gateway_api::HostPattern;
 
-use crate::request::Request;
+use crate::request::{Request, Target};
 
 /// Index of a policy in [`Engine::policies`] (seniority order).
 pub(crate) type PolicyId = usize;
@@ -31,14 +32,6 @@ pub(crate) type PolicyId = usize;
 pub struct RuleRef {
     pub policy: PolicyId,
     pub(crate) rule: Option<usize>,
-}
-
-/// The listener and backend (indexes into [`Engine`]'s tables) whose rules judge the items
-/// a request names or lists.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ItemScope {
-    listener: Option<usize>,
-    backend: Option<usize>,
 }
 
 /// A hash map with a fast, unkeyed hash (FxHash's multiply-rotate over 8-byte words). Only for
@@ -153,7 +146,6 @@ impl RuleSet {
         &self,
         engine: &Engine,
         req: &Request,
-        host: &str,
         cx: &mut CelCx,
     ) -> Option<RuleRef> {
         // Each list is in seniority order: a rule no more senior than the best found so far
@@ -164,7 +156,7 @@ impl RuleSet {
                 if best.is_some_and(|b| *r >= b) {
                     continue;
                 }
-                if engine.rule_admits(*r, req, host, self.mode, cx) {
+                if engine.rule_admits(*r, req, self.mode, cx) {
                     *best = Some(*r);
                 }
             }
@@ -255,216 +247,18 @@ pub struct CelNeeds {
 }
 
 impl Engine {
-    /// Compiles a validated bundle.
-    pub fn compile(b: &ValidBundle) -> Result<Engine, String> {
+    /// Compiles a validated bundle: its policies, then the listener and backend indexes.
+    pub fn compile(b: &ValidBundle) -> Result<Engine, CompileError> {
         // (position in the bundle, policy), most senior first.
         let mut numbered: Vec<(usize, &bundle::Policy)> = b.policies.iter().enumerate().collect();
         numbered.sort_by(|(_, x), (_, y)| {
             (x.seniority, &x.namespace, &x.name).cmp(&(y.seniority, &y.namespace, &y.name))
         });
         let order: Vec<&bundle::Policy> = numbered.iter().map(|(_, p)| *p).collect();
-        let td = b.identity.trust_domain.as_deref();
-        let limits = &b.limits.cel;
-        let mut policies = Vec::with_capacity(order.len());
-        let mut jwt_claims: Vec<String> = Vec::new();
-        let mut cel_needs = CelNeeds::default();
-        for (position, p) in &numbered {
-            // The bundle path of the policy, for errors.
-            let at = format!("policies[{position}]");
-            let rules = match &p.rules {
-                None => None,
-                Some(rs) => Some(
-                    rs.iter()
-                        .enumerate()
-                        .map(|(i, r)| {
-                            compile_rule(r, &p.namespace, td, &format!("{at}.rules[{i}]"), limits)
-                                .map_err(|e| format!("policy {}/{}: {e}", p.namespace, p.name))
-                        })
-                        .collect::<Result<Vec<_>, _>>()?,
-                ),
-            };
-            let when = compile_cels(
-                &at,
-                p.when
-                    .iter()
-                    .enumerate()
-                    .map(|(i, w)| (format!("when[{i}]"), w.as_str())),
-                limits,
-            )
-            .map_err(|e| format!("policy {}/{}: {e}", p.namespace, p.name))?;
-            let cels = when
-                .iter()
-                .chain(rules.iter().flatten().flat_map(|r| r.cels.iter()));
-            for c in cels {
-                use mcp_access_cel::Attr;
-                cel_needs.any = true;
-                cel_needs.time |= c.program.reads_attr(Attr::Time);
-                cel_needs.params |= c.program.reads_attr(Attr::McpParams);
-                cel_needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
-            }
-            for r in rules.iter().flatten() {
-                if let compiled::Source::Jwt { claims, .. } = &r.source {
-                    for (c, _) in claims {
-                        if !jwt_claims.contains(c) {
-                            jwt_claims.push(c.clone());
-                        }
-                    }
-                }
-            }
-            let id = format!("{}/{}", p.namespace, p.name);
-            let action = match (p.action, &p.external_auth) {
-                (bundle::Action::ExternalAuth, Some(name)) => compiled::Action::ExternalAuth {
-                    authorizer: b
-                        .authorizers
-                        .iter()
-                        .position(|a| &a.name == name)
-                        .ok_or_else(|| format!("policy {id}: no authorizer named {name}"))?,
-                },
-                (bundle::Action::ExternalAuth, None) => {
-                    return Err(format!("policy {id}: ExternalAuth needs an authorizer"))
-                }
-                (_, Some(_)) => {
-                    return Err(format!(
-                        "policy {id}: externalAuth is only allowed with action ExternalAuth"
-                    ))
-                }
-                (bundle::Action::Allow, None) => compiled::Action::Allow,
-                (bundle::Action::Deny, None) => compiled::Action::Deny,
-            };
-            let rules = match (&p.not_accepted, action, rules) {
-                (Some(_), compiled::Action::Allow, _) => Some(Vec::new()),
-                (Some(_), compiled::Action::ExternalAuth { .. }, _) => {
-                    return Err(format!(
-                        "policy {id}: a policy that was not accepted cannot call an authorizer"
-                    ))
-                }
-                (_, _, Some(rs)) if rs.is_empty() => {
-                    return Err(format!(
-                        "policy {id}: an empty rule list applies to nothing; omit rules for all traffic"
-                    ))
-                }
-                (_, _, rules) => rules,
-            };
-            policies.push(compiled::Policy {
-                id,
-                action,
-                rules,
-                when,
-                origin: p.origin.as_ref().map(ToString::to_string),
-            });
-        }
-
-        let mut listeners = Vec::new();
-        for g in &b.gateways {
-            for l in &g.listeners {
-                let mut index = LevelIndex::default();
-                for (pid, p) in order.iter().enumerate() {
-                    let attached = p.level == Level::Gateway
-                        && p.targets.iter().any(|t| {
-                            t.name == g.name
-                                && t.namespace.as_deref().unwrap_or(&p.namespace) == g.namespace
-                                && t.section_name.as_ref().is_none_or(|s| s == &l.name)
-                        });
-                    if attached {
-                        index.attach(pid, &policies);
-                    }
-                }
-                listeners.push(compiled::Listener {
-                    id: format!("{}/{}/{}", g.namespace, g.name, l.name),
-                    port: l.port,
-                    host: l.hostname.as_deref().map(HostPattern::new),
-                    index,
-                });
-            }
-        }
-
-        // Backend-level policies by the (namespace, name) they target, most senior first, each
-        // once: one pass over the policies instead of one per backend.
-        let mut targeting: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
-        for (pid, p) in order.iter().enumerate() {
-            if p.level != Level::Backend {
-                continue;
-            }
-            for t in &p.targets {
-                let key = (
-                    t.namespace.as_deref().unwrap_or(&p.namespace),
-                    t.name.as_str(),
-                );
-                let pids = targeting.entry(key).or_default();
-                if pids.last() != Some(&pid) {
-                    pids.push(pid);
-                }
-            }
-        }
-        let mut backends = Vec::new();
-        let mut by_route = HashMap::new();
-        let mut by_cluster = HashMap::new();
-        let listener_of = |p: &bundle::Policy, t: &bundle::PolicyTarget| {
-            let ns = t.namespace.as_deref().unwrap_or(&p.namespace);
-            let id = format!(
-                "{ns}/{}/{}",
-                t.name,
-                t.section_name.as_deref().unwrap_or("")
-            );
-            listeners
-                .iter()
-                .position(|l: &compiled::Listener| l.id == id)
-        };
-        let by_target = &targeting;
-        for (bi, be) in b.backends.iter().enumerate() {
-            let mut index = LevelIndex::default();
-            // Attached policies, each with the listeners it is narrowed to (empty: all).
-            let mut attached: Vec<(PolicyId, Vec<usize>)> = Vec::new();
-            let mine = by_target
-                .get(&(be.namespace.as_str(), be.name.as_str()))
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            for &pid in mine {
-                let Some(p) = order.get(pid) else { continue };
-                {
-                    let only: Vec<usize> = p
-                        .listeners
-                        .iter()
-                        .filter_map(|t| listener_of(p, t))
-                        .collect();
-                    if p.listeners.is_empty() {
-                        index.attach(pid, &policies);
-                    }
-                    attached.push((pid, only));
-                }
-            }
-            let mut narrowed: Vec<usize> = attached
-                .iter()
-                .flat_map(|(_, l)| l.iter().copied())
-                .collect();
-            narrowed.sort_unstable();
-            narrowed.dedup();
-            let by_listener = narrowed
-                .into_iter()
-                .map(|l| {
-                    let mut ix = LevelIndex::default();
-                    for (pid, only) in &attached {
-                        let p = order.get(*pid);
-                        if p.is_some_and(|p| p.listeners.is_empty()) || only.contains(&l) {
-                            ix.attach(*pid, &policies);
-                        }
-                    }
-                    (l, ix)
-                })
-                .collect();
-            for r in &be.route_names {
-                by_route.insert(r.clone(), bi);
-            }
-            for c in &be.cluster_names {
-                by_cluster.insert(c.clone(), bi);
-            }
-            backends.push(compiled::Backend {
-                id: format!("{}/{}", be.namespace, be.name),
-                index,
-                by_listener,
-            });
-        }
-
+        let compiled = compile_policies(b, &numbered)?;
+        let policies = compiled.policies;
+        let listeners = index_listeners(b, &order, &policies);
+        let backends = index_backends(b, &order, &policies, &listeners);
         let mut origins = HashMap::new();
         for p in &policies {
             if let Some(o) = &p.origin {
@@ -476,9 +270,9 @@ impl Engine {
             policies,
             authorizers: b.authorizers.clone(),
             listeners,
-            backends,
-            by_route,
-            by_cluster,
+            backends: backends.backends,
+            by_route: backends.by_route,
+            by_cluster: backends.by_cluster,
             identity: b.identity.clone(),
             deny_response: b.deny_response.clone(),
             limits: b.limits.clone(),
@@ -486,15 +280,15 @@ impl Engine {
             hold_headers: b.envoy.hold_headers,
             unknown_backend: b.envoy.unknown_backend,
             escaped_slashes: b.envoy.escaped_slashes,
-            jwt_claims,
-            cel_needs,
+            jwt_claims: compiled.jwt_claims,
+            cel_needs: compiled.cel_needs,
         })
     }
 
     /// Parses, validates and compiles bundle JSON.
-    pub fn from_json(json: &[u8]) -> Result<Engine, String> {
-        let bundle = mcp_access_bundle::parse_bundle(json).map_err(|e| e.to_string())?;
-        Engine::compile(&bundle).map_err(|e| format!("invalid policy bundle: {e}"))
+    pub fn from_json(json: &[u8]) -> Result<Engine, EngineError> {
+        let bundle = mcp_access_bundle::parse_bundle(json).map_err(EngineError::Bundle)?;
+        Engine::compile(&bundle).map_err(EngineError::Compile)
     }
 
     /// The origin of policy `id` (`namespace/name`), if the compiler derived it.
@@ -502,8 +296,17 @@ impl Engine {
         self.origins.get(id?).cloned()
     }
 
+    /// Where `req` is judged: the listener of its port and host, the backend of its route
+    /// name or upstream cluster. The flow resolves it once, when the headers arrive.
+    pub fn target_of(&self, req: &Request) -> Target {
+        Target {
+            listener: self.listener_for(req.port, &req.host),
+            backend: self.backend_for(req.route_name.as_deref(), req.cluster_name.as_deref()),
+        }
+    }
+
     /// The listener a request arrived on: same port, most specific matching hostname.
-    pub(crate) fn listener_for(&self, port: u16, host: &str) -> Option<usize> {
+    fn listener_for(&self, port: u16, host: &str) -> Option<usize> {
         self.listeners
             .iter()
             .enumerate()
@@ -533,18 +336,11 @@ impl Engine {
 
     /// Whether rule `r` admits (Allow) or selects (Deny) `req`, its policy's `when` included:
     /// a policy `when` that errs makes an Allow policy admit nothing and a Deny policy apply.
-    fn rule_admits(
-        &self,
-        r: RuleRef,
-        req: &Request,
-        host: &str,
-        mode: Mode,
-        cx: &mut CelCx,
-    ) -> bool {
+    fn rule_admits(&self, r: RuleRef, req: &Request, mode: Mode, cx: &mut CelCx) -> bool {
         let Some(p) = self.policies.get(r.policy) else {
             return false;
         };
-        match (cx.applies(r.policy, p, req, host), mode) {
+        match (cx.applies(r.policy, p, req), mode) {
             (Applies::No, _) | (Applies::Errored, Mode::Admit) => return false,
             _ => {}
         }
@@ -552,41 +348,33 @@ impl Engine {
             None => true,
             Some(_) => self
                 .rule(r)
-                .is_some_and(|rule| rule.admits(req, host, mode, cx, &p.id)),
+                .is_some_and(|rule| rule.admits(req, mode, cx, &p.id)),
         }
     }
 
     /// Whether an ExternalAuth policy applies and selects the request (no rules: every
     /// request).
-    pub(crate) fn selects(&self, pid: PolicyId, req: &Request, host: &str, cx: &mut CelCx) -> bool {
+    pub(crate) fn selects(&self, pid: PolicyId, req: &Request, cx: &mut CelCx) -> bool {
         let Some(p) = self.policies.get(pid) else {
             return false;
         };
-        if cx.applies(pid, p, req, host) == Applies::No {
+        if cx.applies(pid, p, req) == Applies::No {
             return false;
         }
         match &p.rules {
             None => true,
-            Some(rules) => rules
-                .iter()
-                .any(|r| r.admits(req, host, Mode::Select, cx, &p.id)),
+            Some(rules) => rules.iter().any(|r| r.admits(req, Mode::Select, cx, &p.id)),
         }
     }
 
     /// Whether an Allow policy applies at `index` for `req` (the level is then default-deny).
-    pub(crate) fn allow_applies(
-        &self,
-        index: &LevelIndex,
-        req: &Request,
-        host: &str,
-        cx: &mut CelCx,
-    ) -> bool {
+    pub(crate) fn allow_applies(&self, index: &LevelIndex, req: &Request, cx: &mut CelCx) -> bool {
         index.has_allow
             && (index.allow_always
                 || index.allow_when.iter().any(|pid| {
                     self.policies
                         .get(*pid)
-                        .is_some_and(|p| cx.applies(*pid, p, req, host) != Applies::No)
+                        .is_some_and(|p| cx.applies(*pid, p, req) != Applies::No)
                 }))
     }
 
@@ -626,8 +414,8 @@ impl Engine {
     /// without ExternalAuth: docs/semantics.md §4.3 (`subscriptions/listen`) and §5.4
     /// (listings). None: the item passes; else why it would be denied. Rules read the item
     /// from `probe.mcp` (so would a CEL rule's `request.mcp.*`).
-    pub fn item_denial(&self, probe: &Request, host: &str) -> Option<Denial> {
-        let (level, rule) = self.item_refusal(self.item_scope(probe, host), probe, host)?;
+    pub fn item_denial(&self, probe: &Request) -> Option<Denial> {
+        let (level, rule) = self.item_refusal(probe)?;
         Some(match rule {
             Some(r) => {
                 let mut d = Denial::of(Some(level), Reason::DenyPolicy);
@@ -638,24 +426,11 @@ impl Engine {
         })
     }
 
-    /// Where the items of `probe` are judged: its listener and backend, found once for
-    /// all the items of a listing.
-    pub(crate) fn item_scope(&self, probe: &Request, host: &str) -> ItemScope {
-        ItemScope {
-            listener: self.listener_for(probe.port, host),
-            backend: self.backend_for(probe.route_name.as_deref(), probe.cluster_name.as_deref()),
-        }
-    }
-
-    /// [`Engine::item_denial`] in `scope` (from [`Engine::item_scope`] of the same request):
-    /// None when the item passes, else the level that refuses it and the Deny rule that
-    /// matched it (None: no Allow rule admitted it).
-    pub(crate) fn item_refusal(
-        &self,
-        scope: ItemScope,
-        probe: &Request,
-        host: &str,
-    ) -> Option<(Level, Option<RuleRef>)> {
+    /// [`Engine::item_denial`], in the probe's [`Target`](crate::request::Target): None when
+    /// the item passes, else the level that refuses it and the Deny rule that matched it
+    /// (None: no Allow rule admitted it).
+    pub(crate) fn item_refusal(&self, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
+        let scope = probe.target;
         let levels = [
             (
                 Level::Gateway,
@@ -680,7 +455,7 @@ impl Engine {
                 continue;
             };
             let mut cx = self.cel_cx(scope.backend, false);
-            match eval::rules_verdict(self, index, probe, host, &mut cx) {
+            match eval::rules_verdict(self, index, probe, &mut cx) {
                 eval::RulesVerdict::Denied(r) => return Some((level, Some(r))),
                 eval::RulesVerdict::NotAdmitted => return Some((level, None)),
                 eval::RulesVerdict::Admitted(_) => {}
@@ -693,6 +468,306 @@ impl Engine {
     pub fn begin(&self, req: &Request, trace: bool) -> Evaluation {
         Evaluation::new(self, req, trace)
     }
+}
+
+/// Why a validated bundle does not compile: the policy (`namespace/name`) and the problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileError {
+    pub policy: String,
+    pub problem: CompileProblem,
+}
+
+/// What is wrong with a policy the engine cannot compile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompileProblem {
+    /// A rule or `when` condition does not compile (the text names it and why).
+    Condition(String),
+    /// `externalAuth` names no authorizer of the bundle.
+    NoSuchAuthorizer(String),
+    /// An ExternalAuth policy without `externalAuth`.
+    NoAuthorizer,
+    /// `externalAuth` on a policy whose action is not ExternalAuth.
+    AuthorizerWithoutExternalAuth,
+    /// A policy that was not accepted would call an authorizer.
+    NotAcceptedCallsAuthorizer,
+    /// `rules: []`.
+    EmptyRules,
+}
+
+impl fmt::Display for CompileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "policy {}: ", self.policy)?;
+        match &self.problem {
+            CompileProblem::Condition(e) => f.write_str(e),
+            CompileProblem::NoSuchAuthorizer(name) => write!(f, "no authorizer named {name}"),
+            CompileProblem::NoAuthorizer => f.write_str("ExternalAuth needs an authorizer"),
+            CompileProblem::AuthorizerWithoutExternalAuth => {
+                f.write_str("externalAuth is only allowed with action ExternalAuth")
+            }
+            CompileProblem::NotAcceptedCallsAuthorizer => {
+                f.write_str("a policy that was not accepted cannot call an authorizer")
+            }
+            CompileProblem::EmptyRules => {
+                f.write_str("an empty rule list applies to nothing; omit rules for all traffic")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CompileError {}
+
+/// Why bundle JSON gives no engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// It does not parse or validate.
+    Bundle(mcp_access_bundle::BundleError),
+    /// It validates but does not compile.
+    Compile(CompileError),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::Bundle(e) => e.fmt(f),
+            EngineError::Compile(e) => write!(f, "invalid policy bundle: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+/// The policies compiled, most senior first, and what their conditions read.
+struct CompiledPolicies {
+    policies: Vec<compiled::Policy>,
+    /// Claim names any JWT rule reads.
+    jwt_claims: Vec<String>,
+    cel_needs: CelNeeds,
+}
+
+/// Compiles each policy of `numbered` ((position in the bundle, policy), most senior first).
+fn compile_policies(
+    b: &ValidBundle,
+    numbered: &[(usize, &bundle::Policy)],
+) -> Result<CompiledPolicies, CompileError> {
+    let td = b.identity.trust_domain.as_deref();
+    let limits = &b.limits.cel;
+    let mut out = CompiledPolicies {
+        policies: Vec::with_capacity(numbered.len()),
+        jwt_claims: Vec::new(),
+        cel_needs: CelNeeds::default(),
+    };
+    for (position, p) in numbered {
+        let id = format!("{}/{}", p.namespace, p.name);
+        let fail = |problem| CompileError {
+            policy: id.clone(),
+            problem,
+        };
+        // The bundle path of the policy, for errors.
+        let at = format!("policies[{position}]");
+        let rules = match &p.rules {
+            None => None,
+            Some(rs) => Some(
+                rs.iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        compile_rule(r, &p.namespace, td, &format!("{at}.rules[{i}]"), limits)
+                            .map_err(|e| fail(CompileProblem::Condition(e)))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        let when = compile_cels(
+            &at,
+            p.when
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (format!("when[{i}]"), w.as_str())),
+            limits,
+        )
+        .map_err(|e| fail(CompileProblem::Condition(e)))?;
+        let cels = when
+            .iter()
+            .chain(rules.iter().flatten().flat_map(|r| r.cels.iter()));
+        for c in cels {
+            use mcp_access_cel::Attr;
+            let needs = &mut out.cel_needs;
+            needs.any = true;
+            needs.time |= c.program.reads_attr(Attr::Time);
+            needs.params |= c.program.reads_attr(Attr::McpParams);
+            needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
+        }
+        for r in rules.iter().flatten() {
+            if let compiled::Source::Jwt { claims, .. } = &r.source {
+                for (c, _) in claims {
+                    if !out.jwt_claims.contains(c) {
+                        out.jwt_claims.push(c.clone());
+                    }
+                }
+            }
+        }
+        let action = match (p.action, &p.external_auth) {
+            (bundle::Action::ExternalAuth, Some(name)) => compiled::Action::ExternalAuth {
+                authorizer: b
+                    .authorizers
+                    .iter()
+                    .position(|a| &a.name == name)
+                    .ok_or_else(|| fail(CompileProblem::NoSuchAuthorizer(name.clone())))?,
+            },
+            (bundle::Action::ExternalAuth, None) => return Err(fail(CompileProblem::NoAuthorizer)),
+            (_, Some(_)) => return Err(fail(CompileProblem::AuthorizerWithoutExternalAuth)),
+            (bundle::Action::Allow, None) => compiled::Action::Allow,
+            (bundle::Action::Deny, None) => compiled::Action::Deny,
+        };
+        let rules = match (&p.not_accepted, action, rules) {
+            (Some(_), compiled::Action::Allow, _) => Some(Vec::new()),
+            (Some(_), compiled::Action::ExternalAuth { .. }, _) => {
+                return Err(fail(CompileProblem::NotAcceptedCallsAuthorizer))
+            }
+            (_, _, Some(rs)) if rs.is_empty() => return Err(fail(CompileProblem::EmptyRules)),
+            (_, _, rules) => rules,
+        };
+        out.policies.push(compiled::Policy {
+            id,
+            action,
+            rules,
+            when,
+            origin: p.origin.as_ref().map(ToString::to_string),
+        });
+    }
+    Ok(out)
+}
+
+/// One index per Gateway listener, of the Gateway-level policies attached to it.
+fn index_listeners(
+    b: &ValidBundle,
+    order: &[&bundle::Policy],
+    policies: &[compiled::Policy],
+) -> Vec<compiled::Listener> {
+    let mut listeners = Vec::new();
+    for g in &b.gateways {
+        for l in &g.listeners {
+            let mut index = LevelIndex::default();
+            for (pid, p) in order.iter().enumerate() {
+                let attached = p.level == Level::Gateway
+                    && p.targets.iter().any(|t| {
+                        t.name == g.name
+                            && t.namespace.as_deref().unwrap_or(&p.namespace) == g.namespace
+                            && t.section_name.as_ref().is_none_or(|s| s == &l.name)
+                    });
+                if attached {
+                    index.attach(pid, policies);
+                }
+            }
+            listeners.push(compiled::Listener {
+                id: format!("{}/{}/{}", g.namespace, g.name, l.name),
+                port: l.port,
+                host: l.hostname.as_deref().map(HostPattern::new),
+                index,
+            });
+        }
+    }
+    listeners
+}
+
+/// The backends indexed, and how Envoy's route and cluster names find them.
+struct BackendIndex {
+    backends: Vec<compiled::Backend>,
+    by_route: HashMap<String, usize>,
+    by_cluster: HashMap<String, usize>,
+}
+
+/// One index per Backend, of the Backend-level policies attached to it (and one per listener
+/// that some of them are narrowed to).
+fn index_backends(
+    b: &ValidBundle,
+    order: &[&bundle::Policy],
+    policies: &[compiled::Policy],
+    listeners: &[compiled::Listener],
+) -> BackendIndex {
+    // Backend-level policies by the (namespace, name) they target, most senior first, each
+    // once: one pass over the policies instead of one per backend.
+    let mut targeting: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    for (pid, p) in order.iter().enumerate() {
+        if p.level != Level::Backend {
+            continue;
+        }
+        for t in &p.targets {
+            let key = (
+                t.namespace.as_deref().unwrap_or(&p.namespace),
+                t.name.as_str(),
+            );
+            let pids = targeting.entry(key).or_default();
+            if pids.last() != Some(&pid) {
+                pids.push(pid);
+            }
+        }
+    }
+    let mut out = BackendIndex {
+        backends: Vec::new(),
+        by_route: HashMap::new(),
+        by_cluster: HashMap::new(),
+    };
+    let listener_of = |p: &bundle::Policy, t: &bundle::PolicyTarget| {
+        let ns = t.namespace.as_deref().unwrap_or(&p.namespace);
+        let id = format!(
+            "{ns}/{}/{}",
+            t.name,
+            t.section_name.as_deref().unwrap_or("")
+        );
+        listeners.iter().position(|l| l.id == id)
+    };
+    for (bi, be) in b.backends.iter().enumerate() {
+        let mut index = LevelIndex::default();
+        // Attached policies, each with the listeners it is narrowed to (empty: all).
+        let mut attached: Vec<(PolicyId, Vec<usize>)> = Vec::new();
+        let mine = targeting
+            .get(&(be.namespace.as_str(), be.name.as_str()))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for &pid in mine {
+            let Some(p) = order.get(pid) else { continue };
+            let only: Vec<usize> = p
+                .listeners
+                .iter()
+                .filter_map(|t| listener_of(p, t))
+                .collect();
+            if p.listeners.is_empty() {
+                index.attach(pid, policies);
+            }
+            attached.push((pid, only));
+        }
+        let mut narrowed: Vec<usize> = attached
+            .iter()
+            .flat_map(|(_, l)| l.iter().copied())
+            .collect();
+        narrowed.sort_unstable();
+        narrowed.dedup();
+        let by_listener = narrowed
+            .into_iter()
+            .map(|l| {
+                let mut ix = LevelIndex::default();
+                for (pid, only) in &attached {
+                    let p = order.get(*pid);
+                    if p.is_some_and(|p| p.listeners.is_empty()) || only.contains(&l) {
+                        ix.attach(*pid, policies);
+                    }
+                }
+                (l, ix)
+            })
+            .collect();
+        for r in &be.route_names {
+            out.by_route.insert(r.clone(), bi);
+        }
+        for c in &be.cluster_names {
+            out.by_cluster.insert(c.clone(), bi);
+        }
+        out.backends.push(compiled::Backend {
+            id: format!("{}/{}", be.namespace, be.name),
+            index,
+            by_listener,
+        });
+    }
+    out
 }
 
 impl Default for LevelIndex {

@@ -10,8 +10,10 @@
 
 use std::collections::HashMap;
 
-use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
-use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, Step};
+use mcp_access_engine::flow::{
+    drive, Dispatched, HeadersInput, Next, Progress, Reply, RequestFlow,
+};
+use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, HeaderEdit, Step};
 use mcp_access_engine::request::{Caller, McpOp, Request};
 use serde_json::{json, Value};
 
@@ -82,6 +84,7 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
         path: "/mcp".into(),
         canonical_path: "/mcp".into(),
         authority: "gateway.example.org:8443".into(),
+        host: "gateway.example.org".into(),
         port: 8443,
         headers: vec![("content-type".into(), "application/json".into())],
         caller: Caller {
@@ -93,6 +96,15 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
         cluster_name: Some("tools-cluster".into()),
         time: None,
         params: None,
+        ..Request::default()
+    }
+}
+
+/// `req` as the flow has it once its headers arrived: its listener and backend resolved.
+pub fn resolved(engine: &Engine, req: &Request) -> Request {
+    Request {
+        target: engine.target_of(req),
+        ..req.clone()
     }
 }
 
@@ -115,6 +127,7 @@ pub fn run(
     req: &Request,
     outcomes: &HashMap<&str, AuthzOutcome>,
 ) -> (Decision, Vec<Vec<String>>) {
+    let req = &resolved(engine, req);
     let mut ev = engine.begin(req, true);
     let mut batches = Vec::new();
     loop {
@@ -169,8 +182,8 @@ pub fn post_input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
     }
 }
 
-/// One POST through the flow as the host drives it (headers, then the whole body): the flow
-/// and what it decided.
+/// One POST through the flow as the host drives it (headers, then the whole body, then any
+/// authorizer answering 200): the flow and what it decided.
 pub fn post_through(
     e: &Engine,
     spiffe: &str,
@@ -181,5 +194,82 @@ pub fn post_through(
     assert_eq!(flow.on_headers(e, post_input(spiffe, extra)), Next::Hold);
     let owned = body.as_bytes().to_vec();
     let a = flow.on_body(e, owned.len(), true, move |_| Some(owned));
+    let a = drive(&mut flow, e, a, |_| Reply::status(200));
     (flow, a)
+}
+
+/// The headers an allow adds upstream; None for any other action.
+pub fn added(next: &Next) -> Option<Vec<HeaderEdit>> {
+    match next {
+        Next::Allow { add_headers, .. } => Some(add_headers.clone()),
+        _ => None,
+    }
+}
+
+/// The host's side of the callout protocol, for tests that drive it event by event.
+pub trait Host {
+    /// Reports the callout for `slot` dispatched with `token` at `at_ns` (Err: it could not be).
+    fn dispatch(
+        &mut self,
+        e: &Engine,
+        slot: usize,
+        token: Result<u32, String>,
+        at_ns: u64,
+    ) -> Progress;
+    /// An HTTP answer whose body the host holds whole.
+    fn answer(
+        &mut self,
+        e: &Engine,
+        token: u32,
+        status: Option<u16>,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        now_ns: u64,
+    ) -> Progress;
+    /// A gRPC answer: its status and the CheckResponse.
+    fn answer_grpc(
+        &mut self,
+        e: &Engine,
+        token: u32,
+        status: Option<u32>,
+        message: Vec<u8>,
+        now_ns: u64,
+    ) -> Progress;
+}
+
+impl Host for RequestFlow {
+    fn dispatch(
+        &mut self,
+        e: &Engine,
+        slot: usize,
+        token: Result<u32, String>,
+        at_ns: u64,
+    ) -> Progress {
+        self.dispatched(e, [Dispatched { slot, token, at_ns }])
+    }
+
+    fn answer(
+        &mut self,
+        e: &Engine,
+        token: u32,
+        status: Option<u16>,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        now_ns: u64,
+    ) -> Progress {
+        let read = |n: usize| Some(body[..n.min(body.len())].to_vec());
+        self.on_callout_response(e, token, status, headers, read, now_ns)
+    }
+
+    fn answer_grpc(
+        &mut self,
+        e: &Engine,
+        token: u32,
+        status: Option<u32>,
+        message: Vec<u8>,
+        now_ns: u64,
+    ) -> Progress {
+        let read = |n: usize| Some(message[..n.min(message.len())].to_vec());
+        self.on_grpc_response(e, token, status, message.len(), read, now_ns)
+    }
 }

@@ -1,30 +1,77 @@
 //! One request, start to end, as a pure state machine the host adapter drives:
 //! headers -> (body) -> parse -> evaluate -> (callouts) -> answer.
 
-use mcp_access_bundle::mcp_methods::{self, Revision};
-use mcp_access_bundle::Level;
+mod drive;
+mod gather;
+mod outcome;
 
-use crate::answer::{self, LocalResponse, Rejection};
+use std::rc::Rc;
+
+use mcp_access_bundle::gateway_api::canonical_host;
+use mcp_access_bundle::mcp_methods::{self, Revision};
+
+use crate::answer::{self, HeaderProblem, LocalResponse, McpHeader, Rejection, Why};
 use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
+use crate::listing::ListingFilter;
 use crate::mcp::{self, ParseError, ParseLimits};
-use crate::policy::{level_str, Decision, Engine, Evaluation, Step};
-use crate::request::{McpOp, Request};
+use crate::policy::{AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step};
+use crate::request::{McpOp, Request, Target};
+
+pub use drive::{drive, Reply};
+pub use gather::HeadersInput;
+pub use outcome::Outcome;
 
 /// What the host must do next.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Next {
-    /// Let the request go on (after applying `add_headers`, in order).
+    /// Let the request go on (after applying `add_headers`, in order). `listing` filters the
+    /// response (docs/semantics.md §5.4): set when the bundle filters listings, for the
+    /// response headers to tell whether the response can carry one.
     Allow {
-        add_headers: Vec<callout::HeaderEdit>,
+        add_headers: Vec<HeaderEdit>,
+        listing: Option<ListingFilter>,
     },
     /// Keep holding the request (headers held, body buffered, or callouts in flight).
     Hold,
-    /// Make these callouts, report each with [`RequestFlow::dispatched`], then call
-    /// [`RequestFlow::resume`].
-    Dispatch(Vec<(usize, CalloutRequest)>),
+    /// Make these callouts, then report them all with [`RequestFlow::dispatched`].
+    Dispatch(Vec<Callout>),
     /// Answer the client with this; the request never goes upstream.
     Respond(LocalResponse),
+}
+
+impl Next {
+    /// Whether this is [`Next::Hold`].
+    pub fn is_hold(&self) -> bool {
+        matches!(self, Next::Hold)
+    }
+}
+
+/// A callout to make: which authorizer the evaluation calls, for which policy and level
+/// ([`AuthzCall`]), and the request that carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Callout {
+    pub call: AuthzCall,
+    pub request: CalloutRequest,
+}
+
+/// How the host dispatched one [`Callout`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatched {
+    /// [`AuthzCall::slot`] of the callout.
+    pub slot: usize,
+    /// The host's token for its answer, or why it could not be dispatched.
+    pub token: Result<u32, String>,
+    /// When it was dispatched (ns).
+    pub at_ns: u64,
+}
+
+/// What a callout event did: what the host does next, and the callouts that ended with it
+/// (for the host's stats and logs).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub next: Next,
+    pub reports: Vec<CalloutReport>,
 }
 
 /// Where the host is when it carries out an action.
@@ -62,162 +109,6 @@ impl Phase {
     }
 }
 
-/// How the request ended, for stats, logs and filter state.
-///
-/// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `decision` (`allow` or
-/// `deny`), `jwt`, `level`, `listener`, `method`, `name`, `origin`, `policy`, `reason`, `rule`,
-/// `status`;
-/// absent values are `null`. `caller` is the SPIFFE ID when the certificate (or trusted header)
-/// identifies the caller, else `jwt:<iss>#<sub>` of its verified JWT, else `null`; `jwt` is
-/// `<iss>#<sub>` of the verified JWT (with or without a SPIFFE ID), `<iss>` without a `sub`;
-/// `cel_errors` is the number of CEL conditions that erred (0 without CEL).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub allowed: bool,
-    pub level: Option<Level>,
-    /// `allowed`, a [`Reason`](crate::policy::Reason) name, or a [`Rejection`]'s reason
-    /// (`invalid_json`, `body_too_large`, ...).
-    pub reason: &'static str,
-    pub policy: Option<String>,
-    /// Where the deciding policy's rules came from, when the compiler derived them from a
-    /// defaults/overrides block (e.g. `overrides (merge) of AccessPolicy ns/name`).
-    pub origin: Option<String>,
-    pub rule: Option<String>,
-    pub status: Option<u16>,
-    pub listener: Option<String>,
-    pub backend: Option<String>,
-    pub(crate) mcp_method: Option<String>,
-    pub mcp_param: Option<String>,
-    /// The SPIFFE ID, else `jwt:` and [`Outcome::jwt`].
-    pub caller: Option<String>,
-    /// `<iss>#<sub>` of the first verified JWT (in the bundle's provider order).
-    pub jwt: Option<String>,
-    /// CEL evaluations that erred (errors count against the caller), and of those the ones
-    /// stopped by the step limit.
-    pub cel_errors: (u32, u32),
-}
-
-impl Outcome {
-    /// One JSON object: the filter-state value and the decision log line.
-    pub fn to_json(&self) -> String {
-        // Written by hand: this runs for every request. Keys in alphabetical order and
-        // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
-        // document was first built as (a test compares the two).
-        let mut out = String::with_capacity(256);
-        out.push_str("{\"backend\":");
-        push_opt_str(&mut out, self.backend.as_deref());
-        out.push_str(",\"caller\":");
-        push_opt_str(&mut out, self.caller.as_deref());
-        out.push_str(",\"cel_errors\":");
-        push_u32(&mut out, self.cel_errors.0);
-        out.push_str(",\"decision\":");
-        push_str(&mut out, if self.allowed { "allow" } else { "deny" });
-        out.push_str(",\"jwt\":");
-        push_opt_str(&mut out, self.jwt.as_deref());
-        out.push_str(",\"level\":");
-        push_str(&mut out, level_str(self.level));
-        out.push_str(",\"listener\":");
-        push_opt_str(&mut out, self.listener.as_deref());
-        out.push_str(",\"method\":");
-        push_opt_str(&mut out, self.mcp_method.as_deref());
-        out.push_str(",\"name\":");
-        push_opt_str(&mut out, self.mcp_param.as_deref());
-        out.push_str(",\"origin\":");
-        push_opt_str(&mut out, self.origin.as_deref());
-        out.push_str(",\"policy\":");
-        push_opt_str(&mut out, self.policy.as_deref());
-        out.push_str(",\"reason\":");
-        push_str(&mut out, self.reason);
-        out.push_str(",\"rule\":");
-        push_opt_str(&mut out, self.rule.as_deref());
-        out.push_str(",\"status\":");
-        match self.status {
-            Some(s) => push_u32(&mut out, u32::from(s)),
-            None => out.push_str("null"),
-        }
-        out.push('}');
-        out
-    }
-}
-
-fn push_opt_str(out: &mut String, s: Option<&str>) {
-    match s {
-        Some(s) => push_str(out, s),
-        None => out.push_str("null"),
-    }
-}
-
-/// A number in decimal, without a temporary string.
-fn push_u32(out: &mut String, n: u32) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        if let Some(d) = digits.get_mut(at) {
-            *d = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 || at == 0 {
-            break;
-        }
-    }
-    for &d in digits.get(at..).unwrap_or_default() {
-        out.push(char::from(d));
-    }
-}
-
-/// A JSON string literal, escaped as serde_json escapes: `"`, `\\` and control characters.
-fn push_str(out: &mut String, s: &str) {
-    // Most values need no escaping: one pass to check, one copy.
-    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    out.push('"');
-    let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let esc: &str = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "",
-            _ => continue,
-        };
-        out.push_str(s.get(start..i).unwrap_or_default());
-        if esc.is_empty() {
-            out.push_str(&format!("\\u{b:04x}"));
-        } else {
-            out.push_str(esc);
-        }
-        start = i + 1;
-    }
-    out.push_str(s.get(start..).unwrap_or_default());
-    out.push('"');
-}
-
-/// Headers-stage facts the host collected.
-#[derive(Debug, Clone, Default)]
-pub struct HeadersInput {
-    /// All request headers, names lowercase, pseudo-headers included.
-    pub headers: Vec<(String, String)>,
-    pub end_of_stream: bool,
-    /// `request.time` in nanoseconds since the Unix epoch, when a CEL condition reads it.
-    pub time: Option<i64>,
-    pub port: u16,
-    pub route_name: Option<String>,
-    pub cluster_name: Option<String>,
-    pub caller: crate::request::Caller,
-    /// Connection facts for gRPC authorizers (read only when the bundle has one).
-    pub peers: Option<crate::ext_authz::Peers>,
-}
-
 #[derive(Debug, PartialEq, Eq)]
 enum Stage {
     Start,
@@ -231,15 +122,15 @@ enum Stage {
 pub struct RequestFlow {
     stage: Stage,
     req: Option<Request>,
+    /// The request once allowed, shared with the listing filter.
+    shared: Option<Rc<Request>>,
     body: Vec<u8>,
     id: Option<String>,
     eval: Option<Evaluation>,
     /// (callout token, evaluation slot, dispatch time in ns)
     tokens: Vec<(u32, usize, u64)>,
-    /// Callouts that ended since the host last took them.
+    /// Callouts that ended during the current event.
     reports: Vec<CalloutReport>,
-    /// What gRPC authorizers are told about the connection.
-    peers: crate::ext_authz::Peers,
     outcome: Option<Outcome>,
     /// Whether the evaluation keeps a trace (`explain`).
     trace: bool,
@@ -262,12 +153,12 @@ impl RequestFlow {
         RequestFlow {
             stage: Stage::Start,
             req: None,
+            shared: None,
             body: Vec::new(),
             id: None,
             eval: None,
             tokens: Vec::new(),
             reports: Vec::new(),
-            peers: Default::default(),
             outcome: None,
             trace: false,
             revision: Revision::UNNAMED,
@@ -301,43 +192,12 @@ impl RequestFlow {
 
     /// The request as the flow sees it, once its headers arrived.
     pub fn request(&self) -> Option<&Request> {
-        self.req.as_ref()
+        self.req.as_ref().or(self.shared.as_deref())
     }
 
     /// How the request ended, once it has.
     pub fn outcome(&self) -> Option<&Outcome> {
         self.outcome.as_ref()
-    }
-
-    /// The filter of the response, when the request is an allowed listing and the bundle
-    /// filters listings (docs/semantics.md §5.4).
-    pub fn listing_filter(&self, engine: &Engine) -> Option<crate::listing::ListingFilter> {
-        if !self.outcome.as_ref()?.allowed {
-            return None;
-        }
-        let req = self.req.as_ref()?;
-        crate::listing::ListingFilter::for_request(engine, req, self.id.as_deref(), self.revision)
-    }
-
-    /// The filter of the response with these headers (docs/semantics.md §5.4), when the
-    /// request was allowed and the response may carry a listing: any answer to a listing
-    /// request, an SSE stream answering any other request.
-    pub fn response_filter(
-        &self,
-        engine: &Engine,
-        headers: &[(String, String)],
-    ) -> Option<crate::listing::ListingFilter> {
-        if !self.outcome.as_ref()?.allowed {
-            return None;
-        }
-        let req = self.req.as_ref()?;
-        crate::listing::ListingFilter::for_response(
-            engine,
-            req,
-            self.id.as_deref(),
-            self.revision,
-            headers,
-        )
     }
 
     /// Whether a decision has been reached.
@@ -361,7 +221,6 @@ impl RequestFlow {
         let method = take(":method").unwrap_or_default();
         let path = take(":path").unwrap_or_default();
         let authority = take(":authority");
-        let scheme = take(":scheme");
         headers.retain(|(n, _)| !n.starts_with(':'));
         let authority = authority
             .or_else(|| {
@@ -375,13 +234,10 @@ impl RequestFlow {
             Ok(p) => (p, None),
             Err(e) => (String::new(), Some(e)),
         };
-        if let Some(mut peers) = input.peers {
-            peers.scheme = scheme;
-            self.peers = peers;
-        }
-        let req = Request {
+        let req = self.req.insert(Request {
             canonical_path: canonical,
             path,
+            host: canonical_host(&authority),
             authority,
             port: input.port,
             mcp: McpOp::NotMcp,
@@ -392,12 +248,10 @@ impl RequestFlow {
             method,
             time: input.time,
             params: None,
-        };
-        self.req = Some(req);
-        let Some(req) = self.req.as_ref() else {
-            return Next::Hold;
-        };
-
+            target: Target::default(),
+            peers: input.peers.unwrap_or_default(),
+        });
+        req.target = engine.target_of(req);
         if let Some(e) = bad_path {
             return self.reject(Rejection::InvalidPath(e.to_string()));
         }
@@ -468,9 +322,7 @@ impl RequestFlow {
                 .is_some_and(|p| p.eq_ignore_ascii_case("mcp-") || p.eq_ignore_ascii_case("mcp_"))
         });
         if mcp_trailer {
-            return self.reject(Rejection::HeaderMismatch(
-                "an MCP header was sent as a trailer",
-            ));
+            return self.reject(Rejection::HeaderMismatch(HeaderProblem::Trailer));
         }
         let limit = body_limit(engine);
         let body = read(limit.saturating_add(1)).unwrap_or_default();
@@ -508,7 +360,7 @@ impl RequestFlow {
                 let init_version = msg.init_version.take();
                 let subscriptions = std::mem::take(&mut msg.subscriptions);
                 let completion_ref = msg.completion_ref.take();
-                let op = McpOp::from_message(msg);
+                let op = msg.into_op();
                 if let Err(r) =
                     self.judge_versions(body_version.as_deref(), init_version.as_deref())
                 {
@@ -542,40 +394,44 @@ impl RequestFlow {
         }
     }
 
-    /// Reports the result of dispatching the callout for `slot` at `now_ns` (Err: the host's
-    /// status, e.g. `InternalFailure`).
+    /// The callouts of a [`Next::Dispatch`] were dispatched (or could not be): the host
+    /// reports them all at once.
     pub fn dispatched(
         &mut self,
         engine: &Engine,
-        slot: usize,
-        result: Result<u32, String>,
-        now_ns: u64,
-    ) {
-        match result {
-            Ok(token) => self.tokens.push((token, slot, now_ns)),
-            Err(host_status) => {
-                let detail = match self.authorizer_of(engine, slot) {
-                    Some(a) => callout::dispatch_failure(a, &host_status),
-                    None => format!("dispatch failed: {host_status}"),
-                };
-                let outcome = crate::policy::AuthzOutcome::Error { detail };
-                let name = self.authorizer_name(engine, slot);
-                self.reports
-                    .push(CalloutReport::of(name, None, &outcome, None));
-                if let Some(ev) = &mut self.eval {
-                    ev.complete(slot, outcome);
+        results: impl IntoIterator<Item = Dispatched>,
+    ) -> Progress {
+        for d in results {
+            match d.token {
+                Ok(token) => self.tokens.push((token, d.slot, d.at_ns)),
+                Err(host_status) => {
+                    let detail = match self.authorizer_of(engine, d.slot) {
+                        Some(a) => callout::dispatch_failure(a, &host_status),
+                        None => format!("dispatch failed: {host_status}"),
+                    };
+                    let outcome = AuthzOutcome::Error { detail };
+                    let name = self.authorizer_name(engine, d.slot);
+                    self.reports
+                        .push(CalloutReport::of(name, None, &outcome, None));
+                    if let Some(ev) = &mut self.eval {
+                        ev.complete(d.slot, outcome);
+                    }
                 }
             }
         }
+        let next = self.step(engine);
+        self.progress(next)
     }
 
-    /// The callouts that ended since the last call (for the host's stats and logs).
-    pub fn take_callout_reports(&mut self) -> Vec<CalloutReport> {
-        std::mem::take(&mut self.reports)
+    fn progress(&mut self, next: Next) -> Progress {
+        Progress {
+            next,
+            reports: std::mem::take(&mut self.reports),
+        }
     }
 
     /// The authorizer of the callout for `slot`.
-    pub fn authorizer_of<'e>(
+    fn authorizer_of<'e>(
         &self,
         engine: &'e Engine,
         slot: usize,
@@ -591,64 +447,54 @@ impl RequestFlow {
             .map_or("?", |a| a.name.as_str())
     }
 
-    /// How many body bytes of the response to `token` (with `status`) the host may read:
-    /// see [`callout::body_read_limit`]; 0 for a token this request does not wait for.
-    pub fn callout_body_limit(&self, engine: &Engine, token: u32, status: Option<u16>) -> usize {
-        self.tokens
-            .iter()
-            .find(|(t, _, _)| *t == token)
-            .and_then(|(_, slot, _)| self.authorizer_of(engine, *slot))
-            .map_or(0, |a| callout::body_read_limit(a, status))
-    }
-
-    /// Continues after dispatching.
-    pub fn resume(&mut self, engine: &Engine) -> Next {
-        self.step(engine)
-    }
-
-    /// A callout answered at `now_ns` (`status` None: no response: timeout, reset). `body` is
-    /// what the host read, at most [`RequestFlow::callout_body_limit`] bytes.
+    /// An HTTP callout answered at `now_ns` (`status` None: no response: timeout, reset).
+    /// `read` fetches up to the given number of body bytes; it is only called for a body the
+    /// flow reads ([`callout::body_read_limit`]: a denial's, at most its cap plus one byte).
     pub fn on_callout_response(
         &mut self,
         engine: &Engine,
         token: u32,
         status: Option<u16>,
         headers: Vec<(String, String)>,
-        body: Vec<u8>,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
         now_ns: u64,
-    ) -> Next {
+    ) -> Progress {
         self.callout_ended(engine, token, now_ns, |a| {
+            let limit = callout::body_read_limit(a, status);
+            let body = if limit > 0 {
+                read(limit).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             let (outcome, note) = callout::interpret(a, status, headers, body);
             (outcome, note, None)
         })
     }
 
-    /// How many bytes of a gRPC authorizer's CheckResponse the host reads: the denial body
-    /// cap plus [`crate::ext_authz::RESPONSE_SLACK`]; 0 for a token this request does not wait for.
-    pub fn grpc_response_limit(&self, engine: &Engine, token: u32) -> usize {
-        self.tokens
-            .iter()
-            .find(|(t, _, _)| *t == token)
-            .and_then(|(_, slot, _)| self.authorizer_of(engine, *slot))
-            .map_or(0, |a| {
-                usize::try_from(a.max_response_body_bytes)
-                    .unwrap_or(usize::MAX)
-                    .saturating_add(crate::ext_authz::RESPONSE_SLACK)
-            })
-    }
-
     /// A gRPC callout ended at `now_ns`: `grpc_status` (None: no answer: timeout, reset,
-    /// unreachable), `message` the CheckResponse (None: over [`RequestFlow::grpc_response_limit`],
-    /// which denies).
+    /// unreachable) and the CheckResponse of `size` bytes. `read` fetches it; it is only
+    /// called for an OK answer of at most the denial body cap plus
+    /// [`crate::ext_authz::RESPONSE_SLACK`] bytes (a larger one is not read, and denies).
     pub fn on_grpc_response(
         &mut self,
         engine: &Engine,
         token: u32,
         grpc_status: Option<u32>,
-        message: Option<Vec<u8>>,
+        size: usize,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
         now_ns: u64,
-    ) -> Next {
+    ) -> Progress {
         self.callout_ended(engine, token, now_ns, |a| {
+            let limit = usize::try_from(a.max_response_body_bytes)
+                .unwrap_or(usize::MAX)
+                .saturating_add(crate::ext_authz::RESPONSE_SLACK);
+            let message = match grpc_status {
+                Some(0) => (size <= limit).then(|| read(size).unwrap_or_default()),
+                // Not OK: the status message (Envoy's reason when it could not reach the
+                // authorizer), for the log.
+                Some(_) => read(crate::callout::ERROR_BODY_PEEK),
+                None => None,
+            };
             crate::ext_authz::interpret(a, grpc_status, message.as_deref())
         })
     }
@@ -660,17 +506,17 @@ impl RequestFlow {
         now_ns: u64,
         interpret: impl FnOnce(
             &mcp_access_bundle::Authorizer,
-        ) -> (crate::policy::AuthzOutcome, Option<String>, Option<String>),
-    ) -> Next {
+        ) -> (AuthzOutcome, Option<String>, Option<String>),
+    ) -> Progress {
         let Some(pos) = self.tokens.iter().position(|(t, _, _)| *t == token) else {
-            return Next::Hold;
+            return self.progress(Next::Hold);
         };
         let (_, slot, at) = self.tokens.swap_remove(pos);
         let (outcome, note, metadata) = match self.authorizer_of(engine, slot) {
             Some(a) => interpret(a),
             None => {
                 let detail = "unknown authorizer".to_string();
-                (crate::policy::AuthzOutcome::Error { detail }, None, None)
+                (AuthzOutcome::Error { detail }, None, None)
             }
         };
         let latency_ms = now_ns.saturating_sub(at) / 1_000_000;
@@ -681,62 +527,63 @@ impl RequestFlow {
         if let Some(ev) = &mut self.eval {
             ev.complete(slot, outcome);
         }
-        self.step(engine)
+        let next = self.step(engine);
+        self.progress(next)
     }
 
     /// SEP-2243: `Mcp-Method`, `Mcp-Name` (Base64 sentinel decoded) and
     /// `MCP-Protocol-Version` each appear at most once and agree with the body (the last with
     /// `params._meta`'s protocol version); a request of the header revision (2026-07-28 on)
     /// must carry the headers that revision requires.
-    fn header_mismatch(&self, op: &McpOp, body_version: Option<&str>) -> Option<&'static str> {
+    fn header_mismatch(&self, op: &McpOp, body_version: Option<&str>) -> Option<HeaderProblem> {
         let req = self.req.as_ref()?;
-        fn once<'r>(req: &'r Request, name: &'static str) -> Result<Option<&'r str>, ()> {
-            let mut copies = mcp_header_values(req, name);
+        fn once(req: &Request, h: McpHeader) -> Result<Option<&str>, HeaderProblem> {
+            let mut copies = mcp_header_values(req, h.name());
             let first = copies.next();
             match copies.next() {
-                Some(_) => Err(()),
+                Some(_) => Err(HeaderProblem::Repeated(h)),
                 None => Ok(first),
             }
         }
-        let Ok(method) = once(req, "mcp-method") else {
-            return Some("Mcp-Method header appears more than once");
-        };
-        let Ok(name) = once(req, "mcp-name") else {
-            return Some("Mcp-Name header appears more than once");
-        };
-        let Ok(version) = once(req, "mcp-protocol-version") else {
-            return Some("MCP-Protocol-Version header appears more than once");
+        let once = |h| once(req, h);
+        let (method, name, version) = match (
+            once(McpHeader::Method),
+            once(McpHeader::Name),
+            once(McpHeader::ProtocolVersion),
+        ) {
+            (Ok(m), Ok(n), Ok(v)) => (m, n, v),
+            (Err(p), _, _) | (_, Err(p), _) | (_, _, Err(p)) => return Some(p),
         };
         if let (Some(h), Some(b)) = (version, body_version) {
             if h != b {
-                return Some("MCP-Protocol-Version header does not match params._meta");
+                return Some(HeaderProblem::Mismatch(McpHeader::ProtocolVersion));
             }
         }
         if let Some(m) = method {
             if op.method() != Some(m) {
-                return Some("Mcp-Method header does not match the request body");
+                return Some(HeaderProblem::Mismatch(McpHeader::Method));
             }
         }
         if let Some(n) = name {
             let Some(n) = decode_header_value(n) else {
-                return Some("Mcp-Name header holds a malformed Base64 value");
+                return Some(HeaderProblem::BadBase64);
             };
             if op.param() != Some(n.as_ref()) {
-                return Some("Mcp-Name header does not match the request body");
+                return Some(HeaderProblem::Mismatch(McpHeader::Name));
             }
         }
         let header_revision =
             body_version.is_some() || version.is_some_and(mcp_methods::is_header_revision);
         if header_revision {
             if version.is_none() {
-                return Some("MCP-Protocol-Version header is required");
+                return Some(HeaderProblem::Missing(McpHeader::ProtocolVersion));
             }
             if method.is_none() {
-                return Some("Mcp-Method header is required");
+                return Some(HeaderProblem::Missing(McpHeader::Method));
             }
             let named = op.method().is_some_and(mcp_methods::requires_name_header);
             if named && name.is_none() {
-                return Some("Mcp-Name header is required");
+                return Some(HeaderProblem::Missing(McpHeader::Name));
             }
         }
         None
@@ -755,7 +602,7 @@ impl RequestFlow {
         let req = self.req.as_ref();
         let headers = req
             .into_iter()
-            .flat_map(|r| mcp_header_values(r, "mcp-protocol-version"));
+            .flat_map(|r| mcp_header_values(r, McpHeader::ProtocolVersion.name()));
         let parse =
             |v: &str| Revision::parse(v).ok_or_else(|| Rejection::UnsupportedRevision(v.into()));
         let mut named = None;
@@ -806,13 +653,13 @@ impl RequestFlow {
                         // Not reachable from a compiled bundle; if it were, the call failed.
                         ev.complete(
                             c.slot,
-                            crate::policy::AuthzOutcome::Error {
+                            AuthzOutcome::Error {
                                 detail: "no such authorizer or policy".into(),
                             },
                         );
                         continue;
                     };
-                    let call = match a.protocol {
+                    let request = match a.protocol {
                         mcp_access_bundle::AuthorizerProtocol::Http => {
                             callout::build(a, req, &self.body, c.level, &p.id)
                         }
@@ -822,7 +669,6 @@ impl RequestFlow {
                             body: crate::ext_authz::build(
                                 a,
                                 req,
-                                &self.peers,
                                 &self.body,
                                 self.id.as_deref(),
                                 c.level,
@@ -832,9 +678,9 @@ impl RequestFlow {
                             grpc: true,
                         },
                     };
-                    out.push((c.slot, call));
+                    out.push(Callout { call: c, request });
                 }
-                // Even when empty: the host dispatches nothing and resumes, which decides.
+                // Even when empty: the host dispatches nothing and reports that, which decides.
                 Next::Dispatch(out)
             }
             Step::Done(decision) => self.finish(engine, decision),
@@ -869,21 +715,32 @@ impl RequestFlow {
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
-                let read = self
-                    .req
-                    .as_ref()
-                    .is_some_and(|r| crate::listing::ListingFilter::wants_identity(engine, r));
-                if read {
+                let req = self.req.as_ref();
+                if req.is_some_and(|r| ListingFilter::wants_identity(engine, r)) {
                     // A listing (or a GET stream) is read to be filtered: ask the server not
                     // to compress it.
-                    add_headers.push(callout::HeaderEdit::set("accept-encoding", "identity"));
+                    add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
                 }
-                Next::Allow { add_headers }
+                // The flow is done with the request: the listing filter takes it, and its id.
+                let listing = match self.req.take() {
+                    Some(r) if engine.listings.filter => {
+                        let shared = self.shared.insert(Rc::new(r));
+                        ListingFilter::for_allowed(engine, shared, self.id.take(), self.revision)
+                    }
+                    r => {
+                        self.req = r;
+                        None
+                    }
+                };
+                Next::Allow {
+                    add_headers,
+                    listing,
+                }
             }
             Decision::Deny(d) => {
                 let response = answer::denial(&engine.deny_response, &d, self.id.as_deref());
                 outcome.level = d.level;
-                outcome.reason = d.reason.as_str();
+                outcome.reason = Why::Denied(d.reason);
                 outcome.origin = engine.origin_of(d.policy.as_deref());
                 outcome.policy = d.policy;
                 outcome.rule = d.rule;
@@ -912,11 +769,10 @@ impl RequestFlow {
         let mut items = subscriptions.chain(reference).peekable();
         items.peek()?;
         let mut probe = self.req.clone()?;
-        let host = probe.host();
         for (judged_as, key, value) in items {
             // Judged as a call of that item alone: never with the request's own params.
             probe.as_item_call(judged_as, Some(key), Some(value), engine.cel_needs().params);
-            if let Some(d) = engine.item_denial(&probe, &host) {
+            if let Some(d) = engine.item_denial(&probe) {
                 return Some(Decision::Deny(d));
             }
         }
@@ -934,7 +790,7 @@ impl RequestFlow {
         Outcome {
             allowed: false,
             level: None,
-            reason: "allowed",
+            reason: Why::Allowed,
             policy: None,
             origin: None,
             rule: None,
@@ -955,7 +811,7 @@ impl RequestFlow {
         self.stage = Stage::Done;
         let response = answer::rejection(&r, self.id.as_deref());
         let mut outcome = self.base_outcome();
-        outcome.reason = r.status_code_reason().2;
+        outcome.reason = Why::Rejected(r.reason());
         outcome.status = Some(response.status);
         self.outcome = Some(outcome);
         Next::Respond(response)
@@ -1060,12 +916,7 @@ mod tests {
                 .iter()
                 .map(|(n, v)| (n.to_string(), v.to_string()))
                 .collect(),
-            caller: Default::default(),
-            mcp: McpOp::NotMcp,
-            route_name: None,
-            cluster_name: None,
-            time: None,
-            params: None,
+            ..Request::default()
         }
     }
 
@@ -1266,75 +1117,6 @@ mod tests {
             "=?base64?/w==?=",
         ] {
             assert_eq!(d(bad), None, "{bad}");
-        }
-    }
-
-    /// The document as it was first defined (a `serde_json::Value` map).
-    fn as_value_map(o: &Outcome) -> String {
-        serde_json::json!({
-            "decision": if o.allowed { "allow" } else { "deny" },
-            "level": level_str(o.level),
-            "reason": o.reason,
-            "origin": o.origin,
-            "policy": o.policy,
-            "rule": o.rule,
-            "status": o.status,
-            "listener": o.listener,
-            "backend": o.backend,
-            "method": o.mcp_method,
-            "name": o.mcp_param,
-            "caller": o.caller,
-            "jwt": o.jwt,
-            "cel_errors": o.cel_errors.0,
-        })
-        .to_string()
-    }
-
-    #[test]
-    fn outcome_json_is_byte_for_byte_the_value_map() {
-        let full = Outcome {
-            allowed: false,
-            level: Some(Level::Backend),
-            reason: "deny_policy",
-            policy: Some("ns/p\"q".into()),
-            origin: Some("overrides (merge) of AccessPolicy ns/g".into()),
-            rule: Some("r\u{1}\n\u{e9}\t\u{8}\u{c}\u{1f}\u{7f}\r".into()),
-            status: Some(403),
-            listener: Some("ns/gw/l".into()),
-            backend: Some("ns/b".into()),
-            mcp_method: Some("tools/call".into()),
-            mcp_param: Some("</script>\\".into()),
-            caller: Some("spiffe://example.org/ns/a/sa/b".into()),
-            jwt: Some("https://idp.example/\u{2028}#u\"1".into()),
-            cel_errors: (3, 1),
-        };
-        let empty = Outcome {
-            allowed: true,
-            level: None,
-            reason: "allowed",
-            policy: None,
-            origin: None,
-            rule: None,
-            status: None,
-            listener: None,
-            backend: None,
-            mcp_method: None,
-            mcp_param: None,
-            caller: None,
-            jwt: None,
-            cel_errors: (0, 0),
-        };
-        for o in [full, empty] {
-            assert_eq!(o.to_json(), as_value_map(&o));
-        }
-    }
-
-    #[test]
-    fn numbers_are_written_as_decimal() {
-        for n in [0, 7, 10, 403, 65_535, 1_000_000_000, u32::MAX] {
-            let mut out = String::new();
-            push_u32(&mut out, n);
-            assert_eq!(out, n.to_string());
         }
     }
 }
