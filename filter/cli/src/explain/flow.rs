@@ -1,0 +1,182 @@
+//! The filter's request flow, driven as the host adapter drives it, with authorizer callouts
+//! answered from `--assume`.
+
+use mcp_access_bundle::{Bundle, Level, SpiffeSource};
+use mcp_access_engine::answer::LocalResponse;
+use mcp_access_engine::facts::{Fact, HostFacts};
+use mcp_access_engine::flow::{drive, HeadersInput, Next, Outcome, Reply, RequestFlow};
+use mcp_access_engine::policy::{Engine, HeaderEdit, Mode};
+
+use super::assume::assumption;
+use super::request::Prepared;
+use super::{Assumption, CallView, RequestSpec, TraceView};
+
+/// The host facts of the request: what Envoy would report for it.
+struct SpecFacts {
+    port: u16,
+    route: Option<String>,
+    cluster: Option<String>,
+}
+
+impl HostFacts for SpecFacts {
+    fn read(&self, fact: Fact) -> Option<Vec<u8>> {
+        let text = |s: &Option<String>| s.clone().map(String::into_bytes);
+        match fact {
+            Fact::RouteName => text(&self.route),
+            Fact::ClusterName => text(&self.cluster),
+            Fact::DestinationPort => Some(i64::from(self.port).to_le_bytes().to_vec()),
+            // Now, as Envoy would report the request's arrival.
+            Fact::RequestTime => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| i64::try_from(d.as_nanos()).ok())
+                .map(|n| n.to_le_bytes().to_vec()),
+            // The caller is set from --spiffe / --service-account: it stands for a peer
+            // certificate with exactly that one URI SAN.
+            // The connection facts gRPC authorizers are told have no `explain` flag.
+            _ => None,
+        }
+    }
+}
+
+/// The flow after the request: where it ended, and the callouts it made.
+pub(super) struct Ran {
+    pub(super) flow: RequestFlow,
+    /// The headers set on the upstream request when the filter lets it on, else the
+    /// response the client gets.
+    pub(super) last: Result<Vec<HeaderEdit>, LocalResponse>,
+    pub(super) calls: Vec<CallView>,
+    /// The route and cluster the filter read from the host.
+    pub(super) route: Option<String>,
+    pub(super) cluster: Option<String>,
+}
+
+/// Runs the request through the flow: headers, then the body, then each callout.
+pub(super) fn run_flow(
+    engine: &Engine,
+    bundle: &Bundle,
+    spec: &RequestSpec,
+    req: &Prepared,
+    route: Option<String>,
+    cluster: Option<String>,
+) -> Result<Ran, String> {
+    let mut all_headers = vec![
+        (":method".to_string(), req.method.clone()),
+        (":path".to_string(), req.path.clone()),
+        (":authority".to_string(), req.authority.clone()),
+        (":scheme".to_string(), "http".to_string()),
+    ];
+    all_headers.extend(req.headers.iter().cloned());
+    let facts = SpecFacts {
+        port: req.port,
+        route,
+        cluster,
+    };
+    let mut input = HeadersInput::gather(engine, all_headers, req.body.is_none(), &facts);
+    if engine.identity.spiffe.source == SpiffeSource::PeerCertificate {
+        input.caller.spiffe = req.spiffe.clone();
+    }
+    if let Some(claims) = &spec.jwt_claims {
+        input.caller.jwts = vec![engine
+            .jwt_principal(claims)
+            .map_err(|e| format!("--jwt-claims: {e}"))?];
+    }
+    let (route, cluster) = (input.route_name.clone(), input.cluster_name.clone());
+    let mut flow = RequestFlow::traced();
+    let mut next = flow.on_headers(engine, input);
+    if let (Next::Hold, Some(b)) = (&next, &req.body) {
+        let bytes = b.as_bytes().to_vec();
+        next = flow.on_body(engine, bytes.len(), true, |_| Some(bytes));
+    }
+    let mut calls = Vec::new();
+    let last = drive(&mut flow, engine, next, |call| {
+        let policy = call.policy_id(engine).to_string();
+        let authorizer = call.authorizer(engine);
+        let (name, cluster) = authorizer.map_or(("", ""), |a| (&a.name, &a.cluster));
+        let found = assumption(bundle, &spec.assume, &policy, name);
+        let assumed = found.cloned().unwrap_or(Assumption::Allow);
+        calls.push(CallView {
+            level: call.level.as_str().to_string(),
+            policy,
+            authorizer: name.to_string(),
+            cluster: cluster.to_string(),
+            assumed: assumed.as_text(),
+            given: found.is_some(),
+        });
+        // Answered as an HTTP authorizer answers, whatever its protocol.
+        Reply::Http {
+            status: assumed.status(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    });
+    let last = match last {
+        Next::Allow { add_headers, .. } => Ok(add_headers),
+        Next::Respond(r) => Err(r),
+        Next::Hold | Next::Dispatch(_) => {
+            return Err("internal: the request flow waits for nothing".into())
+        }
+    };
+    Ok(Ran {
+        flow,
+        last,
+        calls,
+        route,
+        cluster,
+    })
+}
+
+/// The flow's trace; where a level's Allow rules admit nothing, each rule first, with the first
+/// of its conditions the request does not meet (the engine's own `Rule::mismatch`).
+pub(super) fn trace_views(
+    engine: &Engine,
+    flow: &RequestFlow,
+    outcome: &Outcome,
+) -> Vec<TraceView> {
+    let mut out = Vec::new();
+    for t in flow.trace() {
+        let level = Level::name(t.level);
+        let index = match t.level {
+            Some(Level::Gateway) => engine
+                .listeners
+                .iter()
+                .find(|l| outcome.listener.as_ref() == Some(&l.id))
+                .map(|l| &l.index),
+            Some(Level::Backend) => engine
+                .backends
+                .iter()
+                .find(|b| outcome.backend.as_ref() == Some(&b.id))
+                .map(|b| &b.index),
+            None => None,
+        };
+        if let (Some(index), Some(req), ("allow", "no rule admits")) =
+            (index, flow.request(), (t.step, t.outcome.as_str()))
+        {
+            for r in index.allow.rules() {
+                let Some(rule) = engine.rule(r) else { continue };
+                if let Some(why) = rule.mismatch(
+                    req,
+                    Mode::Admit,
+                    engine.identity.trust_domain.as_deref(),
+                    outcome.backend.as_deref(),
+                ) {
+                    out.push(TraceView {
+                        level,
+                        step: "allow",
+                        policy: engine.policies.get(r.policy).map(|p| p.id.clone()),
+                        rule: Some(rule.name.clone()),
+                        outcome: format!("not admitted: {why} does not match"),
+                    });
+                }
+            }
+        }
+        out.push(TraceView {
+            level,
+            step: t.step,
+            policy: t.policy.clone(),
+            rule: t.rule.clone(),
+            outcome: t.outcome.clone(),
+        });
+    }
+    out
+}

@@ -1,0 +1,125 @@
+//! The request as a client sends it, prepared from the command line.
+
+use mcp_access_bundle::gateway_api::{service_account_spiffe, DEFAULT_TRUST_DOMAIN};
+use mcp_access_bundle::{mcp_methods, Bundle, SpiffeSource};
+
+use super::route::{client_authority, pick_listener};
+use super::RequestSpec;
+
+/// The request: the listener it arrives on and what the client sends.
+pub(super) struct Prepared {
+    /// `namespace/name` of the Gateway (empty: by port only).
+    pub(super) gateway: String,
+    pub(super) listener: String,
+    pub(super) port: u16,
+    pub(super) method: String,
+    pub(super) path: String,
+    pub(super) authority: String,
+    /// Lower-case names, with the content headers a client sends with a body.
+    pub(super) headers: Vec<(String, String)>,
+    pub(super) body: Option<String>,
+    /// The caller's SPIFFE ID from `--spiffe` / `--service-account`.
+    pub(super) spiffe: Option<String>,
+}
+
+/// The request the spec describes, with a client's defaults for what it leaves out.
+pub(super) fn prepare(bundle: &Bundle, spec: &RequestSpec) -> Result<Prepared, String> {
+    let (gateway, listener, port, listener_host) = pick_listener(bundle, spec)?;
+    let host = spec
+        .host
+        .clone()
+        // A wildcard listener: some host under it.
+        .or(listener_host.map(|h| h.replacen('*', "host", 1)))
+        .unwrap_or_else(|| "localhost".into());
+    let method = spec.method.clone().unwrap_or_else(|| "POST".into());
+    let path = spec.path.clone().unwrap_or_else(|| "/mcp".into());
+    let body = match (&spec.body, &spec.mcp_method) {
+        (Some(b), _) => Some(b.clone()),
+        (None, Some(m)) => Some(body_for(m, spec.param.as_deref())),
+        (None, None) => None,
+    };
+    let headers = client_headers(spec, body.as_deref());
+    let spiffe = caller_spiffe(bundle, spec)?;
+    Ok(Prepared {
+        authority: client_authority(&host, port),
+        gateway,
+        listener,
+        port,
+        method,
+        path,
+        headers,
+        body,
+        spiffe,
+    })
+}
+
+/// The headers given, with lower-case names, and what an MCP client sends with a body
+/// unless given.
+fn client_headers(spec: &RequestSpec, body: Option<&str>) -> Vec<(String, String)> {
+    let mut headers: Vec<(String, String)> = spec
+        .headers
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .collect();
+    if let Some(b) = body {
+        for (name, value) in [
+            ("content-type", "application/json".to_string()),
+            ("content-length", b.len().to_string()),
+        ] {
+            if !headers.iter().any(|(k, _)| k == name) {
+                headers.push((name.into(), value));
+            }
+        }
+    }
+    headers
+}
+
+/// The caller's SPIFFE ID from `--spiffe` or `--service-account`; an error when the bundle
+/// takes the caller from a trusted header instead.
+fn caller_spiffe(bundle: &Bundle, spec: &RequestSpec) -> Result<Option<String>, String> {
+    let spiffe = match (&spec.spiffe, &spec.service_account) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(sa)) => {
+            let (ns, name) = sa
+                .split_once('/')
+                .ok_or("--service-account takes NAMESPACE/NAME")?;
+            let td = bundle
+                .identity
+                .trust_domain
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TRUST_DOMAIN.into());
+            Some(service_account_spiffe(&td, ns, name))
+        }
+        _ => None,
+    };
+    if let (Some(_), SpiffeSource::TrustedHeader) = (&spiffe, bundle.identity.spiffe.source) {
+        let name = bundle
+            .identity
+            .spiffe
+            .header
+            .as_ref()
+            .map_or("", |h| h.name.as_str());
+        return Err(format!(
+            "the bundle takes the caller from the trusted header {name}: give it with -H instead of --spiffe / --service-account"
+        ));
+    }
+    Ok(spiffe)
+}
+
+/// The JSON-RPC body for `--mcp-method` (and its tool, prompt or URI), as a client writes it.
+fn body_for(method: &str, param: Option<&str>) -> String {
+    let text = |s: &str| serde_json::Value::from(s).to_string();
+    let id = if method.starts_with("notifications/") {
+        ""
+    } else {
+        "\"id\":1,"
+    };
+    let params = match (param, mcp_methods::param_of(method)) {
+        (Some(p), Some(key)) => format!("{{{}:{}}}", text(key.key()), text(p)),
+        _ => "{}".into(),
+    };
+    format!(
+        "{{\"jsonrpc\":\"2.0\",{id}\"method\":{},\"params\":{params}}}",
+        text(method)
+    )
+}
