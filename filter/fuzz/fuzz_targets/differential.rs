@@ -7,7 +7,7 @@
 //! - duplicate keys in any object (compared after escape decoding) are -32600;
 //! - nesting deeper than `ParseLimits::max_depth` is -32700;
 //! - a batch (top-level array) or any other non-object message is -32600;
-//! - the JSON-RPC / MCP member rules of filter/src/mcp.rs (`jsonrpc` must be "2.0", `id` a
+//! - the JSON-RPC / MCP member rules of filter/engine/src/mcp.rs (`jsonrpc` must be "2.0", `id` a
 //!   string or number, `params` an object or array, `error` an object, the `_meta` protocol
 //!   version a string, a method name without empty, `.` or `..` segments, whitespace or
 //!   control characters, a `completion/complete` ref naming a prompt or a resource, ...);
