@@ -231,6 +231,11 @@ impl Checker {
     }
 }
 
+/// An authorizer timeout (`externalAuth.timeout`, validated to 1ms..60s) in milliseconds.
+pub(crate) fn authz_timeout_ms(s: &str) -> Option<u32> {
+    parse_duration_ms(s).and_then(|ms| u32::try_from(ms).ok())
+}
+
 /// Parses a Gateway API duration (`1h30m`, `500ms`) into milliseconds.
 pub(crate) fn parse_duration_ms(s: &str) -> Option<u64> {
     if !matches(DURATION, s) {

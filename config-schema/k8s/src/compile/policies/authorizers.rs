@@ -104,8 +104,7 @@ impl Ctx<'_> {
             timeout_ms: e
                 .timeout
                 .as_deref()
-                .and_then(check::parse_duration_ms)
-                .and_then(|ms| u32::try_from(ms).ok())
+                .and_then(check::authz_timeout_ms)
                 .unwrap_or(self.settings.authz_timeout_ms),
             include_peer_certificate: false,
             allowed_headers,
