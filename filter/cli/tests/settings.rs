@@ -73,6 +73,13 @@ fn bundle(d: &Path, extra: &[&str]) -> Value {
 fn filter_settings_reach_the_bundle() {
     let d = case("all", &[("settings.yaml", SETTINGS)]);
     let b = bundle(&d, &[]);
+    // A header identity can be sent by anyone who reaches Envoy: said loudly.
+    let out = run(&["validate", "-f", s(&d), "-o", "text"]);
+    assert!(
+        text(&out.stdout).contains("spec.identity.spiffe takes the caller's SPIFFE ID from request header x-forwarded-client-cert"),
+        "{}",
+        text(&out.stdout)
+    );
     assert_eq!(
         b["denyResponse"],
         json!({"httpStatus": 200, "jsonRpcCode": -32042, "message": "Not for you", "exposeDetails": true})

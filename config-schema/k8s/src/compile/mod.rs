@@ -197,7 +197,7 @@ struct Ctx<'a> {
 
 /// Compiles validated manifests.
 pub fn compile(m: &Manifests, o: &Options) -> Compiled {
-    let (settings, settings_problems) = settings::resolve(m, o);
+    let (settings, settings_problems, settings_warnings) = settings::resolve(m, o);
     let mut cx = Ctx {
         m,
         o,
@@ -209,6 +209,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     };
     cx.report_inputs();
     cx.report.invalid.extend(settings_problems);
+    cx.report.warnings.extend(settings_warnings);
     cx.backends();
     cx.gateways();
     cx.routes();

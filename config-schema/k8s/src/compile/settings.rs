@@ -38,11 +38,18 @@ impl Settings {
 }
 
 /// Resolves the settings; a second object and a flag that disagrees with the object are
-/// invalid input.
-pub(super) fn resolve(m: &Manifests, o: &Options) -> (Settings, Vec<InvalidObject>) {
+/// invalid input. Also returns the warnings the settings call for.
+pub(super) fn resolve(m: &Manifests, o: &Options) -> (Settings, Vec<InvalidObject>, Vec<String>) {
     let mut r = Resolver::default();
     let settings = r.settings(m, o);
-    (settings, r.invalid)
+    let mut warnings = Vec::new();
+    if let (Some(h), Some(it)) = (&settings.identity.spiffe.header, m.settings.first()) {
+        warnings.push(format!(
+            "{}: FilterSettings {}: spec.identity.spiffe takes the caller's SPIFFE ID from request header {} ({:?}): anyone who reaches Envoy directly can send it; run the filter only behind a proxy that sets this header and removes any copy a client sent (the Envoy configurations mcp-access renders set x-forwarded-client-cert themselves, from their own TLS peer)",
+            it.origin, it.meta.name, h.name, h.format
+        ));
+    }
+    (settings, r.invalid, warnings)
 }
 
 #[derive(Default)]
@@ -76,8 +83,7 @@ impl Resolver {
             .external_auth
             .as_ref()
             .and_then(|e| e.timeout.as_deref())
-            .and_then(check::parse_duration_ms)
-            .and_then(|ms| u32::try_from(ms).ok());
+            .and_then(check::authz_timeout_ms);
         let authz_timeout_ms = self.one_of_two(
             first,
             "spec.externalAuth.timeout",
