@@ -353,6 +353,7 @@ fn backend_target(ns: &str, name: &str) -> bundle::PolicyTarget {
         name: name.to_string(),
         namespace: Some(ns.to_string()),
         section_name: None,
+        routes: None,
     }
 }
 
@@ -563,6 +564,7 @@ impl Groups {
                     name: g.clone(),
                     namespace: Some(ns.clone()),
                     section_name: Some(l.clone()),
+                    routes: None,
                 })
                 .collect();
             self.index.insert(key.clone(), self.list.len());

@@ -348,6 +348,7 @@ impl Ctx<'_> {
                 name: name.to_string(),
                 namespace: Some(policy_ns.to_string()),
                 section_name: r.section_name.clone(),
+                routes: None,
             });
         }
         if agentic_group(group) && kind == "XBackend" {
@@ -370,6 +371,7 @@ impl Ctx<'_> {
                 name: name.to_string(),
                 namespace: Some(policy_ns.to_string()),
                 section_name: None,
+                routes: None,
             });
         }
         let hint = match kind {
@@ -641,6 +643,7 @@ impl Ctx<'_> {
                     name: "g".into(),
                     namespace: None,
                     section_name: None,
+                    routes: None,
                 }],
                 action,
                 external_auth: authorizer.as_ref().map(|_| "a".to_string()),

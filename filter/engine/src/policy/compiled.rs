@@ -1,6 +1,7 @@
 //! The bundle's policies compiled for per-request use (plain names: `compiled::Policy` is a
 //! bundle policy compiled), and how one rule matches a request.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use mcp_access_bundle::gateway_api::{
@@ -11,7 +12,7 @@ use mcp_access_bundle::{
     self as bundle, Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, SourceType,
 };
 
-use super::{CelCx, FastSet, LevelIndex};
+use super::{CelCx, FastSet, LevelIndex, PolicyId};
 use crate::request::{Caller, McpOp, Request};
 use mcp_access_cel::{CelLimits, Program};
 
@@ -77,23 +78,54 @@ pub struct Listener {
     pub index: LevelIndex,
 }
 
+/// Where a Backend-level index applies: (a listener some policy is narrowed to, a route slot
+/// some policy is scoped to); None: any other.
+pub type ScopeKey = (Option<usize>, Option<usize>);
+
 /// A backend with what is attached to it.
 #[derive(Debug)]
 pub struct Backend {
     pub id: String,
-    /// Policies that apply on every listener.
+    /// Policies that apply on every listener and through every route.
     pub index: LevelIndex,
-    /// Listeners some policy is narrowed to (bundle `listeners`): the index for requests that
-    /// arrived on each, those policies included.
-    pub by_listener: Vec<(usize, LevelIndex)>,
+    /// The index for requests that arrived on a listener some policy is narrowed to (bundle
+    /// `listeners`) and/or came through a route slot some policy is scoped to (target
+    /// `routes`): ((listener, slot), index), every combination but (None, None).
+    pub scoped: Vec<(ScopeKey, LevelIndex)>,
+    /// Listeners some policy is narrowed to.
+    pub(crate) narrowed: Vec<usize>,
+    /// Route and cluster names some policy is scoped to -> their slot.
+    pub(crate) route_slots: HashMap<String, usize>,
+    /// Per slot, the route-scoped policies that apply through it.
+    pub(crate) slots: Vec<Vec<PolicyId>>,
+    /// The route-scoped policies attached, most senior first, each with the listeners it is
+    /// narrowed to (None: every listener).
+    pub route_scoped: Vec<(PolicyId, Option<Vec<usize>>)>,
 }
 
 impl Backend {
-    /// What applies to a request that arrived on `listener`.
-    pub fn index_for(&self, listener: Option<usize>) -> &LevelIndex {
-        listener
-            .and_then(|l| self.by_listener.iter().find(|(x, _)| *x == l))
+    /// What applies to a request that arrived on `listener` through route slot `route`.
+    pub fn index_for(&self, listener: Option<usize>, route: Option<usize>) -> &LevelIndex {
+        let key = (listener.filter(|l| self.narrowed.contains(l)), route);
+        if key == (None, None) {
+            return &self.index;
+        }
+        self.scoped
+            .iter()
+            .find(|(k, _)| *k == key)
             .map_or(&self.index, |(_, i)| i)
+    }
+
+    /// The slot of the name a request to this backend was recognised by (None: no policy is
+    /// scoped to it).
+    pub fn route_slot(&self, name: &str) -> Option<usize> {
+        self.route_slots.get(name).copied()
+    }
+
+    /// Whether route-scoped policy `pid` applies through `slot`.
+    pub fn through(&self, pid: PolicyId, slot: Option<usize>) -> bool {
+        slot.and_then(|s| self.slots.get(s))
+            .is_some_and(|pids| pids.contains(&pid))
     }
 }
 
