@@ -100,6 +100,7 @@ fn every_valid_example_is_accepted_and_compiles() {
             "deny.yaml",
             "jwt.yaml",
             "overrides.yaml",
+            "route.yaml",
             "unset.yaml",
             "when.yaml"
         ]
