@@ -342,6 +342,15 @@ fn notes_of(fx: &Effects) -> Vec<String> {
     out
 }
 
+/// Where a policy's rules came from.
+fn from(p: &bundle::Policy) -> String {
+    match (&p.origin, &p.not_accepted) {
+        (_, Some(why)) => format!("stand-in of a policy not accepted ({why})"),
+        (Some(o), None) => o.to_string(),
+        (None, None) => "its own rules".into(),
+    }
+}
+
 /// One level's steps; `elsewhere`: route-scoped Allow policies of other routes (with those
 /// routes), which admit nothing here but keep the level default-deny.
 fn level_view(
@@ -361,11 +370,7 @@ fn level_view(
             .filter(|p| p.action == a)
             .map(|p| EffectiveEntry {
                 policy: format!("{}/{}", p.namespace, p.name),
-                from: match (&p.origin, &p.not_accepted) {
-                    (_, Some(why)) => format!("stand-in of a policy not accepted ({why})"),
-                    (Some(o), None) => o.to_string(),
-                    (None, None) => "its own rules".into(),
-                },
+                from: from(p),
                 when: p.when.clone(),
                 // A refused Allow policy's stand-in admits nothing, whatever its rules were.
                 rules: if p.not_accepted.is_some() && p.action == Action::Allow {
@@ -392,7 +397,10 @@ fn level_view(
         if a == Action::Allow {
             entries.extend(elsewhere.iter().map(|(p, routes)| EffectiveEntry {
                 policy: format!("{}/{}", p.namespace, p.name),
-                from: format!("scoped to {routes}: admits nothing through this route, but keeps this level default-deny"),
+                from: format!(
+                    "{}, through {routes} only: admits nothing here, but keeps this level default-deny",
+                    from(p)
+                ),
                 when: p.when.clone(),
                 rules: Some(Vec::new()),
                 authorizer: None,
