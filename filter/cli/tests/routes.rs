@@ -11,9 +11,9 @@
 
 mod common;
 
-use common::{run, s, text};
+use common::{enforced, run, s, text};
 use mcp_access_cli::explain::{explain, to_text, RequestSpec};
-use mcp_access_k8s::{compile, Compiled, EffectivePolicy, Manifests, ObjectStatus, Options};
+use mcp_access_k8s::{compile, Compiled, EffectivePolicy, Manifests, Options};
 use serde_json::Value;
 
 /// Gateway `gw` (listener `main` :8080) in namespace mcp; HTTPRoute `admin` (rules `admin`
@@ -141,25 +141,6 @@ fn admitted(c: &Compiled, path: &str, candidates: &[&str]) -> Vec<String> {
 }
 
 const ALL: &[&str] = &["a", "b", "echo", "x"];
-
-fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
-    c.report
-        .policies
-        .iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("no status for {name}: {:#?}", c.report.policies))
-}
-
-/// (reason, message) of the Enforced condition of `name` at its first target.
-fn enforced(c: &Compiled, name: &str) -> (String, String) {
-    let st = status(c, name);
-    assert!(st.accepted(), "{st:#?}");
-    let e = st.conditions[0]
-        .enforced
-        .clone()
-        .unwrap_or_else(|| panic!("no Enforced condition: {st:#?}"));
-    (e.reason, e.message)
-}
 
 #[test]
 fn a_deny_policy_on_one_rule_denies_through_that_rule_only() {
