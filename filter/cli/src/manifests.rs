@@ -5,9 +5,11 @@
 //! `config`, `failOpen: false`), per Gateway an `EnvoyPatchPolicy` (one cluster per authorizer,
 //! `allow_on_headers_stop_iteration: true` patched into the Wasm filter Envoy Gateway generates)
 //! and a `ClientTrafficPolicy` (buffer limit above the body limit, path handling as the filter
-//! reads paths). Istio: a `WasmPlugin` (phase AUTHZ, FAIL_CLOSE, the bundle as `pluginConfig`,
-//! `envoy.holdHeaders: false` because a WasmPlugin cannot hold headers) and an `EnvoyFilter` with
-//! the connection manager's path and host normalization.
+//! reads paths); backends, and the targets of policies on HTTPRoutes, are recognised by the
+//! cluster Envoy Gateway makes per HTTPRoute rule. Istio: a `WasmPlugin` (phase AUTHZ,
+//! FAIL_CLOSE, the bundle as `pluginConfig`, `envoy.holdHeaders: false` because a WasmPlugin
+//! cannot hold headers) and an `EnvoyFilter` with the connection manager's path and host
+//! normalization; policies on HTTPRoutes are refused (no route name the filter can rely on).
 
 use std::collections::{BTreeMap, BTreeSet};
 

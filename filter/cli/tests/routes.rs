@@ -171,6 +171,16 @@ fn a_deny_policy_on_one_rule_denies_through_that_rule_only() {
         "{}",
         to_text(&e)
     );
+    // Given the XBackend instead of a path, explain says the route matters and which it took.
+    let by_backend = RequestSpec {
+        backend: Some("tools".into()),
+        ..spec("/admin", "a")
+    };
+    let e = explain(&c.bundle, Some(&c.topology), &by_backend).unwrap();
+    assert_eq!(
+        e.note.as_deref(),
+        Some("XBackend mcp/tools has policies on HTTPRoutes, so the decision depends on the route: --backend takes route mcp/admin/rule-0/match-0; give --route (or --path, with manifests) for another")
+    );
 }
 
 #[test]

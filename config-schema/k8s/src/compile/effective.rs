@@ -333,6 +333,7 @@ impl Ctx<'_> {
         let mut cache = CondCache::new();
         let mut records: Vec<EffectRecord> = Vec::new();
         let mut groups = Groups::default();
+        let all_routes = self.backend_routes();
         for (backend, listeners) in self.listeners_per_backend() {
             let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
             let reaching = listeners
@@ -350,7 +351,9 @@ impl Ctx<'_> {
                     p
                 })
                 .collect();
-            let routes = self.backend_routes(&backend);
+            let Some(routes) = all_routes.get(&backend) else {
+                continue;
+            };
             let scopes: Vec<Option<&[String]>> = lower
                 .iter()
                 .map(|p| p.targets.first().and_then(|t| t.routes.as_deref()))
@@ -369,7 +372,7 @@ impl Ctx<'_> {
             let shape = Shape {
                 classes: &classes,
                 pairs: &pairs,
-                routes: &routes,
+                routes,
             };
             let scope = Scope {
                 lower: &lower,

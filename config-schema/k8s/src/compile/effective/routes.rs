@@ -33,33 +33,35 @@ pub(crate) struct BackendRoutes {
 }
 
 impl Ctx<'_> {
-    /// How XBackend `id` (`namespace/name`) is reached.
-    pub(crate) fn backend_routes(&self, id: &str) -> BackendRoutes {
-        let mut out = BackendRoutes {
-            on: BTreeMap::new(),
-            all: BTreeSet::new(),
-            rules: BTreeMap::new(),
-            cluster: None,
-        };
+    /// How each XBackend (by `namespace/name`) is reached: one pass over the route entries.
+    pub(crate) fn backend_routes(&self) -> BTreeMap<String, BackendRoutes> {
+        let mut out: BTreeMap<String, BackendRoutes> = BTreeMap::new();
+        for b in &self.topo.backends {
+            out.insert(
+                b.id.clone(),
+                BackendRoutes {
+                    on: BTreeMap::new(),
+                    all: BTreeSet::from([b.cluster.clone()]),
+                    rules: BTreeMap::new(),
+                    cluster: Some(b.cluster.clone()),
+                },
+            );
+        }
         for g in &self.topo.gateways {
             for l in &g.listeners {
                 let key = (g.namespace.clone(), g.name.clone(), l.name.clone());
-                for e in l.routes.iter().filter(|e| single_backend(e) == Some(id)) {
-                    out.on
-                        .entry(key.clone())
-                        .or_default()
-                        .insert(e.name.clone());
-                    out.all.insert(e.name.clone());
-                    out.rules.insert(
+                for e in &l.routes {
+                    let Some(r) = single_backend(e).and_then(|id| out.get_mut(id)) else {
+                        continue;
+                    };
+                    r.on.entry(key.clone()).or_default().insert(e.name.clone());
+                    r.all.insert(e.name.clone());
+                    r.rules.insert(
                         e.name.clone(),
                         (e.route.clone(), e.rule, e.rule_name.clone()),
                     );
                 }
             }
-        }
-        if let Some(b) = self.topo.backends.iter().find(|b| b.id == id) {
-            out.all.insert(b.cluster.clone());
-            out.cluster = Some(b.cluster.clone());
         }
         out
     }

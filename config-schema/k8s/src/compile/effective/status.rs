@@ -228,8 +228,12 @@ impl Ctx<'_> {
     /// bundle: one per (listener, XBackend) unless route-scoped policies make routes differ.
     pub(in crate::compile) fn effective_view(&self, b: &bundle::Bundle) -> Vec<EffectivePolicy> {
         let mut out = Vec::new();
+        let all_routes = self.backend_routes();
         for (backend, listeners) in self.listeners_per_backend() {
             let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
+            let Some(routes) = all_routes.get(&backend) else {
+                continue;
+            };
             let back: Vec<&bundle::Policy> = b
                 .policies
                 .iter()
@@ -240,7 +244,6 @@ impl Ctx<'_> {
                         })
                 })
                 .collect();
-            let routes = self.backend_routes(&backend);
             let targets: Vec<bundle::PolicyTarget> =
                 back.iter().map(|p| target_on(p, bns, bname)).collect();
             let scopes: Vec<Option<&[String]>> =
