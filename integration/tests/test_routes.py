@@ -151,6 +151,8 @@ def test_route_policies_through_mcp_access_envoy(cli: Path, wasm_path: Path, wor
             "--format", "text", "-o", str(base / "envoy.json"), "--bundle-out", str(base / "bundle.json"),
         )
         assert result.returncode == 0, result.stderr
+        # The report says public is closed by the policies of the other rules.
+        assert "requests through HTTPRoute mcp/public meet no Allow policy" in result.stderr, result.stderr
         bundle = json.loads((base / "bundle.json").read_text())
         scoped = {p["name"]: p["targets"][0]["routes"] for p in bundle["policies"]}
         assert scoped == {"admin-echo-only": ["mcp/admin/rule-0/match-0"],

@@ -211,11 +211,26 @@ fn an_allow_policy_on_a_route_admits_there_and_keeps_the_backend_closed_elsewher
                     .contains("its presence keeps this level default-deny")),
         "{v:#}"
     );
+    // The report warns about it.
+    let closed = "XBackend mcp/tools: requests through HTTPRoute mcp/public meet no Allow policy that admits anything there, while the Allow policies on other routes (mcp/echo-only) keep its Backend level default-deny";
+    assert!(
+        c.report.warnings.iter().any(|w| w.starts_with(closed)),
+        "{:#?}",
+        c.report.warnings
+    );
     // An Allow policy on the other route opens it, as it says.
     let public = policy("public-all", &on_route("public", None), "Allow", "");
     let c = build(&[only_echo, public]);
     assert_eq!(admitted(&c, "/mcp", ALL), ALL);
     assert_eq!(admitted(&c, "/admin", ALL), ["echo"]);
+    assert!(
+        !c.report
+            .warnings
+            .iter()
+            .any(|w| w.contains("meet no Allow policy")),
+        "{:#?}",
+        c.report.warnings
+    );
 }
 
 #[test]

@@ -5,9 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ListenerKey;
+use super::{target_on, ListenerKey};
 use crate::compile::route_targets::single_backend;
 use crate::compile::Ctx;
+use mcp_access_bundle::{self as bundle, Action, Level};
 
 /// Rules of a route: (index, name).
 type Rules<'a> = BTreeSet<(usize, Option<&'a str>)>;
@@ -60,6 +61,59 @@ impl Ctx<'_> {
                         e.name.clone(),
                         (e.route.clone(), e.rule, e.rule_name.clone()),
                     );
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Ctx<'_> {
+    /// Warnings for routes to an XBackend that no Allow policy can admit through while
+    /// Allow policies on other routes keep its level default-deny (docs/semantics.md §1.6):
+    /// everything through them is denied, which is seldom meant.
+    pub(crate) fn closed_routes(&self, b: &bundle::Bundle) -> Vec<String> {
+        let mut out = Vec::new();
+        for (id, routes) in &self.backend_routes() {
+            let (bns, bname) = id.split_once('/').unwrap_or(("", id));
+            let back: Vec<&bundle::Policy> = b
+                .policies
+                .iter()
+                .filter(|p| {
+                    p.level == Level::Backend
+                        && p.targets.iter().any(|t| {
+                            t.name == bname && t.namespace.as_deref().unwrap_or(&p.namespace) == bns
+                        })
+                })
+                .collect();
+            let targets: Vec<bundle::PolicyTarget> =
+                back.iter().map(|p| target_on(p, bns, bname)).collect();
+            let scopes: Vec<Option<&[String]>> =
+                targets.iter().map(|t| t.routes.as_deref()).collect();
+            let closing: Vec<String> = back
+                .iter()
+                .zip(&scopes)
+                .filter(|(p, s)| p.action == Action::Allow && s.is_some())
+                .map(|(p, _)| format!("{}/{}", p.namespace, p.name))
+                .collect();
+            if closing.is_empty() {
+                continue;
+            }
+            for c in routes.classes(&scopes) {
+                let own_allow = c
+                    .members
+                    .iter()
+                    .any(|i| back.get(*i).is_some_and(|p| p.action == Action::Allow));
+                let Some(names) = c.names.as_ref().filter(|_| !own_allow) else {
+                    continue;
+                };
+                let through: Vec<String> = routes
+                    .describe(names)
+                    .into_iter()
+                    .filter(|d| d.starts_with("HTTPRoute "))
+                    .collect();
+                if !through.is_empty() {
+                    out.push(format!("XBackend {id}: requests through {} meet no Allow policy that admits anything there, while the Allow policies on other routes ({}) keep its Backend level default-deny: every such request is denied; give those routes (or the XBackend) an Allow policy of their own if that is not meant", through.join(", "), closing.join(", ")));
                 }
             }
         }
