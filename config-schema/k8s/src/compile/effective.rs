@@ -442,9 +442,19 @@ impl Ctx<'_> {
     }
 }
 
+/// The Backend-level policies of bundle `b` on backend `bns/bname`, each with its target there.
+pub(super) fn on_backend<'b>(
+    b: &'b bundle::Bundle,
+    (bns, bname): (&str, &str),
+) -> (Vec<&'b bundle::Policy>, Vec<bundle::PolicyTarget>) {
+    let back: Vec<&bundle::Policy> = b.policies.iter().filter(|p| is_on(p, bns, bname)).collect();
+    let targets = back.iter().map(|p| target_on(p, bns, bname)).collect();
+    (back, targets)
+}
+
 /// Policy `p`'s target on backend `bns/bname`: through the routes of all its targets there
 /// (None if one of them has none).
-pub(super) fn target_on(p: &bundle::Policy, bns: &str, bname: &str) -> bundle::PolicyTarget {
+fn target_on(p: &bundle::Policy, bns: &str, bname: &str) -> bundle::PolicyTarget {
     let mut routes: Option<Vec<String>> = Some(Vec::new());
     for t in p
         .targets

@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{target_on, ListenerKey};
+use super::{on_backend, ListenerKey};
 use crate::compile::route_targets::single_backend;
 use crate::compile::Ctx;
-use mcp_access_bundle::{self as bundle, Action, Level};
+use mcp_access_bundle::{self as bundle, Action};
 
 /// Rules of a route: (index, name).
 type Rules<'a> = BTreeSet<(usize, Option<&'a str>)>;
@@ -75,19 +75,7 @@ impl Ctx<'_> {
     pub(crate) fn closed_routes(&self, b: &bundle::Bundle) -> Vec<String> {
         let mut out = Vec::new();
         for (id, routes) in &self.backend_routes() {
-            let (bns, bname) = id.split_once('/').unwrap_or(("", id));
-            let back: Vec<&bundle::Policy> = b
-                .policies
-                .iter()
-                .filter(|p| {
-                    p.level == Level::Backend
-                        && p.targets.iter().any(|t| {
-                            t.name == bname && t.namespace.as_deref().unwrap_or(&p.namespace) == bns
-                        })
-                })
-                .collect();
-            let targets: Vec<bundle::PolicyTarget> =
-                back.iter().map(|p| target_on(p, bns, bname)).collect();
+            let (back, targets) = on_backend(b, id.split_once('/').unwrap_or(("", id)));
             let scopes: Vec<Option<&[String]>> =
                 targets.iter().map(|t| t.routes.as_deref()).collect();
             let closing: Vec<String> = back

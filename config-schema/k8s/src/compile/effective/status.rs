@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{target_on, BlockPolicy, EffectRecord, Effects};
+use super::{on_backend, BlockPolicy, EffectRecord, Effects};
 use crate::compile::Ctx;
 use crate::model::*;
 use crate::types::opt;
@@ -234,18 +234,7 @@ impl Ctx<'_> {
             let Some(routes) = all_routes.get(&backend) else {
                 continue;
             };
-            let back: Vec<&bundle::Policy> = b
-                .policies
-                .iter()
-                .filter(|p| {
-                    p.level == Level::Backend
-                        && p.targets.iter().any(|t| {
-                            t.name == bname && t.namespace.as_deref().unwrap_or(&p.namespace) == bns
-                        })
-                })
-                .collect();
-            let targets: Vec<bundle::PolicyTarget> =
-                back.iter().map(|p| target_on(p, bns, bname)).collect();
+            let (back, targets) = on_backend(b, (bns, bname));
             let scopes: Vec<Option<&[String]>> =
                 targets.iter().map(|t| t.routes.as_deref()).collect();
             let classes = routes.classes(&scopes);
