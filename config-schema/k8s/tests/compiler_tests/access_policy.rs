@@ -16,7 +16,7 @@ use mcp_access_k8s::{compile, reason, Compiled, Manifests, ObjectStatus, Options
 const IDP: &str = "https://idp.example.com";
 
 /// The Gateway, route and XBackend the examples target (`examples/targets.yaml`).
-const INFRA: &str = include_str!("../../crds/examples/targets.yaml");
+const INFRA: &str = include_str!("../../../crds/examples/targets.yaml");
 
 fn options() -> Options {
     Options {

@@ -1,0 +1,6 @@
+//! The crate's integration tests, one binary (a binary per file linked the crate 4 times).
+
+mod access_policy;
+mod compile;
+mod crd;
+mod examples;

@@ -1,0 +1,14 @@
+//! The crate's integration tests, one binary (a binary per file linked the crate 10 times).
+
+mod common;
+
+mod authz_answers;
+mod cel;
+mod cel_input;
+mod compile_index;
+mod flow;
+mod http_canonical;
+mod leaks;
+mod listing;
+mod semantics;
+mod stats;
