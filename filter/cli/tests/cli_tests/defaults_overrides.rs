@@ -9,9 +9,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
-use common::{enforced, status};
+use crate::common::{enforced, status};
 use mcp_access_cli::explain::{explain, RequestSpec};
 use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! The crate's integration tests, one binary (a binary per file linked the crate 10 times).
+//! The crate's integration tests, one binary (a binary per file linked the crate 11 times).
 
 mod common;
 
@@ -11,4 +11,5 @@ mod explain_flow;
 mod fail_closed;
 mod mistakes;
 mod policy_language;
+mod routes;
 mod settings;

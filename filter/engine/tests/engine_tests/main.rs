@@ -1,4 +1,4 @@
-//! The crate's integration tests, one binary (a binary per file linked the crate 10 times).
+//! The crate's integration tests, one binary (a binary per file linked the crate 11 times).
 
 mod common;
 
@@ -10,5 +10,6 @@ mod flow;
 mod http_canonical;
 mod leaks;
 mod listing;
+mod routes;
 mod semantics;
 mod stats;

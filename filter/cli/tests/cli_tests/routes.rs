@@ -9,9 +9,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
-use common::{enforced, run, s, text};
+use crate::common::{self, enforced, run, s, text};
 use mcp_access_cli::explain::{explain, to_text, RequestSpec};
 use mcp_access_k8s::{compile, Compiled, EffectivePolicy, Manifests, Options};
 use serde_json::Value;

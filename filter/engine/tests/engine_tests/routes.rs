@@ -8,11 +8,9 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::*;
+use crate::common::*;
 use mcp_access_engine::policy::{Decision, Engine, Reason};
 use mcp_access_engine::request::{McpOp, Request};
 use serde_json::{json, Value};
