@@ -54,7 +54,8 @@ fn problems(extra: &str) -> Vec<String> {
         .collect()
 }
 
-fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
+/// The status of policy `name` (also the route target tests').
+pub(crate) fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
     c.report
         .policies
         .iter()
@@ -62,7 +63,8 @@ fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
         .unwrap_or_else(|| panic!("no status for {name}: {:#?}", c.report.policies))
 }
 
-fn policy<'a>(c: &'a Compiled, name: &str) -> &'a Policy {
+/// Bundle policy `name` (also the route target tests').
+pub(crate) fn policy<'a>(c: &'a Compiled, name: &str) -> &'a Policy {
     c.bundle
         .policies
         .iter()

@@ -8,8 +8,9 @@
     clippy::indexing_slicing
 )]
 
+use crate::access_policy::{policy, status};
 use mcp_access_bundle::{Action, Level, Policy};
-use mcp_access_k8s::{compile, reason, Compiled, Manifests, ObjectStatus, Options};
+use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
 
 /// Gateway `gw` (listeners `main` :8080, `alt` :8081) in namespace mcp. HTTPRoute `admin`
 /// (rules `admin` and `ops`) and `public` (one unnamed rule) lead to XBackend `tools`;
@@ -131,22 +132,6 @@ fn route(name: &str, section: Option<&str>) -> String {
         ),
         None => format!("{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {name}}}"),
     }
-}
-
-fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
-    c.report
-        .policies
-        .iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("no status for {name}: {:#?}", c.report.policies))
-}
-
-fn policy<'a>(c: &'a Compiled, name: &str) -> &'a Policy {
-    c.bundle
-        .policies
-        .iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("no bundle policy {name}: {:#?}", c.bundle.policies))
 }
 
 /// (backend, routes) of each target of a bundle policy.
