@@ -287,9 +287,13 @@ impl Shape<'_> {
             .collect()
     }
 
-    /// Whether lower policy `i` is unchanged wherever it is met.
+    /// Whether lower policy `i` is unchanged wherever it is met (met nowhere: it stays as
+    /// written, never dropped).
     fn kept(&self, variants: &Variants, i: usize) -> bool {
         let mine = self.pairs_of(i);
+        if mine.is_empty() {
+            return true;
+        }
         let as_written = Unit::Lower {
             i,
             removed: Vec::new(),

@@ -1,7 +1,6 @@
 //! The bundle's policies compiled for per-request use (plain names: `compiled::Policy` is a
 //! bundle policy compiled), and how one rule matches a request.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use mcp_access_bundle::gateway_api::{
@@ -12,7 +11,7 @@ use mcp_access_bundle::{
     self as bundle, Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, SourceType,
 };
 
-use super::{CelCx, FastSet, LevelIndex, PolicyId};
+use super::{CelCx, FastMap, FastSet, LevelIndex, PolicyId};
 use crate::request::{Caller, McpOp, Request};
 use mcp_access_cel::{CelLimits, Program};
 
@@ -95,7 +94,7 @@ pub struct Backend {
     /// Listeners some policy is narrowed to.
     pub(crate) narrowed: Vec<usize>,
     /// Route and cluster names some policy is scoped to -> their slot.
-    pub(crate) route_slots: HashMap<String, usize>,
+    pub(crate) route_slots: FastMap<String, usize>,
     /// Per slot, the route-scoped policies that apply through it.
     pub(crate) slots: Vec<Vec<PolicyId>>,
     /// The route-scoped policies attached, most senior first, each with the listeners it is
@@ -119,6 +118,9 @@ impl Backend {
     /// The slot of the name a request to this backend was recognised by (None: no policy is
     /// scoped to it).
     pub fn route_slot(&self, name: &str) -> Option<usize> {
+        if self.route_slots.is_empty() {
+            return None;
+        }
         self.route_slots.get(name).copied()
     }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use mcp_access_bundle::{self as bundle, Level, ValidBundle};
 
-use super::{compiled, LevelIndex, Mode, PolicyId, RuleRef, RuleSet};
+use super::{compiled, FastMap, LevelIndex, Mode, PolicyId, RuleRef, RuleSet};
 use mcp_access_bundle::gateway_api::HostPattern;
 
 /// One index per Gateway listener, of the Gateway-level policies attached to it.
@@ -206,7 +206,7 @@ fn backend(
 
 /// The names some attached policy is scoped to, each with its slot: names that the same
 /// policies apply through share one. Returns (name -> slot, slot -> those policies).
-fn route_slots(attached: &[Attached]) -> (HashMap<String, usize>, Vec<Vec<PolicyId>>) {
+fn route_slots(attached: &[Attached]) -> (FastMap<String, usize>, Vec<Vec<PolicyId>>) {
     let mut by_name: BTreeMap<&str, Vec<PolicyId>> = BTreeMap::new();
     for a in attached {
         for r in a.routes.iter().flatten() {
@@ -217,7 +217,7 @@ fn route_slots(attached: &[Attached]) -> (HashMap<String, usize>, Vec<Vec<Policy
         }
     }
     let mut slots: Vec<Vec<PolicyId>> = Vec::new();
-    let mut names = HashMap::new();
+    let mut names = FastMap::default();
     for (name, mut pids) in by_name {
         pids.sort_unstable();
         let slot = match slots.iter().position(|s| *s == pids) {
