@@ -231,8 +231,6 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         envoy: Default::default(),
     };
     cx.settings.apply(&mut bundle);
-    let closed = cx.closed_routes(&bundle);
-    cx.report.warnings.extend(closed);
     let effective = if o.effective_view {
         cx.effective_view(&bundle)
     } else {

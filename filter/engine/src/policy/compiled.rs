@@ -97,6 +97,11 @@ pub struct Backend {
     pub(crate) route_slots: FastMap<String, usize>,
     /// Per slot, the route-scoped policies that apply through it.
     pub(crate) slots: Vec<Vec<PolicyId>>,
+    /// The slots of a request recognised by a name no policy is scoped to: by a route name
+    /// the backend lists (surely another route), or by a cluster name (another route unless
+    /// a policy is scoped by route names, which the cluster may carry too). None without
+    /// route-scoped policies.
+    pub(crate) other_slots: Option<OtherSlots>,
     /// The route-scoped policies attached, most senior first, each with the listeners it is
     /// narrowed to (None: every listener).
     pub route_scoped: Vec<(PolicyId, Option<Vec<usize>>)>,
@@ -115,20 +120,61 @@ impl Backend {
             .map_or(&self.index, |(_, i)| i)
     }
 
-    /// The slot of the name a request to this backend was recognised by (None: no policy is
-    /// scoped to it).
-    pub fn route_slot(&self, name: &str) -> Option<usize> {
-        if self.route_slots.is_empty() {
-            return None;
-        }
-        self.route_slots.get(name).copied()
+    /// The slot of the name a request to this backend was recognised by (`by_route`: a route
+    /// name the backend lists, else a cluster name). None: no policy is scoped to any route.
+    pub fn route_slot(&self, name: &str, by_route: bool) -> Option<usize> {
+        let other = self.other_slots.as_ref()?;
+        Some(match self.route_slots.get(name) {
+            Some(slot) => *slot,
+            None if by_route => other.route,
+            None => other.cluster,
+        })
     }
 
-    /// Whether route-scoped policy `pid` applies through `slot`.
-    pub fn through(&self, pid: PolicyId, slot: Option<usize>) -> bool {
-        slot.and_then(|s| self.slots.get(s))
-            .is_some_and(|pids| pids.contains(&pid))
+    /// Whether route-scoped policy `pid` applies through `slot`: yes, no, or perhaps (the
+    /// request came by a cluster name and `pid` is scoped by route names that may use it).
+    pub fn through(&self, pid: PolicyId, slot: Option<usize>) -> Through {
+        through(&self.slots, self.other_slots.as_ref(), pid, slot)
     }
+}
+
+/// [`Backend::through`], also used while the backend's indexes are built.
+pub(crate) fn through(
+    slots: &[Vec<PolicyId>],
+    other: Option<&OtherSlots>,
+    pid: PolicyId,
+    slot: Option<usize>,
+) -> Through {
+    match (slot, other) {
+        (Some(s), Some(o)) if s == o.cluster => match o.by_route_names.contains(&pid) {
+            true => Through::Unsure,
+            false => Through::No,
+        },
+        (Some(s), _) if slots.get(s).is_some_and(|p| p.contains(&pid)) => Through::Yes,
+        (Some(_), _) => Through::No,
+        (None, _) => Through::Unsure,
+    }
+}
+
+/// The pseudo-slots of names no policy is scoped to (see [`Backend::other_slots`]).
+#[derive(Debug)]
+pub(crate) struct OtherSlots {
+    pub(crate) route: usize,
+    pub(crate) cluster: usize,
+    /// Route-scoped policies scoped by some route name (not only cluster names).
+    pub(crate) by_route_names: Vec<PolicyId>,
+}
+
+/// Whether a route-scoped policy applies to a request (docs/semantics.md §1.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Through {
+    /// The request came through one of its routes.
+    Yes,
+    /// It came through another route: the policy does not apply.
+    No,
+    /// The filter cannot tell: an Allow policy keeps the level default-deny, admitting
+    /// nothing; other actions do not apply.
+    Unsure,
 }
 
 /// A compiled rule.

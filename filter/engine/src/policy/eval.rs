@@ -426,12 +426,12 @@ impl Evaluation {
             let Some(p) = engine.policies.get(*pid).filter(|_| on_listener) else {
                 continue;
             };
-            let outcome = if b.through(*pid, self.route) {
-                format!("applies: {name} is one of its routes")
-            } else if p.action == super::compiled::Action::Allow {
-                format!("admits nothing: {name} is not one of its routes (its presence keeps this level default-deny)")
-            } else {
-                format!("does not apply: {name} is not one of its routes")
+            use super::compiled::{Action, Through};
+            let outcome = match b.through(*pid, self.route) {
+                Through::Yes => format!("applies: {name} is one of its routes"),
+                Through::No => format!("does not apply: {name} is another route"),
+                Through::Unsure if p.action == Action::Allow => format!("admits nothing: the request came by cluster {name}, which its routes may use too (its presence keeps this level default-deny)"),
+                Through::Unsure => format!("does not apply: the request came by cluster {name}, not by one of its routes"),
             };
             self.note(
                 Some(Level::Backend),

@@ -156,7 +156,25 @@ fn backend(
         .collect();
     narrowed.sort_unstable();
     narrowed.dedup();
-    let (route_slots, slots) = route_slots(attached);
+    let (route_slots, mut slots) = route_slots(attached);
+    let other_slots = attached.iter().any(|a| a.routes.is_some()).then(|| {
+        slots.extend([Vec::new(), Vec::new()]);
+        compiled::OtherSlots {
+            route: slots.len() - 2,
+            cluster: slots.len() - 1,
+            by_route_names: attached
+                .iter()
+                .filter(|a| {
+                    a.routes
+                        .iter()
+                        .flatten()
+                        .any(|r| be.route_names.contains(r))
+                })
+                .map(|a| a.pid)
+                .collect(),
+        }
+    });
+    let through = |pid, slot| compiled::through(&slots, other_slots.as_ref(), pid, slot);
     let build = |listener: Option<usize>, slot: Option<usize>| {
         let mut ix = LevelIndex::default();
         for a in attached {
@@ -167,14 +185,10 @@ fn backend(
             if !on_listener {
                 continue;
             }
-            let through = a.routes.is_none()
-                || slot
-                    .and_then(|s| slots.get(s))
-                    .is_some_and(|pids| pids.contains(&a.pid));
-            if through {
-                ix.attach(a.pid, policies);
-            } else {
-                ix.attach_presence(a.pid, policies);
+            match a.routes.as_ref().map(|_| through(a.pid, slot)) {
+                None | Some(compiled::Through::Yes) => ix.attach(a.pid, policies),
+                Some(compiled::Through::Unsure) => ix.attach_presence(a.pid, policies),
+                Some(compiled::Through::No) => {}
             }
         }
         ix
@@ -196,6 +210,7 @@ fn backend(
         narrowed,
         route_slots,
         slots,
+        other_slots,
         route_scoped: attached
             .iter()
             .filter(|a| a.routes.is_some())
@@ -281,9 +296,9 @@ impl LevelIndex {
         }
     }
 
-    /// A route-scoped policy on a request through another route: an Allow policy admits
-    /// nothing there, but the level stays default-deny wherever it applies (its `when`);
-    /// other actions do nothing there.
+    /// A route-scoped policy on a request the filter cannot tell came through its routes or
+    /// not: an Allow policy admits nothing there, but the level stays default-deny wherever it
+    /// applies (its `when`); other actions do nothing there.
     fn attach_presence(&mut self, pid: PolicyId, policies: &[compiled::Policy]) {
         if let Some(p) = policies
             .get(pid)

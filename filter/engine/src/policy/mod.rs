@@ -303,7 +303,10 @@ impl Engine {
         Target {
             listener: self.listener_for(req.port, &req.host),
             backend: found.map(|(b, _)| b),
-            route: found.and_then(|(b, name)| self.backends.get(b)?.route_slot(name)),
+            route: found.and_then(|(b, name)| {
+                let by_route = req.route_name.as_deref() == Some(name);
+                self.backends.get(b)?.route_slot(name, by_route)
+            }),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Route-scoped Backend-level policies (docs/semantics.md §1.6): a policy whose backend
 //! target lists routes applies only to requests the backend was recognised through one of
-//! them; a route-scoped Allow policy keeps the level default-deny for every request.
+//! them; where the filter cannot tell (a cluster name its routes may share), a route-scoped
+//! Allow policy keeps the level default-deny.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -98,15 +99,39 @@ fn a_route_scoped_allow_policy_admits_only_through_its_routes_and_keeps_the_leve
         denied_by(&decide(&e, &via("add", Some("admin"), None, 8443))),
         not_allowed
     );
-    // Through another route (or one the bundle does not know) nothing admits it, and the
-    // scoped Allow policy still makes the level default-deny.
-    for (route, cluster) in [(Some("public"), None), (None, Some("tools-cluster"))] {
+    // Through another route the policy does not apply: with no other Allow policy there,
+    // the level admits everything.
+    assert!(is_allow(&decide(
+        &e,
+        &via("add", Some("public"), None, 8443)
+    )));
+    // A request the filter cannot place (recognised by the backend's cluster, which the
+    // policy's routes may use too): nothing admits it, and the scoped Allow policy keeps the
+    // level default-deny.
+    for route in [None, Some("unlisted")] {
         assert_eq!(
-            denied_by(&decide(&e, &via("echo", route, cluster, 8443))),
+            denied_by(&decide(
+                &e,
+                &via("echo", route, Some("tools-cluster"), 8443)
+            )),
             not_allowed,
             "{route:?}"
         );
     }
+    // Scoped by per-rule cluster names (Envoy Gateway): another rule's cluster is surely
+    // another route.
+    let eg = routed(vec![scoped(
+        inline_tools("eg-echo", "Backend", "eg", &["echo"]),
+        &["rule-0"],
+    )]);
+    assert_eq!(
+        denied_by(&decide(&eg, &via("add", None, Some("rule-0"), 8443))),
+        not_allowed
+    );
+    assert!(is_allow(&decide(
+        &eg,
+        &via("add", None, Some("rule-1"), 8443)
+    )));
     // An Allow policy of the other route opens it, and only it.
     let mut all = json!({"name": "public-all", "level": "Backend", "action": "Allow",
         "targets": [{"name": "tools"}]});
@@ -223,7 +248,7 @@ fn listed_items_are_judged_through_the_listing_request_s_route() {
     };
     assert_eq!(item("echo", "admin"), None);
     assert_eq!(item("add", "admin"), Some(Reason::NotAllowed));
-    assert_eq!(item("echo", "public"), Some(Reason::NotAllowed));
+    assert_eq!(item("add", "public"), None);
 }
 
 #[test]
@@ -258,8 +283,25 @@ fn the_trace_says_whether_each_route_scoped_policy_applies() {
     assert_eq!(
         lines("public"),
         [
-            "default/echo-only admits nothing: public is not one of its routes (its presence keeps this level default-deny)",
-            "default/no-add does not apply: public is not one of its routes"
+            "default/echo-only does not apply: public is another route",
+            "default/no-add does not apply: public is another route"
+        ]
+    );
+    // By the cluster only: the filter cannot tell the route.
+    let req = resolved(&e, &via("echo", None, Some("tools-cluster"), 8443));
+    let mut ev = e.begin(&req, true);
+    let _ = ev.advance(&e, &req);
+    let by_cluster: Vec<String> = ev
+        .trace()
+        .iter()
+        .filter(|t| t.step == "route")
+        .map(|t| t.outcome.clone())
+        .collect();
+    assert_eq!(
+        by_cluster,
+        [
+            "admits nothing: the request came by cluster tools-cluster, which its routes may use too (its presence keeps this level default-deny)",
+            "does not apply: the request came by cluster tools-cluster, not by one of its routes"
         ]
     );
     // No trace is kept unless asked for.

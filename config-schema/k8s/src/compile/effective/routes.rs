@@ -5,10 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{on_backend, ListenerKey};
+use super::ListenerKey;
 use crate::compile::route_targets::single_backend;
 use crate::compile::Ctx;
-use mcp_access_bundle::{self as bundle, Action};
 
 /// Rules of a route: (index, name).
 type Rules<'a> = BTreeSet<(usize, Option<&'a str>)>;
@@ -68,47 +67,6 @@ impl Ctx<'_> {
     }
 }
 
-impl Ctx<'_> {
-    /// Warnings for routes to an XBackend that no Allow policy can admit through while
-    /// Allow policies on other routes keep its level default-deny (docs/semantics.md §1.6):
-    /// everything through them is denied, which is seldom meant.
-    pub(crate) fn closed_routes(&self, b: &bundle::Bundle) -> Vec<String> {
-        let mut out = Vec::new();
-        for (id, routes) in &self.backend_routes() {
-            let (back, targets) = on_backend(b, id.split_once('/').unwrap_or(("", id)));
-            let scopes: Vec<Option<&[String]>> =
-                targets.iter().map(|t| t.routes.as_deref()).collect();
-            let closing: Vec<String> = back
-                .iter()
-                .zip(&scopes)
-                .filter(|(p, s)| p.action == Action::Allow && s.is_some())
-                .map(|(p, _)| format!("{}/{}", p.namespace, p.name))
-                .collect();
-            if closing.is_empty() {
-                continue;
-            }
-            for c in routes.classes(&scopes) {
-                let own_allow = c
-                    .members
-                    .iter()
-                    .any(|i| back.get(*i).is_some_and(|p| p.action == Action::Allow));
-                let Some(names) = c.names.as_ref().filter(|_| !own_allow) else {
-                    continue;
-                };
-                let through: Vec<String> = routes
-                    .describe(names)
-                    .into_iter()
-                    .filter(|d| d.starts_with("HTTPRoute "))
-                    .collect();
-                if !through.is_empty() {
-                    out.push(format!("XBackend {id}: requests through {} meet no Allow policy that admits anything there, while the Allow policies on other routes ({}) keep its Backend level default-deny: every such request is denied; give those routes (or the XBackend) an Allow policy of their own if that is not meant", through.join(", "), closing.join(", ")));
-                }
-            }
-        }
-        out
-    }
-}
-
 impl BackendRoutes {
     /// The classes of policies with these route scopes (None: every route): names grouped by
     /// the scoped policies that list them.
@@ -122,7 +80,9 @@ impl BackendRoutes {
                 members: unscoped,
             }];
         }
-        let mut by_members: BTreeMap<Vec<usize>, BTreeSet<String>> = BTreeMap::new();
+        // The cluster is a class of its own: a request known only by it may have come through
+        // any route, so route-scoped Allow policies keep its level default-deny.
+        let mut by_members: BTreeMap<(bool, Vec<usize>), BTreeSet<String>> = BTreeMap::new();
         for name in &self.all {
             let mut members: Vec<usize> = scopes
                 .iter()
@@ -131,11 +91,15 @@ impl BackendRoutes {
                 .map(|(i, _)| i)
                 .collect();
             members.sort_unstable();
-            by_members.entry(members).or_default().insert(name.clone());
+            let by_cluster = self.cluster.as_ref() == Some(name);
+            by_members
+                .entry((by_cluster, members))
+                .or_default()
+                .insert(name.clone());
         }
         by_members
             .into_iter()
-            .map(|(members, names)| Class {
+            .map(|((_, members), names)| Class {
                 names: Some(names),
                 members,
             })
@@ -150,6 +114,15 @@ impl BackendRoutes {
         names
             .iter()
             .any(|n| here.is_some_and(|h| h.contains(n)) || Some(n) == self.cluster.as_ref())
+    }
+
+    /// Whether class `c` holds the backend's cluster (requests by no listed route name).
+    pub(crate) fn holds_cluster(&self, c: &Class) -> bool {
+        match (&c.names, &self.cluster) {
+            (None, _) => true,
+            (Some(names), Some(cluster)) => names.contains(cluster),
+            (Some(_), None) => false,
+        }
     }
 
     /// Whether `names` are all the names the backend is recognised by.

@@ -267,13 +267,18 @@ impl Ctx<'_> {
                         .filter_map(|i| back.get(*i).copied())
                         .filter(on_listener)
                         .collect();
-                    // Route-scoped Allow policies of other routes: they admit nothing here but
-                    // keep the level default-deny.
+                    // Requests the filter knows only by the backend's cluster may have come
+                    // through the routes of a route-scoped Allow policy: it admits nothing
+                    // there but keeps the level default-deny (docs/semantics.md §1.6).
+                    let by_cluster = routes.holds_cluster(c);
                     let elsewhere: Vec<(&bundle::Policy, String)> = back
                         .iter()
                         .enumerate()
                         .filter(|(i, p)| {
-                            !c.members.contains(i) && p.action == Action::Allow && on_listener(p)
+                            by_cluster
+                                && !c.members.contains(i)
+                                && p.action == Action::Allow
+                                && on_listener(p)
                         })
                         .map(|(i, p)| {
                             let names = scopes
@@ -343,8 +348,9 @@ fn from(p: &bundle::Policy) -> String {
     }
 }
 
-/// One level's steps; `elsewhere`: route-scoped Allow policies of other routes (with those
-/// routes), which admit nothing here but keep the level default-deny.
+/// One level's steps; `elsewhere`: route-scoped Allow policies of routes a request known
+/// only by the cluster may have come through, which admit nothing here but keep the level
+/// default-deny.
 fn level_view(
     level: &str,
     policies: Vec<&bundle::Policy>,
@@ -390,7 +396,7 @@ fn level_view(
             entries.extend(elsewhere.iter().map(|(p, routes)| EffectiveEntry {
                 policy: format!("{}/{}", p.namespace, p.name),
                 from: format!(
-                    "{}, through {routes} only: admits nothing here, but keeps this level default-deny",
+                    "{}, through {routes} only: a request known only by the cluster may have come that way, so it admits nothing here but keeps this level default-deny",
                     from(p)
                 ),
                 when: p.when.clone(),
