@@ -702,17 +702,13 @@ mod abi {
     /// an unknown cluster with a status the SDK maps (a bare cluster name gets BadArgument,
     /// on which the SDK panics) and never mistakes a cluster name for a proto.
     pub fn grpc_call(c: &CalloutRequest) -> Result<u32, String> {
-        let name = c.cluster.as_bytes();
-        let (Ok(n), true) = (u8::try_from(name.len()), name.len() < 126) else {
+        // The SDK takes the upstream as a &str. From 126 bytes of name on, the message's
+        // length takes a two-byte varint, which is never UTF-8.
+        let Ok(service) = String::from_utf8(mcp_access_engine::pb::grpc_service(&c.cluster)) else {
             return Err("cluster name longer than 125 bytes".into());
         };
-        let mut service = vec![0x0a, n + 2, 0x0a, n];
-        service.extend_from_slice(name);
-        let Ok(service) = std::str::from_utf8(&service) else {
-            return Err("cluster name is not UTF-8".into());
-        };
         proxy_wasm::hostcalls::dispatch_grpc_call(
-            service,
+            &service,
             mcp_access_engine::ext_authz::SERVICE,
             mcp_access_engine::ext_authz::METHOD,
             Vec::new(),

@@ -5,7 +5,7 @@
 //!
 //! 0. **Codecs**: bytes in, values out, nothing of the project: `json` (the strict JSON
 //!    reader), `jsonrpc` (error codes and the error object), [`wire`], [`canon`], [`x509`],
-//!    `base64`, `protobuf`.
+//!    `base64`, [`pb`] (the protobuf messages, for prost).
 //! 1. **The request model and the host-fact port**: [`request`] is what a decision reads
 //!    about one request (its caller, MCP operation, and the listener and backend it is judged
 //!    at, resolved once); [`facts`] names what the host knows beyond the headers.
@@ -33,8 +33,8 @@ mod json;
 mod jsonrpc;
 pub mod listing;
 pub mod mcp;
+pub mod pb;
 pub mod policy;
-mod protobuf;
 pub mod request;
 pub mod stats;
 pub mod wire;
