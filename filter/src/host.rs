@@ -139,7 +139,8 @@ struct Stream {
     stats: Rc<Stats>,
     flow: RequestFlow,
     /// The filter of a response that may carry a listing (docs/semantics.md §5.4), from the
-    /// flow's allow; dropped when the response headers show it carries none.
+    /// flow's allow; dropped when the response headers show it carries none. It judges items
+    /// as calls made by the flow's request.
     listing: Option<ListingFilter>,
 }
 
@@ -391,7 +392,7 @@ impl HttpContext for Stream {
             return WasmAction::Continue;
         };
         let mut size = 0;
-        let action = filter.on_trailers(&self.engine, || {
+        let action = filter.on_trailers(&self.engine, self.flow.request(), || {
             let body = abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, usize::MAX >> 1);
             size = body.as_ref().map_or(0, Vec::len);
             body
@@ -406,7 +407,8 @@ impl HttpContext for Stream {
         let Some(filter) = self.listing.as_mut() else {
             return WasmAction::Continue;
         };
-        let action = filter.on_body(&self.engine, body_size, end_of_stream, |n| {
+        let req = self.flow.request();
+        let action = filter.on_body(&self.engine, req, body_size, end_of_stream, |n| {
             abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, n)
         });
         match action {

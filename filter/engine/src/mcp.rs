@@ -188,8 +188,9 @@ fn malformed_method(method: &str) -> Option<&'static str> {
         return Some("\"method\" holds whitespace or a control character");
     }
     method
-        .split('/')
-        .any(|segment| matches!(segment, "" | "." | ".."))
+        .as_bytes()
+        .split(|&b| b == b'/')
+        .any(|segment| matches!(segment, b"" | b"." | b".."))
         .then_some("\"method\" has an empty, \".\" or \"..\" segment")
 }
 
@@ -551,22 +552,7 @@ impl<'a> Parser<'a> {
     /// Applies the JSON-RPC rules for the member a value belongs to.
     fn on_value(&mut self, slot: Slot, val: Val<'a>) -> Result<(), ParseError> {
         match slot {
-            Slot::Ignore | Slot::Meta | Slot::Notifications => Ok(()),
-            Slot::Root
-            | Slot::Jsonrpc
-            | Slot::Id
-            | Slot::Method
-            | Slot::Params
-            | Slot::Result
-            | Slot::Error => self.on_envelope(slot, val),
-            _ => self.on_param(slot, val),
-        }
-    }
-
-    /// A member of the message object: `jsonrpc`, `id`, `method`, `params`, `result`, `error`
-    /// (and the message itself).
-    fn on_envelope(&mut self, slot: Slot, val: Val<'a>) -> Result<(), ParseError> {
-        match slot {
+            Slot::Ignore | Slot::Meta | Slot::Notifications => {}
             Slot::Root => match val {
                 Val::Object => {}
                 Val::Array => self.reject("batch requests are not supported"),
@@ -627,15 +613,7 @@ impl<'a> Parser<'a> {
                     self.reject("\"error\" must be an object");
                 }
             }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// A member inside `params`: the name or URI an operation names, the protocol versions,
-    /// subscriptions and a completion's `ref`.
-    fn on_param(&mut self, slot: Slot, val: Val<'a>) -> Result<(), ParseError> {
-        match slot {
+            // Members of `params`: the first string of each is kept.
             Slot::Name => keep_first(&mut self.name, val)?,
             Slot::Uri => keep_first(&mut self.uri, val)?,
             Slot::InitVersion => keep_first(&mut self.init_version, val)?,
@@ -646,7 +624,11 @@ impl<'a> Parser<'a> {
                 Val::Str { .. } => keep_first(&mut self.protocol_version, val)?,
                 _ => self.protocol_version_bad = true,
             },
-            Slot::Subscriptions if !matches!(val, Val::Array) => self.subscriptions_bad = true,
+            Slot::Subscriptions => {
+                if !matches!(val, Val::Array) {
+                    self.subscriptions_bad = true;
+                }
+            }
             Slot::SubscriptionUri => match val {
                 Val::Str {
                     decoded: Some(s), ..
@@ -654,7 +636,6 @@ impl<'a> Parser<'a> {
                 _ => self.subscriptions_bad = true,
             },
             Slot::Ref => self.ref_object = matches!(val, Val::Object),
-            _ => {}
         }
         Ok(())
     }

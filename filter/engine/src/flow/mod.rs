@@ -6,8 +6,6 @@ mod drive;
 mod gather;
 mod outcome;
 
-use std::rc::Rc;
-
 use mcp_access_bundle::gateway_api::canonical_host;
 use mcp_access_bundle::mcp_methods::{self, Revision};
 
@@ -124,8 +122,6 @@ enum Stage {
 pub struct RequestFlow {
     stage: Stage,
     req: Option<Request>,
-    /// The request once allowed, shared with the listing filter.
-    shared: Option<Rc<Request>>,
     body: Vec<u8>,
     id: Option<String>,
     eval: Option<Evaluation>,
@@ -155,7 +151,6 @@ impl RequestFlow {
         RequestFlow {
             stage: Stage::Start,
             req: None,
-            shared: None,
             body: Vec::new(),
             id: None,
             eval: None,
@@ -192,9 +187,10 @@ impl RequestFlow {
         self.eval.is_some()
     }
 
-    /// The request as the flow sees it, once its headers arrived.
+    /// The request as the flow sees it, once its headers arrived (and after the decision:
+    /// a listing filter judges items as calls made by it).
     pub fn request(&self) -> Option<&Request> {
-        self.req.as_ref().or(self.shared.as_deref())
+        self.req.as_ref()
     }
 
     /// How the request ended, once it has.
@@ -631,16 +627,13 @@ impl RequestFlow {
                     // to compress it.
                     add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
                 }
-                // The flow is done with the request: the listing filter takes it, and its id.
-                let listing = match self.req.take() {
+                // The listing filter takes the id; the request stays here, for the host to
+                // hand to it.
+                let listing = match &self.req {
                     Some(r) if engine.listings.filter => {
-                        let shared = self.shared.insert(Rc::new(r));
-                        ListingFilter::for_allowed(engine, shared, self.id.take(), self.revision)
+                        ListingFilter::for_allowed(engine, r, self.id.take(), self.revision)
                     }
-                    r => {
-                        self.req = r;
-                        None
-                    }
+                    _ => None,
                 };
                 Next::Allow {
                     add_headers,

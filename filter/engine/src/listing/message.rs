@@ -7,9 +7,8 @@ use std::borrow::Cow;
 use mcp_access_bundle::mcp_methods::{Listing, LISTINGS};
 
 use super::sse::find_either;
-use super::{listing_at, ListingFilter};
+use super::{listing_at, Judge, ListingFilter};
 use crate::json::{self, Val};
-use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
 /// What one JSON-RPC message of the answer is to the filter.
@@ -41,7 +40,7 @@ impl ListingFilter {
     /// `cacheScope` set to `"private"`.
     pub(super) fn read_message<'t>(
         &mut self,
-        engine: &Engine,
+        judge: Judge<'_>,
         text: &'t [u8],
         answers: bool,
     ) -> Read<'t> {
@@ -87,7 +86,7 @@ impl ListingFilter {
         if m.arrays.is_empty() {
             return Read::Unchanged;
         }
-        match self.filtered(engine, text, &m, result) {
+        match self.filtered(judge, text, &m, result) {
             Some(out) => Read::Filtered(out),
             None => Read::Unreadable(m.id),
         }
@@ -97,7 +96,7 @@ impl ListingFilter {
     /// set where the revision has it; `result` is the offset of the result's `{`.
     fn filtered(
         &mut self,
-        engine: &Engine,
+        judge: Judge<'_>,
         text: &[u8],
         m: &MessageShape<'_>,
         result: usize,
@@ -125,7 +124,7 @@ impl ListingFilter {
             out.push(b'[');
             let mut first = true;
             while let Some(item) = items.next_if(|i| i.array == index) {
-                if !self.usable(engine, (index, listing), item.key.as_deref()) {
+                if !self.usable(judge, (index, listing), item.key.as_deref()) {
                     continue;
                 }
                 if !first {
@@ -151,21 +150,24 @@ impl ListingFilter {
     /// judged as a read of some URI.
     fn usable(
         &mut self,
-        engine: &Engine,
+        judge: Judge<'_>,
         listing: (u8, &'static Listing),
         name: Option<&[u8]>,
     ) -> bool {
         let (index, listing) = listing;
+        let Some(request) = judge.request else {
+            return false;
+        };
         let probe = self
             .probe
-            .get_or_insert_with(|| Box::new(Request::clone(&self.request)));
+            .get_or_insert_with(|| Box::new(Request::clone(request)));
         if self.probe_listing != Some(index) {
             // Each item is judged as a call of that item alone: never with the request's params.
             probe.as_item_call(
                 listing.judged_as,
                 listing.key,
                 None,
-                engine.cel_needs().params,
+                judge.engine.cel_needs().params,
             );
             self.probe_listing = Some(index);
         }
@@ -186,7 +188,7 @@ impl ListingFilter {
             (Some(_), _) => return false,
             (None, _) => *param = None,
         }
-        engine.item_refusal(probe).is_none()
+        judge.engine.item_refusal(probe).is_none()
     }
 }
 

@@ -15,8 +15,6 @@
 mod message;
 mod sse;
 
-use std::rc::Rc;
-
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
 
 use crate::jsonrpc::{self, INTERNAL_ERROR};
@@ -68,16 +66,22 @@ pub enum BodyAction {
     Replace(Vec<u8>),
 }
 
+/// What judges a listing's items: the engine and the request allowed (None: no item is
+/// usable).
+#[derive(Clone, Copy)]
+struct Judge<'a> {
+    engine: &'a Engine,
+    request: Option<&'a Request>,
+}
+
 /// The filter of one response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListingFilter {
     /// The listing the request asked for; None: the request is not a listing, only what its
     /// stream carries for other requests can be one.
     listing: Option<&'static Listing>,
-    /// The request allowed.
-    request: Rc<Request>,
-    /// A copy of it, its MCP operation replaced by a call of each item in turn (made when
-    /// the first item is judged).
+    /// A copy of the request allowed, its MCP operation replaced by a call of each item in
+    /// turn (made when the first item is judged).
     probe: Option<Box<Request>>,
     /// The listing whose items the probe is set up to judge (its [`LISTINGS`] index).
     probe_listing: Option<u8>,
@@ -123,7 +127,7 @@ impl ListingFilter {
     /// any answer to a listing request, an SSE stream answering any other request.
     pub(crate) fn for_allowed(
         engine: &Engine,
-        req: &Rc<Request>,
+        req: &Request,
         id: Option<String>,
         revision: Revision,
     ) -> Option<ListingFilter> {
@@ -138,7 +142,6 @@ impl ListingFilter {
         };
         Some(ListingFilter {
             listing,
-            request: Rc::clone(req),
             probe: None,
             probe_listing: None,
             id,
@@ -175,12 +178,18 @@ impl ListingFilter {
     }
 
     /// Response trailers arrived: the body ended without an end-of-stream body callback.
-    /// `read` fetches everything buffered (JSON). SSE events not ended are dropped.
+    /// `read` fetches everything buffered (JSON). SSE events not ended are dropped. `req`: as
+    /// for [`ListingFilter::on_body`].
     pub fn on_trailers(
         &mut self,
         engine: &Engine,
+        req: Option<&Request>,
         read: impl FnOnce() -> Option<Vec<u8>>,
     ) -> BodyAction {
+        let judge = Judge {
+            engine,
+            request: req,
+        };
         match self.mode {
             Mode::Pass => BodyAction::Pass,
             Mode::Sse => {
@@ -193,21 +202,28 @@ impl ListingFilter {
                 if body.len() > self.max_bytes {
                     return self.refuse_body();
                 }
-                BodyAction::Replace(self.filter_body(engine, &body))
+                BodyAction::Replace(self.filter_body(judge, &body))
             }
         }
     }
 
     /// A body chunk arrived. JSON: `buffered` is the size of everything buffered so far and
     /// `read` fetches it (called at the end of the stream only). SSE: `read` fetches this
-    /// chunk (`buffered` bytes).
+    /// chunk (`buffered` bytes). `req`: the request allowed, which the flow keeps
+    /// ([`crate::flow::RequestFlow::request`]); items are judged as calls made by it, so
+    /// without it none is listed.
     pub fn on_body(
         &mut self,
         engine: &Engine,
+        req: Option<&Request>,
         buffered: usize,
         end_of_stream: bool,
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
     ) -> BodyAction {
+        let judge = Judge {
+            engine,
+            request: req,
+        };
         match self.mode {
             Mode::Pass => BodyAction::Pass,
             Mode::Unknown | Mode::Refuse { .. } => self.refuse_body(),
@@ -221,7 +237,7 @@ impl ListingFilter {
                     return BodyAction::Buffer;
                 }
                 let body = read(buffered).unwrap_or_default();
-                BodyAction::Replace(self.filter_body(engine, &body))
+                BodyAction::Replace(self.filter_body(judge, &body))
             }
             Mode::Sse => {
                 let chunk = if buffered == 0 {
@@ -229,7 +245,7 @@ impl ListingFilter {
                 } else {
                     read(buffered).unwrap_or_default()
                 };
-                BodyAction::Replace(self.feed_sse(engine, &chunk, end_of_stream))
+                BodyAction::Replace(self.feed_sse(judge, &chunk, end_of_stream))
             }
         }
     }
@@ -258,9 +274,9 @@ impl ListingFilter {
     /// A whole body (the answer to the listing request): the filtered message, the body
     /// unchanged, or the error (echoing the request's id: the body answers it). A non-2xx
     /// body is passed on unless it is a JSON-RPC result or JSON the filter cannot read.
-    fn filter_body(&mut self, engine: &Engine, body: &[u8]) -> Vec<u8> {
+    fn filter_body(&mut self, judge: Judge<'_>, body: &[u8]) -> Vec<u8> {
         let lenient = self.mode == Mode::Lenient;
-        match self.read_message(engine, body, true) {
+        match self.read_message(judge, body, true) {
             Read::Filtered(out) => out,
             Read::Unchanged => body.to_vec(),
             Read::NotJsonRpc if lenient => body.to_vec(),
@@ -344,7 +360,7 @@ mod tests {
     }
 
     /// The filter of an SSE answer to a `tools/list` POST (`get`: to a GET).
-    fn sse_filter(e: &Engine, get: bool) -> ListingFilter {
+    fn sse_filter(e: &Engine, get: bool) -> (ListingFilter, Request) {
         let mut flow = RequestFlow::new();
         let method = if get { "GET" } else { "POST" };
         let input = HeadersInput {
@@ -372,12 +388,16 @@ mod tests {
         };
         assert_eq!(f.listing.is_some(), !get);
         f.on_headers(&headers(&SSE));
-        f
+        let req = flow
+            .request()
+            .cloned()
+            .unwrap_or_else(|| panic!("no request"));
+        (f, req)
     }
 
     /// The SSE reading as the standard says, on the whole text: a byte order mark first is
     /// dropped, lines end with CRLF, LF or CR, an event is its lines up to a blank one.
-    fn reference(f: &mut ListingFilter, e: &Engine, stream: &[u8]) -> Vec<u8> {
+    fn reference(f: &mut ListingFilter, e: Judge<'_>, stream: &[u8]) -> Vec<u8> {
         let stream = stream.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(stream);
         let mut out = Vec::new();
         let mut lines: Vec<&[u8]> = Vec::new();
@@ -399,7 +419,7 @@ mod tests {
         out
     }
 
-    fn reference_event(f: &mut ListingFilter, e: &Engine, lines: &[&[u8]]) -> Vec<u8> {
+    fn reference_event(f: &mut ListingFilter, e: Judge<'_>, lines: &[&[u8]]) -> Vec<u8> {
         let (mut name, mut data, mut id, mut retry) = (None, Vec::new(), None, None);
         for line in lines {
             let Ok(line) = std::str::from_utf8(line) else {
@@ -508,13 +528,17 @@ mod tests {
             }
             // Events end where the reference saw them end: compare on whole events.
             stream.extend_from_slice(b"\n\n");
-            let want = reference(&mut sse_filter(&e, get), &e, &stream);
-            let mut f = sse_filter(&e, get);
+            let (mut f, req) = sse_filter(&e, get);
+            let judge = Judge {
+                engine: &e,
+                request: Some(&req),
+            };
+            let want = reference(&mut f.clone(), judge, &stream);
             let mut got = Vec::new();
             let mut rest = &stream[..];
             while !rest.is_empty() {
                 let (chunk, tail) = rest.split_at(rest.len().min(1 + rng.below(40)));
-                got.extend(f.feed_sse(&e, chunk, tail.is_empty()));
+                got.extend(f.feed_sse(judge, chunk, tail.is_empty()));
                 rest = tail;
             }
             assert_eq!(

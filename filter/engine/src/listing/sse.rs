@@ -4,8 +4,7 @@
 use std::borrow::Cow;
 
 use super::message::{may_hold_listing, Read};
-use super::ListingFilter;
-use crate::policy::Engine;
+use super::{Judge, ListingFilter};
 
 impl ListingFilter {
     /// An SSE event carrying the error.
@@ -19,7 +18,7 @@ impl ListingFilter {
     /// Reads an SSE chunk; returns the rewritten events it completed.
     pub(super) fn feed_sse(
         &mut self,
-        engine: &Engine,
+        judge: Judge<'_>,
         chunk: &[u8],
         end_of_stream: bool,
     ) -> Vec<u8> {
@@ -53,7 +52,7 @@ impl ListingFilter {
             self.pending.bytes.extend_from_slice(head);
             if done {
                 let event = std::mem::take(&mut self.pending);
-                self.rewrite_event(engine, &event, &mut out);
+                self.rewrite_event(judge, &event, &mut out);
                 self.stream_start = false;
             }
         }
@@ -90,7 +89,7 @@ impl ListingFilter {
     /// One complete SSE event, written again to `out` from its fields: comments dropped, a
     /// `message` event's data read as a JSON-RPC message. One that is not UTF-8 or whose
     /// message cannot be read is replaced by the error.
-    fn rewrite_event(&mut self, engine: &Engine, event: &PendingEvent, out: &mut Vec<u8>) {
+    fn rewrite_event(&mut self, judge: Judge<'_>, event: &PendingEvent, out: &mut Vec<u8>) {
         let Some(fields) = SseEvent::parse(event, self.stream_start) else {
             return out.extend_from_slice(&self.sse_error(None));
         };
@@ -109,7 +108,7 @@ impl ListingFilter {
             is_message && !data.is_empty() && (self.listing.is_some() || may_hold_listing(&data));
         let data = if read {
             // The strict reader checks every byte (UTF-8 included) of what it accepts.
-            match self.read_message(engine, &data, false) {
+            match self.read_message(judge, &data, false) {
                 Read::Filtered(filtered) => Ok(Cow::Owned(filtered)),
                 Read::Unchanged => Ok(data),
                 Read::NotJsonRpc if self.listing.is_none() => Ok(data),
