@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use mcp_access_engine::{ext_authz, wire};
+use mcp_access_engine::{ext_authz, pb, wire};
 use serde_json::{json, Value};
 use wasmi::{Caller, Engine, Extern, Instance, Linker, Module, Store, Val};
 
@@ -869,9 +869,9 @@ fn grpc_bundle(mode: &str) -> Value {
     b
 }
 
-fn hvo(key: &str, value: &str, action: i32) -> ext_authz::pb::HeaderValueOption {
-    ext_authz::pb::HeaderValueOption {
-        header: Some(ext_authz::pb::HeaderValue {
+fn hvo(key: &str, value: &str, action: i32) -> pb::HeaderValueOption {
+    pb::HeaderValueOption {
+        header: Some(pb::HeaderValue {
             key: key.into(),
             value: value.into(),
             raw_value: Vec::new(),
@@ -902,15 +902,22 @@ fn a_grpc_callout_carries_the_check_request_and_its_ok_edits_headers() {
         Some("default/ask-risk")
     );
 
-    // dynamic_metadata: Struct {"user": "u1"} (fields entry: key 1, Value.string_value 3).
-    let metadata = b"\x0a\x0c\x0a\x04user\x12\x04\x1a\x02u1".to_vec();
-    let ok = ext_authz::pb::CheckResponse {
-        status: Some(ext_authz::pb::RpcStatus {
+    let metadata = pb::Struct {
+        fields: [(
+            "user".to_string(),
+            pb::Value {
+                kind: Some(pb::Kind::Str("u1".into())),
+            },
+        )]
+        .into(),
+    };
+    let ok = pb::CheckResponse {
+        status: Some(pb::RpcStatus {
             code: 0,
             message: String::new(),
         }),
         dynamic_metadata: Some(metadata),
-        ok_response: Some(ext_authz::pb::OkHttpResponse {
+        ok_response: Some(pb::OkHttpResponse {
             headers: vec![
                 hvo("x-set", "1", 2),
                 hvo("x-add", "2", 0),
