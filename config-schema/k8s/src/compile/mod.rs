@@ -352,6 +352,7 @@ impl Ctx<'_> {
                         name: l.name.clone(),
                         port: l.port,
                         hostname: l.hostname.clone(),
+                        protected_resource: None,
                     })
                     .collect(),
             });
@@ -383,6 +384,7 @@ impl Ctx<'_> {
                 namespace: ns.to_string(),
                 route_names,
                 cluster_names: vec![b.cluster.clone()],
+                identity_headers: Vec::new(),
             });
         }
         backends

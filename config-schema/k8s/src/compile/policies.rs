@@ -622,6 +622,7 @@ impl Ctx<'_> {
                     name: "l".into(),
                     port: 1,
                     hostname: None,
+                    protected_resource: None,
                 }],
             }],
             backends: vec![],
