@@ -8,15 +8,26 @@ use crate::facts::{Fact, HostFacts};
 use crate::protobuf::{filter_metadata, PValue};
 use crate::request::{Caller, ClaimValue, JwtPrincipal};
 
+/// What the bundle reads of a verified JWT besides `iss` and `sub`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Wanted<'a> {
+    /// Claims rules match, by their (possibly dotted) names.
+    pub(crate) claims: &'a [String],
+    /// Claims identity headers carry.
+    pub(crate) texts: &'a [String],
+    /// The whole payload (CEL's `jwt.claims`).
+    pub(crate) payload: bool,
+}
+
 /// Who is calling, from the sources `id` trusts. `headers`: the request headers, names
 /// lowercase. The SPIFFE ID comes from the one source configured: the trusted header (several
 /// copies of it: ambiguous, no identity) or the peer certificate, whose URI SANs are counted
-/// and checked against Envoy's first URI SAN. JWT principals (with the `claims` rules read) come
-/// from metadata, read only when providers are configured.
+/// and checked against Envoy's first URI SAN. JWT principals (with what `wanted` names) come
+/// from metadata, read only when providers are configured. `credential` is left false: see
+/// [`other_credential`].
 pub(crate) fn caller(
     id: &IdentitySettings,
-    claims: &[String],
-    keep_payload: bool,
+    wanted: Wanted<'_>,
     headers: &[(String, String)],
     facts: &dyn HostFacts,
 ) -> Caller {
@@ -40,10 +51,36 @@ pub(crate) fn caller(
     } else {
         facts
             .read(Fact::Metadata)
-            .map(|md| jwt_principals(&md, &id.jwt.providers, claims, keep_payload))
+            .map(|md| jwt_principals(&md, &id.jwt.providers, wanted))
             .unwrap_or_default()
     };
-    Caller { spiffe, jwts }
+    Caller {
+        spiffe,
+        jwts,
+        credential: false,
+    }
+}
+
+/// Whether the request carries a credential that [`caller`] did not turn into an identity
+/// (docs/semantics.md §5.6): an `Authorization` header (any scheme), the trusted identity
+/// header, or a client certificate (`connection.mtls`; when Envoy does not say, one is
+/// assumed, so the caller is not taken for anonymous).
+pub(crate) fn other_credential(
+    id: &IdentitySettings,
+    headers: &[(String, String)],
+    facts: &dyn HostFacts,
+) -> bool {
+    let trusted = id
+        .spiffe
+        .header
+        .as_ref()
+        .map(|h| h.name.to_ascii_lowercase());
+    headers
+        .iter()
+        .any(|(n, _)| n == "authorization" || Some(n) == trusted.as_ref())
+        || facts
+            .read(Fact::Mtls)
+            .is_none_or(|b| b.iter().any(|x| *x != 0))
 }
 
 /// The SPIFFE ID of the peer certificate: its only URI SAN (an X.509-SVID has exactly one).
@@ -116,14 +153,12 @@ pub(crate) const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 
 /// Verified JWT principals from the request's dynamic metadata (the serialized
 /// `envoy.config.core.v3.Metadata` of the `metadata` property): the `jwt_authn` entry holds one
-/// payload per provider, under the provider's `payload_in_metadata` key. `wanted`: claim names
-/// (a dotted name addresses a nested claim); `keep_payload`: keep the whole payload as JSON
-/// (for CEL's `jwt.claims`).
+/// payload per provider, under the provider's `payload_in_metadata` key, with what `wanted`
+/// names (a dotted name addresses a nested claim).
 pub(crate) fn jwt_principals(
     metadata: &[u8],
     providers: &[JwtProvider],
-    wanted: &[String],
-    keep_payload: bool,
+    wanted: Wanted<'_>,
 ) -> Vec<JwtPrincipal> {
     let Some(fields) = filter_metadata(metadata, JWT_FILTER) else {
         return Vec::new();
@@ -148,6 +183,7 @@ pub(crate) fn jwt_principals(
             continue;
         }
         let claims = wanted
+            .claims
             .iter()
             .filter_map(|name| {
                 let v = claim_at(payload, name)?;
@@ -161,11 +197,23 @@ pub(crate) fn jwt_principals(
                 Some((name.clone(), value))
             })
             .collect();
+        let texts = wanted
+            .texts
+            .iter()
+            .filter_map(|name| {
+                let text = match claim_at(payload, name)? {
+                    PValue::Str(s) => s.clone(),
+                    other => to_json(other, 0).to_string(),
+                };
+                header_text(name, text)
+            })
+            .collect();
         out.push(JwtPrincipal {
             issuer: p.issuer.clone(),
             subject: text("sub"),
             claims,
-            payload: keep_payload.then(|| fields_json(payload, 0)),
+            payload: wanted.payload.then(|| fields_json(payload, 0)),
+            texts,
         });
     }
     out
@@ -176,8 +224,7 @@ pub(crate) fn jwt_principals(
 pub(crate) fn principal_from_json(
     json: &serde_json::Value,
     providers: &[JwtProvider],
-    wanted: &[String],
-    keep_payload: bool,
+    wanted: Wanted<'_>,
 ) -> Result<JwtPrincipal, String> {
     let serde_json::Value::Object(obj) = json else {
         return Err("the JWT claims must be a JSON object".into());
@@ -201,13 +248,18 @@ pub(crate) fn principal_from_json(
         serde_json::Value::Number(_) | serde_json::Value::Bool(_) => Some(v.to_string()),
         _ => None,
     };
+    let at = |name: &str| {
+        let mut v = json;
+        for part in name.split('.') {
+            v = v.as_object()?.get(part)?;
+        }
+        Some(v)
+    };
     let claims = wanted
+        .claims
         .iter()
         .filter_map(|name| {
-            let mut v = json;
-            for part in name.split('.') {
-                v = v.as_object()?.get(part)?;
-            }
+            let v = at(name)?;
             let value = match v {
                 serde_json::Value::String(s) => ClaimValue::Str(s.clone()),
                 serde_json::Value::Array(items) => {
@@ -218,12 +270,32 @@ pub(crate) fn principal_from_json(
             Some((name.clone(), value))
         })
         .collect();
+    let texts = wanted
+        .texts
+        .iter()
+        .filter_map(|name| {
+            let text = match at(name)? {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            header_text(name, text)
+        })
+        .collect();
     Ok(JwtPrincipal {
         issuer,
         subject,
         claims,
-        payload: keep_payload.then(|| json.clone()),
+        payload: wanted.payload.then(|| json.clone()),
+        texts,
     })
+}
+
+/// `(name, text)` when `text` can be a header value: no control character but HTAB, at most
+/// [`MAX_VALUE_BYTES`](mcp_access_bundle::identity_headers::MAX_VALUE_BYTES) bytes.
+fn header_text(name: &str, text: String) -> Option<(String, String)> {
+    let fits = text.len() <= mcp_access_bundle::identity_headers::MAX_VALUE_BYTES
+        && mcp_access_bundle::http::is_header_value(&text);
+    fits.then(|| (name.to_string(), text))
 }
 
 /// The claim a possibly dotted name (`a.b`) addresses: `b` inside the object claim `a`.
@@ -348,7 +420,12 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         let facts = FakeFacts::default()
             .with(Fact::PeerUriSan, ALPHA)
             .with(Fact::PeerCertificate, ONE_URI);
-        let c = caller(&id, &[], false, &h(&[("x-spiffe", "spiffe://x/y")]), &facts);
+        let c = caller(
+            &id,
+            Wanted::default(),
+            &h(&[("x-spiffe", "spiffe://x/y")]),
+            &facts,
+        );
         assert_eq!(c.spiffe.as_deref(), Some(ALPHA));
         assert!(c.jwts.is_empty());
         // No providers: metadata is never read.
@@ -363,11 +440,11 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 .with(Fact::PeerCertificate, ONE_URI),
             FakeFacts::default().with(Fact::PeerUriSan, ALPHA),
         ] {
-            assert_eq!(caller(&id, &[], false, &[], &facts).spiffe, None);
+            assert_eq!(caller(&id, Wanted::default(), &[], &facts).spiffe, None);
         }
         // No URI SAN: the certificate is not read at all.
         let none = FakeFacts::default().with(Fact::PeerCertificate, ONE_URI);
-        assert_eq!(caller(&id, &[], false, &[], &none).spiffe, None);
+        assert_eq!(caller(&id, Wanted::default(), &[], &none).spiffe, None);
         assert_eq!(none.reads(), [Fact::PeerUriSan]);
     }
 
@@ -381,17 +458,19 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             .with(Fact::PeerCertificate, ONE_URI);
         let one = h(&[("x-client-spiffe", ALPHA), ("other", "x")]);
         assert_eq!(
-            caller(&id, &[], false, &one, &facts).spiffe.as_deref(),
+            caller(&id, Wanted::default(), &one, &facts)
+                .spiffe
+                .as_deref(),
             Some(ALPHA)
         );
         assert!(facts.reads().is_empty());
         let two = h(&[("x-client-spiffe", ALPHA), ("x-client-spiffe", ALPHA)]);
-        assert_eq!(caller(&id, &[], false, &two, &facts).spiffe, None);
-        assert_eq!(caller(&id, &[], false, &[], &facts).spiffe, None);
+        assert_eq!(caller(&id, Wanted::default(), &two, &facts).spiffe, None);
+        assert_eq!(caller(&id, Wanted::default(), &[], &facts).spiffe, None);
         assert!(facts.reads().is_empty());
         // TrustedHeader without a header (a bundle validation refuses): no identity.
         let bare = settings(serde_json::json!({"spiffe": {"source": "TrustedHeader"}}));
-        assert_eq!(caller(&bare, &[], false, &one, &facts).spiffe, None);
+        assert_eq!(caller(&bare, Wanted::default(), &one, &facts).spiffe, None);
     }
 
     #[test]
@@ -406,7 +485,12 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         ]);
         let md = enc_metadata(JWT_FILTER, &[("jwt".into(), payload)]);
         let facts = FakeFacts::default().with(Fact::Metadata, md);
-        let c = caller(&id, &["team".to_string()], false, &[], &facts);
+        let team = ["team".to_string()];
+        let wanted = Wanted {
+            claims: &team,
+            ..Wanted::default()
+        };
+        let c = caller(&id, wanted, &[], &facts);
         assert_eq!(c.spiffe, None);
         assert_eq!(c.jwts.len(), 1);
         assert_eq!(c.jwts[0].subject.as_deref(), Some("agent-7"));
@@ -416,7 +500,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         );
         assert_eq!(facts.reads(), [Fact::PeerUriSan, Fact::Metadata]);
         let empty = FakeFacts::default();
-        assert!(caller(&id, &[], false, &[], &empty).jwts.is_empty());
+        assert!(caller(&id, Wanted::default(), &[], &empty).jwts.is_empty());
     }
 
     #[test]
@@ -486,7 +570,21 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             "org.absent".to_string(),
             "level.x".to_string(),
         ];
-        let p = jwt_principals(&md, &providers, &wanted, false);
+        let texts = vec![
+            "groups".to_string(),
+            "org.team".to_string(),
+            "level".to_string(),
+            "absent".to_string(),
+        ];
+        let p = jwt_principals(
+            &md,
+            &providers,
+            Wanted {
+                claims: &wanted,
+                texts: &texts,
+                payload: false,
+            },
+        );
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].subject.as_deref(), Some("agent-7"));
         assert_eq!(
@@ -499,7 +597,23 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             ]
         );
         assert_eq!(p[0].payload, None);
-        let kept = jwt_principals(&md, &providers, &[], true);
+        // Identity header texts: a string as it is, anything else as JSON.
+        assert_eq!(
+            p[0].texts,
+            vec![
+                ("groups".to_string(), "[\"ops\"]".to_string()),
+                ("org.team".to_string(), "blue".to_string()),
+                ("level".to_string(), "3".to_string()),
+            ]
+        );
+        let kept = jwt_principals(
+            &md,
+            &providers,
+            Wanted {
+                payload: true,
+                ..Wanted::default()
+            },
+        );
         assert_eq!(
             kept[0].payload,
             Some(
@@ -507,6 +621,10 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 "level": 3, "org": {"team": "blue", "admin": true}})
             )
         );
-        assert!(jwt_principals(b"\xff\xff", &providers, &wanted, false).is_empty());
+        let only_claims = Wanted {
+            claims: &wanted,
+            ..Wanted::default()
+        };
+        assert!(jwt_principals(b"\xff\xff", &providers, only_claims).is_empty());
     }
 }

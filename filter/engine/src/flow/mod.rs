@@ -27,11 +27,14 @@ use transport::{body_limit, decode_header_value, header_rejection, mcp_header_va
 /// What the host must do next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Next {
-    /// Let the request go on (after applying `add_headers`, in order). `listing` filters the
-    /// response (docs/semantics.md §5.4): set when the bundle filters listings, for the
-    /// response headers to tell whether the response can carry one.
+    /// Let the request go on after applying `add_headers`, then `identity_headers`, in order.
+    /// An identity header edit that does not take effect must stop the request (answer
+    /// [`answer::identity_headers_failed`]): the upstream would read the client's copy
+    /// (docs/semantics.md §5.7). `listing` filters the response (§5.4): set when the bundle
+    /// filters listings, for the response headers to tell whether the response can carry one.
     Allow {
         add_headers: Vec<HeaderEdit>,
+        identity_headers: Vec<HeaderEdit>,
         listing: Option<ListingFilter>,
     },
     /// Keep holding the request (headers held, body buffered, or callouts in flight).
@@ -256,6 +259,9 @@ impl RequestFlow {
         req.target = engine.target_of(req);
         if let Some(e) = bad_path {
             return self.reject(Rejection::InvalidPath(e.to_string()));
+        }
+        if input.end_of_stream && engine.metadata_fetch(req) {
+            return self.metadata_fetch(engine);
         }
         if let Some(r) = header_rejection(req, input.end_of_stream, body_limit(engine)) {
             return self.reject(r);
@@ -723,6 +729,7 @@ impl RequestFlow {
                     // to compress it.
                     add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
                 }
+                let identity_headers = req.map_or_else(Vec::new, |r| engine.identity_edits(r));
                 // The flow is done with the request: the listing filter takes it, and its id.
                 let listing = match self.req.take() {
                     Some(r) if engine.listings.filter => {
@@ -736,11 +743,14 @@ impl RequestFlow {
                 };
                 Next::Allow {
                     add_headers,
+                    identity_headers,
                     listing,
                 }
             }
             Decision::Deny(d) => {
-                let response = answer::denial(&engine.deny_response, &d, self.id.as_deref());
+                let challenge = self.req.as_ref().and_then(|r| engine.challenge(r));
+                let id = self.id.as_deref();
+                let response = answer::denial(&engine.deny_response, &d, id, challenge);
                 outcome.level = d.level;
                 outcome.reason = Why::Denied(d.reason);
                 outcome.origin = engine.origin_of(d.policy.as_deref());
@@ -806,6 +816,24 @@ impl RequestFlow {
                 .or_else(|| jwt.as_ref().map(|j| format!("jwt:{j}"))),
             jwt,
             cel_errors: (0, 0),
+        }
+    }
+
+    /// A fetch of the listener's OAuth metadata that Envoy answers itself (docs/semantics.md
+    /// §5.6): it goes on without policy, and with no identity headers (it reaches no upstream).
+    fn metadata_fetch(&mut self, engine: &Engine) -> Next {
+        self.stage = Stage::Done;
+        let mut outcome = self.base_outcome();
+        outcome.allowed = true;
+        outcome.listener = self.req.as_ref().and_then(|r| {
+            let l = engine.listeners.get(r.target.listener?)?;
+            Some(l.id.clone())
+        });
+        self.outcome = Some(outcome);
+        Next::Allow {
+            add_headers: Vec::new(),
+            identity_headers: Vec::new(),
+            listing: None,
         }
     }
 

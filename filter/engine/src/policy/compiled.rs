@@ -75,6 +75,8 @@ pub struct Listener {
     pub port: u16,
     pub(crate) host: Option<HostPattern>,
     pub index: LevelIndex,
+    /// OAuth discovery (protected resource metadata), if configured.
+    pub discovery: Option<super::Discovery>,
 }
 
 /// A backend with what is attached to it.
@@ -86,6 +88,8 @@ pub struct Backend {
     /// Listeners some policy is narrowed to (bundle `listeners`): the index for requests that
     /// arrived on each, those policies included.
     pub by_listener: Vec<(usize, LevelIndex)>,
+    /// Headers it receives with the caller's identity.
+    pub identity_headers: Vec<mcp_access_bundle::IdentityHeader>,
 }
 
 impl Backend {
@@ -562,6 +566,7 @@ mod tests {
                 .map(|t| ("x-team".into(), t.to_string()))
                 .collect(),
             caller: Caller {
+                credential: false,
                 spiffe: Some("spiffe://example.org/ns/a/sa/b".into()),
                 jwts: Vec::new(),
             },

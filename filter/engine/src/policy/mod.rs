@@ -4,6 +4,8 @@
 mod compiled;
 mod cx;
 mod eval;
+mod identity_headers;
+mod oauth;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -21,6 +23,7 @@ pub(crate) use cx::{Applies, CelCx};
 pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
 pub(crate) use eval::{Evaluation, TraceEntry};
 use mcp_access_bundle::gateway_api::HostPattern;
+pub use oauth::Discovery;
 
 use crate::request::{Request, Target};
 
@@ -231,6 +234,10 @@ pub struct Engine {
     pub(crate) jwt_claims: Vec<String>,
     /// What the CEL conditions read beyond the usual request attributes.
     pub(crate) cel_needs: CelNeeds,
+    /// Every identity header name of the bundle, sorted (removed from allowed requests).
+    pub(crate) identity_header_names: Vec<String>,
+    /// Claims identity headers carry.
+    pub(crate) identity_claims: Vec<String>,
 }
 
 /// Request attributes gathered only because a CEL condition reads them.
@@ -259,6 +266,7 @@ impl Engine {
         let policies = compiled.policies;
         let listeners = index_listeners(b, &order, &policies);
         let backends = index_backends(b, &order, &policies, &listeners);
+        let (identity_header_names, identity_claims) = identity_headers::names_and_claims(b);
         let mut origins = HashMap::new();
         for p in &policies {
             if let Some(o) = &p.origin {
@@ -282,6 +290,8 @@ impl Engine {
             escaped_slashes: b.envoy.escaped_slashes,
             jwt_claims: compiled.jwt_claims,
             cel_needs: compiled.cel_needs,
+            identity_header_names,
+            identity_claims,
         })
     }
 
@@ -384,12 +394,16 @@ impl Engine {
         &self,
         claims: &serde_json::Value,
     ) -> Result<crate::request::JwtPrincipal, String> {
-        crate::identity::principal_from_json(
-            claims,
-            &self.identity.jwt.providers,
-            &self.jwt_claims,
-            self.cel_needs.jwt_payload,
-        )
+        crate::identity::principal_from_json(claims, &self.identity.jwt.providers, self.wanted())
+    }
+
+    /// What the bundle reads of a verified JWT.
+    pub(crate) fn wanted(&self) -> crate::identity::Wanted<'_> {
+        crate::identity::Wanted {
+            claims: &self.jwt_claims,
+            texts: &self.identity_claims,
+            payload: self.cel_needs.jwt_payload,
+        }
     }
 
     /// A fresh CEL state for judging one request (or one listed item) routed to `backend`.
@@ -663,6 +677,7 @@ fn index_listeners(
                 port: l.port,
                 host: l.hostname.as_deref().map(HostPattern::new),
                 index,
+                discovery: l.protected_resource.as_ref().map(Discovery::of),
             });
         }
     }
@@ -765,6 +780,7 @@ fn index_backends(
             id: format!("{}/{}", be.namespace, be.name),
             index,
             by_listener,
+            identity_headers: be.identity_headers.clone(),
         });
     }
     out
