@@ -44,12 +44,53 @@ pub enum IdentityField {
 /// Longest identity header value set; a longer one is left out.
 pub const MAX_VALUE_BYTES: usize = 4096;
 
-/// Why `name` cannot be an identity header (None: it can). Besides the one header-name rule
-/// ([`is_header_name`], lowercase, no `_`: a server may fold it into `-`), it must not be a
-/// header Envoy, the filter or the MCP transport give a meaning: pseudo-headers, `host`,
-/// framing and hop-by-hop headers, `proxy-*`, credentials (`authorization`, `cookie`), the
-/// body's description (`content-*`), `accept-encoding`, the MCP headers (`mcp-*`,
-/// `last-event-id`), Envoy's own (`x-envoy-*`, `x-forwarded-*`, `x-request-id`).
+/// The syntax of an identity header name: a lowercase HTTP field name without `_` (a server
+/// may read `_` as `-`, and the Envoy configurations the project renders refuse client headers
+/// holding it). [`identity_header_name_problem`] also refuses [`RESERVED_NAMES`] and
+/// [`RESERVED_PREFIXES`].
+pub const IDENTITY_HEADER_NAME_PATTERN: &str = r"^[a-z0-9!#$%&'*+.^`|~-]+$";
+
+/// Headers with another meaning to Envoy, the filter or the MCP transport: the host,
+/// framing and hop-by-hop headers, credentials, the MCP stream's `last-event-id`, Envoy's
+/// request id, the encoding the filter asks listings in.
+pub const RESERVED_NAMES: &[&str] = &[
+    "host",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "authorization",
+    "cookie",
+    "accept-encoding",
+    "last-event-id",
+    "x-request-id",
+];
+
+/// Prefixes of headers with another meaning: `proxy-*`, the body's `content-*`, the MCP
+/// headers, Envoy's own.
+pub const RESERVED_PREFIXES: &[&str] = &["proxy-", "content-", "mcp-", "x-envoy-", "x-forwarded-"];
+
+/// The CRD's CEL rule for [`RESERVED_NAMES`] and [`RESERVED_PREFIXES`], over `self.name`.
+pub fn reserved_rule() -> String {
+    let quoted = |l: &[&str]| {
+        l.iter()
+            .map(|n| format!("'{n}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "!(self.name in [{}]) && ![{}].exists(p, self.name.startsWith(p))",
+        quoted(RESERVED_NAMES),
+        quoted(RESERVED_PREFIXES)
+    )
+}
+
+/// Why `name` cannot be an identity header (None: it can): it must be an HTTP field name
+/// ([`is_header_name`]) of [`IDENTITY_HEADER_NAME_PATTERN`], and neither one of
+/// [`RESERVED_NAMES`] nor start with one of [`RESERVED_PREFIXES`] (nor be any header an
+/// authorizer may not set, [`is_never_applied`]).
 pub fn identity_header_name_problem(name: &str) -> Option<&'static str> {
     if !is_header_name(name) || name.bytes().any(|b| b.is_ascii_uppercase()) {
         return Some("must be a lowercase HTTP header name");
@@ -58,15 +99,10 @@ pub fn identity_header_name_problem(name: &str) -> Option<&'static str> {
         return Some("must not hold '_' (a server may read it as '-', and Envoy refuses such client headers)");
     }
     let reserved = is_never_applied(name)
-        || matches!(
-            name,
-            "authorization" | "cookie" | "accept-encoding" | "last-event-id" | "x-request-id"
-        )
-        || ["content-", "mcp-", "x-envoy-", "x-forwarded-"]
-            .iter()
-            .any(|p| name.starts_with(p));
+        || RESERVED_NAMES.contains(&name)
+        || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p));
     reserved.then_some(
-        "names a header with another meaning (pseudo, host, framing, hop-by-hop, proxy-*, authorization, cookie, content-*, accept-encoding, mcp-*, last-event-id, x-envoy-*, x-forwarded-*, x-request-id)",
+        "names a header with another meaning (host, framing, hop-by-hop, proxy-*, authorization, cookie, content-*, accept-encoding, mcp-*, last-event-id, x-envoy-*, x-forwarded-*, x-request-id)",
     )
 }
 
@@ -134,6 +170,45 @@ mod tests {
         ] {
             assert!(identity_header_name_problem(bad).is_some(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_pattern_and_the_lists_are_the_rule() {
+        let re = regex_lite::Regex::new(IDENTITY_HEADER_NAME_PATTERN).unwrap();
+        for b in 0u8..=255 {
+            let s = format!("x{}", char::from(b));
+            let syntax_ok = is_header_name(&s)
+                && !s.contains('_')
+                && !s.bytes().any(|c| c.is_ascii_uppercase());
+            assert_eq!(re.is_match(&s), syntax_ok, "{b:#x}");
+        }
+        // What an authorizer may never set is reserved by the lists too (the CRD's rule).
+        for name in [
+            "host",
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "trailer",
+            "upgrade",
+            "proxy-authorization",
+        ] {
+            assert!(is_never_applied(name), "{name}");
+            let listed = RESERVED_NAMES.contains(&name)
+                || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p));
+            assert!(listed, "{name}");
+        }
+        let rule = reserved_rule();
+        assert!(
+            rule.starts_with("!(self.name in ['host', 'connection',"),
+            "{rule}"
+        );
+        assert!(
+            rule.ends_with("'x-forwarded-'].exists(p, self.name.startsWith(p))"),
+            "{rule}"
+        );
     }
 
     #[test]

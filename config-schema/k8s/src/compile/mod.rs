@@ -11,6 +11,7 @@ mod backends;
 mod effective;
 mod gateways;
 mod grants;
+mod identity;
 mod policies;
 mod routes;
 mod rules;
@@ -193,6 +194,8 @@ struct Ctx<'a> {
     effects: Vec<(String, (String, String, String), effective::Effects)>,
     /// The filter's settings (a `FilterSettings` object and the flags).
     settings: settings::Settings,
+    /// The identity headers of the XBackends (from AccessPolicies).
+    identity_headers: identity::IdentityHeaders,
 }
 
 /// Compiles validated manifests.
@@ -206,6 +209,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         backend_index: HashMap::new(),
         effects: Vec::new(),
         settings,
+        identity_headers: identity::IdentityHeaders::default(),
     };
     cx.report_inputs();
     cx.report.invalid.extend(settings_problems);
@@ -230,6 +234,9 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         envoy: Default::default(),
     };
     cx.settings.apply(&mut bundle);
+    cx.identity_headers.apply(&mut bundle.backends);
+    let problems = settings::protected_resources(m, &mut bundle.gateways);
+    cx.report.invalid.extend(problems);
     let effective = if o.effective_view {
         cx.effective_view(&bundle)
     } else {
