@@ -238,6 +238,8 @@ pub struct Engine {
     pub(crate) identity_header_names: Vec<String>,
     /// Claims identity headers carry.
     pub(crate) identity_claims: Vec<String>,
+    /// Whether some listener has OAuth discovery (then callers' credentials are looked at).
+    pub(crate) challenges: bool,
 }
 
 /// Request attributes gathered only because a CEL condition reads them.
@@ -267,6 +269,7 @@ impl Engine {
         let listeners = index_listeners(b, &order, &policies);
         let backends = index_backends(b, &order, &policies, &listeners);
         let (identity_header_names, identity_claims) = identity_headers::names_and_claims(b);
+        let challenges = listeners.iter().any(|l| l.discovery.is_some());
         let mut origins = HashMap::new();
         for p in &policies {
             if let Some(o) = &p.origin {
@@ -292,6 +295,7 @@ impl Engine {
             cel_needs: compiled.cel_needs,
             identity_header_names,
             identity_claims,
+            challenges,
         })
     }
 

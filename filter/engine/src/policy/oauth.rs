@@ -58,6 +58,6 @@ impl Engine {
     /// Whether some listener answers callers without a credential with a challenge (the flow
     /// then finds out whether the caller presented one).
     pub(crate) fn challenges(&self) -> bool {
-        self.listeners.iter().any(|l| l.discovery.is_some())
+        self.challenges
     }
 }
