@@ -442,6 +442,15 @@ pub struct PolicyTarget {
     /// Gateway listener name (Gateway level only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
+    /// Backend level only: the routes through which the policy applies to this backend
+    /// (docs/semantics.md §1.6). A request is through one of them when the name the filter
+    /// recognised the backend by (Envoy's route name if the bundle lists it, else the
+    /// upstream cluster) is in this list; each entry is one of the backend's `routeNames` or
+    /// `clusterNames`. Absent: every route. An empty list is rejected. A route-scoped Allow
+    /// policy admits only through its routes, but makes the backend's level default-deny for
+    /// every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<Vec<String>>,
 }
 
 /// A rule: who (source) may do what (authorization).

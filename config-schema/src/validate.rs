@@ -513,6 +513,11 @@ impl Validator {
                         ),
                         _ => {}
                     }
+                    self.check(
+                        t.routes.is_none(),
+                        || format!("{tat}.routes"),
+                        "only Backend targets are narrowed to routes",
+                    );
                 }
                 Level::Backend => {
                     if !backends.contains(&(ns, t.name.as_str())) {
@@ -526,8 +531,45 @@ impl Validator {
                         || format!("{tat}.sectionName"),
                         "only Gateway targets have sections",
                     );
+                    if let Some(routes) = &t.routes {
+                        let be = b
+                            .backends
+                            .iter()
+                            .find(|x| x.name == t.name && x.namespace == ns);
+                        self.target_routes(&tat, (ns, &t.name), be, routes);
+                    }
                 }
             }
+        }
+    }
+
+    /// The routes a Backend target is narrowed to: names backend `be` is recognised by.
+    fn target_routes(
+        &mut self,
+        tat: &str,
+        (ns, name): (&str, &str),
+        be: Option<&Backend>,
+        routes: &[String],
+    ) {
+        self.check(
+            !routes.is_empty(),
+            || format!("{tat}.routes"),
+            "an empty list would apply the policy to no request: omit routes to apply it through every route",
+        );
+        let mut seen = HashSet::new();
+        for (j, r) in routes.iter().enumerate() {
+            let known =
+                be.is_some_and(|be| be.route_names.contains(r) || be.cluster_names.contains(r));
+            self.check(
+                known || be.is_none(),
+                || format!("{tat}.routes[{j}]"),
+                format!("backend {ns}/{name} has no route or cluster named \"{r}\" (routes are its routeNames or clusterNames)"),
+            );
+            self.check(
+                seen.insert(r.as_str()),
+                || format!("{tat}.routes[{j}]"),
+                "duplicate route",
+            );
         }
     }
 
@@ -539,6 +581,11 @@ impl Validator {
                 p.level == Level::Backend,
                 || lat.clone(),
                 "only a Backend-level policy is narrowed to listeners",
+            );
+            self.check(
+                l.routes.is_none(),
+                || format!("{lat}.routes"),
+                "a listener has no routes: narrow the policy's targets instead",
             );
             let ns = l.namespace.as_deref().unwrap_or(&p.namespace);
             let found = b.gateways.iter().any(|g| {

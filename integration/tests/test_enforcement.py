@@ -364,6 +364,8 @@ def test_authorizer_failures_follow_the_failure_mode(stack: Stack, scenario: str
     assert r.status == status, r.text
     assert decision_of(stack)["reason"] == reason
     assert len(stack.servers["tools"].tool_calls()) == (1 if status == 200 else 0)
+    if scenario.startswith("timeout"):  # the log says the call timed out (Envoy's 504 is not the authorizer's)
+        assert "timed out: no answer within the authorizer's timeout of 300 ms (Envoy ended the call with 504)" in stack.envoy.log_text()
 
 
 def test_stats_and_logs(stack: Stack) -> None:

@@ -334,6 +334,7 @@ def test_access_policy_crd_validates_its_examples(crds: Crds) -> None:
         "identity-headers.yaml",
         "jwt.yaml",
         "overrides.yaml",
+        "route.yaml",
         "unset.yaml",
         "when.yaml",
     ]

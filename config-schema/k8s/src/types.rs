@@ -431,16 +431,18 @@ pub(crate) struct McpBackend {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct TargetRef {
-    /// `gateway.networking.k8s.io` (Gateway) or `agentic.networking.x-k8s.io` (XBackend).
+    /// `gateway.networking.k8s.io` (Gateway, HTTPRoute) or `agentic.networking.x-k8s.io`
+    /// (XBackend).
     #[schemars(required, length(max = 253), pattern(crate::check::GROUP))]
     pub(crate) group: Option<String>,
-    /// `Gateway` or `XBackend`.
+    /// `Gateway`, `XBackend` or (`AccessPolicy` only) `HTTPRoute`.
     #[schemars(required, length(min = 1, max = 63), pattern(crate::check::KIND))]
     pub(crate) kind: Option<String>,
     /// Name of the target, in the policy's namespace.
     #[schemars(required, length(min = 1, max = 253))]
     pub(crate) name: Option<String>,
-    /// A Gateway listener: the policy applies there only.
+    /// A Gateway listener, or the `name` of one rule of an HTTPRoute: the policy applies
+    /// there only.
     #[schemars(length(min = 1, max = 253), pattern(crate::check::DNS_SUBDOMAIN))]
     pub(crate) section_name: Option<String>,
 }
@@ -668,7 +670,8 @@ pub(crate) struct CelV0 {
      "message": "identityHeaders may only be set on a policy that targets XBackends"}
 ]))]
 pub struct PolicySpecV1 {
-    /// Gateways or XBackends (all of one kind) the policy applies to.
+    /// Gateways, XBackends or (`AccessPolicy` only) HTTPRoutes, all of one kind, the policy
+    /// applies to.
     #[schemars(required, length(min = 1, max = 10), extend(
         "x-kubernetes-list-type" = "atomic",
         "x-kubernetes-validations" = [{"rule": "self.all(ref, ref.kind == self[0].kind)",

@@ -278,11 +278,11 @@ pub(crate) fn status(input: &Input, format: Format) -> Result<u8, String> {
     })
 }
 
-/// `effective`: the effective policy of each (listener, XBackend), filtered by
-/// `[gateway, listener, backend]`.
+/// `effective`: the effective policy of each (listener, XBackend, route class), filtered by
+/// `[gateway, listener, backend, route]`.
 pub(crate) fn effective(
     input: &Input,
-    [gateway, listener, backend]: [Option<String>; 3],
+    [gateway, listener, backend, route]: [Option<String>; 4],
     format: Format,
 ) -> Result<u8, String> {
     let mut o = options(&input.compile)?;
@@ -299,6 +299,14 @@ pub(crate) fn effective(
             matches(&gateway, &e.gateway)
                 && listener.as_ref().is_none_or(|l| l == &e.listener)
                 && matches(&backend, &e.backend)
+                && route.as_ref().is_none_or(|r| {
+                    e.routes.is_empty()
+                        || e.routes.iter().any(|x| {
+                            let id = x.strip_prefix("HTTPRoute ").unwrap_or_default();
+                            let id = id.split(' ').next().unwrap_or_default();
+                            matches(&Some(r.clone()), id)
+                        })
+                })
         })
         .collect();
     if views.is_empty() {
@@ -324,6 +332,9 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
             "{} listener {} -> XBackend {}\n",
             v.gateway, v.listener, v.backend
         ));
+        if !v.routes.is_empty() {
+            out.push_str(&format!("  through {}\n", v.routes.join(", ")));
+        }
         for l in &v.levels {
             if l.steps.is_empty() {
                 out.push_str(&format!("  {} level: no policy\n", l.level));

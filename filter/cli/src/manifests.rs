@@ -5,9 +5,11 @@
 //! `config`, `failOpen: false`), per Gateway an `EnvoyPatchPolicy` (one cluster per authorizer,
 //! `allow_on_headers_stop_iteration: true` patched into the Wasm filter Envoy Gateway generates)
 //! and a `ClientTrafficPolicy` (buffer limit above the body limit, path handling as the filter
-//! reads paths). Istio: a `WasmPlugin` (phase AUTHZ, FAIL_CLOSE, the bundle as `pluginConfig`,
-//! `envoy.holdHeaders: false` because a WasmPlugin cannot hold headers) and an `EnvoyFilter` with
-//! the connection manager's path and host normalization.
+//! reads paths); backends, and the targets of policies on HTTPRoutes, are recognised by the
+//! cluster Envoy Gateway makes per HTTPRoute rule. Istio: a `WasmPlugin` (phase AUTHZ,
+//! FAIL_CLOSE, the bundle as `pluginConfig`, `envoy.holdHeaders: false` because a WasmPlugin
+//! cannot hold headers) and an `EnvoyFilter` with the connection manager's path and host
+//! normalization; policies on HTTPRoutes are refused (no route name the filter can rely on).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -156,40 +158,111 @@ fn gateway_ref(name: &str) -> Value {
     json!({"group": GATEWAY_GROUP, "kind": "Gateway", "name": name})
 }
 
-/// Envoy Gateway's cluster of each HTTPRoute rule that forwards only to one XBackend, by XBackend.
-fn eg_route_clusters(topo: &Topology) -> BTreeMap<String, BTreeSet<String>> {
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+/// What Envoy Gateway makes of the HTTPRoute rules that forward only to one XBackend: one
+/// cluster per rule, `httproute/NS/NAME/rule/I`.
+#[derive(Default)]
+struct EgRules {
+    /// Per XBackend, the clusters of its rules.
+    clusters: BTreeMap<String, BTreeSet<String>>,
+    /// Per XBackend, each name the bundle recognises it by in the `mcp-access envoy`
+    /// rendering (a route name, or its cluster for rules that forward to it more than once)
+    /// -> the clusters of the rules requests through that name take in Envoy Gateway.
+    names: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+}
+
+fn eg_rules(topo: &Topology) -> EgRules {
+    let mut out = EgRules::default();
     for l in topo.gateways.iter().flat_map(|g| &g.listeners) {
         for e in &l.routes {
             let RouteAction::Forward { clusters, .. } = &e.action else {
                 continue;
             };
             let ids: BTreeSet<_> = clusters.iter().map(|c| c.backend.as_deref()).collect();
-            if let [Some(id)] = ids.into_iter().collect::<Vec<_>>().as_slice() {
-                out.entry((*id).to_string())
+            let [Some(id)] = ids.into_iter().collect::<Vec<_>>()[..] else {
+                continue;
+            };
+            let eg = format!("httproute/{}/rule/{}", e.route, e.rule);
+            out.clusters
+                .entry(id.to_string())
+                .or_default()
+                .insert(eg.clone());
+            let name = match clusters.as_slice() {
+                [_] => Some(e.name.clone()),
+                _ => topo
+                    .backends
+                    .iter()
+                    .find(|b| b.id == id)
+                    .map(|b| b.cluster.clone()),
+            };
+            if let Some(name) = name {
+                out.names
+                    .entry(id.to_string())
                     .or_default()
-                    .insert(format!("httproute/{}/rule/{}", e.route, e.rule));
+                    .entry(name)
+                    .or_default()
+                    .insert(eg);
             }
         }
     }
     out
 }
 
+/// The bundle for Envoy Gateway: listener ports as its Envoy listens, backends recognised by
+/// its per-rule clusters, and route-scoped targets narrowed to those clusters (a target whose
+/// routes no request can take there is dropped, and a policy left without targets).
 fn eg_bundle(bundle: &Bundle, topo: &Topology) -> Bundle {
     let mut b = bundle.clone();
     for l in b.gateways.iter_mut().flat_map(|g| &mut g.listeners) {
         l.port = eg_container_port(l.port);
     }
-    let clusters = eg_route_clusters(topo);
+    let rules = eg_rules(topo);
     for be in &mut b.backends {
         be.route_names.clear();
-        be.cluster_names = clusters
+        be.cluster_names = rules
+            .clusters
             .get(&format!("{}/{}", be.namespace, be.name))
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
     }
+    for p in &mut b.policies {
+        let ns = p.namespace.clone();
+        p.targets.retain_mut(|t| {
+            let Some(routes) = &t.routes else {
+                return true;
+            };
+            let id = format!("{}/{}", t.namespace.as_deref().unwrap_or(&ns), t.name);
+            let names = rules.names.get(&id);
+            let eg: BTreeSet<String> = routes
+                .iter()
+                .filter_map(|r| names.and_then(|n| n.get(r)))
+                .flatten()
+                .cloned()
+                .collect();
+            t.routes = Some(eg.into_iter().collect());
+            t.routes.as_ref().is_some_and(|r| !r.is_empty())
+        });
+    }
+    b.policies.retain(|p| !p.targets.is_empty());
     b.envoy.hold_headers = true; // allow_on_headers_stop_iteration is patched in
     b
+}
+
+/// Istio cannot tell routes apart by a name the filter sees (see docs/deploy.md): a
+/// route-scoped policy is refused rather than applied to every route or to none.
+fn istio_route_scoped(bundle: &Bundle) -> Result<(), String> {
+    let scoped: Vec<String> = bundle
+        .policies
+        .iter()
+        .filter(|p| p.targets.iter().any(|t| t.routes.is_some()))
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    if scoped.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "--platform istio cannot enforce policies narrowed to HTTPRoutes ({}): Istio names Envoy routes after the HTTPRoute rule's `name` (Istio 1.24 and later) or NAMESPACE.ROUTE.INDEX, names that need not be unique across routes, and its clusters are the Services', shared by every route, so the filter cannot tell which route a request took; target the XBackend or the Gateway listener instead, or use --platform envoy-gateway or `mcp-access envoy`",
+        scoped.join(", ")
+    ))
 }
 
 fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str, hold_headers: bool) -> Bundle {
@@ -458,6 +531,7 @@ fn envoy_gateway(
 }
 
 fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Value>, String> {
+    istio_route_scoped(bundle)?;
     let hold = o.istio_hold_headers;
     let config = checked(istio_bundle(bundle, topo, &o.cluster_domain, hold))?;
     let mut objects = Vec::new();

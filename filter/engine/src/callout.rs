@@ -196,6 +196,26 @@ pub(crate) fn error_detail(authorizer: &Authorizer, what: &str, text: &[u8]) -> 
     }
 }
 
+/// An error answer that came when the authorizer's timeout had run out is Envoy ending the call,
+/// not the authorizer answering (Envoy 1.40 ends a timed-out HTTP call with its own 504 and a
+/// gRPC call with UNAVAILABLE): the detail says so, with what Envoy answered. Envoy's timer may
+/// fire a millisecond or two before the filter's clock shows the whole timeout, hence the slack.
+pub(crate) fn timed_out(authorizer: &Authorizer, latency_ms: u64, outcome: &mut AuthzOutcome) {
+    const TIMER_SLACK_MS: u64 = 5;
+    if let AuthzOutcome::Error { detail } = outcome {
+        if latency_ms.saturating_add(TIMER_SLACK_MS) >= u64::from(authorizer.timeout_ms) {
+            let answered = detail
+                .strip_prefix("authorizer answered ")
+                .map(|what| format!("Envoy ended the call with {what}"))
+                .unwrap_or_else(|| detail.clone());
+            *detail = format!(
+                "timed out: no answer within the authorizer's timeout of {} ms ({answered})",
+                authorizer.timeout_ms
+            );
+        }
+    }
+}
+
 /// The log detail of a callout Envoy refused to dispatch (`host_status`: the proxy-wasm status).
 /// Envoy 1.40 fails a call at once (InternalFailure) when its cluster has no endpoint to send it
 /// to, as when a STRICT_DNS cluster's name does not resolve.
@@ -359,6 +379,35 @@ mod tests {
             .iter()
             .map(|(n, v)| (n.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn an_error_at_the_timeout_is_reported_as_a_timeout_not_as_the_authorizers_answer() {
+        let a = authorizer(1024);
+        let err = |d: &str| AuthzOutcome::Error { detail: d.into() };
+        let mut late = err("authorizer answered gRPC status 14 (UNAVAILABLE)");
+        timed_out(&a, u64::from(a.timeout_ms) - 5, &mut late);
+        let AuthzOutcome::Error { detail } = &late else {
+            panic!("{late:?}")
+        };
+        assert_eq!(
+            detail,
+            &format!(
+                "timed out: no answer within the authorizer's timeout of {} ms (Envoy ended the call with gRPC status 14 (UNAVAILABLE))",
+                a.timeout_ms
+            )
+        );
+        // Before the timeout it is the authorizer's answer; a denial is never rewritten.
+        let mut early = err("authorizer answered 504");
+        timed_out(&a, u64::from(a.timeout_ms) - 6, &mut early);
+        assert_eq!(early, err("authorizer answered 504"));
+        let mut deny = AuthzOutcome::Deny {
+            status: 403,
+            headers: vec![],
+            body: vec![],
+        };
+        timed_out(&a, u64::MAX, &mut deny);
+        assert!(matches!(deny, AuthzOutcome::Deny { status: 403, .. }));
     }
 
     #[test]

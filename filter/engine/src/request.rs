@@ -164,6 +164,9 @@ pub struct Target {
     pub listener: Option<usize>,
     /// The Backend Envoy routed to: by route name first, then by upstream cluster.
     pub backend: Option<usize>,
+    /// The backend's route slot of the name it was recognised by (None: no policy is scoped
+    /// to that route).
+    pub route: Option<usize>,
 }
 
 /// The connection as Envoy's ext_authz describes it to gRPC authorizers (each None when the

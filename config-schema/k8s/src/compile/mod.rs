@@ -13,6 +13,7 @@ mod gateways;
 mod grants;
 mod identity;
 mod policies;
+mod route_targets;
 mod routes;
 mod rules;
 mod settings;
@@ -190,8 +191,8 @@ struct Ctx<'a> {
     topo: Topology,
     /// ns/name -> index into topo.backends
     backend_index: HashMap<String, usize>,
-    /// What defaults/overrides blocks did, per (backend, listener).
-    effects: Vec<(String, (String, String, String), effective::Effects)>,
+    /// What defaults/overrides blocks did, per (backend, listener, route class).
+    effects: Vec<effective::EffectRecord>,
     /// The filter's settings (a `FilterSettings` object and the flags).
     settings: settings::Settings,
     /// The identity headers of the XBackends (from AccessPolicies).

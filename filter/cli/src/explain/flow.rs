@@ -160,7 +160,8 @@ pub(super) fn trace_views(
                 .backends
                 .iter()
                 .find(|b| outcome.backend.as_ref() == Some(&b.id))
-                .map(|b| &b.index),
+                .zip(flow.request())
+                .map(|(b, r)| b.index_for(r.target.listener, r.target.route)),
             None => None,
         };
         if let (Some(index), Some(req), ("allow", "no rule admits")) =

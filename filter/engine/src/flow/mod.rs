@@ -520,14 +520,18 @@ impl RequestFlow {
             return self.progress(Next::Hold);
         };
         let (_, slot, at) = self.tokens.swap_remove(pos);
+        let latency_ms = now_ns.saturating_sub(at) / 1_000_000;
         let (outcome, note, metadata) = match self.authorizer_of(engine, slot) {
-            Some(a) => interpret(a),
+            Some(a) => {
+                let (mut outcome, note, metadata) = interpret(a);
+                crate::callout::timed_out(a, latency_ms, &mut outcome);
+                (outcome, note, metadata)
+            }
             None => {
                 let detail = "unknown authorizer".to_string();
                 (AuthzOutcome::Error { detail }, None, None)
             }
         };
-        let latency_ms = now_ns.saturating_sub(at) / 1_000_000;
         let name = self.authorizer_name(engine, slot);
         let mut report = CalloutReport::of(name, Some(latency_ms), &outcome, note);
         report.metadata = metadata;

@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::*;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};

@@ -211,7 +211,7 @@ fn the_kan_cel_crd_example_compiles() {
 }
 
 /// The topology the project's CRD examples (config-schema/crds/examples/valid) target.
-const EXAMPLE_INFRA: &str = include_str!("../../../config-schema/crds/examples/targets.yaml");
+const EXAMPLE_INFRA: &str = include_str!("../../../../config-schema/crds/examples/targets.yaml");
 
 fn example(name: &str) -> String {
     std::fs::read_to_string(format!(

@@ -8,9 +8,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use mcp_access_engine::flow::{drive, Next, Reply, RequestFlow};
 use mcp_access_engine::policy::{Engine, HeaderEdit, HeaderOp};
 use mcp_access_engine::request::JwtPrincipal;

@@ -11,9 +11,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-mod common;
-
-use common::{DIGEST, IMAGE};
+use crate::common::{DIGEST, IMAGE};
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mcp-access"))

@@ -8,7 +8,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -16,7 +16,7 @@ use mcp_access_k8s::{compile, reason, Compiled, Manifests, ObjectStatus, Options
 const IDP: &str = "https://idp.example.com";
 
 /// The Gateway, route and XBackend the examples target (`examples/targets.yaml`).
-const INFRA: &str = include_str!("../../crds/examples/targets.yaml");
+const INFRA: &str = include_str!("../../../crds/examples/targets.yaml");
 
 fn options() -> Options {
     Options {
@@ -54,7 +54,8 @@ fn problems(extra: &str) -> Vec<String> {
         .collect()
 }
 
-fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
+/// The status of policy `name` (also the route target tests').
+pub(crate) fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
     c.report
         .policies
         .iter()
@@ -62,7 +63,8 @@ fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
         .unwrap_or_else(|| panic!("no status for {name}: {:#?}", c.report.policies))
 }
 
-fn policy<'a>(c: &'a Compiled, name: &str) -> &'a Policy {
+/// Bundle policy `name` (also the route target tests').
+pub(crate) fn policy<'a>(c: &'a Compiled, name: &str) -> &'a Policy {
     c.bundle
         .policies
         .iter()
@@ -101,6 +103,7 @@ fn every_valid_example_is_accepted_and_compiles() {
             "identity-headers.yaml",
             "jwt.yaml",
             "overrides.yaml",
+            "route.yaml",
             "unset.yaml",
             "when.yaml"
         ]

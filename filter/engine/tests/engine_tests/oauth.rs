@@ -8,9 +8,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::policy::Engine;

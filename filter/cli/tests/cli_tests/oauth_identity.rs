@@ -9,11 +9,9 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{run, s, text, DIGEST, IMAGE};
+use crate::common::{run, s, text, DIGEST, IMAGE};
 use serde_json::{json, Value};
 
 const PROVIDER: &str = "idp=issuer=https://auth.example.com,jwks=/etc/jwks.json";
@@ -41,7 +39,7 @@ spec:
 "#;
 
 fn case(name: &str, files: &[(&str, &str)]) -> PathBuf {
-    common::case("oauth-identity", name, files)
+    crate::common::case("oauth-identity", name, files)
 }
 
 /// `envoy -f DIR ARGS`: the configuration, or the failure's standard error.

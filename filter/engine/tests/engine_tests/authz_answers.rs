@@ -9,7 +9,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::*;
 use mcp_access_engine::ext_authz::pb;

@@ -7,7 +7,7 @@
     clippy::type_complexity
 )]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -1,0 +1,16 @@
+//! The crate's integration tests, one binary (a binary per file linked the crate 11 times).
+
+mod common;
+
+mod behaviour;
+mod cli;
+mod defaults_overrides;
+mod explain;
+mod explain_cel;
+mod explain_flow;
+mod fail_closed;
+mod mistakes;
+mod oauth_identity;
+mod policy_language;
+mod routes;
+mod settings;

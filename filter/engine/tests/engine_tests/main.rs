@@ -1,0 +1,17 @@
+//! The crate's integration tests, one binary (a binary per file linked the crate 11 times).
+
+mod common;
+
+mod authz_answers;
+mod cel;
+mod cel_input;
+mod compile_index;
+mod flow;
+mod http_canonical;
+mod identity_headers;
+mod leaks;
+mod listing;
+mod oauth;
+mod routes;
+mod semantics;
+mod stats;
