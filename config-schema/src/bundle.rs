@@ -161,6 +161,11 @@ pub struct Listener {
     /// Optional host (`:authority` without port) the listener is limited to; `*.` wildcards allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// OAuth protected resource metadata (RFC 9728): a request the filter denies while the
+    /// caller presented no credential is answered 401 with a challenge naming it, and a
+    /// `GET` of it that Envoy answers itself passes (docs/semantics.md §5.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protected_resource: Option<crate::oauth::ProtectedResource>,
 }
 
 /// An MCP server (XBackend), recognised from Envoy's routing decision.
@@ -179,6 +184,11 @@ pub struct Backend {
     /// Envoy upstream cluster names (`xds.cluster_name`) of this backend.
     #[serde(default)]
     pub cluster_names: Vec<String>,
+    /// Headers this backend receives with the caller's identity on allowed requests; every
+    /// client-sent copy of any identity header of the bundle is removed from every allowed
+    /// request first (docs/semantics.md §5.7). Needs `envoy.holdHeaders`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identity_headers: Vec<crate::identity_headers::IdentityHeader>,
 }
 
 /// An external authorizer speaking Envoy's ext_authz protocol: the HTTP service or gRPC

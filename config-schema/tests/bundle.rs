@@ -333,6 +333,86 @@ fn listeners_and_origin_are_checked() {
 }
 
 #[test]
+fn protected_resources_and_identity_headers_are_checked_where_they_are() {
+    let pr = |resource: &str| serde_json::json!({"resource": resource, "authorizationServers": ["https://auth.example.com"]});
+    let mut v = minimal();
+    v["gateways"][0]["listeners"][0]["protectedResource"] = pr("https://mcp.example.com/mcp");
+    v["backends"][0]["identityHeaders"] = serde_json::json!([
+        {"name": "x-caller-spiffe", "from": "SPIFFE"},
+        {"name": "x-caller-team", "from": "JWTClaim", "claim": "team"}
+    ]);
+    let b = parse_bundle(v.to_string().as_bytes()).unwrap();
+    let p = b.gateways[0].listeners[0]
+        .protected_resource
+        .as_ref()
+        .unwrap();
+    assert_eq!(p.authorization_servers, ["https://auth.example.com"]);
+    assert_eq!(b.backends[0].identity_headers.len(), 2);
+
+    let cases: Vec<(fn(&mut serde_json::Value), &str)> = vec![
+        (
+            |v| v["gateways"][0]["listeners"][0]["protectedResource"] = serde_json::json!({"resource": "http://mcp.example.com/mcp", "authorizationServers": ["https://a.example.com"]}),
+            "gateways[0].listeners[0].protectedResource.resource",
+        ),
+        (
+            |v| v["gateways"][0]["listeners"][0]["protectedResource"] = serde_json::json!({"resource": "https://mcp.example.com/mcp", "authorizationServers": []}),
+            "gateways[0].listeners[0].protectedResource.authorizationServers",
+        ),
+        (
+            |v| {
+                v["gateways"][0]["listeners"][0]["hostname"] = "other.example.com".into();
+                v["gateways"][0]["listeners"][0]["protectedResource"] = serde_json::json!({"resource": "https://mcp.example.com/mcp", "authorizationServers": ["https://a.example.com"]});
+            },
+            "gateways[0].listeners[0].protectedResource.resource",
+        ),
+        (
+            |v| {
+                v["backends"][0]["identityHeaders"] =
+                    serde_json::json!([{"name": "authorization", "from": "SPIFFE"}])
+            },
+            "backends[0].identityHeaders[0].name",
+        ),
+        (
+            |v| {
+                v["backends"][0]["identityHeaders"] =
+                    serde_json::json!([{"name": "x-a", "from": "JWTClaim"}])
+            },
+            "backends[0].identityHeaders[0].claim",
+        ),
+        (
+            |v| v["backends"][0]["identityHeaders"] = serde_json::json!([{"name": "x-a", "from": "SPIFFE"}, {"name": "x-a", "from": "JWTSubject"}]),
+            "backends[0].identityHeaders[1].name",
+        ),
+        (
+            |v| {
+                v["identity"]["spiffe"] =
+                    serde_json::json!({"source": "TrustedHeader", "header": {"name": "X-Spiffe"}});
+                v["backends"][0]["identityHeaders"] =
+                    serde_json::json!([{"name": "x-spiffe", "from": "SPIFFE"}]);
+            },
+            "backends[0].identityHeaders[0].name",
+        ),
+        (
+            |v| {
+                v["envoy"] = serde_json::json!({"holdHeaders": false});
+                v["backends"][0]["identityHeaders"] =
+                    serde_json::json!([{"name": "x-a", "from": "SPIFFE"}]);
+            },
+            "backends[0].identityHeaders[0].name",
+        ),
+    ];
+    for (i, (mutate, want)) in cases.into_iter().enumerate() {
+        let mut v = minimal();
+        mutate(&mut v);
+        let (path, msg) = err_at(v);
+        assert_eq!(path, want, "case {i}: {msg}");
+    }
+    let mut v = minimal();
+    v["backends"][0]["identityHeaders"] = serde_json::json!([{"name": "x-a", "from": "Cookie"}]);
+    assert_eq!(err_at(v).0, "backends[0].identityHeaders[0].from");
+}
+
+#[test]
 fn routes_narrow_backend_targets_to_names_of_the_backend() {
     // Route and cluster names of the backend are both routes a policy can be scoped to.
     let mut v = minimal();

@@ -189,6 +189,7 @@ impl Stream {
                 }
                 Next::Allow {
                     add_headers,
+                    identity_headers,
                     listing,
                 } => {
                     for edit in &add_headers {
@@ -201,6 +202,24 @@ impl Stream {
                                 ),
                             );
                         }
+                    }
+                    if let Some(edit) = identity_headers
+                        .iter()
+                        .find(|e| !abi::edit_request_header(e))
+                    {
+                        // Applied after the authorizers' edits, which cannot override them. One
+                        // that fails: the upstream would read what the client sent; refuse.
+                        abi::log(
+                            LogLevel::Error,
+                            &format!(
+                                "mcp-access: could not set identity header {}: request refused",
+                                edit.name
+                            ),
+                        );
+                        self.finished();
+                        let r = mcp_access_engine::answer::identity_headers_failed();
+                        abi::send_response(r.status, &r.headers, &r.body);
+                        return WasmAction::Pause;
                     }
                     self.listing = listing;
                     self.finished();

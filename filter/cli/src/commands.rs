@@ -131,6 +131,18 @@ pub(crate) fn manifests(
     if !input.compile.jwt_providers.is_empty() {
         eprintln!("note: --jwt-provider: the bundle reads verified claims under each provider's name; configure the platform's jwt_authn (payload_in_metadata) to match, the generated objects do not");
     }
+    let oauth = c
+        .bundle
+        .gateways
+        .iter()
+        .flat_map(|g| &g.listeners)
+        .any(|l| l.protected_resource.is_some());
+    if oauth {
+        eprintln!("note: OAuth protected resource metadata: the platform's token verification must let a request without a token through to the filter (which answers it 401 with the metadata's URL when policies deny it) and require none on the metadata paths (docs/deploy.md)");
+    }
+    for line in platform::unserved_metadata(&c.bundle, &o) {
+        eprintln!("warning: {}", line.trim_start_matches("# "));
+    }
     let json = output.format(Format::Yaml) == Format::Json;
     let text = platform::render(&c.bundle, &c.topology, &o, json)?;
     write_out(output, &text)?;

@@ -388,12 +388,67 @@ fn by_namespace(
     Ok(out)
 }
 
+/// A platform's bundle, checked as the filter will check it. Identity headers need the
+/// headers held: without, a client's copy would reach the MCP server first.
+fn checked(b: Bundle) -> Result<Value, String> {
+    if !b.envoy.hold_headers && b.backends.iter().any(|x| !x.identity_headers.is_empty()) {
+        return Err("AccessPolicy identityHeaders need the filter to hold request headers, which a WasmPlugin cannot (a client's copy would reach the MCP server before the filter removes it): render with --istio-hold-headers".into());
+    }
+    mcp_access_bundle::validate(&b).map_err(|e| e.to_string())?;
+    serde_json::to_value(b).map_err(|e| e.to_string())
+}
+
+/// Envoy Gateway: per listener with OAuth protected resource metadata, an `HTTPRouteFilter`
+/// whose direct response is the document, and an `HTTPRoute` of that listener that answers
+/// the metadata paths with it (Envoy Gateway routes them to no upstream, so the filter lets
+/// them through without policy, docs/semantics.md §5.6).
+fn eg_metadata(g: &mcp_access_bundle::Gateway, o: &ManifestOptions) -> Vec<Value> {
+    let mut out = Vec::new();
+    for l in &g.listeners {
+        let Some(p) = &l.protected_resource else {
+            continue;
+        };
+        let name = format!("{}-oauth-{}-{}", o.name, g.name, l.name);
+        // The body is a format string of Envoy command operators: `%` stands for itself as `%%`.
+        let body = p.document().to_string().replace('%', "%%");
+        let header = |n: &str, v: &str| json!({"name": n, "value": v});
+        out.push(json!({
+            "apiVersion": EG_API,
+            "kind": "HTTPRouteFilter",
+            "metadata": meta(&name, &g.namespace),
+            "spec": {"directResponse": {
+                "contentType": "application/json",
+                "statusCode": 200,
+                "body": {"type": "Inline", "inline": body},
+                "header": {"set": [header("access-control-allow-origin", "*"),
+                                   header("access-control-allow-headers", "mcp-protocol-version")]},
+            }},
+        }));
+        let matches: Vec<Value> = p
+            .metadata_paths()
+            .iter()
+            .map(|path| json!({"path": {"type": "Exact", "value": path}}))
+            .collect();
+        out.push(json!({
+            "apiVersion": format!("{GATEWAY_GROUP}/v1"),
+            "kind": "HTTPRoute",
+            "metadata": meta(&name, &g.namespace),
+            "spec": {
+                "parentRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": g.name, "sectionName": l.name}],
+                "rules": [{"matches": matches, "filters": [{"type": "ExtensionRef", "extensionRef": {
+                    "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": name}}]}],
+            },
+        }));
+    }
+    out
+}
+
 fn envoy_gateway(
     bundle: &Bundle,
     topo: &Topology,
     o: &ManifestOptions,
 ) -> Result<Vec<Value>, String> {
-    let config = serde_json::to_value(eg_bundle(bundle, topo)).map_err(|e| e.to_string())?;
+    let config = checked(eg_bundle(bundle, topo))?;
     let mut objects = Vec::new();
     for (ns, gws) in by_namespace(bundle)? {
         let refs: Vec<Value> = gws.iter().map(|g| gateway_ref(&g.name)).collect();
@@ -455,6 +510,7 @@ fn envoy_gateway(
                 "metadata": meta(&name, ns),
                 "spec": {"targetRef": gateway_ref(&g.name), "type": "JSONPatch", "jsonPatches": patches},
             }));
+            objects.extend(eg_metadata(g, o));
         }
         objects.push(json!({
             "apiVersion": EG_API,
@@ -477,8 +533,7 @@ fn envoy_gateway(
 fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Value>, String> {
     istio_route_scoped(bundle)?;
     let hold = o.istio_hold_headers;
-    let config = serde_json::to_value(istio_bundle(bundle, topo, &o.cluster_domain, hold))
-        .map_err(|e| e.to_string())?;
+    let config = checked(istio_bundle(bundle, topo, &o.cluster_domain, hold))?;
     let mut objects = Vec::new();
     for (ns, gws) in by_namespace(bundle)? {
         let refs: Vec<Value> = gws.iter().map(|g| gateway_ref(&g.name)).collect();
@@ -524,6 +579,30 @@ fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Va
         }));
     }
     Ok(objects)
+}
+
+/// Where the objects do not serve a listener's OAuth protected resource metadata (Istio):
+/// what must be served, and where (docs/deploy.md).
+pub fn unserved_metadata(bundle: &Bundle, o: &ManifestOptions) -> Vec<String> {
+    if o.platform != Platform::Istio {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    for g in &bundle.gateways {
+        for l in &g.listeners {
+            if let Some(p) = &l.protected_resource {
+                lines.push(format!(
+                    "# OAuth: serve the protected resource metadata of listener {}/{}/{} yourself (these objects do not; see docs/deploy.md), at {}: {}",
+                    g.namespace,
+                    g.name,
+                    l.name,
+                    p.metadata_paths().join(" and "),
+                    p.document()
+                ));
+            }
+        }
+    }
+    lines
 }
 
 fn header(o: &ManifestOptions) -> String {
@@ -579,6 +658,10 @@ pub fn render(
             .map_err(|e| e.to_string());
     }
     let mut out = header(o);
+    for line in unserved_metadata(bundle, o) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     for obj in &objects {
         out.push_str("---\n");
         out.push_str(&serde_norway::to_string(obj).map_err(|e| e.to_string())?);

@@ -80,6 +80,7 @@ fn allowed_listing_request(e: &Engine) -> (ListingFilter, RequestFlow) {
         route_name: Some("tools".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(CALLER.into()),
             jwts: vec![],
         },

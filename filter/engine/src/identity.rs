@@ -8,15 +8,26 @@ use crate::facts::{Fact, HostFacts};
 use crate::pb::{self, Kind};
 use crate::request::{Caller, ClaimValue, JwtPrincipal};
 
+/// What the bundle reads of a verified JWT besides `iss` and `sub`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Wanted<'a> {
+    /// Claims rules match, by their (possibly dotted) names.
+    pub(crate) claims: &'a [String],
+    /// Claims identity headers carry.
+    pub(crate) texts: &'a [String],
+    /// The whole payload (CEL's `jwt.claims`).
+    pub(crate) payload: bool,
+}
+
 /// Who is calling, from the sources `id` trusts. `headers`: the request headers, names
 /// lowercase. The SPIFFE ID comes from the one source configured: the trusted header (several
 /// copies of it: ambiguous, no identity) or the peer certificate, whose URI SANs are counted
-/// and checked against Envoy's first URI SAN. JWT principals (with the `claims` rules read) come
-/// from metadata, read only when providers are configured.
+/// and checked against Envoy's first URI SAN. JWT principals (with what `wanted` names) come
+/// from metadata, read only when providers are configured. `credential` is left false: see
+/// [`other_credential`].
 pub(crate) fn caller(
     id: &IdentitySettings,
-    claims: &[String],
-    keep_payload: bool,
+    wanted: Wanted<'_>,
     headers: &[(String, String)],
     facts: &dyn HostFacts,
 ) -> Caller {
@@ -40,10 +51,36 @@ pub(crate) fn caller(
     } else {
         facts
             .read(Fact::Metadata)
-            .map(|md| jwt_principals(&md, &id.jwt.providers, claims, keep_payload))
+            .map(|md| jwt_principals(&md, &id.jwt.providers, wanted))
             .unwrap_or_default()
     };
-    Caller { spiffe, jwts }
+    Caller {
+        spiffe,
+        jwts,
+        credential: false,
+    }
+}
+
+/// Whether the request carries a credential that [`caller`] did not turn into an identity
+/// (docs/semantics.md §5.6): an `Authorization` header (any scheme), the trusted identity
+/// header, or a client certificate (`connection.mtls`; when Envoy does not say, one is
+/// assumed, so the caller is not taken for anonymous).
+pub(crate) fn other_credential(
+    id: &IdentitySettings,
+    headers: &[(String, String)],
+    facts: &dyn HostFacts,
+) -> bool {
+    let trusted = id
+        .spiffe
+        .header
+        .as_ref()
+        .map(|h| h.name.to_ascii_lowercase());
+    headers
+        .iter()
+        .any(|(n, _)| n == "authorization" || Some(n) == trusted.as_ref())
+        || facts
+            .read(Fact::Mtls)
+            .is_none_or(|b| b.iter().any(|x| *x != 0))
 }
 
 /// The SPIFFE ID of the peer certificate: its only URI SAN (an X.509-SVID has exactly one).
@@ -116,9 +153,8 @@ pub(crate) const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 
 /// Verified JWT principals from the request's dynamic metadata (the serialized
 /// `envoy.config.core.v3.Metadata` of the `metadata` property): the `jwt_authn` entry holds one
-/// payload per provider, under the provider's `payload_in_metadata` key. `wanted`: claim names
-/// (a dotted name addresses a nested claim); `keep_payload`: keep the whole payload as JSON
-/// (for CEL's `jwt.claims`). Metadata that does not decode: no principals.
+/// payload per provider, under the provider's `payload_in_metadata` key, with what `wanted`
+/// names (a dotted name addresses a nested claim). Metadata that does not decode: no principals.
 ///
 /// Only Envoy writes this metadata (a client cannot), from the payload it verified; a Struct
 /// holds each key once. Were a key repeated on the wire anyway, the decoder keeps the last
@@ -126,8 +162,7 @@ pub(crate) const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 pub(crate) fn jwt_principals(
     metadata: &[u8],
     providers: &[JwtProvider],
-    wanted: &[String],
-    keep_payload: bool,
+    wanted: Wanted<'_>,
 ) -> Vec<JwtPrincipal> {
     let Some(jwt) = pb::filter_metadata(metadata, JWT_FILTER) else {
         return Vec::new();
@@ -135,7 +170,7 @@ pub(crate) fn jwt_principals(
     providers
         .iter()
         .filter_map(|p| match jwt.fields.get(&p.metadata_key)?.kind.as_ref()? {
-            Kind::Struct(payload) => principal(p, payload, wanted, keep_payload),
+            Kind::Struct(payload) => principal(p, payload, wanted),
             _ => None,
         })
         .collect()
@@ -143,17 +178,13 @@ pub(crate) fn jwt_principals(
 
 /// The principal `payload` makes for provider `p`; None unless its `iss` is the provider's
 /// issuer (the payload must be the one this provider verifies).
-fn principal(
-    p: &JwtProvider,
-    payload: &pb::Struct,
-    wanted: &[String],
-    keep_payload: bool,
-) -> Option<JwtPrincipal> {
+fn principal(p: &JwtProvider, payload: &pb::Struct, wanted: Wanted<'_>) -> Option<JwtPrincipal> {
     let text = |name: &str| payload.fields.get(name).and_then(pb::Value::scalar_text);
     if text("iss").as_deref() != Some(p.issuer.as_str()) {
         return None;
     }
     let claims = wanted
+        .claims
         .iter()
         .filter_map(|name| {
             let v = claim_at(payload, name)?;
@@ -167,11 +198,24 @@ fn principal(
             Some((name.clone(), value))
         })
         .collect();
+    let texts = wanted
+        .texts
+        .iter()
+        .filter_map(|name| {
+            let v = claim_at(payload, name)?;
+            let text = match v.kind.as_ref()? {
+                Kind::Str(s) => s.clone(),
+                _ => v.to_json().to_string(),
+            };
+            header_text(name, text)
+        })
+        .collect();
     Some(JwtPrincipal {
         issuer: p.issuer.clone(),
         subject: text("sub"),
         claims,
-        payload: keep_payload.then(|| payload.to_json()),
+        payload: wanted.payload.then(|| payload.to_json()),
+        texts,
     })
 }
 
@@ -181,8 +225,7 @@ fn principal(
 pub(crate) fn principal_from_json(
     json: &serde_json::Value,
     providers: &[JwtProvider],
-    wanted: &[String],
-    keep_payload: bool,
+    wanted: Wanted<'_>,
 ) -> Result<JwtPrincipal, String> {
     let serde_json::Value::Object(obj) = json else {
         return Err("the JWT claims must be a JSON object".into());
@@ -200,7 +243,7 @@ pub(crate) fn principal_from_json(
         return Err("`sub` must be a string".into());
     }
     let payload = pb::Struct::from_json(obj);
-    principal(provider, &payload, wanted, keep_payload)
+    principal(provider, &payload, wanted)
         .ok_or_else(|| format!("the claims do not make a principal of issuer {issuer:?}"))
 }
 
@@ -219,6 +262,14 @@ fn claim_at<'p>(payload: &'p pb::Struct, name: &str) -> Option<&'p pb::Value> {
         fields = inner;
     }
     None
+}
+
+/// `(name, text)` when `text` can be a header value: no control character but HTAB, at most
+/// [`MAX_VALUE_BYTES`](mcp_access_bundle::identity_headers::MAX_VALUE_BYTES) bytes.
+fn header_text(name: &str, text: String) -> Option<(String, String)> {
+    let fits = text.len() <= mcp_access_bundle::identity_headers::MAX_VALUE_BYTES
+        && mcp_access_bundle::http::is_header_value(&text);
+    fits.then(|| (name.to_string(), text))
 }
 
 #[cfg(test)]
@@ -299,7 +350,12 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         let facts = FakeFacts::default()
             .with(Fact::PeerUriSan, ALPHA)
             .with(Fact::PeerCertificate, ONE_URI);
-        let c = caller(&id, &[], false, &h(&[("x-spiffe", "spiffe://x/y")]), &facts);
+        let c = caller(
+            &id,
+            Wanted::default(),
+            &h(&[("x-spiffe", "spiffe://x/y")]),
+            &facts,
+        );
         assert_eq!(c.spiffe.as_deref(), Some(ALPHA));
         assert!(c.jwts.is_empty());
         // No providers: metadata is never read.
@@ -314,11 +370,11 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 .with(Fact::PeerCertificate, ONE_URI),
             FakeFacts::default().with(Fact::PeerUriSan, ALPHA),
         ] {
-            assert_eq!(caller(&id, &[], false, &[], &facts).spiffe, None);
+            assert_eq!(caller(&id, Wanted::default(), &[], &facts).spiffe, None);
         }
         // No URI SAN: the certificate is not read at all.
         let none = FakeFacts::default().with(Fact::PeerCertificate, ONE_URI);
-        assert_eq!(caller(&id, &[], false, &[], &none).spiffe, None);
+        assert_eq!(caller(&id, Wanted::default(), &[], &none).spiffe, None);
         assert_eq!(none.reads(), [Fact::PeerUriSan]);
     }
 
@@ -332,17 +388,19 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             .with(Fact::PeerCertificate, ONE_URI);
         let one = h(&[("x-client-spiffe", ALPHA), ("other", "x")]);
         assert_eq!(
-            caller(&id, &[], false, &one, &facts).spiffe.as_deref(),
+            caller(&id, Wanted::default(), &one, &facts)
+                .spiffe
+                .as_deref(),
             Some(ALPHA)
         );
         assert!(facts.reads().is_empty());
         let two = h(&[("x-client-spiffe", ALPHA), ("x-client-spiffe", ALPHA)]);
-        assert_eq!(caller(&id, &[], false, &two, &facts).spiffe, None);
-        assert_eq!(caller(&id, &[], false, &[], &facts).spiffe, None);
+        assert_eq!(caller(&id, Wanted::default(), &two, &facts).spiffe, None);
+        assert_eq!(caller(&id, Wanted::default(), &[], &facts).spiffe, None);
         assert!(facts.reads().is_empty());
         // TrustedHeader without a header (a bundle validation refuses): no identity.
         let bare = settings(serde_json::json!({"spiffe": {"source": "TrustedHeader"}}));
-        assert_eq!(caller(&bare, &[], false, &one, &facts).spiffe, None);
+        assert_eq!(caller(&bare, Wanted::default(), &one, &facts).spiffe, None);
     }
 
     fn obj(fields: Vec<(&str, Kind)>) -> pb::Struct {
@@ -377,7 +435,12 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         ]);
         let md = jwt_metadata(vec![("jwt", Kind::Struct(payload))]);
         let facts = FakeFacts::default().with(Fact::Metadata, md);
-        let c = caller(&id, &["team".to_string()], false, &[], &facts);
+        let team = ["team".to_string()];
+        let wanted = Wanted {
+            claims: &team,
+            ..Wanted::default()
+        };
+        let c = caller(&id, wanted, &[], &facts);
         assert_eq!(c.spiffe, None);
         assert_eq!(c.jwts.len(), 1);
         assert_eq!(c.jwts[0].subject.as_deref(), Some("agent-7"));
@@ -387,7 +450,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         );
         assert_eq!(facts.reads(), [Fact::PeerUriSan, Fact::Metadata]);
         let empty = FakeFacts::default();
-        assert!(caller(&id, &[], false, &[], &empty).jwts.is_empty());
+        assert!(caller(&id, Wanted::default(), &[], &empty).jwts.is_empty());
     }
 
     #[test]
@@ -463,7 +526,14 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             "org.absent".to_string(),
             "level.x".to_string(),
         ];
-        let p = jwt_principals(&md, &providers(), &wanted, false);
+        let p = jwt_principals(
+            &md,
+            &providers(),
+            Wanted {
+                claims: &wanted,
+                ..Wanted::default()
+            },
+        );
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].subject.as_deref(), Some("agent-7"));
         assert_eq!(
@@ -476,7 +546,37 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             ]
         );
         assert_eq!(p[0].payload, None);
-        let kept = jwt_principals(&md, &providers(), &[], true);
+        // Identity header texts: a string as it is, anything else as JSON.
+        let texts = [
+            "groups".to_string(),
+            "org.team".to_string(),
+            "level".to_string(),
+            "absent".to_string(),
+        ];
+        let t = jwt_principals(
+            &md,
+            &providers(),
+            Wanted {
+                texts: &texts,
+                ..Wanted::default()
+            },
+        );
+        assert_eq!(
+            t[0].texts,
+            vec![
+                ("groups".to_string(), "[\"ops\"]".to_string()),
+                ("org.team".to_string(), "blue".to_string()),
+                ("level".to_string(), "3".to_string()),
+            ]
+        );
+        let kept = jwt_principals(
+            &md,
+            &providers(),
+            Wanted {
+                payload: true,
+                ..Wanted::default()
+            },
+        );
         assert_eq!(
             kept[0].payload,
             Some(
@@ -484,17 +584,36 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 "level": 3, "org": {"team": "blue", "admin": true}})
             )
         );
-        assert!(jwt_principals(b"\xff\xff", &providers(), &wanted, false).is_empty());
+        assert!(jwt_principals(
+            b"\xff\xff",
+            &providers(),
+            Wanted {
+                claims: &wanted,
+                ..Wanted::default()
+            }
+        )
+        .is_empty());
         // A payload that is not a Struct, or a truncated Metadata: no principal.
         let md = jwt_metadata(vec![("jwt", str("https://idp"))]);
-        assert!(jwt_principals(&md, &providers(), &wanted, false).is_empty());
+        assert!(jwt_principals(
+            &md,
+            &providers(),
+            Wanted {
+                claims: &wanted,
+                ..Wanted::default()
+            }
+        )
+        .is_empty());
         let md = jwt_metadata(vec![(
             "jwt",
             Kind::Struct(obj(vec![("iss", str("https://idp"))])),
         )]);
-        assert_eq!(jwt_principals(&md, &providers(), &[], false).len(), 1);
+        assert_eq!(
+            jwt_principals(&md, &providers(), Wanted::default()).len(),
+            1
+        );
         for cut in 0..md.len() {
-            assert!(jwt_principals(&md[..cut], &providers(), &[], false).is_empty());
+            assert!(jwt_principals(&md[..cut], &providers(), Wanted::default()).is_empty());
         }
     }
 
@@ -520,7 +639,15 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         let team = ["team".to_string()];
         let forged_first =
             metadata([entry("https://evil", "admins"), entry("https://idp", "ops")].concat());
-        let p = jwt_principals(&forged_first, &providers(), &team, true);
+        let p = jwt_principals(
+            &forged_first,
+            &providers(),
+            Wanted {
+                claims: &team,
+                payload: true,
+                ..Wanted::default()
+            },
+        );
         assert_eq!(p.len(), 1);
         assert_eq!(
             p[0].claims,
@@ -533,7 +660,16 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         // The other order: the last entry's issuer is not the provider's, so no principal.
         let forged_last =
             metadata([entry("https://idp", "ops"), entry("https://evil", "admins")].concat());
-        assert!(jwt_principals(&forged_last, &providers(), &team, true).is_empty());
+        assert!(jwt_principals(
+            &forged_last,
+            &providers(),
+            Wanted {
+                claims: &team,
+                payload: true,
+                ..Wanted::default()
+            }
+        )
+        .is_empty());
     }
 
     #[test]
@@ -545,7 +681,16 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             "org.team".to_string(),
             "groups".to_string(),
         ];
-        let p = principal_from_json(&claims, &providers(), &wanted, true).unwrap();
+        let p = principal_from_json(
+            &claims,
+            &providers(),
+            Wanted {
+                claims: &wanted,
+                payload: true,
+                ..Wanted::default()
+            },
+        )
+        .unwrap();
         assert_eq!(p.subject.as_deref(), Some("agent-7"));
         assert_eq!(
             p.claims,
@@ -559,7 +704,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             ]
         );
         assert_eq!(p.payload, Some(claims));
-        let err = |v: serde_json::Value| principal_from_json(&v, &providers(), &[], false);
+        let err = |v: serde_json::Value| principal_from_json(&v, &providers(), Wanted::default());
         assert!(err(serde_json::json!([])).is_err());
         assert!(err(serde_json::json!({"sub": "x"})).is_err());
         assert!(err(serde_json::json!({"iss": "https://nobody"})).is_err());

@@ -11,6 +11,7 @@ mod backends;
 mod effective;
 mod gateways;
 mod grants;
+mod identity;
 mod policies;
 mod route_targets;
 mod routes;
@@ -194,6 +195,8 @@ struct Ctx<'a> {
     effects: Vec<effective::EffectRecord>,
     /// The filter's settings (a `FilterSettings` object and the flags).
     settings: settings::Settings,
+    /// The identity headers of the XBackends (from AccessPolicies).
+    identity_headers: identity::IdentityHeaders,
 }
 
 /// Compiles validated manifests.
@@ -207,6 +210,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         backend_index: HashMap::new(),
         effects: Vec::new(),
         settings,
+        identity_headers: identity::IdentityHeaders::default(),
     };
     cx.report_inputs();
     cx.report.invalid.extend(settings_problems);
@@ -231,6 +235,9 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         envoy: Default::default(),
     };
     cx.settings.apply(&mut bundle);
+    cx.identity_headers.apply(&mut bundle.backends);
+    let problems = settings::protected_resources(m, &mut bundle.gateways);
+    cx.report.invalid.extend(problems);
     let effective = if o.effective_view {
         cx.effective_view(&bundle)
     } else {
@@ -353,6 +360,7 @@ impl Ctx<'_> {
                         name: l.name.clone(),
                         port: l.port,
                         hostname: l.hostname.clone(),
+                        protected_resource: None,
                     })
                     .collect(),
             });
@@ -384,6 +392,7 @@ impl Ctx<'_> {
                 namespace: ns.to_string(),
                 route_names,
                 cluster_names: vec![b.cluster.clone()],
+                identity_headers: Vec::new(),
             });
         }
         backends

@@ -93,6 +93,7 @@ impl Ctx<'_> {
         let mut seen: HashSet<String> = HashSet::new();
         let mut per_target = PerTarget::default();
         let mut blocks = Vec::new();
+        let mut identity = super::identity::IdentityHeaders::default();
         for (rank, i) in order.into_iter().enumerate() {
             let Some(p) = self.m.policies.get(i) else {
                 continue;
@@ -100,9 +101,10 @@ impl Ctx<'_> {
             let seniority = rank as u64 + 1;
             // XAccessPolicy and AccessPolicy are different kinds: the same name is no conflict.
             let conds = if seen.insert(format!("{}|{}", p.kind, p.id())) {
+                let conflict = identity.record(p, &self.backend_index);
                 let (conds, unresolved) = self.policy(
                     p,
-                    seniority,
+                    (seniority, conflict),
                     &mut per_target,
                     &mut out,
                     &mut authorizers,
@@ -129,15 +131,17 @@ impl Ctx<'_> {
             self.report.policies.push(status(p, Some(seniority), conds));
         }
         self.apply_blocks(&blocks, &mut out, &mut authorizers);
+        self.identity_headers = identity;
         (out, authorizers)
     }
 
     /// One policy: the bundle policy where it is accepted, its stand-in where it is not;
-    /// the status per target.
+    /// the status per target. `conflict`: whether its identity headers conflict with a more
+    /// senior policy's (then it is not accepted).
     fn policy(
         &self,
         p: &Item<PolicySpec>,
-        seniority: u64,
+        (seniority, conflict): (u64, Result<(), String>),
         per_target: &mut PerTarget,
         out: &mut Vec<bundle::Policy>,
         authorizers: &mut Vec<bundle::Authorizer>,
@@ -147,7 +151,10 @@ impl Ctx<'_> {
             Some("Gateway") => Level::Gateway,
             _ => Level::Backend,
         };
-        let content = self.policy_content(p);
+        let mut content = self.policy_content(p);
+        if let (Ok(()), Err(msg)) = (&content.problem, conflict) {
+            content.problem = Err((reason::CONFLICTED, msg));
+        }
         let mut t = self.policy_targets(p, &content, per_target);
         let name = self.bundle_name(p);
         if name != p.meta.name {
@@ -645,6 +652,7 @@ impl Ctx<'_> {
                     name: "l".into(),
                     port: 1,
                     hostname: None,
+                    protected_resource: None,
                 }],
             }],
             backends: vec![],

@@ -100,6 +100,7 @@ fn every_valid_example_is_accepted_and_compiles() {
             "cel.yaml",
             "defaults.yaml",
             "deny.yaml",
+            "identity-headers.yaml",
             "jwt.yaml",
             "overrides.yaml",
             "route.yaml",
@@ -144,6 +145,16 @@ const INVALID: &[(&str, &str, &str)] = &[
         "deny-with-external-auth.yaml",
         "spec",
         "externalAuth may only be specified when action is set to 'ExternalAuth'",
+    ),
+    (
+        "identity-header-authorization.yaml",
+        "spec.identityHeaders[0].name",
+        "\"authorization\" names a header with another meaning",
+    ),
+    (
+        "identity-headers-on-gateway.yaml",
+        "spec.targetRefs",
+        "identityHeaders may only be set on a policy that targets XBackends",
     ),
     (
         "jwt-claim-without-values.yaml",

@@ -4,4 +4,5 @@ mod access_policy;
 mod compile;
 mod crd;
 mod examples;
+mod oauth_identity;
 mod route_targets;

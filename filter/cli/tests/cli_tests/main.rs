@@ -10,6 +10,7 @@ mod explain_cel;
 mod explain_flow;
 mod fail_closed;
 mod mistakes;
+mod oauth_identity;
 mod policy_language;
 mod routes;
 mod settings;

@@ -6,6 +6,7 @@ use mcp_access_bundle::mcp_methods::{self, Revision};
 
 use super::RequestFlow;
 use crate::answer::{HeaderProblem, McpHeader, Rejection};
+use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
 impl RequestFlow {
@@ -192,9 +193,120 @@ fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
     String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
 }
 
+/// `limits.maxBodyBytes` as a byte count.
+pub(super) fn body_limit(engine: &Engine) -> usize {
+    usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(method: &str, headers: &[(&str, &str)]) -> Request {
+        Request {
+            method: method.into(),
+            path: "/mcp".into(),
+            canonical_path: "/mcp".into(),
+            authority: "a.example".into(),
+            port: 80,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            ..Request::default()
+        }
+    }
+
+    #[test]
+    fn header_checks_in_order() {
+        use Rejection::*;
+        let json = ("content-type", "application/json; charset=utf-8");
+        /// HTTP method, headers, end of stream, expected rejection.
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, Option<Rejection>);
+        let cases: &[Case] = &[
+            ("POST", &[json, ("content-length", "10")], false, None),
+            (
+                "POST",
+                &[json, ("content-encoding", " Identity ")],
+                false,
+                None,
+            ),
+            (
+                "POST",
+                &[
+                    json,
+                    ("content-encoding", "identity"),
+                    ("content-encoding", "gzip"),
+                ],
+                false,
+                Some(UnsupportedEncoding),
+            ),
+            // Encoding comes before an empty body, an empty body before the media type.
+            (
+                "POST",
+                &[("content-encoding", "br")],
+                true,
+                Some(UnsupportedEncoding),
+            ),
+            (
+                "POST",
+                &[("content-type", "text/plain")],
+                true,
+                Some(EmptyBody),
+            ),
+            ("GET", &[("content-type", "text/plain")], true, None),
+            ("GET", &[("content-type", "text/plain")], false, None),
+            (
+                "POST",
+                &[json, ("content-type", "text/plain")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            // A POST without a type, or naming another charset: 415.
+            ("POST", &[], false, Some(UnsupportedMediaType)),
+            (
+                "POST",
+                &[("content-type", "application/json; charset=iso-8859-1")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            (
+                "POST",
+                &[("content-type", "application/json;charset=\"UTF-16\"")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            (
+                "POST",
+                &[("content-type", "Application/JSON; Charset=\"UTF-8\"; x=y")],
+                false,
+                None,
+            ),
+            ("GET", &[], false, None),
+            (
+                "POST",
+                &[json, ("content-length", "1x")],
+                false,
+                Some(InvalidContentLength),
+            ),
+            (
+                "POST",
+                &[json, ("content-length", "5"), ("content-length", "11")],
+                false,
+                Some(BodyTooLarge),
+            ),
+            (
+                "PUT",
+                &[("content-length", "11")],
+                false,
+                Some(BodyTooLarge),
+            ),
+        ];
+        for (method, headers, end, want) in cases {
+            let got = header_rejection(&request(method, headers), *end, 10);
+            assert_eq!(&got, want, "{method} {headers:?} {end}");
+        }
+    }
 
     #[test]
     fn base64_sentinel_is_decoded_strictly() {

@@ -17,7 +17,7 @@ use crate::mcp::{self, ParseError, ParseLimits};
 use crate::policy::{AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step};
 use crate::request::{McpOp, Request, Target};
 
-use checks::header_rejection;
+use checks::{body_limit, header_rejection};
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
 pub use outcome::Outcome;
@@ -25,11 +25,14 @@ pub use outcome::Outcome;
 /// What the host must do next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Next {
-    /// Let the request go on (after applying `add_headers`, in order). `listing` filters the
-    /// response (docs/semantics.md §5.4): set when the bundle filters listings, for the
-    /// response headers to tell whether the response can carry one.
+    /// Let the request go on after applying `add_headers`, then `identity_headers`, in order.
+    /// An identity header edit that does not take effect must stop the request (answer
+    /// [`answer::identity_headers_failed`]): the upstream would read the client's copy
+    /// (docs/semantics.md §5.7). `listing` filters the response (§5.4): set when the bundle
+    /// filters listings, for the response headers to tell whether the response can carry one.
     Allow {
         add_headers: Vec<HeaderEdit>,
+        identity_headers: Vec<HeaderEdit>,
         listing: Option<ListingFilter>,
     },
     /// Keep holding the request (headers held, body buffered, or callouts in flight).
@@ -252,6 +255,9 @@ impl RequestFlow {
         req.target = engine.target_of(req);
         if let Some(e) = bad_path {
             return self.reject(Rejection::InvalidPath(e.to_string()));
+        }
+        if input.end_of_stream && engine.metadata_fetch(req) {
+            return self.metadata_fetch(engine);
         }
         if let Some(r) = header_rejection(req, input.end_of_stream, body_limit(engine)) {
             return self.reject(r);
@@ -627,6 +633,7 @@ impl RequestFlow {
                     // to compress it.
                     add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
                 }
+                let identity_headers = req.map_or_else(Vec::new, |r| engine.identity_edits(r));
                 // The listing filter takes the id; the request stays here, for the host to
                 // hand to it.
                 let listing = match &self.req {
@@ -637,11 +644,14 @@ impl RequestFlow {
                 };
                 Next::Allow {
                     add_headers,
+                    identity_headers,
                     listing,
                 }
             }
             Decision::Deny(d) => {
-                let response = answer::denial(&engine.deny_response, &d, self.id.as_deref());
+                let challenge = self.req.as_ref().and_then(|r| engine.challenge(r));
+                let id = self.id.as_deref();
+                let response = answer::denial(&engine.deny_response, &d, id, challenge);
                 outcome.level = d.level;
                 outcome.reason = Why::Denied(d.reason);
                 outcome.origin = engine.origin_of(d.policy.as_deref());
@@ -710,6 +720,24 @@ impl RequestFlow {
         }
     }
 
+    /// A fetch of the listener's OAuth metadata that Envoy answers itself (docs/semantics.md
+    /// §5.6): it goes on without policy, and with no identity headers (it reaches no upstream).
+    fn metadata_fetch(&mut self, engine: &Engine) -> Next {
+        self.stage = Stage::Done;
+        let mut outcome = self.base_outcome();
+        outcome.allowed = true;
+        outcome.listener = self.req.as_ref().and_then(|r| {
+            let l = engine.listeners.get(r.target.listener?)?;
+            Some(l.id.clone())
+        });
+        self.outcome = Some(outcome);
+        Next::Allow {
+            add_headers: Vec::new(),
+            identity_headers: Vec::new(),
+            listing: None,
+        }
+    }
+
     fn reject(&mut self, r: Rejection) -> Next {
         self.stage = Stage::Done;
         let response = answer::rejection(&r, self.id.as_deref());
@@ -721,120 +749,9 @@ impl RequestFlow {
     }
 }
 
-/// `limits.maxBodyBytes` as a byte count.
-fn body_limit(engine: &Engine) -> usize {
-    usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn request(method: &str, headers: &[(&str, &str)]) -> Request {
-        Request {
-            method: method.into(),
-            path: "/mcp".into(),
-            canonical_path: "/mcp".into(),
-            authority: "a.example".into(),
-            port: 80,
-            headers: headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-            ..Request::default()
-        }
-    }
-
-    #[test]
-    fn header_checks_in_order() {
-        use Rejection::*;
-        let json = ("content-type", "application/json; charset=utf-8");
-        /// HTTP method, headers, end of stream, expected rejection.
-        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, Option<Rejection>);
-        let cases: &[Case] = &[
-            ("POST", &[json, ("content-length", "10")], false, None),
-            (
-                "POST",
-                &[json, ("content-encoding", " Identity ")],
-                false,
-                None,
-            ),
-            (
-                "POST",
-                &[
-                    json,
-                    ("content-encoding", "identity"),
-                    ("content-encoding", "gzip"),
-                ],
-                false,
-                Some(UnsupportedEncoding),
-            ),
-            // Encoding comes before an empty body, an empty body before the media type.
-            (
-                "POST",
-                &[("content-encoding", "br")],
-                true,
-                Some(UnsupportedEncoding),
-            ),
-            (
-                "POST",
-                &[("content-type", "text/plain")],
-                true,
-                Some(EmptyBody),
-            ),
-            ("GET", &[("content-type", "text/plain")], true, None),
-            ("GET", &[("content-type", "text/plain")], false, None),
-            (
-                "POST",
-                &[json, ("content-type", "text/plain")],
-                false,
-                Some(UnsupportedMediaType),
-            ),
-            // A POST without a type, or naming another charset: 415.
-            ("POST", &[], false, Some(UnsupportedMediaType)),
-            (
-                "POST",
-                &[("content-type", "application/json; charset=iso-8859-1")],
-                false,
-                Some(UnsupportedMediaType),
-            ),
-            (
-                "POST",
-                &[("content-type", "application/json;charset=\"UTF-16\"")],
-                false,
-                Some(UnsupportedMediaType),
-            ),
-            (
-                "POST",
-                &[("content-type", "Application/JSON; Charset=\"UTF-8\"; x=y")],
-                false,
-                None,
-            ),
-            ("GET", &[], false, None),
-            (
-                "POST",
-                &[json, ("content-length", "1x")],
-                false,
-                Some(InvalidContentLength),
-            ),
-            (
-                "POST",
-                &[json, ("content-length", "5"), ("content-length", "11")],
-                false,
-                Some(BodyTooLarge),
-            ),
-            (
-                "PUT",
-                &[("content-length", "11")],
-                false,
-                Some(BodyTooLarge),
-            ),
-        ];
-        for (method, headers, end, want) in cases {
-            let got = header_rejection(&request(method, headers), *end, 10);
-            assert_eq!(&got, want, "{method} {headers:?} {end}");
-        }
-    }
 
     #[test]
     fn only_a_traced_flow_keeps_a_trace() {

@@ -75,6 +75,8 @@ pub struct Listener {
     pub port: u16,
     pub(crate) host: Option<HostPattern>,
     pub index: LevelIndex,
+    /// OAuth discovery (protected resource metadata), if configured.
+    pub discovery: Option<super::Discovery>,
 }
 
 /// Where a Backend-level index applies: (a listener some policy is narrowed to, a route slot
@@ -105,6 +107,8 @@ pub struct Backend {
     /// The route-scoped policies attached, most senior first, each with the listeners it is
     /// narrowed to (None: every listener).
     pub route_scoped: Vec<(PolicyId, Option<Vec<usize>>)>,
+    /// Headers it receives with the caller's identity.
+    pub identity_headers: Vec<mcp_access_bundle::IdentityHeader>,
 }
 
 impl Backend {
@@ -642,6 +646,7 @@ mod tests {
                 .map(|t| ("x-team".into(), t.to_string()))
                 .collect(),
             caller: Caller {
+                credential: false,
                 spiffe: Some("spiffe://example.org/ns/a/sa/b".into()),
                 jwts: Vec::new(),
             },

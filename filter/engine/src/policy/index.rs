@@ -36,6 +36,7 @@ pub(super) fn index_listeners(
                 port: l.port,
                 host: l.hostname.as_deref().map(HostPattern::new),
                 index,
+                discovery: l.protected_resource.as_ref().map(super::Discovery::of),
             });
         }
     }
@@ -216,6 +217,7 @@ fn backend(
             .filter(|a| a.routes.is_some())
             .map(|a| (a.pid, a.listeners.clone()))
             .collect(),
+        identity_headers: be.identity_headers.clone(),
     }
 }
 

@@ -4,7 +4,9 @@
 mod compiled;
 mod cx;
 mod eval;
+mod identity_headers;
 mod index;
+mod oauth;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -21,6 +23,7 @@ pub use cx::CelRecord;
 pub(crate) use cx::{Applies, CelCx};
 pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
 pub(crate) use eval::{Evaluation, TraceEntry};
+pub use oauth::Discovery;
 
 use crate::request::{Request, Target};
 
@@ -231,6 +234,12 @@ pub struct Engine {
     pub(crate) jwt_claims: Vec<String>,
     /// What the CEL conditions read beyond the usual request attributes.
     pub(crate) cel_needs: CelNeeds,
+    /// Every identity header name of the bundle, sorted (removed from allowed requests).
+    pub(crate) identity_header_names: Vec<String>,
+    /// Claims identity headers carry.
+    pub(crate) identity_claims: Vec<String>,
+    /// Whether some listener has OAuth discovery (then callers' credentials are looked at).
+    pub(crate) challenges: bool,
 }
 
 /// Request attributes gathered only because a CEL condition reads them.
@@ -259,6 +268,8 @@ impl Engine {
         let policies = compiled.policies;
         let listeners = index::index_listeners(b, &order, &policies);
         let backends = index::index_backends(b, &order, &policies, &listeners);
+        let (identity_header_names, identity_claims) = identity_headers::names_and_claims(b);
+        let challenges = listeners.iter().any(|l| l.discovery.is_some());
         let mut origins = HashMap::new();
         for p in &policies {
             if let Some(o) = &p.origin {
@@ -282,6 +293,9 @@ impl Engine {
             escaped_slashes: b.envoy.escaped_slashes,
             jwt_claims: compiled.jwt_claims,
             cel_needs: compiled.cel_needs,
+            identity_header_names,
+            identity_claims,
+            challenges,
         })
     }
 
@@ -399,12 +413,16 @@ impl Engine {
         &self,
         claims: &serde_json::Value,
     ) -> Result<crate::request::JwtPrincipal, String> {
-        crate::identity::principal_from_json(
-            claims,
-            &self.identity.jwt.providers,
-            &self.jwt_claims,
-            self.cel_needs.jwt_payload,
-        )
+        crate::identity::principal_from_json(claims, &self.identity.jwt.providers, self.wanted())
+    }
+
+    /// What the bundle reads of a verified JWT.
+    pub(crate) fn wanted(&self) -> crate::identity::Wanted<'_> {
+        crate::identity::Wanted {
+            claims: &self.jwt_claims,
+            texts: &self.identity_claims,
+            payload: self.cel_needs.jwt_payload,
+        }
     }
 
     /// A fresh CEL state for judging one request (or one listed item) routed to `backend`.

@@ -54,6 +54,7 @@ fn input() -> HeadersInput {
         route_name: Some("tools-route".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(ALPHA.into()),
             jwts: vec![],
         },

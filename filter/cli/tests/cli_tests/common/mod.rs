@@ -31,6 +31,10 @@ spec:
   mcp: {serviceName: tools-server, port: 8000, path: /mcp}
 "#;
 
+/// The filter image and its digest as `manifests` is given them.
+pub const DIGEST: &str = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7";
+pub const IMAGE: &str = "registry.example.com/mcp-access/filter:0.1.0";
+
 /// A fresh, empty directory for one test case.
 pub fn dir(suite: &str, name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("mcp-access-{suite}-{}-{name}", std::process::id()));

@@ -89,6 +89,7 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
         port: 8443,
         headers: vec![("content-type".into(), "application/json".into())],
         caller: Caller {
+            credential: false,
             spiffe: spiffe.map(str::to_string),
             jwts: vec![],
         },
@@ -175,6 +176,7 @@ pub fn post_input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
         route_name: Some("tools-route".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(spiffe.into()),
             jwts: vec![],
         },
