@@ -113,17 +113,9 @@ fn hcm(
     Ok(json!([{"name": "envoy.filters.network.http_connection_manager", "typed_config": h}]))
 }
 
-/// The Envoy listeners: one per (address, port), a filter chain per HTTPS listener (by SNI) or
-/// one shared by the plain-HTTP listeners of that port.
-pub(super) fn listeners(
-    topo: &Topology,
-    o: &EnvoyOptions,
-    bundle: &Bundle,
-    host_rewrites: &BTreeMap<String, String>,
-) -> Result<Vec<Value>, String> {
-    let bundle_json = serde_json::to_string(bundle).map_err(|e| e.to_string())?;
-    // `namespace/gateway/listener` -> its protected resource metadata.
-    let protected: BTreeMap<String, &ProtectedResource> = bundle
+/// `namespace/gateway/listener` -> its protected resource metadata.
+fn protected_resources(bundle: &Bundle) -> BTreeMap<String, &ProtectedResource> {
+    bundle
         .gateways
         .iter()
         .flat_map(|g| {
@@ -132,8 +124,15 @@ pub(super) fn listeners(
                 l.protected_resource.as_ref().map(|p| (id, p))
             })
         })
-        .collect();
-    let metadata_of = |id: &str| protected.get(id).copied();
+        .collect()
+}
+
+/// The Gateway listeners by the (address, port) Envoy listens on, each with its
+/// `namespace/gateway/listener` id.
+fn by_address<'t>(
+    topo: &'t Topology,
+    o: &EnvoyOptions,
+) -> BTreeMap<(String, u16), Vec<(String, &'t ListenerModel)>> {
     let mut groups: BTreeMap<(String, u16), Vec<(String, &ListenerModel)>> = BTreeMap::new();
     for g in &topo.gateways {
         let addrs = if g.addresses.is_empty() {
@@ -150,6 +149,21 @@ pub(super) fn listeners(
             }
         }
     }
+    groups
+}
+
+/// The Envoy listeners: one per (address, port), a filter chain per HTTPS listener (by SNI) or
+/// one shared by the plain-HTTP listeners of that port.
+pub(super) fn listeners(
+    topo: &Topology,
+    o: &EnvoyOptions,
+    bundle: &Bundle,
+    host_rewrites: &BTreeMap<String, String>,
+) -> Result<Vec<Value>, String> {
+    let bundle_json = serde_json::to_string(bundle).map_err(|e| e.to_string())?;
+    let protected = protected_resources(bundle);
+    let metadata_of = |id: &str| protected.get(id).copied();
+    let groups = by_address(topo, o);
     if !o.jwt_required.is_empty() && o.jwt.is_empty() {
         return Err(
             "--jwt-required needs a --jwt-provider (the token it requires is verified by one)"
