@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
-use mcp_access_engine::callout::CalloutReport;
 use mcp_access_engine::facts::{Fact, HostFacts};
-use mcp_access_engine::flow::{Dispatched, HeadersInput, Next, Phase, RequestFlow, Verdict};
+use mcp_access_engine::flow::{
+    Dispatched, HeadersInput, Next, Phase, Reports, RequestFlow, Verdict,
+};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
@@ -269,7 +270,7 @@ impl Stream {
     }
 
     /// Stats and log lines of the callouts that ended, as the flow judged them.
-    fn report_callouts(&mut self, reports: Vec<CalloutReport>) {
+    fn report_callouts(&mut self, reports: Reports) {
         for r in reports {
             match (r.latency_ms, self.stats.latency) {
                 (Some(ms), Some(id)) => abi::record_metric(id, ms),
@@ -706,7 +707,7 @@ mod abi {
         let headers: Vec<(&str, &str)> = c
             .headers
             .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .map(|(n, v)| (n.as_ref(), v.as_ref()))
             .collect();
         proxy_wasm::hostcalls::dispatch_http_call(
             &c.cluster,

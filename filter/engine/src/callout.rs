@@ -1,6 +1,8 @@
 //! External authorizer callouts with Envoy ext_authz HTTP-service semantics: what is sent,
 //! and what the answer means.
 
+use std::borrow::Cow;
+
 use mcp_access_bundle::mcp_methods::{self, Category};
 use mcp_access_bundle::{http, Authorizer, Level};
 
@@ -20,11 +22,11 @@ pub(crate) const CONTEXT_HEADERS: &[&str] = &[
 
 /// A request to an authorizer: for `dispatch_http_call`, or with `grpc` for
 /// `dispatch_grpc_call` of [`crate::ext_authz::SERVICE`]/`Check` (`body`: the CheckRequest;
-/// no headers).
+/// no headers). Header names and values the filter writes itself are not allocated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CalloutRequest {
     pub cluster: String,
-    pub headers: Vec<(String, String)>,
+    pub headers: Vec<(Cow<'static, str>, Cow<'static, str>)>,
     pub body: Vec<u8>,
     pub timeout_ms: u32,
     pub grpc: bool,
@@ -79,18 +81,18 @@ pub(crate) fn build(
     let max = usize::try_from(authorizer.forward_body_max_bytes).unwrap_or(usize::MAX);
     let forwarded = body.get(..max.min(body.len())).unwrap_or_default();
     let prefix = authorizer.path_prefix.trim_end_matches('/');
-    let mut headers = vec![
-        (":method".to_string(), req.method.clone()),
-        (":path".to_string(), format!("{prefix}{}", req.path)),
-        (
-            ":authority".to_string(),
-            authorizer
-                .authority
-                .clone()
-                .unwrap_or_else(|| req.authority.clone()),
-        ),
-        ("content-length".to_string(), forwarded.len().to_string()),
-    ];
+    let mut headers: Vec<(Cow<'static, str>, Cow<'static, str>)> =
+        Vec::with_capacity(12 + req.headers.len().min(16));
+    let authority = authorizer
+        .authority
+        .clone()
+        .unwrap_or_else(|| req.authority.clone());
+    headers.extend([
+        (":method".into(), req.method.clone().into()),
+        (":path".into(), format!("{prefix}{}", req.path).into()),
+        (":authority".into(), authority.into()),
+        ("content-length".into(), forwarded.len().to_string().into()),
+    ]);
     if forwarded.len() < body.len() {
         headers.push(("x-envoy-auth-partial-body".into(), "true".into()));
     }
@@ -106,11 +108,11 @@ pub(crate) fn build(
             || name == "content-length"
             || CONTEXT_HEADERS.contains(&name.as_str());
         if allowed && !reserved {
-            headers.push((name.clone(), value.clone()));
+            headers.push((name.clone().into(), value.clone().into()));
         }
     }
     if let McpOp::Call { method, param } = &req.mcp {
-        headers.push(("x-mcp-method".into(), method.clone()));
+        headers.push(("x-mcp-method".into(), method.clone().into()));
         let param_header = mcp_methods::lookup(method)
             .filter(|m| m.param.is_some())
             .and_then(|m| m.category)
@@ -120,14 +122,14 @@ pub(crate) fn build(
                 Category::Resources => "x-mcp-resource-uri",
             });
         if let (Some(h), Some(p)) = (param_header, param) {
-            headers.push((h.into(), p.clone()));
+            headers.push((h.into(), p.clone().into()));
         }
     }
     if let Some(id) = &req.caller.spiffe {
-        headers.push(("x-mcp-source-spiffe".into(), id.clone()));
+        headers.push(("x-mcp-source-spiffe".into(), id.clone().into()));
     }
     headers.push(("x-mcp-access-level".into(), level.as_str().into()));
-    headers.push(("x-mcp-access-policy".into(), policy.into()));
+    headers.push(("x-mcp-access-policy".into(), policy.to_string().into()));
     CalloutRequest {
         cluster: authorizer.cluster.clone(),
         headers,

@@ -4,8 +4,8 @@
 //! that no module reaches one that reaches it back):
 //!
 //! 0. **Codecs**: bytes in, values out, nothing of the project: `json` (the strict JSON
-//!    reader), `jsonrpc` (error codes and the error object), [`wire`], [`canon`], [`x509`],
-//!    `base64`, [`pb`] (the protobuf messages, for prost).
+//!    reader), `jsonw` (JSON written by hand), `jsonrpc` (error codes and the error object),
+//!    [`wire`], [`canon`], [`x509`], `base64`, [`pb`] (the protobuf messages, for prost).
 //! 1. **The request model and the host-fact port**: [`request`] is what a decision reads
 //!    about one request (its caller, MCP operation, and the listener and backend it is judged
 //!    at, resolved once); [`facts`] names what the host knows beyond the headers.
@@ -32,6 +32,7 @@ pub mod flow;
 mod identity;
 mod json;
 mod jsonrpc;
+mod jsonw;
 pub mod listing;
 pub mod mcp;
 pub mod pb;

@@ -20,23 +20,13 @@ impl RequestFlow {
         body_version: Option<&str>,
     ) -> Option<HeaderProblem> {
         let req = self.req.as_ref()?;
-        fn once(req: &Request, h: McpHeader) -> Result<Option<&str>, HeaderProblem> {
-            let mut copies = mcp_header_values(req, h.name());
-            let first = copies.next();
-            match copies.next() {
-                Some(_) => Err(HeaderProblem::Repeated(h)),
-                None => Ok(first),
-            }
+        let found = self.mcp_headers;
+        if let Some(h) = MCP_HEADERS.into_iter().find(|h| found.repeated(*h)) {
+            return Some(HeaderProblem::Repeated(h));
         }
-        let once = |h| once(req, h);
-        let (method, name, version) = match (
-            once(McpHeader::Method),
-            once(McpHeader::Name),
-            once(McpHeader::ProtocolVersion),
-        ) {
-            (Ok(m), Ok(n), Ok(v)) => (m, n, v),
-            (Err(p), _, _) | (_, Err(p), _) | (_, _, Err(p)) => return Some(p),
-        };
+        let method = found.first(req, McpHeader::Method);
+        let name = found.first(req, McpHeader::Name);
+        let version = found.first(req, McpHeader::ProtocolVersion);
         if let (Some(h), Some(b)) = (version, body_version) {
             if h != b {
                 return Some(HeaderProblem::Mismatch(McpHeader::ProtocolVersion));
@@ -82,14 +72,22 @@ impl RequestFlow {
         body_version: Option<&str>,
         init_version: Option<&str>,
     ) -> Result<(), Rejection> {
-        let req = self.req.as_ref();
-        let headers = req
-            .into_iter()
-            .flat_map(|r| mcp_header_values(r, McpHeader::ProtocolVersion.name()));
         let parse =
             |v: &str| Revision::parse(v).ok_or_else(|| Rejection::UnsupportedRevision(v.into()));
+        let version = McpHeader::ProtocolVersion;
+        let header = match &self.req {
+            Some(req) if self.mcp_headers.repeated(version) => {
+                // Every copy must be a revision the filter accepts (the first names it).
+                for v in mcp_header_values(req, version) {
+                    parse(v)?;
+                }
+                self.mcp_headers.first(req, version)
+            }
+            Some(req) => self.mcp_headers.first(req, version),
+            None => None,
+        };
         let mut named = None;
-        for v in headers.chain(body_version) {
+        for v in header.into_iter().chain(body_version) {
             named = named.or(Some(parse(v)?));
         }
         if let Some(v) = init_version {
@@ -119,46 +117,127 @@ pub(super) fn header_rejection(
     end_of_stream: bool,
     limit: usize,
 ) -> Option<Rejection> {
-    let encoded = req
-        .header_values("content-encoding")
-        .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
+    let post = req.method == "POST";
+    // One pass over the headers: every copy of each is looked at.
+    let (mut encoded, mut typed, mut not_json) = (false, false, false);
+    let mut length: Result<u64, ()> = Ok(0);
+    for (name, value) in &req.headers {
+        match name.as_str() {
+            "content-encoding" => encoded |= !value.trim().eq_ignore_ascii_case("identity"),
+            "content-type" => {
+                typed = true;
+                not_json |= post && !is_json_utf8(value);
+            }
+            "content-length" => {
+                length = match (length, value.trim().parse::<u64>()) {
+                    (Ok(max), Ok(l)) => Ok(max.max(l)),
+                    _ => Err(()),
+                }
+            }
+            _ => {}
+        }
+    }
     if encoded {
         return Some(Rejection::UnsupportedEncoding);
     }
-    let post = req.method == "POST";
     if end_of_stream {
         return post.then_some(Rejection::EmptyBody);
     }
     // A POST carries JSON-RPC: `application/json`, in UTF-8 if a charset is named. A missing
     // type or another charset would let a server read other text than the filter did.
-    let mut types = req.header_values("content-type").peekable();
-    let untyped = types.peek().is_none();
-    if post && (untyped || types.any(|ct| !is_json_utf8(ct))) {
+    if post && (!typed || not_json) {
         return Some(Rejection::UnsupportedMediaType);
     }
-    let lengths = req
-        .header_values("content-length")
-        .map(|len| len.trim().parse::<u64>())
-        .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
-    match lengths {
-        Err(_) => Some(Rejection::InvalidContentLength),
+    match length {
+        Err(()) => Some(Rejection::InvalidContentLength),
         Ok(l) if l > limit as u64 => Some(Rejection::BodyTooLarge),
         Ok(_) => None,
     }
 }
 
-/// Every copy of an MCP header (name given in lowercase), a spelling with `_` for `-`
-/// included: some servers fold `_` into `-` and would read `mcp_name` as `Mcp-Name`, so it
-/// counts as a copy (which must agree with the body and appear once).
-fn mcp_header_values<'r>(req: &'r Request, name: &'static str) -> impl Iterator<Item = &'r str> {
+/// The MCP headers, in the order [`RequestFlow::header_mismatch`] reads them.
+const MCP_HEADERS: [McpHeader; 3] = [
+    McpHeader::Method,
+    McpHeader::Name,
+    McpHeader::ProtocolVersion,
+];
+
+/// Where the MCP headers are among a request's headers, found in one pass when the headers
+/// arrive: for each (in [`MCP_HEADERS`] order) its first copy's index plus one (0: none),
+/// and a bit per header that has more than one copy.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct McpHeaders {
+    first: [u32; 3],
+    repeated: u8,
+}
+
+impl McpHeaders {
+    pub(super) fn scan(req: &Request) -> McpHeaders {
+        let mut found = McpHeaders::default();
+        for (i, (n, _)) in req.headers.iter().enumerate() {
+            // The names' lengths tell them apart.
+            let (slot, h) = match n.len() {
+                10 => (0, McpHeader::Method),
+                8 => (1, McpHeader::Name),
+                20 => (2, McpHeader::ProtocolVersion),
+                _ => continue,
+            };
+            let Some(first) = found.first.get_mut(slot) else {
+                continue;
+            };
+            if !is_mcp_header(n, h) {
+                continue;
+            }
+            if *first != 0 {
+                found.repeated |= 1 << slot;
+            } else {
+                // A request with 2^32 headers is refused (as if repeated) rather than misread.
+                match u32::try_from(i + 1) {
+                    Ok(at) => *first = at,
+                    Err(_) => found.repeated |= 1 << slot,
+                }
+            }
+        }
+        found
+    }
+
+    fn slot(h: McpHeader) -> usize {
+        match h {
+            McpHeader::Method => 0,
+            McpHeader::Name => 1,
+            McpHeader::ProtocolVersion => 2,
+        }
+    }
+
+    /// The first copy of `h` in `req` (the request scanned).
+    fn first(self, req: &Request, h: McpHeader) -> Option<&str> {
+        let at = *self.first.get(Self::slot(h))?;
+        let i = usize::try_from(at.checked_sub(1)?).ok()?;
+        req.headers.get(i).map(|(_, v)| v.as_str())
+    }
+
+    fn repeated(self, h: McpHeader) -> bool {
+        self.repeated & (1 << Self::slot(h)) != 0
+    }
+}
+
+/// Whether header `name` (lowercase) is a copy of MCP header `h`, a spelling with `_` for
+/// `-` included: some servers fold `_` into `-` and would read `mcp_name` as `Mcp-Name`, so
+/// it counts as a copy (which must agree with the body and appear once).
+fn is_mcp_header(name: &str, h: McpHeader) -> bool {
+    let want = h.name();
+    name.len() == want.len()
+        && name
+            .bytes()
+            .zip(want.bytes())
+            .all(|(a, b)| a == b || (a == b'_' && b == b'-'))
+}
+
+/// Every copy of MCP header `h` ([`is_mcp_header`]).
+fn mcp_header_values(req: &Request, h: McpHeader) -> impl Iterator<Item = &str> {
     req.headers
         .iter()
-        .filter(move |(n, _)| {
-            n.len() == name.len()
-                && n.bytes()
-                    .zip(name.bytes())
-                    .all(|(a, b)| a == b || (a == b'_' && b == b'-'))
-        })
+        .filter(move |(n, _)| is_mcp_header(n, h))
         .map(|(_, v)| v.as_str())
 }
 

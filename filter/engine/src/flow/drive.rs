@@ -48,7 +48,7 @@ pub fn drive(
         let Next::Dispatch(calls) = next else {
             return next;
         };
-        let mut replies = Vec::new();
+        let mut replies = Vec::with_capacity(calls.len());
         let results = calls.iter().map(|c| {
             let result = match answer(&c.call) {
                 Reply::NotDispatched => Err("not dispatched".to_string()),

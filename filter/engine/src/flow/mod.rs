@@ -17,7 +17,7 @@ use crate::mcp::{self, ParseError, ParseLimits};
 use crate::policy::{AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step};
 use crate::request::{McpOp, Request, Target};
 
-use checks::{body_limit, header_rejection};
+use checks::{body_limit, header_rejection, McpHeaders};
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
 pub use outcome::Outcome;
@@ -74,7 +74,57 @@ pub struct Dispatched {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Progress {
     pub next: Next,
-    pub reports: Vec<CalloutReport>,
+    pub reports: Reports,
+}
+
+/// The callouts that ended with one event: usually none or one, held without allocating.
+/// Reads as a slice; iterates by value.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub enum Reports {
+    #[default]
+    None,
+    One(CalloutReport),
+    Many(Vec<CalloutReport>),
+}
+
+impl Reports {
+    fn push(&mut self, report: CalloutReport) {
+        *self = match std::mem::take(self) {
+            Reports::None => Reports::One(report),
+            Reports::One(first) => Reports::Many(vec![first, report]),
+            Reports::Many(mut all) => {
+                all.push(report);
+                Reports::Many(all)
+            }
+        };
+    }
+}
+
+impl std::ops::Deref for Reports {
+    type Target = [CalloutReport];
+
+    fn deref(&self) -> &[CalloutReport] {
+        match self {
+            Reports::None => &[],
+            Reports::One(r) => std::slice::from_ref(r),
+            Reports::Many(all) => all,
+        }
+    }
+}
+
+impl IntoIterator for Reports {
+    type Item = CalloutReport;
+    type IntoIter =
+        std::iter::Chain<std::option::IntoIter<CalloutReport>, std::vec::IntoIter<CalloutReport>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        let (one, many) = match self {
+            Reports::None => (None, Vec::new()),
+            Reports::One(r) => (Some(r), Vec::new()),
+            Reports::Many(all) => (None, all),
+        };
+        one.into_iter().chain(many)
+    }
 }
 
 /// Where the host is when it carries out an action.
@@ -125,13 +175,15 @@ enum Stage {
 pub struct RequestFlow {
     stage: Stage,
     req: Option<Request>,
+    /// Where its MCP headers are (scanned when the headers arrive).
+    mcp_headers: McpHeaders,
     body: Vec<u8>,
     id: Option<String>,
     eval: Option<Evaluation>,
     /// (callout token, evaluation slot, dispatch time in ns)
     tokens: Vec<(u32, usize, u64)>,
     /// Callouts that ended during the current event.
-    reports: Vec<CalloutReport>,
+    reports: Reports,
     outcome: Option<Outcome>,
     /// Whether the evaluation keeps a trace (`explain`).
     trace: bool,
@@ -150,15 +202,17 @@ impl Default for RequestFlow {
 }
 
 impl RequestFlow {
+    #[inline]
     pub fn new() -> Self {
         RequestFlow {
             stage: Stage::Start,
             req: None,
+            mcp_headers: McpHeaders::default(),
             body: Vec::new(),
             id: None,
             eval: None,
             tokens: Vec::new(),
-            reports: Vec::new(),
+            reports: Reports::None,
             outcome: None,
             trace: false,
             revision: Revision::UNNAMED,
@@ -253,6 +307,7 @@ impl RequestFlow {
             peers: input.peers.unwrap_or_default(),
         });
         req.target = engine.target_of(req);
+        self.mcp_headers = McpHeaders::scan(req);
         if let Some(e) = bad_path {
             return self.reject(Rejection::InvalidPath(e.to_string()));
         }
@@ -405,6 +460,8 @@ impl RequestFlow {
         engine: &Engine,
         results: impl IntoIterator<Item = Dispatched>,
     ) -> Progress {
+        let results = results.into_iter();
+        self.tokens.reserve(results.size_hint().0);
         for d in results {
             match d.token {
                 Ok(token) => self.tokens.push((token, d.slot, d.at_ns)),

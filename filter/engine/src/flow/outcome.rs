@@ -3,6 +3,7 @@
 use mcp_access_bundle::Level;
 
 use crate::answer::Why;
+use crate::jsonw::{push_int, push_opt_str, push_str};
 
 /// How the request ended, for stats, logs and filter state.
 ///
@@ -51,7 +52,7 @@ impl Outcome {
         out.push_str(",\"caller\":");
         push_opt_str(&mut out, self.caller.as_deref());
         out.push_str(",\"cel_errors\":");
-        push_u32(&mut out, self.cel_errors.0);
+        push_int(&mut out, i64::from(self.cel_errors.0));
         out.push_str(",\"decision\":");
         push_str(&mut out, if self.allowed { "allow" } else { "deny" });
         out.push_str(",\"jwt\":");
@@ -74,74 +75,12 @@ impl Outcome {
         push_opt_str(&mut out, self.rule.as_deref());
         out.push_str(",\"status\":");
         match self.status {
-            Some(s) => push_u32(&mut out, u32::from(s)),
+            Some(s) => push_int(&mut out, i64::from(s)),
             None => out.push_str("null"),
         }
         out.push('}');
         out
     }
-}
-
-fn push_opt_str(out: &mut String, s: Option<&str>) {
-    match s {
-        Some(s) => push_str(out, s),
-        None => out.push_str("null"),
-    }
-}
-
-/// A number in decimal, without a temporary string.
-fn push_u32(out: &mut String, n: u32) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        if let Some(d) = digits.get_mut(at) {
-            *d = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 || at == 0 {
-            break;
-        }
-    }
-    for &d in digits.get(at..).unwrap_or_default() {
-        out.push(char::from(d));
-    }
-}
-
-/// A JSON string literal, escaped as serde_json escapes: `"`, `\\` and control characters.
-fn push_str(out: &mut String, s: &str) {
-    // Most values need no escaping: one pass to check, one copy.
-    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    out.push('"');
-    let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let esc: &str = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "",
-            _ => continue,
-        };
-        out.push_str(s.get(start..i).unwrap_or_default());
-        if esc.is_empty() {
-            out.push_str(&format!("\\u{b:04x}"));
-        } else {
-            out.push_str(esc);
-        }
-        start = i + 1;
-    }
-    out.push_str(s.get(start..).unwrap_or_default());
-    out.push('"');
 }
 
 #[cfg(test)]
@@ -205,15 +144,6 @@ mod tests {
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));
-        }
-    }
-
-    #[test]
-    fn numbers_are_written_as_decimal() {
-        for n in [0, 7, 10, 403, 65_535, 1_000_000_000, u32::MAX] {
-            let mut out = String::new();
-            push_u32(&mut out, n);
-            assert_eq!(out, n.to_string());
         }
     }
 }

@@ -95,7 +95,7 @@ pub struct ListingFilter {
     /// The error replacing a refused body was sent.
     refused: bool,
     /// SSE: the event being read (at most `max_bytes`).
-    pending: PendingEvent,
+    pending: Option<Box<PendingEvent>>,
     /// SSE: an event grew past `max_bytes`; its bytes are dropped up to its end.
     skipping: bool,
     /// SSE, while skipping: whether the last byte seen ended a line (a blank line ends it).
@@ -150,7 +150,7 @@ impl ListingFilter {
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
             mode: Mode::Unknown,
             refused: false,
-            pending: PendingEvent::default(),
+            pending: None,
             skipping: false,
             at_line_start: true,
             after_cr: false,
@@ -193,7 +193,7 @@ impl ListingFilter {
         match self.mode {
             Mode::Pass => BodyAction::Pass,
             Mode::Sse => {
-                self.pending = PendingEvent::default();
+                self.pending = None;
                 BodyAction::Pass
             }
             Mode::Unknown | Mode::Refuse { .. } => self.refuse_body(),

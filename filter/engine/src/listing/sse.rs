@@ -24,23 +24,26 @@ impl ListingFilter {
     ) -> Vec<u8> {
         let mut out = Vec::new();
         let mut rest = chunk;
+        // The event being read, held in `self` between chunks (boxed: a filter that never
+        // reads a stream stays small).
+        let mut pending = self.pending.take().unwrap_or_default();
         while !rest.is_empty() {
             if self.skipping {
                 rest = self.skip_event(rest);
                 continue;
             }
             // Scanned no further than one byte past what the event may still hold.
-            let room = self.max_bytes.saturating_sub(self.pending.bytes.len());
+            let room = self.max_bytes.saturating_sub(pending.bytes.len());
             let window = rest.get(..room.saturating_add(1)).unwrap_or(rest);
-            let (take, done) = match self.pending.scan(window, &mut self.after_cr) {
+            let (take, done) = match pending.scan(window, &mut self.after_cr) {
                 Some(n) => (n, true),
                 None => (window.len(), false),
             };
             let (head, tail) = rest.split_at(take);
             rest = tail;
             if head.len() > room {
-                let line_ended = self.pending.line_start == self.pending.bytes.len() + head.len();
-                self.pending = PendingEvent::default();
+                let line_ended = pending.line_start == pending.bytes.len() + head.len();
+                *pending = PendingEvent::default();
                 self.stream_start = false;
                 out.extend_from_slice(&self.sse_error(None));
                 if !done {
@@ -49,17 +52,17 @@ impl ListingFilter {
                 }
                 continue;
             }
-            self.pending.bytes.extend_from_slice(head);
+            pending.bytes.extend_from_slice(head);
             if done {
-                let event = std::mem::take(&mut self.pending);
-                self.rewrite_event(judge, &event, &mut out);
+                self.rewrite_event(judge, &pending, &mut out);
+                *pending = PendingEvent::default();
                 self.stream_start = false;
             }
         }
         // An event not ended by a blank line when the stream ends is not dispatched by
         // clients; it is dropped.
-        if end_of_stream {
-            self.pending = PendingEvent::default();
+        if !end_of_stream {
+            self.pending = Some(pending);
         }
         out
     }

@@ -232,6 +232,8 @@ enum LevelPart {
     ExternalAuth,
     Awaiting,
     Rules,
+    /// The decision was handed out ([`Step::Done`]): nothing more happens.
+    Over,
 }
 
 /// The state of one request's evaluation.
@@ -339,11 +341,16 @@ impl Evaluation {
         }
     }
 
-    /// Runs until the decision is made or authorizer outcomes are needed.
+    /// Runs until the decision is made or authorizer outcomes are needed. The decision is
+    /// handed out once; later calls return [`Step::Waiting`].
     pub fn advance(&mut self, engine: &Engine, req: &Request) -> Step {
         loop {
-            if let Some(d) = &self.done {
-                return Step::Done(d.clone());
+            if self.phase == LevelPart::Over {
+                return Step::Waiting;
+            }
+            if let Some(d) = self.done.take() {
+                self.phase = LevelPart::Over;
+                return Step::Done(d);
             }
             let index = match self.level {
                 Level::Gateway => self
@@ -386,6 +393,7 @@ impl Evaluation {
                         self.finish_level();
                     }
                 }
+                LevelPart::Over => return Step::Waiting,
             }
         }
     }

@@ -263,7 +263,7 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
         req.headers
             .iter()
             .filter(|(k, _)| k == n)
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.as_ref())
             .collect::<Vec<_>>()
     };
     assert_eq!(h(":path"), ["/check/mcp"]);
