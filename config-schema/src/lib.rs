@@ -13,7 +13,9 @@ pub mod validate;
 pub use bundle::*;
 pub use identity_headers::{IdentityField, IdentityHeader};
 pub use oauth::ProtectedResource;
-pub use validate::{parse_bundle, validate, BundleError, ValidBundle};
+pub use validate::{
+    parse_bundle, validate, BundleError, Conditions, PolicyConditions, RuleConditions, ValidBundle,
+};
 
 /// The bundle's JSON Schema, generated from the Rust types.
 #[cfg(feature = "schema")]

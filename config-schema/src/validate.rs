@@ -4,6 +4,8 @@
 use std::collections::HashSet;
 use std::fmt;
 
+use mcp_access_cel::Program;
+
 use crate::bundle::*;
 use crate::http::is_header_name;
 use crate::names::{is_dns_subdomain, is_hostname, is_spiffe_id, is_trust_domain};
@@ -35,20 +37,62 @@ impl fmt::Display for BundleError {
 impl std::error::Error for BundleError {}
 
 /// A bundle that passed [`validate`]: only [`parse_bundle`] and [`ValidBundle::new`] make one,
-/// so whatever takes it (the engine's compiler) cannot be handed an unchecked bundle.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ValidBundle(Bundle);
+/// so whatever takes it (the engine's compiler) cannot be handed an unchecked bundle. Its CEL
+/// conditions were compiled while validating (through `mcp-access-cel`, as the engine runs
+/// them) and are handed over compiled: [`ValidBundle::take_conditions`].
+#[derive(Debug)]
+pub struct ValidBundle {
+    bundle: Bundle,
+    conditions: Conditions,
+}
+
+/// The CEL conditions of a valid bundle, compiled, per policy in bundle order.
+#[derive(Debug, Default)]
+pub struct Conditions(Vec<PolicyConditions>);
+
+/// One policy's compiled CEL conditions: its `when`, and each rule's.
+#[derive(Debug, Default)]
+pub struct PolicyConditions {
+    pub when: Vec<Program>,
+    pub rules: Vec<RuleConditions>,
+}
+
+/// One rule's compiled CEL conditions: `authorization.cel`, then its `when`.
+#[derive(Debug, Default)]
+pub struct RuleConditions {
+    pub cel: Option<Program>,
+    pub when: Vec<Program>,
+}
+
+impl Conditions {
+    /// The conditions of the policy at `position` in the bundle, handed over once (later:
+    /// none).
+    pub fn take(&mut self, position: usize) -> PolicyConditions {
+        self.0
+            .get_mut(position)
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+}
 
 impl ValidBundle {
     /// Validates `b`.
     pub fn new(b: Bundle) -> Result<ValidBundle, BundleError> {
-        validate(&b)?;
-        Ok(ValidBundle(b))
+        let conditions = Validator::run(&b)?;
+        Ok(ValidBundle {
+            bundle: b,
+            conditions,
+        })
     }
 
     /// The bundle itself (no longer known to be valid once it can be changed).
     pub fn into_inner(self) -> Bundle {
-        self.0
+        self.bundle
+    }
+
+    /// Its compiled CEL conditions (taken once: later calls find none).
+    pub fn take_conditions(&mut self) -> Conditions {
+        std::mem::take(&mut self.conditions)
     }
 }
 
@@ -56,7 +100,7 @@ impl std::ops::Deref for ValidBundle {
     type Target = Bundle;
 
     fn deref(&self) -> &Bundle {
-        &self.0
+        &self.bundle
     }
 }
 
@@ -77,19 +121,18 @@ pub fn parse_bundle(json: &[u8]) -> Result<ValidBundle, BundleError> {
     ValidBundle::new(bundle)
 }
 
-/// Semantic validation; the first problem found is returned.
+/// Semantic validation, CEL conditions compiled; the first problem found is returned.
 pub fn validate(b: &Bundle) -> Result<(), BundleError> {
-    let mut v = Validator::default();
-    v.bundle(b);
-    match v.first {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    Validator::run(b).map(|_| ())
 }
 
 #[derive(Default)]
 struct Validator {
     first: Option<BundleError>,
+    /// The bundle's CEL limits, once they are known to be valid.
+    cel_limits: Option<CelLimits>,
+    /// The CEL conditions compiled, one entry per policy validated.
+    conditions: Conditions,
 }
 
 const HTTP_METHODS: &[&str] = &[
@@ -97,6 +140,16 @@ const HTTP_METHODS: &[&str] = &[
 ];
 
 impl Validator {
+    /// Validates `b`; its compiled CEL conditions, or the first problem.
+    fn run(b: &Bundle) -> Result<Conditions, BundleError> {
+        let mut v = Validator::default();
+        v.bundle(b);
+        match v.first {
+            Some(e) => Err(e),
+            None => Ok(v.conditions),
+        }
+    }
+
     fn fail(&mut self, path: impl Into<String>, message: impl Into<String>) {
         if self.first.is_none() {
             self.first = Some(BundleError {
@@ -118,6 +171,30 @@ impl Validator {
             || "apiVersion".into(),
             format!("must be \"{API_VERSION}\", got \"{}\"", b.api_version),
         );
+        let (c, max) = (&b.limits.cel, &CEL_LIMIT_MAX);
+        let mut limits_ok = true;
+        for (value, max, field) in [
+            (
+                c.max_expression_bytes,
+                max.max_expression_bytes,
+                "maxExpressionBytes",
+            ),
+            (c.max_depth, max.max_depth, "maxDepth"),
+            (c.max_nodes, max.max_nodes, "maxNodes"),
+            (c.max_steps, max.max_steps, "maxSteps"),
+        ] {
+            let ok = (1..=max).contains(&value);
+            limits_ok &= ok;
+            self.check(
+                ok,
+                || format!("limits.cel.{field}"),
+                format!("must be between 1 and {max}"),
+            );
+        }
+        // Conditions are compiled under valid limits only (else the limits are the problem).
+        if limits_ok {
+            self.cel_limits = Some(c.clone());
+        }
         self.identity(&b.identity);
         self.gateways(&b.gateways);
         self.backends(&b.backends);
@@ -160,23 +237,6 @@ impl Validator {
             || "limits.maxJsonDepth".into(),
             "must be between 1 and 1024",
         );
-        let (c, max) = (&b.limits.cel, &CEL_LIMIT_MAX);
-        for (value, max, field) in [
-            (
-                c.max_expression_bytes,
-                max.max_expression_bytes,
-                "maxExpressionBytes",
-            ),
-            (c.max_depth, max.max_depth, "maxDepth"),
-            (c.max_nodes, max.max_nodes, "maxNodes"),
-            (c.max_steps, max.max_steps, "maxSteps"),
-        ] {
-            self.check(
-                (1..=max).contains(&value),
-                || format!("limits.cel.{field}"),
-                format!("must be between 1 and {max}"),
-            );
-        }
     }
 
     fn identity(&mut self, id: &IdentitySettings) {
@@ -478,10 +538,12 @@ impl Validator {
                 "an Allow stand-in admits nothing: omit rules",
             );
         }
-        if let Some(rules) = &p.rules {
-            self.policy_rules(b, at, rules);
-        }
-        self.when(&format!("{at}.when"), &p.when);
+        let rules = match &p.rules {
+            Some(rules) => self.policy_rules(b, at, rules),
+            None => Vec::new(),
+        };
+        let when = self.when(&format!("{at}.when"), &p.when);
+        self.conditions.0.push(PolicyConditions { when, rules });
     }
 
     /// A policy's targets: gateways (and listeners) or backends of the bundle.
@@ -607,14 +669,16 @@ impl Validator {
         }
     }
 
-    /// A policy's `rules`: named uniquely, each with its source, authorization and `when`.
-    fn policy_rules(&mut self, b: &Bundle, at: &str, rules: &[Rule]) {
+    /// A policy's `rules`: named uniquely, each with its source, authorization and `when`;
+    /// their compiled conditions.
+    fn policy_rules(&mut self, b: &Bundle, at: &str, rules: &[Rule]) -> Vec<RuleConditions> {
         self.check(
             !rules.is_empty(),
             || format!("{at}.rules"),
             "an empty list would apply the policy to nothing: omit `rules` to apply it to all traffic",
         );
         let mut names = HashSet::new();
+        let mut conditions = Vec::with_capacity(rules.len());
         for (i, r) in rules.iter().enumerate() {
             let rat = format!("{at}.rules[{i}]");
             self.name(&format!("{rat}.name"), &r.name);
@@ -626,21 +690,38 @@ impl Validator {
             if let Some(s) = &r.source {
                 self.source(b, &format!("{rat}.source"), s);
             }
-            if let Some(a) = &r.authorization {
+            let cel = r.authorization.as_ref().and_then(|a| {
                 self.authorization(&format!("{rat}.authorization"), a);
-            }
-            self.when(&format!("{rat}.when"), &r.when);
+                let cel = a.cel.as_ref()?;
+                self.condition(|| format!("{rat}.authorization.cel"), cel)
+            });
+            let when = self.when(&format!("{rat}.when"), &r.when);
+            conditions.push(RuleConditions { cel, when });
         }
+        conditions
     }
 
-    /// CEL text is checked by the engine when it compiles the bundle; here only that it is there.
-    fn when(&mut self, at: &str, predicates: &[String]) {
-        for (i, w) in predicates.iter().enumerate() {
-            self.check(
-                !w.trim().is_empty(),
-                || format!("{at}[{i}]"),
-                "must be a CEL expression, not empty",
-            );
+    /// `when` conditions, compiled (those that compiled).
+    fn when(&mut self, at: &str, predicates: &[String]) -> Vec<Program> {
+        predicates
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| self.condition(|| format!("{at}[{i}]"), w))
+            .collect()
+    }
+
+    /// A CEL condition at bundle path `at()`, compiled as the engine runs it.
+    fn condition(&mut self, at: impl FnOnce() -> String, source: &str) -> Option<Program> {
+        if source.trim().is_empty() {
+            self.fail(at(), "must be a CEL expression, not empty");
+            return None;
+        }
+        match Program::compile(source, self.cel_limits.as_ref()?) {
+            Ok(program) => Some(program),
+            Err(e) => {
+                self.fail(at(), e.to_string());
+                None
+            }
         }
     }
 
@@ -779,13 +860,6 @@ impl Validator {
         }
         for (i, p) in a.ports.iter().enumerate() {
             self.check(*p != 0, || format!("{at}.ports[{i}]"), "must not be 0");
-        }
-        if let Some(cel) = &a.cel {
-            self.check(
-                !cel.trim().is_empty(),
-                || format!("{at}.cel"),
-                "must be a CEL expression, not empty",
-            );
         }
     }
 

@@ -278,11 +278,14 @@ fn schema_file_is_current() {
 
 #[test]
 fn a_valid_bundle_is_made_only_by_validating() {
-    let valid = parse_bundle(minimal().to_string().as_bytes()).unwrap();
-    let mut b = valid.clone().into_inner();
+    let mut b = parse_bundle(minimal().to_string().as_bytes())
+        .unwrap()
+        .into_inner();
     assert_eq!(
-        mcp_access_bundle::ValidBundle::new(b.clone()).unwrap(),
-        valid
+        mcp_access_bundle::ValidBundle::new(b.clone())
+            .unwrap()
+            .into_inner(),
+        b
     );
     // A change that breaks a semantic check: ValidBundle::new refuses it, as parse_bundle does.
     b.identity.trust_domain = Some("Not A Domain".into());
@@ -458,4 +461,32 @@ fn routes_narrow_backend_targets_to_names_of_the_backend() {
     v["policies"][1]["listeners"] =
         serde_json::json!([{"name": "gw", "sectionName": "https", "routes": ["tools-route"]}]);
     assert_eq!(err_at(v).0, "policies[1].listeners[0].routes");
+}
+
+#[test]
+fn cel_conditions_are_compiled_by_validation_and_handed_over() {
+    let mut v = minimal();
+    v["policies"][0]["rules"][0]["when"] = serde_json::json!(["request.port == 8443"]);
+    v["policies"][0]["rules"][0]["authorization"]["cel"] = "request.path != ''".into();
+    v["policies"][1]["when"] = serde_json::json!(["true", "request.nope"]);
+    let (path, message) = err_at(v.clone());
+    assert_eq!(path, "policies[1].when[1]");
+    assert!(message.contains("unknown variable"), "{message}");
+    // Limits that are themselves wrong are the problem, not the conditions.
+    let mut limited = v.clone();
+    limited["limits"] = serde_json::json!({"cel": {"maxNodes": 0}});
+    assert_eq!(err_at(limited).0, "limits.cel.maxNodes");
+    v["policies"][1]["when"] = serde_json::json!(["true"]);
+    let mut valid = parse_bundle(v.to_string().as_bytes()).unwrap();
+    let mut conditions = valid.take_conditions();
+    let p0 = conditions.take(0);
+    assert!(p0.when.is_empty());
+    assert_eq!(p0.rules.len(), 1);
+    assert!(p0.rules[0].cel.is_some());
+    assert_eq!(p0.rules[0].when.len(), 1);
+    let p1 = conditions.take(1);
+    assert_eq!((p1.when.len(), p1.rules.len()), (1, 0));
+    // Handed over once.
+    assert!(conditions.take(1).when.is_empty());
+    assert!(valid.take_conditions().take(1).when.is_empty());
 }

@@ -278,7 +278,7 @@ pub fn explain(
     spec: &RequestSpec,
 ) -> Result<Explanation, String> {
     let engine = Engine::compile(
-        &mcp_access_bundle::ValidBundle::new(bundle.clone()).map_err(|e| e.to_string())?,
+        mcp_access_bundle::ValidBundle::new(bundle.clone()).map_err(|e| e.to_string())?,
     )
     .map_err(|e| format!("the bundle does not compile: {e}"))?;
     let assumptions = assume::check_assumptions(bundle, &spec.assume)?;

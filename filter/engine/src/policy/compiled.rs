@@ -13,7 +13,8 @@ use mcp_access_bundle::{
 
 use super::{CelCx, FastMap, FastSet, LevelIndex, PolicyId};
 use crate::request::{Caller, McpOp, Request};
-use mcp_access_cel::{CelLimits, Program};
+use mcp_access_bundle::RuleConditions;
+use mcp_access_cel::Program;
 
 /// A policy, compiled.
 #[derive(Debug)]
@@ -38,20 +39,19 @@ pub struct Cel {
     pub program: Program,
 }
 
-/// Compiles CEL conditions; an error names `at` + the field.
-pub(crate) fn compile_cels<'a>(
+/// The CEL conditions of the fields at `at` (`when[0]`, `authorization.cel`), as validation
+/// compiled them, in order; a field without one (a bundle that was not validated) is an
+/// error naming it.
+pub(crate) fn compile_cels(
     at: &str,
-    items: impl Iterator<Item = (String, &'a str)>,
-    limits: &CelLimits,
+    fields: impl Iterator<Item = String>,
+    programs: impl IntoIterator<Item = Program>,
 ) -> Result<Vec<Cel>, String> {
-    items
-        .map(|(field, src)| {
-            Program::compile(src, limits)
-                .map(|program| Cel {
-                    field: field.clone(),
-                    program,
-                })
-                .map_err(|e| format!("{at}.{field}: {e}"))
+    let mut programs = programs.into_iter();
+    fields
+        .map(|field| match programs.next() {
+            Some(program) => Ok(Cel { field, program }),
+            None => Err(format!("{at}.{field}: no compiled CEL condition")),
         })
         .collect()
 }
@@ -263,25 +263,22 @@ pub enum Mode {
     Select,
 }
 
-/// `at`: the rule's bundle path (`policies[2].rules[0]`), for CEL errors.
+/// `at`: the rule's bundle path (`policies[2].rules[0]`), where its CEL conditions are found.
 pub(crate) fn compile_rule(
     rule: &bundle::Rule,
     policy_ns: &str,
     trust_domain: Option<&str>,
     at: &str,
-    limits: &CelLimits,
+    conditions: RuleConditions,
 ) -> Result<Rule, String> {
     let cel = rule
         .authorization
         .as_ref()
-        .and_then(|a| a.cel.as_deref())
-        .map(|src| ("authorization.cel".to_string(), src));
-    let when = rule
-        .when
-        .iter()
-        .enumerate()
-        .map(|(i, w)| (format!("when[{i}]"), w.as_str()));
-    let cels = compile_cels(at, cel.into_iter().chain(when), limits)?;
+        .and_then(|a| a.cel.as_ref())
+        .map(|_| "authorization.cel".to_string());
+    let when = (0..rule.when.len()).map(|i| format!("when[{i}]"));
+    let programs = conditions.cel.into_iter().chain(conditions.when);
+    let cels = compile_cels(at, cel.into_iter().chain(when), programs)?;
     let cel_tools = cels
         .iter()
         .find_map(|c| c.program.required_tools())
@@ -629,8 +626,14 @@ mod tests {
 
     fn rule(json: serde_json::Value) -> Rule {
         let r: bundle::Rule = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
-        compile_rule(&r, "ns", Some("example.org"), "rule", &CelLimits::default())
-            .unwrap_or_else(|e| panic!("{e}"))
+        compile_rule(
+            &r,
+            "ns",
+            Some("example.org"),
+            "rule",
+            RuleConditions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use mcp_access_bundle::{
-    self as bundle, Authorizer, DenyResponse, EscapedSlashes, IdentitySettings, Level, Limits,
-    Listings, UnknownBackend, ValidBundle,
+    self as bundle, Authorizer, Conditions, DenyResponse, EscapedSlashes, IdentitySettings, Level,
+    Limits, Listings, PolicyConditions, UnknownBackend, ValidBundle,
 };
 
 use compiled::{compile_cels, compile_rule};
@@ -256,15 +256,20 @@ pub struct CelNeeds {
 }
 
 impl Engine {
-    /// Compiles a validated bundle: its policies, then the listener and backend indexes.
-    pub fn compile(b: &ValidBundle) -> Result<Engine, CompileError> {
+    /// Compiles a validated bundle: its policies (with the CEL conditions validation
+    /// compiled), then the listener and backend indexes. What validation checked is not
+    /// checked again; what the engine could not build from a bundle that skipped it is an
+    /// error, never a panic.
+    pub fn compile(mut b: ValidBundle) -> Result<Engine, CompileError> {
+        let mut conditions = b.take_conditions();
+        let b = &b;
         // (position in the bundle, policy), most senior first.
         let mut numbered: Vec<(usize, &bundle::Policy)> = b.policies.iter().enumerate().collect();
         numbered.sort_by(|(_, x), (_, y)| {
             (x.seniority, &x.namespace, &x.name).cmp(&(y.seniority, &y.namespace, &y.name))
         });
         let order: Vec<&bundle::Policy> = numbered.iter().map(|(_, p)| *p).collect();
-        let compiled = compile_policies(b, &numbered)?;
+        let compiled = compile_policies(b, &numbered, &mut conditions)?;
         let policies = compiled.policies;
         let listeners = index::index_listeners(b, &order, &policies);
         let backends = index::index_backends(b, &order, &policies, &listeners);
@@ -302,7 +307,7 @@ impl Engine {
     /// Parses, validates and compiles bundle JSON.
     pub fn from_json(json: &[u8]) -> Result<Engine, EngineError> {
         let bundle = mcp_access_bundle::parse_bundle(json).map_err(EngineError::Bundle)?;
-        Engine::compile(&bundle).map_err(EngineError::Compile)
+        Engine::compile(bundle).map_err(EngineError::Compile)
     }
 
     /// The origin of policy `id` (`namespace/name`), if the compiler derived it.
@@ -510,21 +515,16 @@ pub struct CompileError {
     pub problem: CompileProblem,
 }
 
-/// What is wrong with a policy the engine cannot compile.
+/// What the engine cannot build a policy from. Validation refuses each of these, so a
+/// [`ValidBundle`] has none; the engine refuses rather than guess.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CompileProblem {
-    /// A rule or `when` condition does not compile (the text names it and why).
+    /// A rule or `when` condition cannot be built (the text names it and why).
     Condition(String),
     /// `externalAuth` names no authorizer of the bundle.
     NoSuchAuthorizer(String),
     /// An ExternalAuth policy without `externalAuth`.
     NoAuthorizer,
-    /// `externalAuth` on a policy whose action is not ExternalAuth.
-    AuthorizerWithoutExternalAuth,
-    /// A policy that was not accepted would call an authorizer.
-    NotAcceptedCallsAuthorizer,
-    /// `rules: []`.
-    EmptyRules,
 }
 
 impl fmt::Display for CompileError {
@@ -534,15 +534,6 @@ impl fmt::Display for CompileError {
             CompileProblem::Condition(e) => f.write_str(e),
             CompileProblem::NoSuchAuthorizer(name) => write!(f, "no authorizer named {name}"),
             CompileProblem::NoAuthorizer => f.write_str("ExternalAuth needs an authorizer"),
-            CompileProblem::AuthorizerWithoutExternalAuth => {
-                f.write_str("externalAuth is only allowed with action ExternalAuth")
-            }
-            CompileProblem::NotAcceptedCallsAuthorizer => {
-                f.write_str("a policy that was not accepted cannot call an authorizer")
-            }
-            CompileProblem::EmptyRules => {
-                f.write_str("an empty rule list applies to nothing; omit rules for all traffic")
-            }
         }
     }
 }
@@ -581,9 +572,9 @@ struct CompiledPolicies {
 fn compile_policies(
     b: &ValidBundle,
     numbered: &[(usize, &bundle::Policy)],
+    conditions: &mut Conditions,
 ) -> Result<CompiledPolicies, CompileError> {
     let td = b.identity.trust_domain.as_deref();
-    let limits = &b.limits.cel;
     let mut out = CompiledPolicies {
         policies: Vec::with_capacity(numbered.len()),
         jwt_claims: Vec::new(),
@@ -597,27 +588,28 @@ fn compile_policies(
         };
         // The bundle path of the policy, for errors.
         let at = format!("policies[{position}]");
+        let PolicyConditions {
+            when: when_programs,
+            rules: rule_programs,
+        } = conditions.take(*position);
+        let mut rule_programs = rule_programs.into_iter();
         let rules = match &p.rules {
             None => None,
             Some(rs) => Some(
                 rs.iter()
                     .enumerate()
                     .map(|(i, r)| {
-                        compile_rule(r, &p.namespace, td, &format!("{at}.rules[{i}]"), limits)
+                        let at = format!("{at}.rules[{i}]");
+                        let programs = rule_programs.next().unwrap_or_default();
+                        compile_rule(r, &p.namespace, td, &at, programs)
                             .map_err(|e| fail(CompileProblem::Condition(e)))
                     })
                     .collect::<Result<Vec<_>, _>>()?,
             ),
         };
-        let when = compile_cels(
-            &at,
-            p.when
-                .iter()
-                .enumerate()
-                .map(|(i, w)| (format!("when[{i}]"), w.as_str())),
-            limits,
-        )
-        .map_err(|e| fail(CompileProblem::Condition(e)))?;
+        let fields = (0..p.when.len()).map(|i| format!("when[{i}]"));
+        let when = compile_cels(&at, fields, when_programs)
+            .map_err(|e| fail(CompileProblem::Condition(e)))?;
         let cels = when
             .iter()
             .chain(rules.iter().flatten().flat_map(|r| r.cels.iter()));
@@ -647,17 +639,13 @@ fn compile_policies(
                     .ok_or_else(|| fail(CompileProblem::NoSuchAuthorizer(name.clone())))?,
             },
             (bundle::Action::ExternalAuth, None) => return Err(fail(CompileProblem::NoAuthorizer)),
-            (_, Some(_)) => return Err(fail(CompileProblem::AuthorizerWithoutExternalAuth)),
-            (bundle::Action::Allow, None) => compiled::Action::Allow,
-            (bundle::Action::Deny, None) => compiled::Action::Deny,
+            (bundle::Action::Allow, _) => compiled::Action::Allow,
+            (bundle::Action::Deny, _) => compiled::Action::Deny,
         };
-        let rules = match (&p.not_accepted, action, rules) {
-            (Some(_), compiled::Action::Allow, _) => Some(Vec::new()),
-            (Some(_), compiled::Action::ExternalAuth { .. }, _) => {
-                return Err(fail(CompileProblem::NotAcceptedCallsAuthorizer))
-            }
-            (_, _, Some(rs)) if rs.is_empty() => return Err(fail(CompileProblem::EmptyRules)),
-            (_, _, rules) => rules,
+        // The stand-in of an Allow policy that was not accepted admits nothing.
+        let rules = match (&p.not_accepted, action) {
+            (Some(_), compiled::Action::Allow) => Some(Vec::new()),
+            _ => rules,
         };
         out.policies.push(compiled::Policy {
             id,

@@ -312,6 +312,27 @@ fn a_bad_expression_refuses_the_bundle_naming_the_field() {
     assert!(err.contains("limits.cel.maxSteps"), "{err}");
 }
 
+/// The engine takes the conditions validation compiled; one it is not handed is an error
+/// naming it (never a panic, never a condition that holds).
+#[test]
+fn the_engine_runs_the_conditions_validation_compiled() {
+    let b = bundle(vec![allow_cel("a", "request.port == 8443")], &[]);
+    let mut valid = mcp_access_bundle::parse_bundle(b.to_string().as_bytes()).unwrap();
+    assert!(mcp_access_engine::policy::Engine::compile(
+        mcp_access_bundle::parse_bundle(b.to_string().as_bytes()).unwrap()
+    )
+    .is_ok());
+    drop(valid.take_conditions());
+    let err = mcp_access_engine::policy::Engine::compile(valid)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("policies[0].rules[0].authorization.cel")
+            && err.contains("no compiled CEL condition"),
+        "{err}"
+    );
+}
+
 #[test]
 fn tool_arguments_reach_cel_through_the_flow() {
     use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
