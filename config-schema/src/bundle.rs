@@ -179,6 +179,10 @@ pub struct Backend {
     /// Envoy upstream cluster names (`xds.cluster_name`) of this backend.
     #[serde(default)]
     pub cluster_names: Vec<String>,
+    /// The reviewed definitions of its tools (a ToolPin): listings show only tools that match
+    /// them, and calls of other tools are denied (docs/pins.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pins: Option<crate::ToolPins>,
 }
 
 /// An external authorizer speaking Envoy's ext_authz protocol: the HTTP service or gRPC

@@ -6,9 +6,11 @@ pub mod gateway_api;
 pub mod http;
 pub mod mcp_methods;
 pub mod names;
+mod pins;
 pub mod validate;
 
 pub use bundle::*;
+pub use pins::*;
 pub use validate::{parse_bundle, validate, BundleError, ValidBundle};
 
 /// The bundle's JSON Schema, generated from the Rust types.

@@ -4,7 +4,8 @@
 //! that no module reaches one that reaches it back):
 //!
 //! 0. **Codecs**: bytes in, values out, nothing of the project: `json` (the strict JSON
-//!    reader), `jsonrpc` (error codes and the error object), [`wire`], [`canon`], [`x509`],
+//!    reader), `jsonrpc` (error codes and the error object), [`wire`], [`canon`],
+//!    [`canonical_json`] (RFC 8785 and the digests ToolPins pin), [`x509`],
 //!    `base64`, `protobuf`.
 //! 1. **The request model and the host-fact port**: [`request`] is what a decision reads
 //!    about one request (its caller, MCP operation, and the listener and backend it is judged
@@ -24,6 +25,7 @@ pub mod answer;
 mod base64;
 pub mod callout;
 pub mod canon;
+pub mod canonical_json;
 pub mod cel_input;
 pub mod ext_authz;
 pub mod facts;

@@ -383,6 +383,7 @@ impl Ctx<'_> {
                 namespace: ns.to_string(),
                 route_names,
                 cluster_names: vec![b.cluster.clone()],
+                pins: None,
             });
         }
         backends
