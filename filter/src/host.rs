@@ -12,11 +12,18 @@ use mcp_access_engine::callout::CalloutReport;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{Dispatched, HeadersInput, Next, Phase, RequestFlow, Verdict};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
+use mcp_access_engine::pins::{DriftStore, Observed, PinEvent};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
 
 /// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
 static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a failure of Envoy's shared data has been logged (once per VM).
+static SHARED_DATA_FAILURE_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Shared data key prefix of the drift records: `mcp_access.drift/<backend ns/name>/<tool>`.
+pub const DRIFT_KEY: &str = "mcp_access.drift/";
 
 /// Filter state key (`%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%` in access logs).
 pub const FILTER_STATE_KEY: &str = "mcp_access.decision";
@@ -124,7 +131,7 @@ impl RootContext for Root {
         Some(Box::new(Stream {
             engine: self.engine.clone()?,
             stats: self.stats.clone()?,
-            flow: RequestFlow::new(),
+            flow: RequestFlow::new().with_drift_store(Rc::new(SharedDrift)),
             listing: None,
         }))
     }
@@ -159,6 +166,69 @@ impl HostFacts for Envoy {
             );
         }
         value
+    }
+}
+
+/// Drift from pinned tools, in Envoy's shared data: every worker of this Envoy (every VM of
+/// the plugin's `vm_id`) reads and writes the same records, so drift one worker's listing
+/// shows refuses the tool's calls on all of them. A record holds what the listing showed
+/// ([`Observed::encode`]); an empty value is no record.
+struct SharedDrift;
+
+impl SharedDrift {
+    fn key(backend: &str, tool: &str) -> String {
+        format!("{DRIFT_KEY}{backend}/{tool}")
+    }
+
+    fn failed(what: &str, status: u32) {
+        if !SHARED_DATA_FAILURE_LOGGED.swap(true, Ordering::Relaxed) {
+            abi::log(
+                LogLevel::Error,
+                &format!("mcp-access: Envoy's shared data failed ({what}, status {status}): pinned tools are refused until it works"),
+            );
+        }
+    }
+}
+
+impl DriftStore for SharedDrift {
+    fn drifted(&self, backend: &str, tool: &str) -> Option<Observed> {
+        match abi::shared_data(&Self::key(backend, tool)) {
+            Ok(Some((value, _))) => Observed::decode(&value),
+            Ok(None) => None,
+            // A record that cannot be read refuses the tool (fail closed).
+            Err(status) => {
+                Self::failed("read", status);
+                Some(Observed::Unreadable)
+            }
+        }
+    }
+
+    fn record(&self, backend: &str, tool: &str, seen: Option<Observed>) -> bool {
+        let key = Self::key(backend, tool);
+        let want = seen.map(Observed::encode).unwrap_or_default();
+        // Compare and swap: a write that raced another worker's is retried on what it wrote.
+        for _ in 0..8 {
+            let (current, cas) = match abi::shared_data(&key) {
+                Ok(Some((value, cas))) => (value, cas),
+                Ok(None) => (Vec::new(), 0),
+                Err(status) => {
+                    Self::failed("read", status);
+                    return false;
+                }
+            };
+            if current == want {
+                return false;
+            }
+            match abi::set_shared_data(&key, &want, cas) {
+                Ok(()) => return true,
+                Err(abi::CAS_MISMATCH) => continue,
+                Err(status) => {
+                    Self::failed("write", status);
+                    return false;
+                }
+            }
+        }
+        false
     }
 }
 
@@ -245,6 +315,37 @@ impl Stream {
         };
         if abi::log_enabled(level) {
             abi::log(level, &format!("mcp-access decision {json}"));
+        }
+    }
+
+    /// Stats and log lines of what listings showed of pinned tools.
+    fn report_pins(&self, events: Vec<PinEvent>) {
+        for e in events {
+            match e {
+                PinEvent::Drifted {
+                    backend,
+                    tool,
+                    pinned,
+                    listed,
+                    new,
+                } => {
+                    self.stats.inc(Counter::PinDrift);
+                    let level = if new { LogLevel::Warn } else { LogLevel::Debug };
+                    if abi::log_enabled(level) {
+                        abi::log(
+                            level,
+                            &format!(
+                                "mcp-access: pinned tool drifted: backend {backend} tool {tool:?} pinned {pinned} listed {}; left out of listings and its calls denied until a listing matches the pin",
+                                listed.to_text()
+                            ),
+                        );
+                    }
+                }
+                PinEvent::Cleared { backend, tool } => abi::log(
+                    LogLevel::Info,
+                    &format!("mcp-access: pinned tool matches its pin again: backend {backend} tool {tool:?}"),
+                ),
+            }
         }
     }
 
@@ -396,6 +497,8 @@ impl HttpContext for Stream {
             size = body.as_ref().map_or(0, Vec::len);
             body
         });
+        let events = filter.take_pin_events();
+        self.report_pins(events);
         if let BodyAction::Replace(bytes) = action {
             abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, size, &bytes);
         }
@@ -409,6 +512,8 @@ impl HttpContext for Stream {
         let action = filter.on_body(&self.engine, body_size, end_of_stream, |n| {
             abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, n)
         });
+        let events = filter.take_pin_events();
+        self.report_pins(events);
         match action {
             BodyAction::Pass => WasmAction::Continue,
             BodyAction::Buffer => WasmAction::Pause,
@@ -443,6 +548,8 @@ mod abi {
     pub const METRIC_HISTOGRAM: u32 = 2;
     const STREAM_REQUEST: u32 = 0;
     const OK: u32 = 0;
+    const NOT_FOUND: u32 = 1;
+    pub const CAS_MISMATCH: u32 = 8;
 
     #[allow(clashing_extern_declarations)]
     #[link(wasm_import_module = "env")]
@@ -514,6 +621,20 @@ mod abi {
         fn proxy_increment_metric(id: u32, offset: i64) -> u32;
         fn proxy_record_metric(id: u32, value: u64) -> u32;
         fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
+        fn proxy_get_shared_data(
+            key: *const u8,
+            key_size: usize,
+            value: *mut *mut u8,
+            value_size: *mut usize,
+            cas: *mut u32,
+        ) -> u32;
+        fn proxy_set_shared_data(
+            key: *const u8,
+            key_size: usize,
+            value: *const u8,
+            value_size: usize,
+            cas: u32,
+        ) -> u32;
     }
 
     /// Takes ownership of host-allocated memory (allocated through the SDK's
@@ -752,6 +873,32 @@ mod abi {
         return core::arch::wasm32::memory_size::<0>() * 64;
         #[cfg(not(target_arch = "wasm32"))]
         return 0;
+    }
+
+    /// A shared data value and its CAS; None when the key has none. Err: the host's status.
+    pub fn shared_data(key: &str) -> Result<Option<(Vec<u8>, u32)>, u32> {
+        let (mut data, mut size, mut cas) = (null_mut(), 0usize, 0u32);
+        let status = unsafe {
+            proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas)
+        };
+        let bytes = unsafe { take(data, size) };
+        match status {
+            OK => Ok(Some((bytes, cas))),
+            NOT_FOUND => Ok(None),
+            other => Err(other),
+        }
+    }
+
+    /// Writes a shared data value if its CAS is still `cas` (0: whatever it is). Err: the
+    /// host's status ([`CAS_MISMATCH`]: another write came first).
+    pub fn set_shared_data(key: &str, value: &[u8], cas: u32) -> Result<(), u32> {
+        let status = unsafe {
+            proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas)
+        };
+        match status {
+            OK => Ok(()),
+            other => Err(other),
+        }
     }
 
     pub fn now_ns() -> u64 {

@@ -35,6 +35,7 @@ mod json;
 mod jsonrpc;
 pub mod listing;
 pub mod mcp;
+pub mod pins;
 pub mod policy;
 mod protobuf;
 pub mod request;

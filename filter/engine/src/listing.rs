@@ -17,8 +17,10 @@ use std::rc::Rc;
 
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
 
+use crate::canonical_json::{Canonicalizer, Digest};
 use crate::json::{self, Val};
 use crate::jsonrpc::{self, INTERNAL_ERROR};
+use crate::pins::{DriftPort, Observed, PinCheck, PinEvent};
 use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
@@ -111,6 +113,8 @@ pub struct ListingFilter {
     after_cr: bool,
     /// SSE: no event has ended yet (a byte order mark may start the stream).
     stream_start: bool,
+    /// The backend's pinned tools: listed tools are held to them (docs/semantics.md §5).
+    pins: Option<PinCheck>,
 }
 
 impl ListingFilter {
@@ -137,10 +141,13 @@ impl ListingFilter {
         req: &Rc<Request>,
         id: Option<String>,
         revision: Revision,
+        drift: Option<DriftPort>,
     ) -> Option<ListingFilter> {
         if !engine.listings.filter {
             return None;
         }
+        let backend = req.target.backend.and_then(|b| engine.backends.get(b));
+        let pins = backend.and_then(|b| Some(PinCheck::new(&b.id, b.pins.clone()?, drift)));
         let listing = Self::listing_of(engine, req);
         // Only a request's own id tells its answer apart (not a notification's or a reply's).
         let id = match listing {
@@ -163,7 +170,16 @@ impl ListingFilter {
             at_line_start: true,
             after_cr: false,
             stream_start: true,
+            pins,
         })
+    }
+
+    /// What the listings read so far said about pinned tools (drift, and its end), for the
+    /// host's stats and logs; each event is given once.
+    pub fn take_pin_events(&mut self) -> Vec<PinEvent> {
+        self.pins
+            .as_mut()
+            .map_or_else(Vec::new, PinCheck::take_events)
     }
 
     /// The response headers arrived (names lowercase, `:status` included): see [`mode_for`].
@@ -300,7 +316,11 @@ impl ListingFilter {
     /// with each listing array holding only the usable items and, where the revision has it,
     /// `cacheScope` set to `"private"`.
     fn read_message<'t>(&mut self, engine: &Engine, text: &'t [u8], answers: bool) -> Read<'t> {
-        let mut m = MessageShape::default();
+        let mut m = MessageShape {
+            // Tool items are canonicalized as they are read when the backend pins its tools.
+            tools: self.pins.as_ref().and(TOOLS),
+            ..MessageShape::default()
+        };
         if json::read(text, self.max_depth, &mut m).is_err() || m.batch {
             return Read::Unreadable(None);
         }
@@ -380,7 +400,11 @@ impl ListingFilter {
             out.push(b'[');
             let mut first = true;
             while let Some(item) = items.next_if(|i| i.array == index) {
-                if !self.usable(engine, (index, listing), item.key.as_deref()) {
+                let pinned = match (&mut self.pins, item.observed) {
+                    (Some(p), Some(seen)) => p.listed(item.key.as_deref(), seen),
+                    _ => true,
+                };
+                if !pinned || !self.usable(engine, (index, listing), item.key.as_deref()) {
                     continue;
                 }
                 if !first {
@@ -797,7 +821,12 @@ enum Slot {
     Item(u8),
     /// The item's name or URI.
     ItemKey,
+    /// Inside a tool item being canonicalized (its other members).
+    InTool,
 }
+
+/// The [`LISTINGS`] index of `tools/list`.
+const TOOLS: Option<u8> = Some(0);
 
 /// One item of a listing: its array ([`LISTINGS`] index), its span and its name or URI
 /// (decoded).
@@ -806,6 +835,8 @@ struct Item<'a> {
     start: usize,
     end: usize,
     key: Option<Cow<'a, [u8]>>,
+    /// A tool's definition as listed (when the backend pins its tools).
+    observed: Option<Observed>,
 }
 
 /// What the filter reads of one JSON-RPC message: which members the message has, its id,
@@ -835,6 +866,17 @@ struct MessageShape<'a> {
     items_read: Vec<Item<'a>>,
     /// The name or URI (decoded) of the item being read.
     item_key: Option<Cow<'a, [u8]>>,
+    /// The [`LISTINGS`] index of tools when tool items are canonicalized as they are read.
+    tools: Option<u8>,
+    /// The canonical form of the tool item being read.
+    canon: Option<Canonicalizer>,
+}
+
+impl MessageShape<'_> {
+    /// Whether the event of a value in `slot` belongs to the tool item being canonicalized.
+    fn in_tool(&self, slot: Slot) -> bool {
+        self.canon.is_some() && matches!(slot, Slot::Item(_) | Slot::ItemKey | Slot::InTool)
+    }
 }
 
 impl<'a> json::Visitor<'a> for MessageShape<'a> {
@@ -844,6 +886,9 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
     const IGNORE: Slot = Slot::Ignore;
 
     fn member(&mut self, object: Slot, key: &[u8]) -> Slot {
+        if let Some(c) = self.canon.as_mut().filter(|_| object != Slot::Ignore) {
+            c.member(key);
+        }
         match object {
             Slot::Root => match key {
                 b"id" => Slot::Id,
@@ -868,6 +913,7 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
             {
                 Slot::ItemKey
             }
+            Slot::Item(_) | Slot::InTool if self.canon.is_some() => Slot::InTool,
             _ => Slot::Ignore,
         }
     }
@@ -875,24 +921,39 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
     fn element(&mut self, array: Slot) -> Slot {
         match array {
             Slot::Items(i) => Slot::Item(i),
+            Slot::InTool => Slot::InTool,
             _ => Slot::Ignore,
         }
     }
 
     fn duplicate_key(&mut self, slot: Slot, _at: usize) {
         // A duplicate of a member the filter does not read changes nothing it decides
-        // (kept items are passed on as the server wrote them).
-        if slot != Slot::Ignore {
+        // (kept items are passed on as the server wrote them). In a tool item held to its pin,
+        // it leaves the tool without a canonical form: it matches no pin.
+        if slot == Slot::InTool {
+            if let Some(c) = self.canon.as_mut() {
+                c.duplicate();
+            }
+        } else if slot != Slot::Ignore {
             self.duplicate = true;
             self.duplicate_id |= slot == Slot::Id;
         }
     }
 
     fn wants_text(&self, slot: Slot) -> bool {
-        matches!(slot, Slot::ItemKey | Slot::ResultType)
+        matches!(slot, Slot::ItemKey | Slot::ResultType | Slot::InTool)
+            || matches!(slot, Slot::Item(i) if Some(i) == self.tools)
     }
 
     fn value(&mut self, slot: Slot, val: Val<'a>) -> Result<(), json::SyntaxError> {
+        if matches!(slot, Slot::Item(i) if Some(i) == self.tools) {
+            self.canon = Some(Canonicalizer::new());
+        }
+        if self.in_tool(slot) {
+            if let Some(c) = self.canon.as_mut() {
+                c.value(&val);
+            }
+        }
         match (slot, val) {
             (Slot::Root, Val::Array) => self.batch = true,
             (Slot::Id, Val::Str { raw, .. } | Val::Number(raw)) => self.id = Some(raw),
@@ -926,6 +987,11 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
     }
 
     fn closed(&mut self, slot: Slot, start: usize, end: usize) {
+        if self.in_tool(slot) {
+            if let Some(c) = self.canon.as_mut() {
+                c.closed();
+            }
+        }
         match slot {
             Slot::Result if self.result_is_object => self.result = Some(start),
             Slot::Items(i) if self.array_bits & (1 << i) != 0 => self.arrays.push((i, start, end)),
@@ -935,6 +1001,10 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
                 start,
                 end,
                 key: self.item_key.take(),
+                observed: self.canon.take().map(|c| match c.finish() {
+                    Ok(text) => Observed::Digest(Digest::of(&text)),
+                    Err(_) => Observed::Unreadable,
+                }),
             }),
             _ => {}
         }

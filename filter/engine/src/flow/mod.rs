@@ -4,6 +4,7 @@
 mod drive;
 mod gather;
 mod outcome;
+mod pinned;
 
 use std::rc::Rc;
 
@@ -140,6 +141,8 @@ pub struct RequestFlow {
     subscriptions: Vec<String>,
     /// `completion/complete`'s prompt or resource, judged as a call of it.
     completion_ref: Option<crate::mcp::CompletionRef>,
+    /// Where drift from pinned tools is recorded (the host's, shared by its workers).
+    drift: Option<crate::pins::DriftPort>,
 }
 
 impl Default for RequestFlow {
@@ -164,7 +167,15 @@ impl RequestFlow {
             revision: Revision::UNNAMED,
             subscriptions: Vec::new(),
             completion_ref: None,
+            drift: None,
         }
+    }
+
+    /// This flow records and reads drift from pinned tools in `store` (without one, drift a
+    /// listing shows is left out of it but not remembered).
+    pub fn with_drift_store(mut self, store: std::rc::Rc<dyn crate::pins::DriftStore>) -> Self {
+        self.drift = Some(crate::pins::DriftPort(store));
+        self
     }
 
     /// A flow whose evaluation keeps a trace ([`RequestFlow::trace`]), for `explain`.
@@ -705,7 +716,11 @@ impl RequestFlow {
         outcome.backend = backend;
         outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
         let decision = match decision {
-            Decision::Allow { .. } => self.judge_named_items(engine).unwrap_or(decision),
+            Decision::Allow { .. } => self.judge_named_items(engine).unwrap_or_else(|| {
+                let req = self.req.as_ref();
+                req.and_then(|r| pinned::pin_denial(engine, r, self.drift.as_ref()))
+                    .map_or(decision, Decision::Deny)
+            }),
             deny => deny,
         };
         match decision {
@@ -729,7 +744,8 @@ impl RequestFlow {
                 let listing = match self.req.take() {
                     Some(r) if engine.listings.filter => {
                         let shared = self.shared.insert(Rc::new(r));
-                        ListingFilter::for_allowed(engine, shared, self.id.take(), self.revision)
+                        let (id, drift) = (self.id.take(), self.drift.clone());
+                        ListingFilter::for_allowed(engine, shared, id, self.revision, drift)
                     }
                     r => {
                         self.req = r;

@@ -22,7 +22,9 @@ pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, 
 pub(crate) use eval::{Evaluation, TraceEntry};
 use mcp_access_bundle::gateway_api::HostPattern;
 
+use crate::pins::ToolPins;
 use crate::request::{Request, Target};
+use std::sync::Arc;
 
 /// Index of a policy in [`Engine::policies`] (seniority order).
 pub(crate) type PolicyId = usize;
@@ -242,6 +244,8 @@ pub struct CelNeeds {
     pub params: bool,
     /// `jwt.claims`.
     pub jwt_payload: bool,
+    /// `request.mcp.tool.annotations`.
+    pub annotations: bool,
     /// Any CEL condition at all.
     pub any: bool,
 }
@@ -258,7 +262,7 @@ impl Engine {
         let compiled = compile_policies(b, &numbered)?;
         let policies = compiled.policies;
         let listeners = index_listeners(b, &order, &policies);
-        let backends = index_backends(b, &order, &policies, &listeners);
+        let backends = index_backends(b, &order, &policies, &listeners)?;
         let mut origins = HashMap::new();
         for p in &policies {
             if let Some(o) = &p.origin {
@@ -395,10 +399,12 @@ impl Engine {
     /// A fresh CEL state for judging one request (or one listed item) routed to `backend`.
     pub(crate) fn cel_cx(&self, backend: Option<usize>, trace: bool) -> CelCx {
         if self.cel_needs.any {
-            let backend = backend
-                .and_then(|b| self.backends.get(b))
-                .map(|b| b.id.as_str());
-            CelCx::new(self.identity.trust_domain.as_deref(), backend, trace)
+            let backend = backend.and_then(|b| self.backends.get(b));
+            let pins = backend
+                .filter(|_| self.cel_needs.annotations)
+                .and_then(|b| b.pins.clone());
+            let id = backend.map(|b| b.id.as_str());
+            CelCx::new(self.identity.trust_domain.as_deref(), id, pins, trace)
         } else {
             CelCx::default()
         }
@@ -492,6 +498,8 @@ pub enum CompileProblem {
     NotAcceptedCallsAuthorizer,
     /// `rules: []`.
     EmptyRules,
+    /// A ToolPin's pins do not compile.
+    Pins(String),
 }
 
 impl fmt::Display for CompileError {
@@ -510,6 +518,7 @@ impl fmt::Display for CompileError {
             CompileProblem::EmptyRules => {
                 f.write_str("an empty rule list applies to nothing; omit rules for all traffic")
             }
+            CompileProblem::Pins(e) => write!(f, "pins: {e}"),
         }
     }
 }
@@ -595,6 +604,7 @@ fn compile_policies(
             needs.time |= c.program.reads_attr(Attr::Time);
             needs.params |= c.program.reads_attr(Attr::McpParams);
             needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
+            needs.annotations |= c.program.reads_attr(Attr::ToolAnnotations);
         }
         for r in rules.iter().flatten() {
             if let compiled::Source::Jwt { claims, .. } = &r.source {
@@ -683,7 +693,7 @@ fn index_backends(
     order: &[&bundle::Policy],
     policies: &[compiled::Policy],
     listeners: &[compiled::Listener],
-) -> BackendIndex {
+) -> Result<BackendIndex, CompileError> {
     // Backend-level policies by the (namespace, name) they target, most senior first, each
     // once: one pass over the policies instead of one per backend.
     let mut targeting: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
@@ -761,13 +771,24 @@ fn index_backends(
         for c in &be.cluster_names {
             out.by_cluster.insert(c.clone(), bi);
         }
+        let id = format!("{}/{}", be.namespace, be.name);
+        let pins = match &be.pins {
+            Some(p) => Some(Arc::new(ToolPins::compile(p).map_err(|e| {
+                CompileError {
+                    policy: p.source.clone(),
+                    problem: CompileProblem::Pins(e),
+                }
+            })?)),
+            None => None,
+        };
         out.backends.push(compiled::Backend {
-            id: format!("{}/{}", be.namespace, be.name),
+            id,
             index,
             by_listener,
+            pins,
         });
     }
-    out
+    Ok(out)
 }
 
 impl Default for LevelIndex {

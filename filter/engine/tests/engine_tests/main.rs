@@ -10,5 +10,6 @@ mod flow;
 mod http_canonical;
 mod leaks;
 mod listing;
+mod pins;
 mod semantics;
 mod stats;
