@@ -106,6 +106,9 @@ pub struct Report {
     pub gateways: Vec<ObjectStatus>,
     pub routes: Vec<ObjectStatus>,
     pub backends: Vec<ObjectStatus>,
+    /// ToolPins.
+    #[serde(rename = "toolPins", skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<ObjectStatus>,
     /// Objects (or documents) the API server would reject.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub invalid: Vec<InvalidObject>,
@@ -125,9 +128,15 @@ impl Report {
     /// Whether every object is valid and every status accepted.
     pub fn all_accepted(&self) -> bool {
         self.invalid.is_empty()
-            && [&self.policies, &self.gateways, &self.routes, &self.backends]
-                .iter()
-                .all(|l| l.iter().all(ObjectStatus::accepted))
+            && [
+                &self.policies,
+                &self.gateways,
+                &self.routes,
+                &self.backends,
+                &self.pins,
+            ]
+            .iter()
+            .all(|l| l.iter().all(ObjectStatus::accepted))
     }
 }
 

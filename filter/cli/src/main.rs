@@ -45,9 +45,10 @@ fn run(cli: Cli) -> Result<u8, String> {
         }
         Command::Crd => {
             print!(
-                "{}---\n{}",
+                "{}---\n{}---\n{}",
                 mcp_access_k8s::crd_yaml(),
-                mcp_access_k8s::filter_settings_crd_yaml()
+                mcp_access_k8s::filter_settings_crd_yaml(),
+                mcp_access_k8s::tool_pin_crd_yaml()
             );
             Ok(0)
         }
@@ -194,6 +195,7 @@ fn render_report(c: &Compiled, format: Format) -> Result<String, String> {
                 ("gateway", &c.report.gateways),
                 ("route", &c.report.routes),
                 ("backend", &c.report.backends),
+                ("toolpin", &c.report.pins),
             ] {
                 for o in list.iter() {
                     for cnd in &o.conditions {
@@ -253,9 +255,10 @@ fn not_accepted(c: &Compiled, allow: bool, all: bool) -> u8 {
             &c.report.gateways,
             &c.report.routes,
             &c.report.backends,
+            &c.report.pins,
         ]
     } else {
-        &[&c.report.policies]
+        &[&c.report.policies, &c.report.pins]
     };
     let level = if allow { "warning" } else { "error" };
     let mut n = 0;

@@ -11,6 +11,7 @@ mod backends;
 mod effective;
 mod gateways;
 mod grants;
+mod pins;
 mod policies;
 mod routes;
 mod rules;
@@ -193,6 +194,8 @@ struct Ctx<'a> {
     effects: Vec<(String, (String, String, String), effective::Effects)>,
     /// The filter's settings (a `FilterSettings` object and the flags).
     settings: settings::Settings,
+    /// XBackend `namespace/name` -> its pinned tools.
+    pins: HashMap<String, bundle::ToolPins>,
 }
 
 /// Compiles validated manifests.
@@ -206,11 +209,13 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         backend_index: HashMap::new(),
         effects: Vec::new(),
         settings,
+        pins: HashMap::new(),
     };
     cx.report_inputs();
     cx.report.invalid.extend(settings_problems);
     cx.report.warnings.extend(settings_warnings);
     cx.backends();
+    cx.tool_pins();
     cx.gateways();
     cx.routes();
     cx.note_backends_behind_listeners();
@@ -307,6 +312,7 @@ impl Ctx<'_> {
                 "Gateway" => &mut self.report.gateways,
                 "HTTPRoute" => &mut self.report.routes,
                 "XBackend" => &mut self.report.backends,
+                "ToolPin" => &mut self.report.pins,
                 _ => continue,
             };
             let message: Vec<String> = r
@@ -383,7 +389,7 @@ impl Ctx<'_> {
                 namespace: ns.to_string(),
                 route_names,
                 cluster_names: vec![b.cluster.clone()],
-                pins: None,
+                pins: self.pins.get(&b.id).cloned(),
             });
         }
         backends

@@ -4,3 +4,4 @@ mod access_policy;
 mod compile;
 mod crd;
 mod examples;
+mod pins;
