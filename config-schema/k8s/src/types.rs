@@ -19,7 +19,7 @@ pub(crate) const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
 /// The project's own API group (`AccessPolicy`).
 pub(crate) const MCP_ACCESS_GROUP: &str = "mcp-access.io";
 
-pub use pins::ToolPinSpec;
+pub use pins::{PinView, ToolPinSpec, ToolPinView};
 
 /// An optional string field's value, or `""`.
 pub(crate) fn opt(s: &Option<String>) -> &str {

@@ -25,6 +25,8 @@ const EXIT_INVALID: u8 = 1;
 const EXIT_NOT_ACCEPTED: u8 = 3;
 /// Exit code: `validate` found references that lead nowhere (without --allow-dangling).
 const EXIT_DANGLING: u8 = 4;
+/// Exit code: `pin --check` found tools that differ from their pins.
+const EXIT_DRIFT: u8 = 5;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -90,6 +92,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => commands::envoy(&input, envoy, &output, bundle_out, ecds, &report),
         Command::Explain(a) => commands::explain(*a),
+        Command::Pin(a) => commands::pin(*a),
         Command::Status { input, format } => commands::status(&input, format),
         Command::Effective {
             input,

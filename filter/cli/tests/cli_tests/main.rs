@@ -10,5 +10,6 @@ mod explain_cel;
 mod explain_flow;
 mod fail_closed;
 mod mistakes;
+mod pin;
 mod policy_language;
 mod settings;
