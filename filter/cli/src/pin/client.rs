@@ -54,29 +54,28 @@ fn read_pem(path: &PathBuf) -> Result<Vec<PemItem<'static>>, String> {
     Ok(items)
 }
 
+/// The certificates of a PEM file (at least one).
+fn certificates(path: &PathBuf) -> Result<Vec<ureq::tls::Certificate<'static>>, String> {
+    let certs: Vec<_> = read_pem(path)?
+        .into_iter()
+        .filter_map(|i| match i {
+            PemItem::Certificate(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    if certs.is_empty() {
+        return Err(format!("{}: no certificate", path.display()));
+    }
+    Ok(certs)
+}
+
 fn tls(c: &Connection) -> Result<TlsConfig, String> {
     let mut b = TlsConfig::builder();
     if let Some(ca) = &c.ca {
-        let certs: Vec<_> = read_pem(ca)?
-            .into_iter()
-            .filter_map(|i| match i {
-                PemItem::Certificate(c) => Some(c),
-                _ => None,
-            })
-            .collect();
-        if certs.is_empty() {
-            return Err(format!("{}: no certificate", ca.display()));
-        }
-        b = b.root_certs(RootCerts::new_with_certs(&certs));
+        b = b.root_certs(RootCerts::new_with_certs(&certificates(ca)?));
     }
     if let Some((cert, key)) = &c.client_cert {
-        let chain: Vec<_> = read_pem(cert)?
-            .into_iter()
-            .filter_map(|i| match i {
-                PemItem::Certificate(c) => Some(c),
-                _ => None,
-            })
-            .collect();
+        let chain = certificates(cert)?;
         let key = read_pem(key)?
             .into_iter()
             .find_map(|i| match i {
@@ -84,9 +83,6 @@ fn tls(c: &Connection) -> Result<TlsConfig, String> {
                 _ => None,
             })
             .ok_or_else(|| format!("{}: no private key", key.display()))?;
-        if chain.is_empty() {
-            return Err(format!("{}: no certificate", cert.display()));
-        }
         b = b.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
     }
     Ok(b.build())
