@@ -157,6 +157,9 @@ pub struct EffectivePolicy {
     /// What defaults/overrides left out here (replaced, unset, not added), and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The XBackend's pinned tools (its ToolPin) with their reviewed annotations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pins: Option<mcp_access_bundle::ToolPins>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

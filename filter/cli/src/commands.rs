@@ -343,9 +343,34 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
                 }
             }
         }
+        if let Some(p) = &v.pins {
+            out.push_str(&pins_text(p));
+        }
         for n in &v.notes {
             out.push_str(&format!("  note: {n}\n"));
         }
+    }
+    out
+}
+
+/// A backend's pinned tools, as `effective` and `explain` show them.
+pub(crate) fn pins_text(p: &mcp_access_bundle::ToolPins) -> String {
+    let mut out = format!(
+        "  pinned tools (ToolPin {}; tools not pinned: {:?})\n",
+        p.source, p.unpinned
+    );
+    if p.tools.is_empty() {
+        out.push_str("    none: no tool is listed or can be called\n");
+    }
+    for t in &p.tools {
+        let annotations = match &t.annotations {
+            Some(a) => serde_json::to_string(a).unwrap_or_default(),
+            None => "none reviewed".into(),
+        };
+        out.push_str(&format!(
+            "    {} {} annotations {annotations}\n",
+            t.name, t.digest
+        ));
     }
     out
 }

@@ -201,6 +201,36 @@ fn pin_refuses_what_it_cannot_pin() {
 /// One request the server got: method, path, headers (lowercase), body.
 type Seen = (String, String, Vec<(String, String)>, String);
 
+/// Reads one HTTP/1.1 request (with its whole body).
+fn read_request(stream: &std::net::TcpStream) -> Seen {
+    let mut r = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let mut parts = line.split_whitespace();
+    let (method, path) = (
+        parts.next().unwrap_or("").to_string(),
+        parts.next().unwrap_or("").to_string(),
+    );
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (n, v) = h.split_once(':').unwrap();
+        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let len = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).unwrap();
+    (method, path, headers, String::from_utf8(body).unwrap())
+}
+
 /// A small Streamable HTTP MCP server: `initialize` answered as JSON with a session, the
 /// first `tools/list` page as an SSE stream (after a notification), the second as JSON.
 fn serve(tools: Vec<String>) -> (String, Arc<Mutex<Vec<Seen>>>) {
@@ -211,35 +241,9 @@ fn serve(tools: Vec<String>) -> (String, Arc<Mutex<Vec<Seen>>>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
-            let mut r = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            r.read_line(&mut line).unwrap();
-            let mut parts = line.split_whitespace();
-            let (method, path) = (
-                parts.next().unwrap_or("").to_string(),
-                parts.next().unwrap_or("").to_string(),
-            );
-            let mut headers = Vec::new();
-            loop {
-                let mut h = String::new();
-                r.read_line(&mut h).unwrap();
-                let h = h.trim_end();
-                if h.is_empty() {
-                    break;
-                }
-                let (n, v) = h.split_once(':').unwrap();
-                headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
-            }
-            let len = headers
-                .iter()
-                .find(|(n, _)| n == "content-length")
-                .map_or(0, |(_, v)| v.parse().unwrap());
-            let mut body = vec![0; len];
-            r.read_exact(&mut body).unwrap();
-            let body = String::from_utf8(body).unwrap();
-            log.lock()
-                .unwrap()
-                .push((method.clone(), path, headers, body.clone()));
+            let seen = read_request(&stream);
+            let (method, body) = (seen.0.clone(), seen.3.clone());
+            log.lock().unwrap().push(seen);
             let msg: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
             let id = msg["id"].clone();
             let (status, ctype, payload) = match (method.as_str(), msg["method"].as_str()) {
@@ -369,8 +373,7 @@ fn a_server_that_refuses_is_an_error_naming_it() {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
-            let mut buf = [0u8; 4096];
-            let _ = stream.read(&mut buf);
+            read_request(&stream);
             let body = r#"{"error":"invalid_token"}"#;
             let _ = write!(stream, "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
         }
@@ -382,4 +385,98 @@ fn a_server_that_refuses_is_an_error_naming_it() {
         err.contains("initialize: HTTP 401") && err.contains("invalid_token"),
         "{err}"
     );
+}
+
+#[test]
+fn explain_and_effective_show_the_pins_and_their_reviewed_annotations() {
+    use mcp_access_cli::explain::{explain, to_text, RequestSpec};
+    let b = json!({
+        "apiVersion": "mcp-access.io/v1",
+        "gateways": [{"name": "gw", "listeners": [{"name": "https", "port": 8443}]}],
+        "backends": [{"name": "tools", "routeNames": ["tools-route"], "pins": {
+            "source": "default/tools-pins",
+            "tools": [{"name": "echo", "digest": digest(ECHO), "annotations": {"readOnlyHint": true}},
+                      {"name": "rm", "digest": digest(RM)}]}}],
+        "policies": [{"name": "read-only", "level": "Backend", "targets": [{"name": "tools"}],
+            "action": "Allow", "rules": [{"name": "ro",
+                "authorization": {"cel": "request.mcp.tool.annotations.readOnlyHint == true"}}]}]
+    });
+    let b = mcp_access_bundle::parse_bundle(b.to_string().as_bytes())
+        .unwrap()
+        .into_inner();
+    let spec = |tool: &str| RequestSpec {
+        backend: Some("tools".into()),
+        mcp_method: Some("tools/call".into()),
+        param: Some(tool.into()),
+        ..RequestSpec::default()
+    };
+    let e = explain(&b, None, &spec("echo")).unwrap();
+    let t = to_text(&e);
+    assert_eq!(e.decision, "allow", "{t}");
+    assert!(
+        t.contains(&format!(
+            "pins      ToolPin default/tools-pins pins \"echo\" ({})",
+            digest(ECHO)
+        )),
+        "{t}"
+    );
+    assert_eq!(
+        e.cel[0].reads["request.mcp.tool.annotations"], r#"{"readOnlyHint":true}"#,
+        "{t}"
+    );
+    // rm is pinned without annotations: reading the hint errs, which counts against the caller.
+    let e = explain(&b, None, &spec("rm")).unwrap();
+    assert_eq!(
+        (e.decision, e.reason),
+        ("deny", "not_allowed"),
+        "{}",
+        to_text(&e)
+    );
+    assert!(e.cel[0].result.starts_with("error:"), "{:?}", e.cel);
+    // The policies judge first; what they allow, the pins judge then.
+    let e = explain(&b, None, &spec("other")).unwrap();
+    assert_eq!(e.reason, "not_allowed");
+    let mut open = b.clone();
+    open.policies.clear();
+    let e = explain(&open, None, &spec("other")).unwrap();
+    let t = to_text(&e);
+    assert_eq!(
+        (e.decision, e.reason, e.level),
+        ("deny", "tool_not_pinned", Some("backend")),
+        "{t}"
+    );
+    assert!(t.contains("denied by the XBackend's ToolPin"), "{t}");
+    assert!(
+        t.contains("does not pin \"other\" (tools not pinned: Deny)"),
+        "{t}"
+    );
+
+    // `effective` lists the pins of the XBackend.
+    let d = case("pin", "effective", &[]);
+    let (path, _) = pinned(&d, &[ECHO, RM]);
+    let r = run(&["effective", "-f", s(&d.join("base.yaml")), "-f", s(&path)]);
+    let out = text(&r.stdout);
+    assert!(r.status.success(), "{out}{}", text(&r.stderr));
+    assert!(
+        out.contains("pinned tools (ToolPin mcp/tools-tools; tools not pinned: Deny)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "echo {} annotations {{\"title\":\"Echo\",\"readOnlyHint\":true}}",
+            digest(ECHO)
+        )),
+        "{out}"
+    );
+    let r = run(&[
+        "effective",
+        "-f",
+        s(&d.join("base.yaml")),
+        "-f",
+        s(&path),
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(v[0]["pins"]["tools"][1]["name"], "rm");
 }

@@ -214,6 +214,11 @@ impl Ctx<'_> {
                         level_view("Backend", back.collect()),
                     ],
                     notes,
+                    pins: b
+                        .backends
+                        .iter()
+                        .find(|x| x.namespace == bns && x.name == bname)
+                        .and_then(|x| x.pins.clone()),
                 });
             }
         }
