@@ -8,7 +8,8 @@
 //! Numbers are written with `ryu-js` (that algorithm, a maintained crate) with its `small`
 //! tables. Measured on the filter's module (wasm-release, then wasm-opt): this module, ryu-js
 //! and sha2 are about 4 KB of its code; ryu-js's full tables would add 9 KB more (the whole
-//! of pinned tools took the module from 845,460 to 894,140 bytes).
+//! of pinned tools took the module from 845,460 to about 894,000 bytes). Their cost per
+//! listing: docs/performance.md, "P7 with pinned tools".
 //!
 //! [`Canonicalizer`] is fed the values of a text as the strict reader ([`crate::json`])
 //! reports them, so a caller that already reads a text (the listing filter) canonicalizes the
@@ -77,27 +78,43 @@ impl std::fmt::Display for CanonError {
 }
 
 /// One open container.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 enum Frame {
-    /// Members so far: the name (UTF-8) and the value's canonical text.
-    Object {
-        members: Vec<(Vec<u8>, Vec<u8>)>,
-        name: Option<Vec<u8>>,
-    },
-    /// The canonical text so far, `[` included.
-    Array(Vec<u8>),
+    /// Its members are `members[from..]`.
+    Object { from: usize },
+    /// `count` elements so far.
+    Array { count: usize },
+}
+
+/// One member of an open object: its name (decoded, in `names`) and its whole text
+/// (`"name":value`, in the arena).
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    name: (usize, usize),
+    text: (usize, usize),
 }
 
 /// Builds the canonical text of one value from the reader's events: [`Canonicalizer::value`]
 /// for each value (a scalar, or a container opening), [`Canonicalizer::member`] for each
 /// member name, [`Canonicalizer::closed`] when a value ends (as the reader reports both).
+///
+/// The text is written to one arena as the events come, in canonical form: an object's
+/// members as they are given, then, when it closes, rewritten in canonical order only if
+/// they were not in it. One value after another reuses the memory ([`Canonicalizer::reset`]).
 #[derive(Debug, Default)]
 pub struct Canonicalizer {
+    arena: Vec<u8>,
+    /// The decoded names of the open objects' members.
+    names: Vec<u8>,
     stack: Vec<Frame>,
+    members: Vec<Member>,
+    /// Where each open container's text starts.
+    starts: Vec<usize>,
     /// The last event was a scalar: the next `closed` ends it, not a container.
     scalar: bool,
-    done: Option<Vec<u8>>,
+    done: Option<(usize, usize)>,
     error: Option<CanonError>,
+    scratch: Vec<u8>,
 }
 
 impl Canonicalizer {
@@ -105,44 +122,78 @@ impl Canonicalizer {
         Canonicalizer::default()
     }
 
+    /// Ready for another value (the memory is kept).
+    pub fn reset(&mut self) {
+        self.arena.clear();
+        self.names.clear();
+        self.stack.clear();
+        self.members.clear();
+        self.starts.clear();
+        self.scalar = false;
+        self.done = None;
+        self.error = None;
+    }
+
     /// The name (decoded) of the next member of the innermost object.
     pub(crate) fn member(&mut self, name: &[u8]) {
-        if let Some(Frame::Object { name: slot, .. }) = self.stack.last_mut() {
-            *slot = Some(name.to_vec());
+        let Some(Frame::Object { from, .. }) = self.stack.last() else {
+            return;
+        };
+        if self.members.len() > *from {
+            self.arena.push(b',');
         }
+        let at = self.names.len();
+        self.names.extend_from_slice(name);
+        let text = self.arena.len();
+        push_string(&mut self.arena, name);
+        self.arena.push(b':');
+        self.members.push(Member {
+            name: (at, self.names.len()),
+            text: (text, text),
+        });
     }
 
     /// A value: a scalar (strings decoded), or an object or array opened.
     pub(crate) fn value(&mut self, val: &Val<'_>) {
         self.scalar = false;
-        match val {
-            Val::Object => self.stack.push(Frame::Object {
-                members: Vec::new(),
-                name: None,
-            }),
-            Val::Array => self.stack.push(Frame::Array(b"[".to_vec())),
-            Val::Str { decoded, .. } => {
-                let mut out = Vec::new();
-                match decoded {
-                    Some(s) => push_string(&mut out, s),
-                    None => self.fail("a string was not decoded"),
-                }
-                self.scalar = true;
-                self.put(out);
+        if let Some(Frame::Array { count }) = self.stack.last_mut() {
+            if *count > 0 {
+                self.arena.push(b',');
             }
+            *count += 1;
+        }
+        let start = self.arena.len();
+        match val {
+            Val::Object => {
+                self.arena.push(b'{');
+                self.stack.push(Frame::Object {
+                    from: self.members.len(),
+                });
+                self.starts.push(start);
+                return;
+            }
+            Val::Array => {
+                self.arena.push(b'[');
+                self.stack.push(Frame::Array { count: 0 });
+                self.starts.push(start);
+                return;
+            }
+            // A literal without escapes is its own canonical form (JSON has no unescaped
+            // control character).
+            Val::Str { raw, .. } if !raw.contains(&b'\\') => self.arena.extend_from_slice(raw),
+            Val::Str { decoded, .. } => match decoded {
+                Some(s) => push_string(&mut self.arena, s),
+                None => self.fail("a string was not decoded"),
+            },
             Val::Number(raw) => {
-                let mut out = Vec::new();
-                if let Err(e) = push_number(&mut out, raw) {
+                if let Err(e) = push_number(&mut self.arena, raw) {
                     self.fail(&e);
                 }
-                self.scalar = true;
-                self.put(out);
             }
-            Val::Literal(word) => {
-                self.scalar = true;
-                self.put(word.to_vec());
-            }
+            Val::Literal(word) => self.arena.extend_from_slice(word),
         }
+        self.scalar = true;
+        self.ended();
     }
 
     /// A value ended: a scalar just given, or the innermost container.
@@ -150,35 +201,69 @@ impl Canonicalizer {
         if std::mem::take(&mut self.scalar) {
             return;
         }
-        let text = match self.stack.pop() {
-            Some(Frame::Array(mut out)) => {
-                out.push(b']');
-                out
-            }
-            Some(Frame::Object { mut members, .. }) => {
-                // UTF-16 code unit order (not UTF-8 byte order: they differ above U+FFFF).
-                members.sort_by(|(a, _), (b, _)| utf16_order(a, b));
-                if members
-                    .windows(2)
-                    .any(|w| matches!(w, [a, b] if a.0 == b.0))
-                {
-                    self.fail("an object has two members of the same name");
-                }
-                let mut out = b"{".to_vec();
-                for (i, (name, value)) in members.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    push_string(&mut out, name);
-                    out.push(b':');
-                    out.extend_from_slice(value);
-                }
-                out.push(b'}');
-                out
-            }
-            None => return self.fail("a value ended that did not start"),
+        let (Some(frame), Some(start)) = (self.stack.pop(), self.starts.pop()) else {
+            return self.fail("a value ended that did not start");
         };
-        self.put(text);
+        match frame {
+            Frame::Array { .. } => self.arena.push(b']'),
+            Frame::Object { from } => self.close_object(start, from),
+        }
+        if self.stack.is_empty() {
+            self.done = Some((start, self.arena.len()));
+        } else {
+            self.ended();
+        }
+    }
+
+    /// Ends the object at `start` whose members are `members[from..]`: as written when they
+    /// are in UTF-16 code unit order of their names (not UTF-8 byte order: they differ above
+    /// U+FFFF), else written again in that order.
+    fn close_object(&mut self, start: usize, from: usize) {
+        let names = &self.names;
+        let name = |m: &Member| names.get(m.name.0..m.name.1).unwrap_or_default();
+        let mine = self.members.get_mut(from..).unwrap_or_default();
+        if mine.is_sorted_by(|a, b| utf16_order(name(a), name(b)).is_lt()) {
+            self.arena.push(b'}');
+        } else {
+            mine.sort_by(|a, b| utf16_order(name(a), name(b)));
+            let twice = mine
+                .windows(2)
+                .any(|w| matches!(w, [a, b] if name(a) == name(b)));
+            let out = &mut self.scratch;
+            out.clear();
+            out.push(b'{');
+            for (i, m) in mine.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(self.arena.get(m.text.0..m.text.1).unwrap_or_default());
+            }
+            out.push(b'}');
+            self.arena.truncate(start);
+            self.arena.extend_from_slice(&self.scratch);
+            if twice {
+                self.fail("an object has two members of the same name");
+            }
+        }
+        let first_name = self
+            .members
+            .get(from)
+            .map_or(self.names.len(), |m| m.name.0);
+        self.members.truncate(from);
+        self.names.truncate(first_name);
+    }
+
+    /// The value being read ended at the end of the arena: in an object, so did its member.
+    fn ended(&mut self) {
+        if let Some(Frame::Object { from, .. }) = self.stack.last() {
+            let end = self.arena.len();
+            match self.members.get_mut(*from..).and_then(|m| m.last_mut()) {
+                Some(m) => m.text.1 = end,
+                None => self.fail("a member without a name"),
+            }
+        } else if self.stack.is_empty() {
+            self.done = Some((0, self.arena.len()));
+        }
     }
 
     /// A member name appeared twice in an object.
@@ -187,31 +272,19 @@ impl Canonicalizer {
     }
 
     /// The canonical text of the value, once it ended.
-    pub fn finish(self) -> Result<Vec<u8>, CanonError> {
-        if let Some(e) = self.error {
-            return Err(e);
+    pub fn text(&self) -> Result<&[u8], CanonError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
         }
         match (self.done, self.stack.is_empty()) {
-            (Some(out), true) => Ok(out),
+            (Some((s, e)), true) => Ok(self.arena.get(s..e).unwrap_or_default()),
             _ => Err(CanonError("the value did not end".into())),
         }
     }
 
-    /// Adds a finished value's text to its container (or ends the whole value).
-    fn put(&mut self, text: Vec<u8>) {
-        match self.stack.last_mut() {
-            Some(Frame::Array(out)) => {
-                if out.len() > 1 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(&text);
-            }
-            Some(Frame::Object { members, name }) => match name.take() {
-                Some(n) => members.push((n, text)),
-                None => self.fail("a member without a name"),
-            },
-            None => self.done = Some(text),
-        }
+    /// The canonical text of the value, once it ended.
+    pub fn finish(self) -> Result<Vec<u8>, CanonError> {
+        self.text().map(<[u8]>::to_vec)
     }
 
     fn fail(&mut self, why: &str) {
@@ -229,32 +302,45 @@ fn hex_digit(n: u8) -> u8 {
     }
 }
 
-/// Compares two UTF-8 strings by their UTF-16 code units.
+/// Compares two UTF-8 strings by their UTF-16 code units. Byte order is the same unless a
+/// string holds a character at or above U+E000 (lead byte 0xEE or more): only then are the
+/// strings compared as UTF-16.
 fn utf16_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    if !a.iter().chain(b).any(|&c| c >= 0xEE) {
+        return a.cmp(b);
+    }
     let (a, b) = (String::from_utf8_lossy(a), String::from_utf8_lossy(b));
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
-/// A string literal as JCS writes it (`s` is UTF-8, as the strict reader decodes it).
+/// A string literal as JCS writes it (`s` is UTF-8, as the strict reader decodes it): runs
+/// that need no escape are copied whole.
 fn push_string(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
-    for &c in s {
-        match c {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            0..=0x1f => {
-                out.extend_from_slice(b"\\u00");
-                out.push(hex_digit(c >> 4));
-                out.push(hex_digit(c));
-            }
-            _ => out.push(c),
+    let mut run = 0;
+    for (i, &c) in s.iter().enumerate() {
+        let escape: &[u8] = match c {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            0x0c => b"\\f",
+            b'\r' => b"\\r",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(s.get(run..i).unwrap_or_default());
+        run = i + 1;
+        if escape.is_empty() {
+            out.extend_from_slice(b"\\u00");
+            out.push(hex_digit(c >> 4));
+            out.push(hex_digit(c));
+        } else {
+            out.extend_from_slice(escape);
         }
     }
+    out.extend_from_slice(s.get(run..).unwrap_or_default());
     out.push(b'"');
 }
 
@@ -444,6 +530,125 @@ mod tests {
             canon(r#""\u0001\u001f\u007f\u2028""#),
             "\"\\u0001\\u001f\u{7f}\u{2028}\""
         );
+    }
+
+    /// The canonical form by another route: serde_json's value, written recursively.
+    fn reference(v: &serde_json::Value, out: &mut Vec<u8>) {
+        use serde_json::Value as V;
+        match v {
+            V::Null | V::Bool(_) => out.extend_from_slice(v.to_string().as_bytes()),
+            V::Number(n) => {
+                let x = n.as_f64().unwrap();
+                out.extend_from_slice(ryu_js::Buffer::new().format_finite(x).as_bytes());
+            }
+            V::String(s) => push_string(out, s.as_bytes()),
+            V::Array(a) => {
+                out.push(b'[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    reference(x, out);
+                }
+                out.push(b']');
+            }
+            V::Object(o) => {
+                let mut m: Vec<(&String, &serde_json::Value)> = o.iter().collect();
+                m.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+                out.push(b'{');
+                for (i, (k, x)) in m.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    push_string(out, k.as_bytes());
+                    out.push(b':');
+                    reference(x, out);
+                }
+                out.push(b'}');
+            }
+        }
+    }
+
+    /// Random JSON text: members in any order, nested objects and arrays, escapes.
+    fn random_text(rng: &mut crate::json::tests::Rng, depth: usize, out: &mut String) {
+        let keys = [
+            "a",
+            "b",
+            "name",
+            "Z",
+            "\\u00e9",
+            "\\ud83d\\ude00",
+            "\\uffff",
+            "k\\n",
+            "è",
+            "10",
+        ];
+        let scalars = [
+            "1",
+            "-0",
+            "2.50",
+            "1e3",
+            "0.1",
+            "true",
+            "null",
+            "\"x\\ty\"",
+            "\"\\u001f\"",
+            "\"ü\"",
+        ];
+        match (depth, rng.below(4)) {
+            (0, _) | (_, 0) => out.push_str(rng.pick(&scalars)),
+            (_, 1) => {
+                out.push('[');
+                for i in 0..rng.below(4) {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    random_text(rng, depth - 1, out);
+                }
+                out.push(']');
+            }
+            _ => {
+                out.push('{');
+                let mut used: Vec<&str> = Vec::new();
+                for _ in 0..rng.below(5) {
+                    let k = rng.pick(&keys);
+                    if used.contains(&k) {
+                        continue;
+                    }
+                    if !used.is_empty() {
+                        out.push_str(" , ");
+                    }
+                    used.push(k);
+                    out.push_str(&format!("\"{k}\" :"));
+                    random_text(rng, depth - 1, out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    #[test]
+    fn canonical_forms_agree_with_a_recursive_writer() {
+        let mut rng = crate::json::tests::Rng(0x5EED_CAFE_F00D_0001);
+        let mut canon = Canonicalizer::new();
+        for _ in 0..3000 {
+            let mut text = String::new();
+            random_text(&mut rng, 4, &mut text);
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let mut want = Vec::new();
+            reference(&value, &mut want);
+            assert_eq!(
+                String::from_utf8_lossy(&canonicalize(text.as_bytes(), 64).unwrap()),
+                String::from_utf8_lossy(&want),
+                "{text}"
+            );
+            // The same Canonicalizer, reused.
+            canon.reset();
+            let mut w = Whole(std::mem::take(&mut canon));
+            crate::json::read(text.as_bytes(), 64, &mut w).unwrap();
+            assert_eq!(w.0.text().unwrap(), &want[..], "{text}");
+            canon = w.0;
+        }
     }
 
     #[test]

@@ -14,13 +14,14 @@
 
 use std::borrow::Cow;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
 
 use crate::canonical_json::{Canonicalizer, Digest};
 use crate::json::{self, Val};
 use crate::jsonrpc::{self, INTERNAL_ERROR};
-use crate::pins::{DriftPort, Observed, PinCheck, PinEvent};
+use crate::pins::{DriftPort, Observed, PinCheck, PinEvent, ToolPins};
 use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
@@ -318,7 +319,7 @@ impl ListingFilter {
     fn read_message<'t>(&mut self, engine: &Engine, text: &'t [u8], answers: bool) -> Read<'t> {
         let mut m = MessageShape {
             // Tool items are canonicalized as they are read when the backend pins its tools.
-            tools: self.pins.as_ref().and(TOOLS),
+            pinned: self.pins.as_ref().map(|p| Arc::clone(p.pins())),
             ..MessageShape::default()
         };
         if json::read(text, self.max_depth, &mut m).is_err() || m.batch {
@@ -400,9 +401,9 @@ impl ListingFilter {
             out.push(b'[');
             let mut first = true;
             while let Some(item) = items.next_if(|i| i.array == index) {
-                let pinned = match (&mut self.pins, item.observed) {
-                    (Some(p), Some(seen)) => p.listed(item.key.as_deref(), seen),
-                    _ => true,
+                let pinned = match &mut self.pins {
+                    Some(p) => p.listed(item.key.as_deref(), item.observed),
+                    None => true,
                 };
                 if !pinned || !self.usable(engine, (index, listing), item.key.as_deref()) {
                     continue;
@@ -866,16 +867,17 @@ struct MessageShape<'a> {
     items_read: Vec<Item<'a>>,
     /// The name or URI (decoded) of the item being read.
     item_key: Option<Cow<'a, [u8]>>,
-    /// The [`LISTINGS`] index of tools when tool items are canonicalized as they are read.
-    tools: Option<u8>,
-    /// The canonical form of the tool item being read.
-    canon: Option<Canonicalizer>,
+    /// The backend's pins, when tool items are canonicalized as they are read.
+    pinned: Option<Arc<ToolPins>>,
+    /// The canonical form of the tool item being read (`in_tool`), in a reused arena.
+    canon: Canonicalizer,
+    in_tool: bool,
 }
 
 impl MessageShape<'_> {
     /// Whether the event of a value in `slot` belongs to the tool item being canonicalized.
-    fn in_tool(&self, slot: Slot) -> bool {
-        self.canon.is_some() && matches!(slot, Slot::Item(_) | Slot::ItemKey | Slot::InTool)
+    fn digests(&self, slot: Slot) -> bool {
+        self.in_tool && matches!(slot, Slot::Item(_) | Slot::ItemKey | Slot::InTool)
     }
 }
 
@@ -886,8 +888,8 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
     const IGNORE: Slot = Slot::Ignore;
 
     fn member(&mut self, object: Slot, key: &[u8]) -> Slot {
-        if let Some(c) = self.canon.as_mut().filter(|_| object != Slot::Ignore) {
-            c.member(key);
+        if self.in_tool && object != Slot::Ignore {
+            self.canon.member(key);
         }
         match object {
             Slot::Root => match key {
@@ -913,7 +915,7 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
             {
                 Slot::ItemKey
             }
-            Slot::Item(_) | Slot::InTool if self.canon.is_some() => Slot::InTool,
+            Slot::Item(_) | Slot::InTool if self.in_tool => Slot::InTool,
             _ => Slot::Ignore,
         }
     }
@@ -931,9 +933,7 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
         // (kept items are passed on as the server wrote them). In a tool item held to its pin,
         // it leaves the tool without a canonical form: it matches no pin.
         if slot == Slot::InTool {
-            if let Some(c) = self.canon.as_mut() {
-                c.duplicate();
-            }
+            self.canon.duplicate();
         } else if slot != Slot::Ignore {
             self.duplicate = true;
             self.duplicate_id |= slot == Slot::Id;
@@ -942,17 +942,16 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
 
     fn wants_text(&self, slot: Slot) -> bool {
         matches!(slot, Slot::ItemKey | Slot::ResultType | Slot::InTool)
-            || matches!(slot, Slot::Item(i) if Some(i) == self.tools)
+            || matches!(slot, Slot::Item(i) if self.pinned.is_some() && Some(i) == TOOLS)
     }
 
     fn value(&mut self, slot: Slot, val: Val<'a>) -> Result<(), json::SyntaxError> {
-        if matches!(slot, Slot::Item(i) if Some(i) == self.tools) {
-            self.canon = Some(Canonicalizer::new());
+        if matches!(slot, Slot::Item(i) if self.pinned.is_some() && Some(i) == TOOLS) {
+            self.canon.reset();
+            self.in_tool = true;
         }
-        if self.in_tool(slot) {
-            if let Some(c) = self.canon.as_mut() {
-                c.value(&val);
-            }
+        if self.digests(slot) {
+            self.canon.value(&val);
         }
         match (slot, val) {
             (Slot::Root, Val::Array) => self.batch = true,
@@ -971,6 +970,12 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
                     decoded: Some(s), ..
                 },
             ) => {
+                // A tool that is not pinned needs no digest: the rest of it is not read.
+                let unpinned =
+                    |p: &ToolPins| std::str::from_utf8(&s).map_or(true, |n| p.get(n).is_none());
+                if self.in_tool && self.pinned.as_deref().is_some_and(unpinned) {
+                    self.in_tool = false;
+                }
                 self.item_key = Some(s);
             }
             (
@@ -987,10 +992,8 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
     }
 
     fn closed(&mut self, slot: Slot, start: usize, end: usize) {
-        if self.in_tool(slot) {
-            if let Some(c) = self.canon.as_mut() {
-                c.closed();
-            }
+        if self.digests(slot) {
+            self.canon.closed();
         }
         match slot {
             Slot::Result if self.result_is_object => self.result = Some(start),
@@ -1001,8 +1004,8 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
                 start,
                 end,
                 key: self.item_key.take(),
-                observed: self.canon.take().map(|c| match c.finish() {
-                    Ok(text) => Observed::Digest(Digest::of(&text)),
+                observed: std::mem::take(&mut self.in_tool).then(|| match self.canon.text() {
+                    Ok(text) => Observed::Digest(Digest::of(text)),
                     Err(_) => Observed::Unreadable,
                 }),
             }),

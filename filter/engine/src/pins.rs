@@ -23,7 +23,8 @@ pub struct ToolPins {
     /// `namespace/name` of the ToolPin.
     pub source: String,
     pub unpinned: Unpinned,
-    tools: HashMap<String, Pin>,
+    /// Sorted by name (looked up by binary search: names come from listings).
+    tools: Vec<(String, Pin)>,
 }
 
 /// One pinned tool.
@@ -37,23 +38,22 @@ pub struct Pin {
 impl ToolPins {
     /// Compiles a bundle's pins (validated: digests are well formed, names unique).
     pub fn compile(p: &bundle::ToolPins) -> Result<ToolPins, String> {
-        let mut tools = HashMap::with_capacity(p.tools.len());
+        let mut tools: Vec<(String, Pin)> = Vec::with_capacity(p.tools.len());
         for t in &p.tools {
             let digest = Digest::parse(&t.digest)
                 .ok_or_else(|| format!("tool {:?}: {:?} is not a digest", t.name, t.digest))?;
             let annotations = annotations_value(t.annotations.as_ref());
-            if tools
-                .insert(
-                    t.name.clone(),
-                    Pin {
-                        digest,
-                        annotations,
-                    },
-                )
-                .is_some()
-            {
-                return Err(format!("tool {:?} is pinned twice", t.name));
-            }
+            tools.push((
+                t.name.clone(),
+                Pin {
+                    digest,
+                    annotations,
+                },
+            ));
+        }
+        tools.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some([a, _]) = tools.windows(2).find(|w| matches!(w, [a, b] if a.0 == b.0)) {
+            return Err(format!("tool {:?} is pinned twice", a.0));
         }
         Ok(ToolPins {
             source: p.source.clone(),
@@ -64,24 +64,26 @@ impl ToolPins {
 
     /// The pin of tool `name`.
     pub fn get(&self, name: &str) -> Option<&Pin> {
-        self.tools.get(name)
+        let at = self
+            .tools
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()?;
+        self.tools.get(at).map(|(_, p)| p)
     }
 
     /// The reviewed annotations of tool `name` as CEL reads them: the pin's, and none (an
     /// empty map) for a tool that is not pinned.
     pub fn annotations(&self, name: &str) -> &serde_json::Value {
         static NONE: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-        match self.tools.get(name) {
+        match self.get(name) {
             Some(p) => &p.annotations,
             None => NONE.get_or_init(|| serde_json::Value::Object(serde_json::Map::new())),
         }
     }
 
-    /// The pinned tools, sorted by name (for `explain`).
-    pub fn tools(&self) -> Vec<(&str, &Pin)> {
-        let mut all: Vec<(&str, &Pin)> = self.tools.iter().map(|(n, p)| (n.as_str(), p)).collect();
-        all.sort_by_key(|(n, _)| *n);
-        all
+    /// The pinned tools, sorted by name.
+    pub fn tools(&self) -> impl Iterator<Item = (&str, &Pin)> {
+        self.tools.iter().map(|(n, p)| (n.as_str(), p))
     }
 }
 
@@ -238,16 +240,23 @@ impl PinCheck {
         }
     }
 
+    /// The pins judged against.
+    pub(crate) fn pins(&self) -> &Arc<ToolPins> {
+        &self.pins
+    }
+
     /// Whether the listed tool `name` (None: it has no name, or one that is not text) may be
-    /// shown: a pinned tool when `observed` is its pin's digest, another tool when unpinned
-    /// tools are allowed. Drift, and its end, are recorded.
-    pub(crate) fn listed(&mut self, name: Option<&[u8]>, observed: Observed) -> bool {
+    /// shown: a pinned tool when `observed` is its pin's digest (None: it was not digested,
+    /// which matches no pin), another tool when unpinned tools are allowed. Drift, and its
+    /// end, are recorded.
+    pub(crate) fn listed(&mut self, name: Option<&[u8]>, observed: Option<Observed>) -> bool {
         let Some(name) = name.and_then(|n| std::str::from_utf8(n).ok()) else {
             return false;
         };
         let Some(pin) = self.pins.get(name) else {
             return self.pins.unpinned == Unpinned::Allow;
         };
+        let observed = observed.unwrap_or(Observed::Unreadable);
         let matches = observed == Observed::Digest(pin.digest);
         let seen = (!matches).then_some(observed);
         let changed = self
@@ -330,12 +339,12 @@ mod tests {
         let p = pins(Unpinned::Deny);
         let echo = Observed::Digest(Digest::of(b"echo"));
         let other = Observed::Digest(Digest::of(b"echo, but new"));
-        assert!(check.listed(Some(b"echo"), echo));
+        assert!(check.listed(Some(b"echo"), Some(echo)));
         assert!(check.take_events().is_empty());
         assert_eq!(call_refusal(&p, "ns/b", "echo", Some(&*store)), None);
         // Drift: hidden, recorded once as new, calls refused with both digests.
-        assert!(!check.listed(Some(b"echo"), other));
-        assert!(!check.listed(Some(b"echo"), other));
+        assert!(!check.listed(Some(b"echo"), Some(other)));
+        assert!(!check.listed(Some(b"echo"), Some(other)));
         let news: Vec<bool> = check
             .take_events()
             .iter()
@@ -352,7 +361,7 @@ mod tests {
         // Another backend's tool of that name is not affected.
         assert_eq!(call_refusal(&p, "ns/c", "echo", Some(&*store)), None);
         // The pinned definition again: shown, cleared, calls pass.
-        assert!(check.listed(Some(b"echo"), echo));
+        assert!(check.listed(Some(b"echo"), Some(echo)));
         assert_eq!(
             check.take_events(),
             [PinEvent::Cleared {
@@ -362,7 +371,7 @@ mod tests {
         );
         assert_eq!(call_refusal(&p, "ns/b", "echo", Some(&*store)), None);
         // A definition with no canonical form drifts too.
-        assert!(!check.listed(Some(b"rm"), Observed::Unreadable));
+        assert!(!check.listed(Some(b"rm"), Some(Observed::Unreadable)));
         assert!(call_refusal(&p, "ns/b", "rm", Some(&*store)).is_some());
     }
 
@@ -372,7 +381,7 @@ mod tests {
         for (unpinned, shown) in [(Unpinned::Deny, false), (Unpinned::Allow, true)] {
             let p = pins(unpinned);
             let mut check = PinCheck::new("ns/b", p.clone(), None);
-            assert_eq!(check.listed(Some(b"new_tool"), any), shown);
+            assert_eq!(check.listed(Some(b"new_tool"), Some(any)), shown);
             assert_eq!(
                 call_refusal(&p, "ns/b", "new_tool", None),
                 (!shown).then_some(CallRefusal::NotPinned)
@@ -381,8 +390,8 @@ mod tests {
         }
         // No name, or a name that is not text: never shown.
         let mut check = PinCheck::new("ns/b", pins(Unpinned::Allow), None);
-        assert!(!check.listed(None, any));
-        assert!(!check.listed(Some(b"\xff"), any));
+        assert!(!check.listed(None, Some(any)));
+        assert!(!check.listed(Some(b"\xff"), Some(any)));
     }
 
     #[test]
