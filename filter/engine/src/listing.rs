@@ -1220,6 +1220,12 @@ mod tests {
     }
 
     #[test]
+    fn tools_are_the_listing_pins_hold() {
+        let tools = TOOLS.and_then(listing_at).map(|l| (l.method, l.items));
+        assert_eq!(tools, Some(("tools/list", "tools")));
+    }
+
+    #[test]
     fn only_text_that_may_name_a_listing_member_is_parsed_on_other_streams() {
         for (text, may) in [
             (
