@@ -4,12 +4,16 @@
 mod bundle;
 pub mod gateway_api;
 pub mod http;
+pub mod identity_headers;
 pub mod mcp_methods;
 pub mod names;
+pub mod oauth;
 mod pins;
 pub mod validate;
 
 pub use bundle::*;
+pub use identity_headers::{IdentityField, IdentityHeader};
+pub use oauth::ProtectedResource;
 pub use pins::*;
 pub use validate::{parse_bundle, validate, BundleError, ValidBundle};
 

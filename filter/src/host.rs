@@ -12,18 +12,15 @@ use mcp_access_engine::callout::CalloutReport;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{Dispatched, HeadersInput, Next, Phase, RequestFlow, Verdict};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
-use mcp_access_engine::pins::{DriftStore, Observed, PinEvent};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
 
+mod drift;
+
+use drift::SharedDrift;
+
 /// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
 static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
-
-/// Whether a failure of Envoy's shared data has been logged (once per VM).
-static SHARED_DATA_FAILURE_LOGGED: AtomicBool = AtomicBool::new(false);
-
-/// Shared data key prefix of the drift records: `mcp_access.drift/<backend ns/name>/<tool>`.
-pub const DRIFT_KEY: &str = "mcp_access.drift/";
 
 /// Filter state key (`%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%` in access logs).
 pub const FILTER_STATE_KEY: &str = "mcp_access.decision";
@@ -146,7 +143,8 @@ struct Stream {
     stats: Rc<Stats>,
     flow: RequestFlow,
     /// The filter of a response that may carry a listing (docs/semantics.md §5.4), from the
-    /// flow's allow; dropped when the response headers show it carries none.
+    /// flow's allow; dropped when the response headers show it carries none. It judges items
+    /// as calls made by the flow's request.
     listing: Option<ListingFilter>,
 }
 
@@ -166,69 +164,6 @@ impl HostFacts for Envoy {
             );
         }
         value
-    }
-}
-
-/// Drift from pinned tools, in Envoy's shared data: every worker of this Envoy (every VM of
-/// the plugin's `vm_id`) reads and writes the same records, so drift one worker's listing
-/// shows refuses the tool's calls on all of them. A record holds what the listing showed
-/// ([`Observed::encode`]); an empty value is no record.
-struct SharedDrift;
-
-impl SharedDrift {
-    fn key(backend: &str, tool: &str) -> String {
-        format!("{DRIFT_KEY}{backend}/{tool}")
-    }
-
-    fn failed(what: &str, status: u32) {
-        if !SHARED_DATA_FAILURE_LOGGED.swap(true, Ordering::Relaxed) {
-            abi::log(
-                LogLevel::Error,
-                &format!("mcp-access: Envoy's shared data failed ({what}, status {status}): pinned tools are refused until it works"),
-            );
-        }
-    }
-}
-
-impl DriftStore for SharedDrift {
-    fn drifted(&self, backend: &str, tool: &str) -> Option<Observed> {
-        match abi::shared_data(&Self::key(backend, tool)) {
-            Ok(Some((value, _))) => Observed::decode(&value),
-            Ok(None) => None,
-            // A record that cannot be read refuses the tool (fail closed).
-            Err(status) => {
-                Self::failed("read", status);
-                Some(Observed::Unreadable)
-            }
-        }
-    }
-
-    fn record(&self, backend: &str, tool: &str, seen: Option<Observed>) -> bool {
-        let key = Self::key(backend, tool);
-        let want = seen.map(Observed::encode).unwrap_or_default();
-        // Compare and swap: a write that raced another worker's is retried on what it wrote.
-        for _ in 0..8 {
-            let (current, cas) = match abi::shared_data(&key) {
-                Ok(Some((value, cas))) => (value, cas),
-                Ok(None) => (Vec::new(), 0),
-                Err(status) => {
-                    Self::failed("read", status);
-                    return false;
-                }
-            };
-            if current == want {
-                return false;
-            }
-            match abi::set_shared_data(&key, &want, cas) {
-                Ok(()) => return true,
-                Err(abi::CAS_MISMATCH) => continue,
-                Err(status) => {
-                    Self::failed("write", status);
-                    return false;
-                }
-            }
-        }
-        false
     }
 }
 
@@ -258,6 +193,7 @@ impl Stream {
                 }
                 Next::Allow {
                     add_headers,
+                    identity_headers,
                     listing,
                 } => {
                     for edit in &add_headers {
@@ -270,6 +206,24 @@ impl Stream {
                                 ),
                             );
                         }
+                    }
+                    if let Some(edit) = identity_headers
+                        .iter()
+                        .find(|e| !abi::edit_request_header(e))
+                    {
+                        // Applied after the authorizers' edits, which cannot override them. One
+                        // that fails: the upstream would read what the client sent; refuse.
+                        abi::log(
+                            LogLevel::Error,
+                            &format!(
+                                "mcp-access: could not set identity header {}: request refused",
+                                edit.name
+                            ),
+                        );
+                        self.finished();
+                        let r = mcp_access_engine::answer::identity_headers_failed();
+                        abi::send_response(r.status, &r.headers, &r.body);
+                        return WasmAction::Pause;
                     }
                     self.listing = listing;
                     self.finished();
@@ -315,37 +269,6 @@ impl Stream {
         };
         if abi::log_enabled(level) {
             abi::log(level, &format!("mcp-access decision {json}"));
-        }
-    }
-
-    /// Stats and log lines of what listings showed of pinned tools.
-    fn report_pins(&self, events: Vec<PinEvent>) {
-        for e in events {
-            match e {
-                PinEvent::Drifted {
-                    backend,
-                    tool,
-                    pinned,
-                    listed,
-                    new,
-                } => {
-                    self.stats.inc(Counter::PinDrift);
-                    let level = if new { LogLevel::Warn } else { LogLevel::Debug };
-                    if abi::log_enabled(level) {
-                        abi::log(
-                            level,
-                            &format!(
-                                "mcp-access: pinned tool drifted: backend {backend} tool {tool:?} pinned {pinned} listed {}; left out of listings and its calls denied until a listing matches the pin",
-                                listed.to_text()
-                            ),
-                        );
-                    }
-                }
-                PinEvent::Cleared { backend, tool } => abi::log(
-                    LogLevel::Info,
-                    &format!("mcp-access: pinned tool matches its pin again: backend {backend} tool {tool:?}"),
-                ),
-            }
         }
     }
 
@@ -492,7 +415,7 @@ impl HttpContext for Stream {
             return WasmAction::Continue;
         };
         let mut size = 0;
-        let action = filter.on_trailers(&self.engine, || {
+        let action = filter.on_trailers(&self.engine, self.flow.request(), || {
             let body = abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, usize::MAX >> 1);
             size = body.as_ref().map_or(0, Vec::len);
             body
@@ -509,7 +432,8 @@ impl HttpContext for Stream {
         let Some(filter) = self.listing.as_mut() else {
             return WasmAction::Continue;
         };
-        let action = filter.on_body(&self.engine, body_size, end_of_stream, |n| {
+        let req = self.flow.request();
+        let action = filter.on_body(&self.engine, req, body_size, end_of_stream, |n| {
             abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, n)
         });
         let events = filter.take_pin_events();
@@ -823,17 +747,13 @@ mod abi {
     /// an unknown cluster with a status the SDK maps (a bare cluster name gets BadArgument,
     /// on which the SDK panics) and never mistakes a cluster name for a proto.
     pub fn grpc_call(c: &CalloutRequest) -> Result<u32, String> {
-        let name = c.cluster.as_bytes();
-        let (Ok(n), true) = (u8::try_from(name.len()), name.len() < 126) else {
+        // The SDK takes the upstream as a &str. From 126 bytes of name on, the message's
+        // length takes a two-byte varint, which is never UTF-8.
+        let Ok(service) = String::from_utf8(mcp_access_engine::pb::grpc_service(&c.cluster)) else {
             return Err("cluster name longer than 125 bytes".into());
         };
-        let mut service = vec![0x0a, n + 2, 0x0a, n];
-        service.extend_from_slice(name);
-        let Ok(service) = std::str::from_utf8(&service) else {
-            return Err("cluster name is not UTF-8".into());
-        };
         proxy_wasm::hostcalls::dispatch_grpc_call(
-            service,
+            &service,
             mcp_access_engine::ext_authz::SERVICE,
             mcp_access_engine::ext_authz::METHOD,
             Vec::new(),

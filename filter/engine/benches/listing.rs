@@ -90,7 +90,7 @@ fn listing() -> Vec<u8> {
 }
 
 /// The listing filter of an allowed tools/list request of the caller.
-fn allowed_listing_request(e: &Engine) -> ListingFilter {
+fn allowed_listing_request(e: &Engine) -> (ListingFilter, RequestFlow) {
     let mut flow = RequestFlow::new();
     let input = HeadersInput {
         headers: vec![
@@ -106,6 +106,7 @@ fn allowed_listing_request(e: &Engine) -> ListingFilter {
         route_name: Some("tools".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(CALLER.into()),
             jwts: vec![],
         },
@@ -115,7 +116,7 @@ fn allowed_listing_request(e: &Engine) -> ListingFilter {
     match flow.on_body(e, body.len(), true, move |_| Some(body)) {
         Next::Allow {
             listing: Some(f), ..
-        } => f,
+        } => (f, flow),
         other => panic!("{other:?}"),
     }
 }
@@ -129,28 +130,28 @@ fn kept(out: &[u8]) -> usize {
 
 fn main() {
     let e = engine();
-    let filter = allowed_listing_request(&e);
+    let (filter, flow) = allowed_listing_request(&e);
     let body = listing();
     let mut event = b"data: ".to_vec();
     event.extend_from_slice(&body);
     event.extend_from_slice(b"\n\n");
 
     let pinned = pinned_engine();
-    let pinned_filter = allowed_listing_request(&pinned);
-    let json_of = |e: &Engine, filter: &ListingFilter| {
+    let (pinned_filter, pinned_flow) = allowed_listing_request(&pinned);
+    let json_of = |e: &Engine, filter: &ListingFilter, flow: &RequestFlow| {
         let mut f = filter.clone();
         f.on_headers(&[
             (":status".into(), "200".into()),
             ("content-type".into(), "application/json".into()),
         ]);
         let owned = body.clone();
-        match f.on_body(e, body.len(), true, move |_| Some(owned)) {
+        match f.on_body(e, flow.request(), body.len(), true, move |_| Some(owned)) {
             BodyAction::Replace(out) => out,
             other => panic!("{other:?}"),
         }
     };
-    let json_once = || json_of(&e, &filter);
-    let pinned_once = || json_of(&pinned, &pinned_filter);
+    let json_once = || json_of(&e, &filter, &flow);
+    let pinned_once = || json_of(&pinned, &pinned_filter, &pinned_flow);
     let sse_once = || {
         let mut f = filter.clone();
         f.on_headers(&[
@@ -161,9 +162,13 @@ fn main() {
         let chunks: Vec<&[u8]> = event.chunks(16 * 1024).collect();
         for (i, c) in chunks.iter().enumerate() {
             let owned = c.to_vec();
-            if let BodyAction::Replace(b) =
-                f.on_body(&e, c.len(), i + 1 == chunks.len(), move |_| Some(owned))
-            {
+            if let BodyAction::Replace(b) = f.on_body(
+                &e,
+                flow.request(),
+                c.len(),
+                i + 1 == chunks.len(),
+                move |_| Some(owned),
+            ) {
                 out.extend(b);
             }
         }

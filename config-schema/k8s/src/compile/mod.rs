@@ -11,8 +11,10 @@ mod backends;
 mod effective;
 mod gateways;
 mod grants;
+mod identity;
 mod pins;
 mod policies;
+mod route_targets;
 mod routes;
 mod rules;
 mod settings;
@@ -190,12 +192,14 @@ struct Ctx<'a> {
     topo: Topology,
     /// ns/name -> index into topo.backends
     backend_index: HashMap<String, usize>,
-    /// What defaults/overrides blocks did, per (backend, listener).
-    effects: Vec<(String, (String, String, String), effective::Effects)>,
+    /// What defaults/overrides blocks did, per (backend, listener, route class).
+    effects: Vec<effective::EffectRecord>,
     /// The filter's settings (a `FilterSettings` object and the flags).
     settings: settings::Settings,
     /// XBackend `namespace/name` -> its pinned tools.
     pins: HashMap<String, bundle::ToolPins>,
+    /// The identity headers of the XBackends (from AccessPolicies).
+    identity_headers: identity::IdentityHeaders,
 }
 
 /// Compiles validated manifests.
@@ -210,6 +214,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         effects: Vec::new(),
         settings,
         pins: HashMap::new(),
+        identity_headers: identity::IdentityHeaders::default(),
     };
     cx.report_inputs();
     cx.report.invalid.extend(settings_problems);
@@ -235,6 +240,9 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         envoy: Default::default(),
     };
     cx.settings.apply(&mut bundle);
+    cx.identity_headers.apply(&mut bundle.backends);
+    let problems = settings::protected_resources(m, &mut bundle.gateways);
+    cx.report.invalid.extend(problems);
     let effective = if o.effective_view {
         cx.effective_view(&bundle)
     } else {
@@ -358,6 +366,7 @@ impl Ctx<'_> {
                         name: l.name.clone(),
                         port: l.port,
                         hostname: l.hostname.clone(),
+                        protected_resource: None,
                     })
                     .collect(),
             });
@@ -390,6 +399,7 @@ impl Ctx<'_> {
                 route_names,
                 cluster_names: vec![b.cluster.clone()],
                 pins: self.pins.get(&b.id).cloned(),
+                identity_headers: Vec::new(),
             });
         }
         backends

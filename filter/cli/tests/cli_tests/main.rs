@@ -1,4 +1,4 @@
-//! The crate's integration tests, one binary (a binary per file linked the crate 10 times).
+//! The crate's integration tests, one binary (a binary per file linked the crate 11 times).
 
 mod common;
 
@@ -10,6 +10,8 @@ mod explain_cel;
 mod explain_flow;
 mod fail_closed;
 mod mistakes;
+mod oauth_identity;
 mod pin;
 mod policy_language;
+mod routes;
 mod settings;

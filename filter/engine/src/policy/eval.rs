@@ -247,6 +247,8 @@ enum LevelPart {
 pub struct Evaluation {
     listener: Option<usize>,
     backend: Option<usize>,
+    /// The route slot of the request at its backend.
+    route: Option<usize>,
     level: Level,
     phase: LevelPart,
     done: Option<Decision>,
@@ -260,10 +262,15 @@ pub struct Evaluation {
 
 impl Evaluation {
     pub(super) fn new(engine: &Engine, req: &Request, trace: bool) -> Evaluation {
-        let Target { listener, backend } = req.target;
+        let Target {
+            listener,
+            backend,
+            route,
+        } = req.target;
         let mut ev = Evaluation {
             listener,
             backend,
+            route,
             level: Level::Gateway,
             phase: LevelPart::ExternalAuth,
             done: None,
@@ -354,7 +361,7 @@ impl Evaluation {
                 Level::Backend => self
                     .backend
                     .and_then(|i| engine.backends.get(i))
-                    .map(|b| b.index_for(self.listener)),
+                    .map(|b| b.index_for(self.listener, self.route)),
             };
             let Some(index) = index else {
                 // GatewayOnly with no backend: nothing attached at the Backend level.
@@ -363,6 +370,9 @@ impl Evaluation {
             };
             match self.phase {
                 LevelPart::ExternalAuth => {
+                    if self.level == Level::Backend {
+                        self.note_routes(engine, req);
+                    }
                     let calls = self.select_authorizers(engine, index, req);
                     if calls.is_empty() {
                         self.phase = LevelPart::Rules;
@@ -402,6 +412,42 @@ impl Evaluation {
                     rule,
                 });
             }
+        }
+    }
+
+    /// For a trace: whether each route-scoped policy of the backend applies through the
+    /// route the request came by (docs/semantics.md §1.6).
+    fn note_routes(&mut self, engine: &Engine, req: &Request) {
+        if self.trace.is_none() {
+            return;
+        }
+        let Some(b) = self.backend.and_then(|i| engine.backends.get(i)) else {
+            return;
+        };
+        let name = engine
+            .recognise(req.route_name.as_deref(), req.cluster_name.as_deref())
+            .map_or("", |(_, n)| n);
+        for (pid, listeners) in &b.route_scoped {
+            let on_listener = listeners
+                .as_ref()
+                .is_none_or(|ls| self.listener.is_some_and(|l| ls.contains(&l)));
+            let Some(p) = engine.policies.get(*pid).filter(|_| on_listener) else {
+                continue;
+            };
+            use super::compiled::{Action, Through};
+            let outcome = match b.through(*pid, self.route) {
+                Through::Yes => format!("applies: {name} is one of its routes"),
+                Through::No => format!("does not apply: {name} is another route"),
+                Through::Unsure if p.action == Action::Allow => format!("admits nothing: the request came by cluster {name}, which its routes may use too (its presence keeps this level default-deny)"),
+                Through::Unsure => format!("does not apply: the request came by cluster {name}, not by one of its routes"),
+            };
+            self.note(
+                Some(Level::Backend),
+                "route",
+                Some(&p.id),
+                None,
+                format_args!("{outcome}"),
+            );
         }
     }
 

@@ -1,4 +1,4 @@
-//! The crate's integration tests, one binary (a binary per file linked the crate 10 times).
+//! The crate's integration tests, one binary (a binary per file linked the crate 11 times).
 
 mod common;
 
@@ -8,8 +8,11 @@ mod cel_input;
 mod compile_index;
 mod flow;
 mod http_canonical;
+mod identity_headers;
 mod leaks;
 mod listing;
+mod oauth;
 mod pins;
+mod routes;
 mod semantics;
 mod stats;

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use crate::common::*;
 use mcp_access_engine::canonical_json::digest_of;
 use mcp_access_engine::flow::{drive, Next, Reply, RequestFlow};
-use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
+use mcp_access_engine::listing::{BodyAction, HeadersAction};
 use mcp_access_engine::pins::{DriftStore, MemoryDriftStore, Observed, PinEvent};
 use mcp_access_engine::policy::Engine;
 use serde_json::{json, Value};
@@ -63,18 +63,13 @@ fn send(e: &Engine, store: &Rc<MemoryDriftStore>, body: &str) -> (RequestFlow, N
 }
 
 /// A `tools/list` filter of a flow sharing `store`.
-fn list(e: &Engine, store: &Rc<MemoryDriftStore>) -> ListingFilter {
-    let (_, a) = send(
+fn list(e: &Engine, store: &Rc<MemoryDriftStore>) -> Filter {
+    let (flow, a) = send(
         e,
         store,
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
     );
-    match a {
-        Next::Allow {
-            listing: Some(f), ..
-        } => f,
-        other => panic!("no listing filter: {other:?}"),
-    }
+    Filter::of(&flow, &a).unwrap_or_else(|| panic!("no listing filter: {a:?}"))
 }
 
 fn listing(tools: &[&str]) -> String {
@@ -85,7 +80,7 @@ fn listing(tools: &[&str]) -> String {
 }
 
 /// The JSON answer through `f`: the names listed.
-fn json_names(e: &Engine, f: &mut ListingFilter, body: &str) -> Vec<String> {
+fn json_names(e: &Engine, f: &mut Filter, body: &str) -> Vec<String> {
     let headers = [
         (":status".to_string(), "200".to_string()),
         ("content-type".to_string(), "application/json".to_string()),
@@ -253,13 +248,8 @@ fn sse_answers_and_get_streams_are_held_to_the_pins() {
     get.headers[0].1 = "GET".into();
     get.headers.retain(|(n, _)| n != "content-type");
     get.end_of_stream = true;
-    let Next::Allow {
-        listing: Some(mut g),
-        ..
-    } = flow.on_headers(&e, get)
-    else {
-        panic!("no filter on the GET stream")
-    };
+    let next = flow.on_headers(&e, get);
+    let mut g = Filter::of(&flow, &next).unwrap_or_else(|| panic!("no filter on the GET stream"));
     assert_eq!(g.on_headers(&sse), HeadersAction::Rewrite);
     let owned = event(&[RM, NEW]).into_bytes();
     let BodyAction::Replace(b) = g.on_body(&e, owned.len(), false, move |_| Some(owned)) else {
