@@ -184,6 +184,10 @@ pub struct Backend {
     /// Envoy upstream cluster names (`xds.cluster_name`) of this backend.
     #[serde(default)]
     pub cluster_names: Vec<String>,
+    /// The reviewed definitions of its tools (a ToolPin): listings show only tools that match
+    /// them, and calls of other tools are denied (docs/pins.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pins: Option<crate::ToolPins>,
     /// Headers this backend receives with the caller's identity on allowed requests; every
     /// client-sent copy of any identity header of the bundle is removed from every allowed
     /// request first (docs/semantics.md §5.7). Needs `envoy.holdHeaders`.

@@ -8,11 +8,13 @@ pub mod identity_headers;
 pub mod mcp_methods;
 pub mod names;
 pub mod oauth;
+mod pins;
 pub mod validate;
 
 pub use bundle::*;
 pub use identity_headers::{IdentityField, IdentityHeader};
 pub use oauth::ProtectedResource;
+pub use pins::*;
 pub use validate::{
     parse_bundle, validate, BundleError, Conditions, PolicyConditions, RuleConditions, ValidBundle,
 };

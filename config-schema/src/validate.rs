@@ -198,6 +198,14 @@ impl Validator {
         self.identity(&b.identity);
         self.gateways(&b.gateways);
         self.backends(&b.backends);
+        if let Some(i) = b.backends.iter().position(|x| x.pins.is_some()) {
+            // Pins are enforced on the listings the filter reads.
+            self.check(
+                b.listings.filter,
+                || format!("backends[{i}].pins"),
+                "pinned tools need listings.filter: true (listings must be read to be held to the pins)",
+            );
+        }
         self.identity_headers(b);
         self.authorizers(&b.authorizers);
         let backends: HashSet<(&str, &str)> = b
@@ -362,6 +370,39 @@ impl Validator {
                     "must be non-empty and belong to one backend only",
                 );
             }
+            if let Some(pins) = &b.pins {
+                self.pins(&format!("{at}.pins"), pins);
+            }
+        }
+    }
+
+    /// A backend's pinned tools: each name once, each digest as ToolPins write them.
+    fn pins(&mut self, at: &str, pins: &crate::ToolPins) {
+        self.check(
+            !pins.source.is_empty(),
+            || format!("{at}.source"),
+            "must name the ToolPin (namespace/name)",
+        );
+        let mut names = HashSet::new();
+        for (i, t) in pins.tools.iter().enumerate() {
+            self.check(
+                !t.name.is_empty(),
+                || format!("{at}.tools[{i}].name"),
+                "must not be empty",
+            );
+            self.check(
+                names.insert(t.name.as_str()),
+                || format!("{at}.tools[{i}].name"),
+                format!("tool {:?} is pinned twice", t.name),
+            );
+            self.check(
+                crate::is_pin_digest(&t.digest),
+                || format!("{at}.tools[{i}].digest"),
+                format!(
+                    "{:?} is not a digest: sha256: and 64 lowercase hex digits",
+                    t.digest
+                ),
+            );
         }
     }
 

@@ -335,6 +335,85 @@ fn listeners_and_origin_are_checked() {
     assert!(err_at(v).0.starts_with("policies[1].origin"));
 }
 
+const DIGEST: &str = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+fn pinned() -> serde_json::Value {
+    let mut v = minimal();
+    v["backends"][0]["pins"] = serde_json::json!({
+        "source": "default/tools-pins",
+        "tools": [
+            {"name": "echo", "digest": DIGEST, "annotations": {"readOnlyHint": true}},
+            {"name": "rm", "digest": DIGEST}
+        ]
+    });
+    v
+}
+
+#[test]
+fn pins_parse_with_unpinned_deny_by_default() {
+    let b = parse_bundle(pinned().to_string().as_bytes()).unwrap();
+    let pins = b.backends[0].pins.as_ref().unwrap();
+    assert_eq!(pins.unpinned, mcp_access_bundle::Unpinned::Deny);
+    assert_eq!(
+        pins.tools[0].annotations.as_ref().unwrap().read_only_hint,
+        Some(true)
+    );
+    assert_eq!(pins.tools[1].annotations, None);
+}
+
+#[test]
+fn pin_mistakes_are_refused_with_their_paths() {
+    let cases: Vec<(fn(&mut serde_json::Value), &str, &str)> = vec![
+        (
+            |v| v["backends"][0]["pins"]["tools"][1]["name"] = "echo".into(),
+            "backends[0].pins.tools[1].name",
+            "pinned twice",
+        ),
+        (
+            |v| v["backends"][0]["pins"]["tools"][0]["digest"] = DIGEST.to_uppercase().into(),
+            "backends[0].pins.tools[0].digest",
+            "not a digest",
+        ),
+        (
+            |v| v["backends"][0]["pins"]["tools"][0]["digest"] = "sha256:abc".into(),
+            "backends[0].pins.tools[0].digest",
+            "not a digest",
+        ),
+        (
+            |v| v["backends"][0]["pins"]["tools"][0]["name"] = "".into(),
+            "backends[0].pins.tools[0].name",
+            "must not be empty",
+        ),
+        (
+            |v| v["backends"][0]["pins"]["source"] = "".into(),
+            "backends[0].pins.source",
+            "ToolPin",
+        ),
+        (
+            |v| v["backends"][0]["pins"]["unpinned"] = "allow".into(),
+            "backends[0].pins.unpinned",
+            "unknown variant",
+        ),
+        (
+            |v| v["backends"][0]["pins"]["tools"][0]["annotations"]["readOnly"] = true.into(),
+            "backends[0].pins.tools[0].annotations.readOnly",
+            "unknown field",
+        ),
+        (
+            |v| v["listings"] = serde_json::json!({"filter": false}),
+            "backends[0].pins",
+            "listings.filter",
+        ),
+    ];
+    for (edit, path, message) in cases {
+        let mut v = pinned();
+        edit(&mut v);
+        let (p, m) = err_at(v);
+        assert_eq!(p, path, "{m}");
+        assert!(m.contains(message), "{path}: {m}");
+    }
+}
+
 #[test]
 fn protected_resources_and_identity_headers_are_checked_where_they_are() {
     let pr = |resource: &str| serde_json::json!({"resource": resource, "authorizationServers": ["https://auth.example.com"]});

@@ -16,6 +16,10 @@ use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
 
+mod drift;
+
+use drift::SharedDrift;
+
 /// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
 static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
 
@@ -125,7 +129,7 @@ impl RootContext for Root {
         Some(Box::new(Stream {
             engine: self.engine.clone()?,
             stats: self.stats.clone()?,
-            flow: RequestFlow::new(),
+            flow: RequestFlow::new().with_drift_store(Rc::new(SharedDrift)),
             listing: None,
         }))
     }
@@ -417,6 +421,8 @@ impl HttpContext for Stream {
             size = body.as_ref().map_or(0, Vec::len);
             body
         });
+        let events = filter.take_pin_events();
+        self.report_pins(events);
         if let BodyAction::Replace(bytes) = action {
             abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, size, &bytes);
         }
@@ -431,6 +437,8 @@ impl HttpContext for Stream {
         let action = filter.on_body(&self.engine, req, body_size, end_of_stream, |n| {
             abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, n)
         });
+        let events = filter.take_pin_events();
+        self.report_pins(events);
         match action {
             BodyAction::Pass => WasmAction::Continue,
             BodyAction::Buffer => WasmAction::Pause,
@@ -465,6 +473,8 @@ mod abi {
     pub const METRIC_HISTOGRAM: u32 = 2;
     const STREAM_REQUEST: u32 = 0;
     const OK: u32 = 0;
+    const NOT_FOUND: u32 = 1;
+    pub const CAS_MISMATCH: u32 = 8;
 
     #[allow(clashing_extern_declarations)]
     #[link(wasm_import_module = "env")]
@@ -536,6 +546,20 @@ mod abi {
         fn proxy_increment_metric(id: u32, offset: i64) -> u32;
         fn proxy_record_metric(id: u32, value: u64) -> u32;
         fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
+        fn proxy_get_shared_data(
+            key: *const u8,
+            key_size: usize,
+            value: *mut *mut u8,
+            value_size: *mut usize,
+            cas: *mut u32,
+        ) -> u32;
+        fn proxy_set_shared_data(
+            key: *const u8,
+            key_size: usize,
+            value: *const u8,
+            value_size: usize,
+            cas: u32,
+        ) -> u32;
     }
 
     /// Takes ownership of host-allocated memory (allocated through the SDK's
@@ -770,6 +794,32 @@ mod abi {
         return core::arch::wasm32::memory_size::<0>() * 64;
         #[cfg(not(target_arch = "wasm32"))]
         return 0;
+    }
+
+    /// A shared data value and its CAS; None when the key has none. Err: the host's status.
+    pub fn shared_data(key: &str) -> Result<Option<(Vec<u8>, u32)>, u32> {
+        let (mut data, mut size, mut cas) = (null_mut(), 0usize, 0u32);
+        let status = unsafe {
+            proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas)
+        };
+        let bytes = unsafe { take(data, size) };
+        match status {
+            OK => Ok(Some((bytes, cas))),
+            NOT_FOUND => Ok(None),
+            other => Err(other),
+        }
+    }
+
+    /// Writes a shared data value if its CAS is still `cas` (0: whatever it is). Err: the
+    /// host's status ([`CAS_MISMATCH`]: another write came first).
+    pub fn set_shared_data(key: &str, value: &[u8], cas: u32) -> Result<(), u32> {
+        let status = unsafe {
+            proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas)
+        };
+        match status {
+            OK => Ok(()),
+            other => Err(other),
+        }
     }
 
     pub fn now_ns() -> u64 {

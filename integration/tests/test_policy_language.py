@@ -75,6 +75,7 @@ class Deployment:
         self.server = server
         self.bundle = bundle
         self.report = report
+        self.envoy: Any = None  # the EnvoyProcess running it
 
 
 def deploy(cli: Path, envoy: Any, wasm: Path, base: Path, manifests: str, server: Any, *extra: str,
@@ -90,10 +91,12 @@ def deploy(cli: Path, envoy: Any, wasm: Path, base: Path, manifests: str, server
         "--bundle-out", str(base / "bundle.json"), "--format", "text", "-o", str(base / "envoy.json"), *extra,
     )
     assert result.returncode == 0, result.stderr
-    envoy(json.loads((base / "envoy.json").read_text()), name=base.name)
+    proxy = envoy(json.loads((base / "envoy.json").read_text()), name=base.name)
     server.reset()
-    return Deployment(f"{scheme}://127.0.0.1:{port}/mcp", server, json.loads((base / "bundle.json").read_text()),
-                      result.stderr)
+    d = Deployment(f"{scheme}://127.0.0.1:{port}/mcp", server, json.loads((base / "bundle.json").read_text()),
+                   result.stderr)
+    d.envoy = proxy
+    return d
 
 
 def test_jwt_providers_from_the_command_line(cli: Path, wasm_path: Path, work_dir: Path, jwt_keys: JwtKeys,

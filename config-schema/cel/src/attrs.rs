@@ -46,6 +46,9 @@ pub enum Attr {
     McpName,
     McpUri,
     McpParams,
+    /// `request.mcp.tool.annotations`: the called tool's annotations as its ToolPin states
+    /// them (never the server's).
+    ToolAnnotations,
     Principal,
     SaNamespace,
     SaName,
@@ -72,6 +75,7 @@ pub(crate) const ATTRS: &[(&str, Attr)] = &[
     ("request.mcp.name", Attr::McpName),
     ("request.mcp.uri", Attr::McpUri),
     ("request.mcp.params", Attr::McpParams),
+    ("request.mcp.tool.annotations", Attr::ToolAnnotations),
     ("source.principal", Attr::Principal),
     ("source.service_account.namespace", Attr::SaNamespace),
     ("source.service_account.name", Attr::SaName),
@@ -98,7 +102,7 @@ impl Attr {
     pub(crate) fn ty(self) -> Ty {
         match self {
             Attr::Port => Ty::Int,
-            Attr::Headers | Attr::McpParams | Attr::JwtClaims => Ty::Map,
+            Attr::Headers | Attr::McpParams | Attr::ToolAnnotations | Attr::JwtClaims => Ty::Map,
             Attr::SelfValue => Ty::Dyn,
             Attr::Time => Ty::Time,
             _ => Ty::Str,
@@ -154,6 +158,13 @@ fn absent<A: Attributes + ?Sized>(a: Attr, input: &A) -> String {
             None => "the request is not an MCP request or notification".into(),
         },
         Attr::McpParams => "request.mcp.params is absent: not an MCP request".into(),
+        Attr::ToolAnnotations => match method {
+            Some(m) if m == "tools/call" => {
+                "request.mcp.tool.annotations is absent: the backend has no ToolPin".into()
+            }
+            Some(m) => format!("request.mcp.tool.annotations is absent: the request is {m}"),
+            None => "request.mcp.tool.annotations is absent: not an MCP request".into(),
+        },
         Attr::SelfValue => "self is not bound".into(),
         Attr::Principal => "source.principal is absent: the caller has no SPIFFE identity".into(),
         Attr::SaNamespace | Attr::SaName => match text(Attr::Principal) {

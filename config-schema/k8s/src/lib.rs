@@ -1,5 +1,5 @@
 //! The policy compiler: Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy,
-//! the project's AccessPolicy and FilterSettings, ReferenceGrant) to a policy bundle, a status report and the topology an Envoy
+//! the project's AccessPolicy, FilterSettings and ToolPin, ReferenceGrant) to a policy bundle, a status report and the topology an Envoy
 //! configuration is rendered from.
 //!
 //! [`Manifests::load_paths`] reads and validates (rejecting what the API server would),
@@ -15,7 +15,10 @@ mod types;
 mod validate;
 
 pub use compile::{compile, precedence, reason, Compiled, Options};
-pub use crd::{crd, crd_yaml, filter_settings_crd, filter_settings_crd_yaml};
-pub use load::Manifests;
+pub use crd::{
+    crd, crd_yaml, filter_settings_crd, filter_settings_crd_yaml, tool_pin_crd, tool_pin_crd_yaml,
+};
+pub use load::{Item, Manifests};
 pub use model::*;
 pub use status::{status_objects, CONTROLLER_NAME};
+pub use types::{PinView, ToolPinSpec, ToolPinView};

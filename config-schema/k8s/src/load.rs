@@ -137,6 +137,8 @@ pub struct Rejected {
     pub(crate) namespace: String,
     pub(crate) name: String,
     pub(crate) errors: Vec<FieldError>,
+    /// Its `spec` as written (a rejected ToolPin's target still gets a fail-closed stand-in).
+    pub(crate) raw_spec: Value,
 }
 
 /// Everything read from the inputs.
@@ -150,6 +152,8 @@ pub struct Manifests {
     pub namespaces: Vec<Item<()>>,
     /// `FilterSettings` objects (at most one is used; the compiler refuses more).
     pub settings: Vec<Item<FilterSettingsSpec>>,
+    /// `ToolPin` objects (at most one per XBackend).
+    pub pins: Vec<Item<ToolPinSpec>>,
     pub skipped: Vec<Skipped>,
     pub rejected: Vec<Rejected>,
     /// Documents that are not objects at all (syntax errors, missing apiVersion/kind).
@@ -190,6 +194,7 @@ impl Manifests {
         self.policies.extend(more.policies);
         self.namespaces.extend(more.namespaces);
         self.settings.extend(more.settings);
+        self.pins.extend(more.pins);
         self.skipped.extend(more.skipped);
         self.rejected.extend(more.rejected);
         self.unreadable.extend(more.unreadable);
@@ -386,12 +391,23 @@ impl Manifests {
                     self.settings.push(it);
                 }
             }
+            "ToolPin" => {
+                if let Some(it) = self.typed(&doc, v, validate::tool_pin) {
+                    self.pins.push(it);
+                }
+            }
             _ => self.namespace(doc.origin, v),
         }
     }
 
     /// Records an object the API server would reject.
-    fn reject(&mut self, doc: &Doc, namespace: String, name: String, errors: Vec<FieldError>) {
+    fn reject(
+        &mut self,
+        doc: &Doc,
+        (namespace, name): (String, String),
+        errors: Vec<FieldError>,
+        raw_spec: Value,
+    ) {
         self.rejected.push(Rejected {
             origin: doc.origin.clone(),
             group: doc.group.to_string(),
@@ -400,6 +416,7 @@ impl Manifests {
             namespace,
             name,
             errors,
+            raw_spec,
         });
     }
 
@@ -416,7 +433,8 @@ impl Manifests {
             field: field.to_string(),
             message,
         };
-        self.reject(doc, namespace, name, vec![error]);
+        let raw_spec = map.get("spec").cloned().unwrap_or(Value::Null);
+        self.reject(doc, (namespace, name), vec![error], raw_spec);
     }
 
     /// Reads `v` strictly as a `T`; when it is not one, the document is rejected.
@@ -455,7 +473,7 @@ impl Manifests {
             }
         }
         if !c.errors.is_empty() {
-            self.reject(doc, meta.namespace, meta.name, c.errors);
+            self.reject(doc, (meta.namespace, meta.name), c.errors, raw_spec);
             return None;
         }
         Some(Item {
@@ -486,7 +504,7 @@ impl Manifests {
             c.string("metadata.name", &name, 1, 63, Some(check::DNS_LABEL));
         }
         if !c.errors.is_empty() {
-            self.reject(&doc, String::new(), name, c.errors);
+            self.reject(&doc, (String::new(), name), c.errors, Value::Null);
             return;
         }
         let mut labels = ns.metadata.labels.unwrap_or_default();
@@ -527,7 +545,7 @@ fn versions(group: &str, kind: &str) -> Option<&'static [&'static str]> {
         (GATEWAY_GROUP, "ReferencePolicy") => &["v1alpha2"],
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
-        (MCP_ACCESS_GROUP, "AccessPolicy" | "FilterSettings") => &["v1alpha1"],
+        (MCP_ACCESS_GROUP, "AccessPolicy" | "FilterSettings" | "ToolPin") => &["v1alpha1"],
         ("", "Namespace") => &["v1"],
         (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP | MCP_ACCESS_GROUP, _) => &[],
         _ => return None,

@@ -106,6 +106,9 @@ pub struct Report {
     pub gateways: Vec<ObjectStatus>,
     pub routes: Vec<ObjectStatus>,
     pub backends: Vec<ObjectStatus>,
+    /// ToolPins.
+    #[serde(rename = "toolPins", skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<ObjectStatus>,
     /// Objects (or documents) the API server would reject.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub invalid: Vec<InvalidObject>,
@@ -125,9 +128,15 @@ impl Report {
     /// Whether every object is valid and every status accepted.
     pub fn all_accepted(&self) -> bool {
         self.invalid.is_empty()
-            && [&self.policies, &self.gateways, &self.routes, &self.backends]
-                .iter()
-                .all(|l| l.iter().all(ObjectStatus::accepted))
+            && [
+                &self.policies,
+                &self.gateways,
+                &self.routes,
+                &self.backends,
+                &self.pins,
+            ]
+            .iter()
+            .all(|l| l.iter().all(ObjectStatus::accepted))
     }
 }
 
@@ -154,6 +163,9 @@ pub struct EffectivePolicy {
     /// What defaults/overrides left out here (replaced, unset, not added), and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The XBackend's pinned tools (its ToolPin) with their reviewed annotations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pins: Option<mcp_access_bundle::ToolPins>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

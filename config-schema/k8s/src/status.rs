@@ -6,7 +6,7 @@
 //!   with its `sectionName`, or the XBackend), conditions `Accepted` and, where defaults and
 //!   overrides meet, `Enforced`.
 //! - Gateways: `Accepted` and one entry per listener (`Accepted`, `ResolvedRefs`, routes
-//!   attached); XBackends: `Accepted`; HTTPRoutes: one parent per parentRef.
+//!   attached); XBackends and ToolPins: `Accepted`; HTTPRoutes: one parent per parentRef.
 //! - Gateways and XBackends a policy of a kind is accepted on carry `<Kind>Affected` (Gateway API
 //!   policy attachment's convention); so does each parent of an HTTPRoute one is accepted on.
 //!
@@ -22,7 +22,8 @@ use crate::model::{ObjectStatus, Report, TargetStatus, Topology};
 /// The controller name written on ancestors and route parents.
 pub const CONTROLLER_NAME: &str = "mcp-access.io/compiler";
 
-/// One status object per object of the report (policies, Gateways, HTTPRoutes, XBackends),
+/// One status object per object of the report (policies, Gateways, HTTPRoutes, XBackends,
+/// ToolPins),
 /// with `now` (RFC 3339) as every condition's `lastTransitionTime`.
 pub fn status_objects(report: &Report, topo: &Topology, now: &str) -> Vec<Value> {
     let w = Writer { now };
@@ -39,6 +40,9 @@ pub fn status_objects(report: &Report, topo: &Topology, now: &str) -> Vec<Value>
     }
     for b in &report.backends {
         out.push(w.backend(b, affected.get(&key("XBackend", b))));
+    }
+    for p in &report.pins {
+        out.push(w.backend(p, None));
     }
     out
 }

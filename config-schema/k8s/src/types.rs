@@ -5,6 +5,8 @@
 //! checked by [`crate::validate`] so that the messages name the field the way the API
 //! server does. A field that is accepted but never read is named with a leading `_`.
 
+mod pins;
+
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
@@ -19,6 +21,8 @@ pub(crate) const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";
 pub(crate) const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
 /// The project's own API group (`AccessPolicy`).
 pub(crate) const MCP_ACCESS_GROUP: &str = "mcp-access.io";
+
+pub use pins::{PinView, ToolPinSpec, ToolPinView};
 
 /// An optional string field's value, or `""`.
 pub(crate) fn opt(s: &Option<String>) -> &str {

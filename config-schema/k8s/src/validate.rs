@@ -6,6 +6,7 @@
 mod backend;
 mod gateway;
 mod grants;
+mod pins;
 mod policy;
 mod route;
 mod settings;
@@ -13,6 +14,7 @@ mod settings;
 pub(crate) use backend::xbackend;
 pub(crate) use gateway::gateway;
 pub(crate) use grants::reference_grant;
+pub(crate) use pins::tool_pin;
 pub(crate) use policy::{access_policy, identity_header, policy_v0, policy_v1};
 pub(crate) use route::http_route;
 pub(crate) use settings::{filter_settings, protected_resource};

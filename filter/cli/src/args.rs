@@ -11,7 +11,7 @@ use mcp_access_cli::manifests;
 #[command(
     name = "mcp-access",
     version,
-    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, AccessPolicy, FilterSettings, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
+    about = "Compile Kubernetes manifests (Gateway, HTTPRoute, XBackend, XAccessPolicy, AccessPolicy, FilterSettings, ToolPin, ReferenceGrant) into an mcp-access policy bundle and an Envoy configuration, and explain decisions"
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]
@@ -111,6 +111,10 @@ pub(crate) enum Command {
     },
     /// Run one request through the filter's request flow; print the response and the trace.
     Explain(Box<ExplainArgs>),
+    /// Write a ToolPin of the tools an MCP server lists (live over Streamable HTTP, or a saved
+    /// `tools/list` answer) for review; with --check, compare the server with a ToolPin and
+    /// exit 5 on any difference, with a diff per tool (docs/pins.md).
+    Pin(Box<PinArgs>),
     /// Print the effective policy of each (Gateway listener, XBackend), per route where
     /// HTTPRoute-targeted policies make routes differ: every level and step with its rules
     /// and where they came from (the policy, or the defaults/overrides block and strategy of
@@ -160,7 +164,7 @@ pub(crate) enum Command {
         shell: clap_complete::Shell,
     },
     /// Print the CustomResourceDefinitions of the project's kinds (group mcp-access.io:
-    /// AccessPolicy, FilterSettings), ready for `kubectl apply -f -`.
+    /// AccessPolicy, FilterSettings, ToolPin), ready for `kubectl apply -f -`.
     Crd,
 }
 
@@ -488,4 +492,67 @@ impl Output {
             },
         }
     }
+}
+
+/// What a ToolPin does with tools it does not name.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum UnpinnedArg {
+    Deny,
+    Allow,
+}
+
+#[derive(Args)]
+pub(crate) struct PinArgs {
+    /// The MCP server's endpoint (Streamable HTTP), e.g. `https://tools.example/mcp`.
+    #[arg(
+        long,
+        required_unless_present = "from_file",
+        conflicts_with = "from_file"
+    )]
+    pub(crate) url: Option<String>,
+    /// A saved `tools/list` answer instead of a live server: a JSON-RPC response (or its
+    /// result), a JSON array of pages, or an SSE stream of responses.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) from_file: Option<PathBuf>,
+    /// Compare with the ToolPin in FILE instead of writing one: the differences per tool,
+    /// and exit code 5 when there are any.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) check: Option<PathBuf>,
+    /// The XBackend the ToolPin pins (with --check: which ToolPin of FILE, when it has
+    /// several).
+    #[arg(long, required_unless_present = "check")]
+    pub(crate) backend: Option<String>,
+    /// The ToolPin's namespace (the XBackend's).
+    #[arg(short = 'n', long, default_value = "default")]
+    pub(crate) namespace: String,
+    /// The ToolPin's name [default: <backend>-tools].
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// Tools the ToolPin does not name: deny (left out of listings, calls denied) or allow.
+    #[arg(long, value_enum, default_value = "deny")]
+    pub(crate) unpinned: UnpinnedArg,
+    /// A request header for the server (`Name: value`); repeatable.
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub(crate) headers: Vec<String>,
+    /// A file holding a bearer token for the server (`Authorization: Bearer ...`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) bearer_token_file: Option<PathBuf>,
+    /// Client certificate (PEM, with its chain) for mTLS; needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub(crate) cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub(crate) key: Option<PathBuf>,
+    /// CA certificates (PEM) the server's certificate must chain to [default: the web PKI].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) cacert: Option<PathBuf>,
+    /// The MCP revision asked for in `initialize`.
+    #[arg(long, default_value = "2025-11-25", value_parser = ["2025-06-18", "2025-11-25"])]
+    pub(crate) protocol_version: String,
+    /// How long the whole exchange with the server may take.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: std::time::Duration,
+    /// Write the ToolPin to this file instead of standard output.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
 }

@@ -7,15 +7,16 @@ use mcp_access_bundle::Bundle;
 use mcp_access_cli::envoy::{self, EnvoyOptions, Notes};
 use mcp_access_cli::explain::{self, RequestSpec};
 use mcp_access_cli::manifests::{self as platform, ListenerNames, ManifestOptions, Platform};
-use mcp_access_cli::{checks, jwt};
+use mcp_access_cli::{checks, jwt, pin};
+use mcp_access_k8s::Manifests;
 
 use crate::args::{
-    EnvoyArgs, ExplainArgs, Format, Input, ListenerNamesArg, Output, PlatformArg, PlatformArgs,
-    ReportArgs, WasmArg,
+    EnvoyArgs, ExplainArgs, Format, Input, ListenerNamesArg, Output, PinArgs, PlatformArg,
+    PlatformArgs, ReportArgs, UnpinnedArg, WasmArg,
 };
 use crate::{
     build, exit_code, not_accepted, options, pairs, render_report, serialize, write_out,
-    EXIT_DANGLING, EXIT_INVALID, EXIT_NOT_ACCEPTED,
+    EXIT_DANGLING, EXIT_DRIFT, EXIT_INVALID, EXIT_NOT_ACCEPTED,
 };
 
 /// `validate`: the report on standard output; exit 1 (invalid), 4 (dangling) or 3 (not
@@ -365,9 +366,34 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
                 }
             }
         }
+        if let Some(p) = &v.pins {
+            out.push_str(&pins_text(p));
+        }
         for n in &v.notes {
             out.push_str(&format!("  note: {n}\n"));
         }
+    }
+    out
+}
+
+/// A backend's pinned tools, as `effective` and `explain` show them.
+pub(crate) fn pins_text(p: &mcp_access_bundle::ToolPins) -> String {
+    let mut out = format!(
+        "  pinned tools (ToolPin {}; tools not pinned: {:?})\n",
+        p.source, p.unpinned
+    );
+    if p.tools.is_empty() {
+        out.push_str("    none: no tool is listed or can be called\n");
+    }
+    for t in &p.tools {
+        let annotations = match &t.annotations {
+            Some(a) => serde_json::to_string(a).unwrap_or_default(),
+            None => "none reviewed".into(),
+        };
+        out.push_str(&format!(
+            "    {} {} annotations {annotations}\n",
+            t.name, t.digest
+        ));
     }
     out
 }
@@ -547,4 +573,116 @@ fn nothing_written(code: u8) -> u8 {
     };
     eprintln!("mcp-access: nothing written: {why}");
     code
+}
+
+/// `pin`: a ToolPin of what the server lists; with --check, the comparison with one (exit 5
+/// on any difference).
+pub(crate) fn pin(a: PinArgs) -> Result<u8, String> {
+    let listing = match (&a.url, &a.from_file) {
+        (_, Some(file)) => pin::from_file(file)?,
+        (Some(url), None) => pin::from_server(pin_connection(&a, url)?)?,
+        (None, None) => return Err("pin: --url or --from-file".into()),
+    };
+    if let Some(file) = &a.check {
+        let pins = toolpins_in(file)?;
+        let wanted = a.backend.as_deref().map(|b| match b.contains('/') {
+            true => b.to_string(),
+            false => format!("{}/{b}", a.namespace),
+        });
+        let chosen: Vec<_> = pins
+            .iter()
+            .filter(|p| wanted.as_ref().is_none_or(|w| &p.backend == w))
+            .collect();
+        let [pin] = chosen.as_slice() else {
+            return Err(format!(
+                "pin --check: {} holds {} ToolPin(s){}; name one with --backend",
+                file.display(),
+                chosen.len(),
+                wanted
+                    .map(|w| format!(" for XBackend {w}"))
+                    .unwrap_or_default()
+            ));
+        };
+        let report = pin::check(&listing, pin);
+        print!("{}", report.text);
+        return Ok(if report.drifted > 0 { EXIT_DRIFT } else { 0 });
+    }
+    let backend = a.backend.clone().unwrap_or_default();
+    let target = pin::PinTarget {
+        name: a.name.clone().unwrap_or_else(|| format!("{backend}-tools")),
+        namespace: a.namespace.clone(),
+        backend,
+        unpinned: match a.unpinned {
+            UnpinnedArg::Deny => mcp_access_bundle::Unpinned::Deny,
+            UnpinnedArg::Allow => mcp_access_bundle::Unpinned::Allow,
+        },
+    };
+    let yaml = pin::toolpin_yaml(&listing, &target)?;
+    // What is written must be a ToolPin the compiler accepts.
+    let mut m = Manifests::default();
+    m.add_text("pin", &yaml, &a.namespace);
+    if let Some(p) = m.problems().first() {
+        return Err(format!(
+            "internal error, the ToolPin written is invalid: {p}"
+        ));
+    }
+    match &a.output {
+        Some(path) => std::fs::write(path, &yaml)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        None => print!("{yaml}"),
+    }
+    eprintln!(
+        "mcp-access: pinned {} tool(s) of {}; review the definitions and annotations before applying",
+        listing.tools.len(),
+        listing.source
+    );
+    Ok(0)
+}
+
+/// How `pin` reaches the server, from its flags.
+fn pin_connection(a: &PinArgs, url: &str) -> Result<pin::Connection, String> {
+    let mut headers = Vec::new();
+    for h in &a.headers {
+        let (n, v) = h
+            .split_once(':')
+            .ok_or_else(|| format!("--header {h:?}: write it as `Name: value`"))?;
+        let (n, v) = (n.trim(), v.trim());
+        if n.is_empty()
+            || !n.bytes().all(|b| b.is_ascii_graphic())
+            || v.contains(['\r', '\n', '\0'])
+        {
+            return Err(format!("--header {h:?}: not a valid header"));
+        }
+        headers.push((n.to_ascii_lowercase(), v.to_string()));
+    }
+    let bearer = match &a.bearer_token_file {
+        Some(f) => {
+            let t = std::fs::read_to_string(f)
+                .map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+            let t = t.trim().to_string();
+            if t.is_empty() || t.contains(['\r', '\n', '\0']) {
+                return Err(format!("{}: not a bearer token (one line)", f.display()));
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    Ok(pin::Connection {
+        url: url.to_string(),
+        headers,
+        bearer,
+        client_cert: a.cert.clone().zip(a.key.clone()),
+        ca: a.cacert.clone(),
+        protocol_version: a.protocol_version.clone(),
+        timeout: a.timeout,
+    })
+}
+
+/// The ToolPins of a file, validated as the API server would.
+fn toolpins_in(file: &Path) -> Result<Vec<mcp_access_k8s::ToolPinView>, String> {
+    let m = Manifests::load_paths(&[file.to_path_buf()], "default")?;
+    if let Some(p) = m.problems().first() {
+        return Err(format!("{p}"));
+    }
+    Ok(m.pins.iter().map(|p| p.view()).collect())
 }

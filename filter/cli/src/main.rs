@@ -25,6 +25,8 @@ const EXIT_INVALID: u8 = 1;
 const EXIT_NOT_ACCEPTED: u8 = 3;
 /// Exit code: `validate` found references that lead nowhere (without --allow-dangling).
 const EXIT_DANGLING: u8 = 4;
+/// Exit code: `pin --check` found tools that differ from their pins.
+const EXIT_DRIFT: u8 = 5;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -45,9 +47,10 @@ fn run(cli: Cli) -> Result<u8, String> {
         }
         Command::Crd => {
             print!(
-                "{}---\n{}",
+                "{}---\n{}---\n{}",
                 mcp_access_k8s::crd_yaml(),
-                mcp_access_k8s::filter_settings_crd_yaml()
+                mcp_access_k8s::filter_settings_crd_yaml(),
+                mcp_access_k8s::tool_pin_crd_yaml()
             );
             Ok(0)
         }
@@ -89,6 +92,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => commands::envoy(&input, envoy, &output, bundle_out, ecds, &report),
         Command::Explain(a) => commands::explain(*a),
+        Command::Pin(a) => commands::pin(*a),
         Command::Status { input, format } => commands::status(&input, format),
         Command::Effective {
             input,
@@ -195,6 +199,7 @@ fn render_report(c: &Compiled, format: Format) -> Result<String, String> {
                 ("gateway", &c.report.gateways),
                 ("route", &c.report.routes),
                 ("backend", &c.report.backends),
+                ("toolpin", &c.report.pins),
             ] {
                 for o in list.iter() {
                     for cnd in &o.conditions {
@@ -254,9 +259,10 @@ fn not_accepted(c: &Compiled, allow: bool, all: bool) -> u8 {
             &c.report.gateways,
             &c.report.routes,
             &c.report.backends,
+            &c.report.pins,
         ]
     } else {
-        &[&c.report.policies]
+        &[&c.report.policies, &c.report.pins]
     };
     let level = if allow { "warning" } else { "error" };
     let mut n = 0;

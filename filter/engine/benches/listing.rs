@@ -1,7 +1,8 @@
 //! The cost of filtering a listing per caller (docs/semantics.md §5.4): a `tools/list` answer of
 //! 1,000 tools (each with a description and an input schema, about 300 KB in all), of which
 //! the caller may call half and a Deny policy removes some, as one JSON body and as one SSE event
-//! arriving in 16 KiB chunks.
+//! arriving in 16 KiB chunks; and the same JSON body from a backend whose ToolPin pins every
+//! tool (each tool digested as it is read, docs/semantics.md §5.5).
 //!
 //! `cargo bench -p mcp-access-engine --bench listing`.
 #![allow(
@@ -15,6 +16,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::Criterion;
+use mcp_access_engine::canonical_json::digest_of;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::listing::{BodyAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
@@ -29,9 +31,26 @@ fn tool(i: usize) -> String {
 }
 
 fn engine() -> Engine {
+    Engine::from_json(bundle(None).to_string().as_bytes()).unwrap()
+}
+
+/// The engine with every tool of [`listing`] pinned.
+fn pinned_engine() -> Engine {
+    let tools: Vec<Value> = listing_tools()
+        .iter()
+        .map(|t| {
+            let text = serde_json::to_vec(t).unwrap();
+            json!({"name": t["name"], "digest": digest_of(&text, 64).unwrap().to_text()})
+        })
+        .collect();
+    let pins = json!({"source": "default/pins", "tools": tools});
+    Engine::from_json(bundle(Some(pins)).to_string().as_bytes()).unwrap()
+}
+
+fn bundle(pins: Option<Value>) -> Value {
     let allowed: Vec<String> = (0..TOOLS).step_by(2).map(tool).collect();
     let denied: Vec<String> = (0..TOOLS).step_by(10).map(tool).collect();
-    let bundle = json!({
+    let mut bundle = json!({
         "apiVersion": "mcp-access.io/v1",
         "gateways": [{"name": "gw", "listeners": [{"name": "mcp", "port": 10000}]}],
         "backends": [{"name": "tools", "routeNames": ["tools"]}],
@@ -46,18 +65,25 @@ fn engine() -> Engine {
                 "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": denied}]}}}]},
         ],
     });
-    Engine::from_json(bundle.to_string().as_bytes()).unwrap()
+    if let Some(p) = pins {
+        bundle["backends"][0]["pins"] = p;
+    }
+    bundle
 }
 
-fn listing() -> Vec<u8> {
-    let tools: Vec<Value> = (0..TOOLS)
+fn listing_tools() -> Vec<Value> {
+    (0..TOOLS)
         .map(|i| {
             json!({"name": tool(i), "description": format!("Tool number {i}, which does one thing well."),
                    "inputSchema": {"type": "object", "properties": {
                        "text": {"type": "string", "description": "what to work on"},
                        "count": {"type": "integer", "minimum": 0}}, "required": ["text"]}})
         })
-        .collect();
+        .collect()
+}
+
+fn listing() -> Vec<u8> {
+    let tools = listing_tools();
     serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1,
         "result": {"tools": tools, "nextCursor": "next", "ttlMs": 60000}}))
     .unwrap()
@@ -110,18 +136,22 @@ fn main() {
     event.extend_from_slice(&body);
     event.extend_from_slice(b"\n\n");
 
-    let json_once = || {
+    let pinned = pinned_engine();
+    let (pinned_filter, pinned_flow) = allowed_listing_request(&pinned);
+    let json_of = |e: &Engine, filter: &ListingFilter, flow: &RequestFlow| {
         let mut f = filter.clone();
         f.on_headers(&[
             (":status".into(), "200".into()),
             ("content-type".into(), "application/json".into()),
         ]);
         let owned = body.clone();
-        match f.on_body(&e, flow.request(), body.len(), true, move |_| Some(owned)) {
+        match f.on_body(e, flow.request(), body.len(), true, move |_| Some(owned)) {
             BodyAction::Replace(out) => out,
             other => panic!("{other:?}"),
         }
     };
+    let json_once = || json_of(&e, &filter, &flow);
+    let pinned_once = || json_of(&pinned, &pinned_filter, &pinned_flow);
     let sse_once = || {
         let mut f = filter.clone();
         f.on_headers(&[
@@ -147,8 +177,10 @@ fn main() {
     // 500 allowed, of which the 100 multiples of ten are denied.
     assert_eq!(kept(&json_once()), 400);
     assert_eq!(kept(&sse_once()), 400);
+    // Every tool matches its pin: the same 400.
+    assert_eq!(kept(&pinned_once()), 400);
     eprintln!("listing: {} tools, {} bytes", TOOLS, body.len());
-    // MCP_ACCESS_COUNT=json:N or sse:N runs one filtering N times and exits (instruction counts
+    // MCP_ACCESS_COUNT=json:N, sse:N or pinned:N runs one filtering N times and exits (instruction counts
     // with callgrind: two values of N, difference / delta N).
     if let Ok(spec) = std::env::var("MCP_ACCESS_COUNT") {
         let (op, n) = spec.split_once(':').unwrap();
@@ -156,6 +188,7 @@ fn main() {
             match op {
                 "json" => drop(black_box(json_once())),
                 "sse" => drop(black_box(sse_once())),
+                "pinned" => drop(black_box(pinned_once())),
                 other => panic!("unknown operation {other}"),
             }
         }
@@ -171,6 +204,9 @@ fn main() {
     });
     c.bench_function("listing_1000_tools_sse_16k_chunks", |b| {
         b.iter(|| black_box(sse_once()))
+    });
+    c.bench_function("listing_1000_tools_json_pinned", |b| {
+        b.iter(|| black_box(pinned_once()))
     });
     c.bench_function("listing_copy_baseline", |b| {
         b.iter(|| black_box(body.clone()))

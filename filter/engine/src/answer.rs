@@ -161,13 +161,15 @@ pub enum Why {
 
 impl Why {
     /// Every reason a request is denied or rejected for, in counter order.
-    pub const DENIALS: [Why; 17] = [
+    pub const DENIALS: [Why; 19] = [
         Why::Denied(Reason::UnknownListener),
         Why::Denied(Reason::UnknownBackend),
         Why::Denied(Reason::ExternalAuthDenied),
         Why::Denied(Reason::AuthorizerFailed),
         Why::Denied(Reason::DenyPolicy),
         Why::Denied(Reason::NotAllowed),
+        Why::Denied(Reason::ToolNotPinned),
+        Why::Denied(Reason::ToolDrifted),
         Why::Rejected(RejectionKind::InvalidPath),
         Why::Rejected(RejectionKind::UnsupportedEncoding),
         Why::Rejected(RejectionKind::InvalidJson),

@@ -4,6 +4,7 @@
 use mcp_access_bundle::mcp_methods::{self, Param};
 use mcp_access_cel::{service_account, Attr, Attributes, Str, Value};
 
+use crate::pins::ToolPins;
 use crate::request::{McpOp, Request};
 
 /// What a request's CEL conditions are evaluated against.
@@ -16,6 +17,9 @@ pub struct CelInput<'a> {
     pub backend: Option<&'a str>,
     /// The bundle's trust domain (`source.service_account` needs it to match, when set).
     pub trust_domain: Option<&'a str>,
+    /// The backend's pinned tools: `request.mcp.tool.annotations` of a tool call is the pin's
+    /// (absent when the backend has no ToolPin).
+    pub pins: Option<&'a ToolPins>,
 }
 
 impl Attributes for CelInput<'_> {
@@ -68,6 +72,10 @@ impl Attributes for CelInput<'_> {
                         .map_or_else(Value::empty_map, Value::Json),
                 )
             }
+            Attr::ToolAnnotations => match call(req)? {
+                ("tools/call", Some(tool)) => Some(Value::Json(self.pins?.annotations(tool))),
+                _ => None,
+            },
             Attr::SaNamespace | Attr::SaName => {
                 let spiffe = req.caller.spiffe.as_deref()?;
                 let (ns, name) = service_account(spiffe, self.trust_domain)?;

@@ -33,7 +33,8 @@ pub(crate) enum Val<'a> {
         raw: &'a [u8],
     },
     Number(&'a [u8]),
-    Literal,
+    /// `true`, `false` or `null`, as written.
+    Literal(&'a [u8]),
 }
 
 /// What a JSON document means to its reader.
@@ -226,7 +227,7 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
                     self.pos = pos;
                     self.literal(word)?;
                     pos = self.pos;
-                    self.scalar(slot, Val::Literal, start, pos)?;
+                    self.scalar(slot, Val::Literal(word), start, pos)?;
                 }
                 _ => return Err(unexpected(bytes, pos, "expected a value").into()),
             }
@@ -462,7 +463,7 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
         self.sets.push(set);
     }
 
-    fn literal(&mut self, word: &[u8]) -> Result<Val<'a>, SyntaxError> {
+    fn literal(&mut self, word: &[u8]) -> Result<(), SyntaxError> {
         let end = self.pos + word.len();
         if self.bytes.get(self.pos..end) != Some(word) {
             return Err(SyntaxError(format!(
@@ -471,7 +472,7 @@ impl<'a, V: Visitor<'a>> Reader<'a, '_, V> {
             )));
         }
         self.pos = end;
-        Ok(Val::Literal)
+        Ok(())
     }
 
     /// Reads a string whose opening quote is just before `self.pos`, leaving `self.pos`

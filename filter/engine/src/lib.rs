@@ -5,7 +5,8 @@
 //!
 //! 0. **Codecs**: bytes in, values out, nothing of the project: `json` (the strict JSON
 //!    reader), `jsonw` (JSON written by hand), `jsonrpc` (error codes and the error object),
-//!    [`wire`], [`canon`], [`x509`], `base64`, [`pb`] (the protobuf messages, for prost).
+//!    [`wire`], [`canon`], [`canonical_json`] (RFC 8785 and the digests ToolPins pin),
+//!    [`x509`], `base64`, [`pb`] (the protobuf messages, for prost).
 //! 1. **The request model and the host-fact port**: [`request`] is what a decision reads
 //!    about one request (its caller, MCP operation, and the listener and backend it is judged
 //!    at, resolved once); [`facts`] names what the host knows beyond the headers.
@@ -25,6 +26,7 @@ pub mod answer;
 mod base64;
 pub mod callout;
 pub mod canon;
+pub mod canonical_json;
 pub mod cel_input;
 pub mod ext_authz;
 pub mod facts;
@@ -36,6 +38,7 @@ mod jsonw;
 pub mod listing;
 pub mod mcp;
 pub mod pb;
+pub mod pins;
 pub mod policy;
 pub mod request;
 #[cfg(any(test, feature = "serde-oracle"))]

@@ -18,17 +18,21 @@ pub enum Counter {
     CelErrors,
     /// Of those, evaluations stopped by `limits.cel.maxSteps`.
     CelStepsExceeded,
+    /// Pinned tools that listings showed with another definition than their pin's (each
+    /// time one is seen).
+    PinDrift,
 }
 
 impl Counter {
     /// Every counter, in index order.
-    pub const ALL: [Counter; 6] = [
+    pub const ALL: [Counter; 7] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CalloutErrors,
         Counter::CalloutDispatchErrors,
         Counter::CelErrors,
         Counter::CelStepsExceeded,
+        Counter::PinDrift,
     ];
 
     /// Position in [`Counter::ALL`].
@@ -44,6 +48,7 @@ impl Counter {
             Counter::CalloutDispatchErrors => "mcp_access.callout.dispatch_errors",
             Counter::CelErrors => "mcp_access.cel.errors",
             Counter::CelStepsExceeded => "mcp_access.cel.steps_exceeded",
+            Counter::PinDrift => "mcp_access.pins.drift",
         }
     }
 }
@@ -113,6 +118,8 @@ mod tests {
                 "authorizer_error",
                 "deny_policy",
                 "not_allowed",
+                "tool_not_pinned",
+                "tool_drifted",
                 "invalid_path",
                 "unsupported_encoding",
                 "invalid_json",
@@ -141,7 +148,8 @@ mod tests {
                 "mcp_access.callout.errors",
                 "mcp_access.callout.dispatch_errors",
                 "mcp_access.cel.errors",
-                "mcp_access.cel.steps_exceeded"
+                "mcp_access.cel.steps_exceeded",
+                "mcp_access.pins.drift"
             ]
         );
     }

@@ -12,6 +12,7 @@ mod effective;
 mod gateways;
 mod grants;
 mod identity;
+mod pins;
 mod policies;
 mod route_targets;
 mod routes;
@@ -195,6 +196,8 @@ struct Ctx<'a> {
     effects: Vec<effective::EffectRecord>,
     /// The filter's settings (a `FilterSettings` object and the flags).
     settings: settings::Settings,
+    /// XBackend `namespace/name` -> its pinned tools.
+    pins: HashMap<String, bundle::ToolPins>,
     /// The identity headers of the XBackends (from AccessPolicies).
     identity_headers: identity::IdentityHeaders,
 }
@@ -210,12 +213,14 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         backend_index: HashMap::new(),
         effects: Vec::new(),
         settings,
+        pins: HashMap::new(),
         identity_headers: identity::IdentityHeaders::default(),
     };
     cx.report_inputs();
     cx.report.invalid.extend(settings_problems);
     cx.report.warnings.extend(settings_warnings);
     cx.backends();
+    cx.tool_pins();
     cx.gateways();
     cx.routes();
     cx.note_backends_behind_listeners();
@@ -315,6 +320,7 @@ impl Ctx<'_> {
                 "Gateway" => &mut self.report.gateways,
                 "HTTPRoute" => &mut self.report.routes,
                 "XBackend" => &mut self.report.backends,
+                "ToolPin" => &mut self.report.pins,
                 _ => continue,
             };
             let message: Vec<String> = r
@@ -392,6 +398,7 @@ impl Ctx<'_> {
                 namespace: ns.to_string(),
                 route_names,
                 cluster_names: vec![b.cluster.clone()],
+                pins: self.pins.get(&b.id).cloned(),
                 identity_headers: Vec::new(),
             });
         }

@@ -22,6 +22,10 @@ fn crd_files_are_current() {
             "mcp-access.io_filtersettings.yaml",
             mcp_access_k8s::filter_settings_crd_yaml(),
         ),
+        (
+            "mcp-access.io_toolpins.yaml",
+            mcp_access_k8s::tool_pin_crd_yaml(),
+        ),
     ] {
         let path = format!("{DIR}{file}");
         if std::env::var_os("UPDATE_CRD").is_some() {
@@ -62,6 +66,48 @@ fn filter_settings_crd_is_structural_and_cluster_scoped() {
         serde_json::json!(["Deny", "GatewayOnly"])
     );
     assert!(v.get("subresources").is_none());
+}
+
+#[test]
+fn tool_pin_crd_is_structural_and_namespaced() {
+    let crd = mcp_access_k8s::tool_pin_crd();
+    assert_eq!(crd["metadata"]["name"], "toolpins.mcp-access.io");
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    let v = &crd["spec"]["versions"][0];
+    let root = &v["schema"]["openAPIV3Schema"];
+    assert_structural(root, "openAPIV3Schema");
+    let spec = &root["properties"]["spec"];
+    assert_eq!(spec["required"], serde_json::json!(["targetRef"]));
+    assert_eq!(
+        spec["properties"]["unpinned"]["enum"],
+        serde_json::json!(["Deny", "Allow"])
+    );
+    let tools = &spec["properties"]["tools"];
+    assert_eq!(tools["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        tools["x-kubernetes-list-map-keys"],
+        serde_json::json!(["name"])
+    );
+    let tool = &tools["items"];
+    assert_eq!(tool["required"], serde_json::json!(["name", "digest"]));
+    assert_eq!(
+        tool["properties"]["digest"]["pattern"],
+        "^sha256:[0-9a-f]{64}$"
+    );
+    assert_eq!(
+        tool["properties"]["definition"]["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
+    let annotations = &tool["properties"]["annotations"]["properties"];
+    for hint in [
+        "readOnlyHint",
+        "destructiveHint",
+        "idempotentHint",
+        "openWorldHint",
+    ] {
+        assert_eq!(annotations[hint]["type"], "boolean", "{hint}");
+    }
+    assert!(v.get("subresources").is_some());
 }
 
 /// Every node of a structural schema has a single `type`; no `$ref`, no `anyOf` with types,

@@ -5,4 +5,5 @@ mod compile;
 mod crd;
 mod examples;
 mod oauth_identity;
+mod pins;
 mod route_targets;

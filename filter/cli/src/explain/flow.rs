@@ -169,11 +169,15 @@ pub(super) fn trace_views(
         {
             for r in index.allow.rules() {
                 let Some(rule) = engine.rule(r) else { continue };
+                let backend = engine
+                    .backends
+                    .iter()
+                    .find(|b| outcome.backend.as_ref() == Some(&b.id));
                 if let Some(why) = rule.mismatch(
                     req,
                     Mode::Admit,
                     engine.identity.trust_domain.as_deref(),
-                    outcome.backend.as_deref(),
+                    backend,
                 ) {
                     out.push(TraceView {
                         level,

@@ -143,6 +143,9 @@ pub struct Explanation {
     /// Allow: the headers the filter sets on the upstream request (later replaces earlier).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub add_headers: Option<Vec<HeaderView>>,
+    /// A tool call to an XBackend with a ToolPin: what the pin says of the tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
 }
 
 /// Which part of the path answered the request.
@@ -337,6 +340,34 @@ fn explanation(
         status: outcome.status,
         response: None,
         add_headers: None,
+        pin: pin_view(engine, flow),
+    })
+}
+
+/// What the backend's ToolPin says of the tool a `tools/call` names. Drift is known only to
+/// a running Envoy (from the listings it reads): `explain` assumes none was seen.
+fn pin_view(engine: &Engine, flow: &RequestFlow) -> Option<String> {
+    let req = flow.request()?;
+    let McpOp::Call {
+        method,
+        param: Some(tool),
+    } = &req.mcp
+    else {
+        return None;
+    };
+    if method != "tools/call" {
+        return None;
+    }
+    let pins = engine.backends.get(req.target.backend?)?.pins.as_deref()?;
+    Some(match pins.get(tool) {
+        Some(p) => format!(
+            "ToolPin {} pins {tool:?} ({}), reviewed annotations {}; a running filter denies it while a listing shows it drifted",
+            pins.source, p.digest, p.annotations
+        ),
+        None => format!(
+            "ToolPin {} does not pin {tool:?} (tools not pinned: {:?})",
+            pins.source, pins.unpinned
+        ),
     })
 }
 

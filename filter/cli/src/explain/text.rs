@@ -12,6 +12,9 @@ pub fn to_text(e: &Explanation) -> String {
     let mut out = String::new();
     request(&mut out, e);
     resolved(&mut out, e);
+    if let Some(p) = &e.pin {
+        out.push_str(&format!("pins      {p}\n"));
+    }
     notes(&mut out, e);
     if e.decision == "allow" {
         allow(&mut out, e);
@@ -92,6 +95,7 @@ fn deny(out: &mut String, e: &Explanation) {
     let who = match e.stage {
         Stage::Transport => "rejected by the filter's transport checks",
         Stage::Resolve => "the filter cannot resolve listener or backend",
+        Stage::Policy if e.reason.starts_with("tool_") => "denied by the XBackend's ToolPin",
         Stage::Policy => "denied by policy",
         Stage::Router => "answered by Envoy's router",
     };

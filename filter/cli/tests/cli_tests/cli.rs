@@ -375,12 +375,13 @@ fn crd_prints_the_checked_in_crds() {
         )
         .unwrap()
     };
-    let both = format!(
-        "{}---\n{}",
+    let all = format!(
+        "{}---\n{}---\n{}",
         file("mcp-access.io_accesspolicies.yaml"),
-        file("mcp-access.io_filtersettings.yaml")
+        file("mcp-access.io_filtersettings.yaml"),
+        file("mcp-access.io_toolpins.yaml")
     );
-    assert_eq!(text(&out.stdout), both);
+    assert_eq!(text(&out.stdout), all);
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod explain_flow;
 mod fail_closed;
 mod mistakes;
 mod oauth_identity;
+mod pin;
 mod policy_language;
 mod routes;
 mod settings;

@@ -5,6 +5,7 @@ mod checks;
 mod drive;
 mod gather;
 mod outcome;
+mod pinned;
 
 use mcp_access_bundle::gateway_api::canonical_host;
 use mcp_access_bundle::mcp_methods::{self, Revision};
@@ -193,6 +194,8 @@ pub struct RequestFlow {
     subscriptions: Vec<String>,
     /// `completion/complete`'s prompt or resource, judged as a call of it.
     completion_ref: Option<crate::mcp::CompletionRef>,
+    /// Where drift from pinned tools is recorded (the host's, shared by its workers).
+    drift: Option<crate::pins::DriftPort>,
 }
 
 impl Default for RequestFlow {
@@ -218,7 +221,15 @@ impl RequestFlow {
             revision: Revision::UNNAMED,
             subscriptions: Vec::new(),
             completion_ref: None,
+            drift: None,
         }
+    }
+
+    /// This flow records and reads drift from pinned tools in `store` (without one, drift a
+    /// listing shows is left out of it but not remembered).
+    pub fn with_drift_store(mut self, store: std::rc::Rc<dyn crate::pins::DriftStore>) -> Self {
+        self.drift = Some(crate::pins::DriftPort(store));
+        self
     }
 
     /// A flow whose evaluation keeps a trace ([`RequestFlow::trace`]), for `explain`.
@@ -670,7 +681,11 @@ impl RequestFlow {
         outcome.backend = backend;
         outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
         let decision = match decision {
-            Decision::Allow { .. } => self.judge_named_items(engine).unwrap_or(decision),
+            Decision::Allow { .. } => self.judge_named_items(engine).unwrap_or_else(|| {
+                let req = self.req.as_ref();
+                req.and_then(|r| pinned::pin_denial(engine, r, self.drift.as_ref()))
+                    .map_or(decision, Decision::Deny)
+            }),
             deny => deny,
         };
         match decision {
@@ -695,7 +710,8 @@ impl RequestFlow {
                 // hand to it.
                 let listing = match &self.req {
                     Some(r) if engine.listings.filter => {
-                        ListingFilter::for_allowed(engine, r, self.id.take(), self.revision)
+                        let (id, drift) = (self.id.take(), self.drift.clone());
+                        ListingFilter::for_allowed(engine, r, id, self.revision, drift)
                     }
                     _ => None,
                 };

@@ -18,6 +18,7 @@ mod sse;
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
 
 use crate::jsonrpc::{self, INTERNAL_ERROR};
+use crate::pins::{DriftPort, PinCheck, PinEvent};
 use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
@@ -104,6 +105,8 @@ pub struct ListingFilter {
     after_cr: bool,
     /// SSE: no event has ended yet (a byte order mark may start the stream).
     stream_start: bool,
+    /// The backend's pinned tools: listed tools are held to them (docs/semantics.md §5).
+    pins: Option<PinCheck>,
 }
 
 impl ListingFilter {
@@ -130,10 +133,13 @@ impl ListingFilter {
         req: &Request,
         id: Option<String>,
         revision: Revision,
+        drift: Option<DriftPort>,
     ) -> Option<ListingFilter> {
         if !engine.listings.filter {
             return None;
         }
+        let backend = req.target.backend.and_then(|b| engine.backends.get(b));
+        let pins = backend.and_then(|b| Some(PinCheck::new(&b.id, b.pins.clone()?, drift)));
         let listing = Self::listing_of(engine, req);
         // Only a request's own id tells its answer apart (not a notification's or a reply's).
         let id = match listing {
@@ -155,7 +161,16 @@ impl ListingFilter {
             at_line_start: true,
             after_cr: false,
             stream_start: true,
+            pins,
         })
+    }
+
+    /// What the listings read so far said about pinned tools (drift, and its end), for the
+    /// host's stats and logs; each event is given once.
+    pub fn take_pin_events(&mut self) -> Vec<PinEvent> {
+        self.pins
+            .as_mut()
+            .map_or_else(Vec::new, PinCheck::take_events)
     }
 
     /// The response headers arrived (names lowercase, `:status` included): see [`mode_for`].
@@ -322,6 +337,9 @@ fn mode_for(listing: bool, headers: &[(String, String)]) -> Mode {
         _ => Mode::Refuse { sse: false },
     }
 }
+
+/// The [`LISTINGS`] index of `tools/list`.
+const TOOLS: Option<u8> = Some(0);
 
 /// The listing at `index` of [`LISTINGS`].
 fn listing_at(index: u8) -> Option<&'static Listing> {
@@ -549,6 +567,12 @@ mod tests {
             );
             assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn tools_are_the_listing_pins_hold() {
+        let tools = TOOLS.and_then(listing_at).map(|l| (l.method, l.items));
+        assert_eq!(tools, Some(("tools/list", "tools")));
     }
 
     #[test]

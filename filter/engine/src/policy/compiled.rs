@@ -109,6 +109,8 @@ pub struct Backend {
     pub route_scoped: Vec<(PolicyId, Option<Vec<usize>>)>,
     /// Headers it receives with the caller's identity.
     pub identity_headers: Vec<mcp_access_bundle::IdentityHeader>,
+    /// Its pinned tools (a ToolPin), shared with the listing filters and CEL states.
+    pub pins: Option<std::sync::Arc<crate::pins::ToolPins>>,
 }
 
 impl Backend {
@@ -429,18 +431,20 @@ impl Rule {
                 .all(|c| cx.holds(c, mode, req, policy, Some(&self.name)))
     }
 
-    /// Why the rule does not admit `req` (the first condition that fails), None if it does.
+    /// Why the rule does not admit `req` (the first condition that fails), None if it does;
+    /// `backend`: the request's (its pinned tools give `request.mcp.tool.annotations`).
     pub fn mismatch(
         &self,
         req: &Request,
         mode: Mode,
         trust_domain: Option<&str>,
-        backend: Option<&str>,
+        backend: Option<&Backend>,
     ) -> Option<Mismatch<'_>> {
         if let Some(m) = self.static_mismatch(req, mode) {
             return Some(m);
         }
-        let mut cx = CelCx::new(trust_domain, backend, false);
+        let pins = backend.and_then(|b| b.pins.clone());
+        let mut cx = CelCx::new(trust_domain, backend.map(|b| b.id.as_str()), pins, false);
         self.cels
             .iter()
             .find(|c| !cx.holds(c, mode, req, "", None))
@@ -698,7 +702,7 @@ mod tests {
         for (r, q, mode, want) in cases {
             assert_eq!(r.mismatch(&q, mode, None, None), want, "{}", r.name);
             assert_eq!(
-                r.admits(&q, mode, &mut CelCx::new(None, None, false), "p"),
+                r.admits(&q, mode, &mut CelCx::new(None, None, None, false), "p"),
                 want.is_none(),
                 "{}",
                 r.name

@@ -39,6 +39,8 @@ pub struct CelCx {
     trust_domain: Option<String>,
     /// `namespace/name` of the request's backend (`request.backend`).
     backend: Option<String>,
+    /// The backend's pinned tools, when a condition reads their annotations.
+    pins: Option<std::sync::Arc<crate::pins::ToolPins>>,
     /// Per policy: None until its `when` was evaluated.
     when: Vec<Option<Applies>>,
     /// Evaluations that erred (budget exhaustion included).
@@ -50,10 +52,16 @@ pub struct CelCx {
 }
 
 impl CelCx {
-    pub(crate) fn new(trust_domain: Option<&str>, backend: Option<&str>, trace: bool) -> CelCx {
+    pub(crate) fn new(
+        trust_domain: Option<&str>,
+        backend: Option<&str>,
+        pins: Option<std::sync::Arc<crate::pins::ToolPins>>,
+        trace: bool,
+    ) -> CelCx {
         CelCx {
             trust_domain: trust_domain.map(str::to_string),
             backend: backend.map(str::to_string),
+            pins,
             when: Vec::new(),
             errors: 0,
             budget_exceeded: 0,
@@ -89,6 +97,7 @@ impl CelCx {
             host: &req.host,
             backend: self.backend.as_deref(),
             trust_domain: self.trust_domain.as_deref(),
+            pins: self.pins.as_deref(),
         };
         let result = c.program.eval(&input);
         if let Err(e) = &result {

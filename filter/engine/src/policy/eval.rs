@@ -24,17 +24,23 @@ pub enum Reason {
     DenyPolicy,
     /// Allow policies exist at the level and none admits the request.
     NotAllowed,
+    /// A call of a tool the backend's ToolPin does not name (with `unpinned: Deny`).
+    ToolNotPinned,
+    /// A call of a tool whose listed definition differs from its pin.
+    ToolDrifted,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 8] = [
         Reason::UnknownListener,
         Reason::UnknownBackend,
         Reason::ExternalAuthDenied,
         Reason::AuthorizerFailed,
         Reason::DenyPolicy,
         Reason::NotAllowed,
+        Reason::ToolNotPinned,
+        Reason::ToolDrifted,
     ];
 
     /// Stable snake_case name, used in stats and logs.
@@ -46,6 +52,8 @@ impl Reason {
             Reason::AuthorizerFailed => "authorizer_error",
             Reason::DenyPolicy => "deny_policy",
             Reason::NotAllowed => "not_allowed",
+            Reason::ToolNotPinned => "tool_not_pinned",
+            Reason::ToolDrifted => "tool_drifted",
         }
     }
 }

@@ -4,10 +4,14 @@
 //! §1.6, §7).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use mcp_access_bundle::{self as bundle, Level, ValidBundle};
 
-use super::{compiled, FastMap, LevelIndex, Mode, PolicyId, RuleRef, RuleSet};
+use super::{
+    compiled, CompileError, CompileProblem, FastMap, LevelIndex, Mode, PolicyId, RuleRef, RuleSet,
+};
+use crate::pins::ToolPins;
 use mcp_access_bundle::gateway_api::HostPattern;
 
 /// One index per Gateway listener, of the Gateway-level policies attached to it.
@@ -103,7 +107,7 @@ pub(super) fn index_backends(
     order: &[&bundle::Policy],
     policies: &[compiled::Policy],
     listeners: &[compiled::Listener],
-) -> BackendIndex {
+) -> Result<BackendIndex, CompileError> {
     let mut targeting = targeting(order);
     let mut out = BackendIndex {
         backends: Vec::new(),
@@ -140,9 +144,18 @@ pub(super) fn index_backends(
         for c in &be.cluster_names {
             out.by_cluster.insert(c.clone(), bi);
         }
-        out.backends.push(backend(be, &attached, policies));
+        let pins = match &be.pins {
+            Some(p) => Some(Arc::new(ToolPins::compile(p).map_err(|e| {
+                CompileError {
+                    policy: p.source.clone(),
+                    problem: CompileProblem::Pins(e),
+                }
+            })?)),
+            None => None,
+        };
+        out.backends.push(backend(be, &attached, policies, pins));
     }
-    out
+    Ok(out)
 }
 
 /// A backend's indexes: the plain one, and one per (narrowed listener, route slot).
@@ -150,6 +163,7 @@ fn backend(
     be: &bundle::Backend,
     attached: &[Attached],
     policies: &[compiled::Policy],
+    pins: Option<Arc<ToolPins>>,
 ) -> compiled::Backend {
     let mut narrowed: Vec<usize> = attached
         .iter()
@@ -218,6 +232,7 @@ fn backend(
             .map(|a| (a.pid, a.listeners.clone()))
             .collect(),
         identity_headers: be.identity_headers.clone(),
+        pins,
     }
 }
 

@@ -251,6 +251,8 @@ pub struct CelNeeds {
     pub params: bool,
     /// `jwt.claims`.
     pub jwt_payload: bool,
+    /// `request.mcp.tool.annotations`.
+    pub annotations: bool,
     /// Any CEL condition at all.
     pub any: bool,
 }
@@ -272,7 +274,7 @@ impl Engine {
         let compiled = compile_policies(b, &numbered, &mut conditions)?;
         let policies = compiled.policies;
         let listeners = index::index_listeners(b, &order, &policies);
-        let backends = index::index_backends(b, &order, &policies, &listeners);
+        let backends = index::index_backends(b, &order, &policies, &listeners)?;
         let (identity_header_names, identity_claims) = identity_headers::names_and_claims(b);
         let challenges = listeners.iter().any(|l| l.discovery.is_some());
         let mut origins = HashMap::new();
@@ -433,10 +435,12 @@ impl Engine {
     /// A fresh CEL state for judging one request (or one listed item) routed to `backend`.
     pub(crate) fn cel_cx(&self, backend: Option<usize>, trace: bool) -> CelCx {
         if self.cel_needs.any {
-            let backend = backend
-                .and_then(|b| self.backends.get(b))
-                .map(|b| b.id.as_str());
-            CelCx::new(self.identity.trust_domain.as_deref(), backend, trace)
+            let backend = backend.and_then(|b| self.backends.get(b));
+            let pins = backend
+                .filter(|_| self.cel_needs.annotations)
+                .and_then(|b| b.pins.clone());
+            let id = backend.map(|b| b.id.as_str());
+            CelCx::new(self.identity.trust_domain.as_deref(), id, pins, trace)
         } else {
             CelCx::default()
         }
@@ -525,6 +529,8 @@ pub enum CompileProblem {
     NoSuchAuthorizer(String),
     /// An ExternalAuth policy without `externalAuth`.
     NoAuthorizer,
+    /// A ToolPin's pins do not compile.
+    Pins(String),
 }
 
 impl fmt::Display for CompileError {
@@ -534,6 +540,7 @@ impl fmt::Display for CompileError {
             CompileProblem::Condition(e) => f.write_str(e),
             CompileProblem::NoSuchAuthorizer(name) => write!(f, "no authorizer named {name}"),
             CompileProblem::NoAuthorizer => f.write_str("ExternalAuth needs an authorizer"),
+            CompileProblem::Pins(e) => write!(f, "pins: {e}"),
         }
     }
 }
@@ -620,6 +627,7 @@ fn compile_policies(
             needs.time |= c.program.reads_attr(Attr::Time);
             needs.params |= c.program.reads_attr(Attr::McpParams);
             needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
+            needs.annotations |= c.program.reads_attr(Attr::ToolAnnotations);
         }
         for r in rules.iter().flatten() {
             if let compiled::Source::Jwt { claims, .. } = &r.source {

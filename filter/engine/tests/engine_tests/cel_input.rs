@@ -58,6 +58,7 @@ fn eval_on(src: &str, r: &Request) -> Result<bool, String> {
         host: "a.example",
         backend: Some("ns/weather"),
         trust_domain: Some("example.org"),
+        pins: None,
     })
     .map_err(|e| e.message)
 }
@@ -162,6 +163,7 @@ fn the_string_fast_path_agrees_with_the_values() {
             host: "a.example",
             backend: None,
             trust_domain: Some("example.org"),
+            pins: None,
         };
         for name in variable_names() {
             let p = Program::compile(&format!("has({name})"), &CelLimits::default()).unwrap();
@@ -245,6 +247,7 @@ fn limits_are_enforced() {
             host: "a.example",
             backend: None,
             trust_domain: None,
+            pins: None,
         })
         .unwrap_err();
     assert!(err.budget, "{err}");
@@ -298,6 +301,7 @@ fn regex_matching_is_charged_by_text_length_and_pattern_size() {
             host: "a.example",
             backend: None,
             trust_domain: None,
+            pins: None,
         })
     };
     assert_eq!(
@@ -345,6 +349,7 @@ fn hostile_expressions_at_the_largest_limits_fit_a_wasm_sized_stack() {
                         host: "a.example",
                         backend: None,
                         trust_domain: None,
+                        pins: None,
                     });
                 }
             }

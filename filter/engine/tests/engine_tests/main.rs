@@ -12,6 +12,7 @@ mod identity_headers;
 mod leaks;
 mod listing;
 mod oauth;
+mod pins;
 mod routes;
 mod semantics;
 mod stats;

@@ -110,12 +110,20 @@ fn every_denial_and_rejection_reason_has_a_counter() {
         assert!(name.is_some(), "case {i}: no counter for {o:?}");
         seen.push(o.reason);
     }
-    // The authorizer reasons are covered by the flow's callout tests.
+    // The authorizer reasons are covered by the flow's callout tests, the pins' by pins.rs.
     let mut missing: Vec<&str> = Why::DENIALS
         .iter()
         .filter(|r| !seen.contains(r))
         .map(|r| r.as_str())
         .collect();
     missing.sort();
-    assert_eq!(missing, ["authorizer_error", "external_auth_denied"]);
+    assert_eq!(
+        missing,
+        [
+            "authorizer_error",
+            "external_auth_denied",
+            "tool_drifted",
+            "tool_not_pinned"
+        ]
+    );
 }

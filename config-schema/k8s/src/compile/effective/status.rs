@@ -235,6 +235,11 @@ impl Ctx<'_> {
                 continue;
             };
             let (back, targets) = on_backend(b, (bns, bname));
+            let pins = b
+                .backends
+                .iter()
+                .find(|x| x.namespace == bns && x.name == bname)
+                .and_then(|x| x.pins.clone());
             let scopes: Vec<Option<&[String]>> =
                 targets.iter().map(|t| t.routes.as_deref()).collect();
             let classes = routes.classes(&scopes);
@@ -314,6 +319,7 @@ impl Ctx<'_> {
                             level_view("Backend", here, elsewhere),
                         ],
                         notes,
+                        pins: pins.clone(),
                     });
                 }
             }

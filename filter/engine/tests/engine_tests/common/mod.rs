@@ -251,6 +251,10 @@ impl Filter {
     ) -> BodyAction {
         self.filter.on_trailers(e, Some(&self.request), read)
     }
+
+    pub fn take_pin_events(&mut self) -> Vec<mcp_access_engine::pins::PinEvent> {
+        self.filter.take_pin_events()
+    }
 }
 
 /// The headers an allow adds upstream; None for any other action.

@@ -1,0 +1,120 @@
+//! ToolPins: each XBackend's reviewed tools, into its bundle backend's `pins`. One ToolPin
+//! per XBackend; a second one, or one the API server would reject, is not accepted, and the
+//! XBackend it names then lists and serves no tool (fail closed) unless `--skip-rejected`.
+
+use std::collections::HashMap;
+
+use mcp_access_bundle::{self as bundle, Unpinned};
+
+use super::{cond, reason, seniority_order, status, Ctx};
+use crate::load::Item;
+use crate::types::{opt, ToolPinSpec};
+
+impl Ctx<'_> {
+    pub(super) fn tool_pins(&mut self) {
+        // XBackend -> the ToolPin that pins it (the most senior).
+        let mut claimed: HashMap<String, String> = HashMap::new();
+        for i in seniority_order(&self.m.pins) {
+            let Some(p) = self.m.pins.get(i) else {
+                continue;
+            };
+            let id = p.id();
+            let name = p
+                .spec
+                .target_ref
+                .as_ref()
+                .map(|t| opt(&t.name))
+                .unwrap_or("");
+            let backend = format!("{}/{name}", p.meta.namespace);
+            let target = format!("XBackend {backend}");
+            let c = if !self.backend_index.contains_key(&backend) {
+                self.report.unenforced.push(format!(
+                    "ToolPin {id}: XBackend {backend} is not an accepted XBackend: its tools are not pinned"
+                ));
+                cond(
+                    target,
+                    None,
+                    reason::TARGET_NOT_FOUND,
+                    format!("no accepted XBackend {backend} in the ToolPin's namespace"),
+                )
+            } else if let Some(first) = claimed.get(&backend) {
+                let message = format!(
+                    "ToolPin {first} pins this XBackend already (one ToolPin per XBackend: merge them){}",
+                    self.pin_standin_note()
+                );
+                self.pin_standin(&backend, &id);
+                cond(target, None, reason::CONFLICTED, message)
+            } else {
+                claimed.insert(backend.clone(), id.clone());
+                let pins = bundle_pins(p);
+                let message = format!(
+                    "{} tools pinned; tools not pinned: {:?}",
+                    pins.tools.len(),
+                    pins.unpinned
+                );
+                self.pins.insert(backend, pins);
+                cond(target, None, reason::ACCEPTED, message)
+            };
+            self.report.pins.push(status(p, None, vec![c]));
+        }
+        // A ToolPin the API server would reject still names the XBackend it was meant for.
+        let rejected: Vec<(String, String)> = self
+            .m
+            .rejected
+            .iter()
+            .filter(|r| r.kind == "ToolPin")
+            .filter_map(|r| {
+                let name = r.raw_spec.get("targetRef")?.get("name")?.as_str()?;
+                let backend = format!("{}/{name}", r.namespace);
+                self.backend_index
+                    .contains_key(&backend)
+                    .then(|| (backend, format!("{}/{}", r.namespace, r.name)))
+            })
+            .collect();
+        for (backend, id) in rejected {
+            self.pin_standin(&backend, &id);
+        }
+    }
+
+    /// The stand-in of a ToolPin not accepted: no tool of the XBackend passes.
+    fn pin_standin(&mut self, backend: &str, id: &str) {
+        if self.o.skip_rejected {
+            return;
+        }
+        self.pins.insert(
+            backend.to_string(),
+            bundle::ToolPins {
+                source: format!("{id} (not accepted: no tool passes)"),
+                unpinned: Unpinned::Deny,
+                tools: Vec::new(),
+            },
+        );
+    }
+
+    fn pin_standin_note(&self) -> &'static str {
+        if self.o.skip_rejected {
+            "; it is not enforced (--skip-rejected)"
+        } else {
+            "; until then no tool of the XBackend is listed or can be called"
+        }
+    }
+}
+
+/// The bundle's pins of an accepted ToolPin.
+fn bundle_pins(p: &Item<ToolPinSpec>) -> bundle::ToolPins {
+    bundle::ToolPins {
+        source: p.id(),
+        unpinned: p.spec.unpinned.unwrap_or_default(),
+        tools: p
+            .spec
+            .tools
+            .iter()
+            .flatten()
+            .map(|t| bundle::PinnedTool {
+                name: opt(&t.name).to_string(),
+                digest: opt(&t.digest).to_string(),
+                annotations: t.annotations.clone(),
+            })
+            .collect(),
+    }
+}
