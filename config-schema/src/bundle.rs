@@ -353,6 +353,43 @@ pub struct Policy {
     /// block, or on a Backend-level policy a block changed: where the rules came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
+    /// Which decision the policy takes part in (docs/semantics.md §3.8): `Enforce` (default)
+    /// both; `DryRun` only the dry-run decision, which is reported and never enforced;
+    /// `EnforceOnly` only the enforced one (the compiler sets it where a dry-run
+    /// defaults/overrides block would replace the policy's rules).
+    #[serde(default, skip_serializing_if = "PolicyMode::is_enforce")]
+    pub mode: PolicyMode,
+}
+
+/// Which decision a policy takes part in: the one the request gets, the dry-run one (the
+/// decision with every dry-run policy enforced), or both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum PolicyMode {
+    /// Both decisions: the policy is enforced.
+    #[default]
+    Enforce,
+    /// Only the dry-run decision: evaluated and reported, never enforced.
+    DryRun,
+    /// Only the enforced decision: a dry-run block replaces it in the dry-run decision.
+    EnforceOnly,
+}
+
+impl PolicyMode {
+    /// Whether this is the default, [`PolicyMode::Enforce`].
+    pub fn is_enforce(&self) -> bool {
+        *self == PolicyMode::Enforce
+    }
+
+    /// Whether the policy takes part in the enforced decision.
+    pub fn enforced(self) -> bool {
+        self != PolicyMode::DryRun
+    }
+
+    /// Whether the policy takes part in the dry-run decision.
+    pub fn in_dry_run(self) -> bool {
+        self != PolicyMode::EnforceOnly
+    }
 }
 
 /// Where a compiled policy's rules came from (decision logs and `explain` show it).

@@ -407,6 +407,11 @@ impl Validator {
             _ => {}
         }
         self.policy_listeners(b, at, p);
+        self.check(
+            p.mode != PolicyMode::EnforceOnly || p.level == Level::Backend,
+            || format!("{at}.mode"),
+            "EnforceOnly is only for Backend-level policies (those a dry-run defaults/overrides block replaces in the dry-run decision)",
+        );
         if let Some(o) = &p.origin {
             self.check(
                 !o.policy.is_empty(),

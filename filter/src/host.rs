@@ -73,10 +73,29 @@ fn increment(id: Option<u32>) {
     }
 }
 
+/// Metric ids of the loaded bundle's own counters (its dry-run policies'), defined each time
+/// a bundle loads (Envoy returns the same id for a name defined again).
+struct BundleStats {
+    /// Indexed as [`stats::dry_run_counter_names`].
+    dry_run: Vec<Option<u32>>,
+}
+
+impl BundleStats {
+    fn define(engine: &Engine) -> BundleStats {
+        BundleStats {
+            dry_run: stats::dry_run_counter_names(engine)
+                .iter()
+                .map(|n| abi::define_metric(abi::METRIC_COUNTER, n))
+                .collect(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Root {
     engine: Option<Rc<Engine>>,
     stats: Option<Rc<Stats>>,
+    bundle_stats: Option<Rc<BundleStats>>,
 }
 
 impl Context for Root {}
@@ -110,6 +129,7 @@ impl RootContext for Root {
                         memory_kib
                     ),
                 );
+                self.bundle_stats = Some(Rc::new(BundleStats::define(&engine)));
                 self.engine = Some(Rc::new(engine));
                 true
             }
@@ -124,6 +144,7 @@ impl RootContext for Root {
         Some(Box::new(Stream {
             engine: self.engine.clone()?,
             stats: self.stats.clone()?,
+            bundle_stats: self.bundle_stats.clone()?,
             flow: RequestFlow::new(),
             listing: None,
         }))
@@ -137,6 +158,7 @@ impl RootContext for Root {
 struct Stream {
     engine: Rc<Engine>,
     stats: Rc<Stats>,
+    bundle_stats: Rc<BundleStats>,
     flow: RequestFlow,
     /// The filter of a response that may carry a listing (docs/semantics.md §5.4), from the
     /// flow's allow; dropped when the response headers show it carries none.
@@ -232,9 +254,25 @@ impl Stream {
                 abi::increment_metric(id, i64::from(n));
             }
         }
+        // What a dry-run policy changed is logged as a denial is (docs/semantics.md §3.8).
+        let mut dry_run_changed = false;
+        if let Some(d) = &outcome.dry_run {
+            if let Some(c) = stats::dry_run_total(d) {
+                self.stats.inc(c);
+                dry_run_changed = true;
+            }
+            increment(
+                stats::dry_run_counter(d)
+                    .and_then(|i| self.bundle_stats.dry_run.get(i).copied().flatten()),
+            );
+        }
         let level = if outcome.allowed {
             self.stats.inc(Counter::Allowed);
-            LogLevel::Debug
+            if dry_run_changed {
+                LogLevel::Info
+            } else {
+                LogLevel::Debug
+            }
         } else {
             self.stats.inc(Counter::Denied);
             increment(

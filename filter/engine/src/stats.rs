@@ -4,6 +4,7 @@
 use mcp_access_bundle::Level;
 
 use crate::answer::Why;
+use crate::policy::{DryRunRecord, Engine};
 
 /// A counter besides the per-denial ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,17 +19,23 @@ pub enum Counter {
     CelErrors,
     /// Of those, evaluations stopped by `limits.cel.maxSteps`.
     CelStepsExceeded,
+    /// Requests allowed that the dry-run decision denies (docs/semantics.md §3.8).
+    DryRunWouldDeny,
+    /// Requests denied that the dry-run decision allows.
+    DryRunWouldAllow,
 }
 
 impl Counter {
     /// Every counter, in index order.
-    pub const ALL: [Counter; 6] = [
+    pub const ALL: [Counter; 8] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CalloutErrors,
         Counter::CalloutDispatchErrors,
         Counter::CelErrors,
         Counter::CelStepsExceeded,
+        Counter::DryRunWouldDeny,
+        Counter::DryRunWouldAllow,
     ];
 
     /// Position in [`Counter::ALL`].
@@ -44,7 +51,39 @@ impl Counter {
             Counter::CalloutDispatchErrors => "mcp_access.callout.dispatch_errors",
             Counter::CelErrors => "mcp_access.cel.errors",
             Counter::CelStepsExceeded => "mcp_access.cel.steps_exceeded",
+            Counter::DryRunWouldDeny => "mcp_access.dry_run.would_deny",
+            Counter::DryRunWouldAllow => "mcp_access.dry_run.would_allow",
         }
+    }
+}
+
+/// The counters of one dry-run policy: `mcp_access.dry_run.policy.<namespace>/<name>.would_deny`
+/// and `.would_allow`, for each of [`Engine::dry_run_policies`] in order (see
+/// [`dry_run_counter`]).
+pub fn dry_run_counter_names(engine: &Engine) -> Vec<String> {
+    engine
+        .dry_run_policies()
+        .iter()
+        .filter_map(|pid| engine.policies.get(*pid))
+        .flat_map(|p| {
+            ["would_deny", "would_allow"]
+                .map(|what| format!("mcp_access.dry_run.policy.{}.{what}", p.id))
+        })
+        .collect()
+}
+
+/// Index into [`dry_run_counter_names`] of what a dry-run record counts per policy.
+pub fn dry_run_counter(record: &DryRunRecord) -> Option<usize> {
+    let i = record.counter.filter(|_| record.changed)?;
+    Some(i * 2 + usize::from(record.allowed))
+}
+
+/// The global counter a dry-run record counts in, if the dry-run decision differs.
+pub fn dry_run_total(record: &DryRunRecord) -> Option<Counter> {
+    match (record.changed, record.allowed) {
+        (false, _) => None,
+        (true, false) => Some(Counter::DryRunWouldDeny),
+        (true, true) => Some(Counter::DryRunWouldAllow),
     }
 }
 
@@ -141,7 +180,9 @@ mod tests {
                 "mcp_access.callout.errors",
                 "mcp_access.callout.dispatch_errors",
                 "mcp_access.cel.errors",
-                "mcp_access.cel.steps_exceeded"
+                "mcp_access.cel.steps_exceeded",
+                "mcp_access.dry_run.would_deny",
+                "mcp_access.dry_run.would_allow"
             ]
         );
     }

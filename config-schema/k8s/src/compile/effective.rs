@@ -205,6 +205,7 @@ impl Scope<'_> {
                         strategy: Some(b.strategy),
                         note: String::new(),
                     }),
+                    mode: bundle::PolicyMode::Enforce,
                 })
             }
         }

@@ -190,6 +190,7 @@ impl Ctx<'_> {
                 not_accepted: None,
                 listeners: Vec::new(),
                 origin: None,
+                mode: bundle::PolicyMode::Enforce,
             });
         }
         if !t.standin.is_empty() && !self.o.skip_rejected {
@@ -650,6 +651,7 @@ impl Ctx<'_> {
                 not_accepted: None,
                 listeners: Vec::new(),
                 origin: None,
+                mode: bundle::PolicyMode::Enforce,
             }],
             deny_response: Default::default(),
             listings: Default::default(),
@@ -737,6 +739,7 @@ fn standin(
         not_accepted: Some(why),
         listeners: Vec::new(),
         origin: None,
+        mode: bundle::PolicyMode::Enforce,
     }
 }
 

@@ -15,7 +15,9 @@ use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
 use crate::listing::ListingFilter;
 use crate::mcp::{self, ParseError, ParseLimits};
-use crate::policy::{AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step};
+use crate::policy::{
+    AuthzCall, AuthzOutcome, Decision, DryRunRecord, Engine, Evaluation, HeaderEdit, Step, View,
+};
 use crate::request::{McpOp, Request, Target};
 
 pub use drive::{drive, Reply};
@@ -526,7 +528,9 @@ impl RequestFlow {
         };
         let name = self.authorizer_name(engine, slot);
         let mut report = CalloutReport::of(name, Some(latency_ms), &outcome, note);
-        report.metadata = metadata;
+        // A dry-run authorizer's answer is recorded, never applied.
+        let dry_run_only = self.eval.as_ref().is_some_and(|ev| ev.dry_run_only(slot));
+        report.metadata = metadata.filter(|_| !dry_run_only);
         self.reports.push(report);
         if let Some(ev) = &mut self.eval {
             ev.complete(slot, outcome);
@@ -705,9 +709,12 @@ impl RequestFlow {
         outcome.backend = backend;
         outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
         let decision = match decision {
-            Decision::Allow { .. } => self.judge_named_items(engine).unwrap_or(decision),
+            Decision::Allow { .. } => self
+                .judge_named_items(engine, View::Enforced)
+                .unwrap_or(decision),
             deny => deny,
         };
+        outcome.dry_run = self.dry_run(engine, &decision);
         match decision {
             Decision::Allow {
                 mut add_headers,
@@ -759,7 +766,7 @@ impl RequestFlow {
     /// them passes as a call of that item alone (docs/semantics.md §4): a
     /// `subscriptions/listen`'s resource URIs as `resources/subscribe`, a
     /// `completion/complete`'s prompt or resource as `prompts/get` / `resources/read`.
-    fn judge_named_items(&self, engine: &Engine) -> Option<Decision> {
+    fn judge_named_items(&self, engine: &Engine, view: View) -> Option<Decision> {
         let method = self.req.as_ref()?.mcp.method()?;
         let subscribes_as = mcp_methods::subscribes_as(method);
         let subscriptions = self
@@ -776,11 +783,28 @@ impl RequestFlow {
         for (judged_as, key, value) in items {
             // Judged as a call of that item alone: never with the request's own params.
             probe.as_item_call(judged_as, Some(key), Some(value), engine.cel_needs().params);
-            if let Some(d) = engine.item_denial(&probe) {
+            if let Some(d) = engine.item_denial_in(view, &probe) {
                 return Some(Decision::Deny(d));
             }
         }
         None
+    }
+
+    /// What the dry-run decision says beside the enforced `decision` (docs/semantics.md
+    /// §3.8), with the items a request names judged in it as well.
+    fn dry_run(&self, engine: &Engine, decision: &Decision) -> Option<DryRunRecord> {
+        let ev = self.eval.as_ref()?;
+        let dry = ev.dry_run_decision()?;
+        let dry = match dry {
+            Decision::Allow { .. } => self.judge_named_items(engine, View::DryRun),
+            Decision::Deny(_) => None,
+        }
+        .unwrap_or_else(|| dry.clone());
+        let enforced = match decision {
+            Decision::Allow { .. } => (true, None),
+            Decision::Deny(d) => (false, d.level),
+        };
+        ev.dry_run_record(engine, &dry, enforced)
     }
 
     fn base_outcome(&self) -> Outcome {
@@ -808,6 +832,7 @@ impl RequestFlow {
                 .or_else(|| jwt.as_ref().map(|j| format!("jwt:{j}"))),
             jwt,
             cel_errors: (0, 0),
+            dry_run: None,
         }
     }
 

@@ -3,13 +3,15 @@
 use mcp_access_bundle::Level;
 
 use crate::answer::Why;
+use crate::policy::DryRunRecord;
 
 /// How the request ended, for stats, logs and filter state.
 ///
-/// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `decision` (`allow` or
-/// `deny`), `jwt`, `level`, `listener`, `method`, `name`, `origin`, `policy`, `reason`, `rule`,
-/// `status`;
-/// absent values are `null`. `caller` is the SPIFFE ID when the certificate (or trusted header)
+/// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `cel_errors`, `decision`
+/// (`allow` or `deny`), `dry_run`, `jwt`, `level`, `listener`, `method`, `name`, `origin`,
+/// `policy`, `reason`, `rule`, `status`; absent values are `null`. `dry_run` (docs/semantics.md
+/// §3.8) is an object with `decision`, `level`, `reason`, `policy`, `rule` of the dry-run
+/// decision, `authorizers` (dry-run authorizer calls: `{policy, answer}`) and `not_called`. `caller` is the SPIFFE ID when the certificate (or trusted header)
 /// identifies the caller, else `jwt:<iss>#<sub>` of its verified JWT, else `null`; `jwt` is
 /// `<iss>#<sub>` of the verified JWT (with or without a SPIFFE ID), `<iss>` without a `sub`;
 /// `cel_errors` is the number of CEL conditions that erred (0 without CEL).
@@ -37,6 +39,8 @@ pub struct Outcome {
     /// CEL evaluations that erred (errors count against the caller), and of those the ones
     /// stopped by the step limit.
     pub cel_errors: (u32, u32),
+    /// What dry-run policies would have changed, if anything.
+    pub dry_run: Option<DryRunRecord>,
 }
 
 impl Outcome {
@@ -54,6 +58,12 @@ impl Outcome {
         push_u32(&mut out, self.cel_errors.0);
         out.push_str(",\"decision\":");
         push_str(&mut out, if self.allowed { "allow" } else { "deny" });
+        out.push_str(",\"dry_run\":");
+        match &self.dry_run {
+            // Rare: written with serde_json (its keys in the same order).
+            Some(d) => out.push_str(&dry_run_json(d).to_string()),
+            None => out.push_str("null"),
+        }
         out.push_str(",\"jwt\":");
         push_opt_str(&mut out, self.jwt.as_deref());
         out.push_str(",\"level\":");
@@ -80,6 +90,27 @@ impl Outcome {
         out.push('}');
         out
     }
+}
+
+/// The `dry_run` object of a decision.
+pub(crate) fn dry_run_json(d: &DryRunRecord) -> serde_json::Value {
+    let authorizers: Vec<serde_json::Value> = d
+        .authorizers
+        .iter()
+        .map(|(policy, answer)| serde_json::json!({"policy": policy, "answer": answer}))
+        .collect();
+    serde_json::json!({
+        "decision": if d.allowed { "allow" } else { "deny" },
+        "level": d.level.map(|l| l.as_str()),
+        "reason": match d.reason {
+            Some(r) => Why::Denied(r).as_str(),
+            None => Why::Allowed.as_str(),
+        },
+        "policy": d.policy,
+        "rule": d.rule,
+        "authorizers": authorizers,
+        "not_called": d.not_called,
+    })
 }
 
 fn push_opt_str(out: &mut String, s: Option<&str>) {
@@ -165,6 +196,7 @@ mod tests {
             "caller": o.caller,
             "jwt": o.jwt,
             "cel_errors": o.cel_errors.0,
+            "dry_run": o.dry_run.as_ref().map(dry_run_json),
         })
         .to_string()
     }
@@ -186,6 +218,17 @@ mod tests {
             caller: Some("spiffe://example.org/ns/a/sa/b".into()),
             jwt: Some("https://idp.example/\u{2028}#u\"1".into()),
             cel_errors: (3, 1),
+            dry_run: Some(DryRunRecord {
+                changed: true,
+                allowed: false,
+                level: Some(Level::Gateway),
+                reason: Some(crate::policy::Reason::NotAllowed),
+                policy: Some("ns/dry\"run".into()),
+                rule: None,
+                authorizers: vec![("ns/a".into(), "deny 403".into())],
+                not_called: vec!["ns/b".into()],
+                counter: Some(0),
+            }),
         };
         let empty = Outcome {
             allowed: true,
@@ -202,6 +245,7 @@ mod tests {
             caller: None,
             jwt: None,
             cel_errors: (0, 0),
+            dry_run: None,
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));

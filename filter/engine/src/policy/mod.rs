@@ -3,6 +3,7 @@
 
 mod compiled;
 mod cx;
+mod dry_run;
 mod eval;
 
 use std::collections::{HashMap, HashSet};
@@ -18,8 +19,9 @@ use compiled::{compile_cels, compile_rule};
 pub use compiled::{Cel, Mode};
 pub use cx::CelRecord;
 pub(crate) use cx::{Applies, CelCx};
+pub use dry_run::{DryRunRecord, Evaluation, View};
+pub(crate) use eval::TraceEntry;
 pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
-pub(crate) use eval::{Evaluation, TraceEntry};
 use mcp_access_bundle::gateway_api::HostPattern;
 
 use crate::request::{Request, Target};
@@ -211,6 +213,8 @@ pub struct LevelIndex {
 #[derive(Debug)]
 pub struct Engine {
     pub policies: Vec<compiled::Policy>,
+    /// The indexes of the dry-run decision, where some policy takes part in one decision only.
+    pub(crate) dry: Option<dry_run::DryRunView>,
     pub(crate) authorizers: Vec<Authorizer>,
     pub listeners: Vec<compiled::Listener>,
     pub backends: Vec<compiled::Backend>,
@@ -257,8 +261,10 @@ impl Engine {
         let order: Vec<&bundle::Policy> = numbered.iter().map(|(_, p)| *p).collect();
         let compiled = compile_policies(b, &numbered)?;
         let policies = compiled.policies;
-        let listeners = index_listeners(b, &order, &policies);
-        let backends = index_backends(b, &order, &policies, &listeners);
+        let listeners = index_listeners(b, &order, &policies, View::Enforced);
+        let backends = index_backends(b, &order, &policies, &listeners, View::Enforced);
+        let dry =
+            dry_run::DryRunView::build(b, &order, &policies, (&listeners, &backends.backends));
         let mut origins = HashMap::new();
         for p in &policies {
             if let Some(o) = &p.origin {
@@ -266,6 +272,7 @@ impl Engine {
             }
         }
         Ok(Engine {
+            dry,
             origins,
             policies,
             authorizers: b.authorizers.clone(),
@@ -415,7 +422,12 @@ impl Engine {
     /// (listings). None: the item passes; else why it would be denied. Rules read the item
     /// from `probe.mcp` (so would a CEL rule's `request.mcp.*`).
     pub fn item_denial(&self, probe: &Request) -> Option<Denial> {
-        let (level, rule) = self.item_refusal(probe)?;
+        self.item_denial_in(View::Enforced, probe)
+    }
+
+    /// [`Engine::item_denial`] in the decision of `view`.
+    pub fn item_denial_in(&self, view: View, probe: &Request) -> Option<Denial> {
+        let (level, rule) = self.item_refusal_in(view, probe)?;
         Some(match rule {
             Some(r) => {
                 let mut d = Denial::of(Some(level), Reason::DenyPolicy);
@@ -430,24 +442,13 @@ impl Engine {
     /// the item passes, else the level that refuses it and the Deny rule that matched it
     /// (None: no Allow rule admitted it).
     pub(crate) fn item_refusal(&self, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
+        self.item_refusal_in(View::Enforced, probe)
+    }
+
+    fn item_refusal_in(&self, view: View, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
         let scope = probe.target;
-        let levels = [
-            (
-                Level::Gateway,
-                scope
-                    .listener
-                    .and_then(|i| self.listeners.get(i))
-                    .map(|l| &l.index),
-            ),
-            (
-                Level::Backend,
-                scope
-                    .backend
-                    .and_then(|i| self.backends.get(i))
-                    .map(|b| b.index_for(scope.listener)),
-            ),
-        ];
-        for (level, index) in levels {
+        for level in [Level::Gateway, Level::Backend] {
+            let index = self.level_index(view, level, scope);
             let Some(index) = index else {
                 if level == Level::Gateway || self.unknown_backend == UnknownBackend::Deny {
                     return Some((level, None));
@@ -467,6 +468,30 @@ impl Engine {
     /// Starts evaluating a request.
     pub fn begin(&self, req: &Request, trace: bool) -> Evaluation {
         Evaluation::new(self, req, trace)
+    }
+
+    /// What is attached at `level` for a request judged at `target`, in the decision of
+    /// `view`; None: no listener, or no backend.
+    pub(crate) fn level_index(
+        &self,
+        view: View,
+        level: Level,
+        target: Target,
+    ) -> Option<&LevelIndex> {
+        let (listeners, backends) = match (view, &self.dry) {
+            (View::DryRun, Some(d)) => (&d.listeners, &d.backends),
+            _ => (&self.listeners, &self.backends),
+        };
+        match level {
+            Level::Gateway => target
+                .listener
+                .and_then(|i| listeners.get(i))
+                .map(|l| &l.index),
+            Level::Backend => target
+                .backend
+                .and_then(|i| backends.get(i))
+                .map(|b| b.index_for(target.listener)),
+        }
     }
 }
 
@@ -632,16 +657,19 @@ fn compile_policies(
             rules,
             when,
             origin: p.origin.as_ref().map(ToString::to_string),
+            mode: p.mode,
         });
     }
     Ok(out)
 }
 
-/// One index per Gateway listener, of the Gateway-level policies attached to it.
+/// One index per Gateway listener, of the Gateway-level policies attached to it that take
+/// part in `view`'s decision.
 fn index_listeners(
     b: &ValidBundle,
     order: &[&bundle::Policy],
     policies: &[compiled::Policy],
+    view: View,
 ) -> Vec<compiled::Listener> {
     let mut listeners = Vec::new();
     for g in &b.gateways {
@@ -655,7 +683,7 @@ fn index_listeners(
                             && t.section_name.as_ref().is_none_or(|s| s == &l.name)
                     });
                 if attached {
-                    index.attach(pid, policies);
+                    index.attach(pid, policies, view);
                 }
             }
             listeners.push(compiled::Listener {
@@ -677,12 +705,13 @@ struct BackendIndex {
 }
 
 /// One index per Backend, of the Backend-level policies attached to it (and one per listener
-/// that some of them are narrowed to).
+/// that some of them are narrowed to) that take part in `view`'s decision.
 fn index_backends(
     b: &ValidBundle,
     order: &[&bundle::Policy],
     policies: &[compiled::Policy],
     listeners: &[compiled::Listener],
+    view: View,
 ) -> BackendIndex {
     // Backend-level policies by the (namespace, name) they target, most senior first, each
     // once: one pass over the policies instead of one per backend.
@@ -732,7 +761,7 @@ fn index_backends(
                 .filter_map(|t| listener_of(p, t))
                 .collect();
             if p.listeners.is_empty() {
-                index.attach(pid, policies);
+                index.attach(pid, policies, view);
             }
             attached.push((pid, only));
         }
@@ -749,7 +778,7 @@ fn index_backends(
                 for (pid, only) in &attached {
                     let p = order.get(*pid);
                     if p.is_some_and(|p| p.listeners.is_empty()) || only.contains(&l) {
-                        ix.attach(*pid, policies);
+                        ix.attach(*pid, policies, view);
                     }
                 }
                 (l, ix)
@@ -784,8 +813,11 @@ impl Default for LevelIndex {
 }
 
 impl LevelIndex {
-    fn attach(&mut self, pid: PolicyId, policies: &[compiled::Policy]) {
-        let Some(p) = policies.get(pid) else { return };
+    /// Attaches policy `pid` if it takes part in `view`'s decision.
+    fn attach(&mut self, pid: PolicyId, policies: &[compiled::Policy], view: View) {
+        let Some(p) = policies.get(pid).filter(|p| view.includes(p.mode)) else {
+            return;
+        };
         match p.action {
             compiled::Action::ExternalAuth { .. } => self.external_auth.push(pid),
             compiled::Action::Deny | compiled::Action::Allow => {
