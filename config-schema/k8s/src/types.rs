@@ -30,8 +30,7 @@ pub(crate) struct ObjectMeta {
     pub(crate) namespace: Option<String>,
     pub(crate) creation_timestamp: Option<String>,
     pub(crate) labels: Option<BTreeMap<String, String>>,
-    #[serde(rename = "annotations")]
-    _annotations: Option<BTreeMap<String, String>>,
+    pub(crate) annotations: Option<BTreeMap<String, String>>,
     #[serde(rename = "generateName")]
     _generate_name: Option<String>,
     #[serde(rename = "uid")]
@@ -695,6 +694,11 @@ pub struct PolicySpecV1 {
     /// of a merged default ExternalAuth block) to remove.
     #[schemars(length(max = 16), inner(length(min = 1, max = 253)), extend("x-kubernetes-list-type" = "set"))]
     pub(crate) unset: Option<Vec<String>>,
+    /// `Enforce` (default) or `DryRun`: a dry-run policy is evaluated beside the others and
+    /// what it would change is reported (decision log, filter state, counters), never
+    /// enforced. (On an `XAccessPolicy`: the annotation `mcp-access.io/dry-run: "true"`.)
+    #[schemars(extend("enum" = ["Enforce", "DryRun"]))]
+    pub(crate) mode: Option<String>,
 }
 
 /// A defaults or overrides block (docs/semantics.md, "Defaults and overrides").

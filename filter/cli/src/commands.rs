@@ -321,7 +321,12 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
             for s in &l.steps {
                 out.push_str(&format!("    {}\n", s.step));
                 for p in &s.policies {
-                    out.push_str(&format!("      {}  from {}\n", p.policy, p.from));
+                    let mode = match p.mode.as_deref() {
+                        Some("DryRun") => "  (dry run: reported, never enforced)",
+                        Some(_) => "  (enforced; a dry-run block replaces it in the dry run)",
+                        None => "",
+                    };
+                    out.push_str(&format!("      {}  from {}{mode}\n", p.policy, p.from));
                     for w in &p.when {
                         out.push_str(&format!("        when {w}\n"));
                     }

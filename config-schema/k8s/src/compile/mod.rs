@@ -8,6 +8,7 @@
 //! [`rules`] (their access rules), and [`grants`] (ReferenceGrants).
 
 mod backends;
+mod dry_run;
 mod effective;
 mod gateways;
 mod grants;

@@ -82,6 +82,9 @@ struct PolicyContent {
     problem: Result<(), Problem>,
     /// Where the rules are: `spec`, or `spec.defaults` / `spec.overrides`.
     rules_at: String,
+    /// A dry-run policy (docs/semantics.md §3.8): its bundle policy, block or stand-in
+    /// takes part in the dry-run decision only.
+    dry_run: bool,
 }
 
 impl Ctx<'_> {
@@ -127,7 +130,8 @@ impl Ctx<'_> {
             };
             self.report.policies.push(status(p, Some(seniority), conds));
         }
-        self.apply_blocks(&blocks, &mut out, &mut authorizers);
+        self.apply_blocks_both(&blocks, &mut out, &mut authorizers);
+        self.dry_run_statuses();
         (out, authorizers)
     }
 
@@ -147,6 +151,11 @@ impl Ctx<'_> {
             _ => Level::Backend,
         };
         let content = self.policy_content(p);
+        let mode = if content.dry_run {
+            bundle::PolicyMode::DryRun
+        } else {
+            bundle::PolicyMode::Enforce
+        };
         let mut t = self.policy_targets(p, &content, per_target);
         let name = self.bundle_name(p);
         if name != p.meta.name {
@@ -190,7 +199,7 @@ impl Ctx<'_> {
                 not_accepted: None,
                 listeners: Vec::new(),
                 origin: None,
-                mode: bundle::PolicyMode::Enforce,
+                mode,
             });
         }
         if !t.standin.is_empty() && !self.o.skip_rejected {
@@ -297,6 +306,9 @@ impl Ctx<'_> {
         if self.o.skip_rejected {
             return "; the policy is not enforced (--skip-rejected)".into();
         }
+        if c.dry_run {
+            return "; a dry run: its fail-closed stand-in is a dry run too (reported, never enforced)".into();
+        }
         match (c.action, c.deny_all) {
             (_, true) => "; enforced fail-closed: every request to this target is denied".into(),
             (Action::Allow, false) => {
@@ -382,10 +394,17 @@ impl Ctx<'_> {
     }
 
     fn policy_content(&self, p: &Item<PolicySpec>) -> PolicyContent {
-        match &p.spec {
+        let mut c = match &p.spec {
             PolicySpec::V1(s) => self.content_v1(p, s),
             PolicySpec::V0(s) => self.content_v0(p, s),
+        };
+        match super::dry_run::dry_run_of(p) {
+            Ok(dry_run) => c.dry_run = dry_run,
+            // Which was meant is unknown: not accepted, and its stand-in enforced.
+            Err(e) if c.problem.is_ok() => c.problem = Err((reason::INVALID, e)),
+            Err(_) => {}
         }
+        c
     }
 
     /// v1alpha1 (and the AccessPolicy kind): an action for the whole policy, rules that
@@ -601,6 +620,7 @@ impl Ctx<'_> {
                 None => Ok(()),
             },
             rules_at: "spec".into(),
+            dry_run: false,
         }
     }
 
@@ -696,6 +716,7 @@ fn block_policy(
                 .map_err(|e| e.to_string())
         }),
         targets: targets.to_vec(),
+        dry_run: content.dry_run,
     }
 }
 
@@ -739,7 +760,12 @@ fn standin(
         not_accepted: Some(why),
         listeners: Vec::new(),
         origin: None,
-        mode: bundle::PolicyMode::Enforce,
+        // A dry-run policy's mistake closes nothing: its stand-in is a dry run too.
+        mode: if content.dry_run {
+            bundle::PolicyMode::DryRun
+        } else {
+            bundle::PolicyMode::Enforce
+        },
     }
 }
 

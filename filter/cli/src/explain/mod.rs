@@ -3,6 +3,7 @@
 //! authorizer callouts answered from `--assume`, and the response the client gets.
 
 mod assume;
+mod dry_run;
 mod flow;
 mod request;
 mod route;
@@ -18,6 +19,7 @@ use mcp_access_engine::request::McpOp;
 use mcp_access_k8s::Topology;
 use serde::Serialize;
 
+pub use dry_run::DryRunView;
 use flow::Ran;
 use request::Prepared;
 use route::{RouterAnswer, Routing};
@@ -143,6 +145,10 @@ pub struct Explanation {
     /// Allow: the headers the filter sets on the upstream request (later replaces earlier).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub add_headers: Option<Vec<HeaderView>>,
+    /// Where dry-run policies concern the request: the decision with them enforced
+    /// (docs/semantics.md §3.8), never enforced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<DryRunView>,
 }
 
 /// Which part of the path answered the request.
@@ -200,6 +206,9 @@ pub struct CallView {
     pub(crate) assumed: String,
     /// Whether an `--assume` named it (else allow was assumed).
     pub given: bool,
+    /// A dry-run policy's authorizer: its answer is recorded, never applied.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// One line of the filter's decision trace.
@@ -318,6 +327,7 @@ fn explanation(
     } else {
         Stage::Policy
     };
+    let dry_run = dry_run::dry_run_view(flow, &outcome);
     Ok(Explanation {
         request: request_view(req, ran),
         listener: outcome.listener.clone(),
@@ -337,6 +347,7 @@ fn explanation(
         status: outcome.status,
         response: None,
         add_headers: None,
+        dry_run,
     })
 }
 

@@ -5,6 +5,7 @@ mod common;
 mod behaviour;
 mod cli;
 mod defaults_overrides;
+mod dry_run;
 mod explain;
 mod explain_cel;
 mod explain_flow;

@@ -2,6 +2,7 @@
 //! headers -> (body) -> parse -> evaluate -> (callouts) -> answer.
 
 mod drive;
+mod dry_run;
 mod gather;
 mod outcome;
 
@@ -16,7 +17,7 @@ use crate::canon::canonical_path;
 use crate::listing::ListingFilter;
 use crate::mcp::{self, ParseError, ParseLimits};
 use crate::policy::{
-    AuthzCall, AuthzOutcome, Decision, DryRunRecord, Engine, Evaluation, HeaderEdit, Step, View,
+    AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step, View,
 };
 use crate::request::{McpOp, Request, Target};
 
@@ -766,7 +767,7 @@ impl RequestFlow {
     /// them passes as a call of that item alone (docs/semantics.md §4): a
     /// `subscriptions/listen`'s resource URIs as `resources/subscribe`, a
     /// `completion/complete`'s prompt or resource as `prompts/get` / `resources/read`.
-    fn judge_named_items(&self, engine: &Engine, view: View) -> Option<Decision> {
+    pub(super) fn judge_named_items(&self, engine: &Engine, view: View) -> Option<Decision> {
         let method = self.req.as_ref()?.mcp.method()?;
         let subscribes_as = mcp_methods::subscribes_as(method);
         let subscriptions = self
@@ -788,23 +789,6 @@ impl RequestFlow {
             }
         }
         None
-    }
-
-    /// What the dry-run decision says beside the enforced `decision` (docs/semantics.md
-    /// §3.8), with the items a request names judged in it as well.
-    fn dry_run(&self, engine: &Engine, decision: &Decision) -> Option<DryRunRecord> {
-        let ev = self.eval.as_ref()?;
-        let dry = ev.dry_run_decision()?;
-        let dry = match dry {
-            Decision::Allow { .. } => self.judge_named_items(engine, View::DryRun),
-            Decision::Deny(_) => None,
-        }
-        .unwrap_or_else(|| dry.clone());
-        let enforced = match decision {
-            Decision::Allow { .. } => (true, None),
-            Decision::Deny(d) => (false, d.level),
-        };
-        ev.dry_run_record(engine, &dry, enforced)
     }
 
     fn base_outcome(&self) -> Outcome {

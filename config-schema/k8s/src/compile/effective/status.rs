@@ -277,6 +277,11 @@ fn level_view(level: &str, policies: Vec<&bundle::Policy>) -> EffectiveLevel {
                     })
                 },
                 authorizer: p.external_auth.clone(),
+                mode: match p.mode {
+                    bundle::PolicyMode::Enforce => None,
+                    bundle::PolicyMode::DryRun => Some("DryRun".into()),
+                    bundle::PolicyMode::EnforceOnly => Some("EnforceOnly".into()),
+                },
             })
             .collect();
         (!entries.is_empty()).then(|| EffectiveStep {
