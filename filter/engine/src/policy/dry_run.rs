@@ -383,7 +383,7 @@ fn answer(outcome: Option<&AuthzOutcome>) -> String {
 /// Hands call `c` of one decision (`view`) to the shared calls: joined to a call of the same
 /// policy (answered at once when that one was), or made anew (added to `out`). A Backend-level
 /// call of the dry-run decision is not made when the enforced decision denied at the
-/// Gateway level (docs/semantics.md §3.4: no Backend-level authorizer is then called); the
+/// Gateway level (docs/semantics.md §3.1: no Backend-level authorizer is then called); the
 /// dry-run decision takes it as allowed. True when a call was answered at once.
 fn route(
     main: &mut Run,
