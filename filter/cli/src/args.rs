@@ -111,6 +111,10 @@ pub(crate) enum Command {
     },
     /// Run one request through the filter's request flow; print the response and the trace.
     Explain(Box<ExplainArgs>),
+    /// Run decision tests (PolicyTest documents, docs/policy-tests.md): each case's request
+    /// through the filter's request flow, its decision compared with the expected one. Exits
+    /// 5 when a case fails, 1 when a test document cannot run.
+    Test(TestArgs),
     /// Print the effective policy of each (Gateway listener, XBackend): every level and
     /// step with its rules and where they came from (the policy, or the defaults/overrides
     /// block and strategy of a Gateway policy), and what blocks replaced or left out.
@@ -361,6 +365,28 @@ pub(crate) struct EnvoyArgs {
 }
 
 #[derive(Args)]
+pub(crate) struct TestArgs {
+    /// Test files, or directories of them (their .yaml/.yml files).
+    #[arg(required = true, value_name = "TESTS")]
+    pub(crate) tests: Vec<PathBuf>,
+    /// Manifests of test documents that name none (`spec.manifests`).
+    #[arg(short = 'f', long = "filename")]
+    pub(crate) files: Vec<PathBuf>,
+    /// Read manifest directories recursively.
+    #[arg(short = 'R', long)]
+    pub(crate) recursive: bool,
+    #[command(flatten)]
+    pub(crate) compile: CompileArgs,
+    /// Test what compile --allow-not-accepted writes (policies not accepted enforced by their
+    /// fail-closed stand-ins) instead of failing on them.
+    #[arg(long)]
+    pub(crate) allow_not_accepted: bool,
+    /// Also write the results as JUnit XML to this file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) junit: Option<PathBuf>,
+}
+
+#[derive(Args)]
 pub(crate) struct ExplainArgs {
     /// A compiled bundle (its JWT providers are those it was compiled with).
     #[arg(long, conflicts_with_all = ["files", "jwt_providers"])]
@@ -422,6 +448,9 @@ pub(crate) struct ExplainArgs {
     /// The request body as sent (else built from --mcp-method / --tool / --prompt / --uri).
     #[arg(long, conflicts_with = "mcp_method")]
     pub(crate) body: Option<String>,
+    /// `params.arguments` of the request (a JSON object), e.g. for CEL rules that read them.
+    #[arg(long, value_name = "JSON", conflicts_with = "body")]
+    pub(crate) arguments: Option<String>,
     /// Authorizer outcome to assume: POLICY=allow|deny[:STATUS]|error (POLICY: an ExternalAuth
     /// policy's NAMESPACE/NAME or NAME, the authorizer name, or `*`; STATUS 300-499). Unlisted
     /// authorizers are assumed to allow; a key naming none is an error.

@@ -11,11 +11,11 @@ use mcp_access_cli::{checks, jwt};
 
 use crate::args::{
     EnvoyArgs, ExplainArgs, Format, Input, ListenerNamesArg, Output, PlatformArg, PlatformArgs,
-    ReportArgs, WasmArg,
+    ReportArgs, TestArgs, WasmArg,
 };
 use crate::{
     build, exit_code, not_accepted, options, pairs, render_report, serialize, write_out,
-    EXIT_DANGLING, EXIT_INVALID, EXIT_NOT_ACCEPTED,
+    EXIT_DANGLING, EXIT_INVALID, EXIT_NOT_ACCEPTED, EXIT_TEST_FAILED,
 };
 
 /// `validate`: the report on standard output; exit 1 (invalid), 4 (dangling) or 3 (not
@@ -434,6 +434,17 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
         service_account: a.service_account,
         mcp_method,
         param,
+        arguments: match &a.arguments {
+            None => None,
+            Some(text) => {
+                let v: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|e| format!("--arguments: not JSON: {e}"))?;
+                if !v.is_object() {
+                    return Err("--arguments: must be a JSON object".into());
+                }
+                Some(v)
+            }
+        },
         body: a.body,
         assume,
         jwt_claims: match &a.jwt_claims {
@@ -454,6 +465,32 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
         f => print!("{}", serialize(&e, f)?),
     }
     Ok(0)
+}
+
+/// `test`: every case of every test document; the report on standard output.
+pub(crate) fn test(a: TestArgs) -> Result<u8, String> {
+    use mcp_access_cli::policy_test;
+    let docs = policy_test::load(&a.tests)?;
+    let inputs = policy_test::Inputs {
+        files: a.files.clone(),
+        namespace: a.compile.namespace.clone(),
+        recursive: a.recursive,
+        options: options(&a.compile)?,
+        allow_not_accepted: a.allow_not_accepted,
+    };
+    let results = policy_test::run(&docs, &inputs);
+    print!("{}", policy_test::to_text(&results));
+    if let Some(path) = &a.junit {
+        let xml = policy_test::junit_xml(&results)?;
+        std::fs::write(path, xml).map_err(|e| format!("--junit {}: {e}", path.display()))?;
+    }
+    Ok(if results.iter().any(|r| r.error.is_some()) {
+        EXIT_INVALID
+    } else if results.iter().any(|r| r.failed() > 0) {
+        EXIT_TEST_FAILED
+    } else {
+        0
+    })
 }
 
 /// For an `--assume` key that names a policy of the manifests with nothing in the bundle

@@ -6,3 +6,4 @@ pub mod envoy;
 pub mod explain;
 pub mod jwt;
 pub mod manifests;
+pub mod policy_test;

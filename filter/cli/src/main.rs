@@ -25,6 +25,8 @@ const EXIT_INVALID: u8 = 1;
 const EXIT_NOT_ACCEPTED: u8 = 3;
 /// Exit code: `validate` found references that lead nowhere (without --allow-dangling).
 const EXIT_DANGLING: u8 = 4;
+/// Exit code: `test` found a case whose decision is not the expected one.
+const EXIT_TEST_FAILED: u8 = 5;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -89,6 +91,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             report,
         } => commands::envoy(&input, envoy, &output, bundle_out, ecds, &report),
         Command::Explain(a) => commands::explain(*a),
+        Command::Test(a) => commands::test(a),
         Command::Status { input, format } => commands::status(&input, format),
         Command::Effective {
             input,

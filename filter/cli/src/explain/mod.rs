@@ -94,6 +94,8 @@ pub struct RequestSpec {
     pub mcp_method: Option<String>,
     /// Tool / prompt name or resource URI.
     pub param: Option<String>,
+    /// `params.arguments` of the request built from `mcp_method` (a JSON object).
+    pub arguments: Option<serde_json::Value>,
     /// The request body, sent as it is (else built from `mcp_method` and `param`).
     pub body: Option<String>,
     /// Authorizer outcomes by policy (`ns/name` or `name`), authorizer name, or `*`.

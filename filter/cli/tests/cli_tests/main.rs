@@ -12,4 +12,5 @@ mod explain_flow;
 mod fail_closed;
 mod mistakes;
 mod policy_language;
+mod policy_test;
 mod settings;
