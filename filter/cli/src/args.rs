@@ -115,6 +115,11 @@ pub(crate) enum Command {
     /// through the filter's request flow, its decision compared with the expected one. Exits
     /// 5 when a case fails, 1 when a test document cannot run.
     Test(TestArgs),
+    /// Which callers may call a tool (prompt, resource URI) of an XBackend: per listener that
+    /// routes to it, each caller the policies tell apart (SPIFFE IDs and ServiceAccounts,
+    /// classes of verified tokens, every other caller), under which policies and rules, and
+    /// what decides at run time (authorizers, CEL, HTTP conditions).
+    WhoCan(WhoCanArgs),
     /// Print the effective policy of each (Gateway listener, XBackend): every level and
     /// step with its rules and where they came from (the policy, or the defaults/overrides
     /// block and strategy of a Gateway policy), and what blocks replaced or left out.
@@ -384,6 +389,36 @@ pub(crate) struct TestArgs {
     /// Also write the results as JUnit XML to this file.
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct WhoCanArgs {
+    #[command(flatten)]
+    pub(crate) input: Input,
+    /// The XBackend (NAME or NAMESPACE/NAME).
+    #[arg(long)]
+    pub(crate) backend: String,
+    /// A tool (tools/call).
+    #[arg(long, conflicts_with_all = ["prompt", "uri"])]
+    pub(crate) tool: Option<String>,
+    /// A prompt (prompts/get).
+    #[arg(long, conflicts_with = "uri")]
+    pub(crate) prompt: Option<String>,
+    /// A resource URI (resources/read).
+    #[arg(long)]
+    pub(crate) uri: Option<String>,
+    /// Another MCP method (or, with --tool, --prompt or --uri, the method naming it).
+    #[arg(long)]
+    pub(crate) mcp_method: Option<String>,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "format",
+        value_enum,
+        default_value = "text"
+    )]
+    pub(crate) format: Format,
 }
 
 #[derive(Args)]

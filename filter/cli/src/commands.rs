@@ -11,7 +11,7 @@ use mcp_access_cli::{checks, jwt};
 
 use crate::args::{
     EnvoyArgs, ExplainArgs, Format, Input, ListenerNamesArg, Output, PlatformArg, PlatformArgs,
-    ReportArgs, TestArgs, WasmArg,
+    ReportArgs, TestArgs, WasmArg, WhoCanArgs,
 };
 use crate::{
     build, exit_code, not_accepted, options, pairs, render_report, serialize, write_out,
@@ -491,6 +491,38 @@ pub(crate) fn test(a: TestArgs) -> Result<u8, String> {
     } else {
         0
     })
+}
+
+/// `who-can`: the callers that may make one MCP call of an XBackend.
+pub(crate) fn who_can(a: WhoCanArgs) -> Result<u8, String> {
+    use mcp_access_cli::who_can;
+    let (method, param) = match (&a.tool, &a.prompt, &a.uri, &a.mcp_method) {
+        (Some(t), _, _, m) => (m.clone().unwrap_or_else(|| "tools/call".into()), Some(t)),
+        (_, Some(p), _, m) => (m.clone().unwrap_or_else(|| "prompts/get".into()), Some(p)),
+        (_, _, Some(u), m) => (
+            m.clone().unwrap_or_else(|| "resources/read".into()),
+            Some(u),
+        ),
+        (_, _, _, Some(m)) => (m.clone(), None),
+        _ => return Err("give --tool, --prompt, --uri or --mcp-method".into()),
+    };
+    let (_, c) = build(&a.input, options(&a.input.compile)?)?;
+    if !c.report.invalid.is_empty() {
+        return Err("the manifests have errors".into());
+    }
+    // Policies not accepted are answered for as enforced: by their fail-closed stand-ins.
+    not_accepted(&c, true, false);
+    let q = who_can::Question {
+        backend: a.backend,
+        method,
+        param: param.cloned(),
+    };
+    let answer = who_can::who_can(&c.bundle, &c.topology, &q)?;
+    match a.format {
+        Format::Text => print!("{}", who_can::to_text(&answer)),
+        f => print!("{}", serialize(&answer, f)?),
+    }
+    Ok(0)
 }
 
 /// For an `--assume` key that names a policy of the manifests with nothing in the bundle

@@ -7,3 +7,4 @@ pub mod explain;
 pub mod jwt;
 pub mod manifests;
 pub mod policy_test;
+pub mod who_can;

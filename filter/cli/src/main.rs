@@ -92,6 +92,7 @@ fn run(cli: Cli) -> Result<u8, String> {
         } => commands::envoy(&input, envoy, &output, bundle_out, ecds, &report),
         Command::Explain(a) => commands::explain(*a),
         Command::Test(a) => commands::test(a),
+        Command::WhoCan(a) => commands::who_can(a),
         Command::Status { input, format } => commands::status(&input, format),
         Command::Effective {
             input,

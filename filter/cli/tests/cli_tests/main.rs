@@ -14,3 +14,4 @@ mod mistakes;
 mod policy_language;
 mod policy_test;
 mod settings;
+mod who_can;
