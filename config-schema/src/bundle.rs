@@ -47,6 +47,28 @@ pub struct Bundle {
     /// How the filter fits into the Envoy it runs in.
     #[serde(default)]
     pub envoy: EnvoySettings,
+    /// What the decision records (decision log lines, filter state) carry.
+    #[serde(default, skip_serializing_if = "DecisionRecords::is_default")]
+    pub decision_records: DecisionRecords,
+}
+
+/// What each decision record carries besides the decision: the request's canonical
+/// attributes, so that `mcp-access replay` can decide it again (docs/semantics.md §3.9).
+/// Never credentials: no `Authorization`, `Cookie` or `Proxy-Authorization` header, no token.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DecisionRecords {
+    /// Also record a tool call's `params.arguments` (default false: arguments may hold
+    /// anything the agent sends).
+    #[serde(default)]
+    pub arguments: bool,
+}
+
+impl DecisionRecords {
+    fn is_default(&self) -> bool {
+        *self == DecisionRecords::default()
+    }
 }
 
 /// Where caller identities come from.

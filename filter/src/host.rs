@@ -2,6 +2,7 @@
 //! and carries out the resulting actions. Host calls go through [`abi`], which treats every
 //! status and byte from the host as untrusted (the SDK's own helpers panic on surprises).
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -10,7 +11,9 @@ use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
 use mcp_access_engine::callout::CalloutReport;
 use mcp_access_engine::facts::{Fact, HostFacts};
-use mcp_access_engine::flow::{Dispatched, HeadersInput, Next, Phase, RequestFlow, Verdict};
+use mcp_access_engine::flow::{
+    Dispatched, HeadersInput, Next, Phase, RequestFlow, Verdict, TRACE_TAG_KEYS,
+};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
@@ -73,21 +76,58 @@ fn increment(id: Option<u32>) {
     }
 }
 
-/// Metric ids of the loaded bundle's own counters (its dry-run policies'), defined each time
-/// a bundle loads (Envoy returns the same id for a name defined again).
+/// Metric ids of the loaded bundle's own counters (its policies' and rules', its dry-run
+/// policies'), defined when a bundle loads; a name defined for an earlier bundle keeps its id.
 struct BundleStats {
     /// Indexed as [`stats::dry_run_counter_names`].
     dry_run: Vec<Option<u32>>,
+    /// By deciding policy: its [allowed, denied], and those of each of its rules
+    /// ([`stats::policy_counter_names`]).
+    policies: HashMap<String, PolicyCounters>,
 }
 
+/// The [allowed, denied] counters of a policy, and of each of its rules by name.
+type PolicyCounters = ([Option<u32>; 2], HashMap<String, [Option<u32>; 2]>);
+
 impl BundleStats {
-    fn define(engine: &Engine) -> BundleStats {
-        BundleStats {
+    fn define(engine: &Engine, known: &mut HashMap<String, Option<u32>>) -> BundleStats {
+        let mut counter = |n: &String| match known.get(n) {
+            Some(id) => *id,
+            None => {
+                let id = abi::define_metric(abi::METRIC_COUNTER, n);
+                known.insert(n.clone(), id);
+                id
+            }
+        };
+        let mut s = BundleStats {
             dry_run: stats::dry_run_counter_names(engine)
                 .iter()
-                .map(|n| abi::define_metric(abi::METRIC_COUNTER, n))
+                .map(&mut counter)
                 .collect(),
+            policies: HashMap::new(),
+        };
+        for (policy, rule, [allowed, denied]) in stats::policy_counter_names(engine) {
+            let ids = [counter(&allowed), counter(&denied)];
+            let entry = s.policies.entry(policy).or_default();
+            match rule {
+                None => entry.0 = ids,
+                Some(r) => {
+                    entry.1.insert(r, ids);
+                }
+            }
         }
+        s
+    }
+
+    /// Counts a decision for its deciding policy and rule.
+    fn count(&self, policy: Option<&String>, rule: Option<&String>, allowed: bool) {
+        let at = usize::from(!allowed);
+        let Some((ids, rules)) = policy.and_then(|p| self.policies.get(p)) else {
+            return;
+        };
+        increment(ids.get(at).copied().flatten());
+        let rule = rule.and_then(|r| rules.get(r));
+        increment(rule.and_then(|ids| ids.get(at).copied().flatten()));
     }
 }
 
@@ -96,6 +136,8 @@ struct Root {
     engine: Option<Rc<Engine>>,
     stats: Option<Rc<Stats>>,
     bundle_stats: Option<Rc<BundleStats>>,
+    /// The bundle counters defined so far, by name.
+    bundle_metrics: HashMap<String, Option<u32>>,
 }
 
 impl Context for Root {}
@@ -129,7 +171,8 @@ impl RootContext for Root {
                         memory_kib
                     ),
                 );
-                self.bundle_stats = Some(Rc::new(BundleStats::define(&engine)));
+                let stats = BundleStats::define(&engine, &mut self.bundle_metrics);
+                self.bundle_stats = Some(Rc::new(stats));
                 self.engine = Some(Rc::new(engine));
                 true
             }
@@ -245,6 +288,14 @@ impl Stream {
         };
         let json = outcome.to_json();
         abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
+        for (key, value) in TRACE_TAG_KEYS.iter().zip(outcome.trace_tags()) {
+            abi::set_property(&[key], value.as_bytes());
+        }
+        self.bundle_stats.count(
+            outcome.policy.as_ref(),
+            outcome.rule.as_ref(),
+            outcome.allowed,
+        );
         for (c, n) in [
             (Counter::CelErrors, outcome.cel_errors.0),
             (Counter::CelStepsExceeded, outcome.cel_errors.1),

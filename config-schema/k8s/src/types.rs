@@ -849,6 +849,8 @@ pub struct FilterSettingsSpec {
     pub(crate) external_auth: Option<ExternalAuthDefaults>,
     /// How the filter fits into Envoy.
     pub(crate) envoy: Option<EnvoySettingsSpec>,
+    /// What decision records carry for `mcp-access replay` (tool arguments: opt in).
+    pub(crate) decision_records: Option<mcp_access_bundle::DecisionRecords>,
 }
 
 /// `FilterSettings.spec.identity`.

@@ -18,6 +18,8 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// Parsed once per run: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// Compile manifests to a policy bundle; print the status report.
@@ -120,6 +122,11 @@ pub(crate) enum Command {
     /// classes of verified tokens, every other caller), under which policies and rules, and
     /// what decides at run time (authorizers, CEL, HTTP conditions).
     WhoCan(WhoCanArgs),
+    /// Decide recorded requests again under candidate policies: reads the filter's decision
+    /// records (decision log lines, or access-log entries carrying the decision filter state)
+    /// and prints the decisions that flip (who loses or gains which call). Exits 6 on a flip
+    /// unless --allow-flips.
+    Replay(ReplayArgs),
     /// Print the effective policy of each (Gateway listener, XBackend): every level and
     /// step with its rules and where they came from (the policy, or the defaults/overrides
     /// block and strategy of a Gateway policy), and what blocks replaced or left out.
@@ -362,6 +369,10 @@ pub(crate) struct EnvoyArgs {
     /// Write an access log (one JSON line per request, with the filter's decision).
     #[arg(long)]
     pub(crate) access_log: Option<String>,
+    /// Trace every request to a Zipkin collector (`zipkin=HOST:PORT`, its v2 JSON API), with
+    /// the filter's decision as span tags (security_rule.name, event.action, event.outcome...).
+    #[arg(long, value_name = "zipkin=HOST:PORT")]
+    pub(crate) tracing: Option<String>,
     /// Require a bearer token on this listener (repeatable; LISTENER, GATEWAY/LISTENER or
     /// NAMESPACE/GATEWAY/LISTENER): jwt_authn answers a request without one 401 with a
     /// `WWW-Authenticate: Bearer` challenge (CORS preflights pass) instead of passing it on.
@@ -389,6 +400,40 @@ pub(crate) struct TestArgs {
     /// Also write the results as JUnit XML to this file.
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct ReplayArgs {
+    /// Logs holding decision records (`-`: standard input).
+    #[arg(required = true, value_name = "LOG")]
+    pub(crate) logs: Vec<PathBuf>,
+    /// The candidate manifests.
+    #[arg(short = 'f', long = "filename", required_unless_present = "bundle")]
+    pub(crate) files: Vec<PathBuf>,
+    /// Or a candidate bundle.
+    #[arg(long, conflicts_with_all = ["files", "jwt_providers"])]
+    pub(crate) bundle: Option<PathBuf>,
+    /// Read manifest directories recursively.
+    #[arg(short = 'R', long)]
+    pub(crate) recursive: bool,
+    #[command(flatten)]
+    pub(crate) compile: CompileArgs,
+    /// Authorizer answers, as explain's (default: allow; a recorded authorizer denial keeps
+    /// its answer).
+    #[arg(long = "assume", value_name = "POLICY=OUTCOME")]
+    pub(crate) assume: Vec<String>,
+    /// Exit 0 even when decisions flip.
+    #[arg(long)]
+    pub(crate) allow_flips: bool,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "format",
+        value_enum,
+        default_value = "text"
+    )]
+    pub(crate) format: Format,
 }
 
 #[derive(Args)]

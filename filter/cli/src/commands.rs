@@ -11,11 +11,11 @@ use mcp_access_cli::{checks, jwt};
 
 use crate::args::{
     EnvoyArgs, ExplainArgs, Format, Input, ListenerNamesArg, Output, PlatformArg, PlatformArgs,
-    ReportArgs, TestArgs, WasmArg, WhoCanArgs,
+    ReplayArgs, ReportArgs, TestArgs, WasmArg, WhoCanArgs,
 };
 use crate::{
     build, exit_code, not_accepted, options, pairs, render_report, serialize, write_out,
-    EXIT_DANGLING, EXIT_INVALID, EXIT_NOT_ACCEPTED, EXIT_TEST_FAILED,
+    EXIT_DANGLING, EXIT_FLIPS, EXIT_INVALID, EXIT_NOT_ACCEPTED, EXIT_TEST_FAILED,
 };
 
 /// `validate`: the report on standard output; exit 1 (invalid), 4 (dangling) or 3 (not
@@ -221,6 +221,11 @@ pub(crate) fn envoy(
         jwt,
         jwt_required: e.jwt_required,
         ecds_dir: ecds.as_ref().map(|d| d.to_string_lossy().into_owned()),
+        tracing: e
+            .tracing
+            .as_deref()
+            .map(envoy::Tracing::parse)
+            .transpose()?,
     };
     let mut notes = Notes::default();
     let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;
@@ -354,33 +359,37 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
     out
 }
 
+/// A bundle file, or the manifests compiled (refused when they have errors).
+fn bundle_or_compiled(
+    bundle: Option<&Path>,
+    input: Input,
+) -> Result<(Bundle, Option<mcp_access_k8s::Compiled>), String> {
+    if let Some(p) = bundle {
+        let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        let b = mcp_access_bundle::parse_bundle(&text).map_err(|e| e.to_string())?;
+        return Ok((b.into_inner(), None));
+    }
+    if input.files.is_empty() {
+        return Err("give a --bundle or manifests (-f)".into());
+    }
+    let (_, c) = build(&input, options(&input.compile)?)?;
+    if !c.report.invalid.is_empty() {
+        return Err("the manifests have errors".into());
+    }
+    Ok((c.bundle.clone(), Some(c)))
+}
+
 /// `explain`: one request through the request flow.
 pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
-    let mut report = None;
-    let (bundle, topo) = match (&a.bundle, a.files.is_empty()) {
-        (Some(p), _) => {
-            let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            (
-                mcp_access_bundle::parse_bundle(&text)
-                    .map_err(|e| e.to_string())?
-                    .into_inner(),
-                None,
-            )
-        }
-        (None, false) => {
-            let input = Input {
-                files: a.files.clone(),
-                recursive: a.recursive,
-                compile: a.compile.clone(),
-            };
-            let (_, c) = build(&input, options(&a.compile)?)?;
-            if !c.report.invalid.is_empty() {
-                return Err("the manifests have errors".into());
-            }
-            report = Some(c.report);
-            (c.bundle, Some(c.topology))
-        }
-        (None, true) => return Err("give a --bundle or manifests (-f)".into()),
+    let input = Input {
+        files: a.files.clone(),
+        recursive: a.recursive,
+        compile: a.compile.clone(),
+    };
+    let (bundle, compiled) = bundle_or_compiled(a.bundle.as_deref(), input)?;
+    let (report, topo) = match compiled {
+        Some(c) => (Some(c.report), Some(c.topology)),
+        None => (None, None),
     };
     let mut assume = BTreeMap::new();
     for (k, v) in pairs(&a.assume, "--assume")? {
@@ -488,6 +497,56 @@ pub(crate) fn test(a: TestArgs) -> Result<u8, String> {
         EXIT_INVALID
     } else if results.iter().any(|r| r.failed() > 0) {
         EXIT_TEST_FAILED
+    } else {
+        0
+    })
+}
+
+/// `replay`: recorded decisions decided again under the candidate manifests (or bundle).
+pub(crate) fn replay(a: ReplayArgs) -> Result<u8, String> {
+    use mcp_access_cli::replay;
+    let input = Input {
+        files: a.files.clone(),
+        recursive: a.recursive,
+        compile: a.compile.clone(),
+    };
+    let (bundle, compiled) = bundle_or_compiled(a.bundle.as_deref(), input)?;
+    // What compile would write: policies not accepted as their fail-closed stand-ins.
+    if let Some(c) = &compiled {
+        not_accepted(c, true, false);
+    }
+    let topo = compiled.map(|c| c.topology);
+    let mut assume = BTreeMap::new();
+    for (k, v) in pairs(&a.assume, "--assume")? {
+        assume.insert(
+            k,
+            explain::parse_assumption(&v).map_err(|e| format!("--assume {e}"))?,
+        );
+    }
+    let mut text = String::new();
+    for log in &a.logs {
+        if log.as_os_str() == "-" {
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| format!("cannot read standard input: {e}"))?;
+        } else {
+            text.push_str(
+                &std::fs::read_to_string(log)
+                    .map_err(|e| format!("cannot read {}: {e}", log.display()))?,
+            );
+        }
+        text.push('\n');
+    }
+    let records = replay::records(&text);
+    if records.is_empty() {
+        return Err("no decision records in the logs (decision log lines `mcp-access decision {...}`, or access-log entries with filter_state)".into());
+    }
+    let r = replay::replay(&bundle, topo.as_ref(), &records, &assume);
+    match a.format {
+        Format::Text => print!("{}", replay::to_text(&r)),
+        f => print!("{}", serialize(&r, f)?),
+    }
+    Ok(if !r.flips.is_empty() && !a.allow_flips {
+        EXIT_FLIPS
     } else {
         0
     })

@@ -7,4 +7,5 @@ pub mod explain;
 pub mod jwt;
 pub mod manifests;
 pub mod policy_test;
+pub mod replay;
 pub mod who_can;

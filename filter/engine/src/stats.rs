@@ -72,6 +72,27 @@ pub fn dry_run_counter_names(engine: &Engine) -> Vec<String> {
         .collect()
 }
 
+/// The counters of each enforced policy and of each of its rules, counted for the policy
+/// and rule that decide a request: `mcp_access.policy.<namespace>/<name>.allowed` /
+/// `.denied`, and `mcp_access.policy.<namespace>/<name>.rule.<rule>.allowed` / `.denied`.
+/// Each entry: (policy `namespace/name`, rule (None: the policy's own), [allowed, denied]).
+pub fn policy_counter_names(engine: &Engine) -> Vec<(String, Option<String>, [String; 2])> {
+    let mut out = Vec::new();
+    for p in engine.policies.iter().filter(|p| p.mode.enforced()) {
+        let of = |at: String| ["allowed", "denied"].map(|what| format!("{at}.{what}"));
+        out.push((
+            p.id.clone(),
+            None,
+            of(format!("mcp_access.policy.{}", p.id)),
+        ));
+        for r in p.rules.iter().flatten() {
+            let at = format!("mcp_access.policy.{}.rule.{}", p.id, r.name);
+            out.push((p.id.clone(), Some(r.name.clone()), of(at)));
+        }
+    }
+    out
+}
+
 /// Index into [`dry_run_counter_names`] of what a dry-run record counts per policy.
 pub fn dry_run_counter(record: &DryRunRecord) -> Option<usize> {
     let i = record.counter.filter(|_| record.changed)?;

@@ -229,6 +229,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         listings: Default::default(),
         limits: Default::default(),
         envoy: Default::default(),
+        decision_records: Default::default(),
     };
     cx.settings.apply(&mut bundle);
     let effective = if o.effective_view {

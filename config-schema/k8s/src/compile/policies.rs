@@ -677,6 +677,7 @@ impl Ctx<'_> {
             listings: Default::default(),
             limits: self.settings.limits.clone(),
             envoy: Default::default(),
+            decision_records: Default::default(),
         }
     }
 }

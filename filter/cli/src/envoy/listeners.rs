@@ -97,6 +97,9 @@ fn hcm(
         if let Some(p) = &o.access_log {
             obj.insert("access_log".into(), access_log(p, name));
         }
+        if o.tracing.is_some() {
+            obj.insert("tracing".into(), super::tracing::hcm_tracing());
+        }
     }
     json!([{"name": "envoy.filters.network.http_connection_manager", "typed_config": h}])
 }

@@ -5,6 +5,7 @@ mod drive;
 mod dry_run;
 mod gather;
 mod outcome;
+mod record;
 
 use std::rc::Rc;
 
@@ -23,7 +24,8 @@ use crate::request::{McpOp, Request, Target};
 
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
-pub use outcome::Outcome;
+pub use outcome::{Outcome, TRACE_TAG_KEYS};
+pub use record::RecordedRequest;
 
 /// What the host must do next.
 #[derive(Debug, PartialEq, Eq)]
@@ -369,7 +371,7 @@ impl RequestFlow {
                 {
                     return self.reject(r);
                 }
-                if engine.cel_needs().params {
+                if engine.cel_needs().params || engine.decision_records.arguments {
                     // The body is valid strict JSON with every number a finite double:
                     // serde_json reads it the same way. If it ever could not, CEL must not
                     // see `params` emptier than the body is: the body is refused.
@@ -709,6 +711,7 @@ impl RequestFlow {
         outcome.listener = listener;
         outcome.backend = backend;
         outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
+        outcome.authorizer_failed = self.eval.as_ref().is_some_and(|e| e.authorizer_failed());
         let decision = match decision {
             Decision::Allow { .. } => self
                 .judge_named_items(engine, View::Enforced)
@@ -716,6 +719,7 @@ impl RequestFlow {
             deny => deny,
         };
         outcome.dry_run = self.dry_run(engine, &decision);
+        outcome.request = self.recorded(engine);
         match decision {
             Decision::Allow {
                 mut add_headers,
@@ -817,6 +821,8 @@ impl RequestFlow {
             jwt,
             cel_errors: (0, 0),
             dry_run: None,
+            authorizer_failed: false,
+            request: None,
         }
     }
 

@@ -4,6 +4,9 @@ use mcp_access_bundle::Level;
 
 use crate::answer::Why;
 use crate::policy::DryRunRecord;
+use crate::request::ClaimValue;
+
+use super::RecordedRequest;
 
 /// How the request ended, for stats, logs and filter state.
 ///
@@ -41,9 +44,58 @@ pub struct Outcome {
     pub cel_errors: (u32, u32),
     /// What dry-run policies would have changed, if anything.
     pub dry_run: Option<DryRunRecord>,
+    /// Whether an authorizer call failed (no usable answer), whatever its failure mode made
+    /// of it: the check itself failed (`event.outcome: failure`).
+    pub authorizer_failed: bool,
+    /// The request's canonical attributes, once policies decided it.
+    pub request: Option<RecordedRequest>,
 }
 
+/// The filter-state keys of [`Outcome::trace_tags`] (each readable as
+/// `%FILTER_STATE(wasm.<key>:PLAIN)%`, e.g. in a tracing `custom_tags` `value`).
+pub const TRACE_TAG_KEYS: [&str; 4] = [
+    "mcp_access.security_rule.ruleset.name",
+    "mcp_access.security_rule.name",
+    "mcp_access.event.action",
+    "mcp_access.event.outcome",
+];
+
 impl Outcome {
+    /// The decision in the terms of kube-agentic-networking's tracing conventions (its
+    /// proposal 0033): `security_rule.ruleset.name` (the deciding policy, `namespace/name`),
+    /// `security_rule.name` (its rule; `default-deny` where a level's Allow policies admit
+    /// nothing, `default-allow` where no Allow policy decides, the authorizer's policy name
+    /// for its answer, the check's reason for a request refused before any policy),
+    /// `event.action` (`allow` or `deny`) and `event.outcome` (`success`, or `failure` when an
+    /// authorizer gave no usable answer, whatever its failure mode made of it). Values in
+    /// the order of [`TRACE_TAG_KEYS`].
+    pub fn trace_tags(&self) -> [String; 4] {
+        use crate::policy::Reason;
+        let rule = match (&self.rule, self.reason) {
+            (Some(r), _) => r.clone(),
+            (None, Why::Denied(Reason::NotAllowed)) => "default-deny".into(),
+            (None, Why::Allowed) => "default-allow".into(),
+            (None, Why::Denied(Reason::ExternalAuthDenied | Reason::AuthorizerFailed)) => self
+                .policy
+                .as_deref()
+                .and_then(|p| p.rsplit('/').next())
+                .unwrap_or("external-auth")
+                .to_string(),
+            (None, why) => why.as_str().to_string(),
+        };
+        [
+            self.policy.clone().unwrap_or_default(),
+            rule,
+            if self.allowed { "allow" } else { "deny" }.into(),
+            if self.authorizer_failed {
+                "failure"
+            } else {
+                "success"
+            }
+            .into(),
+        ]
+    }
+
     /// One JSON object: the filter-state value and the decision log line.
     pub fn to_json(&self) -> String {
         // Written by hand: this runs for every request. Keys in alphabetical order and
@@ -80,6 +132,11 @@ impl Outcome {
         push_opt_str(&mut out, self.policy.as_deref());
         out.push_str(",\"reason\":");
         push_str(&mut out, self.reason.as_str());
+        out.push_str(",\"request\":");
+        match &self.request {
+            Some(r) => push_request(&mut out, r),
+            None => out.push_str("null"),
+        }
         out.push_str(",\"rule\":");
         push_opt_str(&mut out, self.rule.as_deref());
         out.push_str(",\"status\":");
@@ -111,6 +168,92 @@ pub(crate) fn dry_run_json(d: &DryRunRecord) -> serde_json::Value {
         "authorizers": authorizers,
         "not_called": d.not_called,
     })
+}
+
+/// The `request` object: `arguments`, `headers` (name: [copies]), `host`, `jwt` (`iss`, `sub`,
+/// the claims read), `method`, `path`, `port`, `route`, keys in order.
+fn push_request(out: &mut String, r: &RecordedRequest) {
+    out.push_str("{\"arguments\":");
+    match &r.arguments {
+        // Already JSON.
+        Some(a) => out.push_str(a),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"headers\":{");
+    let mut headers: Vec<&(String, Vec<String>)> = r.headers.iter().collect();
+    headers.sort_by(|a, b| a.0.cmp(&b.0));
+    for (i, (name, copies)) in headers.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_str(out, name);
+        out.push_str(":[");
+        for (j, v) in copies.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            push_str(out, v);
+        }
+        out.push(']');
+    }
+    out.push_str("},\"host\":");
+    push_str(out, &r.host);
+    out.push_str(",\"jwt\":");
+    match &r.jwt {
+        None => out.push_str("null"),
+        Some((iss, sub, claims)) => {
+            let mut fields: Vec<(&str, String)> = Vec::new();
+            let mut text = String::new();
+            push_str(&mut text, iss);
+            fields.push(("iss", text));
+            if let Some(s) = sub {
+                let mut text = String::new();
+                push_str(&mut text, s);
+                fields.push(("sub", text));
+            }
+            for (name, v) in claims {
+                if name == "iss" || name == "sub" {
+                    continue;
+                }
+                let mut text = String::new();
+                match v {
+                    ClaimValue::Str(s) => push_str(&mut text, s),
+                    ClaimValue::Other(json) => text.push_str(json),
+                    ClaimValue::List(items) => {
+                        text.push('[');
+                        for (k, item) in items.iter().enumerate() {
+                            if k > 0 {
+                                text.push(',');
+                            }
+                            push_str(&mut text, item);
+                        }
+                        text.push(']');
+                    }
+                }
+                fields.push((name.as_str(), text));
+            }
+            fields.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in fields.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_str(out, k);
+                out.push(':');
+                out.push_str(&v);
+            }
+            out.push('}');
+        }
+    }
+    out.push_str(",\"method\":");
+    push_str(out, &r.http_method);
+    out.push_str(",\"path\":");
+    push_str(out, &r.path);
+    out.push_str(",\"port\":");
+    push_u32(out, u32::from(r.port));
+    out.push_str(",\"route\":");
+    push_opt_str(out, r.route.as_deref());
+    out.push('}');
 }
 
 fn push_opt_str(out: &mut String, s: Option<&str>) {
@@ -197,6 +340,39 @@ mod tests {
             "jwt": o.jwt,
             "cel_errors": o.cel_errors.0,
             "dry_run": o.dry_run.as_ref().map(dry_run_json),
+            "request": o.request.as_ref().map(|r| {
+                let jwt = r.jwt.as_ref().map(|(iss, sub, claims)| {
+                    let mut m = serde_json::Map::new();
+                    m.insert("iss".into(), iss.clone().into());
+                    if let Some(s) = sub {
+                        m.insert("sub".into(), s.clone().into());
+                    }
+                    for (k, v) in claims {
+                        let v = match v {
+                            ClaimValue::Str(s) => s.clone().into(),
+                            ClaimValue::List(l) => serde_json::json!(l),
+                            ClaimValue::Other(j) => serde_json::from_str(j).unwrap_or_default(),
+                        };
+                        m.insert(k.clone(), v);
+                    }
+                    m
+                });
+                let headers: serde_json::Map<String, serde_json::Value> = r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+                    .collect();
+                serde_json::json!({
+                    "arguments": r.arguments.as_deref().map(|a| serde_json::from_str::<serde_json::Value>(a).unwrap_or_default()),
+                    "headers": headers,
+                    "host": r.host,
+                    "jwt": jwt,
+                    "method": r.http_method,
+                    "path": r.path,
+                    "port": r.port,
+                    "route": r.route,
+                })
+            }),
         })
         .to_string()
     }
@@ -218,6 +394,33 @@ mod tests {
             caller: Some("spiffe://example.org/ns/a/sa/b".into()),
             jwt: Some("https://idp.example/\u{2028}#u\"1".into()),
             cel_errors: (3, 1),
+            authorizer_failed: false,
+            request: Some(RecordedRequest {
+                http_method: "POST".into(),
+                path: "/mcp/\"x".into(),
+                host: "gw.example".into(),
+                port: 8443,
+                route: Some("ns/r/rule-0/match-0".into()),
+                headers: vec![
+                    ("x-team".into(), vec!["blue".into(), "r\ned".into()]),
+                    ("a-first".into(), vec!["1".into()]),
+                ],
+                jwt: Some((
+                    "https://idp".into(),
+                    Some("u\"1".into()),
+                    vec![
+                        (
+                            "groups".into(),
+                            ClaimValue::List(vec!["a".into(), "b\\".into()]),
+                        ),
+                        ("org.team".into(), ClaimValue::Str("blue".into())),
+                        ("level".into(), ClaimValue::Other("3".into())),
+                        ("admin".into(), ClaimValue::Other("true".into())),
+                    ],
+                )),
+                // As serde_json writes it (the flow records `params.arguments` so).
+                arguments: Some(r#"{"a":[1,{"b":null}],"z":"é"}"#.into()),
+            }),
             dry_run: Some(DryRunRecord {
                 changed: true,
                 allowed: false,
@@ -246,6 +449,8 @@ mod tests {
             jwt: None,
             cel_errors: (0, 0),
             dry_run: None,
+            authorizer_failed: true,
+            request: Some(RecordedRequest::default()),
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));

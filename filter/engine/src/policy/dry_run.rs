@@ -142,6 +142,8 @@ pub struct DryRunRecord {
 pub struct Evaluation {
     main: Run,
     dry: Option<Box<Shadow>>,
+    /// Whether an authorizer call of the enforced decision got no usable answer.
+    failed: bool,
 }
 
 /// The dry-run decision being made, and the calls both decisions share.
@@ -178,6 +180,7 @@ impl Evaluation {
         Evaluation {
             main: Run::new(engine, req, trace, View::Enforced),
             dry,
+            failed: false,
         }
     }
 
@@ -215,19 +218,28 @@ impl Evaluation {
 
     /// Records an authorizer outcome for the call of `slot`.
     pub fn complete(&mut self, slot: usize, outcome: AuthzOutcome) {
+        let error = matches!(outcome, AuthzOutcome::Error { .. });
         let Some(sh) = self.dry.as_deref_mut() else {
+            self.failed |= error;
             return self.main.complete(slot, outcome);
         };
         let Some(s) = sh.calls.get_mut(slot).filter(|s| s.outcome.is_none()) else {
             return;
         };
         if let Some(m) = s.main {
+            self.failed |= error;
             self.main.complete(m, outcome.clone());
         }
         if let Some(d) = s.dry {
             sh.run.complete(d, outcome.clone());
         }
         s.outcome = Some(outcome);
+    }
+
+    /// Whether an authorizer call of the enforced decision got no usable answer (whatever
+    /// its failure mode made of it).
+    pub fn authorizer_failed(&self) -> bool {
+        self.failed
     }
 
     /// The authorizer of an outstanding call.

@@ -235,6 +235,11 @@ pub struct Engine {
     pub(crate) jwt_claims: Vec<String>,
     /// What the CEL conditions read beyond the usual request attributes.
     pub(crate) cel_needs: CelNeeds,
+    /// What decision records carry.
+    pub decision_records: bundle::DecisionRecords,
+    /// Headers the rules' header conditions read (lowercase; never credentials): what a
+    /// decision record keeps of the request's headers.
+    pub recorded_headers: Vec<String>,
 }
 
 /// Request attributes gathered only because a CEL condition reads them.
@@ -289,6 +294,8 @@ impl Engine {
             escaped_slashes: b.envoy.escaped_slashes,
             jwt_claims: compiled.jwt_claims,
             cel_needs: compiled.cel_needs,
+            decision_records: b.decision_records,
+            recorded_headers: compiled.headers,
         })
     }
 
@@ -567,6 +574,8 @@ struct CompiledPolicies {
     /// Claim names any JWT rule reads.
     jwt_claims: Vec<String>,
     cel_needs: CelNeeds,
+    /// Header names the rules' header conditions read, credentials left out.
+    headers: Vec<String>,
 }
 
 /// Compiles each policy of `numbered` ((position in the bundle, policy), most senior first).
@@ -580,6 +589,7 @@ fn compile_policies(
         policies: Vec::with_capacity(numbered.len()),
         jwt_claims: Vec::new(),
         cel_needs: CelNeeds::default(),
+        headers: Vec::new(),
     };
     for (position, p) in numbered {
         let id = format!("{}/{}", p.namespace, p.name);
@@ -622,6 +632,19 @@ fn compile_policies(
             needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
         }
         for r in rules.iter().flatten() {
+            let read = r
+                .authz
+                .iter()
+                .flat_map(|a| a.headers.iter().map(|h| &h.name));
+            for h in read {
+                let credential = matches!(
+                    h.as_str(),
+                    "authorization" | "proxy-authorization" | "cookie"
+                );
+                if !credential && !out.headers.contains(h) {
+                    out.headers.push(h.clone());
+                }
+            }
             if let compiled::Source::Jwt { claims, .. } = &r.source {
                 for (c, _) in claims {
                     if !out.jwt_claims.contains(c) {
