@@ -491,3 +491,47 @@ spec:
     assert!(t.contains("dry run   ALLOW"), "{t}");
     assert!(t.contains("the same as the decision enforced"), "{t}");
 }
+
+#[test]
+fn effective_marks_dry_run_entries() {
+    let dir = case(
+        "dry-run",
+        "effective",
+        &[(
+            "p.yaml",
+            r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: gw-override, namespace: mcp, creationTimestamp: '2026-01-01T00:00:00Z'}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  mode: DryRun
+  overrides:
+    action: Allow
+    rules:
+    - name: o
+      authorization: {type: Inline, mcp: {methods: [{name: tools/call, params: [a]}]}}
+---
+apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: tools-allow, namespace: mcp, creationTimestamp: '2026-01-02T00:00:00Z'}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: Allow
+  rules:
+  - name: b
+    authorization: {type: Inline, mcp: {methods: [{name: tools/call, params: [b]}]}}
+"#,
+        )],
+    );
+    let out = run(&["effective", "-f", s(&dir), "--listener", "http"]);
+    let t = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        t.contains("mcp/gw-override.mcp.tools  from overrides (atomic) of AccessPolicy mcp/gw-override  (dry run: reported, never enforced)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("mcp/tools-allow  from its own rules  (enforced; a dry-run block replaces it in the dry run)"),
+        "{t}"
+    );
+}
