@@ -183,6 +183,11 @@ pub struct Listener {
     /// Optional host (`:authority` without port) the listener is limited to; `*.` wildcards allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// OAuth protected resource metadata (RFC 9728): a request the filter denies while the
+    /// caller presented no credential is answered 401 with a challenge naming it, and a
+    /// `GET` of it that Envoy answers itself passes (docs/semantics.md §5.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protected_resource: Option<crate::oauth::ProtectedResource>,
 }
 
 /// An MCP server (XBackend), recognised from Envoy's routing decision.
@@ -201,6 +206,11 @@ pub struct Backend {
     /// Envoy upstream cluster names (`xds.cluster_name`) of this backend.
     #[serde(default)]
     pub cluster_names: Vec<String>,
+    /// Headers this backend receives with the caller's identity on allowed requests; every
+    /// client-sent copy of any identity header of the bundle is removed from every allowed
+    /// request first (docs/semantics.md §5.7). Needs `envoy.holdHeaders`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identity_headers: Vec<crate::identity_headers::IdentityHeader>,
 }
 
 /// An external authorizer speaking Envoy's ext_authz protocol: the HTTP service or gRPC
@@ -491,6 +501,15 @@ pub struct PolicyTarget {
     /// Gateway listener name (Gateway level only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
+    /// Backend level only: the routes through which the policy applies to this backend
+    /// (docs/semantics.md §1.6). A request is through one of them when the name the filter
+    /// recognised the backend by (Envoy's route name if the bundle lists it, else the
+    /// upstream cluster) is in this list; each entry is one of the backend's `routeNames` or
+    /// `clusterNames`. Absent: every route. An empty list is rejected. A route-scoped Allow
+    /// policy admits only through its routes, but makes the backend's level default-deny for
+    /// every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<Vec<String>>,
 }
 
 /// A rule: who (source) may do what (authorization).

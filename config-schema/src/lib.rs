@@ -4,11 +4,15 @@
 mod bundle;
 pub mod gateway_api;
 pub mod http;
+pub mod identity_headers;
 pub mod mcp_methods;
 pub mod names;
+pub mod oauth;
 pub mod validate;
 
 pub use bundle::*;
+pub use identity_headers::{IdentityField, IdentityHeader};
+pub use oauth::ProtectedResource;
 pub use validate::{parse_bundle, validate, BundleError, ValidBundle};
 
 /// The bundle's JSON Schema, generated from the Rust types.

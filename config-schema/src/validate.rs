@@ -6,8 +6,8 @@ use std::fmt;
 
 use crate::bundle::*;
 use crate::http::is_header_name;
-use crate::mcp_methods;
 use crate::names::{is_dns_subdomain, is_hostname, is_spiffe_id, is_trust_domain};
+use crate::{identity_headers, mcp_methods, oauth};
 
 /// A bundle that cannot be used, with the JSON path of the offending field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +121,7 @@ impl Validator {
         self.identity(&b.identity);
         self.gateways(&b.gateways);
         self.backends(&b.backends);
+        self.identity_headers(b);
         self.authorizers(&b.authorizers);
         let backends: HashSet<(&str, &str)> = b
             .backends
@@ -261,6 +262,11 @@ impl Validator {
                     || format!("{lat}.port"),
                     "another listener already has this port and hostname",
                 );
+                if let Some(p) = &l.protected_resource {
+                    for (field, message) in oauth::problems(p, l.hostname.as_deref()) {
+                        self.fail(format!("{lat}.protectedResource.{field}"), message);
+                    }
+                }
             }
         }
     }
@@ -294,6 +300,42 @@ impl Validator {
                     !c.is_empty() && clusters.insert(c.as_str()),
                     || format!("{at}.clusterNames[{j}]"),
                     "must be non-empty and belong to one backend only",
+                );
+            }
+        }
+    }
+
+    /// Each backend's identity headers: valid, each name once, never the trusted identity
+    /// header, and only where the filter holds the headers (a client's copy would otherwise
+    /// reach the upstream before the filter removes it).
+    fn identity_headers(&mut self, b: &Bundle) {
+        let trusted = b
+            .identity
+            .spiffe
+            .header
+            .as_ref()
+            .map(|h| h.name.to_ascii_lowercase());
+        for (i, be) in b.backends.iter().enumerate() {
+            let mut names = HashSet::new();
+            for (j, h) in be.identity_headers.iter().enumerate() {
+                let at = format!("backends[{i}].identityHeaders[{j}]");
+                for (field, message) in identity_headers::problems(h) {
+                    self.fail(format!("{at}.{field}"), message);
+                }
+                self.check(
+                    names.insert(h.name.as_str()),
+                    || format!("{at}.name"),
+                    "a backend has each identity header once",
+                );
+                self.check(
+                    trusted.as_deref() != Some(h.name.as_str()),
+                    || format!("{at}.name"),
+                    "is the trusted identity header (identity.spiffe.header)",
+                );
+                self.check(
+                    b.envoy.hold_headers,
+                    || format!("{at}.name"),
+                    "identity headers need envoy.holdHeaders: true (without it a client's copy reaches the upstream before the filter removes it)",
                 );
             }
         }
@@ -476,6 +518,11 @@ impl Validator {
                         ),
                         _ => {}
                     }
+                    self.check(
+                        t.routes.is_none(),
+                        || format!("{tat}.routes"),
+                        "only Backend targets are narrowed to routes",
+                    );
                 }
                 Level::Backend => {
                     if !backends.contains(&(ns, t.name.as_str())) {
@@ -489,8 +536,45 @@ impl Validator {
                         || format!("{tat}.sectionName"),
                         "only Gateway targets have sections",
                     );
+                    if let Some(routes) = &t.routes {
+                        let be = b
+                            .backends
+                            .iter()
+                            .find(|x| x.name == t.name && x.namespace == ns);
+                        self.target_routes(&tat, (ns, &t.name), be, routes);
+                    }
                 }
             }
+        }
+    }
+
+    /// The routes a Backend target is narrowed to: names backend `be` is recognised by.
+    fn target_routes(
+        &mut self,
+        tat: &str,
+        (ns, name): (&str, &str),
+        be: Option<&Backend>,
+        routes: &[String],
+    ) {
+        self.check(
+            !routes.is_empty(),
+            || format!("{tat}.routes"),
+            "an empty list would apply the policy to no request: omit routes to apply it through every route",
+        );
+        let mut seen = HashSet::new();
+        for (j, r) in routes.iter().enumerate() {
+            let known =
+                be.is_some_and(|be| be.route_names.contains(r) || be.cluster_names.contains(r));
+            self.check(
+                known || be.is_none(),
+                || format!("{tat}.routes[{j}]"),
+                format!("backend {ns}/{name} has no route or cluster named \"{r}\" (routes are its routeNames or clusterNames)"),
+            );
+            self.check(
+                seen.insert(r.as_str()),
+                || format!("{tat}.routes[{j}]"),
+                "duplicate route",
+            );
         }
     }
 
@@ -502,6 +586,11 @@ impl Validator {
                 p.level == Level::Backend,
                 || lat.clone(),
                 "only a Backend-level policy is narrowed to listeners",
+            );
+            self.check(
+                l.routes.is_none(),
+                || format!("{lat}.routes"),
+                "a listener has no routes: narrow the policy's targets instead",
             );
             let ns = l.namespace.as_deref().unwrap_or(&p.namespace);
             let found = b.gateways.iter().any(|g| {

@@ -331,3 +331,131 @@ fn listeners_and_origin_are_checked() {
         serde_json::json!({"policy": "x", "block": "sideways", "strategy": "merge"});
     assert!(err_at(v).0.starts_with("policies[1].origin"));
 }
+
+#[test]
+fn protected_resources_and_identity_headers_are_checked_where_they_are() {
+    let pr = |resource: &str| serde_json::json!({"resource": resource, "authorizationServers": ["https://auth.example.com"]});
+    let mut v = minimal();
+    v["gateways"][0]["listeners"][0]["protectedResource"] = pr("https://mcp.example.com/mcp");
+    v["backends"][0]["identityHeaders"] = serde_json::json!([
+        {"name": "x-caller-spiffe", "from": "SPIFFE"},
+        {"name": "x-caller-team", "from": "JWTClaim", "claim": "team"}
+    ]);
+    let b = parse_bundle(v.to_string().as_bytes()).unwrap();
+    let p = b.gateways[0].listeners[0]
+        .protected_resource
+        .as_ref()
+        .unwrap();
+    assert_eq!(p.authorization_servers, ["https://auth.example.com"]);
+    assert_eq!(b.backends[0].identity_headers.len(), 2);
+
+    let cases: Vec<(fn(&mut serde_json::Value), &str)> = vec![
+        (
+            |v| v["gateways"][0]["listeners"][0]["protectedResource"] = serde_json::json!({"resource": "http://mcp.example.com/mcp", "authorizationServers": ["https://a.example.com"]}),
+            "gateways[0].listeners[0].protectedResource.resource",
+        ),
+        (
+            |v| v["gateways"][0]["listeners"][0]["protectedResource"] = serde_json::json!({"resource": "https://mcp.example.com/mcp", "authorizationServers": []}),
+            "gateways[0].listeners[0].protectedResource.authorizationServers",
+        ),
+        (
+            |v| {
+                v["gateways"][0]["listeners"][0]["hostname"] = "other.example.com".into();
+                v["gateways"][0]["listeners"][0]["protectedResource"] = serde_json::json!({"resource": "https://mcp.example.com/mcp", "authorizationServers": ["https://a.example.com"]});
+            },
+            "gateways[0].listeners[0].protectedResource.resource",
+        ),
+        (
+            |v| {
+                v["backends"][0]["identityHeaders"] =
+                    serde_json::json!([{"name": "authorization", "from": "SPIFFE"}])
+            },
+            "backends[0].identityHeaders[0].name",
+        ),
+        (
+            |v| {
+                v["backends"][0]["identityHeaders"] =
+                    serde_json::json!([{"name": "x-a", "from": "JWTClaim"}])
+            },
+            "backends[0].identityHeaders[0].claim",
+        ),
+        (
+            |v| v["backends"][0]["identityHeaders"] = serde_json::json!([{"name": "x-a", "from": "SPIFFE"}, {"name": "x-a", "from": "JWTSubject"}]),
+            "backends[0].identityHeaders[1].name",
+        ),
+        (
+            |v| {
+                v["identity"]["spiffe"] =
+                    serde_json::json!({"source": "TrustedHeader", "header": {"name": "X-Spiffe"}});
+                v["backends"][0]["identityHeaders"] =
+                    serde_json::json!([{"name": "x-spiffe", "from": "SPIFFE"}]);
+            },
+            "backends[0].identityHeaders[0].name",
+        ),
+        (
+            |v| {
+                v["envoy"] = serde_json::json!({"holdHeaders": false});
+                v["backends"][0]["identityHeaders"] =
+                    serde_json::json!([{"name": "x-a", "from": "SPIFFE"}]);
+            },
+            "backends[0].identityHeaders[0].name",
+        ),
+    ];
+    for (i, (mutate, want)) in cases.into_iter().enumerate() {
+        let mut v = minimal();
+        mutate(&mut v);
+        let (path, msg) = err_at(v);
+        assert_eq!(path, want, "case {i}: {msg}");
+    }
+    let mut v = minimal();
+    v["backends"][0]["identityHeaders"] = serde_json::json!([{"name": "x-a", "from": "Cookie"}]);
+    assert_eq!(err_at(v).0, "backends[0].identityHeaders[0].from");
+}
+
+#[test]
+fn routes_narrow_backend_targets_to_names_of_the_backend() {
+    // Route and cluster names of the backend are both routes a policy can be scoped to.
+    let mut v = minimal();
+    v["backends"][0]["clusterNames"] = serde_json::json!(["httproute/ns/r/rule/0"]);
+    v["policies"][1]["targets"][0]["routes"] =
+        serde_json::json!(["tools-route", "httproute/ns/r/rule/0"]);
+    let b = parse_bundle(v.to_string().as_bytes()).unwrap();
+    assert_eq!(b.policies[1].targets[0].routes.as_ref().unwrap().len(), 2);
+    let cases: Vec<(serde_json::Value, &str, &str)> = vec![
+        // An empty list is never "every route".
+        (
+            serde_json::json!([]),
+            "policies[1].targets[0].routes",
+            "an empty list would apply the policy to no request: omit routes to apply it through every route",
+        ),
+        (
+            serde_json::json!(["other-route"]),
+            "policies[1].targets[0].routes[0]",
+            "backend default/tools has no route or cluster named \"other-route\" (routes are its routeNames or clusterNames)",
+        ),
+        (
+            serde_json::json!(["tools-route", "tools-route"]),
+            "policies[1].targets[0].routes[1]",
+            "duplicate route",
+        ),
+    ];
+    for (routes, path, message) in cases {
+        let mut v = minimal();
+        v["policies"][1]["targets"][0]["routes"] = routes;
+        assert_eq!(err_at(v), (path.to_string(), message.to_string()));
+    }
+    // Only Backend targets have routes; a listener has none.
+    let mut v = minimal();
+    v["policies"][0]["targets"][0]["routes"] = serde_json::json!(["tools-route"]);
+    assert_eq!(
+        err_at(v),
+        (
+            "policies[0].targets[0].routes".into(),
+            "only Backend targets are narrowed to routes".into()
+        )
+    );
+    let mut v = minimal();
+    v["policies"][1]["listeners"] =
+        serde_json::json!([{"name": "gw", "sectionName": "https", "routes": ["tools-route"]}]);
+    assert_eq!(err_at(v).0, "policies[1].listeners[0].routes");
+}

@@ -204,7 +204,8 @@ struct Stream {
     bundle_stats: Rc<BundleStats>,
     flow: RequestFlow,
     /// The filter of a response that may carry a listing (docs/semantics.md §5.4), from the
-    /// flow's allow; dropped when the response headers show it carries none.
+    /// flow's allow; dropped when the response headers show it carries none. It judges items
+    /// as calls made by the flow's request.
     listing: Option<ListingFilter>,
 }
 
@@ -253,6 +254,7 @@ impl Stream {
                 }
                 Next::Allow {
                     add_headers,
+                    identity_headers,
                     listing,
                 } => {
                     for edit in &add_headers {
@@ -265,6 +267,24 @@ impl Stream {
                                 ),
                             );
                         }
+                    }
+                    if let Some(edit) = identity_headers
+                        .iter()
+                        .find(|e| !abi::edit_request_header(e))
+                    {
+                        // Applied after the authorizers' edits, which cannot override them. One
+                        // that fails: the upstream would read what the client sent; refuse.
+                        abi::log(
+                            LogLevel::Error,
+                            &format!(
+                                "mcp-access: could not set identity header {}: request refused",
+                                edit.name
+                            ),
+                        );
+                        self.finished();
+                        let r = mcp_access_engine::answer::identity_headers_failed();
+                        abi::send_response(r.status, &r.headers, &r.body);
+                        return WasmAction::Pause;
                     }
                     self.listing = listing;
                     self.finished();
@@ -480,7 +500,7 @@ impl HttpContext for Stream {
             return WasmAction::Continue;
         };
         let mut size = 0;
-        let action = filter.on_trailers(&self.engine, || {
+        let action = filter.on_trailers(&self.engine, self.flow.request(), || {
             let body = abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, usize::MAX >> 1);
             size = body.as_ref().map_or(0, Vec::len);
             body
@@ -495,7 +515,8 @@ impl HttpContext for Stream {
         let Some(filter) = self.listing.as_mut() else {
             return WasmAction::Continue;
         };
-        let action = filter.on_body(&self.engine, body_size, end_of_stream, |n| {
+        let req = self.flow.request();
+        let action = filter.on_body(&self.engine, req, body_size, end_of_stream, |n| {
             abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, n)
         });
         match action {
@@ -791,17 +812,13 @@ mod abi {
     /// an unknown cluster with a status the SDK maps (a bare cluster name gets BadArgument,
     /// on which the SDK panics) and never mistakes a cluster name for a proto.
     pub fn grpc_call(c: &CalloutRequest) -> Result<u32, String> {
-        let name = c.cluster.as_bytes();
-        let (Ok(n), true) = (u8::try_from(name.len()), name.len() < 126) else {
+        // The SDK takes the upstream as a &str. From 126 bytes of name on, the message's
+        // length takes a two-byte varint, which is never UTF-8.
+        let Ok(service) = String::from_utf8(mcp_access_engine::pb::grpc_service(&c.cluster)) else {
             return Err("cluster name longer than 125 bytes".into());
         };
-        let mut service = vec![0x0a, n + 2, 0x0a, n];
-        service.extend_from_slice(name);
-        let Ok(service) = std::str::from_utf8(&service) else {
-            return Err("cluster name is not UTF-8".into());
-        };
         proxy_wasm::hostcalls::dispatch_grpc_call(
-            service,
+            &service,
             mcp_access_engine::ext_authz::SERVICE,
             mcp_access_engine::ext_authz::METHOD,
             Vec::new(),

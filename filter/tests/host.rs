@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use mcp_access_engine::{ext_authz, wire};
+use mcp_access_engine::{ext_authz, pb, wire};
 use serde_json::{json, Value};
 use wasmi::{Caller, Engine, Extern, Instance, Linker, Module, Store, Val};
 
@@ -52,6 +52,8 @@ struct Host {
     grpc_calls: Vec<(Vec<u8>, String, String, Vec<u8>)>,
     /// Request header edits other than replace: ("add"|"remove", name, value).
     header_edits: Vec<(&'static str, String, String)>,
+    /// Status every request header edit answers with (OK unless a test says otherwise).
+    header_edit_status: i32,
     now_ns: u64,
 
     logs: Vec<(i32, String)>,
@@ -59,6 +61,8 @@ struct Host {
     set_properties: Vec<(String, Vec<u8>)>,
     set_headers: Vec<(String, String)>,
     local_responses: Vec<(i32, Vec<u8>)>,
+    /// The headers of each local response.
+    local_response_headers: Vec<Vec<(String, String)>>,
     http_calls: Vec<(String, Vec<(String, String)>)>,
     continued: u32,
     /// (kind, name) by id.
@@ -168,6 +172,13 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
             };
             give(c, &wire::encode_map(&pairs), a(1), a(2))
         }
+        "proxy_replace_header_map_value"
+        | "proxy_remove_header_map_value"
+        | "proxy_add_header_map_value"
+            if a(0) == 0 && c.data().header_edit_status != OK =>
+        {
+            c.data().header_edit_status
+        }
         "proxy_replace_header_map_value" => {
             let pair = (text(c, a(1), a(2)), text(c, a(3), a(4)));
             match a(0) {
@@ -247,7 +258,9 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
         }
         "proxy_send_local_response" => {
             let body = read(c, a(3), a(4));
+            let headers = wire::decode_map(&read(c, a(5), a(6))).expect("header map");
             c.data_mut().local_responses.push((a(0), body));
+            c.data_mut().local_response_headers.push(headers);
             OK
         }
         "proxy_continue_stream" => {
@@ -659,6 +672,93 @@ fn without_hold_headers_the_headers_go_on_and_the_body_is_held() {
     assert_eq!(vm.decision()["decision"], "deny");
 }
 
+#[test]
+fn identity_headers_over_the_abi_and_a_failed_edit_refuses_the_request() {
+    let mut config = bundle(
+        only_echo(),
+        json!({"identity": {"trustDomain": "example.org",
+                            "spiffe": {"source": "TrustedHeader", "header": {"name": "x-spiffe"}}}}),
+    );
+    config["backends"][0]["identityHeaders"] = json!([
+        {"name": "x-caller-spiffe", "from": "SPIFFE"},
+        {"name": "x-caller-sub", "from": "JWTSubject"}
+    ]);
+    let Some(mut vm) = configured(&config, "tools-route") else {
+        return;
+    };
+    let mut sent = POST.to_vec();
+    sent.extend([
+        ("x-spiffe", "spiffe://example.org/ns/a/sa/alpha"),
+        ("x-caller-sub", "admin"),
+        ("x_caller_spiffe", "spiffe://forged"),
+    ]);
+    let (ctx, _) = vm.request(&sent, &call("echo"));
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let removed: Vec<&str> = vm
+        .host()
+        .header_edits
+        .iter()
+        .filter(|(op, _, _)| *op == "remove")
+        .map(|(_, n, _)| n.as_str())
+        .collect();
+    assert_eq!(
+        removed,
+        ["x-caller-spiffe", "x-caller-sub", "x_caller_spiffe"]
+    );
+    assert_eq!(
+        vm.host().set_headers,
+        [(
+            "x-caller-spiffe".to_string(),
+            "spiffe://example.org/ns/a/sa/alpha".to_string()
+        )]
+    );
+    // The host refuses an edit: the request does not go on with what the client sent.
+    vm.host_mut().header_edit_status = BAD_ARGUMENT;
+    let (ctx, _) = vm.request(&sent, &call("echo"));
+    assert_eq!(vm.body(ctx), PAUSE);
+    let (status, body) = vm.host().local_responses.last().unwrap().clone();
+    assert_eq!(status, 500);
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["code"], -32603);
+    assert!(vm
+        .host()
+        .log_has("could not set identity header x-caller-spiffe: request refused"));
+}
+
+#[test]
+fn a_caller_without_a_credential_is_challenged_over_the_abi() {
+    let mut config = bundle(only_echo(), json!({}));
+    config["gateways"][0]["listeners"][0]["protectedResource"] = json!({
+        "resource": "https://gw.example.org/mcp",
+        "authorizationServers": ["https://auth.example.org"]});
+    let Some(mut vm) = configured(&config, "tools-route") else {
+        return;
+    };
+    vm.host_mut()
+        .properties
+        .insert("connection.mtls".into(), vec![0]);
+    let (ctx, _) = vm.request(POST, &call("rm"));
+    assert_eq!(vm.body(ctx), PAUSE);
+    assert_eq!(vm.host().local_responses.last().unwrap().0, 401);
+    let headers = vm.host().local_response_headers.last().unwrap().clone();
+    assert!(headers.contains(&(
+        "www-authenticate".to_string(),
+        "Bearer resource_metadata=\"https://gw.example.org/.well-known/oauth-protected-resource/mcp\""
+            .to_string()
+    )));
+    assert!(vm
+        .host()
+        .property_reads
+        .contains(&"connection.mtls".to_string()));
+    // With a client certificate (and no SPIFFE ID): the usual 403.
+    vm.host_mut()
+        .properties
+        .insert("connection.mtls".into(), vec![1]);
+    let (ctx, _) = vm.request(POST, &call("rm"));
+    assert_eq!(vm.body(ctx), PAUSE);
+    assert_eq!(vm.host().local_responses.last().unwrap().0, 403);
+}
+
 fn ext_auth() -> Value {
     json!([{"name": "ask-risk", "level": "Gateway", "targets": [{"name": "gw"}],
             "action": "ExternalAuth", "externalAuth": "risk"}])
@@ -886,9 +986,9 @@ fn grpc_bundle(mode: &str) -> Value {
     b
 }
 
-fn hvo(key: &str, value: &str, action: i32) -> ext_authz::pb::HeaderValueOption {
-    ext_authz::pb::HeaderValueOption {
-        header: Some(ext_authz::pb::HeaderValue {
+fn hvo(key: &str, value: &str, action: i32) -> pb::HeaderValueOption {
+    pb::HeaderValueOption {
+        header: Some(pb::HeaderValue {
             key: key.into(),
             value: value.into(),
             raw_value: Vec::new(),
@@ -919,15 +1019,22 @@ fn a_grpc_callout_carries_the_check_request_and_its_ok_edits_headers() {
         Some("default/ask-risk")
     );
 
-    // dynamic_metadata: Struct {"user": "u1"} (fields entry: key 1, Value.string_value 3).
-    let metadata = b"\x0a\x0c\x0a\x04user\x12\x04\x1a\x02u1".to_vec();
-    let ok = ext_authz::pb::CheckResponse {
-        status: Some(ext_authz::pb::RpcStatus {
+    let metadata = pb::Struct {
+        fields: [(
+            "user".to_string(),
+            pb::Value {
+                kind: Some(pb::Kind::Str("u1".into())),
+            },
+        )]
+        .into(),
+    };
+    let ok = pb::CheckResponse {
+        status: Some(pb::RpcStatus {
             code: 0,
             message: String::new(),
         }),
         dynamic_metadata: Some(metadata),
-        ok_response: Some(ext_authz::pb::OkHttpResponse {
+        ok_response: Some(pb::OkHttpResponse {
             headers: vec![
                 hvo("x-set", "1", 2),
                 hvo("x-add", "2", 0),

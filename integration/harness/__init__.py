@@ -1,5 +1,6 @@
 """End-to-end test harness for mcp-access: real Envoy, real MCP SDK client and server."""
 
+from .authserver import AuthServer
 from .certs import ALPHA, BETA, CertPair, Pki, make_pki
 from .client import (
     Denied,
@@ -44,7 +45,7 @@ from .procs import (
 )
 
 __all__ = [
-    "ALPHA", "BETA", "AuthorizerProc", "BackgroundHttpServer", "CertPair", "Cluster", "Denied", "EnvoyProcess", "HttpResult",
+    "ALPHA", "BETA", "AuthServer", "AuthorizerProc", "BackgroundHttpServer", "CertPair", "Cluster", "Denied", "EnvoyProcess", "HttpResult",
     "JwtKeys", "JwtProvider", "Listener", "ManagedProcess", "McpAgent", "McpServerProc", "Pki", "Route",
     "Tls", "TransportFailure", "Wasm", "build_bootstrap", "delete", "envoy_binary", "ext_authz_filter",
     "free_port", "free_ports", "get", "initialize_params", "jwt_filter", "make_jwt_keys", "make_pki",

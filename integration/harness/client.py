@@ -175,8 +175,10 @@ class McpAgent:
         mode: str = "legacy",
         timeout: float = 10.0,
         client_name: str = "mcp-access-harness",
+        auth: httpx2.Auth | None = None,
     ) -> None:
         self.url = url
+        self._auth = auth  # e.g. the SDK's OAuthClientProvider
         self.mode = mode
         self.timeout = timeout
         self.client_name = client_name
@@ -202,6 +204,7 @@ class McpAgent:
         async with httpx2.AsyncClient(
             verify=self._verify,
             headers=self._headers,
+            auth=self._auth,
             timeout=httpx2.Timeout(self.timeout),
             trust_env=False,
             event_hooks={"response": [self._on_response]},

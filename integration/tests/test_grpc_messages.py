@@ -1,20 +1,20 @@
-"""The filter's ext_authz messages (`filter/engine/src/ext_authz.rs`, module `pb`: written for
-prost by hand, only the fields the filter sends or reads) against the official Envoy API
-descriptors of PyPI `xds-protos`: every field has the name, number and kind the API gives it.
-A field renumbered or retyped here would otherwise only show up as a wrong CheckRequest."""
+"""The filter's protobuf messages (`filter/engine/src/pb.rs`: written for prost by hand, only
+the fields the filter sends or reads) against the official Envoy API descriptors of PyPI
+`xds-protos`: every field has the name, number and kind the API gives it. A field renumbered or
+retyped here would otherwise only show up as a wrong CheckRequest, JWT claim or gRPC upstream."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from envoy.config.core.v3 import address_pb2, base_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, grpc_service_pb2
 from envoy.service.auth.v3 import attribute_context_pb2, external_auth_pb2
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import descriptor, struct_pb2, timestamp_pb2, wrappers_pb2
 from google.rpc import status_pb2
 
-SOURCE = Path(__file__).resolve().parents[2] / "filter" / "engine" / "src" / "ext_authz.rs"
+SOURCE = Path(__file__).resolve().parents[2] / "filter" / "engine" / "src" / "pb.rs"
 
 ctx = attribute_context_pb2.AttributeContext
 MESSAGES = {
@@ -23,6 +23,7 @@ MESSAGES = {
     "Metadata": base_pb2.Metadata,
     "Struct": struct_pb2.Struct,
     "Value": struct_pb2.Value,
+    "ListValue": struct_pb2.ListValue,
     "Peer": ctx.Peer,
     "Address": address_pb2.Address,
     "SocketAddress": address_pb2.SocketAddress,
@@ -37,9 +38,12 @@ MESSAGES = {
     "HeaderValueOption": base_pb2.HeaderValueOption,
     "BoolValue": wrappers_pb2.BoolValue,
     "HeaderValue": base_pb2.HeaderValue,
+    "GrpcService": grpc_service_pb2.GrpcService,
+    "EnvoyGrpc": grpc_service_pb2.GrpcService.EnvoyGrpc,
 }
 # The Value oneof's variants, by their proto field names.
-KIND = {"Number": "number_value", "Str": "string_value", "Bool": "bool_value", "Struct": "struct_value"}
+KIND = {"Null": "null_value", "Number": "number_value", "Str": "string_value", "Bool": "bool_value",
+        "Struct": "struct_value", "List": "list_value"}
 
 F = descriptor.FieldDescriptor
 # prost attribute -> the proto types it may stand for (bytes may hold a message kept serialized).
@@ -53,9 +57,9 @@ PROST = {
 def rust_fields() -> dict[str, list[tuple[str, str, int]]]:
     """(field, prost kind, tag) of each message and of the oneof Kind, from the source."""
     src = SOURCE.read_text()
-    pb = src[src.index("pub mod pb {"):src.index("/// Context extension keys the filter sets")]
+    pb = src[:src.index("#[cfg(test)]")]
     out: dict[str, list[tuple[str, str, int]]] = {}
-    for m in re.finditer(r"pub (?:struct|enum) (\w+) \{(.*?)\n    \}", pb, re.S):
+    for m in re.finditer(r"pub (?:struct|enum) (\w+) \{(.*?)\n\}", pb, re.S):
         fields = re.findall(r'#\[prost\((\w+)[^\]]*?tags? = "(\d+)"\)\]\s*(?:pub )?(\w+)', m[2])
         out[m[1]] = [(name, kind, int(tag)) for kind, tag, name in fields]
     return out
@@ -78,7 +82,7 @@ def test_every_field_matches_the_envoy_api() -> None:
         d = value[KIND[variant]]
         assert (d.number, d.type in PROST[kind]) == (tag, True), variant
         checked += 1
-    assert checked >= 45, checked
+    assert checked >= 50, checked
 
 
 def test_the_check_can_fail() -> None:

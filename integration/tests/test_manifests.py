@@ -307,6 +307,8 @@ INVALID_ACCESS_POLICIES = {
     "defaults-and-overrides.yaml": "only one of defaults and overrides may be set",
     "unset-on-gateway.yaml": "unset may only be set on a policy that targets XBackends",
     "deny-with-external-auth.yaml": "externalAuth may only be specified when action is set to 'ExternalAuth'",
+    "identity-header-authorization.yaml": "the name is a header with another meaning",
+    "identity-headers-on-gateway.yaml": "identityHeaders may only be set on a policy that targets XBackends",
     "jwt-claim-without-values.yaml": "values: [] should be non-empty",
     "jwt-without-jwt.yaml": "jwt must be specified when type is set to 'JWT'",
     "jwt-without-type.yaml": "type must be 'JWT' when jwt is set",
@@ -329,8 +331,10 @@ def test_access_policy_crd_validates_its_examples(crds: Crds) -> None:
         "cel.yaml",
         "defaults.yaml",
         "deny.yaml",
+        "identity-headers.yaml",
         "jwt.yaml",
         "overrides.yaml",
+        "route.yaml",
         "unset.yaml",
         "when.yaml",
     ]
@@ -355,6 +359,40 @@ def test_access_policy_crd_validates_its_examples(crds: Crds) -> None:
     obj.update(apiVersion="agentic.networking.x-k8s.io/v1alpha1", kind="XAccessPolicy")
     assert crds.schema_for(obj) is not None
     assert any("'Deny' is not one of" in e for e in validate(crds, obj))
+
+
+OAUTH_SETTINGS = """\
+apiVersion: mcp-access.io/v1alpha1
+kind: FilterSettings
+metadata: {name: settings}
+spec:
+  protectedResources:
+  - targetRef: {namespace: demo, name: agents-gateway, sectionName: mcp-jwt}
+    resource: https://mcp.demo.example/mcp
+    authorizationServers: [https://auth.demo.example]
+    scopesSupported: [mcp]
+"""
+
+
+def test_envoy_gateway_serves_oauth_metadata_with_valid_objects(cli: Path, tmp_path: Path, crds: Crds) -> None:
+    """With protected resource metadata on a listener, the Envoy Gateway rendering adds an
+    HTTPRouteFilter (a direct response with the RFC 9728 document) and an HTTPRoute of that
+    listener matching the metadata paths: both valid for the vendored CRDs (Envoy Gateway's
+    HTTPRouteFilter, Gateway API's HTTPRoute, CEL rules included)."""
+    (tmp_path / "settings.yaml").write_text(OAUTH_SETTINGS)
+    out = generate(cli, tmp_path, *EXAMPLE_ARGS, "-f", str(tmp_path / "settings.yaml"), platforms=("envoy-gateway",))
+    objs = out["envoy-gateway"]
+    (flt,) = [o for o in objs if o["kind"] == "HTTPRouteFilter"]
+    (route,) = [o for o in objs if o["kind"] == "HTTPRoute"]
+    for obj in (flt, route):
+        assert crds.schema_for(obj) is not None, obj["kind"]
+        assert validate(crds, obj) == [], yaml.safe_dump(obj)
+    doc = json.loads(flt["spec"]["directResponse"]["body"]["inline"])
+    assert doc == {"resource": "https://mcp.demo.example/mcp", "authorization_servers": ["https://auth.demo.example"],
+                   "bearer_methods_supported": ["header"], "scopes_supported": ["mcp"]}
+    assert [m["path"]["value"] for m in route["spec"]["rules"][0]["matches"]] == [
+        "/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"]
+    assert route["spec"]["parentRefs"][0]["sectionName"] == "mcp-jwt"
 
 
 def test_generated_objects_carry_the_image_digest_and_bundle(

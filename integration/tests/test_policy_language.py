@@ -78,10 +78,11 @@ class Deployment:
 
 
 def deploy(cli: Path, envoy: Any, wasm: Path, base: Path, manifests: str, server: Any, *extra: str,
-           listener: str = "http", scheme: str = "http") -> Deployment:
+           listener: str = "http", scheme: str = "http", port: int | None = None) -> Deployment:
+    """`mcp-access envoy` for `manifests`, run: the listener on `port` (default: a free one)."""
     base.mkdir(parents=True, exist_ok=True)
     (base / "manifests.yaml").write_text(manifests)
-    port, admin = free_port(), free_port()
+    port, admin = port or free_port(), free_port()
     result = run_cli(
         cli, "envoy", "-f", str(base / "manifests.yaml"), "--wasm", str(wasm), "--strict",
         "--resolve", f"tools-server=127.0.0.1:{server.port}",

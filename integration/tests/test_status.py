@@ -80,3 +80,23 @@ def test_a_refused_policy_reports_false_with_its_generation(cli: Path, crds: Crd
     assert (accepted["type"], accepted["status"], accepted["reason"]) == ("Accepted", "False", "TargetNotFound")
     assert accepted["observedGeneration"] == 7
     assert "(valid: mcp-mtls, mcp-jwt)" in accepted["message"]
+
+
+def test_route_policies_report_on_their_routes(cli: Path, crds: Crds, tmp_path: Path) -> None:  # noqa: F811
+    """AccessPolicies on HTTPRoute rules (test_routes.py's manifests): one ancestor per target, the
+    HTTPRoute with the rule's name as sectionName; the route's parents say a policy affects it."""
+    from test_routes import MANIFESTS
+    manifests = tmp_path / "routes.yaml"
+    manifests.write_text(MANIFESTS)
+    items = statuses(cli, str(manifests))
+    for o in items:
+        assert status_errors(crds, o) == [], (o["kind"], o["metadata"], status_errors(crds, o))
+    (policy,) = [o for o in items if o["metadata"]["name"] == "admin-echo-only"]
+    (ancestor,) = policy["status"]["ancestors"]
+    assert ancestor["ancestorRef"] == {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                                       "namespace": "mcp", "name": "admin", "sectionName": "admin"}
+    assert ancestor["conditions"][0]["status"] == "True"
+    routes = {o["metadata"]["name"]: o for o in items if o["kind"] == "HTTPRoute"}
+    affected = {name: any(c["type"] == "AccessPolicyAffected" for p in r["status"]["parents"] for c in p["conditions"])
+                for name, r in routes.items()}
+    assert affected == {"admin": True, "public": False}, affected

@@ -235,7 +235,7 @@ pub fn crd() -> Value {
         namespaced: true,
         description: "AccessPolicy: which callers may do what through Gateways or to XBackends (mcp-access's own kind; see docs/semantics.md).",
         generated_from: "config-schema/k8s/src/types.rs (PolicySpecV1)",
-        spec: described(schema_of::<PolicySpecV1>(), "The XAccessPolicy v1alpha1 spec (group agentic.networking.x-k8s.io) plus action Deny, JWT sources and `when` conditions on the policy and its rules."),
+        spec: described(schema_of::<PolicySpecV1>(), "The XAccessPolicy v1alpha1 spec (group agentic.networking.x-k8s.io) plus action Deny, JWT sources, `when` conditions on the policy and its rules, defaults/overrides blocks and unset, and identity headers."),
         status: Some(described(schema_of::<PolicyStatus>(), "What controllers report, per ancestor.")),
         columns: json!([
             {"name": "Action", "type": "string", "jsonPath": ".spec.action"},
@@ -250,7 +250,7 @@ pub fn filter_settings_crd() -> Value {
         kind: "FilterSettings",
         plural: "filtersettings",
         namespaced: false,
-        description: "FilterSettings: the mcp-access filter's settings that are not policy (denial response, limits, listing filtering, identity source, authorizer timeout, Envoy integration). At most one object; see docs/cli.md.",
+        description: "FilterSettings: the mcp-access filter's settings that are not policy (denial response, limits, listing filtering, identity source, authorizer timeout, Envoy integration, OAuth protected resource metadata). At most one object; see docs/cli.md.",
         generated_from: "config-schema/k8s/src/types.rs (FilterSettingsSpec)",
         spec: described(schema_of::<FilterSettingsSpec>(), "Every field is optional and defaults as the policy bundle does."),
         status: None,

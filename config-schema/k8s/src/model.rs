@@ -134,8 +134,9 @@ impl Report {
 // ---------------------------------------------------------------------------------------
 // Effective policy view
 
-/// The policies a request through one Gateway listener to one XBackend meets, level by level
-/// and step by step, each rule with where it came from (`mcp-access effective`).
+/// The policies a request through one Gateway listener to one XBackend (through some of its
+/// routes) meets, level by level and step by step, each rule with where it came from
+/// (`mcp-access effective`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectivePolicy {
@@ -144,6 +145,11 @@ pub struct EffectivePolicy {
     pub listener: String,
     /// `namespace/name` of the XBackend.
     pub backend: String,
+    /// The routes to the XBackend this view is about, where route-scoped policies make them
+    /// differ (`HTTPRoute ns/name`, `HTTPRoute ns/name rule i (name)`, other routes by the
+    /// cluster); empty: every route.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<String>,
     pub levels: Vec<EffectiveLevel>,
     /// What defaults/overrides left out here (replaced, unset, not added), and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -273,6 +279,8 @@ pub struct RouteEntry {
     /// `namespace/name` of the HTTPRoute.
     pub route: String,
     pub rule: usize,
+    /// The rule's `name`, if it has one (what a policy's `sectionName` names).
+    pub rule_name: Option<String>,
     /// Hostnames the entry applies to (empty: any host of the listener).
     pub hostnames: Vec<String>,
     pub path_kind: PathMatchKind,

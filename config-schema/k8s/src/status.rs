@@ -8,7 +8,7 @@
 //! - Gateways: `Accepted` and one entry per listener (`Accepted`, `ResolvedRefs`, routes
 //!   attached); XBackends: `Accepted`; HTTPRoutes: one parent per parentRef.
 //! - Gateways and XBackends a policy of a kind is accepted on carry `<Kind>Affected` (Gateway API
-//!   policy attachment's convention).
+//!   policy attachment's convention); so does each parent of an HTTPRoute one is accepted on.
 //!
 //! `observedGeneration` is the object's `metadata.generation` when the manifest has one.
 
@@ -35,7 +35,7 @@ pub fn status_objects(report: &Report, topo: &Topology, now: &str) -> Vec<Value>
         out.push(w.gateway(g, topo, affected.get(&key("Gateway", g))));
     }
     for r in &report.routes {
-        out.push(w.route(r));
+        out.push(w.route(r, affected.get(&key("HTTPRoute", r))));
     }
     for b in &report.backends {
         out.push(w.backend(b, affected.get(&key("XBackend", b))));
@@ -175,7 +175,9 @@ impl Writer<'_> {
         Writer::object(g, json!({"conditions": conditions, "listeners": listeners}))
     }
 
-    fn route(&self, r: &ObjectStatus) -> Value {
+    /// An HTTPRoute: one entry per parent, each with `<Kind>Affected` when a policy of that kind
+    /// is accepted on the route.
+    fn route(&self, r: &ObjectStatus, affected: Option<&Vec<String>>) -> Value {
         let parents: Vec<Value> = r
             .conditions
             .iter()
@@ -202,10 +204,12 @@ impl Writer<'_> {
                 } else {
                     (c.reason.as_str(), c.message.as_str())
                 };
-                json!({"parentRef": p, "controllerName": CONTROLLER_NAME, "conditions": [
+                let mut conditions = vec![
                     self.condition(r, "Accepted", accepted, reason, msg),
                     self.condition(r, "ResolvedRefs", refs_ok, refs_reason, refs_msg),
-                ]})
+                ];
+                conditions.extend(self.affected_conditions(r, affected));
+                json!({"parentRef": p, "controllerName": CONTROLLER_NAME, "conditions": conditions})
             })
             .collect();
         Writer::object(r, json!({"parents": parents}))

@@ -11,6 +11,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+mod settings;
+pub use settings::*;
+
 pub(crate) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 pub(crate) const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";
 pub(crate) const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
@@ -427,16 +430,18 @@ pub(crate) struct McpBackend {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct TargetRef {
-    /// `gateway.networking.k8s.io` (Gateway) or `agentic.networking.x-k8s.io` (XBackend).
+    /// `gateway.networking.k8s.io` (Gateway, HTTPRoute) or `agentic.networking.x-k8s.io`
+    /// (XBackend).
     #[schemars(required, length(max = 253), pattern(crate::check::GROUP))]
     pub(crate) group: Option<String>,
-    /// `Gateway` or `XBackend`.
+    /// `Gateway`, `XBackend` or (`AccessPolicy` only) `HTTPRoute`.
     #[schemars(required, length(min = 1, max = 63), pattern(crate::check::KIND))]
     pub(crate) kind: Option<String>,
     /// Name of the target, in the policy's namespace.
     #[schemars(required, length(min = 1, max = 253))]
     pub(crate) name: Option<String>,
-    /// A Gateway listener: the policy applies there only.
+    /// A Gateway listener, or the `name` of one rule of an HTTPRoute: the policy applies
+    /// there only.
     #[schemars(length(min = 1, max = 253), pattern(crate::check::DNS_SUBDOMAIN))]
     pub(crate) section_name: Option<String>,
 }
@@ -659,10 +664,13 @@ pub(crate) struct CelV0 {
     {"rule": "(has(self.defaults) || has(self.overrides)) ? self.targetRefs.all(r, r.kind == 'Gateway') : true",
      "message": "defaults and overrides may only be set on a policy that targets Gateways"},
     {"rule": "has(self.unset) ? self.targetRefs.all(r, r.kind == 'XBackend') : true",
-     "message": "unset may only be set on a policy that targets XBackends"}
+     "message": "unset may only be set on a policy that targets XBackends"},
+    {"rule": "has(self.identityHeaders) ? self.targetRefs.all(r, r.kind == 'XBackend') : true",
+     "message": "identityHeaders may only be set on a policy that targets XBackends"}
 ]))]
 pub struct PolicySpecV1 {
-    /// Gateways or XBackends (all of one kind) the policy applies to.
+    /// Gateways, XBackends or (`AccessPolicy` only) HTTPRoutes, all of one kind, the policy
+    /// applies to.
     #[schemars(required, length(min = 1, max = 10), extend(
         "x-kubernetes-list-type" = "atomic",
         "x-kubernetes-validations" = [{"rule": "self.all(ref, ref.kind == self[0].kind)",
@@ -694,11 +702,45 @@ pub struct PolicySpecV1 {
     /// of a merged default ExternalAuth block) to remove.
     #[schemars(length(max = 16), inner(length(min = 1, max = 253)), extend("x-kubernetes-list-type" = "set"))]
     pub(crate) unset: Option<Vec<String>>,
+    /// `AccessPolicy` on XBackends only: request headers the XBackend's MCP server receives
+    /// with the caller's identity on allowed requests. Every copy a client sent of any
+    /// identity header is removed first; a header is absent when the caller has no such
+    /// identity. Two policies may not give one XBackend the same header with different
+    /// values.
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub(crate) identity_headers: Option<Vec<IdentityHeaderSpec>>,
     /// `Enforce` (default) or `DryRun`: a dry-run policy is evaluated beside the others and
     /// what it would change is reported (decision log, filter state, counters), never
     /// enforced. (On an `XAccessPolicy`: the annotation `mcp-access.io/dry-run: "true"`.)
     #[schemars(extend("enum" = ["Enforce", "DryRun"]))]
     pub(crate) mode: Option<String>,
+}
+
+/// One identity header (docs/semantics.md §5.7).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.from == 'JWTClaim' ? has(self.claim) : !has(self.claim)",
+     "message": "claim must be set when from is JWTClaim, and only then"},
+    {"rule": mcp_access_bundle::identity_headers::reserved_rule(),
+     "message": "the name is a header with another meaning (host, framing, hop-by-hop, proxy-*, authorization, cookie, content-*, accept-encoding, mcp-*, last-event-id, x-envoy-*, x-forwarded-*, x-request-id)"}
+]))]
+pub(crate) struct IdentityHeaderSpec {
+    /// Header name: lowercase, no `_`.
+    #[schemars(
+        required,
+        length(min = 1, max = 256),
+        pattern(mcp_access_bundle::identity_headers::IDENTITY_HEADER_NAME_PATTERN)
+    )]
+    pub(crate) name: Option<String>,
+    /// SPIFFE (the caller's SPIFFE ID), JWTSubject (`sub` of its verified JWT), JWTIssuer
+    /// (`iss`) or JWTClaim (the claim `claim` names: a string as it is, any other value as
+    /// JSON).
+    #[schemars(required, extend("enum" = ["SPIFFE", "JWTSubject", "JWTIssuer", "JWTClaim"]))]
+    pub(crate) from: Option<String>,
+    /// The claim (from JWTClaim); `a.b` is claim `b` inside claim `a`.
+    #[schemars(length(min = 1, max = 256))]
+    pub(crate) claim: Option<String>,
 }
 
 /// A defaults or overrides block (docs/semantics.md, "Defaults and overrides").
@@ -828,61 +870,4 @@ pub(crate) struct McpMethodV1 {
     /// Tool / prompt names or resource URIs.
     #[schemars(length(max = 10), inner(length(max = 20)), extend("x-kubernetes-list-type" = "set"))]
     pub(crate) params: Option<Vec<String>>,
-}
-
-/// `FilterSettings.spec` (group `mcp-access.io`, cluster-scoped): the settings of the filter
-/// that are not policy — the denial a client sees, request limits, listing filtering, where
-/// caller identities come from, authorizer defaults and Envoy integration. At most one
-/// object; every field is optional and defaults as the bundle does.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FilterSettingsSpec {
-    /// What a client sees when a policy denies its request.
-    pub(crate) deny_response: Option<mcp_access_bundle::DenyResponse>,
-    /// Request limits.
-    pub(crate) limits: Option<mcp_access_bundle::Limits>,
-    /// Per-caller filtering of listings.
-    pub(crate) listings: Option<mcp_access_bundle::Listings>,
-    /// Where caller identities come from.
-    pub(crate) identity: Option<IdentitySettingsSpec>,
-    /// Defaults of every ExternalAuth policy's authorizer.
-    pub(crate) external_auth: Option<ExternalAuthDefaults>,
-    /// How the filter fits into Envoy.
-    pub(crate) envoy: Option<EnvoySettingsSpec>,
-    /// What decision records carry for `mcp-access replay` (tool arguments: opt in).
-    pub(crate) decision_records: Option<mcp_access_bundle::DecisionRecords>,
-}
-
-/// `FilterSettings.spec.identity`.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct IdentitySettingsSpec {
-    /// SPIFFE trust domain of ServiceAccount sources (the CLI's `--trust-domain`).
-    #[schemars(length(min = 1, max = 255))]
-    pub(crate) trust_domain: Option<String>,
-    /// Where the caller's SPIFFE ID is read: the mTLS peer certificate (default) or a header a
-    /// trusted front proxy sets.
-    pub(crate) spiffe: Option<mcp_access_bundle::SpiffeSettings>,
-}
-
-/// `FilterSettings.spec.externalAuth`.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct ExternalAuthDefaults {
-    /// Timeout of authorizer calls whose policy sets none (a Gateway API duration, at most
-    /// `60s`; the CLI's `--authz-timeout-ms`). There is deliberately no global failure mode:
-    /// failing open is chosen per policy, where reviewers see it.
-    #[schemars(pattern(crate::check::DURATION))]
-    pub(crate) timeout: Option<String>,
-}
-
-/// `FilterSettings.spec.envoy`.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct EnvoySettingsSpec {
-    /// Requests Envoy routes to no XBackend: `Deny` (default) or `GatewayOnly` (the CLI's
-    /// `--unknown-backend`).
-    pub(crate) unknown_backend: Option<mcp_access_bundle::UnknownBackend>,
-    /// A path holding `%2F` or `%5C`: `Reject` (400, default) or `Decode`.
-    pub(crate) escaped_slashes: Option<mcp_access_bundle::EscapedSlashes>,
 }

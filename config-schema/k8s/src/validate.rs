@@ -13,9 +13,9 @@ mod settings;
 pub(crate) use backend::xbackend;
 pub(crate) use gateway::gateway;
 pub(crate) use grants::reference_grant;
-pub(crate) use policy::{access_policy, policy_v0, policy_v1};
+pub(crate) use policy::{access_policy, identity_header, policy_v0, policy_v1};
 pub(crate) use route::http_route;
-pub(crate) use settings::filter_settings;
+pub(crate) use settings::{filter_settings, protected_resource};
 
 use crate::check::{Checker, DNS_LABEL, DNS_SUBDOMAIN, GROUP, KIND};
 use crate::types::*;

@@ -127,9 +127,10 @@ pub(crate) enum Command {
     /// and prints the decisions that flip (who loses or gains which call). Exits 6 on a flip
     /// unless --allow-flips.
     Replay(ReplayArgs),
-    /// Print the effective policy of each (Gateway listener, XBackend): every level and
-    /// step with its rules and where they came from (the policy, or the defaults/overrides
-    /// block and strategy of a Gateway policy), and what blocks replaced or left out.
+    /// Print the effective policy of each (Gateway listener, XBackend), per route where
+    /// HTTPRoute-targeted policies make routes differ: every level and step with its rules
+    /// and where they came from (the policy, or the defaults/overrides block and strategy of
+    /// a Gateway policy), and what blocks replaced or left out.
     Effective {
         #[command(flatten)]
         input: Input,
@@ -142,6 +143,10 @@ pub(crate) enum Command {
         /// Only this XBackend (`name` or `namespace/name`).
         #[arg(long)]
         backend: Option<String>,
+        /// Only what requests through this HTTPRoute (`name` or `namespace/name`) meet: the
+        /// views about its routes, and those about every route.
+        #[arg(long)]
+        route: Option<String>,
         /// Output format.
         #[arg(
             short = 'o',

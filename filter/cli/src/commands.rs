@@ -131,6 +131,18 @@ pub(crate) fn manifests(
     if !input.compile.jwt_providers.is_empty() {
         eprintln!("note: --jwt-provider: the bundle reads verified claims under each provider's name; configure the platform's jwt_authn (payload_in_metadata) to match, the generated objects do not");
     }
+    let oauth = c
+        .bundle
+        .gateways
+        .iter()
+        .flat_map(|g| &g.listeners)
+        .any(|l| l.protected_resource.is_some());
+    if oauth {
+        eprintln!("note: OAuth protected resource metadata: the platform's token verification must let a request without a token through to the filter (which answers it 401 with the metadata's URL when policies deny it) and require none on the metadata paths (docs/deploy.md)");
+    }
+    for line in platform::unserved_metadata(&c.bundle, &o) {
+        eprintln!("warning: {}", line.trim_start_matches("# "));
+    }
     let json = output.format(Format::Yaml) == Format::Json;
     let text = platform::render(&c.bundle, &c.topology, &o, json)?;
     write_out(output, &text)?;
@@ -271,11 +283,11 @@ pub(crate) fn status(input: &Input, format: Format) -> Result<u8, String> {
     })
 }
 
-/// `effective`: the effective policy of each (listener, XBackend), filtered by
-/// `[gateway, listener, backend]`.
+/// `effective`: the effective policy of each (listener, XBackend, route class), filtered by
+/// `[gateway, listener, backend, route]`.
 pub(crate) fn effective(
     input: &Input,
-    [gateway, listener, backend]: [Option<String>; 3],
+    [gateway, listener, backend, route]: [Option<String>; 4],
     format: Format,
 ) -> Result<u8, String> {
     let mut o = options(&input.compile)?;
@@ -292,6 +304,14 @@ pub(crate) fn effective(
             matches(&gateway, &e.gateway)
                 && listener.as_ref().is_none_or(|l| l == &e.listener)
                 && matches(&backend, &e.backend)
+                && route.as_ref().is_none_or(|r| {
+                    e.routes.is_empty()
+                        || e.routes.iter().any(|x| {
+                            let id = x.strip_prefix("HTTPRoute ").unwrap_or_default();
+                            let id = id.split(' ').next().unwrap_or_default();
+                            matches(&Some(r.clone()), id)
+                        })
+                })
         })
         .collect();
     if views.is_empty() {
@@ -317,6 +337,9 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
             "{} listener {} -> XBackend {}\n",
             v.gateway, v.listener, v.backend
         ));
+        if !v.routes.is_empty() {
+            out.push_str(&format!("  through {}\n", v.routes.join(", ")));
+        }
         for l in &v.levels {
             if l.steps.is_empty() {
                 out.push_str(&format!("  {} level: no policy\n", l.level));

@@ -162,7 +162,13 @@ pub fn parse_providers(list: &[String]) -> Result<Vec<JwtProviderSpec>, String> 
 /// passes on to the policies (a JWT source then does not match), unless `required`: then
 /// `jwt_authn` answers it 401 with a `WWW-Authenticate: Bearer` challenge, as the MCP
 /// authorization spec asks, and lets only CORS preflights (which carry no token) through.
-pub fn envoy_filter(providers: &[JwtProviderSpec], required: bool) -> Option<Value> {
+/// `open_paths`: paths no token is verified on (where Envoy serves OAuth protected resource
+/// metadata, which a client fetches before it has one).
+pub fn envoy_filter(
+    providers: &[JwtProviderSpec],
+    required: bool,
+    open_paths: &[String],
+) -> Option<Value> {
     if providers.is_empty() {
         return None;
     }
@@ -205,10 +211,16 @@ pub fn envoy_filter(providers: &[JwtProviderSpec], required: bool) -> Option<Val
         [one] => one.clone(),
         _ => json!({"requires_any": {"requirements": alternatives}}),
     };
+    // The first rule that matches decides; one without `requires` verifies nothing.
+    let mut rules: Vec<Value> = open_paths
+        .iter()
+        .map(|p| json!({"match": {"path": p}}))
+        .collect();
+    rules.push(json!({"match": {"prefix": "/"}, "requires": requires}));
     let mut cfg = json!({
         "@type": format!("{T}envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"),
         "providers": provs,
-        "rules": [{"match": {"prefix": "/"}, "requires": requires}],
+        "rules": rules,
     });
     if let (true, Some(obj)) = (required, cfg.as_object_mut()) {
         obj.insert("bypass_cors_preflight".into(), json!(true));
@@ -266,9 +278,9 @@ mod tests {
 
     #[test]
     fn envoy_filter_lets_missing_tokens_through_to_the_policies() {
-        assert!(envoy_filter(&[], false).is_none());
+        assert!(envoy_filter(&[], false, &[]).is_none());
         let p = parse_provider("idp=issuer=i,jwks=/k.json").unwrap_or_else(|e| panic!("{e}"));
-        let f = envoy_filter(&[p], false).unwrap_or_default();
+        let f = envoy_filter(&[p], false, &[]).unwrap_or_default();
         let cfg = &f["typed_config"];
         assert_eq!(cfg["providers"]["idp"]["local_jwks"]["filename"], "/k.json");
         assert_eq!(cfg["providers"]["idp"]["payload_in_metadata"], "idp");
@@ -283,13 +295,18 @@ mod tests {
     fn envoy_filter_can_require_a_token() {
         let a = parse_provider("a=issuer=i,jwks=/a.json").unwrap_or_else(|e| panic!("{e}"));
         let b = parse_provider("b=issuer=j,jwks=/b.json").unwrap_or_else(|e| panic!("{e}"));
-        let one = envoy_filter(std::slice::from_ref(&a), true).unwrap_or_default();
+        let one = envoy_filter(std::slice::from_ref(&a), true, &[]).unwrap_or_default();
         let cfg = &one["typed_config"];
         assert_eq!(cfg["rules"][0]["requires"], json!({"provider_name": "a"}));
         assert_eq!(cfg["bypass_cors_preflight"], true);
-        let two = envoy_filter(&[a, b], true).unwrap_or_default();
+        let two = envoy_filter(&[a, b], true, &["/.well-known/x".into()]).unwrap_or_default();
+        // An open path is matched first, and verifies nothing.
         assert_eq!(
-            two["typed_config"]["rules"][0]["requires"],
+            two["typed_config"]["rules"][0],
+            json!({"match": {"path": "/.well-known/x"}})
+        );
+        assert_eq!(
+            two["typed_config"]["rules"][1]["requires"],
             json!({"requires_any": {"requirements": [{"provider_name": "a"}, {"provider_name": "b"}]}})
         );
     }

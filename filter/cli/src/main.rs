@@ -102,8 +102,9 @@ fn run(cli: Cli) -> Result<u8, String> {
             gateway,
             listener,
             backend,
+            route,
             format,
-        } => commands::effective(&input, [gateway, listener, backend], format),
+        } => commands::effective(&input, [gateway, listener, backend, route], format),
     }
 }
 

@@ -5,9 +5,11 @@
 //! `config`, `failOpen: false`), per Gateway an `EnvoyPatchPolicy` (one cluster per authorizer,
 //! `allow_on_headers_stop_iteration: true` patched into the Wasm filter Envoy Gateway generates)
 //! and a `ClientTrafficPolicy` (buffer limit above the body limit, path handling as the filter
-//! reads paths). Istio: a `WasmPlugin` (phase AUTHZ, FAIL_CLOSE, the bundle as `pluginConfig`,
-//! `envoy.holdHeaders: false` because a WasmPlugin cannot hold headers) and an `EnvoyFilter` with
-//! the connection manager's path and host normalization.
+//! reads paths); backends, and the targets of policies on HTTPRoutes, are recognised by the
+//! cluster Envoy Gateway makes per HTTPRoute rule. Istio: a `WasmPlugin` (phase AUTHZ,
+//! FAIL_CLOSE, the bundle as `pluginConfig`, `envoy.holdHeaders: false` because a WasmPlugin
+//! cannot hold headers) and an `EnvoyFilter` with the connection manager's path and host
+//! normalization; policies on HTTPRoutes are refused (no route name the filter can rely on).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -156,40 +158,111 @@ fn gateway_ref(name: &str) -> Value {
     json!({"group": GATEWAY_GROUP, "kind": "Gateway", "name": name})
 }
 
-/// Envoy Gateway's cluster of each HTTPRoute rule that forwards only to one XBackend, by XBackend.
-fn eg_route_clusters(topo: &Topology) -> BTreeMap<String, BTreeSet<String>> {
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+/// What Envoy Gateway makes of the HTTPRoute rules that forward only to one XBackend: one
+/// cluster per rule, `httproute/NS/NAME/rule/I`.
+#[derive(Default)]
+struct EgRules {
+    /// Per XBackend, the clusters of its rules.
+    clusters: BTreeMap<String, BTreeSet<String>>,
+    /// Per XBackend, each name the bundle recognises it by in the `mcp-access envoy`
+    /// rendering (a route name, or its cluster for rules that forward to it more than once)
+    /// -> the clusters of the rules requests through that name take in Envoy Gateway.
+    names: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+}
+
+fn eg_rules(topo: &Topology) -> EgRules {
+    let mut out = EgRules::default();
     for l in topo.gateways.iter().flat_map(|g| &g.listeners) {
         for e in &l.routes {
             let RouteAction::Forward { clusters, .. } = &e.action else {
                 continue;
             };
             let ids: BTreeSet<_> = clusters.iter().map(|c| c.backend.as_deref()).collect();
-            if let [Some(id)] = ids.into_iter().collect::<Vec<_>>().as_slice() {
-                out.entry((*id).to_string())
+            let [Some(id)] = ids.into_iter().collect::<Vec<_>>()[..] else {
+                continue;
+            };
+            let eg = format!("httproute/{}/rule/{}", e.route, e.rule);
+            out.clusters
+                .entry(id.to_string())
+                .or_default()
+                .insert(eg.clone());
+            let name = match clusters.as_slice() {
+                [_] => Some(e.name.clone()),
+                _ => topo
+                    .backends
+                    .iter()
+                    .find(|b| b.id == id)
+                    .map(|b| b.cluster.clone()),
+            };
+            if let Some(name) = name {
+                out.names
+                    .entry(id.to_string())
                     .or_default()
-                    .insert(format!("httproute/{}/rule/{}", e.route, e.rule));
+                    .entry(name)
+                    .or_default()
+                    .insert(eg);
             }
         }
     }
     out
 }
 
+/// The bundle for Envoy Gateway: listener ports as its Envoy listens, backends recognised by
+/// its per-rule clusters, and route-scoped targets narrowed to those clusters (a target whose
+/// routes no request can take there is dropped, and a policy left without targets).
 fn eg_bundle(bundle: &Bundle, topo: &Topology) -> Bundle {
     let mut b = bundle.clone();
     for l in b.gateways.iter_mut().flat_map(|g| &mut g.listeners) {
         l.port = eg_container_port(l.port);
     }
-    let clusters = eg_route_clusters(topo);
+    let rules = eg_rules(topo);
     for be in &mut b.backends {
         be.route_names.clear();
-        be.cluster_names = clusters
+        be.cluster_names = rules
+            .clusters
             .get(&format!("{}/{}", be.namespace, be.name))
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
     }
+    for p in &mut b.policies {
+        let ns = p.namespace.clone();
+        p.targets.retain_mut(|t| {
+            let Some(routes) = &t.routes else {
+                return true;
+            };
+            let id = format!("{}/{}", t.namespace.as_deref().unwrap_or(&ns), t.name);
+            let names = rules.names.get(&id);
+            let eg: BTreeSet<String> = routes
+                .iter()
+                .filter_map(|r| names.and_then(|n| n.get(r)))
+                .flatten()
+                .cloned()
+                .collect();
+            t.routes = Some(eg.into_iter().collect());
+            t.routes.as_ref().is_some_and(|r| !r.is_empty())
+        });
+    }
+    b.policies.retain(|p| !p.targets.is_empty());
     b.envoy.hold_headers = true; // allow_on_headers_stop_iteration is patched in
     b
+}
+
+/// Istio cannot tell routes apart by a name the filter sees (see docs/deploy.md): a
+/// route-scoped policy is refused rather than applied to every route or to none.
+fn istio_route_scoped(bundle: &Bundle) -> Result<(), String> {
+    let scoped: Vec<String> = bundle
+        .policies
+        .iter()
+        .filter(|p| p.targets.iter().any(|t| t.routes.is_some()))
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    if scoped.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "--platform istio cannot enforce policies narrowed to HTTPRoutes ({}): Istio names Envoy routes after the HTTPRoute rule's `name` (Istio 1.24 and later) or NAMESPACE.ROUTE.INDEX, names that need not be unique across routes, and its clusters are the Services', shared by every route, so the filter cannot tell which route a request took; target the XBackend or the Gateway listener instead, or use --platform envoy-gateway or `mcp-access envoy`",
+        scoped.join(", ")
+    ))
 }
 
 fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str, hold_headers: bool) -> Bundle {
@@ -315,12 +388,67 @@ fn by_namespace(
     Ok(out)
 }
 
+/// A platform's bundle, checked as the filter will check it. Identity headers need the
+/// headers held: without, a client's copy would reach the MCP server first.
+fn checked(b: Bundle) -> Result<Value, String> {
+    if !b.envoy.hold_headers && b.backends.iter().any(|x| !x.identity_headers.is_empty()) {
+        return Err("AccessPolicy identityHeaders need the filter to hold request headers, which a WasmPlugin cannot (a client's copy would reach the MCP server before the filter removes it): render with --istio-hold-headers".into());
+    }
+    mcp_access_bundle::validate(&b).map_err(|e| e.to_string())?;
+    serde_json::to_value(b).map_err(|e| e.to_string())
+}
+
+/// Envoy Gateway: per listener with OAuth protected resource metadata, an `HTTPRouteFilter`
+/// whose direct response is the document, and an `HTTPRoute` of that listener that answers
+/// the metadata paths with it (Envoy Gateway routes them to no upstream, so the filter lets
+/// them through without policy, docs/semantics.md §5.6).
+fn eg_metadata(g: &mcp_access_bundle::Gateway, o: &ManifestOptions) -> Vec<Value> {
+    let mut out = Vec::new();
+    for l in &g.listeners {
+        let Some(p) = &l.protected_resource else {
+            continue;
+        };
+        let name = format!("{}-oauth-{}-{}", o.name, g.name, l.name);
+        // The body is a format string of Envoy command operators: `%` stands for itself as `%%`.
+        let body = p.document().to_string().replace('%', "%%");
+        let header = |n: &str, v: &str| json!({"name": n, "value": v});
+        out.push(json!({
+            "apiVersion": EG_API,
+            "kind": "HTTPRouteFilter",
+            "metadata": meta(&name, &g.namespace),
+            "spec": {"directResponse": {
+                "contentType": "application/json",
+                "statusCode": 200,
+                "body": {"type": "Inline", "inline": body},
+                "header": {"set": [header("access-control-allow-origin", "*"),
+                                   header("access-control-allow-headers", "mcp-protocol-version")]},
+            }},
+        }));
+        let matches: Vec<Value> = p
+            .metadata_paths()
+            .iter()
+            .map(|path| json!({"path": {"type": "Exact", "value": path}}))
+            .collect();
+        out.push(json!({
+            "apiVersion": format!("{GATEWAY_GROUP}/v1"),
+            "kind": "HTTPRoute",
+            "metadata": meta(&name, &g.namespace),
+            "spec": {
+                "parentRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": g.name, "sectionName": l.name}],
+                "rules": [{"matches": matches, "filters": [{"type": "ExtensionRef", "extensionRef": {
+                    "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": name}}]}],
+            },
+        }));
+    }
+    out
+}
+
 fn envoy_gateway(
     bundle: &Bundle,
     topo: &Topology,
     o: &ManifestOptions,
 ) -> Result<Vec<Value>, String> {
-    let config = serde_json::to_value(eg_bundle(bundle, topo)).map_err(|e| e.to_string())?;
+    let config = checked(eg_bundle(bundle, topo))?;
     let mut objects = Vec::new();
     for (ns, gws) in by_namespace(bundle)? {
         let refs: Vec<Value> = gws.iter().map(|g| gateway_ref(&g.name)).collect();
@@ -382,6 +510,7 @@ fn envoy_gateway(
                 "metadata": meta(&name, ns),
                 "spec": {"targetRef": gateway_ref(&g.name), "type": "JSONPatch", "jsonPatches": patches},
             }));
+            objects.extend(eg_metadata(g, o));
         }
         objects.push(json!({
             "apiVersion": EG_API,
@@ -402,9 +531,9 @@ fn envoy_gateway(
 }
 
 fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Value>, String> {
+    istio_route_scoped(bundle)?;
     let hold = o.istio_hold_headers;
-    let config = serde_json::to_value(istio_bundle(bundle, topo, &o.cluster_domain, hold))
-        .map_err(|e| e.to_string())?;
+    let config = checked(istio_bundle(bundle, topo, &o.cluster_domain, hold))?;
     let mut objects = Vec::new();
     for (ns, gws) in by_namespace(bundle)? {
         let refs: Vec<Value> = gws.iter().map(|g| gateway_ref(&g.name)).collect();
@@ -450,6 +579,30 @@ fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Va
         }));
     }
     Ok(objects)
+}
+
+/// Where the objects do not serve a listener's OAuth protected resource metadata (Istio):
+/// what must be served, and where (docs/deploy.md).
+pub fn unserved_metadata(bundle: &Bundle, o: &ManifestOptions) -> Vec<String> {
+    if o.platform != Platform::Istio {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    for g in &bundle.gateways {
+        for l in &g.listeners {
+            if let Some(p) = &l.protected_resource {
+                lines.push(format!(
+                    "# OAuth: serve the protected resource metadata of listener {}/{}/{} yourself (these objects do not; see docs/deploy.md), at {}: {}",
+                    g.namespace,
+                    g.name,
+                    l.name,
+                    p.metadata_paths().join(" and "),
+                    p.document()
+                ));
+            }
+        }
+    }
+    lines
 }
 
 fn header(o: &ManifestOptions) -> String {
@@ -505,6 +658,10 @@ pub fn render(
             .map_err(|e| e.to_string());
     }
     let mut out = header(o);
+    for line in unserved_metadata(bundle, o) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     for obj in &objects {
         out.push_str("---\n");
         out.push_str(&serde_norway::to_string(obj).map_err(|e| e.to_string())?);

@@ -64,7 +64,7 @@ fn listing() -> Vec<u8> {
 }
 
 /// The listing filter of an allowed tools/list request of the caller.
-fn allowed_listing_request(e: &Engine) -> ListingFilter {
+fn allowed_listing_request(e: &Engine) -> (ListingFilter, RequestFlow) {
     let mut flow = RequestFlow::new();
     let input = HeadersInput {
         headers: vec![
@@ -80,6 +80,7 @@ fn allowed_listing_request(e: &Engine) -> ListingFilter {
         route_name: Some("tools".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(CALLER.into()),
             jwts: vec![],
         },
@@ -89,7 +90,7 @@ fn allowed_listing_request(e: &Engine) -> ListingFilter {
     match flow.on_body(e, body.len(), true, move |_| Some(body)) {
         Next::Allow {
             listing: Some(f), ..
-        } => f,
+        } => (f, flow),
         other => panic!("{other:?}"),
     }
 }
@@ -103,7 +104,7 @@ fn kept(out: &[u8]) -> usize {
 
 fn main() {
     let e = engine();
-    let filter = allowed_listing_request(&e);
+    let (filter, flow) = allowed_listing_request(&e);
     let body = listing();
     let mut event = b"data: ".to_vec();
     event.extend_from_slice(&body);
@@ -116,7 +117,7 @@ fn main() {
             ("content-type".into(), "application/json".into()),
         ]);
         let owned = body.clone();
-        match f.on_body(&e, body.len(), true, move |_| Some(owned)) {
+        match f.on_body(&e, flow.request(), body.len(), true, move |_| Some(owned)) {
             BodyAction::Replace(out) => out,
             other => panic!("{other:?}"),
         }
@@ -131,9 +132,13 @@ fn main() {
         let chunks: Vec<&[u8]> = event.chunks(16 * 1024).collect();
         for (i, c) in chunks.iter().enumerate() {
             let owned = c.to_vec();
-            if let BodyAction::Replace(b) =
-                f.on_body(&e, c.len(), i + 1 == chunks.len(), move |_| Some(owned))
-            {
+            if let BodyAction::Replace(b) = f.on_body(
+                &e,
+                flow.request(),
+                c.len(),
+                i + 1 == chunks.len(),
+                move |_| Some(owned),
+            ) {
                 out.extend(b);
             }
         }

@@ -311,11 +311,18 @@ fn describes_relayed_body(name: &str) -> bool {
 }
 
 /// A denial (docs/semantics.md §5.1, §5.2): always a JSON-RPC error echoing `id`, with the
-/// bundle's code and message. A policy's denial has the bundle's HTTP status; an authorizer's
-/// keeps the authorizer's status and the headers it may set. With `exposeDetails`,
-/// `error.data` names level, reason, policy and rule, and for an authorizer its status and
-/// body (already capped at its `maxResponseBodyBytes`): as JSON when it is JSON, else as text.
-pub(crate) fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> LocalResponse {
+/// bundle's code and message. A policy's denial has the bundle's HTTP status, or 401 with
+/// `challenge` as its `WWW-Authenticate` when there is one (a caller without a credential on a
+/// listener with OAuth discovery, §5.6); an authorizer's keeps the authorizer's status and the
+/// headers it may set. With `exposeDetails`, `error.data` names level, reason, policy and rule,
+/// and for an authorizer its status and body (already capped at its `maxResponseBodyBytes`):
+/// as JSON when it is JSON, else as text.
+pub(crate) fn denial(
+    settings: &DenyResponse,
+    d: &Denial,
+    id: Option<&str>,
+    challenge: Option<&str>,
+) -> LocalResponse {
     let data = settings.expose_details.then(|| {
         let mut data = json!({
             "level": Level::name(d.level),
@@ -335,9 +342,16 @@ pub(crate) fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> L
         data
     });
     let body = jsonrpc::error(id, settings.json_rpc_code, &settings.message, data);
-    match &d.relay {
-        None => json_response(settings.http_status, body),
-        Some(r) => {
+    match (&d.relay, challenge) {
+        (None, None) => json_response(settings.http_status, body),
+        (None, Some(c)) => {
+            let mut response = json_response(401, body);
+            response
+                .headers
+                .push(("www-authenticate".into(), c.to_string()));
+            response
+        }
+        (Some(r), _) => {
             let mut response = json_response(r.status, body);
             response.headers.extend(
                 r.headers
@@ -348,6 +362,16 @@ pub(crate) fn denial(settings: &DenyResponse, d: &Denial, id: Option<&str>) -> L
             response
         }
     }
+}
+
+/// The answer to an allowed request whose identity headers could not be set (the host could
+/// not edit the request): it must not reach the upstream with what the client sent.
+pub fn identity_headers_failed() -> LocalResponse {
+    let message = "The caller's identity could not be passed to the server";
+    json_response(
+        500,
+        jsonrpc::error(None, jsonrpc::INTERNAL_ERROR, message, None),
+    )
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
 //! gRPC authorizers: Envoy's ext_authz protocol (`envoy.service.auth.v3.Authorization/Check`).
 //! [`build`] makes the CheckRequest Envoy's own ext_authz filter would send for the request,
 //! plus the MCP attributes in `context_extensions`; [`interpret`] reads the CheckResponse as
-//! Envoy does. The messages ([`pb`]) are the subset of the Envoy API this needs, for `prost`.
+//! Envoy does. The messages are [`crate::pb`]'s.
 
 use std::collections::BTreeMap;
 
 use mcp_access_bundle::mcp_methods::{self, Category};
 use mcp_access_bundle::{Authorizer, Level};
 
+use crate::pb;
 use crate::policy::{AuthzOutcome, HeaderEdit, HeaderOp};
 use crate::request::{McpOp, Request};
 
@@ -17,214 +18,6 @@ pub const METHOD: &str = "Check";
 
 /// Bytes of a CheckResponse read beyond the denial body cap (headers, metadata, framing).
 pub(crate) const RESPONSE_SLACK: usize = 64 * 1024;
-
-/// The Envoy API messages, field numbers as in `api/envoy/service/auth/v3/*.proto`,
-/// `envoy/config/core/v3/{address,base}.proto`, `google/rpc/status.proto` and
-/// `google/protobuf/{timestamp,struct,wrappers}.proto`. Written for prost by hand (no protoc, no
-/// vendored .proto tree); `integration/tests/test_grpc_messages.py` checks every field's name,
-/// number and type against the official descriptors (PyPI `xds-protos`). Fields the filter
-/// neither sends nor reads are left out (prost skips them when decoding).
-#[allow(missing_docs)]
-pub mod pb {
-    use std::collections::BTreeMap;
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct CheckRequest {
-        #[prost(message, optional, tag = "1")]
-        pub attributes: Option<AttributeContext>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct AttributeContext {
-        #[prost(message, optional, tag = "1")]
-        pub source: Option<Peer>,
-        #[prost(message, optional, tag = "2")]
-        pub destination: Option<Peer>,
-        #[prost(message, optional, tag = "4")]
-        pub request: Option<AttrRequest>,
-        #[prost(btree_map = "string, string", tag = "10")]
-        pub context_extensions: BTreeMap<String, String>,
-        #[prost(message, optional, tag = "11")]
-        pub metadata_context: Option<Metadata>,
-        #[prost(message, optional, tag = "13")]
-        pub route_metadata_context: Option<Metadata>,
-    }
-
-    /// `envoy.config.core.v3.Metadata` (untyped filter metadata only).
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Metadata {
-        #[prost(btree_map = "string, message", tag = "1")]
-        pub filter_metadata: BTreeMap<String, Struct>,
-    }
-
-    /// `google.protobuf.Struct`.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Struct {
-        #[prost(btree_map = "string, message", tag = "1")]
-        pub fields: BTreeMap<String, Value>,
-    }
-
-    /// `google.protobuf.Value` (the kinds the filter sends).
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Value {
-        #[prost(oneof = "Kind", tags = "2, 3, 4, 5")]
-        pub kind: Option<Kind>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Kind {
-        #[prost(double, tag = "2")]
-        Number(f64),
-        #[prost(string, tag = "3")]
-        Str(String),
-        #[prost(bool, tag = "4")]
-        Bool(bool),
-        #[prost(message, tag = "5")]
-        Struct(Struct),
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Peer {
-        #[prost(message, optional, tag = "1")]
-        pub address: Option<Address>,
-        #[prost(string, tag = "2")]
-        pub service: String,
-        #[prost(string, tag = "4")]
-        pub principal: String,
-        #[prost(string, tag = "5")]
-        pub certificate: String,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Address {
-        #[prost(message, optional, tag = "1")]
-        pub socket_address: Option<SocketAddress>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct SocketAddress {
-        #[prost(string, tag = "2")]
-        pub address: String,
-        #[prost(uint32, tag = "3")]
-        pub port_value: u32,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct AttrRequest {
-        #[prost(message, optional, tag = "1")]
-        pub time: Option<Timestamp>,
-        #[prost(message, optional, tag = "2")]
-        pub http: Option<HttpRequest>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Timestamp {
-        #[prost(int64, tag = "1")]
-        pub seconds: i64,
-        #[prost(int32, tag = "2")]
-        pub nanos: i32,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct HttpRequest {
-        #[prost(string, tag = "1")]
-        pub id: String,
-        #[prost(string, tag = "2")]
-        pub method: String,
-        #[prost(btree_map = "string, string", tag = "3")]
-        pub headers: BTreeMap<String, String>,
-        #[prost(string, tag = "4")]
-        pub path: String,
-        #[prost(string, tag = "5")]
-        pub host: String,
-        #[prost(string, tag = "6")]
-        pub scheme: String,
-        #[prost(int64, tag = "9")]
-        pub size: i64,
-        #[prost(string, tag = "10")]
-        pub protocol: String,
-        #[prost(bytes = "vec", tag = "12")]
-        pub raw_body: Vec<u8>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct CheckResponse {
-        #[prost(message, optional, tag = "1")]
-        pub status: Option<RpcStatus>,
-        #[prost(message, optional, tag = "2")]
-        pub denied_response: Option<DeniedHttpResponse>,
-        #[prost(message, optional, tag = "3")]
-        pub ok_response: Option<OkHttpResponse>,
-        /// A `google.protobuf.Struct`, kept serialized.
-        #[prost(bytes = "vec", optional, tag = "4")]
-        pub dynamic_metadata: Option<Vec<u8>>,
-        /// Only its presence matters (an error, not a denial); kept serialized.
-        #[prost(bytes = "vec", optional, tag = "5")]
-        pub error_response: Option<Vec<u8>>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RpcStatus {
-        #[prost(int32, tag = "1")]
-        pub code: i32,
-        #[prost(string, tag = "2")]
-        pub message: String,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct DeniedHttpResponse {
-        #[prost(message, optional, tag = "1")]
-        pub status: Option<HttpStatus>,
-        #[prost(message, repeated, tag = "2")]
-        pub headers: Vec<HeaderValueOption>,
-        #[prost(string, tag = "3")]
-        pub body: String,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct HttpStatus {
-        #[prost(int32, tag = "1")]
-        pub code: i32,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct OkHttpResponse {
-        #[prost(message, repeated, tag = "2")]
-        pub headers: Vec<HeaderValueOption>,
-        /// Deprecated; overrides `CheckResponse.dynamic_metadata` when set. Kept serialized.
-        #[prost(bytes = "vec", optional, tag = "3")]
-        pub dynamic_metadata: Option<Vec<u8>>,
-        #[prost(string, repeated, tag = "5")]
-        pub headers_to_remove: Vec<String>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct HeaderValueOption {
-        #[prost(message, optional, tag = "1")]
-        pub header: Option<HeaderValue>,
-        /// `google.protobuf.BoolValue` (deprecated `append`).
-        #[prost(message, optional, tag = "2")]
-        pub append: Option<BoolValue>,
-        #[prost(int32, tag = "3")]
-        pub append_action: i32,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct BoolValue {
-        #[prost(bool, tag = "1")]
-        pub value: bool,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct HeaderValue {
-        #[prost(string, tag = "1")]
-        pub key: String,
-        #[prost(string, tag = "2")]
-        pub value: String,
-        #[prost(bytes = "vec", tag = "3")]
-        pub raw_value: Vec<u8>,
-    }
-}
 
 /// Context extension keys the filter sets (documented in docs/semantics.md).
 pub(crate) const EXT_METHOD: &str = "mcp_method";
@@ -516,18 +309,14 @@ fn ok_edits(ok: &pb::OkHttpResponse) -> Result<Vec<HeaderEdit>, String> {
 }
 
 /// Dynamic metadata of a CheckResponse as a JSON object (Envoy: the OK response's
-/// deprecated field overrides the outer one). None: none sent, or not a Struct.
+/// deprecated field overrides the outer one). None: none sent, or an empty Struct.
 fn metadata_json(resp: &pb::CheckResponse) -> Option<String> {
-    let raw = resp
+    let s = resp
         .ok_response
         .as_ref()
         .and_then(|o| o.dynamic_metadata.as_ref())
         .or(resp.dynamic_metadata.as_ref())?;
-    let fields = crate::protobuf::decode_struct(raw)?;
-    if fields.is_empty() {
-        return None;
-    }
-    Some(crate::protobuf::struct_json(&fields).to_string())
+    (!s.fields.is_empty()).then(|| s.to_json().to_string())
 }
 
 /// What a gRPC authorizer's answer means: `grpc_status` of the call (0: OK; None: no answer:
@@ -900,18 +689,38 @@ mod tests {
 
     #[test]
     fn dynamic_metadata_is_exported_as_json() {
-        use crate::protobuf::{tests::enc_struct, PValue};
-        let s = enc_struct(&[("user".into(), PValue::Str("u1".into()))]);
+        let fields = [
+            ("user", pb::Kind::Str("u1".into())),
+            ("n", pb::Kind::Number(3.0)),
+            ("f", pb::Kind::Number(0.5)),
+        ];
+        let s = pb::Struct {
+            fields: fields
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), value(v)))
+                .collect(),
+        };
+        let a = authorizer(serde_json::json!({}));
         let resp = pb::CheckResponse {
             status: status(0),
-            dynamic_metadata: Some(s),
+            dynamic_metadata: Some(s.clone()),
             ..Default::default()
         };
-        let (_, _, meta) = interpret(
-            &authorizer(serde_json::json!({})),
-            Some(0),
-            Some(&resp.encode_to_vec()),
-        );
-        assert_eq!(meta.as_deref(), Some(r#"{"user":"u1"}"#));
+        let (_, _, meta) = interpret(&a, Some(0), Some(&resp.encode_to_vec()));
+        assert_eq!(meta.as_deref(), Some(r#"{"f":0.5,"n":3,"user":"u1"}"#));
+        // Metadata that is not a Struct makes the CheckResponse malformed (as in Envoy, which
+        // parses the whole message): a failure, not an allow without the metadata.
+        let mut bytes = resp.encode_to_vec();
+        let truncated = pb::Struct {
+            fields: [("k".to_string(), value(pb::Kind::Str("v".into())))].into(),
+        }
+        .encode_to_vec();
+        let at = bytes.len();
+        bytes.extend_from_slice(&[0x22, truncated.len() as u8]);
+        bytes.extend_from_slice(&truncated[..truncated.len() - 1]);
+        assert_eq!(pb::CheckResponse::decode(&bytes[..at]).ok(), Some(resp));
+        let (o, _, meta) = interpret(&a, Some(0), Some(&bytes));
+        assert!(matches!(o, AuthzOutcome::Error { .. }), "{o:?}");
+        assert_eq!(meta, None);
     }
 }

@@ -36,6 +36,8 @@ pub enum Fact {
     RequestProtocol,
     /// `connection.tls_version`: set only on a TLS connection.
     TlsVersion,
+    /// `connection.mtls`: whether the client presented a certificate (a boolean).
+    Mtls,
 }
 
 impl Fact {
@@ -58,6 +60,7 @@ impl Fact {
             Fact::RequestTime => &["request", "time"],
             Fact::RequestProtocol => &["request", "protocol"],
             Fact::TlsVersion => &["connection", "tls_version"],
+            Fact::Mtls => &["connection", "mtls"],
         }
     }
 }

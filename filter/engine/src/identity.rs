@@ -5,18 +5,29 @@ use mcp_access_bundle::names::is_spiffe_id;
 use mcp_access_bundle::{IdentitySettings, JwtProvider, SpiffeSource, TrustedHeaderFormat};
 
 use crate::facts::{Fact, HostFacts};
-use crate::protobuf::{filter_metadata, PValue};
+use crate::pb::{self, Kind};
 use crate::request::{Caller, ClaimValue, JwtPrincipal};
+
+/// What the bundle reads of a verified JWT besides `iss` and `sub`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Wanted<'a> {
+    /// Claims rules match, by their (possibly dotted) names.
+    pub(crate) claims: &'a [String],
+    /// Claims identity headers carry.
+    pub(crate) texts: &'a [String],
+    /// The whole payload (CEL's `jwt.claims`).
+    pub(crate) payload: bool,
+}
 
 /// Who is calling, from the sources `id` trusts. `headers`: the request headers, names
 /// lowercase. The SPIFFE ID comes from the one source configured: the trusted header (several
 /// copies of it: ambiguous, no identity) or the peer certificate, whose URI SANs are counted
-/// and checked against Envoy's first URI SAN. JWT principals (with the `claims` rules read) come
-/// from metadata, read only when providers are configured.
+/// and checked against Envoy's first URI SAN. JWT principals (with what `wanted` names) come
+/// from metadata, read only when providers are configured. `credential` is left false: see
+/// [`other_credential`].
 pub(crate) fn caller(
     id: &IdentitySettings,
-    claims: &[String],
-    keep_payload: bool,
+    wanted: Wanted<'_>,
     headers: &[(String, String)],
     facts: &dyn HostFacts,
 ) -> Caller {
@@ -40,10 +51,36 @@ pub(crate) fn caller(
     } else {
         facts
             .read(Fact::Metadata)
-            .map(|md| jwt_principals(&md, &id.jwt.providers, claims, keep_payload))
+            .map(|md| jwt_principals(&md, &id.jwt.providers, wanted))
             .unwrap_or_default()
     };
-    Caller { spiffe, jwts }
+    Caller {
+        spiffe,
+        jwts,
+        credential: false,
+    }
+}
+
+/// Whether the request carries a credential that [`caller`] did not turn into an identity
+/// (docs/semantics.md §5.6): an `Authorization` header (any scheme), the trusted identity
+/// header, or a client certificate (`connection.mtls`; when Envoy does not say, one is
+/// assumed, so the caller is not taken for anonymous).
+pub(crate) fn other_credential(
+    id: &IdentitySettings,
+    headers: &[(String, String)],
+    facts: &dyn HostFacts,
+) -> bool {
+    let trusted = id
+        .spiffe
+        .header
+        .as_ref()
+        .map(|h| h.name.to_ascii_lowercase());
+    headers
+        .iter()
+        .any(|(n, _)| n == "authorization" || Some(n) == trusted.as_ref())
+        || facts
+            .read(Fact::Mtls)
+            .is_none_or(|b| b.iter().any(|x| *x != 0))
 }
 
 /// The SPIFFE ID of the peer certificate: its only URI SAN (an X.509-SVID has exactly one).
@@ -116,68 +153,79 @@ pub(crate) const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 
 /// Verified JWT principals from the request's dynamic metadata (the serialized
 /// `envoy.config.core.v3.Metadata` of the `metadata` property): the `jwt_authn` entry holds one
-/// payload per provider, under the provider's `payload_in_metadata` key. `wanted`: claim names
-/// (a dotted name addresses a nested claim); `keep_payload`: keep the whole payload as JSON
-/// (for CEL's `jwt.claims`).
+/// payload per provider, under the provider's `payload_in_metadata` key, with what `wanted`
+/// names (a dotted name addresses a nested claim). Metadata that does not decode: no principals.
+///
+/// Only Envoy writes this metadata (a client cannot), from the payload it verified; a Struct
+/// holds each key once. Were a key repeated on the wire anyway, the decoder keeps the last
+/// entry, and the issuer check, the claims and the payload all read that one entry.
 pub(crate) fn jwt_principals(
     metadata: &[u8],
     providers: &[JwtProvider],
-    wanted: &[String],
-    keep_payload: bool,
+    wanted: Wanted<'_>,
 ) -> Vec<JwtPrincipal> {
-    let Some(fields) = filter_metadata(metadata, JWT_FILTER) else {
+    let Some(jwt) = pb::filter_metadata(metadata, JWT_FILTER) else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for p in providers {
-        let Some(PValue::Struct(payload)) = fields
-            .iter()
-            .find(|(k, _)| k == &p.metadata_key)
-            .map(|(_, v)| v)
-        else {
-            continue;
-        };
-        let text = |name: &str| {
-            payload
-                .iter()
-                .find(|(k, _)| k == name)
-                .and_then(|(_, v)| v.scalar_text())
-        };
-        // The payload must be the one this provider verifies.
-        if text("iss").as_deref() != Some(p.issuer.as_str()) {
-            continue;
-        }
-        let claims = wanted
-            .iter()
-            .filter_map(|name| {
-                let v = claim_at(payload, name)?;
-                let value = match v {
-                    PValue::Str(s) => ClaimValue::Str(s.clone()),
-                    PValue::List(items) => {
-                        ClaimValue::List(items.iter().filter_map(PValue::scalar_text).collect())
-                    }
-                    other => ClaimValue::Other(other.scalar_text()?),
-                };
-                Some((name.clone(), value))
-            })
-            .collect();
-        out.push(JwtPrincipal {
-            issuer: p.issuer.clone(),
-            subject: text("sub"),
-            claims,
-            payload: keep_payload.then(|| fields_json(payload, 0)),
-        });
+    providers
+        .iter()
+        .filter_map(|p| match jwt.fields.get(&p.metadata_key)?.kind.as_ref()? {
+            Kind::Struct(payload) => principal(p, payload, wanted),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The principal `payload` makes for provider `p`; None unless its `iss` is the provider's
+/// issuer (the payload must be the one this provider verifies).
+fn principal(p: &JwtProvider, payload: &pb::Struct, wanted: Wanted<'_>) -> Option<JwtPrincipal> {
+    let text = |name: &str| payload.fields.get(name).and_then(pb::Value::scalar_text);
+    if text("iss").as_deref() != Some(p.issuer.as_str()) {
+        return None;
     }
-    out
+    let claims = wanted
+        .claims
+        .iter()
+        .filter_map(|name| {
+            let v = claim_at(payload, name)?;
+            let value = match v.kind.as_ref()? {
+                Kind::Str(s) => ClaimValue::Str(s.clone()),
+                Kind::List(l) => {
+                    ClaimValue::List(l.values.iter().filter_map(pb::Value::scalar_text).collect())
+                }
+                _ => ClaimValue::Other(v.scalar_text()?),
+            };
+            Some((name.clone(), value))
+        })
+        .collect();
+    let texts = wanted
+        .texts
+        .iter()
+        .filter_map(|name| {
+            let v = claim_at(payload, name)?;
+            let text = match v.kind.as_ref()? {
+                Kind::Str(s) => s.clone(),
+                _ => v.to_json().to_string(),
+            };
+            header_text(name, text)
+        })
+        .collect();
+    Some(JwtPrincipal {
+        issuer: p.issuer.clone(),
+        subject: text("sub"),
+        claims,
+        payload: wanted.payload.then(|| payload.to_json()),
+        texts,
+    })
 }
 
 /// A verified JWT given as its claims (JSON object with `iss`, `sub`, ...), as `jwt_authn`
-/// would have left it for a provider of `providers` (`explain --jwt-claims`).
+/// would have left it for a provider of `providers` (`explain --jwt-claims`): the claims go
+/// through the filter's own reading of `jwt_authn`'s metadata.
 pub(crate) fn principal_from_json(
     json: &serde_json::Value,
     providers: &[JwtProvider],
-    wanted: &[String],
-    keep_payload: bool,
+    wanted: Wanted<'_>,
 ) -> Result<JwtPrincipal, String> {
     let serde_json::Value::Object(obj) = json else {
         return Err("the JWT claims must be a JSON object".into());
@@ -186,56 +234,29 @@ pub(crate) fn principal_from_json(
         Some(serde_json::Value::String(s)) => s.clone(),
         _ => return Err("the JWT claims need `iss` (a string)".into()),
     };
-    if !providers.iter().any(|p| p.issuer == issuer) {
+    let Some(provider) = providers.iter().find(|p| p.issuer == issuer) else {
         return Err(format!(
             "`iss` {issuer:?} is not an issuer in identity.jwt.providers: the filter would not see this token"
         ));
+    };
+    if obj.get("sub").is_some_and(|s| !s.is_string()) {
+        return Err("`sub` must be a string".into());
     }
-    let subject = match obj.get("sub") {
-        None => None,
-        Some(serde_json::Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err("`sub` must be a string".into()),
-    };
-    let text = |v: &serde_json::Value| match v {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Number(_) | serde_json::Value::Bool(_) => Some(v.to_string()),
-        _ => None,
-    };
-    let claims = wanted
-        .iter()
-        .filter_map(|name| {
-            let mut v = json;
-            for part in name.split('.') {
-                v = v.as_object()?.get(part)?;
-            }
-            let value = match v {
-                serde_json::Value::String(s) => ClaimValue::Str(s.clone()),
-                serde_json::Value::Array(items) => {
-                    ClaimValue::List(items.iter().filter_map(text).collect())
-                }
-                other => ClaimValue::Other(text(other)?),
-            };
-            Some((name.clone(), value))
-        })
-        .collect();
-    Ok(JwtPrincipal {
-        issuer,
-        subject,
-        claims,
-        payload: keep_payload.then(|| json.clone()),
-    })
+    let payload = pb::Struct::from_json(obj);
+    principal(provider, &payload, wanted)
+        .ok_or_else(|| format!("the claims do not make a principal of issuer {issuer:?}"))
 }
 
 /// The claim a possibly dotted name (`a.b`) addresses: `b` inside the object claim `a`.
-fn claim_at<'p>(payload: &'p [(String, PValue)], name: &str) -> Option<&'p PValue> {
+fn claim_at<'p>(payload: &'p pb::Struct, name: &str) -> Option<&'p pb::Value> {
     let mut fields = payload;
     let mut parts = name.split('.').peekable();
     while let Some(part) = parts.next() {
-        let (_, v) = fields.iter().find(|(k, _)| k == part)?;
+        let v = fields.fields.get(part)?;
         if parts.peek().is_none() {
             return Some(v);
         }
-        let PValue::Struct(inner) = v else {
+        let Some(Kind::Struct(inner)) = &v.kind else {
             return None;
         };
         fields = inner;
@@ -243,31 +264,12 @@ fn claim_at<'p>(payload: &'p [(String, PValue)], name: &str) -> Option<&'p PValu
     None
 }
 
-/// A `google.protobuf.Value` as JSON (integral numbers as integers). `depth`: the decoder
-/// already bounds nesting; this only guards against a deeper value built elsewhere.
-fn to_json(v: &PValue, depth: usize) -> serde_json::Value {
-    use serde_json::Value as J;
-    if depth > 64 {
-        return J::Null;
-    }
-    match v {
-        PValue::Null => J::Null,
-        PValue::Bool(b) => J::Bool(*b),
-        PValue::Number(n) if n.fract() == 0.0 && n.abs() < 9.0e15 => J::from(*n as i64),
-        PValue::Number(n) => serde_json::Number::from_f64(*n).map_or(J::Null, J::Number),
-        PValue::Str(s) => J::String(s.clone()),
-        PValue::List(items) => J::Array(items.iter().map(|x| to_json(x, depth + 1)).collect()),
-        PValue::Struct(fields) => fields_json(fields, depth + 1),
-    }
-}
-
-fn fields_json(fields: &[(String, PValue)], depth: usize) -> serde_json::Value {
-    serde_json::Value::Object(
-        fields
-            .iter()
-            .map(|(k, x)| (k.clone(), to_json(x, depth + 1)))
-            .collect(),
-    )
+/// `(name, text)` when `text` can be a header value: no control character but HTAB, at most
+/// [`MAX_VALUE_BYTES`](mcp_access_bundle::identity_headers::MAX_VALUE_BYTES) bytes.
+fn header_text(name: &str, text: String) -> Option<(String, String)> {
+    let fits = text.len() <= mcp_access_bundle::identity_headers::MAX_VALUE_BYTES
+        && mcp_access_bundle::http::is_header_value(&text);
+    fits.then(|| (name.to_string(), text))
 }
 
 #[cfg(test)]
@@ -348,7 +350,12 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         let facts = FakeFacts::default()
             .with(Fact::PeerUriSan, ALPHA)
             .with(Fact::PeerCertificate, ONE_URI);
-        let c = caller(&id, &[], false, &h(&[("x-spiffe", "spiffe://x/y")]), &facts);
+        let c = caller(
+            &id,
+            Wanted::default(),
+            &h(&[("x-spiffe", "spiffe://x/y")]),
+            &facts,
+        );
         assert_eq!(c.spiffe.as_deref(), Some(ALPHA));
         assert!(c.jwts.is_empty());
         // No providers: metadata is never read.
@@ -363,11 +370,11 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 .with(Fact::PeerCertificate, ONE_URI),
             FakeFacts::default().with(Fact::PeerUriSan, ALPHA),
         ] {
-            assert_eq!(caller(&id, &[], false, &[], &facts).spiffe, None);
+            assert_eq!(caller(&id, Wanted::default(), &[], &facts).spiffe, None);
         }
         // No URI SAN: the certificate is not read at all.
         let none = FakeFacts::default().with(Fact::PeerCertificate, ONE_URI);
-        assert_eq!(caller(&id, &[], false, &[], &none).spiffe, None);
+        assert_eq!(caller(&id, Wanted::default(), &[], &none).spiffe, None);
         assert_eq!(none.reads(), [Fact::PeerUriSan]);
     }
 
@@ -381,32 +388,59 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             .with(Fact::PeerCertificate, ONE_URI);
         let one = h(&[("x-client-spiffe", ALPHA), ("other", "x")]);
         assert_eq!(
-            caller(&id, &[], false, &one, &facts).spiffe.as_deref(),
+            caller(&id, Wanted::default(), &one, &facts)
+                .spiffe
+                .as_deref(),
             Some(ALPHA)
         );
         assert!(facts.reads().is_empty());
         let two = h(&[("x-client-spiffe", ALPHA), ("x-client-spiffe", ALPHA)]);
-        assert_eq!(caller(&id, &[], false, &two, &facts).spiffe, None);
-        assert_eq!(caller(&id, &[], false, &[], &facts).spiffe, None);
+        assert_eq!(caller(&id, Wanted::default(), &two, &facts).spiffe, None);
+        assert_eq!(caller(&id, Wanted::default(), &[], &facts).spiffe, None);
         assert!(facts.reads().is_empty());
         // TrustedHeader without a header (a bundle validation refuses): no identity.
         let bare = settings(serde_json::json!({"spiffe": {"source": "TrustedHeader"}}));
-        assert_eq!(caller(&bare, &[], false, &one, &facts).spiffe, None);
+        assert_eq!(caller(&bare, Wanted::default(), &one, &facts).spiffe, None);
+    }
+
+    fn obj(fields: Vec<(&str, Kind)>) -> pb::Struct {
+        pb::Struct {
+            fields: fields
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), pb::Value { kind: Some(v) }))
+                .collect(),
+        }
+    }
+
+    fn str(s: &str) -> Kind {
+        Kind::Str(s.into())
+    }
+
+    /// A serialized Metadata whose `jwt_authn` entry holds `payloads` by metadata key.
+    fn jwt_metadata(payloads: Vec<(&str, Kind)>) -> Vec<u8> {
+        let md = pb::Metadata {
+            filter_metadata: [(JWT_FILTER.to_string(), obj(payloads))].into(),
+        };
+        prost::Message::encode_to_vec(&md)
     }
 
     #[test]
     fn caller_jwts_come_from_metadata_when_providers_are_configured() {
-        use crate::protobuf::tests::enc_metadata;
         let id = settings(serde_json::json!({"jwt": {"providers": [
             {"issuer": "https://idp", "metadataKey": "jwt"}]}}));
-        let payload = PValue::Struct(vec![
-            ("iss".into(), PValue::Str("https://idp".into())),
-            ("sub".into(), PValue::Str("agent-7".into())),
-            ("team".into(), PValue::Str("ops".into())),
+        let payload = obj(vec![
+            ("iss", str("https://idp")),
+            ("sub", str("agent-7")),
+            ("team", str("ops")),
         ]);
-        let md = enc_metadata(JWT_FILTER, &[("jwt".into(), payload)]);
+        let md = jwt_metadata(vec![("jwt", Kind::Struct(payload))]);
         let facts = FakeFacts::default().with(Fact::Metadata, md);
-        let c = caller(&id, &["team".to_string()], false, &[], &facts);
+        let team = ["team".to_string()];
+        let wanted = Wanted {
+            claims: &team,
+            ..Wanted::default()
+        };
+        let c = caller(&id, wanted, &[], &facts);
         assert_eq!(c.spiffe, None);
         assert_eq!(c.jwts.len(), 1);
         assert_eq!(c.jwts[0].subject.as_deref(), Some("agent-7"));
@@ -416,7 +450,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         );
         assert_eq!(facts.reads(), [Fact::PeerUriSan, Fact::Metadata]);
         let empty = FakeFacts::default();
-        assert!(caller(&id, &[], false, &[], &empty).jwts.is_empty());
+        assert!(caller(&id, Wanted::default(), &[], &empty).jwts.is_empty());
     }
 
     #[test]
@@ -443,31 +477,8 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         );
     }
 
-    #[test]
-    fn jwt_from_metadata() {
-        use crate::protobuf::tests::enc_metadata;
-        let payload = PValue::Struct(vec![
-            ("iss".into(), PValue::Str("https://idp".into())),
-            ("sub".into(), PValue::Str("agent-7".into())),
-            (
-                "groups".into(),
-                PValue::List(vec![PValue::Str("ops".into())]),
-            ),
-            ("level".into(), PValue::Number(3.0)),
-            (
-                "org".into(),
-                PValue::Struct(vec![
-                    ("team".into(), PValue::Str("blue".into())),
-                    ("admin".into(), PValue::Bool(true)),
-                ]),
-            ),
-        ]);
-        let forged = PValue::Struct(vec![("iss".into(), PValue::Str("https://other".into()))]);
-        let md = enc_metadata(
-            JWT_FILTER,
-            &[("jwt".into(), payload), ("other".into(), forged)],
-        );
-        let providers = vec![
+    fn providers() -> Vec<JwtProvider> {
+        vec![
             JwtProvider {
                 issuer: "https://idp".into(),
                 metadata_key: "jwt".into(),
@@ -476,7 +487,36 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 issuer: "https://idp2".into(),
                 metadata_key: "other".into(),
             },
-        ];
+        ]
+    }
+
+    #[test]
+    fn jwt_from_metadata() {
+        let payload = obj(vec![
+            ("iss", str("https://idp")),
+            ("sub", str("agent-7")),
+            (
+                "groups",
+                Kind::List(pb::ListValue {
+                    values: vec![pb::Value {
+                        kind: Some(str("ops")),
+                    }],
+                }),
+            ),
+            ("level", Kind::Number(3.0)),
+            (
+                "org",
+                Kind::Struct(obj(vec![
+                    ("team", str("blue")),
+                    ("admin", Kind::Bool(true)),
+                ])),
+            ),
+        ]);
+        let forged = obj(vec![("iss", str("https://other"))]);
+        let md = jwt_metadata(vec![
+            ("jwt", Kind::Struct(payload)),
+            ("other", Kind::Struct(forged)),
+        ]);
         let wanted = vec![
             "groups".to_string(),
             "level".to_string(),
@@ -486,7 +526,14 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             "org.absent".to_string(),
             "level.x".to_string(),
         ];
-        let p = jwt_principals(&md, &providers, &wanted, false);
+        let p = jwt_principals(
+            &md,
+            &providers(),
+            Wanted {
+                claims: &wanted,
+                ..Wanted::default()
+            },
+        );
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].subject.as_deref(), Some("agent-7"));
         assert_eq!(
@@ -499,7 +546,37 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             ]
         );
         assert_eq!(p[0].payload, None);
-        let kept = jwt_principals(&md, &providers, &[], true);
+        // Identity header texts: a string as it is, anything else as JSON.
+        let texts = [
+            "groups".to_string(),
+            "org.team".to_string(),
+            "level".to_string(),
+            "absent".to_string(),
+        ];
+        let t = jwt_principals(
+            &md,
+            &providers(),
+            Wanted {
+                texts: &texts,
+                ..Wanted::default()
+            },
+        );
+        assert_eq!(
+            t[0].texts,
+            vec![
+                ("groups".to_string(), "[\"ops\"]".to_string()),
+                ("org.team".to_string(), "blue".to_string()),
+                ("level".to_string(), "3".to_string()),
+            ]
+        );
+        let kept = jwt_principals(
+            &md,
+            &providers(),
+            Wanted {
+                payload: true,
+                ..Wanted::default()
+            },
+        );
         assert_eq!(
             kept[0].payload,
             Some(
@@ -507,6 +584,130 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 "level": 3, "org": {"team": "blue", "admin": true}})
             )
         );
-        assert!(jwt_principals(b"\xff\xff", &providers, &wanted, false).is_empty());
+        assert!(jwt_principals(
+            b"\xff\xff",
+            &providers(),
+            Wanted {
+                claims: &wanted,
+                ..Wanted::default()
+            }
+        )
+        .is_empty());
+        // A payload that is not a Struct, or a truncated Metadata: no principal.
+        let md = jwt_metadata(vec![("jwt", str("https://idp"))]);
+        assert!(jwt_principals(
+            &md,
+            &providers(),
+            Wanted {
+                claims: &wanted,
+                ..Wanted::default()
+            }
+        )
+        .is_empty());
+        let md = jwt_metadata(vec![(
+            "jwt",
+            Kind::Struct(obj(vec![("iss", str("https://idp"))])),
+        )]);
+        assert_eq!(
+            jwt_principals(&md, &providers(), Wanted::default()).len(),
+            1
+        );
+        for cut in 0..md.len() {
+            assert!(jwt_principals(&md[..cut], &providers(), Wanted::default()).is_empty());
+        }
+    }
+
+    /// A key repeated on the wire (Envoy never writes one): the issuer check, the claims and
+    /// the payload all read the last entry, so no claim can come from a payload whose `iss`
+    /// was not the one checked.
+    #[test]
+    fn a_repeated_key_is_read_once_everywhere() {
+        // A Struct with the one entry `jwt` -> {iss, team}; two of them concatenated are one
+        // Struct with two `jwt` entries.
+        let entry = |iss: &str, team: &str| {
+            let payload = obj(vec![("iss", str(iss)), ("team", str(team))]);
+            prost::Message::encode_to_vec(&obj(vec![("jwt", Kind::Struct(payload))]))
+        };
+        // The Metadata whose jwt_authn entry is `jwt_struct`, as bytes.
+        let metadata = |jwt_struct: Vec<u8>| {
+            let (mut md, mut e) = (Vec::new(), Vec::new());
+            prost::encoding::string::encode(1, &JWT_FILTER.to_string(), &mut e);
+            prost::encoding::bytes::encode(2, &jwt_struct, &mut e);
+            prost::encoding::bytes::encode(1, &e, &mut md);
+            md
+        };
+        let team = ["team".to_string()];
+        let forged_first =
+            metadata([entry("https://evil", "admins"), entry("https://idp", "ops")].concat());
+        let p = jwt_principals(
+            &forged_first,
+            &providers(),
+            Wanted {
+                claims: &team,
+                payload: true,
+                ..Wanted::default()
+            },
+        );
+        assert_eq!(p.len(), 1);
+        assert_eq!(
+            p[0].claims,
+            vec![("team".to_string(), ClaimValue::Str("ops".into()))]
+        );
+        assert_eq!(
+            p[0].payload,
+            Some(serde_json::json!({"iss": "https://idp", "team": "ops"}))
+        );
+        // The other order: the last entry's issuer is not the provider's, so no principal.
+        let forged_last =
+            metadata([entry("https://idp", "ops"), entry("https://evil", "admins")].concat());
+        assert!(jwt_principals(
+            &forged_last,
+            &providers(),
+            Wanted {
+                claims: &team,
+                payload: true,
+                ..Wanted::default()
+            }
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn explain_claims_take_the_metadata_path() {
+        let claims = serde_json::json!({"iss": "https://idp", "sub": "agent-7", "level": 3,
+            "org": {"team": "blue"}, "groups": ["a", 2, true, null]});
+        let wanted = [
+            "level".to_string(),
+            "org.team".to_string(),
+            "groups".to_string(),
+        ];
+        let p = principal_from_json(
+            &claims,
+            &providers(),
+            Wanted {
+                claims: &wanted,
+                payload: true,
+                ..Wanted::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(p.subject.as_deref(), Some("agent-7"));
+        assert_eq!(
+            p.claims,
+            vec![
+                ("level".to_string(), ClaimValue::Other("3".into())),
+                ("org.team".to_string(), ClaimValue::Str("blue".into())),
+                (
+                    "groups".to_string(),
+                    ClaimValue::List(vec!["a".into(), "2".into(), "true".into()])
+                ),
+            ]
+        );
+        assert_eq!(p.payload, Some(claims));
+        let err = |v: serde_json::Value| principal_from_json(&v, &providers(), Wanted::default());
+        assert!(err(serde_json::json!([])).is_err());
+        assert!(err(serde_json::json!({"sub": "x"})).is_err());
+        assert!(err(serde_json::json!({"iss": "https://nobody"})).is_err());
+        assert!(err(serde_json::json!({"iss": "https://idp", "sub": 7})).is_err());
     }
 }

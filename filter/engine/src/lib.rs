@@ -5,13 +5,14 @@
 //!
 //! 0. **Codecs**: bytes in, values out, nothing of the project: `json` (the strict JSON
 //!    reader), `jsonrpc` (error codes and the error object), [`wire`], [`canon`], [`x509`],
-//!    `base64`, `protobuf`.
+//!    `base64`, [`pb`] (the protobuf messages, for prost).
 //! 1. **The request model and the host-fact port**: [`request`] is what a decision reads
 //!    about one request (its caller, MCP operation, and the listener and backend it is judged
 //!    at, resolved once); [`facts`] names what the host knows beyond the headers.
-//! 2. **Readers**: [`mcp`] turns a body into a message and its [`request::McpOp`];
-//!    [`cel_input`] lets the `mcp-access-cel` crate read a request's attributes; `identity`
-//!    finds the caller in the facts.
+//! 2. **Readers**: [`mcp`] turns a body into a message and its [`request::McpOp`] (held to
+//!    serde_json by `serde_oracle`, compiled for tests and the fuzz target only: feature
+//!    `serde-oracle`); [`cel_input`] lets the `mcp-access-cel` crate read a request's
+//!    attributes; `identity` finds the caller in the facts.
 //! 3. **Policy**: [`policy`] compiles a bundle into an [`policy::Engine`] and evaluates a
 //!    request into a [`policy::Decision`], asking for authorizer calls on the way.
 //! 4. **Edges**: what crosses the wire: [`answer`] (the client's JSON-RPC errors),
@@ -33,9 +34,11 @@ mod json;
 mod jsonrpc;
 pub mod listing;
 pub mod mcp;
+pub mod pb;
 pub mod policy;
-mod protobuf;
 pub mod request;
+#[cfg(any(test, feature = "serde-oracle"))]
+pub mod serde_oracle;
 pub mod stats;
 pub mod wire;
 pub mod x509;

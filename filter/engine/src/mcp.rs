@@ -188,8 +188,9 @@ fn malformed_method(method: &str) -> Option<&'static str> {
         return Some("\"method\" holds whitespace or a control character");
     }
     method
-        .split('/')
-        .any(|segment| matches!(segment, "" | "." | ".."))
+        .as_bytes()
+        .split(|&b| b == b'/')
+        .any(|segment| matches!(segment, b"" | b"." | b".."))
         .then_some("\"method\" has an empty, \".\" or \"..\" segment")
 }
 
@@ -551,7 +552,7 @@ impl<'a> Parser<'a> {
     /// Applies the JSON-RPC rules for the member a value belongs to.
     fn on_value(&mut self, slot: Slot, val: Val<'a>) -> Result<(), ParseError> {
         match slot {
-            Slot::Ignore => {}
+            Slot::Ignore | Slot::Meta | Slot::Notifications => {}
             Slot::Root => match val {
                 Val::Object => {}
                 Val::Array => self.reject("batch requests are not supported"),
@@ -612,48 +613,17 @@ impl<'a> Parser<'a> {
                     self.reject("\"error\" must be an object");
                 }
             }
-            Slot::Name => {
-                if let Val::Str {
-                    decoded: Some(s), ..
-                } = val
-                {
-                    if self.name.is_none() {
-                        self.name = Some(into_string(s)?);
-                    }
-                }
-            }
-            Slot::Uri => {
-                if let Val::Str {
-                    decoded: Some(s), ..
-                } = val
-                {
-                    if self.uri.is_none() {
-                        self.uri = Some(into_string(s)?);
-                    }
-                }
-            }
-            Slot::Meta => {}
+            // Members of `params`: the first string of each is kept.
+            Slot::Name => keep_first(&mut self.name, val)?,
+            Slot::Uri => keep_first(&mut self.uri, val)?,
+            Slot::InitVersion => keep_first(&mut self.init_version, val)?,
+            Slot::RefType => keep_first(&mut self.ref_type, val)?,
+            Slot::RefName => keep_first(&mut self.ref_name, val)?,
+            Slot::RefUri => keep_first(&mut self.ref_uri, val)?,
             Slot::ProtocolVersion => match val {
-                Val::Str {
-                    decoded: Some(s), ..
-                } => {
-                    if self.protocol_version.is_none() {
-                        self.protocol_version = Some(into_string(s)?);
-                    }
-                }
+                Val::Str { .. } => keep_first(&mut self.protocol_version, val)?,
                 _ => self.protocol_version_bad = true,
             },
-            Slot::InitVersion => {
-                if let Val::Str {
-                    decoded: Some(s), ..
-                } = val
-                {
-                    if self.init_version.is_none() {
-                        self.init_version = Some(into_string(s)?);
-                    }
-                }
-            }
-            Slot::Notifications => {}
             Slot::Subscriptions => {
                 if !matches!(val, Val::Array) {
                     self.subscriptions_bad = true;
@@ -666,24 +636,23 @@ impl<'a> Parser<'a> {
                 _ => self.subscriptions_bad = true,
             },
             Slot::Ref => self.ref_object = matches!(val, Val::Object),
-            Slot::RefType | Slot::RefName | Slot::RefUri => {
-                if let Val::Str {
-                    decoded: Some(s), ..
-                } = val
-                {
-                    let field = match slot {
-                        Slot::RefType => &mut self.ref_type,
-                        Slot::RefName => &mut self.ref_name,
-                        _ => &mut self.ref_uri,
-                    };
-                    if field.is_none() {
-                        *field = Some(into_string(s)?);
-                    }
-                }
-            }
         }
         Ok(())
     }
+}
+
+/// Keeps the first string value of a member (a repeated key is a duplicate, already refused);
+/// a value of another type is left for the method's rules to find missing.
+fn keep_first(field: &mut Option<String>, val: Val<'_>) -> Result<(), ParseError> {
+    if let Val::Str {
+        decoded: Some(s), ..
+    } = val
+    {
+        if field.is_none() {
+            *field = Some(into_string(s)?);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::json::tests::{in_string, with_arg, Rng};
-use std::collections::HashSet;
 
 fn parse(body: &[u8]) -> Result<McpMessage, ParseFailure> {
     parse_message(body, &ParseLimits::default())
@@ -29,9 +28,7 @@ fn code(body: &[u8]) -> i32 {
     rejected(body).0.code()
 }
 
-const PARSE: i32 = -32700;
-const INVALID_REQUEST: i32 = -32600;
-const INVALID_PARAMS: i32 = -32602;
+use crate::serde_oracle::{INVALID_PARAMS, INVALID_REQUEST, PARSE};
 
 // ----- message shapes -----
 
@@ -853,317 +850,30 @@ fn mutate(rng: &mut Rng, body: &mut Vec<u8>) {
     }
 }
 
-/// Independent reference: duplicate keys (after decoding) and maximum nesting,
-/// computed by serde_json over the same bytes.
-struct Shape {
-    dup: bool,
-    depth: usize,
-}
-
-impl<'de> serde::Deserialize<'de> for Shape {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ShapeVisitor)
-    }
-}
-
-struct ShapeVisitor;
-
-impl<'de> serde::de::Visitor<'de> for ShapeVisitor {
-    type Value = Shape;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
-        Ok(Shape {
-            dup: false,
-            depth: 0,
-        })
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Shape, E> {
-        Ok(Shape {
-            dup: false,
-            depth: 0,
-        })
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Shape, E> {
-        Ok(Shape {
-            dup: false,
-            depth: 0,
-        })
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Shape, E> {
-        Ok(Shape {
-            dup: false,
-            depth: 0,
-        })
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Shape, E> {
-        Ok(Shape {
-            dup: false,
-            depth: 0,
-        })
-    }
-    fn visit_unit<E>(self) -> Result<Shape, E> {
-        Ok(Shape {
-            dup: false,
-            depth: 0,
-        })
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Shape, A::Error> {
-        let mut s = Shape {
-            dup: false,
-            depth: 0,
-        };
-        while let Some(e) = a.next_element::<Shape>()? {
-            s.dup |= e.dup;
-            s.depth = s.depth.max(e.depth);
-        }
-        s.depth += 1;
-        Ok(s)
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Shape, A::Error> {
-        let mut s = Shape {
-            dup: false,
-            depth: 0,
-        };
-        let mut seen = HashSet::new();
-        while let Some((k, v)) = a.next_entry::<String, Shape>()? {
-            s.dup |= !seen.insert(k) | v.dup;
-            s.depth = s.depth.max(v.depth);
-        }
-        s.depth += 1;
-        Ok(s)
-    }
-}
-
-/// What the rules say, computed from serde_json's view of the same bytes.
-/// Err carries the expected error code.
-fn reference(body: &[u8], limits: &ParseLimits) -> Option<Result<McpMessage, i32>> {
-    use serde_json::Value;
-    let shape = match serde_json::from_slice::<Shape>(body) {
-        Ok(s) => s,
-        // A number out of a double's range is refused as a parse error.
-        Err(e) if e.to_string().contains("out of range") => return Some(Err(PARSE)),
-        Err(e) if e.to_string().contains("recursion limit") => return Some(Err(PARSE)),
-        Err(_) => return Some(Err(PARSE)),
-    };
-    if body.starts_with(b"\xef\xbb\xbf") || shape.depth > limits.max_depth {
-        return Some(Err(PARSE));
-    }
-    let v: Value = serde_json::from_slice(body).unwrap();
-    let invalid = Some(Err(INVALID_REQUEST));
-    let Value::Object(obj) = &v else {
-        return invalid;
-    };
-    if shape.dup || obj.get("jsonrpc") != Some(&Value::String("2.0".into())) {
-        return invalid;
-    }
-    let id = obj.get("id");
-    if let Some(id) = id {
-        if !(id.is_string() || id.is_number()) {
-            return invalid;
-        }
-    }
-    if let Some(p) = obj.get("params") {
-        if !(p.is_object() || p.is_array()) {
-            return invalid;
-        }
-    }
-    if let Some(e) = obj.get("error") {
-        if !e.is_object() {
-            return invalid;
-        }
-    }
-    let responding = obj.contains_key("result") || obj.contains_key("error");
-    let method = match obj.get("method") {
-        None => {
-            if !responding
-                || (obj.contains_key("result") && obj.contains_key("error"))
-                || id.is_none()
-            {
-                return invalid;
-            }
-            return Some(Ok(McpMessage {
-                kind: MessageKind::Response,
-                method: None,
-                id: None, // compared separately
-                name: None,
-                uri: None,
-                protocol_version: None,
-                init_version: None,
-                subscriptions: Vec::new(),
-                completion_ref: None,
-            }));
-        }
-        Some(Value::String(m)) => m.clone(),
-        Some(_) => return invalid,
-    };
-    if responding {
-        return invalid;
-    }
-    let malformed = method.chars().any(|c| c.is_whitespace() || c.is_control())
-        || method
-            .split('/')
-            .any(|s| s.is_empty() || s == "." || s == "..");
-    if malformed {
-        return invalid;
-    }
-    let param = |key: &str| {
-        obj.get("params")
-            .and_then(|p| p.get(key))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
-    let mut completion_ref = None;
-    if method == "completion/complete" {
-        let r = obj.get("params").and_then(|p| p.get("ref"));
-        let field = |k: &str| r.and_then(|r| r.get(k)).and_then(Value::as_str);
-        let (judged_as, key, value) = match field("type") {
-            _ if !r.is_some_and(Value::is_object) => return Some(Err(INVALID_PARAMS)),
-            Some("ref/prompt") => ("prompts/get", Param::Name, field("name")),
-            Some("ref/resource") => ("resources/read", Param::Uri, field("uri")),
-            _ => return Some(Err(INVALID_PARAMS)),
-        };
-        let Some(value) = value else {
-            return Some(Err(INVALID_PARAMS));
-        };
-        completion_ref = Some(CompletionRef {
-            judged_as,
-            key,
-            value: value.to_owned(),
-        });
-    }
-    let (mut name, mut uri) = (None, None);
-    match method.as_str() {
-        "tools/call" | "prompts/get" => {
-            name = param("name");
-            if name.is_none() || !obj["params"].is_object() {
-                return Some(Err(INVALID_PARAMS));
-            }
-        }
-        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-            uri = param("uri");
-            if uri.is_none() || !obj["params"].is_object() {
-                return Some(Err(INVALID_PARAMS));
-            }
-        }
-        _ => {}
-    }
-    let version = obj
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .filter(|m| m.is_object())
-        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"));
-    let protocol_version = match version {
-        None => None,
-        Some(Value::String(v)) => Some(v.clone()),
-        Some(_) => return Some(Err(INVALID_PARAMS)),
-    };
-    let init_version = (method == "initialize")
-        .then(|| param("protocolVersion"))
-        .flatten();
-    let mut subscriptions = Vec::new();
-    if method == "subscriptions/listen" {
-        let list = obj
-            .get("params")
-            .and_then(|p| p.get("notifications"))
-            .filter(|n| n.is_object())
-            .and_then(|n| n.get("resourceSubscriptions"));
-        match list {
-            None => {}
-            Some(Value::Array(items)) => {
-                for i in items {
-                    match i.as_str() {
-                        Some(u) => subscriptions.push(u.to_owned()),
-                        None => return Some(Err(INVALID_PARAMS)),
-                    }
-                }
-            }
-            Some(_) => return Some(Err(INVALID_PARAMS)),
-        }
-    }
-    Some(Ok(McpMessage {
-        kind: if id.is_some() {
-            MessageKind::Request
-        } else {
-            MessageKind::Notification
-        },
-        method: Some(method),
-        id: None,
-        name,
-        uri,
-        protocol_version,
-        init_version,
-        subscriptions,
-        completion_ref,
-    }))
-}
-
-fn check_against_serde(body: &[u8], limits: &ParseLimits, counts: &mut [usize; 4]) {
-    let ours = parse_message(body, limits);
-    let serde_ok = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
-    if ours.is_ok() {
-        assert!(serde_ok, "we accepted what serde_json rejects: {body:x?}");
-    }
-    if !serde_ok {
-        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-            assert!(
-                matches!(ours, Err((ParseError::Parse(_), _))),
-                "serde_json rejects ({e}) but we said {ours:?}: {:?}",
-                String::from_utf8_lossy(body)
-            );
-        }
-    }
-    let Some(expected) = reference(body, limits) else {
-        return;
-    };
-    let text = String::from_utf8_lossy(body);
-    match (&ours, &expected) {
-        (Ok(m), Ok(want)) => {
-            counts[0] += 1;
-            let mut got = m.clone();
-            got.id = None;
-            assert_eq!(&got, want, "{text}");
-            // The raw id, re-parsed, equals serde_json's id.
-            let v: serde_json::Value = serde_json::from_slice(body).unwrap();
-            match &m.id {
-                Some(raw) => assert_eq!(
-                    serde_json::from_str::<serde_json::Value>(raw).unwrap(),
-                    v["id"],
-                    "{text}"
-                ),
-                None => assert!(v.get("id").is_none(), "{text}"),
-            }
-        }
-        (Err((e, id)), Err(want)) => {
-            counts[match *want {
-                PARSE => 1,
-                INVALID_REQUEST => 2,
-                _ => 3,
-            }] += 1;
-            assert_eq!(e.code(), *want, "{text}: {e}");
-            if let Some(raw) = id {
-                // Any echoed id is a complete JSON string or number.
-                let v: serde_json::Value = serde_json::from_str(raw).unwrap();
-                assert!(v.is_string() || v.is_number(), "{text}");
-            }
-        }
-        _ => panic!("ours {ours:?} vs reference {expected:?}: {text}"),
-    }
-}
-
+/// The reader against serde_json ([`crate::serde_oracle`]) on generated messages, mutated
+/// and not, and on random values.
 #[test]
 fn differential_against_serde_json() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let limits = ParseLimits { max_depth: 8 };
+    // Outcomes: [ok, parse, invalid request, invalid params].
     let mut counts = [0usize; 4];
+    let mut check = |body: &[u8], limits: &ParseLimits| {
+        let i = match crate::serde_oracle::check(body, limits) {
+            None => 0,
+            Some(PARSE) => 1,
+            Some(INVALID_REQUEST) => 2,
+            Some(_) => 3,
+        };
+        counts[i] += 1;
+    };
     for round in 0..20_000 {
         let mut body = gen_message(&mut rng).into_bytes();
         if round % 3 != 0 {
             mutate(&mut rng, &mut body);
         }
-        check_against_serde(&body, &limits, &mut counts);
-        check_against_serde(&body, &ParseLimits::default(), &mut [0; 4]);
+        check(&body, &limits);
+        check(&body, &ParseLimits::default());
     }
     // Random values (non-messages) too.
     for _ in 0..5_000 {
@@ -1173,7 +883,7 @@ fn differential_against_serde_json() {
         if rng.chance(50) {
             mutate(&mut rng, &mut body);
         }
-        check_against_serde(&body, &limits, &mut counts);
+        check(&body, &limits);
     }
     println!("differential outcomes [ok, parse, invalid request, invalid params]: {counts:?}");
     // Every outcome is well represented.

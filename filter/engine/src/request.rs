@@ -10,6 +10,17 @@ pub struct Caller {
     pub spiffe: Option<String>,
     /// Verified JWTs, one per `jwt_authn` provider that accepted a token.
     pub jwts: Vec<JwtPrincipal>,
+    /// A credential besides what `spiffe` and `jwts` show: an `Authorization` header, a
+    /// client certificate, the trusted identity header (docs/semantics.md §5.6). Read only
+    /// where a listener answers callers without one with a challenge.
+    pub credential: bool,
+}
+
+impl Caller {
+    /// Whether the caller presented no credential at all (docs/semantics.md §5.6).
+    pub fn anonymous(&self) -> bool {
+        !self.credential && self.spiffe.is_none() && self.jwts.is_empty()
+    }
 }
 
 /// The claims of one verified JWT.
@@ -23,6 +34,9 @@ pub struct JwtPrincipal {
     pub claims: Vec<(String, ClaimValue)>,
     /// The whole payload, kept only when a CEL expression reads `jwt.claims`.
     pub payload: Option<serde_json::Value>,
+    /// The claims identity headers carry, as header values: a string as it is, any other
+    /// value as JSON; a claim whose text cannot be a header value is left out.
+    pub texts: Vec<(String, String)>,
 }
 
 /// A claim value.
@@ -150,6 +164,9 @@ pub struct Target {
     pub listener: Option<usize>,
     /// The Backend Envoy routed to: by route name first, then by upstream cluster.
     pub backend: Option<usize>,
+    /// The backend's route slot of the name it was recognised by (None: no policy is scoped
+    /// to that route).
+    pub route: Option<usize>,
 }
 
 /// The connection as Envoy's ext_authz describes it to gRPC authorizers (each None when the

@@ -48,6 +48,7 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
             route_name: Some("tools-route".into()),
             cluster_name: Some("tools-cluster".into()),
             caller: Caller {
+                credential: false,
                 spiffe: Some("spiffe://example.org/ns/agents/sa/alpha".into()),
                 jwts: vec![],
             },

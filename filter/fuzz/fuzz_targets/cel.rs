@@ -90,11 +90,13 @@ fn request(v: &Value) -> Request {
         port: 8443,
         headers,
         caller: Caller {
+            credential: false,
             spiffe: v.get("spiffe").and_then(Value::as_str).map(str::to_string),
             jwts: v
                 .get("claims")
                 .map(|c| {
                     vec![JwtPrincipal {
+                        texts: Vec::new(),
                         issuer: "https://idp".into(),
                         subject: None,
                         claims: Vec::new(),

@@ -131,6 +131,7 @@ fn parse_input(data: &[u8]) -> Input {
                 let subject = parts.next().map(str::to_string);
                 let groups = parts.next().unwrap_or_default().split(',');
                 input.jwts.push(JwtPrincipal {
+                    texts: Vec::new(),
                     issuer,
                     subject,
                     claims: vec![(
@@ -453,6 +454,7 @@ fuzz_target!(|data: &[u8]| {
             route_name: input.route.clone(),
             cluster_name: input.cluster.clone(),
             caller: Caller {
+                credential: false,
                 spiffe: input.spiffe.clone(),
                 jwts: input.jwts.clone(),
             },

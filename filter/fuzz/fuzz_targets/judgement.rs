@@ -90,7 +90,7 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let engine = engine();
     let request = json!({"jsonrpc": "2.0", "id": "L", "method": "tools/list", "params": params});
-    let (_, a) = post(engine, request.to_string().into_bytes());
+    let (flow, a) = post(engine, request.to_string().into_bytes());
     let mut f = match a {
         Next::Allow {
             listing: Some(f), ..
@@ -107,7 +107,9 @@ fuzz_target!(|data: &[u8]| {
         .to_string()
         .into_bytes();
     let answer_len = answer.len();
-    let out = match f.on_body(engine, answer.len(), true, move |_| Some(answer)) {
+    let out = match f.on_body(engine, flow.request(), answer.len(), true, move |_| {
+        Some(answer)
+    }) {
         BodyAction::Replace(out) => out,
         other => panic!("a whole JSON listing was not rewritten: {other:?}"),
     };

@@ -43,9 +43,9 @@ fn engine() -> &'static Engine {
     })
 }
 
-/// The response filters the flow hands over when it allows each request (made per input: a
-/// filter shares its request with the flow, so it is not `Sync`).
-fn filters(engine: &Engine) -> Vec<ListingFilter> {
+/// The response filters the flow hands over when it allows each request, with the flow that
+/// keeps the request (made per input).
+fn filters(engine: &Engine) -> Vec<(ListingFilter, RequestFlow)> {
     let requests: [(&str, &[(&str, &str)], &[u8]); 4] = [
         (
             "POST",
@@ -90,7 +90,7 @@ fn filters(engine: &Engine) -> Vec<ListingFilter> {
             match a {
                 Next::Allow {
                     listing: Some(f), ..
-                } => f,
+                } => (f, flow),
                 a => panic!("{method}: {a:?}"),
             }
         })
@@ -179,7 +179,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let engine = engine();
     let request = usize::from(flags >> 3 & 3);
-    let Some(mut f) = filters(engine).into_iter().nth(request) else {
+    let Some((mut f, flow)) = filters(engine).into_iter().nth(request) else {
         return;
     };
     let (media, encoded) = match flags & 3 {
@@ -210,7 +210,9 @@ fuzz_target!(|data: &[u8]| {
     for (i, c) in chunks.iter().enumerate() {
         buffered.extend_from_slice(c);
         let held = buffered.clone();
-        match f.on_body(engine, held.len(), i == last, move |_| Some(held)) {
+        match f.on_body(engine, flow.request(), held.len(), i == last, move |_| {
+            Some(held)
+        }) {
             BodyAction::Pass => out.append(&mut buffered),
             BodyAction::Buffer => {}
             BodyAction::Replace(b) => {

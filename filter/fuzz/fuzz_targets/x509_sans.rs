@@ -359,9 +359,17 @@ fn strictness(der: &[u8]) -> Result<(), Option<&'static str>> {
         }
         rest = after;
     }
-    let Some(extensions) = extensions else {
-        return Ok(());
-    };
+    match extensions {
+        Some(extensions) => match san_of(extensions)? {
+            Some(san) => general_names(san),
+            None => Ok(()),
+        },
+        None => Ok(()),
+    }
+}
+
+/// The rules of the `[3]` extensions' contents; `Ok`: the subjectAltName's value, if any.
+fn san_of(extensions: &[u8]) -> Result<Option<&[u8]>, Option<&'static str>> {
     let Some((after, list, raw)) = element(extensions) else {
         return Err(Some(A3_LENGTH));
     };
@@ -400,9 +408,11 @@ fn strictness(der: &[u8]) -> Result<(), Option<&'static str>> {
             san = Some(value.data);
         }
     }
-    let Some(san) = san else {
-        return Ok(());
-    };
+    Ok(san)
+}
+
+/// The rules of a subjectAltName's GeneralNames.
+fn general_names(san: &[u8]) -> Result<(), Option<&'static str>> {
     let (after, names) = expect(san, 0x30)?;
     if !after.is_empty() {
         return Err(Some("bytes after the GeneralNames in subjectAltName"));

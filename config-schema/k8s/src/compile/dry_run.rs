@@ -101,11 +101,17 @@ impl Ctx<'_> {
             }) else {
                 continue;
             };
+            let headers = match &p.spec {
+                PolicySpec::V1(s) if s.identity_headers.is_some() => {
+                    "; its identityHeaders are neither sent nor removed until it is enforced"
+                }
+                _ => "",
+            };
             for c in st.conditions.iter_mut().filter(|c| c.accepted) {
                 c.enforced = Some(Enforcement {
                     status: false,
                     reason: "DryRun".into(),
-                    message: "a dry run: evaluated beside the enforced policies and reported (decision log, filter state, mcp_access.dry_run counters), never enforced".into(),
+                    message: format!("a dry run: evaluated beside the enforced policies and reported (decision log, filter state, mcp_access.dry_run counters), never enforced{headers}"),
                 });
             }
         }

@@ -1,7 +1,9 @@
 //! Defaults and overrides (docs/semantics.md, "Defaults and overrides"): the blocks of
 //! Gateway policies applied, ahead of time, to the Backend level of every backend behind the
-//! Gateway, giving one effective Backend-level policy set per (listener, backend). Where the
-//! result differs between listeners, the bundle policies are narrowed to their listeners.
+//! Gateway, giving one effective Backend-level policy set per (listener, backend, route
+//! class): route-scoped policies (HTTPRoute targets) join the lower set only for requests
+//! through their routes. Where the result differs between listeners or routes, the bundle
+//! policies are narrowed to their listeners and routes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -13,9 +15,11 @@ use mcp_access_bundle::{self as bundle, Action, BlockKind, Level, Strategy};
 use mcp_access_cel::SelfCondition;
 
 mod apply;
+mod routes;
 mod status;
 
 use apply::apply;
+pub(crate) use routes::{BackendRoutes, Class};
 
 /// Condition results per (block policy, lower policy): the lower spec does not change.
 type CondCache = BTreeMap<(String, String), Result<bool, String>>;
@@ -160,11 +164,21 @@ impl Scope<'_> {
         }
     }
 
-    /// The bundle policy of a unit on backend `(bns, bname)`.
-    fn materialize(&self, u: &Unit, (bns, bname): (&str, &str)) -> Option<bundle::Policy> {
+    /// The bundle policy of a unit on backend `(bns, bname)`, through `routes`.
+    fn materialize(
+        &self,
+        u: &Unit,
+        (bns, bname): (&str, &str),
+        routes: Option<Vec<String>>,
+    ) -> Option<bundle::Policy> {
+        let target = bundle::PolicyTarget {
+            routes,
+            ..backend_target(bns, bname)
+        };
         match u {
             Unit::Lower { i, removed } => {
                 let mut p = self.lower.get(*i)?.clone();
+                p.targets = vec![target];
                 if !removed.is_empty() {
                     if let Some(rs) = &mut p.rules {
                         rs.retain(|r| !removed.contains(&r.name));
@@ -190,7 +204,7 @@ impl Scope<'_> {
                     name: b.name.clone(),
                     namespace: b.namespace.clone(),
                     level: Level::Backend,
-                    targets: vec![backend_target(bns, bname)],
+                    targets: vec![target],
                     action: b.action,
                     external_auth: b
                         .authorizer
@@ -240,8 +254,67 @@ pub(crate) struct Effects {
     pub(crate) not_added: BTreeMap<String, String>,
 }
 
-/// Per unit of one backend, the listeners it is effective on (in first-seen order).
-type Variants = Vec<(Unit, Vec<ListenerKey>)>;
+/// What the blocks did on one (listener, backend, route class).
+#[derive(Debug, Clone)]
+pub(crate) struct EffectRecord {
+    /// `namespace/name` of the XBackend.
+    pub(crate) backend: String,
+    pub(crate) listener: ListenerKey,
+    /// The route class's names (None: every route).
+    pub(crate) routes: Option<BTreeSet<String>>,
+    /// The lower policies (bundle `namespace/name`) requests there meet.
+    pub(crate) lower: BTreeSet<String>,
+    pub(crate) fx: Effects,
+}
+
+/// A (listener, route class) pair of one backend: the class is an index into its classes.
+type Pair = (ListenerKey, usize);
+
+/// Per unit of one backend, the pairs it is effective on (in first-seen order).
+type Variants = Vec<(Unit, Vec<Pair>)>;
+
+/// How one backend's requests divide: its route classes and the (listener, class) pairs that
+/// can occur.
+struct Shape<'a> {
+    classes: &'a [Class],
+    pairs: &'a [Pair],
+    routes: &'a BackendRoutes,
+}
+
+impl Shape<'_> {
+    /// The pairs where lower policy `i` is met.
+    fn pairs_of(&self, i: usize) -> Vec<&Pair> {
+        self.pairs
+            .iter()
+            .filter(|(_, c)| self.classes.get(*c).is_some_and(|c| c.members.contains(&i)))
+            .collect()
+    }
+
+    /// Whether lower policy `i` is unchanged wherever it is met (met nowhere: it stays as
+    /// written, never dropped).
+    fn kept(&self, variants: &Variants, i: usize) -> bool {
+        let mine = self.pairs_of(i);
+        if mine.is_empty() {
+            return true;
+        }
+        let as_written = Unit::Lower {
+            i,
+            removed: Vec::new(),
+        };
+        variants
+            .iter()
+            .any(|(u, ps)| *u == as_written && mine.iter().all(|x| ps.contains(x)))
+    }
+
+    /// The routes of classes `cs` as a target's `routes` (None: every route).
+    fn routes_of(&self, cs: &BTreeSet<usize>) -> Option<Vec<String>> {
+        let mut names = BTreeSet::new();
+        for c in cs.iter().filter_map(|c| self.classes.get(*c)) {
+            names.extend(c.names.clone()?);
+        }
+        (!self.routes.covers_all(&names)).then(|| names.into_iter().collect())
+    }
+}
 
 impl Ctx<'_> {
     /// Rewrites the Backend-level policies in `out` to the effective ones.
@@ -265,8 +338,9 @@ impl Ctx<'_> {
         }
         let raw = self.lower_specs();
         let mut cache = CondCache::new();
-        let mut effects_all: Vec<(String, ListenerKey, Effects)> = Vec::new();
+        let mut records: Vec<EffectRecord> = Vec::new();
         let mut groups = Groups::default();
+        let all_routes = self.backend_routes();
         for (backend, listeners) in self.listeners_per_backend() {
             let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
             let reaching = listeners
@@ -280,24 +354,48 @@ impl Ctx<'_> {
                 .filter(|p| is_on(p, bns, bname))
                 .cloned()
                 .map(|mut p| {
-                    p.targets = vec![backend_target(bns, bname)];
+                    p.targets = vec![target_on(&p, bns, bname)];
                     p
                 })
                 .collect();
+            let Some(routes) = all_routes.get(&backend) else {
+                continue;
+            };
+            let scopes: Vec<Option<&[String]>> = lower
+                .iter()
+                .map(|p| p.targets.first().and_then(|t| t.routes.as_deref()))
+                .collect();
+            let classes = routes.classes(&scopes);
+            let pairs: Vec<Pair> = listeners
+                .iter()
+                .flat_map(|l| {
+                    classes
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| routes.feasible(c, l))
+                        .map(|(ci, _)| (l.clone(), ci))
+                })
+                .collect();
+            let shape = Shape {
+                classes: &classes,
+                pairs: &pairs,
+                routes,
+            };
             let scope = Scope {
                 lower: &lower,
                 blocks: &blocks,
             };
-            let (variants, effects) = scope.variants(&listeners, &raw, &mut cache);
-            let changed = effects.iter().any(|(_, _, changed)| *changed);
-            for (l, fx, _) in effects {
-                effects_all.push((backend.clone(), l, fx));
-            }
+            let (variants, effects) = scope.variants(&shape, &raw, &mut cache);
+            let changed = effects.iter().any(|(_, changed)| *changed);
+            records.extend(effects.into_iter().map(|(mut r, _)| {
+                r.backend = backend.clone();
+                r
+            }));
             if !changed {
                 continue;
             }
-            scope.retarget(out, &variants, listeners.len(), (bns, bname));
-            groups.add(&scope, variants, listeners.len(), (bns, bname));
+            scope.retarget(out, &variants, &shape, (bns, bname));
+            groups.add(&scope, variants, &shape, (bns, bname));
         }
         let added = groups.named(out);
         out.retain(|p| !p.targets.is_empty());
@@ -305,7 +403,7 @@ impl Ctx<'_> {
         out.sort_by(|a, b| {
             (a.seniority, &a.namespace, &a.name).cmp(&(b.seniority, &b.namespace, &b.name))
         });
-        self.effects = effects_all;
+        self.effects = records;
         self.block_statuses(&blocks);
     }
 
@@ -351,11 +449,46 @@ impl Ctx<'_> {
     }
 }
 
+/// The Backend-level policies of bundle `b` on backend `bns/bname`, each with its target there.
+pub(super) fn on_backend<'b>(
+    b: &'b bundle::Bundle,
+    (bns, bname): (&str, &str),
+) -> (Vec<&'b bundle::Policy>, Vec<bundle::PolicyTarget>) {
+    let back: Vec<&bundle::Policy> = b.policies.iter().filter(|p| is_on(p, bns, bname)).collect();
+    let targets = back.iter().map(|p| target_on(p, bns, bname)).collect();
+    (back, targets)
+}
+
+/// Policy `p`'s target on backend `bns/bname`: through the routes of all its targets there
+/// (None if one of them has none).
+fn target_on(p: &bundle::Policy, bns: &str, bname: &str) -> bundle::PolicyTarget {
+    let mut routes: Option<Vec<String>> = Some(Vec::new());
+    for t in p
+        .targets
+        .iter()
+        .filter(|t| t.name == bname && t.namespace.as_deref().unwrap_or(&p.namespace) == bns)
+    {
+        match (&mut routes, &t.routes) {
+            (Some(all), Some(more)) => all.extend(more.iter().cloned()),
+            _ => routes = None,
+        }
+    }
+    bundle::PolicyTarget {
+        routes: routes.map(|mut r| {
+            r.sort();
+            r.dedup();
+            r
+        }),
+        ..backend_target(bns, bname)
+    }
+}
+
 fn backend_target(ns: &str, name: &str) -> bundle::PolicyTarget {
     bundle::PolicyTarget {
         name: name.to_string(),
         namespace: Some(ns.to_string()),
         section_name: None,
+        routes: None,
     }
 }
 
@@ -373,7 +506,7 @@ fn block_reaches(b: &BlockPolicy, (ns, g, l): &ListenerKey) -> bool {
 /// applies, and the message says why).
 fn condition(
     b: &BlockPolicy,
-    lower: &[bundle::Policy],
+    lower: &[&bundle::Policy],
     (raw, cache): (&LowerSpecs, &mut CondCache),
 ) -> Cond {
     let Some(cond) = &b.condition else {
@@ -381,6 +514,7 @@ fn condition(
     };
     let of_action: Vec<&bundle::Policy> = lower
         .iter()
+        .copied()
         .filter(|p| p.action == b.action && p.not_accepted.is_none())
         .collect();
     if of_action.is_empty() {
@@ -430,86 +564,107 @@ fn is_on(p: &bundle::Policy, bns: &str, bname: &str) -> bool {
 }
 
 impl Scope<'_> {
-    /// The lower policies as written: one unit each.
-    fn as_written(&self) -> Vec<Unit> {
-        (0..self.lower.len())
+    /// The lower policies of a class as written: one unit each.
+    fn as_written(&self, c: &Class) -> Vec<Unit> {
+        c.members
+            .iter()
             .map(|i| Unit::Lower {
-                i,
+                i: *i,
                 removed: Vec::new(),
             })
             .collect()
     }
 
-    /// The blocks applied on each listener: the units' variants, and per listener what the
-    /// blocks did and whether its units differ from the lower policies as written.
+    /// The blocks applied on each (listener, route class) pair: the units' variants, and per
+    /// pair what the blocks did and whether its units differ from the lower policies as
+    /// written.
     fn variants(
         &self,
-        listeners: &[ListenerKey],
+        shape: &Shape<'_>,
         raw: &LowerSpecs,
         cache: &mut CondCache,
-    ) -> (Variants, Vec<(ListenerKey, Effects, bool)>) {
-        // `unset` entries of the lower policies: name -> the policy that unsets it.
-        let unset: BTreeMap<String, String> = self
-            .lower
+    ) -> (Variants, Vec<(EffectRecord, bool)>) {
+        // Per class: `unset` entries of its lower policies (name -> the policy that unsets
+        // it) and the blocks' conditions over them.
+        let per_class: Vec<(BTreeMap<String, String>, Vec<Cond>)> = shape
+            .classes
             .iter()
-            .flat_map(|p| {
-                let id = lower_id(p);
-                raw.get(&id)
-                    .map(|(_, u)| u.clone())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(move |n| (n, id.clone()))
+            .map(|c| {
+                let members: Vec<&bundle::Policy> = c
+                    .members
+                    .iter()
+                    .filter_map(|i| self.lower.get(*i))
+                    .collect();
+                let unset = members
+                    .iter()
+                    .flat_map(|p| {
+                        let id = lower_id(p);
+                        raw.get(&id)
+                            .map(|(_, u)| u.clone())
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(move |n| (n, id.clone()))
+                    })
+                    .collect();
+                let conds = self
+                    .blocks
+                    .iter()
+                    .map(|b| condition(b, &members, (raw, &mut *cache)))
+                    .collect();
+                (unset, conds)
             })
             .collect();
-        let conds: Vec<Cond> = self
-            .blocks
-            .iter()
-            .map(|b| condition(b, self.lower, (raw, &mut *cache)))
-            .collect();
-        let as_written = self.as_written();
         let mut variants: Variants = Vec::new();
         let mut effects = Vec::new();
-        for l in listeners {
+        for (l, ci) in shape.pairs {
+            let (Some(class), Some((unset, conds))) = (shape.classes.get(*ci), per_class.get(*ci))
+            else {
+                continue;
+            };
+            let as_written = self.as_written(class);
             let mut units = as_written.clone();
             let mut fx = Effects::default();
             for (k, b) in self.blocks.iter().enumerate() {
                 if block_reaches(b, l) {
-                    apply(self, k, (&conds, &unset), &mut units, &mut fx);
+                    apply(self, k, (conds, unset), &mut units, &mut fx);
                 }
             }
-            effects.push((l.clone(), fx, units != as_written));
+            let record = EffectRecord {
+                backend: String::new(),
+                listener: l.clone(),
+                routes: class.names.clone(),
+                lower: class
+                    .members
+                    .iter()
+                    .filter_map(|i| self.lower.get(*i))
+                    .map(lower_id)
+                    .collect(),
+                fx,
+            };
+            effects.push((record, units != as_written));
             for u in units {
+                let pair = (l.clone(), *ci);
                 match variants.iter_mut().find(|(x, _)| *x == u) {
-                    Some((_, ls)) => ls.push(l.clone()),
-                    None => variants.push((u, vec![l.clone()])),
+                    Some((_, ps)) => ps.push(pair),
+                    None => variants.push((u, vec![pair])),
                 }
             }
         }
         (variants, effects)
     }
 
-    /// A lower policy unchanged on every listener keeps this backend as a target; the
+    /// A lower policy unchanged wherever it is met keeps this backend as a target; the
     /// backend leaves the others, whose effective variants replace them.
     fn retarget(
         &self,
         out: &mut [bundle::Policy],
         variants: &Variants,
-        listeners: usize,
+        shape: &Shape<'_>,
         (bns, bname): (&str, &str),
     ) {
-        let everywhere = |u: &Unit| {
-            variants
-                .iter()
-                .any(|(x, ls)| x == u && ls.len() == listeners)
-        };
-        let kept: Vec<String> = self
-            .as_written()
-            .iter()
-            .filter(|u| everywhere(u))
-            .filter_map(|u| match u {
-                Unit::Lower { i, .. } => self.lower.get(*i).map(lower_id),
-                Unit::Block { .. } => None,
-            })
+        let kept: Vec<String> = (0..self.lower.len())
+            .filter(|i| shape.kept(variants, *i))
+            .filter_map(|i| self.lower.get(i).map(lower_id))
             .collect();
         for p in out.iter_mut().filter(|p| is_on(p, bns, bname)) {
             if kept.contains(&lower_id(p)) {
@@ -531,46 +686,81 @@ struct Groups {
 }
 
 impl Groups {
-    /// The variants of one backend that differ from its lower policies as written.
+    /// The variants of one backend that differ from its lower policies as written, each
+    /// narrowed to the listeners and routes it is effective on.
     fn add(
         &mut self,
         scope: &Scope<'_>,
         variants: Variants,
-        listeners: usize,
+        shape: &Shape<'_>,
         (bns, bname): (&str, &str),
     ) {
-        let as_written = scope.as_written();
-        for (u, ls) in variants {
-            if ls.len() == listeners && as_written.contains(&u) {
-                continue;
+        for (u, ps) in &variants {
+            if let Unit::Lower { i, removed } = u {
+                if removed.is_empty() && shape.kept(&variants, *i) {
+                    continue;
+                }
             }
-            let only = if ls.len() < listeners { ls } else { Vec::new() };
-            let key = match &u {
-                Unit::Lower { i, removed } => GlobalKey::Lower(
-                    scope.lower.get(*i).map(lower_id).unwrap_or_default(),
-                    removed.clone(),
-                    only.clone(),
-                ),
-                Unit::Block { k, kept } => GlobalKey::Block(*k, kept.clone(), only.clone()),
-            };
-            if let Some(g) = self.index.get(&key).and_then(|&i| self.list.get_mut(i)) {
-                g.1.targets.push(backend_target(bns, bname));
-                continue;
+            // Per class, its listeners here; classes on all the listeners they occur on
+            // (empty: no narrowing) or on the same ones share one bundle policy.
+            let mut by_class: BTreeMap<usize, Vec<ListenerKey>> = BTreeMap::new();
+            for (l, c) in ps {
+                by_class.entry(*c).or_default().push(l.clone());
             }
-            let Some(mut p) = scope.materialize(&u, (bns, bname)) else {
-                continue;
-            };
-            p.listeners = only
-                .iter()
-                .map(|(ns, g, l)| bundle::PolicyTarget {
-                    name: g.clone(),
-                    namespace: Some(ns.clone()),
-                    section_name: Some(l.clone()),
-                })
-                .collect();
-            self.index.insert(key.clone(), self.list.len());
-            self.list.push((key, p));
+            let mut by_listeners: BTreeMap<Vec<ListenerKey>, BTreeSet<usize>> = BTreeMap::new();
+            for (c, mut ls) in by_class {
+                let occurs = shape.pairs.iter().filter(|(_, x)| *x == c).count();
+                if ls.len() == occurs {
+                    ls.clear();
+                }
+                ls.sort();
+                by_listeners.entry(ls).or_default().insert(c);
+            }
+            for (only, classes) in by_listeners {
+                let routes = shape.routes_of(&classes);
+                self.add_one(scope, u, (bns, bname), routes, only);
+            }
         }
+    }
+
+    /// One effective policy on one backend, on listeners `only` (empty: all).
+    fn add_one(
+        &mut self,
+        scope: &Scope<'_>,
+        u: &Unit,
+        (bns, bname): (&str, &str),
+        routes: Option<Vec<String>>,
+        only: Vec<ListenerKey>,
+    ) {
+        let key = match u {
+            Unit::Lower { i, removed } => GlobalKey::Lower(
+                scope.lower.get(*i).map(lower_id).unwrap_or_default(),
+                removed.clone(),
+                only.clone(),
+            ),
+            Unit::Block { k, kept } => GlobalKey::Block(*k, kept.clone(), only.clone()),
+        };
+        if let Some(g) = self.index.get(&key).and_then(|&i| self.list.get_mut(i)) {
+            g.1.targets.push(bundle::PolicyTarget {
+                routes,
+                ..backend_target(bns, bname)
+            });
+            return;
+        }
+        let Some(mut p) = scope.materialize(u, (bns, bname), routes) else {
+            return;
+        };
+        p.listeners = only
+            .iter()
+            .map(|(ns, g, l)| bundle::PolicyTarget {
+                name: g.clone(),
+                namespace: Some(ns.clone()),
+                section_name: Some(l.clone()),
+                routes: None,
+            })
+            .collect();
+        self.index.insert(key.clone(), self.list.len());
+        self.list.push((key, p));
     }
 
     /// The group policies, each named after its policy (and its one backend), with a number

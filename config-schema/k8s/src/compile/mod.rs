@@ -12,7 +12,9 @@ mod dry_run;
 mod effective;
 mod gateways;
 mod grants;
+mod identity;
 mod policies;
+mod route_targets;
 mod routes;
 mod rules;
 mod settings;
@@ -190,10 +192,12 @@ struct Ctx<'a> {
     topo: Topology,
     /// ns/name -> index into topo.backends
     backend_index: HashMap<String, usize>,
-    /// What defaults/overrides blocks did, per (backend, listener).
-    effects: Vec<(String, (String, String, String), effective::Effects)>,
+    /// What defaults/overrides blocks did, per (backend, listener, route class).
+    effects: Vec<effective::EffectRecord>,
     /// The filter's settings (a `FilterSettings` object and the flags).
     settings: settings::Settings,
+    /// The identity headers of the XBackends (from AccessPolicies).
+    identity_headers: identity::IdentityHeaders,
 }
 
 /// Compiles validated manifests.
@@ -207,6 +211,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         backend_index: HashMap::new(),
         effects: Vec::new(),
         settings,
+        identity_headers: identity::IdentityHeaders::default(),
     };
     cx.report_inputs();
     cx.report.invalid.extend(settings_problems);
@@ -232,6 +237,9 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         decision_records: Default::default(),
     };
     cx.settings.apply(&mut bundle);
+    cx.identity_headers.apply(&mut bundle.backends);
+    let problems = settings::protected_resources(m, &mut bundle.gateways);
+    cx.report.invalid.extend(problems);
     let effective = if o.effective_view {
         cx.effective_view(&bundle)
     } else {
@@ -354,6 +362,7 @@ impl Ctx<'_> {
                         name: l.name.clone(),
                         port: l.port,
                         hostname: l.hostname.clone(),
+                        protected_resource: None,
                     })
                     .collect(),
             });
@@ -385,6 +394,7 @@ impl Ctx<'_> {
                 namespace: ns.to_string(),
                 route_names,
                 cluster_names: vec![b.cluster.clone()],
+                identity_headers: Vec::new(),
             });
         }
         backends

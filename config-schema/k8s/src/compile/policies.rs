@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::route_targets::{backend_target, Refusal};
 use super::rules::{self, rule_v0, rule_v1, source_v, Problem, RuleCx};
 use super::{agentic_group, cond, opt, reason, seniority_order, status, Ctx, Options};
 use crate::load::{Item, PolicySpec};
@@ -95,6 +96,7 @@ impl Ctx<'_> {
         let mut seen: HashSet<String> = HashSet::new();
         let mut per_target = PerTarget::default();
         let mut blocks = Vec::new();
+        let mut identity = super::identity::IdentityHeaders::default();
         for (rank, i) in order.into_iter().enumerate() {
             let Some(p) = self.m.policies.get(i) else {
                 continue;
@@ -102,9 +104,14 @@ impl Ctx<'_> {
             let seniority = rank as u64 + 1;
             // XAccessPolicy and AccessPolicy are different kinds: the same name is no conflict.
             let conds = if seen.insert(format!("{}|{}", p.kind, p.id())) {
+                // A dry run changes no traffic: its identity headers are sent once enforced.
+                let conflict = match super::dry_run::dry_run_of(p) {
+                    Ok(true) => Ok(()),
+                    _ => identity.record(p, &self.backend_index),
+                };
                 let (conds, unresolved) = self.policy(
                     p,
-                    seniority,
+                    (seniority, conflict),
                     &mut per_target,
                     &mut out,
                     &mut authorizers,
@@ -132,15 +139,17 @@ impl Ctx<'_> {
         }
         self.apply_blocks_both(&blocks, &mut out, &mut authorizers);
         self.dry_run_statuses();
+        self.identity_headers = identity;
         (out, authorizers)
     }
 
     /// One policy: the bundle policy where it is accepted, its stand-in where it is not;
-    /// the status per target.
+    /// the status per target. `conflict`: whether its identity headers conflict with a more
+    /// senior policy's (then it is not accepted).
     fn policy(
         &self,
         p: &Item<PolicySpec>,
-        seniority: u64,
+        (seniority, conflict): (u64, Result<(), String>),
         per_target: &mut PerTarget,
         out: &mut Vec<bundle::Policy>,
         authorizers: &mut Vec<bundle::Authorizer>,
@@ -150,7 +159,10 @@ impl Ctx<'_> {
             Some("Gateway") => Level::Gateway,
             _ => Level::Backend,
         };
-        let content = self.policy_content(p);
+        let mut content = self.policy_content(p);
+        if let (Ok(()), Err(msg)) = (&content.problem, conflict) {
+            content.problem = Err((reason::CONFLICTED, msg));
+        }
         let mode = if content.dry_run {
             bundle::PolicyMode::DryRun
         } else {
@@ -251,28 +263,26 @@ impl Ctx<'_> {
         for (i, r) in p.spec.target_refs().iter().enumerate() {
             let tname = target_name(r, &p.meta.namespace);
             let section = r.section_name.clone();
-            let target = match self.find_target(r, &p.meta.namespace) {
-                Err((reason, msg)) => {
-                    let msg = format!("spec.targetRefs[{i}]: {msg}");
-                    // An unknown listener of a Gateway that resolves: the stand-in covers
-                    // every listener of it (which one was meant is unknown).
-                    let whole = TargetRef {
-                        section_name: None,
-                        ..r.clone()
-                    };
-                    match self.find_target(&whole, &p.meta.namespace) {
-                        Ok(g) if r.section_name.is_some() => {
-                            let msg = format!(
-                                "{msg}{}",
-                                self.standin_note(content)
-                                    .replace("this target", "every listener of this Gateway")
-                            );
-                            t.conds.push(cond(tname, section, reason, msg));
-                            t.standin.push(g);
+            let target = match self.find_target(r, p) {
+                Err(refusal) => {
+                    let msg = format!("spec.targetRefs[{i}]: {}", refusal.message);
+                    match refusal.standin {
+                        // The stand-in covers what the target surely includes (e.g. every
+                        // listener of a Gateway whose sectionName names none).
+                        Some((targets, whole)) => {
+                            let note = self.standin_note(content).replace("this target", whole);
+                            t.conds.push(cond(
+                                tname,
+                                section,
+                                refusal.reason,
+                                format!("{msg}{note}"),
+                            ));
+                            t.standin.extend(targets);
                         }
-                        _ => {
-                            t.unresolved.push(format!("{tname}: {reason}: {msg}"));
-                            t.conds.push(cond(tname, section, reason, msg));
+                        None => {
+                            t.unresolved
+                                .push(format!("{tname}: {}: {msg}", refusal.reason));
+                            t.conds.push(cond(tname, section, refusal.reason, msg));
                         }
                     }
                     continue;
@@ -290,12 +300,12 @@ impl Ctx<'_> {
                 Err((reason, msg)) => {
                     let msg = format!("{msg}{}", self.standin_note(content));
                     t.conds.push(cond(tname, section, reason, msg));
-                    t.standin.push(target);
+                    t.standin.extend(target);
                 }
                 Ok(()) => {
                     t.conds
                         .push(cond(tname, section, reason::ACCEPTED, inert_rules(content)));
-                    t.accepted.push(target);
+                    t.accepted.extend(target);
                 }
             }
         }
@@ -318,11 +328,13 @@ impl Ctx<'_> {
         }
     }
 
+    /// The bundle targets of one targetRef of policy `p`.
     fn find_target(
         &self,
         r: &TargetRef,
-        policy_ns: &str,
-    ) -> Result<bundle::PolicyTarget, (&'static str, String)> {
+        p: &Item<PolicySpec>,
+    ) -> Result<Vec<bundle::PolicyTarget>, Refusal> {
+        let policy_ns = p.meta.namespace.as_str();
         let group = opt(&r.group);
         let kind = opt(&r.kind);
         let name = opt(&r.name);
@@ -343,54 +355,76 @@ impl Ctx<'_> {
                 } else {
                     "no such Gateway in the manifests"
                 };
-                return Err((reason::TARGET_NOT_FOUND, why.into()));
+                return Err(Refusal::unresolved(reason::TARGET_NOT_FOUND, why));
+            };
+            let whole = bundle::PolicyTarget {
+                name: name.to_string(),
+                namespace: Some(policy_ns.to_string()),
+                section_name: None,
+                routes: None,
             };
             if let Some(s) = &r.section_name {
                 if !g.listeners.iter().any(|l| &l.name == s) {
                     let names: Vec<&str> = g.listeners.iter().map(|l| l.name.as_str()).collect();
-                    return Err((
-                        reason::TARGET_NOT_FOUND,
-                        format!(
+                    return Err(Refusal {
+                        reason: reason::TARGET_NOT_FOUND,
+                        message: format!(
                             "sectionName: Gateway {policy_ns}/{name} has no usable listener \"{s}\"{}",
                             super::did_you_mean(s, &names)
                         ),
-                    ));
+                        standin: Some((vec![whole], "every listener of this Gateway")),
+                    });
                 }
             }
-            return Ok(bundle::PolicyTarget {
-                name: name.to_string(),
-                namespace: Some(policy_ns.to_string()),
+            return Ok(vec![bundle::PolicyTarget {
                 section_name: r.section_name.clone(),
-            });
+                ..whole
+            }]);
         }
         if agentic_group(group) && kind == "XBackend" {
             if !self
                 .backend_index
                 .contains_key(&format!("{policy_ns}/{name}"))
             {
-                return Err((
+                return Err(Refusal::unresolved(
                     reason::TARGET_NOT_FOUND,
-                    "no accepted XBackend with this name".into(),
+                    "no accepted XBackend with this name",
                 ));
             }
             if r.section_name.is_some() {
-                return Err((
+                return Err(Refusal::unresolved(
                     reason::TARGET_NOT_FOUND,
-                    "an XBackend has no sections; remove sectionName".into(),
+                    "an XBackend has no sections; remove sectionName",
                 ));
             }
-            return Ok(bundle::PolicyTarget {
-                name: name.to_string(),
-                namespace: Some(policy_ns.to_string()),
-                section_name: None,
-            });
+            return Ok(vec![backend_target(&format!("{policy_ns}/{name}"), None)]);
         }
-        let hint = match kind {
-            "Gateway" => format!("; for a Gateway, group: {GATEWAY_GROUP}"),
-            "XBackend" => format!("; for an XBackend, group: {}", crate::types::AGENTIC_GROUP),
-            _ => super::did_you_mean(kind, &["Gateway", "XBackend"]),
+        if group == GATEWAY_GROUP && kind == "HTTPRoute" {
+            if p.kind != "AccessPolicy" {
+                return Err(Refusal::unresolved(reason::INVALID, format!("an {} cannot target an HTTPRoute: write the policy as an AccessPolicy (apiVersion mcp-access.io/v1alpha1), whose targetRefs may name HTTPRoutes", p.kind)));
+            }
+            return self.route_targets(r, policy_ns);
+        }
+        let project = p.kind == "AccessPolicy";
+        let kinds: &[&str] = if project {
+            &["Gateway", "XBackend", "HTTPRoute"]
+        } else {
+            &["Gateway", "XBackend"]
         };
-        Err((reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways ({GATEWAY_GROUP}) or XBackends ({}){hint}", crate::types::AGENTIC_GROUP)))
+        let hint = match kind {
+            "Gateway" | "HTTPRoute" => format!("; for a {kind}, group: {GATEWAY_GROUP}"),
+            "XBackend" => format!("; for an XBackend, group: {}", crate::types::AGENTIC_GROUP),
+            _ => super::did_you_mean(kind, kinds),
+        };
+        let routes = if project {
+            format!(
+                ", XBackends ({}) or HTTPRoutes ({GATEWAY_GROUP})",
+                crate::types::AGENTIC_GROUP
+            )
+        } else {
+            format!(" or XBackends ({})", crate::types::AGENTIC_GROUP)
+        };
+        Err(Refusal::unresolved(reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways ({GATEWAY_GROUP}){routes}{hint}")))
     }
 
     fn policy_content(&self, p: &Item<PolicySpec>) -> PolicyContent {
@@ -643,6 +677,7 @@ impl Ctx<'_> {
                     name: "l".into(),
                     port: 1,
                     hostname: None,
+                    protected_resource: None,
                 }],
             }],
             backends: vec![],
@@ -662,6 +697,7 @@ impl Ctx<'_> {
                     name: "g".into(),
                     namespace: None,
                     section_name: None,
+                    routes: None,
                 }],
                 action,
                 external_auth: authorizer.as_ref().map(|_| "a".to_string()),

@@ -397,6 +397,7 @@ impl Ctx<'_> {
                 name: format!("{id}/rule-{ri}/match-{mi}"),
                 route: id.clone(),
                 rule: ri,
+                rule_name: rule.name.clone(),
                 hostnames: Vec::new(),
                 path_kind,
                 path,

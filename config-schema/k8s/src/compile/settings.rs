@@ -9,7 +9,7 @@ use super::Options;
 use crate::check;
 use crate::load::{Item, Manifests};
 use crate::model::InvalidObject;
-use crate::types::FilterSettingsSpec;
+use crate::types::{opt, FilterSettingsSpec};
 
 /// Default authorizer timeout when neither a flag nor the object sets one.
 const DEFAULT_AUTHZ_TIMEOUT_MS: u32 = 1000;
@@ -160,4 +160,90 @@ impl Resolver {
             message,
         });
     }
+}
+
+/// Puts each `spec.protectedResources` entry of the `FilterSettings` object on the bundle
+/// listeners it names (a Gateway's, or one of them by `sectionName`). An entry that names
+/// no compiled listener, a listener another entry already gave metadata, or a resource whose
+/// host the listener does not serve is invalid: the problems, by field.
+pub(super) fn protected_resources(
+    m: &Manifests,
+    gateways: &mut [bundle::Gateway],
+) -> Vec<InvalidObject> {
+    let Some(it) = m.settings.first() else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    let mut fail = |field: String, message: String| {
+        problems.push(InvalidObject {
+            source: it.origin.to_string(),
+            kind: it.kind.clone(),
+            object: it.meta.name.clone(),
+            field,
+            message,
+        })
+    };
+    // Which entry gave each listener its metadata.
+    let mut given: Vec<(String, usize)> = Vec::new();
+    for (i, p) in it.spec.protected_resources.iter().flatten().enumerate() {
+        let at = format!("spec.protectedResources[{i}]");
+        let (Some(r), Some(pr)) = (&p.target_ref, crate::validate::protected_resource(p)) else {
+            continue;
+        };
+        let (ns, name) = (opt(&r.namespace), opt(&r.name));
+        let Some(g) = gateways
+            .iter_mut()
+            .find(|g| g.namespace == ns && g.name == name)
+        else {
+            let why = if m
+                .gateways
+                .iter()
+                .any(|g| g.meta.namespace == ns && g.meta.name == name)
+            {
+                "is not accepted or has no usable listener (see gateways)"
+            } else {
+                "is not in the manifests"
+            };
+            fail(
+                format!("{at}.targetRef.name"),
+                format!("Gateway {ns}/{name} {why}"),
+            );
+            continue;
+        };
+        let names: Vec<String> = g.listeners.iter().map(|l| l.name.clone()).collect();
+        let section = r.section_name.as_deref();
+        if let Some(s) = section.filter(|s| !names.iter().any(|n| n == s)) {
+            let valid: Vec<&str> = names.iter().map(String::as_str).collect();
+            fail(
+                format!("{at}.targetRef.sectionName"),
+                format!(
+                    "Gateway {ns}/{name} has no usable listener \"{s}\"{}",
+                    super::did_you_mean(s, &valid)
+                ),
+            );
+            continue;
+        }
+        for l in &mut g.listeners {
+            if section.is_some_and(|s| s != l.name) {
+                continue;
+            }
+            let id = format!("{ns}/{name}/{}", l.name);
+            if let Some((_, j)) = given.iter().find(|(x, _)| *x == id) {
+                fail(
+                    format!("{at}.targetRef"),
+                    format!("listener {id} already has protected resource metadata from spec.protectedResources[{j}]: one listener, one resource"),
+                );
+                continue;
+            }
+            let wrong = mcp_access_bundle::oauth::problems(&pr, l.hostname.as_deref());
+            given.push((id.clone(), i));
+            if wrong.is_empty() {
+                l.protected_resource = Some(pr.clone());
+            }
+            for (field, message) in wrong {
+                fail(format!("{at}.{field}"), format!("listener {id}: {message}"));
+            }
+        }
+    }
+    problems
 }

@@ -400,6 +400,17 @@ fn spec_v1(s: &PolicySpecV1, kind: PolicyKind, c: &mut Checker) {
         }
         return;
     }
+    if let Some(headers) = &s.identity_headers {
+        if project_only("spec", "identityHeaders", kind, c) {
+            identity_headers(headers, c);
+            c.rule(
+                "spec.targetRefs",
+                kinds.iter().all(|k| *k == "XBackend"),
+                "array",
+                "identityHeaders may only be set on a policy that targets XBackends",
+            );
+        }
+    }
     if let Some(unset) = &s.unset {
         if project_only("spec", "unset", kind, c) {
             c.max_items("spec.unset", unset.len(), 16);
@@ -439,6 +450,51 @@ fn spec_v1(s: &PolicySpecV1, kind: PolicyKind, c: &mut Checker) {
     if let Some(rules) = &s.rules {
         rules_v1("spec.rules", rules, kind, c);
     }
+}
+
+/// `spec.identityHeaders` (`AccessPolicy` only): the CRD's checks, then the bundle's rule
+/// for each header (one definition: `mcp_access_bundle::identity_headers`).
+fn identity_headers(headers: &[IdentityHeaderSpec], c: &mut Checker) {
+    let at = "spec.identityHeaders";
+    c.max_items(at, headers.len(), 16);
+    c.map_keys(at, headers.iter().map(|h| h.name.as_deref()));
+    for (i, h) in headers.iter().enumerate() {
+        let hat = format!("{at}[{i}]");
+        let name_ok = c.required(&format!("{hat}.name"), &h.name);
+        let from_ok = c.required(&format!("{hat}.from"), &h.from)
+            && c.one_of(&format!("{hat}.from"), opt(&h.from), IDENTITY_FIELDS);
+        if let Some(claim) = &h.claim {
+            c.len_between(&format!("{hat}.claim"), claim, 1, 256);
+        }
+        if let (true, true, Some(bundle)) = (name_ok, from_ok, identity_header(h)) {
+            for (field, message) in mcp_access_bundle::identity_headers::problems(&bundle) {
+                c.err(
+                    format!("{hat}.{field}"),
+                    format!("Invalid value: {message}"),
+                );
+            }
+        }
+    }
+}
+
+/// The values of `identityHeaders[].from`.
+pub(crate) const IDENTITY_FIELDS: &[&str] = &["SPIFFE", "JWTSubject", "JWTIssuer", "JWTClaim"];
+
+/// An identity header of a policy as the bundle holds it (None: `from` is no known value).
+pub(crate) fn identity_header(h: &IdentityHeaderSpec) -> Option<mcp_access_bundle::IdentityHeader> {
+    use mcp_access_bundle::IdentityField as F;
+    let from = match opt(&h.from) {
+        "SPIFFE" => F::Spiffe,
+        "JWTSubject" => F::JwtSubject,
+        "JWTIssuer" => F::JwtIssuer,
+        "JWTClaim" => F::JwtClaim,
+        _ => return None,
+    };
+    Some(mcp_access_bundle::IdentityHeader {
+        name: opt(&h.name).to_string(),
+        from,
+        claim: h.claim.clone(),
+    })
 }
 
 /// A defaults or overrides block at `at` (`AccessPolicy` only).

@@ -54,7 +54,8 @@ fn problems(extra: &str) -> Vec<String> {
         .collect()
 }
 
-fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
+/// The status of policy `name` (also the route target tests').
+pub(crate) fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
     c.report
         .policies
         .iter()
@@ -62,7 +63,8 @@ fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
         .unwrap_or_else(|| panic!("no status for {name}: {:#?}", c.report.policies))
 }
 
-fn policy<'a>(c: &'a Compiled, name: &str) -> &'a Policy {
+/// Bundle policy `name` (also the route target tests').
+pub(crate) fn policy<'a>(c: &'a Compiled, name: &str) -> &'a Policy {
     c.bundle
         .policies
         .iter()
@@ -98,8 +100,10 @@ fn every_valid_example_is_accepted_and_compiles() {
             "cel.yaml",
             "defaults.yaml",
             "deny.yaml",
+            "identity-headers.yaml",
             "jwt.yaml",
             "overrides.yaml",
+            "route.yaml",
             "unset.yaml",
             "when.yaml"
         ]
@@ -141,6 +145,16 @@ const INVALID: &[(&str, &str, &str)] = &[
         "deny-with-external-auth.yaml",
         "spec",
         "externalAuth may only be specified when action is set to 'ExternalAuth'",
+    ),
+    (
+        "identity-header-authorization.yaml",
+        "spec.identityHeaders[0].name",
+        "\"authorization\" names a header with another meaning",
+    ),
+    (
+        "identity-headers-on-gateway.yaml",
+        "spec.targetRefs",
+        "identityHeaders may only be set on a policy that targets XBackends",
     ),
     (
         "jwt-claim-without-values.yaml",

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mcp_access_bundle::{Bundle, EscapedSlashes};
+use mcp_access_bundle::{Bundle, EscapedSlashes, ProtectedResource};
 use mcp_access_k8s::{ListenerModel, Protocol, Topology};
 use serde_json::{json, Value};
 
@@ -54,6 +54,8 @@ struct Chain<'a> {
     tls: bool,
     /// `jwt_authn` refuses requests without a token.
     jwt_required: bool,
+    /// The protected resource metadata of its listeners.
+    protected: Vec<&'a ProtectedResource>,
 }
 
 fn hcm(
@@ -62,9 +64,14 @@ fn hcm(
     o: &EnvoyOptions,
     bundle: &Bundle,
     bundle_json: &str,
-) -> Value {
+) -> Result<Value, String> {
     let (name, tls) = (c.name, c.tls);
-    let mut filters: Vec<Value> = jwt::envoy_filter(&o.jwt, c.jwt_required)
+    let open: Vec<String> = c
+        .protected
+        .iter()
+        .flat_map(|p| p.metadata_paths())
+        .collect();
+    let mut filters: Vec<Value> = jwt::envoy_filter(&o.jwt, c.jwt_required, &open)
         .into_iter()
         .collect();
     filters.push(match &o.ecds_dir {
@@ -100,8 +107,27 @@ fn hcm(
         if o.tracing.is_some() {
             obj.insert("tracing".into(), super::tracing::hcm_tracing());
         }
+        if !o.jwt.is_empty() {
+            if let Some(replies) = super::oauth::jwt_replies(name, &c.protected)? {
+                obj.insert("local_reply_config".into(), replies);
+            }
+        }
     }
-    json!([{"name": "envoy.filters.network.http_connection_manager", "typed_config": h}])
+    Ok(json!([{"name": "envoy.filters.network.http_connection_manager", "typed_config": h}]))
+}
+
+/// `namespace/gateway/listener` -> its protected resource metadata.
+fn protected_by_listener(bundle: &Bundle) -> BTreeMap<String, &ProtectedResource> {
+    bundle
+        .gateways
+        .iter()
+        .flat_map(|g| {
+            g.listeners.iter().filter_map(move |l| {
+                let id = format!("{}/{}/{}", g.namespace, g.name, l.name);
+                l.protected_resource.as_ref().map(|p| (id, p))
+            })
+        })
+        .collect()
 }
 
 /// The Envoy listeners: one per (address, port), a filter chain per HTTPS listener (by SNI) or
@@ -113,6 +139,8 @@ pub(super) fn listeners(
     host_rewrites: &BTreeMap<String, String>,
 ) -> Result<Vec<Value>, String> {
     let bundle_json = serde_json::to_string(bundle).map_err(|e| e.to_string())?;
+    let protected = protected_by_listener(bundle);
+    let metadata_of = |id: &str| protected.get(id).copied();
     let mut groups: BTreeMap<(String, u16), Vec<(String, &ListenerModel)>> = BTreeMap::new();
     for g in &topo.gateways {
         let addrs = if g.addresses.is_empty() {
@@ -147,7 +175,11 @@ pub(super) fn listeners(
         });
         let chains: Vec<Value> = if !https {
             let refs: Vec<&ListenerModel> = ls.iter().map(|(_, l)| *l).collect();
-            let vhosts = virtual_hosts(&refs, &name, host_rewrites);
+            let metadata: Vec<(&str, Option<&ProtectedResource>)> = ls
+                .iter()
+                .map(|(id, _)| (id.as_str(), metadata_of(id)))
+                .collect();
+            let vhosts = virtual_hosts(&refs, &metadata, &name, host_rewrites);
             // Plain-HTTP listeners on one port share one filter chain: all require a token or none.
             let required: Vec<(&String, bool)> = ls
                 .iter()
@@ -163,19 +195,22 @@ pub(super) fn listeners(
                 name: &name,
                 tls: false,
                 jwt_required,
+                protected: metadata.iter().filter_map(|(_, p)| *p).collect(),
             };
-            vec![json!({"filters": hcm(&chain, vhosts, o, bundle, &bundle_json)})]
+            vec![json!({"filters": hcm(&chain, vhosts, o, bundle, &bundle_json)?})]
         } else {
             let mut chains = Vec::new();
             for (lname, l) in &ls {
-                let vhosts = virtual_hosts(&[*l], lname, host_rewrites);
+                let own = metadata_of(lname);
+                let vhosts = virtual_hosts(&[*l], &[(lname, own)], lname, host_rewrites);
                 let c = Chain {
                     name: lname,
                     tls: true,
                     jwt_required: jwt_required(o, lname, &mut required_used),
+                    protected: own.into_iter().collect(),
                 };
                 let mut chain = json!({
-                    "filters": hcm(&c, vhosts, o, bundle, &bundle_json),
+                    "filters": hcm(&c, vhosts, o, bundle, &bundle_json)?,
                     "transport_socket": downstream_tls(lname, l, o)?,
                 });
                 if let (Some(h), Some(obj)) = (&l.hostname, chain.as_object_mut()) {

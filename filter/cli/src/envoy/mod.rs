@@ -7,6 +7,7 @@ mod clusters;
 mod ecds;
 mod files;
 mod listeners;
+mod oauth;
 mod routes;
 mod tracing;
 

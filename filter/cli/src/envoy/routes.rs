@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use mcp_access_bundle::ProtectedResource;
 use mcp_access_k8s::{
     HeaderOps, ListenerModel, PathMatchKind, PathRewrite, RouteAction, RouteEntry, ValueMatchModel,
 };
@@ -255,9 +256,12 @@ fn header_edits(r: &mut serde_json::Map<String, Value>, which: &str, ops: &Heade
     }
 }
 
-/// Virtual hosts of one or more listeners sharing a route configuration.
+/// Virtual hosts of one or more listeners sharing a route configuration. `metadata`: per
+/// listener, its id and protected resource metadata, served first in the virtual hosts that
+/// belong to it.
 pub(super) fn virtual_hosts(
     listeners: &[&ListenerModel],
+    metadata: &[(&str, Option<&ProtectedResource>)],
     prefix: &str,
     hostnames: &BTreeMap<String, String>,
 ) -> Vec<Value> {
@@ -295,11 +299,18 @@ pub(super) fn virtual_hosts(
             }
         }
     }
+    let listener_hosts: Vec<Option<&str>> =
+        listeners.iter().map(|l| l.hostname.as_deref()).collect();
     by_domain
         .into_iter()
         .map(|(domain, mut entries)| {
             entries.sort_by(mcp_access_k8s::precedence);
-            let routes: Vec<Value> = entries.iter().map(|e| route(e, hostnames)).collect();
+            let own = super::oauth::owner(&domain, &listener_hosts).and_then(|i| metadata.get(i));
+            let mut routes: Vec<Value> = match own {
+                Some((id, Some(p))) => super::oauth::metadata_routes(id, p),
+                _ => Vec::new(),
+            };
+            routes.extend(entries.iter().map(|e| route(e, hostnames)));
             json!({"name": format!("{prefix}/{domain}"), "domains": [domain], "routes": routes})
         })
         .collect()

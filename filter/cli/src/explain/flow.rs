@@ -5,7 +5,7 @@ use mcp_access_bundle::{Bundle, Level, SpiffeSource};
 use mcp_access_engine::answer::LocalResponse;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Outcome, Reply, RequestFlow};
-use mcp_access_engine::policy::{Engine, HeaderEdit, Mode};
+use mcp_access_engine::policy::{Engine, HeaderEdit, HeaderOp, Mode};
 
 use super::assume::assumption;
 use super::request::Prepared;
@@ -32,7 +32,9 @@ impl HostFacts for SpecFacts {
                 .and_then(|d| i64::try_from(d.as_nanos()).ok())
                 .map(|n| n.to_le_bytes().to_vec()),
             // The caller is set from --spiffe / --service-account: it stands for a peer
-            // certificate with exactly that one URI SAN.
+            // certificate with exactly that one URI SAN. Without, no certificate: a caller
+            // without identity or Authorization header is one without a credential.
+            Fact::Mtls => Some(vec![0]),
             // The connection facts gRPC authorizers are told have no `explain` flag.
             _ => None,
         }
@@ -115,7 +117,19 @@ pub(super) fn run_flow(
         }
     });
     let last = match last {
-        Next::Allow { add_headers, .. } => Ok(add_headers),
+        // The identity headers the upstream gets (the removals of the client's copies aside).
+        Next::Allow {
+            add_headers,
+            identity_headers,
+            ..
+        } => Ok(add_headers
+            .into_iter()
+            .chain(
+                identity_headers
+                    .into_iter()
+                    .filter(|e| e.op != HeaderOp::Remove),
+            )
+            .collect()),
         Next::Respond(r) => Err(r),
         Next::Hold | Next::Dispatch(_) => {
             return Err("internal: the request flow waits for nothing".into())
@@ -150,7 +164,8 @@ pub(super) fn trace_views(
                 .backends
                 .iter()
                 .find(|b| outcome.backend.as_ref() == Some(&b.id))
-                .map(|b| &b.index),
+                .zip(flow.request())
+                .map(|(b, r)| b.index_for(r.target.listener, r.target.route)),
             None => None,
         };
         if let (Some(index), Some(req), ("allow", "no rule admits")) =

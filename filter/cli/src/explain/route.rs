@@ -190,9 +190,32 @@ pub(super) fn resolve_routing(
             .iter()
             .find(|x| &format!("{}/{}", x.namespace, x.name) == b || &x.name == b)
             .ok_or_else(|| format!("no backend {b} in the bundle"))?;
+        let route = be.route_names.first().cloned();
+        let cluster = be.cluster_names.first().cloned();
+        // Policies narrowed to routes of this backend: which route is taken matters.
+        let scoped = bundle.policies.iter().any(|p| {
+            p.targets.iter().any(|t| {
+                t.routes.is_some()
+                    && t.name == be.name
+                    && t.namespace.as_deref().unwrap_or(&p.namespace) == be.namespace
+            })
+        });
+        let note = scoped.then(|| {
+            format!(
+                "XBackend {}/{} has policies on HTTPRoutes, so the decision depends on the route: --backend takes {}; give --route (or --path, with manifests) for another",
+                be.namespace,
+                be.name,
+                route
+                    .as_deref()
+                    .map(|r| format!("route {r}"))
+                    .or_else(|| cluster.as_deref().map(|c| format!("cluster {c}")))
+                    .unwrap_or_default()
+            )
+        });
         return Ok(Routing {
-            route: be.route_names.first().cloned(),
-            cluster: be.cluster_names.first().cloned(),
+            route,
+            cluster,
+            note,
             ..Routing::default()
         });
     }

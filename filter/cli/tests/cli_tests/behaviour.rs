@@ -11,8 +11,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const DIGEST: &str = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7";
-const IMAGE: &str = "registry.example.com/mcp-access/filter:0.1.0";
+use crate::common::{DIGEST, IMAGE};
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mcp-access"))

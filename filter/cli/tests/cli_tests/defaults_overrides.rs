@@ -9,8 +9,9 @@
     clippy::indexing_slicing
 )]
 
+use crate::common::{enforced, status};
 use mcp_access_cli::explain::{explain, RequestSpec};
-use mcp_access_k8s::{compile, reason, Compiled, Manifests, ObjectStatus, Options};
+use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
 use serde_json::Value;
 
 /// Gateway `gw` (listeners `main` :8080 and `alt` :8081) in namespace mcp; route `/tools`
@@ -125,25 +126,6 @@ fn admitted_on(c: &Compiled, listener: &str, path: &str, candidates: &[&str]) ->
         .filter(|t| call(c, listener, path, t)["decision"] == "allow")
         .map(|t| t.to_string())
         .collect()
-}
-
-fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
-    c.report
-        .policies
-        .iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("no status for {name}: {:#?}", c.report.policies))
-}
-
-/// (reason, message) of the Enforced condition of `name` at its first target.
-fn enforced(c: &Compiled, name: &str) -> (String, String) {
-    let st = status(c, name);
-    assert!(st.accepted(), "{st:#?}");
-    let e = st.conditions[0]
-        .enforced
-        .clone()
-        .unwrap_or_else(|| panic!("no Enforced condition: {st:#?}"));
-    (e.reason, e.message)
 }
 
 const ALL: &[&str] = &["a", "b", "c", "d", "x"];

@@ -1,4 +1,4 @@
-//! The crate's integration tests, one binary (a binary per file linked the crate 10 times).
+//! The crate's integration tests, one binary (a binary per file linked the crate 11 times).
 
 mod common;
 
@@ -11,7 +11,9 @@ mod explain_cel;
 mod explain_flow;
 mod fail_closed;
 mod mistakes;
+mod oauth_identity;
 mod policy_language;
 mod policy_test;
+mod routes;
 mod settings;
 mod who_can;

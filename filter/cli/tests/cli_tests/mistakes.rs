@@ -174,6 +174,50 @@ spec:
     );
 }
 
+#[test]
+fn a_rule_name_typo_is_refused_with_the_rule_names_and_stands_in_on_the_route() {
+    let d = case(
+        "rule",
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: admin, namespace: mcp}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - name: tools-admin
+    matches: [{path: {type: PathPrefix, value: /admin}}]
+    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+---
+apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: echo-only, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: admin, sectionName: tool-admin}]
+  action: Allow
+  rules:
+  - name: echo
+    authorization: {type: Inline, mcp: {methods: [{name: tools/call, params: [echo]}]}}
+"#,
+    );
+    let err = refused_everywhere(&d, 4);
+    assert!(
+        err.contains("AccessPolicy mcp/echo-only -> HTTPRoute mcp/admin: TargetNotFound")
+            && err.contains("every rule of this HTTPRoute admits nothing through this policy")
+            && err.contains("spec.targetRefs[0]: sectionName: HTTPRoute mcp/admin has no rule named \"tool-admin\"; did you mean `tools-admin`? (valid: tools-admin)"),
+        "{err}"
+    );
+    // Told to proceed: the stand-in admits nothing through every rule of the route.
+    let (bundle, _) = proceed(&d);
+    let p = &bundle["policies"][0];
+    assert_eq!(p["name"], "echo-only.not-accepted", "{bundle}");
+    assert_eq!(p["action"], "Allow");
+    assert_eq!(
+        p["targets"],
+        serde_json::json!([{"name": "tools", "namespace": "mcp",
+                            "routes": ["mcp/admin/rule-0/match-0"]}])
+    );
+}
+
 fn cel_policy(expression: &str) -> String {
     format!(
         r#"apiVersion: agentic.networking.x-k8s.io/v1alpha1

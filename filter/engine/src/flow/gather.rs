@@ -65,15 +65,13 @@ impl HeadersInput {
         } else {
             None
         };
+        let mut caller = identity::caller(&engine.identity, engine.wanted(), &headers, facts);
+        if engine.challenges() && caller.anonymous() {
+            caller.credential = identity::other_credential(&engine.identity, &headers, facts);
+        }
         HeadersInput {
             peers: grpc.then(|| peers(engine, &headers, facts, time)),
-            caller: identity::caller(
-                &engine.identity,
-                &engine.jwt_claims,
-                engine.cel_needs().jwt_payload,
-                &headers,
-                facts,
-            ),
+            caller,
             headers,
             end_of_stream,
             time: if engine.cel_needs().time { time } else { None },

@@ -11,7 +11,7 @@ use mcp_access_bundle::{
     self as bundle, Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, SourceType,
 };
 
-use super::{CelCx, FastSet, LevelIndex};
+use super::{CelCx, FastMap, FastSet, LevelIndex, PolicyId};
 use crate::request::{Caller, McpOp, Request};
 use mcp_access_cel::{CelLimits, Program};
 
@@ -77,26 +77,110 @@ pub struct Listener {
     pub port: u16,
     pub(crate) host: Option<HostPattern>,
     pub index: LevelIndex,
+    /// OAuth discovery (protected resource metadata), if configured.
+    pub discovery: Option<super::Discovery>,
 }
+
+/// Where a Backend-level index applies: (a listener some policy is narrowed to, a route slot
+/// some policy is scoped to); None: any other.
+pub type ScopeKey = (Option<usize>, Option<usize>);
 
 /// A backend with what is attached to it.
 #[derive(Debug)]
 pub struct Backend {
     pub id: String,
-    /// Policies that apply on every listener.
+    /// Policies that apply on every listener and through every route.
     pub index: LevelIndex,
-    /// Listeners some policy is narrowed to (bundle `listeners`): the index for requests that
-    /// arrived on each, those policies included.
-    pub by_listener: Vec<(usize, LevelIndex)>,
+    /// The index for requests that arrived on a listener some policy is narrowed to (bundle
+    /// `listeners`) and/or came through a route slot some policy is scoped to (target
+    /// `routes`): ((listener, slot), index), every combination but (None, None).
+    pub scoped: Vec<(ScopeKey, LevelIndex)>,
+    /// Listeners some policy is narrowed to.
+    pub(crate) narrowed: Vec<usize>,
+    /// Route and cluster names some policy is scoped to -> their slot.
+    pub(crate) route_slots: FastMap<String, usize>,
+    /// Per slot, the route-scoped policies that apply through it.
+    pub(crate) slots: Vec<Vec<PolicyId>>,
+    /// The slots of a request recognised by a name no policy is scoped to: by a route name
+    /// the backend lists (surely another route), or by a cluster name (another route unless
+    /// a policy is scoped by route names, which the cluster may carry too). None without
+    /// route-scoped policies.
+    pub(crate) other_slots: Option<OtherSlots>,
+    /// The route-scoped policies attached, most senior first, each with the listeners it is
+    /// narrowed to (None: every listener).
+    pub route_scoped: Vec<(PolicyId, Option<Vec<usize>>)>,
+    /// Headers it receives with the caller's identity.
+    pub identity_headers: Vec<mcp_access_bundle::IdentityHeader>,
 }
 
 impl Backend {
-    /// What applies to a request that arrived on `listener`.
-    pub fn index_for(&self, listener: Option<usize>) -> &LevelIndex {
-        listener
-            .and_then(|l| self.by_listener.iter().find(|(x, _)| *x == l))
+    /// What applies to a request that arrived on `listener` through route slot `route`.
+    pub fn index_for(&self, listener: Option<usize>, route: Option<usize>) -> &LevelIndex {
+        let key = (listener.filter(|l| self.narrowed.contains(l)), route);
+        if key == (None, None) {
+            return &self.index;
+        }
+        self.scoped
+            .iter()
+            .find(|(k, _)| *k == key)
             .map_or(&self.index, |(_, i)| i)
     }
+
+    /// The slot of the name a request to this backend was recognised by (`by_route`: a route
+    /// name the backend lists, else a cluster name). None: no policy is scoped to any route.
+    pub fn route_slot(&self, name: &str, by_route: bool) -> Option<usize> {
+        let other = self.other_slots.as_ref()?;
+        Some(match self.route_slots.get(name) {
+            Some(slot) => *slot,
+            None if by_route => other.route,
+            None => other.cluster,
+        })
+    }
+
+    /// Whether route-scoped policy `pid` applies through `slot`: yes, no, or perhaps (the
+    /// request came by a cluster name and `pid` is scoped by route names that may use it).
+    pub fn through(&self, pid: PolicyId, slot: Option<usize>) -> Through {
+        through(&self.slots, self.other_slots.as_ref(), pid, slot)
+    }
+}
+
+/// [`Backend::through`], also used while the backend's indexes are built.
+pub(crate) fn through(
+    slots: &[Vec<PolicyId>],
+    other: Option<&OtherSlots>,
+    pid: PolicyId,
+    slot: Option<usize>,
+) -> Through {
+    match (slot, other) {
+        (Some(s), Some(o)) if s == o.cluster => match o.by_route_names.contains(&pid) {
+            true => Through::Unsure,
+            false => Through::No,
+        },
+        (Some(s), _) if slots.get(s).is_some_and(|p| p.contains(&pid)) => Through::Yes,
+        (Some(_), _) => Through::No,
+        (None, _) => Through::Unsure,
+    }
+}
+
+/// The pseudo-slots of names no policy is scoped to (see [`Backend::other_slots`]).
+#[derive(Debug)]
+pub(crate) struct OtherSlots {
+    pub(crate) route: usize,
+    pub(crate) cluster: usize,
+    /// Route-scoped policies scoped by some route name (not only cluster names).
+    pub(crate) by_route_names: Vec<PolicyId>,
+}
+
+/// Whether a route-scoped policy applies to a request (docs/semantics.md §1.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Through {
+    /// The request came through one of its routes.
+    Yes,
+    /// It came through another route: the policy does not apply.
+    No,
+    /// The filter cannot tell: an Allow policy keeps the level default-deny, admitting
+    /// nothing; other actions do not apply.
+    Unsure,
 }
 
 /// A compiled rule.
@@ -564,6 +648,7 @@ mod tests {
                 .map(|t| ("x-team".into(), t.to_string()))
                 .collect(),
             caller: Caller {
+                credential: false,
                 spiffe: Some("spiffe://example.org/ns/a/sa/b".into()),
                 jwts: Vec::new(),
             },

@@ -7,9 +7,10 @@
 use mcp_access_bundle::{Level, PolicyMode, ValidBundle};
 
 use super::eval::{names, Run};
+use super::index::{index_backends, index_listeners};
 use super::{
-    bundle, compiled, index_backends, index_listeners, AuthzCall, AuthzOutcome, CelRecord,
-    Decision, Engine, LevelIndex, PolicyId, Reason, Step, TraceEntry,
+    bundle, compiled, AuthzCall, AuthzOutcome, CelRecord, Decision, Engine, LevelIndex, PolicyId,
+    Reason, Step, TraceEntry,
 };
 use crate::request::{Request, Target};
 
@@ -70,11 +71,13 @@ impl DryRunView {
             .iter()
             .zip(&backends)
             .map(|(e, d)| {
-                let narrowed = e.by_listener.iter().chain(&d.by_listener);
+                // Both have the same shape (listener narrowing and route slots of every
+                // policy): each scoped index has its counterpart.
+                let keys = e.scoped.iter().chain(&d.scoped).map(|(k, _)| *k);
                 !same(&e.index, &d.index)
-                    || narrowed
-                        .map(|(l, _)| Some(*l))
-                        .any(|l| !same(e.index_for(l), d.index_for(l)))
+                    || keys
+                        .into_iter()
+                        .any(|(l, r)| !same(e.index_for(l, r), d.index_for(l, r)))
             })
             .collect();
         let dry_policies = policies

@@ -255,7 +255,9 @@ pub(crate) struct Run {
 
 impl Run {
     pub(super) fn new(engine: &Engine, req: &Request, trace: bool, view: View) -> Run {
-        let Target { listener, backend } = req.target;
+        let Target {
+            listener, backend, ..
+        } = req.target;
         let mut ev = Run {
             view,
             target: req.target,
@@ -370,6 +372,9 @@ impl Run {
             };
             match self.phase {
                 LevelPart::ExternalAuth => {
+                    if self.level == Level::Backend {
+                        self.note_routes(engine, req);
+                    }
                     let calls = self.select_authorizers(engine, index, req);
                     if calls.is_empty() {
                         self.phase = LevelPart::Rules;
@@ -409,6 +414,46 @@ impl Run {
                     rule,
                 });
             }
+        }
+    }
+
+    /// For a trace: whether each route-scoped policy of the backend applies through the
+    /// route the request came by (docs/semantics.md §1.6).
+    fn note_routes(&mut self, engine: &Engine, req: &Request) {
+        if self.trace.is_none() {
+            return;
+        }
+        let Some(b) = self.target.backend.and_then(|i| engine.backends.get(i)) else {
+            return;
+        };
+        let name = engine
+            .recognise(req.route_name.as_deref(), req.cluster_name.as_deref())
+            .map_or("", |(_, n)| n);
+        for (pid, listeners) in &b.route_scoped {
+            let on_listener = listeners
+                .as_ref()
+                .is_none_or(|ls| self.target.listener.is_some_and(|l| ls.contains(&l)));
+            let Some(p) = engine
+                .policies
+                .get(*pid)
+                .filter(|p| on_listener && self.view.includes(p.mode))
+            else {
+                continue;
+            };
+            use super::compiled::{Action, Through};
+            let outcome = match b.through(*pid, self.target.route) {
+                Through::Yes => format!("applies: {name} is one of its routes"),
+                Through::No => format!("does not apply: {name} is another route"),
+                Through::Unsure if p.action == Action::Allow => format!("admits nothing: the request came by cluster {name}, which its routes may use too (its presence keeps this level default-deny)"),
+                Through::Unsure => format!("does not apply: the request came by cluster {name}, not by one of its routes"),
+            };
+            self.note(
+                Some(Level::Backend),
+                "route",
+                Some(&p.id),
+                None,
+                format_args!("{outcome}"),
+            );
         }
     }
 

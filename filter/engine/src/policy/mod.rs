@@ -5,6 +5,9 @@ mod compiled;
 mod cx;
 mod dry_run;
 mod eval;
+mod identity_headers;
+mod index;
+mod oauth;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -22,7 +25,7 @@ pub(crate) use cx::{Applies, CelCx};
 pub use dry_run::{DryRunRecord, Evaluation, View};
 pub(crate) use eval::TraceEntry;
 pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
-use mcp_access_bundle::gateway_api::HostPattern;
+pub use oauth::Discovery;
 
 use crate::request::{Request, Target};
 
@@ -240,6 +243,12 @@ pub struct Engine {
     /// Headers the rules' header conditions read (lowercase; never credentials): what a
     /// decision record keeps of the request's headers.
     pub recorded_headers: Vec<String>,
+    /// Every identity header name of the bundle, sorted (removed from allowed requests).
+    pub(crate) identity_header_names: Vec<String>,
+    /// Claims identity headers carry.
+    pub(crate) identity_claims: Vec<String>,
+    /// Whether some listener has OAuth discovery (then callers' credentials are looked at).
+    pub(crate) challenges: bool,
 }
 
 /// Request attributes gathered only because a CEL condition reads them.
@@ -266,10 +275,12 @@ impl Engine {
         let order: Vec<&bundle::Policy> = numbered.iter().map(|(_, p)| *p).collect();
         let compiled = compile_policies(b, &numbered)?;
         let policies = compiled.policies;
-        let listeners = index_listeners(b, &order, &policies, View::Enforced);
-        let backends = index_backends(b, &order, &policies, &listeners, View::Enforced);
+        let listeners = index::index_listeners(b, &order, &policies, View::Enforced);
+        let backends = index::index_backends(b, &order, &policies, &listeners, View::Enforced);
         let dry =
             dry_run::DryRunView::build(b, &order, &policies, (&listeners, &backends.backends));
+        let (identity_header_names, identity_claims) = identity_headers::names_and_claims(b);
+        let challenges = listeners.iter().any(|l| l.discovery.is_some());
         let mut origins = HashMap::new();
         for p in &policies {
             if let Some(o) = &p.origin {
@@ -296,6 +307,9 @@ impl Engine {
             cel_needs: compiled.cel_needs,
             decision_records: b.decision_records,
             recorded_headers: compiled.headers,
+            identity_header_names,
+            identity_claims,
+            challenges,
         })
     }
 
@@ -313,9 +327,14 @@ impl Engine {
     /// Where `req` is judged: the listener of its port and host, the backend of its route
     /// name or upstream cluster. The flow resolves it once, when the headers arrive.
     pub fn target_of(&self, req: &Request) -> Target {
+        let found = self.recognise(req.route_name.as_deref(), req.cluster_name.as_deref());
         Target {
             listener: self.listener_for(req.port, &req.host),
-            backend: self.backend_for(req.route_name.as_deref(), req.cluster_name.as_deref()),
+            backend: found.map(|(b, _)| b),
+            route: found.and_then(|(b, name)| {
+                let by_route = req.route_name.as_deref() == Some(name);
+                self.backends.get(b)?.route_slot(name, by_route)
+            }),
         }
     }
 
@@ -336,10 +355,20 @@ impl Engine {
 
     /// The backend Envoy routed to: by route name first, then by upstream cluster.
     pub(crate) fn backend_for(&self, route: Option<&str>, cluster: Option<&str>) -> Option<usize> {
+        self.recognise(route, cluster).map(|(b, _)| b)
+    }
+
+    /// The backend Envoy routed to and the name it was recognised by: the route name when
+    /// the bundle lists it, else the upstream cluster (the name route-scoped policies are
+    /// scoped by).
+    pub fn recognise<'n>(
+        &self,
+        route: Option<&'n str>,
+        cluster: Option<&'n str>,
+    ) -> Option<(usize, &'n str)> {
         route
-            .and_then(|r| self.by_route.get(r))
-            .or_else(|| cluster.and_then(|c| self.by_cluster.get(c)))
-            .copied()
+            .and_then(|r| self.by_route.get(r).map(|b| (*b, r)))
+            .or_else(|| cluster.and_then(|c| self.by_cluster.get(c).map(|b| (*b, c))))
     }
 
     /// Rule of a policy, or None for "the policy has no rules".
@@ -398,12 +427,16 @@ impl Engine {
         &self,
         claims: &serde_json::Value,
     ) -> Result<crate::request::JwtPrincipal, String> {
-        crate::identity::principal_from_json(
-            claims,
-            &self.identity.jwt.providers,
-            &self.jwt_claims,
-            self.cel_needs.jwt_payload,
-        )
+        crate::identity::principal_from_json(claims, &self.identity.jwt.providers, self.wanted())
+    }
+
+    /// What the bundle reads of a verified JWT.
+    pub(crate) fn wanted(&self) -> crate::identity::Wanted<'_> {
+        crate::identity::Wanted {
+            claims: &self.jwt_claims,
+            texts: &self.identity_claims,
+            payload: self.cel_needs.jwt_payload,
+        }
     }
 
     /// A fresh CEL state for judging one request (or one listed item) routed to `backend`.
@@ -497,7 +530,7 @@ impl Engine {
             Level::Backend => target
                 .backend
                 .and_then(|i| backends.get(i))
-                .map(|b| b.index_for(target.listener)),
+                .map(|b| b.index_for(target.listener, target.route)),
         }
     }
 }
@@ -684,198 +717,4 @@ fn compile_policies(
         });
     }
     Ok(out)
-}
-
-/// One index per Gateway listener, of the Gateway-level policies attached to it that take
-/// part in `view`'s decision.
-fn index_listeners(
-    b: &ValidBundle,
-    order: &[&bundle::Policy],
-    policies: &[compiled::Policy],
-    view: View,
-) -> Vec<compiled::Listener> {
-    let mut listeners = Vec::new();
-    for g in &b.gateways {
-        for l in &g.listeners {
-            let mut index = LevelIndex::default();
-            for (pid, p) in order.iter().enumerate() {
-                let attached = p.level == Level::Gateway
-                    && p.targets.iter().any(|t| {
-                        t.name == g.name
-                            && t.namespace.as_deref().unwrap_or(&p.namespace) == g.namespace
-                            && t.section_name.as_ref().is_none_or(|s| s == &l.name)
-                    });
-                if attached {
-                    index.attach(pid, policies, view);
-                }
-            }
-            listeners.push(compiled::Listener {
-                id: format!("{}/{}/{}", g.namespace, g.name, l.name),
-                port: l.port,
-                host: l.hostname.as_deref().map(HostPattern::new),
-                index,
-            });
-        }
-    }
-    listeners
-}
-
-/// The backends indexed, and how Envoy's route and cluster names find them.
-struct BackendIndex {
-    backends: Vec<compiled::Backend>,
-    by_route: HashMap<String, usize>,
-    by_cluster: HashMap<String, usize>,
-}
-
-/// One index per Backend, of the Backend-level policies attached to it (and one per listener
-/// that some of them are narrowed to) that take part in `view`'s decision.
-fn index_backends(
-    b: &ValidBundle,
-    order: &[&bundle::Policy],
-    policies: &[compiled::Policy],
-    listeners: &[compiled::Listener],
-    view: View,
-) -> BackendIndex {
-    // Backend-level policies by the (namespace, name) they target, most senior first, each
-    // once: one pass over the policies instead of one per backend.
-    let mut targeting: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
-    for (pid, p) in order.iter().enumerate() {
-        if p.level != Level::Backend {
-            continue;
-        }
-        for t in &p.targets {
-            let key = (
-                t.namespace.as_deref().unwrap_or(&p.namespace),
-                t.name.as_str(),
-            );
-            let pids = targeting.entry(key).or_default();
-            if pids.last() != Some(&pid) {
-                pids.push(pid);
-            }
-        }
-    }
-    let mut out = BackendIndex {
-        backends: Vec::new(),
-        by_route: HashMap::new(),
-        by_cluster: HashMap::new(),
-    };
-    let listener_of = |p: &bundle::Policy, t: &bundle::PolicyTarget| {
-        let ns = t.namespace.as_deref().unwrap_or(&p.namespace);
-        let id = format!(
-            "{ns}/{}/{}",
-            t.name,
-            t.section_name.as_deref().unwrap_or("")
-        );
-        listeners.iter().position(|l| l.id == id)
-    };
-    for (bi, be) in b.backends.iter().enumerate() {
-        let mut index = LevelIndex::default();
-        // Attached policies, each with the listeners it is narrowed to (empty: all).
-        let mut attached: Vec<(PolicyId, Vec<usize>)> = Vec::new();
-        let mine = targeting
-            .get(&(be.namespace.as_str(), be.name.as_str()))
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        for &pid in mine {
-            let Some(p) = order.get(pid) else { continue };
-            let only: Vec<usize> = p
-                .listeners
-                .iter()
-                .filter_map(|t| listener_of(p, t))
-                .collect();
-            if p.listeners.is_empty() {
-                index.attach(pid, policies, view);
-            }
-            attached.push((pid, only));
-        }
-        let mut narrowed: Vec<usize> = attached
-            .iter()
-            .flat_map(|(_, l)| l.iter().copied())
-            .collect();
-        narrowed.sort_unstable();
-        narrowed.dedup();
-        let by_listener = narrowed
-            .into_iter()
-            .map(|l| {
-                let mut ix = LevelIndex::default();
-                for (pid, only) in &attached {
-                    let p = order.get(*pid);
-                    if p.is_some_and(|p| p.listeners.is_empty()) || only.contains(&l) {
-                        ix.attach(*pid, policies, view);
-                    }
-                }
-                (l, ix)
-            })
-            .collect();
-        for r in &be.route_names {
-            out.by_route.insert(r.clone(), bi);
-        }
-        for c in &be.cluster_names {
-            out.by_cluster.insert(c.clone(), bi);
-        }
-        out.backends.push(compiled::Backend {
-            id: format!("{}/{}", be.namespace, be.name),
-            index,
-            by_listener,
-        });
-    }
-    out
-}
-
-impl Default for LevelIndex {
-    fn default() -> Self {
-        LevelIndex {
-            external_auth: Vec::new(),
-            deny: RuleSet::new(Mode::Select),
-            allow: RuleSet::new(Mode::Admit),
-            has_allow: false,
-            allow_always: false,
-            allow_when: Vec::new(),
-        }
-    }
-}
-
-impl LevelIndex {
-    /// Attaches policy `pid` if it takes part in `view`'s decision.
-    fn attach(&mut self, pid: PolicyId, policies: &[compiled::Policy], view: View) {
-        let Some(p) = policies.get(pid).filter(|p| view.includes(p.mode)) else {
-            return;
-        };
-        match p.action {
-            compiled::Action::ExternalAuth { .. } => self.external_auth.push(pid),
-            compiled::Action::Deny | compiled::Action::Allow => {
-                let set = if p.action == compiled::Action::Deny {
-                    &mut self.deny
-                } else {
-                    self.has_allow = true;
-                    if p.when.is_empty() {
-                        self.allow_always = true;
-                    } else {
-                        self.allow_when.push(pid);
-                    }
-                    &mut self.allow
-                };
-                match &p.rules {
-                    None => set.add(
-                        RuleRef {
-                            policy: pid,
-                            rule: None,
-                        },
-                        None,
-                    ),
-                    Some(rules) => {
-                        for (i, r) in rules.iter().enumerate() {
-                            set.add(
-                                RuleRef {
-                                    policy: pid,
-                                    rule: Some(i),
-                                },
-                                Some(r),
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    }
 }

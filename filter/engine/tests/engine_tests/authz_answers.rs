@@ -12,8 +12,8 @@
 use crate::common;
 
 use common::*;
-use mcp_access_engine::ext_authz::pb;
 use mcp_access_engine::flow::{HeadersInput, Next, Progress, RequestFlow};
+use mcp_access_engine::pb;
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::policy::HeaderEdit;
 use mcp_access_engine::request::Caller;
@@ -54,6 +54,7 @@ fn input() -> HeadersInput {
         route_name: Some("tools-route".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(ALPHA.into()),
             jwts: vec![],
         },
@@ -170,7 +171,7 @@ fn ok(headers: Vec<pb::HeaderValueOption>, remove: &[&str]) -> pb::CheckResponse
             headers_to_remove: remove.iter().map(|s| s.to_string()).collect(),
             dynamic_metadata: None,
         }),
-        dynamic_metadata: Some(vec![]),
+        dynamic_metadata: Some(pb::Struct::default()),
         ..Default::default()
     }
 }

@@ -25,8 +25,10 @@ fn req() -> Request {
             ("x-dup".into(), "2".into()),
         ],
         caller: Caller {
+            credential: false,
             spiffe: Some("spiffe://example.org/ns/agents/sa/bot".into()),
             jwts: vec![JwtPrincipal {
+                texts: Vec::new(),
                 issuer: "https://idp".into(),
                 subject: Some("u1".into()),
                 claims: Vec::new(),

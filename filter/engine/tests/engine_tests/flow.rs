@@ -35,6 +35,7 @@ fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
         route_name: Some("tools-route".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(ALPHA.into()),
             jwts: vec![],
         },
@@ -588,6 +589,7 @@ fn a_jwt_caller_is_named_in_the_decision() {
     use mcp_access_engine::request::JwtPrincipal;
     let e = tools_engine();
     let jwt = JwtPrincipal {
+        texts: Vec::new(),
         issuer: "https://idp.example".into(),
         subject: Some("u1".into()),
         claims: vec![],
@@ -596,6 +598,7 @@ fn a_jwt_caller_is_named_in_the_decision() {
     for (spiffe, caller) in [(None, "jwt:https://idp.example#u1"), (Some(ALPHA), ALPHA)] {
         let mut input = headers("GET", &[]);
         input.caller = Caller {
+            credential: false,
             spiffe: spiffe.map(str::to_string),
             jwts: vec![jwt.clone()],
         };

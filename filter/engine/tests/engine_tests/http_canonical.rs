@@ -44,6 +44,7 @@ fn send(
         route_name: Some("tools-route".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(ALPHA.into()),
             jwts: vec![],
         },

@@ -49,14 +49,8 @@ fn base() -> Value {
 /// The names a tools/list answer keeps for a listing request carrying `params`.
 fn listed(e: &Engine, params: &str) -> Vec<String> {
     let body = format!(r#"{{"jsonrpc":"2.0","id":"L","method":"tools/list","params":{params}}}"#);
-    let (_, a) = send(e, &[], &body);
-    let Next::Allow {
-        listing: Some(mut f),
-        ..
-    } = a
-    else {
-        panic!("no listing filter: {a:?}")
-    };
+    let (flow, a) = send(e, &[], &body);
+    let mut f = Filter::of(&flow, &a).unwrap_or_else(|| panic!("no listing filter: {a:?}"));
     let headers = vec![
         (":status".to_string(), "200".to_string()),
         ("content-type".to_string(), "application/json".to_string()),

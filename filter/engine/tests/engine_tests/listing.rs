@@ -11,7 +11,7 @@ use crate::common;
 
 use common::*;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
-use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
+use mcp_access_engine::listing::{BodyAction, HeadersAction};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::policy::HeaderEdit;
 use serde_json::{json, Value};
@@ -61,33 +61,21 @@ fn response(status: u16, types: &[&str]) -> Vec<(String, String)> {
 }
 
 /// The filter of an allowed listing request.
-fn listing_filter(e: &Engine, spiffe: &str, method: &str, extra: &[(&str, &str)]) -> ListingFilter {
+fn listing_filter(e: &Engine, spiffe: &str, method: &str, extra: &[(&str, &str)]) -> Filter {
     let body = format!(r#"{{"jsonrpc":"2.0","id":"L","method":"{method}","params":{{}}}}"#);
-    let (_, a) = send(e, spiffe, extra, &body);
-    let Next::Allow {
-        listing: Some(f), ..
-    } = a
-    else {
-        panic!("{method}: no listing filter: {a:?}")
-    };
-    f
+    let (flow, a) = send(e, spiffe, extra, &body);
+    Filter::of(&flow, &a).unwrap_or_else(|| panic!("{method}: no listing filter: {a:?}"))
 }
 
-/// The filter of the response with `headers` to a request allowed with `a`, as the host keeps
-/// it: None when the headers show the response carries no listing.
-fn response_filter(a: &Next, headers: &[(String, String)]) -> Option<ListingFilter> {
-    let Next::Allow {
-        listing: Some(f), ..
-    } = a
-    else {
-        return None;
-    };
-    let mut f = f.clone();
+/// The filter of the response with `headers` to a request `sent` (the flow and its allow),
+/// as the host keeps it: None when the headers show the response carries no listing.
+fn response_filter(sent: &(RequestFlow, Next), headers: &[(String, String)]) -> Option<Filter> {
+    let mut f = Filter::of(&sent.0, &sent.1)?;
     (f.on_headers(headers) == HeadersAction::Rewrite).then_some(f)
 }
 
 /// The JSON body through the filter, as the host drives it (two chunks).
-fn filter_json(e: &Engine, f: &mut ListingFilter, body: &str) -> Value {
+fn filter_json(e: &Engine, f: &mut Filter, body: &str) -> Value {
     assert_eq!(
         f.on_headers(&response(200, &["application/json"])),
         HeadersAction::Rewrite
@@ -491,14 +479,14 @@ fn no_filter_when_turned_off_or_not_a_listing_or_denied() {
     assert!(matches!(a, Next::Allow { listing: None, .. }));
 
     let e = engine_for_listings();
-    let (_, a) = send(
+    let sent = send(
         &e,
         ALPHA,
         &[],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#,
     );
     // Its JSON answer is not read.
-    assert!(response_filter(&a, &response(200, &["application/json"])).is_none());
+    assert!(response_filter(&sent, &response(200, &["application/json"])).is_none());
     let only_calls = engine(&bundle(
         vec![
             json!({"name": "calls", "level": "Backend", "targets": [{"name": "tools"}],
@@ -517,17 +505,12 @@ fn no_filter_when_turned_off_or_not_a_listing_or_denied() {
 }
 
 /// SSE chunks through the filter; returns what the client receives.
-fn through_sse(e: &Engine, f: &mut ListingFilter, chunks: &[&[u8]]) -> String {
+fn through_sse(e: &Engine, f: &mut Filter, chunks: &[&[u8]]) -> String {
     through(e, f, &response(200, &["text/event-stream"]), chunks)
 }
 
 /// SSE chunks through the filter, answered with `headers`; returns what the client receives.
-fn through(
-    e: &Engine,
-    f: &mut ListingFilter,
-    headers: &[(String, String)],
-    chunks: &[&[u8]],
-) -> String {
+fn through(e: &Engine, f: &mut Filter, headers: &[(String, String)], chunks: &[&[u8]]) -> String {
     assert_eq!(f.on_headers(headers), HeadersAction::Rewrite);
     let mut out = Vec::new();
     for (i, c) in chunks.iter().enumerate() {
@@ -771,13 +754,14 @@ fn get_streams_standalone_and_resumed_are_filtered_event_by_event() {
     let e = engine_for_listings();
     let sse = response(200, &["text/event-stream"]);
     for extra in [&[][..], &[("last-event-id", "ev-3")][..]] {
-        let (_, a) = bodiless(&e, "GET", ALPHA, extra);
+        let sent = bodiless(&e, "GET", ALPHA, extra);
+        let a = &sent.1;
         // The stream is asked for uncompressed, so that it can be read.
         assert_eq!(
-            added(&a),
+            added(a),
             Some(vec![HeaderEdit::set("accept-encoding", "identity")]),
         );
-        let mut f = response_filter(&a, &sse).expect("a stream filter");
+        let mut f = response_filter(&sent, &sse).expect("a stream filter");
         assert_eq!(f.on_headers(&sse), HeadersAction::Rewrite);
         let note = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
         let prompts =
@@ -826,8 +810,8 @@ fn get_streams_standalone_and_resumed_are_filtered_event_by_event() {
         assert_eq!(seen[6], serde_json::from_str::<Value>(error).unwrap());
     }
     // Beta may read nothing: every listing it is shown is empty, templates included.
-    let (_, a) = bodiless(&e, "GET", BETA, &[]);
-    let mut f = response_filter(&a, &sse).unwrap();
+    let sent = bodiless(&e, "GET", BETA, &[]);
+    let mut f = response_filter(&sent, &sse).unwrap();
     let stream = format!("data: {OTHERS}\n\n");
     let m = messages(&through(&e, &mut f, &sse, &[stream.as_bytes()]));
     assert!(names(&m[0], "tools", "name").is_empty());
@@ -836,9 +820,9 @@ fn get_streams_standalone_and_resumed_are_filtered_event_by_event() {
 #[test]
 fn a_stream_result_with_several_listings_is_filtered_in_each() {
     let e = engine_for_listings();
-    let (_, a) = bodiless(&e, "GET", ALPHA, &[]);
+    let sent = bodiless(&e, "GET", ALPHA, &[]);
     let sse = response(200, &["text/event-stream"]);
-    let mut f = response_filter(&a, &sse).unwrap();
+    let mut f = response_filter(&sent, &sse).unwrap();
     let both = r#"{"jsonrpc":"2.0","id":8,"result":{"prompts":[{"name":"p2"},{"name":"p1"}],"x":1,"tools":[{"name":"rm"},{"name":"echo"}]}}"#;
     let out = through(&e, &mut f, &sse, &[format!("data: {both}\n\n").as_bytes()]);
     assert_eq!(
@@ -880,8 +864,8 @@ fn what_a_get_stream_cannot_have_read_becomes_an_error_event() {
         (big, Value::Null),
     ];
     for (data, id) in cases {
-        let (_, a) = bodiless(&e, "GET", ALPHA, &[]);
-        let mut f = response_filter(&a, &sse).unwrap();
+        let sent = bodiless(&e, "GET", ALPHA, &[]);
+        let mut f = response_filter(&sent, &sse).unwrap();
         let stream = format!("data: {data}\n\ndata: {OTHERS}\n\n");
         let chunks: Vec<&[u8]> = stream.as_bytes().chunks(64).collect();
         let out = through(&e, &mut f, &sse, &chunks);
@@ -896,10 +880,10 @@ fn what_a_get_stream_cannot_have_read_becomes_an_error_event() {
         assert_eq!(names(&m[1], "tools", "name"), ["echo"]);
     }
     // A compressed stream cannot be read: one error event, then nothing.
-    let (_, a) = bodiless(&e, "GET", ALPHA, &[]);
+    let sent = bodiless(&e, "GET", ALPHA, &[]);
     let mut gz = sse.clone();
     gz.push(("content-encoding".into(), "gzip".into()));
-    let mut f = response_filter(&a, &gz).unwrap();
+    let mut f = response_filter(&sent, &gz).unwrap();
     assert_eq!(f.on_headers(&gz), HeadersAction::Rewrite);
     assert_eq!(f.content_type(), Some("text/event-stream"));
     let BodyAction::Replace(out) = f.on_body(&e, 5, false, |_| panic!("not read")) else {
@@ -921,12 +905,13 @@ fn a_stream_answering_another_request_filters_the_listings_of_other_requests() {
     let e = engine_for_listings();
     let sse = response(200, &["text/event-stream"]);
     let call = r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"echo"}}"#;
-    let (_, a) = send(&e, ALPHA, &[], call);
-    assert_eq!(added(&a), Some(vec![]),);
+    let sent = send(&e, ALPHA, &[], call);
+    let a = &sent.1;
+    assert_eq!(added(a), Some(vec![]),);
     // Its JSON answer is that call's answer: not read.
-    assert!(response_filter(&a, &response(200, &["application/json"])).is_none());
-    assert!(response_filter(&a, &response(500, &["text/html"])).is_none());
-    let mut f = response_filter(&a, &sse).expect("a stream filter");
+    assert!(response_filter(&sent, &response(200, &["application/json"])).is_none());
+    assert!(response_filter(&sent, &response(500, &["text/html"])).is_none());
+    let mut f = response_filter(&sent, &sse).expect("a stream filter");
     // Its own answer goes on as it is, even holding a `tools` array; a response to another
     // request holding listings is filtered.
     let own =
@@ -936,7 +921,7 @@ fn a_stream_answering_another_request_filters_the_listings_of_other_requests() {
     assert_eq!(names(&m[0], "tools", "name"), ["echo"]);
     assert_eq!(m[1], serde_json::from_str::<Value>(own).unwrap());
     // What it cannot read is replaced by an error answering the call.
-    let mut f = response_filter(&a, &sse).unwrap();
+    let mut f = response_filter(&sent, &sse).unwrap();
     let m = messages(&through(
         &e,
         &mut f,
@@ -959,17 +944,19 @@ fn a_stream_answering_another_request_filters_the_listings_of_other_requests() {
     let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
     b["listings"] = json!({"filter": false});
     let off = engine(&b);
-    let (_, a) = bodiless(&off, "GET", ALPHA, &[]);
-    assert_eq!(added(&a), Some(vec![]),);
-    assert!(response_filter(&a, &sse).is_none());
-    let (_, a) = send(
+    let sent = bodiless(&off, "GET", ALPHA, &[]);
+    let a = &sent.1;
+    assert_eq!(added(a), Some(vec![]),);
+    assert!(response_filter(&sent, &sse).is_none());
+    let sent = send(
         &e,
         ALPHA,
         &[],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm"}}"#,
     );
+    let a = &sent.1;
     assert!(matches!(a, Next::Respond(_)));
-    assert!(response_filter(&a, &sse).is_none());
+    assert!(response_filter(&sent, &sse).is_none());
 }
 
 // ----- revisions (docs/semantics.md §4.4) -----

@@ -1,4 +1,4 @@
-//! The crate's integration tests, one binary (a binary per file linked the crate 10 times).
+//! The crate's integration tests, one binary (a binary per file linked the crate 11 times).
 
 mod common;
 
@@ -9,7 +9,10 @@ mod compile_index;
 mod dry_run;
 mod flow;
 mod http_canonical;
+mod identity_headers;
 mod leaks;
 mod listing;
+mod oauth;
+mod routes;
 mod semantics;
 mod stats;

@@ -35,6 +35,7 @@ fn input(method: &str, path: &str, port: u16, extra: &[(&str, &str)]) -> Headers
         route_name: Some("tools-route".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(ALPHA.into()),
             jwts: vec![],
         },

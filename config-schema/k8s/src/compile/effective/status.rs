@@ -3,9 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use super::{BlockPolicy, Effects, ListenerKey};
+use super::{on_backend, BlockPolicy, EffectRecord, Effects};
 use crate::compile::Ctx;
 use crate::model::*;
+use crate::types::opt;
 use mcp_access_bundle::{self as bundle, Action, Level};
 
 fn enforcement(status: bool, reason: &str, message: String) -> Option<Enforcement> {
@@ -16,8 +17,16 @@ fn enforcement(status: bool, reason: &str, message: String) -> Option<Enforcemen
     })
 }
 
-/// What the blocks did per (backend, listener).
-type AllEffects = [(String, ListenerKey, Effects)];
+/// What the blocks did per (backend, listener, route class).
+type AllEffects = [EffectRecord];
+
+/// Whether two route classes share a name (None: every route).
+fn overlap(a: Option<&BTreeSet<String>>, b: Option<&BTreeSet<String>>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => !x.is_disjoint(y),
+        _ => true,
+    }
+}
 
 impl Ctx<'_> {
     /// The `Enforced` conditions of block policies and of the Backend-level policies they
@@ -25,7 +34,9 @@ impl Ctx<'_> {
     pub(super) fn block_statuses(&mut self, blocks: &[&BlockPolicy]) {
         let effects = self.effects.clone();
         let objects: Vec<String> = blocks.iter().map(|b| b.object.clone()).collect();
-        let bundle_ids: Vec<(usize, String)> = self
+        // Per policy status: its bundle id and, per condition (one per targetRef), the
+        // bundle targets an HTTPRoute targetRef resolves to.
+        let found: Vec<(usize, String, Vec<Vec<bundle::PolicyTarget>>)> = self
             .report
             .policies
             .iter()
@@ -34,24 +45,68 @@ impl Ctx<'_> {
                 let p = self.m.policies.iter().find(|p| {
                     p.kind == st.kind && p.meta.namespace == st.namespace && p.meta.name == st.name
                 })?;
-                Some((i, format!("{}/{}", p.meta.namespace, self.bundle_name(p))))
+                let routes = p
+                    .spec
+                    .target_refs()
+                    .iter()
+                    .map(|r| match opt(&r.kind) {
+                        "HTTPRoute" => self.route_targets(r, &p.meta.namespace).unwrap_or_default(),
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                Some((
+                    i,
+                    format!("{}/{}", p.meta.namespace, self.bundle_name(p)),
+                    routes,
+                ))
             })
             .collect();
-        for (i, bid) in bundle_ids {
+        for (i, bid, route_targets) in found {
             let Some(st) = self.report.policies.get_mut(i) else {
                 continue;
             };
             let object = format!("{} {}/{}", st.kind, st.namespace, st.name);
             let is_block = objects.contains(&object);
-            for c in st.conditions.iter_mut().filter(|c| c.accepted) {
+            for (ci, c) in st.conditions.iter_mut().enumerate() {
+                if !c.accepted {
+                    continue;
+                }
                 if is_block {
                     c.enforced = block_enforced(&effects, c, &object);
                     continue;
                 }
-                let Some(backend) = c.target.strip_prefix("XBackend ") else {
-                    continue;
+                let mine: Vec<&Effects> = match c.target.strip_prefix("XBackend ") {
+                    Some(backend) => effects
+                        .iter()
+                        .filter(|r| r.backend == backend && r.lower.contains(&bid))
+                        .map(|r| &r.fx)
+                        .collect(),
+                    None => {
+                        let targets = route_targets.get(ci).map(Vec::as_slice).unwrap_or_default();
+                        effects
+                            .iter()
+                            .filter(|r| {
+                                r.lower.contains(&bid)
+                                    && targets.iter().any(|t| {
+                                        format!(
+                                            "{}/{}",
+                                            t.namespace.as_deref().unwrap_or_default(),
+                                            t.name
+                                        ) == r.backend
+                                            && overlap(
+                                                r.routes.as_ref(),
+                                                t.routes
+                                                    .as_ref()
+                                                    .map(|x| x.iter().cloned().collect())
+                                                    .as_ref(),
+                                            )
+                                    })
+                            })
+                            .map(|r| &r.fx)
+                            .collect()
+                    }
                 };
-                if let Some(e) = lower_enforced(&effects, backend, &bid) {
+                if let Some(e) = lower_enforced(&mine, &bid) {
                     c.enforced = e;
                 }
             }
@@ -68,10 +123,11 @@ fn block_enforced(effects: &AllEffects, c: &TargetStatus, object: &str) -> Optio
         .to_string();
     let mine: Vec<&Effects> = effects
         .iter()
-        .filter(|(_, (ns, g, l), _)| {
+        .filter(|r| {
+            let (ns, g, l) = &r.listener;
             format!("{ns}/{g}") == gw && c.section_name.as_ref().is_none_or(|s| s == l)
         })
-        .map(|(_, _, fx)| fx)
+        .map(|r| &r.fx)
         .collect();
     let errors: Vec<String> = mine
         .iter()
@@ -96,19 +152,15 @@ fn block_enforced(effects: &AllEffects, c: &TargetStatus, object: &str) -> Optio
     }
 }
 
-/// How the blocks met Backend-level policy `bid` on `backend`; None when no block reached it.
-fn lower_enforced(effects: &AllEffects, backend: &str, bid: &str) -> Option<Option<Enforcement>> {
-    let mine: Vec<&Effects> = effects
-        .iter()
-        .filter(|(b, _, _)| b == backend)
-        .map(|(_, _, fx)| fx)
-        .collect();
+/// How the blocks met Backend-level policy `bid` where it is met (`mine`: on one target);
+/// None when no block reached it.
+fn lower_enforced(mine: &[&Effects], bid: &str) -> Option<Option<Enforcement>> {
     if mine.is_empty() {
         return None;
     }
     let by = |f: &dyn Fn(&Effects) -> Option<&BTreeSet<String>>| {
         let mut all = BTreeSet::new();
-        for fx in &mine {
+        for fx in mine {
             if let Some(s) = f(fx) {
                 all.extend(s.iter().cloned());
             }
@@ -142,7 +194,7 @@ fn lower_enforced(effects: &AllEffects, backend: &str, bid: &str) -> Option<Opti
             "Enforced",
             format!("Policy has been successfully enforced{defaults}"),
         )
-    } else if everywhere && refused.is_empty() && atomic_everywhere(&mine, bid) {
+    } else if everywhere && refused.is_empty() && atomic_everywhere(mine, bid) {
         enforcement(
             false,
             "Overridden",
@@ -172,49 +224,98 @@ fn join(s: &BTreeSet<String>) -> String {
 }
 
 impl Ctx<'_> {
-    /// The effective policy of every (listener, XBackend) pair, from the compiled bundle.
+    /// The effective policy of every (listener, XBackend, route class), from the compiled
+    /// bundle: one per (listener, XBackend) unless route-scoped policies make routes differ.
     pub(in crate::compile) fn effective_view(&self, b: &bundle::Bundle) -> Vec<EffectivePolicy> {
         let mut out = Vec::new();
+        let all_routes = self.backend_routes();
         for (backend, listeners) in self.listeners_per_backend() {
             let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
+            let Some(routes) = all_routes.get(&backend) else {
+                continue;
+            };
+            let (back, targets) = on_backend(b, (bns, bname));
+            let scopes: Vec<Option<&[String]>> =
+                targets.iter().map(|t| t.routes.as_deref()).collect();
+            let classes = routes.classes(&scopes);
             for key in &listeners {
                 let (gns, g, l) = key;
-                let gateway = b.policies.iter().filter(|p| {
-                    p.level == Level::Gateway
-                        && p.targets.iter().any(|t| {
-                            &t.name == g
-                                && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
-                                && t.section_name.as_ref().is_none_or(|s| s == l)
-                        })
-                });
-                let back = b.policies.iter().filter(|p| {
-                    p.level == Level::Backend
-                        && p.targets.iter().any(|t| {
-                            t.name == bname && t.namespace.as_deref().unwrap_or(&p.namespace) == bns
-                        })
-                        && (p.listeners.is_empty()
-                            || p.listeners.iter().any(|t| {
+                let gateway: Vec<&bundle::Policy> = b
+                    .policies
+                    .iter()
+                    .filter(|p| {
+                        p.level == Level::Gateway
+                            && p.targets.iter().any(|t| {
                                 &t.name == g
                                     && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
-                                    && t.section_name.as_deref() == Some(l.as_str())
-                            }))
-                });
-                let notes = self
-                    .effects
-                    .iter()
-                    .filter(|(bk, lk, _)| bk == &backend && lk == key)
-                    .flat_map(|(_, _, fx)| notes_of(fx))
+                                    && t.section_name.as_ref().is_none_or(|s| s == l)
+                            })
+                    })
                     .collect();
-                out.push(EffectivePolicy {
-                    gateway: format!("{gns}/{g}"),
-                    listener: l.clone(),
-                    backend: backend.clone(),
-                    levels: vec![
-                        level_view("Gateway", gateway.collect()),
-                        level_view("Backend", back.collect()),
-                    ],
-                    notes,
-                });
+                let on_listener = |p: &&bundle::Policy| {
+                    p.listeners.is_empty()
+                        || p.listeners.iter().any(|t| {
+                            &t.name == g
+                                && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
+                                && t.section_name.as_deref() == Some(l.as_str())
+                        })
+                };
+                for c in classes.iter().filter(|c| routes.feasible(c, key)) {
+                    let here: Vec<&bundle::Policy> = c
+                        .members
+                        .iter()
+                        .filter_map(|i| back.get(*i).copied())
+                        .filter(on_listener)
+                        .collect();
+                    // Requests the filter knows only by the backend's cluster may have come
+                    // through the routes of a route-scoped Allow policy: it admits nothing
+                    // there but keeps the level default-deny (docs/semantics.md §1.6).
+                    let by_cluster = routes.holds_cluster(c);
+                    let elsewhere: Vec<(&bundle::Policy, String)> = back
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, p)| {
+                            by_cluster
+                                && !c.members.contains(i)
+                                && p.action == Action::Allow
+                                && on_listener(p)
+                        })
+                        .map(|(i, p)| {
+                            let names = scopes
+                                .get(i)
+                                .copied()
+                                .flatten()
+                                .map(|n| routes.describe(&n.iter().cloned().collect()))
+                                .unwrap_or_default();
+                            (*p, names.join(", "))
+                        })
+                        .collect();
+                    let notes = self
+                        .effects
+                        .iter()
+                        .filter(|r| {
+                            r.backend == backend
+                                && &r.listener == key
+                                && overlap(r.routes.as_ref(), c.names.as_ref())
+                        })
+                        .flat_map(|r| notes_of(&r.fx))
+                        .collect();
+                    out.push(EffectivePolicy {
+                        gateway: format!("{gns}/{g}"),
+                        listener: l.clone(),
+                        backend: backend.clone(),
+                        routes: c
+                            .names
+                            .as_ref()
+                            .map(|n| routes.describe(n))
+                            .unwrap_or_default(),
+                        levels: vec![
+                            level_view("Gateway", gateway.clone(), Vec::new()),
+                            level_view("Backend", here, elsewhere),
+                        ],
+                        notes,
+                    });
+                }
             }
         }
         out
@@ -238,7 +339,23 @@ fn notes_of(fx: &Effects) -> Vec<String> {
     out
 }
 
-fn level_view(level: &str, policies: Vec<&bundle::Policy>) -> EffectiveLevel {
+/// Where a policy's rules came from.
+fn from(p: &bundle::Policy) -> String {
+    match (&p.origin, &p.not_accepted) {
+        (_, Some(why)) => format!("stand-in of a policy not accepted ({why})"),
+        (Some(o), None) => o.to_string(),
+        (None, None) => "its own rules".into(),
+    }
+}
+
+/// One level's steps; `elsewhere`: route-scoped Allow policies of routes a request known
+/// only by the cluster may have come through, which admit nothing here but keep the level
+/// default-deny.
+fn level_view(
+    level: &str,
+    policies: Vec<&bundle::Policy>,
+    elsewhere: Vec<(&bundle::Policy, String)>,
+) -> EffectiveLevel {
     let steps = [
         (Action::ExternalAuth, "ExternalAuth"),
         (Action::Deny, "Deny"),
@@ -246,16 +363,12 @@ fn level_view(level: &str, policies: Vec<&bundle::Policy>) -> EffectiveLevel {
     ]
     .into_iter()
     .filter_map(|(a, name)| {
-        let entries: Vec<EffectiveEntry> = policies
+        let mut entries: Vec<EffectiveEntry> = policies
             .iter()
             .filter(|p| p.action == a)
             .map(|p| EffectiveEntry {
                 policy: format!("{}/{}", p.namespace, p.name),
-                from: match (&p.origin, &p.not_accepted) {
-                    (_, Some(why)) => format!("stand-in of a policy not accepted ({why})"),
-                    (Some(o), None) => o.to_string(),
-                    (None, None) => "its own rules".into(),
-                },
+                from: from(p),
                 when: p.when.clone(),
                 // A refused Allow policy's stand-in admits nothing, whatever its rules were.
                 rules: if p.not_accepted.is_some() && p.action == Action::Allow {
@@ -277,13 +390,22 @@ fn level_view(level: &str, policies: Vec<&bundle::Policy>) -> EffectiveLevel {
                     })
                 },
                 authorizer: p.external_auth.clone(),
-                mode: match p.mode {
-                    bundle::PolicyMode::Enforce => None,
-                    bundle::PolicyMode::DryRun => Some("DryRun".into()),
-                    bundle::PolicyMode::EnforceOnly => Some("EnforceOnly".into()),
-                },
+                mode: mode_of(p),
             })
             .collect();
+        if a == Action::Allow {
+            entries.extend(elsewhere.iter().map(|(p, routes)| EffectiveEntry {
+                policy: format!("{}/{}", p.namespace, p.name),
+                from: format!(
+                    "{}, through {routes} only: a request known only by the cluster may have come that way, so it admits nothing here but keeps this level default-deny",
+                    from(p)
+                ),
+                when: p.when.clone(),
+                rules: Some(Vec::new()),
+                authorizer: None,
+                mode: mode_of(p),
+            }));
+        }
         (!entries.is_empty()).then(|| EffectiveStep {
             step: name.into(),
             policies: entries,
@@ -293,5 +415,14 @@ fn level_view(level: &str, policies: Vec<&bundle::Policy>) -> EffectiveLevel {
     EffectiveLevel {
         level: level.into(),
         steps,
+    }
+}
+
+/// An entry's `mode`: None for an enforced policy.
+fn mode_of(p: &bundle::Policy) -> Option<String> {
+    match p.mode {
+        bundle::PolicyMode::Enforce => None,
+        bundle::PolicyMode::DryRun => Some("DryRun".into()),
+        bundle::PolicyMode::EnforceOnly => Some("EnforceOnly".into()),
     }
 }

@@ -1,8 +1,10 @@
 //! What the CLI tests share: a small topology, running the binary, fresh directories.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use mcp_access_k8s::{Compiled, ObjectStatus};
 
 /// One Gateway (listeners `http` and `mtls`), one HTTPRoute, one XBackend `mcp/tools`.
 pub const BASE: &str = r#"apiVersion: gateway.networking.k8s.io/v1
@@ -28,6 +30,10 @@ metadata: {name: tools, namespace: mcp}
 spec:
   mcp: {serviceName: tools-server, port: 8000, path: /mcp}
 "#;
+
+/// The filter image and its digest as `manifests` is given them.
+pub const DIGEST: &str = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7";
+pub const IMAGE: &str = "registry.example.com/mcp-access/filter:0.1.0";
 
 /// A fresh, empty directory for one test case.
 pub fn dir(suite: &str, name: &str) -> PathBuf {
@@ -61,4 +67,25 @@ pub fn text(b: &[u8]) -> String {
 
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// The status of policy `name` in a compile report.
+pub fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
+    c.report
+        .policies
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no status for {name}: {:#?}", c.report.policies))
+}
+
+/// (reason, message) of the Enforced condition of policy `name` at its first target.
+pub fn enforced(c: &Compiled, name: &str) -> (String, String) {
+    let st = status(c, name);
+    assert!(st.accepted(), "{st:#?}");
+    let e = st
+        .conditions
+        .first()
+        .and_then(|c| c.enforced.clone())
+        .unwrap_or_else(|| panic!("no Enforced condition: {st:#?}"));
+    (e.reason, e.message)
 }

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use mcp_access_engine::flow::{
     drive, Dispatched, HeadersInput, Next, Progress, Reply, RequestFlow,
 };
+use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, HeaderEdit, Step};
 use mcp_access_engine::request::{Caller, McpOp, Request};
 use serde_json::{json, Value};
@@ -88,6 +89,7 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
         port: 8443,
         headers: vec![("content-type".into(), "application/json".into())],
         caller: Caller {
+            credential: false,
             spiffe: spiffe.map(str::to_string),
             jwts: vec![],
         },
@@ -174,6 +176,7 @@ pub fn post_input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
         route_name: Some("tools-route".into()),
         cluster_name: None,
         caller: Caller {
+            credential: false,
             spiffe: Some(spiffe.into()),
             jwts: vec![],
         },
@@ -196,6 +199,58 @@ pub fn post_through(
     let a = flow.on_body(e, owned.len(), true, move |_| Some(owned));
     let a = drive(&mut flow, e, a, |_| Reply::status(200));
     (flow, a)
+}
+
+/// The response filter of an allowed request, with the request it judges listed items for,
+/// as the host holds them (the host keeps the flow, which keeps the request).
+#[derive(Debug, Clone)]
+pub struct Filter {
+    filter: ListingFilter,
+    request: Request,
+}
+
+impl Filter {
+    /// The filter `flow` made when it allowed with `next`; None: it made none.
+    pub fn of(flow: &RequestFlow, next: &Next) -> Option<Filter> {
+        let Next::Allow {
+            listing: Some(filter),
+            ..
+        } = next
+        else {
+            return None;
+        };
+        Some(Filter {
+            filter: filter.clone(),
+            request: flow.request()?.clone(),
+        })
+    }
+
+    pub fn on_headers(&mut self, headers: &[(String, String)]) -> HeadersAction {
+        self.filter.on_headers(headers)
+    }
+
+    pub fn content_type(&self) -> Option<&'static str> {
+        self.filter.content_type()
+    }
+
+    pub fn on_body(
+        &mut self,
+        e: &Engine,
+        buffered: usize,
+        end_of_stream: bool,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
+    ) -> BodyAction {
+        let req = Some(&self.request);
+        self.filter.on_body(e, req, buffered, end_of_stream, read)
+    }
+
+    pub fn on_trailers(
+        &mut self,
+        e: &Engine,
+        read: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> BodyAction {
+        self.filter.on_trailers(e, Some(&self.request), read)
+    }
 }
 
 /// The headers an allow adds upstream; None for any other action.

@@ -1,0 +1,340 @@
+//! The checks of a request's headers before policies judge it: the transport checks
+//! (docs/semantics.md §5.1), the MCP headers against the body (SEP-2243), and the revision
+//! the request is judged under (§4.4).
+
+use mcp_access_bundle::mcp_methods::{self, Revision};
+
+use super::RequestFlow;
+use crate::answer::{HeaderProblem, McpHeader, Rejection};
+use crate::policy::Engine;
+use crate::request::{McpOp, Request};
+
+impl RequestFlow {
+    /// SEP-2243: `Mcp-Method`, `Mcp-Name` (Base64 sentinel decoded) and
+    /// `MCP-Protocol-Version` each appear at most once and agree with the body (the last with
+    /// `params._meta`'s protocol version); a request of the header revision (2026-07-28 on)
+    /// must carry the headers that revision requires.
+    pub(super) fn header_mismatch(
+        &self,
+        op: &McpOp,
+        body_version: Option<&str>,
+    ) -> Option<HeaderProblem> {
+        let req = self.req.as_ref()?;
+        fn once(req: &Request, h: McpHeader) -> Result<Option<&str>, HeaderProblem> {
+            let mut copies = mcp_header_values(req, h.name());
+            let first = copies.next();
+            match copies.next() {
+                Some(_) => Err(HeaderProblem::Repeated(h)),
+                None => Ok(first),
+            }
+        }
+        let once = |h| once(req, h);
+        let (method, name, version) = match (
+            once(McpHeader::Method),
+            once(McpHeader::Name),
+            once(McpHeader::ProtocolVersion),
+        ) {
+            (Ok(m), Ok(n), Ok(v)) => (m, n, v),
+            (Err(p), _, _) | (_, Err(p), _) | (_, _, Err(p)) => return Some(p),
+        };
+        if let (Some(h), Some(b)) = (version, body_version) {
+            if h != b {
+                return Some(HeaderProblem::Mismatch(McpHeader::ProtocolVersion));
+            }
+        }
+        if let Some(m) = method {
+            if op.method() != Some(m) {
+                return Some(HeaderProblem::Mismatch(McpHeader::Method));
+            }
+        }
+        if let Some(n) = name {
+            let Some(n) = decode_header_value(n) else {
+                return Some(HeaderProblem::BadBase64);
+            };
+            if op.param() != Some(n.as_ref()) {
+                return Some(HeaderProblem::Mismatch(McpHeader::Name));
+            }
+        }
+        let header_revision =
+            body_version.is_some() || version.is_some_and(mcp_methods::is_header_revision);
+        if header_revision {
+            if version.is_none() {
+                return Some(HeaderProblem::Missing(McpHeader::ProtocolVersion));
+            }
+            if method.is_none() {
+                return Some(HeaderProblem::Missing(McpHeader::Method));
+            }
+            let named = op.method().is_some_and(mcp_methods::requires_name_header);
+            if named && name.is_none() {
+                return Some(HeaderProblem::Missing(McpHeader::Name));
+            }
+        }
+        None
+    }
+
+    /// Sets the revision the request is judged under (docs/semantics.md §4.4): the one its
+    /// `MCP-Protocol-Version` header or `params._meta` names (first the header), else
+    /// 2025-03-26. Every version the request names, the one `initialize` asks for included,
+    /// must be a revision the filter accepts. Checked before the headers are compared with
+    /// the body, so a client of an unknown revision learns which ones are supported.
+    pub(super) fn judge_versions(
+        &mut self,
+        body_version: Option<&str>,
+        init_version: Option<&str>,
+    ) -> Result<(), Rejection> {
+        let req = self.req.as_ref();
+        let headers = req
+            .into_iter()
+            .flat_map(|r| mcp_header_values(r, McpHeader::ProtocolVersion.name()));
+        let parse =
+            |v: &str| Revision::parse(v).ok_or_else(|| Rejection::UnsupportedRevision(v.into()));
+        let mut named = None;
+        for v in headers.chain(body_version) {
+            named = named.or(Some(parse(v)?));
+        }
+        if let Some(v) = init_version {
+            parse(v)?;
+        }
+        self.revision = named.unwrap_or(Revision::UNNAMED);
+        Ok(())
+    }
+
+    /// Refuses a method the table knows but the request's revision does not have (methods
+    /// the table does not know are left to the policies).
+    pub(super) fn judge_method(&self, op: &McpOp) -> Result<(), Rejection> {
+        match op.method() {
+            Some(m) if mcp_methods::missing_in(m, self.revision) => Err(
+                Rejection::MethodNotInRevision(m.to_string(), self.revision.as_str()),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The transport checks the headers decide (docs/semantics.md §5.1), in order: encoding, a POST
+/// without a body, media type, Content-Length (`limit`: `limits.maxBodyBytes`). Every copy of a
+/// repeated header is checked: any one may be what the upstream reads.
+pub(super) fn header_rejection(
+    req: &Request,
+    end_of_stream: bool,
+    limit: usize,
+) -> Option<Rejection> {
+    let encoded = req
+        .header_values("content-encoding")
+        .any(|enc| !enc.trim().eq_ignore_ascii_case("identity"));
+    if encoded {
+        return Some(Rejection::UnsupportedEncoding);
+    }
+    let post = req.method == "POST";
+    if end_of_stream {
+        return post.then_some(Rejection::EmptyBody);
+    }
+    // A POST carries JSON-RPC: `application/json`, in UTF-8 if a charset is named. A missing
+    // type or another charset would let a server read other text than the filter did.
+    let mut types = req.header_values("content-type").peekable();
+    let untyped = types.peek().is_none();
+    if post && (untyped || types.any(|ct| !is_json_utf8(ct))) {
+        return Some(Rejection::UnsupportedMediaType);
+    }
+    let lengths = req
+        .header_values("content-length")
+        .map(|len| len.trim().parse::<u64>())
+        .try_fold(0u64, |max, len| len.map(|l| max.max(l)));
+    match lengths {
+        Err(_) => Some(Rejection::InvalidContentLength),
+        Ok(l) if l > limit as u64 => Some(Rejection::BodyTooLarge),
+        Ok(_) => None,
+    }
+}
+
+/// Every copy of an MCP header (name given in lowercase), a spelling with `_` for `-`
+/// included: some servers fold `_` into `-` and would read `mcp_name` as `Mcp-Name`, so it
+/// counts as a copy (which must agree with the body and appear once).
+fn mcp_header_values<'r>(req: &'r Request, name: &'static str) -> impl Iterator<Item = &'r str> {
+    req.headers
+        .iter()
+        .filter(move |(n, _)| {
+            n.len() == name.len()
+                && n.bytes()
+                    .zip(name.bytes())
+                    .all(|(a, b)| a == b || (a == b'_' && b == b'-'))
+        })
+        .map(|(_, v)| v.as_str())
+}
+
+/// Whether a `Content-Type` value is `application/json` with no charset or UTF-8's.
+fn is_json_utf8(content_type: &str) -> bool {
+    let mut parts = content_type.split(';');
+    let essence = parts.next().unwrap_or_default().trim();
+    essence.eq_ignore_ascii_case("application/json")
+        && parts.all(|param| match param.split_once('=') {
+            Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
+                let value = value.trim();
+                let value = value
+                    .strip_prefix('"')
+                    .and_then(|v| v.strip_suffix('"'))
+                    .unwrap_or(value);
+                value.eq_ignore_ascii_case("utf-8") || value.eq_ignore_ascii_case("utf8")
+            }
+            _ => true,
+        })
+}
+
+/// A header value with the SEP-2243 Base64 sentinel (`=?base64?...?=`) decoded; None when the
+/// sentinel holds anything but canonical, padded Base64 of UTF-8 text.
+fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let Some(payload) = v
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    else {
+        return Some(std::borrow::Cow::Borrowed(v));
+    };
+    let out = crate::base64::decode(payload.as_bytes())?;
+    String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
+}
+
+/// `limits.maxBodyBytes` as a byte count.
+pub(super) fn body_limit(engine: &Engine) -> usize {
+    usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, headers: &[(&str, &str)]) -> Request {
+        Request {
+            method: method.into(),
+            path: "/mcp".into(),
+            canonical_path: "/mcp".into(),
+            authority: "a.example".into(),
+            port: 80,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            ..Request::default()
+        }
+    }
+
+    #[test]
+    fn header_checks_in_order() {
+        use Rejection::*;
+        let json = ("content-type", "application/json; charset=utf-8");
+        /// HTTP method, headers, end of stream, expected rejection.
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, Option<Rejection>);
+        let cases: &[Case] = &[
+            ("POST", &[json, ("content-length", "10")], false, None),
+            (
+                "POST",
+                &[json, ("content-encoding", " Identity ")],
+                false,
+                None,
+            ),
+            (
+                "POST",
+                &[
+                    json,
+                    ("content-encoding", "identity"),
+                    ("content-encoding", "gzip"),
+                ],
+                false,
+                Some(UnsupportedEncoding),
+            ),
+            // Encoding comes before an empty body, an empty body before the media type.
+            (
+                "POST",
+                &[("content-encoding", "br")],
+                true,
+                Some(UnsupportedEncoding),
+            ),
+            (
+                "POST",
+                &[("content-type", "text/plain")],
+                true,
+                Some(EmptyBody),
+            ),
+            ("GET", &[("content-type", "text/plain")], true, None),
+            ("GET", &[("content-type", "text/plain")], false, None),
+            (
+                "POST",
+                &[json, ("content-type", "text/plain")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            // A POST without a type, or naming another charset: 415.
+            ("POST", &[], false, Some(UnsupportedMediaType)),
+            (
+                "POST",
+                &[("content-type", "application/json; charset=iso-8859-1")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            (
+                "POST",
+                &[("content-type", "application/json;charset=\"UTF-16\"")],
+                false,
+                Some(UnsupportedMediaType),
+            ),
+            (
+                "POST",
+                &[("content-type", "Application/JSON; Charset=\"UTF-8\"; x=y")],
+                false,
+                None,
+            ),
+            ("GET", &[], false, None),
+            (
+                "POST",
+                &[json, ("content-length", "1x")],
+                false,
+                Some(InvalidContentLength),
+            ),
+            (
+                "POST",
+                &[json, ("content-length", "5"), ("content-length", "11")],
+                false,
+                Some(BodyTooLarge),
+            ),
+            (
+                "PUT",
+                &[("content-length", "11")],
+                false,
+                Some(BodyTooLarge),
+            ),
+        ];
+        for (method, headers, end, want) in cases {
+            let got = header_rejection(&request(method, headers), *end, 10);
+            assert_eq!(&got, want, "{method} {headers:?} {end}");
+        }
+    }
+
+    #[test]
+    fn base64_sentinel_is_decoded_strictly() {
+        let d = |v| decode_header_value(v).map(|c| c.into_owned());
+        assert_eq!(d("get_weather").as_deref(), Some("get_weather"));
+        assert_eq!(d("=?base64?ZWNobw==?=").as_deref(), Some("echo"));
+        assert_eq!(
+            d("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(d("=?base64?IHBhZGRlZCA=?=").as_deref(), Some(" padded "));
+        assert_eq!(d("=?base64??=").as_deref(), Some(""));
+        assert_eq!(d("=?base64?ZGVs?=").as_deref(), Some("del"));
+        // Not the sentinel: taken as it is.
+        assert_eq!(
+            d("=?BASE64?ZWNobw==?=").as_deref(),
+            Some("=?BASE64?ZWNobw==?=")
+        );
+        // Malformed: unpadded, bad alphabet, non-zero leftover bits, padding inside, not UTF-8.
+        for bad in [
+            "=?base64?ZWNobw?=",
+            "=?base64?ZWNo*w==?=",
+            "=?base64?ZWNobx==?=",
+            "=?base64?ZW==bw==?=",
+            "=?base64?Z===?=",
+            "=?base64?/w==?=",
+        ] {
+            assert_eq!(d(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,579 @@
+//! Per-caller filtering of listings (docs/semantics.md §5.4): `tools/list`, `prompts/list`,
+//! `resources/list` and `resources/templates/list` answers keep only the items the caller
+//! could use, judged by [`Engine::item_refusal`] as if each item were called.
+//!
+//! The answer to a listing request is read whatever its status: a JSON body whole (at most
+//! `listings.maxBytes`), an SSE stream event by event as it streams, holding at most one event
+//! of `listings.maxBytes`. Any other SSE stream (the GET streams, a POST answered with a
+//! stream) is read the same way: there, a JSON-RPC response that does not answer the request
+//! the filter saw and whose result holds `tools`, `prompts`, `resources` or
+//! `resourceTemplates` arrays is filtered as those listings. Events are rewritten from what
+//! was parsed (never passed on as raw bytes the filter did not understand). What cannot be
+//! read (malformed, too large, compressed, an unexpected media type) is replaced by a
+//! JSON-RPC error, never passed on unfiltered.
+
+mod message;
+mod sse;
+
+use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
+
+use crate::jsonrpc::{self, INTERNAL_ERROR};
+use crate::policy::Engine;
+use crate::request::{McpOp, Request};
+
+use message::Read;
+use sse::PendingEvent;
+
+/// The JSON-RPC error message of a listing that could not be filtered.
+const UNFILTERABLE: &str = "The server's listing could not be checked for this caller";
+
+/// How the response body is read, decided by its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Not yet known (response headers not seen).
+    Unknown,
+    /// Not read: no listing can be in it.
+    Pass,
+    /// A 2xx `application/json` answer to a listing request: one message, read whole.
+    Json,
+    /// A non-2xx answer to a listing request: read whole, passed on unchanged unless it is
+    /// a JSON-RPC result (or looks like JSON the filter cannot read).
+    Lenient,
+    /// `text/event-stream`: events, read one by one.
+    Sse,
+    /// Cannot be read: the body is replaced by an error (an SSE event when `sse`).
+    Refuse { sse: bool },
+}
+
+/// What the host does with the response headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadersAction {
+    /// Leave them.
+    Keep,
+    /// Remove `Content-Length` (the body will change size) and hold the body as
+    /// [`ListingFilter::on_body`] says.
+    Rewrite,
+}
+
+/// What the host does with a body chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyAction {
+    /// Let the chunk go on unchanged.
+    Pass,
+    /// Keep buffering (JSON: the whole body is needed).
+    Buffer,
+    /// Replace what the host holds (the chunk, or the whole buffered body) with this.
+    Replace(Vec<u8>),
+}
+
+/// What judges a listing's items: the engine and the request allowed (None: no item is
+/// usable).
+#[derive(Clone, Copy)]
+struct Judge<'a> {
+    engine: &'a Engine,
+    request: Option<&'a Request>,
+}
+
+/// The filter of one response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListingFilter {
+    /// The listing the request asked for; None: the request is not a listing, only what its
+    /// stream carries for other requests can be one.
+    listing: Option<&'static Listing>,
+    /// A copy of the request allowed, its MCP operation replaced by a call of each item in
+    /// turn (made when the first item is judged).
+    probe: Option<Box<Request>>,
+    /// The listing whose items the probe is set up to judge (its [`LISTINGS`] index).
+    probe_listing: Option<u8>,
+    /// The request id (raw JSON) of a JSON-RPC request: a response with this id answers it.
+    /// Also the id of the error that replaces what cannot be filtered, when that has none.
+    id: Option<String>,
+    cache_scope: bool,
+    max_bytes: usize,
+    max_depth: usize,
+    mode: Mode,
+    /// The error replacing a refused body was sent.
+    refused: bool,
+    /// SSE: the event being read (at most `max_bytes`).
+    pending: PendingEvent,
+    /// SSE: an event grew past `max_bytes`; its bytes are dropped up to its end.
+    skipping: bool,
+    /// SSE, while skipping: whether the last byte seen ended a line (a blank line ends it).
+    at_line_start: bool,
+    /// SSE: the last byte read was a CR ending a line; a LF right after it is part of it.
+    after_cr: bool,
+    /// SSE: no event has ended yet (a byte order mark may start the stream).
+    stream_start: bool,
+}
+
+impl ListingFilter {
+    /// The listing `req` asks for, when the bundle filters listings.
+    pub(crate) fn listing_of(engine: &Engine, req: &Request) -> Option<&'static Listing> {
+        if !engine.listings.filter {
+            return None;
+        }
+        mcp_methods::listing(req.mcp.method()?)
+    }
+
+    /// Whether the request (allowed) is sent upstream asking for `Accept-Encoding: identity`,
+    /// so that its answer can be read: a listing, or a GET opening or resuming a stream.
+    pub(crate) fn wants_identity(engine: &Engine, req: &Request) -> bool {
+        Self::listing_of(engine, req).is_some()
+            || engine.listings.filter && req.mcp == McpOp::Transport && req.method == "GET"
+    }
+
+    /// The filter of the response to `req`, just allowed, when the bundle filters listings.
+    /// Its response headers tell whether it may carry a listing ([`ListingFilter::on_headers`]):
+    /// any answer to a listing request, an SSE stream answering any other request.
+    pub(crate) fn for_allowed(
+        engine: &Engine,
+        req: &Request,
+        id: Option<String>,
+        revision: Revision,
+    ) -> Option<ListingFilter> {
+        if !engine.listings.filter {
+            return None;
+        }
+        let listing = Self::listing_of(engine, req);
+        // Only a request's own id tells its answer apart (not a notification's or a reply's).
+        let id = match listing {
+            Some(_) => id,
+            None => id.filter(|_| matches!(req.mcp, McpOp::Call { .. })),
+        };
+        Some(ListingFilter {
+            listing,
+            probe: None,
+            probe_listing: None,
+            id,
+            cache_scope: revision.has_cache_scope(),
+            max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
+            max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
+            mode: Mode::Unknown,
+            refused: false,
+            pending: PendingEvent::default(),
+            skipping: false,
+            at_line_start: true,
+            after_cr: false,
+            stream_start: true,
+        })
+    }
+
+    /// The response headers arrived (names lowercase, `:status` included): see [`mode_for`].
+    pub fn on_headers(&mut self, headers: &[(String, String)]) -> HeadersAction {
+        self.mode = mode_for(self.listing.is_some(), headers);
+        match self.mode {
+            Mode::Pass | Mode::Unknown => HeadersAction::Keep,
+            _ => HeadersAction::Rewrite,
+        }
+    }
+
+    /// The media type the body has once rewritten, if the host must set it (and remove any
+    /// `Content-Encoding`: the error replacing the body is not encoded).
+    pub fn content_type(&self) -> Option<&'static str> {
+        match self.mode {
+            Mode::Refuse { sse: true } => Some("text/event-stream"),
+            Mode::Refuse { sse: false } => Some("application/json"),
+            _ => None,
+        }
+    }
+
+    /// Response trailers arrived: the body ended without an end-of-stream body callback.
+    /// `read` fetches everything buffered (JSON). SSE events not ended are dropped. `req`: as
+    /// for [`ListingFilter::on_body`].
+    pub fn on_trailers(
+        &mut self,
+        engine: &Engine,
+        req: Option<&Request>,
+        read: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> BodyAction {
+        let judge = Judge {
+            engine,
+            request: req,
+        };
+        match self.mode {
+            Mode::Pass => BodyAction::Pass,
+            Mode::Sse => {
+                self.pending = PendingEvent::default();
+                BodyAction::Pass
+            }
+            Mode::Unknown | Mode::Refuse { .. } => self.refuse_body(),
+            Mode::Json | Mode::Lenient => {
+                let body = read().unwrap_or_default();
+                if body.len() > self.max_bytes {
+                    return self.refuse_body();
+                }
+                BodyAction::Replace(self.filter_body(judge, &body))
+            }
+        }
+    }
+
+    /// A body chunk arrived. JSON: `buffered` is the size of everything buffered so far and
+    /// `read` fetches it (called at the end of the stream only). SSE: `read` fetches this
+    /// chunk (`buffered` bytes). `req`: the request allowed, which the flow keeps
+    /// ([`crate::flow::RequestFlow::request`]); items are judged as calls made by it, so
+    /// without it none is listed.
+    pub fn on_body(
+        &mut self,
+        engine: &Engine,
+        req: Option<&Request>,
+        buffered: usize,
+        end_of_stream: bool,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
+    ) -> BodyAction {
+        let judge = Judge {
+            engine,
+            request: req,
+        };
+        match self.mode {
+            Mode::Pass => BodyAction::Pass,
+            Mode::Unknown | Mode::Refuse { .. } => self.refuse_body(),
+            Mode::Json | Mode::Lenient => {
+                if buffered > self.max_bytes {
+                    // Too large to filter: what is buffered is replaced by the error.
+                    self.mode = Mode::Refuse { sse: false };
+                    return self.refuse_body();
+                }
+                if !end_of_stream {
+                    return BodyAction::Buffer;
+                }
+                let body = read(buffered).unwrap_or_default();
+                BodyAction::Replace(self.filter_body(judge, &body))
+            }
+            Mode::Sse => {
+                let chunk = if buffered == 0 {
+                    Vec::new()
+                } else {
+                    read(buffered).unwrap_or_default()
+                };
+                BodyAction::Replace(self.feed_sse(judge, &chunk, end_of_stream))
+            }
+        }
+    }
+
+    /// The body of an answer that cannot be filtered: the error at once (a stream may never
+    /// end), then nothing.
+    fn refuse_body(&mut self) -> BodyAction {
+        if std::mem::replace(&mut self.refused, true) {
+            return BodyAction::Replace(Vec::new());
+        }
+        BodyAction::Replace(match self.mode {
+            Mode::Refuse { sse: true } => self.sse_error(None),
+            _ => self.error(None),
+        })
+    }
+
+    /// The JSON-RPC error that replaces what cannot be filtered: with the message's id when
+    /// it was read, else the request's (null when there is none).
+    fn error(&self, id: Option<&[u8]>) -> Vec<u8> {
+        let id = id
+            .and_then(|i| std::str::from_utf8(i).ok())
+            .or(self.id.as_deref());
+        jsonrpc::error(id, INTERNAL_ERROR, UNFILTERABLE, None)
+    }
+
+    /// A whole body (the answer to the listing request): the filtered message, the body
+    /// unchanged, or the error (echoing the request's id: the body answers it). A non-2xx
+    /// body is passed on unless it is a JSON-RPC result or JSON the filter cannot read.
+    fn filter_body(&mut self, judge: Judge<'_>, body: &[u8]) -> Vec<u8> {
+        let lenient = self.mode == Mode::Lenient;
+        match self.read_message(judge, body, true) {
+            Read::Filtered(out) => out,
+            Read::Unchanged => body.to_vec(),
+            Read::NotJsonRpc if lenient => body.to_vec(),
+            Read::Unreadable(_) if lenient && !looks_like_json(body) => body.to_vec(),
+            Read::NotJsonRpc | Read::Unreadable(_) => self.error(None),
+        }
+    }
+}
+
+/// How a response is read, from its headers (names lowercase, `:status` included).
+///
+/// The answer to a listing request (`listing`): a 2xx one as its one `Content-Type` says (a
+/// `Content-Encoding` other than `identity`, another media type or several: refused); a
+/// non-2xx one as SSE if that is its one media type, else whole (refused if encoded).
+/// The answer to another request is read only when it is an SSE stream (refused if encoded
+/// or of several media types).
+fn mode_for(listing: bool, headers: &[(String, String)]) -> Mode {
+    let values = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let (mut types, mut sse, mut json) = (0usize, false, false);
+    for ct in values("content-type") {
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        types += 1;
+        sse |= essence.eq_ignore_ascii_case("text/event-stream");
+        json |= essence.eq_ignore_ascii_case("application/json");
+    }
+    if !listing && !sse {
+        return Mode::Pass;
+    }
+    let encoded = values("content-encoding").any(|e| !e.trim().eq_ignore_ascii_case("identity"));
+    let status = values(":status").next().and_then(|s| s.parse::<u16>().ok());
+    let success = status.is_some_and(|s| (200..300).contains(&s));
+    let one = types == 1;
+    match () {
+        _ if encoded || (sse && !one) => Mode::Refuse { sse: sse && one },
+        _ if sse => Mode::Sse,
+        _ if !success => Mode::Lenient,
+        _ if json && one => Mode::Json,
+        _ => Mode::Refuse { sse: false },
+    }
+}
+
+/// The listing at `index` of [`LISTINGS`].
+fn listing_at(index: u8) -> Option<&'static Listing> {
+    LISTINGS.get(usize::from(index))
+}
+
+/// Whether a body that is not a JSON-RPC message could be read as JSON by a lenient client:
+/// it starts (after whitespace or a byte order mark) with `{` or `[`.
+fn looks_like_json(body: &[u8]) -> bool {
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    body.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|b| matches!(b, b'{' | b'['))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::message::may_hold_listing;
+    use super::*;
+    use crate::flow::{HeadersInput, Next, RequestFlow};
+    use crate::json::tests::Rng;
+
+    const BUNDLE: &str = r#"{"apiVersion": "mcp-access.io/v1",
+      "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 8443}]}],
+      "backends": [{"name": "tools", "routeNames": ["tools"]}],
+      "policies": [{"name": "p", "level": "Backend", "targets": [{"name": "tools"}],
+        "action": "Allow", "rules": [{"name": "r", "authorization": {"mcp": {"baseProtocol": "Match",
+          "methods": [{"name": "tools/call", "params": ["echo"]}]}}}]}]}"#;
+
+    const SSE: [(&str, &str); 2] = [(":status", "200"), ("content-type", "text/event-stream")];
+
+    fn headers(h: &[(&str, &str)]) -> Vec<(String, String)> {
+        h.iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The filter of an SSE answer to a `tools/list` POST (`get`: to a GET).
+    fn sse_filter(e: &Engine, get: bool) -> (ListingFilter, Request) {
+        let mut flow = RequestFlow::new();
+        let method = if get { "GET" } else { "POST" };
+        let input = HeadersInput {
+            headers: headers(&[
+                (":method", method),
+                (":path", "/mcp"),
+                ("content-type", "application/json"),
+            ]),
+            end_of_stream: get,
+            port: 8443,
+            route_name: Some("tools".into()),
+            ..HeadersInput::default()
+        };
+        let mut a = flow.on_headers(e, input);
+        if !get {
+            let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
+            a = flow.on_body(e, body.len(), true, move |_| Some(body));
+        }
+        let Next::Allow {
+            listing: Some(mut f),
+            ..
+        } = a
+        else {
+            panic!("no filter: {a:?}")
+        };
+        assert_eq!(f.listing.is_some(), !get);
+        f.on_headers(&headers(&SSE));
+        let req = flow
+            .request()
+            .cloned()
+            .unwrap_or_else(|| panic!("no request"));
+        (f, req)
+    }
+
+    /// The SSE reading as the standard says, on the whole text: a byte order mark first is
+    /// dropped, lines end with CRLF, LF or CR, an event is its lines up to a blank one.
+    fn reference(f: &mut ListingFilter, e: Judge<'_>, stream: &[u8]) -> Vec<u8> {
+        let stream = stream.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(stream);
+        let mut out = Vec::new();
+        let mut lines: Vec<&[u8]> = Vec::new();
+        let mut rest = stream;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let line = &rest[..end];
+            let skip = if rest[end..].starts_with(b"\r\n") {
+                2
+            } else {
+                1
+            };
+            rest = &rest[end + skip..];
+            if line.is_empty() {
+                out.extend(reference_event(f, e, &std::mem::take(&mut lines)));
+            } else {
+                lines.push(line);
+            }
+        }
+        out
+    }
+
+    fn reference_event(f: &mut ListingFilter, e: Judge<'_>, lines: &[&[u8]]) -> Vec<u8> {
+        let (mut name, mut data, mut id, mut retry) = (None, Vec::new(), None, None);
+        for line in lines {
+            let Ok(line) = std::str::from_utf8(line) else {
+                if line.starts_with(b"data:") || *line == b"data" {
+                    let v = &line[line.len().min(5)..];
+                    data.push(v.strip_prefix(b" ").unwrap_or(v).to_vec());
+                    continue;
+                }
+                return f.sse_error(None);
+            };
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            match field {
+                "event" => name = Some(value),
+                "data" => data.push(value.as_bytes().to_vec()),
+                "id" if !value.contains('\0') => id = Some(value),
+                "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                    retry = Some(value)
+                }
+                _ => {}
+            }
+        }
+        if name.is_none() && data.is_empty() && id.is_none() && retry.is_none() {
+            return Vec::new();
+        }
+        let joined = data.join(&b'\n');
+        let message = name.is_none_or(|n| n.is_empty() || n == "message") && !joined.is_empty();
+        let body = if message && (f.listing.is_some() || may_hold_listing(&joined)) {
+            match f.read_message(e, &joined, false) {
+                Read::Filtered(v) => v,
+                Read::Unchanged => joined,
+                Read::NotJsonRpc if f.listing.is_none() => joined,
+                Read::NotJsonRpc => return f.sse_error(None),
+                Read::Unreadable(id) => {
+                    let id = id.map(<[u8]>::to_vec);
+                    return f.sse_error(id.as_deref());
+                }
+            }
+        } else if std::str::from_utf8(&joined).is_ok() {
+            joined
+        } else {
+            return f.sse_error(None);
+        };
+        let mut out = Vec::new();
+        for (field, value) in [("event", name), ("id", id), ("retry", retry)] {
+            if let Some(v) = value {
+                out.extend_from_slice(format!("{field}: {v}\n").as_bytes());
+            }
+        }
+        if !data.is_empty() {
+            for line in body.split(|&b| b == b'\n') {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            }
+        }
+        out.push(b'\n');
+        out
+    }
+
+    #[test]
+    fn sse_events_read_as_they_stream_as_the_whole_text_reads_them() {
+        let e = Engine::from_json(BUNDLE.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let listing = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo"},
+ {"name":"rm"}]}}"#;
+        let pieces: [&[u8]; 27] = [
+            b"data: ",
+            b"data:",
+            b"data",
+            listing.as_bytes(),
+            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","name":"rm"}]}}"#,
+            br#"{"jsonrpc":"2.0","id":9,"result":{"prompts":[{"name":"p"}],"tools":[{"name":"rm"}]}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#,
+            b"event: message",
+            b"event: other",
+            b"event:",
+            b"event:message",
+            b"id: 7",
+            b"id: a\0b",
+            b"retry: 10",
+            b"retry: 1x",
+            b": comment",
+            b"x: y",
+            b"\n",
+            b"\n",
+            b"\r\n",
+            b"\r",
+            b"\r",
+            "é".as_bytes(),
+            b"\xff",
+            b"\xc3",
+            b"\xEF\xBB\xBF",
+        ];
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for round in 0..4000 {
+            let get = round % 2 == 1;
+            let mut stream = Vec::new();
+            for _ in 0..rng.below(24) {
+                stream.extend_from_slice(rng.pick(&pieces));
+            }
+            // Events end where the reference saw them end: compare on whole events.
+            stream.extend_from_slice(b"\n\n");
+            let (mut f, req) = sse_filter(&e, get);
+            let judge = Judge {
+                engine: &e,
+                request: Some(&req),
+            };
+            let want = reference(&mut f.clone(), judge, &stream);
+            let mut got = Vec::new();
+            let mut rest = &stream[..];
+            while !rest.is_empty() {
+                let (chunk, tail) = rest.split_at(rest.len().min(1 + rng.below(40)));
+                got.extend(f.feed_sse(judge, chunk, tail.is_empty()));
+                rest = tail;
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "get {get}: {:?}",
+                String::from_utf8_lossy(&stream)
+            );
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn only_text_that_may_name_a_listing_member_is_parsed_on_other_streams() {
+        for (text, may) in [
+            (
+                &br#"{"result":{"content":[{"text":"all tools"}]}}"#[..],
+                false,
+            ),
+            (br#"{"result":{"content":[{"text":"tools"}]}}"#, true),
+            (br#"{"result":{"tools":[]}}"#, true),
+            (br#"{"result":{"resourceTemplates":[]}}"#, true),
+            (br#"{"result":{"resources" :[]}}"#, true),
+            (br#"{"result":{"tool":[],"prompt":1,"resource":2}}"#, false),
+            (br#"{"result":{"\u0074ools":[]}}"#, true),
+            (br#"{"result":{"text":"say \"hi\""}}"#, true),
+            (b"", false),
+            (b"\"", false),
+        ] {
+            assert_eq!(
+                may_hold_listing(text),
+                may,
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Identity headers (docs/semantics.md §5.7): on an allowed request every identity header of
+//! the bundle is removed (in any spelling a server may read as it), then the backend's are set
+//! from the caller; a denied request carries nothing.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use crate::common::*;
+use mcp_access_engine::flow::{drive, Next, Reply, RequestFlow};
+use mcp_access_engine::policy::{Engine, HeaderEdit, HeaderOp};
+use mcp_access_engine::request::JwtPrincipal;
+use serde_json::{json, Value};
+
+const ISSUER: &str = "https://idp.example";
+
+/// `tools` sends its server the SPIFFE ID, the JWT subject and issuer, and two claims;
+/// `other` only the team. Only `echo` may be called at `tools`, after an authorizer said yes.
+fn identity_bundle() -> Value {
+    let mut b = bundle(
+        vec![
+            inline_tools("only-echo", "Backend", "tools", &["echo"]),
+            ext("check", "Backend", "tools", "authz", 0),
+        ],
+        &["authz"],
+    );
+    b["identity"]["jwt"] = json!({"providers": [{"issuer": ISSUER, "metadataKey": "idp"}]});
+    b["backends"][0]["identityHeaders"] = json!([
+        {"name": "x-caller-spiffe", "from": "SPIFFE"},
+        {"name": "x-caller-sub", "from": "JWTSubject"},
+        {"name": "x-caller-iss", "from": "JWTIssuer"},
+        {"name": "x-caller-team", "from": "JWTClaim", "claim": "org.team"},
+        {"name": "x-caller-groups", "from": "JWTClaim", "claim": "groups"},
+    ]);
+    b["backends"][1]["identityHeaders"] =
+        json!([{"name": "x-team", "from": "JWTClaim", "claim": "org.team"}]);
+    b
+}
+
+fn principal(e: &Engine, claims: Value) -> JwtPrincipal {
+    e.jwt_principal(&claims).unwrap()
+}
+
+/// A tools/call of `tool` by a caller with `spiffe` and `jwts`, with `extra` headers.
+fn call(e: &Engine, tool: &str, jwts: Vec<JwtPrincipal>, extra: &[(&str, &str)]) -> Next {
+    let mut input = post_input(ALPHA, extra);
+    input.caller.jwts = jwts;
+    let mut flow = RequestFlow::new();
+    assert_eq!(flow.on_headers(e, input), Next::Hold);
+    let body =
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}"}}}}"#);
+    let a = flow.on_body(e, body.len(), true, move |_| Some(body.into_bytes()));
+    drive(&mut flow, e, a, |_| Reply::Http {
+        status: Some(200),
+        headers: vec![("x-caller-sub".into(), "from-the-authorizer".into())],
+        body: vec![],
+    })
+}
+
+fn edits(next: &Next) -> (Vec<HeaderEdit>, Vec<HeaderEdit>) {
+    match next {
+        Next::Allow {
+            add_headers,
+            identity_headers,
+            ..
+        } => (add_headers.clone(), identity_headers.clone()),
+        other => panic!("expected an allow, got {other:?}"),
+    }
+}
+
+fn removed(edits: &[HeaderEdit]) -> Vec<&str> {
+    edits
+        .iter()
+        .filter(|e| e.op == HeaderOp::Remove)
+        .map(|e| e.name.as_str())
+        .collect()
+}
+
+fn set(edits: &[HeaderEdit]) -> Vec<(&str, &str)> {
+    edits
+        .iter()
+        .filter(|e| e.op == HeaderOp::Set)
+        .map(|e| (e.name.as_str(), e.value.as_str()))
+        .collect()
+}
+
+const ALL: [&str; 6] = [
+    "x-caller-groups",
+    "x-caller-iss",
+    "x-caller-spiffe",
+    "x-caller-sub",
+    "x-caller-team",
+    "x-team",
+];
+
+#[test]
+fn every_copy_is_removed_then_the_callers_identity_set() {
+    let e = engine(&identity_bundle());
+    let jwt = principal(
+        &e,
+        json!({"iss": ISSUER, "sub": "u1", "org": {"team": "blue"}, "groups": ["a", "b"]}),
+    );
+    let forged = [
+        ("x-caller-sub", "admin"),
+        ("x-caller-sub", "root"),
+        ("x_caller_sub", "admin"),
+        ("x-caller_team", "red"),
+        ("x-team", "red"),
+    ];
+    let (add, identity) = edits(&call(&e, "echo", vec![jwt], &forged));
+    // Removals first: every identity header of the bundle, and the spellings with '_'.
+    let mut gone = ALL.to_vec();
+    gone.extend(["x_caller_sub", "x-caller_team"]);
+    assert_eq!(removed(&identity), gone);
+    assert!(identity[..gone.len()]
+        .iter()
+        .all(|e| e.op == HeaderOp::Remove));
+    assert_eq!(
+        set(&identity),
+        [
+            ("x-caller-spiffe", ALPHA),
+            ("x-caller-sub", "u1"),
+            ("x-caller-iss", ISSUER),
+            ("x-caller-team", "blue"),
+            ("x-caller-groups", "[\"a\",\"b\"]"),
+        ]
+    );
+    // The authorizer's edit comes first; the host applies the identity edits after it.
+    assert_eq!(set(&add), [("x-caller-sub", "from-the-authorizer")]);
+}
+
+#[test]
+fn a_caller_without_that_identity_gets_no_header() {
+    let e = engine(&identity_bundle());
+    // No JWT: only the SPIFFE ID.
+    let (_, identity) = edits(&call(&e, "echo", vec![], &[("x-caller-sub", "admin")]));
+    assert_eq!(removed(&identity), ALL);
+    assert_eq!(set(&identity), [("x-caller-spiffe", ALPHA)]);
+    // No such claim, a value that is no header value, two verified JWTs: absent.
+    let odd = principal(
+        &e,
+        json!({"iss": ISSUER, "sub": "a\nb", "org": {"team": "x\r\ny"}}),
+    );
+    let (_, identity) = edits(&call(&e, "echo", vec![odd], &[]));
+    assert_eq!(
+        set(&identity),
+        [("x-caller-spiffe", ALPHA), ("x-caller-iss", ISSUER)]
+    );
+    let one = principal(&e, json!({"iss": ISSUER, "sub": "u1"}));
+    let (_, identity) = edits(&call(&e, "echo", vec![one.clone(), one], &[]));
+    assert_eq!(set(&identity), [("x-caller-spiffe", ALPHA)]);
+}
+
+#[test]
+fn a_denied_request_carries_nothing_and_other_backends_lose_the_copies_too() {
+    let e = engine(&identity_bundle());
+    let next = call(&e, "delete_repo", vec![], &[("x-caller-sub", "admin")]);
+    assert!(
+        matches!(next, Next::Respond(ref r) if r.status == 403),
+        "{next:?}"
+    );
+    // A request to `other`: its own header set, every other identity header still removed.
+    let mut input = post_input(ALPHA, &[("x-caller-spiffe", "spiffe://forged")]);
+    input.route_name = None;
+    input.cluster_name = Some("other-cluster".into());
+    input.caller.jwts = vec![principal(&e, json!({"iss": ISSUER, "org": {"team": 7}}))];
+    let mut flow = RequestFlow::new();
+    flow.on_headers(&e, input);
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec();
+    let next = flow.on_body(&e, body.len(), true, move |_| Some(body));
+    let (_, identity) = edits(&next);
+    assert_eq!(removed(&identity), ALL);
+    assert_eq!(set(&identity), [("x-team", "7")]);
+}
+
+#[test]
+fn without_identity_headers_nothing_is_edited() {
+    let e = engine(&bundle(vec![], &[]));
+    let mut flow = RequestFlow::new();
+    let mut input = post_input(ALPHA, &[("x-caller-sub", "admin")]);
+    input.end_of_stream = true;
+    input.headers[0].1 = "GET".into();
+    input.headers.retain(|(n, _)| n != "content-type");
+    let (_, identity) = edits(&flow.on_headers(&e, input));
+    assert!(identity.is_empty());
+}
