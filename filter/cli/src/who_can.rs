@@ -51,6 +51,10 @@ pub struct Answer {
 pub struct ListenerAnswer {
     /// `namespace/gateway/listener`.
     pub listener: String,
+    /// Where policies on HTTPRoutes make routes to the backend differ: the routes (HTTPRoute
+    /// rules) this answer is for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub through: Option<String>,
     pub callers: Vec<CallerAnswer>,
     /// Rules with conditions on the request that a caller alone does not settle.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -93,34 +97,18 @@ pub fn who_can(b: &Bundle, topo: &Topology, q: &Question) -> Result<Answer, Stri
         notes: Vec::new(),
     };
     for (gw_ns, gw, listener) in listeners_to(topo, &backend_id) {
-        let on_path = path_policies(b, (&gw_ns, &gw, &listener), &backend_id);
-        let (callers, complete) = candidates(b, &on_path);
-        if !complete {
-            answer.notes.push(format!(
-                "{gw_ns}/{gw}/{listener}: more than {MAX_TOKENS} classes of tokens for one issuer: those listed are not all"
-            ));
+        for (route, through) in route_groups(b, topo, (&gw_ns, &gw, &listener), &backend_id) {
+            let at = (gw_ns.as_str(), gw.as_str(), listener.as_str());
+            let out = answer_at(
+                b,
+                topo,
+                q,
+                at,
+                (&backend_id, route, through),
+                &mut answer.notes,
+            )?;
+            answer.listeners.push(out);
         }
-        let mut out = ListenerAnswer {
-            listener: format!("{gw_ns}/{gw}/{listener}"),
-            callers: Vec::new(),
-            conditions: conditions(&on_path, &q.method, q.param.as_deref()),
-        };
-        for c in callers {
-            let spec = RequestSpec {
-                gateway: Some(format!("{gw_ns}/{gw}")),
-                listener: Some(listener.clone()),
-                backend: Some(backend_id.clone()),
-                mcp_method: Some(q.method.clone()),
-                param: q.param.clone(),
-                spiffe: c.spiffe.clone(),
-                jwt_claims: c.jwt.clone(),
-                assume: BTreeMap::from([("*".to_string(), Assumption::Allow)]),
-                ..RequestSpec::default()
-            };
-            let e = explain::explain(b, Some(topo), &spec)?;
-            out.callers.push(answer_of(&c, &e));
-        }
-        answer.listeners.push(out);
     }
     if answer.listeners.is_empty() {
         answer.notes.push(format!(
@@ -128,6 +116,126 @@ pub fn who_can(b: &Bundle, topo: &Topology, q: &Question) -> Result<Answer, Stri
         ));
     }
     Ok(answer)
+}
+
+/// The answer on one listener, through the Envoy route `route` where routes differ.
+fn answer_at(
+    b: &Bundle,
+    topo: &Topology,
+    q: &Question,
+    (gw_ns, gw, listener): (&str, &str, &str),
+    (backend_id, route, through): (&str, Option<String>, Option<String>),
+    notes: &mut Vec<String>,
+) -> Result<ListenerAnswer, String> {
+    let on_path = path_policies(b, (gw_ns, gw, listener), backend_id, route.as_deref());
+    let (callers, complete) = candidates(b, &on_path);
+    if !complete {
+        notes.push(format!(
+            "{gw_ns}/{gw}/{listener}: more than {MAX_TOKENS} classes of tokens for one issuer: those listed are not all"
+        ));
+    }
+    let mut out = ListenerAnswer {
+        listener: format!("{gw_ns}/{gw}/{listener}"),
+        through,
+        callers: Vec::new(),
+        conditions: conditions(&on_path, &q.method, q.param.as_deref()),
+    };
+    for c in callers {
+        let spec = RequestSpec {
+            gateway: Some(format!("{gw_ns}/{gw}")),
+            listener: Some(listener.to_string()),
+            backend: Some(backend_id.to_string()),
+            route: route.clone(),
+            mcp_method: Some(q.method.clone()),
+            param: q.param.clone(),
+            spiffe: c.spiffe.clone(),
+            jwt_claims: c.jwt.clone(),
+            assume: BTreeMap::from([("*".to_string(), Assumption::Allow)]),
+            ..RequestSpec::default()
+        };
+        let e = explain::explain(b, Some(topo), &spec)?;
+        out.callers.push(answer_of(&c, &e));
+    }
+    Ok(out)
+}
+
+/// Whether policy `p` targets `backend` through routes only (route-scoped), and if so
+/// whether through Envoy route `name`.
+fn scoped_through(p: &Policy, backend: &str, name: Option<&str>) -> Option<bool> {
+    let mine: Vec<_> = p
+        .targets
+        .iter()
+        .filter(|t| {
+            format!(
+                "{}/{}",
+                t.namespace.as_deref().unwrap_or(&p.namespace),
+                t.name
+            ) == backend
+        })
+        .collect();
+    if mine.is_empty() || mine.iter().any(|t| t.routes.is_none()) {
+        return None;
+    }
+    Some(name.is_some_and(|n| {
+        mine.iter()
+            .flat_map(|t| t.routes.iter().flatten())
+            .any(|r| r == n)
+    }))
+}
+
+/// The routes on a listener to `backend`, grouped by the route-scoped policies that apply
+/// through them (docs/semantics.md §1.6): (an Envoy route of the group, its HTTPRoute rules).
+/// One group of no route when no policy of the backend is route-scoped.
+fn route_groups(
+    b: &Bundle,
+    topo: &Topology,
+    (gns, g, l): (&str, &str, &str),
+    backend: &str,
+) -> Vec<(Option<String>, Option<String>)> {
+    let level = b.policies.iter().filter(|p| p.level == Level::Backend);
+    if !level
+        .clone()
+        .any(|p| scoped_through(p, backend, None).is_some())
+    {
+        return vec![(None, None)];
+    }
+    let entries = topo
+        .gateways
+        .iter()
+        .filter(|x| x.namespace == gns && x.name == g)
+        .flat_map(|x| x.listeners.iter().filter(|x| x.name == l))
+        .flat_map(|x| x.routes.iter())
+        .filter(|r| match &r.action {
+            RouteAction::Forward { clusters, .. } => clusters
+                .iter()
+                .any(|c| c.backend.as_deref() == Some(backend)),
+            _ => false,
+        });
+    let mut groups: BTreeMap<Vec<usize>, (String, BTreeSet<String>)> = BTreeMap::new();
+    for r in entries {
+        let key: Vec<usize> = level
+            .clone()
+            .enumerate()
+            .filter(|(_, p)| scoped_through(p, backend, Some(&r.name)) == Some(true))
+            .map(|(i, _)| i)
+            .collect();
+        let rule = match &r.rule_name {
+            Some(n) => format!("HTTPRoute {} rule {} ({n})", r.route, r.rule),
+            None => format!("HTTPRoute {} rule {}", r.route, r.rule),
+        };
+        groups
+            .entry(key)
+            .or_insert_with(|| (r.name.clone(), BTreeSet::new()))
+            .1
+            .insert(rule);
+    }
+    groups
+        .into_values()
+        .map(|(name, rules)| {
+            let rules: Vec<String> = rules.into_iter().collect();
+            (Some(name), Some(rules.join(", ")))
+        })
+        .collect()
 }
 
 /// The Gateway listeners whose routes lead to `backend`.
@@ -150,11 +258,13 @@ fn listeners_to(topo: &Topology, backend: &str) -> Vec<(String, String, String)>
     out
 }
 
-/// The enforced policies a request through `listener` to `backend` meets, both levels.
+/// The enforced policies a request through `listener` (and Envoy route `route`, where
+/// routes differ) to `backend` meets, both levels.
 fn path_policies<'b>(
     b: &'b Bundle,
     (gns, g, l): (&str, &str, &str),
     backend: &str,
+    route: Option<&str>,
 ) -> Vec<&'b Policy> {
     b.policies
         .iter()
@@ -172,12 +282,13 @@ fn path_policies<'b>(
                         t.namespace.as_deref().unwrap_or(&p.namespace),
                         t.name
                     ) == backend
-                }) && (p.listeners.is_empty()
-                    || p.listeners.iter().any(|t| {
-                        t.name == g
-                            && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
-                            && t.section_name.as_deref() == Some(l)
-                    }))
+                }) && scoped_through(p, backend, route) != Some(false)
+                    && (p.listeners.is_empty()
+                        || p.listeners.iter().any(|t| {
+                            t.name == g
+                                && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
+                                && t.section_name.as_deref() == Some(l)
+                        }))
             }
         })
         .collect()
@@ -542,7 +653,10 @@ pub fn to_text(a: &Answer) -> String {
     };
     let mut out = format!("who can {what} on XBackend {}\n", a.backend);
     for l in &a.listeners {
-        out.push_str(&format!("listener {}\n", l.listener));
+        match &l.through {
+            Some(t) => out.push_str(&format!("listener {} through {t}\n", l.listener)),
+            None => out.push_str(&format!("listener {}\n", l.listener)),
+        }
         for c in &l.callers {
             let decision = if c.decision == "allow" {
                 "ALLOW"
