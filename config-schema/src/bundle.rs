@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::settings::*;
+
 pub use mcp_access_cel::{CelLimits, CEL_LIMIT_MAX};
 
 /// The only `apiVersion` this crate reads and writes.
@@ -47,6 +49,28 @@ pub struct Bundle {
     /// How the filter fits into the Envoy it runs in.
     #[serde(default)]
     pub envoy: EnvoySettings,
+    /// What the decision records (decision log lines, filter state) carry.
+    #[serde(default, skip_serializing_if = "DecisionRecords::is_default")]
+    pub decision_records: DecisionRecords,
+}
+
+/// What each decision record carries besides the decision: the request's canonical
+/// attributes, so that `mcp-access replay` can decide it again (docs/semantics.md §3.9).
+/// Never credentials: no `Authorization`, `Cookie` or `Proxy-Authorization` header, no token.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DecisionRecords {
+    /// Also record a tool call's `params.arguments` (default false: arguments may hold
+    /// anything the agent sends).
+    #[serde(default)]
+    pub arguments: bool,
+}
+
+impl DecisionRecords {
+    fn is_default(&self) -> bool {
+        *self == DecisionRecords::default()
+    }
 }
 
 /// Where caller identities come from.
@@ -367,6 +391,43 @@ pub struct Policy {
     /// block, or on a Backend-level policy a block changed: where the rules came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
+    /// Which decision the policy takes part in (docs/semantics.md §3.8): `Enforce` (default)
+    /// both; `DryRun` only the dry-run decision, which is reported and never enforced;
+    /// `EnforceOnly` only the enforced one (the compiler sets it where a dry-run
+    /// defaults/overrides block would replace the policy's rules).
+    #[serde(default, skip_serializing_if = "PolicyMode::is_enforce")]
+    pub mode: PolicyMode,
+}
+
+/// Which decision a policy takes part in: the one the request gets, the dry-run one (the
+/// decision with every dry-run policy enforced), or both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum PolicyMode {
+    /// Both decisions: the policy is enforced.
+    #[default]
+    Enforce,
+    /// Only the dry-run decision: evaluated and reported, never enforced.
+    DryRun,
+    /// Only the enforced decision: a dry-run block replaces it in the dry-run decision.
+    EnforceOnly,
+}
+
+impl PolicyMode {
+    /// Whether this is the default, [`PolicyMode::Enforce`].
+    pub fn is_enforce(&self) -> bool {
+        *self == PolicyMode::Enforce
+    }
+
+    /// Whether the policy takes part in the enforced decision.
+    pub fn enforced(self) -> bool {
+        self != PolicyMode::DryRun
+    }
+
+    /// Whether the policy takes part in the dry-run decision.
+    pub fn in_dry_run(self) -> bool {
+        self != PolicyMode::EnforceOnly
+    }
 }
 
 /// Where a compiled policy's rules came from (decision logs and `explain` show it).
@@ -663,179 +724,4 @@ pub enum MatchType {
     PathPrefix,
     /// Regular expression matching the whole value.
     RegularExpression,
-}
-
-/// Response for requests the filter denies itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct DenyResponse {
-    /// HTTP status of a policy denial: a 4xx or 5xx, or 200 for clients that take every
-    /// non-2xx answer for a transport failure.
-    #[serde(default = "default_deny_status")]
-    pub http_status: u16,
-    /// JSON-RPC error code of a denial (default -32010, a code no MCP SDK uses itself).
-    #[serde(default = "default_deny_code")]
-    pub json_rpc_code: i32,
-    /// JSON-RPC error message of a policy denial.
-    #[serde(default = "default_deny_message")]
-    pub message: String,
-    /// Put level, policy, rule and reason in `error.data`, and an authorizer's status and
-    /// (capped) body.
-    #[serde(default)]
-    pub expose_details: bool,
-}
-
-impl Default for DenyResponse {
-    fn default() -> Self {
-        DenyResponse {
-            http_status: default_deny_status(),
-            json_rpc_code: default_deny_code(),
-            message: default_deny_message(),
-            expose_details: false,
-        }
-    }
-}
-
-/// Request limits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Limits {
-    /// Largest request body buffered; larger is answered 413.
-    #[serde(default = "default_max_body")]
-    pub max_body_bytes: u32,
-    /// Deepest JSON nesting accepted.
-    #[serde(default = "default_max_depth")]
-    pub max_json_depth: u32,
-    /// Bounds on CEL expressions (`when`, `authorization.cel`).
-    #[serde(default)]
-    pub cel: CelLimits,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_body_bytes: default_max_body(),
-            max_json_depth: default_max_depth(),
-            cel: CelLimits::default(),
-        }
-    }
-}
-
-/// Per-caller filtering of `tools/list`, `prompts/list`, `resources/list` and
-/// `resources/templates/list` responses.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Listings {
-    /// Keep only the items the caller could use (default true); false passes listings as
-    /// the server sent them.
-    #[serde(default = "default_true")]
-    pub filter: bool,
-    /// Largest listing response (JSON body, or one SSE event of any stream the filter reads)
-    /// the filter reads; a larger one is replaced by a JSON-RPC error, never passed unfiltered.
-    #[serde(default = "default_max_listing")]
-    pub max_bytes: u32,
-}
-
-impl Default for Listings {
-    fn default() -> Self {
-        Listings {
-            filter: true,
-            max_bytes: default_max_listing(),
-        }
-    }
-}
-
-/// Integration with the hosting Envoy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct EnvoySettings {
-    /// Hold request headers until the decision (needs `allow_on_headers_stop_iteration: true`
-    /// on the Wasm filter). When false, headers reach the upstream before the body is decided;
-    /// a denial then resets that stream, and authorizer headers cannot be added.
-    #[serde(default = "default_true")]
-    pub hold_headers: bool,
-    /// Requests Envoy routes to no known backend: `Deny` (default) or `GatewayOnly` (only
-    /// Gateway-level policies apply).
-    #[serde(default)]
-    pub unknown_backend: UnknownBackend,
-    /// A request path holding an encoded `/` or `\` (`%2F`, `%5C`): `Reject` it with 400
-    /// (default) or `Decode` it to `/` before rules match. The generated Envoy configurations
-    /// set `path_with_escaped_slashes_action` to match (`REJECT_REQUEST` or
-    /// `UNESCAPE_AND_FORWARD`).
-    #[serde(default)]
-    pub escaped_slashes: EscapedSlashes,
-}
-
-impl Default for EnvoySettings {
-    fn default() -> Self {
-        EnvoySettings {
-            hold_headers: true,
-            unknown_backend: UnknownBackend::default(),
-            escaped_slashes: EscapedSlashes::default(),
-        }
-    }
-}
-
-/// Treatment of `%2F` / `%5C` in a request path.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum EscapedSlashes {
-    /// Answer 400 (Envoy: `REJECT_REQUEST`).
-    #[default]
-    Reject,
-    /// Read them as `/` (Envoy: `UNESCAPE_AND_FORWARD`; the upstream then sees `/`).
-    Decode,
-}
-
-/// Treatment of requests routed to no known backend.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum UnknownBackend {
-    /// Deny them.
-    #[default]
-    Deny,
-    /// Decide them on Gateway-level policies alone.
-    GatewayOnly,
-}
-
-fn default_namespace() -> String {
-    "default".to_string()
-}
-fn default_timeout_ms() -> u32 {
-    200
-}
-fn default_path_match() -> MatchType {
-    MatchType::PathPrefix
-}
-fn default_deny_status() -> u16 {
-    403
-}
-/// No MCP SDK uses it for its own errors (`-32001` is the SDKs' request timeout, `-32000`
-/// connection closed, `-32002` a retired resource-not-found code; docs/semantics.md §5.1).
-pub const DEFAULT_DENY_CODE: i32 = -32010;
-
-fn default_deny_code() -> i32 {
-    DEFAULT_DENY_CODE
-}
-fn default_deny_message() -> String {
-    "Access denied".to_string()
-}
-fn default_max_response_body() -> u32 {
-    DEFAULT_MAX_RESPONSE_BODY_BYTES
-}
-fn default_max_body() -> u32 {
-    1024 * 1024
-}
-fn default_max_listing() -> u32 {
-    4 * 1024 * 1024
-}
-fn default_max_depth() -> u32 {
-    64
-}
-fn default_true() -> bool {
-    true
 }

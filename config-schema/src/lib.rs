@@ -9,12 +9,14 @@ pub mod mcp_methods;
 pub mod names;
 pub mod oauth;
 mod pins;
+mod settings;
 pub mod validate;
 
 pub use bundle::*;
 pub use identity_headers::{IdentityField, IdentityHeader};
 pub use oauth::ProtectedResource;
 pub use pins::*;
+pub use settings::*;
 pub use validate::{
     parse_bundle, validate, BundleError, Conditions, PolicyConditions, RuleConditions, ValidBundle,
 };

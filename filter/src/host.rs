@@ -2,6 +2,7 @@
 //! and carries out the resulting actions. Host calls go through [`abi`], which treats every
 //! status and byte from the host as untrusted (the SDK's own helpers panic on surprises).
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -10,15 +11,17 @@ use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{
-    Dispatched, HeadersInput, Next, Phase, Reports, RequestFlow, Verdict,
+    Dispatched, HeadersInput, Next, Phase, Reports, RequestFlow, Verdict, TRACE_TAG_KEYS,
 };
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
 
 mod drift;
+mod metrics;
 
 use drift::SharedDrift;
+use metrics::{increment, BundleStats, Stats};
 
 /// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
 static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
@@ -47,41 +50,13 @@ proxy_wasm::main! {{
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
 }}
 
-/// Metric ids, defined once per VM when the bundle loads (None: the host refused one).
-struct Stats {
-    counters: [Option<u32>; Counter::ALL.len()],
-    /// Indexed as [`stats::denial_counter_names`].
-    denied: Vec<Option<u32>>,
-    latency: Option<u32>,
-}
-
-impl Stats {
-    fn define() -> Stats {
-        Stats {
-            counters: Counter::ALL.map(|c| abi::define_metric(abi::METRIC_COUNTER, c.name())),
-            denied: stats::denial_counter_names()
-                .iter()
-                .map(|n| abi::define_metric(abi::METRIC_COUNTER, n))
-                .collect(),
-            latency: abi::define_metric(abi::METRIC_HISTOGRAM, stats::CALLOUT_LATENCY_MS),
-        }
-    }
-
-    fn inc(&self, c: Counter) {
-        increment(self.counters.get(c.index()).copied().flatten());
-    }
-}
-
-fn increment(id: Option<u32>) {
-    if let Some(id) = id {
-        abi::increment_metric(id, 1);
-    }
-}
-
 #[derive(Default)]
 struct Root {
     engine: Option<Rc<Engine>>,
     stats: Option<Rc<Stats>>,
+    bundle_stats: Option<Rc<BundleStats>>,
+    /// The bundle counters defined so far, by name.
+    bundle_metrics: HashMap<String, Option<u32>>,
 }
 
 impl Context for Root {}
@@ -115,6 +90,8 @@ impl RootContext for Root {
                         memory_kib
                     ),
                 );
+                let stats = BundleStats::define(&engine, &mut self.bundle_metrics);
+                self.bundle_stats = Some(Rc::new(stats));
                 self.engine = Some(Rc::new(engine));
                 true
             }
@@ -129,6 +106,7 @@ impl RootContext for Root {
         Some(Box::new(Stream {
             engine: self.engine.clone()?,
             stats: self.stats.clone()?,
+            bundle_stats: self.bundle_stats.clone()?,
             flow: RequestFlow::new().with_drift_store(Rc::new(SharedDrift)),
             listing: None,
         }))
@@ -142,6 +120,7 @@ impl RootContext for Root {
 struct Stream {
     engine: Rc<Engine>,
     stats: Rc<Stats>,
+    bundle_stats: Rc<BundleStats>,
     flow: RequestFlow,
     /// The filter of a response that may carry a listing (docs/semantics.md §5.4), from the
     /// flow's allow; dropped when the response headers show it carries none. It judges items
@@ -248,6 +227,14 @@ impl Stream {
         };
         let json = outcome.to_json();
         abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
+        for (key, value) in TRACE_TAG_KEYS.iter().zip(outcome.trace_tags()) {
+            abi::set_property(&[key], value.as_bytes());
+        }
+        self.bundle_stats.count(
+            outcome.policy.as_ref(),
+            outcome.rule.as_ref(),
+            outcome.allowed,
+        );
         for (c, n) in [
             (Counter::CelErrors, outcome.cel_errors.0),
             (Counter::CelStepsExceeded, outcome.cel_errors.1),
@@ -257,9 +244,25 @@ impl Stream {
                 abi::increment_metric(id, i64::from(n));
             }
         }
+        // What a dry-run policy changed is logged as a denial is (docs/semantics.md §3.8).
+        let mut dry_run_changed = false;
+        if let Some(d) = &outcome.dry_run {
+            if let Some(c) = stats::dry_run_total(d) {
+                self.stats.inc(c);
+                dry_run_changed = true;
+            }
+            increment(
+                stats::dry_run_counter(d)
+                    .and_then(|i| self.bundle_stats.dry_run.get(i).copied().flatten()),
+            );
+        }
         let level = if outcome.allowed {
             self.stats.inc(Counter::Allowed);
-            LogLevel::Debug
+            if dry_run_changed {
+                LogLevel::Info
+            } else {
+                LogLevel::Debug
+            }
         } else {
             self.stats.inc(Counter::Denied);
             increment(

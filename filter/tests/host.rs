@@ -498,10 +498,27 @@ impl Vm {
         (out, actions)
     }
 
+    /// The last decision set as filter state; the trace tags follow it, each its own key.
     fn decision(&self) -> Value {
-        let (key, value) = self.host().set_properties.last().expect("filter state");
-        assert_eq!(key, "mcp_access.decision");
-        serde_json::from_slice(value).unwrap()
+        let set = &self.host().set_properties;
+        let at = set
+            .iter()
+            .rposition(|(k, _)| k == "mcp_access.decision")
+            .expect("filter state");
+        let tags: Vec<&str> = set[at + 1..].iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            tags,
+            [
+                "mcp_access.security_rule.ruleset.name",
+                "mcp_access.security_rule.name",
+                "mcp_access.event.action",
+                "mcp_access.event.outcome"
+            ]
+        );
+        let decision: Value = serde_json::from_slice(&set[at].1).unwrap();
+        let action = String::from_utf8(set[at + 3].1.clone()).unwrap();
+        assert_eq!(decision["decision"], action.as_str());
+        decision
     }
 }
 

@@ -17,6 +17,7 @@ from typing import Any
 from harness import (ALPHA, Cluster, EnvoyProcess, Listener, Route, Tls, Wasm, build_bootstrap, free_port,
                      start_authorizer, start_mcp_server)
 from harness.traffic import ALLOWED_TOOL, FLIP_TOOL, Load, Version, client, judge, send
+from test_cli_e2e import cli, run_cli  # noqa: F401  (the `cli` fixture)
 
 REQUESTS = int(os.environ.get("MCP_ACCESS_SOAK_REQUESTS", "4000"))
 TIMEOUT_MS = 200
@@ -54,7 +55,7 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def test_soak(work_dir: Path, wasm_path: Path, pki: Any) -> None:
+def test_soak(work_dir: Path, wasm_path: Path, pki: Any, cli: Path) -> None:  # noqa: F811
     base = work_dir / "soak"
     with start_mcp_server(base / "logs", name="soak-tools") as server, \
             start_authorizer(base / "logs", name="soak-risk") as authz:
@@ -122,3 +123,28 @@ def test_soak(work_dir: Path, wasm_path: Path, pki: Any) -> None:
             assert growth < 16 * 1024, f"Envoy RSS grew by {growth} KiB: {rss}"
             print(f"soak: no denied call reached the server; {loads_at_start} filter VM loads, none after the start; "
                   f"RSS growth after the first quarter {growth} KiB")
+            replay_soak_log(cli, base, log, plain, mtls, calls.count(ALLOWED_TOOL))
+
+
+def replay_soak_log(cli: Path, base: Path, log: str, plain: int, mtls: int, allowed: int) -> None:  # noqa: F811
+    """The soak's decision log replayed against a changed policy (the Allow rule drops the allowed
+    tool): exactly the recorded allowed calls of that tool flip, as `explain` decides them under the
+    changed bundle; the flip tool keeps every recorded decision (the authorizer's recorded denials
+    and failures answer as they did)."""
+    changed = bundle(plain, mtls)
+    changed["policies"][1]["rules"][0]["authorization"]["mcp"]["methods"][0]["params"] = [FLIP_TOOL]
+    (base / "changed.json").write_text(json.dumps(changed))
+    (base / "soak-envoy.log").write_text(log)
+    out = run_cli(cli, "replay", "--bundle", str(base / "changed.json"), str(base / "soak-envoy.log"), "-o", "json")
+    assert out.returncode == 6, out.stderr + out.stdout[:2000]
+    r = json.loads(out.stdout)
+    assert not r["errors"], r["errors"][:5]
+    assert {(f["change"], f["call"]) for f in r["flips"]} == {("loses", f"tools/call {ALLOWED_TOOL}")}, r["flips"]
+    assert sum(f["count"] for f in r["flips"]) == allowed, (allowed, r["flips"])
+    for port, listener in ((plain, "plain"), (mtls, "mtls")):
+        for tool, decision in ((ALLOWED_TOOL, "deny"), (FLIP_TOOL, "allow")):
+            e = run_cli(cli, "explain", "--bundle", str(base / "changed.json"), "--gateway", "mcp/gw", "--listener",
+                        listener, "--backend", "mcp/tools", "--tool", tool, "-o", "json")
+            assert json.loads(e.stdout)["decision"] == decision, e.stdout
+    print(f"soak: replay of {r['records']} decision records against the changed policy: {allowed} flips, "
+          f"as explain decides them")

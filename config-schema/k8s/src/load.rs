@@ -45,6 +45,7 @@ pub struct Meta {
     /// `creationTimestamp` as (seconds, nanoseconds) since the epoch.
     pub(crate) created: Option<(i64, u32)>,
     pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) annotations: BTreeMap<String, String>,
     /// `metadata.generation`, when the manifest carries one (from a cluster).
     pub(crate) generation: Option<i64>,
 }
@@ -519,6 +520,7 @@ impl Manifests {
                 namespace: String::new(),
                 created: None,
                 labels,
+                annotations: BTreeMap::new(),
                 generation: None,
             },
             spec: (),
@@ -626,6 +628,7 @@ fn metadata(m: &ObjectMeta, default_namespace: &str, c: &mut Checker) -> Meta {
         namespace,
         created,
         labels: m.labels.clone().unwrap_or_default(),
+        annotations: m.annotations.clone().unwrap_or_default(),
         generation: m.generation.as_ref().and_then(Value::as_i64),
     }
 }

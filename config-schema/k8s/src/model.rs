@@ -197,6 +197,10 @@ pub struct EffectiveEntry {
     pub rules: Option<Vec<EffectiveRule>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorizer: Option<String>,
+    /// `DryRun` (in the dry-run decision only) or `EnforceOnly` (replaced there by a dry-run
+    /// block); absent: enforced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -37,8 +37,7 @@ pub(crate) struct ObjectMeta {
     pub(crate) namespace: Option<String>,
     pub(crate) creation_timestamp: Option<String>,
     pub(crate) labels: Option<BTreeMap<String, String>>,
-    #[serde(rename = "annotations")]
-    _annotations: Option<BTreeMap<String, String>>,
+    pub(crate) annotations: Option<BTreeMap<String, String>>,
     #[serde(rename = "generateName")]
     _generate_name: Option<String>,
     #[serde(rename = "uid")]
@@ -714,6 +713,11 @@ pub struct PolicySpecV1 {
     /// values.
     #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub(crate) identity_headers: Option<Vec<IdentityHeaderSpec>>,
+    /// `Enforce` (default) or `DryRun`: a dry-run policy is evaluated beside the others and
+    /// what it would change is reported (decision log, filter state, counters), never
+    /// enforced. (On an `XAccessPolicy`: the annotation `mcp-access.io/dry-run: "true"`.)
+    #[schemars(extend("enum" = ["Enforce", "DryRun"]))]
+    pub(crate) mode: Option<String>,
 }
 
 /// One identity header (docs/semantics.md §5.7).

@@ -18,6 +18,8 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// Parsed once per run: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// Compile manifests to a policy bundle; print the status report.
@@ -115,6 +117,20 @@ pub(crate) enum Command {
     /// `tools/list` answer) for review; with --check, compare the server with a ToolPin and
     /// exit 5 on any difference, with a diff per tool (docs/pins.md).
     Pin(Box<PinArgs>),
+    /// Run decision tests (PolicyTest documents, docs/policy-tests.md): each case's request
+    /// through the filter's request flow, its decision compared with the expected one. Exits
+    /// 5 when a case fails, 1 when a test document cannot run.
+    Test(TestArgs),
+    /// Which callers may call a tool (prompt, resource URI) of an XBackend: per listener that
+    /// routes to it, each caller the policies tell apart (SPIFFE IDs and ServiceAccounts,
+    /// classes of verified tokens, every other caller), under which policies and rules, and
+    /// what decides at run time (authorizers, CEL, HTTP conditions).
+    WhoCan(WhoCanArgs),
+    /// Decide recorded requests again under candidate policies: reads the filter's decision
+    /// records (decision log lines, or access-log entries carrying the decision filter state)
+    /// and prints the decisions that flip (who loses or gains which call). Exits 6 on a flip
+    /// unless --allow-flips.
+    Replay(ReplayArgs),
     /// Print the effective policy of each (Gateway listener, XBackend), per route where
     /// HTTPRoute-targeted policies make routes differ: every level and step with its rules
     /// and where they came from (the policy, or the defaults/overrides block and strategy of
@@ -362,11 +378,101 @@ pub(crate) struct EnvoyArgs {
     /// Write an access log (one JSON line per request, with the filter's decision).
     #[arg(long)]
     pub(crate) access_log: Option<String>,
+    /// Trace every request to a Zipkin collector (`zipkin=HOST:PORT`, its v2 JSON API), with
+    /// the filter's decision as span tags (security_rule.name, event.action, event.outcome...).
+    #[arg(long, value_name = "zipkin=HOST:PORT")]
+    pub(crate) tracing: Option<String>,
     /// Require a bearer token on this listener (repeatable; LISTENER, GATEWAY/LISTENER or
     /// NAMESPACE/GATEWAY/LISTENER): jwt_authn answers a request without one 401 with a
     /// `WWW-Authenticate: Bearer` challenge (CORS preflights pass) instead of passing it on.
     #[arg(long = "jwt-required", value_name = "LISTENER")]
     pub(crate) jwt_required: Vec<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct TestArgs {
+    /// Test files, or directories of them (their .yaml/.yml files).
+    #[arg(required = true, value_name = "TESTS")]
+    pub(crate) tests: Vec<PathBuf>,
+    /// Manifests of test documents that name none (`spec.manifests`).
+    #[arg(short = 'f', long = "filename")]
+    pub(crate) files: Vec<PathBuf>,
+    /// Read manifest directories recursively.
+    #[arg(short = 'R', long)]
+    pub(crate) recursive: bool,
+    #[command(flatten)]
+    pub(crate) compile: CompileArgs,
+    /// Test what compile --allow-not-accepted writes (policies not accepted enforced by their
+    /// fail-closed stand-ins) instead of failing on them.
+    #[arg(long)]
+    pub(crate) allow_not_accepted: bool,
+    /// Also write the results as JUnit XML to this file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) junit: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct ReplayArgs {
+    /// Logs holding decision records (`-`: standard input).
+    #[arg(required = true, value_name = "LOG")]
+    pub(crate) logs: Vec<PathBuf>,
+    /// The candidate manifests.
+    #[arg(short = 'f', long = "filename", required_unless_present = "bundle")]
+    pub(crate) files: Vec<PathBuf>,
+    /// Or a candidate bundle.
+    #[arg(long, conflicts_with_all = ["files", "jwt_providers"])]
+    pub(crate) bundle: Option<PathBuf>,
+    /// Read manifest directories recursively.
+    #[arg(short = 'R', long)]
+    pub(crate) recursive: bool,
+    #[command(flatten)]
+    pub(crate) compile: CompileArgs,
+    /// Authorizer answers, as explain's (default: allow; a recorded authorizer denial keeps
+    /// its answer).
+    #[arg(long = "assume", value_name = "POLICY=OUTCOME")]
+    pub(crate) assume: Vec<String>,
+    /// Exit 0 even when decisions flip.
+    #[arg(long)]
+    pub(crate) allow_flips: bool,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "format",
+        value_enum,
+        default_value = "text"
+    )]
+    pub(crate) format: Format,
+}
+
+#[derive(Args)]
+pub(crate) struct WhoCanArgs {
+    #[command(flatten)]
+    pub(crate) input: Input,
+    /// The XBackend (NAME or NAMESPACE/NAME).
+    #[arg(long)]
+    pub(crate) backend: String,
+    /// A tool (tools/call).
+    #[arg(long, conflicts_with_all = ["prompt", "uri"])]
+    pub(crate) tool: Option<String>,
+    /// A prompt (prompts/get).
+    #[arg(long, conflicts_with = "uri")]
+    pub(crate) prompt: Option<String>,
+    /// A resource URI (resources/read).
+    #[arg(long)]
+    pub(crate) uri: Option<String>,
+    /// Another MCP method (or, with --tool, --prompt or --uri, the method naming it).
+    #[arg(long)]
+    pub(crate) mcp_method: Option<String>,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "format",
+        value_enum,
+        default_value = "text"
+    )]
+    pub(crate) format: Format,
 }
 
 #[derive(Args)]
@@ -431,6 +537,9 @@ pub(crate) struct ExplainArgs {
     /// The request body as sent (else built from --mcp-method / --tool / --prompt / --uri).
     #[arg(long, conflicts_with = "mcp_method")]
     pub(crate) body: Option<String>,
+    /// `params.arguments` of the request (a JSON object), e.g. for CEL rules that read them.
+    #[arg(long, value_name = "JSON", conflicts_with = "body")]
+    pub(crate) arguments: Option<String>,
     /// Authorizer outcome to assume: POLICY=allow|deny[:STATUS]|error (POLICY: an ExternalAuth
     /// policy's NAMESPACE/NAME or NAME, the authorizer name, or `*`; STATUS 300-499). Unlisted
     /// authorizers are assumed to allow; a key naming none is an error.

@@ -12,11 +12,11 @@ use mcp_access_k8s::Manifests;
 
 use crate::args::{
     EnvoyArgs, ExplainArgs, Format, Input, ListenerNamesArg, Output, PinArgs, PlatformArg,
-    PlatformArgs, ReportArgs, UnpinnedArg, WasmArg,
+    PlatformArgs, ReplayArgs, ReportArgs, TestArgs, UnpinnedArg, WasmArg, WhoCanArgs,
 };
 use crate::{
     build, exit_code, not_accepted, options, pairs, render_report, serialize, write_out,
-    EXIT_DANGLING, EXIT_DRIFT, EXIT_INVALID, EXIT_NOT_ACCEPTED,
+    EXIT_DANGLING, EXIT_DRIFT, EXIT_FLIPS, EXIT_INVALID, EXIT_NOT_ACCEPTED, EXIT_TEST_FAILED,
 };
 
 /// `validate`: the report on standard output; exit 1 (invalid), 4 (dangling) or 3 (not
@@ -234,6 +234,11 @@ pub(crate) fn envoy(
         jwt,
         jwt_required: e.jwt_required,
         ecds_dir: ecds.as_ref().map(|d| d.to_string_lossy().into_owned()),
+        tracing: e
+            .tracing
+            .as_deref()
+            .map(envoy::Tracing::parse)
+            .transpose()?,
     };
     let mut notes = Notes::default();
     let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;
@@ -345,7 +350,12 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
             for s in &l.steps {
                 out.push_str(&format!("    {}\n", s.step));
                 for p in &s.policies {
-                    out.push_str(&format!("      {}  from {}\n", p.policy, p.from));
+                    let mode = match p.mode.as_deref() {
+                        Some("DryRun") => "  (dry run: reported, never enforced)",
+                        Some(_) => "  (enforced; a dry-run block replaces it in the dry run)",
+                        None => "",
+                    };
+                    out.push_str(&format!("      {}  from {}{mode}\n", p.policy, p.from));
                     for w in &p.when {
                         out.push_str(&format!("        when {w}\n"));
                     }
@@ -398,33 +408,37 @@ pub(crate) fn pins_text(p: &mcp_access_bundle::ToolPins) -> String {
     out
 }
 
+/// A bundle file, or the manifests compiled (refused when they have errors).
+fn bundle_or_compiled(
+    bundle: Option<&Path>,
+    input: Input,
+) -> Result<(Bundle, Option<mcp_access_k8s::Compiled>), String> {
+    if let Some(p) = bundle {
+        let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        let b = mcp_access_bundle::parse_bundle(&text).map_err(|e| e.to_string())?;
+        return Ok((b.into_inner(), None));
+    }
+    if input.files.is_empty() {
+        return Err("give a --bundle or manifests (-f)".into());
+    }
+    let (_, c) = build(&input, options(&input.compile)?)?;
+    if !c.report.invalid.is_empty() {
+        return Err("the manifests have errors".into());
+    }
+    Ok((c.bundle.clone(), Some(c)))
+}
+
 /// `explain`: one request through the request flow.
 pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
-    let mut report = None;
-    let (bundle, topo) = match (&a.bundle, a.files.is_empty()) {
-        (Some(p), _) => {
-            let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            (
-                mcp_access_bundle::parse_bundle(&text)
-                    .map_err(|e| e.to_string())?
-                    .into_inner(),
-                None,
-            )
-        }
-        (None, false) => {
-            let input = Input {
-                files: a.files.clone(),
-                recursive: a.recursive,
-                compile: a.compile.clone(),
-            };
-            let (_, c) = build(&input, options(&a.compile)?)?;
-            if !c.report.invalid.is_empty() {
-                return Err("the manifests have errors".into());
-            }
-            report = Some(c.report);
-            (c.bundle, Some(c.topology))
-        }
-        (None, true) => return Err("give a --bundle or manifests (-f)".into()),
+    let input = Input {
+        files: a.files.clone(),
+        recursive: a.recursive,
+        compile: a.compile.clone(),
+    };
+    let (bundle, compiled) = bundle_or_compiled(a.bundle.as_deref(), input)?;
+    let (report, topo) = match compiled {
+        Some(c) => (Some(c.report), Some(c.topology)),
+        None => (None, None),
     };
     let mut assume = BTreeMap::new();
     for (k, v) in pairs(&a.assume, "--assume")? {
@@ -478,6 +492,17 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
         service_account: a.service_account,
         mcp_method,
         param,
+        arguments: match &a.arguments {
+            None => None,
+            Some(text) => {
+                let v: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|e| format!("--arguments: not JSON: {e}"))?;
+                if !v.is_object() {
+                    return Err("--arguments: must be a JSON object".into());
+                }
+                Some(v)
+            }
+        },
         body: a.body,
         assume,
         jwt_claims: match &a.jwt_claims {
@@ -496,6 +521,114 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
     match a.format {
         Format::Text => print!("{}", explain::to_text(&e)),
         f => print!("{}", serialize(&e, f)?),
+    }
+    Ok(0)
+}
+
+/// `test`: every case of every test document; the report on standard output.
+pub(crate) fn test(a: TestArgs) -> Result<u8, String> {
+    use mcp_access_cli::policy_test;
+    let docs = policy_test::load(&a.tests)?;
+    let inputs = policy_test::Inputs {
+        files: a.files.clone(),
+        namespace: a.compile.namespace.clone(),
+        recursive: a.recursive,
+        options: options(&a.compile)?,
+        allow_not_accepted: a.allow_not_accepted,
+    };
+    let results = policy_test::run(&docs, &inputs);
+    print!("{}", policy_test::to_text(&results));
+    if let Some(path) = &a.junit {
+        let xml = policy_test::junit_xml(&results)?;
+        std::fs::write(path, xml).map_err(|e| format!("--junit {}: {e}", path.display()))?;
+    }
+    Ok(if results.iter().any(|r| r.error.is_some()) {
+        EXIT_INVALID
+    } else if results.iter().any(|r| r.failed() > 0) {
+        EXIT_TEST_FAILED
+    } else {
+        0
+    })
+}
+
+/// `replay`: recorded decisions decided again under the candidate manifests (or bundle).
+pub(crate) fn replay(a: ReplayArgs) -> Result<u8, String> {
+    use mcp_access_cli::replay;
+    let input = Input {
+        files: a.files.clone(),
+        recursive: a.recursive,
+        compile: a.compile.clone(),
+    };
+    let (bundle, compiled) = bundle_or_compiled(a.bundle.as_deref(), input)?;
+    // What compile would write: policies not accepted as their fail-closed stand-ins.
+    if let Some(c) = &compiled {
+        not_accepted(c, true, false);
+    }
+    let topo = compiled.map(|c| c.topology);
+    let mut assume = BTreeMap::new();
+    for (k, v) in pairs(&a.assume, "--assume")? {
+        assume.insert(
+            k,
+            explain::parse_assumption(&v).map_err(|e| format!("--assume {e}"))?,
+        );
+    }
+    let mut text = String::new();
+    for log in &a.logs {
+        if log.as_os_str() == "-" {
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| format!("cannot read standard input: {e}"))?;
+        } else {
+            text.push_str(
+                &std::fs::read_to_string(log)
+                    .map_err(|e| format!("cannot read {}: {e}", log.display()))?,
+            );
+        }
+        text.push('\n');
+    }
+    let records = replay::records(&text);
+    if records.is_empty() {
+        return Err("no decision records in the logs (decision log lines `mcp-access decision {...}`, or access-log entries with filter_state)".into());
+    }
+    let r = replay::replay(&bundle, topo.as_ref(), &records, &assume);
+    match a.format {
+        Format::Text => print!("{}", replay::to_text(&r)),
+        f => print!("{}", serialize(&r, f)?),
+    }
+    Ok(if !r.flips.is_empty() && !a.allow_flips {
+        EXIT_FLIPS
+    } else {
+        0
+    })
+}
+
+/// `who-can`: the callers that may make one MCP call of an XBackend.
+pub(crate) fn who_can(a: WhoCanArgs) -> Result<u8, String> {
+    use mcp_access_cli::who_can;
+    let (method, param) = match (&a.tool, &a.prompt, &a.uri, &a.mcp_method) {
+        (Some(t), _, _, m) => (m.clone().unwrap_or_else(|| "tools/call".into()), Some(t)),
+        (_, Some(p), _, m) => (m.clone().unwrap_or_else(|| "prompts/get".into()), Some(p)),
+        (_, _, Some(u), m) => (
+            m.clone().unwrap_or_else(|| "resources/read".into()),
+            Some(u),
+        ),
+        (_, _, _, Some(m)) => (m.clone(), None),
+        _ => return Err("give --tool, --prompt, --uri or --mcp-method".into()),
+    };
+    let (_, c) = build(&a.input, options(&a.input.compile)?)?;
+    if !c.report.invalid.is_empty() {
+        return Err("the manifests have errors".into());
+    }
+    // Policies not accepted are answered for as enforced: by their fail-closed stand-ins.
+    not_accepted(&c, true, false);
+    let q = who_can::Question {
+        backend: a.backend,
+        method,
+        param: param.cloned(),
+    };
+    let answer = who_can::who_can(&c.bundle, &c.topology, &q)?;
+    match a.format {
+        Format::Text => print!("{}", who_can::to_text(&answer)),
+        f => print!("{}", serialize(&answer, f)?),
     }
     Ok(0)
 }

@@ -7,3 +7,6 @@ pub mod explain;
 pub mod jwt;
 pub mod manifests;
 pub mod pin;
+pub mod policy_test;
+pub mod replay;
+pub mod who_can;

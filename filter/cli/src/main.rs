@@ -27,6 +27,10 @@ const EXIT_NOT_ACCEPTED: u8 = 3;
 const EXIT_DANGLING: u8 = 4;
 /// Exit code: `pin --check` found tools that differ from their pins.
 const EXIT_DRIFT: u8 = 5;
+/// Exit code: `test` found a case whose decision is not the expected one.
+const EXIT_TEST_FAILED: u8 = 5;
+/// Exit code: `replay` found decisions that flip (without --allow-flips).
+const EXIT_FLIPS: u8 = 6;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -93,6 +97,9 @@ fn run(cli: Cli) -> Result<u8, String> {
         } => commands::envoy(&input, envoy, &output, bundle_out, ecds, &report),
         Command::Explain(a) => commands::explain(*a),
         Command::Pin(a) => commands::pin(*a),
+        Command::Test(a) => commands::test(a),
+        Command::WhoCan(a) => commands::who_can(a),
+        Command::Replay(a) => commands::replay(a),
         Command::Status { input, format } => commands::status(&input, format),
         Command::Effective {
             input,

@@ -4,6 +4,7 @@
 use mcp_access_bundle::Level;
 
 use crate::answer::Why;
+use crate::policy::{DryRunRecord, Engine};
 
 /// A counter besides the per-denial ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,11 +22,15 @@ pub enum Counter {
     /// Pinned tools that listings showed with another definition than their pin's (each
     /// time one is seen).
     PinDrift,
+    /// Requests allowed that the dry-run decision denies (docs/semantics.md §3.8).
+    DryRunWouldDeny,
+    /// Requests denied that the dry-run decision allows.
+    DryRunWouldAllow,
 }
 
 impl Counter {
     /// Every counter, in index order.
-    pub const ALL: [Counter; 7] = [
+    pub const ALL: [Counter; 9] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CalloutErrors,
@@ -33,6 +38,8 @@ impl Counter {
         Counter::CelErrors,
         Counter::CelStepsExceeded,
         Counter::PinDrift,
+        Counter::DryRunWouldDeny,
+        Counter::DryRunWouldAllow,
     ];
 
     /// Position in [`Counter::ALL`].
@@ -49,7 +56,60 @@ impl Counter {
             Counter::CelErrors => "mcp_access.cel.errors",
             Counter::CelStepsExceeded => "mcp_access.cel.steps_exceeded",
             Counter::PinDrift => "mcp_access.pins.drift",
+            Counter::DryRunWouldDeny => "mcp_access.dry_run.would_deny",
+            Counter::DryRunWouldAllow => "mcp_access.dry_run.would_allow",
         }
+    }
+}
+
+/// The counters of one dry-run policy: `mcp_access.dry_run.policy.<namespace>/<name>.would_deny`
+/// and `.would_allow`, for each of [`Engine::dry_run_policies`] in order (see
+/// [`dry_run_counter`]).
+pub fn dry_run_counter_names(engine: &Engine) -> Vec<String> {
+    engine
+        .dry_run_policies()
+        .iter()
+        .filter_map(|pid| engine.policies.get(*pid))
+        .flat_map(|p| {
+            ["would_deny", "would_allow"]
+                .map(|what| format!("mcp_access.dry_run.policy.{}.{what}", p.id))
+        })
+        .collect()
+}
+
+/// The counters of each enforced policy and of each of its rules, counted for the policy
+/// and rule that decide a request: `mcp_access.policy.<namespace>/<name>.allowed` /
+/// `.denied`, and `mcp_access.policy.<namespace>/<name>.rule.<rule>.allowed` / `.denied`.
+/// Each entry: (policy `namespace/name`, rule (None: the policy's own), [allowed, denied]).
+pub fn policy_counter_names(engine: &Engine) -> Vec<(String, Option<String>, [String; 2])> {
+    let mut out = Vec::new();
+    for p in engine.policies.iter().filter(|p| p.mode.enforced()) {
+        let of = |at: String| ["allowed", "denied"].map(|what| format!("{at}.{what}"));
+        out.push((
+            p.id.clone(),
+            None,
+            of(format!("mcp_access.policy.{}", p.id)),
+        ));
+        for r in p.rules.iter().flatten() {
+            let at = format!("mcp_access.policy.{}.rule.{}", p.id, r.name);
+            out.push((p.id.clone(), Some(r.name.clone()), of(at)));
+        }
+    }
+    out
+}
+
+/// Index into [`dry_run_counter_names`] of what a dry-run record counts per policy.
+pub fn dry_run_counter(record: &DryRunRecord) -> Option<usize> {
+    let i = record.counter.filter(|_| record.changed)?;
+    Some(i * 2 + usize::from(record.allowed))
+}
+
+/// The global counter a dry-run record counts in, if the dry-run decision differs.
+pub fn dry_run_total(record: &DryRunRecord) -> Option<Counter> {
+    match (record.changed, record.allowed) {
+        (false, _) => None,
+        (true, false) => Some(Counter::DryRunWouldDeny),
+        (true, true) => Some(Counter::DryRunWouldAllow),
     }
 }
 
@@ -149,7 +209,9 @@ mod tests {
                 "mcp_access.callout.dispatch_errors",
                 "mcp_access.cel.errors",
                 "mcp_access.cel.steps_exceeded",
-                "mcp_access.pins.drift"
+                "mcp_access.pins.drift",
+                "mcp_access.dry_run.would_deny",
+                "mcp_access.dry_run.would_allow"
             ]
         );
     }

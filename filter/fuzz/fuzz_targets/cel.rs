@@ -53,6 +53,7 @@ fn run(data: &[u8]) {
             host: "a.example",
             backend,
             trust_domain,
+            pins: None,
         };
         let _ = program.eval(&input);
     }

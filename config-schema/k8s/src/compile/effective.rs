@@ -50,6 +50,8 @@ pub(crate) struct BlockPolicy {
     pub(crate) condition: Option<Result<std::sync::Arc<SelfCondition>, String>>,
     /// Gateways (and listeners) it targets.
     pub(crate) targets: Vec<bundle::PolicyTarget>,
+    /// A dry-run policy's block: applied in the dry-run decision only.
+    pub(crate) dry_run: bool,
 }
 
 /// A listener: `(gateway namespace, gateway name, listener name)`.
@@ -219,6 +221,7 @@ impl Scope<'_> {
                         strategy: Some(b.strategy),
                         note: String::new(),
                     }),
+                    mode: bundle::PolicyMode::Enforce,
                 })
             }
         }

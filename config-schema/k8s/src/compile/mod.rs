@@ -8,6 +8,7 @@
 //! [`rules`] (their access rules), and [`grants`] (ReferenceGrants).
 
 mod backends;
+mod dry_run;
 mod effective;
 mod gateways;
 mod grants;
@@ -238,6 +239,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         listings: Default::default(),
         limits: Default::default(),
         envoy: Default::default(),
+        decision_records: Default::default(),
     };
     cx.settings.apply(&mut bundle);
     cx.identity_headers.apply(&mut bundle.backends);

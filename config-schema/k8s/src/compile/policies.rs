@@ -83,6 +83,9 @@ struct PolicyContent {
     problem: Result<(), Problem>,
     /// Where the rules are: `spec`, or `spec.defaults` / `spec.overrides`.
     rules_at: String,
+    /// A dry-run policy (docs/semantics.md §3.8): its bundle policy, block or stand-in
+    /// takes part in the dry-run decision only.
+    dry_run: bool,
 }
 
 impl Ctx<'_> {
@@ -101,7 +104,11 @@ impl Ctx<'_> {
             let seniority = rank as u64 + 1;
             // XAccessPolicy and AccessPolicy are different kinds: the same name is no conflict.
             let conds = if seen.insert(format!("{}|{}", p.kind, p.id())) {
-                let conflict = identity.record(p, &self.backend_index);
+                // A dry run changes no traffic: its identity headers are sent once enforced.
+                let conflict = match super::dry_run::dry_run_of(p) {
+                    Ok(true) => Ok(()),
+                    _ => identity.record(p, &self.backend_index),
+                };
                 let (conds, unresolved) = self.policy(
                     p,
                     (seniority, conflict),
@@ -130,7 +137,8 @@ impl Ctx<'_> {
             };
             self.report.policies.push(status(p, Some(seniority), conds));
         }
-        self.apply_blocks(&blocks, &mut out, &mut authorizers);
+        self.apply_blocks_both(&blocks, &mut out, &mut authorizers);
+        self.dry_run_statuses();
         self.identity_headers = identity;
         (out, authorizers)
     }
@@ -155,6 +163,11 @@ impl Ctx<'_> {
         if let (Ok(()), Err(msg)) = (&content.problem, conflict) {
             content.problem = Err((reason::CONFLICTED, msg));
         }
+        let mode = if content.dry_run {
+            bundle::PolicyMode::DryRun
+        } else {
+            bundle::PolicyMode::Enforce
+        };
         let mut t = self.policy_targets(p, &content, per_target);
         let name = self.bundle_name(p);
         if name != p.meta.name {
@@ -198,6 +211,7 @@ impl Ctx<'_> {
                 not_accepted: None,
                 listeners: Vec::new(),
                 origin: None,
+                mode,
             });
         }
         if !t.standin.is_empty() && !self.o.skip_rejected {
@@ -301,6 +315,9 @@ impl Ctx<'_> {
     fn standin_note(&self, c: &PolicyContent) -> String {
         if self.o.skip_rejected {
             return "; the policy is not enforced (--skip-rejected)".into();
+        }
+        if c.dry_run {
+            return "; a dry run: its fail-closed stand-in is a dry run too (reported, never enforced)".into();
         }
         match (c.action, c.deny_all) {
             (_, true) => "; enforced fail-closed: every request to this target is denied".into(),
@@ -411,10 +428,17 @@ impl Ctx<'_> {
     }
 
     fn policy_content(&self, p: &Item<PolicySpec>) -> PolicyContent {
-        match &p.spec {
+        let mut c = match &p.spec {
             PolicySpec::V1(s) => self.content_v1(p, s),
             PolicySpec::V0(s) => self.content_v0(p, s),
+        };
+        match super::dry_run::dry_run_of(p) {
+            Ok(dry_run) => c.dry_run = dry_run,
+            // Which was meant is unknown: not accepted, and its stand-in enforced.
+            Err(e) if c.problem.is_ok() => c.problem = Err((reason::INVALID, e)),
+            Err(_) => {}
         }
+        c
     }
 
     /// v1alpha1 (and the AccessPolicy kind): an action for the whole policy, rules that
@@ -630,6 +654,7 @@ impl Ctx<'_> {
                 None => Ok(()),
             },
             rules_at: "spec".into(),
+            dry_run: false,
         }
     }
 
@@ -682,11 +707,13 @@ impl Ctx<'_> {
                 not_accepted: None,
                 listeners: Vec::new(),
                 origin: None,
+                mode: bundle::PolicyMode::Enforce,
             }],
             deny_response: Default::default(),
             listings: Default::default(),
             limits: self.settings.limits.clone(),
             envoy: Default::default(),
+            decision_records: Default::default(),
         }
     }
 }
@@ -726,6 +753,7 @@ fn block_policy(
                 .map_err(|e| e.to_string())
         }),
         targets: targets.to_vec(),
+        dry_run: content.dry_run,
     }
 }
 
@@ -769,6 +797,12 @@ fn standin(
         not_accepted: Some(why),
         listeners: Vec::new(),
         origin: None,
+        // A dry-run policy's mistake closes nothing: its stand-in is a dry run too.
+        mode: if content.dry_run {
+            bundle::PolicyMode::DryRun
+        } else {
+            bundle::PolicyMode::Enforce
+        },
     }
 }
 

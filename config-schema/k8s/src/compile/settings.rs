@@ -22,6 +22,7 @@ pub(crate) struct Settings {
     pub(crate) limits: bundle::Limits,
     pub(crate) listings: bundle::Listings,
     pub(crate) envoy: bundle::EnvoySettings,
+    pub(crate) decision_records: bundle::DecisionRecords,
     /// Timeout of an authorizer whose policy sets none.
     pub(crate) authz_timeout_ms: u32,
 }
@@ -34,6 +35,7 @@ impl Settings {
         b.limits = self.limits.clone();
         b.listings = self.listings.clone();
         b.envoy = self.envoy.clone();
+        b.decision_records = self.decision_records;
     }
 }
 
@@ -117,6 +119,7 @@ impl Resolver {
                 unknown_backend,
                 escaped_slashes: env.escaped_slashes.unwrap_or_default(),
             },
+            decision_records: spec.decision_records.unwrap_or_default(),
             authz_timeout_ms,
         }
     }

@@ -27,6 +27,8 @@ pub struct FilterSettingsSpec {
     /// get a 401 find the authorization server from it (docs/semantics.md §5.6).
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "atomic"))]
     pub(crate) protected_resources: Option<Vec<ProtectedResourceSpec>>,
+    /// What decision records carry for `mcp-access replay` (tool arguments: opt in).
+    pub(crate) decision_records: Option<mcp_access_bundle::DecisionRecords>,
 }
 
 /// `FilterSettings.spec.protectedResources[]`: the metadata of the MCP server behind a

@@ -358,6 +358,11 @@ fn spec_v1(s: &PolicySpecV1, kind: PolicyKind, c: &mut Checker) {
         .flatten()
         .map(|r| opt(&r.kind))
         .collect();
+    if let Some(m) = &s.mode {
+        if project_only("spec", "mode", kind, c) {
+            c.one_of("spec.mode", m, &["Enforce", "DryRun"]);
+        }
+    }
     let mut has_block = false;
     for (field, b) in [("defaults", &s.defaults), ("overrides", &s.overrides)] {
         let Some(b) = b else { continue };

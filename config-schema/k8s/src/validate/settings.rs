@@ -21,6 +21,7 @@ pub(crate) fn filter_settings(s: &FilterSettingsSpec, c: &mut Checker) {
         limits: s.limits.clone().unwrap_or_default(),
         listings: s.listings.clone().unwrap_or_default(),
         envoy: Default::default(),
+        decision_records: Default::default(),
     };
     if let Some(id) = &s.identity {
         b.identity.trust_domain = id.trust_domain.clone();

@@ -265,6 +265,46 @@ fn a_header_with_two_values_conflicts_and_the_senior_policy_stands() {
 }
 
 #[test]
+fn a_dry_run_policy_sends_no_identity_header_and_conflicts_with_none() {
+    let senior = policy(
+        "senior",
+        "2026-01-01T00:00:00Z",
+        "tools",
+        "  - {name: x-caller, from: SPIFFE}",
+    );
+    let dry = policy(
+        "dry",
+        "2026-01-02T00:00:00Z",
+        "tools",
+        "  - {name: x-caller, from: JWTSubject}\n  - {name: x-caller-team, from: JWTClaim, claim: team}",
+    )
+    .replace("  action: Allow\n", "  action: Allow\n  mode: DryRun\n");
+    let c = run(&format!("{senior}---\n{dry}"));
+    let tools = c
+        .bundle
+        .backends
+        .iter()
+        .find(|b| b.name == "tools")
+        .unwrap();
+    assert_eq!(
+        tools.identity_headers,
+        [header("x-caller", IdentityField::Spiffe, None)]
+    );
+    let status = c.report.policies.iter().find(|p| p.name == "dry").unwrap();
+    let cond = &status.conditions[0];
+    assert!(cond.accepted, "{cond:#?}");
+    let enforced = cond.enforced.as_ref().unwrap();
+    assert_eq!(enforced.reason, "DryRun");
+    assert!(
+        enforced
+            .message
+            .ends_with("its identityHeaders are neither sent nor removed until it is enforced"),
+        "{}",
+        enforced.message
+    );
+}
+
+#[test]
 fn identity_header_mistakes_are_refused_with_their_field() {
     let has = |problems: &[String], want: &str| problems.iter().any(|p| p.contains(want));
     let on_tools = |headers: &str| policy("p", "2026-01-01T00:00:00Z", "tools", headers);

@@ -104,6 +104,9 @@ fn hcm(
         if let Some(p) = &o.access_log {
             obj.insert("access_log".into(), access_log(p, name));
         }
+        if o.tracing.is_some() {
+            obj.insert("tracing".into(), super::tracing::hcm_tracing());
+        }
         if !o.jwt.is_empty() {
             if let Some(replies) = super::oauth::jwt_replies(name, &c.protected)? {
                 obj.insert("local_reply_config".into(), replies);

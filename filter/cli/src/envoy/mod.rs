@@ -9,6 +9,7 @@ mod files;
 mod listeners;
 mod oauth;
 mod routes;
+mod tracing;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,6 +23,7 @@ pub(crate) use clusters::http2_only;
 pub use ecds::{ecds_document, publish_ecds, ECDS_FILE, ECDS_NAME};
 pub use files::{check_files, listeners_without_files, Pem};
 pub(crate) use listeners::normalization;
+pub use tracing::Tracing;
 
 pub(super) const T: &str = "type.googleapis.com/";
 /// Above the bundle's largest body limit, so the filter (not Envoy) answers oversize bodies.
@@ -90,6 +92,8 @@ pub struct EnvoyOptions {
     /// Deliver the filter's configuration by extension config discovery from this directory's
     /// [`ECDS_FILE`] instead of inline (policy changes without a restart: `mcp-access publish`).
     pub ecds_dir: Option<String>,
+    /// Trace every request, with the filter's decision as span tags.
+    pub tracing: Option<Tracing>,
 }
 
 /// Whether `--jwt-required` names the listener `ns/gw/listener` (`full`); marks the names used.
@@ -116,7 +120,10 @@ pub fn render(
     o: &EnvoyOptions,
     notes: &mut Notes,
 ) -> Result<Value, String> {
-    let (clusters, host_rewrites) = clusters::upstream_clusters(topo, o, notes);
+    let (mut clusters, host_rewrites) = clusters::upstream_clusters(topo, o, notes);
+    if let Some(t) = &o.tracing {
+        clusters.push(tracing::collector_cluster(t));
+    }
     let listeners = listeners::listeners(topo, o, bundle, &host_rewrites)?;
     let mut boot = json!({
         "admin": {"address": {"socket_address": {"address": o.admin_address, "port_value": o.admin_port}}},

@@ -104,6 +104,10 @@ pub(super) fn run_flow(
             cluster: cluster.to_string(),
             assumed: assumed.as_text(),
             given: found.is_some(),
+            dry_run: engine
+                .policies
+                .get(call.policy)
+                .is_some_and(|p| p.mode == mcp_access_bundle::PolicyMode::DryRun),
         });
         // Answered as an HTTP authorizer answers, whatever its protocol.
         Reply::Http {

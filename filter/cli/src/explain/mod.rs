@@ -3,6 +3,7 @@
 //! authorizer callouts answered from `--assume`, and the response the client gets.
 
 mod assume;
+mod dry_run;
 mod flow;
 mod request;
 mod route;
@@ -18,6 +19,7 @@ use mcp_access_engine::request::McpOp;
 use mcp_access_k8s::Topology;
 use serde::Serialize;
 
+pub use dry_run::DryRunView;
 use flow::Ran;
 use request::Prepared;
 use route::{RouterAnswer, Routing};
@@ -92,6 +94,8 @@ pub struct RequestSpec {
     pub mcp_method: Option<String>,
     /// Tool / prompt name or resource URI.
     pub param: Option<String>,
+    /// `params.arguments` of the request built from `mcp_method` (a JSON object).
+    pub arguments: Option<serde_json::Value>,
     /// The request body, sent as it is (else built from `mcp_method` and `param`).
     pub body: Option<String>,
     /// Authorizer outcomes by policy (`ns/name` or `name`), authorizer name, or `*`.
@@ -146,6 +150,10 @@ pub struct Explanation {
     /// A tool call to an XBackend with a ToolPin: what the pin says of the tool.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pin: Option<String>,
+    /// Where dry-run policies concern the request: the decision with them enforced
+    /// (docs/semantics.md §3.8), never enforced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<DryRunView>,
 }
 
 /// Which part of the path answered the request.
@@ -203,6 +211,9 @@ pub struct CallView {
     pub(crate) assumed: String,
     /// Whether an `--assume` named it (else allow was assumed).
     pub given: bool,
+    /// A dry-run policy's authorizer: its answer is recorded, never applied.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// One line of the filter's decision trace.
@@ -321,6 +332,7 @@ fn explanation(
     } else {
         Stage::Policy
     };
+    let dry_run = dry_run::dry_run_view(flow, &outcome);
     Ok(Explanation {
         request: request_view(req, ran),
         listener: outcome.listener.clone(),
@@ -341,6 +353,7 @@ fn explanation(
         response: None,
         add_headers: None,
         pin: pin_view(engine, flow),
+        dry_run,
     })
 }
 

@@ -35,7 +35,7 @@ pub(super) fn prepare(bundle: &Bundle, spec: &RequestSpec) -> Result<Prepared, S
     let path = spec.path.clone().unwrap_or_else(|| "/mcp".into());
     let body = match (&spec.body, &spec.mcp_method) {
         (Some(b), _) => Some(b.clone()),
-        (None, Some(m)) => Some(body_for(m, spec.param.as_deref())),
+        (None, Some(m)) => Some(body_for(m, spec.param.as_deref(), spec.arguments.as_ref())),
         (None, None) => None,
     };
     let headers = client_headers(spec, body.as_deref());
@@ -106,18 +106,23 @@ fn caller_spiffe(bundle: &Bundle, spec: &RequestSpec) -> Result<Option<String>, 
     Ok(spiffe)
 }
 
-/// The JSON-RPC body for `--mcp-method` (and its tool, prompt or URI), as a client writes it.
-fn body_for(method: &str, param: Option<&str>) -> String {
+/// The JSON-RPC body for `--mcp-method` (and its tool, prompt or URI, and arguments), as a
+/// client writes it.
+fn body_for(method: &str, param: Option<&str>, arguments: Option<&serde_json::Value>) -> String {
     let text = |s: &str| serde_json::Value::from(s).to_string();
     let id = if method.starts_with("notifications/") {
         ""
     } else {
         "\"id\":1,"
     };
-    let params = match (param, mcp_methods::param_of(method)) {
-        (Some(p), Some(key)) => format!("{{{}:{}}}", text(key.key()), text(p)),
-        _ => "{}".into(),
-    };
+    let mut members = Vec::new();
+    if let (Some(p), Some(key)) = (param, mcp_methods::param_of(method)) {
+        members.push(format!("{}:{}", text(key.key()), text(p)));
+    }
+    if let Some(a) = arguments {
+        members.push(format!("\"arguments\":{a}"));
+    }
+    let params = format!("{{{}}}", members.join(","));
     format!(
         "{{\"jsonrpc\":\"2.0\",{id}\"method\":{},\"params\":{params}}}",
         text(method)

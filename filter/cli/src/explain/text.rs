@@ -21,8 +21,14 @@ pub fn to_text(e: &Explanation) -> String {
     } else {
         deny(&mut out, e);
     }
+    if let Some(d) = &e.dry_run {
+        super::dry_run::to_text(&mut out, d);
+    }
     cel(&mut out, e);
-    trace(&mut out, e);
+    trace(&mut out, "trace", &e.trace);
+    if let Some(d) = e.dry_run.as_ref().filter(|d| !d.trace.is_empty()) {
+        trace(&mut out, "dry-run trace", &d.trace);
+    }
     out
 }
 
@@ -67,12 +73,13 @@ fn notes(out: &mut String, e: &Explanation) {
     }
     for c in &e.calls {
         out.push_str(&format!(
-            "authorizer {} for {} ({}): assumed {}{}\n",
+            "authorizer {} for {} ({}): assumed {}{}{}\n",
             c.authorizer,
             c.policy,
             c.level,
             c.assumed,
-            if c.given { "" } else { " (no --assume given)" }
+            if c.given { "" } else { " (no --assume given)" },
+            if c.dry_run { " [dry run]" } else { "" }
         ));
     }
 }
@@ -153,11 +160,10 @@ fn cel(out: &mut String, e: &Explanation) {
     }
 }
 
-/// The decision trace as a table.
-fn trace(out: &mut String, e: &Explanation) {
-    out.push_str("trace\n");
-    let rows: Vec<[String; 5]> = e
-        .trace
+/// A decision trace as a table, under `title`.
+fn trace(out: &mut String, title: &str, entries: &[super::TraceView]) {
+    out.push_str(&format!("{title}\n"));
+    let rows: Vec<[String; 5]> = entries
         .iter()
         .map(|t| {
             [

@@ -480,3 +480,52 @@ fn explain_and_effective_show_the_pins_and_their_reviewed_annotations() {
     let v: Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(v[0]["pins"]["tools"][1]["name"], "rm");
 }
+
+#[test]
+fn who_can_and_dry_run_see_the_pins() {
+    let d = case("pin", "who-can", &[]);
+    let (path, _) = pinned(&d, &[ECHO]);
+    // A dry-run Deny of an unrelated tool: the dry run concerns every call of the backend.
+    std::fs::write(
+        d.join("dry.yaml"),
+        "apiVersion: mcp-access.io/v1alpha1\nkind: AccessPolicy\nmetadata: {name: no-x, namespace: mcp}\nspec:\n  mode: DryRun\n  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]\n  action: Deny\n  rules:\n  - name: x\n    authorization:\n      type: Inline\n      mcp:\n        methods: [{name: tools/call, params: [x]}]\n",
+    )
+    .unwrap();
+    let (base, dry) = (d.join("base.yaml"), d.join("dry.yaml"));
+    let files = ["-f", s(&base), "-f", s(&path)];
+    let who = |tool: &str| {
+        let r = run(&[
+            &["who-can"],
+            &files[..],
+            &["--backend", "mcp/tools", "--tool", tool],
+        ]
+        .concat());
+        assert!(r.status.success(), "{}", text(&r.stderr));
+        text(&r.stdout)
+    };
+    let out = who("rm");
+    assert!(out.contains("DENY ") && !out.contains("ALLOW"), "{out}");
+    assert!(out.contains("tool_not_pinned"), "{out}");
+    let out = who("echo");
+    assert!(out.contains("ALLOW"), "{out}");
+    assert!(
+        out.contains("ToolPin mcp/tools-tools pins tool \"echo\""),
+        "{out}"
+    );
+
+    // Pins judge both decisions: an unpinned tool is denied with the dry-run policies
+    // enforced too, so no flip is reported.
+    let args = [
+        &["explain"],
+        &files[..],
+        &["-f", s(&dry), "--backend", "mcp/tools", "--tool", "rm"],
+        &["--port", "8080", "-o", "json"],
+    ]
+    .concat();
+    let r = run(&args);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let e: Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(e["reason"], "tool_not_pinned", "{e}");
+    assert_eq!(e["dryRun"]["decision"], "deny", "{e}");
+    assert_eq!(e["dryRun"]["changed"], false, "{e}");
+}

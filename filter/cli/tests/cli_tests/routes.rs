@@ -471,3 +471,71 @@ fn istio_refuses_route_policies() {
         "{err}"
     );
 }
+
+#[test]
+fn who_can_answers_per_group_of_routes_where_route_policies_make_them_differ() {
+    let d = common::case(
+        "routes",
+        "who-can",
+        &[(
+            "policy.yaml",
+            &format!(
+                "{INFRA}---\n{}",
+                policy(
+                    "no-a",
+                    &on_route("admin", Some("admin")),
+                    "Deny",
+                    &rules(&[rule("a", &["a"])])
+                )
+            ),
+        )],
+    );
+    std::fs::remove_file(d.join("base.yaml")).unwrap();
+    let out = run(&[
+        "who-can",
+        "-f",
+        s(&d),
+        "--backend",
+        "tools",
+        "--tool",
+        "a",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<(String, String)> = a["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            assert_eq!(l["listener"], "mcp/gw/main", "{a:#}");
+            let callers = l["callers"].as_array().unwrap();
+            assert_eq!(callers.len(), 1, "{a:#}");
+            (
+                l["through"].as_str().unwrap().to_string(),
+                callers[0]["decision"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "HTTPRoute mcp/admin rule 1 (ops), HTTPRoute mcp/public rule 0".to_string(),
+                "allow".to_string()
+            ),
+            (
+                "HTTPRoute mcp/admin rule 0 (admin)".to_string(),
+                "deny".to_string()
+            ),
+        ],
+        "{a:#}"
+    );
+    let out = run(&["who-can", "-f", s(&d), "--backend", "tools", "--tool", "a"]);
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("listener mcp/gw/main through HTTPRoute mcp/admin rule 0 (admin)\n  DENY  any other caller"),
+        "{t}"
+    );
+}

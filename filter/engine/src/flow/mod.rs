@@ -3,9 +3,11 @@
 
 mod checks;
 mod drive;
+mod dry_run;
 mod gather;
 mod outcome;
 mod pinned;
+mod record;
 
 use mcp_access_bundle::gateway_api::canonical_host;
 use mcp_access_bundle::mcp_methods::{self, Revision};
@@ -15,13 +17,16 @@ use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
 use crate::listing::ListingFilter;
 use crate::mcp::{self, ParseError, ParseLimits};
-use crate::policy::{AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step};
+use crate::policy::{
+    AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step, View,
+};
 use crate::request::{McpOp, Request, Target};
 
 use checks::{body_limit, header_rejection, McpHeaders};
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
-pub use outcome::Outcome;
+pub use outcome::{Outcome, TRACE_TAG_KEYS};
+pub use record::RecordedRequest;
 
 /// What the host must do next.
 #[derive(Debug, PartialEq, Eq)]
@@ -436,7 +441,7 @@ impl RequestFlow {
                 {
                     return self.reject(r);
                 }
-                if engine.cel_needs().params {
+                if engine.cel_needs().params || engine.decision_records.arguments {
                     // The body is valid strict JSON with every number a finite double:
                     // serde_json reads it the same way. If it ever could not, CEL must not
                     // see `params` emptier than the body is: the body is refused.
@@ -598,7 +603,9 @@ impl RequestFlow {
         };
         let name = self.authorizer_name(engine, slot);
         let mut report = CalloutReport::of(name, Some(latency_ms), &outcome, note);
-        report.metadata = metadata;
+        // A dry-run authorizer's answer is recorded, never applied.
+        let dry_run_only = self.eval.as_ref().is_some_and(|ev| ev.dry_run_only(slot));
+        report.metadata = metadata.filter(|_| !dry_run_only);
         self.reports.push(report);
         if let Some(ev) = &mut self.eval {
             ev.complete(slot, outcome);
@@ -680,14 +687,16 @@ impl RequestFlow {
         outcome.listener = listener;
         outcome.backend = backend;
         outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
+        outcome.authorizer_failed = self.eval.as_ref().is_some_and(|e| e.authorizer_failed());
         let decision = match decision {
-            Decision::Allow { .. } => self.judge_named_items(engine).unwrap_or_else(|| {
-                let req = self.req.as_ref();
-                req.and_then(|r| pinned::pin_denial(engine, r, self.drift.as_ref()))
-                    .map_or(decision, Decision::Deny)
-            }),
+            Decision::Allow { .. } => self
+                .judge_named_items(engine, View::Enforced)
+                .or_else(|| self.pin_refusal(engine))
+                .unwrap_or(decision),
             deny => deny,
         };
+        outcome.dry_run = self.dry_run(engine, &decision);
+        outcome.request = self.recorded(engine);
         match decision {
             Decision::Allow {
                 mut add_headers,
@@ -741,7 +750,7 @@ impl RequestFlow {
     /// them passes as a call of that item alone (docs/semantics.md §4): a
     /// `subscriptions/listen`'s resource URIs as `resources/subscribe`, a
     /// `completion/complete`'s prompt or resource as `prompts/get` / `resources/read`.
-    fn judge_named_items(&self, engine: &Engine) -> Option<Decision> {
+    pub(super) fn judge_named_items(&self, engine: &Engine, view: View) -> Option<Decision> {
         let method = self.req.as_ref()?.mcp.method()?;
         let subscribes_as = mcp_methods::subscribes_as(method);
         let subscriptions = self
@@ -758,7 +767,7 @@ impl RequestFlow {
         for (judged_as, key, value) in items {
             // Judged as a call of that item alone: never with the request's own params.
             probe.as_item_call(judged_as, Some(key), Some(value), engine.cel_needs().params);
-            if let Some(d) = engine.item_denial(&probe) {
+            if let Some(d) = engine.item_denial_in(view, &probe) {
                 return Some(Decision::Deny(d));
             }
         }
@@ -790,6 +799,9 @@ impl RequestFlow {
                 .or_else(|| jwt.as_ref().map(|j| format!("jwt:{j}"))),
             jwt,
             cel_errors: (0, 0),
+            dry_run: None,
+            authorizer_failed: false,
+            request: None,
         }
     }
 

@@ -4,13 +4,18 @@ use mcp_access_bundle::Level;
 
 use crate::answer::Why;
 use crate::jsonw::{push_int, push_opt_str, push_str};
+use crate::policy::DryRunRecord;
+use crate::request::ClaimValue;
+
+use super::RecordedRequest;
 
 /// How the request ended, for stats, logs and filter state.
 ///
-/// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `decision` (`allow` or
-/// `deny`), `jwt`, `level`, `listener`, `method`, `name`, `origin`, `policy`, `reason`, `rule`,
-/// `status`;
-/// absent values are `null`. `caller` is the SPIFFE ID when the certificate (or trusted header)
+/// Its JSON ([`Outcome::to_json`]) has the keys `backend`, `caller`, `cel_errors`, `decision`
+/// (`allow` or `deny`), `dry_run`, `jwt`, `level`, `listener`, `method`, `name`, `origin`,
+/// `policy`, `reason`, `rule`, `status`; absent values are `null`. `dry_run` (docs/semantics.md
+/// §3.8) is an object with `decision`, `level`, `reason`, `policy`, `rule` of the dry-run
+/// decision, `authorizers` (dry-run authorizer calls: `{policy, answer}`) and `not_called`. `caller` is the SPIFFE ID when the certificate (or trusted header)
 /// identifies the caller, else `jwt:<iss>#<sub>` of its verified JWT, else `null`; `jwt` is
 /// `<iss>#<sub>` of the verified JWT (with or without a SPIFFE ID), `<iss>` without a `sub`;
 /// `cel_errors` is the number of CEL conditions that erred (0 without CEL).
@@ -38,9 +43,60 @@ pub struct Outcome {
     /// CEL evaluations that erred (errors count against the caller), and of those the ones
     /// stopped by the step limit.
     pub cel_errors: (u32, u32),
+    /// What dry-run policies would have changed, if anything.
+    pub dry_run: Option<DryRunRecord>,
+    /// Whether an authorizer call failed (no usable answer), whatever its failure mode made
+    /// of it: the check itself failed (`event.outcome: failure`).
+    pub authorizer_failed: bool,
+    /// The request's canonical attributes, once policies decided it.
+    pub request: Option<RecordedRequest>,
 }
 
+/// The filter-state keys of [`Outcome::trace_tags`] (each readable as
+/// `%FILTER_STATE(wasm.<key>:PLAIN)%`, e.g. in a tracing `custom_tags` `value`).
+pub const TRACE_TAG_KEYS: [&str; 4] = [
+    "mcp_access.security_rule.ruleset.name",
+    "mcp_access.security_rule.name",
+    "mcp_access.event.action",
+    "mcp_access.event.outcome",
+];
+
 impl Outcome {
+    /// The decision in the terms of kube-agentic-networking's tracing conventions (its
+    /// proposal 0033): `security_rule.ruleset.name` (the deciding policy, `namespace/name`),
+    /// `security_rule.name` (its rule; `default-deny` where a level's Allow policies admit
+    /// nothing, `default-allow` where no Allow policy decides, the authorizer's policy name
+    /// for its answer, the check's reason for a request refused before any policy),
+    /// `event.action` (`allow` or `deny`) and `event.outcome` (`success`, or `failure` when an
+    /// authorizer gave no usable answer, whatever its failure mode made of it). Values in
+    /// the order of [`TRACE_TAG_KEYS`].
+    pub fn trace_tags(&self) -> [String; 4] {
+        use crate::policy::Reason;
+        let rule = match (&self.rule, self.reason) {
+            (Some(r), _) => r.clone(),
+            (None, Why::Denied(Reason::NotAllowed)) => "default-deny".into(),
+            (None, Why::Allowed) => "default-allow".into(),
+            (None, Why::Denied(Reason::ExternalAuthDenied | Reason::AuthorizerFailed)) => self
+                .policy
+                .as_deref()
+                .and_then(|p| p.rsplit('/').next())
+                .unwrap_or("external-auth")
+                .to_string(),
+            (None, why) => why.as_str().to_string(),
+        };
+        [
+            self.policy.clone().unwrap_or_default(),
+            rule,
+            if self.allowed { "allow" } else { "deny" }.into(),
+            if self.authorizer_failed {
+                "failure"
+            } else {
+                "success"
+            }
+            .into(),
+        ]
+    }
+
     /// One JSON object: the filter-state value and the decision log line.
     pub fn to_json(&self) -> String {
         // Written by hand: this runs for every request. Keys in alphabetical order and
@@ -55,6 +111,12 @@ impl Outcome {
         push_int(&mut out, i64::from(self.cel_errors.0));
         out.push_str(",\"decision\":");
         push_str(&mut out, if self.allowed { "allow" } else { "deny" });
+        out.push_str(",\"dry_run\":");
+        match &self.dry_run {
+            // Rare: written with serde_json (its keys in the same order).
+            Some(d) => out.push_str(&dry_run_json(d).to_string()),
+            None => out.push_str("null"),
+        }
         out.push_str(",\"jwt\":");
         push_opt_str(&mut out, self.jwt.as_deref());
         out.push_str(",\"level\":");
@@ -71,6 +133,11 @@ impl Outcome {
         push_opt_str(&mut out, self.policy.as_deref());
         out.push_str(",\"reason\":");
         push_str(&mut out, self.reason.as_str());
+        out.push_str(",\"request\":");
+        match &self.request {
+            Some(r) => push_request(&mut out, r),
+            None => out.push_str("null"),
+        }
         out.push_str(",\"rule\":");
         push_opt_str(&mut out, self.rule.as_deref());
         out.push_str(",\"status\":");
@@ -81,6 +148,113 @@ impl Outcome {
         out.push('}');
         out
     }
+}
+
+/// The `dry_run` object of a decision.
+pub(crate) fn dry_run_json(d: &DryRunRecord) -> serde_json::Value {
+    let authorizers: Vec<serde_json::Value> = d
+        .authorizers
+        .iter()
+        .map(|(policy, answer)| serde_json::json!({"policy": policy, "answer": answer}))
+        .collect();
+    serde_json::json!({
+        "decision": if d.allowed { "allow" } else { "deny" },
+        "level": d.level.map(|l| l.as_str()),
+        "reason": match d.reason {
+            Some(r) => Why::Denied(r).as_str(),
+            None => Why::Allowed.as_str(),
+        },
+        "policy": d.policy,
+        "rule": d.rule,
+        "authorizers": authorizers,
+        "not_called": d.not_called,
+    })
+}
+
+/// The `request` object: `arguments`, `headers` (name: [copies]), `host`, `jwt` (`iss`, `sub`,
+/// the claims read), `method`, `path`, `port`, `route`, keys in order.
+fn push_request(out: &mut String, r: &RecordedRequest) {
+    out.push_str("{\"arguments\":");
+    match &r.arguments {
+        // Already JSON.
+        Some(a) => out.push_str(a),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"headers\":{");
+    let mut headers: Vec<&(String, Vec<String>)> = r.headers.iter().collect();
+    headers.sort_by(|a, b| a.0.cmp(&b.0));
+    for (i, (name, copies)) in headers.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_str(out, name);
+        out.push_str(":[");
+        for (j, v) in copies.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            push_str(out, v);
+        }
+        out.push(']');
+    }
+    out.push_str("},\"host\":");
+    push_str(out, &r.host);
+    out.push_str(",\"jwt\":");
+    match &r.jwt {
+        None => out.push_str("null"),
+        Some((iss, sub, claims)) => {
+            let mut fields: Vec<(&str, String)> = Vec::new();
+            let mut text = String::new();
+            push_str(&mut text, iss);
+            fields.push(("iss", text));
+            if let Some(s) = sub {
+                let mut text = String::new();
+                push_str(&mut text, s);
+                fields.push(("sub", text));
+            }
+            for (name, v) in claims {
+                if name == "iss" || name == "sub" {
+                    continue;
+                }
+                let mut text = String::new();
+                match v {
+                    ClaimValue::Str(s) => push_str(&mut text, s),
+                    ClaimValue::Other(json) => text.push_str(json),
+                    ClaimValue::List(items) => {
+                        text.push('[');
+                        for (k, item) in items.iter().enumerate() {
+                            if k > 0 {
+                                text.push(',');
+                            }
+                            push_str(&mut text, item);
+                        }
+                        text.push(']');
+                    }
+                }
+                fields.push((name.as_str(), text));
+            }
+            fields.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in fields.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_str(out, k);
+                out.push(':');
+                out.push_str(&v);
+            }
+            out.push('}');
+        }
+    }
+    out.push_str(",\"method\":");
+    push_str(out, &r.http_method);
+    out.push_str(",\"path\":");
+    push_str(out, &r.path);
+    out.push_str(",\"port\":");
+    push_int(out, i64::from(r.port));
+    out.push_str(",\"route\":");
+    push_opt_str(out, r.route.as_deref());
+    out.push('}');
 }
 
 #[cfg(test)]
@@ -104,6 +278,40 @@ mod tests {
             "caller": o.caller,
             "jwt": o.jwt,
             "cel_errors": o.cel_errors.0,
+            "dry_run": o.dry_run.as_ref().map(dry_run_json),
+            "request": o.request.as_ref().map(|r| {
+                let jwt = r.jwt.as_ref().map(|(iss, sub, claims)| {
+                    let mut m = serde_json::Map::new();
+                    m.insert("iss".into(), iss.clone().into());
+                    if let Some(s) = sub {
+                        m.insert("sub".into(), s.clone().into());
+                    }
+                    for (k, v) in claims {
+                        let v = match v {
+                            ClaimValue::Str(s) => s.clone().into(),
+                            ClaimValue::List(l) => serde_json::json!(l),
+                            ClaimValue::Other(j) => serde_json::from_str(j).unwrap_or_default(),
+                        };
+                        m.insert(k.clone(), v);
+                    }
+                    m
+                });
+                let headers: serde_json::Map<String, serde_json::Value> = r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+                    .collect();
+                serde_json::json!({
+                    "arguments": r.arguments.as_deref().map(|a| serde_json::from_str::<serde_json::Value>(a).unwrap_or_default()),
+                    "headers": headers,
+                    "host": r.host,
+                    "jwt": jwt,
+                    "method": r.http_method,
+                    "path": r.path,
+                    "port": r.port,
+                    "route": r.route,
+                })
+            }),
         })
         .to_string()
     }
@@ -125,6 +333,44 @@ mod tests {
             caller: Some("spiffe://example.org/ns/a/sa/b".into()),
             jwt: Some("https://idp.example/\u{2028}#u\"1".into()),
             cel_errors: (3, 1),
+            authorizer_failed: false,
+            request: Some(RecordedRequest {
+                http_method: "POST".into(),
+                path: "/mcp/\"x".into(),
+                host: "gw.example".into(),
+                port: 8443,
+                route: Some("ns/r/rule-0/match-0".into()),
+                headers: vec![
+                    ("x-team".into(), vec!["blue".into(), "r\ned".into()]),
+                    ("a-first".into(), vec!["1".into()]),
+                ],
+                jwt: Some((
+                    "https://idp".into(),
+                    Some("u\"1".into()),
+                    vec![
+                        (
+                            "groups".into(),
+                            ClaimValue::List(vec!["a".into(), "b\\".into()]),
+                        ),
+                        ("org.team".into(), ClaimValue::Str("blue".into())),
+                        ("level".into(), ClaimValue::Other("3".into())),
+                        ("admin".into(), ClaimValue::Other("true".into())),
+                    ],
+                )),
+                // As serde_json writes it (the flow records `params.arguments` so).
+                arguments: Some(r#"{"a":[1,{"b":null}],"z":"é"}"#.into()),
+            }),
+            dry_run: Some(DryRunRecord {
+                changed: true,
+                allowed: false,
+                level: Some(Level::Gateway),
+                reason: Some(crate::policy::Reason::NotAllowed),
+                policy: Some("ns/dry\"run".into()),
+                rule: None,
+                authorizers: vec![("ns/a".into(), "deny 403".into())],
+                not_called: vec!["ns/b".into()],
+                counter: Some(0),
+            }),
         };
         let empty = Outcome {
             allowed: true,
@@ -141,6 +387,9 @@ mod tests {
             caller: None,
             jwt: None,
             cel_errors: (0, 0),
+            dry_run: None,
+            authorizer_failed: true,
+            request: Some(RecordedRequest::default()),
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));

@@ -4,16 +4,13 @@
 
 use mcp_access_bundle::Level;
 
+use super::RequestFlow;
 use crate::pins::{call_refusal, CallRefusal, DriftPort};
-use crate::policy::{Denial, Engine, Reason};
+use crate::policy::{Decision, Denial, Engine, Reason};
 use crate::request::{McpOp, Request};
 
 /// The denial of `req` (allowed by the policies) by its backend's pins, if any.
-pub(super) fn pin_denial(
-    engine: &Engine,
-    req: &Request,
-    drift: Option<&DriftPort>,
-) -> Option<Denial> {
+fn pin_denial(engine: &Engine, req: &Request, drift: Option<&DriftPort>) -> Option<Denial> {
     let McpOp::Call {
         method,
         param: Some(tool),
@@ -44,4 +41,13 @@ pub(super) fn pin_denial(
     let mut d = Denial::of(Some(Level::Backend), reason);
     d.detail = Some(detail);
     Some(d)
+}
+
+impl RequestFlow {
+    /// The pins' denial of this request once the policies allowed it (in either decision:
+    /// pins are not policies, dry-run or not).
+    pub(super) fn pin_refusal(&self, engine: &Engine) -> Option<Decision> {
+        let req = self.req.as_ref()?;
+        pin_denial(engine, req, self.drift.as_ref()).map(Decision::Deny)
+    }
 }

@@ -29,6 +29,8 @@ pub struct Policy {
     pub(crate) when: Vec<Cel>,
     /// The bundle's `origin`, shown: where its rules came from (defaults/overrides).
     pub origin: Option<String>,
+    /// Which decisions it takes part in (dry-run policies: only the dry-run one).
+    pub mode: bundle::PolicyMode,
 }
 
 /// A compiled CEL condition with the bundle field it came from (`when[1]`,

@@ -1,12 +1,12 @@
 //! Per-request evaluation (docs/semantics.md §3): for the Gateway level, then the Backend level:
 //! ExternalAuth, then Deny, then Allow. Authorizer calls are returned to the caller as a
-//! [`Step::Call`]; their outcomes are fed back with [`Evaluation::complete`].
+//! [`Step::Call`]; their outcomes are fed back with [`super::Evaluation::complete`].
 
 use std::fmt;
 
 use mcp_access_bundle::{FailureMode, Level, UnknownBackend};
 
-use super::{CelCx, Engine, LevelIndex, PolicyId, RuleRef};
+use super::{CelCx, Engine, LevelIndex, PolicyId, RuleRef, View};
 use crate::request::{Request, Target};
 
 /// Why a request was denied.
@@ -111,7 +111,7 @@ pub enum AuthzOutcome {
 /// authorizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuthzCall {
-    /// Pass back to [`Evaluation::complete`].
+    /// Pass back to [`super::Evaluation::complete`].
     pub slot: usize,
     /// Index into [`Engine::policies`].
     pub policy: PolicyId,
@@ -217,7 +217,7 @@ pub enum Decision {
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Make these calls (in parallel), then [`Evaluation::complete`] each and advance again.
+    /// Make these calls (in parallel), then [`super::Evaluation::complete`] each and advance again.
     Call(Vec<AuthzCall>),
     /// Calls are still outstanding.
     Waiting,
@@ -244,41 +244,40 @@ enum LevelPart {
     Over,
 }
 
-/// The state of one request's evaluation.
+/// The state of one request's evaluation in one decision ([`View`]): the enforced one, or
+/// the dry-run one beside it ([`super::Evaluation`]).
 #[derive(Debug)]
-pub struct Evaluation {
-    listener: Option<usize>,
-    backend: Option<usize>,
-    /// The route slot of the request at its backend.
-    route: Option<usize>,
+pub(crate) struct Run {
+    view: View,
+    target: Target,
     level: Level,
     phase: LevelPart,
     done: Option<Decision>,
     calls: Vec<(AuthzCall, Option<AuthzOutcome>)>,
     add_headers: Vec<HeaderEdit>,
     admitted: Option<(Option<String>, Option<String>)>,
+    /// The Allow rule that admitted the request at the Gateway and at the Backend level.
+    admitted_at: [Option<RuleRef>; 2],
     trace: Option<Vec<TraceEntry>>,
     /// CEL conditions evaluated so far.
     cel: CelCx,
 }
 
-impl Evaluation {
-    pub(super) fn new(engine: &Engine, req: &Request, trace: bool) -> Evaluation {
+impl Run {
+    pub(super) fn new(engine: &Engine, req: &Request, trace: bool, view: View) -> Run {
         let Target {
-            listener,
-            backend,
-            route,
+            listener, backend, ..
         } = req.target;
-        let mut ev = Evaluation {
-            listener,
-            backend,
-            route,
+        let mut ev = Run {
+            view,
+            target: req.target,
             level: Level::Gateway,
             phase: LevelPart::ExternalAuth,
             done: None,
             calls: Vec::new(),
             add_headers: Vec::new(),
             admitted: None,
+            admitted_at: [None; 2],
             trace: trace.then(Vec::new),
             cel: engine.cel_cx(backend, trace),
         };
@@ -312,12 +311,28 @@ impl Evaluation {
 
     /// `namespace/name/listener` the request arrived on.
     pub(crate) fn listener_name(&self, engine: &Engine) -> Option<String> {
-        engine.listeners.get(self.listener?).map(|l| l.id.clone())
+        engine
+            .listeners
+            .get(self.target.listener?)
+            .map(|l| l.id.clone())
     }
 
     /// `namespace/name` of the backend Envoy routed to.
     pub(crate) fn backend_name<'e>(&self, engine: &'e Engine) -> Option<&'e str> {
-        engine.backends.get(self.backend?).map(|b| b.id.as_str())
+        engine
+            .backends
+            .get(self.target.backend?)
+            .map(|b| b.id.as_str())
+    }
+
+    /// The Allow rule that admitted the request at `level`, if one did.
+    pub(crate) fn admitted_at(&self, level: Level) -> Option<RuleRef> {
+        self.admitted_at.get(level_slot(level)).copied().flatten()
+    }
+
+    /// Where the request is judged.
+    pub(crate) fn target(&self) -> Target {
+        self.target
     }
 
     /// The trace, if it was asked for.
@@ -360,17 +375,7 @@ impl Evaluation {
                 self.phase = LevelPart::Over;
                 return Step::Done(d);
             }
-            let index = match self.level {
-                Level::Gateway => self
-                    .listener
-                    .and_then(|i| engine.listeners.get(i))
-                    .map(|l| &l.index),
-                Level::Backend => self
-                    .backend
-                    .and_then(|i| engine.backends.get(i))
-                    .map(|b| b.index_for(self.listener, self.route)),
-            };
-            let Some(index) = index else {
+            let Some(index) = engine.level_index(self.view, self.level, self.target) else {
                 // GatewayOnly with no backend: nothing attached at the Backend level.
                 self.finish_level();
                 continue;
@@ -429,7 +434,7 @@ impl Evaluation {
         if self.trace.is_none() {
             return;
         }
-        let Some(b) = self.backend.and_then(|i| engine.backends.get(i)) else {
+        let Some(b) = self.target.backend.and_then(|i| engine.backends.get(i)) else {
             return;
         };
         let name = engine
@@ -438,12 +443,16 @@ impl Evaluation {
         for (pid, listeners) in &b.route_scoped {
             let on_listener = listeners
                 .as_ref()
-                .is_none_or(|ls| self.listener.is_some_and(|l| ls.contains(&l)));
-            let Some(p) = engine.policies.get(*pid).filter(|_| on_listener) else {
+                .is_none_or(|ls| self.target.listener.is_some_and(|l| ls.contains(&l)));
+            let Some(p) = engine
+                .policies
+                .get(*pid)
+                .filter(|p| on_listener && self.view.includes(p.mode))
+            else {
                 continue;
             };
             use super::compiled::{Action, Through};
-            let outcome = match b.through(*pid, self.route) {
+            let outcome = match b.through(*pid, self.target.route) {
                 Through::Yes => format!("applies: {name} is one of its routes"),
                 Through::No => format!("does not apply: {name} is another route"),
                 Through::Unsure if p.action == Action::Allow => format!("admits nothing: the request came by cluster {name}, which its routes may use too (its presence keeps this level default-deny)"),
@@ -611,6 +620,9 @@ impl Evaluation {
                     rule.as_deref(),
                     format_args!("admitted"),
                 );
+                if let Some(slot) = self.admitted_at.get_mut(level_slot(self.level)) {
+                    *slot = Some(r);
+                }
                 self.admitted = Some((policy, rule));
             }
             RulesVerdict::NotAdmitted => {
@@ -642,6 +654,14 @@ impl Evaluation {
                 outcome: outcome.to_string(),
             });
         }
+    }
+}
+
+/// Position of a level in per-level arrays.
+fn level_slot(level: Level) -> usize {
+    match level {
+        Level::Gateway => 0,
+        Level::Backend => 1,
     }
 }
 

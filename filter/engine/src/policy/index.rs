@@ -10,15 +10,18 @@ use mcp_access_bundle::{self as bundle, Level, ValidBundle};
 
 use super::{
     compiled, CompileError, CompileProblem, FastMap, LevelIndex, Mode, PolicyId, RuleRef, RuleSet,
+    View,
 };
 use crate::pins::ToolPins;
 use mcp_access_bundle::gateway_api::HostPattern;
 
-/// One index per Gateway listener, of the Gateway-level policies attached to it.
+/// One index per Gateway listener, of the Gateway-level policies attached to it that take
+/// part in `view`'s decision.
 pub(super) fn index_listeners(
     b: &ValidBundle,
     order: &[&bundle::Policy],
     policies: &[compiled::Policy],
+    view: View,
 ) -> Vec<compiled::Listener> {
     let mut listeners = Vec::new();
     for g in &b.gateways {
@@ -32,7 +35,7 @@ pub(super) fn index_listeners(
                             && t.section_name.as_ref().is_none_or(|s| s == &l.name)
                     });
                 if attached {
-                    index.attach(pid, policies);
+                    index.attach(pid, policies, view);
                 }
             }
             listeners.push(compiled::Listener {
@@ -101,12 +104,15 @@ fn targeting<'b>(order: &[&'b bundle::Policy]) -> HashMap<(&'b str, &'b str), Ve
 }
 
 /// One index per Backend, of the Backend-level policies attached to it (and one per
-/// listener and route slot that some of them are narrowed to).
+/// listener and route slot that some of them are narrowed to) that take part in `view`'s
+/// decision. Listener narrowing and route slots are those of every policy, whatever `view`:
+/// both decisions' backends have the same shape.
 pub(super) fn index_backends(
     b: &ValidBundle,
     order: &[&bundle::Policy],
     policies: &[compiled::Policy],
     listeners: &[compiled::Listener],
+    view: View,
 ) -> Result<BackendIndex, CompileError> {
     let mut targeting = targeting(order);
     let mut out = BackendIndex {
@@ -153,7 +159,8 @@ pub(super) fn index_backends(
             })?)),
             None => None,
         };
-        out.backends.push(backend(be, &attached, policies, pins));
+        out.backends
+            .push(backend(be, &attached, policies, pins, view));
     }
     Ok(out)
 }
@@ -164,6 +171,7 @@ fn backend(
     attached: &[Attached],
     policies: &[compiled::Policy],
     pins: Option<Arc<ToolPins>>,
+    view: View,
 ) -> compiled::Backend {
     let mut narrowed: Vec<usize> = attached
         .iter()
@@ -201,8 +209,8 @@ fn backend(
                 continue;
             }
             match a.routes.as_ref().map(|_| through(a.pid, slot)) {
-                None | Some(compiled::Through::Yes) => ix.attach(a.pid, policies),
-                Some(compiled::Through::Unsure) => ix.attach_presence(a.pid, policies),
+                None | Some(compiled::Through::Yes) => ix.attach(a.pid, policies, view),
+                Some(compiled::Through::Unsure) => ix.attach_presence(a.pid, policies, view),
                 Some(compiled::Through::No) => {}
             }
         }
@@ -278,8 +286,11 @@ impl Default for LevelIndex {
 }
 
 impl LevelIndex {
-    pub(super) fn attach(&mut self, pid: PolicyId, policies: &[compiled::Policy]) {
-        let Some(p) = policies.get(pid) else { return };
+    /// Attaches policy `pid` if it takes part in `view`'s decision.
+    pub(super) fn attach(&mut self, pid: PolicyId, policies: &[compiled::Policy], view: View) {
+        let Some(p) = policies.get(pid).filter(|p| view.includes(p.mode)) else {
+            return;
+        };
         match p.action {
             compiled::Action::ExternalAuth { .. } => self.external_auth.push(pid),
             compiled::Action::Deny | compiled::Action::Allow => {
@@ -316,10 +327,10 @@ impl LevelIndex {
     /// A route-scoped policy on a request the filter cannot tell came through its routes or
     /// not: an Allow policy admits nothing there, but the level stays default-deny wherever it
     /// applies (its `when`); other actions do nothing there.
-    fn attach_presence(&mut self, pid: PolicyId, policies: &[compiled::Policy]) {
+    fn attach_presence(&mut self, pid: PolicyId, policies: &[compiled::Policy], view: View) {
         if let Some(p) = policies
             .get(pid)
-            .filter(|p| p.action == compiled::Action::Allow)
+            .filter(|p| p.action == compiled::Action::Allow && view.includes(p.mode))
         {
             self.note_allow(pid, p);
         }

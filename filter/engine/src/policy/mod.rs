@@ -3,6 +3,7 @@
 
 mod compiled;
 mod cx;
+mod dry_run;
 mod eval;
 mod identity_headers;
 mod index;
@@ -21,8 +22,9 @@ use compiled::{compile_cels, compile_rule};
 pub use compiled::{Cel, Mode};
 pub use cx::CelRecord;
 pub(crate) use cx::{Applies, CelCx};
+pub use dry_run::{DryRunRecord, Evaluation, View};
+pub(crate) use eval::TraceEntry;
 pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
-pub(crate) use eval::{Evaluation, TraceEntry};
 pub use oauth::Discovery;
 
 use crate::request::{Request, Target};
@@ -214,6 +216,8 @@ pub struct LevelIndex {
 #[derive(Debug)]
 pub struct Engine {
     pub policies: Vec<compiled::Policy>,
+    /// The indexes of the dry-run decision, where some policy takes part in one decision only.
+    pub(crate) dry: Option<dry_run::DryRunView>,
     pub(crate) authorizers: Vec<Authorizer>,
     pub listeners: Vec<compiled::Listener>,
     pub backends: Vec<compiled::Backend>,
@@ -234,6 +238,11 @@ pub struct Engine {
     pub(crate) jwt_claims: Vec<String>,
     /// What the CEL conditions read beyond the usual request attributes.
     pub(crate) cel_needs: CelNeeds,
+    /// What decision records carry.
+    pub decision_records: bundle::DecisionRecords,
+    /// Headers the rules' header conditions read (lowercase; never credentials): what a
+    /// decision record keeps of the request's headers.
+    pub recorded_headers: Vec<String>,
     /// Every identity header name of the bundle, sorted (removed from allowed requests).
     pub(crate) identity_header_names: Vec<String>,
     /// Claims identity headers carry.
@@ -273,8 +282,10 @@ impl Engine {
         let order: Vec<&bundle::Policy> = numbered.iter().map(|(_, p)| *p).collect();
         let compiled = compile_policies(b, &numbered, &mut conditions)?;
         let policies = compiled.policies;
-        let listeners = index::index_listeners(b, &order, &policies);
-        let backends = index::index_backends(b, &order, &policies, &listeners)?;
+        let listeners = index::index_listeners(b, &order, &policies, View::Enforced);
+        let backends = index::index_backends(b, &order, &policies, &listeners, View::Enforced)?;
+        let dry =
+            dry_run::DryRunView::build(b, &order, &policies, (&listeners, &backends.backends))?;
         let (identity_header_names, identity_claims) = identity_headers::names_and_claims(b);
         let challenges = listeners.iter().any(|l| l.discovery.is_some());
         let mut origins = HashMap::new();
@@ -284,6 +295,7 @@ impl Engine {
             }
         }
         Ok(Engine {
+            dry,
             origins,
             policies,
             authorizers: b.authorizers.clone(),
@@ -300,6 +312,8 @@ impl Engine {
             escaped_slashes: b.envoy.escaped_slashes,
             jwt_claims: compiled.jwt_claims,
             cel_needs: compiled.cel_needs,
+            decision_records: b.decision_records,
+            recorded_headers: compiled.headers,
             identity_header_names,
             identity_claims,
             challenges,
@@ -457,7 +471,12 @@ impl Engine {
     /// (listings). None: the item passes; else why it would be denied. Rules read the item
     /// from `probe.mcp` (so would a CEL rule's `request.mcp.*`).
     pub fn item_denial(&self, probe: &Request) -> Option<Denial> {
-        let (level, rule) = self.item_refusal(probe)?;
+        self.item_denial_in(View::Enforced, probe)
+    }
+
+    /// [`Engine::item_denial`] in the decision of `view`.
+    pub fn item_denial_in(&self, view: View, probe: &Request) -> Option<Denial> {
+        let (level, rule) = self.item_refusal_in(view, probe)?;
         Some(match rule {
             Some(r) => {
                 let mut d = Denial::of(Some(level), Reason::DenyPolicy);
@@ -472,24 +491,13 @@ impl Engine {
     /// the item passes, else the level that refuses it and the Deny rule that matched it
     /// (None: no Allow rule admitted it).
     pub(crate) fn item_refusal(&self, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
+        self.item_refusal_in(View::Enforced, probe)
+    }
+
+    fn item_refusal_in(&self, view: View, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
         let scope = probe.target;
-        let levels = [
-            (
-                Level::Gateway,
-                scope
-                    .listener
-                    .and_then(|i| self.listeners.get(i))
-                    .map(|l| &l.index),
-            ),
-            (
-                Level::Backend,
-                scope
-                    .backend
-                    .and_then(|i| self.backends.get(i))
-                    .map(|b| b.index_for(scope.listener, scope.route)),
-            ),
-        ];
-        for (level, index) in levels {
+        for level in [Level::Gateway, Level::Backend] {
+            let index = self.level_index(view, level, scope);
             let Some(index) = index else {
                 if level == Level::Gateway || self.unknown_backend == UnknownBackend::Deny {
                     return Some((level, None));
@@ -509,6 +517,30 @@ impl Engine {
     /// Starts evaluating a request.
     pub fn begin(&self, req: &Request, trace: bool) -> Evaluation {
         Evaluation::new(self, req, trace)
+    }
+
+    /// What is attached at `level` for a request judged at `target`, in the decision of
+    /// `view`; None: no listener, or no backend.
+    pub(crate) fn level_index(
+        &self,
+        view: View,
+        level: Level,
+        target: Target,
+    ) -> Option<&LevelIndex> {
+        let (listeners, backends) = match (view, &self.dry) {
+            (View::DryRun, Some(d)) => (&d.listeners, &d.backends),
+            _ => (&self.listeners, &self.backends),
+        };
+        match level {
+            Level::Gateway => target
+                .listener
+                .and_then(|i| listeners.get(i))
+                .map(|l| &l.index),
+            Level::Backend => target
+                .backend
+                .and_then(|i| backends.get(i))
+                .map(|b| b.index_for(target.listener, target.route)),
+        }
     }
 }
 
@@ -573,6 +605,8 @@ struct CompiledPolicies {
     /// Claim names any JWT rule reads.
     jwt_claims: Vec<String>,
     cel_needs: CelNeeds,
+    /// Header names the rules' header conditions read, credentials left out.
+    headers: Vec<String>,
 }
 
 /// Compiles each policy of `numbered` ((position in the bundle, policy), most senior first).
@@ -586,6 +620,7 @@ fn compile_policies(
         policies: Vec::with_capacity(numbered.len()),
         jwt_claims: Vec::new(),
         cel_needs: CelNeeds::default(),
+        headers: Vec::new(),
     };
     for (position, p) in numbered {
         let id = format!("{}/{}", p.namespace, p.name);
@@ -630,6 +665,19 @@ fn compile_policies(
             needs.annotations |= c.program.reads_attr(Attr::ToolAnnotations);
         }
         for r in rules.iter().flatten() {
+            let read = r
+                .authz
+                .iter()
+                .flat_map(|a| a.headers.iter().map(|h| &h.name));
+            for h in read {
+                let credential = matches!(
+                    h.as_str(),
+                    "authorization" | "proxy-authorization" | "cookie"
+                );
+                if !credential && !out.headers.contains(h) {
+                    out.headers.push(h.clone());
+                }
+            }
             if let compiled::Source::Jwt { claims, .. } = &r.source {
                 for (c, _) in claims {
                     if !out.jwt_claims.contains(c) {
@@ -661,6 +709,7 @@ fn compile_policies(
             rules,
             when,
             origin: p.origin.as_ref().map(ToString::to_string),
+            mode: p.mode,
         });
     }
     Ok(out)

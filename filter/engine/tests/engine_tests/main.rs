@@ -6,6 +6,7 @@ mod authz_answers;
 mod cel;
 mod cel_input;
 mod compile_index;
+mod dry_run;
 mod flow;
 mod http_canonical;
 mod identity_headers;

@@ -317,3 +317,50 @@ fn the_trace_says_whether_each_route_scoped_policy_applies() {
         }
     );
 }
+
+/// The enforced and the dry-run decision of `req` (None: no dry-run decision was made).
+fn both(e: &Engine, req: &Request) -> (Decision, Option<Decision>) {
+    let req = &resolved(e, req);
+    let mut ev = e.begin(req, false);
+    match ev.advance(e, req) {
+        mcp_access_engine::policy::Step::Done(d) => (d, ev.dry_run_decision().cloned()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_route_scoped_dry_run_policy_is_a_dry_run_through_its_routes_only() {
+    let mut no_add = scoped(
+        deny_tools("no-add", "Backend", "tools", &["add"]),
+        &["admin"],
+    );
+    no_add["mode"] = json!("DryRun");
+    let mut only_echo = scoped(
+        inline_tools("echo-only", "Backend", "tools", &["echo", "add"]),
+        &["public"],
+    );
+    only_echo["mode"] = json!("DryRun");
+    let e = routed(vec![no_add, only_echo]);
+    let denied = Some((Reason::DenyPolicy, Some("default/no-add".to_string())));
+    // Through admin: enforced allow, the dry run denies by the route's Deny policy.
+    let (d, dry) = both(&e, &via("add", Some("admin"), None, 8443));
+    assert!(is_allow(&d), "{d:?}");
+    assert_eq!(denied_by(dry.as_ref().unwrap()), denied);
+    // Through public: the dry-run Allow policy admits add, refuses x (nothing enforced).
+    let (d, dry) = both(&e, &via("add", Some("public"), None, 8443));
+    assert!(is_allow(&d) && is_allow(dry.as_ref().unwrap()), "{dry:?}");
+    let (d, dry) = both(&e, &via("x", Some("public"), None, 8443));
+    assert!(is_allow(&d), "{d:?}");
+    assert_eq!(
+        denied_by(dry.as_ref().unwrap()),
+        Some((Reason::NotAllowed, None))
+    );
+    // By the cluster: the Deny policy does not apply; the Allow one keeps the dry run
+    // default-deny.
+    let (d, dry) = both(&e, &via("add", None, Some("tools-cluster"), 8443));
+    assert!(is_allow(&d), "{d:?}");
+    assert_eq!(
+        denied_by(dry.as_ref().unwrap()),
+        Some((Reason::NotAllowed, None))
+    );
+}

@@ -396,6 +396,7 @@ fn level_view(
                     })
                 },
                 authorizer: p.external_auth.clone(),
+                mode: mode_of(p),
             })
             .collect();
         if a == Action::Allow {
@@ -408,6 +409,7 @@ fn level_view(
                 when: p.when.clone(),
                 rules: Some(Vec::new()),
                 authorizer: None,
+                mode: mode_of(p),
             }));
         }
         (!entries.is_empty()).then(|| EffectiveStep {
@@ -419,5 +421,14 @@ fn level_view(
     EffectiveLevel {
         level: level.into(),
         steps,
+    }
+}
+
+/// An entry's `mode`: None for an enforced policy.
+fn mode_of(p: &bundle::Policy) -> Option<String> {
+    match p.mode {
+        bundle::PolicyMode::Enforce => None,
+        bundle::PolicyMode::DryRun => Some("DryRun".into()),
+        bundle::PolicyMode::EnforceOnly => Some("EnforceOnly".into()),
     }
 }

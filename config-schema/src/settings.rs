@@ -1,0 +1,181 @@
+//! The bundle's filter-wide settings: the denial response, limits, listings, and how the
+//! filter reads what Envoy tells it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::bundle::{CelLimits, MatchType, DEFAULT_MAX_RESPONSE_BODY_BYTES};
+
+/// Response for requests the filter denies itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DenyResponse {
+    /// HTTP status of a policy denial: a 4xx or 5xx, or 200 for clients that take every
+    /// non-2xx answer for a transport failure.
+    #[serde(default = "default_deny_status")]
+    pub http_status: u16,
+    /// JSON-RPC error code of a denial (default -32010, a code no MCP SDK uses itself).
+    #[serde(default = "default_deny_code")]
+    pub json_rpc_code: i32,
+    /// JSON-RPC error message of a policy denial.
+    #[serde(default = "default_deny_message")]
+    pub message: String,
+    /// Put level, policy, rule and reason in `error.data`, and an authorizer's status and
+    /// (capped) body.
+    #[serde(default)]
+    pub expose_details: bool,
+}
+
+impl Default for DenyResponse {
+    fn default() -> Self {
+        DenyResponse {
+            http_status: default_deny_status(),
+            json_rpc_code: default_deny_code(),
+            message: default_deny_message(),
+            expose_details: false,
+        }
+    }
+}
+
+/// Request limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+    /// Largest request body buffered; larger is answered 413.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: u32,
+    /// Deepest JSON nesting accepted.
+    #[serde(default = "default_max_depth")]
+    pub max_json_depth: u32,
+    /// Bounds on CEL expressions (`when`, `authorization.cel`).
+    #[serde(default)]
+    pub cel: CelLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: default_max_body(),
+            max_json_depth: default_max_depth(),
+            cel: CelLimits::default(),
+        }
+    }
+}
+
+/// Per-caller filtering of `tools/list`, `prompts/list`, `resources/list` and
+/// `resources/templates/list` responses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Listings {
+    /// Keep only the items the caller could use (default true); false passes listings as
+    /// the server sent them.
+    #[serde(default = "default_true")]
+    pub filter: bool,
+    /// Largest listing response (JSON body, or one SSE event of any stream the filter reads)
+    /// the filter reads; a larger one is replaced by a JSON-RPC error, never passed unfiltered.
+    #[serde(default = "default_max_listing")]
+    pub max_bytes: u32,
+}
+
+impl Default for Listings {
+    fn default() -> Self {
+        Listings {
+            filter: true,
+            max_bytes: default_max_listing(),
+        }
+    }
+}
+
+/// Integration with the hosting Envoy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EnvoySettings {
+    /// Hold request headers until the decision (needs `allow_on_headers_stop_iteration: true`
+    /// on the Wasm filter). When false, headers reach the upstream before the body is decided;
+    /// a denial then resets that stream, and authorizer headers cannot be added.
+    #[serde(default = "default_true")]
+    pub hold_headers: bool,
+    /// Requests Envoy routes to no known backend: `Deny` (default) or `GatewayOnly` (only
+    /// Gateway-level policies apply).
+    #[serde(default)]
+    pub unknown_backend: UnknownBackend,
+    /// A request path holding an encoded `/` or `\` (`%2F`, `%5C`): `Reject` it with 400
+    /// (default) or `Decode` it to `/` before rules match. The generated Envoy configurations
+    /// set `path_with_escaped_slashes_action` to match (`REJECT_REQUEST` or
+    /// `UNESCAPE_AND_FORWARD`).
+    #[serde(default)]
+    pub escaped_slashes: EscapedSlashes,
+}
+
+impl Default for EnvoySettings {
+    fn default() -> Self {
+        EnvoySettings {
+            hold_headers: true,
+            unknown_backend: UnknownBackend::default(),
+            escaped_slashes: EscapedSlashes::default(),
+        }
+    }
+}
+
+/// Treatment of `%2F` / `%5C` in a request path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum EscapedSlashes {
+    /// Answer 400 (Envoy: `REJECT_REQUEST`).
+    #[default]
+    Reject,
+    /// Read them as `/` (Envoy: `UNESCAPE_AND_FORWARD`; the upstream then sees `/`).
+    Decode,
+}
+
+/// Treatment of requests routed to no known backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum UnknownBackend {
+    /// Deny them.
+    #[default]
+    Deny,
+    /// Decide them on Gateway-level policies alone.
+    GatewayOnly,
+}
+
+pub(crate) fn default_namespace() -> String {
+    "default".to_string()
+}
+pub(crate) fn default_timeout_ms() -> u32 {
+    200
+}
+pub(crate) fn default_path_match() -> MatchType {
+    MatchType::PathPrefix
+}
+pub(crate) fn default_deny_status() -> u16 {
+    403
+}
+/// No MCP SDK uses it for its own errors (`-32001` is the SDKs' request timeout, `-32000`
+/// connection closed, `-32002` a retired resource-not-found code; docs/semantics.md §5.1).
+pub const DEFAULT_DENY_CODE: i32 = -32010;
+
+pub(crate) fn default_deny_code() -> i32 {
+    DEFAULT_DENY_CODE
+}
+pub(crate) fn default_deny_message() -> String {
+    "Access denied".to_string()
+}
+pub(crate) fn default_max_response_body() -> u32 {
+    DEFAULT_MAX_RESPONSE_BODY_BYTES
+}
+pub(crate) fn default_max_body() -> u32 {
+    1024 * 1024
+}
+pub(crate) fn default_max_listing() -> u32 {
+    4 * 1024 * 1024
+}
+pub(crate) fn default_max_depth() -> u32 {
+    64
+}
+pub(crate) fn default_true() -> bool {
+    true
+}

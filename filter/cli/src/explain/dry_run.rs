@@ -1,0 +1,119 @@
+//! The dry-run decision beside the enforced one (docs/semantics.md §3.8): what the request
+//! would get with every dry-run policy enforced.
+
+use mcp_access_bundle::Level;
+use mcp_access_engine::answer::Why;
+use mcp_access_engine::flow::{Outcome, RequestFlow};
+use serde::Serialize;
+
+use super::TraceView;
+
+/// The dry-run decision of a request that dry-run policies concern.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DryRunView {
+    /// `allow` or `deny`: the decision with the dry-run policies enforced (never enforced).
+    pub decision: &'static str,
+    /// Whether it differs from the decision enforced.
+    pub changed: bool,
+    /// Deny: the level; allow (changed): the level where it admits what was denied.
+    pub level: Option<&'static str>,
+    pub reason: &'static str,
+    /// The policy and rule that make the difference.
+    pub policy: Option<String>,
+    pub rule: Option<String>,
+    /// Dry-run authorizer calls: the policy and its answer.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub authorizers: Vec<AuthorizerAnswer>,
+    /// Authorizers the dry run would call that were not (no Backend-level authorizer is
+    /// called after a Gateway-level denial); taken as allowing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_called: Vec<String>,
+    pub trace: Vec<TraceView>,
+}
+
+/// One dry-run authorizer's answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuthorizerAnswer {
+    pub policy: String,
+    pub answer: String,
+}
+
+/// The dry-run decision of `flow`, None when no dry-run policy concerns the request.
+pub(super) fn dry_run_view(flow: &RequestFlow, outcome: &Outcome) -> Option<DryRunView> {
+    if !flow.dry_run_evaluated() {
+        return None;
+    }
+    let trace = flow
+        .dry_run_trace()
+        .iter()
+        .map(|t| TraceView {
+            level: Level::name(t.level),
+            step: t.step,
+            policy: t.policy.clone(),
+            rule: t.rule.clone(),
+            outcome: t.outcome.clone(),
+        })
+        .collect();
+    let Some(d) = &outcome.dry_run else {
+        // The same decision as the one enforced.
+        return Some(DryRunView {
+            decision: if outcome.allowed { "allow" } else { "deny" },
+            changed: false,
+            level: (!outcome.allowed).then(|| Level::name(outcome.level)),
+            reason: outcome.reason.as_str(),
+            policy: outcome.policy.clone(),
+            rule: outcome.rule.clone(),
+            authorizers: Vec::new(),
+            not_called: Vec::new(),
+            trace,
+        });
+    };
+    Some(DryRunView {
+        decision: if d.allowed { "allow" } else { "deny" },
+        changed: d.changed,
+        level: d.level.map(|l| l.as_str()),
+        reason: d.reason.map_or(Why::Allowed, Why::Denied).as_str(),
+        policy: d.policy.clone(),
+        rule: d.rule.clone(),
+        authorizers: d
+            .authorizers
+            .iter()
+            .map(|(policy, answer)| AuthorizerAnswer {
+                policy: policy.clone(),
+                answer: answer.clone(),
+            })
+            .collect(),
+        not_called: d.not_called.clone(),
+        trace,
+    })
+}
+
+/// The dry-run section of the text output.
+pub(super) fn to_text(out: &mut String, d: &DryRunView) {
+    let s = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let what = if d.changed {
+        "differs from the decision enforced"
+    } else {
+        "the same as the decision enforced"
+    };
+    out.push_str(&format!(
+        "dry run   {} at {} ({}): policy {}, rule {}; {what} (dry-run policies are never enforced)\n",
+        d.decision.to_uppercase(),
+        d.level.unwrap_or("-"),
+        d.reason,
+        s(&d.policy),
+        s(&d.rule),
+    ));
+    for a in &d.authorizers {
+        out.push_str(&format!(
+            "dry run   authorizer for {} answered {} (recorded, not applied)\n",
+            a.policy, a.answer
+        ));
+    }
+    for p in &d.not_called {
+        out.push_str(&format!(
+            "dry run   authorizer for {p} not called (the Gateway level denied); taken as allowing\n"
+        ));
+    }
+}

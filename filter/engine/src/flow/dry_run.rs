@@ -1,0 +1,39 @@
+//! The flow's side of dry-run policies (docs/semantics.md §3.8): the dry-run decision with
+//! the items a request names judged in it too, and what `explain` shows of it.
+
+use super::RequestFlow;
+use crate::policy::{Decision, DryRunRecord, Engine, TraceEntry, View};
+
+impl RequestFlow {
+    /// The dry-run decision's trace (traced flows only, where dry-run policies concern the
+    /// request).
+    pub fn dry_run_trace(&self) -> &[TraceEntry] {
+        self.eval.as_ref().map_or(&[], |ev| ev.dry_run_trace())
+    }
+
+    /// Whether a dry-run decision was made beside the enforced one.
+    pub fn dry_run_evaluated(&self) -> bool {
+        self.eval
+            .as_ref()
+            .is_some_and(|ev| ev.dry_run_decision().is_some())
+    }
+
+    /// What the dry-run decision says beside the enforced `decision`, with the items a
+    /// request names judged in it as well.
+    pub(super) fn dry_run(&self, engine: &Engine, decision: &Decision) -> Option<DryRunRecord> {
+        let ev = self.eval.as_ref()?;
+        let dry = ev.dry_run_decision()?;
+        let dry = match dry {
+            Decision::Allow { .. } => self
+                .judge_named_items(engine, View::DryRun)
+                .or_else(|| self.pin_refusal(engine)),
+            Decision::Deny(_) => None,
+        }
+        .unwrap_or_else(|| dry.clone());
+        let enforced = match decision {
+            Decision::Allow { .. } => (true, None),
+            Decision::Deny(d) => (false, d.level),
+        };
+        ev.dry_run_record(engine, &dry, enforced)
+    }
+}

@@ -1,0 +1,95 @@
+//! The filter's metrics: the counters every bundle has, defined once per VM, and the loaded
+//! bundle's own (per policy and rule, per dry-run policy).
+
+use std::collections::HashMap;
+
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::stats::{self, Counter};
+
+use super::abi;
+
+/// Metric ids, defined once per VM when the bundle loads (None: the host refused one).
+pub(super) struct Stats {
+    pub(super) counters: [Option<u32>; Counter::ALL.len()],
+    /// Indexed as [`stats::denial_counter_names`].
+    pub(super) denied: Vec<Option<u32>>,
+    pub(super) latency: Option<u32>,
+}
+
+impl Stats {
+    pub(super) fn define() -> Stats {
+        Stats {
+            counters: Counter::ALL.map(|c| abi::define_metric(abi::METRIC_COUNTER, c.name())),
+            denied: stats::denial_counter_names()
+                .iter()
+                .map(|n| abi::define_metric(abi::METRIC_COUNTER, n))
+                .collect(),
+            latency: abi::define_metric(abi::METRIC_HISTOGRAM, stats::CALLOUT_LATENCY_MS),
+        }
+    }
+
+    pub(super) fn inc(&self, c: Counter) {
+        increment(self.counters.get(c.index()).copied().flatten());
+    }
+}
+
+pub(super) fn increment(id: Option<u32>) {
+    if let Some(id) = id {
+        abi::increment_metric(id, 1);
+    }
+}
+
+/// Metric ids of the loaded bundle's own counters (its policies' and rules', its dry-run
+/// policies'), defined when a bundle loads; a name defined for an earlier bundle keeps its id.
+pub(super) struct BundleStats {
+    /// Indexed as [`stats::dry_run_counter_names`].
+    pub(super) dry_run: Vec<Option<u32>>,
+    /// By deciding policy: its [allowed, denied], and those of each of its rules
+    /// ([`stats::policy_counter_names`]).
+    policies: HashMap<String, PolicyCounters>,
+}
+
+/// The [allowed, denied] counters of a policy, and of each of its rules by name.
+type PolicyCounters = ([Option<u32>; 2], HashMap<String, [Option<u32>; 2]>);
+
+impl BundleStats {
+    pub(super) fn define(engine: &Engine, known: &mut HashMap<String, Option<u32>>) -> BundleStats {
+        let mut counter = |n: &String| match known.get(n) {
+            Some(id) => *id,
+            None => {
+                let id = abi::define_metric(abi::METRIC_COUNTER, n);
+                known.insert(n.clone(), id);
+                id
+            }
+        };
+        let mut s = BundleStats {
+            dry_run: stats::dry_run_counter_names(engine)
+                .iter()
+                .map(&mut counter)
+                .collect(),
+            policies: HashMap::new(),
+        };
+        for (policy, rule, [allowed, denied]) in stats::policy_counter_names(engine) {
+            let ids = [counter(&allowed), counter(&denied)];
+            let entry = s.policies.entry(policy).or_default();
+            match rule {
+                None => entry.0 = ids,
+                Some(r) => {
+                    entry.1.insert(r, ids);
+                }
+            }
+        }
+        s
+    }
+
+    /// Counts a decision for its deciding policy and rule.
+    pub(super) fn count(&self, policy: Option<&String>, rule: Option<&String>, allowed: bool) {
+        let at = usize::from(!allowed);
+        let Some((ids, rules)) = policy.and_then(|p| self.policies.get(p)) else {
+            return;
+        };
+        increment(ids.get(at).copied().flatten());
+        let rule = rule.and_then(|r| rules.get(r));
+        increment(rule.and_then(|ids| ids.get(at).copied().flatten()));
+    }
+}
