@@ -532,43 +532,6 @@ mod tests {
         );
     }
 
-    /// The canonical form by another route: serde_json's value, written recursively.
-    fn reference(v: &serde_json::Value, out: &mut Vec<u8>) {
-        use serde_json::Value as V;
-        match v {
-            V::Null | V::Bool(_) => out.extend_from_slice(v.to_string().as_bytes()),
-            V::Number(n) => {
-                let x = n.as_f64().unwrap();
-                out.extend_from_slice(ryu_js::Buffer::new().format_finite(x).as_bytes());
-            }
-            V::String(s) => push_string(out, s.as_bytes()),
-            V::Array(a) => {
-                out.push(b'[');
-                for (i, x) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    reference(x, out);
-                }
-                out.push(b']');
-            }
-            V::Object(o) => {
-                let mut m: Vec<(&String, &serde_json::Value)> = o.iter().collect();
-                m.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-                out.push(b'{');
-                for (i, (k, x)) in m.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    push_string(out, k.as_bytes());
-                    out.push(b':');
-                    reference(x, out);
-                }
-                out.push(b'}');
-            }
-        }
-    }
-
     /// Random JSON text: members in any order, nested objects and arrays, escapes.
     fn random_text(rng: &mut crate::json::tests::Rng, depth: usize, out: &mut String) {
         let keys = [
@@ -635,8 +598,7 @@ mod tests {
             let mut text = String::new();
             random_text(&mut rng, 4, &mut text);
             let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-            let mut want = Vec::new();
-            reference(&value, &mut want);
+            let want = crate::serde_oracle::canonical(&value);
             assert_eq!(
                 String::from_utf8_lossy(&canonicalize(text.as_bytes(), 64).unwrap()),
                 String::from_utf8_lossy(&want),
