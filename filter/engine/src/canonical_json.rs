@@ -16,9 +16,29 @@
 //! parts it wants in the same pass; [`canonicalize`] reads a whole text with it. Text JCS
 //! refuses (duplicate member names, a number that is not a finite double) gives an error.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use sha2::{Digest as _, Sha256};
 
 use crate::json::{self, Val};
+
+/// What [`Digest::of_remembered`] keeps on one thread (a VM is one thread): at most this many
+/// bytes of canonical text, and this many digests; past either, it starts again empty.
+pub const REMEMBERED_BYTES: usize = 2 << 20;
+pub const REMEMBERED_DIGESTS: usize = 8192;
+
+/// Digests taken on this thread, by their canonical text (the key is the text itself: a hit
+/// is exact), with the bytes of text held.
+#[derive(Default)]
+struct Remembered {
+    digests: HashMap<Box<[u8]>, Digest>,
+    bytes: usize,
+}
+
+thread_local! {
+    static REMEMBERED: RefCell<Remembered> = RefCell::new(Remembered::default());
+}
 
 /// The SHA-256 digest of canonical JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,6 +48,33 @@ impl Digest {
     /// The digest of `canonical` (canonical JSON text).
     pub fn of(canonical: &[u8]) -> Digest {
         Digest(Sha256::digest(canonical).into())
+    }
+
+    /// [`Digest::of`], remembered on this thread: a listing rarely changes while callers ask
+    /// for it again and again, and SHA-256 is most of what digesting a tool costs. The same
+    /// text always gives the same digest, so a remembered one is the one `of` would give;
+    /// memory is bounded by [`REMEMBERED_BYTES`] and [`REMEMBERED_DIGESTS`].
+    pub fn of_remembered(canonical: &[u8]) -> Digest {
+        REMEMBERED.with(|r| {
+            let Ok(mut r) = r.try_borrow_mut() else {
+                return Digest::of(canonical);
+            };
+            if let Some(d) = r.digests.get(canonical) {
+                return *d;
+            }
+            let d = Digest::of(canonical);
+            if canonical.len() <= REMEMBERED_BYTES / 16 {
+                if r.bytes + canonical.len() > REMEMBERED_BYTES
+                    || r.digests.len() >= REMEMBERED_DIGESTS
+                {
+                    r.digests.clear();
+                    r.bytes = 0;
+                }
+                r.bytes += canonical.len();
+                r.digests.insert(canonical.into(), d);
+            }
+            d
+        })
     }
 
     /// `sha256:` and 64 lowercase hex digits: how ToolPins write it.
@@ -644,5 +691,26 @@ mod tests {
         ] {
             assert_eq!(Digest::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn remembered_digests_are_the_digests_and_memory_stays_bounded() {
+        let texts: Vec<Vec<u8>> = (0..3 * REMEMBERED_DIGESTS)
+            .map(|i| format!("{{\"name\":\"tool-{i}\"}}").into_bytes())
+            .collect();
+        // Twice over, past the entry bound (so it starts again empty along the way).
+        for _ in 0..2 {
+            for t in &texts {
+                assert_eq!(Digest::of_remembered(t), Digest::of(t));
+            }
+        }
+        let big = vec![b'x'; REMEMBERED_BYTES / 16 + 1];
+        assert_eq!(Digest::of_remembered(&big), Digest::of(&big));
+        REMEMBERED.with(|r| {
+            let r = r.borrow();
+            assert!(r.digests.len() <= REMEMBERED_DIGESTS && r.bytes <= REMEMBERED_BYTES);
+            assert!(!r.digests.contains_key(&big[..]));
+            assert_eq!(r.bytes, r.digests.keys().map(|k| k.len()).sum::<usize>());
+        });
     }
 }

@@ -418,7 +418,7 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
                 end,
                 key: self.item_key.take(),
                 observed: std::mem::take(&mut self.in_tool).then(|| match self.canon.text() {
-                    Ok(text) => Observed::Digest(Digest::of(text)),
+                    Ok(text) => Observed::Digest(Digest::of_remembered(text)),
                     Err(_) => Observed::Unreadable,
                 }),
             }),
