@@ -12,9 +12,10 @@
 //! listing: docs/performance.md, "P7 with pinned tools".
 //!
 //! [`Canonicalizer`] is fed the values of a text as the strict reader ([`crate::json`])
-//! reports them, so a caller that already reads a text (the listing filter) canonicalizes the
-//! parts it wants in the same pass; [`canonicalize`] reads a whole text with it. Text JCS
-//! refuses (duplicate member names, a number that is not a finite double) gives an error.
+//! reports them; [`canonicalize`] reads a whole text with it. Text JCS refuses (duplicate
+//! member names, a number that is not a finite double) gives an error. The listing filter
+//! digests a pinned tool's listed bytes with [`digest_remembered`], which remembers the
+//! digests it took by those bytes (a server sends the same listing again and again).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,17 +24,18 @@ use sha2::{Digest as _, Sha256};
 
 use crate::json::{self, Val};
 
-/// What [`Digest::of_remembered`] keeps on one thread (a VM is one thread): at most this many
-/// bytes of canonical text, and this many digests; past either, it starts again empty.
+/// What [`digest_remembered`] keeps on one thread (a VM is one thread): at most this many
+/// bytes of text, and this many digests; past either, it starts again empty.
 pub const REMEMBERED_BYTES: usize = 2 << 20;
 pub const REMEMBERED_DIGESTS: usize = 8192;
 
-/// Digests taken on this thread, by their canonical text (the key is the text itself: a hit
-/// is exact), with the bytes of text held.
+/// Digests taken on this thread, by the text they were taken of (the key is the text itself:
+/// a hit is exact), with the bytes of text held and the depth limit they were read with.
 #[derive(Default)]
 struct Remembered {
     digests: HashMap<Box<[u8]>, Digest>,
     bytes: usize,
+    max_depth: usize,
 }
 
 thread_local! {
@@ -48,33 +50,6 @@ impl Digest {
     /// The digest of `canonical` (canonical JSON text).
     pub fn of(canonical: &[u8]) -> Digest {
         Digest(Sha256::digest(canonical).into())
-    }
-
-    /// [`Digest::of`], remembered on this thread: a listing rarely changes while callers ask
-    /// for it again and again, and SHA-256 is most of what digesting a tool costs. The same
-    /// text always gives the same digest, so a remembered one is the one `of` would give;
-    /// memory is bounded by [`REMEMBERED_BYTES`] and [`REMEMBERED_DIGESTS`].
-    pub fn of_remembered(canonical: &[u8]) -> Digest {
-        REMEMBERED.with(|r| {
-            let Ok(mut r) = r.try_borrow_mut() else {
-                return Digest::of(canonical);
-            };
-            if let Some(d) = r.digests.get(canonical) {
-                return *d;
-            }
-            let d = Digest::of(canonical);
-            if canonical.len() <= REMEMBERED_BYTES / 16 {
-                if r.bytes + canonical.len() > REMEMBERED_BYTES
-                    || r.digests.len() >= REMEMBERED_DIGESTS
-                {
-                    r.digests.clear();
-                    r.bytes = 0;
-                }
-                r.bytes += canonical.len();
-                r.digests.insert(canonical.into(), d);
-            }
-            d
-        })
     }
 
     /// `sha256:` and 64 lowercase hex digits: how ToolPins write it.
@@ -459,6 +434,38 @@ pub fn digest_of(text: &[u8], max_depth: usize) -> Result<Digest, CanonError> {
     canonicalize(text, max_depth).map(|c| Digest::of(&c))
 }
 
+/// [`digest_of`], remembered on this thread by `text` itself: a listing rarely changes while
+/// callers ask for it again and again, and canonicalizing and SHA-256 are what digesting a
+/// tool costs. The same text always gives the same digest, so a remembered one is the one
+/// `digest_of` would give; texts without one are not remembered. Memory is bounded by
+/// [`REMEMBERED_BYTES`] and [`REMEMBERED_DIGESTS`].
+pub fn digest_remembered(text: &[u8], max_depth: usize) -> Result<Digest, CanonError> {
+    REMEMBERED.with(|r| {
+        let Ok(mut r) = r.try_borrow_mut() else {
+            return digest_of(text, max_depth);
+        };
+        if r.max_depth != max_depth {
+            *r = Remembered {
+                max_depth,
+                ..Remembered::default()
+            };
+        }
+        if let Some(d) = r.digests.get(text) {
+            return Ok(*d);
+        }
+        let d = digest_of(text, max_depth)?;
+        if text.len() <= REMEMBERED_BYTES / 16 {
+            if r.bytes + text.len() > REMEMBERED_BYTES || r.digests.len() >= REMEMBERED_DIGESTS {
+                r.digests.clear();
+                r.bytes = 0;
+            }
+            r.bytes += text.len();
+            r.digests.insert(text.into(), d);
+        }
+        Ok(d)
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
@@ -696,16 +703,29 @@ mod tests {
     #[test]
     fn remembered_digests_are_the_digests_and_memory_stays_bounded() {
         let texts: Vec<Vec<u8>> = (0..3 * REMEMBERED_DIGESTS)
-            .map(|i| format!("{{\"name\":\"tool-{i}\"}}").into_bytes())
+            .map(|i| format!("{{ \"name\": \"tool-{i}\", \"a\": [{i}.0] }}").into_bytes())
             .collect();
         // Twice over, past the entry bound (so it starts again empty along the way).
         for _ in 0..2 {
             for t in &texts {
-                assert_eq!(Digest::of_remembered(t), Digest::of(t));
+                assert_eq!(digest_remembered(t, 64), digest_of(t, 64));
             }
         }
-        let big = vec![b'x'; REMEMBERED_BYTES / 16 + 1];
-        assert_eq!(Digest::of_remembered(&big), Digest::of(&big));
+        // Text without a canonical form is an error each time, and not remembered.
+        for bad in [&b"{\"a\":1,\"a\":2}"[..], b"[[[1]]]", b"{"] {
+            for _ in 0..2 {
+                assert_eq!(
+                    digest_remembered(bad, 2).is_err(),
+                    digest_of(bad, 2).is_err()
+                );
+                assert!(digest_remembered(bad, 2).is_err());
+            }
+        }
+        // Another depth limit starts again: what passed under 64 may not under 2.
+        assert!(digest_remembered(b"[[[1]]]", 64).is_ok());
+        assert!(digest_remembered(b"[[[1]]]", 2).is_err());
+        let big = vec![b'1'; REMEMBERED_BYTES / 16 + 1];
+        assert_eq!(digest_remembered(&big, 64), digest_of(&big, 64));
         REMEMBERED.with(|r| {
             let r = r.borrow();
             assert!(r.digests.len() <= REMEMBERED_DIGESTS && r.bytes <= REMEMBERED_BYTES);
