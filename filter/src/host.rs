@@ -227,8 +227,10 @@ impl Stream {
         };
         let json = outcome.to_json();
         abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
-        for (key, value) in TRACE_TAG_KEYS.iter().zip(outcome.trace_tags()) {
-            abi::set_property(&[key], value.as_bytes());
+        if self.engine.decision_records.trace_tags {
+            for (key, value) in TRACE_TAG_KEYS.iter().zip(outcome.trace_tags()) {
+                abi::set_property(&[key], value.as_bytes());
+            }
         }
         self.bundle_stats.count(
             outcome.policy.as_ref(),

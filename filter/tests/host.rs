@@ -533,6 +533,8 @@ fn bundle(policies: Value, extra: Value) -> Value {
         ],
         "authorizers": [{"name": "risk", "cluster": "risk-cluster"}],
         "policies": policies,
+        // Every decision() below checks the trace tags too.
+        "decisionRecords": {"traceTags": true},
     });
     for (k, v) in extra.as_object().unwrap() {
         b[k] = v.clone();
@@ -635,6 +637,28 @@ fn an_invalid_bundle_fails_the_configuration() {
         "{:?}",
         vm.host().logs
     );
+}
+
+#[test]
+fn trace_tags_are_set_only_where_the_bundle_asks_for_them() {
+    let b = bundle(only_echo(), json!({"decisionRecords": {}}));
+    let Some(mut vm) = configured(&b, "tools-route") else {
+        return;
+    };
+    for tool in ["echo", "rm"] {
+        let (ctx, _) = vm.request(POST, &call(tool));
+        vm.body(ctx);
+        let set = &vm.host().set_properties;
+        assert_eq!(
+            set.last().map(|(k, _)| k.as_str()),
+            Some("mcp_access.decision"),
+            "{set:?}"
+        );
+        assert!(
+            !set.iter().any(|(k, _)| k.contains("security_rule")),
+            "{set:?}"
+        );
+    }
 }
 
 #[test]

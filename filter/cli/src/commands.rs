@@ -240,6 +240,9 @@ pub(crate) fn envoy(
             .map(envoy::Tracing::parse)
             .transpose()?,
     };
+    let mut c = c;
+    // Traces read the decision from filter state the filter sets only when told to.
+    c.bundle.decision_records.trace_tags |= eo.tracing.is_some();
     let mut notes = Notes::default();
     let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;
     if let Some(dir) = &ecds {
