@@ -50,6 +50,8 @@ pub struct Outcome {
     pub authorizer_failed: bool,
     /// The request's canonical attributes, once policies decided it.
     pub request: Option<RecordedRequest>,
+    /// The authorizers whose answers came from their policy's cache (docs/semantics.md §3.10).
+    pub authz_cached: Vec<String>,
 }
 
 /// The filter-state keys of [`Outcome::trace_tags`] (each readable as
@@ -103,7 +105,19 @@ impl Outcome {
         // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
         // document was first built as (a test compares the two).
         let mut out = String::with_capacity(256);
-        out.push_str("{\"backend\":");
+        out.push('{');
+        if !self.authz_cached.is_empty() {
+            // Only when some answer was reused (most decisions have none).
+            out.push_str("\"authz_cached\":[");
+            for (i, name) in self.authz_cached.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_str(&mut out, name);
+            }
+            out.push_str("],");
+        }
+        out.push_str("\"backend\":");
         push_opt_str(&mut out, self.backend.as_deref());
         out.push_str(",\"caller\":");
         push_opt_str(&mut out, self.caller.as_deref());
@@ -263,7 +277,7 @@ mod tests {
 
     /// The document as it was first defined (a `serde_json::Value` map).
     fn as_value_map(o: &Outcome) -> String {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "decision": if o.allowed { "allow" } else { "deny" },
             "level": Level::name(o.level),
             "reason": o.reason.as_str(),
@@ -312,8 +326,13 @@ mod tests {
                     "route": r.route,
                 })
             }),
-        })
-        .to_string()
+        });
+        if !o.authz_cached.is_empty() {
+            if let Some(m) = v.as_object_mut() {
+                m.insert("authz_cached".into(), serde_json::json!(o.authz_cached));
+            }
+        }
+        v.to_string()
     }
 
     #[test]
@@ -371,6 +390,7 @@ mod tests {
                 not_called: vec!["ns/b".into()],
                 counter: Some(0),
             }),
+            authz_cached: vec!["ns.a".into(), "ns.\"b".into()],
         };
         let empty = Outcome {
             allowed: true,
@@ -390,6 +410,7 @@ mod tests {
             dry_run: None,
             authorizer_failed: true,
             request: Some(RecordedRequest::default()),
+            authz_cached: Vec::new(),
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));
