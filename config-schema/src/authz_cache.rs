@@ -53,50 +53,33 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// What an authorizer is sent of the request's headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SentHeaders {
-    /// Every header (a gRPC authorizer with no `allowedHeaders`).
-    All,
-    /// These (lowercase).
-    Named(Vec<String>),
-}
-
-/// The request headers `a` is sent: an HTTP authorizer `authorization` and its
-/// `allowedHeaders`; a gRPC one its `allowedHeaders`, or all of them when none are named.
-/// (Host, method, path and the body's length are always in the key.)
-pub fn sent_headers(a: &Authorizer) -> SentHeaders {
-    let mut names: Vec<String> = a
-        .allowed_headers
-        .iter()
-        .map(|h| h.to_ascii_lowercase())
-        .collect();
-    match a.protocol {
-        AuthorizerProtocol::Grpc if names.is_empty() => return SentHeaders::All,
-        AuthorizerProtocol::Grpc => {}
-        AuthorizerProtocol::Http => names.push("authorization".to_string()),
-    }
-    names.retain(|n| !matches!(n.as_str(), "host" | ":authority" | ":path" | ":method"));
-    names.sort();
-    names.dedup();
-    SentHeaders::Named(names)
-}
-
-/// The headers `a` is sent that `cache` neither keys on nor declares irrelevant (a cache with
-/// any is refused: its answers could be reused for a request the authorizer would judge
-/// differently). `None`: every header is sent, so no key can cover them.
+/// The headers `a` is sent (an HTTP authorizer: `authorization` and its `allowedHeaders`; a
+/// gRPC one: its `allowedHeaders`) that `cache` neither keys on nor declares irrelevant, in the
+/// order they are named (a cache with any is refused: its answers could be reused for a request
+/// the authorizer would judge differently). `None`: a gRPC authorizer with no
+/// `allowedHeaders` is sent every header, so no key can cover them. Host, method, path and the
+/// body's length are always in the key.
 pub fn uncovered_headers(a: &Authorizer, cache: &AuthzCache) -> Option<Vec<String>> {
-    let SentHeaders::Named(sent) = sent_headers(a) else {
+    let http = a.protocol == AuthorizerProtocol::Http;
+    if !http && a.allowed_headers.is_empty() {
         return None;
-    };
-    let covered = |n: &String| {
-        cache
-            .key_headers
+    }
+    let named = |n: &str, list: &[String]| list.iter().any(|k| k.eq_ignore_ascii_case(n));
+    let always = http.then_some("authorization");
+    let mut left: Vec<String> = Vec::new();
+    for n in always
+        .into_iter()
+        .chain(a.allowed_headers.iter().map(String::as_str))
+    {
+        let in_key = named(n, &cache.key_headers) || named(n, &cache.ignored_headers);
+        let request_line = [":authority", ":path", ":method", "host"]
             .iter()
-            .chain(&cache.ignored_headers)
-            .any(|k| k.eq_ignore_ascii_case(n))
-    };
-    Some(sent.into_iter().filter(|n| !covered(n)).collect())
+            .any(|h| h.eq_ignore_ascii_case(n));
+        if !in_key && !request_line && !named(n, &left) {
+            left.push(n.to_ascii_lowercase());
+        }
+    }
+    Some(left)
 }
 
 /// The first problem of `a`'s cache: the field (below `cache`) and what is wrong.
@@ -134,12 +117,12 @@ pub fn problem(a: &Authorizer, cache: &AuthzCache) -> Option<(String, String)> {
     match uncovered_headers(a, cache) {
         None => Some((
             "keyHeaders".into(),
-            "the GRPC authorizer is sent every request header (allowedHeaders is empty): name the headers it reads in allowedHeaders to cache its answers".into(),
+            "a GRPC authorizer with no allowedHeaders is sent every header: name them".into(),
         )),
         Some(left) if !left.is_empty() => Some((
             "keyHeaders".into(),
             format!(
-                "the authorizer is sent {} but the key does not hold it: add it to keyHeaders, or to ignoredHeaders if answers do not depend on it",
+                "{} sent but not in keyHeaders or ignoredHeaders",
                 left.join(", ")
             ),
         )),

@@ -154,6 +154,11 @@ impl HostFacts for Envoy {
 
 impl Stream {
     fn run(&mut self, mut action: Next, phase: Phase) -> WasmAction {
+        // Answers the cache gave while the headers or the body were handled.
+        let cached = self.flow.take_reports();
+        if !cached.is_empty() {
+            self.report_callouts(cached);
+        }
         loop {
             match action {
                 Next::Dispatch(calls) => {

@@ -510,6 +510,12 @@ impl RequestFlow {
         self.progress(next)
     }
 
+    /// The callouts that ended since the host last took them: those the cache answered while
+    /// the headers or the body were handled (the host takes the others with each [`Progress`]).
+    pub fn take_reports(&mut self) -> Reports {
+        std::mem::take(&mut self.reports)
+    }
+
     fn progress(&mut self, next: Next) -> Progress {
         Progress {
             next,

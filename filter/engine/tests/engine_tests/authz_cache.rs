@@ -14,6 +14,7 @@ use std::rc::Rc;
 
 use crate::common::*;
 use mcp_access_engine::authz_cache::{AnswerStore, SLOT_PREFIX};
+use mcp_access_engine::callout::CacheUse;
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::pb;
 use mcp_access_engine::policy::{Engine, HeaderEdit};
@@ -129,7 +130,14 @@ fn run(
         calls += 1;
         reply.clone()
     });
+    // What the cache answered is reported for the host's counters (one report per hit).
+    let hits = flow
+        .take_reports()
+        .iter()
+        .filter(|r| r.cache == Some(CacheUse::Hit) && r.latency_ms.is_none())
+        .count();
     let outcome = flow.outcome().unwrap();
+    assert_eq!(hits, outcome.authz_cached.len());
     let json: Value = serde_json::from_str(&outcome.to_json()).unwrap();
     if outcome.authz_cached.is_empty() {
         assert!(json.get("authz_cached").is_none());
@@ -427,7 +435,7 @@ fn a_bundle_whose_cache_would_omit_what_the_authorizer_is_sent_is_refused() {
             json!({"ttlMs": 1000}),
             json!({}),
             "authorizers[0].cache.keyHeaders",
-            "every request header",
+            "is sent every header",
         ),
         (
             "HTTP",
