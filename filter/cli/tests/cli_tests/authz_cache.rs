@@ -12,7 +12,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::{run, s, text};
+use common::{run, s, text, DIGEST, IMAGE};
 use serde_json::{json, Value};
 
 fn policy(kind: &str, protocol: &str, settings: &str, cache: &str) -> String {
@@ -79,6 +79,44 @@ fn a_cache_reaches_the_bundle() {
         b["authorizers"][0]["cache"],
         json!({"ttlMs": 5000, "maxEntries": 1024, "keyHeaders": ["x-tenant"]})
     );
+    // `envoy` and `manifests` (Envoy Gateway, Istio) carry the same bundle (JSON text inside
+    // Envoy's JSON, compared without the escapes; YAML in the manifests).
+    let want = r#""cache":{"ttlMs":90000,"maxEntries":64,"denials":true"#;
+    let carried = |out: &std::process::Output, what: &str| {
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", text(&out.stderr));
+        let t = text(&out.stdout).replace('\\', "");
+        let yaml = ["ttlMs: 90000", "maxEntries: 64", "denials: true"];
+        assert!(
+            t.contains(want) || yaml.iter().all(|y| t.contains(y)),
+            "{what}: {t}"
+        );
+    };
+    carried(
+        &run(&[
+            "envoy",
+            "-f",
+            s(&d),
+            "--listen",
+            "http=8080",
+            "--wasm-path",
+            "/filter.wasm",
+        ]),
+        "envoy",
+    );
+    for platform in ["envoy-gateway", "istio"] {
+        let out = run(&[
+            "manifests",
+            "-f",
+            s(&d),
+            "--platform",
+            platform,
+            "--image",
+            IMAGE,
+            "--digest",
+            DIGEST,
+        ]);
+        carried(&out, platform);
+    }
     // explain shows the declaration (and always calls: it keeps no answers).
     let out = run(&[
         "explain",
