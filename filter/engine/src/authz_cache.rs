@@ -5,8 +5,10 @@
 //! The store holds `maxEntries` slots per policy, `<policy>/<n>`: an answer goes to slot
 //! `hash(key) % maxEntries` and replaces whatever was there (a colliding key, an expired or
 //! an older bundle's record). A slot's record names the SHA-256 of its whole key (the bundle's
-//! digest included), its expiry, and the answer; a read that finds another key, an expired
-//! record or one it cannot decode is a miss. So the store never holds more than `maxEntries`
+//! digest included), when it was written and when it expires, and the answer (at most
+//! [`MAX_RECORD_BYTES`]; a larger answer is not kept); a read that finds another key, an expired
+//! record (or one written after the clock's now: the clock went back) or one it cannot decode is
+//! a miss. So the store never holds more than `maxEntries`
 //! records per policy (per policy name: Envoy's shared data cannot delete keys), and a new
 //! bundle never reads an old one's answers.
 
@@ -186,8 +188,11 @@ pub fn lookup(store: &dyn AnswerStore, key: &CacheKey) -> Option<Kept> {
         return None;
     }
     let mut r = Reader(rest);
-    let expiry = r.u64()?;
-    if store.now_ns() >= expiry {
+    let (written, expiry) = (r.u64()?, r.u64()?);
+    // Envoy's clock is the wall clock: one that went back to before the answer was kept does
+    // not stretch its life.
+    let now = store.now_ns();
+    if now >= expiry || now < written {
         return None;
     }
     decode(&mut r)
@@ -196,15 +201,21 @@ pub fn lookup(store: &dyn AnswerStore, key: &CacheKey) -> Option<Kept> {
 /// Keeps `kept` for `key` until `ttl_ms` from now.
 pub fn store(store: &dyn AnswerStore, a: &Authorizer, key: &CacheKey, kept: &Kept) {
     let Some(cache) = &a.cache else { return };
-    let expiry = store
-        .now_ns()
-        .saturating_add(u64::from(cache.ttl_ms).saturating_mul(1_000_000));
+    let now = store.now_ns();
+    let expiry = now.saturating_add(u64::from(cache.ttl_ms).saturating_mul(1_000_000));
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(&key.digest);
+    out.extend_from_slice(&now.to_le_bytes());
     out.extend_from_slice(&expiry.to_le_bytes());
     encode(&mut out, kept);
-    store.set(&key.slot, &out);
+    // Bounded: a larger answer (a long denial body, many header edits) is not kept.
+    if out.len() <= MAX_RECORD_BYTES {
+        store.set(&key.slot, &out);
+    }
 }
+
+/// The largest record kept: a policy's cache holds at most `maxEntries` × this.
+pub const MAX_RECORD_BYTES: usize = 4096;
 
 fn put(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());

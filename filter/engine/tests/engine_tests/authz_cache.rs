@@ -22,11 +22,19 @@ use mcp_access_engine::request::Caller;
 use prost::Message;
 use serde_json::{json, Value};
 
-/// Envoy's shared data as a map, and a clock the test moves.
-#[derive(Default)]
+/// Envoy's shared data as a map, and a clock the test moves (from 2026-01-01).
 struct FakeAnswers {
     slots: RefCell<BTreeMap<String, Vec<u8>>>,
     now: Cell<u64>,
+}
+
+impl Default for FakeAnswers {
+    fn default() -> Self {
+        FakeAnswers {
+            slots: RefCell::default(),
+            now: Cell::new(1_767_225_600 * 1_000_000_000),
+        }
+    }
 }
 
 impl AnswerStore for FakeAnswers {
@@ -200,6 +208,11 @@ fn an_ok_answer_is_reused_until_its_ttl_passes_with_its_header_edits() {
     assert_eq!(calls, 1);
     assert!(matches!(third, Next::Respond(r) if r.status == 403));
     assert_eq!(store.slots.borrow().len(), 1);
+    // A clock that went back to before an answer was kept does not stretch its life.
+    assert_eq!(run(&e, &store, &again, &ok).0, 1);
+    assert_eq!(run(&e, &store, &again, &denied()).0, 0);
+    store.now.set(store.now.get() - 60 * SEC * 1_000_000);
+    assert_eq!(run(&e, &store, &again, &denied()).0, 1);
 }
 
 #[test]
@@ -236,6 +249,15 @@ fn denials_are_reused_only_when_the_cache_says_so() {
     assert_eq!((calls, cached), (0, vec!["a".to_string()]));
     // The same status, headers and body relayed.
     assert_eq!(second, first);
+    // A denial too large to keep (its record over MAX_RECORD_BYTES) is asked for each time.
+    let big = Reply::Http {
+        status: Some(403),
+        headers: vec![],
+        body: vec![b'x'; 5000],
+    };
+    for _ in 0..2 {
+        assert_eq!(run(&denials, &store, &Call::tool("big"), &big).0, 1);
+    }
 }
 
 #[test]
@@ -342,8 +364,9 @@ fn a_slot_holds_one_answer_and_a_record_that_does_not_read_is_a_miss() {
         record[..record.len() - 1].to_vec(),
         record[..40].to_vec(),
         {
+            // The answer's kind (after the key's digest, written and expiry times).
             let mut r = record.clone();
-            r[40] = 9;
+            r[48] = 9;
             r
         },
         Vec::new(),
