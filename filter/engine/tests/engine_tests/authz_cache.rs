@@ -443,14 +443,14 @@ fn a_bundle_whose_cache_would_omit_what_the_authorizer_is_sent_is_refused() {
             json!({"ttlMs": 1000}),
             json!({}),
             "authorizers[0].cache.keyHeaders",
-            "authorization",
+            "HTTP: authorization",
         ),
         (
             "HTTP",
             json!({"ttlMs": 1000, "ignoredHeaders": ["authorization"]}),
             json!({"allowedHeaders": ["x-tenant"]}),
             "authorizers[0].cache.keyHeaders",
-            "x-tenant",
+            "must be in keyHeaders or ignoredHeaders",
         ),
         // gRPC with no allowedHeaders is sent every header.
         (
@@ -485,14 +485,14 @@ fn a_bundle_whose_cache_would_omit_what_the_authorizer_is_sent_is_refused() {
             "HTTP",
             json!({"ttlMs": 10, "keyHeaders": ["X-Up"], "ignoredHeaders": ["authorization"]}),
             json!({}),
-            "authorizers[0].cache.keyHeaders[0]",
+            "authorizers[0].cache.keyHeaders",
             "lowercase",
         ),
         (
             "HTTP",
             json!({"ttlMs": 10, "keyClaims": ["a..b"], "ignoredHeaders": ["authorization"]}),
             json!({}),
-            "authorizers[0].cache.keyClaims[0]",
+            "authorizers[0].cache.keyClaims",
             "claim",
         ),
     ];
