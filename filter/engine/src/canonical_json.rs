@@ -12,13 +12,35 @@
 //! listing: docs/performance.md, "P7 with pinned tools".
 //!
 //! [`Canonicalizer`] is fed the values of a text as the strict reader ([`crate::json`])
-//! reports them, so a caller that already reads a text (the listing filter) canonicalizes the
-//! parts it wants in the same pass; [`canonicalize`] reads a whole text with it. Text JCS
-//! refuses (duplicate member names, a number that is not a finite double) gives an error.
+//! reports them; [`canonicalize`] reads a whole text with it. Text JCS refuses (duplicate
+//! member names, a number that is not a finite double) gives an error. The listing filter
+//! digests a pinned tool's listed bytes with [`digest_remembered`], which remembers the
+//! digests it took by those bytes (a server sends the same listing again and again).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 use sha2::{Digest as _, Sha256};
 
 use crate::json::{self, Val};
+
+/// What [`digest_remembered`] keeps on one thread (a VM is one thread): at most this many
+/// bytes of text, and this many digests; past either, it starts again empty.
+pub const REMEMBERED_BYTES: usize = 2 << 20;
+pub const REMEMBERED_DIGESTS: usize = 8192;
+
+/// Digests taken on this thread, by the text they were taken of (the key is the text itself:
+/// a hit is exact), with the bytes of text held and the depth limit they were read with.
+#[derive(Default)]
+struct Remembered {
+    digests: HashMap<Box<[u8]>, Digest>,
+    bytes: usize,
+    max_depth: usize,
+}
+
+thread_local! {
+    static REMEMBERED: RefCell<Remembered> = RefCell::new(Remembered::default());
+}
 
 /// The SHA-256 digest of canonical JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -412,6 +434,38 @@ pub fn digest_of(text: &[u8], max_depth: usize) -> Result<Digest, CanonError> {
     canonicalize(text, max_depth).map(|c| Digest::of(&c))
 }
 
+/// [`digest_of`], remembered on this thread by `text` itself: a listing rarely changes while
+/// callers ask for it again and again, and canonicalizing and SHA-256 are what digesting a
+/// tool costs. The same text always gives the same digest, so a remembered one is the one
+/// `digest_of` would give; texts without one are not remembered. Memory is bounded by
+/// [`REMEMBERED_BYTES`] and [`REMEMBERED_DIGESTS`].
+pub fn digest_remembered(text: &[u8], max_depth: usize) -> Result<Digest, CanonError> {
+    REMEMBERED.with(|r| {
+        let Ok(mut r) = r.try_borrow_mut() else {
+            return digest_of(text, max_depth);
+        };
+        if r.max_depth != max_depth {
+            *r = Remembered {
+                max_depth,
+                ..Remembered::default()
+            };
+        }
+        if let Some(d) = r.digests.get(text) {
+            return Ok(*d);
+        }
+        let d = digest_of(text, max_depth)?;
+        if text.len() <= REMEMBERED_BYTES / 16 {
+            if r.bytes + text.len() > REMEMBERED_BYTES || r.digests.len() >= REMEMBERED_DIGESTS {
+                r.digests.clear();
+                r.bytes = 0;
+            }
+            r.bytes += text.len();
+            r.digests.insert(text.into(), d);
+        }
+        Ok(d)
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
@@ -532,43 +586,6 @@ mod tests {
         );
     }
 
-    /// The canonical form by another route: serde_json's value, written recursively.
-    fn reference(v: &serde_json::Value, out: &mut Vec<u8>) {
-        use serde_json::Value as V;
-        match v {
-            V::Null | V::Bool(_) => out.extend_from_slice(v.to_string().as_bytes()),
-            V::Number(n) => {
-                let x = n.as_f64().unwrap();
-                out.extend_from_slice(ryu_js::Buffer::new().format_finite(x).as_bytes());
-            }
-            V::String(s) => push_string(out, s.as_bytes()),
-            V::Array(a) => {
-                out.push(b'[');
-                for (i, x) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    reference(x, out);
-                }
-                out.push(b']');
-            }
-            V::Object(o) => {
-                let mut m: Vec<(&String, &serde_json::Value)> = o.iter().collect();
-                m.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-                out.push(b'{');
-                for (i, (k, x)) in m.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    push_string(out, k.as_bytes());
-                    out.push(b':');
-                    reference(x, out);
-                }
-                out.push(b'}');
-            }
-        }
-    }
-
     /// Random JSON text: members in any order, nested objects and arrays, escapes.
     fn random_text(rng: &mut crate::json::tests::Rng, depth: usize, out: &mut String) {
         let keys = [
@@ -635,8 +652,7 @@ mod tests {
             let mut text = String::new();
             random_text(&mut rng, 4, &mut text);
             let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-            let mut want = Vec::new();
-            reference(&value, &mut want);
+            let want = crate::serde_oracle::canonical(&value);
             assert_eq!(
                 String::from_utf8_lossy(&canonicalize(text.as_bytes(), 64).unwrap()),
                 String::from_utf8_lossy(&want),
@@ -682,5 +698,39 @@ mod tests {
         ] {
             assert_eq!(Digest::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn remembered_digests_are_the_digests_and_memory_stays_bounded() {
+        let texts: Vec<Vec<u8>> = (0..3 * REMEMBERED_DIGESTS)
+            .map(|i| format!("{{ \"name\": \"tool-{i}\", \"a\": [{i}.0] }}").into_bytes())
+            .collect();
+        // Twice over, past the entry bound (so it starts again empty along the way).
+        for _ in 0..2 {
+            for t in &texts {
+                assert_eq!(digest_remembered(t, 64), digest_of(t, 64));
+            }
+        }
+        // Text without a canonical form is an error each time, and not remembered.
+        for bad in [&b"{\"a\":1,\"a\":2}"[..], b"[[[1]]]", b"{"] {
+            for _ in 0..2 {
+                assert_eq!(
+                    digest_remembered(bad, 2).is_err(),
+                    digest_of(bad, 2).is_err()
+                );
+                assert!(digest_remembered(bad, 2).is_err());
+            }
+        }
+        // Another depth limit starts again: what passed under 64 may not under 2.
+        assert!(digest_remembered(b"[[[1]]]", 64).is_ok());
+        assert!(digest_remembered(b"[[[1]]]", 2).is_err());
+        let big = vec![b'1'; REMEMBERED_BYTES / 16 + 1];
+        assert_eq!(digest_remembered(&big, 64), digest_of(&big, 64));
+        REMEMBERED.with(|r| {
+            let r = r.borrow();
+            assert!(r.digests.len() <= REMEMBERED_DIGESTS && r.bytes <= REMEMBERED_BYTES);
+            assert!(!r.digests.contains_key(&big[..]));
+            assert_eq!(r.bytes, r.digests.keys().map(|k| k.len()).sum::<usize>());
+        });
     }
 }

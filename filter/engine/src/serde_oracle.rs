@@ -3,6 +3,8 @@
 //! protocol versions, subscriptions, completion ref, id) or the error code. One oracle, used
 //! by the differential unit test (`mcp_tests.rs`) and the fuzz target `differential`
 //! (feature `serde-oracle`).
+//! It also holds the RFC 8785 canonical form written by another route ([`canonical`]), for
+//! the canonical-JSON unit test and the fuzz target `canonical_json`.
 //!
 //! The places where the reader is deliberately stricter than serde_json are encoded one by
 //! one (see [`expected`]), each as narrow as the rule it stands for:
@@ -276,5 +278,51 @@ fn id_value(raw: &str, text: &str) -> Value {
     match serde_json::from_str::<Value>(raw) {
         Ok(v) if v.is_string() || v.is_number() => v,
         other => panic!("echoed id {raw:?} is not a JSON string or number ({other:?}): {text}"),
+    }
+}
+
+/// The RFC 8785 canonical form of `v` by another route than [`crate::canonical_json`]:
+/// serde_json's value written recursively, members sorted by UTF-16 code units, numbers as
+/// ECMAScript writes them (ryu-js), strings escaped by serde_json (the same set as
+/// `JSON.stringify`: `"`, `\\`, and control characters, short forms where there are).
+pub fn canonical(v: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_canonical(v, &mut out);
+    out
+}
+
+fn write_canonical(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Null | Value::Bool(_) | Value::String(_) => {
+            out.extend_from_slice(v.to_string().as_bytes())
+        }
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            out.extend_from_slice(ryu_js::Buffer::new().format_finite(x).as_bytes());
+        }
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(x, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(o) => {
+            let mut m: Vec<(&String, &Value)> = o.iter().collect();
+            m.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            out.push(b'{');
+            for (i, (k, x)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(Value::from(k.as_str()).to_string().as_bytes());
+                out.push(b':');
+                write_canonical(x, out);
+            }
+            out.push(b'}');
+        }
     }
 }

@@ -1,8 +1,10 @@
 //! The listing filter (docs/semantics.md §5.4) on arbitrary upstream answers, driven like the
 //! host adapter. The first input byte picks the answer's media type (bits 0-1: JSON, SSE,
-//! HTML, compressed SSE), its status (bit 2: 200 or 500) and the request it answers (bits 3-4:
+//! HTML, compressed SSE), its status (bit 2: 200 or 500), the request it answers (bits 3-4:
 //! `tools/list`, `tools/call` of `echo`, a GET stream, a GET resuming one with
-//! `Last-Event-ID`); the second the chunk size; the rest is the body.
+//! `Last-Event-ID`) and whether the backend has a ToolPin (bit 5: `echo` pinned as
+//! `{"name":"echo"}`, so every tool is digested as it is read); the second the chunk size;
+//! the rest is the body.
 //!
 //! Besides never panicking, it checks what the client reads, read the standard's way (SSE
 //! lines ending with CRLF, LF or CR, a leading byte order mark dropped; JSON as serde_json
@@ -35,12 +37,28 @@ const BUNDLE: &str = r#"{"apiVersion": "mcp-access.io/v1",
 const LIST: usize = 0;
 const CALL: usize = 1;
 
-fn engine() -> &'static Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| match Engine::from_json(BUNDLE.as_bytes()) {
-        Ok(e) => e,
-        Err(e) => panic!("the bundle does not load: {e}"),
-    })
+/// The backend's ToolPin in the pinned variant: `echo` as `{"name":"echo"}`.
+const PINS: &str = r#""pins": {"source": "ns/tools", "tools": [{"name": "echo",
+  "digest": "sha256:f7817751a90d6baf078dd0e2d98b278faa025d83ccee00eb9b60100ad65bdcb9"}]},
+  "routeNames""#;
+
+fn engine(pinned: bool) -> &'static Engine {
+    static ENGINES: OnceLock<[Engine; 2]> = OnceLock::new();
+    let [plain, with_pins] = ENGINES.get_or_init(|| {
+        let load = |text: &str| match Engine::from_json(text.as_bytes()) {
+            Ok(e) => e,
+            Err(e) => panic!("the bundle does not load: {e}"),
+        };
+        [
+            load(BUNDLE),
+            load(&BUNDLE.replacen("\"routeNames\"", PINS, 1)),
+        ]
+    });
+    if pinned {
+        with_pins
+    } else {
+        plain
+    }
 }
 
 /// The response filters the flow hands over when it allows each request, with the flow that
@@ -177,7 +195,7 @@ fuzz_target!(|data: &[u8]| {
     let [flags, chunk, body @ ..] = data else {
         return;
     };
-    let engine = engine();
+    let engine = engine(flags & 0x20 != 0);
     let request = usize::from(flags >> 3 & 3);
     let Some((mut f, flow)) = filters(engine).into_iter().nth(request) else {
         return;

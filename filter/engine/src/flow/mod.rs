@@ -27,7 +27,6 @@ use checks::{body_limit, header_rejection, McpHeaders};
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
 pub use outcome::{Outcome, TRACE_TAG_KEYS};
-pub use record::RecordedRequest;
 
 /// What the host must do next.
 #[derive(Debug, PartialEq, Eq)]

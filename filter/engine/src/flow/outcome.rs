@@ -5,9 +5,6 @@ use mcp_access_bundle::Level;
 use crate::answer::Why;
 use crate::jsonw::{push_int, push_opt_str, push_str};
 use crate::policy::DryRunRecord;
-use crate::request::ClaimValue;
-
-use super::RecordedRequest;
 
 /// How the request ended, for stats, logs and filter state.
 ///
@@ -48,8 +45,8 @@ pub struct Outcome {
     /// Whether an authorizer call failed (no usable answer), whatever its failure mode made
     /// of it: the check itself failed (`event.outcome: failure`).
     pub authorizer_failed: bool,
-    /// The request's canonical attributes, once policies decided it.
-    pub request: Option<RecordedRequest>,
+    /// The request's canonical attributes as JSON (flow/record.rs), once policies decided it.
+    pub request: Option<String>,
     /// The authorizers whose answers came from their policy's cache (docs/semantics.md §3.10).
     pub authz_cached: Vec<String>,
 }
@@ -104,7 +101,7 @@ impl Outcome {
         // Written by hand: this runs for every request. Keys in alphabetical order and
         // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
         // document was first built as (a test compares the two).
-        let mut out = String::with_capacity(256);
+        let mut out = String::with_capacity(320 + self.request.as_ref().map_or(0, String::len));
         out.push('{');
         if !self.authz_cached.is_empty() {
             // Only when some answer was reused (most decisions have none).
@@ -141,10 +138,8 @@ impl Outcome {
         out.push_str(",\"reason\":");
         push_str(&mut out, self.reason.as_str());
         out.push_str(",\"request\":");
-        match &self.request {
-            Some(r) => push_request(&mut out, r),
-            None => out.push_str("null"),
-        }
+        // Already JSON.
+        out.push_str(self.request.as_deref().unwrap_or("null"));
         out.push_str(",\"rule\":");
         push_opt_str(&mut out, self.rule.as_deref());
         out.push_str(",\"status\":");
@@ -191,92 +186,6 @@ pub(crate) fn dry_run_json(d: &DryRunRecord) -> serde_json::Value {
     })
 }
 
-/// The `request` object: `arguments`, `headers` (name: [copies]), `host`, `jwt` (`iss`, `sub`,
-/// the claims read), `method`, `path`, `port`, `route`, keys in order.
-fn push_request(out: &mut String, r: &RecordedRequest) {
-    out.push_str("{\"arguments\":");
-    match &r.arguments {
-        // Already JSON.
-        Some(a) => out.push_str(a),
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"headers\":{");
-    let mut headers: Vec<&(String, Vec<String>)> = r.headers.iter().collect();
-    headers.sort_by(|a, b| a.0.cmp(&b.0));
-    for (i, (name, copies)) in headers.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        push_str(out, name);
-        out.push_str(":[");
-        for (j, v) in copies.iter().enumerate() {
-            if j > 0 {
-                out.push(',');
-            }
-            push_str(out, v);
-        }
-        out.push(']');
-    }
-    out.push_str("},\"host\":");
-    push_str(out, &r.host);
-    out.push_str(",\"jwt\":");
-    match &r.jwt {
-        None => out.push_str("null"),
-        Some((iss, sub, claims)) => {
-            let mut fields: Vec<(&str, String)> = Vec::new();
-            let mut text = String::new();
-            push_str(&mut text, iss);
-            fields.push(("iss", text));
-            if let Some(s) = sub {
-                let mut text = String::new();
-                push_str(&mut text, s);
-                fields.push(("sub", text));
-            }
-            for (name, v) in claims {
-                if name == "iss" || name == "sub" {
-                    continue;
-                }
-                let mut text = String::new();
-                match v {
-                    ClaimValue::Str(s) => push_str(&mut text, s),
-                    ClaimValue::Other(json) => text.push_str(json),
-                    ClaimValue::List(items) => {
-                        text.push('[');
-                        for (k, item) in items.iter().enumerate() {
-                            if k > 0 {
-                                text.push(',');
-                            }
-                            push_str(&mut text, item);
-                        }
-                        text.push(']');
-                    }
-                }
-                fields.push((name.as_str(), text));
-            }
-            fields.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in fields.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                push_str(out, k);
-                out.push(':');
-                out.push_str(&v);
-            }
-            out.push('}');
-        }
-    }
-    out.push_str(",\"method\":");
-    push_str(out, &r.http_method);
-    out.push_str(",\"path\":");
-    push_str(out, &r.path);
-    out.push_str(",\"port\":");
-    push_int(out, i64::from(r.port));
-    out.push_str(",\"route\":");
-    push_opt_str(out, r.route.as_deref());
-    out.push('}');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,38 +208,8 @@ mod tests {
             "jwt": o.jwt,
             "cel_errors": o.cel_errors.0,
             "dry_run": o.dry_run.as_ref().map(dry_run_json),
-            "request": o.request.as_ref().map(|r| {
-                let jwt = r.jwt.as_ref().map(|(iss, sub, claims)| {
-                    let mut m = serde_json::Map::new();
-                    m.insert("iss".into(), iss.clone().into());
-                    if let Some(s) = sub {
-                        m.insert("sub".into(), s.clone().into());
-                    }
-                    for (k, v) in claims {
-                        let v = match v {
-                            ClaimValue::Str(s) => s.clone().into(),
-                            ClaimValue::List(l) => serde_json::json!(l),
-                            ClaimValue::Other(j) => serde_json::from_str(j).unwrap_or_default(),
-                        };
-                        m.insert(k.clone(), v);
-                    }
-                    m
-                });
-                let headers: serde_json::Map<String, serde_json::Value> = r
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), serde_json::json!(v)))
-                    .collect();
-                serde_json::json!({
-                    "arguments": r.arguments.as_deref().map(|a| serde_json::from_str::<serde_json::Value>(a).unwrap_or_default()),
-                    "headers": headers,
-                    "host": r.host,
-                    "jwt": jwt,
-                    "method": r.http_method,
-                    "path": r.path,
-                    "port": r.port,
-                    "route": r.route,
-                })
+            "request": o.request.as_deref().map(|r| {
+                serde_json::from_str::<serde_json::Value>(r).unwrap_or_default()
             }),
         });
         if !o.authz_cached.is_empty() {
@@ -359,32 +238,11 @@ mod tests {
             jwt: Some("https://idp.example/\u{2028}#u\"1".into()),
             cel_errors: (3, 1),
             authorizer_failed: false,
-            request: Some(RecordedRequest {
-                http_method: "POST".into(),
-                path: "/mcp/\"x".into(),
-                host: "gw.example".into(),
-                port: 8443,
-                route: Some("ns/r/rule-0/match-0".into()),
-                headers: vec![
-                    ("x-team".into(), vec!["blue".into(), "r\ned".into()]),
-                    ("a-first".into(), vec!["1".into()]),
-                ],
-                jwt: Some((
-                    "https://idp".into(),
-                    Some("u\"1".into()),
-                    vec![
-                        (
-                            "groups".into(),
-                            ClaimValue::List(vec!["a".into(), "b\\".into()]),
-                        ),
-                        ("org.team".into(), ClaimValue::Str("blue".into())),
-                        ("level".into(), ClaimValue::Other("3".into())),
-                        ("admin".into(), ClaimValue::Other("true".into())),
-                    ],
-                )),
-                // As serde_json writes it (the flow records `params.arguments` so).
-                arguments: Some(r#"{"a":[1,{"b":null}],"z":"é"}"#.into()),
-            }),
+            // As the flow writes it (flow/record.rs tests its writing).
+            request: Some(
+                r#"{"arguments":{"a":[1,{"b":null}]},"headers":{},"host":"gw.example","jwt":null,"method":"POST","path":"/mcp","port":8443,"route":null}"#
+                    .into(),
+            ),
             dry_run: Some(DryRunRecord {
                 changed: true,
                 allowed: false,
@@ -415,7 +273,7 @@ mod tests {
             cel_errors: (0, 0),
             dry_run: None,
             authorizer_failed: true,
-            request: Some(RecordedRequest::default()),
+            request: None,
             authz_cached: Vec::new(),
         };
         for o in [full, empty] {

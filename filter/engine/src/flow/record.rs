@@ -1,67 +1,213 @@
 //! What a decision record keeps of the request (docs/semantics.md §3.9): its canonical
 //! attributes, enough for `mcp-access replay` to decide it again under other policies, and
-//! never a credential.
+//! never a credential. Written as JSON straight from the request (this runs for every
+//! request: nothing is copied first).
 
 use super::RequestFlow;
+use crate::jsonw::{push_int, push_opt_str, push_str};
 use crate::policy::Engine;
 use crate::request::{ClaimValue, Request};
 
-/// A verified token as a record carries it: `iss`, `sub`, the claims JWT sources read.
-pub type RecordedJwt = (String, Option<String>, Vec<(String, ClaimValue)>);
-
-/// The request as a decision record carries it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RecordedRequest {
-    pub http_method: String,
-    /// The canonical path (docs/semantics.md §2.4).
-    pub path: String,
-    /// The canonical host.
-    pub host: String,
-    pub port: u16,
-    /// The Envoy route that selected it.
-    pub route: Option<String>,
-    /// The headers the rules' header conditions read (never `Authorization`, `Cookie`,
-    /// `Proxy-Authorization`), each with its copies.
-    pub headers: Vec<(String, Vec<String>)>,
-    /// The caller's verified token: `iss`, `sub` and the claims JWT sources read.
-    pub jwt: Option<RecordedJwt>,
-    /// `params.arguments` (JSON), only with `decisionRecords.arguments`.
-    pub arguments: Option<String>,
+impl RequestFlow {
+    /// The record of the request being decided: the decision's `request` object.
+    pub(super) fn recorded(&self, engine: &Engine) -> Option<String> {
+        let req = self.req.as_ref()?;
+        let mut out = String::with_capacity(160);
+        let arguments = engine.decision_records.arguments;
+        write_record(&mut out, req, &engine.recorded_headers, arguments);
+        Some(out)
+    }
 }
 
-impl RequestFlow {
-    /// The record of the request being decided.
-    pub(super) fn recorded(&self, engine: &Engine) -> Option<RecordedRequest> {
-        let req: &Request = self.req.as_ref()?;
-        let headers = engine
-            .recorded_headers
+/// The `request` object: `arguments` (JSON, only with `decisionRecords.arguments`), `headers`
+/// (those the rules' header conditions read, never credentials: name → [copies]), `host` (canonical),
+/// `jwt` (`iss`, `sub`, the claims JWT sources read), `method`, `path` (canonical), `port`,
+/// `route`; keys in order, as serde_json writes a map.
+fn write_record(out: &mut String, req: &Request, headers: &[String], arguments: bool) {
+    out.push_str("{\"arguments\":");
+    let recorded = req.params.as_ref().and_then(|p| p.get("arguments"));
+    match recorded.filter(|_| arguments) {
+        Some(a) => out.push_str(&a.to_string()),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"headers\":{");
+    let mut first = true;
+    // Sorted when the engine is compiled.
+    for name in headers {
+        let mut copies = req.header_values(name).peekable();
+        if copies.peek().is_none() {
+            continue;
+        }
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        push_str(out, name);
+        out.push_str(":[");
+        for (j, v) in copies.enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            push_str(out, v);
+        }
+        out.push(']');
+    }
+    out.push_str("},\"host\":");
+    push_str(out, &req.host);
+    out.push_str(",\"jwt\":");
+    match req.caller.jwts.first() {
+        None => out.push_str("null"),
+        Some(j) => {
+            let mut fields: Vec<(&str, Field)> = vec![("iss", Field::Text(&j.issuer))];
+            if let Some(s) = &j.subject {
+                fields.push(("sub", Field::Text(s)));
+            }
+            for (name, v) in &j.claims {
+                if name != "iss" && name != "sub" {
+                    fields.push((name.as_str(), Field::Claim(v)));
+                }
+            }
+            fields.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in fields.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_str(out, k);
+                out.push(':');
+                v.write(out);
+            }
+            out.push('}');
+        }
+    }
+    out.push_str(",\"method\":");
+    push_str(out, &req.method);
+    out.push_str(",\"path\":");
+    push_str(out, &req.canonical_path);
+    out.push_str(",\"port\":");
+    push_int(out, i64::from(req.port));
+    out.push_str(",\"route\":");
+    push_opt_str(out, req.route_name.as_deref());
+    out.push('}');
+}
+
+/// A member of the record's `jwt` object.
+enum Field<'a> {
+    Text(&'a str),
+    Claim(&'a ClaimValue),
+}
+
+impl Field<'_> {
+    fn write(&self, out: &mut String) {
+        match self {
+            Field::Text(s) => push_str(out, s),
+            Field::Claim(ClaimValue::Str(s)) => push_str(out, s),
+            Field::Claim(ClaimValue::Other(json)) => out.push_str(json),
+            Field::Claim(ClaimValue::List(items)) => {
+                out.push('[');
+                for (k, item) in items.iter().enumerate() {
+                    if k > 0 {
+                        out.push(',');
+                    }
+                    push_str(out, item);
+                }
+                out.push(']');
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{Caller, JwtPrincipal};
+    use serde_json::{json, Map, Value};
+
+    /// The record as a `serde_json::Value` map of the same request.
+    fn as_value_map(req: &Request, headers: &[String], arguments: bool) -> String {
+        let jwt = req.caller.jwts.first().map(|j| {
+            let mut m = Map::new();
+            m.insert("iss".into(), j.issuer.clone().into());
+            if let Some(s) = &j.subject {
+                m.insert("sub".into(), s.clone().into());
+            }
+            for (k, v) in j.claims.iter().filter(|(k, _)| k != "iss" && k != "sub") {
+                let v = match v {
+                    ClaimValue::Str(s) => s.clone().into(),
+                    ClaimValue::List(l) => json!(l),
+                    ClaimValue::Other(j) => serde_json::from_str(j).unwrap_or_default(),
+                };
+                m.insert(k.clone(), v);
+            }
+            m
+        });
+        let headers: Map<String, Value> = headers
             .iter()
-            .filter_map(|name| {
-                let copies: Vec<String> = req.header_values(name).map(str::to_string).collect();
-                (!copies.is_empty()).then(|| (name.clone(), copies))
+            .filter_map(|h| {
+                let copies: Vec<&str> = req.header_values(h).collect();
+                (!copies.is_empty()).then(|| (h.clone(), json!(copies)))
             })
             .collect();
-        let arguments = if engine.decision_records.arguments {
-            req.params
-                .as_ref()
-                .and_then(|p| p.get("arguments"))
-                .map(ToString::to_string)
-        } else {
-            None
-        };
-        Some(RecordedRequest {
-            http_method: req.method.clone(),
-            path: req.canonical_path.clone(),
-            host: req.host.clone(),
-            port: req.port,
-            route: req.route_name.clone(),
-            headers,
-            jwt: req
-                .caller
-                .jwts
-                .first()
-                .map(|j| (j.issuer.clone(), j.subject.clone(), j.claims.clone())),
-            arguments,
+        let args = req.params.as_ref().and_then(|p| p.get("arguments"));
+        json!({
+            "arguments": args.filter(|_| arguments),
+            "headers": headers,
+            "host": req.host,
+            "jwt": jwt,
+            "method": req.method,
+            "path": req.canonical_path,
+            "port": req.port,
+            "route": req.route_name,
         })
+        .to_string()
+    }
+
+    #[test]
+    fn a_record_is_byte_for_byte_the_value_map() {
+        let full = Request {
+            method: "POST".into(),
+            canonical_path: "/mcp/\"x".into(),
+            host: "gw.example".into(),
+            port: 8443,
+            route_name: Some("ns/r/rule-0/match-0".into()),
+            headers: vec![
+                ("x-team".into(), "blue".into()),
+                ("authorization".into(), "Bearer secret".into()),
+                ("a-first".into(), "1".into()),
+                ("x-team".into(), "r\ned".into()),
+            ],
+            caller: Caller {
+                jwts: vec![JwtPrincipal {
+                    issuer: "https://idp".into(),
+                    subject: Some("u\"1".into()),
+                    claims: vec![
+                        (
+                            "groups".into(),
+                            ClaimValue::List(vec!["a".into(), "b\\".into()]),
+                        ),
+                        ("org.team".into(), ClaimValue::Str("blue".into())),
+                        ("level".into(), ClaimValue::Other("3".into())),
+                        ("admin".into(), ClaimValue::Other("true".into())),
+                        ("sub".into(), ClaimValue::Str("u\"1".into())),
+                    ],
+                    ..JwtPrincipal::default()
+                }],
+                ..Caller::default()
+            },
+            params: Some(json!({"name": "t", "arguments": {"z": "é", "a": [1, {"b": null}]}})),
+            ..Request::default()
+        };
+        let headers = ["a-first".to_string(), "x-missing".into(), "x-team".into()];
+        for (req, arguments) in [(&full, true), (&full, false), (&Request::default(), true)] {
+            let mut out = String::new();
+            write_record(&mut out, req, &headers, arguments);
+            assert_eq!(out, as_value_map(req, &headers, arguments));
+        }
+        let mut out = String::new();
+        write_record(&mut out, &full, &headers, false);
+        assert!(
+            !out.contains("secret") && !out.contains("arguments\":{"),
+            "{out}"
+        );
     }
 }

@@ -2,16 +2,14 @@
 //! id, the spans of the result, its listing arrays and their items), then the message written
 //! again with only the items the caller could use, each judged as a call of that item.
 
-use std::borrow::Cow;
-use std::sync::Arc;
-
 use mcp_access_bundle::mcp_methods::{Listing, LISTINGS};
+use std::borrow::Cow;
 
 use super::sse::find_either;
 use super::{listing_at, Judge, ListingFilter, TOOLS};
-use crate::canonical_json::{Canonicalizer, Digest};
+use crate::canonical_json::digest_remembered;
 use crate::json::{self, Val};
-use crate::pins::{Observed, ToolPins};
+use crate::pins::Observed;
 use crate::request::{McpOp, Request};
 
 /// What one JSON-RPC message of the answer is to the filter.
@@ -47,11 +45,7 @@ impl ListingFilter {
         text: &'t [u8],
         answers: bool,
     ) -> Read<'t> {
-        let mut m = MessageShape {
-            // Tool items are canonicalized as they are read when the backend pins its tools.
-            pinned: self.pins.as_ref().map(|p| Arc::clone(p.pins())),
-            ..MessageShape::default()
-        };
+        let mut m = MessageShape::default();
         if json::read(text, self.max_depth, &mut m).is_err() || m.batch {
             return Read::Unreadable(None);
         }
@@ -131,9 +125,24 @@ impl ListingFilter {
             out.push(b'[');
             let mut first = true;
             while let Some(item) = items.next_if(|i| i.array == index) {
-                let pinned = match &mut self.pins {
-                    Some(p) => p.listed(item.key.as_deref(), item.observed),
-                    None => true,
+                // A ToolPin holds tools to their pins; other items are not its concern.
+                let pinned = match (&mut self.pins, Some(index) == TOOLS) {
+                    (Some(p), true) => {
+                        let name = item.key.as_deref();
+                        // Only a tool that is pinned is digested: the others match no pin.
+                        let observed = name
+                            .and_then(|n| std::str::from_utf8(n).ok())
+                            .filter(|n| p.pins().get(n).is_some())
+                            .map(|_| {
+                                let listed = text.get(item.start..item.end).unwrap_or_default();
+                                match digest_remembered(listed, self.max_depth) {
+                                    Ok(d) => Observed::Digest(d),
+                                    Err(_) => Observed::Unreadable,
+                                }
+                            });
+                        p.listed(name, observed)
+                    }
+                    _ => true,
                 };
                 if !pinned || !self.usable(judge, (index, listing), item.key.as_deref()) {
                     continue;
@@ -238,8 +247,6 @@ enum Slot {
     Item(u8),
     /// The item's name or URI.
     ItemKey,
-    /// Inside a tool item being canonicalized (its other members).
-    InTool,
 }
 
 /// One item of a listing: its array ([`LISTINGS`] index), its span and its name or URI
@@ -249,8 +256,6 @@ struct Item<'a> {
     start: usize,
     end: usize,
     key: Option<Cow<'a, [u8]>>,
-    /// A tool's definition as listed (when the backend pins its tools).
-    observed: Option<Observed>,
 }
 
 /// What the filter reads of one JSON-RPC message: which members the message has, its id,
@@ -280,18 +285,6 @@ struct MessageShape<'a> {
     items_read: Vec<Item<'a>>,
     /// The name or URI (decoded) of the item being read.
     item_key: Option<Cow<'a, [u8]>>,
-    /// The backend's pins, when tool items are canonicalized as they are read.
-    pinned: Option<Arc<ToolPins>>,
-    /// The canonical form of the tool item being read (`in_tool`), in a reused arena.
-    canon: Canonicalizer,
-    in_tool: bool,
-}
-
-impl MessageShape<'_> {
-    /// Whether the event of a value in `slot` belongs to the tool item being canonicalized.
-    fn digests(&self, slot: Slot) -> bool {
-        self.in_tool && matches!(slot, Slot::Item(_) | Slot::ItemKey | Slot::InTool)
-    }
 }
 
 impl<'a> json::Visitor<'a> for MessageShape<'a> {
@@ -301,9 +294,6 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
     const IGNORE: Slot = Slot::Ignore;
 
     fn member(&mut self, object: Slot, key: &[u8]) -> Slot {
-        if self.in_tool && object != Slot::Ignore {
-            self.canon.member(key);
-        }
         match object {
             Slot::Root => match key {
                 b"id" => Slot::Id,
@@ -328,7 +318,6 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
             {
                 Slot::ItemKey
             }
-            Slot::Item(_) | Slot::InTool if self.in_tool => Slot::InTool,
             _ => Slot::Ignore,
         }
     }
@@ -336,36 +325,25 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
     fn element(&mut self, array: Slot) -> Slot {
         match array {
             Slot::Items(i) => Slot::Item(i),
-            Slot::InTool => Slot::InTool,
             _ => Slot::Ignore,
         }
     }
 
     fn duplicate_key(&mut self, slot: Slot, _at: usize) {
         // A duplicate of a member the filter does not read changes nothing it decides
-        // (kept items are passed on as the server wrote them). In a tool item held to its pin,
-        // it leaves the tool without a canonical form: it matches no pin.
-        if slot == Slot::InTool {
-            self.canon.duplicate();
-        } else if slot != Slot::Ignore {
+        // (kept items are passed on as the server wrote them; a tool held to its pin with one
+        // has no canonical form, and matches no pin).
+        if slot != Slot::Ignore {
             self.duplicate = true;
             self.duplicate_id |= slot == Slot::Id;
         }
     }
 
     fn wants_text(&self, slot: Slot) -> bool {
-        matches!(slot, Slot::ItemKey | Slot::ResultType | Slot::InTool)
-            || matches!(slot, Slot::Item(i) if self.pinned.is_some() && Some(i) == TOOLS)
+        matches!(slot, Slot::ItemKey | Slot::ResultType)
     }
 
     fn value(&mut self, slot: Slot, val: Val<'a>) -> Result<(), json::SyntaxError> {
-        if matches!(slot, Slot::Item(i) if self.pinned.is_some() && Some(i) == TOOLS) {
-            self.canon.reset();
-            self.in_tool = true;
-        }
-        if self.digests(slot) {
-            self.canon.value(&val);
-        }
         match (slot, val) {
             (Slot::Root, Val::Array) => self.batch = true,
             (Slot::Id, Val::Str { raw, .. } | Val::Number(raw)) => self.id = Some(raw),
@@ -383,12 +361,6 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
                     decoded: Some(s), ..
                 },
             ) => {
-                // A tool that is not pinned needs no digest: the rest of it is not read.
-                let unpinned =
-                    |p: &ToolPins| std::str::from_utf8(&s).map_or(true, |n| p.get(n).is_none());
-                if self.in_tool && self.pinned.as_deref().is_some_and(unpinned) {
-                    self.in_tool = false;
-                }
                 self.item_key = Some(s);
             }
             (
@@ -405,9 +377,6 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
     }
 
     fn closed(&mut self, slot: Slot, start: usize, end: usize) {
-        if self.digests(slot) {
-            self.canon.closed();
-        }
         match slot {
             Slot::Result if self.result_is_object => self.result = Some(start),
             Slot::Items(i) if self.array_bits & (1 << i) != 0 => self.arrays.push((i, start, end)),
@@ -417,10 +386,6 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
                 start,
                 end,
                 key: self.item_key.take(),
-                observed: std::mem::take(&mut self.in_tool).then(|| match self.canon.text() {
-                    Ok(text) => Observed::Digest(Digest::of(text)),
-                    Err(_) => Observed::Unreadable,
-                }),
             }),
             _ => {}
         }

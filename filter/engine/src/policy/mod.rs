@@ -324,7 +324,11 @@ impl Engine {
             jwt_claims,
             cel_needs: compiled.cel_needs,
             decision_records: b.decision_records,
-            recorded_headers: compiled.headers,
+            recorded_headers: {
+                let mut h = compiled.headers;
+                h.sort_unstable();
+                h
+            },
             identity_header_names,
             identity_claims,
             challenges,

@@ -326,3 +326,74 @@ fn annotations_of_a_backend_without_pins_are_absent() {
     let store = Rc::new(MemoryDriftStore::default());
     assert_eq!(call_reason(&e, &store, "echo"), "not_allowed");
 }
+
+#[test]
+fn other_listings_of_a_pinned_backend_are_not_held_to_tool_pins() {
+    // A ToolPin pins tools only: prompts (even one named like a pinned tool) and resources
+    // are judged by the policies alone, and record no drift.
+    let all = json!({"name": "alpha", "level": "Backend", "targets": [{"name": "tools"}],
+        "action": "Allow", "rules": [{"name": "all", "source": {"type": "SPIFFE", "spiffe": ALPHA}}]});
+    let e = pinned("Deny", all);
+    let store = Rc::new(MemoryDriftStore::default());
+    let (flow, a) = send(
+        &e,
+        &store,
+        r#"{"jsonrpc":"2.0","id":1,"method":"prompts/list"}"#,
+    );
+    let mut f = Filter::of(&flow, &a).unwrap_or_else(|| panic!("no listing filter: {a:?}"));
+    let headers = [
+        (":status".to_string(), "200".to_string()),
+        ("content-type".to_string(), "application/json".to_string()),
+    ];
+    assert_eq!(f.on_headers(&headers), HeadersAction::Rewrite);
+    let body = br#"{"jsonrpc":"2.0","id":1,"result":{"prompts":[{"name":"rm","description":"x"},{"name":"greet"}]}}"#.to_vec();
+    let BodyAction::Replace(out) = f.on_body(&e, body.len(), true, move |_| Some(body)) else {
+        panic!("not replaced")
+    };
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let names: Vec<&str> = v["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["rm", "greet"], "{v}");
+    assert!(f.take_pin_events().is_empty());
+    assert_eq!(store.drifted("default/tools", "rm"), None);
+}
+
+#[test]
+fn a_listing_read_again_is_judged_as_it_was_the_first_time() {
+    // Digests are remembered by the listed bytes: the same bytes, the same verdicts and
+    // events; changed bytes are digested again.
+    let e = pinned("Deny", any_tool());
+    let store = Rc::new(MemoryDriftStore::default());
+    for round in 0..3 {
+        let mut f = list(&e, &store);
+        assert_eq!(
+            json_names(&e, &mut f, &listing(&[ECHO, RM, NEW])),
+            ["echo", "rm"],
+            "round {round}"
+        );
+        // From the second round on, rm's drift is cleared by the matching listing.
+        let events = f.take_pin_events();
+        match round {
+            0 => assert!(events.is_empty()),
+            _ => assert!(
+                matches!(&events[..], [PinEvent::Cleared { tool, .. }] if tool == "rm"),
+                "round {round}: {events:?}"
+            ),
+        }
+        let mut f = list(&e, &store);
+        assert_eq!(
+            json_names(&e, &mut f, &listing(&[ECHO, RM_CHANGED])),
+            ["echo"],
+            "round {round}"
+        );
+        let events = f.take_pin_events();
+        assert!(
+            matches!(&events[..], [PinEvent::Drifted { tool, new: true, .. }] if tool == "rm"),
+            "round {round}: {events:?}"
+        );
+    }
+}
