@@ -273,6 +273,9 @@ pub struct Authorizer {
     /// What an unreachable authorizer, a timeout or a 5xx means.
     #[serde(default)]
     pub failure_mode: FailureMode,
+    /// Reuse of its answers (docs/semantics.md §3.10); none: every request is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::AuthzCache>,
 }
 
 fn is_false(b: &bool) -> bool {

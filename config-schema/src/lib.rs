@@ -1,6 +1,7 @@
 //! The mcp-access policy bundle: types, strict parsing with field paths, semantic validation,
 //! and the JSON Schema generated from the types.
 
+pub mod authz_cache;
 mod bundle;
 pub mod gateway_api;
 pub mod http;
@@ -12,6 +13,7 @@ mod pins;
 mod settings;
 pub mod validate;
 
+pub use authz_cache::AuthzCache;
 pub use bundle::*;
 pub use identity_headers::{IdentityField, IdentityHeader};
 pub use oauth::ProtectedResource;

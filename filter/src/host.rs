@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
+use mcp_access_engine::callout::CacheUse;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{
     Dispatched, HeadersInput, Next, Phase, Reports, RequestFlow, Verdict, TRACE_TAG_KEYS,
@@ -17,9 +18,11 @@ use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
 
+mod answers;
 mod drift;
 mod metrics;
 
+use answers::SharedAnswers;
 use drift::SharedDrift;
 use metrics::{increment, BundleStats, Stats};
 
@@ -107,7 +110,9 @@ impl RootContext for Root {
             engine: self.engine.clone()?,
             stats: self.stats.clone()?,
             bundle_stats: self.bundle_stats.clone()?,
-            flow: RequestFlow::new().with_drift_store(Rc::new(SharedDrift)),
+            flow: RequestFlow::new()
+                .with_drift_store(Rc::new(SharedDrift))
+                .with_answer_store(Rc::new(SharedAnswers)),
             listing: None,
         }))
     }
@@ -149,6 +154,11 @@ impl HostFacts for Envoy {
 
 impl Stream {
     fn run(&mut self, mut action: Next, phase: Phase) -> WasmAction {
+        // Answers the cache gave while the headers or the body were handled.
+        let cached = self.flow.take_reports();
+        if !cached.is_empty() {
+            self.report_callouts(cached);
+        }
         loop {
             match action {
                 Next::Dispatch(calls) => {
@@ -281,7 +291,14 @@ impl Stream {
     /// Stats and log lines of the callouts that ended, as the flow judged them.
     fn report_callouts(&mut self, reports: Reports) {
         for r in reports {
+            match r.cache {
+                Some(CacheUse::Hit) => self.stats.inc(Counter::AuthzCacheHits),
+                Some(CacheUse::Miss) => self.stats.inc(Counter::AuthzCacheMisses),
+                None => {}
+            }
             match (r.latency_ms, self.stats.latency) {
+                // An answer from the cache: no call was made.
+                _ if r.cache == Some(CacheUse::Hit) => {}
                 (Some(ms), Some(id)) => abi::record_metric(id, ms),
                 (Some(_), None) => {}
                 (None, _) => self.stats.inc(Counter::CalloutDispatchErrors),

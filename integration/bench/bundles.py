@@ -72,14 +72,22 @@ def ext_auth_policy(name: str, level: str, target: str, authz: str, seniority: i
     return b.policy(name, level, target, "ExternalAuth", namespace=NAMESPACE, externalAuth=authz, seniority=seniority)
 
 
-def with_authorizers(port: int, gateway: list[str], backend: list[str], protocol: str = "HTTP") -> dict[str, Any]:
+# P10: answers reused for a minute; the authorizer's `authorization` (always sent) is declared
+# irrelevant (the benchmark's requests carry none).
+CACHE = {"ttlMs": 60_000, "ignoredHeaders": ["authorization"]}
+
+
+def with_authorizers(port: int, gateway: list[str], backend: list[str], protocol: str = "HTTP",
+                     cache: bool = False) -> dict[str, Any]:
     """S3/S4: the S2 policy plus ExternalAuth policies (no rules: every request) calling the
-    given authorizer clusters, at the Gateway and at the Backend level."""
+    given authorizer clusters, at the Gateway and at the Backend level (P10: caching answers)."""
     doc = s2(port)
     seniority = 10
     for i, cluster in enumerate(gateway):
         name = f"gw-authz-{i}"
         doc["authorizers"].append(authorizer(name, cluster, protocol=protocol))
+        if cache:
+            doc["authorizers"][-1]["cache"] = dict(CACHE)
         doc["policies"].append(ext_auth_policy(name, "Gateway", GATEWAY, name, seniority))
         seniority += 1
     for i, cluster in enumerate(backend):

@@ -175,6 +175,9 @@ def specs() -> dict[str, EnvoySpec]:
             "native_slow", extra_filters=[mcp_filter(), native_ext_authz("slow0"), rbac_filter()], slow_authorizers=["slow0"]
         ),
         "ours_slow": EnvoySpec("ours_slow", bundle={"kind": "authz", "gateway": ["slow0"], "backend": []}, slow_authorizers=["slow0"]),
+        # P10: the authorizer's answers cached (docs/semantics.md §3.10), the same call repeated.
+        "ours_slow_cached": EnvoySpec("ours_slow_cached", bundle={"kind": "authz", "gateway": ["slow0"], "backend": [], "cache": True},
+                                      slow_authorizers=["slow0"]),
         "ours_slow_gw2": EnvoySpec(
             "ours_slow_gw2",
             bundle={"kind": "authz", "gateway": ["slow0", "slow1"], "backend": []},
@@ -215,7 +218,7 @@ def bundle_for(spec: EnvoySpec, port: int) -> dict[str, Any] | None:
         return bundles.listing_bundle(port)
     if kind == "grpc":
         return bundles.with_authorizers(port, spec.bundle["gateway"], [], protocol="GRPC")
-    return bundles.with_authorizers(port, spec.bundle["gateway"], spec.bundle["backend"])
+    return bundles.with_authorizers(port, spec.bundle["gateway"], spec.bundle["backend"], cache=spec.bundle.get("cache", False))
 
 
 def _internal(name: str, routes: list[Route], filters: list[dict[str, Any]] = ()) -> Listener:

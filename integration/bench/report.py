@@ -123,6 +123,15 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                           r(f"p7_ours_{fmt}", f"p7_bare_{fmt}", *rps), ">=", 0.5, "ratio",
                           "requests/s at saturation; 400 of 1,000 tools kept", wall=True,
                           variants=(f"p7_bare_{fmt}", f"p7_ours_{fmt}")))
+    ts += [
+        _target("P10", f"cached authorizer answers / native ext_authz, throughput, the same call repeated ({5} ms authorizer)",
+                r("p10_ours", "p10_native", *rps), ">=", 3.0, "ratio",
+                "requests/s at saturation; answers cached for 60 s (docs/semantics.md §3.10)", wall=True,
+                variants=("p10_native", "p10_ours")),
+        _target("P10.latency", "cached authorizer answers / native ext_authz, p50 (5 ms authorizer)",
+                r("p10_ours", "p10_native", *p50), "<=", 0.2, "ratio", "one connection", wall=True,
+                variants=("p10_native", "p10_ours")),
+    ]
     ts.append(_target("P8", "100,000-tool bundle / small bundle, Envoy CPU per allowed call",
                       r("p8_allow", "s2_allow", "load", "envoy_cpu_us_per_request"), "<=", 1.1, "ratio",
                       "Envoy CPU time per request at saturation, paired per round", wall=True, variants=("s2_allow", "p8_allow")))

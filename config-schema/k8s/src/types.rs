@@ -5,6 +5,7 @@
 //! checked by [`crate::validate`] so that the messages name the field the way the API
 //! server does. A field that is accepted but never read is named with a leading `_`.
 
+mod authz_cache;
 mod pins;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ pub(crate) const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
 /// The project's own API group (`AccessPolicy`).
 pub(crate) const MCP_ACCESS_GROUP: &str = "mcp-access.io";
 
+pub(crate) use authz_cache::ExternalAuthCache;
 pub use pins::{PinView, ToolPinSpec, ToolPinView};
 
 /// An optional string field's value, or `""`.
@@ -557,6 +559,8 @@ pub(crate) struct ExternalAuth {
     /// else 1s).
     #[schemars(pattern(crate::check::DURATION))]
     pub(crate) timeout: Option<String>,
+    /// `AccessPolicy` only: reuse of the authorizer's answers (docs/semantics.md §3.10).
+    pub(crate) cache: Option<ExternalAuthCache>,
 }
 
 /// A reference to a Service (or another backend kind).

@@ -474,6 +474,13 @@ impl Validator {
                 || format!("{at}.maxResponseBodyBytes"),
                 "must be at most 1048576 (1 MiB)",
             );
+            if let Some((field, message)) = a
+                .cache
+                .as_ref()
+                .and_then(|c| crate::authz_cache::problem(a, c))
+            {
+                self.fail(format!("{at}.cache.{field}"), message);
+            }
             if let Some(auth) = &a.authority {
                 self.check(
                     !auth.is_empty() && auth.bytes().all(|c| c.is_ascii_graphic()),

@@ -341,6 +341,17 @@ pub struct CalloutReport {
     pub detail: Option<String>,
     /// gRPC authorizers: the CheckResponse's dynamic metadata (a JSON object), to export.
     pub metadata: Option<String>,
+    /// For a policy that caches answers: whether this one came from the cache.
+    pub cache: Option<CacheUse>,
+}
+
+/// How an answer of a policy that caches them was had (docs/semantics.md §3.10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheUse {
+    /// From the cache: no call was made.
+    Hit,
+    /// From the authorizer (the cache did not hold it).
+    Miss,
 }
 
 impl CalloutReport {
@@ -361,6 +372,7 @@ impl CalloutReport {
             failed,
             detail,
             metadata: None,
+            cache: None,
         }
     }
 }

@@ -26,11 +26,15 @@ pub enum Counter {
     DryRunWouldDeny,
     /// Requests denied that the dry-run decision allows.
     DryRunWouldAllow,
+    /// Authorizer calls answered from their policy's cache (docs/semantics.md §3.10).
+    AuthzCacheHits,
+    /// Calls of authorizers whose policy caches answers that the cache could not answer.
+    AuthzCacheMisses,
 }
 
 impl Counter {
     /// Every counter, in index order.
-    pub const ALL: [Counter; 9] = [
+    pub const ALL: [Counter; 11] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CalloutErrors,
@@ -40,6 +44,8 @@ impl Counter {
         Counter::PinDrift,
         Counter::DryRunWouldDeny,
         Counter::DryRunWouldAllow,
+        Counter::AuthzCacheHits,
+        Counter::AuthzCacheMisses,
     ];
 
     /// Position in [`Counter::ALL`].
@@ -58,6 +64,8 @@ impl Counter {
             Counter::PinDrift => "mcp_access.pins.drift",
             Counter::DryRunWouldDeny => "mcp_access.dry_run.would_deny",
             Counter::DryRunWouldAllow => "mcp_access.dry_run.would_allow",
+            Counter::AuthzCacheHits => "mcp_access.authz_cache.hits",
+            Counter::AuthzCacheMisses => "mcp_access.authz_cache.misses",
         }
     }
 }
@@ -211,7 +219,9 @@ mod tests {
                 "mcp_access.cel.steps_exceeded",
                 "mcp_access.pins.drift",
                 "mcp_access.dry_run.would_deny",
-                "mcp_access.dry_run.would_allow"
+                "mcp_access.dry_run.would_allow",
+                "mcp_access.authz_cache.hits",
+                "mcp_access.authz_cache.misses",
             ]
         );
     }

@@ -192,6 +192,94 @@ pub(crate) fn authz_timeout(at: &str, t: &str, c: &mut Checker) {
     }
 }
 
+/// `externalAuth.cache`: a TTL of at most an hour, bounded slots and keys.
+fn authz_cache(at: &str, cache: &ExternalAuthCache, c: &mut Checker) {
+    if c.required(&format!("{at}.ttl"), &cache.ttl) {
+        let t = opt(&cache.ttl);
+        let max = u64::from(mcp_access_bundle::authz_cache::MAX_CACHE_TTL_MS);
+        match check::parse_duration_ms(t) {
+            Some(ms) if (1..=max).contains(&ms) => {}
+            _ => c.err(
+                format!("{at}.ttl"),
+                format!("Invalid value: \"{t}\": must be a Gateway API duration between 1ms and 1h, such as 30s or 5m"),
+            ),
+        }
+    }
+    if let Some(n) = cache.max_entries {
+        let max = i64::from(mcp_access_bundle::authz_cache::MAX_CACHE_ENTRIES);
+        c.range(&format!("{at}.maxEntries"), n, 1, max);
+    }
+    let Some(key) = &cache.key else { return };
+    let max = mcp_access_bundle::authz_cache::MAX_CACHE_KEY_ITEMS;
+    for (field, list) in [
+        ("headers", &key.headers),
+        ("claims", &key.claims),
+        ("ignoredHeaders", &key.ignored_headers),
+    ] {
+        let Some(list) = list else { continue };
+        let fat = format!("{at}.key.{field}");
+        c.max_items(&fat, list.len(), max);
+        c.set(&fat, list);
+        for (i, item) in list.iter().enumerate() {
+            let iat = format!("{fat}[{i}]");
+            if field == "claims" {
+                c.len_between(&iat, item, 1, 256);
+            } else if !mcp_access_bundle::http::is_header_name(item) {
+                c.err(
+                    iat,
+                    format!("Invalid value: \"{item}\": must be an HTTP header name"),
+                );
+            }
+        }
+    }
+}
+
+/// Every header the authorizer is sent is in the cache's key or declared irrelevant
+/// (docs/semantics.md §3.10): an HTTP authorizer is sent `authorization` and
+/// `http.allowedHeaders`, a gRPC one `grpc.allowedHeaders` (all headers when empty).
+fn cache_covers(at: &str, e: &ExternalAuth, cache: &ExternalAuthCache, c: &mut Checker) {
+    let grpc = opt(&e.protocol) == "GRPC";
+    let (field, mut sent) = if grpc {
+        let h = e.grpc.as_ref().and_then(|g| g.allowed_headers.clone());
+        ("grpc.allowedHeaders", h.unwrap_or_default())
+    } else {
+        let h = e.http.as_ref().and_then(|g| g.allowed_headers.clone());
+        ("http.allowedHeaders", h.unwrap_or_default())
+    };
+    if grpc && sent.is_empty() {
+        c.err(
+            format!("{at}.cache"),
+            format!("the GRPC authorizer is sent every request header ({at}.{field} is empty), so no key can hold what its answers depend on: name the headers it reads in {at}.{field}"),
+        );
+        return;
+    }
+    if !grpc {
+        sent.push("authorization".into());
+    }
+    let key = cache.key.clone().unwrap_or_default();
+    let named = key.headers.iter().chain(&key.ignored_headers).flatten();
+    let named: Vec<&String> = named.collect();
+    let mut left: Vec<String> = sent
+        .iter()
+        .map(|h| h.to_ascii_lowercase())
+        .filter(|h| !matches!(h.as_str(), "host" | ":authority" | ":path" | ":method"))
+        .filter(|h| !named.iter().any(|n| n.eq_ignore_ascii_case(h)))
+        .collect();
+    left.sort();
+    left.dedup();
+    if !left.is_empty() {
+        let why = if grpc {
+            field
+        } else {
+            "always authorization, and http.allowedHeaders"
+        };
+        c.err(
+            format!("{at}.cache.key"),
+            format!("the authorizer is sent {} ({why}) but the key does not hold it: add it to {at}.cache.key.headers, or to {at}.cache.key.ignoredHeaders if its answers do not depend on it", left.join(", ")),
+        );
+    }
+}
+
 fn external_auth(at: &str, e: &ExternalAuth, kind: PolicyKind, c: &mut Checker) {
     if let Some(f) = &e.failure_mode {
         if project_only(at, "failureMode", kind, c) {
@@ -201,6 +289,12 @@ fn external_auth(at: &str, e: &ExternalAuth, kind: PolicyKind, c: &mut Checker) 
     if let Some(t) = &e.timeout {
         if project_only(at, "timeout", kind, c) {
             authz_timeout(&format!("{at}.timeout"), t, c);
+        }
+    }
+    if let Some(cache) = &e.cache {
+        if project_only(at, "cache", kind, c) {
+            authz_cache(&format!("{at}.cache"), cache, c);
+            cache_covers(at, e, cache, c);
         }
     }
     if c.required(&format!("{at}.protocol"), &e.protocol) {

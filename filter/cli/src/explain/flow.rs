@@ -108,6 +108,7 @@ pub(super) fn run_flow(
                 .policies
                 .get(call.policy)
                 .is_some_and(|p| p.mode == mcp_access_bundle::PolicyMode::DryRun),
+            cache: authorizer.and_then(|a| a.cache.clone()),
         });
         // Answered as an HTTP authorizer answers, whatever its protocol.
         Reply::Http {

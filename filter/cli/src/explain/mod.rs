@@ -214,6 +214,10 @@ pub struct CallView {
     /// A dry-run policy's authorizer: its answer is recorded, never applied.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// The policy's cache of its authorizer's answers, as declared (docs/semantics.md §3.10);
+    /// `explain` always calls (it keeps no answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<mcp_access_bundle::AuthzCache>,
 }
 
 /// One line of the filter's decision trace.

@@ -81,7 +81,29 @@ fn notes(out: &mut String, e: &Explanation) {
             if c.given { "" } else { " (no --assume given)" },
             if c.dry_run { " [dry run]" } else { "" }
         ));
+        if let Some(k) = &c.cache {
+            out.push_str(&format!("note      {}\n", cache_text(k)));
+        }
     }
+}
+
+/// A policy's cache as declared: what is reused, how long, and its key's chosen parts.
+fn cache_text(k: &mcp_access_bundle::AuthzCache) -> String {
+    let mut t = format!(
+        "its answers are cached: {} for {} ms in {} slots; key: caller, MCP method and name, listener, backend, route, policy",
+        if k.denials { "OK answers and denials" } else { "OK answers" },
+        k.ttl_ms,
+        k.max_entries
+    );
+    for (what, list) in [("headers", &k.key_headers), ("claims", &k.key_claims)] {
+        if !list.is_empty() {
+            t.push_str(&format!(", {what} {}", list.join(", ")));
+        }
+    }
+    if !k.ignored_headers.is_empty() {
+        t.push_str(&format!("; ignored: {}", k.ignored_headers.join(", ")));
+    }
+    t
 }
 
 /// An allow: the deciding rule and the headers set upstream.

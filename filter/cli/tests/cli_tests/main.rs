@@ -2,6 +2,7 @@
 
 mod common;
 
+mod authz_cache;
 mod behaviour;
 mod cli;
 mod defaults_overrides;

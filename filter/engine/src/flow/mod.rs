@@ -1,6 +1,7 @@
 //! One request, start to end, as a pure state machine the host adapter drives:
 //! headers -> (body) -> parse -> evaluate -> (callouts) -> answer.
 
+mod cached;
 mod checks;
 mod drive;
 mod dry_run;
@@ -200,6 +201,12 @@ pub struct RequestFlow {
     completion_ref: Option<crate::mcp::CompletionRef>,
     /// Where drift from pinned tools is recorded (the host's, shared by its workers).
     drift: Option<crate::pins::DriftPort>,
+    /// Where authorizer answers are kept (the host's, shared by its workers).
+    answers: Option<crate::authz_cache::AnswerPort>,
+    /// The cache keys of calls in flight, by evaluation slot.
+    cache_keys: Vec<(usize, crate::authz_cache::CacheKey)>,
+    /// The authorizers whose answers came from the cache.
+    cached: Vec<String>,
 }
 
 impl Default for RequestFlow {
@@ -226,6 +233,9 @@ impl RequestFlow {
             subscriptions: Vec::new(),
             completion_ref: None,
             drift: None,
+            answers: None,
+            cache_keys: Vec::new(),
+            cached: Vec::new(),
         }
     }
 
@@ -499,6 +509,12 @@ impl RequestFlow {
         self.progress(next)
     }
 
+    /// The callouts that ended since the host last took them: those the cache answered while
+    /// the headers or the body were handled (the host takes the others with each [`Progress`]).
+    pub fn take_reports(&mut self) -> Reports {
+        std::mem::take(&mut self.reports)
+    }
+
     fn progress(&mut self, next: Next) -> Progress {
         Progress {
             next,
@@ -589,7 +605,7 @@ impl RequestFlow {
         };
         let (_, slot, at) = self.tokens.swap_remove(pos);
         let latency_ms = now_ns.saturating_sub(at) / 1_000_000;
-        let (outcome, note, metadata) = match self.authorizer_of(engine, slot) {
+        let (outcome, note, mut metadata) = match self.authorizer_of(engine, slot) {
             Some(a) => {
                 let (mut outcome, note, metadata) = interpret(a);
                 crate::callout::timed_out(a, latency_ms, &mut outcome);
@@ -600,11 +616,13 @@ impl RequestFlow {
                 (AuthzOutcome::Error { detail }, None, None)
             }
         };
+        let miss = self.keep_answer(engine, slot, &outcome, metadata.as_ref());
         let name = self.authorizer_name(engine, slot);
         let mut report = CalloutReport::of(name, Some(latency_ms), &outcome, note);
+        report.cache = miss.then_some(callout::CacheUse::Miss);
         // A dry-run authorizer's answer is recorded, never applied.
         let dry_run_only = self.eval.as_ref().is_some_and(|ev| ev.dry_run_only(slot));
-        report.metadata = metadata.filter(|_| !dry_run_only);
+        report.metadata = metadata.take().filter(|_| !dry_run_only);
         self.reports.push(report);
         if let Some(ev) = &mut self.eval {
             ev.complete(slot, outcome);
@@ -624,53 +642,67 @@ impl RequestFlow {
     }
 
     fn step(&mut self, engine: &Engine) -> Next {
+        loop {
+            let (Some(ev), Some(req)) = (self.eval.as_mut(), self.req.as_ref()) else {
+                return Next::Hold;
+            };
+            let calls = match ev.advance(engine, req) {
+                Step::Waiting => return Next::Hold,
+                Step::Done(decision) => return self.finish(engine, decision),
+                Step::Call(calls) => calls,
+            };
+            // Calls the cache answers complete at once; then the evaluation goes on.
+            let (calls, answered) = self.answer_from_cache(engine, calls);
+            if calls.is_empty() && answered {
+                continue;
+            }
+            return self.callouts(engine, calls);
+        }
+    }
+
+    /// The callouts of `calls`.
+    fn callouts(&mut self, engine: &Engine, calls: Vec<AuthzCall>) -> Next {
         let (Some(ev), Some(req)) = (self.eval.as_mut(), self.req.as_ref()) else {
             return Next::Hold;
         };
-        match ev.advance(engine, req) {
-            Step::Waiting => Next::Hold,
-            Step::Call(calls) => {
-                let mut out = Vec::with_capacity(calls.len());
-                for c in calls {
-                    let (Some(a), Some(p)) = (
-                        engine.authorizers.get(c.authorizer),
-                        engine.policies.get(c.policy),
-                    ) else {
-                        // Not reachable from a compiled bundle; if it were, the call failed.
-                        ev.complete(
-                            c.slot,
-                            AuthzOutcome::Error {
-                                detail: "no such authorizer or policy".into(),
-                            },
-                        );
-                        continue;
-                    };
-                    let request = match a.protocol {
-                        mcp_access_bundle::AuthorizerProtocol::Http => {
-                            callout::build(a, req, &self.body, c.level, &p.id)
-                        }
-                        mcp_access_bundle::AuthorizerProtocol::Grpc => CalloutRequest {
-                            cluster: a.cluster.clone(),
-                            headers: Vec::new(),
-                            body: crate::ext_authz::build(
-                                a,
-                                req,
-                                &self.body,
-                                self.id.as_deref(),
-                                c.level,
-                                &p.id,
-                            ),
-                            timeout_ms: a.timeout_ms,
-                            grpc: true,
-                        },
-                    };
-                    out.push(Callout { call: c, request });
+        let mut out = Vec::with_capacity(calls.len());
+        for c in calls {
+            let (Some(a), Some(p)) = (
+                engine.authorizers.get(c.authorizer),
+                engine.policies.get(c.policy),
+            ) else {
+                // Not reachable from a compiled bundle; if it were, the call failed.
+                ev.complete(
+                    c.slot,
+                    AuthzOutcome::Error {
+                        detail: "no such authorizer or policy".into(),
+                    },
+                );
+                continue;
+            };
+            let request = match a.protocol {
+                mcp_access_bundle::AuthorizerProtocol::Http => {
+                    callout::build(a, req, &self.body, c.level, &p.id)
                 }
-                // Even when empty: the host dispatches nothing and reports that, which decides.
-                Next::Dispatch(out)
-            }
-            Step::Done(decision) => self.finish(engine, decision),
+                mcp_access_bundle::AuthorizerProtocol::Grpc => CalloutRequest {
+                    cluster: a.cluster.clone(),
+                    headers: Vec::new(),
+                    body: crate::ext_authz::build(
+                        a,
+                        req,
+                        &self.body,
+                        self.id.as_deref(),
+                        c.level,
+                        &p.id,
+                    ),
+                    timeout_ms: a.timeout_ms,
+                    grpc: true,
+                },
+            };
+            out.push(Callout { call: c, request });
         }
+        // Even when empty: the host dispatches nothing and reports that, which decides.
+        Next::Dispatch(out)
     }
 
     fn finish(&mut self, engine: &Engine, decision: Decision) -> Next {
@@ -687,6 +719,7 @@ impl RequestFlow {
         outcome.backend = backend;
         outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
         outcome.authorizer_failed = self.eval.as_ref().is_some_and(|e| e.authorizer_failed());
+        outcome.authz_cached = std::mem::take(&mut self.cached);
         let decision = match decision {
             Decision::Allow { .. } => self
                 .judge_named_items(engine, View::Enforced)
@@ -801,6 +834,7 @@ impl RequestFlow {
             dry_run: None,
             authorizer_failed: false,
             request: None,
+            authz_cached: Vec::new(),
         }
     }
 

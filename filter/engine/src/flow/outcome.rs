@@ -47,6 +47,8 @@ pub struct Outcome {
     pub authorizer_failed: bool,
     /// The request's canonical attributes as JSON (flow/record.rs), once policies decided it.
     pub request: Option<String>,
+    /// The authorizers whose answers came from their policy's cache (docs/semantics.md §3.10).
+    pub authz_cached: Vec<String>,
 }
 
 /// The filter-state keys of [`Outcome::trace_tags`] (each readable as
@@ -100,7 +102,12 @@ impl Outcome {
         // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
         // document was first built as (a test compares the two).
         let mut out = String::with_capacity(320 + self.request.as_ref().map_or(0, String::len));
-        out.push_str("{\"backend\":");
+        out.push('{');
+        if !self.authz_cached.is_empty() {
+            // Only when some answer was reused (most decisions have none).
+            push_cached(&mut out, &self.authz_cached);
+        }
+        out.push_str("\"backend\":");
         push_opt_str(&mut out, self.backend.as_deref());
         out.push_str(",\"caller\":");
         push_opt_str(&mut out, self.caller.as_deref());
@@ -145,6 +152,19 @@ impl Outcome {
     }
 }
 
+/// `"authz_cached":[...],`. Authorizer names are DNS subdomain names (bundle validation):
+/// nothing to escape. Out of line: rare, and kept out of every decision's code.
+#[inline(never)]
+fn push_cached(out: &mut String, names: &[String]) {
+    out.push_str("\"authz_cached\":[");
+    for (i, name) in names.iter().enumerate() {
+        out.push_str(if i > 0 { ",\"" } else { "\"" });
+        out.push_str(name);
+        out.push('"');
+    }
+    out.push_str("],");
+}
+
 /// The `dry_run` object of a decision.
 pub(crate) fn dry_run_json(d: &DryRunRecord) -> serde_json::Value {
     let authorizers: Vec<serde_json::Value> = d
@@ -172,7 +192,7 @@ mod tests {
 
     /// The document as it was first defined (a `serde_json::Value` map).
     fn as_value_map(o: &Outcome) -> String {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "decision": if o.allowed { "allow" } else { "deny" },
             "level": Level::name(o.level),
             "reason": o.reason.as_str(),
@@ -191,8 +211,13 @@ mod tests {
             "request": o.request.as_deref().map(|r| {
                 serde_json::from_str::<serde_json::Value>(r).unwrap_or_default()
             }),
-        })
-        .to_string()
+        });
+        if !o.authz_cached.is_empty() {
+            if let Some(m) = v.as_object_mut() {
+                m.insert("authz_cached".into(), serde_json::json!(o.authz_cached));
+            }
+        }
+        v.to_string()
     }
 
     #[test]
@@ -229,6 +254,7 @@ mod tests {
                 not_called: vec!["ns/b".into()],
                 counter: Some(0),
             }),
+            authz_cached: vec!["ns.a".into(), "ns.b".into()],
         };
         let empty = Outcome {
             allowed: true,
@@ -248,6 +274,7 @@ mod tests {
             dry_run: None,
             authorizer_failed: true,
             request: None,
+            authz_cached: Vec::new(),
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));

@@ -249,6 +249,10 @@ pub struct Engine {
     pub(crate) identity_claims: Vec<String>,
     /// Whether some listener has OAuth discovery (then callers' credentials are looked at).
     pub(crate) challenges: bool,
+    /// SHA-256 of the bundle's bytes ([`Engine::from_json`]) when some authorizer's answers
+    /// are cached (else zeros): every cache key holds it, so a new bundle never reuses an old
+    /// one's answers.
+    pub generation: [u8; 32],
 }
 
 /// Request attributes gathered only because a CEL condition reads them.
@@ -294,6 +298,13 @@ impl Engine {
                 origins.entry(p.id.clone()).or_insert_with(|| o.clone());
             }
         }
+        let mut jwt_claims = compiled.jwt_claims;
+        let caches = b.authorizers.iter().filter_map(|a| a.cache.as_ref());
+        for c in caches.flat_map(|c| &c.key_claims) {
+            if !jwt_claims.contains(c) {
+                jwt_claims.push(c.clone());
+            }
+        }
         Ok(Engine {
             dry,
             origins,
@@ -310,7 +321,7 @@ impl Engine {
             hold_headers: b.envoy.hold_headers,
             unknown_backend: b.envoy.unknown_backend,
             escaped_slashes: b.envoy.escaped_slashes,
-            jwt_claims: compiled.jwt_claims,
+            jwt_claims,
             cel_needs: compiled.cel_needs,
             decision_records: b.decision_records,
             recorded_headers: {
@@ -321,13 +332,20 @@ impl Engine {
             identity_header_names,
             identity_claims,
             challenges,
+            generation: [0; 32],
         })
     }
 
     /// Parses, validates and compiles bundle JSON.
     pub fn from_json(json: &[u8]) -> Result<Engine, EngineError> {
+        use sha2::Digest as _;
         let bundle = mcp_access_bundle::parse_bundle(json).map_err(EngineError::Bundle)?;
-        Engine::compile(bundle).map_err(EngineError::Compile)
+        let mut engine = Engine::compile(bundle).map_err(EngineError::Compile)?;
+        if engine.authorizers.iter().any(|a| a.cache.is_some()) {
+            // What every worker of the Envoy was given: the same bytes, the same digest.
+            engine.generation = sha2::Sha256::digest(json).into();
+        }
+        Ok(engine)
     }
 
     /// The origin of policy `id` (`namespace/name`), if the compiler derived it.

@@ -3,6 +3,7 @@
 mod common;
 
 mod authz_answers;
+mod authz_cache;
 mod cel;
 mod cel_input;
 mod compile_index;

@@ -95,7 +95,7 @@ impl Ctx<'_> {
                 http.allowed_headers.clone().unwrap_or_default(),
             )
         };
-        Ok(bundle::Authorizer {
+        let mut a = bundle::Authorizer {
             name: String::new(),
             cluster,
             protocol,
@@ -115,7 +115,58 @@ impl Ctx<'_> {
                 Some("Allow") => bundle::FailureMode::Allow,
                 _ => bundle::FailureMode::Deny,
             },
-        })
+            cache: None,
+        };
+        if let Some(c) = &e.cache {
+            a.cache = Some(cache(at, &a, c)?);
+        }
+        Ok(a)
+    }
+}
+
+/// `externalAuth.cache` in the bundle; refused when the authorizer is sent a header the key
+/// neither holds nor declares irrelevant (docs/semantics.md §3.10).
+fn cache(
+    at: &str,
+    a: &bundle::Authorizer,
+    c: &ExternalAuthCache,
+) -> Result<bundle::AuthzCache, (&'static str, String)> {
+    let at = format!("{at}.cache");
+    let lower = |l: &Option<Vec<String>>| -> Vec<String> {
+        let mut v: Vec<String> = l.iter().flatten().map(|h| h.to_ascii_lowercase()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let key = c.key.clone().unwrap_or_default();
+    let ttl_ms = c
+        .ttl
+        .as_deref()
+        .and_then(check::authz_timeout_ms)
+        .unwrap_or(0);
+    let out = bundle::AuthzCache {
+        ttl_ms,
+        max_entries: c
+            .max_entries
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(bundle::authz_cache::DEFAULT_CACHE_ENTRIES),
+        denials: c.denials.unwrap_or(false),
+        key_headers: lower(&key.headers),
+        key_claims: key.claims.clone().unwrap_or_default(),
+        ignored_headers: lower(&key.ignored_headers),
+    };
+    let field = if a.protocol == bundle::AuthorizerProtocol::Grpc {
+        "grpc.allowedHeaders"
+    } else {
+        "http.allowedHeaders"
+    };
+    match bundle::authz_cache::uncovered_headers(a, &out) {
+        None => Err((reason::INVALID, format!("{at}: the GRPC authorizer is sent every request header ({field} is empty), so no key can hold what its answers depend on: name the headers it reads in {field}"))),
+        Some(left) if !left.is_empty() => Err((reason::INVALID, format!("{at}.key: the authorizer is sent {} ({}) but the key does not hold it: add it to {at}.key.headers, or to {at}.key.ignoredHeaders if its answers do not depend on it", left.join(", "), if a.protocol == bundle::AuthorizerProtocol::Grpc { field } else { "always authorization, and http.allowedHeaders" }))),
+        Some(_) => match bundle::authz_cache::problem(a, &out) {
+            Some((f, m)) => Err((reason::INVALID, format!("{at} (bundle {f}): {m}"))),
+            None => Ok(out),
+        },
     }
 }
 

@@ -1,0 +1,87 @@
+//! Authorizer calls answered from the host's answer store (docs/semantics.md §3.10), and the
+//! answers kept there.
+
+use std::rc::Rc;
+
+use super::RequestFlow;
+use crate::authz_cache::{self, AnswerPort, AnswerStore, Kept};
+use crate::callout::{CacheUse, CalloutReport};
+use crate::policy::{AuthzCall, AuthzOutcome, Engine};
+
+impl RequestFlow {
+    /// This flow reuses authorizer answers kept in `store` and keeps new ones there, for the
+    /// policies that declare a cache (without one, every call goes to its authorizer).
+    pub fn with_answer_store(mut self, store: Rc<dyn AnswerStore>) -> Self {
+        self.answers = Some(AnswerPort(store));
+        self
+    }
+
+    /// Completes the calls whose answers the store keeps; returns the others, and whether
+    /// any was answered so.
+    pub(super) fn answer_from_cache(
+        &mut self,
+        engine: &Engine,
+        calls: Vec<AuthzCall>,
+    ) -> (Vec<AuthzCall>, bool) {
+        let (Some(port), Some(req)) = (&self.answers, &self.req) else {
+            return (calls, false);
+        };
+        let mut rest = Vec::with_capacity(calls.len());
+        let mut answered = false;
+        for c in calls {
+            let Some(key) = authz_cache::key_of(engine, &c, req, &self.body) else {
+                rest.push(c);
+                continue;
+            };
+            match authz_cache::lookup(port.0.as_ref(), &key) {
+                Some(kept) => {
+                    let name = c.authorizer(engine).map_or("?", |a| a.name.as_str());
+                    let mut report = CalloutReport::of(name, None, &kept.outcome, None);
+                    report.cache = Some(CacheUse::Hit);
+                    let dry_run_only = self.eval.as_ref().is_some_and(|ev| ev.dry_run_only(c.slot));
+                    report.metadata = kept.metadata.filter(|_| !dry_run_only);
+                    self.reports.push(report);
+                    self.cached.push(name.to_string());
+                    if let Some(ev) = &mut self.eval {
+                        ev.complete(c.slot, kept.outcome);
+                    }
+                    answered = true;
+                }
+                None => {
+                    self.cache_keys.push((c.slot, key));
+                    rest.push(c);
+                }
+            }
+        }
+        (rest, answered)
+    }
+
+    /// The authorizer's answer for `slot` arrived: kept when its policy caches it and it is
+    /// one the cache keeps (never an error). Returns whether the call was a cache miss.
+    pub(super) fn keep_answer(
+        &mut self,
+        engine: &Engine,
+        slot: usize,
+        outcome: &AuthzOutcome,
+        metadata: Option<&String>,
+    ) -> bool {
+        let Some(pos) = self.cache_keys.iter().position(|(s, _)| *s == slot) else {
+            return false;
+        };
+        let (_, key) = self.cache_keys.swap_remove(pos);
+        let a = self.authorizer_of(engine, slot);
+        if let (Some(port), Some(a)) = (&self.answers, a) {
+            if a.cache
+                .as_ref()
+                .is_some_and(|c| authz_cache::keeps(c, outcome))
+            {
+                let kept = Kept {
+                    outcome: outcome.clone(),
+                    metadata: metadata.cloned(),
+                };
+                authz_cache::store(port.0.as_ref(), a, &key, &kept);
+            }
+        }
+        true
+    }
+}
