@@ -248,7 +248,7 @@ def markdown(res: dict[str, Any]) -> str:
             f"{_fmt(v.get('fixed_p50_ms'), 3)} | {_fmt(v.get('fixed_p99_ms'), 3)} | "
             f"{_fmt(v.get('envoy_instructions_per_request'), 0)} |"
         )
-    lines += ["", "## Targets (issue 14)", "", target_table(res["targets"])]
+    lines += ["", "## Targets (issues 14 and 25)", "", target_table(res["targets"])]
     if res.get("callgrind"):
         lines += ["", "## Native micro-benchmarks", "",
                   "| operation | instructions (callgrind) | median time (criterion) |", "| --- | ---: | ---: |"]
