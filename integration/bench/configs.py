@@ -39,6 +39,7 @@ class EnvoySpec:
     slow_authorizers: list[str] = field(default_factory=list)  # internal authorizer listeners with a delay
     grpc_authorizers: list[str] = field(default_factory=list)  # internal gRPC ext_authz listeners (fast)
     slow_grpc_authorizers: list[str] = field(default_factory=list)  # internal gRPC ext_authz listeners with a delay
+    body_reader: bool = False  # P5's floor: the module that only reads the body (body_reader/)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,6 +202,7 @@ def specs() -> dict[str, EnvoySpec]:
                                     slow_grpc_authorizers=["sgrpc0"]),
         "ours_list": EnvoySpec("ours_list", bundle={"kind": "list"}),
         "ours_p8": EnvoySpec("ours_p8", bundle={"kind": "p8"}),
+        "body_reader": EnvoySpec("body_reader", body_reader=True),
     }
 
 
@@ -225,15 +227,18 @@ def _internal(name: str, routes: list[Route], filters: list[dict[str, Any]] = ()
     return Listener(name=name, port=0, routes=routes, extra_filters=list(filters))
 
 
-def bootstrap(spec: EnvoySpec, *, port: int, admin_port: int, wasm_path: Path | None) -> dict[str, Any]:
+def bootstrap(spec: EnvoySpec, *, port: int, admin_port: int, wasm_path: Path | None,
+              reader_path: Path | None = None) -> dict[str, Any]:
     """One Envoy for one configuration: its front listener is named `front`."""
-    return bootstrap_many([(spec, port)], admin_port=admin_port, wasm_path=wasm_path)
+    return bootstrap_many([(spec, port)], admin_port=admin_port, wasm_path=wasm_path, reader_path=reader_path)
 
 
-def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm_path: Path | None) -> dict[str, Any]:
+def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm_path: Path | None,
+                   reader_path: Path | None = None) -> dict[str, Any]:
     """One Envoy with a front listener per (configuration, port) (`front` alone, else
     `front_<name>`), sharing the internal upstream and authorizers; filters with different
-    bundles share one Wasm VM (same vm_id and code), each with its own root context."""
+    bundles share one Wasm VM (same vm_id and code), each with its own root context. The
+    body reader (P5's floor) is its own module in its own VM."""
     json_headers = {"content-type": "application/json"}
     listeners: list[Listener] = []
     internal: dict[str, Listener] = {
@@ -257,6 +262,10 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
             if wasm_path is None:
                 raise ValueError(f"{spec.name} needs the filter")
             front.wasm = Wasm(wasm_path, configuration=json.dumps(b))
+        elif spec.body_reader:
+            if reader_path is None:
+                raise ValueError(f"{spec.name} needs the body reader module")
+            front.wasm = Wasm(reader_path, configuration="", root_id="", vm_id="body_reader", name="body_reader")
         listeners.append(front)
         for a in spec.authorizers:
             internal[a] = _internal(a, [Route(name=a, prefix="/", direct_response=(200, ""))])

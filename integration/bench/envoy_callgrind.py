@@ -66,7 +66,8 @@ def _live(admin: int) -> bool:
 
 
 def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: int = 400, warmup: int = 200,
-               connections: int = 4, ready_timeout: float = 600.0, log=print, keep: bool = False) -> dict[str, dict[str, Any]]:
+               connections: int = 4, ready_timeout: float = 600.0, log=print, keep: bool = False,
+               reader: Path | None = None) -> dict[str, dict[str, Any]]:
     specs = configs.specs()
     names = sorted({v.envoy for v in variants})
     ports = {n: free_port() for n in names}
@@ -74,7 +75,7 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
     workdir.mkdir(parents=True, exist_ok=True)
     cfg_path = workdir / "envoy.json"
     cfg_path.write_text(json.dumps(configs.bootstrap_many([(specs[n], ports[n]) for n in names], admin_port=admin,
-                                                          wasm_path=wasm)))
+                                                          wasm_path=wasm, reader_path=reader)))
     out = workdir / "callgrind.out"
     for f in workdir.glob("callgrind.out*"):
         f.unlink()

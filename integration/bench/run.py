@@ -37,7 +37,7 @@ from typing import Any
 from harness import EnvoyProcess, envoy_binary, free_port
 
 from bench import bundles, configs, envoy_callgrind, report
-from bench.loadgen import WrkResult, run_wrk
+from bench.loadgen import OHA_VERSION, WrkResult, run_oha, run_wrk
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -96,14 +96,20 @@ VARIANTS = [
     Variant("s6_bare", "S6", "bare Envoy, 1 MiB tools/call", "bare", "mib", 200),
     Variant("s6_native", "S6", "native mcp + rbac, 1 MiB tools/call", "native", "mib", 200),
     Variant("s6_ours", "S6", "mcp-access, 1 MiB tools/call", "ours", "mib", 200),
+    Variant("s6_read", "S6", "a Proxy-Wasm module that only reads the 1 MiB body (P5's floor)", "body_reader", "mib", 200),
 ]
 
+# P11: these variants are also measured at a fixed rate (oha, latency from each request's scheduled start).
+FIXED_RATE = 1000
+FIXED = {"s0", "s1_allow", "s2_allow"}
+
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
-COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours", "s6_native"],
+COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours", "s6_native",
+            "s6_read"],
            ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse",
             "p8_allow", "p8_deny"]]
 FEW = {"p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"}  # 244 KB answers: 60 requests, not 300
-MIB = {"s6_bare", "s6_ours", "s6_native"}  # 1 MiB requests: 30 (about two minutes more under callgrind)
+MIB = {"s6_bare", "s6_ours", "s6_native", "s6_read"}  # 1 MiB requests: 30 (about two minutes more under callgrind)
 QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)
 
 BODIES = {
@@ -168,13 +174,13 @@ class Running:
     loads: list[dict[str, Any]] = field(default_factory=list)
 
 
-def start_envoys(names: set[str], wasm: Path, workdir: Path, cpu: int | None) -> dict[str, Running]:
+def start_envoys(names: set[str], wasm: Path, reader: Path, workdir: Path, cpu: int | None) -> dict[str, Running]:
     specs = configs.specs()
 
     def one(name: str) -> Running:
         spec = specs[name]
         port, admin = free_port(), free_port()
-        cfg = configs.bootstrap(spec, port=port, admin_port=admin, wasm_path=wasm)
+        cfg = configs.bootstrap(spec, port=port, admin_port=admin, wasm_path=wasm, reader_path=reader)
         b = configs.bundle_for(spec, port)
         env = BenchEnvoy(cfg, cpu=cpu, workdir=workdir / name, name=f"envoy-{name}", ready_timeout=120)
         env.start()
@@ -273,8 +279,10 @@ def listing_problems(v: Variant, spec: configs.EnvoySpec, body: bytes) -> list[s
     return [] if len(tools) == want else [f"{len(tools)} tools listed, expected {want}"]
 
 
-def check_run(v: Variant, w: WrkResult) -> list[str]:
+def check_run(v: Variant, w: WrkResult, rate: int | None = None) -> list[str]:
     problems = []
+    if rate is not None and w.requests and abs(w.rps / rate - 1) > 0.02:
+        problems.append(f"{w.rps:.0f} req/s answered at a fixed rate of {rate}: the rate was not held")
     if w.errors:
         problems.append(f"{w.errors} socket errors/timeouts")
     if w.requests == 0:
@@ -375,29 +383,32 @@ def check_bundle_recipe(exe: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-TOOLS = {  # tool: (what it is for, how to ask its version, the Debian package)
-    "wrk": ("load", ["wrk", "--version"], "wrk"),
-    "h2load": ("requests counted under callgrind", ["h2load", "--version"], "nghttp2-client"),
-    "valgrind": ("instruction counts", ["valgrind", "--version"], "valgrind"),
-    "callgrind_control": ("zeroing and dumping callgrind's counters", ["callgrind_control", "--version"], "valgrind"),
-    "taskset": ("CPU pinning", ["taskset", "--version"], "util-linux"),
+TOOLS = {  # tool: (what it is for, how to ask its version, where scripts/bench gets it)
+    "wrk": ("load", ["wrk", "--version"], "Debian package wrk"),
+    "oha": ("load at a fixed rate (P11)", ["oha", "--version"], f"cargo install --locked oha --version {OHA_VERSION}"),
+    "h2load": ("requests counted under callgrind", ["h2load", "--version"], "Debian package nghttp2-client"),
+    "valgrind": ("instruction counts", ["valgrind", "--version"], "Debian package valgrind"),
+    "callgrind_control": ("zeroing and dumping callgrind's counters", ["callgrind_control", "--version"], "Debian package valgrind"),
+    "taskset": ("CPU pinning", ["taskset", "--version"], "Debian package util-linux"),
     "cargo": ("micro-benchmarks", ["cargo", "--version"], "rustup"),
 }
 
 
-def check_tools(need_valgrind: bool) -> dict[str, str]:
+def check_tools(need_valgrind: bool, need_oha: bool = True) -> dict[str, str]:
     """Every tool answers before the first round (scripts/bench installs them): a missing tool
     must fail the run in its first second, not after twelve minutes."""
     versions, missing = {}, []
     for tool, (why, argv, pkg) in TOOLS.items():
         if not need_valgrind and tool in ("valgrind", "callgrind_control", "h2load"):
             continue
+        if not need_oha and tool == "oha":
+            continue
         try:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
             out = (p.stdout or p.stderr).strip().splitlines()
             versions[tool] = out[0] if out else "?"
         except (OSError, subprocess.TimeoutExpired):
-            missing.append(f"{tool} ({why}; Debian package {pkg})")
+            missing.append(f"{tool} ({why}; {pkg})")
     try:
         versions["envoy"] = envoy_callgrind.real_envoy_binary()
     except (OSError, RuntimeError) as e:
@@ -425,6 +436,8 @@ def machine() -> dict[str, Any]:
         "virtualization": virt or None,
         "envoy": envoy.split("version:")[-1].strip(),
         "load_generator": wrk.split("Copyright")[0].strip(),
+        "fixed_rate_generator": (subprocess.run(["oha", "--version"], capture_output=True, text=True).stdout.strip()
+                                 if shutil.which("oha") else None),
         "python": platform.python_version(),
         "load_average_at_start": os.getloadavg()[0],
     }
@@ -449,6 +462,11 @@ def aggregate(v: Variant, rs: list[dict[str, Any]], check: dict[str, Any] | None
         agg["single_p50_ms"] = median([x["p50_ms"] for x in singles])
         agg["single_p99_ms"] = median([x["p99_ms"] for x in singles])
         agg["single_cpu_us_per_request"] = round(median([x["envoy_cpu_us_per_request"] for x in singles]), 1)
+    fixed = [r["fixed"] for r in rs if "fixed" in r]
+    if fixed:
+        agg["fixed_rps"] = round(median([x["rps"] for x in fixed]), 1)
+        agg["fixed_p50_ms"] = median([x["p50_ms"] for x in fixed])
+        agg["fixed_p99_ms"] = median([x["p99_ms"] for x in fixed])
     return agg
 
 
@@ -524,12 +542,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--duration", type=int, default=None, help="seconds per saturating run")
     ap.add_argument("--latency-duration", type=int, default=None, help="seconds per one-connection run")
     ap.add_argument("--connections", type=int, default=16, help="connections of the saturating runs")
+    ap.add_argument("--fixed-duration", type=int, default=None, help=f"seconds per run at {FIXED_RATE} req/s (P11)")
+    ap.add_argument("--fixed-connections", type=int, default=8, help=f"keep-alive connections of the runs at {FIXED_RATE} req/s")
     ap.add_argument("--remeasure", type=int, default=None,
                     help="passes re-measuring noisy wall-clock targets (2 more paired rounds each, longer runs)")
     ap.add_argument("--budget-min", type=float, default=13.0, help="no re-measuring pass starts after this many minutes")
     ap.add_argument("--envoy-cpu", type=int, default=1)
     ap.add_argument("--load-cpu", type=int, default=0)
     ap.add_argument("--wasm", type=Path, default=ROOT / "build" / "mcp_access_filter.wasm")
+    ap.add_argument("--reader-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "body_reader.wasm",
+                    help="P5's floor: the module that only reads the body (integration/bench/body_reader)")
     ap.add_argument("--raw-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "mcp_access_filter.wasm")
     ap.add_argument("--out", type=Path, default=None, help="results directory (default integration/bench/results, quick: no write unless given)")
     ap.add_argument("--only", default="", help="comma-separated variant keys (default: all)")
@@ -556,6 +578,7 @@ class Run:
         self.rounds = args.rounds or (1 if args.quick else 4)
         self.duration = args.duration or (2 if args.quick else 4)
         self.lat_duration = args.latency_duration or (1 if args.quick else 2)
+        self.fixed_duration = args.fixed_duration or (2 if args.quick else 5)
         self.remeasure = args.remeasure if args.remeasure is not None else (0 if args.quick else 2)
         self.warmup = 1 if args.quick else 2
         self.out_dir = args.out or (None if args.quick else RESULTS)
@@ -564,6 +587,8 @@ class Run:
         self.workdir = Path(tempfile.mkdtemp(prefix="mcp-access-bench-"))
         self.wasm = self.workdir / "mcp_access_filter.wasm"
         shutil.copy(args.wasm, self.wasm)  # others may rebuild build/ while this runs
+        self.reader = self.workdir / "body_reader.wasm"
+        shutil.copy(args.reader_wasm, self.reader)
         print(f"work directory {self.workdir}", flush=True)
         self.result: dict[str, Any] = {
             "date": self.started.isoformat(timespec="seconds"),
@@ -573,6 +598,7 @@ class Run:
             "settings": {
                 "rounds": self.rounds, "duration_s": self.duration, "latency_duration_s": self.lat_duration,
                 "warmup_s": self.warmup, "connections": args.connections, "envoy_cpu": args.envoy_cpu,
+                "fixed_rate": FIXED_RATE, "fixed_duration_s": self.fixed_duration, "fixed_connections": args.fixed_connections,
                 "load_cpu": args.load_cpu, "envoy_concurrency": 1, "slow_authorizer_ms": configs.SLOW_AUTHZ_MS,
                 "quick": args.quick, "remeasure_passes": self.remeasure, "noise_threshold": report.NOISE,
                 "upstream": "internal listener of the same Envoy, direct_response",
@@ -639,7 +665,7 @@ class Run:
 
     def start_envoys(self) -> None:
         print(f"starting {len({v.envoy for v in self.variants})} Envoys", flush=True)
-        self.envoys = start_envoys({v.envoy for v in self.variants}, self.wasm, self.workdir, self.args.envoy_cpu)
+        self.envoys = start_envoys({v.envoy for v in self.variants}, self.wasm, self.reader, self.workdir, self.args.envoy_cpu)
         self.result["bundle_loads"] = {name: {"bundle_bytes": r.bundle_bytes, "vm_loads": r.loads}
                                        for name, r in self.envoys.items() if r.loads}
         for k, b in BODIES.items():
@@ -661,6 +687,16 @@ class Run:
         d["envoy_cpu_us_per_request"] = round((r.envoy.cpu_seconds() - cpu0) / max(1, w.requests) * 1e6, 1)
         return d
 
+    def fixed(self, v: Variant, secs: int) -> dict[str, Any]:
+        """P11: FIXED_RATE requests/s, latency from each request's scheduled start."""
+        r = self.envoys[v.envoy]
+        cpu0 = r.envoy.cpu_seconds()
+        w = run_oha(f"http://127.0.0.1:{r.port}{v.path}", self.body_files[v.body], rate=FIXED_RATE,
+                    connections=self.args.fixed_connections, duration_s=secs, cpu=self.args.load_cpu)
+        d = w.to_dict()
+        d["envoy_cpu_us_per_request"] = round((r.envoy.cpu_seconds() - cpu0) / max(1, w.requests) * 1e6, 1)
+        return d
+
     def measure(self, v: Variant, rnd: int, scale: float = 1.0, label: str = "round") -> None:
         entry: dict[str, Any] = {"round": rnd}
         if scale != 1.0:
@@ -668,16 +704,20 @@ class Run:
         if not v.slow:
             entry["load"] = self.wrk(v, self.args.connections, max(1, round(self.duration * scale)))
         entry["single"] = self.wrk(v, 1, max(1, round((self.lat_duration * 2 if v.slow else self.lat_duration) * scale)))
-        for kind in ("load", "single"):
+        if v.key in FIXED and shutil.which("oha"):
+            entry["fixed"] = self.fixed(v, max(1, round(self.fixed_duration * scale)))
+        for kind in ("load", "single", "fixed"):
             if kind in entry:
                 w = WrkResult(**{k: x for k, x in entry[kind].items() if k != "envoy_cpu_us_per_request"})
-                for p in check_run(v, w):
+                for p in check_run(v, w, FIXED_RATE if kind == "fixed" else None):
                     self.problems.append(f"{v.key} {label} {rnd} {kind}: {p}")
         self.runs[v.key].append(entry)
         summary = entry.get("load", entry["single"])
+        fixed = (f"  at {FIXED_RATE}/s: p50 {entry['fixed']['p50_ms']:.3f} ms  p99 {entry['fixed']['p99_ms']:.3f} ms"
+                 if "fixed" in entry else "")
         print(f"  {label} {rnd + 1} {v.key:16} {summary['rps']:9.0f} req/s  "
               f"p50 {summary['p50_ms']:.3f} ms  p99 {summary['p99_ms']:.3f} ms  "
-              f"{summary['envoy_cpu_us_per_request']:.1f} µs CPU/req", flush=True)
+              f"{summary['envoy_cpu_us_per_request']:.1f} µs CPU/req{fixed}", flush=True)
 
     def measure_rounds(self) -> None:
         """Each round runs every variant once, in an order rotated from round to round."""
@@ -770,7 +810,8 @@ class Run:
         counted = envoy_callgrind.count_many(
             [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body], v.path,
                                      60 if v.key in FEW else 30 if v.key in MIB else 0) for v in todo], self.wasm,
-            self.workdir / "callgrind" / todo[0].key, requests=300, warmup=100, log=lambda m: print(m, flush=True))
+            self.workdir / "callgrind" / todo[0].key, requests=300, warmup=100, log=lambda m: print(m, flush=True),
+            reader=self.reader)
         out = {}
         for v in todo:
             c = counted[v.key]
@@ -807,9 +848,15 @@ class Run:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    tools = check_tools(need_valgrind=not (args.skip_micro and args.skip_envoy_callgrind))
+    # A --quick smoke run (CI) goes without oha: scripts/bench installs it for full runs only, and
+    # the fixed-rate runs are left out without it.
+    tools = check_tools(need_valgrind=not (args.skip_micro and args.skip_envoy_callgrind),
+                        need_oha=not args.quick or shutil.which("oha") is not None)
     if not args.wasm.is_file():
         print(f"no filter at {args.wasm}: run scripts/build", file=sys.stderr)
+        return 2
+    if not args.reader_wasm.is_file():
+        print(f"no body reader at {args.reader_wasm}: scripts/bench builds it", file=sys.stderr)
         return 2
     run = Run(args, tools)
     exe = run.micro()
