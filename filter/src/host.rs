@@ -50,16 +50,31 @@ macro_rules! version {
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Trace);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::new()) });
 }}
 
-#[derive(Default)]
 struct Root {
     engine: Option<Rc<Engine>>,
     stats: Option<Rc<Stats>>,
     bundle_stats: Option<Rc<BundleStats>>,
     /// The bundle counters defined so far, by name.
     bundle_metrics: HashMap<String, Option<u32>>,
+    /// The shared-data stores every stream of this VM uses (made once, not per request).
+    drift: Rc<SharedDrift>,
+    answers: Rc<SharedAnswers>,
+}
+
+impl Root {
+    fn new() -> Root {
+        Root {
+            engine: None,
+            stats: None,
+            bundle_stats: None,
+            bundle_metrics: HashMap::new(),
+            drift: Rc::new(SharedDrift),
+            answers: Rc::new(SharedAnswers),
+        }
+    }
 }
 
 impl Context for Root {}
@@ -111,8 +126,8 @@ impl RootContext for Root {
             stats: self.stats.clone()?,
             bundle_stats: self.bundle_stats.clone()?,
             flow: RequestFlow::new()
-                .with_drift_store(Rc::new(SharedDrift))
-                .with_answer_store(Rc::new(SharedAnswers)),
+                .with_drift_store(self.drift.clone())
+                .with_answer_store(self.answers.clone()),
             listing: None,
         }))
     }
