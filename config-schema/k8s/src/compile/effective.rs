@@ -21,8 +21,9 @@ mod status;
 use apply::apply;
 pub(crate) use routes::{BackendRoutes, Class};
 
-/// Condition results per (block policy, lower policy): the lower spec does not change.
-type CondCache = BTreeMap<(String, String), Result<bool, String>>;
+/// Condition results per (lower policy, block policy): the lower spec does not change. A
+/// block is known by the first block of its object (`Prepared::canon`).
+type CondCache = HashMap<String, Vec<Option<Result<bool, String>>>>;
 
 /// Whether a block's condition lets it apply to one backend, and its error if it erred.
 type Cond = (bool, Option<String>);
@@ -70,6 +71,43 @@ enum Unit {
 struct Scope<'a> {
     lower: &'a [bundle::Policy],
     blocks: &'a [&'a BlockPolicy],
+    /// Per block, what its applications share (same order as `blocks`).
+    prepared: &'a [Prepared],
+}
+
+/// What every application of one block shares, made once.
+struct Prepared {
+    /// Its bundle `namespace/name` (its ExternalAuth merge key).
+    key: String,
+    /// Its rules' indices (None: it has no rules).
+    all: Option<Vec<usize>>,
+    /// Per rule, the name of a default not added: `{rule name} of {object}`.
+    not_added: Vec<String>,
+    /// The index of the first block of the same object: the condition cache's key.
+    canon: usize,
+}
+
+impl Prepared {
+    fn of(blocks: &[&BlockPolicy]) -> Vec<Prepared> {
+        blocks
+            .iter()
+            .enumerate()
+            .map(|(k, b)| Prepared {
+                key: format!("{}/{}", b.namespace, b.name),
+                all: b.rules.as_ref().map(|rs| (0..rs.len()).collect()),
+                not_added: b
+                    .rules
+                    .iter()
+                    .flatten()
+                    .map(|r| format!("{} of {}", r.name, b.object))
+                    .collect(),
+                canon: blocks
+                    .iter()
+                    .position(|x| x.object == b.object)
+                    .unwrap_or(k),
+            })
+            .collect()
+    }
 }
 
 impl Scope<'_> {
@@ -268,22 +306,22 @@ pub(crate) struct EffectRecord {
 }
 
 /// A (listener, route class) pair of one backend: the class is an index into its classes.
-type Pair = (ListenerKey, usize);
+type Pair<'l> = (&'l ListenerKey, usize);
 
 /// Per unit of one backend, the pairs it is effective on (in first-seen order).
-type Variants = Vec<(Unit, Vec<Pair>)>;
+type Variants<'l> = Vec<(Unit, Vec<Pair<'l>>)>;
 
 /// How one backend's requests divide: its route classes and the (listener, class) pairs that
 /// can occur.
 struct Shape<'a> {
     classes: &'a [Class],
-    pairs: &'a [Pair],
+    pairs: &'a [Pair<'a>],
     routes: &'a BackendRoutes,
 }
 
-impl Shape<'_> {
+impl<'a> Shape<'a> {
     /// The pairs where lower policy `i` is met.
-    fn pairs_of(&self, i: usize) -> Vec<&Pair> {
+    fn pairs_of(&self, i: usize) -> Vec<&Pair<'a>> {
         self.pairs
             .iter()
             .filter(|(_, c)| self.classes.get(*c).is_some_and(|c| c.members.contains(&i)))
@@ -292,7 +330,7 @@ impl Shape<'_> {
 
     /// Whether lower policy `i` is unchanged wherever it is met (met nowhere: it stays as
     /// written, never dropped).
-    fn kept(&self, variants: &Variants, i: usize) -> bool {
+    fn kept(&self, variants: &Variants<'a>, i: usize) -> bool {
         let mine = self.pairs_of(i);
         if mine.is_empty() {
             return true;
@@ -303,7 +341,7 @@ impl Shape<'_> {
         };
         variants
             .iter()
-            .any(|(u, ps)| *u == as_written && mine.iter().all(|x| ps.contains(x)))
+            .any(|(u, ps)| *u == as_written && mine.iter().all(|x| ps.contains(*x)))
     }
 
     /// The routes of classes `cs` as a target's `routes` (None: every route).
@@ -329,6 +367,7 @@ impl Ctx<'_> {
         }
         let mut blocks: Vec<&BlockPolicy> = blocks.iter().collect();
         blocks.sort_by_key(|b| b.seniority);
+        let prepared = Prepared::of(&blocks);
         for b in &blocks {
             if let Some(a) = &b.authorizer {
                 let mut a = a.clone();
@@ -373,7 +412,7 @@ impl Ctx<'_> {
                         .iter()
                         .enumerate()
                         .filter(|(_, c)| routes.feasible(c, l))
-                        .map(|(ci, _)| (l.clone(), ci))
+                        .map(move |(ci, _)| (l, ci))
                 })
                 .collect();
             let shape = Shape {
@@ -384,6 +423,7 @@ impl Ctx<'_> {
             let scope = Scope {
                 lower: &lower,
                 blocks: &blocks,
+                prepared: &prepared,
             };
             let (variants, effects) = scope.variants(&shape, &raw, &mut cache);
             let changed = effects.iter().any(|(_, changed)| *changed);
@@ -501,40 +541,44 @@ fn block_reaches(b: &BlockPolicy, (ns, g, l): &ListenerKey) -> bool {
     })
 }
 
-/// Whether block `b` applies to a backend with policies `lower` by its `condition`: it holds
-/// for at least one lower policy of the block's action, or there is none (an error: it
-/// applies, and the message says why).
+/// Whether block `b` (`canon`: its key in the cache) applies to a backend with policies
+/// `lower` (each with its `namespace/name`) by its `condition`: it holds for at least one
+/// lower policy of the block's action, or there is none (an error: it applies, and the
+/// message says why).
 fn condition(
-    b: &BlockPolicy,
-    lower: &[&bundle::Policy],
-    (raw, cache): (&LowerSpecs, &mut CondCache),
+    (b, canon): (&BlockPolicy, usize),
+    lower: &[(&bundle::Policy, String)],
+    (raw, cache, blocks): (&LowerSpecs, &mut CondCache, usize),
 ) -> Cond {
     let Some(cond) = &b.condition else {
         return (true, None);
     };
-    let of_action: Vec<&bundle::Policy> = lower
+    let mut of_action = lower
         .iter()
-        .copied()
-        .filter(|p| p.action == b.action && p.not_accepted.is_none())
-        .collect();
-    if of_action.is_empty() {
+        .filter(|(p, _)| p.action == b.action && p.not_accepted.is_none())
+        .peekable();
+    if of_action.peek().is_none() {
         return (true, None);
     }
     let mut holds = false;
     let mut error = None;
-    for p in of_action {
-        let id = lower_id(p);
-        let key = (b.object.clone(), id);
-        let result = match cache.get(&key) {
-            Some(r) => r.clone(),
+    for (_, id) in of_action {
+        let cached = cache.get(id).and_then(|c| c.get(canon)).cloned().flatten();
+        let result = match cached {
+            Some(r) => r,
             None => {
                 let null = serde_json::Value::Null;
-                let v = raw.get(&key.1).map_or(&null, |(v, _)| v);
+                let v = raw.get(id).map_or(&null, |(v, _)| v);
                 let r = cond
                     .as_ref()
                     .map_err(Clone::clone)
                     .and_then(|c| c.eval(v).map_err(|e| e.message));
-                cache.insert(key, r.clone());
+                let slots = cache
+                    .entry(id.clone())
+                    .or_insert_with(|| vec![None; blocks]);
+                if let Some(slot) = slots.get_mut(canon) {
+                    *slot = Some(r.clone());
+                }
                 r
             }
         };
@@ -578,46 +622,48 @@ impl Scope<'_> {
     /// The blocks applied on each (listener, route class) pair: the units' variants, and per
     /// pair what the blocks did and whether its units differ from the lower policies as
     /// written.
-    fn variants(
+    fn variants<'l>(
         &self,
-        shape: &Shape<'_>,
+        shape: &Shape<'l>,
         raw: &LowerSpecs,
         cache: &mut CondCache,
-    ) -> (Variants, Vec<(EffectRecord, bool)>) {
+    ) -> (Variants<'l>, Vec<(EffectRecord, bool)>) {
         // Per class: `unset` entries of its lower policies (name -> the policy that unsets
         // it) and the blocks' conditions over them.
         let per_class: Vec<(BTreeMap<String, String>, Vec<Cond>)> = shape
             .classes
             .iter()
             .map(|c| {
-                let members: Vec<&bundle::Policy> = c
+                let members: Vec<(&bundle::Policy, String)> = c
                     .members
                     .iter()
                     .filter_map(|i| self.lower.get(*i))
+                    .map(|p| (p, lower_id(p)))
                     .collect();
                 let unset = members
                     .iter()
-                    .flat_map(|p| {
-                        let id = lower_id(p);
-                        raw.get(&id)
+                    .flat_map(|(_, id)| {
+                        raw.get(id)
                             .map(|(_, u)| u.clone())
                             .unwrap_or_default()
                             .into_iter()
                             .map(move |n| (n, id.clone()))
                     })
                     .collect();
+                let n = self.blocks.len();
                 let conds = self
                     .blocks
                     .iter()
-                    .map(|b| condition(b, &members, (raw, &mut *cache)))
+                    .zip(self.prepared)
+                    .map(|(b, pr)| condition((b, pr.canon), &members, (raw, &mut *cache, n)))
                     .collect();
                 (unset, conds)
             })
             .collect();
         let mut variants: Variants = Vec::new();
         let mut effects = Vec::new();
-        for (l, ci) in shape.pairs {
-            let (Some(class), Some((unset, conds))) = (shape.classes.get(*ci), per_class.get(*ci))
+        for &(l, ci) in shape.pairs {
+            let (Some(class), Some((unset, conds))) = (shape.classes.get(ci), per_class.get(ci))
             else {
                 continue;
             };
@@ -643,7 +689,7 @@ impl Scope<'_> {
             };
             effects.push((record, units != as_written));
             for u in units {
-                let pair = (l.clone(), *ci);
+                let pair = (l, ci);
                 match variants.iter_mut().find(|(x, _)| *x == u) {
                     Some((_, ps)) => ps.push(pair),
                     None => variants.push((u, vec![pair])),
@@ -703,11 +749,11 @@ impl Groups {
             }
             // Per class, its listeners here; classes on all the listeners they occur on
             // (empty: no narrowing) or on the same ones share one bundle policy.
-            let mut by_class: BTreeMap<usize, Vec<ListenerKey>> = BTreeMap::new();
-            for (l, c) in ps {
-                by_class.entry(*c).or_default().push(l.clone());
+            let mut by_class: BTreeMap<usize, Vec<&ListenerKey>> = BTreeMap::new();
+            for &(l, c) in ps {
+                by_class.entry(c).or_default().push(l);
             }
-            let mut by_listeners: BTreeMap<Vec<ListenerKey>, BTreeSet<usize>> = BTreeMap::new();
+            let mut by_listeners: BTreeMap<Vec<&ListenerKey>, BTreeSet<usize>> = BTreeMap::new();
             for (c, mut ls) in by_class {
                 let occurs = shape.pairs.iter().filter(|(_, x)| *x == c).count();
                 if ls.len() == occurs {
@@ -718,6 +764,7 @@ impl Groups {
             }
             for (only, classes) in by_listeners {
                 let routes = shape.routes_of(&classes);
+                let only = only.into_iter().cloned().collect();
                 self.add_one(scope, u, (bns, bname), routes, only);
             }
         }

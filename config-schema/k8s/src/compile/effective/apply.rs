@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{lower_id, BlockPolicy, Cond, Effects, Scope, Unit};
+use super::{lower_id, BlockPolicy, Cond, Effects, Prepared, Scope, Unit};
 use mcp_access_bundle::{Action, BlockKind, Strategy};
 
 /// The rules of a block that apply: some (by index), or None for all as written.
@@ -16,7 +16,9 @@ pub(super) fn apply(
     units: &mut Vec<Unit>,
     fx: &mut Effects,
 ) {
-    let Some(b) = scope.blocks.get(k) else { return };
+    let (Some(b), Some(prepared)) = (scope.blocks.get(k), scope.prepared.get(k)) else {
+        return;
+    };
     if let Some((holds, error)) = conds.get(k) {
         if let Some(e) = error {
             fx.condition_errors.insert(b.object.clone(), e.clone());
@@ -30,8 +32,9 @@ pub(super) fn apply(
         b,
         unset,
         ext: b.action == Action::ExternalAuth,
-        my_key: format!("{}/{}", b.namespace, b.name),
-        all: b.rules.as_ref().map(|rs| (0..rs.len()).collect()),
+        prepared,
+        my_key: &prepared.key,
+        all: &prepared.all,
     };
     let kept = match (b.kind, b.strategy) {
         (BlockKind::Defaults, Strategy::Atomic) => block.defaults_atomic(units),
@@ -59,13 +62,14 @@ struct Block<'s> {
     unset: &'s BTreeMap<String, String>,
     /// An ExternalAuth block: merged by its own key, not by rule names.
     ext: bool,
+    prepared: &'s Prepared,
     /// The block's bundle `namespace/name`.
-    my_key: String,
+    my_key: &'s str,
     /// Its rules' indices (None: it has no rules).
-    all: Option<Vec<usize>>,
+    all: &'s Option<Vec<usize>>,
 }
 
-impl Block<'_> {
+impl<'s> Block<'s> {
     fn of_action(&self, u: &Unit) -> bool {
         self.scope.action(u) == Some(self.b.action)
     }
@@ -98,13 +102,12 @@ impl Block<'_> {
         !units.iter().any(|u| self.of_action(u))
     }
 
-    fn rule_name(&self, ix: usize) -> String {
+    fn rule_name(&self, ix: usize) -> &'s str {
         self.b
             .rules
             .as_ref()
             .and_then(|rs| rs.get(ix))
-            .map(|r| r.name.clone())
-            .unwrap_or_default()
+            .map_or("", |r| r.name.as_str())
     }
 
     /// The block's rules that no more senior override holds (None: none are left).
@@ -112,7 +115,7 @@ impl Block<'_> {
         let kept: Vec<usize> = all
             .iter()
             .copied()
-            .filter(|ix| !self.senior(units, &self.rule_name(*ix)))
+            .filter(|ix| !self.senior(units, self.rule_name(*ix)))
             .collect();
         (!kept.is_empty()).then_some(kept)
     }
@@ -123,7 +126,7 @@ impl Block<'_> {
 
     /// Defaults merged whole: an ExternalAuth block, or one without rules.
     fn defaults_whole(&self, units: &[Unit], fx: &mut Effects) -> Option<Kept> {
-        let (b, my_key) = (self.b, &self.my_key);
+        let (b, my_key) = (self.b, self.my_key);
         if let Some(by) = self.unset.get(my_key).or_else(|| self.unset.get(&b.name)) {
             fx.not_added.insert(
                 format!("{my_key} of {}", b.object),
@@ -143,12 +146,18 @@ impl Block<'_> {
         let mut kept = Vec::new();
         for ix in self.all.iter().flatten().copied() {
             let name = self.rule_name(ix);
-            let key = format!("{name} of {}", self.b.object);
-            if let Some(by) = self.unset.get(&name) {
-                fx.not_added.insert(key, format!("unset by {by}"));
-            } else if self.present(units, &name) {
+            let key = || {
+                self.prepared
+                    .not_added
+                    .get(ix)
+                    .cloned()
+                    .unwrap_or_else(|| format!("{name} of {}", self.b.object))
+            };
+            if let Some(by) = self.unset.get(name) {
+                fx.not_added.insert(key(), format!("unset by {by}"));
+            } else if self.present(units, name) {
                 fx.not_added
-                    .insert(key, "a lower rule of that name is kept".into());
+                    .insert(key(), "a lower rule of that name is kept".into());
             } else {
                 kept.push(ix);
             }
@@ -156,14 +165,14 @@ impl Block<'_> {
         if kept.is_empty() {
             return None;
         }
-        let names: Vec<String> = kept.iter().map(|ix| self.rule_name(*ix)).collect();
+        let names: Vec<&str> = kept.iter().map(|ix| self.rule_name(*ix)).collect();
         for u in units.iter().filter(|u| self.of_action(u)) {
             if let Unit::Lower { i, .. } = u {
                 if let Some(p) = self.scope.lower.get(*i) {
                     fx.added
                         .entry(lower_id(p))
                         .or_default()
-                        .extend(names.iter().cloned());
+                        .extend(names.iter().map(|n| n.to_string()));
                 }
             }
         }
@@ -191,7 +200,7 @@ impl Block<'_> {
             }
         }
         units.retain(|u| !self.of_action(u) || scope.is_standin(u) || scope.is_override(u));
-        match &self.all {
+        match self.all {
             Some(all) => Some(Some(self.not_senior(units, all)?)),
             None => Some(None),
         }
@@ -200,17 +209,17 @@ impl Block<'_> {
     /// Overrides merged: an ExternalAuth block by its key, else rule by rule.
     fn overrides_merge(&self, units: &mut Vec<Unit>, fx: &mut Effects) -> Option<Kept> {
         if self.ext {
-            if self.senior(units, &self.my_key) {
+            if self.senior(units, self.my_key) {
                 return None;
             }
-            units.retain(|u| !(self.of_action(u) && self.scope.has_key(u, &self.my_key)));
+            units.retain(|u| !(self.of_action(u) && self.scope.has_key(u, self.my_key)));
             return Some(None);
         }
-        let Some(all) = &self.all else {
+        let Some(all) = self.all else {
             return Some(None);
         };
         let kept = self.not_senior(units, all)?;
-        let names: BTreeSet<String> = kept.iter().map(|ix| self.rule_name(*ix)).collect();
+        let names: BTreeSet<&str> = kept.iter().map(|ix| self.rule_name(*ix)).collect();
         for u in units.iter_mut() {
             self.replace_rules(u, &names, fx);
         }
@@ -219,7 +228,7 @@ impl Block<'_> {
     }
 
     /// Removes the rules named `names` from unit `u` (of this block's action).
-    fn replace_rules(&self, u: &mut Unit, names: &BTreeSet<String>, fx: &mut Effects) {
+    fn replace_rules(&self, u: &mut Unit, names: &BTreeSet<&str>, fx: &mut Effects) {
         let scope = self.scope;
         if scope.action(u) != Some(self.b.action) {
             return;
@@ -258,7 +267,7 @@ impl Block<'_> {
                     left.into_iter()
                         .filter(|ix| {
                             rs.and_then(|rs| rs.get(*ix))
-                                .is_none_or(|r| !names.contains(&r.name))
+                                .is_none_or(|r| !names.contains(r.name.as_str()))
                         })
                         .collect(),
                 );
@@ -268,7 +277,7 @@ impl Block<'_> {
 
     /// An `unset` of an override is refused (and reported on the lower policy).
     fn refuse_unsets(&self, kept: &Kept, fx: &mut Effects) {
-        let mine: Vec<String> = match kept {
+        let mine: Vec<&str> = match kept {
             Some(k) => k.iter().map(|ix| self.rule_name(*ix)).collect(),
             None => self
                 .all
@@ -278,7 +287,7 @@ impl Block<'_> {
                 .collect(),
         };
         for (n, by) in self.unset {
-            if mine.contains(n) || (self.ext && (n == &self.my_key || n == &self.b.name)) {
+            if mine.contains(&n.as_str()) || (self.ext && (n == self.my_key || n == &self.b.name)) {
                 fx.unset_refused
                     .entry(by.clone())
                     .or_default()

@@ -1,7 +1,7 @@
 //! What the blocks did, as the `Enforced` conditions of the policies and as the effective
 //! policy of each (listener, backend).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::{on_backend, BlockPolicy, EffectRecord, Effects};
 use crate::compile::Ctx;
@@ -32,8 +32,18 @@ impl Ctx<'_> {
     /// The `Enforced` conditions of block policies and of the Backend-level policies they
     /// meet.
     pub(super) fn block_statuses(&mut self, blocks: &[&BlockPolicy]) {
-        let effects = self.effects.clone();
+        let effects = std::mem::take(&mut self.effects);
+        self.statuses_from(&effects, blocks);
+        self.effects = effects;
+    }
+
+    fn statuses_from(&mut self, effects: &AllEffects, blocks: &[&BlockPolicy]) {
         let objects: Vec<String> = blocks.iter().map(|b| b.object.clone()).collect();
+        // The records of each backend, in order.
+        let mut of_backend: HashMap<&str, Vec<&EffectRecord>> = HashMap::new();
+        for r in effects {
+            of_backend.entry(r.backend.as_str()).or_default().push(r);
+        }
         // Per policy status: its bundle id and, per condition (one per targetRef), the
         // bundle targets an HTTPRoute targetRef resolves to.
         let found: Vec<(usize, String, Vec<Vec<bundle::PolicyTarget>>)> = self
@@ -72,13 +82,15 @@ impl Ctx<'_> {
                     continue;
                 }
                 if is_block {
-                    c.enforced = block_enforced(&effects, c, &object);
+                    c.enforced = block_enforced(effects, c, &object);
                     continue;
                 }
                 let mine: Vec<&Effects> = match c.target.strip_prefix("XBackend ") {
-                    Some(backend) => effects
-                        .iter()
-                        .filter(|r| r.backend == backend && r.lower.contains(&bid))
+                    Some(backend) => of_backend
+                        .get(backend)
+                        .into_iter()
+                        .flatten()
+                        .filter(|r| r.lower.contains(&bid))
                         .map(|r| &r.fx)
                         .collect(),
                     None => {
@@ -116,16 +128,12 @@ impl Ctx<'_> {
 
 /// Whether block policy `object` took effect at its target `c` (a Gateway, or a listener).
 fn block_enforced(effects: &AllEffects, c: &TargetStatus, object: &str) -> Option<Enforcement> {
-    let gw = c
-        .target
-        .strip_prefix("Gateway ")
-        .unwrap_or_default()
-        .to_string();
+    let gw = c.target.strip_prefix("Gateway ").unwrap_or_default();
     let mine: Vec<&Effects> = effects
         .iter()
         .filter(|r| {
             let (ns, g, l) = &r.listener;
-            format!("{ns}/{g}") == gw && c.section_name.as_ref().is_none_or(|s| s == l)
+            is_path(gw, ns, g) && c.section_name.as_ref().is_none_or(|s| s == l)
         })
         .map(|r| &r.fx)
         .collect();
@@ -150,6 +158,13 @@ fn block_enforced(effects: &AllEffects, c: &TargetStatus, object: &str) -> Optio
             "Policy has been overridden by the policies of the backends behind the Gateway (or no backend is behind it)".into(),
         )
     }
+}
+
+/// Whether `s` is `{ns}/{name}`.
+fn is_path(s: &str, ns: &str, name: &str) -> bool {
+    s.strip_prefix(ns)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|rest| rest == name)
 }
 
 /// How the blocks met Backend-level policy `bid` where it is met (`mine`: on one target);
