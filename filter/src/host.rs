@@ -434,6 +434,13 @@ impl HttpContext for Stream {
         let Some(filter) = self.listing.as_mut() else {
             return WasmAction::Continue;
         };
+        // Most answers carry no listing: their Content-Type alone tells (one host call, not
+        // the whole header map).
+        let content_type = abi::header_value(abi::MAP_HTTP_RESPONSE_HEADERS, "content-type");
+        if !filter.needs_headers(content_type.as_deref()) {
+            self.listing = None;
+            return WasmAction::Continue;
+        }
         let headers = abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default();
         match filter.on_headers(&headers) {
             HeadersAction::Keep => self.listing = None,
@@ -620,6 +627,17 @@ mod abi {
         let mut current = 0u32;
         let status = unsafe { proxy_get_log_level(&mut current) };
         status != OK || level as u32 >= current
+    }
+
+    /// The value of header `name` (lowercase) in `map` (Envoy gives its first copy; inline
+    /// headers such as `content-type` are held once, copies joined with commas).
+    pub fn header_value(map: u32, name: &str) -> Option<String> {
+        let (mut data, mut size) = (null_mut(), 0usize);
+        let status = unsafe {
+            proxy_get_header_map_value(map, name.as_ptr(), name.len(), &mut data, &mut size)
+        };
+        let bytes = unsafe { take(data, size) };
+        (status == OK).then(|| String::from_utf8_lossy(&bytes).into_owned())
     }
 
     pub fn header_map(map: u32) -> Option<Vec<(String, String)>> {

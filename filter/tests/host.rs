@@ -56,6 +56,8 @@ struct Host {
     grpc_status_message: Vec<u8>,
     /// (upstream, service, method, message) of each proxy_grpc_call.
     grpc_calls: Vec<(Vec<u8>, String, String, Vec<u8>)>,
+    /// The header maps read whole (proxy_get_header_map_pairs), by map number.
+    pairs_reads: Vec<i32>,
     /// Request header edits other than replace: ("add"|"remove", name, value).
     header_edits: Vec<(&'static str, String, String)>,
     /// Status every request header edit answers with (OK unless a test says otherwise).
@@ -176,6 +178,7 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
             give(c, &bytes[start..end], a(3), a(4))
         }
         "proxy_get_header_map_pairs" => {
+            c.data_mut().pairs_reads.push(a(0));
             let pairs = match a(0) {
                 0 => c.data().request_headers.clone(),
                 2 => c.data().response_headers.clone(),
@@ -232,8 +235,27 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
         }
         "proxy_get_header_map_value" => {
             let name = text(c, a(1), a(2));
-            let found = c.data().request_headers.iter().find(|(n, _)| *n == name);
-            match found.map(|(_, v)| v.clone()) {
+            let found = match a(0) {
+                0 => c
+                    .data()
+                    .request_headers
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.clone()),
+                // As Envoy holds an inline response header (content-type): once, copies
+                // joined with commas.
+                2 => {
+                    let h = &c.data().response_headers;
+                    let copies: Vec<&str> = h
+                        .iter()
+                        .filter(|(n, _)| *n == name)
+                        .map(|(_, v)| v.as_str())
+                        .collect();
+                    (!copies.is_empty()).then(|| copies.join(","))
+                }
+                other => panic!("header map {other}"),
+            };
+            match found {
                 Some(v) => give(c, v.as_bytes(), a(3), a(4)),
                 None => NOT_FOUND,
             }
@@ -671,6 +693,17 @@ fn allowed_and_denied_requests_over_the_abi() {
     assert_eq!(at_headers, PAUSE);
     assert_eq!(vm.body(ctx), CONTINUE);
     assert_eq!(vm.decision()["decision"], "allow");
+    // A JSON answer to a call carries no listing: its Content-Type alone is read, not the
+    // whole response header map.
+    let answer = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
+    let json = [(":status", "200"), ("content-type", "application/json")];
+    let (out, _) = vm.respond(ctx, &json, &[answer]);
+    assert_eq!(out, answer);
+    assert!(
+        !vm.host().pairs_reads.contains(&2),
+        "{:?}",
+        vm.host().pairs_reads
+    );
     assert!(vm.host().local_responses.is_empty());
     // The route name decided the backend: the upstream cluster was never asked for.
     let reads = vm.host().property_reads.clone();
@@ -1021,6 +1054,18 @@ fn every_stream_that_can_carry_a_listing_is_filtered_over_the_abi() {
     let text = String::from_utf8(out).unwrap();
     assert_eq!(sse_tools(&text), [["echo"]], "{text}");
     assert!(text.contains(std::str::from_utf8(own).unwrap()), "{text}");
+
+    // A stream type beside another (the host holds them joined with commas) is refused.
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body(ctx), CONTINUE);
+    let two = [
+        (":status", "200"),
+        ("content-type", "application/json"),
+        ("content-type", "text/event-stream"),
+    ];
+    let (out, _) = vm.respond(ctx, &two, &[&stream]);
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.contains("rm") && text.contains("\"error\""), "{text}");
 
     // A listing in CR-only lines, its CRs split across chunks.
     let list = br#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#;

@@ -165,6 +165,15 @@ impl ListingFilter {
         })
     }
 
+    /// Whether the response headers must be read whole to judge the response: always for a
+    /// listing request; for any other only when `content_type` (the response's `Content-Type`)
+    /// may name an event stream. Otherwise the response is passed as it is, as
+    /// [`ListingFilter::on_headers`] would decide. Envoy holds `Content-Type` once (copies are
+    /// joined with commas), so its one value is every copy.
+    pub fn needs_headers(&self, content_type: Option<&str>) -> bool {
+        self.listing.is_some() || content_type.is_some_and(|ct| essences(ct).any(may_be_stream))
+    }
+
     /// What the listings read so far said about pinned tools (drift, and its end), for the
     /// host's stats and logs; each event is given once.
     pub fn take_pin_events(&mut self) -> Vec<PinEvent> {
@@ -306,8 +315,9 @@ impl ListingFilter {
 /// The answer to a listing request (`listing`): a 2xx one as its one `Content-Type` says (a
 /// `Content-Encoding` other than `identity`, another media type or several: refused); a
 /// non-2xx one as SSE if that is its one media type, else whole (refused if encoded).
-/// The answer to another request is read only when it is an SSE stream (refused if encoded
-/// or of several media types).
+/// The answer to another request is read only when a client could take it for an SSE stream
+/// (refused if encoded, of several media types, or of a type that only starts like one).
+/// Several media types in one value (joined with commas) count as several.
 fn mode_for(listing: bool, headers: &[(String, String)]) -> Mode {
     let values = |name: &'static str| {
         headers
@@ -315,11 +325,12 @@ fn mode_for(listing: bool, headers: &[(String, String)]) -> Mode {
             .filter(move |(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     };
-    let (mut types, mut sse, mut json) = (0usize, false, false);
-    for ct in values("content-type") {
-        let essence = ct.split(';').next().unwrap_or_default().trim();
+    // Each media type of each copy (a copy may hold several, joined with commas).
+    let (mut types, mut sse, mut exact_sse, mut json) = (0usize, false, false, false);
+    for essence in values("content-type").flat_map(essences) {
         types += 1;
-        sse |= essence.eq_ignore_ascii_case("text/event-stream");
+        sse |= may_be_stream(essence);
+        exact_sse |= essence.eq_ignore_ascii_case("text/event-stream");
         json |= essence.eq_ignore_ascii_case("application/json");
     }
     if !listing && !sse {
@@ -328,14 +339,32 @@ fn mode_for(listing: bool, headers: &[(String, String)]) -> Mode {
     let encoded = values("content-encoding").any(|e| !e.trim().eq_ignore_ascii_case("identity"));
     let status = values(":status").next().and_then(|s| s.parse::<u16>().ok());
     let success = status.is_some_and(|s| (200..300).contains(&s));
-    let one = types == 1;
+    // Read as an event stream only when it is exactly one: anything a client could take
+    // for one otherwise (another type beside it, a longer name) is refused.
+    let stream = types == 1 && exact_sse;
     match () {
-        _ if encoded || (sse && !one) => Mode::Refuse { sse: sse && one },
+        _ if encoded || (sse && !stream) => Mode::Refuse { sse: stream },
         _ if sse => Mode::Sse,
         _ if !success => Mode::Lenient,
-        _ if json && one => Mode::Json,
+        _ if json && types == 1 => Mode::Json,
         _ => Mode::Refuse { sse: false },
     }
+}
+
+/// The essences (type/subtype, trimmed) of a `Content-Type` value holding one media type or
+/// several joined with commas.
+fn essences(value: &str) -> impl Iterator<Item = &str> {
+    value
+        .split(',')
+        .map(|t| t.split(';').next().unwrap_or_default().trim())
+}
+
+/// Whether a client could read a media type as an event stream: SDKs match the prefix
+/// (`text/event-stream`, any case).
+fn may_be_stream(essence: &str) -> bool {
+    essence
+        .get(..17)
+        .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
 }
 
 /// The [`LISTINGS`] index of `tools/list`.
@@ -411,6 +440,52 @@ mod tests {
             .cloned()
             .unwrap_or_else(|| panic!("no request"));
         (f, req)
+    }
+
+    /// The Content-Type alone decides a non-listing answer exactly as the whole headers do:
+    /// it passes unless a client could take it for an event stream; what only starts like
+    /// one, or holds another type beside one, is refused.
+    #[test]
+    fn content_type_alone_decides_a_non_listing_answer_as_the_headers_do() {
+        let cases: [(&str, Mode); 12] = [
+            ("application/json", Mode::Pass),
+            ("text/plain", Mode::Pass),
+            ("", Mode::Pass),
+            ("text/event-stream", Mode::Sse),
+            ("Text/Event-Stream; charset=utf-8", Mode::Sse),
+            (" text/event-stream ", Mode::Sse),
+            ("text/event-streamx", Mode::Refuse { sse: false }),
+            ("TEXT/EVENT-STREAM-extra;q=1", Mode::Refuse { sse: false }),
+            (
+                "application/json,text/event-stream",
+                Mode::Refuse { sse: false },
+            ),
+            (
+                "text/event-stream, application/json",
+                Mode::Refuse { sse: false },
+            ),
+            (
+                "text/event-stream,text/event-stream",
+                Mode::Refuse { sse: false },
+            ),
+            ("text/event-str", Mode::Pass),
+        ];
+        let e = Engine::from_json(BUNDLE.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let (f, _) = sse_filter(&e, true);
+        assert!(f.listing.is_none(), "a GET stream is not a listing request");
+        for (ct, want) in cases {
+            let h = headers(&[(":status", "200"), ("content-type", ct)]);
+            assert_eq!(mode_for(false, &h), want, "{ct:?}");
+            assert_eq!(f.needs_headers(Some(ct)), want != Mode::Pass, "{ct:?}");
+        }
+        assert!(!f.needs_headers(None));
+        assert_eq!(mode_for(false, &headers(&[(":status", "200")])), Mode::Pass);
+        // Encoded streams are refused as streams.
+        let h = headers(&[SSE[0], SSE[1], ("content-encoding", "gzip")]);
+        assert_eq!(mode_for(false, &h), Mode::Refuse { sse: true });
+        // A listing request's answer always needs its headers.
+        let (f, _) = sse_filter(&e, false);
+        assert!(f.needs_headers(Some("application/json")) && f.needs_headers(None));
     }
 
     /// The SSE reading as the standard says, on the whole text: a byte order mark first is
