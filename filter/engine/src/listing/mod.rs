@@ -13,6 +13,9 @@
 //! JSON-RPC error, never passed on unfiltered.
 
 mod message;
+pub mod reuse;
+#[cfg(test)]
+mod reuse_tests;
 mod sse;
 
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
@@ -107,6 +110,18 @@ pub struct ListingFilter {
     stream_start: bool,
     /// The backend's pinned tools: listed tools are held to them (docs/semantics.md §5).
     pins: Option<PinCheck>,
+    /// Whether answers may be reused ([`reuse`]), and their key once made.
+    reuse: Reuse,
+}
+
+/// Whether a filter reuses answers kept by others ([`reuse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reuse {
+    /// Never: pinned tools, CEL conditions, or turned off.
+    Off,
+    /// Its key is not made yet.
+    Unset,
+    Key(Box<reuse::Key>),
 }
 
 impl ListingFilter {
@@ -161,8 +176,39 @@ impl ListingFilter {
             at_line_start: true,
             after_cr: false,
             stream_start: true,
+            reuse: match pins {
+                Some(_) => Reuse::Off,
+                None => Reuse::Unset,
+            },
             pins,
         })
+    }
+
+    /// Never reuses an answer kept by another filter, nor keeps its own: each is filtered
+    /// afresh (differential tests compare both ways).
+    pub fn without_reuse(mut self) -> ListingFilter {
+        self.reuse = Reuse::Off;
+        self
+    }
+
+    /// The key of reused answers, made when first needed; None: no reuse.
+    fn reuse_key(&mut self, judge: Judge<'_>) -> Option<&reuse::Key> {
+        if matches!(self.reuse, Reuse::Unset) {
+            let settings = reuse::Settings {
+                listing: self.listing,
+                id: self.id.as_deref(),
+                cache_scope: self.cache_scope,
+                max_depth: self.max_depth,
+            };
+            let key = judge
+                .request
+                .and_then(|req| reuse::Key::new(judge.engine, req, settings));
+            self.reuse = key.map_or(Reuse::Off, |k| Reuse::Key(Box::new(k)));
+        }
+        match &self.reuse {
+            Reuse::Key(k) => Some(k),
+            _ => None,
+        }
     }
 
     /// What the listings read so far said about pinned tools (drift, and its end), for the
@@ -291,8 +337,20 @@ impl ListingFilter {
     /// body is passed on unless it is a JSON-RPC result or JSON the filter cannot read.
     fn filter_body(&mut self, judge: Judge<'_>, body: &[u8]) -> Vec<u8> {
         let lenient = self.mode == Mode::Lenient;
+        let kind = reuse::Kind::Body { lenient };
+        if let Some(out) = self
+            .reuse_key(judge)
+            .and_then(|k| reuse::reused(k, kind, body))
+        {
+            return out;
+        }
         match self.read_message(judge, body, true) {
-            Read::Filtered(out) => out,
+            Read::Filtered(out) => {
+                if let Some(key) = self.reuse_key(judge) {
+                    reuse::keep(key, kind, body, &out);
+                }
+                out
+            }
             Read::Unchanged => body.to_vec(),
             Read::NotJsonRpc if lenient => body.to_vec(),
             Read::Unreadable(_) if lenient && !looks_like_json(body) => body.to_vec(),

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::message::{may_hold_listing, Read};
-use super::{Judge, ListingFilter};
+use super::{reuse, Judge, ListingFilter};
 
 impl ListingFilter {
     /// An SSE event carrying the error.
@@ -93,6 +93,15 @@ impl ListingFilter {
     /// `message` event's data read as a JSON-RPC message. One that is not UTF-8 or whose
     /// message cannot be read is replaced by the error.
     fn rewrite_event(&mut self, judge: Judge<'_>, event: &PendingEvent, out: &mut Vec<u8>) {
+        let kind = reuse::Kind::Event {
+            first: self.stream_start,
+        };
+        let reused = self
+            .reuse_key(judge)
+            .and_then(|k| reuse::reused(k, kind, &event.bytes));
+        if let Some(written) = reused {
+            return out.extend_from_slice(&written);
+        }
         let Some(fields) = SseEvent::parse(event, self.stream_start) else {
             return out.extend_from_slice(&self.sse_error(None));
         };
@@ -109,10 +118,14 @@ impl ListingFilter {
         // is not parsed.
         let read =
             is_message && !data.is_empty() && (self.listing.is_some() || may_hold_listing(&data));
+        let mut filtered = false;
         let data = if read {
             // The strict reader checks every byte (UTF-8 included) of what it accepts.
             match self.read_message(judge, &data, false) {
-                Read::Filtered(filtered) => Ok(Cow::Owned(filtered)),
+                Read::Filtered(f) => {
+                    filtered = true;
+                    Ok(Cow::Owned(f))
+                }
                 Read::Unchanged => Ok(data),
                 Read::NotJsonRpc if self.listing.is_none() => Ok(data),
                 Read::NotJsonRpc => Err(None),
@@ -126,7 +139,15 @@ impl ListingFilter {
             }
         };
         match data {
-            Ok(data) => fields.write(&data, out),
+            Ok(data) => {
+                let from = out.len();
+                fields.write(&data, out);
+                // A filtered event is kept for callers judged alike.
+                let written = out.get(from..).filter(|_| filtered);
+                if let Some((key, written)) = self.reuse_key(judge).zip(written) {
+                    reuse::keep(key, kind, &event.bytes, written);
+                }
+            }
             Err(id) => out.extend_from_slice(&self.sse_error(id.as_deref())),
         }
     }

@@ -243,6 +243,11 @@ pub struct Engine {
     /// Headers the rules' header conditions read (lowercase; never credentials): what a
     /// decision record keeps of the request's headers.
     pub recorded_headers: Vec<String>,
+    /// Whether some rule's header conditions read a credential header (`authorization`,
+    /// `proxy-authorization`, `cookie`), which `recorded_headers` leaves out.
+    pub(crate) judges_credentials: bool,
+    /// This engine, told apart from every other built in the process (reused listings).
+    pub(crate) instance: Instance,
     /// Every identity header name of the bundle, sorted (removed from allowed requests).
     pub(crate) identity_header_names: Vec<String>,
     /// Claims identity headers carry.
@@ -253,6 +258,22 @@ pub struct Engine {
     /// are cached (else zeros): every cache key holds it, so a new bundle never reuses an old
     /// one's answers.
     pub generation: [u8; 32],
+}
+
+/// One engine among those the process built: a number never given twice.
+#[derive(Debug)]
+pub(crate) struct Instance {
+    pub(crate) serial: u64,
+}
+
+impl Instance {
+    fn new() -> Instance {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Instance {
+            serial: NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 /// Request attributes gathered only because a CEL condition reads them.
@@ -329,6 +350,8 @@ impl Engine {
                 h.sort_unstable();
                 h
             },
+            judges_credentials: compiled.judges_credentials,
+            instance: Instance::new(),
             identity_header_names,
             identity_claims,
             challenges,
@@ -629,6 +652,8 @@ struct CompiledPolicies {
     cel_needs: CelNeeds,
     /// Header names the rules' header conditions read, credentials left out.
     headers: Vec<String>,
+    /// Whether some rule's header conditions read a credential header.
+    judges_credentials: bool,
 }
 
 /// Compiles each policy of `numbered` ((position in the bundle, policy), most senior first).
@@ -643,6 +668,7 @@ fn compile_policies(
         jwt_claims: Vec::new(),
         cel_needs: CelNeeds::default(),
         headers: Vec::new(),
+        judges_credentials: false,
     };
     for (position, p) in numbered {
         let id = format!("{}/{}", p.namespace, p.name);
@@ -696,6 +722,7 @@ fn compile_policies(
                     h.as_str(),
                     "authorization" | "proxy-authorization" | "cookie"
                 );
+                out.judges_credentials |= credential;
                 if !credential && !out.headers.contains(h) {
                     out.headers.push(h.clone());
                 }

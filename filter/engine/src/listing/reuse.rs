@@ -1,0 +1,266 @@
+//! Reuse of filtered listings (issue 25 P7): a listing rarely changes while callers ask for it
+//! again and again. What a filtering wrote is kept per VM (thread) with the exact bytes it
+//! read and everything else it depends on ([`Key`]); the same bytes read again for a caller
+//! judged alike get the same answer without being parsed or judged again. Bytes are compared
+//! whole (exact equality, no digest); a byte that differs anywhere is a fresh filtering.
+//!
+//! Kept only where a filtering has no side effect and its inputs are known: never for a
+//! backend with pinned tools (their drift is observed per listing), nor with a bundle that
+//! has CEL conditions (one may read any header, the time). Bounded: [`MAX_ENTRIES`] answers and
+//! [`MAX_BYTES`] in all (bytes read and written), the last in line dropped first (an answer
+//! kept or reused goes first in line); a bundle loaded empties it ([`forget_all`]).
+
+use std::cell::{Cell, RefCell};
+
+use mcp_access_bundle::mcp_methods::Listing;
+use sha2::{Digest as _, Sha256};
+
+use crate::authz_cache::{claim_field, field, opt_field};
+use crate::policy::Engine;
+use crate::request::{McpOp, Request, Target};
+
+/// At most this many answers are kept per VM.
+pub const MAX_ENTRIES: usize = 16;
+/// At most this many bytes (read and written) are kept per VM.
+pub const MAX_BYTES: usize = 4 << 20;
+
+/// Everything beside the bytes read that a filtering's answer depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Key {
+    /// The engine ([`crate::policy::Instance`] serial): a new bundle never reuses an old one's.
+    engine: u64,
+    /// SHA-256 of the request as far as judging an item reads it ([`Key::new`]) and of the
+    /// filter's own settings, each field length-prefixed.
+    digest: [u8; 32],
+}
+
+/// What the bytes were read as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// A whole body (`lenient`: a non-2xx answer).
+    Body { lenient: bool },
+    /// One SSE event (`first`: the stream's first, which may start with a byte order mark).
+    Event { first: bool },
+}
+
+/// The settings of the filter a key is made for.
+pub(super) struct Settings<'a> {
+    pub(super) listing: Option<&'static Listing>,
+    pub(super) id: Option<&'a str>,
+    pub(super) cache_scope: bool,
+    pub(super) max_depth: usize,
+}
+
+impl Key {
+    /// The key of a filter with these settings judging items as calls made by `req`; None
+    /// when the bundle has CEL conditions (one may read any header, the time: no reuse).
+    /// Without them rules read the caller, the target, the method, port, host, path and the
+    /// headers they name (the MCP operation is replaced by each item's call): other headers
+    /// (a request id) and what only authorizers are told (the connection) are left out.
+    pub(super) fn new(engine: &Engine, req: &Request, settings: Settings<'_>) -> Option<Key> {
+        if engine.cel_needs().any {
+            return None;
+        }
+        let mut h = Sha256::new();
+        let Target {
+            listener,
+            backend,
+            route,
+        } = req.target;
+        let index = |i: Option<usize>| i.map_or(0, |i| i.saturating_add(1));
+        let mut numbers = Vec::with_capacity(64);
+        for n in [
+            usize::from(req.port),
+            index(listener),
+            index(backend),
+            index(route),
+            usize::from(req.caller.credential),
+            usize::from(settings.cache_scope),
+            settings.max_depth,
+            req.caller.jwts.len(),
+        ] {
+            numbers.extend_from_slice(&u64::try_from(n).unwrap_or(u64::MAX).to_le_bytes());
+        }
+        field(&mut h, &numbers);
+        let (op, param) = match &req.mcp {
+            McpOp::Call { method, param } => (Some(method.as_str()), param.as_deref()),
+            McpOp::Transport => (None, Some("t")),
+            McpOp::Reply => (None, Some("r")),
+            McpOp::NotMcp => (None, Some("n")),
+        };
+        for text in [
+            Some(req.method.as_str()),
+            Some(&req.path),
+            Some(&req.canonical_path),
+            Some(&req.authority),
+            Some(&req.host),
+            op,
+            param,
+            req.route_name.as_deref(),
+            req.cluster_name.as_deref(),
+            settings.listing.map(|l| l.method),
+            settings.id,
+            req.caller.spiffe.as_deref(),
+        ] {
+            opt_field(&mut h, text);
+        }
+        for j in &req.caller.jwts {
+            opt_field(&mut h, Some(&j.issuer));
+            opt_field(&mut h, j.subject.as_deref());
+            for (name, value) in &j.claims {
+                opt_field(&mut h, Some(name));
+                claim_field(&mut h, Some(value));
+            }
+            opt_field(&mut h, None);
+        }
+        // The headers rules read: credentials too when some rule does.
+        let credentials = ["authorization", "proxy-authorization", "cookie"]
+            .iter()
+            .filter(|_| engine.judges_credentials);
+        for name in engine
+            .recorded_headers
+            .iter()
+            .map(String::as_str)
+            .chain(credentials.copied())
+        {
+            opt_field(&mut h, Some(name));
+            for v in req.header_values(name) {
+                opt_field(&mut h, Some(v));
+            }
+            opt_field(&mut h, None);
+        }
+        Some(Key {
+            engine: engine.instance.serial,
+            digest: h.finalize().into(),
+        })
+    }
+}
+
+struct Entry {
+    key: Key,
+    kind: Kind,
+    read: Vec<u8>,
+    written: Vec<u8>,
+}
+
+impl Entry {
+    fn size(&self) -> usize {
+        self.read.len() + self.written.len()
+    }
+}
+
+thread_local! {
+    /// Most recently kept or reused first.
+    static KEPT: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    /// How many answers were reused.
+    static REUSED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// What was written for `read` read as `kind` under `key`, if it was kept.
+pub(super) fn reused(key: &Key, kind: Kind, read: &[u8]) -> Option<Vec<u8>> {
+    KEPT.with(|kept| {
+        let mut kept = kept.try_borrow_mut().ok()?;
+        let at = kept.iter().position(|e| {
+            e.read.len() == read.len() && e.kind == kind && e.key == *key && same(&e.read, read)
+        })?;
+        // Found answers move to the front, which the least recently used leave last.
+        kept.swap(0, at);
+        let written = kept.first()?.written.clone();
+        REUSED.with(|r| r.set(r.get().wrapping_add(1)));
+        Some(written)
+    })
+}
+
+/// Keeps what a filtering wrote for `read` read as `kind` under `key`.
+pub(super) fn keep(key: &Key, kind: Kind, read: &[u8], written: &[u8]) {
+    if read.len() + written.len() > MAX_BYTES {
+        return;
+    }
+    KEPT.with(|kept| {
+        let Ok(mut kept) = kept.try_borrow_mut() else {
+            return;
+        };
+        kept.insert(
+            0,
+            Entry {
+                key: key.clone(),
+                kind,
+                read: read.to_vec(),
+                written: written.to_vec(),
+            },
+        );
+        let mut total = 0;
+        let fits = kept
+            .iter()
+            .take(MAX_ENTRIES)
+            .take_while(|e| {
+                total += e.size();
+                total <= MAX_BYTES
+            })
+            .count();
+        kept.truncate(fits);
+    });
+}
+
+/// Forgets every kept answer of this thread: the host calls it when it loads a bundle (the
+/// answers kept for the engine it replaces would never be reused).
+pub fn forget_all() {
+    KEPT.with(|kept| {
+        if let Ok(mut kept) = kept.try_borrow_mut() {
+            kept.clear();
+        }
+    });
+}
+
+/// How many answers this thread reused.
+pub fn reused_count() -> u64 {
+    REUSED.with(Cell::get)
+}
+
+/// The number of answers and bytes kept by this thread.
+pub fn kept() -> (usize, usize) {
+    KEPT.with(|kept| {
+        kept.try_borrow()
+            .map(|k| (k.len(), k.iter().map(Entry::size).sum()))
+            .unwrap_or_default()
+    })
+}
+
+/// Whether `a` and `b` are the same bytes, compared eight at a time (a byte-wise `memcmp` is
+/// what a Wasm module would otherwise get).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (aw, at) = a.as_chunks::<8>();
+    let (bw, bt) = b.as_chunks::<8>();
+    for (x, y) in aw.chunks(32).zip(bw.chunks(32)) {
+        let differ = x.iter().zip(y).fold(0u64, |d, (p, q)| {
+            d | (u64::from_ne_bytes(*p) ^ u64::from_ne_bytes(*q))
+        });
+        if differ != 0 {
+            return false;
+        }
+    }
+    at == bt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same;
+
+    #[test]
+    fn bytes_are_the_same_only_when_every_byte_is() {
+        let a: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for len in [0, 1, 7, 8, 9, 255, 256, 257, 1000] {
+            let x = &a[..len];
+            assert!(same(x, x));
+            assert!(!same(x, &a[..len.saturating_sub(1)]) || len == 0);
+            for at in 0..len {
+                let mut y = x.to_vec();
+                y[at] ^= 1 << (at % 8);
+                assert!(!same(x, &y), "len {len}, byte {at}");
+            }
+        }
+    }
+}
