@@ -112,6 +112,10 @@ pub struct ListingFilter {
     pins: Option<PinCheck>,
     /// Whether answers may be reused ([`reuse`]), and their key once made.
     reuse: Reuse,
+    /// SSE: the kept event whose bytes the event being read has been so far.
+    following: Option<reuse::Following>,
+    /// SSE: bytes that differed from a kept event's are being read again; not followed.
+    follow_off: bool,
 }
 
 /// Whether a filter reuses answers kept by others ([`reuse`]).
@@ -176,6 +180,8 @@ impl ListingFilter {
             at_line_start: true,
             after_cr: false,
             stream_start: true,
+            following: None,
+            follow_off: false,
             reuse: match pins {
                 Some(_) => Reuse::Off,
                 None => Reuse::Unset,
@@ -195,10 +201,8 @@ impl ListingFilter {
     fn reuse_key(&mut self, judge: Judge<'_>) -> Option<&reuse::Key> {
         if matches!(self.reuse, Reuse::Unset) {
             let settings = reuse::Settings {
-                listing: self.listing,
                 id: self.id.as_deref(),
                 cache_scope: self.cache_scope,
-                max_depth: self.max_depth,
             };
             let key = judge
                 .request
@@ -255,6 +259,7 @@ impl ListingFilter {
             Mode::Pass => BodyAction::Pass,
             Mode::Sse => {
                 self.pending = None;
+                self.following = None;
                 BodyAction::Pass
             }
             Mode::Unknown | Mode::Refuse { .. } => self.refuse_body(),
@@ -337,12 +342,14 @@ impl ListingFilter {
     /// body is passed on unless it is a JSON-RPC result or JSON the filter cannot read.
     fn filter_body(&mut self, judge: Judge<'_>, body: &[u8]) -> Vec<u8> {
         let lenient = self.mode == Mode::Lenient;
-        let kind = reuse::Kind::Body { lenient };
-        if let Some(out) = self
+        let kind = reuse::Kind::Body;
+        let kept = self
             .reuse_key(judge)
-            .and_then(|k| reuse::reused(k, kind, body))
-        {
-            return out;
+            .and_then(|k| reuse::kept_from(k, kind, body))
+            .filter(|f| f.kept.read.len() == body.len());
+        if let Some(kept) = kept {
+            reuse::counted();
+            return kept.kept.written.clone();
         }
         match self.read_message(judge, body, true) {
             Read::Filtered(out) => {

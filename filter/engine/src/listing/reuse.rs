@@ -7,12 +7,18 @@
 //! Kept only where a filtering has no side effect and its inputs are known: never for a
 //! backend with pinned tools (their drift is observed per listing), nor with a bundle that
 //! has CEL conditions (one may read any header, the time). Bounded: [`MAX_ENTRIES`] answers and
-//! [`MAX_BYTES`] in all (bytes read and written), the last in line dropped first (an answer
-//! kept or reused goes first in line); a bundle loaded empties it ([`forget_all`]).
+//! [`MAX_BYTES`] in all (bytes read and written), the oldest dropped first; a bundle loaded
+//! empties it ([`forget_all`]).
+//!
+//! A JSON body is compared whole once read. An SSE event is compared as its bytes arrive: at
+//! an event's start, the bytes are held to a kept event's ([`kept_from`]) and not scanned for
+//! line ends while they are the same; once all of them are read (the event ends where the kept
+//! one did), what was written for them is written. Bytes that differ are read again as any
+//! event's.
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
-use mcp_access_bundle::mcp_methods::Listing;
 use sha2::{Digest as _, Sha256};
 
 use crate::authz_cache::{claim_field, field, opt_field};
@@ -37,26 +43,26 @@ pub(super) struct Key {
 /// What the bytes were read as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
-    /// A whole body (`lenient`: a non-2xx answer).
-    Body { lenient: bool },
+    /// A whole body.
+    Body,
     /// One SSE event (`first`: the stream's first, which may start with a byte order mark).
     Event { first: bool },
 }
 
-/// The settings of the filter a key is made for.
+/// The settings of the filter a key is made for that the request and the engine do not
+/// decide (the listing asked for and the nesting bound they do).
 pub(super) struct Settings<'a> {
-    pub(super) listing: Option<&'static Listing>,
     pub(super) id: Option<&'a str>,
     pub(super) cache_scope: bool,
-    pub(super) max_depth: usize,
 }
 
 impl Key {
     /// The key of a filter with these settings judging items as calls made by `req`; None
     /// when the bundle has CEL conditions (one may read any header, the time: no reuse).
-    /// Without them rules read the caller, the target, the method, port, host, path and the
-    /// headers they name (the MCP operation is replaced by each item's call): other headers
-    /// (a request id) and what only authorizers are told (the connection) are left out.
+    /// Without them an item's judgement reads the caller, the target (listener, backend,
+    /// route), the method, port, host, canonical path and the headers rules name (the MCP
+    /// operation is replaced by the item's call, kept all the same): other headers (a request
+    /// id) and what only authorizers are told (the connection) are left out.
     pub(super) fn new(engine: &Engine, req: &Request, settings: Settings<'_>) -> Option<Key> {
         if engine.cel_needs().any {
             return None;
@@ -68,7 +74,6 @@ impl Key {
             route,
         } = req.target;
         let index = |i: Option<usize>| i.map_or(0, |i| i.saturating_add(1));
-        let mut numbers = Vec::with_capacity(64);
         for n in [
             usize::from(req.port),
             index(listener),
@@ -76,12 +81,10 @@ impl Key {
             index(route),
             usize::from(req.caller.credential),
             usize::from(settings.cache_scope),
-            settings.max_depth,
             req.caller.jwts.len(),
         ] {
-            numbers.extend_from_slice(&u64::try_from(n).unwrap_or(u64::MAX).to_le_bytes());
+            field(&mut h, &u64::try_from(n).unwrap_or(u64::MAX).to_le_bytes());
         }
-        field(&mut h, &numbers);
         let (op, param) = match &req.mcp {
             McpOp::Call { method, param } => (Some(method.as_str()), param.as_deref()),
             McpOp::Transport => (None, Some("t")),
@@ -90,15 +93,10 @@ impl Key {
         };
         for text in [
             Some(req.method.as_str()),
-            Some(&req.path),
             Some(&req.canonical_path),
-            Some(&req.authority),
             Some(&req.host),
             op,
             param,
-            req.route_name.as_deref(),
-            req.cluster_name.as_deref(),
-            settings.listing.map(|l| l.method),
             settings.id,
             req.caller.spiffe.as_deref(),
         ] {
@@ -113,15 +111,13 @@ impl Key {
             }
             opt_field(&mut h, None);
         }
-        // The headers rules read: credentials too when some rule does.
-        let credentials = ["authorization", "proxy-authorization", "cookie"]
-            .iter()
-            .filter(|_| engine.judges_credentials);
+        // The headers rules read (`recorded_headers` leaves credentials out: always taken).
+        let credentials = ["authorization", "proxy-authorization", "cookie"];
         for name in engine
             .recorded_headers
             .iter()
             .map(String::as_str)
-            .chain(credentials.copied())
+            .chain(credentials)
         {
             opt_field(&mut h, Some(name));
             for v in req.header_values(name) {
@@ -136,38 +132,62 @@ impl Key {
     }
 }
 
-struct Entry {
+/// Bytes read and what a filtering wrote for them.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Kept {
     key: Key,
     kind: Kind,
-    read: Vec<u8>,
-    written: Vec<u8>,
+    pub(super) read: Vec<u8>,
+    pub(super) written: Vec<u8>,
 }
 
-impl Entry {
+/// Bytes being read that are, so far, kept ones ([`kept_from`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Following {
+    pub(super) kept: Rc<Kept>,
+    /// How many of its bytes were read.
+    pub(super) at: usize,
+}
+
+impl Kept {
     fn size(&self) -> usize {
         self.read.len() + self.written.len()
     }
 }
 
 thread_local! {
-    /// Most recently kept or reused first.
-    static KEPT: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
-    /// How many answers were reused.
+    /// Most recently kept first.
+    static KEPT: RefCell<Vec<Rc<Kept>>> = const { RefCell::new(Vec::new()) };
+    /// How many answers were reused (counted in unit tests only).
     static REUSED: Cell<u64> = const { Cell::new(0) };
 }
 
-/// What was written for `read` read as `kind` under `key`, if it was kept.
-pub(super) fn reused(key: &Key, kind: Kind, read: &[u8]) -> Option<Vec<u8>> {
+/// Counts an answer reused (unit tests only).
+pub(super) fn counted() {
+    #[cfg(test)]
+    REUSED.with(|r| r.set(r.get().wrapping_add(1)));
+}
+
+/// What was kept under `key` (read as `kind`) whose bytes start with `rest` (as much of it as
+/// they have). Bytes that start with a LF are never followed (an SSE event's do when one ending
+/// with a CR came before: that LF ended its line).
+pub(super) fn kept_from(key: &Key, kind: Kind, rest: &[u8]) -> Option<Following> {
     KEPT.with(|kept| {
-        let mut kept = kept.try_borrow_mut().ok()?;
-        let at = kept.iter().position(|e| {
-            e.read.len() == read.len() && e.kind == kind && e.key == *key && same(&e.read, read)
+        let kept = kept.try_borrow().ok()?;
+        let e = kept.iter().find(|e| {
+            let n = e.read.len().min(rest.len());
+            e.kind == kind
+                && e.key == *key
+                && !matches!(e.read.first(), None | Some(b'\n'))
+                && e.read
+                    .get(..n)
+                    .zip(rest.get(..n))
+                    .is_some_and(|(k, r)| same(k, r))
         })?;
-        // Found answers move to the front, which the least recently used leave last.
-        kept.swap(0, at);
-        let written = kept.first()?.written.clone();
-        REUSED.with(|r| r.set(r.get().wrapping_add(1)));
-        Some(written)
+        Some(Following {
+            kept: Rc::clone(e),
+            at: 0,
+        })
     })
 }
 
@@ -182,12 +202,12 @@ pub(super) fn keep(key: &Key, kind: Kind, read: &[u8], written: &[u8]) {
         };
         kept.insert(
             0,
-            Entry {
+            Rc::new(Kept {
                 key: key.clone(),
                 kind,
                 read: read.to_vec(),
                 written: written.to_vec(),
-            },
+            }),
         );
         let mut total = 0;
         let fits = kept
@@ -212,7 +232,7 @@ pub fn forget_all() {
     });
 }
 
-/// How many answers this thread reused.
+/// How many answers this thread reused (counted in unit tests only).
 pub fn reused_count() -> u64 {
     REUSED.with(Cell::get)
 }
@@ -221,14 +241,14 @@ pub fn reused_count() -> u64 {
 pub fn kept() -> (usize, usize) {
     KEPT.with(|kept| {
         kept.try_borrow()
-            .map(|k| (k.len(), k.iter().map(Entry::size).sum()))
+            .map(|k| (k.len(), k.iter().map(|e| e.size()).sum()))
             .unwrap_or_default()
     })
 }
 
 /// Whether `a` and `b` are the same bytes, compared eight at a time (a byte-wise `memcmp` is
 /// what a Wasm module would otherwise get).
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -111,6 +111,13 @@ fn answers(rng: &mut Rng) -> Vec<Vec<u8>> {
                 .unwrap_or_default(),
         );
     }
+    // The same listings but for a byte near their end.
+    let late: Vec<Vec<u8>> = pool
+        .iter()
+        .filter(|a| a.ends_with(b"\"c\"}}"))
+        .map(|a| [&a[..a.len() - 4], b"d\"}}"].concat())
+        .collect();
+    pool.extend(late);
     let one = pool.first().cloned().unwrap_or_default();
     pool.push(one.get(..one.len() / 2).unwrap_or_default().to_vec());
     pool.push(br#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"no"}}"#.to_vec());
@@ -121,7 +128,27 @@ fn answers(rng: &mut Rng) -> Vec<Vec<u8>> {
     pool
 }
 
-/// What a filter answers for `body`, fed as JSON or as SSE chunks (`cuts`: chunk sizes).
+/// The SSE stream of `body` in `style`: events ending with LF, CRLF, CR or mixed line ends, a
+/// byte order mark or a comment first.
+fn stream_of(body: &[u8], style: usize) -> Vec<u8> {
+    let ends: [&[u8]; 5] = [b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n", b"\r\n\n"];
+    let end = ends[style % ends.len()];
+    let mut stream = match style / ends.len() % 3 {
+        0 => Vec::new(),
+        1 => b"\xEF\xBB\xBF".to_vec(),
+        _ => b": hello\r".to_vec(),
+    };
+    stream.extend_from_slice(b"event: message\ndata: ");
+    stream.extend_from_slice(body);
+    stream.extend_from_slice(end);
+    stream.extend_from_slice(b"data: ");
+    stream.extend_from_slice(body);
+    stream.extend_from_slice(ends[(style + 1) % ends.len()]);
+    stream
+}
+
+/// What a filter answers for `body`, fed as JSON or as SSE chunks (`cuts`: chunk sizes, then
+/// the stream's style).
 fn run(
     e: &Engine,
     f: &mut ListingFilter,
@@ -151,12 +178,9 @@ fn run(
             let a = f.on_body(e, Some(req), body.len(), true, |_| Some(body.to_vec()));
             push(a, f);
         }
-        Some(cuts) => {
-            let mut stream = b"event: message\ndata: ".to_vec();
-            stream.extend_from_slice(body);
-            stream.extend_from_slice(b"\n\ndata: ");
-            stream.extend_from_slice(body);
-            stream.extend_from_slice(b"\r\n\r\n");
+        Some([]) => panic!("no stream style"),
+        Some([style, cuts @ ..]) => {
+            let stream = stream_of(body, *style);
             let mut rest = &stream[..];
             for cut in cuts.iter().cycle() {
                 let (chunk, tail) = rest.split_at(rest.len().min(*cut));
@@ -189,7 +213,8 @@ fn a_reused_answer_is_the_fresh_filtering_of_the_same_bytes() {
             continue;
         };
         let body = pool[caller.below(pool.len())].clone();
-        let cuts: Vec<usize> = (0..3).map(|_| 1 + rng.below(300)).collect();
+        let mut cuts: Vec<usize> = vec![caller.below(15)];
+        cuts.extend((0..3).map(|_| [1, 2, 7, 64, 300, 100_000][rng.below(6)] + rng.below(3)));
         let sse = (caller.below(2) == 1).then_some(&cuts[..]);
         let fresh = run(&e, &mut f.clone().without_reuse(), &req, sse, &body);
         let reused = run(&e, &mut f.clone(), &req, sse, &body);

@@ -243,9 +243,6 @@ pub struct Engine {
     /// Headers the rules' header conditions read (lowercase; never credentials): what a
     /// decision record keeps of the request's headers.
     pub recorded_headers: Vec<String>,
-    /// Whether some rule's header conditions read a credential header (`authorization`,
-    /// `proxy-authorization`, `cookie`), which `recorded_headers` leaves out.
-    pub(crate) judges_credentials: bool,
     /// This engine, told apart from every other built in the process (reused listings).
     pub(crate) instance: Instance,
     /// Every identity header name of the bundle, sorted (removed from allowed requests).
@@ -350,7 +347,6 @@ impl Engine {
                 h.sort_unstable();
                 h
             },
-            judges_credentials: compiled.judges_credentials,
             instance: Instance::new(),
             identity_header_names,
             identity_claims,
@@ -652,8 +648,6 @@ struct CompiledPolicies {
     cel_needs: CelNeeds,
     /// Header names the rules' header conditions read, credentials left out.
     headers: Vec<String>,
-    /// Whether some rule's header conditions read a credential header.
-    judges_credentials: bool,
 }
 
 /// Compiles each policy of `numbered` ((position in the bundle, policy), most senior first).
@@ -668,7 +662,6 @@ fn compile_policies(
         jwt_claims: Vec::new(),
         cel_needs: CelNeeds::default(),
         headers: Vec::new(),
-        judges_credentials: false,
     };
     for (position, p) in numbered {
         let id = format!("{}/{}", p.namespace, p.name);
@@ -722,7 +715,6 @@ fn compile_policies(
                     h.as_str(),
                     "authorization" | "proxy-authorization" | "cookie"
                 );
-                out.judges_credentials |= credential;
                 if !credential && !out.headers.contains(h) {
                     out.headers.push(h.clone());
                 }
