@@ -10,7 +10,8 @@
 //! `resourceTemplates` arrays is filtered as those listings. Events are rewritten from what
 //! was parsed (never passed on as raw bytes the filter did not understand). What cannot be
 //! read (malformed, too large, compressed, an unexpected media type) is replaced by a
-//! JSON-RPC error, never passed on unfiltered.
+//! JSON-RPC error, never passed on unfiltered. What a filtering wrote is reused for the same
+//! bytes and a caller judged alike ([`reuse`]).
 
 mod message;
 pub mod reuse;
