@@ -178,7 +178,7 @@ pub(super) fn kept_from(key: &Key, kind: Kind, rest: &[u8]) -> Option<Following>
             let n = e.read.len().min(rest.len());
             e.kind == kind
                 && e.key == *key
-                && !matches!(e.read.first(), None | Some(b'\n'))
+                && e.read.first() != Some(&b'\n')
                 && e.read
                     .get(..n)
                     .zip(rest.get(..n))
@@ -209,16 +209,9 @@ pub(super) fn keep(key: &Key, kind: Kind, read: &[u8], written: &[u8]) {
                 written: written.to_vec(),
             }),
         );
-        let mut total = 0;
-        let fits = kept
-            .iter()
-            .take(MAX_ENTRIES)
-            .take_while(|e| {
-                total += e.size();
-                total <= MAX_BYTES
-            })
-            .count();
-        kept.truncate(fits);
+        while kept.len() > MAX_ENTRIES || kept.iter().map(|e| e.size()).sum::<usize>() > MAX_BYTES {
+            kept.pop();
+        }
     });
 }
 
@@ -267,7 +260,37 @@ pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::same;
+    use super::*;
+
+    #[test]
+    fn what_is_kept_stays_within_its_bounds_newest_first() {
+        forget_all();
+        let key = |n: u8| Key {
+            engine: u64::MAX,
+            digest: [n; 32],
+        };
+        // Small answers: no more than MAX_ENTRIES, the oldest gone.
+        for n in 0..40u8 {
+            keep(&key(n), Kind::Body, &[b'{', n], b"{}");
+        }
+        assert_eq!(kept(), (MAX_ENTRIES, MAX_ENTRIES * 4));
+        assert!(kept_from(&key(39), Kind::Body, &[b'{', 39]).is_some());
+        assert!(kept_from(&key(0), Kind::Body, &[b'{', 0]).is_none());
+        // Another kind, another key, other bytes: not found.
+        assert!(kept_from(&key(39), Kind::Event { first: true }, &[b'{', 39]).is_none());
+        assert!(kept_from(&key(38), Kind::Body, &[b'{', 39]).is_none());
+        // Large answers: no more than MAX_BYTES in all; one larger than that is not kept.
+        let big = vec![b'x'; MAX_BYTES / 3];
+        for n in 0..5u8 {
+            keep(&key(n), Kind::Body, &big, b"{}");
+        }
+        let (entries, bytes) = kept();
+        assert!(entries == 2 && bytes <= MAX_BYTES, "{entries} {bytes}");
+        keep(&key(9), Kind::Body, &vec![b'x'; MAX_BYTES], b"{}");
+        assert_eq!(kept().0, 2);
+        forget_all();
+        assert_eq!(kept(), (0, 0));
+    }
 
     #[test]
     fn bytes_are_the_same_only_when_every_byte_is() {

@@ -100,25 +100,27 @@ impl ListingFilter {
         let kind = reuse::Kind::Event {
             first: self.stream_start,
         };
-        let mut f = match self.following.take() {
-            Some(f) => f,
+        // A kept event just found has the same bytes as `rest` (as far as both go).
+        let (mut f, found) = match self.following.take() {
+            Some(f) => (f, false),
             None if self.follow_off => return Followed::No,
             None => {
                 let kept = self
                     .reuse_key(judge)
                     .and_then(|key| reuse::kept_from(key, kind, rest));
                 match kept {
-                    Some(f) => f,
+                    Some(f) => (f, true),
                     None => return Followed::No,
                 }
             }
         };
         let want = f.kept.read.get(f.at..).unwrap_or_default();
         let n = want.len().min(rest.len());
-        let matches = want
-            .get(..n)
-            .zip(rest.get(..n))
-            .is_some_and(|(w, r)| reuse::same(w, r));
+        let matches = found
+            || want
+                .get(..n)
+                .zip(rest.get(..n))
+                .is_some_and(|(w, r)| reuse::same(w, r));
         if !matches {
             return Followed::Differs(f);
         }
