@@ -15,8 +15,6 @@
 
 mod message;
 pub mod reuse;
-#[cfg(test)]
-mod reuse_tests;
 mod sse;
 
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
@@ -420,6 +418,9 @@ fn looks_like_json(body: &[u8]) -> bool {
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
         .is_some_and(|b| matches!(b, b'{' | b'['))
 }
+
+#[cfg(test)]
+mod reuse_tests;
 
 #[cfg(test)]
 mod tests {

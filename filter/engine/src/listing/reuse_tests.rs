@@ -2,6 +2,8 @@
 //! answer a filter gives with reuse is byte for byte (and pin event for pin event) what a
 //! filter without reuse gives.
 
+// Compiled in tests only (its `mod` is): what follows is test code.
+#[cfg(test)]
 use serde_json::{json, Value};
 
 use super::reuse::{self, MAX_BYTES, MAX_ENTRIES};
