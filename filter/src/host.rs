@@ -110,6 +110,8 @@ impl RootContext for Root {
                 );
                 let stats = BundleStats::define(&engine, &mut self.bundle_metrics);
                 self.bundle_stats = Some(Rc::new(stats));
+                // Listings filtered for the engine replaced would never be reused.
+                mcp_access_engine::listing::reuse::forget_all();
                 self.engine = Some(Rc::new(engine));
                 true
             }

@@ -2,7 +2,8 @@
 //! 1,000 tools (each with a description and an input schema, about 300 KB in all), of which
 //! the caller may call half and a Deny policy removes some, as one JSON body and as one SSE event
 //! arriving in 16 KiB chunks; and the same JSON body from a backend whose ToolPin pins every
-//! tool (each tool digested as it is read, docs/semantics.md §5.5).
+//! tool (each tool digested as it is read, docs/semantics.md §5.5). The JSON and SSE ones each
+//! filtered afresh, and `_reused`: the same answer for the same caller, reused (issue 25 P7).
 //!
 //! `cargo bench -p mcp-access-engine --bench listing`.
 #![allow(
@@ -138,8 +139,13 @@ fn main() {
 
     let pinned = pinned_engine();
     let (pinned_filter, pinned_flow) = allowed_listing_request(&pinned);
-    let json_of = |e: &Engine, filter: &ListingFilter, flow: &RequestFlow| {
+    // `reuse`: as a filter does (the same answer for the same caller is reused from the second
+    // time on); else each filtering afresh.
+    let json_of = |e: &Engine, filter: &ListingFilter, flow: &RequestFlow, reuse: bool| {
         let mut f = filter.clone();
+        if !reuse {
+            f = f.without_reuse();
+        }
         f.on_headers(&[
             (":status".into(), "200".into()),
             ("content-type".into(), "application/json".into()),
@@ -150,10 +156,13 @@ fn main() {
             other => panic!("{other:?}"),
         }
     };
-    let json_once = || json_of(&e, &filter, &flow);
-    let pinned_once = || json_of(&pinned, &pinned_filter, &pinned_flow);
-    let sse_once = || {
+    let json_once = |reuse| json_of(&e, &filter, &flow, reuse);
+    let pinned_once = || json_of(&pinned, &pinned_filter, &pinned_flow, true);
+    let sse_once = |reuse: bool| {
         let mut f = filter.clone();
+        if !reuse {
+            f = f.without_reuse();
+        }
         f.on_headers(&[
             (":status".into(), "200".into()),
             ("content-type".into(), "text/event-stream".into()),
@@ -175,19 +184,23 @@ fn main() {
         out
     };
     // 500 allowed, of which the 100 multiples of ten are denied.
-    assert_eq!(kept(&json_once()), 400);
-    assert_eq!(kept(&sse_once()), 400);
+    for reuse in [false, true, true] {
+        assert_eq!(kept(&json_once(reuse)), 400);
+        assert_eq!(kept(&sse_once(reuse)), 400);
+    }
     // Every tool matches its pin: the same 400.
     assert_eq!(kept(&pinned_once()), 400);
     eprintln!("listing: {} tools, {} bytes", TOOLS, body.len());
-    // MCP_ACCESS_COUNT=json:N, sse:N or pinned:N runs one filtering N times and exits (instruction counts
+    // MCP_ACCESS_COUNT=json:N, sse:N, json_fresh:N, sse_fresh:N or pinned:N runs one filtering N times and exits (instruction counts
     // with callgrind: two values of N, difference / delta N).
     if let Ok(spec) = std::env::var("MCP_ACCESS_COUNT") {
         let (op, n) = spec.split_once(':').unwrap();
         for _ in 0..n.parse::<usize>().unwrap() {
             match op {
-                "json" => drop(black_box(json_once())),
-                "sse" => drop(black_box(sse_once())),
+                "json" => drop(black_box(json_once(true))),
+                "sse" => drop(black_box(sse_once(true))),
+                "json_fresh" => drop(black_box(json_once(false))),
+                "sse_fresh" => drop(black_box(sse_once(false))),
                 "pinned" => drop(black_box(pinned_once())),
                 other => panic!("unknown operation {other}"),
             }
@@ -200,10 +213,16 @@ fn main() {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
     c.bench_function("listing_1000_tools_json", |b| {
-        b.iter(|| black_box(json_once()))
+        b.iter(|| black_box(json_once(false)))
     });
     c.bench_function("listing_1000_tools_sse_16k_chunks", |b| {
-        b.iter(|| black_box(sse_once()))
+        b.iter(|| black_box(sse_once(false)))
+    });
+    c.bench_function("listing_1000_tools_json_reused", |b| {
+        b.iter(|| black_box(json_once(true)))
+    });
+    c.bench_function("listing_1000_tools_sse_16k_chunks_reused", |b| {
+        b.iter(|| black_box(sse_once(true)))
     });
     c.bench_function("listing_1000_tools_json_pinned", |b| {
         b.iter(|| black_box(pinned_once()))

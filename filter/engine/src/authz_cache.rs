@@ -51,12 +51,12 @@ pub struct CacheKey {
 }
 
 /// Feeds one length-prefixed field (fields cannot run into each other).
-fn field(h: &mut Sha256, bytes: &[u8]) {
+pub(crate) fn field(h: &mut Sha256, bytes: &[u8]) {
     h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_le_bytes());
     h.update(bytes);
 }
 
-fn opt_field(h: &mut Sha256, v: Option<&str>) {
+pub(crate) fn opt_field(h: &mut Sha256, v: Option<&str>) {
     match v {
         Some(s) => {
             h.update([1]);
@@ -66,7 +66,7 @@ fn opt_field(h: &mut Sha256, v: Option<&str>) {
     }
 }
 
-fn claim_field(h: &mut Sha256, v: Option<&ClaimValue>) {
+pub(crate) fn claim_field(h: &mut Sha256, v: Option<&ClaimValue>) {
     match v {
         None => h.update([0]),
         Some(ClaimValue::Str(s)) => {

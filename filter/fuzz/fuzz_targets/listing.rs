@@ -3,8 +3,10 @@
 //! HTML, compressed SSE), its status (bit 2: 200 or 500), the request it answers (bits 3-4:
 //! `tools/list`, `tools/call` of `echo`, a GET stream, a GET resuming one with
 //! `Last-Event-ID`) and whether the backend has a ToolPin (bit 5: `echo` pinned as
-//! `{"name":"echo"}`, so every tool is digested as it is read); the second the chunk size;
-//! the rest is the body.
+//! `{"name":"echo"}`, so every tool is digested as it is read) and whether reuse is checked
+//! (bit 6: the answer filtered afresh, then twice with reuse, the second reusing what the first
+//! kept: all three the same bytes and pin events); the second the chunk size; the rest is the
+//! body.
 //!
 //! Besides never panicking, it checks what the client reads, read the standard's way (SSE
 //! lines ending with CRLF, LF or CR, a leading byte order mark dropped; JSON as serde_json
@@ -191,6 +193,38 @@ fn check(v: &Value, request: usize, whole_body: bool, text: &str) {
     }
 }
 
+/// What the client receives of `body` sent in chunks of `chunk` bytes, as the host adapter
+/// drives the filter, and the pin events the filter gave.
+fn feed(
+    engine: &Engine,
+    f: &mut ListingFilter,
+    flow: &RequestFlow,
+    body: &[u8],
+    chunk: usize,
+) -> (Vec<u8>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut events = Vec::new();
+    let mut buffered = Vec::new();
+    let chunks: Vec<&[u8]> = body.chunks(chunk).collect();
+    let last = chunks.len().saturating_sub(1);
+    for (i, c) in chunks.iter().enumerate() {
+        buffered.extend_from_slice(c);
+        let held = buffered.clone();
+        match f.on_body(engine, flow.request(), held.len(), i == last, move |_| {
+            Some(held)
+        }) {
+            BodyAction::Pass => out.append(&mut buffered),
+            BodyAction::Buffer => {}
+            BodyAction::Replace(b) => {
+                out.extend(b);
+                buffered.clear();
+            }
+        }
+        events.extend(f.take_pin_events().iter().map(|e| format!("{e:?}")));
+    }
+    (out, events)
+}
+
 fuzz_target!(|data: &[u8]| {
     let [flags, chunk, body @ ..] = data else {
         return;
@@ -221,24 +255,15 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let read_as_sse = sse && f.content_type().is_none();
-    let mut out = Vec::new();
-    let mut buffered = Vec::new();
-    let chunks: Vec<&[u8]> = body.chunks(usize::from(*chunk).max(1)).collect();
-    let last = chunks.len().saturating_sub(1);
-    for (i, c) in chunks.iter().enumerate() {
-        buffered.extend_from_slice(c);
-        let held = buffered.clone();
-        match f.on_body(engine, flow.request(), held.len(), i == last, move |_| {
-            Some(held)
-        }) {
-            BodyAction::Pass => out.append(&mut buffered),
-            BodyAction::Buffer => {}
-            BodyAction::Replace(b) => {
-                out.extend(b);
-                buffered.clear();
-            }
+    let chunk = usize::from(*chunk).max(1);
+    if flags & 0x40 != 0 {
+        let fresh = feed(engine, &mut f.clone().without_reuse(), &flow, body, chunk);
+        for round in ["kept", "reused"] {
+            let reused = feed(engine, &mut f.clone(), &flow, body, chunk);
+            assert!(reused == fresh, "{round}: {reused:?} != {fresh:?}");
         }
     }
+    let (out, _) = feed(engine, &mut f, &flow, body, chunk);
     let text = String::from_utf8_lossy(&out);
     let out_sse = f.content_type().map_or(sse, |t| t == "text/event-stream");
     if out_sse {

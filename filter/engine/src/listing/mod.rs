@@ -10,9 +10,11 @@
 //! `resourceTemplates` arrays is filtered as those listings. Events are rewritten from what
 //! was parsed (never passed on as raw bytes the filter did not understand). What cannot be
 //! read (malformed, too large, compressed, an unexpected media type) is replaced by a
-//! JSON-RPC error, never passed on unfiltered.
+//! JSON-RPC error, never passed on unfiltered. What a filtering wrote is reused for the same
+//! bytes and a caller judged alike ([`reuse`]).
 
 mod message;
+pub mod reuse;
 mod sse;
 
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
@@ -107,6 +109,22 @@ pub struct ListingFilter {
     stream_start: bool,
     /// The backend's pinned tools: listed tools are held to them (docs/semantics.md §5).
     pins: Option<PinCheck>,
+    /// Whether answers may be reused ([`reuse`]), and their key once made.
+    reuse: Reuse,
+    /// SSE: the kept event whose bytes the event being read has been so far.
+    following: Option<reuse::Following>,
+    /// SSE: bytes that differed from a kept event's are being read again; not followed.
+    follow_off: bool,
+}
+
+/// Whether a filter reuses answers kept by others ([`reuse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reuse {
+    /// Never: pinned tools, CEL conditions, or turned off.
+    Off,
+    /// Its key is not made yet.
+    Unset,
+    Key(Box<reuse::Key>),
 }
 
 impl ListingFilter {
@@ -161,6 +179,12 @@ impl ListingFilter {
             at_line_start: true,
             after_cr: false,
             stream_start: true,
+            following: None,
+            follow_off: false,
+            reuse: match pins {
+                Some(_) => Reuse::Off,
+                None => Reuse::Unset,
+            },
             pins,
         })
     }
@@ -172,6 +196,31 @@ impl ListingFilter {
     /// joined with commas), so its one value is every copy.
     pub fn needs_headers(&self, content_type: Option<&str>) -> bool {
         self.listing.is_some() || content_type.is_some_and(|ct| essences(ct).any(may_be_stream))
+    }
+
+    /// Never reuses an answer kept by another filter, nor keeps its own: each is filtered
+    /// afresh (differential tests compare both ways).
+    pub fn without_reuse(mut self) -> ListingFilter {
+        self.reuse = Reuse::Off;
+        self
+    }
+
+    /// The key of reused answers, made when first needed; None: no reuse.
+    fn reuse_key(&mut self, judge: Judge<'_>) -> Option<&reuse::Key> {
+        if matches!(self.reuse, Reuse::Unset) {
+            let settings = reuse::Settings {
+                id: self.id.as_deref(),
+                cache_scope: self.cache_scope,
+            };
+            let key = judge
+                .request
+                .and_then(|req| reuse::Key::new(judge.engine, req, settings));
+            self.reuse = key.map_or(Reuse::Off, |k| Reuse::Key(Box::new(k)));
+        }
+        match &self.reuse {
+            Reuse::Key(k) => Some(k),
+            _ => None,
+        }
     }
 
     /// What the listings read so far said about pinned tools (drift, and its end), for the
@@ -218,6 +267,7 @@ impl ListingFilter {
             Mode::Pass => BodyAction::Pass,
             Mode::Sse => {
                 self.pending = None;
+                self.following = None;
                 BodyAction::Pass
             }
             Mode::Unknown | Mode::Refuse { .. } => self.refuse_body(),
@@ -300,8 +350,22 @@ impl ListingFilter {
     /// body is passed on unless it is a JSON-RPC result or JSON the filter cannot read.
     fn filter_body(&mut self, judge: Judge<'_>, body: &[u8]) -> Vec<u8> {
         let lenient = self.mode == Mode::Lenient;
+        let kind = reuse::Kind::Body;
+        let kept = self
+            .reuse_key(judge)
+            .and_then(|k| reuse::kept_from(k, kind, body))
+            .filter(|f| f.kept.read.len() == body.len());
+        if let Some(kept) = kept {
+            reuse::counted();
+            return kept.kept.written.clone();
+        }
         match self.read_message(judge, body, true) {
-            Read::Filtered(out) => out,
+            Read::Filtered(out) => {
+                if let Some(key) = self.reuse_key(judge) {
+                    reuse::keep(key, kind, body, &out);
+                }
+                out
+            }
             Read::Unchanged => body.to_vec(),
             Read::NotJsonRpc if lenient => body.to_vec(),
             Read::Unreadable(_) if lenient && !looks_like_json(body) => body.to_vec(),
@@ -383,6 +447,9 @@ fn looks_like_json(body: &[u8]) -> bool {
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
         .is_some_and(|b| matches!(b, b'{' | b'['))
 }
+
+#[cfg(test)]
+mod reuse_tests;
 
 #[cfg(test)]
 mod tests {

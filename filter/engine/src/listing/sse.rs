@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::message::{may_hold_listing, Read};
-use super::{Judge, ListingFilter};
+use super::{reuse, Judge, ListingFilter};
 
 impl ListingFilter {
     /// An SSE event carrying the error.
@@ -23,6 +23,18 @@ impl ListingFilter {
         end_of_stream: bool,
     ) -> Vec<u8> {
         let mut out = Vec::new();
+        self.read_sse(judge, chunk, &mut out);
+        // An event not ended by a blank line when the stream ends is not dispatched by
+        // clients; it is dropped.
+        if end_of_stream {
+            self.pending = None;
+            self.following = None;
+        }
+        out
+    }
+
+    /// Reads SSE bytes, writing the events they complete to `out`.
+    fn read_sse(&mut self, judge: Judge<'_>, chunk: &[u8], out: &mut Vec<u8>) {
         let mut rest = chunk;
         // The event being read, held in `self` between chunks (boxed: a filter that never
         // reads a stream stays small).
@@ -31,6 +43,24 @@ impl ListingFilter {
             if self.skipping {
                 rest = self.skip_event(rest);
                 continue;
+            }
+            if pending.bytes.is_empty() && !self.after_cr {
+                match self.follow(judge, rest, out) {
+                    Followed::Read(n) => {
+                        rest = rest.get(n..).unwrap_or_default();
+                        continue;
+                    }
+                    Followed::Differs(f) => {
+                        // What matched is read as any event's bytes, then the rest.
+                        self.pending = Some(pending);
+                        self.follow_off = true;
+                        self.read_sse(judge, f.kept.read.get(..f.at).unwrap_or_default(), out);
+                        self.follow_off = false;
+                        pending = self.pending.take().unwrap_or_default();
+                        continue;
+                    }
+                    Followed::No => {}
+                }
             }
             // Scanned no further than one byte past what the event may still hold.
             let room = self.max_bytes.saturating_sub(pending.bytes.len());
@@ -54,17 +84,57 @@ impl ListingFilter {
             }
             pending.bytes.extend_from_slice(head);
             if done {
-                self.rewrite_event(judge, &pending, &mut out);
+                self.rewrite_event(judge, &pending, out);
                 *pending = PendingEvent::default();
                 self.stream_start = false;
             }
         }
-        // An event not ended by a blank line when the stream ends is not dispatched by
-        // clients; it is dropped.
-        if !end_of_stream {
-            self.pending = Some(pending);
+        self.pending = Some(pending);
+    }
+
+    /// At an event's start, or while following a kept event: reads as much of `rest` as is
+    /// the kept event's bytes, and writes what was written for them once all are read (the
+    /// event ends where the kept one did: its bytes are the same). Bytes that differ from
+    /// what was followed are read again as any event's.
+    fn follow(&mut self, judge: Judge<'_>, rest: &[u8], out: &mut Vec<u8>) -> Followed {
+        let kind = reuse::Kind::Event {
+            first: self.stream_start,
+        };
+        // A kept event just found has the same bytes as `rest` (as far as both go).
+        let (mut f, found) = match self.following.take() {
+            Some(f) => (f, false),
+            None if self.follow_off => return Followed::No,
+            None => {
+                let kept = self
+                    .reuse_key(judge)
+                    .and_then(|key| reuse::kept_from(key, kind, rest));
+                match kept {
+                    Some(f) => (f, true),
+                    None => return Followed::No,
+                }
+            }
+        };
+        let want = f.kept.read.get(f.at..).unwrap_or_default();
+        let n = want.len().min(rest.len());
+        let matches = found
+            || want
+                .get(..n)
+                .zip(rest.get(..n))
+                .is_some_and(|(w, r)| reuse::same(w, r));
+        if !matches {
+            return Followed::Differs(f);
         }
-        out
+        if n < want.len() {
+            f.at += n;
+            self.following = Some(f);
+            return Followed::Read(n);
+        }
+        out.extend_from_slice(&f.kept.written);
+        reuse::counted();
+        self.stream_start = false;
+        // A CR ending the event: a LF right after it is part of that line's end.
+        self.after_cr = f.kept.read.last() == Some(&b'\r');
+        Followed::Read(n)
     }
 
     /// Drops the bytes of an oversized event up to its end; returns what follows it.
@@ -93,6 +163,9 @@ impl ListingFilter {
     /// `message` event's data read as a JSON-RPC message. One that is not UTF-8 or whose
     /// message cannot be read is replaced by the error.
     fn rewrite_event(&mut self, judge: Judge<'_>, event: &PendingEvent, out: &mut Vec<u8>) {
+        let kind = reuse::Kind::Event {
+            first: self.stream_start,
+        };
         let Some(fields) = SseEvent::parse(event, self.stream_start) else {
             return out.extend_from_slice(&self.sse_error(None));
         };
@@ -109,10 +182,14 @@ impl ListingFilter {
         // is not parsed.
         let read =
             is_message && !data.is_empty() && (self.listing.is_some() || may_hold_listing(&data));
+        let mut filtered = false;
         let data = if read {
             // The strict reader checks every byte (UTF-8 included) of what it accepts.
             match self.read_message(judge, &data, false) {
-                Read::Filtered(filtered) => Ok(Cow::Owned(filtered)),
+                Read::Filtered(f) => {
+                    filtered = true;
+                    Ok(Cow::Owned(f))
+                }
                 Read::Unchanged => Ok(data),
                 Read::NotJsonRpc if self.listing.is_none() => Ok(data),
                 Read::NotJsonRpc => Err(None),
@@ -126,10 +203,28 @@ impl ListingFilter {
             }
         };
         match data {
-            Ok(data) => fields.write(&data, out),
+            Ok(data) => {
+                let from = out.len();
+                fields.write(&data, out);
+                // A filtered event is kept for callers judged alike.
+                let written = out.get(from..).filter(|_| filtered);
+                if let Some((key, written)) = self.reuse_key(judge).zip(written) {
+                    reuse::keep(key, kind, &event.bytes, written);
+                }
+            }
             Err(id) => out.extend_from_slice(&self.sse_error(id.as_deref())),
         }
     }
+}
+
+/// What following a kept event did with the bytes read.
+enum Followed {
+    /// Read this many (the kept event's, so far or to its end).
+    Read(usize),
+    /// They differ from the kept event's (of which `at` bytes were read).
+    Differs(reuse::Following),
+    /// Nothing kept is followed.
+    No,
 }
 
 /// The offset after the line end at `at` (a LF, a CR, or a CR and the LF after it); sets

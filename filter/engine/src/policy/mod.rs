@@ -243,6 +243,8 @@ pub struct Engine {
     /// Headers the rules' header conditions read (lowercase; never credentials): what a
     /// decision record keeps of the request's headers.
     pub recorded_headers: Vec<String>,
+    /// This engine, told apart from every other built in the process (reused listings).
+    pub(crate) instance: Instance,
     /// Every identity header name of the bundle, sorted (removed from allowed requests).
     pub(crate) identity_header_names: Vec<String>,
     /// Claims identity headers carry.
@@ -253,6 +255,22 @@ pub struct Engine {
     /// are cached (else zeros): every cache key holds it, so a new bundle never reuses an old
     /// one's answers.
     pub generation: [u8; 32],
+}
+
+/// One engine among those the process built: a number never given twice.
+#[derive(Debug)]
+pub(crate) struct Instance {
+    pub(crate) serial: u64,
+}
+
+impl Instance {
+    fn new() -> Instance {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Instance {
+            serial: NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 /// Request attributes gathered only because a CEL condition reads them.
@@ -329,6 +347,7 @@ impl Engine {
                 h.sort_unstable();
                 h
             },
+            instance: Instance::new(),
             identity_header_names,
             identity_claims,
             challenges,

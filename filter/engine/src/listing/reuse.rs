@@ -1,0 +1,339 @@
+//! Reuse of filtered listings (issue 25 P7): a listing rarely changes while callers ask for it
+//! again and again. What a filtering wrote is kept per VM (thread) with the exact bytes it
+//! read and everything else it depends on ([`Key`]); the same bytes read again for a caller
+//! judged alike get the same answer without being parsed or judged again. Bytes are compared
+//! whole (exact equality, no digest); a byte that differs anywhere is a fresh filtering.
+//!
+//! Kept only where a filtering has no side effect and its inputs are known: never for a
+//! backend with pinned tools (their drift is observed per listing), nor with a bundle that
+//! has CEL conditions (one may read any header, the time). Bounded: [`MAX_ENTRIES`] answers and
+//! [`MAX_BYTES`] in all (bytes read and written), the oldest dropped first; a bundle loaded
+//! empties it ([`forget_all`]).
+//!
+//! A JSON body is compared whole once read. An SSE event is compared as its bytes arrive: at
+//! an event's start, the bytes are held to a kept event's ([`kept_from`]) and not scanned for
+//! line ends while they are the same; once all of them are read (the event ends where the kept
+//! one did), what was written for them is written. Bytes that differ are read again as any
+//! event's.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use sha2::{Digest as _, Sha256};
+
+use crate::authz_cache::{claim_field, field, opt_field};
+use crate::policy::Engine;
+use crate::request::{McpOp, Request, Target};
+
+/// At most this many answers are kept per VM.
+pub const MAX_ENTRIES: usize = 16;
+/// At most this many bytes (read and written) are kept per VM.
+pub const MAX_BYTES: usize = 4 << 20;
+
+/// Everything beside the bytes read that a filtering's answer depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Key {
+    /// The engine ([`crate::policy::Instance`] serial): a new bundle never reuses an old one's.
+    engine: u64,
+    /// SHA-256 of the request as far as judging an item reads it ([`Key::new`]) and of the
+    /// filter's own settings, each field length-prefixed.
+    digest: [u8; 32],
+}
+
+/// What the bytes were read as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// A whole body.
+    Body,
+    /// One SSE event (`first`: the stream's first, which may start with a byte order mark).
+    Event { first: bool },
+}
+
+/// The settings of the filter a key is made for that the request and the engine do not
+/// decide (the listing asked for and the nesting bound they do).
+pub(super) struct Settings<'a> {
+    pub(super) id: Option<&'a str>,
+    pub(super) cache_scope: bool,
+}
+
+impl Key {
+    /// The key of a filter with these settings judging items as calls made by `req`; None
+    /// when the bundle has CEL conditions (one may read any header, the time: no reuse).
+    /// Without them an item's judgement reads the caller, the target (listener, backend,
+    /// route), the method, port, host, canonical path and the headers rules name (the MCP
+    /// operation is replaced by the item's call, kept all the same): other headers (a request
+    /// id) and what only authorizers are told (the connection) are left out.
+    pub(super) fn new(engine: &Engine, req: &Request, settings: Settings<'_>) -> Option<Key> {
+        if engine.cel_needs().any {
+            return None;
+        }
+        let mut h = Sha256::new();
+        let Target {
+            listener,
+            backend,
+            route,
+        } = req.target;
+        let index = |i: Option<usize>| i.map_or(0, |i| i.saturating_add(1));
+        for n in [
+            usize::from(req.port),
+            index(listener),
+            index(backend),
+            index(route),
+            usize::from(req.caller.credential),
+            usize::from(settings.cache_scope),
+            req.caller.jwts.len(),
+        ] {
+            field(&mut h, &u64::try_from(n).unwrap_or(u64::MAX).to_le_bytes());
+        }
+        let (op, param) = match &req.mcp {
+            McpOp::Call { method, param } => (Some(method.as_str()), param.as_deref()),
+            McpOp::Transport => (None, Some("t")),
+            McpOp::Reply => (None, Some("r")),
+            McpOp::NotMcp => (None, Some("n")),
+        };
+        for text in [
+            Some(req.method.as_str()),
+            Some(&req.canonical_path),
+            Some(&req.host),
+            op,
+            param,
+            settings.id,
+            req.caller.spiffe.as_deref(),
+        ] {
+            opt_field(&mut h, text);
+        }
+        for j in &req.caller.jwts {
+            opt_field(&mut h, Some(&j.issuer));
+            opt_field(&mut h, j.subject.as_deref());
+            for (name, value) in &j.claims {
+                opt_field(&mut h, Some(name));
+                claim_field(&mut h, Some(value));
+            }
+            opt_field(&mut h, None);
+        }
+        // The headers rules read (`recorded_headers` leaves credentials out: always taken).
+        let credentials = ["authorization", "proxy-authorization", "cookie"];
+        for name in engine
+            .recorded_headers
+            .iter()
+            .map(String::as_str)
+            .chain(credentials)
+        {
+            opt_field(&mut h, Some(name));
+            for v in req.header_values(name) {
+                opt_field(&mut h, Some(v));
+            }
+            opt_field(&mut h, None);
+        }
+        Some(Key {
+            engine: engine.instance.serial,
+            digest: h.finalize().into(),
+        })
+    }
+}
+
+/// Bytes read and what a filtering wrote for them.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Kept {
+    key: Key,
+    kind: Kind,
+    pub(super) read: Vec<u8>,
+    pub(super) written: Vec<u8>,
+}
+
+/// Bytes being read that are, so far, kept ones ([`kept_from`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Following {
+    pub(super) kept: Rc<Kept>,
+    /// How many of its bytes were read.
+    pub(super) at: usize,
+}
+
+impl Kept {
+    fn size(&self) -> usize {
+        self.read.len() + self.written.len()
+    }
+}
+
+thread_local! {
+    /// Most recently kept first.
+    static KEPT: RefCell<Vec<Rc<Kept>>> = const { RefCell::new(Vec::new()) };
+    /// How many answers were reused (counted in unit tests only).
+    static REUSED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Counts an answer reused (unit tests only).
+pub(super) fn counted() {
+    #[cfg(test)]
+    REUSED.with(|r| r.set(r.get().wrapping_add(1)));
+}
+
+/// What was kept under `key` (read as `kind`) whose bytes start with `rest` (as much of it as
+/// they have). Bytes that start with a LF are never followed (an SSE event's do when one ending
+/// with a CR came before: that LF ended its line).
+pub(super) fn kept_from(key: &Key, kind: Kind, rest: &[u8]) -> Option<Following> {
+    KEPT.with(|kept| {
+        let kept = kept.try_borrow().ok()?;
+        let e = kept.iter().find(|e| {
+            let n = e.read.len().min(rest.len());
+            e.kind == kind
+                && e.key == *key
+                && e.read.first() != Some(&b'\n')
+                && e.read
+                    .get(..n)
+                    .zip(rest.get(..n))
+                    .is_some_and(|(k, r)| same(k, r))
+        })?;
+        Some(Following {
+            kept: Rc::clone(e),
+            at: 0,
+        })
+    })
+}
+
+/// Keeps what a filtering wrote for `read` read as `kind` under `key`.
+pub(super) fn keep(key: &Key, kind: Kind, read: &[u8], written: &[u8]) {
+    if read.len() + written.len() > MAX_BYTES {
+        return;
+    }
+    KEPT.with(|kept| {
+        let Ok(mut kept) = kept.try_borrow_mut() else {
+            return;
+        };
+        kept.insert(
+            0,
+            Rc::new(Kept {
+                key: key.clone(),
+                kind,
+                read: read.to_vec(),
+                written: written.to_vec(),
+            }),
+        );
+        while kept.len() > MAX_ENTRIES || kept.iter().map(|e| e.size()).sum::<usize>() > MAX_BYTES {
+            kept.pop();
+        }
+    });
+}
+
+/// Forgets every kept answer of this thread: the host calls it when it loads a bundle (the
+/// answers kept for the engine it replaces would never be reused).
+pub fn forget_all() {
+    KEPT.with(|kept| {
+        if let Ok(mut kept) = kept.try_borrow_mut() {
+            kept.clear();
+        }
+    });
+}
+
+/// How many answers this thread reused (counted in unit tests only).
+pub fn reused_count() -> u64 {
+    REUSED.with(Cell::get)
+}
+
+/// The number of answers and bytes kept by this thread.
+pub fn kept() -> (usize, usize) {
+    KEPT.with(|kept| {
+        kept.try_borrow()
+            .map(|k| (k.len(), k.iter().map(|e| e.size()).sum()))
+            .unwrap_or_default()
+    })
+}
+
+/// Whether `a` and `b` are the same bytes, compared eight at a time (a byte-wise `memcmp` is
+/// what a Wasm module would otherwise get); sixteen at a time with Wasm SIMD.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (aw, at) = a.as_chunks::<8>();
+    let (bw, bt) = b.as_chunks::<8>();
+    for (x, y) in aw.chunks(32).zip(bw.chunks(32)) {
+        let differ = x.iter().zip(y).fold(0u64, |d, (p, q)| {
+            d | (u64::from_ne_bytes(*p) ^ u64::from_ne_bytes(*q))
+        });
+        if differ != 0 {
+            return false;
+        }
+    }
+    at == bt
+}
+
+/// [`same`] with Wasm SIMD: 16-byte vectors, one branch per 128 bytes.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
+    use core::arch::wasm32::{u8x16_splat, v128, v128_any_true, v128_load, v128_or, v128_xor};
+
+    /// The 16 bytes as a vector: one `v128.load`.
+    #[inline(always)]
+    fn load(c: &[u8; 16]) -> v128 {
+        // SAFETY: `c` is valid for reading 16 bytes, and `v128_load` has no alignment
+        // requirement (it emits a load with alignment 1).
+        unsafe { v128_load(c.as_ptr().cast::<v128>()) }
+    }
+
+    if a.len() != b.len() {
+        return false;
+    }
+    let (av, at) = a.as_chunks::<16>();
+    let (bv, bt) = b.as_chunks::<16>();
+    for (x, y) in av.chunks(8).zip(bv.chunks(8)) {
+        let differ = x.iter().zip(y).fold(u8x16_splat(0), |d, (p, q)| {
+            v128_or(d, v128_xor(load(p), load(q)))
+        });
+        if v128_any_true(differ) {
+            return false;
+        }
+    }
+    at == bt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_kept_stays_within_its_bounds_newest_first() {
+        forget_all();
+        let key = |n: u8| Key {
+            engine: u64::MAX,
+            digest: [n; 32],
+        };
+        // Small answers: no more than MAX_ENTRIES, the oldest gone.
+        for n in 0..40u8 {
+            keep(&key(n), Kind::Body, &[b'{', n], b"{}");
+        }
+        assert_eq!(kept(), (MAX_ENTRIES, MAX_ENTRIES * 4));
+        assert!(kept_from(&key(39), Kind::Body, &[b'{', 39]).is_some());
+        assert!(kept_from(&key(0), Kind::Body, &[b'{', 0]).is_none());
+        // Another kind, another key, other bytes: not found.
+        assert!(kept_from(&key(39), Kind::Event { first: true }, &[b'{', 39]).is_none());
+        assert!(kept_from(&key(38), Kind::Body, &[b'{', 39]).is_none());
+        // Large answers: no more than MAX_BYTES in all; one larger than that is not kept.
+        let big = vec![b'x'; MAX_BYTES / 3];
+        for n in 0..5u8 {
+            keep(&key(n), Kind::Body, &big, b"{}");
+        }
+        let (entries, bytes) = kept();
+        assert!(entries == 2 && bytes <= MAX_BYTES, "{entries} {bytes}");
+        keep(&key(9), Kind::Body, &vec![b'x'; MAX_BYTES], b"{}");
+        assert_eq!(kept().0, 2);
+        forget_all();
+        assert_eq!(kept(), (0, 0));
+    }
+
+    #[test]
+    fn bytes_are_the_same_only_when_every_byte_is() {
+        let a: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for len in [0, 1, 7, 8, 9, 255, 256, 257, 1000] {
+            let x = &a[..len];
+            assert!(same(x, x));
+            assert!(!same(x, &a[..len.saturating_sub(1)]) || len == 0);
+            for at in 0..len {
+                let mut y = x.to_vec();
+                y[at] ^= 1 << (at % 8);
+                assert!(!same(x, &y), "len {len}, byte {at}");
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! Differential tests of reused listings: for random listings, callers and streams, the
+//! answer a filter gives with reuse is byte for byte (and pin event for pin event) what a
+//! filter without reuse gives.
+
+// Compiled in tests only (its `mod` is): what follows is test code.
+#[cfg(test)]
+use serde_json::{json, Value};
+
+use super::reuse::{self, MAX_BYTES, MAX_ENTRIES};
+use super::{BodyAction, ListingFilter};
+use crate::canonical_json::digest_of;
+use crate::flow::{HeadersInput, Next, RequestFlow};
+use crate::json::tests::Rng;
+use crate::policy::Engine;
+use crate::request::{Caller, Request};
+
+const TOOLS: usize = 20;
+
+fn tool(i: usize) -> Value {
+    json!({"name": format!("t{i}"), "description": format!("tool {i}"),
+           "inputSchema": {"type": "object"}})
+}
+
+/// Caller a may call the even tools, b the odd ones, anyone with `X-Tier: gold` t10 to t14;
+/// a Gateway Deny removes t3. The `pinned` backend pins t0 as listed and t1 otherwise.
+fn engine() -> Engine {
+    let ids = |f: &dyn Fn(usize) -> bool| -> Vec<String> {
+        (0..TOOLS)
+            .filter(|i| f(*i))
+            .map(|i| format!("t{i}"))
+            .collect()
+    };
+    let calls = |tools: Vec<String>| json!({"mcp": {"baseProtocol": "Match", "methods": [{"name": "tools/call", "params": tools}]}});
+    let t0 = serde_json::to_vec(&tool(0)).unwrap_or_default();
+    let digest = |t: &[u8]| digest_of(t, 64).map(|d| d.to_text()).unwrap_or_default();
+    let bundle = json!({
+        "apiVersion": "mcp-access.io/v1",
+        "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 8443}]}],
+        "backends": [{"name": "tools", "routeNames": ["tools"]},
+            {"name": "pinned", "routeNames": ["pinned"], "pins": {"source": "default/pins",
+                "tools": [{"name": "t0", "digest": digest(&t0)},
+                          {"name": "t1", "digest": digest(b"{\"name\":\"t1\"}")}]}}],
+        "policies": [
+            {"name": "allow", "level": "Backend", "targets": [{"name": "tools"}, {"name": "pinned"}],
+             "action": "Allow", "rules": [
+                {"name": "a", "source": {"type": "SPIFFE", "spiffe": "spiffe://example.org/a"},
+                 "authorization": calls(ids(&|i| i % 2 == 0))},
+                {"name": "b", "source": {"type": "SPIFFE", "spiffe": "spiffe://example.org/b"},
+                 "authorization": calls(ids(&|i| i % 2 == 1))},
+                {"name": "gold", "authorization": {"headers": [{"name": "X-Tier", "value": "gold"}],
+                 "mcp": {"baseProtocol": "Match", "methods": [{"name": "tools/call",
+                    "params": ids(&|i| (10..15).contains(&i))}]}}}]},
+            {"name": "deny", "level": "Gateway", "targets": [{"name": "gw"}], "action": "Deny",
+             "rules": [{"name": "t3", "authorization": {"mcp": {"methods": [
+                {"name": "tools/call", "params": ["t3"]}]}}}]}]
+    });
+    Engine::from_json(bundle.to_string().as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The filter of an allowed `tools/list` of a random caller; None when it is denied.
+fn listing_filter(e: &Engine, rng: &mut Rng, request_id: u64) -> Option<(ListingFilter, Request)> {
+    let spiffe = [
+        None,
+        Some("spiffe://example.org/a"),
+        Some("spiffe://example.org/b"),
+    ];
+    let mut headers: Vec<(String, String)> = [
+        (":method", "POST"),
+        (":path", "/mcp"),
+        ("content-type", "application/json"),
+    ]
+    .iter()
+    .map(|(n, v)| (n.to_string(), v.to_string()))
+    .collect();
+    // A header no rule reads differs on every request.
+    headers.push(("x-request-id".into(), request_id.to_string()));
+    if let Some(tier) = [None, Some("gold"), Some("silver")][rng.below(3)] {
+        headers.push(("x-tier".into(), tier.into()));
+    }
+    let mut flow = RequestFlow::new();
+    let input = HeadersInput {
+        headers,
+        port: 8443,
+        route_name: Some(["tools", "pinned"][rng.below(2)].into()),
+        caller: Caller {
+            spiffe: spiffe[rng.below(3)].map(String::from),
+            ..Caller::default()
+        },
+        ..HeadersInput::default()
+    };
+    flow.on_headers(e, input);
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
+    match flow.on_body(e, body.len(), true, move |_| Some(body)) {
+        Next::Allow {
+            listing: Some(f), ..
+        } => Some((f, flow.request()?.clone())),
+        _ => None,
+    }
+}
+
+/// A pool of upstream answers: a few listings (so that they repeat), and some that are not.
+fn answers(rng: &mut Rng) -> Vec<Vec<u8>> {
+    let mut pool = Vec::new();
+    for n in 0..6 {
+        let tools: Vec<Value> = (0..TOOLS).filter(|_| rng.below(3) > 0).map(tool).collect();
+        let mut result = json!({"tools": tools});
+        if n % 2 == 1 {
+            result["nextCursor"] = json!("c");
+        }
+        let id = [json!(1), json!("1"), json!(2)][n % 3].clone();
+        pool.push(
+            serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                .unwrap_or_default(),
+        );
+    }
+    // The same listings but for a byte near their end.
+    let late: Vec<Vec<u8>> = pool
+        .iter()
+        .filter(|a| a.ends_with(b"\"c\"}}"))
+        .map(|a| [&a[..a.len() - 4], b"d\"}}"].concat())
+        .collect();
+    pool.extend(late);
+    let one = pool.first().cloned().unwrap_or_default();
+    pool.push(one.get(..one.len() / 2).unwrap_or_default().to_vec());
+    pool.push(br#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"no"}}"#.to_vec());
+    pool.push(
+        br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t0"},{"name":"t0","name":"t2"}]}}"#
+            .to_vec(),
+    );
+    pool
+}
+
+/// The SSE stream of `body` in `style`: events ending with LF, CRLF, CR or mixed line ends, a
+/// byte order mark or a comment first.
+fn stream_of(body: &[u8], style: usize) -> Vec<u8> {
+    let ends: [&[u8]; 5] = [b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n", b"\r\n\n"];
+    let end = ends[style % ends.len()];
+    let mut stream = match style / ends.len() % 3 {
+        0 => Vec::new(),
+        1 => b"\xEF\xBB\xBF".to_vec(),
+        _ => b": hello\r".to_vec(),
+    };
+    stream.extend_from_slice(b"event: message\ndata: ");
+    stream.extend_from_slice(body);
+    stream.extend_from_slice(end);
+    stream.extend_from_slice(b"data: ");
+    stream.extend_from_slice(body);
+    stream.extend_from_slice(ends[(style + 1) % ends.len()]);
+    stream
+}
+
+/// What a filter answers for `body`, fed as JSON or as SSE chunks (`cuts`: chunk sizes, then
+/// the stream's style).
+fn run(
+    e: &Engine,
+    f: &mut ListingFilter,
+    req: &Request,
+    sse: Option<&[usize]>,
+    body: &[u8],
+) -> (Vec<u8>, Vec<String>) {
+    let content_type = if sse.is_some() {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    f.on_headers(&[
+        (":status".into(), "200".into()),
+        ("content-type".into(), content_type.into()),
+    ]);
+    let mut out = Vec::new();
+    let mut events = Vec::new();
+    let mut push = |a: BodyAction, f: &mut ListingFilter| {
+        if let BodyAction::Replace(b) = a {
+            out.extend(b);
+        }
+        events.extend(f.take_pin_events().iter().map(|p| format!("{p:?}")));
+    };
+    match sse {
+        None => {
+            let a = f.on_body(e, Some(req), body.len(), true, |_| Some(body.to_vec()));
+            push(a, f);
+        }
+        Some([]) => panic!("no stream style"),
+        Some([style, cuts @ ..]) => {
+            let stream = stream_of(body, *style);
+            let mut rest = &stream[..];
+            for cut in cuts.iter().cycle() {
+                let (chunk, tail) = rest.split_at(rest.len().min(*cut));
+                let a = f.on_body(e, Some(req), chunk.len(), tail.is_empty(), |_| {
+                    Some(chunk.to_vec())
+                });
+                push(a, f);
+                rest = tail;
+                if rest.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+    (out, events)
+}
+
+#[test]
+fn a_reused_answer_is_the_fresh_filtering_of_the_same_bytes() {
+    let e = engine();
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let pool = answers(&mut rng);
+    reuse::forget_all();
+    let before = reuse::reused_count();
+    let mut filtered = 0;
+    for round in 0..3000 {
+        // A caller asks a few times in a row (its request id differs each time).
+        let mut caller = Rng(0x9E37_79B9_7F4A_7C15 ^ (round / 3));
+        let Some((f, req)) = listing_filter(&e, &mut caller, rng.next()) else {
+            continue;
+        };
+        let body = pool[caller.below(pool.len())].clone();
+        let mut cuts: Vec<usize> = vec![caller.below(15)];
+        cuts.extend((0..3).map(|_| [1, 2, 7, 64, 300, 100_000][rng.below(6)] + rng.below(3)));
+        let sse = (caller.below(2) == 1).then_some(&cuts[..]);
+        let fresh = run(&e, &mut f.clone().without_reuse(), &req, sse, &body);
+        let reused = run(&e, &mut f.clone(), &req, sse, &body);
+        assert_eq!(
+            String::from_utf8_lossy(&reused.0),
+            String::from_utf8_lossy(&fresh.0)
+        );
+        assert_eq!(reused, fresh);
+        filtered += 1;
+        let (entries, bytes) = reuse::kept();
+        assert!(entries <= MAX_ENTRIES && bytes <= MAX_BYTES);
+    }
+    let reused = reuse::reused_count() - before;
+    // Most answers were reused: the test compares reuse, not two fresh filterings.
+    assert!(filtered > 1000 && reused > 600, "{filtered} {reused}");
+}
+
+#[test]
+fn pinned_tools_and_an_old_engine_are_never_reused() {
+    let mut rng = Rng(7);
+    let body = answers(&mut rng).remove(0);
+    reuse::forget_all();
+    {
+        let e = engine();
+        let before = reuse::reused_count();
+        for round in 0..200 {
+            if let Some((mut f, req)) = listing_filter(&e, &mut rng, round) {
+                let pinned = req.route_name.as_deref() == Some("pinned");
+                let at = reuse::reused_count();
+                run(&e, &mut f, &req, None, &body);
+                assert!(!pinned || reuse::reused_count() == at);
+            }
+        }
+        assert!(reuse::reused_count() > before);
+        assert!(reuse::kept().0 > 0);
+    }
+    // A new engine: nothing kept for the old one is reused.
+    let kept = reuse::kept().0;
+    let e = engine();
+    let before = reuse::reused_count();
+    let (mut f, req) = std::iter::repeat_with(|| listing_filter(&e, &mut rng, 0))
+        .flatten()
+        .find(|(_, r)| r.route_name.as_deref() == Some("tools"))
+        .unwrap_or_else(|| panic!("no caller"));
+    run(&e, &mut f, &req, None, &body);
+    assert_eq!(reuse::reused_count(), before);
+    assert_eq!(reuse::kept().0, (kept + 1).min(MAX_ENTRIES));
+    reuse::forget_all();
+    assert_eq!(reuse::kept(), (0, 0));
+}
