@@ -24,6 +24,11 @@ fn tool(i: usize) -> Value {
 /// Caller a may call the even tools, b the odd ones, anyone with `X-Tier: gold` t10 to t14;
 /// a Gateway Deny removes t3. The `pinned` backend pins t0 as listed and t1 otherwise.
 fn engine() -> Engine {
+    engine_with(None)
+}
+
+/// [`engine`] with `listings.maxBytes` when given.
+fn engine_with(max_bytes: Option<usize>) -> Engine {
     let ids = |f: &dyn Fn(usize) -> bool| -> Vec<String> {
         (0..TOOLS)
             .filter(|i| f(*i))
@@ -33,7 +38,7 @@ fn engine() -> Engine {
     let calls = |tools: Vec<String>| json!({"mcp": {"baseProtocol": "Match", "methods": [{"name": "tools/call", "params": tools}]}});
     let t0 = serde_json::to_vec(&tool(0)).unwrap_or_default();
     let digest = |t: &[u8]| digest_of(t, 64).map(|d| d.to_text()).unwrap_or_default();
-    let bundle = json!({
+    let mut bundle = json!({
         "apiVersion": "mcp-access.io/v1",
         "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 8443}]}],
         "backends": [{"name": "tools", "routeNames": ["tools"]},
@@ -54,6 +59,9 @@ fn engine() -> Engine {
              "rules": [{"name": "t3", "authorization": {"mcp": {"methods": [
                 {"name": "tools/call", "params": ["t3"]}]}}}]}]
     });
+    if let Some(max) = max_bytes {
+        bundle["listings"] = json!({ "maxBytes": max });
+    }
     Engine::from_json(bundle.to_string().as_bytes()).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -375,4 +383,55 @@ fn the_id_is_replaced_at_its_span_only() {
             String::from_utf8_lossy(&want)
         );
     }
+}
+
+#[test]
+fn an_event_a_longer_id_makes_too_large_is_not_reused() {
+    let body = |id: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":[{{"name":"t0"}},{{"name":"t2"}}]}}}}"#
+        )
+    };
+    // The first event of the stream (style 0) is exactly `listings.maxBytes` under id 9.
+    let max = b"event: message\ndata: \n\n".len() + body("9").len();
+    let e = engine_with(Some(max));
+    reuse::forget_all();
+    // The same caller (on the backend without pins) under either id.
+    let filter = |id: &str| {
+        (0..)
+            .find_map(|n| {
+                listing_filter_with_id(&e, &mut Rng(n), 0, id)
+                    .filter(|(_, r)| r.route_name.as_deref() == Some("tools"))
+            })
+            .unwrap_or_else(|| panic!("no caller"))
+    };
+    let (f, req) = filter("9");
+    let first = run(
+        &e,
+        &mut f.clone(),
+        &req,
+        Some(&[0, 7]),
+        body("9").as_bytes(),
+    );
+    assert!(reuse::kept().0 > 0, "{}", String::from_utf8_lossy(&first.0));
+    let (f, req) = filter("10");
+    let fresh = run(
+        &e,
+        &mut f.clone().without_reuse(),
+        &req,
+        Some(&[0, 7]),
+        body("10").as_bytes(),
+    );
+    let reused = run(
+        &e,
+        &mut f.clone(),
+        &req,
+        Some(&[0, 7]),
+        body("10").as_bytes(),
+    );
+    assert!(String::from_utf8_lossy(&fresh.0).contains("could not be checked"));
+    assert_eq!(
+        String::from_utf8_lossy(&reused.0),
+        String::from_utf8_lossy(&fresh.0)
+    );
 }
