@@ -5,6 +5,10 @@ One Envoy with an mTLS listener and the filter in front of an upstream whose lis
 changes at will, answered as a JSON body or as an SSE stream (each event in two writes). Two
 callers asking alternately each get their own listing; a listing the upstream changes (a tool
 more or less, or one byte of a description) is seen at once; the official SDK client too.
+Listings asked under changing JSON-RPC ids (as SDK clients number their requests) are reused
+with each request's id in place. Reuse is not observable from outside (no counter: the module
+has no room left under 1 MiB for one); the unit tests (listing::reuse_tests) count it, here
+the answers are checked to be what a fresh filtering gives.
 """
 
 from __future__ import annotations
@@ -114,9 +118,10 @@ def every_tool(upstream: ListingUpstream) -> None:
     upstream.tools = {n: f"the {n} tool" for n in ALL_TOOLS}
 
 
-def listed(stack: Stack, who: str, fmt: str) -> list[dict[str, Any]]:
-    """The tools `who` is listed, asking with the same request (the same bytes come back)."""
-    r = stack.post(backend="up", body=rpc("tools/list"), who=who, headers={"x-format": fmt})
+def listed(stack: Stack, who: str, fmt: str, id: int | str = 1) -> list[dict[str, Any]]:
+    """The tools `who` is listed, asking with request id `id` (the same bytes come back for
+    the same id)."""
+    r = stack.post(backend="up", body=rpc("tools/list", id=id), who=who, headers={"x-format": fmt})
     assert r.status == 200, r.text
     if fmt == "sse":
         assert r.headers["content-type"] == "text/event-stream"
@@ -127,7 +132,7 @@ def listed(stack: Stack, who: str, fmt: str) -> list[dict[str, Any]]:
     else:
         assert "content-length" not in r.headers or int(r.headers["content-length"]) == len(r.body)
         message = r.json()
-    assert message["id"] == 1
+    assert message["id"] == id
     return message["result"]["tools"]
 
 
@@ -166,3 +171,30 @@ def test_the_sdk_client_sees_its_own_listing_each_time(stack: Stack, upstream: L
         upstream.tools.pop("echo")
         assert alpha.tool_names() == ["get_weather"]
         assert beta.tool_names() == ["get_weather"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "sse"])
+def test_listings_asked_under_changing_ids_answer_each_id(stack: Stack, upstream: ListingUpstream, fmt: str) -> None:
+    ids: list[int | str] = [1, 9, 10, 12345678901, -3, "1", 'x"y', "t\\4", "echo", "get_weather", 7]
+    for n, id in enumerate(ids * 2):
+        who = (ALPHA, BETA)[n % 2]
+        tools = listed(stack, who, fmt, id)
+        assert [t["name"] for t in tools] == MAY_CALL[who], id
+        assert all(t["description"] == f"the {t['name']} tool" for t in tools), id
+    # A listing the upstream changes is seen at once under a new id.
+    upstream.tools["echo"] = "the echO tool"
+    assert [t["description"] for t in listed(stack, ALPHA, fmt, 100)] == ["the echO tool", "the get_weather tool"]
+    assert [t["name"] for t in listed(stack, BETA, fmt, 101)] == ["get_weather"]
+
+
+def test_an_sdk_session_asking_again_gets_the_same_listing(stack: Stack, upstream: ListingUpstream) -> None:
+    """The SDK numbers its requests: each tools/list of a session has another id."""
+    with stack.agent(ALPHA, "up") as alpha, stack.agent(BETA, "up") as beta:
+        first = {who: agent.list_tools().model_dump() for who, agent in ((ALPHA, alpha), (BETA, beta))}
+        assert [t["name"] for t in first[ALPHA]["tools"]] == MAY_CALL[ALPHA]
+        assert [t["name"] for t in first[BETA]["tools"]] == MAY_CALL[BETA]
+        for _ in range(5):
+            assert alpha.list_tools().model_dump() == first[ALPHA]
+            assert beta.list_tools().model_dump() == first[BETA]
+        upstream.tools["echo"] = "changed"
+        assert [t.description for t in alpha.list_tools().tools] == ["changed", "the get_weather tool"]

@@ -5,8 +5,9 @@
 //! `Last-Event-ID`) and whether the backend has a ToolPin (bit 5: `echo` pinned as
 //! `{"name":"echo"}`, so every tool is digested as it is read) and whether reuse is checked
 //! (bit 6: the answer filtered afresh, then twice with reuse, the second reusing what the first
-//! kept: all three the same bytes and pin events); the second the chunk size; the rest is the
-//! body.
+//! kept: all three the same bytes and pin events; then the same request under other ids, the
+//! answer's `"id":1` texts replaced by each: with reuse as afresh); the second the chunk size;
+//! the rest is the body.
 //!
 //! Besides never panicking, it checks what the client reads, read the standard's way (SSE
 //! lines ending with CRLF, LF or CR, a leading byte order mark dropped; JSON as serde_json
@@ -66,17 +67,18 @@ fn engine(pinned: bool) -> &'static Engine {
 /// The response filters the flow hands over when it allows each request, with the flow that
 /// keeps the request (made per input).
 fn filters(engine: &Engine) -> Vec<(ListingFilter, RequestFlow)> {
+    filters_with_id(engine, "1")
+}
+
+/// [`filters`] of requests whose JSON-RPC id is `id` (raw JSON).
+fn filters_with_id(engine: &Engine, id: &str) -> Vec<(ListingFilter, RequestFlow)> {
+    let list = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#);
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo"}}}}"#
+    );
     let requests: [(&str, &[(&str, &str)], &[u8]); 4] = [
-        (
-            "POST",
-            &[],
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-        ),
-        (
-            "POST",
-            &[],
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#,
-        ),
+        ("POST", &[], list.as_bytes()),
+        ("POST", &[], call.as_bytes()),
         ("GET", &[], b""),
         ("GET", &[("last-event-id", "7")], b""),
     ];
@@ -193,6 +195,22 @@ fn check(v: &Value, request: usize, whole_body: bool, text: &str) {
     }
 }
 
+/// `bytes` with every `from` replaced by `to`.
+fn replaced(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        if let Some(tail) = rest.strip_prefix(from) {
+            out.extend_from_slice(to);
+            rest = tail;
+        } else if let Some((b, tail)) = rest.split_first() {
+            out.push(*b);
+            rest = tail;
+        }
+    }
+    out
+}
+
 /// What the client receives of `body` sent in chunks of `chunk` bytes, as the host adapter
 /// drives the filter, and the pin events the filter gave.
 fn feed(
@@ -261,6 +279,18 @@ fuzz_target!(|data: &[u8]| {
         for round in ["kept", "reused"] {
             let reused = feed(engine, &mut f.clone(), &flow, body, chunk);
             assert!(reused == fresh, "{round}: {reused:?} != {fresh:?}");
+        }
+        // The same request under other ids, the answer's `"id":1` texts now that id: what
+        // the first kept is reused with the id replaced, as a fresh filtering writes it.
+        for other in ["10", r#""a\"b""#, "1"] {
+            let Some((mut g, flow)) = filters_with_id(engine, other).into_iter().nth(request) else {
+                continue;
+            };
+            g.on_headers(&headers);
+            let body = replaced(body, br#""id":1"#, format!(r#""id":{other}"#).as_bytes());
+            let fresh = feed(engine, &mut g.clone().without_reuse(), &flow, &body, chunk);
+            let reused = feed(engine, &mut g.clone(), &flow, &body, chunk);
+            assert!(reused == fresh, "id {other}: {reused:?} != {fresh:?}");
         }
     }
     let (out, _) = feed(engine, &mut f, &flow, body, chunk);

@@ -14,8 +14,10 @@ use crate::request::{McpOp, Request};
 
 /// What one JSON-RPC message of the answer is to the filter.
 pub(super) enum Read<'t> {
-    /// A result holding listings: the message with only the usable items.
-    Filtered(Vec<u8>),
+    /// A result holding listings: the message with only the usable items, and the spans of
+    /// its top-level id in the text read and in the message written when that id is the
+    /// request's, byte for byte ([`IdSpans`]).
+    Filtered(Vec<u8>, Option<IdSpans>),
     /// Passed on as it is: an error, a message from the server, a result that lists nothing
     /// (an `input_required` one, the answer to a request that is not a listing, a response
     /// to another request holding no listing).
@@ -26,6 +28,9 @@ pub(super) enum Read<'t> {
     /// result without its items); its id when it was read.
     Unreadable(Option<&'t [u8]>),
 }
+
+/// The spans (start, end) of a message's top-level id token in the text read and written.
+pub(super) type IdSpans = ((usize, usize), (usize, usize));
 
 impl ListingFilter {
     /// One JSON-RPC message, read with the strict reader (UTF-8 only, nesting bounded, no
@@ -88,9 +93,32 @@ impl ListingFilter {
             return Read::Unchanged;
         }
         match self.filtered(judge, text, &m, result) {
-            Some(out) => Read::Filtered(out),
+            Some(out) => {
+                let spans = self.id_spans(text, &out, &m);
+                Read::Filtered(out, spans)
+            }
             None => Read::Unreadable(m.id),
         }
+    }
+
+    /// Where the top-level id of `m` (read from `text`) is in `text` and in `out` (what was
+    /// written for it), when it is the request's id byte for byte and both spans hold it. The
+    /// edits are all inside the result, a member beside the id: the id is where it was before
+    /// the result, shifted by the change of length after it.
+    fn id_spans(&self, text: &[u8], out: &[u8], m: &MessageShape<'_>) -> Option<IdSpans> {
+        let id = self.id.as_deref()?.as_bytes();
+        let (s, e) = m.id_span.filter(|_| m.id == Some(id))?;
+        let (rs, re) = m.result.zip(m.result_end)?;
+        let (ws, we) = if e <= rs {
+            (s, e)
+        } else if s >= re {
+            let shift = |i: usize| (i + out.len()).checked_sub(text.len());
+            (shift(s)?, shift(e)?)
+        } else {
+            return None;
+        };
+        let held = text.get(s..e) == Some(id) && out.get(ws..we) == Some(id);
+        held.then_some(((s, e), (ws, we)))
     }
 
     /// `text` with each listing array of `m` holding only the usable items and `cacheScope`
@@ -274,8 +302,11 @@ struct MessageShape<'a> {
     /// Offset of the result object's `{`; None: no result, or not an object.
     result: Option<usize>,
     result_is_object: bool,
-    /// The id (raw JSON) when it is a string or a number.
+    /// The id (raw JSON) when it is a string or a number, and its span.
     id: Option<&'a [u8]>,
+    id_span: Option<(usize, usize)>,
+    /// The end of the result object (after its `}`).
+    result_end: Option<usize>,
     input_required: bool,
     cache_scope: Option<(usize, usize)>,
     /// The listing arrays of the result: [`LISTINGS`] index and span, in order.
@@ -378,7 +409,11 @@ impl<'a> json::Visitor<'a> for MessageShape<'a> {
 
     fn closed(&mut self, slot: Slot, start: usize, end: usize) {
         match slot {
-            Slot::Result if self.result_is_object => self.result = Some(start),
+            Slot::Result if self.result_is_object => {
+                self.result = Some(start);
+                self.result_end = Some(end);
+            }
+            Slot::Id if self.id.is_some() => self.id_span = Some((start, end)),
             Slot::Items(i) if self.array_bits & (1 << i) != 0 => self.arrays.push((i, start, end)),
             Slot::CacheScope => self.cache_scope = Some((start, end)),
             Slot::Item(array) => self.items_read.push(Item {

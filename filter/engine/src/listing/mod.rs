@@ -205,11 +205,11 @@ impl ListingFilter {
         self
     }
 
-    /// The key of reused answers, made when first needed; None: no reuse.
-    fn reuse_key(&mut self, judge: Judge<'_>) -> Option<&reuse::Key> {
+    /// The key of reused answers, made when first needed, and the request's id (raw JSON);
+    /// None: no reuse.
+    fn reuse_key(&mut self, judge: Judge<'_>) -> Option<(&reuse::Key, Option<&str>)> {
         if matches!(self.reuse, Reuse::Unset) {
             let settings = reuse::Settings {
-                id: self.id.as_deref(),
                 cache_scope: self.cache_scope,
             };
             let key = judge
@@ -218,8 +218,21 @@ impl ListingFilter {
             self.reuse = key.map_or(Reuse::Off, |k| Reuse::Key(Box::new(k)));
         }
         match &self.reuse {
-            Reuse::Key(k) => Some(k),
+            Reuse::Key(k) => Some((k, self.id.as_deref())),
             _ => None,
+        }
+    }
+
+    /// Where a filtered message's id is, for keeping it: at its spans (`at`: offsets of the
+    /// message in the bytes read and written) when located, else the request's id whole.
+    fn id_at(&self, spans: Option<message::IdSpans>, at: (usize, usize)) -> reuse::IdAt {
+        let shift = |(s, e): (usize, usize), by: usize| (s + by, e + by);
+        match spans {
+            Some((read, written)) => reuse::IdAt::Spans {
+                read: shift(read, at.0),
+                written: shift(written, at.1),
+            },
+            None => reuse::IdAt::Exact(self.id.clone()),
         }
     }
 
@@ -351,18 +364,19 @@ impl ListingFilter {
     fn filter_body(&mut self, judge: Judge<'_>, body: &[u8]) -> Vec<u8> {
         let lenient = self.mode == Mode::Lenient;
         let kind = reuse::Kind::Body;
-        let kept = self
-            .reuse_key(judge)
-            .and_then(|k| reuse::kept_from(k, kind, body))
-            .filter(|f| f.kept.read.len() == body.len());
-        if let Some(kept) = kept {
+        let reused = self.reuse_key(judge).and_then(|(k, id)| {
+            let f = reuse::kept_from(k, kind, id, body)?;
+            (f.remaining(id) == body.len()).then(|| f.written(id))?
+        });
+        if let Some(out) = reused {
             reuse::counted();
-            return kept.kept.written.clone();
+            return out;
         }
         match self.read_message(judge, body, true) {
-            Read::Filtered(out) => {
-                if let Some(key) = self.reuse_key(judge) {
-                    reuse::keep(key, kind, body, &out);
+            Read::Filtered(out, spans) => {
+                let id = self.id_at(spans, (0, 0));
+                if let Some((key, _)) = self.reuse_key(judge) {
+                    reuse::keep(key, kind, id, body, &out);
                 }
                 out
             }
@@ -614,7 +628,7 @@ mod tests {
         let message = name.is_none_or(|n| n.is_empty() || n == "message") && !joined.is_empty();
         let body = if message && (f.listing.is_some() || may_hold_listing(&joined)) {
             match f.read_message(e, &joined, false) {
-                Read::Filtered(v) => v,
+                Read::Filtered(v, _) => v,
                 Read::Unchanged => joined,
                 Read::NotJsonRpc if f.listing.is_none() => joined,
                 Read::NotJsonRpc => return f.sse_error(None),

@@ -4,6 +4,13 @@
 //! judged alike get the same answer without being parsed or judged again. Bytes are compared
 //! whole (exact equality, no digest); a byte that differs anywhere is a fresh filtering.
 //!
+//! A response answering the request carries its id, which SDK clients change on every request:
+//! where the filtering located the top-level `id` token (equal to the request's), the entry
+//! records its spans in the bytes read and written ([`IdAt::Spans`]); new bytes match when
+//! they are the kept ones with the new request's id text at that span, and get what was
+//! written with that id text at its span. Otherwise the bytes match only whole, for a request
+//! of the same id ([`IdAt::Exact`]).
+//!
 //! Kept only where a filtering has no side effect and its inputs are known: never for a
 //! backend with pinned tools (their drift is observed per listing), nor with a bundle that
 //! has CEL conditions (one may read any header, the time). Bounded: [`MAX_ENTRIES`] answers and
@@ -50,10 +57,23 @@ pub(super) enum Kind {
 }
 
 /// The settings of the filter a key is made for that the request and the engine do not
-/// decide (the listing asked for and the nesting bound they do).
-pub(super) struct Settings<'a> {
-    pub(super) id: Option<&'a str>,
+/// decide (the listing asked for and the nesting bound they do; the request's id is matched
+/// apart, [`IdAt`]).
+pub(super) struct Settings {
     pub(super) cache_scope: bool,
+}
+
+/// Where the response's id is in kept bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum IdAt {
+    /// Not located: the bytes match whole, for a request of this id (raw JSON).
+    Exact(Option<String>),
+    /// The top-level `id` token, the request's id text, at these spans (start, end) of the
+    /// bytes read and written: the bytes match with any request's id text there.
+    Spans {
+        read: (usize, usize),
+        written: (usize, usize),
+    },
 }
 
 impl Key {
@@ -63,7 +83,7 @@ impl Key {
     /// route), the method, port, host, canonical path and the headers rules name (the MCP
     /// operation is replaced by the item's call, kept all the same): other headers (a request
     /// id) and what only authorizers are told (the connection) are left out.
-    pub(super) fn new(engine: &Engine, req: &Request, settings: Settings<'_>) -> Option<Key> {
+    pub(super) fn new(engine: &Engine, req: &Request, settings: Settings) -> Option<Key> {
         if engine.cel_needs().any {
             return None;
         }
@@ -97,7 +117,6 @@ impl Key {
             Some(&req.host),
             op,
             param,
-            settings.id,
             req.caller.spiffe.as_deref(),
         ] {
             opt_field(&mut h, text);
@@ -137,6 +156,7 @@ impl Key {
 pub(super) struct Kept {
     key: Key,
     kind: Kind,
+    id: IdAt,
     pub(super) read: Vec<u8>,
     pub(super) written: Vec<u8>,
 }
@@ -153,6 +173,92 @@ impl Kept {
     fn size(&self) -> usize {
         self.read.len() + self.written.len()
     }
+
+    /// `bytes` in three pieces, with the request's `id` text at the kept id's span (`span`:
+    /// of the bytes read or written); None: they cannot be a request of that id's.
+    fn pieces<'k>(
+        &'k self,
+        bytes: &'k [u8],
+        id: Option<&'k str>,
+        span: fn(&IdAt) -> Option<(usize, usize)>,
+    ) -> Option<[&'k [u8]; 3]> {
+        match (&self.id, span(&self.id), id) {
+            (IdAt::Exact(asked), _, _) => (asked.as_deref() == id).then_some([bytes, &[], &[]]),
+            (IdAt::Spans { .. }, Some((s, e)), Some(id)) => {
+                Some([bytes.get(..s)?, id.as_bytes(), bytes.get(e..)?])
+            }
+            _ => None,
+        }
+    }
+
+    /// The bytes read, as a request of `id` would read them.
+    fn read_as<'k>(&'k self, id: Option<&'k str>) -> Option<[&'k [u8]; 3]> {
+        self.pieces(&self.read, id, |i| match i {
+            IdAt::Spans { read, .. } => Some(*read),
+            IdAt::Exact(_) => None,
+        })
+    }
+}
+
+impl Following {
+    /// How many bytes of the kept ones (as a request of `id` reads them) are still to read.
+    pub(super) fn remaining(&self, id: Option<&str>) -> usize {
+        let len = self
+            .kept
+            .read_as(id)
+            .map_or(0, |p| p.iter().map(|p| p.len()).sum());
+        len.saturating_sub(self.at)
+    }
+
+    /// Whether `bytes` are the next kept ones (as a request of `id` reads them).
+    pub(super) fn same_next(&self, id: Option<&str>, bytes: &[u8]) -> bool {
+        self.kept
+            .read_as(id)
+            .is_some_and(|p| same_at(p, self.at, bytes))
+    }
+
+    /// The kept bytes read so far (as a request of `id` reads them).
+    pub(super) fn read_so_far(&self, id: Option<&str>) -> Vec<u8> {
+        let all = self
+            .kept
+            .read_as(id)
+            .map(|p| p.concat())
+            .unwrap_or_default();
+        all.get(..self.at).map(<[u8]>::to_vec).unwrap_or_default()
+    }
+
+    /// What was written, for a request of `id`.
+    pub(super) fn written(&self, id: Option<&str>) -> Option<Vec<u8>> {
+        let kept = &self.kept;
+        let pieces = kept.pieces(&kept.written, id, |i| match i {
+            IdAt::Spans { written, .. } => Some(*written),
+            IdAt::Exact(_) => None,
+        });
+        pieces.map(|p| p.concat())
+    }
+}
+
+/// Whether `bytes` are those of `pieces` (joined) from offset `at`.
+fn same_at(pieces: [&[u8]; 3], at: usize, bytes: &[u8]) -> bool {
+    let (mut start, mut from) = (0usize, 0usize);
+    for p in pieces {
+        let end = start + p.len();
+        let (lo, hi) = (at.max(start), end.min(at + bytes.len()));
+        if lo < hi {
+            let (Some(k), Some(b)) = (
+                p.get(lo - start..hi - start),
+                bytes.get(from..from + hi - lo),
+            ) else {
+                return false;
+            };
+            if !same(k, b) {
+                return false;
+            }
+            from += hi - lo;
+        }
+        start = end;
+    }
+    from == bytes.len()
 }
 
 thread_local! {
@@ -168,21 +274,22 @@ pub(super) fn counted() {
     REUSED.with(|r| r.set(r.get().wrapping_add(1)));
 }
 
-/// What was kept under `key` (read as `kind`) whose bytes start with `rest` (as much of it as
-/// they have). Bytes that start with a LF are never followed (an SSE event's do when one ending
-/// with a CR came before: that LF ended its line).
-pub(super) fn kept_from(key: &Key, kind: Kind, rest: &[u8]) -> Option<Following> {
+/// What was kept under `key` (read as `kind`) whose bytes, as a request of `id` (raw JSON)
+/// reads them, start with `rest` (as much of it as they have). Bytes that start with a LF are
+/// never followed (an SSE event's do when one ending with a CR came before: that LF ended its
+/// line).
+pub(super) fn kept_from(key: &Key, kind: Kind, id: Option<&str>, rest: &[u8]) -> Option<Following> {
     KEPT.with(|kept| {
         let kept = kept.try_borrow().ok()?;
         let e = kept.iter().find(|e| {
-            let n = e.read.len().min(rest.len());
-            e.kind == kind
-                && e.key == *key
-                && e.read.first() != Some(&b'\n')
-                && e.read
-                    .get(..n)
-                    .zip(rest.get(..n))
-                    .is_some_and(|(k, r)| same(k, r))
+            let Some(read) = e.read_as(id).filter(|_| e.kind == kind && e.key == *key) else {
+                return false;
+            };
+            let len = read.iter().map(|p| p.len()).sum::<usize>();
+            e.read.first() != Some(&b'\n')
+                && rest
+                    .get(..len.min(rest.len()))
+                    .is_some_and(|r| same_at(read, 0, r))
         })?;
         Some(Following {
             kept: Rc::clone(e),
@@ -191,8 +298,8 @@ pub(super) fn kept_from(key: &Key, kind: Kind, rest: &[u8]) -> Option<Following>
     })
 }
 
-/// Keeps what a filtering wrote for `read` read as `kind` under `key`.
-pub(super) fn keep(key: &Key, kind: Kind, read: &[u8], written: &[u8]) {
+/// Keeps what a filtering wrote for `read` read as `kind` under `key`, its id at `id`.
+pub(super) fn keep(key: &Key, kind: Kind, id: IdAt, read: &[u8], written: &[u8]) {
     if read.len() + written.len() > MAX_BYTES {
         return;
     }
@@ -205,6 +312,7 @@ pub(super) fn keep(key: &Key, kind: Kind, read: &[u8], written: &[u8]) {
             Rc::new(Kept {
                 key: key.clone(),
                 kind,
+                id,
                 read: read.to_vec(),
                 written: written.to_vec(),
             }),
@@ -301,22 +409,28 @@ mod tests {
         };
         // Small answers: no more than MAX_ENTRIES, the oldest gone.
         for n in 0..40u8 {
-            keep(&key(n), Kind::Body, &[b'{', n], b"{}");
+            keep(&key(n), Kind::Body, IdAt::Exact(None), &[b'{', n], b"{}");
         }
         assert_eq!(kept(), (MAX_ENTRIES, MAX_ENTRIES * 4));
-        assert!(kept_from(&key(39), Kind::Body, &[b'{', 39]).is_some());
-        assert!(kept_from(&key(0), Kind::Body, &[b'{', 0]).is_none());
+        assert!(kept_from(&key(39), Kind::Body, None, &[b'{', 39]).is_some());
+        assert!(kept_from(&key(0), Kind::Body, None, &[b'{', 0]).is_none());
         // Another kind, another key, other bytes: not found.
-        assert!(kept_from(&key(39), Kind::Event { first: true }, &[b'{', 39]).is_none());
-        assert!(kept_from(&key(38), Kind::Body, &[b'{', 39]).is_none());
+        assert!(kept_from(&key(39), Kind::Event { first: true }, None, &[b'{', 39]).is_none());
+        assert!(kept_from(&key(38), Kind::Body, None, &[b'{', 39]).is_none());
         // Large answers: no more than MAX_BYTES in all; one larger than that is not kept.
         let big = vec![b'x'; MAX_BYTES / 3];
         for n in 0..5u8 {
-            keep(&key(n), Kind::Body, &big, b"{}");
+            keep(&key(n), Kind::Body, IdAt::Exact(None), &big, b"{}");
         }
         let (entries, bytes) = kept();
         assert!(entries == 2 && bytes <= MAX_BYTES, "{entries} {bytes}");
-        keep(&key(9), Kind::Body, &vec![b'x'; MAX_BYTES], b"{}");
+        keep(
+            &key(9),
+            Kind::Body,
+            IdAt::Exact(None),
+            &vec![b'x'; MAX_BYTES],
+            b"{}",
+        );
         assert_eq!(kept().0, 2);
         forget_all();
         assert_eq!(kept(), (0, 0));

@@ -24,6 +24,11 @@ fn tool(i: usize) -> Value {
 /// Caller a may call the even tools, b the odd ones, anyone with `X-Tier: gold` t10 to t14;
 /// a Gateway Deny removes t3. The `pinned` backend pins t0 as listed and t1 otherwise.
 fn engine() -> Engine {
+    engine_with(None)
+}
+
+/// [`engine`] with `listings.maxBytes` when given.
+fn engine_with(max_bytes: Option<usize>) -> Engine {
     let ids = |f: &dyn Fn(usize) -> bool| -> Vec<String> {
         (0..TOOLS)
             .filter(|i| f(*i))
@@ -33,7 +38,7 @@ fn engine() -> Engine {
     let calls = |tools: Vec<String>| json!({"mcp": {"baseProtocol": "Match", "methods": [{"name": "tools/call", "params": tools}]}});
     let t0 = serde_json::to_vec(&tool(0)).unwrap_or_default();
     let digest = |t: &[u8]| digest_of(t, 64).map(|d| d.to_text()).unwrap_or_default();
-    let bundle = json!({
+    let mut bundle = json!({
         "apiVersion": "mcp-access.io/v1",
         "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 8443}]}],
         "backends": [{"name": "tools", "routeNames": ["tools"]},
@@ -54,11 +59,24 @@ fn engine() -> Engine {
              "rules": [{"name": "t3", "authorization": {"mcp": {"methods": [
                 {"name": "tools/call", "params": ["t3"]}]}}}]}]
     });
+    if let Some(max) = max_bytes {
+        bundle["listings"] = json!({ "maxBytes": max });
+    }
     Engine::from_json(bundle.to_string().as_bytes()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The filter of an allowed `tools/list` of a random caller; None when it is denied.
 fn listing_filter(e: &Engine, rng: &mut Rng, request_id: u64) -> Option<(ListingFilter, Request)> {
+    listing_filter_with_id(e, rng, request_id, "1")
+}
+
+/// [`listing_filter`] of a request whose JSON-RPC id is `id` (raw JSON).
+fn listing_filter_with_id(
+    e: &Engine,
+    rng: &mut Rng,
+    request_id: u64,
+    id: &str,
+) -> Option<(ListingFilter, Request)> {
     let spiffe = [
         None,
         Some("spiffe://example.org/a"),
@@ -89,7 +107,7 @@ fn listing_filter(e: &Engine, rng: &mut Rng, request_id: u64) -> Option<(Listing
         ..HeadersInput::default()
     };
     flow.on_headers(e, input);
-    let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#).into_bytes();
     match flow.on_body(e, body.len(), true, move |_| Some(body)) {
         Next::Allow {
             listing: Some(f), ..
@@ -200,21 +218,24 @@ fn run(
     (out, events)
 }
 
-#[test]
-fn a_reused_answer_is_the_fresh_filtering_of_the_same_bytes() {
+/// Compares, for answers a caller asks for a few times in a row (`per_caller`), the answer
+/// with reuse to the one without, byte for byte: `ask` picks the filter, the request and the
+/// upstream body. Returns how many were compared and how many reused.
+fn differential(
+    seed: u64,
+    per_caller: u64,
+    mut ask: impl FnMut(&Engine, &mut Rng, &mut Rng) -> Option<(ListingFilter, Request, Vec<u8>)>,
+) -> (u64, u64) {
     let e = engine();
-    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
-    let pool = answers(&mut rng);
+    let mut rng = Rng(seed);
     reuse::forget_all();
     let before = reuse::reused_count();
     let mut filtered = 0;
     for round in 0..3000 {
-        // A caller asks a few times in a row (its request id differs each time).
-        let mut caller = Rng(0x9E37_79B9_7F4A_7C15 ^ (round / 3));
-        let Some((f, req)) = listing_filter(&e, &mut caller, rng.next()) else {
+        let mut caller = Rng(0x9E37_79B9_7F4A_7C15 ^ (round / per_caller));
+        let Some((f, req, body)) = ask(&e, &mut caller, &mut rng) else {
             continue;
         };
-        let body = pool[caller.below(pool.len())].clone();
         let mut cuts: Vec<usize> = vec![caller.below(15)];
         cuts.extend((0..3).map(|_| [1, 2, 7, 64, 300, 100_000][rng.below(6)] + rng.below(3)));
         let sse = (caller.below(2) == 1).then_some(&cuts[..]);
@@ -222,14 +243,26 @@ fn a_reused_answer_is_the_fresh_filtering_of_the_same_bytes() {
         let reused = run(&e, &mut f.clone(), &req, sse, &body);
         assert_eq!(
             String::from_utf8_lossy(&reused.0),
-            String::from_utf8_lossy(&fresh.0)
+            String::from_utf8_lossy(&fresh.0),
+            "{}",
+            String::from_utf8_lossy(&body)
         );
         assert_eq!(reused, fresh);
         filtered += 1;
         let (entries, bytes) = reuse::kept();
         assert!(entries <= MAX_ENTRIES && bytes <= MAX_BYTES);
     }
-    let reused = reuse::reused_count() - before;
+    (filtered, reuse::reused_count() - before)
+}
+
+#[test]
+fn a_reused_answer_is_the_fresh_filtering_of_the_same_bytes() {
+    let pool = answers(&mut Rng(0x2545_F491_4F6C_DD1D));
+    // A caller asks a few times in a row (a header no rule reads differs each time).
+    let (filtered, reused) = differential(0x2545_F491_4F6C_DD1D, 3, |e, caller, rng| {
+        let (f, req) = listing_filter(e, caller, rng.next())?;
+        Some((f, req, pool[caller.below(pool.len())].clone()))
+    });
     // Most answers were reused: the test compares reuse, not two fresh filterings.
     assert!(filtered > 1000 && reused > 600, "{filtered} {reused}");
 }
@@ -266,4 +299,139 @@ fn pinned_tools_and_an_old_engine_are_never_reused() {
     assert_eq!(reuse::kept().0, (kept + 1).min(MAX_ENTRIES));
     reuse::forget_all();
     assert_eq!(reuse::kept(), (0, 0));
+}
+
+/// Request ids as SDK clients and others write them: numbers of different lengths, strings,
+/// strings with escapes, one that is also a tool's name in the listing.
+const IDS: [&str; 12] = [
+    "1",
+    "9",
+    "10",
+    "12345678901",
+    "-3",
+    "1.5e3",
+    r#""1""#,
+    r#""a\"b""#,
+    r#""\u0074""#,
+    r#""t4""#,
+    r#""t6""#,
+    r#""é\/x""#,
+];
+
+#[test]
+fn a_listing_asked_again_under_another_id_is_reused_as_filtered_afresh() {
+    let pool = answers(&mut Rng(0x5DEE_CE66_D1CE_4E5B));
+    // A caller asks a few times in a row, each time with another id.
+    let (filtered, reused) = differential(0x5DEE_CE66_D1CE_4E5B, 4, |e, caller, rng| {
+        let id = IDS[rng.below(IDS.len())];
+        let (f, req) = listing_filter_with_id(e, caller, rng.next(), id)?;
+        // The listing answering that id (its id before or after the result), now and then
+        // another id than asked.
+        let v: Value = serde_json::from_slice(&pool[caller.below(6)]).unwrap_or_default();
+        let result = v["result"].to_string();
+        let answered = match rng.below(8) {
+            0 => IDS[rng.below(IDS.len())],
+            _ => id,
+        };
+        let body = match caller.below(2) {
+            0 => format!(r#"{{"jsonrpc":"2.0","id":{answered},"result":{result}}}"#),
+            _ => format!(r#"{{"result":{result},"jsonrpc":"2.0","id":{answered}}}"#),
+        };
+        Some((f, req, body.into_bytes()))
+    });
+    // Reuse held across ids: most answers were reused.
+    assert!(filtered > 1000 && reused > 900, "{filtered} {reused}");
+}
+
+#[test]
+fn the_id_is_replaced_at_its_span_only() {
+    let e = engine();
+    let mut rng = Rng(3);
+    reuse::forget_all();
+    // A listing whose tools are named like the ids asked, their text elsewhere too: only
+    // the top-level id changes.
+    const HEAD: &str = r#"{"jsonrpc":"2.0","id":"#;
+    let body = |id: &str| {
+        let tail = r#","result":{"tools":[{"name":"t4","description":"t4 1 12345"},{"name":"t0","id":"t4"}]}}"#;
+        format!("{HEAD}{id}{tail}").into_bytes()
+    };
+    let (f, req) = std::iter::repeat_with(|| listing_filter_with_id(&e, &mut rng, 0, r#""t4""#))
+        .flatten()
+        .find(|(_, r)| r.route_name.as_deref() == Some("tools") && r.caller.spiffe.is_none())
+        .unwrap_or_else(|| panic!("no caller"));
+    let first = run(&e, &mut f.clone(), &req, None, &body(r#""t4""#));
+    assert_eq!(reuse::kept().0, 1, "{}", String::from_utf8_lossy(&first.0));
+    for id in ["1", "12345", r#""t4""#, r#""x\"y""#] {
+        let mut rng = Rng(3);
+        let (f, req) = std::iter::repeat_with(|| listing_filter_with_id(&e, &mut rng, 0, id))
+            .flatten()
+            .find(|(_, r)| r.route_name.as_deref() == Some("tools") && r.caller.spiffe.is_none())
+            .unwrap_or_else(|| panic!("no caller"));
+        // The same listing but for its id: reused, the new id in place.
+        let bytes = body(id);
+        let at = reuse::reused_count();
+        let got = run(&e, &mut f.clone(), &req, None, &bytes);
+        assert_eq!(reuse::reused_count(), at + 1, "{id}");
+        assert_eq!(
+            got,
+            run(&e, &mut f.clone().without_reuse(), &req, None, &bytes)
+        );
+        let n = HEAD.len();
+        let want = [&first.0[..n], id.as_bytes(), &first.0[n + 4..]].concat();
+        assert_eq!(
+            String::from_utf8_lossy(&got.0),
+            String::from_utf8_lossy(&want)
+        );
+    }
+}
+
+#[test]
+fn an_event_a_longer_id_makes_too_large_is_not_reused() {
+    let body = |id: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":[{{"name":"t0"}},{{"name":"t2"}}]}}}}"#
+        )
+    };
+    // The first event of the stream (style 0) is exactly `listings.maxBytes` under id 9.
+    let max = b"event: message\ndata: \n\n".len() + body("9").len();
+    let e = engine_with(Some(max));
+    reuse::forget_all();
+    // The same caller (on the backend without pins) under either id.
+    let filter = |id: &str| {
+        (0..)
+            .find_map(|n| {
+                listing_filter_with_id(&e, &mut Rng(n), 0, id)
+                    .filter(|(_, r)| r.route_name.as_deref() == Some("tools"))
+            })
+            .unwrap_or_else(|| panic!("no caller"))
+    };
+    let (f, req) = filter("9");
+    let first = run(
+        &e,
+        &mut f.clone(),
+        &req,
+        Some(&[0, 7]),
+        body("9").as_bytes(),
+    );
+    assert!(reuse::kept().0 > 0, "{}", String::from_utf8_lossy(&first.0));
+    let (f, req) = filter("10");
+    let fresh = run(
+        &e,
+        &mut f.clone().without_reuse(),
+        &req,
+        Some(&[0, 7]),
+        body("10").as_bytes(),
+    );
+    let reused = run(
+        &e,
+        &mut f.clone(),
+        &req,
+        Some(&[0, 7]),
+        body("10").as_bytes(),
+    );
+    assert!(String::from_utf8_lossy(&fresh.0).contains("could not be checked"));
+    assert_eq!(
+        String::from_utf8_lossy(&reused.0),
+        String::from_utf8_lossy(&fresh.0)
+    );
 }

@@ -54,7 +54,8 @@ impl ListingFilter {
                         // What matched is read as any event's bytes, then the rest.
                         self.pending = Some(pending);
                         self.follow_off = true;
-                        self.read_sse(judge, f.kept.read.get(..f.at).unwrap_or_default(), out);
+                        let read = f.read_so_far(self.id.as_deref());
+                        self.read_sse(judge, &read, out);
                         self.follow_off = false;
                         pending = self.pending.take().unwrap_or_default();
                         continue;
@@ -105,31 +106,34 @@ impl ListingFilter {
             Some(f) => (f, false),
             None if self.follow_off => return Followed::No,
             None => {
-                let kept = self
-                    .reuse_key(judge)
-                    .and_then(|key| reuse::kept_from(key, kind, rest));
+                // An event longer than the kept one (a longer id) must still fit.
+                let max = self.max_bytes;
+                let kept = self.reuse_key(judge).and_then(|(key, id)| {
+                    reuse::kept_from(key, kind, id, rest).filter(|f| f.remaining(id) <= max)
+                });
                 match kept {
                     Some(f) => (f, true),
                     None => return Followed::No,
                 }
             }
         };
-        let want = f.kept.read.get(f.at..).unwrap_or_default();
-        let n = want.len().min(rest.len());
-        let matches = found
-            || want
-                .get(..n)
-                .zip(rest.get(..n))
-                .is_some_and(|(w, r)| reuse::same(w, r));
-        if !matches {
+        let id = self.id.as_deref();
+        let want = f.remaining(id);
+        let n = want.min(rest.len());
+        let matches = found || rest.get(..n).is_some_and(|r| f.same_next(id, r));
+        let written = match (matches, n < want) {
+            (false, _) => None,
+            (true, true) => {
+                f.at += n;
+                self.following = Some(f);
+                return Followed::Read(n);
+            }
+            (true, false) => f.written(id),
+        };
+        let Some(written) = written else {
             return Followed::Differs(f);
-        }
-        if n < want.len() {
-            f.at += n;
-            self.following = Some(f);
-            return Followed::Read(n);
-        }
-        out.extend_from_slice(&f.kept.written);
+        };
+        out.extend_from_slice(&written);
         reuse::counted();
         self.stream_start = false;
         // A CR ending the event: a LF right after it is part of that line's end.
@@ -182,12 +186,12 @@ impl ListingFilter {
         // is not parsed.
         let read =
             is_message && !data.is_empty() && (self.listing.is_some() || may_hold_listing(&data));
-        let mut filtered = false;
+        let mut filtered = None;
         let data = if read {
             // The strict reader checks every byte (UTF-8 included) of what it accepts.
             match self.read_message(judge, &data, false) {
-                Read::Filtered(f) => {
-                    filtered = true;
+                Read::Filtered(f, s) => {
+                    filtered = Some(s);
                     Ok(Cow::Owned(f))
                 }
                 Read::Unchanged => Ok(data),
@@ -206,13 +210,38 @@ impl ListingFilter {
             Ok(data) => {
                 let from = out.len();
                 fields.write(&data, out);
-                // A filtered event is kept for callers judged alike.
-                let written = out.get(from..).filter(|_| filtered);
-                if let Some((key, written)) = self.reuse_key(judge).zip(written) {
-                    reuse::keep(key, kind, &event.bytes, written);
+                // A filtered event is kept for callers judged alike. Its id is located only
+                // in an event of one data line: there the message's bytes are that line's
+                // and, written, the end of the event before its blank line.
+                let Some((spans, written)) = filtered.zip(out.get(from..)) else {
+                    return;
+                };
+                let one_line = fields.data.len() == 1 && !data.contains(&b'\n');
+                let at = one_line
+                    .then(|| Some((fields.data_at, written.len().checked_sub(data.len() + 2)?)))
+                    .flatten();
+                let id = self.id_at(spans.zip(at).map(|(s, _)| s), at.unwrap_or_default());
+                let id = self.checked(id, &event.bytes, written);
+                if let Some((key, _)) = self.reuse_key(judge) {
+                    reuse::keep(key, kind, id, &event.bytes, written);
                 }
             }
             Err(id) => out.extend_from_slice(&self.sse_error(id.as_deref())),
+        }
+    }
+}
+
+impl ListingFilter {
+    /// `id`, when its spans hold the request's id in the bytes read and written; else the
+    /// request's id whole (the bytes match only as they are).
+    fn checked(&self, id: reuse::IdAt, read: &[u8], written: &[u8]) -> reuse::IdAt {
+        let want = self.id.as_deref().map(str::as_bytes);
+        match id {
+            reuse::IdAt::Spans {
+                read: (rs, re),
+                written: (ws, we),
+            } if read.get(rs..re) == want && written.get(ws..we) == want => id,
+            _ => reuse::IdAt::Exact(self.id.clone()),
         }
     }
 }
@@ -307,6 +336,8 @@ pub(super) fn find_either(bytes: &[u8], mut i: usize, a: u8, b: u8) -> Option<us
 struct SseEvent<'e> {
     event: Option<&'e [u8]>,
     data: Vec<&'e [u8]>,
+    /// Where the value of the last data line starts in the event's bytes.
+    data_at: usize,
     id: Option<&'e [u8]>,
     retry: Option<&'e [u8]>,
 }
@@ -337,7 +368,10 @@ impl<'e> SseEvent<'e> {
                 // A comment (or the byte order mark's line).
                 b"" => {}
                 b"event" => e.event = Some(value),
-                b"data" => e.data.push(value),
+                b"data" => {
+                    e.data.push(value);
+                    e.data_at = end.saturating_sub(value.len());
+                }
                 b"id" if !value.contains(&0) => e.id = Some(value),
                 b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
                     e.retry = Some(value)
