@@ -368,15 +368,9 @@ impl Context for Stream {
     ) {
         let now = abi::now_ns();
         // Envoy's codec bounds the headers (cluster max_response_headers_kb / max_headers_count).
-        let headers = abi::header_map(abi::MAP_HTTP_CALL_RESPONSE_HEADERS).unwrap_or_default();
-        let status = headers
-            .iter()
-            .find(|(n, _)| n == ":status")
-            .and_then(|(_, v)| v.parse::<u16>().ok());
-        let headers = headers
-            .into_iter()
-            .filter(|(n, _)| !n.starts_with(':'))
-            .collect();
+        let mut headers = abi::header_map(abi::MAP_HTTP_CALL_RESPONSE_HEADERS).unwrap_or_default();
+        let status = headers.get(":status").and_then(|v| v.parse::<u16>().ok());
+        headers.retain(|n, _| !n.starts_with(':'));
         // The flow reads only a denial's body, and never more than its cap plus one byte.
         let read = |limit: usize| match limit.min(body_size) {
             0 => Some(Vec::new()),
@@ -384,7 +378,7 @@ impl Context for Stream {
         };
         let progress =
             self.flow
-                .on_callout_response(&self.engine, token, status, headers, read, now);
+                .on_callout_response(&self.engine, token, status, &headers, read, now);
         self.report_callouts(progress.reports);
         self.run(progress.next, Phase::Async);
     }
@@ -504,6 +498,7 @@ mod abi {
 
     use mcp_access_engine::callout::CalloutRequest;
     use mcp_access_engine::policy::{HeaderEdit, HeaderOp};
+    use mcp_access_engine::request::Headers;
     use mcp_access_engine::wire;
 
     pub const MAP_HTTP_REQUEST_HEADERS: u32 = 0;
@@ -642,14 +637,14 @@ mod abi {
         (status == OK).then(|| String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    pub fn header_map(map: u32) -> Option<Vec<(String, String)>> {
+    pub fn header_map(map: u32) -> Option<Headers> {
         let (mut data, mut size) = (null_mut(), 0usize);
         let status = unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) };
         let bytes = unsafe { take(data, size) };
         if status != OK {
             return None;
         }
-        wire::decode_map(&bytes)
+        wire::decode_map(bytes)
     }
 
     /// Applies an authorizer's edit to the request headers; false if the host refused.

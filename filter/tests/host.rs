@@ -292,7 +292,7 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
         }
         "proxy_send_local_response" => {
             let body = read(c, a(3), a(4));
-            let headers = wire::decode_map(&read(c, a(5), a(6))).expect("header map");
+            let headers = pairs(read(c, a(5), a(6)));
             c.data_mut().local_responses.push((a(0), body));
             c.data_mut().local_response_headers.push(headers);
             OK
@@ -303,7 +303,7 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
         }
         "proxy_http_call" => {
             let cluster = text(c, a(0), a(1));
-            let headers = wire::decode_map(&read(c, a(2), a(3))).expect("header map");
+            let headers = pairs(read(c, a(2), a(3)));
             c.data_mut().http_calls.push((cluster, headers));
             let token = c.data().http_calls.len() as u32;
             write(c, a(9), &token.to_le_bytes());
@@ -1508,4 +1508,12 @@ fn a_write_that_races_another_workers_is_retried_on_its_cas() {
     assert_eq!(value.len(), 32);
     assert_eq!((cas, a.host().shared_races), (44, 0));
     assert_eq!(call_reason(&mut a, "rm"), "tool_drifted");
+}
+
+/// A header map the module wrote, as (name, value) pairs.
+fn pairs(bytes: Vec<u8>) -> Vec<(String, String)> {
+    let map = wire::decode_map(bytes).expect("header map");
+    map.iter()
+        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        .collect()
 }

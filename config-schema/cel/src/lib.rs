@@ -13,6 +13,7 @@ mod attrs;
 mod compile;
 mod eval;
 mod funcs;
+mod headers;
 mod limits;
 mod plan;
 mod scan;
@@ -22,6 +23,7 @@ mod value;
 use std::fmt;
 
 pub use attrs::{service_account, shown, variable_names, Attr, Attributes};
+pub use headers::{Headers, Iter as HeaderIter};
 pub use limits::{CelLimits, CEL_LIMIT_MAX};
 pub use plan::Program;
 pub use value::{Str, Value};

@@ -38,7 +38,7 @@ pub enum Value<'a> {
     /// JSON from the attributes (MCP params, JWT claims, `self`), converted as it is read.
     Json(&'a serde_json::Value),
     /// Request headers, names lowercase (a repeated header cannot be read).
-    Headers(&'a [(String, String)]),
+    Headers(&'a crate::Headers),
     /// Nanoseconds since the Unix epoch.
     Time(i64),
     /// Nanoseconds.
@@ -227,7 +227,7 @@ pub(crate) fn lookup<'a>(m: &Value<'a>, k: &Value<'_>) -> Result<Option<Value<'a
         Value::Headers(h) => match k {
             Value::Str(s) => {
                 let name = s.as_str();
-                let mut copies = h.iter().filter(|(n, _)| n == name);
+                let mut copies = h.iter().filter(|(n, _)| *n == name);
                 match (copies.next(), copies.next()) {
                     (Some((_, v)), None) => Ok(Some(Value::Str(Str::Borrowed(v)))),
                     (Some(_), Some(_)) => fail(format!(

@@ -22,6 +22,7 @@ use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::listing::{BodyAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
+use mcp_access_engine::request::Headers;
 use serde_json::{json, Value};
 
 const TOOLS: usize = 1000;
@@ -94,12 +95,12 @@ fn listing() -> Vec<u8> {
 fn allowed_listing_request(e: &Engine) -> (ListingFilter, RequestFlow) {
     let mut flow = RequestFlow::new();
     let input = HeadersInput {
-        headers: vec![
-            (":method".into(), "POST".into()),
-            (":path".into(), "/mcp".into()),
-            (":authority".into(), "gw".into()),
-            ("content-type".into(), "application/json".into()),
-        ],
+        headers: Headers::from(vec![
+            (":method", "POST"),
+            (":path", "/mcp"),
+            (":authority", "gw"),
+            ("content-type", "application/json"),
+        ]),
         end_of_stream: false,
         time: None,
         peers: None,
@@ -146,10 +147,10 @@ fn main() {
         if !reuse {
             f = f.without_reuse();
         }
-        f.on_headers(&[
-            (":status".into(), "200".into()),
-            ("content-type".into(), "application/json".into()),
-        ]);
+        f.on_headers(&Headers::from([
+            (":status", "200"),
+            ("content-type", "application/json"),
+        ]));
         let owned = body.clone();
         match f.on_body(e, flow.request(), body.len(), true, move |_| Some(owned)) {
             BodyAction::Replace(out) => out,
@@ -163,10 +164,10 @@ fn main() {
         if !reuse {
             f = f.without_reuse();
         }
-        f.on_headers(&[
-            (":status".into(), "200".into()),
-            ("content-type".into(), "text/event-stream".into()),
-        ]);
+        f.on_headers(&Headers::from([
+            (":status", "200"),
+            ("content-type", "text/event-stream"),
+        ]));
         let mut out = Vec::new();
         let chunks: Vec<&[u8]> = event.chunks(16 * 1024).collect();
         for (i, c) in chunks.iter().enumerate() {

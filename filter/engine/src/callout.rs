@@ -7,7 +7,7 @@ use mcp_access_bundle::mcp_methods::{self, Category};
 use mcp_access_bundle::{http, Authorizer, Level};
 
 use crate::policy::{AuthzOutcome, HeaderEdit};
-use crate::request::{McpOp, Request};
+use crate::request::{Headers, McpOp, Request};
 
 /// Headers the filter sets on every callout; the client's own copies are never forwarded.
 pub(crate) const CONTEXT_HEADERS: &[&str] = &[
@@ -106,9 +106,9 @@ pub(crate) fn build(
         let reserved = name.starts_with(':')
             || name == "host"
             || name == "content-length"
-            || CONTEXT_HEADERS.contains(&name.as_str());
+            || CONTEXT_HEADERS.contains(&name);
         if allowed && !reserved {
-            headers.push((name.clone().into(), value.clone().into()));
+            headers.push((name.to_owned().into(), value.to_owned().into()));
         }
     }
     if let McpOp::Call { method, param } = &req.mcp {
@@ -250,33 +250,31 @@ fn describes_body(name: &str) -> bool {
 pub(crate) fn interpret(
     authorizer: &Authorizer,
     status: Option<u16>,
-    headers: Vec<(String, String)>,
+    headers: &Headers,
     body: Vec<u8>,
 ) -> (AuthzOutcome, Option<String>) {
     let Some(status) = status else {
         let detail = "no response (timeout, reset or unreachable)".to_string();
         return (AuthzOutcome::Error { detail }, None);
     };
-    let headers = headers
-        .into_iter()
-        .map(|(n, v)| (n.to_ascii_lowercase(), v))
-        .filter(|(n, _)| !is_answers_own(n));
+    // Names are lowercase already.
+    let headers = headers.iter().filter(|(n, _)| !is_answers_own(n));
     if (200..300).contains(&status) {
         let listed = &authorizer.allowed_response_headers;
         let mut edits = Vec::new();
         for (n, v) in headers {
             let applied = if listed.is_empty() {
-                !matches!(n.as_str(), "content-type" | "date" | "server")
+                !matches!(n, "content-type" | "date" | "server")
             } else {
-                listed.iter().any(|a| a.eq_ignore_ascii_case(&n))
+                listed.iter().any(|a| a.eq_ignore_ascii_case(n))
             };
             if !applied {
                 continue;
             }
-            if let Some(problem) = upstream_edit_problem(&n, &v) {
+            if let Some(problem) = upstream_edit_problem(n, v) {
                 return (malformed(&problem), None);
             }
-            edits.push(HeaderEdit::set(n, v));
+            edits.push(HeaderEdit::set(n.to_owned(), v.to_owned()));
         }
         return (AuthzOutcome::Allow { headers: edits }, None);
     }
@@ -284,7 +282,8 @@ pub(crate) fn interpret(
         let detail = error_detail(authorizer, &status.to_string(), &body);
         return (AuthzOutcome::Error { detail }, None);
     }
-    denial(authorizer, status, headers.collect(), body)
+    let headers = headers.map(|(n, v)| (n.to_owned(), v.to_owned())).collect();
+    denial(authorizer, status, headers, body)
 }
 
 /// An authorizer's denial (HTTP or gRPC): its headers (Envoy's own left out; any other that
@@ -451,16 +450,21 @@ mod tests {
         // What Envoy 1.40 delivers for an http_call to a port nothing listens on.
         let body = b"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure";
         let envoys = h(&[("content-length", "98"), ("content-type", "text/plain")]);
-        let (o, _) = interpret(&a, Some(503), envoys, body.to_vec());
+        let (o, _) = interpret(&a, Some(503), &Headers::from(envoys), body.to_vec());
         assert_eq!(
             detail(o),
             "not reached: Envoy could not reach cluster c and answered 503 itself (upstream connect error or disconnect/reset before headers. reset reason: remote connection failure); check that the authorizer runs and listens on the cluster's address and port"
         );
-        let (o, _) = interpret(&a, Some(503), Vec::new(), b"no healthy upstream".to_vec());
+        let (o, _) = interpret(
+            &a,
+            Some(503),
+            &Headers::new(),
+            b"no healthy upstream".to_vec(),
+        );
         assert!(detail(o).starts_with("not reached: "));
         // The authorizer's own 503 (whatever its body says) is its answer.
         for body in [&b""[..], b"overloaded", b"try upstream connect error later"] {
-            let (o, _) = interpret(&a, Some(503), Vec::new(), body.to_vec());
+            let (o, _) = interpret(&a, Some(503), &Headers::new(), body.to_vec());
             assert_eq!(detail(o), "authorizer answered 503", "{body:?}");
         }
     }
@@ -486,7 +490,12 @@ mod tests {
             ("content-type", "application/json"),
             ("content-length", "5"),
         ]);
-        let (at_cap, note) = interpret(&a, Some(401), headers.clone(), b"1234".to_vec());
+        let (at_cap, note) = interpret(
+            &a,
+            Some(401),
+            &Headers::from(headers.clone()),
+            b"1234".to_vec(),
+        );
         assert_eq!(note, None);
         assert_eq!(
             at_cap,
@@ -499,7 +508,7 @@ mod tests {
                 body: b"1234".to_vec(),
             }
         );
-        let (over, note) = interpret(&a, Some(401), headers, b"12345".to_vec());
+        let (over, note) = interpret(&a, Some(401), &Headers::from(headers), b"12345".to_vec());
         assert_eq!(
             over,
             AuthzOutcome::Deny {
@@ -524,7 +533,7 @@ mod tests {
             (Some(504), true),
         ];
         for (status, failed) in cases {
-            let (outcome, note) = interpret(&a, status, Vec::new(), Vec::new());
+            let (outcome, note) = interpret(&a, status, &Headers::new(), Vec::new());
             assert_eq!(
                 matches!(outcome, AuthzOutcome::Error { .. }),
                 failed,
@@ -534,7 +543,7 @@ mod tests {
             assert_eq!(r.failed, failed, "{status:?}");
             assert_eq!(r.detail.is_some(), failed, "{status:?}");
         }
-        let (outcome, note) = interpret(&a, Some(403), Vec::new(), vec![0; 9]);
+        let (outcome, note) = interpret(&a, Some(403), &Headers::new(), vec![0; 9]);
         let r = CalloutReport::of("a", Some(3), &outcome, note);
         assert!(!r.failed && r.detail.is_some(), "{r:?}");
     }

@@ -116,9 +116,8 @@ pub(crate) fn build(
     ];
     let pseudo = pseudo
         .into_iter()
-        .filter_map(|(n, v)| Some((n.to_string(), v?.clone())));
-    let all: Vec<(String, String)> = pseudo.chain(req.headers.iter().cloned()).collect();
-    for (name, value) in &all {
+        .filter_map(|(n, v)| Some((n, v?.as_str())));
+    for (name, value) in pseudo.chain(req.headers.iter()) {
         let allowed = authorizer.allowed_headers.is_empty()
             || authorizer
                 .allowed_headers
@@ -128,12 +127,12 @@ pub(crate) fn build(
             continue;
         }
         headers
-            .entry(name.clone())
+            .entry(name.to_owned())
             .and_modify(|v| {
                 v.push(',');
                 v.push_str(value);
             })
-            .or_insert_with(|| value.clone());
+            .or_insert_with(|| value.to_owned());
     }
     let max = usize::try_from(authorizer.forward_body_max_bytes).unwrap_or(usize::MAX);
     let mut raw_body = Vec::new();
@@ -430,7 +429,7 @@ mod tests {
             canonical_path: "/mcp".into(),
             authority: "gw.example:8080".into(),
             port: 8080,
-            headers,
+            headers: headers.into(),
             caller: Default::default(),
             mcp: McpOp::Call {
                 method: "tools/call".into(),

@@ -6,7 +6,7 @@ use mcp_access_bundle::{IdentitySettings, JwtProvider, SpiffeSource, TrustedHead
 
 use crate::facts::{Fact, HostFacts};
 use crate::pb::{self, Kind};
-use crate::request::{Caller, ClaimValue, JwtPrincipal};
+use crate::request::{Caller, ClaimValue, Headers, JwtPrincipal};
 
 /// What the bundle reads of a verified JWT besides `iss` and `sub`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -28,7 +28,7 @@ pub(crate) struct Wanted<'a> {
 pub(crate) fn caller(
     id: &IdentitySettings,
     wanted: Wanted<'_>,
-    headers: &[(String, String)],
+    headers: &Headers,
     facts: &dyn HostFacts,
 ) -> Caller {
     let spiffe = match (id.spiffe.source, &id.spiffe.header) {
@@ -67,7 +67,7 @@ pub(crate) fn caller(
 /// assumed, so the caller is not taken for anonymous).
 pub(crate) fn other_credential(
     id: &IdentitySettings,
-    headers: &[(String, String)],
+    headers: &Headers,
     facts: &dyn HostFacts,
 ) -> bool {
     let trusted = id
@@ -77,7 +77,7 @@ pub(crate) fn other_credential(
         .map(|h| h.name.to_ascii_lowercase());
     headers
         .iter()
-        .any(|(n, _)| n == "authorization" || Some(n) == trusted.as_ref())
+        .any(|(n, _)| n == "authorization" || Some(n) == trusted.as_deref())
         || facts
             .read(Fact::Mtls)
             .is_none_or(|b| b.iter().any(|x| *x != 0))
@@ -353,7 +353,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         let c = caller(
             &id,
             Wanted::default(),
-            &h(&[("x-spiffe", "spiffe://x/y")]),
+            &Headers::from(h(&[("x-spiffe", "spiffe://x/y")])),
             &facts,
         );
         assert_eq!(c.spiffe.as_deref(), Some(ALPHA));
@@ -370,11 +370,17 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
                 .with(Fact::PeerCertificate, ONE_URI),
             FakeFacts::default().with(Fact::PeerUriSan, ALPHA),
         ] {
-            assert_eq!(caller(&id, Wanted::default(), &[], &facts).spiffe, None);
+            assert_eq!(
+                caller(&id, Wanted::default(), &Headers::new(), &facts).spiffe,
+                None
+            );
         }
         // No URI SAN: the certificate is not read at all.
         let none = FakeFacts::default().with(Fact::PeerCertificate, ONE_URI);
-        assert_eq!(caller(&id, Wanted::default(), &[], &none).spiffe, None);
+        assert_eq!(
+            caller(&id, Wanted::default(), &Headers::new(), &none).spiffe,
+            None
+        );
         assert_eq!(none.reads(), [Fact::PeerUriSan]);
     }
 
@@ -388,19 +394,28 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             .with(Fact::PeerCertificate, ONE_URI);
         let one = h(&[("x-client-spiffe", ALPHA), ("other", "x")]);
         assert_eq!(
-            caller(&id, Wanted::default(), &one, &facts)
+            caller(&id, Wanted::default(), &Headers::from(&one), &facts)
                 .spiffe
                 .as_deref(),
             Some(ALPHA)
         );
         assert!(facts.reads().is_empty());
         let two = h(&[("x-client-spiffe", ALPHA), ("x-client-spiffe", ALPHA)]);
-        assert_eq!(caller(&id, Wanted::default(), &two, &facts).spiffe, None);
-        assert_eq!(caller(&id, Wanted::default(), &[], &facts).spiffe, None);
+        assert_eq!(
+            caller(&id, Wanted::default(), &Headers::from(&two), &facts).spiffe,
+            None
+        );
+        assert_eq!(
+            caller(&id, Wanted::default(), &Headers::new(), &facts).spiffe,
+            None
+        );
         assert!(facts.reads().is_empty());
         // TrustedHeader without a header (a bundle validation refuses): no identity.
         let bare = settings(serde_json::json!({"spiffe": {"source": "TrustedHeader"}}));
-        assert_eq!(caller(&bare, Wanted::default(), &one, &facts).spiffe, None);
+        assert_eq!(
+            caller(&bare, Wanted::default(), &Headers::from(&one), &facts).spiffe,
+            None
+        );
     }
 
     fn obj(fields: Vec<(&str, Kind)>) -> pb::Struct {
@@ -440,7 +455,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             claims: &team,
             ..Wanted::default()
         };
-        let c = caller(&id, wanted, &[], &facts);
+        let c = caller(&id, wanted, &Headers::new(), &facts);
         assert_eq!(c.spiffe, None);
         assert_eq!(c.jwts.len(), 1);
         assert_eq!(c.jwts[0].subject.as_deref(), Some("agent-7"));
@@ -450,7 +465,9 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         );
         assert_eq!(facts.reads(), [Fact::PeerUriSan, Fact::Metadata]);
         let empty = FakeFacts::default();
-        assert!(caller(&id, Wanted::default(), &[], &empty).jwts.is_empty());
+        assert!(caller(&id, Wanted::default(), &Headers::new(), &empty)
+            .jwts
+            .is_empty());
     }
 
     #[test]

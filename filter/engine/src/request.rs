@@ -2,6 +2,7 @@
 //! listener and backend resolved once ([`Target`]).
 
 use mcp_access_bundle::mcp_methods;
+pub use mcp_access_cel::Headers;
 
 /// A caller as identified by Envoy: mTLS SPIFFE ID and verified JWT claims.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,8 +135,8 @@ pub struct Request {
     pub host: String,
     /// Destination (listener) port.
     pub port: u16,
-    /// Request headers, names lowercase, in arrival order.
-    pub headers: Vec<(String, String)>,
+    /// Request headers, names lowercase, in arrival order (pseudo-headers are not kept).
+    pub headers: Headers,
     /// Who is calling.
     pub caller: Caller,
     /// What MCP operation it is.
@@ -194,10 +195,7 @@ pub struct Peers {
 impl Request {
     /// The first value of a header (name given in lowercase).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name)
     }
 
     /// Every copy of a header (name given in lowercase), in arrival order; a line holding
@@ -205,8 +203,8 @@ impl Request {
     pub(crate) fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
         self.headers
             .iter()
-            .filter(move |(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+            .filter(move |(n, _)| *n == name)
+            .map(|(_, v)| v)
     }
 
     /// This request made a call of one item alone (docs/semantics.md §4, §5): `method`

@@ -22,7 +22,7 @@ use libfuzzer_sys::fuzz_target;
 use mcp_access_bundle::http;
 use mcp_access_engine::flow::{Dispatched, HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
-use mcp_access_engine::request::Caller;
+use mcp_access_engine::request::{Caller, Headers};
 
 const BODY: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#;
 
@@ -135,7 +135,14 @@ fuzz_target!(|data: &[u8]| {
                 None => (r.to_string(), String::new()),
             })
             .collect();
-        flow.on_callout_response(e, 1, Some(status), sent.clone(), |_| Some(Vec::new()), 0)
+        flow.on_callout_response(
+            e,
+            1,
+            Some(status),
+            &Headers::from(&sent),
+            |_| Some(Vec::new()),
+            0,
+        )
     };
     let (next, reports) = (progress.next, progress.reports);
     assert_eq!(reports.len(), 1, "{reports:?}");

@@ -41,7 +41,7 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
         engine,
         HeadersInput {
             peers: None,
-            headers,
+            headers: headers.into(),
             end_of_stream: body.is_empty(),
             time: None,
             port,
@@ -61,7 +61,7 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
     // Every authorizer allows, with one header.
     let action = drive(&mut flow, engine, action, |_| Reply::Http {
         status: Some(200),
-        headers: vec![("x-user".to_string(), "u".to_string())],
+        headers: [("x-user", "u")].into(),
         body: Vec::new(),
     });
     assert!(

@@ -89,7 +89,7 @@ fn request(v: &Value) -> Request {
         path,
         authority: "a.example:8443".into(),
         port: 8443,
-        headers,
+        headers: headers.into(),
         caller: Caller {
             credential: false,
             spiffe: v.get("spiffe").and_then(Value::as_str).map(str::to_string),

@@ -37,7 +37,7 @@ use mcp_access_engine::answer::Why;
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
 use mcp_access_engine::policy::{Engine, Reason};
-use mcp_access_engine::request::{Caller, ClaimValue, JwtPrincipal};
+use mcp_access_engine::request::{Caller, ClaimValue, Headers, JwtPrincipal};
 use serde_json::Value;
 
 /// The bundles the flow runs under: the demo's (compiled from envoy-demo/manifests by
@@ -414,11 +414,11 @@ fn reply(input: &Input, i: usize, grpc: bool) -> Reply {
     }
     Reply::Http {
         status,
-        headers: vec![
+        headers: Headers::from(vec![
             ("x-user".to_string(), "u1".to_string()),
             ("www-authenticate".to_string(), "Bearer".to_string()),
             ("content-type".to_string(), "application/json".to_string()),
-        ],
+        ]),
         body,
     }
 }
@@ -447,7 +447,7 @@ fuzz_target!(|data: &[u8]| {
         engine,
         HeadersInput {
             peers: Some(Default::default()),
-            headers,
+            headers: headers.into(),
             end_of_stream: input.eos,
             time: None,
             port: input.port,
@@ -469,8 +469,9 @@ fuzz_target!(|data: &[u8]| {
             d.handle(a);
         }
         let a = if input.trailers {
-            d.flow
-                .on_trailers(engine, &[], |n| Some(body[..n.min(body.len())].to_vec()))
+            d.flow.on_trailers(engine, &Headers::new(), |n| {
+                Some(body[..n.min(body.len())].to_vec())
+            })
         } else {
             d.flow.on_body(engine, body.len(), true, |n| {
                 Some(body[..n.min(body.len())].to_vec())
@@ -482,7 +483,7 @@ fuzz_target!(|data: &[u8]| {
         let never = |_: usize| -> Option<Vec<u8>> { panic!("a stray answer's body is read") };
         let p = d
             .flow
-            .on_callout_response(engine, 9999, Some(200), vec![], never, 0);
+            .on_callout_response(engine, 9999, Some(200), &Headers::new(), never, 0);
         assert!(p.reports.is_empty(), "a stray answer is reported");
         d.handle(p.next);
     }

@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::listing::BodyAction;
 use mcp_access_engine::policy::Engine;
-use mcp_access_engine::request::Caller;
+use mcp_access_engine::request::{Caller, Headers};
 use serde_json::{json, Value};
 
 /// Allow: the base protocol, `echo` and `add`, names starting with `ok_`, names starting with
@@ -98,10 +98,10 @@ fuzz_target!(|data: &[u8]| {
         Next::Allow { .. } => panic!("an allowed tools/list has no listing filter"),
         _ => return,
     };
-    f.on_headers(&[
-        (":status".into(), "200".into()),
-        ("content-type".into(), "application/json".into()),
-    ]);
+    f.on_headers(&Headers::from([
+        (":status", "200"),
+        ("content-type", "application/json"),
+    ]));
     let tools: Vec<Value> = names.iter().map(|n| json!({"name": n})).collect();
     let answer = json!({"jsonrpc": "2.0", "id": "L", "result": {"tools": tools}})
         .to_string()

@@ -25,7 +25,7 @@ use libfuzzer_sys::fuzz_target;
 use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
-use mcp_access_engine::request::Caller;
+use mcp_access_engine::request::{Caller, Headers};
 use serde_json::{json, Value};
 
 const BUNDLE: &str = r#"{"apiVersion": "mcp-access.io/v1",
@@ -267,7 +267,7 @@ fuzz_target!(|data: &[u8]| {
         headers.push(("content-encoding".into(), "gzip".into()));
     }
     let sse = media == "text/event-stream";
-    if f.on_headers(&headers) == HeadersAction::Keep {
+    if f.on_headers(&Headers::from(&headers)) == HeadersAction::Keep {
         // Only the answer to another request than a listing, not an SSE stream, is not read.
         assert!(request != LIST && !sse, "{request} {media} not read");
         return;
@@ -283,10 +283,11 @@ fuzz_target!(|data: &[u8]| {
         // The same request under other ids, the answer's `"id":1` texts now that id: what
         // the first kept is reused with the id replaced, as a fresh filtering writes it.
         for other in ["10", r#""a\"b""#, "1"] {
-            let Some((mut g, flow)) = filters_with_id(engine, other).into_iter().nth(request) else {
+            let Some((mut g, flow)) = filters_with_id(engine, other).into_iter().nth(request)
+            else {
                 continue;
             };
-            g.on_headers(&headers);
+            g.on_headers(&Headers::from(&headers));
             let body = replaced(body, br#""id":1"#, format!(r#""id":{other}"#).as_bytes());
             let fresh = feed(engine, &mut g.clone().without_reuse(), &flow, &body, chunk);
             let reused = feed(engine, &mut g.clone(), &flow, &body, chunk);

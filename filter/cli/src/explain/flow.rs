@@ -62,13 +62,16 @@ pub(super) fn run_flow(
     route: Option<String>,
     cluster: Option<String>,
 ) -> Result<Ran, String> {
-    let mut all_headers = vec![
-        (":method".to_string(), req.method.clone()),
-        (":path".to_string(), req.path.clone()),
-        (":authority".to_string(), req.authority.clone()),
-        (":scheme".to_string(), "http".to_string()),
+    let pseudo = [
+        (":method", req.method.as_str()),
+        (":path", &req.path),
+        (":authority", &req.authority),
+        (":scheme", "http"),
     ];
-    all_headers.extend(req.headers.iter().cloned());
+    let all_headers = pseudo
+        .into_iter()
+        .chain(req.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+        .collect();
     let facts = SpecFacts {
         port: req.port,
         route,
@@ -113,7 +116,7 @@ pub(super) fn run_flow(
         // Answered as an HTTP authorizer answers, whatever its protocol.
         Reply::Http {
             status: assumed.status(),
-            headers: Vec::new(),
+            headers: Default::default(),
             body: Vec::new(),
         }
     });

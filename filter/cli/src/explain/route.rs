@@ -233,7 +233,7 @@ pub(super) fn resolve_routing(
         authority: req.authority.clone(),
         host: canonical_host(&req.authority),
         port: req.port,
-        headers: req.headers.clone(),
+        headers: req.headers.iter().map(|(n, v)| (n, v)).collect(),
         ..Request::default()
     };
     Ok(match match_route(t, &req.gateway, &req.listener, &probe) {

@@ -122,7 +122,7 @@ pub(super) fn header_rejection(
     let (mut encoded, mut typed, mut not_json) = (false, false, false);
     let mut length: Result<u64, ()> = Ok(0);
     for (name, value) in &req.headers {
-        match name.as_str() {
+        match name {
             "content-encoding" => encoded |= !value.trim().eq_ignore_ascii_case("identity"),
             "content-type" => {
                 typed = true;
@@ -213,7 +213,7 @@ impl McpHeaders {
     fn first(self, req: &Request, h: McpHeader) -> Option<&str> {
         let at = *self.first.get(Self::slot(h))?;
         let i = usize::try_from(at.checked_sub(1)?).ok()?;
-        req.headers.get(i).map(|(_, v)| v.as_str())
+        req.headers.get_index(i).map(|(_, v)| v)
     }
 
     fn repeated(self, h: McpHeader) -> bool {
@@ -238,7 +238,7 @@ fn mcp_header_values(req: &Request, h: McpHeader) -> impl Iterator<Item = &str> 
     req.headers
         .iter()
         .filter(move |(n, _)| is_mcp_header(n, h))
-        .map(|(_, v)| v.as_str())
+        .map(|(_, v)| v)
 }
 
 /// Whether a `Content-Type` value is `application/json` with no charset or UTF-8's.

@@ -3,6 +3,7 @@
 
 use super::{Dispatched, Next, RequestFlow};
 use crate::policy::{AuthzCall, Engine};
+use crate::request::Headers;
 
 /// An authorizer's answer, as the host would receive it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,7 +11,7 @@ pub enum Reply {
     /// An HTTP answer: its status (None: none came: timeout, reset), headers and body.
     Http {
         status: Option<u16>,
-        headers: Vec<(String, String)>,
+        headers: Headers,
         body: Vec<u8>,
     },
     /// A gRPC answer: its status (None: none came) and the CheckResponse.
@@ -27,7 +28,7 @@ impl Reply {
     pub fn status(status: u16) -> Reply {
         Reply::Http {
             status: Some(status),
-            headers: Vec::new(),
+            headers: Headers::new(),
             body: Vec::new(),
         }
     }
@@ -71,7 +72,7 @@ pub fn drive(
                     status,
                     headers,
                     body,
-                } => flow.on_callout_response(engine, token, status, headers, read(&body), 0),
+                } => flow.on_callout_response(engine, token, status, &headers, read(&body), 0),
                 Reply::Grpc { status, message } => {
                     flow.on_grpc_response(engine, token, status, message.len(), read(&message), 0)
                 }

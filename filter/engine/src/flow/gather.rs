@@ -6,13 +6,13 @@ use mcp_access_bundle::AuthorizerProtocol;
 use crate::facts::{Fact, HostFacts};
 use crate::identity;
 use crate::policy::Engine;
-use crate::request::{Caller, Peers};
+use crate::request::{Caller, Headers, Peers};
 
 /// Headers-stage facts the host collected.
 #[derive(Debug, Clone, Default)]
 pub struct HeadersInput {
     /// All request headers, names lowercase, pseudo-headers included.
-    pub headers: Vec<(String, String)>,
+    pub headers: Headers,
     pub end_of_stream: bool,
     /// `request.time` in nanoseconds since the Unix epoch, when a CEL condition reads it.
     pub time: Option<i64>,
@@ -38,7 +38,7 @@ impl HeadersInput {
     /// name first; the upstream cluster is only read when the route name does not decide.
     pub fn gather(
         engine: &Engine,
-        headers: Vec<(String, String)>,
+        headers: Headers,
         end_of_stream: bool,
         facts: &dyn HostFacts,
     ) -> HeadersInput {
@@ -84,12 +84,7 @@ impl HeadersInput {
 
 /// What gRPC authorizers are told about the connection, as Envoy's ext_authz tells it (the
 /// scheme from the `:scheme` pseudo-header): a principal is the certificate's first URI SAN, else its first DNS SAN, else its subject.
-fn peers(
-    engine: &Engine,
-    headers: &[(String, String)],
-    facts: &dyn HostFacts,
-    time_ns: Option<i64>,
-) -> Peers {
+fn peers(engine: &Engine, headers: &Headers, facts: &dyn HostFacts, time_ns: Option<i64>) -> Peers {
     // Certificates exist only on a TLS connection: one read spares six on plaintext.
     let tls = text(facts, Fact::TlsVersion).is_some();
     let principal = |uri, dns, subject| {
@@ -115,10 +110,7 @@ fn peers(
         destination_principal: principal(Fact::LocalUriSan, Fact::LocalDnsSan, Fact::LocalSubject),
         time_ns,
         protocol: text(facts, Fact::RequestProtocol),
-        scheme: headers
-            .iter()
-            .find(|(n, _)| n == ":scheme")
-            .map(|(_, v)| v.clone()),
+        scheme: headers.get(":scheme").map(str::to_owned),
     }
 }
 
@@ -166,7 +158,7 @@ mod tests {
             .with(Fact::RouteName, "tools-route")
             .with(Fact::ClusterName, "other-cluster")
             .with(Fact::DestinationPort, 8443i64.to_le_bytes());
-        let input = HeadersInput::gather(&e, Vec::new(), true, &known);
+        let input = HeadersInput::gather(&e, Headers::new(), true, &known);
         assert_eq!(input.route_name.as_deref(), Some("tools-route"));
         assert_eq!(input.cluster_name, None);
         assert_eq!(input.port, 8443);
@@ -175,7 +167,7 @@ mod tests {
         let unknown = FakeFacts::default()
             .with(Fact::RouteName, "some-route")
             .with(Fact::ClusterName, "other-cluster");
-        let input = HeadersInput::gather(&e, Vec::new(), false, &unknown);
+        let input = HeadersInput::gather(&e, Headers::new(), false, &unknown);
         assert_eq!(input.cluster_name.as_deref(), Some("other-cluster"));
         assert_eq!(
             e.backend_for(input.route_name.as_deref(), input.cluster_name.as_deref()),
@@ -185,14 +177,17 @@ mod tests {
         // No port, or one that is no u16: port 0, which no listener has.
         assert_eq!(input.port, 0);
         let odd = FakeFacts::default().with(Fact::DestinationPort, 70_000i64.to_le_bytes());
-        assert_eq!(HeadersInput::gather(&e, Vec::new(), true, &odd).port, 0);
+        assert_eq!(HeadersInput::gather(&e, Headers::new(), true, &odd).port, 0);
         let short = FakeFacts::default().with(Fact::DestinationPort, [1u8, 2]);
-        assert_eq!(HeadersInput::gather(&e, Vec::new(), true, &short).port, 0);
+        assert_eq!(
+            HeadersInput::gather(&e, Headers::new(), true, &short).port,
+            0
+        );
         // An empty or non-UTF-8 name is no name.
         let bad = FakeFacts::default()
             .with(Fact::RouteName, b"\xff".to_vec())
             .with(Fact::ClusterName, "");
-        let input = HeadersInput::gather(&e, Vec::new(), true, &bad);
+        let input = HeadersInput::gather(&e, Headers::new(), true, &bad);
         assert_eq!((input.route_name, input.cluster_name), (None, None));
     }
 
@@ -209,7 +204,7 @@ mod tests {
         let plain = engine(serde_json::json!({}));
         let f = facts();
         assert_eq!(
-            HeadersInput::gather(&plain, Vec::new(), true, &f).time,
+            HeadersInput::gather(&plain, Headers::new(), true, &f).time,
             None
         );
         assert!(!f.reads().contains(&Fact::RequestTime));
@@ -222,7 +217,7 @@ mod tests {
         assert!(!timed.cel_needs().params);
         let f = facts();
         assert_eq!(
-            HeadersInput::gather(&timed, Vec::new(), true, &f).time,
+            HeadersInput::gather(&timed, Headers::new(), true, &f).time,
             Some(1_767_323_045_000_000_000)
         );
     }

@@ -21,7 +21,7 @@ use crate::mcp::{self, ParseError, ParseLimits};
 use crate::policy::{
     AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step, View,
 };
-use crate::request::{McpOp, Request, Target};
+use crate::request::{Headers, McpOp, Request, Target};
 
 use checks::{body_limit, header_rejection, McpHeaders};
 pub use drive::{drive, Reply};
@@ -290,26 +290,14 @@ impl RequestFlow {
         if self.stage != Stage::Start {
             return Next::Hold;
         }
-        // Pseudo-headers are moved out of the list (they are not kept in it), not copied.
+        // Pseudo-headers become the request's fields; they are not kept among its headers.
         let mut headers = input.headers;
-        let mut take = |name: &str| {
-            headers
-                .iter_mut()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| std::mem::take(v))
-        };
+        let take = |name: &str| headers.get(name).map(str::to_owned);
         let method = take(":method").unwrap_or_default();
         let path = take(":path").unwrap_or_default();
-        let authority = take(":authority");
-        headers.retain(|(n, _)| !n.starts_with(':'));
-        let authority = authority
-            .or_else(|| {
-                headers
-                    .iter()
-                    .find(|(n, _)| n == "host")
-                    .map(|(_, v)| v.clone())
-            })
-            .unwrap_or_default();
+        let authority = take(":authority").or_else(|| take("host"));
+        headers.retain(|n, _| !n.starts_with(':'));
+        let authority = authority.unwrap_or_default();
         let (canonical, bad_path) = match canonical_path(&path, engine.escaped_slashes) {
             Ok(p) => (p, None),
             Err(e) => (String::new(), Some(e)),
@@ -395,7 +383,7 @@ impl RequestFlow {
     pub fn on_trailers(
         &mut self,
         engine: &Engine,
-        trailers: &[(String, String)],
+        trailers: &Headers,
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
     ) -> Next {
         if self.stage != Stage::Body {
@@ -547,7 +535,7 @@ impl RequestFlow {
         engine: &Engine,
         token: u32,
         status: Option<u16>,
-        headers: Vec<(String, String)>,
+        headers: &Headers,
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
         now_ns: u64,
     ) -> Progress {
@@ -879,10 +867,7 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let input = || HeadersInput {
-            headers: vec![
-                (":method".into(), "GET".into()),
-                (":path".into(), "/mcp".into()),
-            ],
+            headers: Headers::from(vec![(":method", "GET"), (":path", "/mcp")]),
             end_of_stream: true,
             time: None,
             port: 80,
@@ -900,8 +885,7 @@ mod tests {
         // A transport check answers before any evaluation.
         let mut rejected = RequestFlow::traced();
         let mut gzip = input();
-        gzip.headers
-            .push(("content-encoding".into(), "gzip".into()));
+        gzip.headers.push("content-encoding", "gzip");
         assert!(matches!(rejected.on_headers(&engine, gzip), Next::Respond(r) if r.status == 415));
         assert!(!rejected.evaluated() && rejected.trace().is_empty());
     }
@@ -942,11 +926,14 @@ mod tests {
         ]);
         assert_eq!((method.as_str(), path.as_str()), ("POST", "/mcp?x=1"));
         assert_eq!(authority, "gw.example:80");
-        let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = headers.iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["host", "content-type"]);
         // Without :authority, the Host header names the authority (and stays a header).
         let (_, _, authority, headers) = seen(&[(":method", "POST"), ("host", "h.example")]);
         assert_eq!(authority, "h.example");
-        assert_eq!(headers, [("host".to_string(), "h.example".to_string())]);
+        assert_eq!(
+            headers,
+            Headers::from([("host".to_string(), "h.example".to_string())])
+        );
     }
 }

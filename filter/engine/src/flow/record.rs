@@ -120,6 +120,7 @@ impl Field<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::Headers;
     use crate::request::{Caller, JwtPrincipal};
     use serde_json::{json, Map, Value};
 
@@ -170,12 +171,12 @@ mod tests {
             host: "gw.example".into(),
             port: 8443,
             route_name: Some("ns/r/rule-0/match-0".into()),
-            headers: vec![
-                ("x-team".into(), "blue".into()),
-                ("authorization".into(), "Bearer secret".into()),
-                ("a-first".into(), "1".into()),
-                ("x-team".into(), "r\ned".into()),
-            ],
+            headers: Headers::from(vec![
+                ("x-team", "blue"),
+                ("authorization", "Bearer secret"),
+                ("a-first", "1"),
+                ("x-team", "r\ned"),
+            ]),
             caller: Caller {
                 jwts: vec![JwtPrincipal {
                     issuer: "https://idp".into(),

@@ -22,7 +22,7 @@ use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
 use crate::jsonrpc::{self, INTERNAL_ERROR};
 use crate::pins::{DriftPort, PinCheck, PinEvent};
 use crate::policy::Engine;
-use crate::request::{McpOp, Request};
+use crate::request::{Headers, McpOp, Request};
 
 use message::Read;
 use sse::PendingEvent;
@@ -245,7 +245,7 @@ impl ListingFilter {
     }
 
     /// The response headers arrived (names lowercase, `:status` included): see [`mode_for`].
-    pub fn on_headers(&mut self, headers: &[(String, String)]) -> HeadersAction {
+    pub fn on_headers(&mut self, headers: &Headers) -> HeadersAction {
         self.mode = mode_for(self.listing.is_some(), headers);
         match self.mode {
             Mode::Pass | Mode::Unknown => HeadersAction::Keep,
@@ -396,12 +396,12 @@ impl ListingFilter {
 /// The answer to another request is read only when a client could take it for an SSE stream
 /// (refused if encoded, of several media types, or of a type that only starts like one).
 /// Several media types in one value (joined with commas) count as several.
-fn mode_for(listing: bool, headers: &[(String, String)]) -> Mode {
+fn mode_for(listing: bool, headers: &Headers) -> Mode {
     let values = |name: &'static str| {
         headers
             .iter()
-            .filter(move |(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+            .filter(move |(n, _)| *n == name)
+            .map(|(_, v)| v)
     };
     // Each media type of each copy (a copy may hold several, joined with commas).
     let (mut types, mut sse, mut exact_sse, mut json) = (0usize, false, false, false);
@@ -492,11 +492,11 @@ mod tests {
         let mut flow = RequestFlow::new();
         let method = if get { "GET" } else { "POST" };
         let input = HeadersInput {
-            headers: headers(&[
+            headers: Headers::from(headers(&[
                 (":method", method),
                 (":path", "/mcp"),
                 ("content-type", "application/json"),
-            ]),
+            ])),
             end_of_stream: get,
             port: 8443,
             route_name: Some("tools".into()),
@@ -515,7 +515,7 @@ mod tests {
             panic!("no filter: {a:?}")
         };
         assert_eq!(f.listing.is_some(), !get);
-        f.on_headers(&headers(&SSE));
+        f.on_headers(&Headers::from(headers(&SSE)));
         let req = flow
             .request()
             .cloned()
@@ -556,14 +556,20 @@ mod tests {
         assert!(f.listing.is_none(), "a GET stream is not a listing request");
         for (ct, want) in cases {
             let h = headers(&[(":status", "200"), ("content-type", ct)]);
-            assert_eq!(mode_for(false, &h), want, "{ct:?}");
+            assert_eq!(mode_for(false, &Headers::from(&h)), want, "{ct:?}");
             assert_eq!(f.needs_headers(Some(ct)), want != Mode::Pass, "{ct:?}");
         }
         assert!(!f.needs_headers(None));
-        assert_eq!(mode_for(false, &headers(&[(":status", "200")])), Mode::Pass);
+        assert_eq!(
+            mode_for(false, &Headers::from(headers(&[(":status", "200")]))),
+            Mode::Pass
+        );
         // Encoded streams are refused as streams.
         let h = headers(&[SSE[0], SSE[1], ("content-encoding", "gzip")]);
-        assert_eq!(mode_for(false, &h), Mode::Refuse { sse: true });
+        assert_eq!(
+            mode_for(false, &Headers::from(&h)),
+            Mode::Refuse { sse: true }
+        );
         // A listing request's answer always needs its headers.
         let (f, _) = sse_filter(&e, false);
         assert!(f.needs_headers(Some("application/json")) && f.needs_headers(None));

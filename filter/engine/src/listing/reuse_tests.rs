@@ -12,6 +12,7 @@ use crate::canonical_json::digest_of;
 use crate::flow::{HeadersInput, Next, RequestFlow};
 use crate::json::tests::Rng;
 use crate::policy::Engine;
+use crate::request::Headers;
 use crate::request::{Caller, Request};
 
 const TOOLS: usize = 20;
@@ -97,7 +98,7 @@ fn listing_filter_with_id(
     }
     let mut flow = RequestFlow::new();
     let input = HeadersInput {
-        headers,
+        headers: headers.into(),
         port: 8443,
         route_name: Some(["tools", "pinned"][rng.below(2)].into()),
         caller: Caller {
@@ -181,10 +182,10 @@ fn run(
     } else {
         "application/json"
     };
-    f.on_headers(&[
-        (":status".into(), "200".into()),
-        ("content-type".into(), content_type.into()),
-    ]);
+    f.on_headers(&Headers::from([
+        (":status", "200"),
+        ("content-type", content_type),
+    ]));
     let mut out = Vec::new();
     let mut events = Vec::new();
     let mut push = |a: BodyAction, f: &mut ListingFilter| {

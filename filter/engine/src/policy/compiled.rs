@@ -650,10 +650,7 @@ mod tests {
             canonical_path: "/mcp".into(),
             authority: "a.example:8443".into(),
             port: 8443,
-            headers: team
-                .iter()
-                .map(|t| ("x-team".into(), t.to_string()))
-                .collect(),
+            headers: team.iter().map(|t| ("x-team", t)).collect(),
             caller: Caller {
                 credential: false,
                 spiffe: Some("spiffe://example.org/ns/a/sa/b".into()),

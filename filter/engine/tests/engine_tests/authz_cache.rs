@@ -19,6 +19,7 @@ use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::pb;
 use mcp_access_engine::policy::{Engine, HeaderEdit};
 use mcp_access_engine::request::Caller;
+use mcp_access_engine::request::Headers;
 use prost::Message;
 use serde_json::{json, Value};
 
@@ -116,7 +117,7 @@ fn run(
     .collect();
     headers.push(("authorization".into(), format!("Bearer token-{}", c.id)));
     let input = HeadersInput {
-        headers,
+        headers: headers.into(),
         port: 8443,
         route_name: Some("tools-route".into()),
         caller: Caller {
@@ -169,7 +170,7 @@ fn ok_with(headers: &[(&str, &str)]) -> Reply {
 fn denied() -> Reply {
     Reply::Http {
         status: Some(403),
-        headers: vec![("x-why".into(), "nope".into())],
+        headers: Headers::from(vec![("x-why", "nope")]),
         body: b"denied by policy".to_vec(),
     }
 }
@@ -252,7 +253,7 @@ fn denials_are_reused_only_when_the_cache_says_so() {
     // A denial too large to keep (its record over MAX_RECORD_BYTES) is asked for each time.
     let big = Reply::Http {
         status: Some(403),
-        headers: vec![],
+        headers: Headers::new(),
         body: vec![b'x'; 5000],
     };
     for _ in 0..2 {
@@ -273,7 +274,7 @@ fn errors_timeouts_and_malformed_answers_are_never_reused() {
         Reply::status(503),
         Reply::Http {
             status: None,
-            headers: vec![],
+            headers: Headers::new(),
             body: vec![],
         },
         ok_with(&[("x-bad", "a\r\nb")]),

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use common::*;
 use mcp_access_engine::policy::{Decision, Reason};
+use mcp_access_engine::request::Headers;
 use mcp_access_engine::request::McpOp;
 use serde_json::{json, Value};
 
@@ -57,8 +58,7 @@ fn kan_cel_scenarios() {
     let cel = |n: &str, e: &str| json!({"name": n, "authorization": {"cel": e}});
     let macros = "request.path.startsWith('/mc') &&\nrequest.headers['mcp-protocol-version'].contains('2025') &&\nrequest.mcp.tool_name.matches('^get-[a-z]+$')";
     let with_version = |mut r: mcp_access_engine::request::Request| {
-        r.headers
-            .push(("mcp-protocol-version".into(), "2025-06-18".into()));
+        r.headers.push("mcp-protocol-version", "2025-06-18");
         r
     };
     let init = request(
@@ -351,16 +351,13 @@ fn tool_arguments_reach_cel_through_the_flow() {
         );
         let mut flow = RequestFlow::new();
         let input = HeadersInput {
-            headers: vec![
-                (":method".into(), "POST".into()),
-                (":path".into(), "/mcp".into()),
-                (":authority".into(), "gw.example.org".into()),
-                ("content-type".into(), "application/json".into()),
-                (
-                    "accept".into(),
-                    "application/json, text/event-stream".into(),
-                ),
-            ],
+            headers: Headers::from(vec![
+                (":method", "POST"),
+                (":path", "/mcp"),
+                (":authority", "gw.example.org"),
+                ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream"),
+            ]),
             end_of_stream: false,
             time,
             peers: None,

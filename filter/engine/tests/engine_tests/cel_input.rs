@@ -9,6 +9,7 @@
 
 use mcp_access_cel::{check, variable_names, Attributes, CelLimits, Program, Value, CEL_LIMIT_MAX};
 use mcp_access_engine::cel_input::CelInput;
+use mcp_access_engine::request::Headers;
 use mcp_access_engine::request::{Caller, JwtPrincipal, McpOp, Request};
 
 fn req() -> Request {
@@ -18,12 +19,12 @@ fn req() -> Request {
         canonical_path: "/mcp/".into(),
         authority: "A.Example:8443".into(),
         port: 8443,
-        headers: vec![
-            ("mcp-protocol-version".into(), "2025-06-18".into()),
-            ("x-team".into(), "blue".into()),
-            ("x-dup".into(), "1".into()),
-            ("x-dup".into(), "2".into()),
-        ],
+        headers: Headers::from(vec![
+            ("mcp-protocol-version", "2025-06-18"),
+            ("x-team", "blue"),
+            ("x-dup", "1"),
+            ("x-dup", "2"),
+        ]),
         caller: Caller {
             credential: false,
             spiffe: Some("spiffe://example.org/ns/agents/sa/bot".into()),

@@ -15,6 +15,7 @@ use crate::common;
 use common::*;
 use mcp_access_engine::flow::{drive, Next, Outcome, Reply, RequestFlow};
 use mcp_access_engine::policy::{Engine, Reason, View};
+use mcp_access_engine::request::Headers;
 use mcp_access_engine::stats::{self, Counter};
 use serde_json::{json, Value};
 
@@ -247,7 +248,7 @@ fn a_dry_run_authorizer_is_called_and_never_enforced() {
         "dry-risk",
         Reply::Http {
             status: Some(200),
-            headers: vec![("x-dry".into(), "1".into())],
+            headers: Headers::from(vec![("x-dry", "1")]),
             body: Vec::new(),
         },
     )]);

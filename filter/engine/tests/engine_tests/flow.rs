@@ -13,6 +13,7 @@ use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::policy::HeaderEdit;
 use mcp_access_engine::request::Caller;
+use mcp_access_engine::request::Headers;
 use serde_json::{json, Value};
 
 fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
@@ -28,7 +29,7 @@ fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
     h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     HeadersInput {
         peers: None,
-        headers: h,
+        headers: Headers::from(h),
         end_of_stream: method != "POST",
         time: None,
         port: 8443,
@@ -492,7 +493,9 @@ fn trailers_end_the_body_and_the_request_is_decided() {
     let mut flow = RequestFlow::new();
     flow.on_headers(&e, headers("POST", &[]));
     assert_eq!(flow.on_body(&e, body.len(), false, |_| None), Next::Hold);
-    let a = flow.on_trailers(&e, &[], |max| Some(body[..body.len().min(max)].to_vec()));
+    let a = flow.on_trailers(&e, &Headers::new(), |max| {
+        Some(body[..body.len().min(max)].to_vec())
+    });
     assert_eq!(respond(a).0, 403);
     // Oversize bodies ending in trailers are still refused.
     let mut b = bundle(vec![], &[]);
@@ -500,7 +503,7 @@ fn trailers_end_the_body_and_the_request_is_decided() {
     let e = engine(&b);
     let mut flow = RequestFlow::new();
     flow.on_headers(&e, headers("POST", &[]));
-    let a = flow.on_trailers(&e, &[], |max| Some(vec![b' '; max]));
+    let a = flow.on_trailers(&e, &Headers::new(), |max| Some(vec![b' '; max]));
     assert_eq!(respond(a).0, 413);
 }
 
@@ -549,7 +552,7 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     };
     flow.dispatch(&e, calls[0].call.slot, Ok(4), 1_000_000);
     let never = |_: usize| -> Option<Vec<u8>> { panic!("an unknown token's body is not read") };
-    let stray = flow.on_callout_response(&e, 5, Some(403), vec![], never, 0);
+    let stray = flow.on_callout_response(&e, 5, Some(403), &Headers::new(), never, 0);
     assert!(stray.next.is_hold() && stray.reports.is_empty());
     let mut asked = None;
     let read = |n: usize| {
@@ -560,7 +563,7 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
         &e,
         4,
         Some(403),
-        vec![("content-type".into(), "text/plain".into())],
+        &Headers::from(vec![("content-type", "text/plain")]),
         read,
         8_000_000,
     );

@@ -37,7 +37,7 @@ fn send(
     let mut flow = RequestFlow::new();
     let input = HeadersInput {
         peers: None,
-        headers,
+        headers: headers.into(),
         end_of_stream: body.is_none(),
         time: None,
         port: 8443,

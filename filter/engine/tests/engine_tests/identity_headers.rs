@@ -11,6 +11,7 @@
 use crate::common::*;
 use mcp_access_engine::flow::{drive, Next, Reply, RequestFlow};
 use mcp_access_engine::policy::{Engine, HeaderEdit, HeaderOp};
+use mcp_access_engine::request::Headers;
 use mcp_access_engine::request::JwtPrincipal;
 use serde_json::{json, Value};
 
@@ -54,7 +55,7 @@ fn call(e: &Engine, tool: &str, jwts: Vec<JwtPrincipal>, extra: &[(&str, &str)])
     let a = flow.on_body(e, body.len(), true, move |_| Some(body.into_bytes()));
     drive(&mut flow, e, a, |_| Reply::Http {
         status: Some(200),
-        headers: vec![("x-caller-sub".into(), "from-the-authorizer".into())],
+        headers: Headers::from(vec![("x-caller-sub", "from-the-authorizer")]),
         body: vec![],
     })
 }
@@ -181,8 +182,8 @@ fn without_identity_headers_nothing_is_edited() {
     let mut flow = RequestFlow::new();
     let mut input = post_input(ALPHA, &[("x-caller-sub", "admin")]);
     input.end_of_stream = true;
-    input.headers[0].1 = "GET".into();
-    input.headers.retain(|(n, _)| n != "content-type");
+    input.headers.set(":method", "GET");
+    input.headers.retain(|n, _| n != "content-type");
     let (_, identity) = edits(&flow.on_headers(&e, input));
     assert!(identity.is_empty());
 }

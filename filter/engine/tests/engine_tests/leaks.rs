@@ -15,6 +15,7 @@ use common::*;
 use mcp_access_engine::flow::{Next, RequestFlow};
 use mcp_access_engine::listing::{BodyAction, HeadersAction};
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::request::Headers;
 use serde_json::{json, Value};
 
 fn send(e: &Engine, extra: &[(&str, &str)], body: &str) -> (RequestFlow, Next) {
@@ -351,7 +352,9 @@ fn mcp_headers_sent_as_trailers_are_refused() {
             .iter()
             .map(|(n, v)| (n.to_string(), v.to_string()))
             .collect();
-        flow.on_trailers(&e, &trailers, |_| Some(ECHO.as_bytes().to_vec()))
+        flow.on_trailers(&e, &Headers::from(&trailers), |_| {
+            Some(ECHO.as_bytes().to_vec())
+        })
     };
     assert!(allowed(&post(&[])));
     assert!(allowed(&post(&[("x-checksum", "abc")])));
@@ -369,9 +372,9 @@ fn a_post_must_say_it_is_json_in_utf8() {
     let e = any_tool();
     let with_type = |ct: Option<&str>| {
         let mut i = post_input(ALPHA, &[]);
-        i.headers.retain(|(n, _)| n != "content-type");
+        i.headers.retain(|n, _| n != "content-type");
         if let Some(ct) = ct {
-            i.headers.push(("content-type".into(), ct.into()));
+            i.headers.push("content-type", ct);
         }
         let mut flow = RequestFlow::new();
         match flow.on_headers(&e, i) {

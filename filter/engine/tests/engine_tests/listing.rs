@@ -738,8 +738,8 @@ fn an_event_of_empty_type_is_a_message_and_is_filtered() {
 /// A request with no body (GET) from `spiffe`, with these extra headers.
 fn bodiless(e: &Engine, method: &str, spiffe: &str, extra: &[(&str, &str)]) -> (RequestFlow, Next) {
     let mut h = input(spiffe, extra);
-    h.headers.retain(|(n, _)| n != "content-type");
-    h.headers[0].1 = method.into();
+    h.headers.retain(|n, _| n != "content-type");
+    h.headers.set(":method", method);
     h.end_of_stream = true;
     let mut flow = RequestFlow::new();
     let a = flow.on_headers(e, h);
@@ -994,7 +994,7 @@ fn an_unsupported_revision_is_refused_with_the_supported_list() {
             ALPHA,
             &[("mcp-protocol-version", version), ("mcp-session-id", "s")],
         );
-        h.headers[0].1 = method.into();
+        h.headers.set(":method", method);
         h.end_of_stream = true;
         RequestFlow::new().on_headers(&e, h)
     };

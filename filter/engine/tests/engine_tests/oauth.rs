@@ -13,6 +13,7 @@ use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::Caller;
+use mcp_access_engine::request::Headers;
 use serde_json::{json, Value};
 
 const CHALLENGE: &str =
@@ -69,7 +70,7 @@ fn input(
         h.push(("content-type".into(), "application/json".into()));
     }
     h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
-    HeadersInput::gather(e, h, method != "POST", facts)
+    HeadersInput::gather(e, Headers::from(h), method != "POST", facts)
 }
 
 /// A tools/call of `tool` (id 9) through the flow, from what `input` gathered.
@@ -338,10 +339,10 @@ fn callers_are_only_examined_where_a_listener_challenges() {
     }
     let plain = engine(&bundle(vec![], &[]));
     let facts = Counting(std::cell::Cell::new(false));
-    let i = HeadersInput::gather(&plain, vec![], true, &facts);
+    let i = HeadersInput::gather(&plain, Headers::new(), true, &facts);
     assert!(!facts.0.get() && !i.caller.credential);
     let e = engine(&oauth_bundle());
-    let i = HeadersInput::gather(&e, vec![], true, &facts);
+    let i = HeadersInput::gather(&e, Headers::new(), true, &facts);
     assert!(
         facts.0.get() && i.caller.credential,
         "no answer: one is assumed"

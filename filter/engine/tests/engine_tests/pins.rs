@@ -245,8 +245,8 @@ fn sse_answers_and_get_streams_are_held_to_the_pins() {
     let s: Rc<dyn DriftStore> = store.clone();
     let mut flow = RequestFlow::new().with_drift_store(s);
     let mut get = post_input(ALPHA, &[]);
-    get.headers[0].1 = "GET".into();
-    get.headers.retain(|(n, _)| n != "content-type");
+    get.headers.set(":method", "GET");
+    get.headers.retain(|n, _| n != "content-type");
     get.end_of_stream = true;
     let next = flow.on_headers(&e, get);
     let mut g = Filter::of(&flow, &next).unwrap_or_else(|| panic!("no filter on the GET stream"));

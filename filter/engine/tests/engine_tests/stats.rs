@@ -28,7 +28,7 @@ fn input(method: &str, path: &str, port: u16, extra: &[(&str, &str)]) -> Headers
     headers.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     HeadersInput {
         peers: None,
-        headers,
+        headers: headers.into(),
         end_of_stream: method != "POST",
         time: None,
         port,

@@ -15,6 +15,7 @@ use mcp_access_engine::flow::{
 };
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, HeaderEdit, Step};
+use mcp_access_engine::request::Headers;
 use mcp_access_engine::request::{Caller, McpOp, Request};
 use serde_json::{json, Value};
 
@@ -87,7 +88,7 @@ pub fn request(mcp: McpOp, spiffe: Option<&str>) -> Request {
         authority: "gateway.example.org:8443".into(),
         host: "gateway.example.org".into(),
         port: 8443,
-        headers: vec![("content-type".into(), "application/json".into())],
+        headers: Headers::from(vec![("content-type", "application/json")]),
         caller: Caller {
             credential: false,
             spiffe: spiffe.map(str::to_string),
@@ -170,7 +171,7 @@ pub fn post_input(spiffe: &str, extra: &[(&str, &str)]) -> HeadersInput {
     ];
     h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     HeadersInput {
-        headers: h,
+        headers: Headers::from(h),
         end_of_stream: false,
         port: 8443,
         route_name: Some("tools-route".into()),
@@ -226,7 +227,7 @@ impl Filter {
     }
 
     pub fn on_headers(&mut self, headers: &[(String, String)]) -> HeadersAction {
-        self.filter.on_headers(headers)
+        self.filter.on_headers(&Headers::from(headers))
     }
 
     pub fn content_type(&self) -> Option<&'static str> {
@@ -317,7 +318,7 @@ impl Host for RequestFlow {
         now_ns: u64,
     ) -> Progress {
         let read = |n: usize| Some(body[..n.min(body.len())].to_vec());
-        self.on_callout_response(e, token, status, headers, read, now_ns)
+        self.on_callout_response(e, token, status, &Headers::from(headers), read, now_ns)
     }
 
     fn answer_grpc(
