@@ -403,7 +403,11 @@ fn explain_shows_the_insufficient_scope_challenge_and_why() {
         "policies": [{"name": "readers", "level": "Backend", "targets": [{"name": "tools"}], "action": "Allow",
                       "rules": [{"name": "read", "source": {"type": "JWT", "jwt": {
                           "issuer": "https://auth.example.com",
-                          "claims": [{"name": "scope", "values": ["tools:read"]}]}}}]}],
+                          "claims": [{"name": "scope", "values": ["tools:read"]}]}}},
+                                {"name": "write", "source": {"type": "JWT", "jwt": {
+                          "issuer": "https://auth.example.com",
+                          "claims": [{"name": "scope", "values": ["tools:write"]}]}},
+                                 "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": ["delete"]}]}}}]}],
     });
     let spec = |scope: &str| mcp_access_cli::explain::RequestSpec {
         backend: Some("tools".into()),
@@ -424,6 +428,11 @@ fn explain_shows_the_insufficient_scope_challenge_and_why() {
     let why: Vec<&str> = e.trace.iter().map(|t| t.outcome.as_str()).collect();
     assert!(
         why.contains(&"not admitted: token scope does not match"),
+        "{why:?}"
+    );
+    // A rule that refuses the request itself is not about scopes.
+    assert!(
+        why.contains(&"not admitted: param does not match"),
         "{why:?}"
     );
     assert!(

@@ -472,13 +472,19 @@ impl Rule {
             .map(|c| Mismatch::Cel(&c.field))
     }
 
+    /// A source that fails only on its scopes is named after the request conditions (a
+    /// token with more scopes would not help a request they refuse).
     fn static_mismatch(&self, req: &Request, mode: Mode) -> Option<Mismatch<'_>> {
-        if !self.source.matches(&req.caller) {
-            return Some(match self.source.short_of_scope(&req.caller) {
-                true => Mismatch::Scope,
-                false => Mismatch::Source,
-            });
+        if self.source.matches(&req.caller) {
+            self.request_mismatch(req, mode)
+        } else if self.source.short_of_scope(&req.caller) {
+            self.request_mismatch(req, mode).or(Some(Mismatch::Scope))
+        } else {
+            Some(Mismatch::Source)
         }
+    }
+
+    fn request_mismatch(&self, req: &Request, mode: Mode) -> Option<Mismatch<'_>> {
         let a = self.authz.as_ref()?;
         if !(a.methods.is_empty() || a.methods.iter().any(|m| m == &req.method)) {
             return Some(Mismatch::HttpMethod);
