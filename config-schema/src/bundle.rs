@@ -610,7 +610,9 @@ pub struct JwtSource {
 }
 
 /// A claim condition: the claim (or, for a list claim, one of its elements) equals one of
-/// `values`; a missing claim does not match.
+/// `values`; a missing claim does not match. The top-level `scope` and `scp` claims, when
+/// strings, are OAuth scope sets (RFC 9068 §2.2.3): one of their space-separated elements
+/// must equal one of `values`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -619,6 +621,31 @@ pub struct ClaimMatch {
     pub name: String,
     /// Accepted values (strings; numbers and booleans compare by their JSON text).
     pub values: Vec<String>,
+}
+
+impl ClaimMatch {
+    /// Whether claim `name` is a scope claim: `scope` or `scp`, top-level (a dotted name
+    /// such as `x.scope` is not).
+    pub fn is_scope(name: &str) -> bool {
+        matches!(name, "scope" | "scp")
+    }
+
+    /// Why a value of claim `name` is refused: a scope claim matches one scope per value,
+    /// so a value with a space, or an empty one, could never match (and would silently
+    /// disable a Deny rule).
+    pub const SCOPE_VALUE_PROBLEM: &'static str =
+        "a scope claim (scope, scp) is matched per scope: each value must be one scope, non-empty and without spaces";
+
+    /// Whether `value` may be a value of claim `name` ([`ClaimMatch::SCOPE_VALUE_PROBLEM`]).
+    pub fn value_fits(name: &str, value: &str) -> bool {
+        !Self::is_scope(name) || (!value.is_empty() && !value.contains(' '))
+    }
+
+    /// The elements of a scope claim's string value: split on ASCII spaces, empty pieces
+    /// ignored.
+    pub fn scope_elements(value: &str) -> impl Iterator<Item = &str> {
+        value.split(' ').filter(|e| !e.is_empty())
+    }
 }
 
 /// What the request must be. Every condition that is set must hold; lists are OR.

@@ -40,6 +40,7 @@ from harness import (
     text_of,
 )
 from test_cli_e2e import cli, run_cli  # noqa: F401  (the `cli` fixture)
+from test_clients import run_sdk
 
 PLAIN_GATEWAY = """\
 apiVersion: gateway.networking.k8s.io/v1
@@ -325,11 +326,12 @@ spec:
 """
 
 
-def deploy_access_policies(cli: Path, envoy: Any, wasm: Path, base: Path, jwt_keys: JwtKeys, server: Any) -> Deployment:
+def deploy_access_policies(cli: Path, envoy: Any, wasm: Path, base: Path, jwt_keys: JwtKeys, server: Any,
+                           policies: str = JWT_POLICIES) -> Deployment:
     base.mkdir(parents=True, exist_ok=True)
     jwks = base / "jwks.json"
     jwks.write_text(jwt_keys.jwks_json)
-    manifests = PLAIN_GATEWAY + "---\n" + JWT_POLICIES.replace("ISSUER", jwt_keys.issuer)
+    manifests = PLAIN_GATEWAY + "---\n" + policies.replace("ISSUER", jwt_keys.issuer)
     return deploy(cli, envoy, wasm, base, manifests, server, "--jwt-provider", f"idp=issuer={jwt_keys.issuer},jwks={jwks}")
 
 
@@ -380,6 +382,57 @@ def test_a_rule_when_over_verified_claims(cli: Path, wasm_path: Path, work_dir: 
         with pytest.raises(Denied):
             with McpAgent(d.url, token=jwt_keys.mint({"roles": ["viewer"]}, sub="v1")):
                 pass
+
+
+SCOPED_POLICY = """\
+apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: scoped, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: Allow
+  rules:
+  - name: sessions
+    source: {type: JWT, jwt: {issuer: ISSUER}}
+    authorization:
+      type: Inline
+      mcp: {mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS, methods: [{name: tools/list}]}
+  - name: readers
+    source: {type: JWT, jwt: {issuer: ISSUER, claims: [{name: scope, values: ["tools:read"]}]}}
+    authorization: {type: Inline, mcp: {methods: [{name: tools/call, params: [echo]}]}}
+"""
+
+
+def test_a_token_short_of_a_scope_gets_insufficient_scope(cli: Path, wasm_path: Path, work_dir: Path,
+                                                          jwt_keys: JwtKeys, envoy: Any) -> None:
+    """`scope` is a set of space-separated scopes; a token the `readers` rule would admit with
+    `tools:read` gets 403 with an `insufficient_scope` challenge naming it (docs/semantics.md §5.6)."""
+    base = work_dir / "policy-language" / "scope"
+    with start_mcp_server(base / "logs", name="scope") as server:
+        d = deploy_access_policies(cli, envoy, wasm_path, base, jwt_keys, server, SCOPED_POLICY)
+        with McpAgent(d.url, token=jwt_keys.mint({"scope": "tools:list  tools:read"}, sub="r1")) as agent:
+            assert text_of(agent.call_tool("echo", {"text": "hi"})) == "hi"
+        with McpAgent(d.url, token=jwt_keys.mint({"scope": "tools:list"}, sub="l1")) as agent:
+            with pytest.raises(Denied) as e:
+                agent.call_tool("echo", {"text": "no"})
+            assert e.value.status == 403
+            assert e.value.headers.get("www-authenticate") == 'Bearer error="insufficient_scope", scope="tools:read"'
+            assert e.value.code == -32010
+            # A tool no rule admits whatever the scopes: the usual 403, no challenge.
+            with pytest.raises(Denied) as e:
+                agent.call_tool("add", {"a": 1, "b": 2})
+            assert e.value.status == 403 and "www-authenticate" not in e.value.headers
+        # "tools:readonly" is no "tools:read".
+        with McpAgent(d.url, token=jwt_keys.mint({"scope": "tools:readonly"}, sub="l2")) as agent:
+            with pytest.raises(Denied) as e:
+                agent.call_tool("echo", {"text": "no"})
+            assert e.value.status == 403
+        assert server.tool_calls() == ["echo"]
+        # The official Python SDK, given the bearer token (no OAuth provider: step-up needs an
+        # authorization server), reports the JSON-RPC error of the 403 as the call's error.
+        sdk = run_sdk("python", d.url, 'call:echo:{"text": "no"}', token=jwt_keys.mint({"scope": "tools:list"}))
+        assert sdk["connect"]["ok"], sdk
+        assert sdk['call:echo:{"text": "no"}']["error"]["code"] == -32010, sdk
 
 
 # ---------------------------------------------------------------------------

@@ -492,9 +492,14 @@ pub(crate) struct JwtSourceSpec {
 
 /// One claim condition of a JWT source: the claim (for an array: one of its elements)
 /// equals one of `values` (numbers and booleans by their JSON text); a missing claim does
-/// not match.
+/// not match. The top-level `scope` and `scp` claims, when strings, are OAuth scope sets:
+/// one of their space-separated scopes must equal one of `values`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!(self.name in ['scope', 'scp']) || self.values.all(v, v != '' && !v.contains(' '))",
+     "message": "a scope claim (scope, scp) is matched per scope: each value must be one scope, non-empty and without spaces"}
+]))]
 pub(crate) struct ClaimSpec {
     /// Claim name; `a.b` is claim `b` inside claim `a`.
     #[schemars(required, length(min = 1, max = 256))]

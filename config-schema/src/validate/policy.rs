@@ -328,6 +328,13 @@ impl Validator {
                     || format!("{at}.jwt.claims[{i}].values"),
                     "must list at least one value",
                 );
+                for (k, v) in c.values.iter().enumerate() {
+                    self.check(
+                        ClaimMatch::value_fits(&c.name, v),
+                        || format!("{at}.jwt.claims[{i}].values[{k}]"),
+                        ClaimMatch::SCOPE_VALUE_PROBLEM,
+                    );
+                }
             }
         }
     }

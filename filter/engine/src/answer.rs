@@ -12,7 +12,7 @@ use crate::jsonrpc::{
     UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::mcp::ParseError;
-use crate::policy::{Denial, Reason};
+use crate::policy::{Challenge, Denial, Reason};
 
 /// A response the filter sends itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,9 +313,9 @@ fn describes_relayed_body(name: &str) -> bool {
 }
 
 /// A denial (docs/semantics.md §5.1, §5.2): always a JSON-RPC error echoing `id`, with the
-/// bundle's code and message. A policy's denial has the bundle's HTTP status, or 401 with
-/// `challenge` as its `WWW-Authenticate` when there is one (a caller without a credential on a
-/// listener with OAuth discovery, §5.6); an authorizer's keeps the authorizer's status and the
+/// bundle's code and message. A policy's denial has the bundle's HTTP status, or `challenge`'s
+/// status and `WWW-Authenticate` when there is one (a caller without a credential on a
+/// listener with OAuth discovery, a token short of a scope, §5.6); an authorizer's keeps the authorizer's status and the
 /// headers it may set. With `exposeDetails`, `error.data` names level, reason, policy and rule,
 /// and for an authorizer its status and body (already capped at its `maxResponseBodyBytes`):
 /// as JSON when it is JSON, else as text.
@@ -323,7 +323,7 @@ pub(crate) fn denial(
     settings: &DenyResponse,
     d: &Denial,
     id: Option<&str>,
-    challenge: Option<&str>,
+    challenge: Option<&Challenge>,
 ) -> LocalResponse {
     let data = settings.expose_details.then(|| {
         let mut data = json!({
@@ -347,10 +347,10 @@ pub(crate) fn denial(
     match (&d.relay, challenge) {
         (None, None) => json_response(settings.http_status, body),
         (None, Some(c)) => {
-            let mut response = json_response(401, body);
+            let mut response = json_response(c.status, body);
             response
                 .headers
-                .push(("www-authenticate".into(), c.to_string()));
+                .push(("www-authenticate".into(), c.value.clone()));
             response
         }
         (Some(r), _) => {

@@ -1,7 +1,7 @@
 //! What the decision looks at: one request, as the host adapter collected it, with its
 //! listener and backend resolved once ([`Target`]).
 
-use mcp_access_bundle::mcp_methods;
+use mcp_access_bundle::{mcp_methods, ClaimMatch};
 pub use mcp_access_cel::Headers;
 
 /// A caller as identified by Envoy: mTLS SPIFFE ID and verified JWT claims.
@@ -52,9 +52,13 @@ pub enum ClaimValue {
 }
 
 impl ClaimValue {
-    /// Whether the claim is, or (for a list) contains, `v`.
-    pub(crate) fn matches(&self, v: &str) -> bool {
+    /// Whether claim `name` is, or (for a list) contains, `v`; a string scope claim
+    /// ([`ClaimMatch::is_scope`]) contains its space-separated elements.
+    pub(crate) fn matches(&self, name: &str, v: &str) -> bool {
         match self {
+            ClaimValue::Str(s) if ClaimMatch::is_scope(name) => {
+                ClaimMatch::scope_elements(s).any(|e| e == v)
+            }
             ClaimValue::Str(s) | ClaimValue::Other(s) => s == v,
             ClaimValue::List(items) => items.iter().any(|i| i == v),
         }

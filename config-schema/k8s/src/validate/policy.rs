@@ -7,8 +7,8 @@ use super::{
 };
 use crate::check::{self, Checker, DNS_SUBDOMAIN};
 use crate::types::*;
-use mcp_access_bundle::mcp_methods;
 use mcp_access_bundle::names::{HOSTNAME_PATTERN, SPIFFE_ID_PATTERN};
+use mcp_access_bundle::{mcp_methods, ClaimMatch};
 
 fn target_refs(refs: &Option<Vec<TargetRef>>, v0: bool, c: &mut Checker) {
     let at = "spec.targetRefs";
@@ -168,6 +168,14 @@ fn jwt_source(at: &str, j: &JwtSourceSpec, c: &mut Checker) {
         );
         for (k, v) in values.iter().enumerate() {
             c.len_between(&format!("{cat}.values[{k}]"), v, 0, 1024);
+        }
+        if let Some(name) = &cl.name {
+            c.rule(
+                &cat,
+                values.iter().all(|v| ClaimMatch::value_fits(name, v)),
+                "object",
+                ClaimMatch::SCOPE_VALUE_PROBLEM,
+            );
         }
     }
 }

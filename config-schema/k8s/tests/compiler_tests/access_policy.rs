@@ -177,6 +177,11 @@ const INVALID: &[(&str, &str, &str)] = &[
         "All targetRefs must have the same Kind",
     ),
     (
+        "scope-value-with-space.yaml",
+        "spec.rules[0].source.jwt.claims[0]",
+        "a scope claim (scope, scp) is matched per scope",
+    ),
+    (
         "unknown-action.yaml",
         "spec.action",
         "Unsupported value: \"Audit\": supported values: \"Allow\", \"Deny\", \"ExternalAuth\"",

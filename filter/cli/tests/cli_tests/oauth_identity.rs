@@ -391,3 +391,56 @@ fn explain_shows_the_challenge_and_the_identity_headers() {
     let e = explained(&b, spec(None, &[("authorization", "Bearer x")]));
     assert_eq!(e.response.unwrap().status, 403);
 }
+
+#[test]
+fn explain_shows_the_insufficient_scope_challenge_and_why() {
+    let b = json!({
+        "apiVersion": "mcp-access.io/v1",
+        "identity": {"trustDomain": "example.org",
+                     "jwt": {"providers": [{"issuer": "https://auth.example.com", "metadataKey": "idp"}]}},
+        "gateways": [{"name": "gw", "listeners": [{"name": "https", "port": 8443}]}],
+        "backends": [{"name": "tools", "routeNames": ["tools-route"]}],
+        "policies": [{"name": "readers", "level": "Backend", "targets": [{"name": "tools"}], "action": "Allow",
+                      "rules": [{"name": "read", "source": {"type": "JWT", "jwt": {
+                          "issuer": "https://auth.example.com",
+                          "claims": [{"name": "scope", "values": ["tools:read"]}]}}},
+                                {"name": "write", "source": {"type": "JWT", "jwt": {
+                          "issuer": "https://auth.example.com",
+                          "claims": [{"name": "scope", "values": ["tools:write"]}]}},
+                                 "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": ["delete"]}]}}}]}],
+    });
+    let spec = |scope: &str| mcp_access_cli::explain::RequestSpec {
+        backend: Some("tools".into()),
+        mcp_method: Some("tools/call".into()),
+        param: Some("echo".into()),
+        jwt_claims: Some(json!({"iss": "https://auth.example.com", "sub": "u1", "scope": scope})),
+        ..Default::default()
+    };
+    let e = explained(&b, spec("tools:list"));
+    let r = e.response.unwrap();
+    assert_eq!(r.status, 403);
+    assert!(
+        r.headers.iter().any(|h| h.name == "www-authenticate"
+            && h.value == "Bearer error=\"insufficient_scope\", scope=\"tools:read\""),
+        "{:?}",
+        r.headers
+    );
+    let why: Vec<&str> = e.trace.iter().map(|t| t.outcome.as_str()).collect();
+    assert!(
+        why.contains(&"not admitted: token scope does not match"),
+        "{why:?}"
+    );
+    // A rule that refuses the request itself is not about scopes.
+    assert!(
+        why.contains(&"not admitted: param does not match"),
+        "{why:?}"
+    );
+    assert!(
+        why.iter()
+            .any(|w| w.starts_with("would admit with scope \"tools:read\"")),
+        "{why:?}"
+    );
+    // The scope among others: allowed.
+    let e = explained(&b, spec("tools:list tools:read"));
+    assert_eq!(e.decision, "allow");
+}

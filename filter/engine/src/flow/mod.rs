@@ -751,9 +751,9 @@ impl RequestFlow {
                 }
             }
             Decision::Deny(d) => {
-                let challenge = self.req.as_ref().and_then(|r| engine.challenge(r));
+                let challenge = self.req.as_ref().and_then(|r| engine.challenge(r, &d));
                 let id = self.id.as_deref();
-                let response = answer::denial(&engine.deny_response, &d, id, challenge);
+                let response = answer::denial(&engine.deny_response, &d, id, challenge.as_ref());
                 outcome.level = d.level;
                 outcome.reason = Why::Denied(d.reason);
                 outcome.origin = engine.origin_of(d.policy.as_deref());

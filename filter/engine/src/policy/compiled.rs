@@ -8,7 +8,8 @@ use mcp_access_bundle::gateway_api::{
 };
 use mcp_access_bundle::mcp_methods::Category;
 use mcp_access_bundle::{
-    self as bundle, Authorization, BaseProtocol, JwtSource, MatchType, McpMatch, SourceType,
+    self as bundle, Authorization, BaseProtocol, ClaimMatch, JwtSource, MatchType, McpMatch,
+    SourceType,
 };
 
 use super::{CelCx, FastMap, FastSet, LevelIndex, PolicyId};
@@ -391,6 +392,8 @@ fn compile_mcp(m: &McpMatch) -> Mcp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mismatch<'r> {
     Source,
+    /// A JWT source whose other conditions hold, but not its scope claims.
+    Scope,
     HttpMethod,
     Port,
     Host,
@@ -409,6 +412,7 @@ impl fmt::Display for Mismatch<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Mismatch::Source => f.write_str("source"),
+            Mismatch::Scope => f.write_str("token scope"),
             Mismatch::HttpMethod => f.write_str("HTTP method"),
             Mismatch::Port => f.write_str("port"),
             Mismatch::Host => f.write_str("host"),
@@ -425,8 +429,23 @@ impl Rule {
     /// Source AND authorization AND CEL conditions (last: the costliest), repeated headers
     /// and CEL errors resolved against the caller per `mode`.
     pub(crate) fn admits(&self, req: &Request, mode: Mode, cx: &mut CelCx, policy: &str) -> bool {
-        self.source.matches(&req.caller)
-            && self.authz.as_ref().is_none_or(|a| a.matches(req, mode))
+        self.source.matches(&req.caller) && self.admits_but_source(req, mode, cx, policy)
+    }
+
+    /// Whether the rule would admit `req` if the caller's token held more scopes: it names a
+    /// scope claim, and every other condition holds (docs/semantics.md §5.6).
+    pub(crate) fn short_of_scope(
+        &self,
+        req: &Request,
+        mode: Mode,
+        cx: &mut CelCx,
+        policy: &str,
+    ) -> bool {
+        self.source.short_of_scope(&req.caller) && self.admits_but_source(req, mode, cx, policy)
+    }
+
+    fn admits_but_source(&self, req: &Request, mode: Mode, cx: &mut CelCx, policy: &str) -> bool {
+        self.authz.as_ref().is_none_or(|a| a.matches(req, mode))
             && self
                 .cels
                 .iter()
@@ -453,10 +472,19 @@ impl Rule {
             .map(|c| Mismatch::Cel(&c.field))
     }
 
+    /// A source that fails only on its scopes is named after the request conditions (a
+    /// token with more scopes would not help a request they refuse).
     fn static_mismatch(&self, req: &Request, mode: Mode) -> Option<Mismatch<'_>> {
-        if !self.source.matches(&req.caller) {
-            return Some(Mismatch::Source);
+        if self.source.matches(&req.caller) {
+            self.request_mismatch(req, mode)
+        } else if self.source.short_of_scope(&req.caller) {
+            self.request_mismatch(req, mode).or(Some(Mismatch::Scope))
+        } else {
+            Some(Mismatch::Source)
         }
+    }
+
+    fn request_mismatch(&self, req: &Request, mode: Mode) -> Option<Mismatch<'_>> {
         let a = self.authz.as_ref()?;
         if !(a.methods.is_empty() || a.methods.iter().any(|m| m == &req.method)) {
             return Some(Mismatch::HttpMethod);
@@ -520,6 +548,33 @@ impl Rule {
 
 impl Source {
     pub(crate) fn matches(&self, caller: &Caller) -> bool {
+        self.holds(caller, true)
+    }
+
+    /// Whether this is a JWT source naming a scope claim ([`ClaimMatch::is_scope`]) whose
+    /// other conditions some verified JWT of the caller meets: a token with more scopes
+    /// could match it.
+    pub(crate) fn short_of_scope(&self, caller: &Caller) -> bool {
+        !self.scopes().is_empty() && self.holds(caller, false)
+    }
+
+    /// The values of its scope claim conditions, in order, each once.
+    pub(crate) fn scopes(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        if let Source::Jwt { claims, .. } = self {
+            for (_, values) in claims.iter().filter(|(n, _)| ClaimMatch::is_scope(n)) {
+                for v in values {
+                    if !out.contains(&v.as_str()) {
+                        out.push(v);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// `scopes`: whether the scope claim conditions are judged (or taken to hold).
+    fn holds(&self, caller: &Caller, scopes: bool) -> bool {
         match self {
             Source::Any => true,
             Source::Spiffe(id) => caller.spiffe.as_deref() == Some(id.as_str()),
@@ -532,12 +587,15 @@ impl Source {
                     && subject
                         .as_ref()
                         .is_none_or(|s| j.subject.as_deref() == Some(s.as_str()))
-                    && claims.iter().all(|(name, values)| {
-                        j.claims
-                            .iter()
-                            .find(|(n, _)| n == name)
-                            .is_some_and(|(_, v)| values.iter().any(|x| v.matches(x)))
-                    })
+                    && claims
+                        .iter()
+                        .filter(|(name, _)| scopes || !ClaimMatch::is_scope(name))
+                        .all(|(name, values)| {
+                            j.claims
+                                .iter()
+                                .find(|(n, _)| n == name)
+                                .is_some_and(|(_, v)| values.iter().any(|x| v.matches(name, x)))
+                        })
             }),
         }
     }

@@ -155,6 +155,10 @@ pub struct Denial {
     pub relay: Option<Relay>,
     /// Extra detail for logs (never sent unless the operator exposes details).
     pub(crate) detail: Option<String>,
+    /// For [`Reason::NotAllowed`]: the scope values of the most senior Allow rule of the
+    /// level that the caller's verified JWT would meet with more scopes (the answer is then an
+    /// `insufficient_scope` challenge, docs/semantics.md §5.6).
+    pub scope: Option<Vec<String>>,
 }
 
 impl Denial {
@@ -167,6 +171,7 @@ impl Denial {
             rule: None,
             relay: None,
             detail: None,
+            scope: None,
         }
     }
 }
@@ -304,6 +309,7 @@ impl Run {
                 rule: None,
                 relay: None,
                 detail: Some(detail),
+                scope: None,
             }));
         }
         ev
@@ -545,6 +551,7 @@ impl Run {
                             body,
                         }),
                         detail: None,
+                        scope: None,
                     });
                     return;
                 }
@@ -578,6 +585,7 @@ impl Run {
                         rule: None,
                         relay: None,
                         detail: Some(detail),
+                        scope: None,
                     });
                     return;
                 }
@@ -627,9 +635,48 @@ impl Run {
             }
             RulesVerdict::NotAdmitted => {
                 self.note(level, "allow", None, None, format_args!("no rule admits"));
-                self.deny(Denial::of(level, Reason::NotAllowed));
+                let scope = self.short_of_scope(engine, index, req);
+                self.deny(Denial {
+                    scope,
+                    ..Denial::of(level, Reason::NotAllowed)
+                });
             }
         }
+    }
+
+    /// The scope values of the most senior Allow rule of this level that would admit `req`
+    /// if the caller's token held more scopes. Judged apart: its CEL conditions count
+    /// neither in the errors nor in the trace's CEL records.
+    fn short_of_scope(
+        &mut self,
+        engine: &Engine,
+        index: &LevelIndex,
+        req: &Request,
+    ) -> Option<Vec<String>> {
+        if req.caller.jwts.is_empty() {
+            return None;
+        }
+        let mut cx = engine.cel_cx(self.target.backend, false);
+        let r = index.allow.first_short_of_scope(engine, req, &mut cx)?;
+        let scopes: Vec<String> = engine
+            .rule(r)?
+            .source
+            .scopes()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let (policy, rule) = names(engine, r);
+        self.note(
+            Some(self.level),
+            "allow",
+            policy.as_deref(),
+            rule.as_deref(),
+            format_args!(
+                "would admit with scope {:?}: insufficient_scope",
+                scopes.join(" ")
+            ),
+        );
+        Some(scopes)
     }
 
     fn deny(&mut self, d: Denial) {

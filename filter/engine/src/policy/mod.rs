@@ -25,7 +25,7 @@ pub(crate) use cx::{Applies, CelCx};
 pub use dry_run::{DryRunRecord, Evaluation, View};
 pub(crate) use eval::TraceEntry;
 pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
-pub use oauth::Discovery;
+pub use oauth::{Challenge, Discovery};
 
 use crate::request::{Request, Target};
 
@@ -153,6 +153,29 @@ impl RuleSet {
         req: &Request,
         cx: &mut CelCx,
     ) -> Option<RuleRef> {
+        self.first_where(req, |r| engine.rule_admits(r, req, self.mode, cx))
+    }
+
+    /// The most senior rule that would admit `req` if the caller's token held more scopes
+    /// ([`compiled::Rule::short_of_scope`]).
+    pub(crate) fn first_short_of_scope(
+        &self,
+        engine: &Engine,
+        req: &Request,
+        cx: &mut CelCx,
+    ) -> Option<RuleRef> {
+        self.first_where(req, |r| {
+            r.rule.is_some()
+                && engine.rule_meets(r, req, self.mode, cx, compiled::Rule::short_of_scope)
+        })
+    }
+
+    /// The most senior rule that could concern `req` for which `meets` holds.
+    fn first_where(
+        &self,
+        req: &Request,
+        mut meets: impl FnMut(RuleRef) -> bool,
+    ) -> Option<RuleRef> {
         // Each list is in seniority order: a rule no more senior than the best found so far
         // is not looked at (its CEL conditions are not evaluated).
         let mut best: Option<RuleRef> = None;
@@ -161,7 +184,7 @@ impl RuleSet {
                 if best.is_some_and(|b| *r >= b) {
                     continue;
                 }
-                if engine.rule_admits(*r, req, self.mode, cx) {
+                if meets(*r) {
                     *best = Some(*r);
                 }
             }
@@ -428,6 +451,19 @@ impl Engine {
     /// Whether rule `r` admits (Allow) or selects (Deny) `req`, its policy's `when` included:
     /// a policy `when` that errs makes an Allow policy admit nothing and a Deny policy apply.
     fn rule_admits(&self, r: RuleRef, req: &Request, mode: Mode, cx: &mut CelCx) -> bool {
+        self.rule_meets(r, req, mode, cx, compiled::Rule::admits)
+    }
+
+    /// Whether `r`'s policy applies and `r` meets `test` (a policy without rules meets
+    /// anything).
+    fn rule_meets(
+        &self,
+        r: RuleRef,
+        req: &Request,
+        mode: Mode,
+        cx: &mut CelCx,
+        test: fn(&compiled::Rule, &Request, Mode, &mut CelCx, &str) -> bool,
+    ) -> bool {
         let Some(p) = self.policies.get(r.policy) else {
             return false;
         };
@@ -439,7 +475,7 @@ impl Engine {
             None => true,
             Some(_) => self
                 .rule(r)
-                .is_some_and(|rule| rule.admits(req, mode, cx, &p.id)),
+                .is_some_and(|rule| test(rule, req, mode, cx, &p.id)),
         }
     }
 

@@ -16,5 +16,6 @@ mod listing;
 mod oauth;
 mod pins;
 mod routes;
+mod scope;
 mod semantics;
 mod stats;
