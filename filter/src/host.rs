@@ -461,8 +461,9 @@ impl HttpContext for Stream {
             size = body.as_ref().map_or(0, Vec::len);
             body
         });
-        let events = filter.take_pin_events();
+        let (events, reused) = (filter.take_pin_events(), filter.take_reused());
         self.report_pins(events);
+        self.stats.add(Counter::ListingsReused, reused);
         if let BodyAction::Replace(bytes) = action {
             abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, size, &bytes);
         }
@@ -477,8 +478,9 @@ impl HttpContext for Stream {
         let action = filter.on_body(&self.engine, req, body_size, end_of_stream, |n| {
             abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, n)
         });
-        let events = filter.take_pin_events();
+        let (events, reused) = (filter.take_pin_events(), filter.take_reused());
         self.report_pins(events);
+        self.stats.add(Counter::ListingsReused, reused);
         match action {
             BodyAction::Pass => WasmAction::Continue,
             BodyAction::Buffer => WasmAction::Pause,

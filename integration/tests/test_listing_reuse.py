@@ -6,9 +6,9 @@ changes at will, answered as a JSON body or as an SSE stream (each event in two 
 callers asking alternately each get their own listing; a listing the upstream changes (a tool
 more or less, or one byte of a description) is seen at once; the official SDK client too.
 Listings asked under changing JSON-RPC ids (as SDK clients number their requests) are reused
-with each request's id in place. Reuse is not observable from outside (no counter: the module
-has no room left under 1 MiB for one); the unit tests (listing::reuse_tests) count it, here
-the answers are checked to be what a fresh filtering gives.
+with each request's id in place. Each reused answer is counted in
+`mcp_access.listings.reused` (one Envoy worker here, so the count is exact); the answers are
+checked to be what a fresh filtering gives.
 """
 
 from __future__ import annotations
@@ -198,3 +198,24 @@ def test_an_sdk_session_asking_again_gets_the_same_listing(stack: Stack, upstrea
             assert beta.list_tools().model_dump() == first[BETA]
         upstream.tools["echo"] = "changed"
         assert [t.description for t in alpha.list_tools().tools] == ["changed", "the get_weather tool"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "sse"])
+def test_each_reused_listing_is_counted(stack: Stack, upstream: ListingUpstream, fmt: str) -> None:
+    """A listing is reused from the second time a caller judged alike asks for the same bytes
+    (one worker: one VM keeps them), and counted once (a JSON body, or the SSE event)."""
+    upstream.tools = {n: f"the {n} tool, counted as {fmt}" for n in ALL_TOOLS}
+
+    def reused_after(who: str, id: int) -> int:
+        before = stack.counter("listings.reused")
+        assert [t["name"] for t in listed(stack, who, fmt, id)] == MAY_CALL[who]
+        return stack.counter("listings.reused") - before
+
+    assert reused_after(ALPHA, 1) == 0  # bytes never seen: filtered afresh
+    assert reused_after(ALPHA, 1) == 1
+    assert reused_after(BETA, 1) == 0  # another caller: judged apart
+    assert reused_after(BETA, 2) == 1  # another id: the same answer with that id
+    assert reused_after(ALPHA, 3) == 1
+    upstream.tools["echo"] = f"the echo tool, counted as {fmt}!"
+    assert reused_after(ALPHA, 3) == 0  # one byte more: filtered afresh
+    assert reused_after(ALPHA, 4) == 1

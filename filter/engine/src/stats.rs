@@ -30,11 +30,14 @@ pub enum Counter {
     AuthzCacheHits,
     /// Calls of authorizers whose policy caches answers that the cache could not answer.
     AuthzCacheMisses,
+    /// Listing answers (a JSON body, an SSE event) written from a filtering kept for the same
+    /// upstream bytes and a caller judged alike, not filtered afresh (`listing::reuse`).
+    ListingsReused,
 }
 
 impl Counter {
     /// Every counter, in index order.
-    pub const ALL: [Counter; 11] = [
+    pub const ALL: [Counter; 12] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CalloutErrors,
@@ -46,6 +49,7 @@ impl Counter {
         Counter::DryRunWouldAllow,
         Counter::AuthzCacheHits,
         Counter::AuthzCacheMisses,
+        Counter::ListingsReused,
     ];
 
     /// Position in [`Counter::ALL`].
@@ -66,6 +70,7 @@ impl Counter {
             Counter::DryRunWouldAllow => "mcp_access.dry_run.would_allow",
             Counter::AuthzCacheHits => "mcp_access.authz_cache.hits",
             Counter::AuthzCacheMisses => "mcp_access.authz_cache.misses",
+            Counter::ListingsReused => "mcp_access.listings.reused",
         }
     }
 }
@@ -222,6 +227,7 @@ mod tests {
                 "mcp_access.dry_run.would_allow",
                 "mcp_access.authz_cache.hits",
                 "mcp_access.authz_cache.misses",
+                "mcp_access.listings.reused",
             ]
         );
     }

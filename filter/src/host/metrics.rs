@@ -31,6 +31,13 @@ impl Stats {
     pub(super) fn inc(&self, c: Counter) {
         increment(self.counters.get(c.index()).copied().flatten());
     }
+
+    /// Adds `n` (none: no call) to counter `c`.
+    pub(super) fn add(&self, c: Counter, n: u32) {
+        if let (true, Some(id)) = (n > 0, self.counters.get(c.index()).copied().flatten()) {
+            abi::increment_metric(id, i64::from(n));
+        }
+    }
 }
 
 pub(super) fn increment(id: Option<u32>) {

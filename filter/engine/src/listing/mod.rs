@@ -115,6 +115,9 @@ pub struct ListingFilter {
     following: Option<reuse::Following>,
     /// SSE: bytes that differed from a kept event's are being read again; not followed.
     follow_off: bool,
+    /// Answers (a JSON body, SSE events) written from kept ones since the host last took the
+    /// count ([`ListingFilter::take_reused`]).
+    reused: u32,
 }
 
 /// Whether a filter reuses answers kept by others ([`reuse`]).
@@ -181,6 +184,7 @@ impl ListingFilter {
             stream_start: true,
             following: None,
             follow_off: false,
+            reused: 0,
             reuse: match pins {
                 Some(_) => Reuse::Off,
                 None => Reuse::Unset,
@@ -234,6 +238,17 @@ impl ListingFilter {
             },
             None => reuse::IdAt::Exact(self.id.clone()),
         }
+    }
+
+    /// How many answers were written from kept ones since the last call (the host counts
+    /// them in `mcp_access.listings.reused`).
+    pub fn take_reused(&mut self) -> u32 {
+        std::mem::take(&mut self.reused)
+    }
+
+    fn count_reused(&mut self) {
+        self.reused = self.reused.saturating_add(1);
+        reuse::counted();
     }
 
     /// What the listings read so far said about pinned tools (drift, and its end), for the
@@ -369,7 +384,7 @@ impl ListingFilter {
             (f.remaining(id) == body.len()).then(|| f.written(id))?
         });
         if let Some(out) = reused {
-            reuse::counted();
+            self.count_reused();
             return out;
         }
         match self.read_message(judge, body, true) {

@@ -134,7 +134,7 @@ impl ListingFilter {
             return Followed::Differs(f);
         };
         out.extend_from_slice(&written);
-        reuse::counted();
+        self.count_reused();
         self.stream_start = false;
         // A CR ending the event: a LF right after it is part of that line's end.
         self.after_cr = f.kept.read.last() == Some(&b'\r');
