@@ -62,6 +62,14 @@ pub fn canonical_path(raw: &str, escaped: EscapedSlashes) -> Result<String, Path
     if path.first() != Some(&b'/') {
         return Err(PathError::NotAbsolute);
     }
+    if is_canonical(path) {
+        return Ok(raw.get(..end).unwrap_or_default().to_owned());
+    }
+    canonical_by_passes(path, escaped)
+}
+
+/// [`canonical_path`] of `path` (no query, starting with '/'), pass by pass.
+fn canonical_by_passes(path: &[u8], escaped: EscapedSlashes) -> Result<String, PathError> {
     // Pass 1: escapes and backslashes. Only ASCII bytes are inserted or removed, so the
     // output stays valid UTF-8.
     let mut decoded: Vec<u8> = Vec::with_capacity(path.len());
@@ -109,6 +117,33 @@ pub fn canonical_path(raw: &str, escaped: EscapedSlashes) -> Result<String, Path
     String::from_utf8(canon).map_err(|_| PathError::BadEscape)
 }
 
+/// Whether `path` (starting with '/') is its own canonical form: no escape, backslash, control
+/// character, repeated slash or dot segment (what the passes of [`canonical_path`] change).
+/// Most requests' paths are; they are copied as they are.
+fn is_canonical(path: &[u8]) -> bool {
+    let mut segment_start = 0;
+    for (i, &b) in path.iter().enumerate() {
+        match b {
+            0..=0x1f | 0x7f | b'%' | b'\\' => return false,
+            b'/' => {
+                if i > 0 && !is_plain_segment(path.get(segment_start..i).unwrap_or_default()) {
+                    return false;
+                }
+                segment_start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    // The last segment may be empty: a trailing '/' is kept.
+    let last = path.get(segment_start..).unwrap_or_default();
+    last.is_empty() || is_plain_segment(last)
+}
+
+/// A segment that neither pass changes: not empty (a repeated slash), not `.` or `..`.
+fn is_plain_segment(s: &[u8]) -> bool {
+    !matches!(s, b"" | b"." | b"..")
+}
+
 /// Removes dot segments, then empty ones; `merge_first`: empty segments (but a trailing one)
 /// are dropped before dot segments are removed.
 fn resolve(decoded: &[u8], merge_first: bool) -> Vec<u8> {
@@ -149,6 +184,36 @@ fn resolve(decoded: &[u8], merge_first: bool) -> Vec<u8> {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_taken_as_canonical_are_what_the_passes_give() {
+        // Every path of up to 7 of these bytes after the leading '/'.
+        let alphabet: &[&[u8]] = &[b"/", b"a", b".", b"%2F", b"%41", b"\\", "\u{e9}".as_bytes()];
+        let mut paths: Vec<Vec<u8>> = vec![b"/".to_vec()];
+        let mut fast = 0;
+        for _ in 0..7 {
+            let mut next = Vec::new();
+            for p in &paths {
+                for a in alphabet {
+                    let mut q = p.clone();
+                    q.extend_from_slice(a);
+                    next.push(q);
+                }
+            }
+            for p in &next {
+                if is_canonical(p) {
+                    fast += 1;
+                    let text = std::str::from_utf8(p).unwrap();
+                    for e in [EscapedSlashes::Reject, EscapedSlashes::Decode] {
+                        assert_eq!(canonical_by_passes(p, e).as_deref(), Ok(text), "{text}");
+                    }
+                }
+            }
+            paths = next;
+        }
+        assert!(fast > 100, "{fast}");
+        assert!(is_canonical(b"/") && is_canonical(b"/mcp/") && !is_canonical(b"/mcp//x"));
+    }
 
     fn canon(p: &str) -> Result<String, PathError> {
         canonical_path(p, EscapedSlashes::Reject)

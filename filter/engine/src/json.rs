@@ -78,8 +78,10 @@ pub(crate) fn read<'a, V: Visitor<'a>>(
         bytes,
         pos: 0,
         max_depth,
-        stack: Vec::new(),
-        keys: Vec::new(),
+        // Room for what a request nests and names (a call's envelope, params and a few
+        // arguments) without growing; a listing grows them once or twice.
+        stack: Vec::with_capacity(8),
+        keys: Vec::with_capacity(32),
         decoded: Vec::new(),
         sets: Vec::new(),
         visitor,

@@ -172,11 +172,18 @@ pub(crate) type ParseFailure = (ParseError, Option<String>);
 pub fn parse_message(body: &[u8], limits: &ParseLimits) -> Result<McpMessage, ParseFailure> {
     let mut parser = Parser::new();
     let outcome = json::read(body, limits.max_depth, &mut parser);
-    let id = parser.id_text();
+    // The raw id, copied only if an error echoes it.
+    let id = parser.id_raw();
     match outcome {
-        Err(e) => Err((e, id)),
-        Ok(()) => parser.finish().map_err(|e| (e, id)),
+        Err(e) => Err((e, id_text(id))),
+        Ok(()) => parser.finish().map_err(|e| (e, id_text(id))),
     }
+}
+
+/// The raw id as text (a complete, validated JSON token, hence valid UTF-8).
+fn id_text(raw: Option<&[u8]>) -> Option<String> {
+    raw.and_then(|raw| std::str::from_utf8(raw).ok())
+        .map(str::to_owned)
 }
 
 /// Why a method name is malformed, if it is: an empty, `.` or `..` segment, whitespace or a
@@ -315,14 +322,12 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn id_text(&self) -> Option<String> {
+    /// The raw id an error echoes (none when it is ambiguous).
+    fn id_raw(&self) -> Option<&'a [u8]> {
         if self.id_ambiguous {
             return None;
         }
-        // The raw id is a complete, validated JSON token, hence valid UTF-8.
         self.id
-            .and_then(|raw| std::str::from_utf8(raw).ok())
-            .map(str::to_owned)
     }
 
     fn reject(&mut self, detail: &str) {
@@ -340,10 +345,7 @@ impl<'a> Parser<'a> {
         if !self.jsonrpc_seen {
             return invalid("missing \"jsonrpc\" member");
         }
-        let id = self
-            .id
-            .and_then(|raw| std::str::from_utf8(raw).ok())
-            .map(str::to_owned);
+        let id = id_text(self.id);
         let responding = self.has_result || self.has_error;
 
         let Some(method) = self.method.take() else {

@@ -426,7 +426,7 @@ impl RequestFlow {
                 self.reject(Rejection::Message(err))
             }
             Ok(mut msg) => {
-                self.id = msg.id.clone();
+                self.id = msg.id.take();
                 self.body = body;
                 let body_version = msg.protocol_version.take();
                 let init_version = msg.init_version.take();
