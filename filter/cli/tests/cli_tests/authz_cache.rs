@@ -1,12 +1,6 @@
 //! `externalAuth.cache` (docs/semantics.md §3.10) through the binary: compiled into the bundle,
 //! refused loudly (file, field, fix) when it could reuse an answer for a request the authorizer
 //! would judge differently, only on an `AccessPolicy`, and shown by `explain`.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

@@ -1,10 +1,4 @@
 //! The `mcp-access` binary: exit codes, strict mode, output formats, files written or not.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,60 +2,33 @@
 //! the filter's engine: seed 003's examples A1, B1, B2, C1, D1, D2, E1-E3, F1, F2 and seed
 //! 002's Gateway defaults vs overrides, in MCP terms. Each checks the effective policy
 //! (decisions through `explain`, bundle origins) and the status.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-use crate::common::{enforced, status};
+use crate::common::{enforced, gateway, load, read, route, status, stream, to_xbackend, xbackend};
 use mcp_access_cli::explain::{explain, RequestSpec};
-use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
+use mcp_access_k8s::{compile, reason, Compiled, Options};
 use serde_json::Value;
 
 /// Gateway `gw` (listeners `main` :8080 and `alt` :8081) in namespace mcp; route `/tools`
 /// to XBackend `tools` on both listeners, route `/other` to XBackend `other` on `main`.
-const INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: main, protocol: HTTP, port: 8080}
-  - {name: alt, protocol: HTTP, port: 8081}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /tools}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: other, namespace: mcp}
-spec:
-  parentRefs: [{name: gw, sectionName: main}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /other}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: other}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools, port: 8000, path: /mcp}
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: other, namespace: mcp}
-spec:
-  mcp: {serviceName: other, port: 8000, path: /mcp}
-"#;
+fn infra() -> String {
+    stream(&[
+        gateway("mcp", "gw", &[("main", 8080), ("alt", 8081)]),
+        route(
+            "mcp",
+            "tools",
+            "name: gw",
+            &to_xbackend(Some("/tools"), "tools"),
+        ),
+        route(
+            "mcp",
+            "other",
+            "name: gw, sectionName: main",
+            &to_xbackend(Some("/other"), "other"),
+        ),
+        xbackend("mcp", "tools", "tools", 8000, Some("/mcp")),
+        xbackend("mcp", "other", "other", 8000, Some("/mcp")),
+    ])
+}
 
 /// An Allow rule admitting `tools/call` of `tools` (and the base protocol).
 fn rule(name: &str, tools: &[&str]) -> String {
@@ -85,13 +58,7 @@ fn backend_policy(name: &str, backend: &str, rules: &str, extra: &str) -> String
 }
 
 fn build(docs: &[String]) -> Compiled {
-    let mut m = Manifests::default();
-    m.add_text(
-        "test.yaml",
-        &format!("{INFRA}---\n{}", docs.join("---\n")),
-        "default",
-    );
-    assert!(m.problems().is_empty(), "{:#?}", m.problems());
+    let m = load(&infra(), docs);
     let c = compile(&m, &Options::default());
     mcp_access_bundle::validate(&c.bundle).unwrap();
     let json = serde_json::to_vec(&c.bundle).unwrap();
@@ -516,12 +483,7 @@ fn a_bad_condition_makes_only_its_policy_invalid() {
 
 /// The bundle and the report (without where each object was read) as JSON.
 fn outputs(docs: &[String]) -> (String, String) {
-    let mut m = Manifests::default();
-    m.add_text(
-        "test.yaml",
-        &format!("{INFRA}---\n{}", docs.join("---\n")),
-        "default",
-    );
+    let m = read(&infra(), docs);
     let c = compile(&m, &Options::default());
     let mut report = serde_json::to_value(&c.report).unwrap();
     fn strip(v: &mut Value) {

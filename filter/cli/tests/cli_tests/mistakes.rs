@@ -1,11 +1,5 @@
 //! Mistakes never open access: each mistake a user makes in manifests, through the binary
 //! (exit code, message naming file, document, field and the valid names, nothing written).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

@@ -1,12 +1,6 @@
 //! Everything the bundle can say is reachable from manifests (a `FilterSettings` object and
 //! per-policy `externalAuth.failureMode` / `timeout`), and the command line follows kubectl's
 //! conventions (`-o` format or file, `-f -`, `-R`, `--version`, `completion`), through the binary.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 
