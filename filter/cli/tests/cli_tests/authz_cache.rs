@@ -10,24 +10,10 @@ use common::{run, s, text, DIGEST, IMAGE};
 use serde_json::{json, Value};
 
 fn policy(kind: &str, protocol: &str, settings: &str, cache: &str) -> String {
-    let api = if kind == "AccessPolicy" {
-        "mcp-access.io/v1alpha1"
-    } else {
-        "agentic.networking.x-k8s.io/v1alpha1"
-    };
-    format!(
-        r#"apiVersion: {api}
-kind: {kind}
-metadata: {{name: approvals, namespace: mcp}}
-spec:
-  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]
-  action: ExternalAuth
-  externalAuth:
-    protocol: {protocol}
-    backendRef: {{name: approvals, port: 9000}}
-    {settings}
-    cache:
-{cache}"#
+    common::external_auth(
+        kind,
+        protocol,
+        &format!("    {settings}\n    cache:\n{cache}"),
     )
 }
 

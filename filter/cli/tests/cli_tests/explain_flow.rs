@@ -11,8 +11,6 @@ use mcp_access_cli::explain::{
 use mcp_access_k8s::{compile, Manifests, Options};
 use serde_json::{json, Value};
 
-use crate::common::{gateway, route, stream, to_xbackend, xbackend};
-
 const ALPHA: &str = "spiffe://example.org/ns/agents/sa/alpha";
 const BETA: &str = "spiffe://example.org/ns/agents/sa/beta";
 
@@ -309,17 +307,7 @@ fn assume_keys_must_name_an_authorizer_or_an_external_auth_policy() {
 }
 
 fn routed() -> String {
-    let redirect = "  - matches: [{path: {type: PathPrefix, value: /old}}]\n    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /mcp}}}]\n";
-    stream(&[
-        gateway("shop", "gw", &[("http", 8080)]),
-        route(
-            "shop",
-            "route",
-            "name: gw",
-            &(to_xbackend(Some("/mcp"), "tools") + redirect),
-        ),
-        xbackend("shop", "tools", "tools", 8000, None),
-    ])
+    crate::fail_closed::shop("  - matches: [{path: {type: PathPrefix, value: /old}}]\n    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /mcp}}}]\n")
 }
 
 #[test]

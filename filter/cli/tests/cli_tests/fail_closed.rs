@@ -9,21 +9,23 @@ use serde_json::Value;
 
 use crate::common::{gateway, load, route, stream, to_xbackend, xbackend};
 
-fn infra() -> String {
+/// Gateway `gw` (listener `http` :8080) in namespace shop; HTTPRoute `route` sends `/mcp` to
+/// XBackend `tools`, then has `more_rules`.
+pub(crate) fn shop(more_rules: &str) -> String {
     stream(&[
         gateway("shop", "gw", &[("http", 8080)]),
         route(
             "shop",
             "route",
             "name: gw",
-            &to_xbackend(Some("/mcp"), "tools"),
+            &(to_xbackend(Some("/mcp"), "tools") + more_rules),
         ),
         xbackend("shop", "tools", "tools", 8000, None),
     ])
 }
 
 fn build(policies: &str) -> Compiled {
-    let m = load(&infra(), &[policies.to_string()]);
+    let m = load(&shop(""), &[policies.to_string()]);
     let c = compile(&m, &Options::default());
     mcp_access_bundle::validate(&c.bundle).unwrap();
     c

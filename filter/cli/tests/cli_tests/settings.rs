@@ -26,24 +26,7 @@ spec:
 "#;
 
 fn external_auth(kind: &str, extra: &str) -> String {
-    let api = if kind == "AccessPolicy" {
-        "mcp-access.io/v1alpha1"
-    } else {
-        "agentic.networking.x-k8s.io/v1alpha1"
-    };
-    format!(
-        r#"apiVersion: {api}
-kind: {kind}
-metadata: {{name: approvals, namespace: mcp}}
-spec:
-  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]
-  action: ExternalAuth
-  externalAuth:
-    protocol: HTTP
-    backendRef: {{name: approvals, port: 9000}}
-    http: {{}}
-{extra}"#
-    )
+    common::external_auth(kind, "HTTP", &format!("    http: {{}}\n{extra}"))
 }
 
 fn case(name: &str, files: &[(&str, &str)]) -> PathBuf {

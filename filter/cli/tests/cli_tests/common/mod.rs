@@ -86,6 +86,29 @@ pub fn load(infra: &str, docs: &[String]) -> Manifests {
     m
 }
 
+/// Policy `approvals` of `kind` (AccessPolicy or XAccessPolicy) at XBackend mcp/tools, asking
+/// the `protocol` authorizer `approvals`; `rest`: the lines of `externalAuth` after its
+/// `backendRef`.
+pub fn external_auth(kind: &str, protocol: &str, rest: &str) -> String {
+    let api = if kind == "AccessPolicy" {
+        "mcp-access.io/v1alpha1"
+    } else {
+        "agentic.networking.x-k8s.io/v1alpha1"
+    };
+    format!(
+        r#"apiVersion: {api}
+kind: {kind}
+metadata: {{name: approvals, namespace: mcp}}
+spec:
+  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]
+  action: ExternalAuth
+  externalAuth:
+    protocol: {protocol}
+    backendRef: {{name: approvals, port: 9000}}
+{rest}"#
+    )
+}
+
 /// The filter image and its digest as `manifests` is given them.
 pub const DIGEST: &str = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7";
 pub const IMAGE: &str = "registry.example.com/mcp-access/filter:0.1.0";
