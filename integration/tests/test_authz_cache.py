@@ -15,52 +15,20 @@ import json
 import subprocess
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import ALPHA, BETA, free_port, post_jsonrpc, rpc, start_mcp_server
+from harness import ALPHA, BETA, BackgroundHttpServer, free_port, post_jsonrpc, rpc, start_mcp_server
 from harness.grpc_authz import GrpcAuthorizer
+from harness.manifests import AGENTS_CA, MTLS_LISTENER, gateway, tools_topology
 from test_cli_e2e import cli  # noqa: F401  (the mcp-access binary fixture)
 
 TTL_S = 2
 
-GATEWAY = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - name: mtls
-    protocol: HTTPS
-    port: 443
-    tls:
-      mode: Terminate
-      certificateRefs: [{name: gateway-cert}]
-  tls:
-    frontend:
-      default:
-        validation:
-          caCertificateRefs: [{group: "", kind: ConfigMap, name: agents-ca}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: gw, sectionName: mtls}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000, path: /mcp}
-"""
+GATEWAY = tools_topology(gateway(MTLS_LISTENER, tls=AGENTS_CA), "{name: gw, sectionName: mtls}")
 
 
 def policy(protocol: str, denials: bool) -> str:
@@ -91,7 +59,7 @@ spec:
 """
 
 
-class HttpAuthorizer:
+class HttpAuthorizer(BackgroundHttpServer):
     """Counts its checks; answers by the request's `x-authz` (allow, deny, error), an OK adding
     `x-authz-check: <n>` upstream (n: this check's number)."""
 
@@ -119,18 +87,11 @@ class HttpAuthorizer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(Handler)
 
     def count(self) -> int:
         with self.lock:
             return self.checks
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class GrpcCounting:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from harness import Denied, McpAgent, free_port, start_authorizer, start_mcp_server, text_of
+from harness.manifests import BASE_METHODS as BASE
 from test_cli_e2e import cli, denials, run_cli  # noqa: F401  (the `cli` fixture)
 
 INFRA = """\
@@ -68,7 +69,6 @@ spec:
   mcp: {serviceName: team-x-server, port: 8000, path: /mcp}
 """
 
-BASE = "mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS"
 
 WORKED_EXAMPLE = f"""\
 apiVersion: mcp-access.io/v1alpha1

@@ -20,45 +20,15 @@ from typing import Any
 
 from harness import ALPHA, free_port, start_mcp_server
 from harness.traffic import FLIP_TOOL, Load, Version, client, expected, judge, send
+from harness.manifests import AGENTS_CA, MTLS_LISTENER, gateway, http_listener, tools_topology
 from test_cli_e2e import cli  # noqa: F401  (the mcp-access binary fixture)
 
 SWAPS = int(os.environ.get("MCP_ACCESS_ECDS_SWAPS", "100"))
 
-GATEWAY = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: plain, protocol: HTTP, port: 80}
-  - name: mtls
-    protocol: HTTPS
-    port: 443
-    tls:
-      mode: Terminate
-      certificateRefs: [{name: gateway-cert}]
-  tls:
-    frontend:
-      default:
-        validation:
-          caCertificateRefs: [{group: "", kind: ConfigMap, name: agents-ca}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: gw, sectionName: plain}, {name: gw, sectionName: mtls}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000, path: /mcp}
-"""
+GATEWAY = tools_topology(
+    gateway(http_listener("plain", 80) + MTLS_LISTENER, tls=AGENTS_CA),
+    "{name: gw, sectionName: plain}, {name: gw, sectionName: mtls}",
+)
 
 
 def policy(tools: list[str]) -> str:

@@ -10,17 +10,16 @@ compared field by field.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 from google.protobuf import json_format
 
-from harness import ALPHA, Cluster, Denied, HttpResult, McpServerProc, Pki, Route, rpc
+from harness import ALPHA, BackgroundHttpServer, Cluster, Denied, HttpResult, McpServerProc, Pki, Route, rpc
 from harness import bundles as b
 from harness.grpc_authz import GrpcAuthorizer, ResettingServer
 from harness.stack import Listen, Stack
@@ -30,7 +29,7 @@ TIMEOUT_MS = 1000
 BODY_MAX = 8192
 
 
-class HttpAuthorizer:
+class HttpAuthorizer(BackgroundHttpServer):
     """An HTTP authorizer that allows everything, adding `x-http-authz: ok` upstream."""
 
     def __init__(self) -> None:
@@ -51,14 +50,7 @@ class HttpAuthorizer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def bundle(ports: dict[str, int]) -> dict[str, Any]:

@@ -39,33 +39,11 @@ from harness import (
     start_mcp_server,
     text_of,
 )
+from harness.manifests import gateway, http_listener, tools_topology
 from test_cli_e2e import cli, run_cli  # noqa: F401  (the `cli` fixture)
 from test_clients import run_sdk
 
-PLAIN_GATEWAY = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: http, protocol: HTTP, port: 80}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: route, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000, path: /mcp}
-"""
+PLAIN_GATEWAY = tools_topology(gateway(http_listener("http", 80)), "{name: gw}", route="route")
 
 
 class Deployment:

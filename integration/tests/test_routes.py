@@ -26,19 +26,14 @@ import pytest
 from harness import Denied, McpAgent, free_port, start_mcp_server, text_of
 from harness.envoy import Cluster, Route
 from harness.stack import Listen, Stack
+from harness.manifests import BASE_METHODS as BASE, gateway, http_listener
 from test_cli_e2e import cli, denials, run_cli  # noqa: F401  (the `cli` fixture)
 
-BASE = "mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS"
+
+GATEWAY = gateway(http_listener("main", 8080))
 
 MANIFESTS = f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: mcp}}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {{name: main, protocol: HTTP, port: 8080}}
----
+{GATEWAY}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: admin, namespace: mcp}}

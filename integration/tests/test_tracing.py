@@ -19,34 +19,12 @@ from typing import Any
 import pytest
 
 from harness import Denied, EnvoyProcess, McpAgent, free_port, start_authorizer, start_mcp_server, text_of
+from harness.manifests import AGENTS_TOOLS, BASE_METHODS as BASE
 from test_cli_e2e import cli, run_cli  # noqa: F401  (the `cli` fixture)
 
-BASE = "mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS"
 
 MANIFESTS = f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: agents, namespace: mcp}}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {{name: main, protocol: HTTP, port: 80}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: tools, namespace: mcp}}
-spec:
-  parentRefs: [{{name: agents}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: /mcp}}}}]
-    backendRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {{name: tools, namespace: mcp}}
-spec:
-  mcp: {{serviceName: tools-server, port: 8000, path: /mcp}}
----
+{AGENTS_TOOLS}---
 apiVersion: agentic.networking.x-k8s.io/v1alpha1
 kind: XAccessPolicy
 metadata: {{name: tools-allow, namespace: mcp, creationTimestamp: "2026-01-01T00:00:00Z"}}

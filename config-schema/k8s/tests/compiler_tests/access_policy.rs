@@ -1,17 +1,13 @@
 //! The project's `AccessPolicy` kind (group `mcp-access.io`): its examples, the fields it adds
 //! to the XAccessPolicy v1alpha1 spec (Deny, JWT sources, `when`) and CEL rules of both kinds,
 //! from manifests to the bundle; upstream XAccessPolicies refuse the additions.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::path::PathBuf;
 
-use mcp_access_bundle::{Action, JwtProvider, Level, Policy, SourceType};
-use mcp_access_k8s::{compile, reason, Compiled, Manifests, ObjectStatus, Options};
+use mcp_access_bundle::{Action, JwtProvider, Level, SourceType};
+use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
+
+use crate::common::{self, policy, status};
 
 const IDP: &str = "https://idp.example.com";
 
@@ -29,9 +25,7 @@ fn options() -> Options {
 }
 
 fn load(extra: &str) -> Manifests {
-    let mut m = Manifests::default();
-    m.add_text("test.yaml", &format!("{INFRA}---\n{extra}"), "default");
-    m
+    common::load(INFRA, extra)
 }
 
 fn build_with(extra: &str, o: &Options) -> Compiled {
@@ -52,24 +46,6 @@ fn problems(extra: &str) -> Vec<String> {
         .iter()
         .map(|p| format!("{}: {}", p.field, p.message))
         .collect()
-}
-
-/// The status of policy `name` (also the route target tests').
-pub(crate) fn status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
-    c.report
-        .policies
-        .iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("no status for {name}: {:#?}", c.report.policies))
-}
-
-/// Bundle policy `name` (also the route target tests').
-pub(crate) fn policy<'a>(c: &'a Compiled, name: &str) -> &'a Policy {
-    c.bundle
-        .policies
-        .iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("no bundle policy {name}: {:#?}", c.bundle.policies))
 }
 
 fn examples(kind: &str) -> PathBuf {

@@ -1,43 +1,26 @@
 //! The policy compiler: cross-namespace references, seniority, limits, conflicts, sections,
 //! unsupported features, and the mapping of both API versions.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use mcp_access_bundle::{Action, BaseProtocol, Level, MatchType, Policy};
 use mcp_access_k8s::{compile, reason, Compiled, Manifests, ObjectStatus, Options, RouteAction};
 
-const BASE: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: public, protocol: HTTP, port: 8080}
-  - {name: internal, protocol: HTTP, port: 9090}
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: gw, sectionName: public}]
-  rules:
-  - backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
-"#;
+use crate::common::{backend, gateway, load, route, status, stream, to_xbackend, xbackend};
+
+fn base() -> String {
+    stream(&[
+        gateway("mcp", "gw", &[("public", 8080), ("internal", 9090)]),
+        xbackend("tools", "tools-server", None),
+        route(
+            "mcp",
+            "tools",
+            "name: gw, sectionName: public",
+            &to_xbackend(None, "tools"),
+        ),
+    ])
+}
 
 fn manifests(extra: &str) -> Manifests {
-    let mut m = Manifests::default();
-    m.add_text("test.yaml", &format!("{BASE}---\n{extra}"), "default");
+    let m = load(&base(), extra);
     assert!(m.problems().is_empty(), "{:#?}", m.problems());
     m
 }
@@ -50,14 +33,6 @@ fn build(extra: &str, o: &Options) -> Compiled {
 
 fn run(extra: &str) -> Compiled {
     build(extra, &Options::default())
-}
-
-fn policy_status<'a>(c: &'a Compiled, name: &str) -> &'a ObjectStatus {
-    c.report
-        .policies
-        .iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("no status for {name}: {:#?}", c.report.policies))
 }
 
 fn bundle_policy<'a>(c: &'a Compiled, name: &str) -> Option<&'a Policy> {
@@ -106,7 +81,7 @@ spec:
 #[test]
 fn reference_grant_that_fits_permits_the_cross_namespace_authorizer() {
     let c = run(&(ext_auth_policy("authz") + &grant("authz", "XAccessPolicy", "mcp", "Service")));
-    let st = policy_status(&c, "check");
+    let st = status(&c, "check");
     assert_eq!(st.conditions[0].reason, reason::ACCEPTED, "{st:#?}");
     let p = bundle_policy(&c, "check").unwrap();
     assert_eq!(p.action, Action::ExternalAuth);
@@ -140,7 +115,7 @@ fn reference_grant_of_the_wrong_kind_wrong_namespace_or_removed_does_not() {
     ];
     for (what, g) in cases {
         let c = run(&(ext_auth_policy("authz") + &g));
-        let st = policy_status(&c, "check");
+        let st = status(&c, "check");
         assert_eq!(
             st.conditions[0].reason,
             reason::REF_NOT_PERMITTED,
@@ -158,10 +133,7 @@ fn reference_grant_of_the_wrong_kind_wrong_namespace_or_removed_does_not() {
     }
     // Same namespace needs no grant.
     let c = run(&ext_auth_policy("mcp"));
-    assert_eq!(
-        policy_status(&c, "check").conditions[0].reason,
-        reason::ACCEPTED
-    );
+    assert_eq!(status(&c, "check").conditions[0].reason, reason::ACCEPTED);
 }
 
 #[test]
@@ -175,10 +147,7 @@ spec:
   to: [{group: core, kind: Service}]
 "#;
     let c = run(&(ext_auth_policy("authz") + rp));
-    assert_eq!(
-        policy_status(&c, "check").conditions[0].reason,
-        reason::ACCEPTED
-    );
+    assert_eq!(status(&c, "check").conditions[0].reason, reason::ACCEPTED);
 }
 
 #[test]
@@ -214,12 +183,7 @@ spec:
     let c = run(&route(fits));
     let st = c.report.routes.iter().find(|r| r.name == "remote").unwrap();
     assert!(st.accepted(), "{st:#?}");
-    let b = c
-        .bundle
-        .backends
-        .iter()
-        .find(|b| b.name == "remote")
-        .unwrap();
+    let b = backend(&c, "remote");
     assert_eq!(b.route_names, ["mcp/remote/rule-0/match-0"]);
     // No sectionName: behind both listeners.
     assert!(c.topology.gateways[0]
@@ -253,12 +217,7 @@ spec:
             .find(|e| e.route == "mcp/remote")
             .unwrap();
         assert!(matches!(entry.action, RouteAction::Fail { .. }), "{what}");
-        let b = c
-            .bundle
-            .backends
-            .iter()
-            .find(|b| b.name == "remote")
-            .unwrap();
+        let b = backend(&c, "remote");
         assert!(b.route_names.is_empty(), "{what}");
     }
 }
@@ -333,9 +292,9 @@ fn per_target_limit_rejects_the_junior_and_names_the_seniors() {
         ..Options::default()
     };
     let c = build(&yaml, &o);
-    assert!(policy_status(&c, "p1").accepted());
-    assert!(policy_status(&c, "p2").accepted());
-    let loser = &policy_status(&c, "p3").conditions[0];
+    assert!(status(&c, "p1").accepted());
+    assert!(status(&c, "p2").accepted());
+    let loser = &status(&c, "p3").conditions[0];
     assert_eq!(loser.reason, reason::LIMIT);
     assert!(
         loser.message.contains("mcp/p1") && loser.message.contains("mcp/p2"),
@@ -343,7 +302,7 @@ fn per_target_limit_rejects_the_junior_and_names_the_seniors() {
         loser.message
     );
     // Another target has its own count.
-    assert!(policy_status(&c, "g1").accepted());
+    assert!(status(&c, "g1").accepted());
     // The junior is enforced fail-closed: an Allow that admits nothing.
     let standin = bundle_policy(&c, "p3.not-accepted").unwrap();
     assert_eq!(
@@ -395,11 +354,8 @@ spec:
             ..Options::default()
         },
     );
-    assert!(policy_status(&c, "older").accepted());
-    assert_eq!(
-        policy_status(&c, "newer").conditions[0].reason,
-        reason::LIMIT
-    );
+    assert!(status(&c, "older").accepted());
+    assert_eq!(status(&c, "newer").conditions[0].reason, reason::LIMIT);
     // By default several ExternalAuth policies per target are fine (seed 000).
     assert!(run(&yaml)
         .report
@@ -450,7 +406,7 @@ spec:
     let c = run(p);
     let target = &bundle_policy(&c, "internal-only").unwrap().targets[0];
     assert_eq!(target.section_name.as_deref(), Some("internal"));
-    let missing = &policy_status(&c, "no-such-listener").conditions[0];
+    let missing = &status(&c, "no-such-listener").conditions[0];
     assert_eq!(missing.reason, reason::TARGET_NOT_FOUND);
     assert!(bundle_policy(&c, "no-such-listener").is_none());
     // Which listener was meant is unknown: the stand-in (admits nothing) covers the Gateway.
@@ -515,7 +471,7 @@ spec:
       cel: {expression: "request.mcp.tool_name.startsWith('verify_')"}
 "#;
     let c = run(p);
-    assert!(policy_status(&c, "cel").accepted());
+    assert!(status(&c, "cel").accepted());
     let rule = &bundle_policy(&c, "cel").unwrap().rules.as_ref().unwrap()[0];
     assert_eq!(
         rule.authorization.as_ref().unwrap().cel.as_deref(),
@@ -524,7 +480,7 @@ spec:
     // An expression the CEL checker refuses: Invalid, with the field, and a stand-in.
     let bad = p.replace("startsWith('verify_')", "startsWith('verify_'");
     let c = run(&bad);
-    let st = &policy_status(&c, "cel").conditions[0];
+    let st = &status(&c, "cel").conditions[0];
     assert!(!st.accepted);
     assert_eq!(st.reason, reason::INVALID);
     assert!(
@@ -554,7 +510,7 @@ spec:
         },
     );
     assert!(c.bundle.policies.is_empty());
-    assert!(policy_status(&c, "cel").conditions[0]
+    assert!(status(&c, "cel").conditions[0]
         .message
         .contains("not enforced"));
 }
@@ -578,7 +534,7 @@ spec:
     source: {type: ServiceAccount, serviceAccount: {name: agent}}
 "#;
     let c = run(p);
-    let st = &policy_status(&c, "grpc").conditions[0];
+    let st = &status(&c, "grpc").conditions[0];
     assert_eq!(st.reason, reason::ACCEPTED, "{}", st.message);
     let a = &c.bundle.authorizers[0];
     assert_eq!(a.protocol, mcp_access_bundle::AuthorizerProtocol::Grpc);
@@ -589,30 +545,39 @@ spec:
     assert!(m.grpc && m.name == "authorino" && m.port == 50051, "{m:?}");
 }
 
-#[test]
-fn v0alpha0_grpc_external_auth_maps_to_a_grpc_authorizer() {
-    let p = r#"
+/// A v0alpha0 XAccessPolicy `ext` on Gateway gw sending ServiceAccount agent's calls to
+/// authorizer `opa` (`protocol`, `port`) with `settings`, bodies up to `max_body` bytes.
+fn v0alpha0_ext(protocol: &str, port: u16, settings: &str, max_body: u32) -> String {
+    format!(
+        r#"
 apiVersion: agentic.networking.x-k8s.io/v0alpha0
 kind: XAccessPolicy
-metadata: {name: ext, namespace: mcp}
+metadata: {{name: ext, namespace: mcp}}
 spec:
-  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]
   rules:
   - name: agent-calls
-    source: {type: ServiceAccount, serviceAccount: {name: agent}}
+    source: {{type: ServiceAccount, serviceAccount: {{name: agent}}}}
     authorization:
       type: ExternalAuth
       externalAuth:
-        protocol: GRPC
-        backendRef: {name: opa, port: 9191}
-        grpc: {allowedHeaders: [x-a]}
-        forwardBody: {maxSize: 64}
-"#;
-    let c = run(p);
-    assert_eq!(
-        policy_status(&c, "ext").conditions[0].reason,
-        reason::ACCEPTED
-    );
+        protocol: {protocol}
+        backendRef: {{name: opa, port: {port}}}
+        {settings}
+        forwardBody: {{maxSize: {max_body}}}
+"#
+    )
+}
+
+#[test]
+fn v0alpha0_grpc_external_auth_maps_to_a_grpc_authorizer() {
+    let c = run(&v0alpha0_ext(
+        "GRPC",
+        9191,
+        "grpc: {allowedHeaders: [x-a]}",
+        64,
+    ));
+    assert_eq!(status(&c, "ext").conditions[0].reason, reason::ACCEPTED);
     let a = &c.bundle.authorizers[0];
     assert_eq!(
         (a.protocol, a.cluster.as_str(), a.forward_body_max_bytes),
@@ -664,23 +629,16 @@ spec:
     source: {type: SPIFFE, spiffe: "spiffe://example.org/x"}
     authorization: {type: InlineTools, tools: []}
 ---
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XAccessPolicy
-metadata: {name: ext, namespace: mcp}
-spec:
-  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
-  rules:
-  - name: agent-calls
-    source: {type: ServiceAccount, serviceAccount: {name: agent}}
-    authorization:
-      type: ExternalAuth
-      externalAuth:
-        protocol: HTTP
-        backendRef: {name: opa, port: 9000}
-        http: {allowedHeaders: [x-a], allowedResponseHeaders: [x-b]}
-        forwardBody: {maxSize: 4096}
 "#;
-    let c = run(p);
+    let c = run(&format!(
+        "{p}{}",
+        v0alpha0_ext(
+            "HTTP",
+            9000,
+            "http: {allowedHeaders: [x-a], allowedResponseHeaders: [x-b]}",
+            4096
+        )
+    ));
     let t = bundle_policy(&c, "tools-list").unwrap();
     assert_eq!((t.action, t.level), (Action::Allow, Level::Backend));
     let rules = t.rules.as_ref().unwrap();
@@ -1020,12 +978,7 @@ spec:
   - backendRefs: [{name: tools-server, port: 8000}]
 "#;
     let c = run(route);
-    let tools = c
-        .bundle
-        .backends
-        .iter()
-        .find(|b| b.name == "tools")
-        .unwrap();
+    let tools = backend(&c, "tools");
     assert!(
         tools
             .route_names
@@ -1037,12 +990,7 @@ spec:
     assert!(c.topology.services.is_empty(), "no plain Service cluster");
     // Another port is another Service port: a plain Service, not the XBackend.
     let other = run(&route.replace("port: 8000", "port: 9000"));
-    let tools = other
-        .bundle
-        .backends
-        .iter()
-        .find(|b| b.name == "tools")
-        .unwrap();
+    let tools = backend(&other, "tools");
     assert!(!tools
         .route_names
         .iter()

@@ -1,11 +1,5 @@
 //! The AccessPolicy CRD: the committed file is what the Rust types generate, and it is a
 //! structural schema Kubernetes accepts.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use serde_json::Value;
 

@@ -1,11 +1,5 @@
 //! Every CRD example of kube-agentic-networking (vendored in `crds/upstream`): the valid ones
 //! pass validation, the invalid ones are rejected with the message the CRD gives.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::path::{Path, PathBuf};
 

@@ -1,49 +1,22 @@
 //! OAuth protected resource metadata from `FilterSettings` (per Gateway listener) and identity
 //! headers from `AccessPolicy` (per XBackend): validated, resolved, compiled into the bundle,
 //! mistakes refused with their field.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use mcp_access_bundle::{IdentityField, IdentityHeader};
 use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
 
-const BASE: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: public, protocol: HTTP, port: 8080, hostname: mcp.example.com}
-  - {name: internal, protocol: HTTP, port: 9090}
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000}
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: other, namespace: mcp}
-spec:
-  mcp: {serviceName: other-server, port: 8000}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
-  - matches: [{path: {type: PathPrefix, value: /other}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: other}]
-"#;
+use crate::common::{backend, gateway, load, route, stream, to_xbackend, xbackend};
+
+fn base() -> String {
+    let rules = to_xbackend(Some("/mcp"), "tools") + &to_xbackend(Some("/other"), "other");
+    stream(&[
+        gateway("mcp", "gw", &[("public", 8080), ("internal", 9090)])
+            .replace("port: 8080}", "port: 8080, hostname: mcp.example.com}"),
+        xbackend("tools", "tools-server", None),
+        xbackend("other", "other-server", None),
+        route("mcp", "tools", "name: gw", &rules),
+    ])
+}
 
 fn settings(entries: &str) -> String {
     format!(
@@ -52,9 +25,7 @@ fn settings(entries: &str) -> String {
 }
 
 fn read(extra: &str) -> Manifests {
-    let mut m = Manifests::default();
-    m.add_text("test.yaml", &format!("{BASE}---\n{extra}"), "default");
-    m
+    load(&base(), extra)
 }
 
 fn run(extra: &str) -> Compiled {
@@ -184,12 +155,7 @@ fn identity_headers_are_gathered_per_xbackend() {
     let c = run(&format!("{a}---\n{b}"));
     assert!(c.report.invalid.is_empty(), "{:#?}", c.report.invalid);
     mcp_access_bundle::validate(&c.bundle).unwrap();
-    let tools = c
-        .bundle
-        .backends
-        .iter()
-        .find(|b| b.name == "tools")
-        .unwrap();
+    let tools = backend(&c, "tools");
     assert_eq!(
         tools.identity_headers,
         [
@@ -198,12 +164,7 @@ fn identity_headers_are_gathered_per_xbackend() {
             header("x-caller-sub", IdentityField::JwtSubject, None),
         ]
     );
-    let other = c
-        .bundle
-        .backends
-        .iter()
-        .find(|b| b.name == "other")
-        .unwrap();
+    let other = backend(&c, "other");
     assert!(other.identity_headers.is_empty());
     for p in &c.report.policies {
         assert!(p.conditions.iter().all(|x| x.accepted), "{p:#?}");
@@ -236,12 +197,7 @@ fn a_header_with_two_values_conflicts_and_the_senior_policy_stands() {
         cond.message
     );
     // Enforced fail-closed; its header that does not conflict is still removed and set.
-    let tools = c
-        .bundle
-        .backends
-        .iter()
-        .find(|b| b.name == "tools")
-        .unwrap();
+    let tools = backend(&c, "tools");
     assert_eq!(
         tools.identity_headers,
         [
@@ -280,12 +236,7 @@ fn a_dry_run_policy_sends_no_identity_header_and_conflicts_with_none() {
     )
     .replace("  action: Allow\n", "  action: Allow\n  mode: DryRun\n");
     let c = run(&format!("{senior}---\n{dry}"));
-    let tools = c
-        .bundle
-        .backends
-        .iter()
-        .find(|b| b.name == "tools")
-        .unwrap();
+    let tools = backend(&c, "tools");
     assert_eq!(
         tools.identity_headers,
         [header("x-caller", IdentityField::Spiffe, None)]

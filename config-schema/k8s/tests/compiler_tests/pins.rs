@@ -1,22 +1,12 @@
 //! ToolPins: validated as the API server would, one per XBackend, compiled into the bundle
 //! backend's pins; mistakes are refused with their field paths and never open access.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use mcp_access_bundle::Unpinned;
 use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
 
-const BASE: &str = r#"
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools-server, port: 8000}
-"#;
+fn base() -> String {
+    crate::common::xbackend("tools", "tools-server", None)
+}
 
 const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 const D2: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
@@ -50,7 +40,7 @@ fn compiled(docs: &[String], o: &Options) -> (Manifests, Compiled) {
     let mut m = Manifests::default();
     m.add_text(
         "pins.yaml",
-        &format!("{BASE}---\n{}", docs.join("---\n")),
+        &format!("{}---\n{}", base(), docs.join("---\n")),
         "default",
     );
     let c = compile(&m, o);

@@ -1,102 +1,54 @@
 //! AccessPolicies that target HTTPRoutes, or one rule of a route by `sectionName`
 //! (docs/semantics.md §1.6): accepted as Backend-level policies narrowed to the route's names;
 //! every mistake refused with its reason, fail-closed stand-ins where the target resolves.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-use crate::access_policy::{policy, status};
+use crate::common::{self, backend, gateway, policy, status, stream, to_xbackend, xbackend};
 use mcp_access_bundle::{Action, Level, Policy};
 use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
 
 /// Gateway `gw` (listeners `main` :8080, `alt` :8081) in namespace mcp. HTTPRoute `admin`
 /// (rules `admin` and `ops`) and `public` (one unnamed rule) lead to XBackend `tools`;
 /// `split` has a rule `w` forwarding to `tools` and `other`; `web` forwards to a Service.
-const INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: main, protocol: HTTP, port: 8080}
-  - {name: alt, protocol: HTTP, port: 8081}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: admin, namespace: mcp}
-spec:
-  parentRefs: [{name: gw, sectionName: main}]
-  rules:
-  - name: admin
-    matches: [{path: {type: PathPrefix, value: /admin}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
-  - name: ops
-    matches: [{path: {type: PathPrefix, value: /ops}}, {path: {type: PathPrefix, value: /ops2}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: public, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: split, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - name: w
-    matches: [{path: {type: PathPrefix, value: /split}}]
-    backendRefs:
-    - {group: agentic.networking.x-k8s.io, kind: XBackend, name: tools, weight: 50}
-    - {group: agentic.networking.x-k8s.io, kind: XBackend, name: other, weight: 50}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: web, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - name: site
-    matches: [{path: {type: PathPrefix, value: /site}}]
-    backendRefs: [{name: website, port: 80}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: orphan, namespace: mcp}
-spec:
-  parentRefs: [{name: nogw}]
-  rules:
-  - backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools, port: 8000, path: /mcp}
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: other, namespace: mcp}
-spec:
-  mcp: {serviceName: other, port: 8000, path: /mcp}
-"#;
+fn infra() -> String {
+    let named = |name: &str, paths: &str, backends: &str| {
+        format!("  - name: {name}\n    matches: [{paths}]\n    backendRefs:{backends}\n")
+    };
+    let tools = " [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]";
+    let prefix = |p: &str| format!("{{path: {{type: PathPrefix, value: {p}}}}}");
+    let admin = named("admin", &prefix("/admin"), tools)
+        + &named(
+            "ops",
+            &format!("{}, {}", prefix("/ops"), prefix("/ops2")),
+            tools,
+        );
+    let split = named(
+        "w",
+        &prefix("/split"),
+        "\n    - {group: agentic.networking.x-k8s.io, kind: XBackend, name: tools, weight: 50}\n    - {group: agentic.networking.x-k8s.io, kind: XBackend, name: other, weight: 50}",
+    );
+    let site = named("site", &prefix("/site"), " [{name: website, port: 80}]");
+    stream(&[
+        gateway("mcp", "gw", &[("main", 8080), ("alt", 8081)]),
+        common::route("mcp", "admin", "name: gw, sectionName: main", &admin),
+        common::route(
+            "mcp",
+            "public",
+            "name: gw",
+            &to_xbackend(Some("/mcp"), "tools"),
+        ),
+        common::route("mcp", "split", "name: gw", &split),
+        common::route("mcp", "web", "name: gw", &site),
+        common::route("mcp", "orphan", "name: nogw", &to_xbackend(None, "tools")),
+        xbackend("tools", "tools", Some("/mcp")),
+        xbackend("other", "other", Some("/mcp")),
+    ])
+}
 
 const ADMIN: [&str; 1] = ["mcp/admin/rule-0/match-0"];
 const OPS: [&str; 2] = ["mcp/admin/rule-1/match-0", "mcp/admin/rule-1/match-1"];
 
 fn load(extra: &str) -> Manifests {
-    let mut m = Manifests::default();
-    m.add_text("test.yaml", &format!("{INFRA}---\n{extra}"), "default");
-    m
+    common::load(&infra(), extra)
 }
 
 fn build(extra: &str) -> Compiled {
@@ -159,12 +111,7 @@ fn a_policy_on_a_route_is_a_backend_policy_narrowed_to_its_route_names() {
     all.extend(OPS);
     assert_eq!(targets(p), [("tools".to_string(), names(&all))]);
     // The route names are the backend's.
-    let tools = c
-        .bundle
-        .backends
-        .iter()
-        .find(|b| b.name == "tools")
-        .unwrap();
+    let tools = backend(&c, "tools");
     assert!(all.iter().all(|n| tools.route_names.iter().any(|r| r == n)));
     assert!(c.report.unenforced.is_empty(), "{:#?}", c.report.unenforced);
 }
@@ -205,7 +152,7 @@ fn an_unknown_rule_is_refused_with_did_you_mean_and_stands_in_on_the_whole_route
 
 #[test]
 fn two_rules_of_one_name_are_refused() {
-    let twice = INFRA.replace("  - name: ops\n", "  - name: admin\n");
+    let twice = infra().replace("  - name: ops\n", "  - name: admin\n");
     let mut m = Manifests::default();
     m.add_text(
         "test.yaml",

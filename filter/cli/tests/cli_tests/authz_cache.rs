@@ -1,12 +1,6 @@
 //! `externalAuth.cache` (docs/semantics.md §3.10) through the binary: compiled into the bundle,
 //! refused loudly (file, field, fix) when it could reuse an answer for a request the authorizer
 //! would judge differently, only on an `AccessPolicy`, and shown by `explain`.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 
@@ -16,24 +10,10 @@ use common::{run, s, text, DIGEST, IMAGE};
 use serde_json::{json, Value};
 
 fn policy(kind: &str, protocol: &str, settings: &str, cache: &str) -> String {
-    let api = if kind == "AccessPolicy" {
-        "mcp-access.io/v1alpha1"
-    } else {
-        "agentic.networking.x-k8s.io/v1alpha1"
-    };
-    format!(
-        r#"apiVersion: {api}
-kind: {kind}
-metadata: {{name: approvals, namespace: mcp}}
-spec:
-  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]
-  action: ExternalAuth
-  externalAuth:
-    protocol: {protocol}
-    backendRef: {{name: approvals, port: 9000}}
-    {settings}
-    cache:
-{cache}"#
+    common::external_auth(
+        kind,
+        protocol,
+        &format!("    {settings}\n    cache:\n{cache}"),
     )
 }
 

@@ -1,17 +1,11 @@
 //! What a user expects of the `mcp-access` binary: `validate` fails on references that lead
 //! nowhere, `envoy --wasm` checks the file, a Gateway that no agent could connect through is
 //! warned about, and `manifests` renders Envoy Gateway and Istio objects.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use crate::common::{DIGEST, IMAGE};
+use crate::common::{self, DIGEST, IMAGE};
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mcp-access"))
@@ -45,20 +39,13 @@ fn demo() -> String {
         .to_string()
 }
 
-const GATEWAY: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: ns}
-spec:
-  gatewayClassName: mcp-access
-  listeners: [{name: http, protocol: HTTP, port: 8080}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: ns}
-spec:
-  mcp: {serviceName: tools, port: 8000, path: /mcp}
-"#;
+/// Gateway `gw` (listener `http` :8080) and XBackend `tools` in namespace `ns`.
+fn gateway() -> String {
+    common::stream(&[
+        common::gateway("ns", "gw", &[("http", 8080)]),
+        common::xbackend("ns", "tools", "tools", 8000, Some("/mcp")),
+    ])
+}
 
 fn route(group: &str, name: &str) -> String {
     format!(
@@ -92,7 +79,7 @@ fn validate_passes_complete_manifests() {
     let f = write(
         "ok",
         "m.yaml",
-        &(GATEWAY.to_string() + &route("agentic.networking.x-k8s.io", "tools")),
+        &(gateway() + &route("agentic.networking.x-k8s.io", "tools")),
     );
     let out = validate(&f, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -105,7 +92,7 @@ fn validate_fails_on_a_misspelled_backend_ref() {
     let f = write(
         "misspelled",
         "m.yaml",
-        &(GATEWAY.to_string() + &route("agentic.networking.x-k8s.io", "toolz")),
+        &(gateway() + &route("agentic.networking.x-k8s.io", "toolz")),
     );
     let out = validate(&f, &[]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
@@ -136,7 +123,7 @@ fn validate_fails_on_an_unknown_backend_group() {
     let f = write(
         "group",
         "m.yaml",
-        &(GATEWAY.to_string() + &route("agentic.networking.k8s.io", "tools")),
+        &(gateway() + &route("agentic.networking.k8s.io", "tools")),
     );
     let out = validate(&f, &[]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
@@ -149,7 +136,7 @@ fn validate_fails_on_an_unknown_backend_group() {
     let f = write(
         "parent",
         "m.yaml",
-        &(GATEWAY.to_string()
+        &(gateway()
             + &route("agentic.networking.x-k8s.io", "tools").replace("name: gw}", "name: gw2}")),
     );
     let out = validate(&f, &[]);
@@ -172,7 +159,7 @@ spec:
   targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: nope}]
   action: Allow
 "#;
-    let f = write("unreached", "m.yaml", &(GATEWAY.to_string() + policy));
+    let f = write("unreached", "m.yaml", &(gateway() + policy));
     let out = validate(&f, &[]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     let err = text(&out.stderr);
@@ -208,7 +195,7 @@ spec:
 "#
         )
     };
-    let base = GATEWAY.to_string() + &route("agentic.networking.x-k8s.io", "tools");
+    let base = gateway() + &route("agentic.networking.x-k8s.io", "tools");
     let closed = write("closed", "m.yaml", &(base.clone() + &policy("")));
     let out = validate(&closed, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

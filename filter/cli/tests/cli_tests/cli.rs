@@ -1,13 +1,9 @@
 //! The `mcp-access` binary: exit codes, strict mode, output formats, files written or not.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+use crate::common::{run, text};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mcp-access"))
@@ -34,14 +30,6 @@ fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("mcp-access-cli-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]

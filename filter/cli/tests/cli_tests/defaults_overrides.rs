@@ -2,60 +2,33 @@
 //! the filter's engine: seed 003's examples A1, B1, B2, C1, D1, D2, E1-E3, F1, F2 and seed
 //! 002's Gateway defaults vs overrides, in MCP terms. Each checks the effective policy
 //! (decisions through `explain`, bundle origins) and the status.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-use crate::common::{enforced, status};
+use crate::common::{enforced, gateway, load, read, route, status, stream, to_xbackend, xbackend};
 use mcp_access_cli::explain::{explain, RequestSpec};
-use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
+use mcp_access_k8s::{compile, reason, Compiled, Options};
 use serde_json::Value;
 
 /// Gateway `gw` (listeners `main` :8080 and `alt` :8081) in namespace mcp; route `/tools`
 /// to XBackend `tools` on both listeners, route `/other` to XBackend `other` on `main`.
-const INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: main, protocol: HTTP, port: 8080}
-  - {name: alt, protocol: HTTP, port: 8081}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /tools}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: other, namespace: mcp}
-spec:
-  parentRefs: [{name: gw, sectionName: main}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /other}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: other}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools, port: 8000, path: /mcp}
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: other, namespace: mcp}
-spec:
-  mcp: {serviceName: other, port: 8000, path: /mcp}
-"#;
+fn infra() -> String {
+    stream(&[
+        gateway("mcp", "gw", &[("main", 8080), ("alt", 8081)]),
+        route(
+            "mcp",
+            "tools",
+            "name: gw",
+            &to_xbackend(Some("/tools"), "tools"),
+        ),
+        route(
+            "mcp",
+            "other",
+            "name: gw, sectionName: main",
+            &to_xbackend(Some("/other"), "other"),
+        ),
+        xbackend("mcp", "tools", "tools", 8000, Some("/mcp")),
+        xbackend("mcp", "other", "other", 8000, Some("/mcp")),
+    ])
+}
 
 /// An Allow rule admitting `tools/call` of `tools` (and the base protocol).
 fn rule(name: &str, tools: &[&str]) -> String {
@@ -84,14 +57,23 @@ fn backend_policy(name: &str, backend: &str, rules: &str, extra: &str) -> String
     )
 }
 
+/// [`gateway_block`] `gw-<block>`, created at [`GW_TIME`].
+fn gw_block(block: &str, strategy: &str, rules: &str) -> String {
+    gateway_block(&format!("gw-{block}"), GW_TIME, block, strategy, rules)
+}
+
+/// Rules `a` and `b`, each admitting its tool.
+fn ab() -> String {
+    rule("a", &["a"]) + &rule("b", &["b"])
+}
+
+/// Policy `app` on XBackend `tools`: rule `c` admitting tool `c`.
+fn app_c() -> String {
+    backend_policy("app", "tools", &rule("c", &["c"]), "")
+}
+
 fn build(docs: &[String]) -> Compiled {
-    let mut m = Manifests::default();
-    m.add_text(
-        "test.yaml",
-        &format!("{INFRA}---\n{}", docs.join("---\n")),
-        "default",
-    );
-    assert!(m.problems().is_empty(), "{:#?}", m.problems());
+    let m = load(&infra(), docs);
     let c = compile(&m, &Options::default());
     mcp_access_bundle::validate(&c.bundle).unwrap();
     let json = serde_json::to_vec(&c.bundle).unwrap();
@@ -133,16 +115,7 @@ const GW_TIME: &str = "2026-01-01T00:00:00Z";
 
 #[test]
 fn a1_atomic_defaults_are_replaced_by_a_backend_policy() {
-    let c = build(&[
-        gateway_block(
-            "gw-defaults",
-            GW_TIME,
-            "defaults",
-            "atomic",
-            &(rule("a", &["a"]) + &rule("b", &["b"])),
-        ),
-        backend_policy("app", "tools", &rule("c", &["c"]), ""),
-    ]);
+    let c = build(&[gw_block("defaults", "atomic", &ab()), app_c()]);
     assert_eq!(admitted(&c, ALL), ["c"]);
     // `other` has no policy of its own: the defaults apply there.
     assert_eq!(admitted_on(&c, "main", "/other", ALL), ["a", "b"]);
@@ -159,14 +132,8 @@ fn a1_atomic_defaults_are_replaced_by_a_backend_policy() {
 #[test]
 fn a1_defaults_everywhere_replaced_are_overridden() {
     let c = build(&[
-        gateway_block(
-            "gw-defaults",
-            GW_TIME,
-            "defaults",
-            "atomic",
-            &rule("a", &["a"]),
-        ),
-        backend_policy("app", "tools", &rule("c", &["c"]), ""),
+        gw_block("defaults", "atomic", &rule("a", &["a"])),
+        app_c(),
         backend_policy("app2", "other", &rule("d", &["d"]), ""),
     ]);
     assert_eq!(admitted(&c, ALL), ["c"]);
@@ -184,16 +151,7 @@ fn a1_defaults_everywhere_replaced_are_overridden() {
 
 #[test]
 fn b1_merged_defaults_are_added() {
-    let c = build(&[
-        gateway_block(
-            "gw-defaults",
-            GW_TIME,
-            "defaults",
-            "merge",
-            &(rule("a", &["a"]) + &rule("b", &["b"])),
-        ),
-        backend_policy("app", "tools", &rule("c", &["c"]), ""),
-    ]);
+    let c = build(&[gw_block("defaults", "merge", &ab()), app_c()]);
     assert_eq!(admitted(&c, ALL), ["a", "b", "c"]);
     let (r, m) = enforced(&c, "app");
     assert_eq!(r, "Enforced");
@@ -219,13 +177,7 @@ fn b1_merged_defaults_are_added() {
 #[test]
 fn b2_a_lower_rule_of_the_same_name_beats_a_merged_default() {
     let c = build(&[
-        gateway_block(
-            "gw-defaults",
-            GW_TIME,
-            "defaults",
-            "merge",
-            &(rule("a", &["a"]) + &rule("b", &["b"])),
-        ),
+        gw_block("defaults", "merge", &ab()),
         backend_policy(
             "app",
             "tools",
@@ -241,16 +193,7 @@ fn b2_a_lower_rule_of_the_same_name_beats_a_merged_default() {
 
 #[test]
 fn c1_atomic_overrides_replace_the_backend_policy() {
-    let c = build(&[
-        gateway_block(
-            "gw-overrides",
-            GW_TIME,
-            "overrides",
-            "atomic",
-            &(rule("a", &["a"]) + &rule("b", &["b"])),
-        ),
-        backend_policy("app", "tools", &rule("c", &["c"]), ""),
-    ]);
+    let c = build(&[gw_block("overrides", "atomic", &ab()), app_c()]);
     assert_eq!(admitted(&c, ALL), ["a", "b"]);
     assert_eq!(admitted_on(&c, "main", "/other", ALL), ["a", "b"]);
     let (r, m) = enforced(&c, "app");
@@ -261,16 +204,7 @@ fn c1_atomic_overrides_replace_the_backend_policy() {
 
 #[test]
 fn d1_merged_overrides_are_added_beside_other_rules() {
-    let c = build(&[
-        gateway_block(
-            "gw-overrides",
-            GW_TIME,
-            "overrides",
-            "merge",
-            &(rule("a", &["a"]) + &rule("b", &["b"])),
-        ),
-        backend_policy("app", "tools", &rule("c", &["c"]), ""),
-    ]);
+    let c = build(&[gw_block("overrides", "merge", &ab()), app_c()]);
     assert_eq!(admitted(&c, ALL), ["a", "b", "c"]);
     assert_eq!(enforced(&c, "app").0, "Enforced");
 }
@@ -278,13 +212,7 @@ fn d1_merged_overrides_are_added_beside_other_rules() {
 #[test]
 fn d2_a_merged_override_replaces_the_lower_rule_of_its_name() {
     let c = build(&[
-        gateway_block(
-            "gw-overrides",
-            GW_TIME,
-            "overrides",
-            "merge",
-            &(rule("a", &["a"]) + &rule("b", &["b"])),
-        ),
+        gw_block("overrides", "merge", &ab()),
         backend_policy(
             "app",
             "tools",
@@ -360,9 +288,7 @@ fn constraint_with(lower_rules: &str) -> Compiled {
 #[test]
 fn f1_unset_removes_a_merged_default() {
     let c = build(&[
-        gateway_block(
-            "gw-defaults",
-            GW_TIME,
+        gw_block(
             "defaults",
             "merge",
             &(rule("a", &["a"]) + &rule("no-write", &["b"])),
@@ -378,9 +304,7 @@ fn f1_unset_removes_a_merged_default() {
 #[test]
 fn f2_unset_cannot_remove_an_override() {
     let c = build(&[
-        gateway_block(
-            "gw-overrides",
-            GW_TIME,
+        gw_block(
             "overrides",
             "merge",
             &(rule("a", &["a"]) + &rule("no-write", &["b"])),
@@ -395,32 +319,14 @@ fn f2_unset_cannot_remove_an_override() {
 
 #[test]
 fn seed_002_gateway_defaults_apply_only_where_no_backend_policy_exists() {
-    let c = build(&[
-        gateway_block(
-            "gw-defaults",
-            GW_TIME,
-            "defaults",
-            "atomic",
-            &rule("a", &["a"]),
-        ),
-        backend_policy("app", "tools", &rule("c", &["c"]), ""),
-    ]);
+    let c = build(&[gw_block("defaults", "atomic", &rule("a", &["a"])), app_c()]);
     assert_eq!(admitted(&c, ALL), ["c"]);
     assert_eq!(admitted_on(&c, "main", "/other", ALL), ["a"]);
 }
 
 #[test]
 fn seed_002_gateway_overrides_apply_to_every_backend() {
-    let c = build(&[
-        gateway_block(
-            "gw-overrides",
-            GW_TIME,
-            "overrides",
-            "atomic",
-            &rule("a", &["a"]),
-        ),
-        backend_policy("app", "tools", &rule("c", &["c"]), ""),
-    ]);
+    let c = build(&[gw_block("overrides", "atomic", &rule("a", &["a"])), app_c()]);
     assert_eq!(admitted(&c, ALL), ["a"]);
     assert_eq!(admitted_on(&c, "alt", "/tools", ALL), ["a"]);
     assert_eq!(admitted_on(&c, "main", "/other", ALL), ["a"]);
@@ -428,18 +334,9 @@ fn seed_002_gateway_overrides_apply_to_every_backend() {
 
 #[test]
 fn a_block_on_one_listener_changes_only_that_listener() {
-    let block = gateway_block(
-        "gw-overrides",
-        GW_TIME,
-        "overrides",
-        "atomic",
-        &rule("a", &["a"]),
-    )
-    .replace("name: gw}]", "name: gw, sectionName: alt}]");
-    let c = build(&[
-        block,
-        backend_policy("app", "tools", &rule("c", &["c"]), ""),
-    ]);
+    let block = gw_block("overrides", "atomic", &rule("a", &["a"]))
+        .replace("name: gw}]", "name: gw, sectionName: alt}]");
+    let c = build(&[block, app_c()]);
     assert_eq!(admitted_on(&c, "main", "/tools", ALL), ["c"]);
     assert_eq!(admitted_on(&c, "alt", "/tools", ALL), ["a"]);
     // Narrowed bundle policies, one per listener.
@@ -484,10 +381,7 @@ fn several_blocks_the_senior_override_wins() {
 #[test]
 fn an_external_auth_override_reaches_every_backend() {
     let block = "apiVersion: mcp-access.io/v1alpha1\nkind: AccessPolicy\nmetadata: {name: risk, namespace: mcp}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n  overrides:\n    action: ExternalAuth\n    externalAuth: {protocol: HTTP, backendRef: {name: risk, port: 9000}, http: {}}\n".to_string();
-    let c = build(&[
-        block,
-        backend_policy("app", "tools", &rule("c", &["c"]), ""),
-    ]);
+    let c = build(&[block, app_c()]);
     for path in ["/tools", "/other"] {
         let v = call(&c, "main", path, "c");
         assert_eq!(v["calls"].as_array().unwrap().len(), 1, "{v:#}");
@@ -502,7 +396,7 @@ fn a_bad_condition_makes_only_its_policy_invalid() {
         "{}    condition: \"size(self.rules\"\n",
         gateway_block("gw-bad", GW_TIME, "overrides", "merge", &rule("a", &["a"]))
     );
-    let c = build(&[bad, backend_policy("app", "tools", &rule("c", &["c"]), "")]);
+    let c = build(&[bad, app_c()]);
     let st = status(&c, "gw-bad");
     assert_eq!(st.conditions[0].reason, reason::INVALID);
     assert!(
@@ -516,12 +410,7 @@ fn a_bad_condition_makes_only_its_policy_invalid() {
 
 /// The bundle and the report (without where each object was read) as JSON.
 fn outputs(docs: &[String]) -> (String, String) {
-    let mut m = Manifests::default();
-    m.add_text(
-        "test.yaml",
-        &format!("{INFRA}---\n{}", docs.join("---\n")),
-        "default",
-    );
+    let m = read(&infra(), docs);
     let c = compile(&m, &Options::default());
     let mut report = serde_json::to_value(&c.report).unwrap();
     fn strip(v: &mut Value) {
@@ -544,13 +433,7 @@ fn outputs(docs: &[String]) -> (String, String) {
 #[test]
 fn merging_does_not_depend_on_the_order_of_the_objects() {
     let docs = vec![
-        gateway_block(
-            "d-merge",
-            GW_TIME,
-            "defaults",
-            "merge",
-            &(rule("a", &["a"]) + &rule("b", &["b"])),
-        ),
+        gateway_block("d-merge", GW_TIME, "defaults", "merge", &ab()),
         gateway_block(
             "o-merge",
             "2026-01-01T00:00:01Z",

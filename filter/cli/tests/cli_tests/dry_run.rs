@@ -2,54 +2,25 @@
 //! AccessPolicy, the annotation on an XAccessPolicy, their status, and the defining property
 //! through `explain`: the decision enforced is the one of the manifests without the dry-run
 //! objects, the dry-run decision the one with them enforced — defaults and overrides included.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use mcp_access_bundle::PolicyMode;
 use mcp_access_cli::explain::{explain, RequestSpec};
-use mcp_access_k8s::{compile, Compiled, Manifests, Options};
+use mcp_access_k8s::{compile, Compiled, Options};
 use serde_json::Value;
 
-use crate::common::{case, run, s, text};
+use crate::common::{case, gateway, load, route, run, s, stream, text, to_xbackend, xbackend};
 
 /// Gateway `gw` (listener `main` :8080) in namespace mcp; `/tools` to XBackend `tools`,
 /// `/other` to XBackend `other`.
-const INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: main, protocol: HTTP, port: 8080}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: tools, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /tools}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
-  - matches: [{path: {type: PathPrefix, value: /other}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: other}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools, port: 8000, path: /mcp}
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: other, namespace: mcp}
-spec:
-  mcp: {serviceName: other, port: 8000, path: /mcp}
-"#;
+fn infra() -> String {
+    let rules = to_xbackend(Some("/tools"), "tools") + &to_xbackend(Some("/other"), "other");
+    stream(&[
+        gateway("mcp", "gw", &[("main", 8080)]),
+        route("mcp", "tools", "name: gw", &rules),
+        xbackend("mcp", "tools", "tools", 8000, Some("/mcp")),
+        xbackend("mcp", "other", "other", 8000, Some("/mcp")),
+    ])
+}
 
 /// An Allow rule admitting `tools/call` of `tools` and the base protocol.
 fn rule(name: &str, tools: &[&str]) -> String {
@@ -159,13 +130,7 @@ fn upstream(name: &str, target: &str, rules: &str, dry: bool) -> Doc {
 
 fn build(docs: &[Doc], as_: As) -> Compiled {
     let text: Vec<String> = docs.iter().filter_map(|d| d.render(as_)).collect();
-    let mut m = Manifests::default();
-    m.add_text(
-        "test.yaml",
-        &format!("{INFRA}---\n{}", text.join("---\n")),
-        "default",
-    );
-    assert!(m.problems().is_empty(), "{:#?}", m.problems());
+    let m = load(&infra(), &text);
     let c = compile(&m, &Options::default());
     assert!(c.report.all_accepted(), "{:#?}", c.report);
     mcp_access_bundle::validate(&c.bundle).unwrap();

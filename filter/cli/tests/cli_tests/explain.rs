@@ -1,11 +1,5 @@
 //! `explain` on seed 000's example: two ExternalAuth and two InlineTools policies at each
 //! level, written as Kubernetes objects, decided by the filter's engine.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::BTreeMap;
 
@@ -15,30 +9,16 @@ use mcp_access_cli::explain::{
 use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 use serde_json::Value;
 
-const INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: prod-gateway, namespace: shop}
-spec:
-  gatewayClassName: mcp-access
-  listeners: [{name: http, protocol: HTTP, port: 8080}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: payment-route, namespace: shop}
-spec:
-  parentRefs: [{name: prod-gateway}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /payments/mcp}}]
-    filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /mcp}}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: payment-service}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: payment-service, namespace: shop}
-spec:
-  mcp: {serviceName: payments, port: 8000}
-"#;
+use crate::common::{gateway, route, stream, xbackend};
+
+fn infra() -> String {
+    let rule = "  - matches: [{path: {type: PathPrefix, value: /payments/mcp}}]\n    filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /mcp}}}]\n    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: payment-service}]\n";
+    stream(&[
+        gateway("shop", "prod-gateway", &[("http", 8080)]),
+        route("shop", "payment-route", "name: prod-gateway", rule),
+        xbackend("shop", "payment-service", "payments", 8000, None),
+    ])
+}
 
 fn policy(name: &str, minute: u32, target: &str, authorization: &str) -> String {
     let (group, kind) = if target == "prod-gateway" {
@@ -126,7 +106,7 @@ fn eight_policies(reversed: bool) -> Compiled {
     let mut m = Manifests::default();
     m.add_text(
         "seed-000.yaml",
-        &format!("{INFRA}{}", docs.concat()),
+        &format!("{}{}", infra(), docs.concat()),
         "default",
     );
     assert!(m.problems().is_empty(), "{:#?}", m.problems());

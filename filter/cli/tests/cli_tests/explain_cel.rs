@@ -1,11 +1,5 @@
 //! `explain` with CEL conditions and JWT callers: each evaluated expression is shown with its
 //! result (or error) and the variables it read; `--jwt-claims` stands for a verified token.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::process::Command;
 

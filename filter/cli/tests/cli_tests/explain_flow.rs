@@ -1,12 +1,6 @@
 //! `explain` runs the filter's request flow: transport checks answer before any policy, the
 //! response printed is the one the client gets, Allow rules say why they did not admit,
 //! `--assume` keys must name something, and a path no route matches is what Envoy does with it.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::BTreeMap;
 
@@ -312,36 +306,14 @@ fn assume_keys_must_name_an_authorizer_or_an_external_auth_policy() {
     assert!(err.contains("calls no authorizer"), "{err}");
 }
 
-const ROUTED: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: shop}
-spec:
-  gatewayClassName: mcp-access
-  listeners: [{name: http, protocol: HTTP, port: 8080}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: route, namespace: shop}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
-  - matches: [{path: {type: PathPrefix, value: /old}}]
-    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /mcp}}}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: shop}
-spec:
-  mcp: {serviceName: tools, port: 8000}
-"#;
+fn routed() -> String {
+    crate::fail_closed::shop("  - matches: [{path: {type: PathPrefix, value: /old}}]\n    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /mcp}}}]\n")
+}
 
 #[test]
 fn a_path_no_route_matches_is_what_envoy_does_with_it() {
     let mut m = Manifests::default();
-    m.add_text("routed.yaml", ROUTED, "default");
+    m.add_text("routed.yaml", &routed(), "default");
     let at = |opts: &Options, path: &str| {
         let c = compile(&m, opts);
         let s = RequestSpec {

@@ -1,46 +1,31 @@
 //! Policies that once compiled to something weaker than what was written, reproduced the way
 //! a user would find them: manifests -> compiler -> `explain` (the filter's engine).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::BTreeMap;
 
 use mcp_access_cli::explain::{explain, parse_assumption, RequestSpec};
-use mcp_access_k8s::{compile, Compiled, Manifests, Options};
+use mcp_access_k8s::{compile, Compiled, Options};
 use serde_json::Value;
 
-const INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: shop}
-spec:
-  gatewayClassName: mcp-access
-  listeners: [{name: http, protocol: HTTP, port: 8080}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: route, namespace: shop}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: shop}
-spec:
-  mcp: {serviceName: tools, port: 8000}
-"#;
+use crate::common::{gateway, load, route, stream, to_xbackend, xbackend};
+
+/// Gateway `gw` (listener `http` :8080) in namespace shop; HTTPRoute `route` sends `/mcp` to
+/// XBackend `tools`, then has `more_rules`.
+pub(crate) fn shop(more_rules: &str) -> String {
+    stream(&[
+        gateway("shop", "gw", &[("http", 8080)]),
+        route(
+            "shop",
+            "route",
+            "name: gw",
+            &(to_xbackend(Some("/mcp"), "tools") + more_rules),
+        ),
+        xbackend("shop", "tools", "tools", 8000, None),
+    ])
+}
 
 fn build(policies: &str) -> Compiled {
-    let mut m = Manifests::default();
-    m.add_text("test.yaml", &format!("{INFRA}---\n{policies}"), "default");
-    assert!(m.problems().is_empty(), "{:#?}", m.problems());
+    let m = load(&shop(""), &[policies.to_string()]);
     let c = compile(&m, &Options::default());
     mcp_access_bundle::validate(&c.bundle).unwrap();
     c

@@ -1,11 +1,5 @@
 //! Mistakes never open access: each mistake a user makes in manifests, through the binary
 //! (exit code, message naming file, document, field and the valid names, nothing written).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 
@@ -300,40 +294,30 @@ spec:
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
+/// `validate` of file `f` written with `body`: its exit code and stderr.
+fn validate_text(f: &std::path::Path, body: &str) -> (Option<i32>, String) {
+    std::fs::write(f, body).unwrap();
+    let out = run(&["validate", "-f", s(f)]);
+    (out.status.code(), text(&out.stderr))
+}
+
 #[test]
 fn duplicate_yaml_keys_are_an_error_naming_both_lines() {
     // Two files concatenated without `---`: the XBackend's keys repeat in one mapping.
     let d = dir("dup");
     let f = d.join("m.yaml");
-    std::fs::write(
-        &f,
-        "apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {name: tools, namespace: mcp}\nspec:\n  mcp: {serviceName: s, port: 8000}\napiVersion: mcp-access.io/v1alpha1\nkind: AccessPolicy\n",
-    )
-    .unwrap();
-    let out = run(&["validate", "-f", s(&f)]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    let err = text(&out.stderr);
+    let (code, err) = validate_text(&f, "apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {name: tools, namespace: mcp}\nspec:\n  mcp: {serviceName: s, port: 8000}\napiVersion: mcp-access.io/v1alpha1\nkind: AccessPolicy\n");
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("m.yaml: document 1: invalid YAML: duplicate entry with key \"apiVersion\" (the key is on lines 1 and 6)"),
         "{err}"
     );
     // Keys that are not strings are no duplicates (read as strings, as Kubernetes does).
-    std::fs::write(
-        &f,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: mcp}\ndata:\n  1: x\n  true: y\n",
-    )
-    .unwrap();
-    let out = run(&["validate", "-f", s(&f)]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (code, err) = validate_text(&f, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: mcp}\ndata:\n  1: x\n  true: y\n");
+    assert_eq!(code, Some(0), "{err}");
     // Nested: a targetRef with two names.
-    std::fs::write(
-        &f,
-        "apiVersion: mcp-access.io/v1alpha1\nkind: AccessPolicy\nmetadata: {name: p, namespace: mcp}\nspec:\n  targetRefs:\n  - group: gateway.networking.k8s.io\n    kind: Gateway\n    name: gw\n    name: gw2\n  action: Allow\n",
-    )
-    .unwrap();
-    let out = run(&["validate", "-f", s(&f)]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    let err = text(&out.stderr);
+    let (code, err) = validate_text(&f, "apiVersion: mcp-access.io/v1alpha1\nkind: AccessPolicy\nmetadata: {name: p, namespace: mcp}\nspec:\n  targetRefs:\n  - group: gateway.networking.k8s.io\n    kind: Gateway\n    name: gw\n    name: gw2\n  action: Allow\n");
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("duplicate entry with key \"name\"")
             && err.contains("(the key is on lines 8 and 9)"),
@@ -345,11 +329,8 @@ fn duplicate_yaml_keys_are_an_error_naming_both_lines() {
 fn duplicate_keys_in_yaml_flow_mappings_and_json_name_both_places() {
     let d = dir("dup-flow");
     let refused = |name: &str, body: &str, want: &str| {
-        let f = d.join(name);
-        std::fs::write(&f, body).unwrap();
-        let out = run(&["validate", "-f", s(&f)]);
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-        let err = text(&out.stderr);
+        let (code, err) = validate_text(&d.join(name), body);
+        assert_eq!(code, Some(1), "{err}");
         assert!(err.contains(want), "{err}");
     };
     // A flow mapping on one line: both columns.
@@ -372,13 +353,8 @@ fn duplicate_keys_in_yaml_flow_mappings_and_json_name_both_places() {
     );
     // Equal text in different objects is no duplicate.
     let f = d.join("ok.json");
-    std::fs::write(
-        &f,
-        "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"a\", \"labels\": {\"name\": \"kind\"}}}\n",
-    )
-    .unwrap();
-    let out = run(&["validate", "-f", s(&f)]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (code, err) = validate_text(&f, "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"a\", \"labels\": {\"name\": \"kind\"}}}\n");
+    assert_eq!(code, Some(0), "{err}");
 }
 
 #[test]
@@ -408,24 +384,7 @@ spec:
             && report.contains("mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS, methods: [{name: tools/call, params: [TOOL]}]"),
         "{report}"
     );
-    let ask = |sa: &str| {
-        let out = run(&[
-            "explain",
-            "-f",
-            s(&d),
-            "--backend",
-            "tools",
-            "--gateway",
-            "gw",
-            "--listener",
-            "http",
-            "--service-account",
-            sa,
-            "--tool",
-            "x",
-        ]);
-        text(&out.stdout)
-    };
+    let ask = |sa: &str| text(&explain_at(&d, &["--service-account", sa, "--tool", "x"]).stdout);
     assert!(
         ask("agents/alpha").contains("decision  ALLOW"),
         "{}",
@@ -448,8 +407,9 @@ spec:
     externalAuth: {protocol: HTTP, backendRef: {name: risk, port: 9000}, http: {}}
 "#;
 
-fn explain(d: &std::path::Path, assume: &str) -> Output {
-    run(&[
+/// `explain` with `args` of a request to XBackend tools through listener gw/http.
+fn explain_at(d: &std::path::Path, args: &[&str]) -> Output {
+    let mut all = vec![
         "explain",
         "-f",
         s(d),
@@ -459,11 +419,13 @@ fn explain(d: &std::path::Path, assume: &str) -> Output {
         "gw",
         "--listener",
         "http",
-        "--tool",
-        "x",
-        "--assume",
-        assume,
-    ])
+    ];
+    all.extend(args);
+    run(&all)
+}
+
+fn explain(d: &std::path::Path, assume: &str) -> Output {
+    explain_at(d, &["--tool", "x", "--assume", assume])
 }
 
 #[test]
@@ -548,21 +510,10 @@ fn allow_at_tools(rules: &str) -> String {
 
 /// `explain` of one MCP method for ServiceAccount agents/alpha at the XBackend; its decision line.
 fn decide(d: &std::path::Path, method: &[&str]) -> String {
-    let mut args = vec![
-        "explain",
-        "-f",
-        s(d),
-        "--backend",
-        "tools",
-        "--gateway",
-        "gw",
-        "--listener",
-        "http",
-        "--service-account",
-        "agents/alpha",
-    ];
-    args.extend(method);
-    let out = run(&args);
+    let out = explain_at(
+        d,
+        &[&["--service-account", "agents/alpha"], method].concat(),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let t = text(&out.stdout);
     t.lines()

@@ -2,12 +2,6 @@
 //! the listener, lets it through `jwt_authn` and gives `jwt_authn`'s 401s the challenge;
 //! `manifests` renders Envoy Gateway's route to it, and refuses identity headers where the
 //! headers cannot be held.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::path::{Path, PathBuf};
 

@@ -1,12 +1,6 @@
 //! `mcp-access pin`: a ToolPin from a saved listing and from a live server (Streamable HTTP,
 //! JSON and SSE answers, pagination, both revisions, the caller's headers and token), and
 //! `pin --check` with its diff and exit code.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

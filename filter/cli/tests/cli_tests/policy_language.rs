@@ -2,41 +2,32 @@
 //! CEL scenario of kube-agentic-networking's end-to-end tests (single rule, multi-rule, macros,
 //! all failures, one variable at a time), and the project's AccessPolicy kind (Deny, `when`,
 //! its CRD examples).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use mcp_access_cli::explain::{explain, RequestSpec};
 use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 use serde_json::Value;
 
+use crate::common::{gateway, load, route, stream, to_xbackend, xbackend};
+
 /// KAN's e2e topology, in its own names: a Gateway, a route to the `e2e-mcp-backend` XBackend.
-const KAN_INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: e2e-gateway, namespace: e2e-test-ns}
-spec:
-  gatewayClassName: mcp-access
-  listeners: [{name: http, protocol: HTTP, port: 10001}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: e2e-route, namespace: e2e-test-ns}
-spec:
-  parentRefs: [{name: e2e-gateway}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: e2e-mcp-backend}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: e2e-mcp-backend, namespace: e2e-test-ns}
-spec:
-  mcp: {serviceName: mcp-everything, port: 3001, path: /mcp}
-"#;
+fn kan_infra() -> String {
+    stream(&[
+        gateway("e2e-test-ns", "e2e-gateway", &[("http", 10001)]),
+        route(
+            "e2e-test-ns",
+            "e2e-route",
+            "name: e2e-gateway",
+            &to_xbackend(Some("/mcp"), "e2e-mcp-backend"),
+        ),
+        xbackend(
+            "e2e-test-ns",
+            "e2e-mcp-backend",
+            "mcp-everything",
+            3001,
+            Some("/mcp"),
+        ),
+    ])
+}
 
 const TESTER: &str = "e2e-test-ns/e2e-tester-sa";
 
@@ -57,9 +48,7 @@ fn kan_policy(rules: &[(&str, &str)]) -> String {
 }
 
 fn build(infra: &str, policies: &str) -> Compiled {
-    let mut m = Manifests::default();
-    m.add_text("test.yaml", &format!("{infra}---\n{policies}"), "default");
-    assert!(m.problems().is_empty(), "{:#?}", m.problems());
+    let m = load(infra, &[policies.to_string()]);
     let c = compile(&m, &Options::default());
     mcp_access_bundle::validate(&c.bundle).unwrap();
     for p in &c.report.policies {
@@ -100,7 +89,7 @@ fn decision(c: &Compiled, tool: Option<&str>) -> String {
 #[test]
 fn kan_single_rule_allows_only_get_sum() {
     let c = build(
-        KAN_INFRA,
+        &kan_infra(),
         &kan_policy(&[("allow-get-sum-only", "request.mcp.tool_name == 'get-sum'")]),
     );
     assert_eq!(decision(&c, Some("get-sum")), "allow");
@@ -115,7 +104,7 @@ fn kan_single_rule_allows_only_get_sum() {
 #[test]
 fn kan_all_failures_allows_no_tool() {
     let c = build(
-        KAN_INFRA,
+        &kan_infra(),
         &kan_policy(&[("allow-nothing", "request.mcp.tool_name == 'non-existent'")]),
     );
     assert_eq!(decision(&c, Some("get-sum")), "deny");
@@ -126,7 +115,7 @@ fn kan_all_failures_allows_no_tool() {
 #[test]
 fn kan_multi_rule_one_match_is_enough() {
     let c = build(
-        KAN_INFRA,
+        &kan_infra(),
         &kan_policy(&[
             ("allow-get-sum", "request.mcp.tool_name == 'get-sum'"),
             (
@@ -142,7 +131,7 @@ fn kan_multi_rule_one_match_is_enough() {
 #[test]
 fn kan_macros_and_functions_work_unchanged() {
     let expr = "request.path.startsWith('/mc') &&\nrequest.headers['mcp-protocol-version'].contains('2025') &&\nrequest.mcp.tool_name.matches('^get-[a-z]+$')";
-    let c = build(KAN_INFRA, &kan_policy(&[("allow-macros", expr)]));
+    let c = build(&kan_infra(), &kan_policy(&[("allow-macros", expr)]));
     assert_eq!(decision(&c, Some("get-sum")), "allow");
     assert_eq!(decision(&c, Some("echo")), "deny");
     // Another protocol revision in the header: the expression is false.
@@ -174,9 +163,9 @@ fn kan_each_variable_alone() {
         ),
     ];
     for (valid, failing) in cases {
-        let c = build(KAN_INFRA, &kan_policy(&[("var", valid)]));
+        let c = build(&kan_infra(), &kan_policy(&[("var", valid)]));
         assert_eq!(decision(&c, Some("get-sum")), "allow", "{valid}");
-        let c = build(KAN_INFRA, &kan_policy(&[("var", failing)]));
+        let c = build(&kan_infra(), &kan_policy(&[("var", failing)]));
         assert_eq!(decision(&c, Some("get-sum")), "deny", "{failing}");
     }
 }
@@ -184,12 +173,12 @@ fn kan_each_variable_alone() {
 #[test]
 fn kan_request_time() {
     let c = build(
-        KAN_INFRA,
+        &kan_infra(),
         &kan_policy(&[("var", "request.time.getFullYear() >= 2025")]),
     );
     assert_eq!(decision(&c, Some("get-sum")), "allow");
     let c = build(
-        KAN_INFRA,
+        &kan_infra(),
         &kan_policy(&[("var", "request.time.getFullYear() < 2000")]),
     );
     assert_eq!(decision(&c, Some("get-sum")), "deny");
@@ -202,7 +191,7 @@ fn the_kan_cel_crd_example_compiles() {
         "/../../config-schema/crds/upstream/kube-agentic-networking/examples/valid/cel-policy.yaml"
     ))
     .unwrap();
-    let infra = KAN_INFRA
+    let infra = kan_infra()
         .replace("e2e-test-ns", "default")
         .replace("e2e-mcp-backend", "my-backend");
     let c = build(&infra, &text);

@@ -1,12 +1,6 @@
 //! `mcp-access test` through the binary: the demo's own tests pass; a case whose decision is
 //! not the expected one fails with what differs (exit 5, JUnit failure); a test document that
 //! cannot run is an error (exit 1).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::path::PathBuf;
 

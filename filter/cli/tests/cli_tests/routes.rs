@@ -2,57 +2,27 @@
 //! engine: decisions per route through `explain`, defaults/overrides per route, the
 //! effective view per route, and each platform's rendering (Envoy Gateway's per-rule
 //! clusters; Istio refuses).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common::{self, enforced, run, s, text};
 use mcp_access_cli::explain::{explain, to_text, RequestSpec};
-use mcp_access_k8s::{compile, Compiled, EffectivePolicy, Manifests, Options};
+use mcp_access_k8s::{compile, Compiled, EffectivePolicy, Options};
 use serde_json::Value;
 
 /// Gateway `gw` (listener `main` :8080) in namespace mcp; HTTPRoute `admin` (rules `admin`
 /// at /admin and `ops` at /ops) and `public` (/mcp) to XBackend `tools`.
-const INFRA: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: mcp}
-spec:
-  gatewayClassName: mcp-access
-  listeners:
-  - {name: main, protocol: HTTP, port: 8080}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: admin, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - name: admin
-    matches: [{path: {type: PathPrefix, value: /admin}}]
-    backendRefs: [{name: tools, port: 8000}]
-  - name: ops
-    matches: [{path: {type: PathPrefix, value: /ops}}]
-    backendRefs: [{name: tools, port: 8000}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: public, namespace: mcp}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /mcp}}]
-    backendRefs: [{name: tools, port: 8000}]
----
-apiVersion: agentic.networking.x-k8s.io/v0alpha0
-kind: XBackend
-metadata: {name: tools, namespace: mcp}
-spec:
-  mcp: {serviceName: tools, port: 8000, path: /mcp}
-"#;
+fn infra() -> String {
+    let to_tools = "    backendRefs: [{name: tools, port: 8000}]\n";
+    let admin = format!(
+        "  - name: admin\n    matches: [{{path: {{type: PathPrefix, value: /admin}}}}]\n{to_tools}  - name: ops\n    matches: [{{path: {{type: PathPrefix, value: /ops}}}}]\n{to_tools}"
+    );
+    let public = format!("  - matches: [{{path: {{type: PathPrefix, value: /mcp}}}}]\n{to_tools}");
+    common::stream(&[
+        common::gateway("mcp", "gw", &[("main", 8080)]),
+        common::route("mcp", "admin", "name: gw", &admin),
+        common::route("mcp", "public", "name: gw", &public),
+        common::xbackend("mcp", "tools", "tools", 8000, Some("/mcp")),
+    ])
+}
 
 /// An AccessPolicy `name` on `target` (a flow mapping) with `action` and `rules` lines.
 fn policy(name: &str, target: &str, action: &str, rules: &str) -> String {
@@ -91,13 +61,7 @@ fn gateway_block(block: &str, strategy: &str, rules: &[String]) -> String {
 }
 
 fn build(docs: &[String]) -> Compiled {
-    let mut m = Manifests::default();
-    m.add_text(
-        "test.yaml",
-        &format!("{INFRA}---\n{}", docs.join("---\n")),
-        "default",
-    );
-    assert!(m.problems().is_empty(), "{:#?}", m.problems());
+    let m = common::load(&infra(), docs);
     let c = compile(
         &m,
         &Options {
@@ -360,25 +324,28 @@ fn the_effective_view_is_per_route_where_route_policies_make_routes_differ() {
     );
 }
 
-#[test]
-fn effective_through_the_binary_filters_by_route() {
+/// A case directory holding only `policy.yaml`: the topology and `doc`.
+fn route_case(name: &str, doc: &str) -> std::path::PathBuf {
     let d = common::case(
         "routes",
-        "effective",
-        &[(
-            "policy.yaml",
-            &format!(
-                "{INFRA}---\n{}",
-                policy(
-                    "echo-only",
-                    &on_route("admin", None),
-                    "Allow",
-                    &rules(&[rule("echo", &["echo"])])
-                )
-            ),
-        )],
+        name,
+        &[("policy.yaml", &format!("{}---\n{doc}", infra()))],
     );
     std::fs::remove_file(d.join("base.yaml")).unwrap();
+    d
+}
+
+#[test]
+fn effective_through_the_binary_filters_by_route() {
+    let d = route_case(
+        "effective",
+        &policy(
+            "echo-only",
+            &on_route("admin", None),
+            "Allow",
+            &rules(&[rule("echo", &["echo"])]),
+        ),
+    );
     let out = run(&["effective", "-f", s(&d), "--route", "public"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let t = text(&out.stdout);
@@ -392,23 +359,15 @@ fn effective_through_the_binary_filters_by_route() {
 /// `manifests` for `platform` of the route policy `echo-only` (on rule `ops`): its status and
 /// stdout, stderr.
 fn manifests(platform: &str) -> (Option<i32>, String, String) {
-    let d = common::case(
-        "routes",
+    let d = route_case(
         &format!("manifests-{platform}"),
-        &[(
-            "policy.yaml",
-            &format!(
-                "{INFRA}---\n{}",
-                policy(
-                    "echo-only",
-                    &on_route("admin", Some("ops")),
-                    "Allow",
-                    &rules(&[rule("echo", &["echo"])])
-                )
-            ),
-        )],
+        &policy(
+            "echo-only",
+            &on_route("admin", Some("ops")),
+            "Allow",
+            &rules(&[rule("echo", &["echo"])]),
+        ),
     );
-    std::fs::remove_file(d.join("base.yaml")).unwrap();
     let out = run(&[
         "manifests",
         "-f",
@@ -474,23 +433,15 @@ fn istio_refuses_route_policies() {
 
 #[test]
 fn who_can_answers_per_group_of_routes_where_route_policies_make_them_differ() {
-    let d = common::case(
-        "routes",
+    let d = route_case(
         "who-can",
-        &[(
-            "policy.yaml",
-            &format!(
-                "{INFRA}---\n{}",
-                policy(
-                    "no-a",
-                    &on_route("admin", Some("admin")),
-                    "Deny",
-                    &rules(&[rule("a", &["a"])])
-                )
-            ),
-        )],
+        &policy(
+            "no-a",
+            &on_route("admin", Some("admin")),
+            "Deny",
+            &rules(&[rule("a", &["a"])]),
+        ),
     );
-    std::fs::remove_file(d.join("base.yaml")).unwrap();
     let out = run(&[
         "who-can",
         "-f",

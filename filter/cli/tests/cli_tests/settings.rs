@@ -1,12 +1,6 @@
 //! Everything the bundle can say is reachable from manifests (a `FilterSettings` object and
 //! per-policy `externalAuth.failureMode` / `timeout`), and the command line follows kubectl's
 //! conventions (`-o` format or file, `-f -`, `-R`, `--version`, `completion`), through the binary.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 
@@ -32,24 +26,7 @@ spec:
 "#;
 
 fn external_auth(kind: &str, extra: &str) -> String {
-    let api = if kind == "AccessPolicy" {
-        "mcp-access.io/v1alpha1"
-    } else {
-        "agentic.networking.x-k8s.io/v1alpha1"
-    };
-    format!(
-        r#"apiVersion: {api}
-kind: {kind}
-metadata: {{name: approvals, namespace: mcp}}
-spec:
-  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]
-  action: ExternalAuth
-  externalAuth:
-    protocol: HTTP
-    backendRef: {{name: approvals, port: 9000}}
-    http: {{}}
-{extra}"#
-    )
+    common::external_auth(kind, "HTTP", &format!("    http: {{}}\n{extra}"))
 }
 
 fn case(name: &str, files: &[(&str, &str)]) -> PathBuf {

@@ -1,12 +1,6 @@
 //! `mcp-access who-can` through the binary: per listener, each caller the policies tell apart
 //! (SPIFFE IDs, ServiceAccounts, classes of verified tokens, every other caller) with the
 //! engine's decision, and what decides at run time.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::path::PathBuf;
 

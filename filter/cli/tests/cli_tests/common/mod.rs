@@ -1,10 +1,10 @@
 //! What the CLI tests share: a small topology, running the binary, fresh directories.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use mcp_access_k8s::{Compiled, ObjectStatus};
+use mcp_access_k8s::{Compiled, Manifests, ObjectStatus};
 
 /// One Gateway (listeners `http` and `mtls`), one HTTPRoute, one XBackend `mcp/tools`.
 pub const BASE: &str = r#"apiVersion: gateway.networking.k8s.io/v1
@@ -30,6 +30,84 @@ metadata: {name: tools, namespace: mcp}
 spec:
   mcp: {serviceName: tools-server, port: 8000, path: /mcp}
 "#;
+
+/// A Gateway `name` in namespace `ns` of class mcp-access with HTTP `listeners` (name, port).
+pub fn gateway(ns: &str, name: &str, listeners: &[(&str, u16)]) -> String {
+    let listeners: String = listeners
+        .iter()
+        .map(|(l, port)| format!("  - {{name: {l}, protocol: HTTP, port: {port}}}\n"))
+        .collect();
+    format!("apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  gatewayClassName: mcp-access\n  listeners:\n{listeners}")
+}
+
+/// An HTTPRoute `name` in `ns` with one parentRef (`parent`: the flow mapping's entries) and
+/// `rules` (its lines, see [`to_xbackend`]).
+pub fn route(ns: &str, name: &str, parent: &str, rules: &str) -> String {
+    format!("apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  parentRefs: [{{{parent}}}]\n  rules:\n{rules}")
+}
+
+/// A route rule forwarding to XBackend `backend`: requests with `prefix`, or all of them.
+pub fn to_xbackend(prefix: Option<&str>, backend: &str) -> String {
+    let refs = format!(
+        "backendRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: {backend}}}]\n"
+    );
+    match prefix {
+        Some(p) => format!("  - matches: [{{path: {{type: PathPrefix, value: {p}}}}}]\n    {refs}"),
+        None => format!("  - {refs}"),
+    }
+}
+
+/// An XBackend `name` in `ns` on Service `service` (`port`), at `path` when given.
+pub fn xbackend(ns: &str, name: &str, service: &str, port: u16, path: Option<&str>) -> String {
+    let path = path.map(|p| format!(", path: {p}")).unwrap_or_default();
+    format!("apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  mcp: {{serviceName: {service}, port: {port}{path}}}\n")
+}
+
+/// YAML documents as one stream.
+pub fn stream(docs: &[String]) -> String {
+    docs.join("---\n")
+}
+
+/// `infra` and the `docs` after it, read as one file `test.yaml` (namespace `default`).
+pub fn read(infra: &str, docs: &[String]) -> Manifests {
+    let mut m = Manifests::default();
+    m.add_text(
+        "test.yaml",
+        &format!("{infra}---\n{}", docs.join("---\n")),
+        "default",
+    );
+    m
+}
+
+/// [`read`], refusing any problem in loading them.
+pub fn load(infra: &str, docs: &[String]) -> Manifests {
+    let m = read(infra, docs);
+    assert!(m.problems().is_empty(), "{:#?}", m.problems());
+    m
+}
+
+/// Policy `approvals` of `kind` (AccessPolicy or XAccessPolicy) at XBackend mcp/tools, asking
+/// the `protocol` authorizer `approvals`; `rest`: the lines of `externalAuth` after its
+/// `backendRef`.
+pub fn external_auth(kind: &str, protocol: &str, rest: &str) -> String {
+    let api = if kind == "AccessPolicy" {
+        "mcp-access.io/v1alpha1"
+    } else {
+        "agentic.networking.x-k8s.io/v1alpha1"
+    };
+    format!(
+        r#"apiVersion: {api}
+kind: {kind}
+metadata: {{name: approvals, namespace: mcp}}
+spec:
+  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]
+  action: ExternalAuth
+  externalAuth:
+    protocol: {protocol}
+    backendRef: {{name: approvals, port: 9000}}
+{rest}"#
+    )
+}
 
 /// The filter image and its digest as `manifests` is given them.
 pub const DIGEST: &str = "sha256:104004ba71a47a3c6d9c736d22d4fd39fb0047237b7c2b3aa49ccbe8a1e0f6e7";
