@@ -3,13 +3,15 @@
 
 use serde::Serialize;
 
+use crate::refs::Target;
+
 /// Status of one object towards one target (a policy's target, a route's parent, a
 /// Gateway's listener, an XBackend itself).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetStatus {
     /// What the status is about, e.g. `Gateway agents/gw`, `listener https`.
-    pub target: String,
+    pub target: Target,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
     pub accepted: bool,

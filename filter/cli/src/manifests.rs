@@ -118,7 +118,7 @@ pub fn report_eg_ports(report: &mut Report, topo: &Topology) {
             let Some(l) = model
                 .listeners
                 .iter()
-                .find(|l| c.target == format!("listener {}", l.name))
+                .find(|l| c.target.listener() == Some(l.name.as_str()))
             else {
                 continue;
             };

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use super::{cond, reason, seniority_order, status, Ctx};
 use crate::check;
 use crate::model::*;
+use crate::refs::ObjectName;
 
 impl Ctx<'_> {
     pub(super) fn backends(&mut self) {
@@ -16,7 +17,7 @@ impl Ctx<'_> {
             };
             let id = b.id();
             let mcp = b.spec.mcp.clone().unwrap_or_default();
-            let target = format!("XBackend {id}");
+            let target = ObjectName::new("XBackend", b.ns_name());
             let c = if !seen.insert(id.clone()) {
                 cond(target, None, reason::CONFLICTED, "another XBackend with this namespace/name is defined earlier or is older; it is used instead")
             } else if let Some(bad) = mcp

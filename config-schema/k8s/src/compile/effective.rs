@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::Ctx;
 use crate::load::PolicySpec;
 use crate::model::*;
+use crate::refs::ObjectName;
 
 use mcp_access_bundle::{self as bundle, Action, BlockKind, Level, Strategy};
 use mcp_access_cel::SelfCondition;
@@ -34,8 +35,8 @@ type LowerSpecs = BTreeMap<String, (serde_json::Value, Vec<String>)>;
 /// An accepted Gateway policy with a defaults or overrides block, compiled.
 #[derive(Debug, Clone)]
 pub(crate) struct BlockPolicy {
-    /// `Kind namespace/name`.
-    pub(crate) object: String,
+    /// The policy object.
+    pub(crate) object: ObjectName,
     pub(crate) namespace: String,
     /// Its name in the bundle.
     pub(crate) name: String,
@@ -254,7 +255,7 @@ impl Scope<'_> {
                     not_accepted: None,
                     listeners: Vec::new(),
                     origin: Some(bundle::Origin {
-                        policy: b.object.clone(),
+                        policy: b.object.to_string(),
                         block: Some(b.kind),
                         strategy: Some(b.strategy),
                         note: String::new(),
@@ -283,9 +284,9 @@ pub(crate) struct Effects {
     /// Per lower policy: default rules added beside it.
     pub(crate) added: BTreeMap<String, BTreeSet<String>>,
     /// Blocks that took effect here (object names).
-    pub(crate) applied: BTreeSet<String>,
+    pub(crate) applied: BTreeSet<ObjectName>,
     /// Blocks whose condition erred (applied anyway).
-    pub(crate) condition_errors: BTreeMap<String, String>,
+    pub(crate) condition_errors: BTreeMap<ObjectName, String>,
     /// Lower policies an atomic override removed whole.
     pub(crate) whole: BTreeSet<String>,
     /// Default rules (or ExternalAuth blocks) not added: name -> why.

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::load::{Item, Manifests};
 use crate::model::*;
+use crate::refs::{NsName, ObjectName, Target};
 use crate::types::{opt, AGENTIC_GROUP, PROTOTYPE_GROUP};
 use mcp_access_bundle::{self as bundle, Bundle};
 
@@ -138,13 +139,13 @@ pub(crate) fn did_you_mean(word: &str, valid: &[&str]) -> String {
 }
 
 fn cond(
-    target: String,
+    target: impl Into<Target>,
     section: Option<String>,
     reason: &str,
     message: impl Into<String>,
 ) -> TargetStatus {
     TargetStatus {
-        target,
+        target: target.into(),
         section_name: section,
         accepted: reason == reason::ACCEPTED,
         reason: reason.to_string(),
@@ -301,7 +302,7 @@ impl Ctx<'_> {
                     .iter_mut()
                     .filter(|s| s.namespace == g.namespace && s.name == g.name)
                     .flat_map(|s| s.conditions.iter_mut())
-                    .find(|c| c.accepted && c.target == format!("listener {}", l.name));
+                    .find(|c| c.accepted && c.target.listener() == Some(l.name.as_str()));
                 if let Some(c) = st {
                     let list = if behind.is_empty() {
                         "none".to_string()
@@ -345,7 +346,7 @@ impl Ctx<'_> {
                 seniority: None,
                 generation: None,
                 conditions: vec![cond(
-                    format!("{} {}/{}", r.kind, r.namespace, r.name),
+                    ObjectName::new(&r.kind, NsName::new(&r.namespace, &r.name)),
                     None,
                     reason::INVALID,
                     format!("rejected as the API server would: {}", message.join("; ")),

@@ -8,6 +8,7 @@ use mcp_access_bundle::{self as bundle, Unpinned};
 
 use super::{cond, reason, seniority_order, status, Ctx};
 use crate::load::Item;
+use crate::refs::{NsName, ObjectName};
 use crate::types::{opt, ToolPinSpec};
 
 impl Ctx<'_> {
@@ -26,7 +27,7 @@ impl Ctx<'_> {
                 .map(|t| opt(&t.name))
                 .unwrap_or("");
             let backend = format!("{}/{name}", p.meta.namespace);
-            let target = format!("XBackend {backend}");
+            let target = ObjectName::new("XBackend", NsName::new(&p.meta.namespace, name));
             let c = if !self.backend_index.contains_key(&backend) {
                 self.report.unenforced.push(format!(
                     "ToolPin {id}: XBackend {backend} is not an accepted XBackend: its tools are not pinned"
