@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::refs::Target;
+use crate::refs::{NsName, Target};
 
 /// Status of one object towards one target (a policy's target, a route's parent, a
 /// Gateway's listener, an XBackend itself).
@@ -329,8 +329,8 @@ pub enum PathRewrite {
 pub struct WeightedCluster {
     pub cluster: String,
     pub weight: u32,
-    /// `namespace/name` of the XBackend, if it is one.
-    pub backend: Option<String>,
+    /// The XBackend, if it is one.
+    pub backend: Option<NsName>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -358,8 +358,7 @@ pub enum RouteAction {
 /// An XBackend's Envoy cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendModel {
-    /// `namespace/name`.
-    pub id: String,
+    pub id: NsName,
     pub cluster: String,
     /// The name `--resolve` maps (`serviceName` or `hostname`).
     pub service_name: Option<String>,

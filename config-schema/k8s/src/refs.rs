@@ -8,7 +8,7 @@ use std::fmt;
 use serde::{Serialize, Serializer};
 
 /// An object's `namespace/name`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct NsName {
     pub namespace: String,
     pub name: String,

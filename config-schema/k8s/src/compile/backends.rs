@@ -52,9 +52,9 @@ impl Ctx<'_> {
             } else {
                 let port = u16::try_from(mcp.port.unwrap_or_default()).unwrap_or_default();
                 self.backend_index
-                    .insert(id.clone(), self.topo.backends.len());
+                    .insert(b.ns_name(), self.topo.backends.len());
                 self.topo.backends.push(BackendModel {
-                    id: id.clone(),
+                    id: b.ns_name(),
                     cluster: format!("xbackend/{id}"),
                     service_name: mcp.service_name.clone(),
                     hostname: mcp.hostname.clone(),

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::Ctx;
 use crate::load::PolicySpec;
 use crate::model::*;
-use crate::refs::ObjectName;
+use crate::refs::{NsName, ObjectName};
 
 use mcp_access_bundle::{self as bundle, Action, BlockKind, Level, Strategy};
 use mcp_access_cel::SelfCondition;
@@ -296,8 +296,7 @@ pub(crate) struct Effects {
 /// What the blocks did on one (listener, backend, route class).
 #[derive(Debug, Clone)]
 pub(crate) struct EffectRecord {
-    /// `namespace/name` of the XBackend.
-    pub(crate) backend: String,
+    pub(crate) backend: NsName,
     pub(crate) listener: ListenerKey,
     /// The route class's names (None: every route).
     pub(crate) routes: Option<BTreeSet<String>>,
@@ -382,7 +381,7 @@ impl Ctx<'_> {
         let mut groups = Groups::default();
         let all_routes = self.backend_routes();
         for (backend, listeners) in self.listeners_per_backend() {
-            let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
+            let (bns, bname) = (backend.namespace.as_str(), backend.name.as_str());
             let reaching = listeners
                 .iter()
                 .any(|l| blocks.iter().any(|b| block_reaches(b, l)));
@@ -448,8 +447,8 @@ impl Ctx<'_> {
         self.block_statuses(&blocks);
     }
 
-    pub(super) fn listeners_per_backend(&self) -> BTreeMap<String, Vec<ListenerKey>> {
-        let mut map: BTreeMap<String, Vec<ListenerKey>> = BTreeMap::new();
+    pub(super) fn listeners_per_backend(&self) -> BTreeMap<NsName, Vec<ListenerKey>> {
+        let mut map: BTreeMap<NsName, Vec<ListenerKey>> = BTreeMap::new();
         for b in &self.topo.backends {
             map.entry(b.id.clone()).or_default();
         }
@@ -677,7 +676,7 @@ impl Scope<'_> {
                 }
             }
             let record = EffectRecord {
-                backend: String::new(),
+                backend: NsName::default(),
                 listener: l.clone(),
                 routes: class.names.clone(),
                 lower: class

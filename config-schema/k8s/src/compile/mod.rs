@@ -192,14 +192,14 @@ struct Ctx<'a> {
     o: &'a Options,
     report: Report,
     topo: Topology,
-    /// ns/name -> index into topo.backends
-    backend_index: HashMap<String, usize>,
+    /// XBackend -> index into topo.backends
+    backend_index: HashMap<NsName, usize>,
     /// What defaults/overrides blocks did, per (backend, listener, route class).
     effects: Vec<effective::EffectRecord>,
     /// The filter's settings (a `FilterSettings` object and the flags).
     settings: settings::Settings,
-    /// XBackend `namespace/name` -> its pinned tools.
-    pins: HashMap<String, bundle::ToolPins>,
+    /// XBackend -> its pinned tools.
+    pins: HashMap<NsName, bundle::ToolPins>,
     /// The identity headers of the XBackends (from AccessPolicies).
     identity_headers: identity::IdentityHeaders,
 }
@@ -289,7 +289,10 @@ impl Ctx<'_> {
                 for e in &l.routes {
                     if let RouteAction::Forward { clusters, .. } = &e.action {
                         for c in clusters {
-                            let name = c.backend.clone().unwrap_or_else(|| c.cluster.clone());
+                            let name = match &c.backend {
+                                Some(b) => b.to_string(),
+                                None => c.cluster.clone(),
+                            };
                             if !behind.contains(&name) {
                                 behind.push(name);
                             }
@@ -395,10 +398,9 @@ impl Ctx<'_> {
                     }
                 }
             }
-            let (ns, name) = b.id.split_once('/').unwrap_or(("", &b.id));
             backends.push(bundle::Backend {
-                name: name.to_string(),
-                namespace: ns.to_string(),
+                name: b.id.name.clone(),
+                namespace: b.id.namespace.clone(),
                 route_names,
                 cluster_names: vec![b.cluster.clone()],
                 pins: self.pins.get(&b.id).cloned(),

@@ -384,7 +384,7 @@ impl Ctx<'_> {
         if agentic_group(group) && kind == "XBackend" {
             if !self
                 .backend_index
-                .contains_key(&format!("{policy_ns}/{name}"))
+                .contains_key(&NsName::new(policy_ns, name))
             {
                 return Err(Refusal::unresolved(
                     reason::TARGET_NOT_FOUND,
@@ -397,7 +397,7 @@ impl Ctx<'_> {
                     "an XBackend has no sections; remove sectionName",
                 ));
             }
-            return Ok(vec![backend_target(&format!("{policy_ns}/{name}"), None)]);
+            return Ok(vec![backend_target(&NsName::new(policy_ns, name), None)]);
         }
         if group == GATEWAY_GROUP && kind == "HTTPRoute" {
             if p.kind != "AccessPolicy" {

@@ -295,7 +295,7 @@ impl Ctx<'_> {
                 }
                 [] => {}
                 many => {
-                    let ids: Vec<&str> = many.iter().map(|m| m.id.as_str()).collect();
+                    let ids: Vec<String> = many.iter().map(|m| m.id.to_string()).collect();
                     return Err((
                         "BackendNotFound",
                         format!(
@@ -322,7 +322,7 @@ impl Ctx<'_> {
         }
         let Some(bm) = self
             .backend_index
-            .get(&format!("{ns}/{name}"))
+            .get(&NsName::new(&ns, &name))
             .and_then(|i| self.topo.backends.get(*i))
         else {
             return Err((

@@ -41,9 +41,9 @@ impl Ctx<'_> {
     fn statuses_from(&mut self, effects: &AllEffects, blocks: &[&BlockPolicy]) {
         let objects: Vec<&ObjectName> = blocks.iter().map(|b| &b.object).collect();
         // The records of each backend, in order.
-        let mut of_backend: HashMap<&str, Vec<&EffectRecord>> = HashMap::new();
+        let mut of_backend: HashMap<&NsName, Vec<&EffectRecord>> = HashMap::new();
         for r in effects {
-            of_backend.entry(r.backend.as_str()).or_default().push(r);
+            of_backend.entry(&r.backend).or_default().push(r);
         }
         // Per policy status: its bundle id and, per condition (one per targetRef), the
         // bundle targets an HTTPRoute targetRef resolves to.
@@ -89,7 +89,7 @@ impl Ctx<'_> {
                 let on_backend = c.target.object().filter(|o| o.kind == "XBackend");
                 let mine: Vec<&Effects> = match on_backend {
                     Some(backend) => of_backend
-                        .get(backend.id.to_string().as_str())
+                        .get(&backend.id)
                         .into_iter()
                         .flatten()
                         .filter(|r| r.lower.contains(&bid))
@@ -102,11 +102,9 @@ impl Ctx<'_> {
                             .filter(|r| {
                                 r.lower.contains(&bid)
                                     && targets.iter().any(|t| {
-                                        format!(
-                                            "{}/{}",
-                                            t.namespace.as_deref().unwrap_or_default(),
-                                            t.name
-                                        ) == r.backend
+                                        t.namespace.as_deref().unwrap_or_default()
+                                            == r.backend.namespace
+                                            && t.name == r.backend.name
                                             && overlap(
                                                 r.routes.as_ref(),
                                                 t.routes
@@ -246,7 +244,7 @@ impl Ctx<'_> {
         let mut out = Vec::new();
         let all_routes = self.backend_routes();
         for (backend, listeners) in self.listeners_per_backend() {
-            let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
+            let (bns, bname) = (backend.namespace.as_str(), backend.name.as_str());
             let Some(routes) = all_routes.get(&backend) else {
                 continue;
             };
@@ -324,7 +322,7 @@ impl Ctx<'_> {
                     out.push(EffectivePolicy {
                         gateway: format!("{gns}/{g}"),
                         listener: l.clone(),
-                        backend: backend.clone(),
+                        backend: backend.to_string(),
                         routes: c
                             .names
                             .as_ref()
