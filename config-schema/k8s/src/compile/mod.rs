@@ -20,6 +20,7 @@ mod routes;
 mod rules;
 mod settings;
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::load::{Item, Manifests};
@@ -202,6 +203,8 @@ struct Ctx<'a> {
     pins: HashMap<NsName, bundle::ToolPins>,
     /// The identity headers of the XBackends (from AccessPolicies).
     identity_headers: identity::IdentityHeaders,
+    /// The Service behind each authorizer cluster built (`authorizer` takes `&self`).
+    authorizer_services: RefCell<BTreeMap<String, AuthorizerModel>>,
 }
 
 /// Compiles validated manifests.
@@ -217,6 +220,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         settings,
         pins: HashMap::new(),
         identity_headers: identity::IdentityHeaders::default(),
+        authorizer_services: RefCell::default(),
     };
     cx.report_inputs();
     cx.report.invalid.extend(settings_problems);
@@ -227,7 +231,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     cx.routes();
     cx.note_backends_behind_listeners();
     let (policies, authorizers) = cx.policies();
-    cx.topo.authorizers = authorizer_models(&authorizers);
+    cx.topo.authorizers = authorizer_models(&authorizers, &cx.authorizer_services.borrow());
     cx.report_rejected();
     let mut bundle = Bundle {
         api_version: bundle::API_VERSION.to_string(),
