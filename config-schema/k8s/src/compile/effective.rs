@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::Ctx;
 use crate::load::PolicySpec;
 use crate::model::*;
-use crate::refs::{NsName, ObjectName};
+use crate::refs::{is_ns_name, NsName, ObjectName};
 
 use mcp_access_bundle::{self as bundle, Action, BlockKind, Level, Strategy};
 use mcp_access_cel::SelfCondition;
@@ -190,7 +190,7 @@ impl Scope<'_> {
                 None => return false,
             },
         };
-        key.split_once('/') == Some((ns.as_str(), name.as_str()))
+        is_ns_name(key, ns, name)
     }
 
     /// Whether the unit has rules (Some) of which none is left.
