@@ -10,6 +10,7 @@ mod compile;
 mod crd;
 mod load;
 mod model;
+mod refs;
 mod status;
 mod types;
 mod validate;
@@ -20,5 +21,6 @@ pub use crd::{
 };
 pub use load::{Item, Manifests};
 pub use model::*;
+pub use refs::{NsName, ObjectName, Target};
 pub use status::{status_objects, CONTROLLER_NAME};
 pub use types::{PinView, ToolPinSpec, ToolPinView};

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::check::{self, Checker, FieldError};
+use crate::refs::NsName;
 use crate::types::*;
 use crate::validate;
 
@@ -69,6 +70,11 @@ impl<S> Item<S> {
     /// `namespace/name`.
     pub(crate) fn id(&self) -> String {
         format!("{}/{}", self.meta.namespace, self.meta.name)
+    }
+
+    /// `namespace/name`, typed.
+    pub(crate) fn ns_name(&self) -> NsName {
+        NsName::new(&self.meta.namespace, &self.meta.name)
     }
 }
 

@@ -3,13 +3,15 @@
 
 use serde::Serialize;
 
+use crate::refs::{NsName, Target};
+
 /// Status of one object towards one target (a policy's target, a route's parent, a
 /// Gateway's listener, an XBackend itself).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetStatus {
     /// What the status is about, e.g. `Gateway agents/gw`, `listener https`.
-    pub target: String,
+    pub target: Target,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
     pub accepted: bool,
@@ -327,8 +329,8 @@ pub enum PathRewrite {
 pub struct WeightedCluster {
     pub cluster: String,
     pub weight: u32,
-    /// `namespace/name` of the XBackend, if it is one.
-    pub backend: Option<String>,
+    /// The XBackend, if it is one.
+    pub backend: Option<NsName>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -356,8 +358,7 @@ pub enum RouteAction {
 /// An XBackend's Envoy cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendModel {
-    /// `namespace/name`.
-    pub id: String,
+    pub id: NsName,
     pub cluster: String,
     /// The name `--resolve` maps (`serviceName` or `hostname`).
     pub service_name: Option<String>,

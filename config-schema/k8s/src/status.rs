@@ -12,12 +12,13 @@
 //!
 //! `observedGeneration` is the object's `metadata.generation` when the manifest has one.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
 use crate::compile::reason;
 use crate::model::{ObjectStatus, Report, TargetStatus, Topology};
+use crate::refs::{NsName, ObjectName, Target};
 
 /// The controller name written on ancestors and route parents.
 pub const CONTROLLER_NAME: &str = "mcp-access.io/compiler";
@@ -51,14 +52,14 @@ struct Writer<'a> {
     now: &'a str,
 }
 
-/// `Kind namespace/name`, as the report names targets.
-fn key(kind: &str, o: &ObjectStatus) -> String {
-    format!("{kind} {}/{}", o.namespace, o.name)
+/// Object `o` as policies name their targets.
+fn key(kind: &str, o: &ObjectStatus) -> Target {
+    Target::Object(ObjectName::new(kind, NsName::new(&o.namespace, &o.name)))
 }
 
-/// Per target (`Kind ns/name`), the policy kinds accepted on it.
-fn affected(report: &Report) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+/// Per target, the policy kinds accepted on it.
+fn affected(report: &Report) -> HashMap<Target, Vec<String>> {
+    let mut out: HashMap<Target, Vec<String>> = HashMap::new();
     for p in &report.policies {
         for c in p.conditions.iter().filter(|c| c.accepted) {
             let kinds = out.entry(c.target.clone()).or_default();
@@ -70,11 +71,14 @@ fn affected(report: &Report) -> BTreeMap<String, Vec<String>> {
     out
 }
 
-/// (`kind`, `namespace`, `name`) of a target named `Kind ns/name`.
-fn split_target(target: &str) -> Option<(&str, &str, &str)> {
-    let (kind, rest) = target.split_once(' ')?;
-    let (ns, name) = rest.split_once('/')?;
-    Some((kind, ns, name))
+/// The `ancestorRef` / `parentRef` of an object target (`default_kind` and the target's
+/// text as name for a listener, which policies and routes never name).
+fn object_ref(target: &Target, default_kind: &str) -> Value {
+    let (kind, ns, name) = match target {
+        Target::Object(o) => (o.kind.as_str(), o.id.namespace.as_str(), o.id.name.clone()),
+        Target::Listener(_) => (default_kind, "", target.to_string()),
+    };
+    json!({"group": group_of(kind), "kind": kind, "namespace": ns, "name": name})
 }
 
 fn group_of(kind: &str) -> &'static str {
@@ -116,8 +120,7 @@ impl Writer<'_> {
             .conditions
             .iter()
             .map(|c| {
-                let (kind, ns, name) = split_target(&c.target).unwrap_or(("", "", &c.target));
-                let mut r = json!({"group": group_of(kind), "kind": kind, "namespace": ns, "name": name});
+                let mut r = object_ref(&c.target, "");
                 if let (Some(s), Some(m)) = (&c.section_name, r.as_object_mut()) {
                     m.insert("sectionName".into(), json!(s));
                 }
@@ -146,7 +149,7 @@ impl Writer<'_> {
         let listeners: Vec<Value> = g
             .conditions
             .iter()
-            .filter_map(|c| Some((c.target.strip_prefix("listener ")?, c)))
+            .filter_map(|c| Some((c.target.listener()?, c)))
             .map(|(name, c)| {
                 let refs_ok = !matches!(
                     c.reason.as_str(),
@@ -186,10 +189,7 @@ impl Writer<'_> {
             .conditions
             .iter()
             .map(|c: &TargetStatus| {
-                let (kind, ns, name) =
-                    split_target(&c.target).unwrap_or(("Gateway", "", &c.target));
-                let mut p =
-                    json!({"group": group_of(kind), "kind": kind, "namespace": ns, "name": name});
+                let mut p = object_ref(&c.target, "Gateway");
                 if let (Some(s), Some(m)) = (&c.section_name, p.as_object_mut()) {
                     m.insert("sectionName".into(), json!(s));
                 }

@@ -39,7 +39,7 @@ pub fn dangling(c: &Compiled) -> Vec<String> {
             }
         }
     }
-    let reached: BTreeSet<&str> = c
+    let reached: BTreeSet<&mcp_access_k8s::NsName> = c
         .topology
         .gateways
         .iter()
@@ -50,10 +50,10 @@ pub fn dangling(c: &Compiled) -> Vec<String> {
             _ => None,
         })
         .flatten()
-        .filter_map(|w| w.backend.as_deref())
+        .filter_map(|w| w.backend.as_ref())
         .collect();
     for b in &c.topology.backends {
-        if !reached.contains(b.id.as_str()) {
+        if !reached.contains(&b.id) {
             out.push(format!(
                 "XBackend {}: no HTTPRoute attached to a Gateway forwards to it",
                 b.id

@@ -118,7 +118,7 @@ pub fn report_eg_ports(report: &mut Report, topo: &Topology) {
             let Some(l) = model
                 .listeners
                 .iter()
-                .find(|l| c.target == format!("listener {}", l.name))
+                .find(|l| c.target.listener() == Some(l.name.as_str()))
             else {
                 continue;
             };
@@ -177,7 +177,7 @@ fn eg_rules(topo: &Topology) -> EgRules {
             let RouteAction::Forward { clusters, .. } = &e.action else {
                 continue;
             };
-            let ids: BTreeSet<_> = clusters.iter().map(|c| c.backend.as_deref()).collect();
+            let ids: BTreeSet<_> = clusters.iter().map(|c| c.backend.as_ref()).collect();
             let [Some(id)] = ids.into_iter().collect::<Vec<_>>()[..] else {
                 continue;
             };
@@ -191,7 +191,7 @@ fn eg_rules(topo: &Topology) -> EgRules {
                 _ => topo
                     .backends
                     .iter()
-                    .find(|b| b.id == id)
+                    .find(|b| &b.id == id)
                     .map(|b| b.cluster.clone()),
             };
             if let Some(name) = name {
@@ -273,12 +273,11 @@ fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str, hold_headers: bo
         }
     }
     for be in &mut b.backends {
-        let id = format!("{}/{}", be.namespace, be.name);
         be.route_names.clear();
         be.cluster_names = topo
             .backends
             .iter()
-            .filter(|m| m.id == id)
+            .filter(|m| m.id.namespace == be.namespace && m.id.name == be.name)
             .filter_map(|m| match (&m.service_name, &m.hostname) {
                 (Some(s), _) => Some(istio_cluster(&svc_host(s, &m.namespace, domain), m.port)),
                 (None, Some(h)) => Some(istio_cluster(h, m.port)),

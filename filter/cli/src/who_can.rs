@@ -218,7 +218,7 @@ fn route_groups(
         .filter(|r| match &r.action {
             RouteAction::Forward { clusters, .. } => clusters
                 .iter()
-                .any(|c| c.backend.as_deref() == Some(backend)),
+                .any(|c| c.backend.as_ref().is_some_and(|b| b.is(backend))),
             _ => false,
         });
     let mut groups: BTreeMap<Vec<usize>, (String, BTreeSet<String>)> = BTreeMap::new();
@@ -256,7 +256,7 @@ fn listeners_to(topo: &Topology, backend: &str) -> Vec<(String, String, String)>
             let reaches = l.routes.iter().any(|r| match &r.action {
                 RouteAction::Forward { clusters, .. } => clusters
                     .iter()
-                    .any(|c| c.backend.as_deref() == Some(backend)),
+                    .any(|c| c.backend.as_ref().is_some_and(|b| b.is(backend))),
                 _ => false,
             });
             let key = (g.namespace.clone(), g.name.clone(), l.name.clone());

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use super::{cond, reason, seniority_order, status, Ctx};
 use crate::check;
 use crate::model::*;
+use crate::refs::ObjectName;
 
 impl Ctx<'_> {
     pub(super) fn backends(&mut self) {
@@ -16,7 +17,7 @@ impl Ctx<'_> {
             };
             let id = b.id();
             let mcp = b.spec.mcp.clone().unwrap_or_default();
-            let target = format!("XBackend {id}");
+            let target = ObjectName::new("XBackend", b.ns_name());
             let c = if !seen.insert(id.clone()) {
                 cond(target, None, reason::CONFLICTED, "another XBackend with this namespace/name is defined earlier or is older; it is used instead")
             } else if let Some(bad) = mcp
@@ -51,9 +52,9 @@ impl Ctx<'_> {
             } else {
                 let port = u16::try_from(mcp.port.unwrap_or_default()).unwrap_or_default();
                 self.backend_index
-                    .insert(id.clone(), self.topo.backends.len());
+                    .insert(b.ns_name(), self.topo.backends.len());
                 self.topo.backends.push(BackendModel {
-                    id: id.clone(),
+                    id: b.ns_name(),
                     cluster: format!("xbackend/{id}"),
                     service_name: mcp.service_name.clone(),
                     hostname: mcp.hostname.clone(),

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::Ctx;
 use crate::load::PolicySpec;
 use crate::model::*;
+use crate::refs::{is_ns_name, NsName, ObjectName};
 
 use mcp_access_bundle::{self as bundle, Action, BlockKind, Level, Strategy};
 use mcp_access_cel::SelfCondition;
@@ -34,8 +35,8 @@ type LowerSpecs = BTreeMap<String, (serde_json::Value, Vec<String>)>;
 /// An accepted Gateway policy with a defaults or overrides block, compiled.
 #[derive(Debug, Clone)]
 pub(crate) struct BlockPolicy {
-    /// `Kind namespace/name`.
-    pub(crate) object: String,
+    /// The policy object.
+    pub(crate) object: ObjectName,
     pub(crate) namespace: String,
     /// Its name in the bundle.
     pub(crate) name: String,
@@ -189,7 +190,7 @@ impl Scope<'_> {
                 None => return false,
             },
         };
-        key.split_once('/') == Some((ns.as_str(), name.as_str()))
+        is_ns_name(key, ns, name)
     }
 
     /// Whether the unit has rules (Some) of which none is left.
@@ -254,7 +255,7 @@ impl Scope<'_> {
                     not_accepted: None,
                     listeners: Vec::new(),
                     origin: Some(bundle::Origin {
-                        policy: b.object.clone(),
+                        policy: b.object.to_string(),
                         block: Some(b.kind),
                         strategy: Some(b.strategy),
                         note: String::new(),
@@ -283,9 +284,9 @@ pub(crate) struct Effects {
     /// Per lower policy: default rules added beside it.
     pub(crate) added: BTreeMap<String, BTreeSet<String>>,
     /// Blocks that took effect here (object names).
-    pub(crate) applied: BTreeSet<String>,
+    pub(crate) applied: BTreeSet<ObjectName>,
     /// Blocks whose condition erred (applied anyway).
-    pub(crate) condition_errors: BTreeMap<String, String>,
+    pub(crate) condition_errors: BTreeMap<ObjectName, String>,
     /// Lower policies an atomic override removed whole.
     pub(crate) whole: BTreeSet<String>,
     /// Default rules (or ExternalAuth blocks) not added: name -> why.
@@ -295,8 +296,7 @@ pub(crate) struct Effects {
 /// What the blocks did on one (listener, backend, route class).
 #[derive(Debug, Clone)]
 pub(crate) struct EffectRecord {
-    /// `namespace/name` of the XBackend.
-    pub(crate) backend: String,
+    pub(crate) backend: NsName,
     pub(crate) listener: ListenerKey,
     /// The route class's names (None: every route).
     pub(crate) routes: Option<BTreeSet<String>>,
@@ -381,7 +381,7 @@ impl Ctx<'_> {
         let mut groups = Groups::default();
         let all_routes = self.backend_routes();
         for (backend, listeners) in self.listeners_per_backend() {
-            let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
+            let (bns, bname) = (backend.namespace.as_str(), backend.name.as_str());
             let reaching = listeners
                 .iter()
                 .any(|l| blocks.iter().any(|b| block_reaches(b, l)));
@@ -447,8 +447,8 @@ impl Ctx<'_> {
         self.block_statuses(&blocks);
     }
 
-    pub(super) fn listeners_per_backend(&self) -> BTreeMap<String, Vec<ListenerKey>> {
-        let mut map: BTreeMap<String, Vec<ListenerKey>> = BTreeMap::new();
+    pub(super) fn listeners_per_backend(&self) -> BTreeMap<NsName, Vec<ListenerKey>> {
+        let mut map: BTreeMap<NsName, Vec<ListenerKey>> = BTreeMap::new();
         for b in &self.topo.backends {
             map.entry(b.id.clone()).or_default();
         }
@@ -676,7 +676,7 @@ impl Scope<'_> {
                 }
             }
             let record = EffectRecord {
-                backend: String::new(),
+                backend: NsName::default(),
                 listener: l.clone(),
                 routes: class.names.clone(),
                 lower: class

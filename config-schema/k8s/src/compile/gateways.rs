@@ -7,6 +7,7 @@ use super::grants::permitted;
 use super::{cond, is_core, opt, reason, seniority_order, status, Ctx};
 use crate::load::Item;
 use crate::model::*;
+use crate::refs::{ObjectName, Target};
 use crate::types::*;
 
 /// Why something is not accepted: a status reason and a message.
@@ -93,14 +94,14 @@ impl Ctx<'_> {
                 }
             }
             if let Some((r, msg)) = gateway_problem {
-                let conds = vec![cond(format!("Gateway {id}"), None, r, msg)];
+                let conds = vec![cond(ObjectName::new("Gateway", g.ns_name()), None, r, msg)];
                 self.report.gateways.push(status(g, None, conds));
                 continue;
             }
             let mut conds = Vec::new();
             let mut listeners = Vec::new();
             for l in g.spec.listeners.iter().flatten() {
-                let target = format!("listener {}", opt(&l.name));
+                let target = Target::Listener(opt(&l.name).to_string());
                 match self.listener(g, l, &mut bindings) {
                     Err((r, msg)) => conds.push(cond(target, None, r, msg)),
                     Ok(lm) => {

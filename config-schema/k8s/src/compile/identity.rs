@@ -8,6 +8,7 @@ use mcp_access_bundle::{self as bundle, IdentityField};
 
 use super::agentic_group;
 use crate::load::{Item, PolicySpec};
+use crate::refs::NsName;
 use crate::types::opt;
 use crate::validate::identity_header;
 
@@ -15,7 +16,7 @@ use crate::validate::identity_header;
 /// each (`Kind namespace/name`), in seniority order.
 #[derive(Debug, Default)]
 pub(super) struct IdentityHeaders {
-    by_backend: BTreeMap<String, Vec<(bundle::IdentityHeader, String)>>,
+    by_backend: BTreeMap<NsName, Vec<(bundle::IdentityHeader, String)>>,
 }
 
 fn describe(h: &bundle::IdentityHeader) -> String {
@@ -39,7 +40,7 @@ impl IdentityHeaders {
     pub(super) fn record(
         &mut self,
         p: &Item<PolicySpec>,
-        backends: &HashMap<String, usize>,
+        backends: &HashMap<NsName, usize>,
     ) -> Result<(), String> {
         let PolicySpec::V1(s) = &p.spec else {
             return Ok(());
@@ -55,7 +56,7 @@ impl IdentityHeaders {
             .filter(|r| agentic_group(opt(&r.group)) && opt(&r.kind) == "XBackend");
         let mut conflict = Ok(());
         for r in targets {
-            let id = format!("{ns}/{}", opt(&r.name));
+            let id = NsName::new(ns, opt(&r.name));
             if !backends.contains_key(&id) {
                 continue;
             }
@@ -85,7 +86,7 @@ impl IdentityHeaders {
     /// Puts the recorded headers on the bundle's backends.
     pub(super) fn apply(&self, backends: &mut [bundle::Backend]) {
         for b in backends {
-            if let Some(hs) = self.by_backend.get(&format!("{}/{}", b.namespace, b.name)) {
+            if let Some(hs) = self.by_backend.get(&NsName::new(&b.namespace, &b.name)) {
                 b.identity_headers = hs.iter().map(|(h, _)| h.clone()).collect();
             }
         }

@@ -20,10 +20,12 @@ mod routes;
 mod rules;
 mod settings;
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::load::{Item, Manifests};
 use crate::model::*;
+use crate::refs::{NsName, ObjectName, Target};
 use crate::types::{opt, AGENTIC_GROUP, PROTOTYPE_GROUP};
 use mcp_access_bundle::{self as bundle, Bundle};
 
@@ -138,13 +140,13 @@ pub(crate) fn did_you_mean(word: &str, valid: &[&str]) -> String {
 }
 
 fn cond(
-    target: String,
+    target: impl Into<Target>,
     section: Option<String>,
     reason: &str,
     message: impl Into<String>,
 ) -> TargetStatus {
     TargetStatus {
-        target,
+        target: target.into(),
         section_name: section,
         accepted: reason == reason::ACCEPTED,
         reason: reason.to_string(),
@@ -191,16 +193,18 @@ struct Ctx<'a> {
     o: &'a Options,
     report: Report,
     topo: Topology,
-    /// ns/name -> index into topo.backends
-    backend_index: HashMap<String, usize>,
+    /// XBackend -> index into topo.backends
+    backend_index: HashMap<NsName, usize>,
     /// What defaults/overrides blocks did, per (backend, listener, route class).
     effects: Vec<effective::EffectRecord>,
     /// The filter's settings (a `FilterSettings` object and the flags).
     settings: settings::Settings,
-    /// XBackend `namespace/name` -> its pinned tools.
-    pins: HashMap<String, bundle::ToolPins>,
+    /// XBackend -> its pinned tools.
+    pins: HashMap<NsName, bundle::ToolPins>,
     /// The identity headers of the XBackends (from AccessPolicies).
     identity_headers: identity::IdentityHeaders,
+    /// The Service behind each authorizer cluster built (`authorizer` takes `&self`).
+    authorizer_services: RefCell<BTreeMap<String, AuthorizerModel>>,
 }
 
 /// Compiles validated manifests.
@@ -216,6 +220,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         settings,
         pins: HashMap::new(),
         identity_headers: identity::IdentityHeaders::default(),
+        authorizer_services: RefCell::default(),
     };
     cx.report_inputs();
     cx.report.invalid.extend(settings_problems);
@@ -226,7 +231,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     cx.routes();
     cx.note_backends_behind_listeners();
     let (policies, authorizers) = cx.policies();
-    cx.topo.authorizers = authorizer_models(&authorizers);
+    cx.topo.authorizers = authorizer_models(&authorizers, &cx.authorizer_services.borrow());
     cx.report_rejected();
     let mut bundle = Bundle {
         api_version: bundle::API_VERSION.to_string(),
@@ -288,7 +293,10 @@ impl Ctx<'_> {
                 for e in &l.routes {
                     if let RouteAction::Forward { clusters, .. } = &e.action {
                         for c in clusters {
-                            let name = c.backend.clone().unwrap_or_else(|| c.cluster.clone());
+                            let name = match &c.backend {
+                                Some(b) => b.to_string(),
+                                None => c.cluster.clone(),
+                            };
                             if !behind.contains(&name) {
                                 behind.push(name);
                             }
@@ -301,7 +309,7 @@ impl Ctx<'_> {
                     .iter_mut()
                     .filter(|s| s.namespace == g.namespace && s.name == g.name)
                     .flat_map(|s| s.conditions.iter_mut())
-                    .find(|c| c.accepted && c.target == format!("listener {}", l.name));
+                    .find(|c| c.accepted && c.target.listener() == Some(l.name.as_str()));
                 if let Some(c) = st {
                     let list = if behind.is_empty() {
                         "none".to_string()
@@ -345,7 +353,7 @@ impl Ctx<'_> {
                 seniority: None,
                 generation: None,
                 conditions: vec![cond(
-                    format!("{} {}/{}", r.kind, r.namespace, r.name),
+                    ObjectName::new(&r.kind, NsName::new(&r.namespace, &r.name)),
                     None,
                     reason::INVALID,
                     format!("rejected as the API server would: {}", message.join("; ")),
@@ -394,10 +402,9 @@ impl Ctx<'_> {
                     }
                 }
             }
-            let (ns, name) = b.id.split_once('/').unwrap_or(("", &b.id));
             backends.push(bundle::Backend {
-                name: name.to_string(),
-                namespace: ns.to_string(),
+                name: b.id.name.clone(),
+                namespace: b.id.namespace.clone(),
                 route_names,
                 cluster_names: vec![b.cluster.clone()],
                 pins: self.pins.get(&b.id).cloned(),

@@ -8,12 +8,13 @@ use mcp_access_bundle::{self as bundle, Unpinned};
 
 use super::{cond, reason, seniority_order, status, Ctx};
 use crate::load::Item;
+use crate::refs::{NsName, ObjectName};
 use crate::types::{opt, ToolPinSpec};
 
 impl Ctx<'_> {
     pub(super) fn tool_pins(&mut self) {
         // XBackend -> the ToolPin that pins it (the most senior).
-        let mut claimed: HashMap<String, String> = HashMap::new();
+        let mut claimed: HashMap<NsName, String> = HashMap::new();
         for i in seniority_order(&self.m.pins) {
             let Some(p) = self.m.pins.get(i) else {
                 continue;
@@ -25,8 +26,8 @@ impl Ctx<'_> {
                 .as_ref()
                 .map(|t| opt(&t.name))
                 .unwrap_or("");
-            let backend = format!("{}/{name}", p.meta.namespace);
-            let target = format!("XBackend {backend}");
+            let backend = NsName::new(&p.meta.namespace, name);
+            let target = ObjectName::new("XBackend", backend.clone());
             let c = if !self.backend_index.contains_key(&backend) {
                 self.report.unenforced.push(format!(
                     "ToolPin {id}: XBackend {backend} is not an accepted XBackend: its tools are not pinned"
@@ -58,14 +59,14 @@ impl Ctx<'_> {
             self.report.pins.push(status(p, None, vec![c]));
         }
         // A ToolPin the API server would reject still names the XBackend it was meant for.
-        let rejected: Vec<(String, String)> = self
+        let rejected: Vec<(NsName, String)> = self
             .m
             .rejected
             .iter()
             .filter(|r| r.kind == "ToolPin")
             .filter_map(|r| {
                 let name = r.raw_spec.get("targetRef")?.get("name")?.as_str()?;
-                let backend = format!("{}/{name}", r.namespace);
+                let backend = NsName::new(&r.namespace, name);
                 self.backend_index
                     .contains_key(&backend)
                     .then(|| (backend, format!("{}/{}", r.namespace, r.name)))
@@ -77,12 +78,12 @@ impl Ctx<'_> {
     }
 
     /// The stand-in of a ToolPin not accepted: no tool of the XBackend passes.
-    fn pin_standin(&mut self, backend: &str, id: &str) {
+    fn pin_standin(&mut self, backend: &NsName, id: &str) {
         if self.o.skip_rejected {
             return;
         }
         self.pins.insert(
-            backend.to_string(),
+            backend.clone(),
             bundle::ToolPins {
                 source: format!("{id} (not accepted: no tool passes)"),
                 unpinned: Unpinned::Deny,

@@ -8,30 +8,31 @@ use super::rules::{self, rule_v0, rule_v1, source_v, Problem, RuleCx};
 use super::{agentic_group, cond, opt, reason, seniority_order, status, Ctx, Options};
 use crate::load::{Item, PolicySpec};
 use crate::model::*;
+use crate::refs::{NsName, ObjectName};
 use crate::types::*;
 use mcp_access_bundle::{self as bundle, Action, Bundle, Level};
 
 pub(super) mod authorizers;
 
-/// The accepted policies counted at each target (`kind|Kind namespace/name`), oldest first.
+/// The accepted policies counted at each target, oldest first.
 #[derive(Default)]
 struct PerTarget {
-    all: HashMap<String, Vec<String>>,
-    external_auth: HashMap<String, Vec<String>>,
+    all: HashMap<ObjectName, Vec<String>>,
+    external_auth: HashMap<ObjectName, Vec<String>>,
 }
 
 impl PerTarget {
-    /// Counts policy `id` at target `key` unless more senior policies fill a limit there
+    /// Counts policy `id` at target `tname` unless more senior policies fill a limit there
     /// (the message then). `counted`: the targets this policy already counts at.
     fn admit(
         &mut self,
         o: &Options,
-        (key, tname): (&str, &str),
+        tname: &ObjectName,
         id: &str,
         external_auth: bool,
-        counted: &mut HashSet<String>,
+        counted: &mut HashSet<ObjectName>,
     ) -> Result<(), String> {
-        if counted.contains(key) {
+        if counted.contains(tname) {
             return Ok(());
         }
         let full = |list: &[String], limit: usize, what: &str, flag: &str| {
@@ -42,13 +43,13 @@ impl PerTarget {
                 )
             })
         };
-        let all = self.all.entry(key.to_string()).or_default();
+        let all = self.all.entry(tname.clone()).or_default();
         let limit = o.max_policies_per_target;
         if let Some(msg) = full(all, limit, "accepted", "max-policies-per-target") {
             return Err(msg);
         }
         if external_auth {
-            let ext = self.external_auth.entry(key.to_string()).or_default();
+            let ext = self.external_auth.entry(tname.clone()).or_default();
             let limit = o.max_external_auth_per_target;
             if let Some(msg) = full(ext, limit, "ExternalAuth", "max-external-auth-per-target") {
                 return Err(msg);
@@ -56,7 +57,7 @@ impl PerTarget {
             ext.push(id.to_string());
         }
         all.push(id.to_string());
-        counted.insert(key.to_string());
+        counted.insert(tname.clone());
         Ok(())
     }
 }
@@ -289,11 +290,10 @@ impl Ctx<'_> {
                 }
                 Ok(target) => target,
             };
-            let key = format!("{}|{}", opt(&r.kind), tname);
             let refused = match &content.problem {
                 Err((reason, msg)) => Err((*reason, msg.clone())),
                 Ok(()) => per_target
-                    .admit(self.o, (&key, &tname), &p.id(), external_auth, &mut counted)
+                    .admit(self.o, &tname, &p.id(), external_auth, &mut counted)
                     .map_err(|msg| (reason::LIMIT, msg)),
             };
             match refused {
@@ -384,7 +384,7 @@ impl Ctx<'_> {
         if agentic_group(group) && kind == "XBackend" {
             if !self
                 .backend_index
-                .contains_key(&format!("{policy_ns}/{name}"))
+                .contains_key(&NsName::new(policy_ns, name))
             {
                 return Err(Refusal::unresolved(
                     reason::TARGET_NOT_FOUND,
@@ -397,7 +397,7 @@ impl Ctx<'_> {
                     "an XBackend has no sections; remove sectionName",
                 ));
             }
-            return Ok(vec![backend_target(&format!("{policy_ns}/{name}"), None)]);
+            return Ok(vec![backend_target(&NsName::new(policy_ns, name), None)]);
         }
         if group == GATEWAY_GROUP && kind == "HTTPRoute" {
             if p.kind != "AccessPolicy" {
@@ -729,7 +729,7 @@ fn block_policy(
     targets: &[bundle::PolicyTarget],
 ) -> super::effective::BlockPolicy {
     super::effective::BlockPolicy {
-        object: format!("{} {}", p.kind, p.id()),
+        object: ObjectName::new(&p.kind, p.ns_name()),
         namespace: p.meta.namespace.clone(),
         name: name.to_string(),
         seniority,
@@ -884,8 +884,8 @@ fn restricted(c: &PolicyContent) -> &'static str {
 }
 
 /// `Kind namespace/name` of a policy target.
-fn target_name(r: &TargetRef, ns: &str) -> String {
-    format!("{} {ns}/{}", opt(&r.kind), opt(&r.name))
+fn target_name(r: &TargetRef, ns: &str) -> ObjectName {
+    ObjectName::new(opt(&r.kind), NsName::new(ns, opt(&r.name)))
 }
 
 #[cfg(test)]
@@ -900,7 +900,7 @@ mod tests {
             ..Options::default()
         };
         let mut t = PerTarget::default();
-        let gw = ("Gateway|Gateway ns/g", "Gateway ns/g");
+        let gw = &ObjectName::new("Gateway", NsName::new("ns", "g"));
         let mut counted = HashSet::new();
         assert_eq!(t.admit(&o, gw, "ns/a", true, &mut counted), Ok(()));
         // A policy naming the target twice counts once.
@@ -915,7 +915,7 @@ mod tests {
             Err("Gateway ns/g already has 2 more senior accepted policies (ns/a, ns/c); raise --max-policies-per-target".into())
         );
         // Another target has its own count; 0 is no limit.
-        let other = ("XBackend|XBackend ns/b", "XBackend ns/b");
+        let other = &ObjectName::new("XBackend", NsName::new("ns", "b"));
         assert_eq!(
             t.admit(&o, other, "ns/d", false, &mut HashSet::new()),
             Ok(())

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{did_you_mean, reason, seniority_order, Ctx};
 use crate::model::*;
+use crate::refs::NsName;
 use crate::types::TargetRef;
 use mcp_access_bundle as bundle;
 
@@ -31,19 +32,19 @@ impl Refusal {
 /// to it alone, and the rules that split traffic between backends.
 #[derive(Default)]
 struct Reach {
-    names: BTreeMap<String, BTreeSet<String>>,
+    names: BTreeMap<NsName, BTreeSet<String>>,
     /// (rule index, the XBackends it splits between)
-    split: BTreeMap<usize, BTreeSet<String>>,
+    split: BTreeMap<usize, BTreeSet<NsName>>,
     /// Whether the route has entries on any listener at all.
     attached: bool,
 }
 
 /// The XBackend an entry forwards every request to, when it forwards to one XBackend only
 /// (the entries whose route name identifies the backend; `bundle_backends` lists the same).
-pub(super) fn single_backend(e: &RouteEntry) -> Option<&str> {
+pub(super) fn single_backend(e: &RouteEntry) -> Option<&NsName> {
     match &e.action {
         RouteAction::Forward { clusters, .. } => match clusters.as_slice() {
-            [c] => c.backend.as_deref(),
+            [c] => c.backend.as_ref(),
             _ => None,
         },
         _ => None,
@@ -132,8 +133,8 @@ impl Ctx<'_> {
             ));
         }
         if let Some((rule, backends)) = reach.split.iter().next() {
-            let list: Vec<&str> = backends.iter().map(String::as_str).collect();
-            let mut all: BTreeSet<String> = reach.names.keys().cloned().collect();
+            let list: Vec<String> = backends.iter().map(ToString::to_string).collect();
+            let mut all: BTreeSet<NsName> = reach.names.keys().cloned().collect();
             all.extend(reach.split.values().flatten().cloned());
             return Err(Refusal {
                 reason: reason::UNSUPPORTED,
@@ -171,11 +172,11 @@ impl Ctx<'_> {
             }
             if let Some(b) = single_backend(e) {
                 out.names
-                    .entry(b.to_string())
+                    .entry(b.clone())
                     .or_default()
                     .insert(e.name.clone());
             } else if let RouteAction::Forward { clusters, .. } = &e.action {
-                let xbackends: BTreeSet<String> =
+                let xbackends: BTreeSet<NsName> =
                     clusters.iter().filter_map(|c| c.backend.clone()).collect();
                 if !xbackends.is_empty() {
                     out.split.entry(e.rule).or_default().extend(xbackends);
@@ -186,12 +187,11 @@ impl Ctx<'_> {
     }
 }
 
-/// A Backend target for XBackend `id` (`namespace/name`), narrowed to `routes`.
-pub(super) fn backend_target(id: &str, routes: Option<Vec<String>>) -> bundle::PolicyTarget {
-    let (ns, name) = id.split_once('/').unwrap_or(("", id));
+/// A Backend target for XBackend `id`, narrowed to `routes`.
+pub(super) fn backend_target(id: &NsName, routes: Option<Vec<String>>) -> bundle::PolicyTarget {
     bundle::PolicyTarget {
-        name: name.to_string(),
-        namespace: Some(ns.to_string()),
+        name: id.name.clone(),
+        namespace: Some(id.namespace.clone()),
         section_name: None,
         routes,
     }

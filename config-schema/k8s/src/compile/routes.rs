@@ -9,6 +9,7 @@ use super::{agentic_group, cond, is_core, opt, reason, seniority_order, status, 
 use crate::check;
 use crate::load::{Item, Manifests};
 use crate::model::*;
+use crate::refs::{NsName, ObjectName};
 use crate::types::*;
 use mcp_access_bundle::gateway_api::{host_matches, path_prefix_matches};
 
@@ -45,7 +46,7 @@ impl Ctx<'_> {
                 self.route(r, rank)
             } else {
                 vec![cond(
-                    format!("HTTPRoute {}", r.id()),
+                    ObjectName::new("HTTPRoute", r.ns_name()),
                     None,
                     reason::CONFLICTED,
                     "another HTTPRoute with this namespace/name is defined earlier or is older",
@@ -62,7 +63,6 @@ impl Ctx<'_> {
 
     /// One route: its rules built and attached to each parent; the status per parent.
     fn route(&mut self, r: &Item<HttpRouteSpec>, rank: usize) -> Vec<TargetStatus> {
-        let id = r.id();
         let mut conds = Vec::new();
         // The rules, independent of the parent.
         let (entries, rule_problem) = match self.route_rules(r, rank) {
@@ -77,7 +77,12 @@ impl Ctx<'_> {
                     ));
                 }
                 if conds.is_empty() {
-                    conds.push(cond(format!("HTTPRoute {id}"), None, reason, msg));
+                    conds.push(cond(
+                        ObjectName::new("HTTPRoute", r.ns_name()),
+                        None,
+                        reason,
+                        msg,
+                    ));
                 }
                 return conds;
             }
@@ -85,7 +90,7 @@ impl Ctx<'_> {
         let parents = r.spec.parent_refs.clone().unwrap_or_default();
         if parents.is_empty() {
             conds.push(cond(
-                format!("HTTPRoute {id}"),
+                ObjectName::new("HTTPRoute", r.ns_name()),
                 None,
                 "NoMatchingParent",
                 "no parentRefs: the route attaches to nothing",
@@ -290,7 +295,7 @@ impl Ctx<'_> {
                 }
                 [] => {}
                 many => {
-                    let ids: Vec<&str> = many.iter().map(|m| m.id.as_str()).collect();
+                    let ids: Vec<String> = many.iter().map(|m| m.id.to_string()).collect();
                     return Err((
                         "BackendNotFound",
                         format!(
@@ -317,7 +322,7 @@ impl Ctx<'_> {
         }
         let Some(bm) = self
             .backend_index
-            .get(&format!("{ns}/{name}"))
+            .get(&NsName::new(&ns, &name))
             .and_then(|i| self.topo.backends.get(*i))
         else {
             return Err((
@@ -616,14 +621,9 @@ fn value_matches(l: &Option<Vec<ValueMatch>>) -> Vec<ValueMatchModel> {
 }
 
 /// `Gateway namespace/name` of a route's parentRef.
-fn parent_name(r: &Item<HttpRouteSpec>, p: &ParentRef) -> String {
-    format!(
-        "Gateway {}/{}",
-        p.namespace
-            .clone()
-            .unwrap_or_else(|| r.meta.namespace.clone()),
-        opt(&p.name)
-    )
+fn parent_name(r: &Item<HttpRouteSpec>, p: &ParentRef) -> ObjectName {
+    let ns = p.namespace.as_ref().unwrap_or(&r.meta.namespace);
+    ObjectName::new("Gateway", NsName::new(ns, opt(&p.name)))
 }
 
 /// Whether listener `l` of a Gateway in `gateway_ns` admits routes from `route_ns`

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::ListenerKey;
 use crate::compile::route_targets::single_backend;
 use crate::compile::Ctx;
+use crate::refs::NsName;
 
 /// Rules of a route: (index, name).
 type Rules<'a> = BTreeSet<(usize, Option<&'a str>)>;
@@ -33,9 +34,9 @@ pub(crate) struct BackendRoutes {
 }
 
 impl Ctx<'_> {
-    /// How each XBackend (by `namespace/name`) is reached: one pass over the route entries.
-    pub(crate) fn backend_routes(&self) -> BTreeMap<String, BackendRoutes> {
-        let mut out: BTreeMap<String, BackendRoutes> = BTreeMap::new();
+    /// How each XBackend is reached: one pass over the route entries.
+    pub(crate) fn backend_routes(&self) -> BTreeMap<NsName, BackendRoutes> {
+        let mut out: BTreeMap<NsName, BackendRoutes> = BTreeMap::new();
         for b in &self.topo.backends {
             out.insert(
                 b.id.clone(),

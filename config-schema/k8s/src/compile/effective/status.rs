@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::{on_backend, BlockPolicy, EffectRecord, Effects};
 use crate::compile::Ctx;
 use crate::model::*;
+use crate::refs::{NsName, ObjectName};
 use crate::types::opt;
 use mcp_access_bundle::{self as bundle, Action, Level};
 
@@ -38,11 +39,11 @@ impl Ctx<'_> {
     }
 
     fn statuses_from(&mut self, effects: &AllEffects, blocks: &[&BlockPolicy]) {
-        let objects: Vec<String> = blocks.iter().map(|b| b.object.clone()).collect();
+        let objects: Vec<&ObjectName> = blocks.iter().map(|b| &b.object).collect();
         // The records of each backend, in order.
-        let mut of_backend: HashMap<&str, Vec<&EffectRecord>> = HashMap::new();
+        let mut of_backend: HashMap<&NsName, Vec<&EffectRecord>> = HashMap::new();
         for r in effects {
-            of_backend.entry(r.backend.as_str()).or_default().push(r);
+            of_backend.entry(&r.backend).or_default().push(r);
         }
         // Per policy status: its bundle id and, per condition (one per targetRef), the
         // bundle targets an HTTPRoute targetRef resolves to.
@@ -75,8 +76,8 @@ impl Ctx<'_> {
             let Some(st) = self.report.policies.get_mut(i) else {
                 continue;
             };
-            let object = format!("{} {}/{}", st.kind, st.namespace, st.name);
-            let is_block = objects.contains(&object);
+            let object = ObjectName::new(&st.kind, NsName::new(&st.namespace, &st.name));
+            let is_block = objects.contains(&&object);
             for (ci, c) in st.conditions.iter_mut().enumerate() {
                 if !c.accepted {
                     continue;
@@ -85,9 +86,10 @@ impl Ctx<'_> {
                     c.enforced = block_enforced(effects, c, &object);
                     continue;
                 }
-                let mine: Vec<&Effects> = match c.target.strip_prefix("XBackend ") {
+                let on_backend = c.target.object().filter(|o| o.kind == "XBackend");
+                let mine: Vec<&Effects> = match on_backend {
                     Some(backend) => of_backend
-                        .get(backend)
+                        .get(&backend.id)
                         .into_iter()
                         .flatten()
                         .filter(|r| r.lower.contains(&bid))
@@ -100,11 +102,9 @@ impl Ctx<'_> {
                             .filter(|r| {
                                 r.lower.contains(&bid)
                                     && targets.iter().any(|t| {
-                                        format!(
-                                            "{}/{}",
-                                            t.namespace.as_deref().unwrap_or_default(),
-                                            t.name
-                                        ) == r.backend
+                                        t.namespace.as_deref().unwrap_or_default()
+                                            == r.backend.namespace
+                                            && t.name == r.backend.name
                                             && overlap(
                                                 r.routes.as_ref(),
                                                 t.routes
@@ -127,13 +127,18 @@ impl Ctx<'_> {
 }
 
 /// Whether block policy `object` took effect at its target `c` (a Gateway, or a listener).
-fn block_enforced(effects: &AllEffects, c: &TargetStatus, object: &str) -> Option<Enforcement> {
-    let gw = c.target.strip_prefix("Gateway ").unwrap_or_default();
+fn block_enforced(
+    effects: &AllEffects,
+    c: &TargetStatus,
+    object: &ObjectName,
+) -> Option<Enforcement> {
+    let gw = c.target.object().filter(|o| o.kind == "Gateway");
     let mine: Vec<&Effects> = effects
         .iter()
         .filter(|r| {
             let (ns, g, l) = &r.listener;
-            is_path(gw, ns, g) && c.section_name.as_ref().is_none_or(|s| s == l)
+            gw.is_some_and(|gw| gw.id.namespace == *ns && gw.id.name == *g)
+                && c.section_name.as_ref().is_none_or(|s| s == l)
         })
         .map(|r| &r.fx)
         .collect();
@@ -160,13 +165,6 @@ fn block_enforced(effects: &AllEffects, c: &TargetStatus, object: &str) -> Optio
     }
 }
 
-/// Whether `s` is `{ns}/{name}`.
-fn is_path(s: &str, ns: &str, name: &str) -> bool {
-    s.strip_prefix(ns)
-        .and_then(|rest| rest.strip_prefix('/'))
-        .is_some_and(|rest| rest == name)
-}
-
 /// How the blocks met Backend-level policy `bid` where it is met (`mine`: on one target);
 /// None when no block reached it.
 fn lower_enforced(mine: &[&Effects], bid: &str) -> Option<Option<Enforcement>> {
@@ -185,11 +183,12 @@ fn lower_enforced(mine: &[&Effects], bid: &str) -> Option<Option<Enforcement>> {
     let replaced = by(&|fx| fx.replaced.get(bid));
     let refused = by(&|fx| fx.unset_refused.get(bid));
     let added = by(&|fx| fx.added.get(bid));
-    let applied: BTreeSet<String> = mine
+    let applied: BTreeSet<&ObjectName> = mine.iter().flat_map(|fx| &fx.applied).collect();
+    let applied = applied
         .iter()
-        .flat_map(|fx| fx.applied.iter().cloned())
-        .collect();
-    let applied = applied.into_iter().collect::<Vec<_>>().join(", ");
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
     let everywhere = mine.iter().all(|fx| {
         fx.replaced
             .get(bid)
@@ -245,7 +244,7 @@ impl Ctx<'_> {
         let mut out = Vec::new();
         let all_routes = self.backend_routes();
         for (backend, listeners) in self.listeners_per_backend() {
-            let (bns, bname) = backend.split_once('/').unwrap_or(("", &backend));
+            let (bns, bname) = (backend.namespace.as_str(), backend.name.as_str());
             let Some(routes) = all_routes.get(&backend) else {
                 continue;
             };
@@ -323,7 +322,7 @@ impl Ctx<'_> {
                     out.push(EffectivePolicy {
                         gateway: format!("{gns}/{g}"),
                         listener: l.clone(),
-                        backend: backend.clone(),
+                        backend: backend.to_string(),
                         routes: c
                             .names
                             .as_ref()

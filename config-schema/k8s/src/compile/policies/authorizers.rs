@@ -1,6 +1,8 @@
 //! A policy's `externalAuth` as a bundle authorizer, and the Services behind the authorizers'
 //! clusters.
 
+use std::collections::BTreeMap;
+
 use crate::check;
 use crate::compile::grants::permitted;
 use crate::compile::{is_core, reason, Ctx};
@@ -81,20 +83,21 @@ impl Ctx<'_> {
             ));
         };
         let port = u16::try_from(b.port.unwrap_or_default()).unwrap_or_default();
-        let (cluster, protocol, allowed_headers) = if grpc {
+        let (protocol, allowed_headers) = if grpc {
             let g = e.grpc.clone().unwrap_or_default();
-            (
-                format!("{GRPC_CLUSTER_PREFIX}{ns}/{name}:{port}"),
-                bundle::AuthorizerProtocol::Grpc,
-                g.allowed_headers.unwrap_or_default(),
-            )
+            let headers = g.allowed_headers.unwrap_or_default();
+            (bundle::AuthorizerProtocol::Grpc, headers)
         } else {
-            (
-                format!("{HTTP_CLUSTER_PREFIX}{ns}/{name}:{port}"),
-                bundle::AuthorizerProtocol::Http,
-                http.allowed_headers.clone().unwrap_or_default(),
-            )
+            let headers = http.allowed_headers.clone().unwrap_or_default();
+            (bundle::AuthorizerProtocol::Http, headers)
         };
+        let cluster = self.authorizer_cluster(AuthorizerModel {
+            cluster: String::new(),
+            namespace: ns,
+            name,
+            port,
+            grpc,
+        });
         let mut a = bundle::Authorizer {
             name: String::new(),
             cluster,
@@ -121,6 +124,22 @@ impl Ctx<'_> {
             a.cache = Some(cache(at, &a, c)?);
         }
         Ok(a)
+    }
+
+    /// The cluster of an authorizer Service (`authz/<namespace>/<name>:<port>`, or
+    /// `authz-grpc/...` for gRPC), noted with the Service behind it.
+    fn authorizer_cluster(&self, mut service: AuthorizerModel) -> String {
+        let prefix = if service.grpc {
+            GRPC_CLUSTER_PREFIX
+        } else {
+            HTTP_CLUSTER_PREFIX
+        };
+        let (ns, name, port) = (&service.namespace, &service.name, service.port);
+        service.cluster = format!("{prefix}{ns}/{name}:{port}");
+        let cluster = service.cluster.clone();
+        let mut services = self.authorizer_services.borrow_mut();
+        services.entry(cluster.clone()).or_insert(service);
+        cluster
     }
 }
 
@@ -175,30 +194,20 @@ const HTTP_CLUSTER_PREFIX: &str = "authz/";
 /// Cluster name prefix of gRPC authorizers (HTTP/2 clusters).
 const GRPC_CLUSTER_PREFIX: &str = "authz-grpc/";
 
-/// The Services behind the authorizers' clusters (`authz/<namespace>/<name>:<port>`, or
-/// `authz-grpc/...` for gRPC).
-pub(crate) fn authorizer_models(authorizers: &[bundle::Authorizer]) -> Vec<AuthorizerModel> {
+/// The Services behind the bundle authorizers' clusters, once each, in the bundle's order;
+/// `services`: the Service of each cluster `authorizer` built.
+pub(crate) fn authorizer_models(
+    authorizers: &[bundle::Authorizer],
+    services: &BTreeMap<String, AuthorizerModel>,
+) -> Vec<AuthorizerModel> {
     let mut out: Vec<AuthorizerModel> = Vec::new();
     for a in authorizers {
         if out.iter().any(|x| x.cluster == a.cluster) {
             continue;
         }
-        let grpc = a.protocol == bundle::AuthorizerProtocol::Grpc;
-        let prefix = if grpc {
-            GRPC_CLUSTER_PREFIX
-        } else {
-            HTTP_CLUSTER_PREFIX
-        };
-        let rest = a.cluster.strip_prefix(prefix).unwrap_or(&a.cluster);
-        let (ns, svc) = rest.split_once('/').unwrap_or(("", rest));
-        let (name, port) = svc.rsplit_once(':').unwrap_or((svc, "0"));
-        out.push(AuthorizerModel {
-            cluster: a.cluster.clone(),
-            namespace: ns.to_string(),
-            name: name.to_string(),
-            port: port.parse().unwrap_or(0),
-            grpc,
-        });
+        if let Some(m) = services.get(&a.cluster) {
+            out.push(m.clone());
+        }
     }
     out
 }
