@@ -343,13 +343,24 @@ def chart_svg(res: dict[str, Any]) -> str:
 README_START, README_END = "<!-- bench:targets -->", "<!-- /bench:targets -->"
 
 
+def remeasured_note(res: dict[str, Any]) -> str:
+    """Whether noisy ratios were measured again: only what the run did (a pass is skipped when
+    the rounds took the time budget)."""
+    again = any(r.get("remeasured") for v in res.get("variants", {}).values() for r in v.get("rounds", []))
+    if again:
+        return ", noisy ratios re-measured"
+    if res["settings"].get("remeasure_passes"):
+        return ", no time left to re-measure noisy ratios"
+    return ""
+
+
 def table_block(res: dict[str, Any]) -> str:
     """What goes between the bench:targets markers: a line naming the run, then the target table."""
     m = res["machine"]
     s = res["settings"]
     intro = (f"Run of {res['date'][:16].replace('T', ' ')} UTC ({m['cores']} vCPUs, {m['cpu']}; Envoy {m['envoy'].split('/')[1] if '/' in m['envoy'] else m['envoy']}, "
              f"one worker pinned to CPU {s['envoy_cpu']}, load on CPU {s['load_cpu']}; {s['rounds']} interleaved rounds"
-             + (", noisy ratios re-measured" if s.get("remeasure_passes") else "")
+             + remeasured_note(res)
              + (", instruction counts from " + res["callgrind_from"]["file"].rsplit("/", 1)[-1] if res.get("callgrind_from") else "")
              + "), from `integration/bench/results/latest.json`:\n\n")
     return intro + target_table(res["targets"])

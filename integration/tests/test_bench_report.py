@@ -50,3 +50,16 @@ def test_docs_tables_are_the_rendered_ones() -> None:
         assert have is not None, f"{doc.name} has no bench:targets block"
         assert have == want, f"{doc.name}'s table is not the one integration/bench/report.py renders from latest.json " \
                              "(run: python -m bench.report)"
+
+
+def test_the_table_says_re_measured_only_when_a_pass_ran() -> None:
+    res = _results()
+    ran = any(r.get("remeasured") for v in res["variants"].values() for r in v.get("rounds", []))
+    assert ("noisy ratios re-measured" in report.table_block(res)) == ran
+    res["settings"]["remeasure_passes"] = 2
+    for v in res["variants"].values():
+        for r in v.get("rounds", []):
+            r.pop("remeasured", None)
+    assert "no time left to re-measure noisy ratios" in report.table_block(res)
+    next(iter(res["variants"].values()))["rounds"][0]["remeasured"] = True
+    assert "noisy ratios re-measured" in report.table_block(res)
