@@ -653,18 +653,7 @@ impl Run {
         index: &LevelIndex,
         req: &Request,
     ) -> Option<Vec<String>> {
-        if req.caller.jwts.is_empty() {
-            return None;
-        }
-        let mut cx = engine.cel_cx(self.target.backend, false);
-        let r = index.allow.first_short_of_scope(engine, req, &mut cx)?;
-        let scopes: Vec<String> = engine
-            .rule(r)?
-            .source
-            .scopes()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
+        let (r, scopes) = engine.short_of_scope(index, req)?;
         let (policy, rule) = names(engine, r);
         self.note(
             Some(self.level),

@@ -560,8 +560,37 @@ impl Engine {
                 (d.policy, d.rule) = eval::names(self, r);
                 d
             }
-            None => Denial::of(Some(level), Reason::NotAllowed),
+            None => Denial {
+                scope: self
+                    .level_index(view, level, probe.target)
+                    .and_then(|index| self.short_of_scope(index, probe))
+                    .map(|(_, scopes)| scopes),
+                ..Denial::of(Some(level), Reason::NotAllowed)
+            },
         })
+    }
+
+    /// The most senior Allow rule of `index` that would admit `req` if the caller's verified
+    /// token held more scopes, with the scope values it names (docs/semantics.md §5.6). Judged
+    /// apart: its CEL conditions count in no decision's errors.
+    pub(crate) fn short_of_scope(
+        &self,
+        index: &LevelIndex,
+        req: &Request,
+    ) -> Option<(RuleRef, Vec<String>)> {
+        if req.caller.jwts.is_empty() {
+            return None;
+        }
+        let mut cx = self.cel_cx(req.target.backend, false);
+        let r = index.allow.first_short_of_scope(self, req, &mut cx)?;
+        let scopes = self
+            .rule(r)?
+            .source
+            .scopes()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        Some((r, scopes))
     }
 
     /// [`Engine::item_denial`], in the probe's [`Target`](crate::request::Target): None when

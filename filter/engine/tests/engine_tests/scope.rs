@@ -437,3 +437,35 @@ fn a_scope_that_is_no_scope_token_is_left_out_of_the_challenge() {
         (403, Some("Bearer error=\"insufficient_scope\"".into()))
     );
 }
+
+/// A `completion/complete` of prompt `greet` (id 7) by a caller whose verified token has
+/// `scope`: the answer.
+fn complete_greet(e: &Engine, scope: &str) -> Next {
+    let mut input = post_input(ALPHA, &[]);
+    input.caller.jwts = vec![token(e, json!({"scope": scope}))];
+    let mut flow = RequestFlow::new();
+    assert_eq!(flow.on_headers(e, input), Next::Hold);
+    let body = r#"{"jsonrpc":"2.0","id":7,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"greet"},"argument":{"name":"a","value":"b"}}}"#;
+    let a = flow.on_body(e, body.len(), true, move |_| Some(body.as_bytes().to_vec()));
+    drive(&mut flow, e, a, |_| Reply::status(200))
+}
+
+#[test]
+fn a_named_item_short_of_a_scope_gets_the_challenge_too() {
+    // Anyone may complete; the prompt completed is judged as prompts/get of it (§4), which
+    // needs `prompts:read`.
+    let p = json!({"name": "prompts", "level": "Backend", "targets": [{"name": "tools"}],
+        "action": "Allow", "rules": [
+            {"name": "complete", "source": {"type": "Any"},
+             "authorization": {"mcp": {"baseProtocol": "Match"}}},
+            {"name": "prompt-readers",
+             "source": jwt_source(json!([{"name": "scope", "values": ["prompts:read"]}])),
+             "authorization": {"mcp": {"methods": [{"name": "prompts/get", "params": ["greet"]}]}}}]});
+    let e = engine(&with_jwt(vec![p]));
+    assert_eq!(
+        denial(&complete_greet(&e, "tools:read")),
+        (403, insufficient("prompts:read"))
+    );
+    let allowed = complete_greet(&e, "tools:read prompts:read");
+    assert!(matches!(allowed, Next::Allow { .. }), "{allowed:?}");
+}
