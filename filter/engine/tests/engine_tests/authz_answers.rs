@@ -2,12 +2,6 @@
 //! that asks for a header that is never applied, a header name that is not a token, a value
 //! holding CR, LF, NUL or another control (HTAB aside), or (gRPC) a status that disagrees with the response, is malformed:
 //! the failure mode decides, the callout is reported failed, and nothing of it is applied.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

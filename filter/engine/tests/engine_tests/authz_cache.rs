@@ -1,12 +1,6 @@
 //! Authorizer answers reused (docs/semantics.md §3.10), through the request flow with a fake
 //! store and clock: hits, misses, expiry, a new bundle, denials only when asked, errors never,
 //! and keys that keep callers, tools and chosen headers apart.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;

@@ -1,12 +1,6 @@
 //! CEL conditions in policies (docs/semantics.md, "CEL"): `authorization.cel` and `when` on
 //! rules and policies, with every error rule per action, and bundle loading that refuses a
 //! bad expression naming its field.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

@@ -1,11 +1,5 @@
 //! The CEL language over a request: `mcp-access-cel`'s evaluator reading the engine's
 //! [`CelInput`] (every variable, absent attributes, operators, limits, hostile expressions).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use mcp_access_cel::{check, variable_names, Attributes, CelLimits, Program, Value, CEL_LIMIT_MAX};
 use mcp_access_engine::cel_input::CelInput;

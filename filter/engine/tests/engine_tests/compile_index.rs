@@ -1,12 +1,6 @@
 //! The engine's per-target policy index: Backend-level policies are attached to their backends
 //! in seniority order whatever their order in the bundle, once even when a policy names the
 //! same backend twice, and only to the backends they target.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

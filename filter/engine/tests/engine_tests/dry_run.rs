@@ -1,12 +1,6 @@
 //! Dry-run policies (docs/semantics.md §3.8): the decision a request gets is the one it gets
 //! without them; the dry-run decision is the one it gets with them enforced; authorizers both
 //! consult are called once; a dry-run authorizer's answer is never applied.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::HashMap;
 

@@ -1,10 +1,4 @@
 //! The per-request pipeline the host adapter drives: headers, body, parse, callouts, answer.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

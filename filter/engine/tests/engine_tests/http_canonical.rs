@@ -1,11 +1,5 @@
 //! Requests are judged on canonical attributes: one agreeing copy of each MCP header, the
 //! canonical path, every copy of a repeated header (against the caller), the canonical host.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

@@ -1,12 +1,6 @@
 //! Identity headers (docs/semantics.md §5.7): on an allowed request every identity header of
 //! the bundle is removed (in any spelling a server may read as it), then the backend's are set
 //! from the caller; a denied request carries nothing.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common::*;
 use mcp_access_engine::flow::{drive, Next, Reply, RequestFlow};

@@ -2,12 +2,6 @@
 //! the host drives: items judged as calls of themselves alone (docs/semantics.md §5),
 //! numbers CEL cannot read (§3), malformed method names and categories (§4), and a
 //! `completion/complete` judged by what it completes (§4).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

@@ -1,11 +1,5 @@
 //! MCP revisions (docs/semantics.md §4.4) and per-caller listings (§5.4), through the flow the
 //! host drives: request, decision, then the response filter.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

@@ -1,4 +1,10 @@
 //! The crate's integration tests, one binary (a binary per file linked the crate 11 times).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 

@@ -1,12 +1,6 @@
 //! OAuth discovery (docs/semantics.md §5.6): a denial of a caller without a credential on a
 //! listener with protected resource metadata is a 401 with a challenge naming the metadata;
 //! every other denial is as before; a fetch of the metadata Envoy answers itself passes.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common::*;
 use mcp_access_engine::facts::{Fact, HostFacts};

@@ -1,12 +1,6 @@
 //! Pinned tools (docs/semantics.md §5, "Pinned tools"): listings held to the pins, drift shared
 //! through the drift store, calls denied as `tool_not_pinned` / `tool_drifted`, and reviewed
 //! annotations in CEL.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::rc::Rc;
 

@@ -2,12 +2,6 @@
 //! target lists routes applies only to requests the backend was recognised through one of
 //! them; where the filter cannot tell (a cluster name its routes may share), a route-scoped
 //! Allow policy keeps the level default-deny.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::HashMap;
 

@@ -1,12 +1,6 @@
 //! OAuth scopes (docs/semantics.md §3.7, §5.6): the `scope` and `scp` claims are sets of
 //! space-separated scopes, and a denial of a verified JWT that an Allow rule would admit with
 //! more scopes is a 403 `insufficient_scope` challenge naming that rule's scopes.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::HashMap;
 

@@ -1,11 +1,5 @@
 //! docs/semantics.md §3–§4 and the seeds' test vectors (see its Sources), row by row.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::type_complexity
-)]
+#![allow(clippy::type_complexity)]
 
 use crate::common;
 

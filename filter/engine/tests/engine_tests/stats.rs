@@ -1,10 +1,4 @@
 //! Every way the flow denies or rejects a request has a denial counter defined up front.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

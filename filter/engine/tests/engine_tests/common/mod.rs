@@ -1,11 +1,5 @@
 //! Shared helpers for the decision-engine tests.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::type_complexity
-)]
+#![allow(clippy::type_complexity)]
 #![allow(dead_code)]
 
 use std::collections::HashMap;
