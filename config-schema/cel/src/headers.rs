@@ -68,11 +68,7 @@ impl Headers {
     }
 
     fn pair(&self, s: &[usize; 4]) -> (&str, &str) {
-        let [ns, ne, vs, ve] = *s;
-        (
-            self.buf.get(ns..ne).unwrap_or_default(),
-            self.buf.get(vs..ve).unwrap_or_default(),
-        )
+        pair(&self.buf, s)
     }
 
     /// The `i`-th header.
@@ -95,14 +91,21 @@ impl Headers {
 
     /// Keeps the headers `keep` accepts (the buffer is not shrunk).
     pub fn retain(&mut self, mut keep: impl FnMut(&str, &str) -> bool) {
-        let buf = &self.buf;
-        self.spans.retain(|&[ns, ne, vs, ve]| {
-            keep(
-                buf.get(ns..ne).unwrap_or_default(),
-                buf.get(vs..ve).unwrap_or_default(),
-            )
+        let Headers { buf, spans } = self;
+        spans.retain(|s| {
+            let (n, v) = pair(buf, s);
+            keep(n, v)
         });
     }
+}
+
+/// The name and value `s` spans in `buf`.
+fn pair<'b>(buf: &'b str, s: &[usize; 4]) -> (&'b str, &'b str) {
+    let [ns, ne, vs, ve] = *s;
+    (
+        buf.get(ns..ne).unwrap_or_default(),
+        buf.get(vs..ve).unwrap_or_default(),
+    )
 }
 
 /// The headers as (name, value) pairs: [`Headers::iter`].

@@ -29,7 +29,7 @@ impl Stats {
     }
 
     pub(super) fn inc(&self, c: Counter) {
-        increment(self.counters.get(c.index()).copied().flatten());
+        self.add(c, 1);
     }
 
     /// Adds `n` (none: no call) to counter `c`.

@@ -555,7 +555,13 @@ impl Source {
     /// other conditions some verified JWT of the caller meets: a token with more scopes
     /// could match it.
     pub(crate) fn short_of_scope(&self, caller: &Caller) -> bool {
-        !self.scopes().is_empty() && self.holds(caller, false)
+        self.names_scope() && self.holds(caller, false)
+    }
+
+    /// Whether it is a JWT source with a scope claim condition.
+    fn names_scope(&self) -> bool {
+        matches!(self, Source::Jwt { claims, .. }
+            if claims.iter().any(|(n, _)| ClaimMatch::is_scope(n)))
     }
 
     /// The values of its scope claim conditions, in order, each once.
