@@ -248,7 +248,6 @@ impl ListingFilter {
 
     fn count_reused(&mut self) {
         self.reused = self.reused.saturating_add(1);
-        reuse::counted();
     }
 
     /// What the listings read so far said about pinned tools (drift, and its end), for the

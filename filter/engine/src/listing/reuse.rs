@@ -23,7 +23,7 @@
 //! one did), what was written for them is written. Bytes that differ are read again as any
 //! event's.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use sha2::{Digest as _, Sha256};
@@ -264,14 +264,6 @@ fn same_at(pieces: [&[u8]; 3], at: usize, bytes: &[u8]) -> bool {
 thread_local! {
     /// Most recently kept first.
     static KEPT: RefCell<Vec<Rc<Kept>>> = const { RefCell::new(Vec::new()) };
-    /// How many answers were reused (counted in unit tests only).
-    static REUSED: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Counts an answer reused (unit tests only).
-pub(super) fn counted() {
-    #[cfg(test)]
-    REUSED.with(|r| r.set(r.get().wrapping_add(1)));
 }
 
 /// What was kept under `key` (read as `kind`) whose bytes, as a request of `id` (raw JSON)
@@ -331,11 +323,6 @@ pub fn forget_all() {
             kept.clear();
         }
     });
-}
-
-/// How many answers this thread reused (counted in unit tests only).
-pub fn reused_count() -> u64 {
-    REUSED.with(Cell::get)
 }
 
 /// The number of answers and bytes kept by this thread.

@@ -230,8 +230,7 @@ fn differential(
     let e = engine();
     let mut rng = Rng(seed);
     reuse::forget_all();
-    let before = reuse::reused_count();
-    let mut filtered = 0;
+    let (mut filtered, mut reused_total) = (0, 0);
     for round in 0..3000 {
         let mut caller = Rng(0x9E37_79B9_7F4A_7C15 ^ (round / per_caller));
         let Some((f, req, body)) = ask(&e, &mut caller, &mut rng) else {
@@ -241,7 +240,9 @@ fn differential(
         cuts.extend((0..3).map(|_| [1, 2, 7, 64, 300, 100_000][rng.below(6)] + rng.below(3)));
         let sse = (caller.below(2) == 1).then_some(&cuts[..]);
         let fresh = run(&e, &mut f.clone().without_reuse(), &req, sse, &body);
-        let reused = run(&e, &mut f.clone(), &req, sse, &body);
+        let mut g = f.clone();
+        let reused = run(&e, &mut g, &req, sse, &body);
+        reused_total += u64::from(g.take_reused());
         assert_eq!(
             String::from_utf8_lossy(&reused.0),
             String::from_utf8_lossy(&fresh.0),
@@ -253,7 +254,7 @@ fn differential(
         let (entries, bytes) = reuse::kept();
         assert!(entries <= MAX_ENTRIES && bytes <= MAX_BYTES);
     }
-    (filtered, reuse::reused_count() - before)
+    (filtered, reused_total)
 }
 
 #[test]
@@ -275,28 +276,28 @@ fn pinned_tools_and_an_old_engine_are_never_reused() {
     reuse::forget_all();
     {
         let e = engine();
-        let before = reuse::reused_count();
+        let mut reused = 0;
         for round in 0..200 {
             if let Some((mut f, req)) = listing_filter(&e, &mut rng, round) {
                 let pinned = req.route_name.as_deref() == Some("pinned");
-                let at = reuse::reused_count();
                 run(&e, &mut f, &req, None, &body);
-                assert!(!pinned || reuse::reused_count() == at);
+                let n = f.take_reused();
+                assert!(!pinned || n == 0);
+                reused += n;
             }
         }
-        assert!(reuse::reused_count() > before);
+        assert!(reused > 0);
         assert!(reuse::kept().0 > 0);
     }
     // A new engine: nothing kept for the old one is reused.
     let kept = reuse::kept().0;
     let e = engine();
-    let before = reuse::reused_count();
     let (mut f, req) = std::iter::repeat_with(|| listing_filter(&e, &mut rng, 0))
         .flatten()
         .find(|(_, r)| r.route_name.as_deref() == Some("tools"))
         .unwrap_or_else(|| panic!("no caller"));
     run(&e, &mut f, &req, None, &body);
-    assert_eq!(reuse::reused_count(), before);
+    assert_eq!(f.take_reused(), 0);
     assert_eq!(reuse::kept().0, (kept + 1).min(MAX_ENTRIES));
     reuse::forget_all();
     assert_eq!(reuse::kept(), (0, 0));
@@ -370,9 +371,9 @@ fn the_id_is_replaced_at_its_span_only() {
             .unwrap_or_else(|| panic!("no caller"));
         // The same listing but for its id: reused, the new id in place.
         let bytes = body(id);
-        let at = reuse::reused_count();
-        let got = run(&e, &mut f.clone(), &req, None, &bytes);
-        assert_eq!(reuse::reused_count(), at + 1, "{id}");
+        let mut g = f.clone();
+        let got = run(&e, &mut g, &req, None, &bytes);
+        assert_eq!(g.take_reused(), 1, "{id}");
         assert_eq!(
             got,
             run(&e, &mut f.clone().without_reuse(), &req, None, &bytes)
