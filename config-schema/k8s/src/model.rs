@@ -161,6 +161,9 @@ pub struct EffectivePolicy {
     /// cluster); empty: every route.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<String>,
+    /// The HTTPRoutes (`namespace/name`) of `routes`, for selecting views by route.
+    #[serde(skip)]
+    pub http_routes: Vec<String>,
     pub levels: Vec<EffectiveLevel>,
     /// What defaults/overrides left out here (replaced, unset, not added), and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]

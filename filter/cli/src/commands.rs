@@ -308,14 +308,9 @@ pub(crate) fn effective(
             matches(&gateway, &e.gateway)
                 && listener.as_ref().is_none_or(|l| l == &e.listener)
                 && matches(&backend, &e.backend)
-                && route.as_ref().is_none_or(|r| {
-                    e.routes.is_empty()
-                        || e.routes.iter().any(|x| {
-                            let id = x.strip_prefix("HTTPRoute ").unwrap_or_default();
-                            let id = id.split(' ').next().unwrap_or_default();
-                            matches(&Some(r.clone()), id)
-                        })
-                })
+                && (route.is_none()
+                    || e.routes.is_empty()
+                    || e.http_routes.iter().any(|id| matches(&route, id)))
         })
         .collect();
     if views.is_empty() {

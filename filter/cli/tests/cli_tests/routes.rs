@@ -354,6 +354,15 @@ fn effective_through_the_binary_filters_by_route() {
             && !t.contains("\n  through HTTPRoute mcp/admin\n"),
         "{t}"
     );
+    // By `namespace/name` too; a name no route has selects nothing.
+    let out = run(&["effective", "-f", s(&d), "--route", "mcp/admin"]);
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("\n  through HTTPRoute mcp/admin\n") && !t.contains("HTTPRoute mcp/public"),
+        "{t}"
+    );
+    let out = run(&["effective", "-f", s(&d), "--route", "other/admin"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
 
 /// `manifests` for `platform` of the route policy `echo-only` (on rule `ops`): its status and

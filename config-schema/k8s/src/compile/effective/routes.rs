@@ -131,6 +131,17 @@ impl BackendRoutes {
         self.all.iter().all(|n| names.contains(n))
     }
 
+    /// The HTTPRoutes (`namespace/name`) with a rule among `names`.
+    pub(crate) fn http_routes(&self, names: &BTreeSet<String>) -> Vec<String> {
+        let routes: BTreeSet<&String> = self
+            .rules
+            .iter()
+            .filter(|(n, _)| names.contains(*n))
+            .map(|(_, (route, ..))| route)
+            .collect();
+        routes.into_iter().cloned().collect()
+    }
+
     /// `names` as users know them: HTTPRoutes (whole, when every rule of theirs that leads
     /// to the backend is there), rules, and the cluster for requests through other routes.
     pub(crate) fn describe(&self, names: &BTreeSet<String>) -> Vec<String> {

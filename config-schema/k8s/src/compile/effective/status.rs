@@ -328,6 +328,11 @@ impl Ctx<'_> {
                             .as_ref()
                             .map(|n| routes.describe(n))
                             .unwrap_or_default(),
+                        http_routes: c
+                            .names
+                            .as_ref()
+                            .map(|n| routes.http_routes(n))
+                            .unwrap_or_default(),
                         levels: vec![
                             level_view("Gateway", gateway.clone(), Vec::new()),
                             level_view("Backend", here, elsewhere),
