@@ -240,8 +240,10 @@ impl Manifests {
     }
 
     /// Reads one file's text (multi-document YAML, or JSON: one value, a stream of values,
-    /// or a `List`).
+    /// or a `List`). A byte order mark that starts it is not text (editors on Windows write
+    /// one; YAML 1.2 and kubectl read past it).
     pub fn add_text(&mut self, file: &str, text: &str, default_namespace: &str) {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let json_docs = || -> Vec<Result<Value, String>> {
             let mut docs: Vec<Result<Value, String>> = serde_json::Deserializer::from_str(text)
                 .into_iter::<Value>()

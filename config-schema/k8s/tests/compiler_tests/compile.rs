@@ -952,6 +952,30 @@ fn json_manifests_are_read_too() {
 }
 
 #[test]
+fn a_byte_order_mark_at_the_start_of_a_file_is_read_past() {
+    let backend = |name: &str| {
+        format!("apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {{name: {name}}}\nspec: {{mcp: {{hostname: a.example, port: 443}}}}\n")
+    };
+    let mut m = Manifests::default();
+    m.add_text("bom.yaml", &format!("\u{feff}{}", backend("y")), "default");
+    m.add_text(
+        "bom.json",
+        "\u{feff}{\"apiVersion\": \"agentic.networking.x-k8s.io/v0alpha0\", \"kind\": \"XBackend\", \"metadata\": {\"name\": \"j\"}, \"spec\": {\"mcp\": {\"serviceName\": \"s\", \"port\": 80}}}",
+        "default",
+    );
+    assert!(m.problems().is_empty(), "{:?}", m.problems());
+    assert_eq!(m.backends.len(), 2);
+    // Only at the start: one inside a document is text, and refused there.
+    let mut m = Manifests::default();
+    m.add_text(
+        "mid.yaml",
+        &format!("{}---\n\u{feff}\u{feff}{}", backend("a"), backend("b")),
+        "default",
+    );
+    assert!(!m.problems().is_empty());
+}
+
+#[test]
 fn a_yaml_flow_mapping_is_not_mistaken_for_json() {
     let mut m = Manifests::default();
     m.add_text(
