@@ -345,15 +345,19 @@ impl Ctx<'_> {
                 .iter()
                 .find(|g| g.namespace == policy_ns && g.name == name)
             else {
+                let metas = self.m.gateways.iter().map(|g| &g.meta);
                 let why = if self
                     .m
                     .gateways
                     .iter()
                     .any(|g| g.meta.namespace == policy_ns && g.meta.name == name)
                 {
-                    "the Gateway is not accepted or has no usable listener (see gateways)"
+                    "the Gateway is not accepted or has no usable listener (see gateways)".into()
                 } else {
-                    "no such Gateway in the manifests"
+                    format!(
+                        "no such Gateway in the manifests{}",
+                        elsewhere("Gateway", metas, policy_ns, name)
+                    )
                 };
                 return Err(Refusal::unresolved(reason::TARGET_NOT_FOUND, why));
             };
@@ -386,9 +390,13 @@ impl Ctx<'_> {
                 .backend_index
                 .contains_key(&NsName::new(policy_ns, name))
             {
+                let metas = self.m.backends.iter().map(|b| &b.meta);
                 return Err(Refusal::unresolved(
                     reason::TARGET_NOT_FOUND,
-                    "no accepted XBackend with this name",
+                    format!(
+                        "no accepted XBackend with this name{}",
+                        elsewhere("XBackend", metas, policy_ns, name)
+                    ),
                 ));
             }
             if r.section_name.is_some() {
@@ -884,6 +892,34 @@ fn restricted(c: &PolicyContent) -> &'static str {
 }
 
 /// `Kind namespace/name` of a policy target.
+/// Where a `kind` named `name` the policy's namespace lacks may be meant: the same name in
+/// other namespaces (targetRefs stay in the policy's own), else a near name in its own.
+fn elsewhere<'m>(
+    kind: &str,
+    metas: impl Iterator<Item = &'m crate::load::Meta> + Clone,
+    policy_ns: &str,
+    name: &str,
+) -> String {
+    let mut other: Vec<&str> = metas
+        .clone()
+        .filter(|m| m.name == name && m.namespace != policy_ns)
+        .map(|m| m.namespace.as_str())
+        .collect();
+    other.sort_unstable();
+    other.dedup();
+    if !other.is_empty() {
+        return format!(
+            " in namespace {policy_ns}; {kind} {name} is in namespace {}: a targetRef names an object of the policy's own namespace, so put the policy there",
+            other.join(", ")
+        );
+    }
+    let here: Vec<&str> = metas
+        .filter(|m| m.namespace == policy_ns)
+        .map(|m| m.name.as_str())
+        .collect();
+    super::did_you_mean(name, &here)
+}
+
 fn target_name(r: &TargetRef, ns: &str) -> ObjectName {
     ObjectName::new(opt(&r.kind), NsName::new(ns, opt(&r.name)))
 }

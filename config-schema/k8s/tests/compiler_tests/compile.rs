@@ -952,6 +952,41 @@ fn json_manifests_are_read_too() {
 }
 
 #[test]
+fn a_target_in_another_namespace_or_misspelled_is_named() {
+    let p = r#"
+apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: other-namespace, namespace: default}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: Allow
+---
+apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: misspelled, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tool}]
+  action: Allow
+"#;
+    let c = run(p);
+    let other = &status(&c, "other-namespace").conditions[0];
+    assert_eq!(other.reason, reason::TARGET_NOT_FOUND);
+    assert!(
+        other
+            .message
+            .contains("XBackend tools is in namespace mcp: a targetRef names an object of the policy's own namespace"),
+        "{}",
+        other.message
+    );
+    let near = &status(&c, "misspelled").conditions[0];
+    assert!(
+        near.message.contains("did you mean `tools`?"),
+        "{}",
+        near.message
+    );
+}
+
+#[test]
 fn a_byte_order_mark_at_the_start_of_a_file_is_read_past() {
     let backend = |name: &str| {
         format!("apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {{name: {name}}}\nspec: {{mcp: {{hostname: a.example, port: 443}}}}\n")
