@@ -24,10 +24,12 @@ SCOPE = "mcp"
 
 class AuthServer:
     """Started at once; `issuer` is `http://127.0.0.1:<port>`, `keys` sign its tokens. Tokens
-    carry `sub` and `claims` (and `scope`, the scope granted). close() when done."""
+    carry `sub` and `claims` (and `scope`: the scopes the authorization asked for, those of
+    `scopes` only; `mcp` when it asked for none). close() when done."""
 
-    def __init__(self, *, sub: str = "user-1", claims: dict[str, Any] | None = None) -> None:
-        self.sub, self.claims = sub, dict(claims or {})
+    def __init__(self, *, sub: str = "user-1", claims: dict[str, Any] | None = None,
+                 scopes: tuple[str, ...] = (SCOPE,)) -> None:
+        self.sub, self.claims, self.scopes = sub, dict(claims or {}), scopes
         self.requests: list[tuple[str, str]] = []  # (method, path without query)
         self.clients: dict[str, list[str]] = {}  # client_id -> redirect URIs
         self.codes: dict[str, dict[str, str]] = {}  # code -> what the authorization asked for
@@ -46,7 +48,7 @@ class AuthServer:
             "authorization_endpoint": f"{self.issuer}/authorize",
             "token_endpoint": f"{self.issuer}/token",
             "registration_endpoint": f"{self.issuer}/register",
-            "scopes_supported": [SCOPE],
+            "scopes_supported": list(self.scopes),
             "response_types_supported": ["code"],
             "grant_types_supported": ["authorization_code"],
             "code_challenge_methods_supported": ["S256"],
@@ -91,10 +93,14 @@ class AuthServer:
         resource = form.get("resource", "")
         if challenge != grant["code_challenge"] or not same or not resource or resource != grant["resource"]:
             return 400, {}, {"error": "invalid_grant"}
-        token = self.keys.mint({**self.claims, "scope": SCOPE}, sub=self.sub, aud=resource)
+        asked = grant["scope"].split()
+        if any(s not in self.scopes for s in asked):
+            return 400, {}, {"error": "invalid_scope"}
+        scope = " ".join(asked) or SCOPE
+        token = self.keys.mint({**self.claims, "scope": scope}, sub=self.sub, aud=resource)
         self.issued.append(token)
         return 200, {"cache-control": "no-store"}, {"access_token": token, "token_type": "Bearer",
-                                                    "expires_in": 300, "scope": SCOPE}
+                                                    "expires_in": 300, "scope": scope}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

@@ -14,6 +14,7 @@ to the metadata too. A TLS listener shows a client certificate counts as a crede
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable
@@ -45,8 +46,17 @@ from test_policy_language import EXAMPLES_INFRA, PLAIN_GATEWAY, deploy
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 
 
-def policies(issuer: str, gateway: str, listener: str, resource: str) -> str:
-    """The metadata on `gateway`/`listener`, and echo for holders of the server's tokens."""
+def policies(issuer: str, gateway: str, listener: str, resource: str, admin: bool = False) -> str:
+    """The metadata on `gateway`/`listener`, and echo for holders of the server's tokens
+    (`admin`: and `delete_repo` for those whose token has scope `mcp:admin`)."""
+    admin_rule = f"""
+  - name: admins-delete
+    source:
+      type: JWT
+      jwt: {{issuer: "{issuer}", claims: [{{name: scope, values: ["mcp:admin"]}}]}}
+    authorization:
+      type: Inline
+      mcp: {{methods: [{{name: tools/call, params: [delete_repo]}}]}}""" if admin else ""
     return f"""\
 apiVersion: mcp-access.io/v1alpha1
 kind: FilterSettings
@@ -74,7 +84,7 @@ spec:
       type: Inline
       mcp:
         mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS
-        methods: [{{name: tools/call, params: [echo]}}]
+        methods: [{{name: tools/call, params: [echo]}}]{admin_rule}
 """
 
 
@@ -131,7 +141,7 @@ def access_log(path: Path, until: Callable[[list[dict[str, Any]]], bool], timeou
 
 
 def deploy_oauth(cli: Path, envoy: Any, wasm: Path, base: Path, server: Any, auth: AuthServer,
-                 *extra: str) -> tuple[Any, str, Path]:
+                 *extra: str, admin: bool = False) -> tuple[Any, str, Path]:
     """The plain listener with metadata for `http://127.0.0.1:<port>/mcp`; jwt_authn verifies the
     authorization server's tokens for that resource. Returns the deployment, the metadata URL and
     Envoy's access log."""
@@ -141,7 +151,7 @@ def deploy_oauth(cli: Path, envoy: Any, wasm: Path, base: Path, server: Any, aut
     base.mkdir(parents=True, exist_ok=True)
     jwks.write_text(auth.keys.jwks_json)
     log = base / "access.log"
-    manifests = PLAIN_GATEWAY + "---\n" + policies(auth.issuer, "gw", "http", resource)
+    manifests = PLAIN_GATEWAY + "---\n" + policies(auth.issuer, "gw", "http", resource, admin)
     d = deploy(cli, envoy, wasm, base, manifests, server, "--access-log", str(log),
                "--jwt-provider", f"idp=issuer={auth.issuer},jwks={jwks},audience={resource}", *extra, port=port)
     assert d.url == resource
@@ -202,6 +212,42 @@ def test_the_sdk_client_discovers_the_authorization_server_from_the_401(cli: Pat
             assert len(auth.issued) == 1
     finally:
         auth.close()
+
+
+def test_the_sdk_client_steps_up_its_scope_on_insufficient_scope(cli: Path, wasm_path: Path, work_dir: Path,
+                                                                 envoy: Any) -> None:
+    """A call the token's scope does not cover, that a rule would admit with `mcp:admin`: 403 with
+    `error="insufficient_scope"` and that scope; the SDK client asks the authorization server again
+    for its scopes and that one (SEP-2350), and its retried call goes through."""
+    base = work_dir / "oauth" / "step-up"
+    auth = AuthServer(scopes=("mcp", "mcp:admin"))
+    try:
+        with start_mcp_server(base / "logs", name="step-up") as server:
+            d, metadata_url, _ = deploy_oauth(cli, envoy, wasm_path, base, server, auth, admin=True)
+            agent = McpAgent(d.url, auth=oauth_client(d.url))
+            with agent:
+                assert text_of(agent.call_tool("echo", {"text": "member"})) == "member"
+                agent.call_tool("delete_repo", {"name": "scratch"})
+            challenge = [e for e in agent.http_errors if e.status == 403]
+            assert [e.headers.get("www-authenticate") for e in challenge] == [
+                f'Bearer error="insufficient_scope", scope="mcp:admin", resource_metadata="{metadata_url}"'
+            ], agent.http_errors
+            # Registered once; authorized twice, the second time for both scopes.
+            assert auth.requests == [("GET", "/.well-known/oauth-authorization-server"), ("POST", "/register"),
+                                     ("GET", "/authorize"), ("POST", "/token"),
+                                     ("GET", "/authorize"), ("POST", "/token")]
+            scopes = [json.loads(_payload(t))["scope"] for t in auth.issued]
+            assert scopes == ["mcp", "mcp mcp:admin"]
+            # The refused call never reached the server; the retried one did.
+            assert server.tool_calls() == ["echo", "delete_repo"]
+    finally:
+        auth.close()
+
+
+def _payload(jwt: str) -> bytes:
+    """A JWT's payload, decoded (the test's own tokens)."""
+    part = jwt.split(".")[1]
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
 
 def test_with_jwt_required_jwt_authn_challenges_a_missing_token(cli: Path, wasm_path: Path, work_dir: Path,
