@@ -41,6 +41,7 @@ from harness import (
     text_of,
 )
 from test_cli_e2e import cli  # noqa: F401  (the `cli` fixture)
+from test_clients import run_sdk
 from test_policy_language import EXAMPLES_INFRA, PLAIN_GATEWAY, deploy
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
@@ -239,6 +240,26 @@ def test_the_sdk_client_steps_up_its_scope_on_insufficient_scope(cli: Path, wasm
             scopes = [json.loads(_payload(t))["scope"] for t in auth.issued]
             assert scopes == ["mcp", "mcp mcp:admin"]
             # The refused call never reached the server; the retried one did.
+            assert server.tool_calls() == ["echo", "delete_repo"]
+    finally:
+        auth.close()
+
+
+def test_the_typescript_sdk_client_steps_up_its_scope_on_insufficient_scope(cli: Path, wasm_path: Path,
+                                                                            work_dir: Path, envoy: Any) -> None:
+    """The TypeScript SDK's transport, on the same 403, authorizes again for the scope the
+    challenge names (the SDK asks for that scope alone), and the call goes through."""
+    base = work_dir / "oauth" / "step-up-ts"
+    auth = AuthServer(scopes=("mcp", "mcp:admin"))
+    try:
+        with start_mcp_server(base / "logs", name="step-up-ts") as server:
+            d, _, _ = deploy_oauth(cli, envoy, wasm_path, base, server, auth, admin=True)
+            echo, delete = 'call:echo:{"text":"member"}', 'call:delete_repo:{"name":"scratch"}'
+            reports = run_sdk("typescript", d.url, "--oauth", echo, delete)
+            assert reports["connect"]["ok"], reports
+            assert (reports[echo]["ok"], reports[echo]["text"]) == (True, "member"), reports
+            assert (reports[delete]["ok"], reports[delete]["is_error"]) == (True, False), reports
+            assert [json.loads(_payload(t))["scope"] for t in auth.issued] == ["mcp", "mcp:admin"]
             assert server.tool_calls() == ["echo", "delete_repo"]
     finally:
         auth.close()
