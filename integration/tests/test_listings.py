@@ -381,9 +381,10 @@ def test_another_requests_listing_on_a_call_stream_is_filtered(stack: Stack) -> 
     assert r.status == 200 and r.headers["content-type"] == "text/event-stream"
     other, own = sse_messages(r.text)
     assert other["id"] == 424242 and [t["name"] for t in other["result"]["tools"]] == ["echo", "get_weather"]
-    # The call's own answer is not a listing: passed on as the server wrote it.
+    # A tools/call never answers with a listing: a `tools` array under the call's own id is
+    # another request's listing (a server routing answers by id alone), filtered as one.
     assert own == {"jsonrpc": "2.0", "id": 8, "result": {
-        "content": [{"type": "text", "text": "called"}], "tools": [{"name": "delete_repo"}]}}
+        "content": [{"type": "text", "text": "called"}], "tools": []}}
 
 
 def test_a_non_2xx_listing_is_filtered_and_an_error_passes_unchanged(stack: Stack) -> None:

@@ -19,8 +19,8 @@ pub(super) enum Read<'t> {
     /// request's, byte for byte ([`IdSpans`]).
     Filtered(Vec<u8>, Option<IdSpans>),
     /// Passed on as it is: an error, a message from the server, a result that lists nothing
-    /// (an `input_required` one, the answer to a request that is not a listing, a response
-    /// to another request holding no listing).
+    /// (an `input_required` one, the answer to a method the table does not know, a response
+    /// holding no listing).
     Unchanged,
     /// JSON, but not a JSON-RPC message (no `result`, `error` or `method`).
     NotJsonRpc,
@@ -40,8 +40,8 @@ impl ListingFilter {
     /// spelling is read as another request's, which is filtered all the same).
     ///
     /// The answer to a listing request must be a result holding that listing's array (or an
-    /// `input_required` result); the answer to another request is passed on. Any other
-    /// result is filtered when it holds listing arrays. Filtering keeps the server's bytes
+    /// `input_required` result); the answer to a request of a method the table does not know
+    /// is passed on. Any other result is filtered when it holds listing arrays. Filtering keeps the server's bytes
     /// with each listing array holding only the usable items and, where the revision has it,
     /// `cacheScope` set to `"private"`.
     pub(super) fn read_message<'t>(
@@ -73,9 +73,9 @@ impl ListingFilter {
                 .map(str::as_bytes)
                 .is_some_and(|i| m.id == Some(i));
         let asked = match (own, self.listing) {
-            (true, None) => return Read::Unchanged,
+            (true, None) if !self.own_may_list => return Read::Unchanged,
             (true, Some(l)) => Some(l),
-            (false, _) => None,
+            _ => None,
         };
         let Some(result) = m.result else {
             return match asked {

@@ -91,6 +91,10 @@ pub struct ListingFilter {
     /// The request id (raw JSON) of a JSON-RPC request: a response with this id answers it.
     /// Also the id of the error that replaces what cannot be filtered, when that has none.
     id: Option<String>,
+    /// The request is not a listing but a method of the method table: its own answer holding
+    /// listing arrays is filtered too (a server that routes answers by id alone, as the SDKs'
+    /// do, gives a listing asked under the same id on another POST to this one's stream).
+    own_may_list: bool,
     cache_scope: bool,
     max_bytes: usize,
     max_depth: usize,
@@ -167,11 +171,15 @@ impl ListingFilter {
             Some(_) => id,
             None => id.filter(|_| matches!(req.mcp, McpOp::Call { .. })),
         };
+        let own_may_list = listing.is_none()
+            && matches!(&req.mcp, McpOp::Call { method, .. }
+                if mcp_methods::lookup(method).is_some() || mcp_methods::is_base(method));
         Some(ListingFilter {
             listing,
             probe: None,
             probe_listing: None,
             id,
+            own_may_list,
             cache_scope: revision.has_cache_scope(),
             max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),

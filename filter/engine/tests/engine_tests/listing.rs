@@ -906,14 +906,18 @@ fn a_stream_answering_another_request_filters_the_listings_of_other_requests() {
     assert!(response_filter(&sent, &response(200, &["application/json"])).is_none());
     assert!(response_filter(&sent, &response(500, &["text/html"])).is_none());
     let mut f = response_filter(&sent, &sse).expect("a stream filter");
-    // Its own answer goes on as it is, even holding a `tools` array; a response to another
-    // request holding listings is filtered.
-    let own =
-        r#"{"jsonrpc":"2.0","id":"c1","result":{"content":[],"tools":[{"name":"delete_repo"}]}}"#;
-    let stream = format!("data: {OTHERS}\n\ndata: {own}\n\n");
+    // A response to another request holding listings is filtered; so is one under the call's
+    // own id (a server routing answers by id alone gives it a listing asked under that id on
+    // another POST). Its own answer holding no listing goes on as it is.
+    let own = r#"{"jsonrpc":"2.0","id":"c1","result":{"content":[],"tools":[{"name":"delete_repo"},{"name":"echo"}]}}"#;
+    let plain =
+        r#"{"jsonrpc":"2.0","id":"c1","result":{"content":[{"type":"text","text":"tools"}]}}"#;
+    let stream = format!("data: {OTHERS}\n\ndata: {own}\n\ndata: {plain}\n\n");
     let m = messages(&through(&e, &mut f, &sse, &[stream.as_bytes()]));
     assert_eq!(names(&m[0], "tools", "name"), ["echo"]);
-    assert_eq!(m[1], serde_json::from_str::<Value>(own).unwrap());
+    assert_eq!(names(&m[1], "tools", "name"), ["echo"]);
+    assert_eq!(m[1]["id"], "c1");
+    assert_eq!(m[2], serde_json::from_str::<Value>(plain).unwrap());
     // What it cannot read is replaced by an error answering the call.
     let mut f = response_filter(&sent, &sse).unwrap();
     let m = messages(&through(
@@ -951,6 +955,35 @@ fn a_stream_answering_another_request_filters_the_listings_of_other_requests() {
     let a = &sent.1;
     assert!(matches!(a, Next::Respond(_)));
     assert!(response_filter(&sent, &sse).is_none());
+}
+
+#[test]
+fn the_own_answer_of_a_known_method_is_filtered_of_an_unknown_one_not() {
+    // alpha may send any method; nobody may call delete_repo.
+    let any = json!({"name": "any", "level": "Backend", "targets": [{"name": "tools"}],
+        "action": "Allow", "rules": [{"name": "alpha", "source": {"type": "SPIFFE", "spiffe": ALPHA}}]});
+    let e = engine(&bundle(
+        vec![any, deny_tools("no-rm", "Gateway", "gw", &["delete_repo"])],
+        &[],
+    ));
+    let sse = response(200, &["text/event-stream"]);
+    let listed = |method: &str| {
+        let req = format!(r#"{{"jsonrpc":"2.0","id":5,"method":"{method}","params":{{}}}}"#);
+        let sent = send(&e, ALPHA, &[], &req);
+        let mut f = response_filter(&sent, &sse).expect("a stream filter");
+        let answer = r#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"delete_repo"},{"name":"echo"}]}}"#;
+        let stream = format!("data: {answer}\n\n");
+        names(
+            &messages(&through(&e, &mut f, &sse, &[stream.as_bytes()]))[0],
+            "tools",
+            "name",
+        )
+    };
+    // A method of the table never answers with a listing of its own: one is another request's.
+    assert_eq!(listed("ping"), ["echo"]);
+    assert_eq!(listed("logging/setLevel"), ["echo"]);
+    // A method the table does not know: its answer is never taken for a listing (§4).
+    assert_eq!(listed("x/custom"), ["delete_repo", "echo"]);
 }
 
 // ----- revisions (docs/semantics.md §4.4) -----
