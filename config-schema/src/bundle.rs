@@ -631,14 +631,14 @@ impl ClaimMatch {
     }
 
     /// Why a value of claim `name` is refused: a scope claim matches one scope per value,
-    /// so a value with a space, or an empty one, could never match (and would silently
-    /// disable a Deny rule).
+    /// so a value with whitespace (which separates scopes for a Deny rule), or an empty one,
+    /// could never match (and would silently disable a Deny rule).
     pub const SCOPE_VALUE_PROBLEM: &'static str =
-        "a scope claim (scope, scp) is matched per scope: each value must be one scope, non-empty and without spaces";
+        "a scope claim (scope, scp) is matched per scope: each value must be one scope, non-empty and without spaces or other whitespace";
 
     /// Whether `value` may be a value of claim `name` ([`ClaimMatch::SCOPE_VALUE_PROBLEM`]).
     pub fn value_fits(name: &str, value: &str) -> bool {
-        !Self::is_scope(name) || (!value.is_empty() && !value.contains(' '))
+        !Self::is_scope(name) || (!value.is_empty() && !value.contains(char::is_whitespace))
     }
 
     /// The elements of a scope claim's string value: split on ASCII spaces, empty pieces

@@ -53,9 +53,14 @@ pub enum ClaimValue {
 
 impl ClaimValue {
     /// Whether claim `name` is, or (for a list) contains, `v`; a string scope claim
-    /// ([`ClaimMatch::is_scope`]) contains its space-separated elements.
-    pub(crate) fn matches(&self, name: &str, v: &str) -> bool {
+    /// ([`ClaimMatch::is_scope`]) contains its space-separated elements. `select` (a Deny
+    /// rule, an ExternalAuth selection): any whitespace separates too, as servers that split
+    /// on whitespace read the claim (a difference resolved against the caller).
+    pub(crate) fn matches(&self, name: &str, v: &str, select: bool) -> bool {
         match self {
+            ClaimValue::Str(s) if ClaimMatch::is_scope(name) && select => s
+                .split(char::is_whitespace)
+                .any(|e| !e.is_empty() && e == v),
             ClaimValue::Str(s) if ClaimMatch::is_scope(name) => {
                 ClaimMatch::scope_elements(s).any(|e| e == v)
             }

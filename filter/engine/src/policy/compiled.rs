@@ -429,7 +429,7 @@ impl Rule {
     /// Source AND authorization AND CEL conditions (last: the costliest), repeated headers
     /// and CEL errors resolved against the caller per `mode`.
     pub(crate) fn admits(&self, req: &Request, mode: Mode, cx: &mut CelCx, policy: &str) -> bool {
-        self.source.matches(&req.caller) && self.admits_but_source(req, mode, cx, policy)
+        self.source.matches(&req.caller, mode) && self.admits_but_source(req, mode, cx, policy)
     }
 
     /// Whether the rule would admit `req` if the caller's token held more scopes: it names a
@@ -475,7 +475,7 @@ impl Rule {
     /// A source that fails only on its scopes is named after the request conditions (a
     /// token with more scopes would not help a request they refuse).
     fn static_mismatch(&self, req: &Request, mode: Mode) -> Option<Mismatch<'_>> {
-        if self.source.matches(&req.caller) {
+        if self.source.matches(&req.caller, mode) {
             self.request_mismatch(req, mode)
         } else if self.source.short_of_scope(&req.caller) {
             self.request_mismatch(req, mode).or(Some(Mismatch::Scope))
@@ -547,15 +547,17 @@ impl Rule {
 }
 
 impl Source {
-    pub(crate) fn matches(&self, caller: &Caller) -> bool {
-        self.holds(caller, true)
+    /// `mode`: a Deny rule or an ExternalAuth selection reads a scope claim broadly
+    /// ([`crate::request::ClaimValue::matches`]).
+    pub(crate) fn matches(&self, caller: &Caller, mode: Mode) -> bool {
+        self.holds(caller, true, mode == Mode::Select)
     }
 
     /// Whether this is a JWT source naming a scope claim ([`ClaimMatch::is_scope`]) whose
     /// other conditions some verified JWT of the caller meets: a token with more scopes
     /// could match it.
     pub(crate) fn short_of_scope(&self, caller: &Caller) -> bool {
-        self.names_scope() && self.holds(caller, false)
+        self.names_scope() && self.holds(caller, false, false)
     }
 
     /// Whether it is a JWT source with a scope claim condition.
@@ -579,8 +581,9 @@ impl Source {
         out
     }
 
-    /// `scopes`: whether the scope claim conditions are judged (or taken to hold).
-    fn holds(&self, caller: &Caller, scopes: bool) -> bool {
+    /// `scopes`: whether the scope claim conditions are judged (or taken to hold); `select`:
+    /// as [`crate::request::ClaimValue::matches`] reads them.
+    fn holds(&self, caller: &Caller, scopes: bool, select: bool) -> bool {
         match self {
             Source::Any => true,
             Source::Spiffe(id) => caller.spiffe.as_deref() == Some(id.as_str()),
@@ -600,7 +603,9 @@ impl Source {
                             j.claims
                                 .iter()
                                 .find(|(n, _)| n == name)
-                                .is_some_and(|(_, v)| values.iter().any(|x| v.matches(name, x)))
+                                .is_some_and(|(_, v)| {
+                                    values.iter().any(|x| v.matches(name, x, select))
+                                })
                         })
             }),
         }

@@ -77,9 +77,9 @@ fn a_scope_claim_is_a_set_of_space_separated_scopes() {
     assert!(admits("scope", &["b"], json!({"scope": "a  b"})));
     assert!(admits("scope", &["a"], json!({"scope": "  a b "})));
     assert!(admits("scope", &["b"], json!({"scope": "  a b "})));
-    // Only ASCII spaces separate.
+    // Only ASCII spaces separate (for an Allow rule).
     assert!(!admits("scope", &["b"], json!({"scope": "a\tb"})));
-    assert!(admits("scope", &["a\tb"], json!({"scope": "a\tb"})));
+    assert!(!admits("scope", &["a"], json!({"scope": "a\u{a0}b"})));
     // A missing claim, an empty one.
     assert!(!admits("scope", &["a"], json!({"sub": "u1"})));
     assert!(!admits("scope", &["a"], json!({"scope": ""})));
@@ -122,11 +122,30 @@ fn a_deny_rule_on_a_scope_matches_any_token_holding_it() {
     assert!(!decide("tools:read admin"));
     assert!(!decide("admin"));
     assert!(decide("tools:read administrator"));
+    // Other whitespace separates too for a Deny rule: a server splitting on whitespace
+    // would read these tokens as holding `admin` (an Allow rule does not, above).
+    for scope in [
+        "read\tadmin",
+        "read\nadmin",
+        "read\u{a0}admin",
+        "read\u{3000}admin",
+        "\tadmin\t",
+    ] {
+        assert!(!decide(scope), "{scope:?}");
+    }
+    assert!(decide("read\tadministrator"));
 }
 
 #[test]
 fn a_scope_value_that_could_never_match_is_refused() {
-    for (name, value) in [("scope", "a b"), ("scp", "a b"), ("scope", "")] {
+    for (name, value) in [
+        ("scope", "a b"),
+        ("scp", "a b"),
+        ("scope", ""),
+        ("scope", "a\tb"),
+        ("scp", "a\u{a0}b"),
+        ("scope", "admin\n"),
+    ] {
         let source = jwt_source(json!([{"name": name, "values": ["ok", value]}]));
         let b = with_jwt(vec![policy(
             "p",
