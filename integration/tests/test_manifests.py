@@ -314,6 +314,7 @@ INVALID_ACCESS_POLICIES = {
     "jwt-without-type.yaml": "type must be 'JWT' when jwt is set",
     "mixed-targets.yaml": "All targetRefs must have the same Kind",
     "scope-value-with-space.yaml": "a scope claim (scope, scp) is matched per scope",
+    "scope-value-with-whitespace.yaml": "a scope claim (scope, scp) is matched per scope",
     "unknown-action.yaml": "'Audit' is not one of",
     "unknown-field.yaml": "'priority' was unexpected",
     "when-without-predicate.yaml": "'predicate' is a required property",

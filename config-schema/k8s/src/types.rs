@@ -497,8 +497,8 @@ pub(crate) struct JwtSourceSpec {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "!(self.name in ['scope', 'scp']) || self.values.all(v, v != '' && !v.contains(' '))",
-     "message": "a scope claim (scope, scp) is matched per scope: each value must be one scope, non-empty and without spaces"}
+    {"rule": "!(self.name in ['scope', 'scp']) || self.values.all(v, v != '' && !v.matches('[\\\\s\\\\p{Z}\\\\x0B\\\\x{85}]'))",
+     "message": "a scope claim (scope, scp) is matched per scope: each value must be one scope, non-empty and without spaces or other whitespace"}
 ]))]
 pub(crate) struct ClaimSpec {
     /// Claim name; `a.b` is claim `b` inside claim `a`.

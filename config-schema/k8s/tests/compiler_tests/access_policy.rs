@@ -158,6 +158,11 @@ const INVALID: &[(&str, &str, &str)] = &[
         "a scope claim (scope, scp) is matched per scope",
     ),
     (
+        "scope-value-with-whitespace.yaml",
+        "spec.rules[0].source.jwt.claims[0]",
+        "a scope claim (scope, scp) is matched per scope",
+    ),
+    (
         "unknown-action.yaml",
         "spec.action",
         "Unsupported value: \"Audit\": supported values: \"Allow\", \"Deny\", \"ExternalAuth\"",
