@@ -73,8 +73,9 @@ pub struct Listings {
     /// the server sent them.
     #[serde(default = "default_true")]
     pub filter: bool,
-    /// Largest listing response (JSON body, or one SSE event of any stream the filter reads)
-    /// the filter reads; a larger one is replaced by a JSON-RPC error, never passed unfiltered.
+    /// Largest response the filter reads whole (a listing's JSON body, the JSON answer to a
+    /// call in a session, or one SSE event of any stream the filter reads); a larger one is
+    /// replaced by a JSON-RPC error, never passed unfiltered.
     #[serde(default = "default_max_listing")]
     pub max_bytes: u32,
 }

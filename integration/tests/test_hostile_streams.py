@@ -73,7 +73,7 @@ class ScriptedUpstream(BackgroundHttpServer):
 def bundle(ports: dict[str, int]) -> dict[str, Any]:
     return b.bundle(
         gateways=[b.gateway(ports)],
-        backends=[b.backend("up", "up-route"), b.backend("sdk", "sdk-route")],
+        backends=[b.backend("up", "up-route"), b.backend("sdk", "sdk-route"), b.backend("sdkjson", "sdkjson-route")],
         policies=[b.policy("echo-only", "Gateway", "gw", "Allow", rules=[b.rule("echo", b.calls("echo", base=True))])],
     )
 
@@ -95,11 +95,21 @@ def sdk_server(work_dir: Path) -> Iterator[McpServerProc]:
 
 
 @pytest.fixture(scope="module")
-def stack(work_dir: Path, wasm_path: Path, upstream: ScriptedUpstream, sdk_server: McpServerProc) -> Iterator[Stack]:
+def sdk_json_server(work_dir: Path) -> Iterator[McpServerProc]:
+    """The Python SDK's server with sessions, answering with JSON bodies."""
+    with start_mcp_server(work_dir / "logs", name="hostile-sdk-json", extra_args=["--stateful"]) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def stack(work_dir: Path, wasm_path: Path, upstream: ScriptedUpstream, sdk_server: McpServerProc,
+          sdk_json_server: McpServerProc) -> Iterator[Stack]:
     with Stack.start("hostile-streams", work_dir=work_dir, wasm=wasm_path, bundle=bundle,
                      routes=[Route("up-route", "/up/mcp", "up", prefix_rewrite="/mcp"),
-                             Route("sdk-route", "/sdk/mcp", "sdk", prefix_rewrite="/mcp")],
-                     upstreams=[Cluster("up", port=upstream.port), Cluster("sdk", port=sdk_server.port)],
+                             Route("sdk-route", "/sdk/mcp", "sdk", prefix_rewrite="/mcp"),
+                             Route("sdkjson-route", "/sdkjson/mcp", "sdkjson", prefix_rewrite="/mcp")],
+                     upstreams=[Cluster("up", port=upstream.port), Cluster("sdk", port=sdk_server.port),
+                                Cluster("sdkjson", port=sdk_json_server.port)],
                      listeners={"plain": Listen()}) as s:
         yield s
 
@@ -148,23 +158,35 @@ def test_a_stream_split_at_every_byte_is_filtered(stack: Stack, upstream: Script
     assert names_in(r.body) == [["echo"]], r.body
 
 
-@pytest.mark.xfail(strict=True, reason="open: a JSON answer to a request that is not a listing is not read "
-                   "(docs/semantics.md §5.4); reading it means buffering every such answer")
-def test_a_tools_call_json_answer_holding_a_listing_is_filtered(stack: Stack, upstream: ScriptedUpstream) -> None:
+def test_a_tools_call_json_answer_in_a_session_holding_a_listing_is_filtered(stack: Stack,
+                                                                             upstream: ScriptedUpstream) -> None:
     """A JSON body answering a POST is dispatched by its id (SDK clients route a response to the
     request of that id, whichever POST it came on), and the SDK server in JSON mode with sessions
-    mixes answers of requests sent at once under one id as it does on streams."""
-    upstream.answer = (200, JSON, [json.dumps(listing(99)).encode()])
-    r = send(stack, rpc("tools/call", {"name": "echo", "arguments": {}}, id=7))
-    listed = names_in(r.body) if r.status == 200 and r.body.lstrip().startswith(b"{") else []
-    assert listed in ([], [["echo"]]), r.body
+    mixes answers of requests sent at once under one id as it does on streams: in a session, the
+    JSON answer to a call is read, asked uncompressed, and a listing in it filtered."""
+    call = rpc("tools/call", {"name": "echo", "arguments": {}}, id=7)
+    session = [("mcp-session-id", "s-1")]
+    upstream.answer = (200, JSON, [json.dumps(listing(7)).encode()])
+    r = send_raw(stack.port, "POST", "/up/mcp", HEADERS + session, json.dumps(call).encode())
+    assert (r.status, names_in(r.body)) == (200, [["echo"]]), r.body
+    assert upstream.seen[-1][0].get("accept-encoding") == ["identity"]
+    # The call's own answer passes byte for byte, in one chunk or many.
+    own = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "tools"}]}}).encode()
+    upstream.answer = (200, JSON, [own[i:i + 5] for i in range(0, len(own), 5)])
+    r = send_raw(stack.port, "POST", "/up/mcp", HEADERS + session, json.dumps(call).encode())
+    assert (r.status, r.body) == (200, own)
+    # Without a session no server gives one POST another's answer: not read.
+    upstream.answer = (200, JSON, [json.dumps(listing(7)).encode()])
+    r = send(stack, call)
+    assert names_in(r.body) == [ALL_TOOLS]
 
 
-def test_a_listing_routed_by_id_to_another_requests_stream_is_filtered(stack: Stack) -> None:
-    """The SDK server routes an answer to the stream of the last POST that carried its id: a
-    tools/list and a tools/call sent at once under the same id may give the listing to the
-    call's stream, as the call's own answer. The filter lists nothing more there."""
-    url = stack.url("sdk")
+@pytest.mark.parametrize("server", ["sdk", "sdkjson"])
+def test_a_listing_routed_by_id_to_another_requests_stream_is_filtered(stack: Stack, server: str) -> None:
+    """The SDK server (SSE or JSON answers) routes an answer to the stream of the last POST that
+    carried its id: a tools/list and a tools/call sent at once under the same id may give the
+    listing to the call's stream, as the call's own answer. The filter lists nothing more there."""
+    url = stack.url(server)
     headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
     with httpx2.Client(timeout=5) as c:
         r = c.post(url, headers=headers, json=rpc("initialize", {

@@ -5,9 +5,11 @@
 //! The answer to a listing request is read whatever its status: a JSON body whole (at most
 //! `listings.maxBytes`), an SSE stream event by event as it streams, holding at most one event
 //! of `listings.maxBytes`. Any other SSE stream (the GET streams, a POST answered with a
-//! stream) is read the same way: there, a JSON-RPC response that does not answer the request
-//! the filter saw and whose result holds `tools`, `prompts`, `resources` or
-//! `resourceTemplates` arrays is filtered as those listings. Events are rewritten from what
+//! stream) is read the same way, and so is the JSON answer to a call in a session: there, a
+//! JSON-RPC response whose result holds `tools`, `prompts`, `resources` or `resourceTemplates`
+//! arrays is filtered as those listings, unless it answers a request of a method the method
+//! table does not know (servers that route answers by id alone put a listing asked under the
+//! same id on another POST's stream; a JSON answer with none passes byte for byte). Events are rewritten from what
 //! was parsed (never passed on as raw bytes the filter did not understand). What cannot be
 //! read (malformed, too large, compressed, an unexpected media type) is replaced by a
 //! JSON-RPC error, never passed on unfiltered. What a filtering wrote is reused for the same
@@ -44,6 +46,10 @@ enum Mode {
     Lenient,
     /// `text/event-stream`: events, read one by one.
     Sse,
+    /// A JSON answer to a request of another known method in a session: read whole, filtered
+    /// only if it holds listing arrays (a server routing answers by id may give it the
+    /// listing another POST of the session asked under the same id), else passed as it is.
+    Own,
     /// Cannot be read: the body is replaced by an error (an SSE event when `sse`).
     Refuse { sse: bool },
 }
@@ -95,6 +101,9 @@ pub struct ListingFilter {
     /// listing arrays is filtered too (a server that routes answers by id alone, as the SDKs'
     /// do, gives a listing asked under the same id on another POST to this one's stream).
     own_may_list: bool,
+    /// `own_may_list`, and the request belongs to a session (`Mcp-Session-Id`): its JSON answer
+    /// is read too. Only a server keeping sessions routes one POST's answer to another.
+    own_json: bool,
     cache_scope: bool,
     max_bytes: usize,
     max_depth: usize,
@@ -147,7 +156,20 @@ impl ListingFilter {
     /// so that its answer can be read: a listing, or a GET opening or resuming a stream.
     pub(crate) fn wants_identity(engine: &Engine, req: &Request) -> bool {
         Self::listing_of(engine, req).is_some()
-            || engine.listings.filter && req.mcp == McpOp::Transport && req.method == "GET"
+            || engine.listings.filter
+                && (req.mcp == McpOp::Transport && req.method == "GET" || Self::own_json(req))
+    }
+
+    /// Whether `req` is a call of a method of the method table that no listing answers.
+    fn own_may_list(req: &Request) -> bool {
+        matches!(&req.mcp, McpOp::Call { method, .. }
+            if mcp_methods::listing(method).is_none()
+                && (mcp_methods::lookup(method).is_some() || mcp_methods::is_base(method)))
+    }
+
+    /// Whether the JSON answer to `req` is read ([`Mode::Own`]).
+    fn own_json(req: &Request) -> bool {
+        Self::own_may_list(req) && req.headers.get("mcp-session-id").is_some()
     }
 
     /// The filter of the response to `req`, just allowed, when the bundle filters listings.
@@ -171,15 +193,14 @@ impl ListingFilter {
             Some(_) => id,
             None => id.filter(|_| matches!(req.mcp, McpOp::Call { .. })),
         };
-        let own_may_list = listing.is_none()
-            && matches!(&req.mcp, McpOp::Call { method, .. }
-                if mcp_methods::lookup(method).is_some() || mcp_methods::is_base(method));
+        let own_may_list = listing.is_none() && Self::own_may_list(req);
         Some(ListingFilter {
             listing,
             probe: None,
             probe_listing: None,
             id,
             own_may_list,
+            own_json: own_may_list && Self::own_json(req),
             cache_scope: revision.has_cache_scope(),
             max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
@@ -207,7 +228,10 @@ impl ListingFilter {
     /// [`ListingFilter::on_headers`] would decide. Envoy holds `Content-Type` once (copies are
     /// joined with commas), so its one value is every copy.
     pub fn needs_headers(&self, content_type: Option<&str>) -> bool {
-        self.listing.is_some() || content_type.is_some_and(|ct| essences(ct).any(may_be_stream))
+        self.listing.is_some()
+            || content_type.is_some_and(|ct| {
+                essences(ct).any(|e| may_be_stream(e) || self.own_json && may_be_json(e))
+            })
     }
 
     /// Never reuses an answer kept by another filter, nor keeps its own: each is filtered
@@ -268,7 +292,7 @@ impl ListingFilter {
 
     /// The response headers arrived (names lowercase, `:status` included): see [`mode_for`].
     pub fn on_headers(&mut self, headers: &Headers) -> HeadersAction {
-        self.mode = mode_for(self.listing.is_some(), headers);
+        self.mode = mode_for(self.listing.is_some(), self.own_json, headers);
         match self.mode {
             Mode::Pass | Mode::Unknown => HeadersAction::Keep,
             _ => HeadersAction::Rewrite,
@@ -306,6 +330,14 @@ impl ListingFilter {
                 BodyAction::Pass
             }
             Mode::Unknown | Mode::Refuse { .. } => self.refuse_body(),
+            Mode::Own => {
+                let body = read().unwrap_or_default();
+                if body.len() > self.max_bytes {
+                    self.mode = Mode::Refuse { sse: false };
+                    return self.refuse_body();
+                }
+                self.filter_own(judge, &body)
+            }
             Mode::Json | Mode::Lenient => {
                 let body = read().unwrap_or_default();
                 if body.len() > self.max_bytes {
@@ -336,7 +368,7 @@ impl ListingFilter {
         match self.mode {
             Mode::Pass => BodyAction::Pass,
             Mode::Unknown | Mode::Refuse { .. } => self.refuse_body(),
-            Mode::Json | Mode::Lenient => {
+            Mode::Json | Mode::Lenient | Mode::Own => {
                 if buffered > self.max_bytes {
                     // Too large to filter: what is buffered is replaced by the error.
                     self.mode = Mode::Refuse { sse: false };
@@ -346,7 +378,10 @@ impl ListingFilter {
                     return BodyAction::Buffer;
                 }
                 let body = read(buffered).unwrap_or_default();
-                BodyAction::Replace(self.filter_body(judge, &body))
+                match self.mode {
+                    Mode::Own => self.filter_own(judge, &body),
+                    _ => BodyAction::Replace(self.filter_body(judge, &body)),
+                }
             }
             Mode::Sse => {
                 let chunk = if buffered == 0 {
@@ -410,6 +445,21 @@ impl ListingFilter {
     }
 }
 
+impl ListingFilter {
+    /// A whole JSON answer to a request that is not a listing ([`Mode::Own`]): passed as it
+    /// is unless it holds listing arrays; then filtered, or the error when it cannot be read.
+    fn filter_own(&mut self, judge: Judge<'_>, body: &[u8]) -> BodyAction {
+        if !message::may_hold_listing(body) {
+            return BodyAction::Pass;
+        }
+        match self.read_message(judge, body, true) {
+            Read::Filtered(out, _) => BodyAction::Replace(out),
+            Read::Unchanged | Read::NotJsonRpc => BodyAction::Pass,
+            Read::Unreadable(_) => BodyAction::Replace(self.error(None)),
+        }
+    }
+}
+
 /// How a response is read, from its headers (names lowercase, `:status` included).
 ///
 /// The answer to a listing request (`listing`): a 2xx one as its one `Content-Type` says (a
@@ -418,7 +468,7 @@ impl ListingFilter {
 /// The answer to another request is read only when a client could take it for an SSE stream
 /// (refused if encoded, of several media types, or of a type that only starts like one).
 /// Several media types in one value (joined with commas) count as several.
-fn mode_for(listing: bool, headers: &Headers) -> Mode {
+fn mode_for(listing: bool, own_json: bool, headers: &Headers) -> Mode {
     let values = |name: &'static str| {
         headers
             .iter()
@@ -433,10 +483,16 @@ fn mode_for(listing: bool, headers: &Headers) -> Mode {
         exact_sse |= essence.eq_ignore_ascii_case("text/event-stream");
         json |= essence.eq_ignore_ascii_case("application/json");
     }
-    if !listing && !sse {
-        return Mode::Pass;
-    }
     let encoded = values("content-encoding").any(|e| !e.trim().eq_ignore_ascii_case("identity"));
+    if !listing && !sse {
+        // A client reads a body as JSON by its media type's prefix, as the SDKs do.
+        let own = own_json && values("content-type").flat_map(essences).any(may_be_json);
+        return match (own, encoded) {
+            (false, _) => Mode::Pass,
+            (true, false) => Mode::Own,
+            (true, true) => Mode::Refuse { sse: false },
+        };
+    }
     let status = values(":status").next().and_then(|s| s.parse::<u16>().ok());
     let success = status.is_some_and(|s| (200..300).contains(&s));
     // Read as an event stream only when it is exactly one: anything a client could take
@@ -465,6 +521,14 @@ fn may_be_stream(essence: &str) -> bool {
     essence
         .get(..17)
         .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// Whether a client could read a media type as JSON: SDKs match the prefix
+/// (`application/json`, any case).
+fn may_be_json(essence: &str) -> bool {
+    essence
+        .get(..16)
+        .is_some_and(|p| p.eq_ignore_ascii_case("application/json"))
 }
 
 /// The [`LISTINGS`] index of `tools/list`.
@@ -578,18 +642,18 @@ mod tests {
         assert!(f.listing.is_none(), "a GET stream is not a listing request");
         for (ct, want) in cases {
             let h = headers(&[(":status", "200"), ("content-type", ct)]);
-            assert_eq!(mode_for(false, &Headers::from(&h)), want, "{ct:?}");
+            assert_eq!(mode_for(false, false, &Headers::from(&h)), want, "{ct:?}");
             assert_eq!(f.needs_headers(Some(ct)), want != Mode::Pass, "{ct:?}");
         }
         assert!(!f.needs_headers(None));
         assert_eq!(
-            mode_for(false, &Headers::from(headers(&[(":status", "200")]))),
+            mode_for(false, false, &Headers::from(headers(&[(":status", "200")]))),
             Mode::Pass
         );
         // Encoded streams are refused as streams.
         let h = headers(&[SSE[0], SSE[1], ("content-encoding", "gzip")]);
         assert_eq!(
-            mode_for(false, &Headers::from(&h)),
+            mode_for(false, false, &Headers::from(&h)),
             Mode::Refuse { sse: true }
         );
         // A listing request's answer always needs its headers.

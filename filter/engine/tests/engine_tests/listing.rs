@@ -986,6 +986,92 @@ fn the_own_answer_of_a_known_method_is_filtered_of_an_unknown_one_not() {
     assert_eq!(listed("x/custom"), ["delete_repo", "echo"]);
 }
 
+#[test]
+fn a_json_answer_in_a_session_is_filtered_when_it_holds_a_listing() {
+    let e = engine(&bundle(
+        vec![
+            json!({"name": "any", "level": "Backend", "targets": [{"name": "tools"}],
+            "action": "Allow", "rules": [{"name": "alpha", "source": {"type": "SPIFFE", "spiffe": ALPHA}}]}),
+            deny_tools("no-rm", "Gateway", "gw", &["delete_repo"]),
+        ],
+        &[],
+    ));
+    let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo"}}"#;
+    let session = [("mcp-session-id", "s-1")];
+    let json = response(200, &["application/json; charset=utf-8"]);
+    let leaked =
+        r#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"delete_repo"},{"name":"echo"}]}}"#;
+    // Without a session no server routes another POST's answer here: not read.
+    let sent = send(&e, ALPHA, &[], call);
+    assert!(!Filter::of(&sent.0, &sent.1)
+        .unwrap()
+        .needs_headers(Some("application/json")));
+    assert!(response_filter(&sent, &json).is_none());
+    // In a session: asked uncompressed, read whole, the listing filtered.
+    let sent = send(&e, ALPHA, &session, call);
+    assert_eq!(
+        added(&sent.1),
+        Some(vec![HeaderEdit::set("accept-encoding", "identity")])
+    );
+    let own = |body: &str| {
+        let mut f = response_filter(&sent, &json).expect("read in a session");
+        assert!(f.needs_headers(Some("Application/JSON")));
+        assert_eq!(
+            f.on_body(&e, 3, false, |_| panic!("read only at the end")),
+            BodyAction::Buffer
+        );
+        let owned = body.as_bytes().to_vec();
+        f.on_body(&e, body.len(), true, move |_| Some(owned))
+    };
+    match own(leaked) {
+        BodyAction::Replace(out) => {
+            let v: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(names(&v, "tools", "name"), ["echo"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The call's own result, an error, a result naming tools in its text: passed as they are.
+    for body in [
+        r#"{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"hi"}]}}"#,
+        r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"no"}}"#,
+        r#"{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"\"tools\""}]}}"#,
+        "not json",
+    ] {
+        assert_eq!(own(body), BodyAction::Pass, "{body}");
+    }
+    // A listing the filter cannot read (a repeated key, a batch): the error, never the bytes.
+    for body in [
+        r#"{"jsonrpc":"2.0","id":5,"id":5,"result":{"tools":[{"name":"delete_repo"}]}}"#,
+        r#"[{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"delete_repo"}]}}]"#,
+    ] {
+        match own(body) {
+            BodyAction::Replace(out) => {
+                let v: Value = serde_json::from_slice(&out).unwrap();
+                assert_eq!(v["error"]["code"], -32603, "{body}");
+            }
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+    // Compressed anyway: not readable, refused; too large: refused.
+    let mut gz = json.clone();
+    gz.push(("content-encoding".into(), "gzip".into()));
+    let mut f = response_filter(&sent, &gz).expect("refused");
+    assert_eq!(f.content_type(), Some("application/json"));
+    let mut f2 = response_filter(&sent, &json).unwrap();
+    let big = 4 * 1024 * 1024 + 1; // listings.maxBytes by default, and one more
+    assert!(matches!(
+        f2.on_body(&e, big, false, |_| None),
+        BodyAction::Replace(_)
+    ));
+    assert!(matches!(
+        f.on_body(&e, 3, true, |_| None),
+        BodyAction::Replace(_)
+    ));
+    // A method the table does not know: its answer is the server's own business (§4).
+    let custom = r#"{"jsonrpc":"2.0","id":5,"method":"x/custom","params":{}}"#;
+    assert!(response_filter(&send(&e, ALPHA, &session, custom), &json).is_none());
+}
+
 // ----- revisions (docs/semantics.md §4.4) -----
 
 fn admit_all() -> Engine {

@@ -228,6 +228,10 @@ impl Filter {
         self.filter.content_type()
     }
 
+    pub fn needs_headers(&self, content_type: Option<&str>) -> bool {
+        self.filter.needs_headers(content_type)
+    }
+
     pub fn on_body(
         &mut self,
         e: &Engine,
