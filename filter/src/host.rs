@@ -433,12 +433,12 @@ impl HttpContext for Stream {
         // Most answers carry no listing: their Content-Type alone tells (one host call, not
         // the whole header map).
         let content_type = abi::header_value(abi::MAP_HTTP_RESPONSE_HEADERS, "content-type");
-        if !filter.needs_headers(content_type.as_deref()) {
-            self.listing = None;
-            return WasmAction::Continue;
-        }
-        let headers = abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default();
-        match filter.on_headers(&headers) {
+        let action = filter.on_response_headers(
+            content_type.as_deref(),
+            || abi::header_value(abi::MAP_HTTP_RESPONSE_HEADERS, "content-encoding"),
+            || abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default(),
+        );
+        match action {
             HeadersAction::Keep => self.listing = None,
             HeadersAction::Rewrite => {
                 abi::remove_response_header("content-length");

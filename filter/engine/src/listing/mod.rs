@@ -228,10 +228,35 @@ impl ListingFilter {
     /// [`ListingFilter::on_headers`] would decide. Envoy holds `Content-Type` once (copies are
     /// joined with commas), so its one value is every copy.
     pub fn needs_headers(&self, content_type: Option<&str>) -> bool {
-        self.listing.is_some()
-            || content_type.is_some_and(|ct| {
-                essences(ct).any(|e| may_be_stream(e) || self.own_json && may_be_json(e))
-            })
+        self.listing.is_some() || content_type.is_some_and(|ct| essences(ct).any(may_be_stream))
+    }
+
+    /// The response headers, read as far as they are needed: `content_type` (Envoy holds it
+    /// once), then `content_encoding` (its first copy) for the JSON answer to a call in a
+    /// session, or `all` of them ([`ListingFilter::on_headers`]) where
+    /// [`ListingFilter::needs_headers`] says. Keep: the response carries no listing and the
+    /// filter is done.
+    pub fn on_response_headers(
+        &mut self,
+        content_type: Option<&str>,
+        content_encoding: impl FnOnce() -> Option<String>,
+        all: impl FnOnce() -> Headers,
+    ) -> HeadersAction {
+        if self.needs_headers(content_type) {
+            return self.on_headers(&all());
+        }
+        // A client reads a body as JSON by its media type's prefix, as the SDKs do.
+        if !(self.own_json && content_type.is_some_and(|ct| essences(ct).any(may_be_json))) {
+            self.mode = Mode::Pass;
+            return HeadersAction::Keep;
+        }
+        let encoded =
+            content_encoding().is_some_and(|e| !e.trim().eq_ignore_ascii_case("identity"));
+        self.mode = match encoded {
+            true => Mode::Refuse { sse: false },
+            false => Mode::Own,
+        };
+        HeadersAction::Rewrite
     }
 
     /// Never reuses an answer kept by another filter, nor keeps its own: each is filtered
@@ -292,7 +317,7 @@ impl ListingFilter {
 
     /// The response headers arrived (names lowercase, `:status` included): see [`mode_for`].
     pub fn on_headers(&mut self, headers: &Headers) -> HeadersAction {
-        self.mode = mode_for(self.listing.is_some(), self.own_json, headers);
+        self.mode = mode_for(self.listing.is_some(), headers);
         match self.mode {
             Mode::Pass | Mode::Unknown => HeadersAction::Keep,
             _ => HeadersAction::Rewrite,
@@ -468,7 +493,7 @@ impl ListingFilter {
 /// The answer to another request is read only when a client could take it for an SSE stream
 /// (refused if encoded, of several media types, or of a type that only starts like one).
 /// Several media types in one value (joined with commas) count as several.
-fn mode_for(listing: bool, own_json: bool, headers: &Headers) -> Mode {
+fn mode_for(listing: bool, headers: &Headers) -> Mode {
     let values = |name: &'static str| {
         headers
             .iter()
@@ -483,16 +508,10 @@ fn mode_for(listing: bool, own_json: bool, headers: &Headers) -> Mode {
         exact_sse |= essence.eq_ignore_ascii_case("text/event-stream");
         json |= essence.eq_ignore_ascii_case("application/json");
     }
-    let encoded = values("content-encoding").any(|e| !e.trim().eq_ignore_ascii_case("identity"));
     if !listing && !sse {
-        // A client reads a body as JSON by its media type's prefix, as the SDKs do.
-        let own = own_json && values("content-type").flat_map(essences).any(may_be_json);
-        return match (own, encoded) {
-            (false, _) => Mode::Pass,
-            (true, false) => Mode::Own,
-            (true, true) => Mode::Refuse { sse: false },
-        };
+        return Mode::Pass;
     }
+    let encoded = values("content-encoding").any(|e| !e.trim().eq_ignore_ascii_case("identity"));
     let status = values(":status").next().and_then(|s| s.parse::<u16>().ok());
     let success = status.is_some_and(|s| (200..300).contains(&s));
     // Read as an event stream only when it is exactly one: anything a client could take
@@ -642,18 +661,18 @@ mod tests {
         assert!(f.listing.is_none(), "a GET stream is not a listing request");
         for (ct, want) in cases {
             let h = headers(&[(":status", "200"), ("content-type", ct)]);
-            assert_eq!(mode_for(false, false, &Headers::from(&h)), want, "{ct:?}");
+            assert_eq!(mode_for(false, &Headers::from(&h)), want, "{ct:?}");
             assert_eq!(f.needs_headers(Some(ct)), want != Mode::Pass, "{ct:?}");
         }
         assert!(!f.needs_headers(None));
         assert_eq!(
-            mode_for(false, false, &Headers::from(headers(&[(":status", "200")]))),
+            mode_for(false, &Headers::from(headers(&[(":status", "200")]))),
             Mode::Pass
         );
         // Encoded streams are refused as streams.
         let h = headers(&[SSE[0], SSE[1], ("content-encoding", "gzip")]);
         assert_eq!(
-            mode_for(false, false, &Headers::from(&h)),
+            mode_for(false, &Headers::from(&h)),
             Mode::Refuse { sse: true }
         );
         // A listing request's answer always needs its headers.

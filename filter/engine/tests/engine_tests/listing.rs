@@ -65,7 +65,7 @@ fn listing_filter(e: &Engine, spiffe: &str, method: &str, extra: &[(&str, &str)]
 /// as the host keeps it: None when the headers show the response carries no listing.
 fn response_filter(sent: &(RequestFlow, Next), headers: &[(String, String)]) -> Option<Filter> {
     let mut f = Filter::of(&sent.0, &sent.1)?;
-    (f.on_headers(headers) == HeadersAction::Rewrite).then_some(f)
+    (f.on_response_headers(headers) == HeadersAction::Rewrite).then_some(f)
 }
 
 /// The JSON body through the filter, as the host drives it (two chunks).
@@ -1003,9 +1003,6 @@ fn a_json_answer_in_a_session_is_filtered_when_it_holds_a_listing() {
         r#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"delete_repo"},{"name":"echo"}]}}"#;
     // Without a session no server routes another POST's answer here: not read.
     let sent = send(&e, ALPHA, &[], call);
-    assert!(!Filter::of(&sent.0, &sent.1)
-        .unwrap()
-        .needs_headers(Some("application/json")));
     assert!(response_filter(&sent, &json).is_none());
     // In a session: asked uncompressed, read whole, the listing filtered.
     let sent = send(&e, ALPHA, &session, call);
@@ -1014,8 +1011,8 @@ fn a_json_answer_in_a_session_is_filtered_when_it_holds_a_listing() {
         Some(vec![HeaderEdit::set("accept-encoding", "identity")])
     );
     let own = |body: &str| {
-        let mut f = response_filter(&sent, &json).expect("read in a session");
-        assert!(f.needs_headers(Some("Application/JSON")));
+        let mut f = response_filter(&sent, &response(200, &["Application/JSON-seq"]))
+            .expect("read in a session");
         assert_eq!(
             f.on_body(&e, 3, false, |_| panic!("read only at the end")),
             BodyAction::Buffer

@@ -228,8 +228,16 @@ impl Filter {
         self.filter.content_type()
     }
 
-    pub fn needs_headers(&self, content_type: Option<&str>) -> bool {
-        self.filter.needs_headers(content_type)
+    /// The response headers as the host reads them: Content-Type first, then what the
+    /// filter asks for.
+    pub fn on_response_headers(&mut self, headers: &[(String, String)]) -> HeadersAction {
+        let h = Headers::from(headers);
+        let first = |name: &str| h.get(name).map(str::to_owned);
+        self.filter.on_response_headers(
+            h.get("content-type"),
+            || first("content-encoding"),
+            || h.clone(),
+        )
     }
 
     pub fn on_body(
