@@ -167,9 +167,11 @@ def test_a_tools_call_json_answer_in_a_session_holding_a_listing_is_filtered(sta
     call = rpc("tools/call", {"name": "echo", "arguments": {}}, id=7)
     session = [("mcp-session-id", "s-1")]
     upstream.answer = (200, JSON, [json.dumps(listing(7)).encode()])
-    r = send_raw(stack.port, "POST", "/up/mcp", HEADERS + session, json.dumps(call).encode())
-    assert (r.status, names_in(r.body)) == (200, [["echo"]]), r.body
-    assert upstream.seen[-1][0].get("accept-encoding") == ["identity"]
+    for asked, sent in (("gzip, br", ["identity"]), (None, None)):
+        extra = [("accept-encoding", asked)] if asked else []
+        r = send_raw(stack.port, "POST", "/up/mcp", HEADERS + session + extra, json.dumps(call).encode())
+        assert (r.status, names_in(r.body)) == (200, [["echo"]]), r.body
+        assert upstream.seen[-1][0].get("accept-encoding") == sent
     # The call's own answer passes byte for byte, in one chunk or many.
     own = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "tools"}]}}).encode()
     upstream.answer = (200, JSON, [own[i:i + 5] for i in range(0, len(own), 5)])

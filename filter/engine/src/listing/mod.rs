@@ -153,11 +153,18 @@ impl ListingFilter {
     }
 
     /// Whether the request (allowed) is sent upstream asking for `Accept-Encoding: identity`,
-    /// so that its answer can be read: a listing, or a GET opening or resuming a stream.
+    /// so that its answer can be read: a listing, a GET opening or resuming a stream, a call
+    /// in a session ([`Mode::Own`]) — when the client asked for another coding (an edit of
+    /// the request headers makes Envoy match the route again; servers do not compress for a
+    /// client that asked for nothing, and an encoded answer is refused all the same).
     pub(crate) fn wants_identity(engine: &Engine, req: &Request) -> bool {
-        Self::listing_of(engine, req).is_some()
+        let read = Self::listing_of(engine, req).is_some()
             || engine.listings.filter
-                && (req.mcp == McpOp::Transport && req.method == "GET" || Self::own_json(req))
+                && (req.mcp == McpOp::Transport && req.method == "GET" || Self::own_json(req));
+        read && req
+            .headers
+            .iter()
+            .any(|(n, v)| n == "accept-encoding" && !v.trim().eq_ignore_ascii_case("identity"))
     }
 
     /// Whether `req` is a call of a method of the method table that no listing answers.

@@ -410,7 +410,7 @@ fn a_compressed_listing_cannot_be_read_and_is_refused() {
     let (_, a) = send(
         &e,
         ALPHA,
-        &[],
+        &[("accept-encoding", "gzip")],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
     );
     let Next::Allow { add_headers, .. } = a else {
@@ -747,7 +747,8 @@ const OTHERS: &str = r#"{"jsonrpc":"2.0","id":41,"result":{"tools":[{"name":"ech
 fn get_streams_standalone_and_resumed_are_filtered_event_by_event() {
     let e = engine_for_listings();
     let sse = response(200, &["text/event-stream"]);
-    for extra in [&[][..], &[("last-event-id", "ev-3")][..]] {
+    let gzip = ("accept-encoding", "gzip");
+    for extra in [&[gzip][..], &[gzip, ("last-event-id", "ev-3")][..]] {
         let sent = bodiless(&e, "GET", ALPHA, extra);
         let a = &sent.1;
         // The stream is asked for uncompressed, so that it can be read.
@@ -997,7 +998,10 @@ fn a_json_answer_in_a_session_is_filtered_when_it_holds_a_listing() {
         &[],
     ));
     let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo"}}"#;
-    let session = [("mcp-session-id", "s-1")];
+    let session = [
+        ("mcp-session-id", "s-1"),
+        ("accept-encoding", "gzip, deflate"),
+    ];
     let json = response(200, &["application/json; charset=utf-8"]);
     let leaked =
         r#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"delete_repo"},{"name":"echo"}]}}"#;
