@@ -73,7 +73,8 @@ class ScriptedUpstream(BackgroundHttpServer):
 def bundle(ports: dict[str, int]) -> dict[str, Any]:
     return b.bundle(
         gateways=[b.gateway(ports)],
-        backends=[b.backend("up", "up-route"), b.backend("sdk", "sdk-route"), b.backend("sdkjson", "sdkjson-route")],
+        backends=[b.backend("up", "up-route"), b.backend("sdk", "sdk-route"), b.backend("sdkjson", "sdkjson-route"),
+                  b.backend("gz", "gz-route"), b.backend("plain", "plain-route")],
         policies=[b.policy("echo-only", "Gateway", "gw", "Allow", rules=[b.rule("echo", b.calls("echo", base=True))])],
     )
 
@@ -107,7 +108,12 @@ def stack(work_dir: Path, wasm_path: Path, upstream: ScriptedUpstream, sdk_serve
     with Stack.start("hostile-streams", work_dir=work_dir, wasm=wasm_path, bundle=bundle,
                      routes=[Route("up-route", "/up/mcp", "up", prefix_rewrite="/mcp"),
                              Route("sdk-route", "/sdk/mcp", "sdk", prefix_rewrite="/mcp"),
-                             Route("sdkjson-route", "/sdkjson/mcp", "sdkjson", prefix_rewrite="/mcp")],
+                             Route("sdkjson-route", "/sdkjson/mcp", "sdkjson", prefix_rewrite="/mcp"),
+                             # Two routes told apart by a header the filter edits (Envoy matches again).
+                             Route("gz-route", "/gz/mcp", "up", prefix_rewrite="/mcp", extra={"match": {
+                                 "prefix": "/gz/mcp", "headers": [{"name": "accept-encoding",
+                                                                   "string_match": {"contains": "gzip"}}]}}),
+                             Route("plain-route", "/gz/mcp", direct_response=(200, "plain route"))],
                      upstreams=[Cluster("up", port=upstream.port), Cluster("sdk", port=sdk_server.port),
                                 Cluster("sdkjson", port=sdk_json_server.port)],
                      listeners={"plain": Listen()}) as s:
@@ -219,3 +225,23 @@ def test_a_listing_routed_by_id_to_another_requests_stream_is_filtered(stack: St
             if mixed >= 2:
                 break
     assert mixed, "the SDK server never gave the call's stream the listing: nothing was tested"
+
+
+@pytest.mark.xfail(strict=True, reason="open: Envoy matches the route again after a Wasm filter edits request "
+                   "headers, and xds.route_name still names the first route (docs/semantics.md §5.4, routes "
+                   "matching on headers the filter or an authorizer sets)")
+def test_a_request_is_not_routed_elsewhere_once_its_headers_are_edited(stack: Stack,
+                                                                      upstream: ScriptedUpstream) -> None:
+    """Envoy matches the route again after the filter edits the request's headers: a listing asked
+    with `Accept-Encoding: gzip` is judged on the route that matches it, then sent asking for
+    identity, which another route (here a direct answer) matches."""
+    upstream.answer = (200, JSON, [json.dumps(listing(3)).encode()])
+    seen = len(upstream.seen)
+    headers = HEADERS + [("accept-encoding", "gzip")]
+    # A call (not edited): judged and sent on the route that matched it.
+    call = rpc("tools/call", {"name": "echo", "arguments": {}}, id=2)
+    r = send_raw(stack.port, "POST", "/gz/mcp", headers, json.dumps(call).encode())
+    assert (r.status, len(upstream.seen)) == (200, seen + 1), r.body
+    # A listing (edited to ask for identity) must go the same way, or not at all.
+    r = send_raw(stack.port, "POST", "/gz/mcp", headers, json.dumps(rpc("tools/list", id=3)).encode())
+    assert len(upstream.seen) == seen + 2 or r.status >= 500, r.body
