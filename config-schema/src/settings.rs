@@ -109,6 +109,13 @@ pub struct EnvoySettings {
     /// `UNESCAPE_AND_FORWARD`).
     #[serde(default)]
     pub escaped_slashes: EscapedSlashes,
+    /// Request headers some route matches on (names, lowercase). Envoy matches the route again
+    /// after a Wasm filter edits request headers, so the filter edits none of these: an
+    /// authorizer's answer that would set or remove one is refused, identity headers may not
+    /// be named so, and `Accept-Encoding` is not asked for identity. `mcp-access compile`
+    /// fills it from the HTTPRoutes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub route_match_headers: Vec<String>,
 }
 
 impl Default for EnvoySettings {
@@ -117,6 +124,7 @@ impl Default for EnvoySettings {
             hold_headers: true,
             unknown_backend: UnknownBackend::default(),
             escaped_slashes: EscapedSlashes::default(),
+            route_match_headers: Vec::new(),
         }
     }
 }

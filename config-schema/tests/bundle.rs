@@ -462,6 +462,18 @@ fn protected_resources_and_identity_headers_are_checked_where_they_are() {
             "backends[0].identityHeaders[0].claim",
         ),
         (
+            |v| {
+                v["envoy"] = serde_json::json!({"routeMatchHeaders": ["x-route"]});
+                v["backends"][0]["identityHeaders"] =
+                    serde_json::json!([{"name": "x-route", "from": "SPIFFE"}]);
+            },
+            "backends[0].identityHeaders[0].name",
+        ),
+        (
+            |v| v["envoy"] = serde_json::json!({"routeMatchHeaders": ["X-Route"]}),
+            "envoy.routeMatchHeaders[0]",
+        ),
+        (
             |v| v["backends"][0]["identityHeaders"] = serde_json::json!([{"name": "x-a", "from": "SPIFFE"}, {"name": "x-a", "from": "JWTSubject"}]),
             "backends[0].identityHeaders[1].name",
         ),

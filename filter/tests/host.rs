@@ -1025,6 +1025,7 @@ fn every_stream_that_can_carry_a_listing_is_filtered_over_the_abi() {
             (":method", "GET"),
             (":path", "/mcp"),
             (":authority", "gw.example.org"),
+            ("accept-encoding", "gzip"),
         ];
         get.extend(resume.map(|id| ("last-event-id", id)));
         vm.host_mut().set_headers.clear();

@@ -209,6 +209,13 @@ impl Validator {
             );
         }
         self.identity_headers(b);
+        for (i, h) in b.envoy.route_match_headers.iter().enumerate() {
+            self.check(
+                is_header_name(h) && !h.bytes().any(|c| c.is_ascii_uppercase()),
+                || format!("envoy.routeMatchHeaders[{i}]"),
+                "a header name, lowercase",
+            );
+        }
         self.authorizers(&b.authorizers);
         let backends: HashSet<(&str, &str)> = b
             .backends
@@ -439,6 +446,11 @@ impl Validator {
                     b.envoy.hold_headers,
                     || format!("{at}.name"),
                     "identity headers need envoy.holdHeaders: true (without it a client's copy reaches the upstream before the filter removes it)",
+                );
+                self.check(
+                    !b.envoy.route_match_headers.iter().any(|r| r.eq_ignore_ascii_case(&h.name)),
+                    || format!("{at}.name"),
+                    "a route matches on this header (envoy.routeMatchHeaders): Envoy would match the route again once the filter sets it, and could send the request through a route no policy judged; name another header",
                 );
             }
         }

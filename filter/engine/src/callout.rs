@@ -63,6 +63,23 @@ pub(crate) fn upstream_edit_problem(name: &str, value: &str) -> Option<String> {
     }
 }
 
+/// An OK answer that edits a request header some route matches on (`route_headers`, from
+/// `envoy.routeMatchHeaders`) cannot be applied: Envoy would match the route again and could
+/// send the request through a route no policy judged. It becomes an error (the failure mode
+/// applies).
+pub(crate) fn refuse_route_matched(outcome: &mut AuthzOutcome, route_headers: &[String]) {
+    let AuthzOutcome::Allow { headers } = &*outcome else {
+        return;
+    };
+    if let Some(e) = headers.iter().find(|e| route_headers.contains(&e.name)) {
+        let problem = format!(
+            "header {} is one a route matches on (envoy.routeMatchHeaders): the request would be routed again",
+            e.name
+        );
+        *outcome = malformed(&problem);
+    }
+}
+
 /// The outcome of an answer that cannot be applied: an error (the failure mode applies).
 pub(crate) fn malformed(problem: &str) -> AuthzOutcome {
     AuthzOutcome::Error {
@@ -379,6 +396,29 @@ impl CalloutReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_editing_a_header_a_route_matches_on_is_an_error() {
+        let routed = ["x-version".to_string()];
+        let ok = |names: &[&str]| AuthzOutcome::Allow {
+            headers: names.iter().map(|n| HeaderEdit::set(*n, "1")).collect(),
+        };
+        for names in [&["x-user"][..], &[]] {
+            let mut o = ok(names);
+            refuse_route_matched(&mut o, &routed);
+            assert_eq!(o, ok(names));
+        }
+        let mut o = ok(&["x-user", "x-version"]);
+        refuse_route_matched(&mut o, &routed);
+        match o {
+            AuthzOutcome::Error { detail } => assert!(detail.contains("x-version"), "{detail}"),
+            other => panic!("{other:?}"),
+        }
+        // A denial or an error stays what it is.
+        let mut e = AuthzOutcome::Error { detail: "x".into() };
+        refuse_route_matched(&mut e, &routed);
+        assert_eq!(e, AuthzOutcome::Error { detail: "x".into() });
+    }
 
     fn authorizer(cap: u32) -> Authorizer {
         serde_json::from_value(serde_json::json!({

@@ -37,10 +37,13 @@ impl IdentityHeaders {
     /// XBackends of `backends` it targets, whether or not it is accepted (its headers are
     /// still removed from what clients send). A header another policy already gives one of
     /// them with another value is not recorded: the message says which, for `p`'s status.
+    /// A header some route matches on (`route_headers`) is not recorded either: Envoy would
+    /// match the route again once the filter sets it.
     pub(super) fn record(
         &mut self,
         p: &Item<PolicySpec>,
         backends: &HashMap<NsName, usize>,
+        route_headers: &[String],
     ) -> Result<(), String> {
         let PolicySpec::V1(s) = &p.spec else {
             return Ok(());
@@ -65,6 +68,15 @@ impl IdentityHeaders {
                 let Some(h) = identity_header(h) else {
                     continue;
                 };
+                if route_headers.contains(&h.name) {
+                    if conflict.is_ok() {
+                        conflict = Err(format!(
+                            "spec.identityHeaders[{i}]: an HTTPRoute matches on header {}: Envoy matches the route again once the filter sets it, and could send the request through a route no policy judged; name another header",
+                            h.name
+                        ));
+                    }
+                    continue;
+                }
                 match have.iter().find(|(x, _)| x.name == h.name) {
                     Some((x, _)) if *x == h => {}
                     Some((x, who)) => {

@@ -247,6 +247,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         decision_records: Default::default(),
     };
     cx.settings.apply(&mut bundle);
+    bundle.envoy.route_match_headers = route_match_headers(&cx.topo);
     cx.identity_headers.apply(&mut bundle.backends);
     let problems = settings::protected_resources(m, &mut bundle.gateways);
     cx.report.invalid.extend(problems);
@@ -413,4 +414,18 @@ impl Ctx<'_> {
         }
         backends
     }
+}
+
+/// The request headers the HTTPRoutes attached to accepted listeners match on (names,
+/// lowercase, sorted): the bundle's `envoy.routeMatchHeaders`, which the filter never edits.
+pub(crate) fn route_match_headers(topo: &Topology) -> Vec<String> {
+    let names: std::collections::BTreeSet<String> = topo
+        .gateways
+        .iter()
+        .flat_map(|g| &g.listeners)
+        .flat_map(|l| &l.routes)
+        .flat_map(|r| &r.headers)
+        .map(|h| h.name.to_ascii_lowercase())
+        .collect();
+    names.into_iter().collect()
 }

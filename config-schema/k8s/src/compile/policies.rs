@@ -98,6 +98,7 @@ impl Ctx<'_> {
         let mut per_target = PerTarget::default();
         let mut blocks = Vec::new();
         let mut identity = super::identity::IdentityHeaders::default();
+        let route_headers = super::route_match_headers(&self.topo);
         for (rank, i) in order.into_iter().enumerate() {
             let Some(p) = self.m.policies.get(i) else {
                 continue;
@@ -108,7 +109,7 @@ impl Ctx<'_> {
                 // A dry run changes no traffic: its identity headers are sent once enforced.
                 let conflict = match super::dry_run::dry_run_of(p) {
                     Ok(true) => Ok(()),
-                    _ => identity.record(p, &self.backend_index),
+                    _ => identity.record(p, &self.backend_index, &route_headers),
                 };
                 let (conds, unresolved) = self.policy(
                     p,

@@ -118,6 +118,8 @@ impl Resolver {
                 hold_headers: true,
                 unknown_backend,
                 escaped_slashes: env.escaped_slashes.unwrap_or_default(),
+                // From the HTTPRoutes, once the topology is known (compile).
+                route_match_headers: Vec::new(),
             },
             decision_records: spec.decision_records.unwrap_or_default(),
             authz_timeout_ms,

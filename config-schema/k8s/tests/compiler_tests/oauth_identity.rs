@@ -130,6 +130,38 @@ spec:
     )
 }
 
+#[test]
+fn an_identity_header_a_route_matches_on_is_refused() {
+    let route = route(
+        "mcp",
+        "by-version",
+        "name: gw",
+        "  - matches: [{headers: [{name: X-Caller-Sub, value: admin}]}]\n    backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]\n",
+    );
+    let a = policy(
+        "a",
+        "2026-01-01T00:00:00Z",
+        "tools",
+        "  - {name: x-caller-sub, from: JWTSubject}",
+    );
+    let c = run(&format!("{route}---\n{a}"));
+    // The bundle names the header, the filter never edits it, and the policy is not accepted.
+    assert!(c
+        .bundle
+        .envoy
+        .route_match_headers
+        .contains(&"x-caller-sub".to_string()));
+    mcp_access_bundle::validate(&c.bundle).unwrap();
+    assert!(backend(&c, "tools").identity_headers.is_empty());
+    let st = c.report.policies.iter().find(|p| p.name == "a").unwrap();
+    assert!(
+        st.conditions.iter().any(|x| !x.accepted
+            && x.message
+                .contains("an HTTPRoute matches on header x-caller-sub")),
+        "{st:#?}"
+    );
+}
+
 fn header(name: &str, from: IdentityField, claim: Option<&str>) -> IdentityHeader {
     IdentityHeader {
         name: name.into(),

@@ -597,6 +597,7 @@ impl RequestFlow {
             Some(a) => {
                 let (mut outcome, note, metadata) = interpret(a);
                 crate::callout::timed_out(a, latency_ms, &mut outcome);
+                crate::callout::refuse_route_matched(&mut outcome, &engine.route_match_headers);
                 (outcome, note, metadata)
             }
             None => {

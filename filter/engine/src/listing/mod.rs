@@ -161,10 +161,17 @@ impl ListingFilter {
         let read = Self::listing_of(engine, req).is_some()
             || engine.listings.filter
                 && (req.mcp == McpOp::Transport && req.method == "GET" || Self::own_json(req));
-        read && req
-            .headers
+        // Nor when a route matches on it: the edit would route the request again (an
+        // encoded answer is then refused).
+        let routed_on = engine
+            .route_match_headers
             .iter()
-            .any(|(n, v)| n == "accept-encoding" && !v.trim().eq_ignore_ascii_case("identity"))
+            .any(|h| h == "accept-encoding");
+        read && !routed_on
+            && req
+                .headers
+                .iter()
+                .any(|(n, v)| n == "accept-encoding" && !v.trim().eq_ignore_ascii_case("identity"))
     }
 
     /// Whether `req` is a call of a method of the method table that no listing answers.

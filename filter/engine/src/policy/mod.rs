@@ -257,6 +257,8 @@ pub struct Engine {
     pub(crate) unknown_backend: UnknownBackend,
     /// How `%2F` / `%5C` in a request path are treated.
     pub(crate) escaped_slashes: EscapedSlashes,
+    /// Request headers some route matches on: never edited (`envoy.routeMatchHeaders`).
+    pub(crate) route_match_headers: Vec<String>,
     /// Claim names any JWT rule reads.
     pub(crate) jwt_claims: Vec<String>,
     /// What the CEL conditions read beyond the usual request attributes.
@@ -360,6 +362,7 @@ impl Engine {
             limits: b.limits.clone(),
             listings: b.listings.clone(),
             hold_headers: b.envoy.hold_headers,
+            route_match_headers: b.envoy.route_match_headers.clone(),
             unknown_backend: b.envoy.unknown_backend,
             escaped_slashes: b.envoy.escaped_slashes,
             jwt_claims,

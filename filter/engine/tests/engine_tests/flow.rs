@@ -425,6 +425,42 @@ fn allowed_callout_headers_reach_the_upstream_request() {
 }
 
 #[test]
+fn an_authorizer_setting_a_header_a_route_matches_on_follows_the_failure_mode() {
+    for (mode, allowed) in [("Deny", false), ("Allow", true)] {
+        let mut b = bundle(vec![ext("gw-ext", "Gateway", "gw", "a", 0)], &["a"]);
+        b["authorizers"][0]["failureMode"] = mode.into();
+        b["envoy"] = json!({"routeMatchHeaders": ["x-user"]});
+        let e = engine(&b);
+        let mut flow = RequestFlow::new();
+        let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+            panic!()
+        };
+        flow.dispatch(&e, calls[0].call.slot, Ok(1), 0);
+        let p = flow.answer(
+            &e,
+            1,
+            Some(200),
+            vec![("x-user".into(), "alice".into())],
+            vec![],
+            0,
+        );
+        assert!(p.reports[0]
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("x-user")));
+        // Never applied: denied, or (failure mode Allow) allowed without the edit.
+        match p.next {
+            Next::Allow { add_headers, .. } => {
+                assert!(allowed, "{mode}");
+                assert_eq!(add_headers, vec![]);
+            }
+            Next::Respond(r) => assert!(!allowed && r.status >= 400, "{mode}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
 fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
     for (mode, allowed) in [("Deny", false), ("Allow", true)] {
         let e = ext_engine(mode);

@@ -988,6 +988,23 @@ fn the_own_answer_of_a_known_method_is_filtered_of_an_unknown_one_not() {
 }
 
 #[test]
+fn a_header_a_route_matches_on_is_never_edited() {
+    // Envoy matches the route again after an edit: Accept-Encoding is left as the client sent it.
+    let mut b = bundle(vec![], &[]);
+    b["envoy"] = json!({"routeMatchHeaders": ["accept-encoding"]});
+    let e = engine(&b);
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let (_, a) = send(&e, ALPHA, &[("accept-encoding", "gzip")], list);
+    assert_eq!(added(&a), Some(vec![]));
+    // A compressed listing is then refused, never passed unfiltered.
+    let mut f = listing_filter(&e, ALPHA, "tools/list", &[("accept-encoding", "gzip")]);
+    let mut h = response(200, &["application/json"]);
+    h.push(("content-encoding".into(), "gzip".into()));
+    assert_eq!(f.on_response_headers(&h), HeadersAction::Rewrite);
+    assert_eq!(f.content_type(), Some("application/json"));
+}
+
+#[test]
 fn a_json_answer_in_a_session_is_filtered_when_it_holds_a_listing() {
     let e = engine(&bundle(
         vec![
