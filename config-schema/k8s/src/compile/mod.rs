@@ -139,6 +139,34 @@ pub(crate) fn did_you_mean(word: &str, valid: &[&str]) -> String {
     }
 }
 
+/// Where a `kind` named `name` the policy's namespace lacks may be meant: the same name in
+/// other namespaces (targetRefs stay in the policy's own), else a near name in its own.
+pub(crate) fn elsewhere<'m>(
+    kind: &str,
+    metas: impl Iterator<Item = &'m crate::load::Meta> + Clone,
+    policy_ns: &str,
+    name: &str,
+) -> String {
+    let mut other: Vec<&str> = metas
+        .clone()
+        .filter(|m| m.name == name && m.namespace != policy_ns)
+        .map(|m| m.namespace.as_str())
+        .collect();
+    other.sort_unstable();
+    other.dedup();
+    if !other.is_empty() {
+        return format!(
+            " in namespace {policy_ns}; {kind} {name} is in namespace {}: a targetRef names an object of the policy's own namespace, so put the policy there",
+            other.join(", ")
+        );
+    }
+    let here: Vec<&str> = metas
+        .filter(|m| m.namespace == policy_ns)
+        .map(|m| m.name.as_str())
+        .collect();
+    did_you_mean(name, &here)
+}
+
 fn cond(
     target: impl Into<Target>,
     section: Option<String>,

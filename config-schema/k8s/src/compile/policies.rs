@@ -357,7 +357,7 @@ impl Ctx<'_> {
                 } else {
                     format!(
                         "no such Gateway in the manifests{}",
-                        elsewhere("Gateway", metas, policy_ns, name)
+                        super::elsewhere("Gateway", metas, policy_ns, name)
                     )
                 };
                 return Err(Refusal::unresolved(reason::TARGET_NOT_FOUND, why));
@@ -396,7 +396,7 @@ impl Ctx<'_> {
                     reason::TARGET_NOT_FOUND,
                     format!(
                         "no accepted XBackend with this name{}",
-                        elsewhere("XBackend", metas, policy_ns, name)
+                        super::elsewhere("XBackend", metas, policy_ns, name)
                     ),
                 ));
             }
@@ -893,34 +893,6 @@ fn restricted(c: &PolicyContent) -> &'static str {
 }
 
 /// `Kind namespace/name` of a policy target.
-/// Where a `kind` named `name` the policy's namespace lacks may be meant: the same name in
-/// other namespaces (targetRefs stay in the policy's own), else a near name in its own.
-fn elsewhere<'m>(
-    kind: &str,
-    metas: impl Iterator<Item = &'m crate::load::Meta> + Clone,
-    policy_ns: &str,
-    name: &str,
-) -> String {
-    let mut other: Vec<&str> = metas
-        .clone()
-        .filter(|m| m.name == name && m.namespace != policy_ns)
-        .map(|m| m.namespace.as_str())
-        .collect();
-    other.sort_unstable();
-    other.dedup();
-    if !other.is_empty() {
-        return format!(
-            " in namespace {policy_ns}; {kind} {name} is in namespace {}: a targetRef names an object of the policy's own namespace, so put the policy there",
-            other.join(", ")
-        );
-    }
-    let here: Vec<&str> = metas
-        .filter(|m| m.namespace == policy_ns)
-        .map(|m| m.name.as_str())
-        .collect();
-    super::did_you_mean(name, &here)
-}
-
 fn target_name(r: &TargetRef, ns: &str) -> ObjectName {
     ObjectName::new(opt(&r.kind), NsName::new(ns, opt(&r.name)))
 }
