@@ -641,10 +641,13 @@ impl ClaimMatch {
         !Self::is_scope(name) || (!value.is_empty() && !value.contains(char::is_whitespace))
     }
 
-    /// The elements of a scope claim's string value: split on ASCII spaces, empty pieces
-    /// ignored.
-    pub fn scope_elements(value: &str) -> impl Iterator<Item = &str> {
-        value.split(' ').filter(|e| !e.is_empty())
+    /// The elements of a scope claim's string value: split on ASCII spaces (RFC 6749), or
+    /// with `any_whitespace` on any whitespace too (how a Deny rule reads it: a server that
+    /// splits on whitespace sees those elements); empty pieces ignored.
+    pub fn scope_elements(value: &str, any_whitespace: bool) -> impl Iterator<Item = &str> {
+        value
+            .split(move |c: char| c == ' ' || any_whitespace && c.is_whitespace())
+            .filter(|e| !e.is_empty())
     }
 }
 

@@ -182,6 +182,14 @@ impl PartialEq<&str> for Target {
     }
 }
 
+impl crate::types::TargetRef {
+    /// `Kind namespace/name` of a policy target, in the policy's namespace `ns`.
+    pub(crate) fn object_name(&self, ns: &str) -> ObjectName {
+        use crate::types::opt;
+        ObjectName::new(opt(&self.kind), NsName::new(ns, opt(&self.name)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

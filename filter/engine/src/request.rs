@@ -58,11 +58,8 @@ impl ClaimValue {
     /// on whitespace read the claim (a difference resolved against the caller).
     pub(crate) fn matches(&self, name: &str, v: &str, select: bool) -> bool {
         match self {
-            ClaimValue::Str(s) if ClaimMatch::is_scope(name) && select => s
-                .split(char::is_whitespace)
-                .any(|e| !e.is_empty() && e == v),
             ClaimValue::Str(s) if ClaimMatch::is_scope(name) => {
-                ClaimMatch::scope_elements(s).any(|e| e == v)
+                ClaimMatch::scope_elements(s, select).any(|e| e == v)
             }
             ClaimValue::Str(s) | ClaimValue::Other(s) => s == v,
             ClaimValue::List(items) => items.iter().any(|i| i == v),

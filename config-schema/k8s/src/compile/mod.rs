@@ -258,7 +258,9 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     cx.gateways();
     cx.routes();
     cx.note_backends_behind_listeners();
-    let (policies, authorizers) = cx.policies();
+    // Known once the routes are: identity headers may not be among them.
+    let route_headers = route_match_headers(&cx.topo);
+    let (policies, authorizers) = cx.policies(&route_headers);
     cx.topo.authorizers = authorizer_models(&authorizers, &cx.authorizer_services.borrow());
     cx.report_rejected();
     let mut bundle = Bundle {
@@ -275,7 +277,7 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         decision_records: Default::default(),
     };
     cx.settings.apply(&mut bundle);
-    bundle.envoy.route_match_headers = route_match_headers(&cx.topo);
+    bundle.envoy.route_match_headers = route_headers;
     cx.identity_headers.apply(&mut bundle.backends);
     let problems = settings::protected_resources(m, &mut bundle.gateways);
     cx.report.invalid.extend(problems);
@@ -446,7 +448,7 @@ impl Ctx<'_> {
 
 /// The request headers the HTTPRoutes attached to accepted listeners match on (names,
 /// lowercase, sorted): the bundle's `envoy.routeMatchHeaders`, which the filter never edits.
-pub(crate) fn route_match_headers(topo: &Topology) -> Vec<String> {
+fn route_match_headers(topo: &Topology) -> Vec<String> {
     let names: std::collections::BTreeSet<String> = topo
         .gateways
         .iter()

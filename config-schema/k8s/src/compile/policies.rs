@@ -90,7 +90,10 @@ struct PolicyContent {
 }
 
 impl Ctx<'_> {
-    pub(super) fn policies(&mut self) -> (Vec<bundle::Policy>, Vec<bundle::Authorizer>) {
+    pub(super) fn policies(
+        &mut self,
+        route_headers: &[String],
+    ) -> (Vec<bundle::Policy>, Vec<bundle::Authorizer>) {
         let order = seniority_order(&self.m.policies);
         let mut out = Vec::new();
         let mut authorizers: Vec<bundle::Authorizer> = Vec::new();
@@ -98,7 +101,6 @@ impl Ctx<'_> {
         let mut per_target = PerTarget::default();
         let mut blocks = Vec::new();
         let mut identity = super::identity::IdentityHeaders::default();
-        let route_headers = super::route_match_headers(&self.topo);
         for (rank, i) in order.into_iter().enumerate() {
             let Some(p) = self.m.policies.get(i) else {
                 continue;
@@ -109,7 +111,7 @@ impl Ctx<'_> {
                 // A dry run changes no traffic: its identity headers are sent once enforced.
                 let conflict = match super::dry_run::dry_run_of(p) {
                     Ok(true) => Ok(()),
-                    _ => identity.record(p, &self.backend_index, &route_headers),
+                    _ => identity.record(p, &self.backend_index, route_headers),
                 };
                 let (conds, unresolved) = self.policy(
                     p,
@@ -129,7 +131,7 @@ impl Ctx<'_> {
                     .iter()
                     .map(|r| {
                         cond(
-                            target_name(r, ns),
+                            r.object_name(ns),
                             r.section_name.clone(),
                             reason::CONFLICTED,
                             msg.clone(),
@@ -263,7 +265,7 @@ impl Ctx<'_> {
         let mut counted = HashSet::new();
         let external_auth = content.action == Action::ExternalAuth;
         for (i, r) in p.spec.target_refs().iter().enumerate() {
-            let tname = target_name(r, &p.meta.namespace);
+            let tname = r.object_name(&p.meta.namespace);
             let section = r.section_name.clone();
             let target = match self.find_target(r, p) {
                 Err(refusal) => {
@@ -890,11 +892,6 @@ fn restricted(c: &PolicyContent) -> &'static str {
             "sent the requests its rules select there to its authorizer"
         }
     }
-}
-
-/// `Kind namespace/name` of a policy target.
-fn target_name(r: &TargetRef, ns: &str) -> ObjectName {
-    ObjectName::new(opt(&r.kind), NsName::new(ns, opt(&r.name)))
 }
 
 #[cfg(test)]

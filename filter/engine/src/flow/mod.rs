@@ -729,13 +729,6 @@ impl RequestFlow {
                 outcome.policy = policy;
                 outcome.rule = rule;
                 self.outcome = Some(outcome);
-                let req = self.req.as_ref();
-                if req.is_some_and(|r| ListingFilter::wants_identity(engine, r)) {
-                    // A listing (or a GET stream) is read to be filtered: ask the server not
-                    // to compress it.
-                    add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
-                }
-                let identity_headers = req.map_or_else(Vec::new, |r| engine.identity_edits(r));
                 // The listing filter takes the id; the request stays here, for the host to
                 // hand to it.
                 let listing = match &self.req {
@@ -745,6 +738,14 @@ impl RequestFlow {
                     }
                     _ => None,
                 };
+                let req = self.req.as_ref();
+                if let (Some(f), Some(r)) = (&listing, req) {
+                    if f.wants_identity(engine, r) {
+                        // An answer read to be filtered: ask the server not to compress it.
+                        add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
+                    }
+                }
+                let identity_headers = req.map_or_else(Vec::new, |r| engine.identity_edits(r));
                 Next::Allow {
                     add_headers,
                     identity_headers,

@@ -144,23 +144,16 @@ enum Reuse {
 }
 
 impl ListingFilter {
-    /// The listing `req` asks for, when the bundle filters listings.
-    pub(crate) fn listing_of(engine: &Engine, req: &Request) -> Option<&'static Listing> {
-        if !engine.listings.filter {
-            return None;
-        }
-        mcp_methods::listing(req.mcp.method()?)
-    }
-
-    /// Whether the request (allowed) is sent upstream asking for `Accept-Encoding: identity`,
-    /// so that its answer can be read: a listing, a GET opening or resuming a stream, a call
-    /// in a session ([`Mode::Own`]) — when the client asked for another coding (an edit of
-    /// the request headers makes Envoy match the route again; servers do not compress for a
-    /// client that asked for nothing, and an encoded answer is refused all the same).
-    pub(crate) fn wants_identity(engine: &Engine, req: &Request) -> bool {
-        let read = Self::listing_of(engine, req).is_some()
-            || engine.listings.filter
-                && (req.mcp == McpOp::Transport && req.method == "GET" || Self::own_json(req));
+    /// Whether `req`, the request this filter answers, is sent upstream asking for
+    /// `Accept-Encoding: identity`, so that its answer can be read: a listing, a GET opening
+    /// or resuming a stream, a call in a session ([`Mode::Own`]) — when the client asked for
+    /// another coding (an edit of the request headers makes Envoy match the route again;
+    /// servers do not compress for a client that asked for nothing, and an encoded answer is
+    /// refused all the same).
+    pub(crate) fn wants_identity(&self, engine: &Engine, req: &Request) -> bool {
+        let read = self.listing.is_some()
+            || self.own_json
+            || req.mcp == McpOp::Transport && req.method == "GET";
         // Nor when a route matches on it: the edit would route the request again (an
         // encoded answer is then refused).
         let routed_on = engine
@@ -181,11 +174,6 @@ impl ListingFilter {
                 && (mcp_methods::lookup(method).is_some() || mcp_methods::is_base(method)))
     }
 
-    /// Whether the JSON answer to `req` is read ([`Mode::Own`]).
-    fn own_json(req: &Request) -> bool {
-        Self::own_may_list(req) && req.headers.get("mcp-session-id").is_some()
-    }
-
     /// The filter of the response to `req`, just allowed, when the bundle filters listings.
     /// Its response headers tell whether it may carry a listing ([`ListingFilter::on_headers`]):
     /// any answer to a listing request, an SSE stream answering any other request.
@@ -201,7 +189,7 @@ impl ListingFilter {
         }
         let backend = req.target.backend.and_then(|b| engine.backends.get(b));
         let pins = backend.and_then(|b| Some(PinCheck::new(&b.id, b.pins.clone()?, drift)));
-        let listing = Self::listing_of(engine, req);
+        let listing = req.mcp.method().and_then(mcp_methods::listing);
         // Only a request's own id tells its answer apart (not a notification's or a reply's).
         let id = match listing {
             Some(_) => id,
@@ -214,7 +202,7 @@ impl ListingFilter {
             probe_listing: None,
             id,
             own_may_list,
-            own_json: own_may_list && Self::own_json(req),
+            own_json: own_may_list && req.headers.get("mcp-session-id").is_some(),
             cache_scope: revision.has_cache_scope(),
             max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
@@ -241,7 +229,7 @@ impl ListingFilter {
     /// may name an event stream. Otherwise the response is passed as it is, as
     /// [`ListingFilter::on_headers`] would decide. Envoy holds `Content-Type` once (copies are
     /// joined with commas), so its one value is every copy.
-    pub fn needs_headers(&self, content_type: Option<&str>) -> bool {
+    fn needs_headers(&self, content_type: Option<&str>) -> bool {
         self.listing.is_some() || content_type.is_some_and(|ct| essences(ct).any(may_be_stream))
     }
 
