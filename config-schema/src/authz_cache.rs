@@ -15,11 +15,11 @@ pub const DEFAULT_CACHE_ENTRIES: u32 = 1024;
 /// Most headers or claims a key names.
 pub const MAX_CACHE_KEY_ITEMS: usize = 32;
 
-/// Reuse of an authorizer's answers, shared by the Envoy's workers. The key always holds the
-/// bundle's digest, the policy and level, the listener and backend, the caller (SPIFFE ID,
-/// verified JWTs' `iss` and `sub`, or none), the HTTP method, canonical host and path, the
-/// MCP method and its tool/prompt name or resource URI, and, for an authorizer sent the body,
-/// the body's SHA-256; `keyHeaders` and `keyClaims` add to it.
+/// Reuse of an authorizer's answers, shared by the Envoy's workers. The key is what the
+/// authorizer is sent (every header and body byte, or the whole CheckRequest) less
+/// `ignoredHeaders` and the fields that differ on every request, with the configuration's
+/// generation, the authorizer and the policy; verified JWTs stand in for their tokens by
+/// `iss`, `sub` and `keyClaims`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -51,6 +51,28 @@ fn default_entries() -> u32 {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// Headers the filter sets on every HTTP callout (the MCP attributes, the caller's SPIFFE ID,
+/// the policy and level); the client's own copies are never forwarded.
+pub const CONTEXT_HEADERS: &[&str] = &[
+    "x-mcp-method",
+    "x-mcp-tool",
+    "x-mcp-prompt",
+    "x-mcp-resource-uri",
+    "x-mcp-source-spiffe",
+    "x-mcp-access-level",
+    "x-mcp-access-policy",
+];
+
+/// Whether the filter itself writes header `name` of a callout (a pseudo-header, `host`, the
+/// body's length or partial-body flag, a [`CONTEXT_HEADERS`] one): always in a cache key,
+/// never an `ignoredHeaders` entry.
+pub fn is_filter_set(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.starts_with(':')
+        || ["host", "content-length", "x-envoy-auth-partial-body"].contains(&n.as_str())
+        || CONTEXT_HEADERS.contains(&n.as_str())
 }
 
 /// The headers `a` is sent (an HTTP authorizer: `authorization` and its `allowedHeaders`; a
@@ -100,6 +122,11 @@ pub fn problem(a: &Authorizer, cache: &AuthzCache) -> Option<(&'static str, &'st
         ("ttlMs", "must be between 1 and 3600000 (1h)")
     } else if !(1..=MAX_CACHE_ENTRIES).contains(&cache.max_entries) {
         ("maxEntries", "must be between 1 and 65536")
+    } else if cache.ignored_headers.iter().any(|h| is_filter_set(h)) {
+        (
+            "ignoredHeaders",
+            "names a header the filter sets itself (request line, body length, x-mcp-*): it is always in the key",
+        )
     } else if !headers_ok(&cache.key_headers) || !headers_ok(&cache.ignored_headers) {
         (
             "keyHeaders",

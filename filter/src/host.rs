@@ -89,7 +89,10 @@ impl RootContext for Root {
         let started = abi::now_ns();
         let config = abi::plugin_configuration().unwrap_or_default();
         match Engine::from_json(&config) {
-            Ok(engine) => {
+            Ok(mut engine) => {
+                if engine.caches_answers() {
+                    engine.generation = answers::generation(&engine.generation);
+                }
                 if self.stats.is_none() {
                     self.stats = Some(Rc::new(Stats::define()));
                 }

@@ -121,19 +121,9 @@ def test_answers_are_reused_within_the_ttl_and_never_across_bundles(
     (manifests / "gateway.yaml").write_text(GATEWAY)
     (manifests / "policy.yaml").write_text(policy(protocol, denials=False))
     authz = HttpAuthorizer() if protocol == "HTTP" else GrpcCounting()
-    scheme = "http" if protocol == "HTTP" else "http"
     try:
         with start_mcp_server(base / "logs", name=f"cache-tools-{protocol.lower()}") as server:
-            port, admin = free_port(), free_port()
-            common = ["-f", str(manifests), "--wasm", str(wasm_path), "--listen", f"mtls={port}"]
-            r = subprocess.run([str(cli), "envoy", *common, "--strict", "--ecds", str(ecds_dir),
-                                "--tls-cert", f"gateway-cert={pki.server.cert},{pki.server.key}",
-                                "--client-ca", f"agents-ca={pki.ca.cert}",
-                                "--resolve", f"tools-server=127.0.0.1:{server.port}",
-                                "--resolve", f"authz={scheme}://127.0.0.1:{authz.port}",
-                                "--bind", "127.0.0.1", "--admin-port", str(admin), "-o", str(base / "envoy.json")],
-                               capture_output=True, text=True, timeout=120)
-            assert r.returncode == 0, r.stderr
+            port, common = _render(cli, wasm_path, pki, base, server.port, authz.port)
             bundle_cache = _bundle(ecds_dir)["authorizers"][0]["cache"]
             assert bundle_cache["ttlMs"] == TTL_S * 1000 and not bundle_cache.get("denials"), bundle_cache
             proxy = envoy(json.loads((base / "envoy.json").read_text()), name=f"cache-{protocol.lower()}")
@@ -197,9 +187,87 @@ def test_answers_are_reused_within_the_ttl_and_never_across_bundles(
         authz.close()
 
 
-def _bundle(ecds_dir: Path) -> dict[str, Any]:
+def test_grpc_keys_are_what_the_authorizer_is_sent_and_a_rollback_starts_empty(
+        cli: Path, wasm_path: Path, work_dir: Path, pki: Any, envoy: Any) -> None:  # noqa: F811
+    """Certificates without a single URI SAN (DNS SAN only, none) have no SPIFFE ID, yet a gRPC
+    authorizer is sent each one's principal: one's kept answer is never another's. And a
+    configuration published again after another (S1, S2, S1) reuses nothing kept under the first
+    S1, although its bundle is byte for byte the same."""
+    base = work_dir / "authz-cache-key"
+    manifests, ecds_dir = base / "manifests", base / "ecds"
+    manifests.mkdir(parents=True, exist_ok=True)
+    (manifests / "gateway.yaml").write_text(GATEWAY)
+    (manifests / "policy.yaml").write_text(policy("GRPC", denials=False))
+    authz = GrpcCounting()
+    try:
+        with start_mcp_server(base / "logs", name="cache-key-tools") as server:
+            port, common = _render(cli, wasm_path, pki, base, server.port, authz.port)
+            proxy = envoy(json.loads((base / "envoy.json").read_text()), name="cache-key")
+            url = f"https://127.0.0.1:{port}/mcp"
+            ids = iter(range(1, 10_000))
+
+            def call(cert: Any, tool: str = "echo", answer: str = "allow") -> int:
+                body = rpc("tools/call", {"name": tool, "arguments": {"text": "hi"}}, id=next(ids))
+                ask = {"allow": "allow", "deny": "deny:403"}[answer]
+                return post_jsonrpc(url, body, headers={"x-authz": ask}, ca=pki.ca, cert=cert).status
+
+            dns_a = pki.client(name="dns-a", dns_names=["a.agents.example"])
+            dns_b = pki.client(name="dns-b", dns_names=["b.agents.example"])
+            bare_a, bare_b = pki.client(name="bare-a"), pki.client(name="bare-b")
+            for first, second in ((dns_a, dns_b), (bare_a, bare_b)):
+                n = authz.count()
+                assert call(first) == 200 and authz.count() == n + 1
+                assert call(first, answer="deny") == 200 and authz.count() == n + 1, "the same caller: reused"
+                assert call(second, answer="deny") == 403 and authz.count() == n + 2, "another certificate"
+            principals = [c.attributes.source.principal for c in authz.inner.recorded()]
+            assert len(set(principals)) == 4, principals
+
+            def publish(denials: bool) -> None:
+                version = _ecds_version(proxy)
+                (manifests / "policy.yaml").write_text(policy("GRPC", denials=denials))
+                r = subprocess.run([str(cli), "publish", *common, "--ecds", str(ecds_dir)],
+                                   capture_output=True, text=True, timeout=60)
+                assert r.returncode == 0, r.stderr
+                deadline = time.monotonic() + 10
+                while _ecds_version(proxy) == version:
+                    assert time.monotonic() < deadline, "the new bundle was not applied"
+                    time.sleep(0.05)
+                time.sleep(0.3)  # every worker's VM reconfigured
+
+            s1 = _bundle_text(ecds_dir)
+            n = authz.count()
+            assert call(dns_a, tool="kept") == 200 and authz.count() == n + 1
+            publish(denials=True)
+            publish(denials=False)
+            assert _bundle_text(ecds_dir) == s1, "S1 published again as it was"
+            assert call(dns_a, tool="kept", answer="deny") == 403 and authz.count() == n + 2
+    finally:
+        authz.close()
+
+
+def _render(cli: Path, wasm_path: Path, pki: Any, base: Path, server_port: int, authz_port: int) -> tuple[int, list[str]]:
+    """`mcp-access envoy --ecds` of base/manifests into base/envoy.json; returns the mTLS port
+    and the arguments `publish` takes again."""
+    port, admin = free_port(), free_port()
+    common = ["-f", str(base / "manifests"), "--wasm", str(wasm_path), "--listen", f"mtls={port}"]
+    r = subprocess.run([str(cli), "envoy", *common, "--strict", "--ecds", str(base / "ecds"),
+                        "--tls-cert", f"gateway-cert={pki.server.cert},{pki.server.key}",
+                        "--client-ca", f"agents-ca={pki.ca.cert}",
+                        "--resolve", f"tools-server=127.0.0.1:{server_port}",
+                        "--resolve", f"authz=http://127.0.0.1:{authz_port}",
+                        "--bind", "127.0.0.1", "--admin-port", str(admin), "-o", str(base / "envoy.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return port, common
+
+
+def _bundle_text(ecds_dir: Path) -> str:
     doc = json.loads((ecds_dir / "mcp_access.ecds.json").read_text())
-    return json.loads(doc["resources"][0]["typed_config"]["config"]["configuration"]["value"])
+    return str(doc["resources"][0]["typed_config"]["config"]["configuration"]["value"])
+
+
+def _bundle(ecds_dir: Path) -> dict[str, Any]:
+    return dict(json.loads(_bundle_text(ecds_dir)))
 
 
 def _ecds_version(proxy: Any) -> Any:

@@ -17,8 +17,11 @@ use std::rc::Rc;
 use mcp_access_bundle::{Authorizer, AuthzCache};
 use sha2::{Digest as _, Sha256};
 
+use crate::callout::CalloutRequest;
+use crate::keyhash::{field, opt_field};
+use crate::pb;
 use crate::policy::{AuthzCall, AuthzOutcome, Engine, HeaderEdit, HeaderOp};
-use crate::request::{ClaimValue, McpOp, Request};
+use crate::request::Caller;
 
 /// Where answers are kept, and the clock they expire by: the host's.
 pub trait AnswerStore {
@@ -50,47 +53,39 @@ pub struct CacheKey {
     pub digest: [u8; 32],
 }
 
-/// Feeds one length-prefixed field (fields cannot run into each other).
-pub(crate) fn field(h: &mut Sha256, bytes: &[u8]) {
-    h.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_le_bytes());
-    h.update(bytes);
+/// What an authorizer is sent, as its cache key reads it: the HTTP request of a callout, or
+/// the CheckRequest of a gRPC one (before it is encoded).
+#[derive(Debug, Clone, Copy)]
+pub enum Sent<'a> {
+    Http(&'a CalloutRequest),
+    Grpc(&'a pb::CheckRequest),
 }
 
-pub(crate) fn opt_field(h: &mut Sha256, v: Option<&str>) {
-    match v {
-        Some(s) => {
-            h.update([1]);
-            field(h, s.as_bytes());
-        }
-        None => h.update([0]),
-    }
+/// Whether the cache may leave header `name` out of the key when `cache` declares it
+/// irrelevant: only a header of the client's. The request line, the body's length and what
+/// the filter itself tells the authorizer (the MCP attributes, the caller's SPIFFE ID, the
+/// policy and level) are always in the key.
+fn removable(cache: &AuthzCache, name: &str) -> bool {
+    cache
+        .ignored_headers
+        .iter()
+        .any(|i| i.eq_ignore_ascii_case(name))
+        && !mcp_access_bundle::authz_cache::is_filter_set(name)
 }
 
-pub(crate) fn claim_field(h: &mut Sha256, v: Option<&ClaimValue>) {
-    match v {
-        None => h.update([0]),
-        Some(ClaimValue::Str(s)) => {
-            h.update([1]);
-            field(h, s.as_bytes());
-        }
-        Some(ClaimValue::Other(s)) => {
-            h.update([2]);
-            field(h, s.as_bytes());
-        }
-        Some(ClaimValue::List(items)) => {
-            h.update([3]);
-            h.update(u64::try_from(items.len()).unwrap_or(u64::MAX).to_le_bytes());
-            for i in items {
-                field(h, i.as_bytes());
-            }
-        }
-    }
-}
-
-/// The key of `call` for `req` (whose body is `body`), when its authorizer's answers are
-/// cached: everything the key always holds, the chosen headers and claims, and the body the
-/// authorizer is sent.
-pub fn key_of(engine: &Engine, call: &AuthzCall, req: &Request, body: &[u8]) -> Option<CacheKey> {
+/// The key of `call` whose authorizer is sent `sent`, when its answers are cached: a digest of
+/// exactly that request (every header and body byte, or the whole CheckRequest) less the
+/// headers the cache declares irrelevant and the fields that differ on every request (the
+/// request's time and id, the client's address and port, the JSON-RPC id), with the
+/// engine's generation, the authorizer and the policy. `caller`'s verified JWTs stand in for
+/// the tokens they were read from: their `iss`, `sub` and `keyClaims` (as JSON, whatever their
+/// shape) join the key, so that an ignored `authorization` header leaves no caller out.
+pub fn key_of(
+    engine: &Engine,
+    call: &AuthzCall,
+    sent: Sent<'_>,
+    caller: &Caller,
+) -> Option<CacheKey> {
     let a = call.authorizer(engine)?;
     let cache = a.cache.as_ref()?;
     let policy = call.policy_id(engine);
@@ -99,59 +94,39 @@ pub fn key_of(engine: &Engine, call: &AuthzCall, req: &Request, body: &[u8]) -> 
     field(&mut h, policy.as_bytes());
     field(&mut h, call.level.as_str().as_bytes());
     field(&mut h, a.name.as_bytes());
-    let listener = req
-        .target
-        .listener
-        .and_then(|l| engine.listeners.get(l))
-        .map(|l| l.id.as_str());
-    let backend = req
-        .target
-        .backend
-        .and_then(|b| engine.backends.get(b))
-        .map(|b| b.id.as_str());
-    opt_field(&mut h, listener);
-    opt_field(&mut h, backend);
-    opt_field(&mut h, req.route_name.as_deref());
-    opt_field(&mut h, req.caller.spiffe.as_deref());
+    field(&mut h, a.cluster.as_bytes());
+    match sent {
+        Sent::Http(r) => {
+            h.update([1]);
+            for (name, value) in r.headers.iter().filter(|(n, _)| !removable(cache, n)) {
+                h.update([1]);
+                field(&mut h, name.as_bytes());
+                field(&mut h, value.as_bytes());
+            }
+            h.update([0]);
+            field(&mut h, &r.body);
+        }
+        Sent::Grpc(m) => {
+            h.update([2]);
+            field(&mut h, &canonical_check_request(m, cache));
+        }
+    }
     h.update(
-        u64::try_from(req.caller.jwts.len())
+        u64::try_from(caller.jwts.len())
             .unwrap_or(u64::MAX)
             .to_le_bytes(),
     );
-    for j in &req.caller.jwts {
+    for j in &caller.jwts {
         field(&mut h, j.issuer.as_bytes());
         opt_field(&mut h, j.subject.as_deref());
         for c in &cache.key_claims {
-            let v = j.claims.iter().find(|(n, _)| n == c).map(|(_, v)| v);
-            claim_field(&mut h, v);
+            let json = j
+                .keyed
+                .iter()
+                .find(|(n, _)| n == c)
+                .map(|(_, v)| v.as_str());
+            opt_field(&mut h, json);
         }
-    }
-    // What the authorizer is sent of the request line.
-    field(&mut h, req.method.as_bytes());
-    field(&mut h, req.authority.as_bytes());
-    field(&mut h, req.path.as_bytes());
-    match &req.mcp {
-        McpOp::Call { method, param } => {
-            h.update([1]);
-            field(&mut h, method.as_bytes());
-            opt_field(&mut h, param.as_deref());
-        }
-        McpOp::Transport => h.update([2]),
-        McpOp::Reply => h.update([3]),
-        McpOp::NotMcp => h.update([4]),
-    }
-    for name in &cache.key_headers {
-        field(&mut h, name.as_bytes());
-        for v in req.header_values(name) {
-            h.update([1]);
-            field(&mut h, v.as_bytes());
-        }
-        h.update([0]);
-    }
-    let max = usize::try_from(a.forward_body_max_bytes).unwrap_or(usize::MAX);
-    if max > 0 {
-        field(&mut h, body.get(..max.min(body.len())).unwrap_or_default());
-        h.update(u64::try_from(body.len()).unwrap_or(u64::MAX).to_le_bytes());
     }
     let digest: [u8; 32] = h.finalize().into();
     let mut n = [0u8; 8];
@@ -162,6 +137,68 @@ pub fn key_of(engine: &Engine, call: &AuthzCall, req: &Request, body: &[u8]) -> 
         digest,
     })
 }
+
+/// `m` as the key reads it, serialized: without the headers `cache` declares irrelevant and
+/// the fields that differ on every request (time, request id, the client's address and port,
+/// the JSON-RPC id of the MCP metadata).
+fn canonical_check_request(m: &pb::CheckRequest, cache: &AuthzCache) -> Vec<u8> {
+    let mut m = m.clone();
+    if let Some(attrs) = &mut m.attributes {
+        if let Some(source) = &mut attrs.source {
+            source.address = None;
+        }
+        if let Some(request) = &mut attrs.request {
+            request.time = None;
+            if let Some(http) = &mut request.http {
+                http.id.clear();
+                http.headers.retain(|n, _| !removable(cache, n));
+            }
+        }
+        if let Some(md) = &mut attrs.metadata_context {
+            for s in md.filter_metadata.values_mut() {
+                s.fields.remove(crate::ext_authz::MCP_ID_FIELD);
+            }
+        }
+    }
+    prost::Message::encode_to_vec(&m)
+}
+
+/// The generation of an engine made from a bundle of digest `bundle`, configured at `now_ns`
+/// (docs/semantics.md §3.10): every new plugin configuration starts a new one, and the workers
+/// of one configuration share it through `record`, the host's shared record of the last one
+/// (bundle digest and start time). A worker adopts the record's generation when it names the
+/// same bundle and was started less than [`GENERATION_WINDOW_NS`] ago (another worker of the
+/// same configuration); otherwise it starts a generation and returns the record to write.
+pub fn generation(
+    record: Option<&[u8]>,
+    bundle: &[u8; 32],
+    now_ns: u64,
+) -> ([u8; 32], Option<Vec<u8>>) {
+    let adopted = record.and_then(|r| {
+        let (digest, start) = r.split_at_checked(32)?;
+        let start = u64::from_le_bytes(start.try_into().ok()?);
+        let recent = now_ns.abs_diff(start) < GENERATION_WINDOW_NS;
+        (digest == bundle && recent).then_some(start)
+    });
+    let start = adopted.unwrap_or(now_ns);
+    let mut h = Sha256::new();
+    field(&mut h, b"mcp-access generation");
+    h.update(bundle);
+    h.update(start.to_le_bytes());
+    let write = adopted.is_none().then(|| {
+        let mut r = bundle.to_vec();
+        r.extend_from_slice(&start.to_le_bytes());
+        r
+    });
+    (h.finalize().into(), write)
+}
+
+/// How long after a configuration started another worker configured with the same bundle
+/// joins its generation: Envoy configures its workers together, within milliseconds.
+pub const GENERATION_WINDOW_NS: u64 = 5_000_000_000;
+
+/// Shared data key of the last configuration's generation record.
+pub const GENERATION_KEY: &str = "mcp_access.authz_cache.generation";
 
 /// Whether `outcome` may be kept: an OK answer, or a denial when the cache keeps denials.
 /// An error (unreachable, timeout, malformed answer) never is.

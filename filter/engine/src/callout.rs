@@ -9,16 +9,7 @@ use mcp_access_bundle::{http, Authorizer, Level};
 use crate::policy::{AuthzOutcome, HeaderEdit};
 use crate::request::{Headers, McpOp, Request};
 
-/// Headers the filter sets on every callout; the client's own copies are never forwarded.
-pub(crate) const CONTEXT_HEADERS: &[&str] = &[
-    "x-mcp-method",
-    "x-mcp-tool",
-    "x-mcp-prompt",
-    "x-mcp-resource-uri",
-    "x-mcp-source-spiffe",
-    "x-mcp-access-level",
-    "x-mcp-access-policy",
-];
+use mcp_access_bundle::authz_cache::CONTEXT_HEADERS;
 
 /// A request to an authorizer: for `dispatch_http_call`, or with `grpc` for
 /// `dispatch_grpc_call` of [`crate::ext_authz::SERVICE`]/`Check` (`body`: the CheckRequest;

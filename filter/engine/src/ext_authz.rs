@@ -27,6 +27,10 @@ pub(crate) const EXT_RESOURCE_URI: &str = "mcp_resource_uri";
 pub(crate) const EXT_POLICY: &str = "mcp_access_policy";
 pub(crate) const EXT_LEVEL: &str = "mcp_access_level";
 
+/// The JSON-RPC id's field in the MCP metadata (different on every request: never in a cache
+/// key).
+pub(crate) const MCP_ID_FIELD: &str = "id";
+
 const PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
 
 /// Metadata namespaces of the MCP attributes in `metadata_context`: Envoy's MCP filter's
@@ -56,7 +60,7 @@ fn mcp_metadata(req: &Request, id: Option<&str>) -> Option<pb::Metadata> {
         _ => None,
     });
     if let Some(id) = id {
-        fields.insert("id".into(), value(id));
+        fields.insert(MCP_ID_FIELD.into(), value(id));
     }
     let key = mcp_methods::lookup(method)
         .and_then(|m| m.param)
@@ -96,16 +100,16 @@ fn address(a: Option<&String>) -> Option<pb::Address> {
     })
 }
 
-/// The serialized CheckRequest for `authorizer` about `req` (`body`: the buffered client body,
-/// `id`: the JSON-RPC id as raw JSON text).
-pub(crate) fn build(
+/// The CheckRequest for `authorizer` about `req` (`body`: the buffered client body, `id`: the
+/// JSON-RPC id as raw JSON text).
+pub(crate) fn check_request(
     authorizer: &Authorizer,
     req: &Request,
     body: &[u8],
     id: Option<&str>,
     level: Level,
     policy: &str,
-) -> Vec<u8> {
+) -> pb::CheckRequest {
     let peers = &req.peers;
     let mut headers: BTreeMap<String, String> = BTreeMap::new();
     let pseudo = [
@@ -172,7 +176,7 @@ pub(crate) fn build(
     } else {
         String::new()
     };
-    let message = pb::CheckRequest {
+    pb::CheckRequest {
         attributes: Some(pb::AttributeContext {
             source: Some(pb::Peer {
                 address: address(peers.source_address.as_ref()),
@@ -203,8 +207,7 @@ pub(crate) fn build(
             metadata_context: Some(mcp_metadata(req, id).unwrap_or_default()),
             route_metadata_context: Some(pb::Metadata::default()),
         }),
-    };
-    prost::Message::encode_to_vec(&message)
+    }
 }
 
 /// The `context_extensions` of a serialized CheckRequest (empty if it does not decode).
@@ -460,7 +463,14 @@ mod tests {
     #[test]
     fn check_request_carries_what_envoy_sends_and_the_mcp_attributes() {
         let a = authorizer(serde_json::json!({"forwardBodyMaxBytes": 4}));
-        let bytes = build(&a, &request(), b"123456", Some("7"), Level::Backend, "ns/p");
+        let bytes = prost::Message::encode_to_vec(&check_request(
+            &a,
+            &request(),
+            b"123456",
+            Some("7"),
+            Level::Backend,
+            "ns/p",
+        ));
         let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
         let attrs = m.attributes.unwrap();
         let src = attrs.source.unwrap();
@@ -513,7 +523,14 @@ mod tests {
         let a = authorizer(
             serde_json::json!({"allowedHeaders": ["Authorization"], "includePeerCertificate": true}),
         );
-        let bytes = build(&a, &request(), b"", None, Level::Gateway, "p");
+        let bytes = prost::Message::encode_to_vec(&check_request(
+            &a,
+            &request(),
+            b"",
+            None,
+            Level::Gateway,
+            "p",
+        ));
         let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
         let attrs = m.attributes.unwrap();
         assert_eq!(attrs.source.unwrap().certificate, "-----BEGIN%20CERT");

@@ -15,6 +15,8 @@ pub(crate) struct Wanted<'a> {
     pub(crate) claims: &'a [String],
     /// Claims identity headers carry.
     pub(crate) texts: &'a [String],
+    /// Claims authorizer caches key on, read as JSON whatever their shape.
+    pub(crate) keyed: &'a [String],
     /// The whole payload (CEL's `jwt.claims`).
     pub(crate) payload: bool,
 }
@@ -210,10 +212,16 @@ fn principal(p: &JwtProvider, payload: &pb::Struct, wanted: Wanted<'_>) -> Optio
             header_text(name, text)
         })
         .collect();
+    let keyed = wanted
+        .keyed
+        .iter()
+        .filter_map(|name| Some((name.clone(), claim_at(payload, name)?.to_json().to_string())))
+        .collect();
     Some(JwtPrincipal {
         issuer: p.issuer.clone(),
         subject: text("sub"),
         claims,
+        keyed,
         payload: wanted.payload.then(|| payload.to_json()),
         texts,
     })

@@ -9,7 +9,8 @@
 //!    [`x509`], `base64`, [`pb`] (the protobuf messages, for prost).
 //! 1. **The request model and the host-fact port**: [`request`] is what a decision reads
 //!    about one request (its caller, MCP operation, and the listener and backend it is judged
-//!    at, resolved once); [`facts`] names what the host knows beyond the headers.
+//!    at, resolved once); [`facts`] names what the host knows beyond the headers; `keyhash`
+//!    feeds its values to the digests that key the caches.
 //! 2. **Readers**: [`mcp`] turns a body into a message and its [`request::McpOp`] (held to
 //!    serde_json by `serde_oracle`, compiled for tests and the fuzz target only: feature
 //!    `serde-oracle`); [`cel_input`] lets the `mcp-access-cel` crate read a request's
@@ -37,6 +38,7 @@ mod identity;
 mod json;
 mod jsonrpc;
 mod jsonw;
+mod keyhash;
 pub mod listing;
 pub mod mcp;
 pub mod pb;

@@ -33,6 +33,9 @@ pub struct JwtPrincipal {
     pub subject: Option<String>,
     /// Claims the bundle's rules look at (by their possibly dotted names).
     pub claims: Vec<(String, ClaimValue)>,
+    /// The claims authorizer caches key on (`keyClaims`), as JSON text of whatever shape;
+    /// a missing claim is left out.
+    pub keyed: Vec<(String, String)>,
     /// The whole payload, kept only when a CEL expression reads `jwt.claims`.
     pub payload: Option<serde_json::Value>,
     /// The claims identity headers carry, as header values: a string as it is, any other

@@ -98,6 +98,7 @@ fn request(v: &Value) -> Request {
                 .map(|c| {
                     vec![JwtPrincipal {
                         texts: Vec::new(),
+                        keyed: Vec::new(),
                         issuer: "https://idp".into(),
                         subject: None,
                         claims: Vec::new(),

@@ -132,6 +132,7 @@ fn parse_input(data: &[u8]) -> Input {
                 let groups = parts.next().unwrap_or_default().split(',');
                 input.jwts.push(JwtPrincipal {
                     texts: Vec::new(),
+                    keyed: Vec::new(),
                     issuer,
                     subject,
                     claims: vec![(

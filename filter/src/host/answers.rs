@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use proxy_wasm::types::LogLevel;
 
-use mcp_access_engine::authz_cache::AnswerStore;
+use mcp_access_engine::authz_cache::{self, AnswerStore};
 
 use super::abi;
 
@@ -49,4 +49,37 @@ impl AnswerStore for SharedAnswers {
             failed("write", status);
         }
     }
+}
+
+/// The generation of this worker's configuration of a bundle of digest `bundle`
+/// ([`authz_cache::generation`]): the one the other workers of the same configuration
+/// started, shared through Envoy's shared data; a new one for a new configuration. Shared data
+/// that fails gives this worker a generation of its own (answers are then not shared with the
+/// other workers, never reused across configurations).
+pub(super) fn generation(bundle: &[u8; 32]) -> [u8; 32] {
+    let now = abi::now_ns();
+    // A write reads back; one that loses a race reads again (a few times at most).
+    for _ in 0..4 {
+        let found = match abi::shared_data(authz_cache::GENERATION_KEY) {
+            Ok(found) => found,
+            Err(status) => {
+                failed("read", status);
+                break;
+            }
+        };
+        let (record, cas) = found.map_or((None, 0), |(v, cas)| (Some(v), cas));
+        let (generation, write) = authz_cache::generation(record.as_deref(), bundle, now);
+        let Some(write) = write else {
+            return generation;
+        };
+        match abi::set_shared_data(authz_cache::GENERATION_KEY, &write, cas) {
+            // Read back: a worker that wrote at the same time may have come last.
+            Ok(()) | Err(abi::CAS_MISMATCH) => continue,
+            Err(status) => {
+                failed("write", status);
+                break;
+            }
+        }
+    }
+    authz_cache::generation(None, bundle, now).0
 }

@@ -237,6 +237,13 @@ fn authz_cache(at: &str, cache: &ExternalAuthCache, c: &mut Checker) {
                     iat,
                     format!("Invalid value: \"{item}\": must be an HTTP header name"),
                 );
+            } else if field == "ignoredHeaders"
+                && mcp_access_bundle::authz_cache::is_filter_set(item)
+            {
+                c.err(
+                    iat,
+                    format!("Invalid value: \"{item}\": the filter sets this header of the callout itself (request line, body length, x-mcp-* attributes), so it is always in the key: remove it from ignoredHeaders"),
+                );
             }
         }
     }

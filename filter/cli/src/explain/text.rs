@@ -87,21 +87,24 @@ fn notes(out: &mut String, e: &Explanation) {
     }
 }
 
-/// A policy's cache as declared: what is reused, how long, and its key's chosen parts.
+/// A policy's cache as declared: what is reused, how long, and what its key leaves out.
 fn cache_text(k: &mcp_access_bundle::AuthzCache) -> String {
     let mut t = format!(
-        "its answers are cached: {} for {} ms in {} slots; key: caller, MCP method and name, listener, backend, route, policy",
-        if k.denials { "OK answers and denials" } else { "OK answers" },
+        "its answers are cached: {} for {} ms in {} slots; key: what the authorizer is sent",
+        if k.denials {
+            "OK answers and denials"
+        } else {
+            "OK answers"
+        },
         k.ttl_ms,
         k.max_entries
     );
-    for (what, list) in [("headers", &k.key_headers), ("claims", &k.key_claims)] {
-        if !list.is_empty() {
-            t.push_str(&format!(", {what} {}", list.join(", ")));
-        }
-    }
     if !k.ignored_headers.is_empty() {
-        t.push_str(&format!("; ignored: {}", k.ignored_headers.join(", ")));
+        t.push_str(&format!(" less {}", k.ignored_headers.join(", ")));
+    }
+    t.push_str(", verified JWTs by iss, sub");
+    if !k.key_claims.is_empty() {
+        t.push_str(&format!(" and claims {}", k.key_claims.join(", ")));
     }
     t
 }

@@ -115,7 +115,7 @@ fn a_cache_reaches_the_bundle() {
     ]);
     let t = text(&out.stdout);
     assert!(
-        t.contains("its answers are cached: OK answers and denials for 90000 ms in 64 slots; key: caller, MCP method and name, listener, backend, route, policy, headers x-tenant, claims groups; ignored: authorization, x-trace"),
+        t.contains("its answers are cached: OK answers and denials for 90000 ms in 64 slots; key: what the authorizer is sent less authorization, x-trace, verified JWTs by iss, sub and claims groups"),
         "{t}{}",
         text(&out.stderr)
     );
@@ -163,6 +163,11 @@ fn a_cache_that_could_reuse_a_wrong_answer_is_refused_with_the_fix() {
             "bad-header",
             policy("AccessPolicy", "HTTP", "http: {}", "      ttl: 1s\n      key: {headers: [\"a b\"], ignoredHeaders: [authorization]}\n"),
             "spec.externalAuth.cache.key.headers[0]: Invalid value: \"a b\": must be an HTTP header name",
+        ),
+        (
+            "ignored-filter-set",
+            policy("AccessPolicy", "HTTP", "http: {}", "      ttl: 1s\n      key: {ignoredHeaders: [authorization, x-mcp-tool]}\n"),
+            "spec.externalAuth.cache.key.ignoredHeaders[1]: Invalid value: \"x-mcp-tool\": the filter sets this header of the callout itself",
         ),
         (
             "upstream",

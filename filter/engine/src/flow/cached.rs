@@ -3,10 +3,10 @@
 
 use std::rc::Rc;
 
-use super::RequestFlow;
-use crate::authz_cache::{self, AnswerPort, AnswerStore, Kept};
+use super::{Callout, RequestFlow};
+use crate::authz_cache::{self, AnswerPort, AnswerStore, CacheKey, Kept};
 use crate::callout::{CacheUse, CalloutReport};
-use crate::policy::{AuthzCall, AuthzOutcome, Engine};
+use crate::policy::{AuthzOutcome, Engine};
 
 impl RequestFlow {
     /// This flow reuses authorizer answers kept in `store` and keeps new ones there, for the
@@ -16,44 +16,37 @@ impl RequestFlow {
         self
     }
 
-    /// Completes the calls whose answers the store keeps; returns the others, and whether
-    /// any was answered so.
+    /// Completes the callouts whose answers the store keeps (by the key read off each
+    /// callout's request); returns the others, and whether any was answered so.
     pub(super) fn answer_from_cache(
         &mut self,
         engine: &Engine,
-        calls: Vec<AuthzCall>,
-    ) -> (Vec<AuthzCall>, bool) {
-        let (Some(port), Some(req)) = (&self.answers, &self.req) else {
-            return (calls, false);
-        };
-        // Most authorizers declare no cache: their calls go on as they are.
-        let caches = |c: &AuthzCall| c.authorizer(engine).is_some_and(|a| a.cache.is_some());
-        if !calls.iter().any(caches) {
-            return (calls, false);
-        }
-        let mut rest = Vec::with_capacity(calls.len());
+        callouts: Vec<(Callout, Option<CacheKey>)>,
+    ) -> (Vec<Callout>, bool) {
+        let mut rest = Vec::with_capacity(callouts.len());
         let mut answered = false;
-        for c in calls {
-            let Some(key) = authz_cache::key_of(engine, &c, req, &self.body) else {
+        for (c, key) in callouts {
+            let (Some(port), Some(key)) = (&self.answers, key) else {
                 rest.push(c);
                 continue;
             };
             match authz_cache::lookup(port.0.as_ref(), &key) {
                 Some(kept) => {
-                    let name = c.authorizer(engine).map_or("?", |a| a.name.as_str());
+                    let name = c.call.authorizer(engine).map_or("?", |a| a.name.as_str());
                     let mut report = CalloutReport::of(name, None, &kept.outcome, None);
                     report.cache = Some(CacheUse::Hit);
-                    let dry_run_only = self.eval.as_ref().is_some_and(|ev| ev.dry_run_only(c.slot));
+                    let slot = c.call.slot;
+                    let dry_run_only = self.eval.as_ref().is_some_and(|ev| ev.dry_run_only(slot));
                     report.metadata = kept.metadata.filter(|_| !dry_run_only);
                     self.reports.push(report);
                     self.cached.push(name.to_string());
                     if let Some(ev) = &mut self.eval {
-                        ev.complete(c.slot, kept.outcome);
+                        ev.complete(slot, kept.outcome);
                     }
                     answered = true;
                 }
                 None => {
-                    self.cache_keys.push((c.slot, key));
+                    self.cache_keys.push((c.call.slot, key));
                     rest.push(c);
                 }
             }

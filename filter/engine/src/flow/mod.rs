@@ -14,6 +14,7 @@ use mcp_access_bundle::gateway_api::canonical_host;
 use mcp_access_bundle::mcp_methods::{self, Revision};
 
 use crate::answer::{self, HeaderProblem, LocalResponse, Rejection, Why};
+use crate::authz_cache;
 use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
 use crate::listing::ListingFilter;
@@ -640,19 +641,32 @@ impl RequestFlow {
                 Step::Done(decision) => return self.finish(engine, decision),
                 Step::Call(calls) => calls,
             };
+            let callouts = self.callouts(engine, calls);
             // Calls the cache answers complete at once; then the evaluation goes on.
-            let (calls, answered) = self.answer_from_cache(engine, calls);
-            if calls.is_empty() && answered {
+            let (callouts, answered) = self.answer_from_cache(engine, callouts);
+            if callouts.is_empty() && answered {
                 continue;
             }
-            return self.callouts(engine, calls);
+            // Even when empty: the host dispatches nothing and reports that, which decides.
+            return Next::Dispatch(callouts);
         }
     }
 
-    /// The callouts of `calls`.
-    fn callouts(&mut self, engine: &Engine, calls: Vec<AuthzCall>) -> Next {
+    /// The callouts of `calls`, each with its cache key when its authorizer's answers are
+    /// cached: the key is read off the very request built ([`authz_cache::key_of`]).
+    fn callouts(
+        &mut self,
+        engine: &Engine,
+        calls: Vec<AuthzCall>,
+    ) -> Vec<(Callout, Option<authz_cache::CacheKey>)> {
         let (Some(ev), Some(req)) = (self.eval.as_mut(), self.req.as_ref()) else {
-            return Next::Hold;
+            return Vec::new();
+        };
+        let caches = self.answers.is_some();
+        let key = |c: &AuthzCall, sent: authz_cache::Sent<'_>| {
+            caches
+                .then(|| authz_cache::key_of(engine, c, sent, &req.caller))
+                .flatten()
         };
         let mut out = Vec::with_capacity(calls.len());
         for c in calls {
@@ -669,29 +683,30 @@ impl RequestFlow {
                 );
                 continue;
             };
-            let request = match a.protocol {
+            let (request, cache_key) = match a.protocol {
                 mcp_access_bundle::AuthorizerProtocol::Http => {
-                    callout::build(a, req, &self.body, c.level, &p.id)
+                    let request = callout::build(a, req, &self.body, c.level, &p.id);
+                    let k = key(&c, authz_cache::Sent::Http(&request));
+                    (request, k)
                 }
-                mcp_access_bundle::AuthorizerProtocol::Grpc => CalloutRequest {
-                    cluster: a.cluster.clone(),
-                    headers: Vec::new(),
-                    body: crate::ext_authz::build(
-                        a,
-                        req,
-                        &self.body,
-                        self.id.as_deref(),
-                        c.level,
-                        &p.id,
-                    ),
-                    timeout_ms: a.timeout_ms,
-                    grpc: true,
-                },
+                mcp_access_bundle::AuthorizerProtocol::Grpc => {
+                    let id = self.id.as_deref();
+                    let check =
+                        crate::ext_authz::check_request(a, req, &self.body, id, c.level, &p.id);
+                    let k = key(&c, authz_cache::Sent::Grpc(&check));
+                    let request = CalloutRequest {
+                        cluster: a.cluster.clone(),
+                        headers: Vec::new(),
+                        body: prost::Message::encode_to_vec(&check),
+                        timeout_ms: a.timeout_ms,
+                        grpc: true,
+                    };
+                    (request, k)
+                }
             };
-            out.push(Callout { call: c, request });
+            out.push((Callout { call: c, request }, cache_key));
         }
-        // Even when empty: the host dispatches nothing and reports that, which decides.
-        Next::Dispatch(out)
+        out
     }
 
     fn finish(&mut self, engine: &Engine, decision: Decision) -> Next {

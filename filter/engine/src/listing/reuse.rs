@@ -28,7 +28,7 @@ use std::rc::Rc;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::authz_cache::{claim_field, field, opt_field};
+use crate::keyhash::{claim_field, field, opt_field};
 use crate::policy::Engine;
 use crate::request::{McpOp, Request, Target};
 

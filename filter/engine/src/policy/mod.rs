@@ -261,6 +261,8 @@ pub struct Engine {
     pub(crate) route_match_headers: Vec<String>,
     /// Claim names any JWT rule reads.
     pub(crate) jwt_claims: Vec<String>,
+    /// Claim names authorizer caches key on.
+    pub(crate) cache_claims: Vec<String>,
     /// What the CEL conditions read beyond the usual request attributes.
     pub(crate) cel_needs: CelNeeds,
     /// What decision records carry.
@@ -276,9 +278,10 @@ pub struct Engine {
     pub(crate) identity_claims: Vec<String>,
     /// Whether some listener has OAuth discovery (then callers' credentials are looked at).
     pub(crate) challenges: bool,
-    /// SHA-256 of the bundle's bytes ([`Engine::from_json`]) when some authorizer's answers
-    /// are cached (else zeros): every cache key holds it, so a new bundle never reuses an old
-    /// one's answers.
+    /// What every authorizer cache key holds: the SHA-256 of the bundle's bytes
+    /// ([`Engine::from_json`]) when some authorizer's answers are cached (else zeros), which
+    /// the host replaces by its configuration's generation
+    /// ([`crate::authz_cache::generation`]), so that no configuration reuses another's answers.
     pub generation: [u8; 32],
 }
 
@@ -341,11 +344,11 @@ impl Engine {
                 origins.entry(p.id.clone()).or_insert_with(|| o.clone());
             }
         }
-        let mut jwt_claims = compiled.jwt_claims;
+        let mut cache_claims: Vec<String> = Vec::new();
         let caches = b.authorizers.iter().filter_map(|a| a.cache.as_ref());
         for c in caches.flat_map(|c| &c.key_claims) {
-            if !jwt_claims.contains(c) {
-                jwt_claims.push(c.clone());
+            if !cache_claims.contains(c) {
+                cache_claims.push(c.clone());
             }
         }
         Ok(Engine {
@@ -365,7 +368,8 @@ impl Engine {
             route_match_headers: b.envoy.route_match_headers.clone(),
             unknown_backend: b.envoy.unknown_backend,
             escaped_slashes: b.envoy.escaped_slashes,
-            jwt_claims,
+            jwt_claims: compiled.jwt_claims,
+            cache_claims,
             cel_needs: compiled.cel_needs,
             decision_records: b.decision_records,
             recorded_headers: {
@@ -381,12 +385,17 @@ impl Engine {
         })
     }
 
+    /// Whether some authorizer's answers are cached.
+    pub fn caches_answers(&self) -> bool {
+        self.authorizers.iter().any(|a| a.cache.is_some())
+    }
+
     /// Parses, validates and compiles bundle JSON.
     pub fn from_json(json: &[u8]) -> Result<Engine, EngineError> {
         use sha2::Digest as _;
         let bundle = mcp_access_bundle::parse_bundle(json).map_err(EngineError::Bundle)?;
         let mut engine = Engine::compile(bundle).map_err(EngineError::Compile)?;
-        if engine.authorizers.iter().any(|a| a.cache.is_some()) {
+        if engine.caches_answers() {
             // What every worker of the Envoy was given: the same bytes, the same digest.
             engine.generation = sha2::Sha256::digest(json).into();
         }
@@ -522,6 +531,7 @@ impl Engine {
         crate::identity::Wanted {
             claims: &self.jwt_claims,
             texts: &self.identity_claims,
+            keyed: &self.cache_claims,
             payload: self.cel_needs.jwt_payload,
         }
     }

@@ -18,7 +18,7 @@ use prost::Message;
 use serde_json::{json, Value};
 
 /// Envoy's shared data as a map, and a clock the test moves (from 2026-01-01).
-struct FakeAnswers {
+pub(crate) struct FakeAnswers {
     slots: RefCell<BTreeMap<String, Vec<u8>>>,
     now: Cell<u64>,
 }

@@ -24,6 +24,7 @@ fn req() -> Request {
             spiffe: Some("spiffe://example.org/ns/agents/sa/bot".into()),
             jwts: vec![JwtPrincipal {
                 texts: Vec::new(),
+                keyed: Vec::new(),
                 issuer: "https://idp".into(),
                 subject: Some("u1".into()),
                 claims: Vec::new(),

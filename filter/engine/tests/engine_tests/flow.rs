@@ -625,6 +625,7 @@ fn a_jwt_caller_is_named_in_the_decision() {
     let e = tools_engine();
     let jwt = JwtPrincipal {
         texts: Vec::new(),
+        keyed: Vec::new(),
         issuer: "https://idp.example".into(),
         subject: Some("u1".into()),
         claims: vec![],

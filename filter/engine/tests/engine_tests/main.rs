@@ -10,6 +10,7 @@ mod common;
 
 mod authz_answers;
 mod authz_cache;
+mod authz_cache_key;
 mod cel;
 mod cel_input;
 mod compile_index;
