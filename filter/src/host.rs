@@ -12,7 +12,8 @@ use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 use mcp_access_engine::callout::CacheUse;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{
-    Dispatched, HeadersInput, Next, Phase, Reports, RequestFlow, Verdict, TRACE_TAG_KEYS,
+    CalloutAnswer, Dispatched, HeadersInput, Next, Phase, Reports, RequestFlow, Verdict,
+    TRACE_TAG_KEYS,
 };
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::Engine;
@@ -184,11 +185,7 @@ impl Stream {
                 Next::Dispatch(calls) => {
                     let results = calls.iter().map(|c| Dispatched {
                         slot: c.call.slot,
-                        token: if c.request.grpc {
-                            abi::grpc_call(&c.request)
-                        } else {
-                            abi::http_call(&c.request)
-                        },
+                        token: abi::http_call(&c.request),
                         at_ns: abi::now_ns(),
                     });
                     let progress = self.flow.dispatched(&self.engine, results);
@@ -341,27 +338,6 @@ impl Stream {
 }
 
 impl Context for Stream {
-    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
-        let now = abi::now_ns();
-        let progress = self.flow.on_grpc_response(
-            &self.engine,
-            token,
-            Some(status_code),
-            response_size,
-            |n| {
-                if status_code == 0 {
-                    abi::buffer(abi::BUFFER_GRPC_RECEIVE, n)
-                } else {
-                    // Envoy's reason when it could not reach the authorizer (for the log).
-                    abi::grpc_status_message(n)
-                }
-            },
-            now,
-        );
-        self.report_callouts(progress.reports);
-        self.run(progress.next, Phase::Async);
-    }
-
     fn on_http_call_response(
         &mut self,
         token: u32,
@@ -379,9 +355,15 @@ impl Context for Stream {
             0 => Some(Vec::new()),
             n => abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, n),
         };
-        let progress =
-            self.flow
-                .on_callout_response(&self.engine, token, status, &headers, read, now);
+        let answer = CalloutAnswer {
+            status,
+            headers: &headers,
+            trailers: || abi::header_map(abi::MAP_HTTP_CALL_RESPONSE_TRAILERS).unwrap_or_default(),
+            read,
+        };
+        let progress = self
+            .flow
+            .on_callout_response(&self.engine, token, answer, now);
         self.report_callouts(progress.reports);
         self.run(progress.next, Phase::Async);
     }
@@ -511,9 +493,9 @@ mod abi {
     pub const MAP_HTTP_RESPONSE_HEADERS: u32 = 2;
     pub const BUFFER_HTTP_RESPONSE_BODY: u32 = 1;
     pub const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
+    pub const MAP_HTTP_CALL_RESPONSE_TRAILERS: u32 = 7;
     pub const BUFFER_HTTP_REQUEST_BODY: u32 = 0;
     pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
-    pub const BUFFER_GRPC_RECEIVE: u32 = 5;
     const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
     pub const METRIC_COUNTER: u32 = 0;
     pub const METRIC_HISTOGRAM: u32 = 2;
@@ -557,7 +539,6 @@ mod abi {
             data: *const u8,
             data_size: usize,
         ) -> u32;
-        fn proxy_get_status(code: *mut u32, data: *mut *mut u8, size: *mut usize) -> u32;
         fn proxy_get_buffer_bytes(
             buffer: u32,
             start: usize,
@@ -735,16 +716,6 @@ mod abi {
         (status == OK).then_some(bytes)
     }
 
-    /// The message of the gRPC status of the call being answered (Envoy's reason when it
-    /// could not reach the upstream), at most `max` bytes.
-    pub fn grpc_status_message(max: usize) -> Option<Vec<u8>> {
-        let (mut code, mut data, mut size) = (0u32, null_mut(), 0usize);
-        let status = unsafe { proxy_get_status(&mut code, &mut data, &mut size) };
-        let mut bytes = unsafe { take(data, size) };
-        bytes.truncate(max);
-        (status == OK && !bytes.is_empty()).then_some(bytes)
-    }
-
     pub fn plugin_configuration() -> Option<Vec<u8>> {
         buffer(BUFFER_PLUGIN_CONFIGURATION, usize::MAX >> 1)
     }
@@ -795,27 +766,6 @@ mod abi {
             headers,
             Some(&c.body),
             Vec::new(),
-            std::time::Duration::from_millis(u64::from(c.timeout_ms)),
-        )
-        .map_err(|s| format!("{s:?}"))
-    }
-
-    /// Dispatches a gRPC authorizer's Check call. The upstream is given as a serialized
-    /// `envoy.config.core.v3.GrpcService` (`envoy_grpc.cluster_name`), so that Envoy answers
-    /// an unknown cluster with a status the SDK maps (a bare cluster name gets BadArgument,
-    /// on which the SDK panics) and never mistakes a cluster name for a proto.
-    pub fn grpc_call(c: &CalloutRequest) -> Result<u32, String> {
-        // The SDK takes the upstream as a &str. From 126 bytes of name on, the message's
-        // length takes a two-byte varint, which is never UTF-8.
-        let Ok(service) = String::from_utf8(mcp_access_engine::pb::grpc_service(&c.cluster)) else {
-            return Err("cluster name longer than 125 bytes".into());
-        };
-        proxy_wasm::hostcalls::dispatch_grpc_call(
-            &service,
-            mcp_access_engine::ext_authz::SERVICE,
-            mcp_access_engine::ext_authz::METHOD,
-            Vec::new(),
-            Some(&c.body),
             std::time::Duration::from_millis(u64::from(c.timeout_ms)),
         )
         .map_err(|s| format!("{s:?}"))

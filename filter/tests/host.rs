@@ -48,14 +48,10 @@ struct Host {
     response_body: Vec<u8>,
     /// Status proxy_http_call answers with.
     http_call_status: i32,
-    /// Status proxy_grpc_call answers with.
-    grpc_call_status: i32,
-    /// The gRPC receive buffer (a CheckResponse).
-    grpc_response: Vec<u8>,
-    /// The message proxy_get_status gives (of a gRPC call's status).
-    grpc_status_message: Vec<u8>,
-    /// (upstream, service, method, message) of each proxy_grpc_call.
-    grpc_calls: Vec<(Vec<u8>, String, String, Vec<u8>)>,
+    /// The trailers of a callout's answer.
+    call_response_trailers: Vec<(String, String)>,
+    /// The body of each proxy_http_call.
+    http_call_bodies: Vec<Vec<u8>>,
     /// The header maps read whole (proxy_get_header_map_pairs), by map number.
     pairs_reads: Vec<i32>,
     /// Request header edits other than replace: ("add"|"remove", name, value).
@@ -169,7 +165,6 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
                 0 => c.data().request_body.clone(),
                 1 => c.data().response_body.clone(),
                 4 => c.data().call_response_body.clone(),
-                5 => c.data().grpc_response.clone(),
                 7 => c.data().config.clone(),
                 other => panic!("buffer {other}"),
             };
@@ -183,6 +178,7 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
                 0 => c.data().request_headers.clone(),
                 2 => c.data().response_headers.clone(),
                 6 => c.data().call_response_headers.clone(),
+                7 => c.data().call_response_trailers.clone(),
                 other => panic!("header map {other}"),
             };
             give(c, &wire::encode_map(&pairs), a(1), a(2))
@@ -260,23 +256,6 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
                 None => NOT_FOUND,
             }
         }
-        "proxy_get_status" => {
-            write(c, a(0), &14u32.to_le_bytes());
-            let message = c.data().grpc_status_message.clone();
-            give(c, &message, a(1), a(2))
-        }
-        "proxy_grpc_call" => {
-            let call = (
-                read(c, a(0), a(1)),
-                text(c, a(2), a(3)),
-                text(c, a(4), a(5)),
-                read(c, a(8), a(9)),
-            );
-            c.data_mut().grpc_calls.push(call);
-            let token = 100 + c.data().grpc_calls.len() as u32;
-            write(c, a(11), &token.to_le_bytes());
-            c.data().grpc_call_status
-        }
         "proxy_get_property" => {
             let path = text(c, a(0), a(1)).replace('\0', ".");
             c.data_mut().property_reads.push(path.clone());
@@ -305,6 +284,8 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
             let cluster = text(c, a(0), a(1));
             let headers = pairs(read(c, a(2), a(3)));
             c.data_mut().http_calls.push((cluster, headers));
+            let body = read(c, a(4), a(5));
+            c.data_mut().http_call_bodies.push(body);
             let token = c.data().http_calls.len() as u32;
             write(c, a(9), &token.to_le_bytes());
             c.data().http_call_status
@@ -1113,6 +1094,50 @@ fn hvo(key: &str, value: &str, action: i32) -> pb::HeaderValueOption {
     }
 }
 
+/// A gRPC answer as it comes over HTTP/2: OK with these length-prefixed messages.
+fn grpc_ok(vm: &mut Vm, messages: &[&[u8]]) {
+    let mut body = Vec::new();
+    for m in messages {
+        body.push(0);
+        body.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        body.extend_from_slice(m);
+    }
+    let h = vm.host_mut();
+    h.call_response_headers = vec![
+        (":status".into(), "200".into()),
+        ("content-type".into(), "application/grpc".into()),
+    ];
+    h.call_response_trailers = vec![("grpc-status".into(), "0".into())];
+    h.call_response_body = body;
+}
+
+/// A trailers-only gRPC answer of status `code`.
+fn grpc_status(vm: &mut Vm, code: u32) {
+    let h = vm.host_mut();
+    h.call_response_headers = vec![
+        (":status".into(), "200".into()),
+        ("grpc-status".into(), code.to_string()),
+        ("grpc-message".into(), "no".into()),
+    ];
+    h.call_response_trailers = Vec::new();
+    h.call_response_body = Vec::new();
+}
+
+fn respond(vm: &mut Vm, token: i32) {
+    let (headers, body, trailers) = {
+        let h = vm.host();
+        (
+            h.call_response_headers.len(),
+            h.call_response_body.len(),
+            h.call_response_trailers.len(),
+        )
+    };
+    vm.call(
+        "proxy_on_http_call_response",
+        &[ROOT, token, headers as i32, body as i32, trailers as i32],
+    );
+}
+
 #[test]
 fn a_grpc_callout_carries_the_check_request_and_its_ok_edits_headers() {
     let Some(mut vm) = configured(&grpc_bundle("Deny"), "tools-route") else {
@@ -1120,14 +1145,27 @@ fn a_grpc_callout_carries_the_check_request_and_its_ok_edits_headers() {
     };
     let (ctx, _) = vm.request(POST, &call("echo"));
     assert_eq!(vm.body(ctx), PAUSE);
-    let (upstream, service, method, message) = vm.host().grpc_calls[0].clone();
-    // A serialized GrpcService { envoy_grpc { cluster_name: "risk-grpc" } }.
-    assert_eq!(upstream, [&[0x0a, 11, 0x0a, 9][..], b"risk-grpc"].concat());
+    let (cluster, headers) = vm.host().http_calls[0].clone();
+    assert_eq!(cluster, "risk-grpc");
+    let header = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.as_str())
+    };
     assert_eq!(
-        (service.as_str(), method.as_str()),
-        ("envoy.service.auth.v3.Authorization", "Check")
+        header(":path"),
+        Some("/envoy.service.auth.v3.Authorization/Check")
     );
-    let ext = ext_authz::context_extensions(&message);
+    assert_eq!(header("content-type"), Some("application/grpc"));
+    assert_eq!(header("te"), Some("trailers"));
+    let body = vm.host().http_call_bodies[0].clone();
+    assert_eq!(body[0], 0, "uncompressed");
+    assert_eq!(
+        u32::from_be_bytes(body[1..5].try_into().unwrap()) as usize,
+        body.len() - 5
+    );
+    let ext = ext_authz::context_extensions(&body[5..]);
     assert_eq!(ext.get("mcp_tool").map(String::as_str), Some("echo"));
     assert_eq!(
         ext.get("mcp_access_policy").map(String::as_str),
@@ -1161,8 +1199,8 @@ fn a_grpc_callout_carries_the_check_request_and_its_ok_edits_headers() {
         ..Default::default()
     };
     let bytes = prost::Message::encode_to_vec(&ok);
-    vm.host_mut().grpc_response = bytes.clone();
-    vm.call("proxy_on_grpc_receive", &[ROOT, 101, bytes.len() as i32]);
+    grpc_ok(&mut vm, &[&bytes]);
+    respond(&mut vm, 1);
     let h = vm.host();
     assert_eq!(h.continued, 1, "the paused request is resumed");
     assert!(h.set_headers.contains(&("x-set".into(), "1".into())));
@@ -1189,48 +1227,68 @@ fn a_grpc_callout_carries_the_check_request_and_its_ok_edits_headers() {
 
 #[test]
 fn grpc_failures_follow_the_failure_mode_and_never_panic() {
-    // A gRPC status other than OK, garbage, and a dispatch the host refuses.
+    let deny = prost::Message::encode_to_vec(&pb::CheckResponse {
+        status: Some(pb::RpcStatus {
+            code: 7,
+            message: String::new(),
+        }),
+        ..Default::default()
+    });
+    let ok = prost::Message::encode_to_vec(&pb::CheckResponse::default());
     for (mode, want) in [("Deny", "deny"), ("Allow", "allow")] {
         let Some(mut vm) = configured(&grpc_bundle(mode), "tools-route") else {
             return;
         };
-        let (ctx, _) = vm.request(POST, &call("echo"));
-        vm.body(ctx);
-        vm.call("proxy_on_grpc_close", &[ROOT, 101, 14]);
+        vm.host_mut().http_call_status = OK;
+        let mut token = 0;
+        let mut ask = |vm: &mut Vm| {
+            let (ctx, _) = vm.request(POST, &call("echo"));
+            vm.body(ctx);
+            token += 1;
+            token
+        };
+        let t = ask(&mut vm);
+        grpc_status(&mut vm, 14);
+        respond(&mut vm, t);
         assert_eq!(vm.decision()["decision"], want, "{mode} UNAVAILABLE");
         assert!(vm
             .host()
             .log_has("authorizer answered gRPC status 14 (UNAVAILABLE)"));
 
-        // Envoy's own UNAVAILABLE, for an authorizer it could not connect to (its message
-        // read through proxy_get_status): the log says the authorizer was not reached.
-        vm.host_mut().grpc_status_message = b"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure".to_vec();
-        let (ctx, _) = vm.request(POST, &call("echo"));
-        vm.body(ctx);
-        vm.call("proxy_on_grpc_close", &[ROOT, 102, 14]);
+        // Envoy's own 503, for an authorizer it could not connect to: the log says the
+        // authorizer was not reached.
+        let t = ask(&mut vm);
+        let h = vm.host_mut();
+        h.call_response_headers = vec![(":status".into(), "503".into())];
+        h.call_response_trailers = Vec::new();
+        h.call_response_body = b"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure".to_vec();
+        respond(&mut vm, t);
         assert_eq!(vm.decision()["decision"], want, "{mode} not reached");
         assert!(vm
             .host()
             .log_has("authorizer risk: not reached: Envoy could not reach cluster"));
-        vm.host_mut().grpc_status_message.clear();
 
-        let (ctx, _) = vm.request(POST, &call("echo"));
-        vm.body(ctx);
-        vm.host_mut().grpc_response = b"\xff\xff garbage".to_vec();
-        vm.call("proxy_on_grpc_receive", &[ROOT, 103, 10]);
+        let t = ask(&mut vm);
+        grpc_ok(&mut vm, &[b"\xff\xff garbage"]);
+        respond(&mut vm, t);
         assert_eq!(vm.decision()["decision"], want, "{mode} garbage");
         assert!(vm.host().log_has("malformed CheckResponse"));
 
-        vm.host_mut().grpc_call_status = 10; // InternalFailure: e.g. no healthy host
+        // A denial then an OK, in one answer: malformed (a unary answer has one message).
+        let t = ask(&mut vm);
+        grpc_ok(&mut vm, &[&deny, &ok]);
+        respond(&mut vm, t);
+        assert_eq!(vm.decision()["decision"], want, "{mode} two messages");
+        assert!(vm.host().log_has("a gRPC answer of 2 messages"));
+
+        vm.host_mut().http_call_status = 10; // InternalFailure: e.g. no healthy host
         let (ctx, _) = vm.request(POST, &call("echo"));
         vm.body(ctx);
         assert_eq!(vm.decision()["decision"], want, "{mode} dispatch");
         assert!(vm
             .host()
             .log_has("not reached: Envoy failed the call at once (InternalFailure)"));
-        vm.host_mut().grpc_call_status = OK;
-        // A late or unknown token is ignored.
-        vm.call("proxy_on_grpc_close", &[ROOT, 999, 0]);
+        vm.host_mut().http_call_status = OK;
     }
 }
 

@@ -302,14 +302,20 @@ def test_an_http_answers_own_framing_never_reaches_upstream(stack: Stack, answer
     assert stack.counter("callout.errors") == before
 
 
-def test_two_grpc_messages_on_a_unary_check_reach_the_filter_as_the_last_one(stack: Stack) -> None:
-    """Not detectable through proxy-wasm's gRPC call: Envoy's unary gRPC client keeps only the
-    last message (AsyncRequestImpl::onReceiveMessageRaw overwrites it) and hands over that one,
-    to the filter as to Envoy's own ext_authz filter (docs/semantics.md §3.5). This pins what
-    Envoy 1.40 does, so that a change shows."""
-    for via in ("mcp", "native"):
-        r = post(stack, "grpc-deny", "ok-then-deny", listener=via)
-        assert r.status == 401 and stack.servers["tools"].tool_calls() == [], (via, r.text)
-        r = post(stack, "grpc-deny", "deny-then-ok", listener=via)
-        assert r.status == 200 and stack.servers["tools"].tool_calls() == ["echo"], (via, r.text)
-        assert upstream(stack)["headers"]["x-user"] == "alice"
+def test_a_grpc_answer_of_two_messages_is_malformed_for_the_filter(stack: Stack) -> None:
+    """A unary Check answered with two messages is malformed (docs/semantics.md §3.5): the filter
+    calls gRPC authorizers as HTTP/2 callouts and reads every length-prefixed message, so the
+    failure mode applies (here Deny: the filter's own 403), whatever the order. Envoy's own
+    ext_authz filter (the native listener) keeps only the last message
+    (AsyncRequestImpl::onReceiveMessageRaw overwrites it): pinned so that a change shows."""
+    before = stack.counter("callout.errors")
+    for answer in ("ok-then-deny", "deny-then-ok"):
+        r = post(stack, "grpc-deny", answer, listener="mcp")
+        assert r.status == 403 and stack.servers["tools"].tool_calls() == [], (answer, r.text)
+        assert "-32010" in r.text and "www-authenticate" not in r.headers, r.headers
+    assert stack.counter("callout.errors") == before + 2
+    assert "a gRPC answer of 2 messages" in stack.envoy.log_text()
+    r = post(stack, "grpc-deny", "ok-then-deny", listener="native")
+    assert r.status == 401 and stack.servers["tools"].tool_calls() == [], r.text
+    r = post(stack, "grpc-deny", "deny-then-ok", listener="native")
+    assert r.status == 200 and stack.servers["tools"].tool_calls() == ["echo"], r.text

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from envoy.config.core.v3 import address_pb2, base_pb2, grpc_service_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.service.auth.v3 import attribute_context_pb2, external_auth_pb2
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import descriptor, struct_pb2, timestamp_pb2, wrappers_pb2
@@ -38,8 +38,6 @@ MESSAGES = {
     "HeaderValueOption": base_pb2.HeaderValueOption,
     "BoolValue": wrappers_pb2.BoolValue,
     "HeaderValue": base_pb2.HeaderValue,
-    "GrpcService": grpc_service_pb2.GrpcService,
-    "EnvoyGrpc": grpc_service_pb2.GrpcService.EnvoyGrpc,
 }
 # The Value oneof's variants, by their proto field names.
 KIND = {"Null": "null_value", "Number": "number_value", "Str": "string_value", "Bool": "bool_value",

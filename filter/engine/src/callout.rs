@@ -11,16 +11,15 @@ use crate::request::{Headers, McpOp, Request};
 
 use mcp_access_bundle::authz_cache::CONTEXT_HEADERS;
 
-/// A request to an authorizer: for `dispatch_http_call`, or with `grpc` for
-/// `dispatch_grpc_call` of [`crate::ext_authz::SERVICE`]/`Check` (`body`: the CheckRequest;
-/// no headers). Header names and values the filter writes itself are not allocated.
+/// A request to an authorizer, for `dispatch_http_call`: an HTTP authorizer's, or a gRPC
+/// authorizer's Check call as HTTP/2 carries it ([`crate::ext_authz::callout`]). Header names
+/// and values the filter writes itself are not allocated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CalloutRequest {
     pub cluster: String,
     pub headers: Vec<(Cow<'static, str>, Cow<'static, str>)>,
     pub body: Vec<u8>,
     pub timeout_ms: u32,
-    pub grpc: bool,
 }
 
 /// Why an authorizer's header cannot be applied to the upstream request or the client's
@@ -143,7 +142,6 @@ pub(crate) fn build(
         headers,
         body: forwarded.to_vec(),
         timeout_ms: authorizer.timeout_ms,
-        grpc: false,
     }
 }
 

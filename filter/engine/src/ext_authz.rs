@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use mcp_access_bundle::mcp_methods::{self, Category};
 use mcp_access_bundle::{Authorizer, Level};
 
+use crate::callout::{CalloutRequest, ERROR_BODY_PEEK};
 use crate::pb;
 use crate::policy::{AuthzOutcome, HeaderEdit, HeaderOp};
-use crate::request::{McpOp, Request};
+use crate::request::{Headers, McpOp, Request};
 
 /// gRPC service and method of the callout.
 pub const SERVICE: &str = "envoy.service.auth.v3.Authorization";
@@ -208,6 +209,145 @@ pub(crate) fn check_request(
             route_metadata_context: Some(pb::Metadata::default()),
         }),
     }
+}
+
+/// The callout carrying `check` to `authorizer`: a gRPC unary call as HTTP/2 frames it (POST
+/// to `/envoy.service.auth.v3.Authorization/Check`, `application/grpc`, the message behind its
+/// 5-byte prefix), made as an HTTP callout so that the answer's body comes whole, every
+/// length-prefixed message of it (Envoy's unary gRPC client keeps only the last message a
+/// server sends: a denial then an OK would read as the OK) — see [`interpret_http`].
+pub(crate) fn callout(authorizer: &Authorizer, check: &pb::CheckRequest) -> CalloutRequest {
+    let message = prost::Message::encode_to_vec(check);
+    let mut body = Vec::with_capacity(5 + message.len());
+    body.push(0);
+    body.extend_from_slice(
+        &u32::try_from(message.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    body.extend_from_slice(&message);
+    let authority = authorizer
+        .authority
+        .clone()
+        .unwrap_or_else(|| authorizer.cluster.clone());
+    CalloutRequest {
+        cluster: authorizer.cluster.clone(),
+        headers: vec![
+            (":method".into(), "POST".into()),
+            (
+                ":path".into(),
+                concat!("/", "envoy.service.auth.v3.Authorization", "/Check").into(),
+            ),
+            (":authority".into(), authority.into()),
+            ("content-type".into(), "application/grpc".into()),
+            ("te".into(), "trailers".into()),
+            (
+                "grpc-timeout".into(),
+                format!("{}m", authorizer.timeout_ms).into(),
+            ),
+        ],
+        body,
+        timeout_ms: authorizer.timeout_ms,
+    }
+}
+
+/// How many bytes of a gRPC answer's body the flow reads: one CheckResponse of at most the
+/// denial body cap plus [`RESPONSE_SLACK`], its prefix, and one byte more (to see a longer one).
+pub(crate) fn body_read_limit(authorizer: &Authorizer) -> usize {
+    usize::try_from(authorizer.max_response_body_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(RESPONSE_SLACK)
+        .saturating_add(6)
+}
+
+/// The answer to a [`callout`]: the HTTP `status` (None: none came), the response headers and
+/// trailers, and `body` (read up to [`body_read_limit`]). The gRPC status is the trailers'
+/// `grpc-status` (or the headers', for a trailers-only answer); an OK answer must hold exactly
+/// one uncompressed message, the CheckResponse, read as Envoy does ([`interpret`]). Anything
+/// else is malformed: no status, a status that is not a number, no message, more than one,
+/// a compressed one, bytes left over (docs/semantics.md §3.5).
+pub(crate) fn interpret_http(
+    authorizer: &Authorizer,
+    status: Option<u16>,
+    headers: &Headers,
+    trailers: &Headers,
+    body: &[u8],
+) -> (AuthzOutcome, Option<String>, Option<String>) {
+    let error = |detail: String| (AuthzOutcome::Error { detail }, None, None);
+    let Some(status) = status else {
+        return interpret(authorizer, None, None);
+    };
+    if status != 200 {
+        let what = format!("HTTP status {status} to a gRPC call");
+        let peek = body
+            .get(..ERROR_BODY_PEEK.min(body.len()))
+            .unwrap_or_default();
+        return error(crate::callout::error_detail(authorizer, &what, peek));
+    }
+    let grpc_status = trailers
+        .get("grpc-status")
+        .or_else(|| headers.get("grpc-status"));
+    let Some(code) = grpc_status else {
+        return (
+            crate::callout::malformed("a gRPC answer without grpc-status"),
+            None,
+            None,
+        );
+    };
+    let Ok(code) = code.trim().parse::<u32>() else {
+        let problem = format!("grpc-status {code:?} is not a number");
+        return (crate::callout::malformed(&problem), None, None);
+    };
+    if code != 0 {
+        let message = trailers
+            .get("grpc-message")
+            .or_else(|| headers.get("grpc-message"))
+            .unwrap_or_default();
+        return interpret(authorizer, Some(code), Some(message.as_bytes()));
+    }
+    if body.len() >= body_read_limit(authorizer) {
+        // Unread, it could be a denial: [`interpret`] denies it.
+        return interpret(authorizer, Some(0), None);
+    }
+    match messages(body).as_deref() {
+        Ok([one]) => interpret(authorizer, Some(0), Some(one)),
+        Ok(all) => {
+            let problem = format!(
+                "a gRPC answer of {} messages (a unary answer has one)",
+                all.len()
+            );
+            (crate::callout::malformed(&problem), None, None)
+        }
+        Err(problem) => (crate::callout::malformed(problem), None, None),
+    }
+}
+
+/// The length-prefixed messages of a gRPC body (each: a compression flag byte, a big-endian
+/// u32 length, the message).
+fn messages(mut body: &[u8]) -> Result<Vec<&[u8]>, &'static str> {
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let Some((&flag, rest)) = body.split_first() else {
+            break;
+        };
+        let Some((len, rest)) = rest.split_at_checked(4) else {
+            return Err("a gRPC message prefix cut short");
+        };
+        let len = u32::from_be_bytes(
+            len.try_into()
+                .map_err(|_| "a gRPC message prefix cut short")?,
+        );
+        if flag != 0 {
+            return Err("a compressed gRPC message (none was asked for)");
+        }
+        let len = usize::try_from(len).map_err(|_| "a gRPC message too long")?;
+        let Some((message, rest)) = rest.split_at_checked(len) else {
+            return Err("a gRPC message cut short");
+        };
+        out.push(message);
+        body = rest;
+    }
+    Ok(out)
 }
 
 /// The `context_extensions` of a serialized CheckRequest (empty if it does not decode).

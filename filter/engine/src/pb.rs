@@ -1,6 +1,6 @@
 //! The protobuf messages the filter reads or writes, declared for `prost` by hand (no protoc,
 //! no vendored .proto tree) with the field numbers of `envoy/service/auth/v3/*.proto`,
-//! `envoy/config/core/v3/{address,base,grpc_service}.proto`, `google/rpc/status.proto` and
+//! `envoy/config/core/v3/{address,base}.proto`, `google/rpc/status.proto` and
 //! `google/protobuf/{timestamp,struct,wrappers}.proto`. Only the fields the filter sends or
 //! reads are declared (prost skips the others when decoding);
 //! `integration/tests/test_grpc_messages.py` checks every field's name, number and type
@@ -225,32 +225,6 @@ pub struct HeaderValue {
     pub raw_value: Vec<u8>,
 }
 
-/// `envoy.config.core.v3.GrpcService`: only `envoy_grpc` (a member of the `target_specifier`
-/// oneof, the only one the filter uses).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct GrpcService {
-    #[prost(message, optional, tag = "1")]
-    pub envoy_grpc: Option<EnvoyGrpc>,
-}
-
-/// `envoy.config.core.v3.GrpcService.EnvoyGrpc`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct EnvoyGrpc {
-    #[prost(string, tag = "1")]
-    pub cluster_name: String,
-}
-
-/// The serialized `GrpcService` naming Envoy cluster `cluster` (how a Wasm filter names the
-/// upstream of a gRPC call).
-pub fn grpc_service(cluster: &str) -> Vec<u8> {
-    GrpcService {
-        envoy_grpc: Some(EnvoyGrpc {
-            cluster_name: cluster.to_string(),
-        }),
-    }
-    .encode_to_vec()
-}
-
 /// The `filter_metadata[filter]` Struct of a serialized `envoy.config.core.v3.Metadata` (what
 /// Envoy returns for the `metadata` property). None: not a Metadata, or no such entry.
 pub(crate) fn filter_metadata(metadata: &[u8], filter: &str) -> Option<Struct> {
@@ -404,20 +378,6 @@ mod tests {
         );
         assert_eq!(filter_metadata(&md, "other"), None);
         assert_eq!(filter_metadata(b"\xff", "other"), None);
-    }
-
-    #[test]
-    fn grpc_service_names_the_cluster() {
-        let bytes = grpc_service("outbound|9000||authz.ns.svc.cluster.local");
-        let decoded = GrpcService::decode(bytes.as_slice()).unwrap();
-        assert_eq!(
-            decoded.envoy_grpc.unwrap().cluster_name,
-            "outbound|9000||authz.ns.svc.cluster.local"
-        );
-        // What the hand-written encoding produced: field 1 { field 1: the name }.
-        let mut expected = vec![0x0a, 6, 0x0a, 4];
-        expected.extend_from_slice(b"name");
-        assert_eq!(grpc_service("name"), expected);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!
 //! Input: byte 0 chooses the authorizer (bit 0: gRPC, else HTTP; bit 1: failureMode Allow;
 //! bit 2: HTTP with `allowedResponseHeaders`). gRPC: byte 1 is the gRPC status (0 unless its
-//! high bit is set), the rest the CheckResponse. HTTP: bytes 1-2 the status (big-endian, mod
+//! high bit is set), the rest the CheckResponse (bit 6 of byte 1: the rest is the whole
+//! HTTP/2 body, framed or not, with `grpc-status: 0`). HTTP: bytes 1-2 the status (big-endian, mod
 //! 600), the rest UTF-8 (lossy) header records separated by U+001E, name and value by U+001F.
 #![no_main]
 
@@ -20,7 +21,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use mcp_access_bundle::http;
-use mcp_access_engine::flow::{Dispatched, HeadersInput, Next, RequestFlow};
+use mcp_access_engine::flow::{CalloutAnswer, Dispatched, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::request::{Caller, Headers};
 
@@ -119,8 +120,30 @@ fuzz_target!(|data: &[u8]| {
             return;
         };
         let status = if s & 0x80 == 0 { 0 } else { u32::from(s % 17) };
-        let read = |n: usize| Some(message[..n.min(message.len())].to_vec());
-        flow.on_grpc_response(e, 1, Some(status), message.len(), read, 0)
+        // Bit 6: the rest is the whole HTTP/2 body (any framing), with grpc-status 0.
+        let reply = if s & 0x40 == 0 {
+            Reply::Grpc {
+                status: Some(status),
+                message: message.to_vec(),
+            }
+        } else {
+            Reply::Raw {
+                status: Some(200),
+                headers: Headers::new(),
+                body: message.to_vec(),
+                trailers: Headers::from(vec![("grpc-status", "0")]),
+            }
+        };
+        let Some((status, headers, body, trailers)) = reply.wire() else {
+            return;
+        };
+        let answer = CalloutAnswer {
+            status,
+            headers: &headers,
+            trailers: || trailers,
+            read: |n: usize| Some(body[..n.min(body.len())].to_vec()),
+        };
+        flow.on_callout_response(e, 1, answer, 0)
     } else {
         let [a, b, text @ ..] = rest else {
             return;
@@ -135,14 +158,13 @@ fuzz_target!(|data: &[u8]| {
                 None => (r.to_string(), String::new()),
             })
             .collect();
-        flow.on_callout_response(
-            e,
-            1,
-            Some(status),
-            &Headers::from(&sent),
-            |_| Some(Vec::new()),
-            0,
-        )
+        let answer = CalloutAnswer {
+            status: Some(status),
+            headers: &Headers::from(&sent),
+            trailers: Headers::new,
+            read: |_| Some(Vec::new()),
+        };
+        flow.on_callout_response(e, 1, answer, 0)
     };
     let (next, reports) = (progress.next, progress.reports);
     assert_eq!(reports.len(), 1, "{reports:?}");

@@ -107,7 +107,6 @@ fn http_request(part: &[u8]) -> CalloutRequest {
         headers,
         body: body.as_bytes().to_vec(),
         timeout_ms: 100,
-        grpc: false,
     }
 }
 

@@ -22,5 +22,9 @@ fuzz_target!(|data: &[u8]| {
         String::from_utf8_lossy(&serde_oracle::canonical(&value)),
         "{text:?}"
     );
-    assert_eq!(canonicalize(&out, 64).ok().as_deref(), Some(&out[..]), "{text:?}");
+    assert_eq!(
+        canonicalize(&out, 64).ok().as_deref(),
+        Some(&out[..]),
+        "{text:?}"
+    );
 });

@@ -34,7 +34,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use mcp_access_bundle::AuthorizerProtocol;
 use mcp_access_engine::answer::Why;
-use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
+use mcp_access_engine::flow::{drive, CalloutAnswer, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
 use mcp_access_engine::policy::{Engine, Reason};
 use mcp_access_engine::request::{Caller, ClaimValue, Headers, JwtPrincipal};
@@ -482,9 +482,13 @@ fuzz_target!(|data: &[u8]| {
     }
     if input.stale {
         let never = |_: usize| -> Option<Vec<u8>> { panic!("a stray answer's body is read") };
-        let p = d
-            .flow
-            .on_callout_response(engine, 9999, Some(200), &Headers::new(), never, 0);
+        let answer = CalloutAnswer {
+            status: Some(200),
+            headers: &Headers::new(),
+            trailers: Headers::new,
+            read: never,
+        };
+        let p = d.flow.on_callout_response(engine, 9999, answer, 0);
         assert!(p.reports.is_empty(), "a stray answer is reported");
         d.handle(p.next);
     }

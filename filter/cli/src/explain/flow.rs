@@ -1,7 +1,7 @@
 //! The filter's request flow, driven as the host adapter drives it, with authorizer callouts
 //! answered from `--assume`.
 
-use mcp_access_bundle::{Bundle, Level, SpiffeSource};
+use mcp_access_bundle::{AuthorizerProtocol, Bundle, Level, SpiffeSource};
 use mcp_access_engine::answer::LocalResponse;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Outcome, Reply, RequestFlow};
@@ -113,12 +113,8 @@ pub(super) fn run_flow(
                 .is_some_and(|p| p.mode == mcp_access_bundle::PolicyMode::DryRun),
             cache: authorizer.and_then(|a| a.cache.clone()),
         });
-        // Answered as an HTTP authorizer answers, whatever its protocol.
-        Reply::Http {
-            status: assumed.status(),
-            headers: Default::default(),
-            body: Vec::new(),
-        }
+        let grpc = authorizer.is_some_and(|a| a.protocol == AuthorizerProtocol::Grpc);
+        Reply::verdict(assumed.status(), grpc)
     });
     let last = match last {
         // The identity headers the upstream gets (the removals of the client's copies aside).

@@ -1,7 +1,8 @@
 //! The request flow driven natively, as the host drives it, for the tools that run it without
 //! a host (`explain`, the benchmarks, the fuzz targets, the tests).
 
-use super::{Dispatched, Next, RequestFlow};
+use super::{CalloutAnswer, Dispatched, Next, RequestFlow};
+use crate::pb;
 use crate::policy::{AuthzCall, Engine};
 use crate::request::Headers;
 
@@ -14,16 +15,111 @@ pub enum Reply {
         headers: Headers,
         body: Vec<u8>,
     },
-    /// A gRPC answer: its status (None: none came) and the CheckResponse.
+    /// A gRPC answer: its status (None: none came) and the CheckResponse, as a gRPC server
+    /// sends it ([`Reply::wire`]).
     Grpc {
         status: Option<u32>,
         message: Vec<u8>,
+    },
+    /// An answer as it comes over HTTP/2, trailers included (any gRPC answer, well formed or
+    /// not).
+    Raw {
+        status: Option<u16>,
+        headers: Headers,
+        body: Vec<u8>,
+        trailers: Headers,
     },
     /// The host could not dispatch the call.
     NotDispatched,
 }
 
 impl Reply {
+    /// An authorizer's plain verdict in its protocol: `status` 2xx allows, another status
+    /// denies with it, None is no answer. A gRPC authorizer answers OK, or PERMISSION_DENIED
+    /// with a denied response of that status.
+    pub fn verdict(status: Option<u16>, grpc: bool) -> Reply {
+        match (status, grpc) {
+            (status, false) => Reply::Http {
+                status,
+                headers: Headers::new(),
+                body: Vec::new(),
+            },
+            (None, true) => Reply::Grpc {
+                status: None,
+                message: Vec::new(),
+            },
+            (Some(s), true) => {
+                let allowed = (200..300).contains(&s);
+                let response = pb::CheckResponse {
+                    status: Some(pb::RpcStatus {
+                        code: if allowed { 0 } else { 7 },
+                        message: String::new(),
+                    }),
+                    denied_response: (!allowed).then(|| pb::DeniedHttpResponse {
+                        status: Some(pb::HttpStatus { code: i32::from(s) }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                Reply::Grpc {
+                    status: Some(0),
+                    message: prost::Message::encode_to_vec(&response),
+                }
+            }
+        }
+    }
+
+    /// The answer as it comes over HTTP/2: a gRPC answer as a server sends it (OK: the
+    /// message behind its prefix, then `grpc-status: 0` in the trailers; an error: headers
+    /// only, with `grpc-status` and `grpc-message`).
+    pub fn wire(self) -> Option<(Option<u16>, Headers, Vec<u8>, Headers)> {
+        match self {
+            Reply::Http {
+                status,
+                headers,
+                body,
+            } => Some((status, headers, body, Headers::new())),
+            Reply::Grpc { status: None, .. } => {
+                Some((None, Headers::new(), vec![], Headers::new()))
+            }
+            Reply::Grpc {
+                status: Some(0),
+                message,
+            } => {
+                let mut body = vec![0];
+                body.extend_from_slice(
+                    &u32::try_from(message.len())
+                        .unwrap_or(u32::MAX)
+                        .to_be_bytes(),
+                );
+                body.extend_from_slice(&message);
+                let headers = Headers::from(vec![("content-type", "application/grpc")]);
+                let trailers = Headers::from(vec![("grpc-status", "0")]);
+                Some((Some(200), headers, body, trailers))
+            }
+            Reply::Grpc {
+                status: Some(code),
+                message,
+            } => {
+                let code = code.to_string();
+                let text = String::from_utf8_lossy(&message).into_owned();
+                let headers = Headers::from(vec![
+                    ("content-type", "application/grpc"),
+                    ("grpc-status", code.as_str()),
+                    ("grpc-message", text.as_str()),
+                ]);
+                Some((Some(200), headers, Vec::new(), Headers::new()))
+            }
+            Reply::Raw {
+                status,
+                headers,
+                body,
+                trailers,
+            } => Some((status, headers, body, trailers)),
+            Reply::NotDispatched => None,
+        }
+    }
+
     /// An HTTP answer with this status and nothing else.
     pub fn status(status: u16) -> Reply {
         Reply::Http {
@@ -67,17 +163,16 @@ pub fn drive(
         });
         next = flow.dispatched(engine, results).next;
         for (token, reply) in replies {
-            let progress = match reply {
-                Reply::Http {
-                    status,
-                    headers,
-                    body,
-                } => flow.on_callout_response(engine, token, status, &headers, read(&body), 0),
-                Reply::Grpc { status, message } => {
-                    flow.on_grpc_response(engine, token, status, message.len(), read(&message), 0)
-                }
-                Reply::NotDispatched => continue,
+            let Some((status, headers, body, trailers)) = reply.wire() else {
+                continue;
             };
+            let answer = CalloutAnswer {
+                status,
+                headers: &headers,
+                trailers: || trailers,
+                read: read(&body),
+            };
+            let progress = flow.on_callout_response(engine, token, answer, 0);
             if !progress.next.is_hold() {
                 next = progress.next;
             }

@@ -65,6 +65,15 @@ pub struct Callout {
     pub request: CalloutRequest,
 }
 
+/// An answer to a callout as the host received it: the HTTP status (None: none came: timeout,
+/// reset), the response headers, and readers of its trailers and its body (up to a count).
+pub struct CalloutAnswer<'h, T, R> {
+    pub status: Option<u16>,
+    pub headers: &'h Headers,
+    pub trailers: T,
+    pub read: R,
+}
+
 /// How the host dispatched one [`Callout`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dispatched {
@@ -528,55 +537,41 @@ impl RequestFlow {
             .map_or("?", |a| a.name.as_str())
     }
 
-    /// An HTTP callout answered at `now_ns` (`status` None: no response: timeout, reset).
-    /// `read` fetches up to the given number of body bytes; it is only called for a body the
-    /// flow reads ([`callout::body_read_limit`]: a denial's, at most its cap plus one byte).
+    /// A callout answered at `now_ns` (`status` None: no response: timeout, reset), with its
+    /// response `headers` and `trailers` (read only for a gRPC authorizer). `read` fetches up to the given number of body bytes;
+    /// it is only called for a body the flow reads (an HTTP authorizer's denial, at most its
+    /// cap plus one byte; a gRPC authorizer's answer, [`crate::ext_authz::body_read_limit`]).
     pub fn on_callout_response(
         &mut self,
         engine: &Engine,
         token: u32,
-        status: Option<u16>,
-        headers: &Headers,
-        read: impl FnOnce(usize) -> Option<Vec<u8>>,
+        answer: CalloutAnswer<'_, impl FnOnce() -> Headers, impl FnOnce(usize) -> Option<Vec<u8>>>,
         now_ns: u64,
     ) -> Progress {
+        let CalloutAnswer {
+            status,
+            headers,
+            trailers,
+            read,
+        } = answer;
         self.callout_ended(engine, token, now_ns, |a| {
-            let limit = callout::body_read_limit(a, status);
+            let grpc = a.protocol == mcp_access_bundle::AuthorizerProtocol::Grpc;
+            let limit = match (grpc, status) {
+                (true, Some(_)) => crate::ext_authz::body_read_limit(a),
+                (true, None) => 0,
+                (false, _) => callout::body_read_limit(a, status),
+            };
             let body = if limit > 0 {
                 read(limit).unwrap_or_default()
             } else {
                 Vec::new()
             };
-            let (outcome, note) = callout::interpret(a, status, headers, body);
-            (outcome, note, None)
-        })
-    }
-
-    /// A gRPC callout ended at `now_ns`: `grpc_status` (None: no answer: timeout, reset,
-    /// unreachable) and the CheckResponse of `size` bytes. `read` fetches it; it is only
-    /// called for an OK answer of at most the denial body cap plus
-    /// [`crate::ext_authz::RESPONSE_SLACK`] bytes (a larger one is not read, and denies).
-    pub fn on_grpc_response(
-        &mut self,
-        engine: &Engine,
-        token: u32,
-        grpc_status: Option<u32>,
-        size: usize,
-        read: impl FnOnce(usize) -> Option<Vec<u8>>,
-        now_ns: u64,
-    ) -> Progress {
-        self.callout_ended(engine, token, now_ns, |a| {
-            let limit = usize::try_from(a.max_response_body_bytes)
-                .unwrap_or(usize::MAX)
-                .saturating_add(crate::ext_authz::RESPONSE_SLACK);
-            let message = match grpc_status {
-                Some(0) => (size <= limit).then(|| read(size).unwrap_or_default()),
-                // Not OK: the status message (Envoy's reason when it could not reach the
-                // authorizer), for the log.
-                Some(_) => read(crate::callout::ERROR_BODY_PEEK),
-                None => None,
-            };
-            crate::ext_authz::interpret(a, grpc_status, message.as_deref())
+            if grpc {
+                crate::ext_authz::interpret_http(a, status, headers, &trailers(), &body)
+            } else {
+                let (outcome, note) = callout::interpret(a, status, headers, body);
+                (outcome, note, None)
+            }
         })
     }
 
@@ -694,14 +689,7 @@ impl RequestFlow {
                     let check =
                         crate::ext_authz::check_request(a, req, &self.body, id, c.level, &p.id);
                     let k = key(&c, authz_cache::Sent::Grpc(&check));
-                    let request = CalloutRequest {
-                        cluster: a.cluster.clone(),
-                        headers: Vec::new(),
-                        body: prost::Message::encode_to_vec(&check),
-                        timeout_ms: a.timeout_ms,
-                        grpc: true,
-                    };
-                    (request, k)
+                    (crate::ext_authz::callout(a, &check), k)
                 }
             };
             out.push((Callout { call: c, request }, cache_key));

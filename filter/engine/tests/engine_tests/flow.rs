@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::*;
-use mcp_access_engine::flow::{HeadersInput, Next, RequestFlow};
+use mcp_access_engine::flow::{CalloutAnswer, HeadersInput, Next, RequestFlow};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::policy::HeaderEdit;
 use mcp_access_engine::request::Caller;
@@ -584,7 +584,17 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     };
     flow.dispatch(&e, calls[0].call.slot, Ok(4), 1_000_000);
     let never = |_: usize| -> Option<Vec<u8>> { panic!("an unknown token's body is not read") };
-    let stray = flow.on_callout_response(&e, 5, Some(403), &Headers::new(), never, 0);
+    let stray = flow.on_callout_response(
+        &e,
+        5,
+        CalloutAnswer {
+            status: Some(403),
+            headers: &Headers::new(),
+            trailers: Headers::new,
+            read: never,
+        },
+        0,
+    );
     assert!(stray.next.is_hold() && stray.reports.is_empty());
     let mut asked = None;
     let read = |n: usize| {
@@ -594,9 +604,12 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     let progress = flow.on_callout_response(
         &e,
         4,
-        Some(403),
-        &Headers::from(vec![("content-type", "text/plain")]),
-        read,
+        CalloutAnswer {
+            status: Some(403),
+            headers: &Headers::from(vec![("content-type", "text/plain")]),
+            trailers: Headers::new,
+            read,
+        },
         8_000_000,
     );
     assert_eq!(asked, Some(9), "the cap plus one byte");

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use mcp_access_engine::flow::{
-    drive, Dispatched, HeadersInput, Next, Progress, Reply, RequestFlow,
+    drive, CalloutAnswer, Dispatched, HeadersInput, Next, Progress, Reply, RequestFlow,
 };
 use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
 use mcp_access_engine::policy::{AuthzOutcome, Decision, Engine, HeaderEdit, Step};
@@ -292,6 +292,8 @@ pub trait Host {
         body: Vec<u8>,
         now_ns: u64,
     ) -> Progress;
+    /// Any answer as it comes over the wire (trailers included).
+    fn answer_reply(&mut self, e: &Engine, token: u32, reply: Reply, now_ns: u64) -> Progress;
     /// A gRPC answer: its status and the CheckResponse.
     fn answer_grpc(
         &mut self,
@@ -323,8 +325,23 @@ impl Host for RequestFlow {
         body: Vec<u8>,
         now_ns: u64,
     ) -> Progress {
-        let read = |n: usize| Some(body[..n.min(body.len())].to_vec());
-        self.on_callout_response(e, token, status, &Headers::from(headers), read, now_ns)
+        let reply = Reply::Http {
+            status,
+            headers: Headers::from(headers),
+            body,
+        };
+        self.answer_reply(e, token, reply, now_ns)
+    }
+
+    fn answer_reply(&mut self, e: &Engine, token: u32, reply: Reply, now_ns: u64) -> Progress {
+        let (status, headers, body, trailers) = reply.wire().unwrap();
+        let answer = CalloutAnswer {
+            status,
+            headers: &headers,
+            trailers: || trailers,
+            read: |n: usize| Some(body[..n.min(body.len())].to_vec()),
+        };
+        self.on_callout_response(e, token, answer, now_ns)
     }
 
     fn answer_grpc(
@@ -335,7 +352,6 @@ impl Host for RequestFlow {
         message: Vec<u8>,
         now_ns: u64,
     ) -> Progress {
-        let read = |n: usize| Some(message[..n.min(message.len())].to_vec());
-        self.on_grpc_response(e, token, status, message.len(), read, now_ns)
+        self.answer_reply(e, token, Reply::Grpc { status, message }, now_ns)
     }
 }
