@@ -18,6 +18,19 @@ pub fn is_header_value(value: &str) -> bool {
     value.bytes().all(|b| b == b'\t' || !b.is_ascii_control())
 }
 
+/// Why `value` cannot be sent as a field value that every reader reads as it is (RFC 9110
+/// §5.5): a control character ([`is_header_value`]), or leading or trailing space or tab, which
+/// every HTTP parser strips (` admin ` would be read as `admin`). None: it can.
+pub fn field_value_problem(value: &str) -> Option<&'static str> {
+    if !is_header_value(value) {
+        Some("holds a control character (CR, LF, NUL or another)")
+    } else if value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']) {
+        Some("has leading or trailing whitespace")
+    } else {
+        None
+    }
+}
+
 /// Framing and hop-by-hop headers (RFC 9110 §7.6.1, plus `content-length` and `trailer`):
 /// they describe one message on one connection. `name` is lowercase.
 pub fn is_framing(name: &str) -> bool {

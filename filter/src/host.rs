@@ -395,11 +395,33 @@ impl HttpContext for Stream {
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> WasmAction {
+        let trailers = abi::header_map(abi::MAP_HTTP_REQUEST_TRAILERS).unwrap_or_default();
+        // No client copy of an identity header reaches the upstream in trailers either: the
+        // same removals as from the headers (docs/semantics.md §5.7), whatever the decision.
+        let present = |n: &str| trailers.iter().any(|(t, _)| t == n);
+        let removals = self
+            .engine
+            .identity_removals(trailers.iter().map(|(n, _)| n));
+        let removals = removals.iter().filter(|e| present(&e.name));
+        if let Some(e) = removals
+            .into_iter()
+            .find(|e| !abi::edit_header(abi::MAP_HTTP_REQUEST_TRAILERS, e))
+        {
+            abi::log(
+                LogLevel::Error,
+                &format!(
+                    "mcp-access: could not remove trailer {}: request refused",
+                    e.name
+                ),
+            );
+            let r = mcp_access_engine::answer::identity_headers_failed();
+            abi::send_response(r.status, &r.headers, &r.body);
+            return WasmAction::Pause;
+        }
         // Trailers end the body; continuing here without a decision would release the request.
         if self.flow.is_done() {
             return WasmAction::Continue;
         }
-        let trailers = abi::header_map(abi::MAP_HTTP_REQUEST_TRAILERS).unwrap_or_default();
         let action = self.flow.on_trailers(&self.engine, &trailers, |n| {
             abi::buffer(abi::BUFFER_HTTP_REQUEST_BODY, n)
         });
@@ -635,17 +657,16 @@ mod abi {
 
     /// Applies an authorizer's edit to the request headers; false if the host refused.
     pub fn edit_request_header(e: &HeaderEdit) -> bool {
+        edit_header(MAP_HTTP_REQUEST_HEADERS, e)
+    }
+
+    /// Applies `e` to header map `m` (request headers or trailers); false if the host refused.
+    pub fn edit_header(m: u32, e: &HeaderEdit) -> bool {
         let (name, value) = (e.name.as_bytes(), e.value.as_bytes());
         let present = || {
             let (mut data, mut size) = (null_mut(), 0usize);
             let status = unsafe {
-                proxy_get_header_map_value(
-                    MAP_HTTP_REQUEST_HEADERS,
-                    name.as_ptr(),
-                    name.len(),
-                    &mut data,
-                    &mut size,
-                )
+                proxy_get_header_map_value(m, name.as_ptr(), name.len(), &mut data, &mut size)
             };
             drop(unsafe { take(data, size) });
             status == OK
@@ -658,7 +679,6 @@ mod abi {
         if skip {
             return true;
         }
-        let m = MAP_HTTP_REQUEST_HEADERS;
         let status = unsafe {
             match e.op {
                 HeaderOp::Set | HeaderOp::OverwriteIfExists => proxy_replace_header_map_value(

@@ -10,6 +10,7 @@ streams, whose GET stream carries the headers too.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +99,20 @@ def test_the_server_sees_only_the_identity_the_filter_sets(cli: Path, wasm_path:
         underscore = post_jsonrpc(d.url, call, {"x_caller_sub": "admin"}, token=token)
         assert underscore.status == 400, underscore
         assert len(server.requests()) == 1
+
+        # A subject or claim with leading or trailing space or tab: every HTTP parser strips it,
+        # so the server would read another identity (" admin " as "admin"). Left out, and the
+        # decision record says why (never the value).
+        server.reset()
+        padded = jwt_keys.mint({"org": {"team": "blue\t"}, "groups": ["staff"]}, sub=" admin ")
+        r = post_jsonrpc(d.url, call, {}, token=padded)
+        assert r.status == (200 if mode == "json" else 400), r
+        (seen,) = server.requests()
+        assert identity_of(seen) == {"x-caller-iss": jwt_keys.issuer, "x-caller-groups": '["staff"]'}, seen
+        records = [json.loads(ln.split("mcp-access decision ", 1)[1]) for ln in d.envoy.log_text().splitlines()
+                   if "mcp-access decision " in ln]
+        assert records[-1]["identity_headers_omitted"] == [
+            {"name": "x-caller-sub", "reason": "has leading or trailing whitespace"},
+            {"name": "x-caller-team", "reason": "has leading or trailing whitespace"},
+            {"name": "x-caller-spiffe", "reason": "no SPIFFE ID"},
+        ], records[-1]

@@ -209,7 +209,7 @@ fn principal(p: &JwtProvider, payload: &pb::Struct, wanted: Wanted<'_>) -> Optio
                 Kind::Str(s) => s.clone(),
                 _ => v.to_json().to_string(),
             };
-            header_text(name, text)
+            Some((name.clone(), text))
         })
         .collect();
     let keyed = wanted
@@ -270,14 +270,6 @@ fn claim_at<'p>(payload: &'p pb::Struct, name: &str) -> Option<&'p pb::Value> {
         fields = inner;
     }
     None
-}
-
-/// `(name, text)` when `text` can be a header value: no control character but HTAB, at most
-/// [`MAX_VALUE_BYTES`](mcp_access_bundle::identity_headers::MAX_VALUE_BYTES) bytes.
-fn header_text(name: &str, text: String) -> Option<(String, String)> {
-    let fits = text.len() <= mcp_access_bundle::identity_headers::MAX_VALUE_BYTES
-        && mcp_access_bundle::http::is_header_value(&text);
-    fits.then(|| (name.to_string(), text))
 }
 
 #[cfg(test)]

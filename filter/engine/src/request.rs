@@ -38,8 +38,8 @@ pub struct JwtPrincipal {
     pub keyed: Vec<(String, String)>,
     /// The whole payload, kept only when a CEL expression reads `jwt.claims`.
     pub payload: Option<serde_json::Value>,
-    /// The claims identity headers carry, as header values: a string as it is, any other
-    /// value as JSON; a claim whose text cannot be a header value is left out.
+    /// The claims identity headers carry, as text: a string as it is, any other value as
+    /// JSON (whether it can be sent is judged where it is sent).
     pub texts: Vec<(String, String)>,
 }
 

@@ -731,6 +731,9 @@ impl RequestFlow {
                 outcome.origin = engine.origin_of(policy.as_deref());
                 outcome.policy = policy;
                 outcome.rule = rule;
+                let identity = self.req.as_ref().map(|r| engine.identity_edits(r));
+                let identity = identity.unwrap_or_default();
+                outcome.identity_omitted = identity.omitted;
                 self.outcome = Some(outcome);
                 // The listing filter takes the id; the request stays here, for the host to
                 // hand to it.
@@ -748,10 +751,9 @@ impl RequestFlow {
                         add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
                     }
                 }
-                let identity_headers = req.map_or_else(Vec::new, |r| engine.identity_edits(r));
                 Next::Allow {
                     add_headers,
-                    identity_headers,
+                    identity_headers: identity.edits,
                     listing,
                 }
             }
@@ -828,6 +830,7 @@ impl RequestFlow {
             authorizer_failed: false,
             request: None,
             authz_cached: Vec::new(),
+            identity_omitted: Vec::new(),
         }
     }
 

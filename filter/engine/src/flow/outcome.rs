@@ -4,7 +4,7 @@ use mcp_access_bundle::Level;
 
 use crate::answer::Why;
 use crate::jsonw::{push_int, push_opt_str, push_str};
-use crate::policy::DryRunRecord;
+use crate::policy::{DryRunRecord, Omitted};
 
 /// How the request ended, for stats, logs and filter state.
 ///
@@ -49,6 +49,9 @@ pub struct Outcome {
     pub request: Option<String>,
     /// The authorizers whose answers came from their policy's cache (docs/semantics.md §3.10).
     pub authz_cached: Vec<String>,
+    /// The identity headers of the backend an allowed request went without, and why
+    /// (docs/semantics.md §5.7).
+    pub identity_omitted: Vec<Omitted>,
 }
 
 /// The filter-state keys of [`Outcome::trace_tags`] (each readable as
@@ -121,6 +124,9 @@ impl Outcome {
             Some(d) => out.push_str(&dry_run_json(d).to_string()),
             None => out.push_str("null"),
         }
+        if !self.identity_omitted.is_empty() {
+            push_omitted(&mut out, &self.identity_omitted);
+        }
         out.push_str(",\"jwt\":");
         push_opt_str(&mut out, self.jwt.as_deref());
         out.push_str(",\"level\":");
@@ -163,6 +169,20 @@ fn push_cached(out: &mut String, names: &[String]) {
         out.push('"');
     }
     out.push_str("],");
+}
+
+/// `,"identity_headers_omitted":[{"name":...,"reason":...},...]`. Rare: out of line.
+#[inline(never)]
+fn push_omitted(out: &mut String, omitted: &[Omitted]) {
+    out.push_str(",\"identity_headers_omitted\":[");
+    for (i, o) in omitted.iter().enumerate() {
+        out.push_str(if i > 0 { ",{\"name\":" } else { "{\"name\":" });
+        push_str(out, &o.name);
+        out.push_str(",\"reason\":");
+        push_str(out, o.reason);
+        out.push('}');
+    }
+    out.push(']');
 }
 
 /// The `dry_run` object of a decision.
@@ -217,6 +237,19 @@ mod tests {
                 m.insert("authz_cached".into(), serde_json::json!(o.authz_cached));
             }
         }
+        if !o.identity_omitted.is_empty() {
+            let omitted: Vec<_> = o
+                .identity_omitted
+                .iter()
+                .map(|x| serde_json::json!({"name": x.name, "reason": x.reason}))
+                .collect();
+            if let Some(m) = v.as_object_mut() {
+                m.insert(
+                    "identity_headers_omitted".into(),
+                    serde_json::json!(omitted),
+                );
+            }
+        }
         v.to_string()
     }
 
@@ -255,6 +288,16 @@ mod tests {
                 counter: Some(0),
             }),
             authz_cached: vec!["ns.a".into(), "ns.b".into()],
+            identity_omitted: vec![
+                Omitted {
+                    name: "x-user".into(),
+                    reason: "has leading or trailing whitespace",
+                },
+                Omitted {
+                    name: "x-team".into(),
+                    reason: "no verified JWT",
+                },
+            ],
         };
         let empty = Outcome {
             allowed: true,
@@ -275,6 +318,7 @@ mod tests {
             authorizer_failed: true,
             request: None,
             authz_cached: Vec::new(),
+            identity_omitted: Vec::new(),
         };
         for o in [full, empty] {
             assert_eq!(o.to_json(), as_value_map(&o));

@@ -25,6 +25,7 @@ pub(crate) use cx::{Applies, CelCx};
 pub use dry_run::{DryRunRecord, Evaluation, View};
 pub(crate) use eval::TraceEntry;
 pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
+pub use identity_headers::{IdentityEdits, Omitted};
 pub use oauth::{Challenge, Discovery};
 
 use crate::request::{Request, Target};

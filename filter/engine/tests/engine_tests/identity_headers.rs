@@ -181,3 +181,91 @@ fn without_identity_headers_nothing_is_edited() {
     let (_, identity) = edits(&flow.on_headers(&e, input));
     assert!(identity.is_empty());
 }
+
+/// The request's outcome after `call`, as the decision record shows it.
+fn omitted(e: &Engine, jwts: Vec<JwtPrincipal>) -> (Vec<(String, String)>, Value) {
+    let mut input = post_input(ALPHA, &[]);
+    input.caller.jwts = jwts;
+    let mut flow = RequestFlow::new();
+    flow.on_headers(e, input);
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#;
+    let a = flow.on_body(e, body.len(), true, |_| Some(body.to_vec()));
+    let next = drive(&mut flow, e, a, |_| Reply::status(200));
+    let (_, identity) = edits(&next);
+    let set = set(&identity)
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    let record: Value = serde_json::from_str(&flow.outcome().unwrap().to_json()).unwrap();
+    (set, record["identity_headers_omitted"].clone())
+}
+
+#[test]
+fn a_value_a_server_would_read_otherwise_is_left_out_and_the_record_says_why() {
+    let e = engine(&identity_bundle());
+    // Every HTTP parser strips leading and trailing space and tab: " admin " would be read as
+    // "admin", another identity than the caller's.
+    let padded = principal(
+        &e,
+        json!({"iss": ISSUER, "sub": " admin ", "org": {"team": "ops\t"}, "groups": ["a"]}),
+    );
+    let (set, why) = omitted(&e, vec![padded]);
+    assert_eq!(
+        set,
+        [
+            ("x-caller-spiffe".to_string(), ALPHA.to_string()),
+            ("x-caller-iss".to_string(), ISSUER.to_string()),
+            ("x-caller-groups".to_string(), "[\"a\"]".to_string()),
+        ]
+    );
+    assert_eq!(
+        why,
+        json!([
+            {"name": "x-caller-sub", "reason": "has leading or trailing whitespace"},
+            {"name": "x-caller-team", "reason": "has leading or trailing whitespace"},
+        ])
+    );
+    // Every other cause is named too, never the value.
+    let odd = principal(&e, json!({"iss": ISSUER, "sub": "a\nb"}));
+    let (_, why) = omitted(&e, vec![odd]);
+    assert_eq!(
+        why,
+        json!([
+            {"name": "x-caller-sub", "reason": "holds a control character (CR, LF, NUL or another)"},
+            {"name": "x-caller-team", "reason": "the JWT has no such claim"},
+            {"name": "x-caller-groups", "reason": "the JWT has no such claim"},
+        ])
+    );
+    let (_, why) = omitted(&e, vec![]);
+    assert_eq!(
+        why[0],
+        json!({"name": "x-caller-sub", "reason": "no verified JWT"})
+    );
+    // A request that lacks nothing records nothing.
+    let full = principal(
+        &e,
+        json!({"iss": ISSUER, "sub": "u1", "org": {"team": "ops"}, "groups": []}),
+    );
+    assert_eq!(omitted(&e, vec![full]).1, Value::Null);
+}
+
+#[test]
+fn trailers_lose_every_identity_header_by_the_same_removals() {
+    let e = engine(&identity_bundle());
+    let names = |edits: Vec<HeaderEdit>| -> Vec<String> {
+        assert!(edits.iter().all(|e| e.op == HeaderOp::Remove));
+        edits.into_iter().map(|e| e.name).collect()
+    };
+    let from_trailers = names(e.identity_removals(["x_caller_sub", "x-other", "X-CALLER-SPIFFE"]));
+    assert!(
+        from_trailers.iter().any(|n| n == "x_caller_sub"),
+        "{from_trailers:?}"
+    );
+    for n in ALL {
+        assert!(from_trailers.iter().any(|t| t == n), "{n}");
+    }
+    assert!(!from_trailers.iter().any(|n| n == "x-other"));
+    assert!(engine(&bundle(vec![], &[]))
+        .identity_removals(["x-caller-sub"])
+        .is_empty());
+}
