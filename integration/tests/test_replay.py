@@ -69,6 +69,10 @@ def recorded(cli: Path, work_dir: Path, wasm_path: Path) -> Iterator[Any]:  # no
         with EnvoyProcess(json.loads((base / "envoy.json").read_text()), workdir=base / "envoy",
                           name="envoy-replay") as proxy:
             url = f"http://127.0.0.1:{port}/mcp"
+            # The SDK's own choice of revision: server/discover first, then 2026-07-28 if the
+            # server speaks it (records must carry the revision for replay to decide them again).
+            with McpAgent(url, mode="auto") as agent:
+                agent.call_tool("echo", {"text": "discovered"})
             with McpAgent(url, headers={"authorization": "Bearer secret-token"}) as agent:
                 agent.tool_names()
                 agent.call_tool("echo", {"text": "a"})
@@ -133,6 +137,9 @@ def test_replay_of_the_decision_log_lines(cli: Path, recorded: Any) -> None:  # 
     calls = {(f["change"], f["call"]) for f in json.loads(out.stdout)["flips"]}
     assert calls == {("loses", "tools/call get_weather"), ("loses", "tools/call add"),
                      ("gains", "tools/call delete_repo")}, out.stdout
-    # The manifests in force: nothing flips.
-    same = run_cli(cli, "replay", "-f", str(base / "before.yaml"), str(base / "access.log"))
-    assert same.returncode == 0 and " 0 flip(s)" in same.stdout, same.stdout
+    # The manifests in force: nothing flips, whatever revision each request was judged under.
+    records = [json.loads(e["filter_state"]) for e in proxy.access_log_entries() if e.get("filter_state") not in (None, "-")]
+    revisions = {r["request"]["revision"] for r in records if r.get("request")}
+    assert "2026-07-28" in revisions and any(r.get("method") == "server/discover" for r in records), revisions
+    same = run_cli(cli, "replay", "-f", str(base / "before.yaml"), str(base / "access.log"), str(log))
+    assert same.returncode == 0 and " 0 flip(s)" in same.stdout, same.stdout + same.stderr

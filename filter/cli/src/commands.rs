@@ -514,6 +514,7 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
                 Some(v)
             }
         },
+        revision: None,
     };
     let e = explain::explain(&bundle, topo.as_ref(), &spec)?;
     match a.format {
@@ -570,24 +571,33 @@ pub(crate) fn replay(a: ReplayArgs) -> Result<u8, String> {
             explain::parse_assumption(&v).map_err(|e| format!("--assume {e}"))?,
         );
     }
-    let mut text = String::new();
+    let (mut records, mut unreadable) = (Vec::new(), Vec::new());
     for log in &a.logs {
-        if log.as_os_str() == "-" {
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+        let mut bytes = Vec::new();
+        let name = if log.as_os_str() == "-" {
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
                 .map_err(|e| format!("cannot read standard input: {e}"))?;
+            "-".to_string()
         } else {
-            text.push_str(
-                &std::fs::read_to_string(log)
-                    .map_err(|e| format!("cannot read {}: {e}", log.display()))?,
-            );
-        }
-        text.push('\n');
+            bytes =
+                std::fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+            log.display().to_string()
+        };
+        let (found, bad) = replay::records(&bytes, &name);
+        records.extend(found);
+        unreadable.extend(bad);
     }
-    let records = replay::records(&text);
+    for u in &unreadable {
+        eprintln!(
+            "mcp-access replay: {}: unreadable decision record: {}",
+            u.at, u.why
+        );
+    }
     if records.is_empty() {
         return Err("no decision records in the logs (decision log lines `mcp-access decision {...}`, or access-log entries with filter_state)".into());
     }
-    let r = replay::replay(&bundle, topo.as_ref(), &records, &assume);
+    let mut r = replay::replay(&bundle, topo.as_ref(), &records, &assume);
+    r.unreadable = unreadable;
     match a.format {
         Format::Text => print!("{}", replay::to_text(&r)),
         f => print!("{}", serialize(&r, f)?),

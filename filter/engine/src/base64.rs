@@ -13,6 +13,27 @@ fn sextet(c: u8) -> Option<u32> {
     }))
 }
 
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// `input` in padded Base64 (what [`decode`] reads back).
+pub fn encode(input: &[u8]) -> String {
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let [a, b, c] = [0, 1, 2].map(|i| chunk.get(i).copied().unwrap_or(0));
+        let n = (u32::from(a) << 16) | (u32::from(b) << 8) | u32::from(c);
+        for k in 0..4 {
+            let c = if k <= chunk.len() {
+                let i = usize::try_from((n >> (18 - 6 * k)) & 63).unwrap_or(0);
+                ALPHABET.get(i).map_or('=', |&b| char::from(b))
+            } else {
+                '='
+            };
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The bytes `input` encodes, or None if it is not canonical padded Base64.
 pub(crate) fn decode(input: &[u8]) -> Option<Vec<u8>> {
     if !input.len().is_multiple_of(4) {

@@ -26,7 +26,7 @@
 
 pub mod answer;
 pub mod authz_cache;
-mod base64;
+pub mod base64;
 pub mod callout;
 pub mod canon;
 pub mod canonical_json;

@@ -103,6 +103,10 @@ pub struct RequestSpec {
     /// The caller's verified JWT claims (a JSON object with `iss`, `sub`, ...), as if Envoy's
     /// `jwt_authn` had verified that token.
     pub jwt_claims: Option<serde_json::Value>,
+    /// The MCP revision the client speaks (a decision record's `revision`): its
+    /// `MCP-Protocol-Version`, and from 2026-07-28 on the `Mcp-Method` and `Mcp-Name` headers
+    /// it requires, are sent unless given.
+    pub revision: Option<String>,
 }
 
 /// The result: what the filter (and Envoy) did with the request.

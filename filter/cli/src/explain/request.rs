@@ -38,7 +38,8 @@ pub(super) fn prepare(bundle: &Bundle, spec: &RequestSpec) -> Result<Prepared, S
         (None, Some(m)) => Some(body_for(m, spec.param.as_deref(), spec.arguments.as_ref())),
         (None, None) => None,
     };
-    let headers = client_headers(spec, body.as_deref());
+    let mut headers = client_headers(spec, body.as_deref());
+    revision_headers(spec, &mut headers);
     let spiffe = caller_spiffe(bundle, spec)?;
     Ok(Prepared {
         authority: client_authority(&host, port),
@@ -72,6 +73,29 @@ fn client_headers(spec: &RequestSpec, body: Option<&str>) -> Vec<(String, String
         }
     }
     headers
+}
+
+/// The MCP headers a client of `spec.revision` sends (SEP-2243), unless given: the revision,
+/// and from 2026-07-28 on the method and, where the method names one, its name (Base64
+/// sentinel, which carries any value as it is).
+fn revision_headers(spec: &RequestSpec, headers: &mut Vec<(String, String)>) {
+    let Some(rev) = spec.revision.as_deref() else {
+        return;
+    };
+    let mut add = |name: &str, value: String| {
+        if !headers.iter().any(|(k, _)| k == name) {
+            headers.push((name.to_string(), value));
+        }
+    };
+    add("mcp-protocol-version", rev.to_string());
+    let stateless = mcp_methods::Revision::parse(rev).is_some_and(|r| r.is_stateless());
+    if let (true, Some(m)) = (stateless, spec.mcp_method.as_deref()) {
+        add("mcp-method", m.to_string());
+        if let (true, Some(p)) = (mcp_methods::requires_name_header(m), spec.param.as_deref()) {
+            let encoded = mcp_access_engine::base64::encode(p.as_bytes());
+            add("mcp-name", format!("=?base64?{encoded}?="));
+        }
+    }
 }
 
 /// The caller's SPIFFE ID from `--spiffe` or `--service-account`; an error when the bundle

@@ -482,5 +482,6 @@ fn spec_of(d: &RequestYaml, r: &RequestYaml) -> Result<RequestSpec, String> {
         body,
         assume,
         jwt_claims,
+        revision: None,
     })
 }

@@ -23,6 +23,7 @@ mod oauth_identity;
 mod pin;
 mod policy_language;
 mod policy_test;
+mod replay;
 mod routes;
 mod settings;
 mod who_can;

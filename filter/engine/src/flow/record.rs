@@ -14,7 +14,8 @@ impl RequestFlow {
         let req = self.req.as_ref()?;
         let mut out = String::with_capacity(160);
         let arguments = engine.decision_records.arguments;
-        write_record(&mut out, req, &engine.recorded_headers, arguments);
+        let revision = self.revision.as_str();
+        write_record(&mut out, req, &engine.recorded_headers, arguments, revision);
         Some(out)
     }
 }
@@ -22,8 +23,15 @@ impl RequestFlow {
 /// The `request` object: `arguments` (JSON, only with `decisionRecords.arguments`), `headers`
 /// (those the rules' header conditions read, never credentials: name → [copies]), `host` (canonical),
 /// `jwt` (`iss`, `sub`, the claims JWT sources read), `method`, `path` (canonical), `port`,
-/// `route`; keys in order, as serde_json writes a map.
-fn write_record(out: &mut String, req: &Request, headers: &[String], arguments: bool) {
+/// `revision` (the MCP revision the request was judged under), `route`; keys in order, as
+/// serde_json writes a map.
+fn write_record(
+    out: &mut String,
+    req: &Request,
+    headers: &[String],
+    arguments: bool,
+    revision: &str,
+) {
     out.push_str("{\"arguments\":");
     let recorded = req.params.as_ref().and_then(|p| p.get("arguments"));
     match recorded.filter(|_| arguments) {
@@ -86,6 +94,8 @@ fn write_record(out: &mut String, req: &Request, headers: &[String], arguments: 
     push_str(out, &req.canonical_path);
     out.push_str(",\"port\":");
     push_int(out, i64::from(req.port));
+    out.push_str(",\"revision\":");
+    push_str(out, revision);
     out.push_str(",\"route\":");
     push_opt_str(out, req.route_name.as_deref());
     out.push('}');
@@ -158,6 +168,7 @@ mod tests {
             "method": req.method,
             "path": req.canonical_path,
             "port": req.port,
+            "revision": "2026-07-28",
             "route": req.route_name,
         })
         .to_string()
@@ -201,11 +212,11 @@ mod tests {
         let headers = ["a-first".to_string(), "x-missing".into(), "x-team".into()];
         for (req, arguments) in [(&full, true), (&full, false), (&Request::default(), true)] {
             let mut out = String::new();
-            write_record(&mut out, req, &headers, arguments);
+            write_record(&mut out, req, &headers, arguments, "2026-07-28");
             assert_eq!(out, as_value_map(req, &headers, arguments));
         }
         let mut out = String::new();
-        write_record(&mut out, &full, &headers, false);
+        write_record(&mut out, &full, &headers, false, "2026-07-28");
         assert!(
             !out.contains("secret") && !out.contains("arguments\":{"),
             "{out}"
