@@ -226,6 +226,9 @@ pub struct PinCheck {
     store: Option<DriftPort>,
     /// What the listings read so far said, not yet taken by the host.
     events: Vec<PinEvent>,
+    /// The pinned tools the listing being read showed drifted: a matching copy of the same
+    /// tool later in it never clears that.
+    drifted_here: Vec<String>,
 }
 
 impl Eq for PinCheck {}
@@ -237,6 +240,36 @@ impl PinCheck {
             pins,
             store,
             events: Vec::new(),
+            drifted_here: Vec::new(),
+        }
+    }
+
+    /// A new listing is read: what the last one showed drifted no longer holds back a match.
+    pub(crate) fn begin_listing(&mut self) {
+        self.drifted_here.clear();
+    }
+
+    /// Whether the listing being read showed tool `name` drifted.
+    pub(crate) fn drifted_here(&self, name: Option<&[u8]>) -> bool {
+        let name = name.and_then(|n| std::str::from_utf8(n).ok());
+        name.is_some_and(|n| self.drifted_here.iter().any(|d| d == n))
+    }
+
+    /// A listing that cannot be read (`text`, as the server sent it): each pinned tool it
+    /// names (its name as a JSON string anywhere in it) drifted, as its definition could not be
+    /// read (fail closed: calls are refused until a readable listing shows it as pinned).
+    pub(crate) fn unreadable(&mut self, text: &[u8]) {
+        let named: Vec<String> = self
+            .pins
+            .tools()
+            .map(|(n, _)| n.to_string())
+            .filter(|n| {
+                let quoted = serde_json::Value::from(n.as_str()).to_string();
+                text.windows(quoted.len()).any(|w| w == quoted.as_bytes())
+            })
+            .collect();
+        for n in named {
+            self.listed(Some(n.as_bytes()), Some(Observed::Unreadable));
         }
     }
 
@@ -257,7 +290,15 @@ impl PinCheck {
             return self.pins.unpinned == Unpinned::Allow;
         };
         let observed = observed.unwrap_or(Observed::Unreadable);
-        let matches = observed == Observed::Digest(pin.digest);
+        let already = self.drifted_here.iter().any(|d| d == name);
+        let matches = observed == Observed::Digest(pin.digest) && !already;
+        if already {
+            // A drifted copy came first in this listing: the tool stays drifted, as recorded.
+            return false;
+        }
+        if !matches {
+            self.drifted_here.push(name.to_string());
+        }
         let seen = (!matches).then_some(observed);
         let changed = self
             .store
@@ -343,7 +384,9 @@ mod tests {
         assert!(check.take_events().is_empty());
         assert_eq!(call_refusal(&p, "ns/b", "echo", Some(&*store)), None);
         // Drift: hidden, recorded once as new, calls refused with both digests.
+        // (Each listing read anew.)
         assert!(!check.listed(Some(b"echo"), Some(other)));
+        check.begin_listing();
         assert!(!check.listed(Some(b"echo"), Some(other)));
         let news: Vec<bool> = check
             .take_events()
@@ -361,6 +404,7 @@ mod tests {
         // Another backend's tool of that name is not affected.
         assert_eq!(call_refusal(&p, "ns/c", "echo", Some(&*store)), None);
         // The pinned definition again: shown, cleared, calls pass.
+        check.begin_listing();
         assert!(check.listed(Some(b"echo"), Some(echo)));
         assert_eq!(
             check.take_events(),

@@ -9,7 +9,7 @@ use super::sse::find_either;
 use super::{listing_at, Judge, ListingFilter, TOOLS};
 use crate::canonical_json::digest_remembered;
 use crate::json::{self, Val};
-use crate::pins::Observed;
+use crate::pins::{Observed, PinCheck};
 use crate::request::{McpOp, Request};
 
 /// What one JSON-RPC message of the answer is to the filter.
@@ -32,6 +32,18 @@ pub(super) enum Read<'t> {
 /// The spans (start, end) of a message's top-level id token in the text read and written.
 pub(super) type IdSpans = ((usize, usize), (usize, usize));
 
+/// What a listing shows of a tool the pins name: its digest, or Unreadable when it has no
+/// canonical form. None for a tool no pin names (only a pinned tool is digested).
+fn observed(p: &PinCheck, item: &Item<'_>, text: &[u8], max_depth: usize) -> Option<Observed> {
+    let name = std::str::from_utf8(item.key.as_deref()?).ok()?;
+    p.pins().get(name)?;
+    let listed = text.get(item.start..item.end).unwrap_or_default();
+    Some(match digest_remembered(listed, max_depth) {
+        Ok(d) => Observed::Digest(d),
+        Err(_) => Observed::Unreadable,
+    })
+}
+
 impl ListingFilter {
     /// One JSON-RPC message, read with the strict reader (UTF-8 only, nesting bounded, no
     /// duplicate of a member the filter reads: the client would read one copy, the filter
@@ -50,6 +62,14 @@ impl ListingFilter {
         text: &'t [u8],
         answers: bool,
     ) -> Read<'t> {
+        let read = self.read_shape(judge, text, answers);
+        if let (Read::Unreadable(_), Some(p)) = (&read, &mut self.pins) {
+            p.unreadable(text);
+        }
+        read
+    }
+
+    fn read_shape<'t>(&mut self, judge: Judge<'_>, text: &'t [u8], answers: bool) -> Read<'t> {
         let mut m = MessageShape::default();
         if json::read(text, self.max_depth, &mut m).is_err() || m.batch {
             return Read::Unreadable(None);
@@ -140,7 +160,33 @@ impl ListingFilter {
         };
         let mut out = Vec::with_capacity(text.len() + 32);
         let mut at = 0;
-        let mut items = m.items_read.iter().peekable();
+        // The pins judge every listed tool first: a drifted copy of a tool anywhere in the
+        // listing holds back every copy of it.
+        let pinned: Vec<bool> = match &mut self.pins {
+            Some(p) => {
+                p.begin_listing();
+                let judged: Vec<bool> = m
+                    .items_read
+                    .iter()
+                    .map(|item| {
+                        Some(item.array) != TOOLS
+                            || p.listed(
+                                item.key.as_deref(),
+                                observed(p, item, text, self.max_depth),
+                            )
+                    })
+                    .collect();
+                m.items_read
+                    .iter()
+                    .zip(judged)
+                    .map(|(item, ok)| {
+                        ok && !(Some(item.array) == TOOLS && p.drifted_here(item.key.as_deref()))
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let mut items = m.items_read.iter().enumerate().peekable();
         for &(index, start, end) in &m.arrays {
             if let Some((s, e, with)) = cache_edit.filter(|c| c.0 < start) {
                 out.extend_from_slice(text.get(at..s)?);
@@ -152,26 +198,9 @@ impl ListingFilter {
             out.extend_from_slice(text.get(at..start)?);
             out.push(b'[');
             let mut first = true;
-            while let Some(item) = items.next_if(|i| i.array == index) {
+            while let Some((i, item)) = items.next_if(|(_, i)| i.array == index) {
                 // A ToolPin holds tools to their pins; other items are not its concern.
-                let pinned = match (&mut self.pins, Some(index) == TOOLS) {
-                    (Some(p), true) => {
-                        let name = item.key.as_deref();
-                        // Only a tool that is pinned is digested: the others match no pin.
-                        let observed = name
-                            .and_then(|n| std::str::from_utf8(n).ok())
-                            .filter(|n| p.pins().get(n).is_some())
-                            .map(|_| {
-                                let listed = text.get(item.start..item.end).unwrap_or_default();
-                                match digest_remembered(listed, self.max_depth) {
-                                    Ok(d) => Observed::Digest(d),
-                                    Err(_) => Observed::Unreadable,
-                                }
-                            });
-                        p.listed(name, observed)
-                    }
-                    _ => true,
-                };
+                let pinned = pinned.get(i).copied().unwrap_or(true);
                 if !pinned || !self.usable(judge, (index, listing), item.key.as_deref()) {
                     continue;
                 }

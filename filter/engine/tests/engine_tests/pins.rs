@@ -391,3 +391,72 @@ fn a_listing_read_again_is_judged_as_it_was_the_first_time() {
         );
     }
 }
+
+/// The JSON answer through `f`, as the client gets it.
+fn json_answer(e: &Engine, f: &mut Filter, body: &str) -> Value {
+    let headers = [
+        (":status".to_string(), "200".to_string()),
+        ("content-type".to_string(), "application/json".to_string()),
+    ];
+    assert_eq!(f.on_headers(&headers), HeadersAction::Rewrite);
+    let owned = body.as_bytes().to_vec();
+    let BodyAction::Replace(out) = f.on_body(e, owned.len(), true, move |_| Some(owned)) else {
+        panic!("not replaced")
+    };
+    serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn an_unreadable_listing_that_names_a_pinned_tool_is_its_drift() {
+    let e = pinned("Deny", any_tool());
+    let store = Rc::new(MemoryDriftStore::default());
+    assert_eq!(call_reason(&e, &store, "rm"), "allowed");
+    // A number no double holds: the listing cannot be read, the client gets an error.
+    let huge = RM.replacen(
+        r#""type":"object""#,
+        r#""type":"object","maximum":1e400"#,
+        1,
+    );
+    assert_ne!(huge, RM);
+    let mut f = list(&e, &store);
+    let answer = json_answer(&e, &mut f, &listing(&[ECHO, &huge]));
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    // Every pinned tool the listing names drifted: calls are refused, not left to what the
+    // client learned before.
+    assert_eq!(
+        store.drifted("default/tools", "rm"),
+        Some(Observed::Unreadable)
+    );
+    assert_eq!(call_reason(&e, &store, "rm"), "tool_drifted");
+    assert_eq!(call_reason(&e, &store, "echo"), "tool_drifted");
+    // A readable listing that shows them as pinned clears it.
+    let mut f = list(&e, &store);
+    assert_eq!(
+        json_names(&e, &mut f, &listing(&[ECHO, RM])),
+        ["echo", "rm"]
+    );
+    assert_eq!(call_reason(&e, &store, "rm"), "allowed");
+}
+
+#[test]
+fn a_drifted_copy_of_a_tool_is_never_cleared_by_a_matching_copy() {
+    let e = pinned("Deny", any_tool());
+    let store = Rc::new(MemoryDriftStore::default());
+    let drifted = RM.replacen("Remove a file", "Remove every file", 1);
+    assert_ne!(drifted, RM);
+    for tools in [[drifted.as_str(), RM], [RM, drifted.as_str()]] {
+        let mut f = list(&e, &store);
+        assert_eq!(
+            json_names(&e, &mut f, &listing(&[ECHO, tools[0], tools[1]])),
+            ["echo"]
+        );
+        assert!(
+            matches!(
+                store.drifted("default/tools", "rm"),
+                Some(Observed::Digest(_))
+            ),
+            "{tools:?}"
+        );
+        assert_eq!(call_reason(&e, &store, "rm"), "tool_drifted");
+    }
+}
