@@ -75,16 +75,7 @@ fn listing(tools: &[&str]) -> String {
 
 /// The JSON answer through `f`: the names listed.
 fn json_names(e: &Engine, f: &mut Filter, body: &str) -> Vec<String> {
-    let headers = [
-        (":status".to_string(), "200".to_string()),
-        ("content-type".to_string(), "application/json".to_string()),
-    ];
-    assert_eq!(f.on_headers(&headers), HeadersAction::Rewrite);
-    let owned = body.as_bytes().to_vec();
-    let BodyAction::Replace(out) = f.on_body(e, owned.len(), true, move |_| Some(owned)) else {
-        panic!("not replaced")
-    };
-    tool_names(&serde_json::from_slice(&out).unwrap())
+    tool_names(&json_answer(e, f, body))
 }
 
 fn tool_names(v: &Value) -> Vec<String> {
