@@ -4,6 +4,7 @@
 use mcp_access_bundle::Level;
 use mcp_access_engine::answer::Why;
 use mcp_access_engine::flow::{Outcome, RequestFlow};
+use mcp_access_engine::policy::{Decision, Engine};
 use serde::Serialize;
 
 use super::TraceView;
@@ -40,7 +41,11 @@ pub struct AuthorizerAnswer {
 }
 
 /// The dry-run decision of `flow`, None when no dry-run policy concerns the request.
-pub(super) fn dry_run_view(flow: &RequestFlow, outcome: &Outcome) -> Option<DryRunView> {
+pub(super) fn dry_run_view(
+    engine: &Engine,
+    flow: &RequestFlow,
+    outcome: &Outcome,
+) -> Option<DryRunView> {
     if !flow.dry_run_evaluated() {
         return None;
     }
@@ -56,14 +61,28 @@ pub(super) fn dry_run_view(flow: &RequestFlow, outcome: &Outcome) -> Option<DryR
         })
         .collect();
     let Some(d) = &outcome.dry_run else {
-        // The same decision as the one enforced.
+        // The same decision as the one enforced, with its own level, reason, policy and
+        // rule (a dry-run policy may deny what an enforced one denies too).
+        let (allowed, level, reason, policy, rule) = match flow.dry_run_decision(engine)? {
+            Decision::Allow { policy, rule, .. } => (true, None, Why::Allowed, policy, rule),
+            Decision::Deny(d) => {
+                let rule = d.rule().map(str::to_string);
+                (
+                    false,
+                    Some(Level::name(d.level)),
+                    Why::Denied(d.reason),
+                    d.policy,
+                    rule,
+                )
+            }
+        };
         return Some(DryRunView {
-            decision: if outcome.allowed { "allow" } else { "deny" },
+            decision: if allowed { "allow" } else { "deny" },
             changed: false,
-            level: (!outcome.allowed).then(|| Level::name(outcome.level)),
-            reason: outcome.reason.as_str(),
-            policy: outcome.policy.clone(),
-            rule: outcome.rule.clone(),
+            level,
+            reason: reason.as_str(),
+            policy,
+            rule,
             authorizers: Vec::new(),
             not_called: Vec::new(),
             trace,

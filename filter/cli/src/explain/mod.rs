@@ -340,7 +340,7 @@ fn explanation(
     } else {
         Stage::Policy
     };
-    let dry_run = dry_run::dry_run_view(flow, &outcome);
+    let dry_run = dry_run::dry_run_view(engine, flow, &outcome);
     Ok(Explanation {
         request: request_view(req, ran),
         listener: outcome.listener.clone(),

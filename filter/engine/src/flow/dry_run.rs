@@ -18,18 +18,25 @@ impl RequestFlow {
             .is_some_and(|ev| ev.dry_run_decision().is_some())
     }
 
-    /// What the dry-run decision says beside the enforced `decision`, with the items a
-    /// request names judged in it as well.
-    pub(super) fn dry_run(&self, engine: &Engine, decision: &Decision) -> Option<DryRunRecord> {
+    /// The dry-run decision, with the items a request names judged in it as well: its own
+    /// level, reason, policy and rule, whether or not it differs from the enforced one (None
+    /// when no dry-run policy concerns the request).
+    pub fn dry_run_decision(&self, engine: &Engine) -> Option<Decision> {
         let ev = self.eval.as_ref()?;
         let dry = ev.dry_run_decision()?;
-        let dry = match dry {
+        let judged = match dry {
             Decision::Allow { .. } => self
                 .judge_named_items(engine, View::DryRun)
                 .or_else(|| self.pin_refusal(engine)),
             Decision::Deny(_) => None,
-        }
-        .unwrap_or_else(|| dry.clone());
+        };
+        Some(judged.unwrap_or_else(|| dry.clone()))
+    }
+
+    /// What the dry-run decision says beside the enforced `decision`.
+    pub(super) fn dry_run(&self, engine: &Engine, decision: &Decision) -> Option<DryRunRecord> {
+        let ev = self.eval.as_ref()?;
+        let dry = self.dry_run_decision(engine)?;
         let enforced = match decision {
             Decision::Allow { .. } => (true, None),
             Decision::Deny(d) => (false, d.level),

@@ -162,6 +162,11 @@ pub struct Denial {
 }
 
 impl Denial {
+    /// The deciding rule's name.
+    pub fn rule(&self) -> Option<&str> {
+        self.rule.as_deref()
+    }
+
     /// A denial for `reason` at `level`, naming no policy.
     pub(crate) fn of(level: Option<Level>, reason: Reason) -> Denial {
         Denial {
