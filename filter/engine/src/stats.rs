@@ -97,15 +97,13 @@ pub fn dry_run_counter_names(engine: &Engine) -> Vec<String> {
 pub fn policy_counter_names(engine: &Engine) -> Vec<(String, Option<String>, [String; 2])> {
     let mut out = Vec::new();
     for p in engine.policies.iter().filter(|p| p.mode.enforced()) {
+        // Decisions name the policy the user wrote (derived policies count there too).
+        let id = engine.written_name(&p.id);
         let of = |at: String| ["allowed", "denied"].map(|what| format!("{at}.{what}"));
-        out.push((
-            p.id.clone(),
-            None,
-            of(format!("mcp_access.policy.{}", p.id)),
-        ));
+        out.push((id.to_string(), None, of(format!("mcp_access.policy.{id}"))));
         for r in p.rules.iter().flatten() {
-            let at = format!("mcp_access.policy.{}.rule.{}", p.id, r.name);
-            out.push((p.id.clone(), Some(r.name.clone()), of(at)));
+            let at = format!("mcp_access.policy.{id}.rule.{}", r.name);
+            out.push((id.to_string(), Some(r.name.clone()), of(at)));
         }
     }
     out

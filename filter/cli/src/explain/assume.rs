@@ -6,12 +6,12 @@ use mcp_access_bundle::{Action, Bundle};
 
 use super::Assumption;
 
-/// `namespace/name` of the Gateway policy whose defaults/overrides block a bundle policy was
-/// derived from.
+/// `namespace/name` of the policy the user wrote that a bundle policy was derived from (a
+/// Gateway policy's defaults/overrides block, or a lower policy some of whose rules were
+/// replaced).
 fn block_policy(p: &mcp_access_bundle::Policy) -> Option<&str> {
     p.origin
         .as_ref()
-        .filter(|o| o.block.is_some())
         .and_then(|o| o.policy.split_once(' '))
         .map(|(_, id)| id)
 }

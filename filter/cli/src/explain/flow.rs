@@ -99,6 +99,8 @@ pub(super) fn run_flow(
         let authorizer = call.authorizer(engine);
         let (name, cluster) = authorizer.map_or(("", ""), |a| (&a.name, &a.cluster));
         let found = assumption(bundle, &spec.assume, &policy, name);
+        // Shown by the name of the policy the user wrote.
+        let policy = engine.written_name(&policy).to_string();
         let assumed = found.cloned().unwrap_or(Assumption::Allow);
         calls.push(CallView {
             level: call.level.as_str().to_string(),
@@ -186,7 +188,10 @@ pub(super) fn trace_views(
                     out.push(TraceView {
                         level,
                         step: "allow",
-                        policy: engine.policies.get(r.policy).map(|p| p.id.clone()),
+                        policy: engine
+                            .policies
+                            .get(r.policy)
+                            .map(|p| engine.written_name(&p.id).to_string()),
                         rule: Some(rule.name.clone()),
                         outcome: format!("not admitted: {why} does not match"),
                     });
@@ -196,7 +201,10 @@ pub(super) fn trace_views(
         out.push(TraceView {
             level,
             step: t.step,
-            policy: t.policy.clone(),
+            policy: t
+                .policy
+                .as_deref()
+                .map(|p| engine.written_name(p).to_string()),
             rule: t.rule.clone(),
             outcome: t.outcome.clone(),
         });

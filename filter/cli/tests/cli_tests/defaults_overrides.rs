@@ -120,7 +120,8 @@ fn a1_atomic_defaults_are_replaced_by_a_backend_policy() {
     // `other` has no policy of its own: the defaults apply there.
     assert_eq!(admitted_on(&c, "main", "/other", ALL), ["a", "b"]);
     let v = call(&c, "main", "/other", "a");
-    assert_eq!(v["policy"], "mcp/gw-defaults.mcp.other", "{v:#}");
+    // One name per user-written policy: the Gateway policy the defaults came from.
+    assert_eq!(v["policy"], "mcp/gw-defaults", "{v:#}");
     assert_eq!(
         v["origin"],
         "defaults (atomic) of AccessPolicy mcp/gw-defaults"

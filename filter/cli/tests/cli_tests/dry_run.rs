@@ -506,7 +506,15 @@ fn a_dry_run_denial_beside_an_enforced_one_names_its_own_policy_and_rule() {
     // Enforced: writers may call a only (no Allow rule admits x). Dry run: x is denied by a
     // rule of its own.
     let docs = [
-        policy("writers", "XBackend", "tools", "Allow", &rule("some", &["a"]), "", false),
+        policy(
+            "writers",
+            "XBackend",
+            "tools",
+            "Allow",
+            &rule("some", &["a"]),
+            "",
+            false,
+        ),
         policy(
             "no-delete",
             "XBackend",
@@ -519,7 +527,11 @@ fn a_dry_run_denial_beside_an_enforced_one_names_its_own_policy_and_rule() {
     ];
     let c = build(&docs, As::Written);
     let e = call(&c, "/tools", "x");
-    assert_eq!((&e["decision"], &e["reason"]), (&"deny".into(), &"not_allowed".into()), "{e}");
+    assert_eq!(
+        (&e["decision"], &e["reason"]),
+        (&"deny".into(), &"not_allowed".into()),
+        "{e}"
+    );
     let d = &e["dryRun"];
     assert_eq!(d["changed"], false, "{d}");
     assert_eq!(

@@ -729,7 +729,7 @@ impl RequestFlow {
             } => {
                 outcome.allowed = true;
                 outcome.origin = engine.origin_of(policy.as_deref());
-                outcome.policy = policy;
+                outcome.policy = policy.map(|p| engine.written_name(&p).to_string());
                 outcome.rule = rule;
                 let identity = self.req.as_ref().map(|r| engine.identity_edits(r));
                 let identity = identity.unwrap_or_default();
@@ -764,7 +764,7 @@ impl RequestFlow {
                 outcome.level = d.level;
                 outcome.reason = Why::Denied(d.reason);
                 outcome.origin = engine.origin_of(d.policy.as_deref());
-                outcome.policy = d.policy;
+                outcome.policy = d.policy.map(|p| engine.written_name(&p).to_string());
                 outcome.rule = d.rule;
                 outcome.status = Some(response.status);
                 self.outcome = Some(outcome);

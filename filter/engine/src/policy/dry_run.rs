@@ -328,7 +328,10 @@ impl Evaluation {
         enforced: (bool, Option<Level>),
     ) -> Option<DryRunRecord> {
         let sh = self.dry.as_deref()?;
-        let policy_name = |pid: PolicyId| engine.policies.get(pid).map(|p| p.id.clone());
+        let policy_name = |pid: PolicyId| {
+            let p = engine.policies.get(pid)?;
+            Some(engine.written_name(&p.id).to_string())
+        };
         let authorizers: Vec<(String, String)> = sh
             .calls
             .iter()
@@ -381,7 +384,7 @@ impl Evaluation {
             allowed,
             level,
             reason,
-            policy,
+            policy: policy.map(|p| engine.written_name(&p).to_string()),
             rule,
             authorizers,
             not_called,

@@ -249,6 +249,9 @@ pub struct Engine {
     by_cluster: HashMap<String, usize>,
     /// `namespace/name` → origin, for the policies that have one (looked up per decision).
     origins: HashMap<String, String>,
+    /// `namespace/name` of the policy a user wrote, by the id of each policy the compiler
+    /// derived from it ([`Engine::written_name`]).
+    written: HashMap<String, String>,
     pub identity: IdentitySettings,
     pub(crate) deny_response: DenyResponse,
     pub limits: Limits,
@@ -345,6 +348,16 @@ impl Engine {
                 origins.entry(p.id.clone()).or_insert_with(|| o.clone());
             }
         }
+        // Policies the compiler derived (defaults/overrides, rules replaced) answer to the
+        // name of the policy the user wrote.
+        let written: HashMap<String, String> = b
+            .policies
+            .iter()
+            .filter_map(|p| {
+                let (_, user) = p.origin.as_ref()?.policy.split_once(' ')?;
+                Some((format!("{}/{}", p.namespace, p.name), user.to_string()))
+            })
+            .collect();
         let mut cache_claims: Vec<String> = Vec::new();
         let caches = b.authorizers.iter().filter_map(|a| a.cache.as_ref());
         for c in caches.flat_map(|c| &c.key_claims) {
@@ -355,6 +368,7 @@ impl Engine {
         Ok(Engine {
             dry,
             origins,
+            written,
             policies,
             authorizers: b.authorizers.clone(),
             listeners,
@@ -401,6 +415,13 @@ impl Engine {
             engine.generation = sha2::Sha256::digest(json).into();
         }
         Ok(engine)
+    }
+
+    /// The name policy `id` goes by in records, counters and explanations: the `namespace/name`
+    /// of the policy the user wrote, for a policy the compiler derived from one (one name per
+    /// user-written policy everywhere); else `id` itself.
+    pub fn written_name<'a>(&'a self, id: &'a str) -> &'a str {
+        self.written.get(id).map_or(id, String::as_str)
     }
 
     /// The origin of policy `id` (`namespace/name`), if the compiler derived it.
