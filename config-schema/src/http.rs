@@ -31,6 +31,22 @@ pub fn field_value_problem(value: &str) -> Option<&'static str> {
     }
 }
 
+/// Whether header `name` (lowercase) carries a credential: `authorization`,
+/// `proxy-authorization`, `cookie`, or a name that says it holds a key, token, secret,
+/// password or session (`x-api-key`, `x-auth-token`, `x-session-id`, ...). Such a value is never
+/// written to a decision record in clear.
+pub fn is_credential(name: &str) -> bool {
+    const WORDS: [&str; 8] = [
+        "auth", "token", "secret", "passw", "apikey", "api-key", "api_key", "session",
+    ];
+    matches!(name, "cookie" | "proxy-authorization")
+        || WORDS.iter().any(|w| name.contains(w))
+        || name.ends_with("-key")
+        || name.ends_with("_key")
+        || name.ends_with("credential")
+        || name.ends_with("credentials")
+}
+
 /// Framing and hop-by-hop headers (RFC 9110 §7.6.1, plus `content-length` and `trailer`):
 /// they describe one message on one connection. `name` is lowercase.
 pub fn is_framing(name: &str) -> bool {

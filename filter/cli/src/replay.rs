@@ -254,6 +254,16 @@ fn spec_of(r: &Value, assume: &BTreeMap<String, Assumption>) -> Result<RequestSp
             _ => "the record carries no request (a filter that does not record requests)".into(),
         });
     };
+    // A credential a rule read is kept only as a keyed digest: never guessed at.
+    if req
+        .get("credential_headers")
+        .and_then(Value::as_object)
+        .is_some_and(|m| !m.is_empty())
+    {
+        return Err(
+            "a rule read a credential header, which the record holds only as a keyed digest".into(),
+        );
+    }
     let listener = text(r, "listener").ok_or("the record names no listener")?;
     let (gateway, listener) = listener
         .rsplit_once('/')

@@ -15,13 +15,23 @@ impl RequestFlow {
         let mut out = String::with_capacity(160);
         let arguments = engine.decision_records.arguments;
         let revision = self.revision.as_str();
-        write_record(&mut out, req, &engine.recorded_headers, arguments, revision);
+        let key = &engine.record_key;
+        write_record(
+            &mut out,
+            req,
+            &engine.recorded_headers,
+            arguments,
+            revision,
+            key,
+        );
         Some(out)
     }
 }
 
-/// The `request` object: `arguments` (JSON, only with `decisionRecords.arguments`), `headers`
-/// (those the rules' header conditions read, never credentials: name → [copies]), `host` (canonical),
+/// The `request` object: `arguments` (JSON, only with `decisionRecords.arguments`),
+/// `credential_headers` (only when a rule reads a credential header the request has: name →
+/// [keyed digests]), `headers` (the other headers the rules' header conditions read: name →
+/// [copies]), `host` (canonical),
 /// `jwt` (`iss`, `sub`, the claims JWT sources read), `method`, `path` (canonical), `port`,
 /// `revision` (the MCP revision the request was judged under), `route`; keys in order, as
 /// serde_json writes a map.
@@ -31,6 +41,7 @@ fn write_record(
     headers: &[String],
     arguments: bool,
     revision: &str,
+    key: &[u8; 32],
 ) {
     out.push_str("{\"arguments\":");
     let recorded = req.params.as_ref().and_then(|p| p.get("arguments"));
@@ -38,29 +49,18 @@ fn write_record(
         Some(a) => out.push_str(&a.to_string()),
         None => out.push_str("null"),
     }
-    out.push_str(",\"headers\":{");
-    let mut first = true;
-    // Sorted when the engine is compiled.
-    for name in headers {
-        let mut copies = req.header_values(name).peekable();
-        if copies.peek().is_none() {
-            continue;
-        }
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        push_str(out, name);
-        out.push_str(":[");
-        for (j, v) in copies.enumerate() {
-            if j > 0 {
-                out.push(',');
-            }
-            push_str(out, v);
-        }
-        out.push(']');
+    let credential = |h: &&String| mcp_access_bundle::http::is_credential(h);
+    let present = |h: &&String| req.header_values(h).next().is_some();
+    if headers.iter().filter(credential).any(|h| present(&h)) {
+        // Rare: only where a rule reads a credential header.
+        out.push_str(",\"credential_headers\":");
+        let digest = |name: &str, v: &str| keyed_digest(key, name, v);
+        write_headers(out, req, headers.iter().filter(credential), digest);
     }
-    out.push_str("},\"host\":");
+    out.push_str(",\"headers\":");
+    let plain = headers.iter().filter(|h| !credential(h));
+    write_headers(out, req, plain, |_, v| v.to_string());
+    out.push_str(",\"host\":");
     push_str(out, &req.host);
     out.push_str(",\"jwt\":");
     match req.caller.jwts.first() {
@@ -101,6 +101,57 @@ fn write_record(
     out.push('}');
 }
 
+/// `{name: [copies], ...}` of the request's copies of `names` (those it has), each copy as
+/// `show` writes it.
+fn write_headers<'a>(
+    out: &mut String,
+    req: &Request,
+    names: impl Iterator<Item = &'a String>,
+    show: impl Fn(&str, &str) -> String,
+) {
+    out.push('{');
+    let mut first = true;
+    // Sorted when the engine is compiled.
+    for name in names {
+        let mut copies = req.header_values(name).peekable();
+        if copies.peek().is_none() {
+            continue;
+        }
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        push_str(out, name);
+        out.push_str(":[");
+        for (j, v) in copies.enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            push_str(out, &show(name, v));
+        }
+        out.push(']');
+    }
+    out.push('}');
+}
+
+/// A credential as a record holds it: `hmac-sha256:` and 32 hex digits of SHA-256 over the
+/// engine's secret key, the header's name and the value (the same value reads the same
+/// within one engine; neither the value nor a guess of it can be checked without the key).
+fn keyed_digest(key: &[u8; 32], name: &str, value: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    h.update(key);
+    crate::keyhash::field(&mut h, name.as_bytes());
+    crate::keyhash::field(&mut h, value.as_bytes());
+    let digest: [u8; 32] = h.finalize().into();
+    let mut out = String::with_capacity(44);
+    out.push_str("hmac-sha256:");
+    for b in digest.iter().take(16) {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
 /// A member of the record's `jwt` object.
 enum Field<'a> {
     Text(&'a str),
@@ -135,7 +186,7 @@ mod tests {
     use serde_json::{json, Map, Value};
 
     /// The record as a `serde_json::Value` map of the same request.
-    fn as_value_map(req: &Request, headers: &[String], arguments: bool) -> String {
+    fn as_value_map(req: &Request, headers: &[String], arguments: bool, key: &[u8; 32]) -> String {
         let jwt = req.caller.jwts.first().map(|j| {
             let mut m = Map::new();
             m.insert("iss".into(), j.issuer.clone().into());
@@ -152,15 +203,27 @@ mod tests {
             }
             m
         });
+        let credentials: Map<String, Value> = headers
+            .iter()
+            .filter(|h| mcp_access_bundle::http::is_credential(h))
+            .filter_map(|h| {
+                let copies: Vec<String> = req
+                    .header_values(h)
+                    .map(|v| keyed_digest(key, h, v))
+                    .collect();
+                (!copies.is_empty()).then(|| (h.clone(), json!(copies)))
+            })
+            .collect();
         let headers: Map<String, Value> = headers
             .iter()
+            .filter(|h| !mcp_access_bundle::http::is_credential(h))
             .filter_map(|h| {
                 let copies: Vec<&str> = req.header_values(h).collect();
                 (!copies.is_empty()).then(|| (h.clone(), json!(copies)))
             })
             .collect();
         let args = req.params.as_ref().and_then(|p| p.get("arguments"));
-        json!({
+        let mut v = json!({
             "arguments": args.filter(|_| arguments),
             "headers": headers,
             "host": req.host,
@@ -170,8 +233,11 @@ mod tests {
             "port": req.port,
             "revision": "2026-07-28",
             "route": req.route_name,
-        })
-        .to_string()
+        });
+        if !credentials.is_empty() {
+            v["credential_headers"] = Value::Object(credentials);
+        }
+        v.to_string()
     }
 
     #[test]
@@ -187,6 +253,7 @@ mod tests {
                 ("authorization", "Bearer secret"),
                 ("a-first", "1"),
                 ("x-team", "r\ned"),
+                ("x-api-key", "k-secret-1"),
             ]),
             caller: Caller {
                 jwts: vec![JwtPrincipal {
@@ -209,17 +276,30 @@ mod tests {
             params: Some(json!({"name": "t", "arguments": {"z": "é", "a": [1, {"b": null}]}})),
             ..Request::default()
         };
-        let headers = ["a-first".to_string(), "x-missing".into(), "x-team".into()];
+        let headers = [
+            "a-first".to_string(),
+            "x-api-key".into(),
+            "x-missing".into(),
+            "x-team".into(),
+        ];
+        let key = [7u8; 32];
         for (req, arguments) in [(&full, true), (&full, false), (&Request::default(), true)] {
             let mut out = String::new();
-            write_record(&mut out, req, &headers, arguments, "2026-07-28");
-            assert_eq!(out, as_value_map(req, &headers, arguments));
+            write_record(&mut out, req, &headers, arguments, "2026-07-28", &key);
+            assert_eq!(out, as_value_map(req, &headers, arguments, &key));
         }
         let mut out = String::new();
-        write_record(&mut out, &full, &headers, false, "2026-07-28");
+        write_record(&mut out, &full, &headers, false, "2026-07-28", &key);
         assert!(
             !out.contains("secret") && !out.contains("arguments\":{"),
             "{out}"
         );
+        // The API key a rule reads is a keyed digest: the same value reads the same, another
+        // key gives another digest.
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let d = &v["credential_headers"]["x-api-key"][0];
+        assert_eq!(d, &json!(keyed_digest(&key, "x-api-key", "k-secret-1")));
+        assert_ne!(d, &json!(keyed_digest(&[8; 32], "x-api-key", "k-secret-1")));
+        assert!(v["headers"].get("x-api-key").is_none());
     }
 }

@@ -130,7 +130,7 @@ impl Key {
             }
             opt_field(&mut h, None);
         }
-        // The headers rules read (`recorded_headers` leaves credentials out: always taken).
+        // The headers rules read, and the caller's credentials (always taken).
         let credentials = ["authorization", "proxy-authorization", "cookie"];
         for name in engine
             .recorded_headers

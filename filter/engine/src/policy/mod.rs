@@ -271,9 +271,12 @@ pub struct Engine {
     pub(crate) cel_needs: CelNeeds,
     /// What decision records carry.
     pub decision_records: bundle::DecisionRecords,
-    /// Headers the rules' header conditions read (lowercase; never credentials): what a
-    /// decision record keeps of the request's headers.
+    /// Headers the rules' header conditions read (lowercase): what a decision record keeps of
+    /// the request's headers (a credential's as a keyed digest, [`Engine::record_key`]).
     pub recorded_headers: Vec<String>,
+    /// The key of the digests decision records hold of credentials (random, never written
+    /// anywhere: a record proves which value a rule read without revealing it).
+    pub(crate) record_key: [u8; 32],
     /// This engine, told apart from every other built in the process (reused listings).
     pub(crate) instance: Instance,
     /// Every identity header name of the bundle, sorted (removed from allowed requests).
@@ -287,6 +290,17 @@ pub struct Engine {
     /// the host replaces by its configuration's generation
     /// ([`crate::authz_cache::generation`]), so that no configuration reuses another's answers.
     pub generation: [u8; 32],
+}
+
+/// 32 random bytes (the OS's, through std's hasher seeds: `random_get` on WASI).
+fn random_key() -> [u8; 32] {
+    use std::hash::BuildHasher as _;
+    let mut key = [0u8; 32];
+    for (i, chunk) in key.chunks_mut(8).enumerate() {
+        let word = std::hash::RandomState::new().hash_one(i);
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    key
 }
 
 /// One engine among those the process built: a number never given twice.
@@ -393,6 +407,7 @@ impl Engine {
                 h
             },
             instance: Instance::new(),
+            record_key: random_key(),
             identity_header_names,
             identity_claims,
             challenges,
@@ -811,11 +826,7 @@ fn compile_policies(
                 .iter()
                 .flat_map(|a| a.headers.iter().map(|h| &h.name));
             for h in read {
-                let credential = matches!(
-                    h.as_str(),
-                    "authorization" | "proxy-authorization" | "cookie"
-                );
-                if !credential && !out.headers.contains(h) {
+                if !out.headers.contains(h) {
                     out.headers.push(h.clone());
                 }
             }
