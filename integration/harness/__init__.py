@@ -34,7 +34,7 @@ from .envoy import (
     wasm_filter,
 )
 from .jwt import JwtKeys, make_jwt_keys
-from .ports import BackgroundHttpServer, free_port, free_ports, port_open, wait_for_port
+from .ports import BackgroundHttpServer, free_port, free_ports, json_reply, port_open, wait_for_port
 from .procs import (
     AuthorizerProc,
     ManagedProcess,
@@ -45,7 +45,7 @@ from .procs import (
 )
 
 __all__ = [
-    "ALPHA", "BETA", "AuthServer", "AuthorizerProc", "BackgroundHttpServer", "CertPair", "Cluster", "Denied", "EnvoyProcess", "HttpResult",
+    "ALPHA", "BETA", "AuthServer", "AuthorizerProc", "BackgroundHttpServer", "json_reply", "CertPair", "Cluster", "Denied", "EnvoyProcess", "HttpResult",
     "JwtKeys", "JwtProvider", "Listener", "ManagedProcess", "McpAgent", "McpServerProc", "Pki", "Route",
     "Tls", "TransportFailure", "Wasm", "build_bootstrap", "delete", "envoy_binary", "ext_authz_filter",
     "free_port", "free_ports", "get", "initialize_params", "jwt_filter", "make_jwt_keys", "make_pki",

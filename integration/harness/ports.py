@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 _lock = threading.Lock()
 _handed_out: set[int] = set()
@@ -60,3 +61,12 @@ class BackgroundHttpServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def json_reply(handler: Any, body: bytes, status: int = 200, content_type: str = "application/json") -> None:
+    """Answers a BaseHTTPRequestHandler request with `body` (Content-Length framed)."""
+    handler.send_response(status)
+    handler.send_header("content-type", content_type)
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

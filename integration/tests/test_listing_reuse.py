@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from harness import ALPHA, BETA, BackgroundHttpServer, Cluster, Pki, Route, rpc
+from harness import ALPHA, BETA, BackgroundHttpServer, Cluster, Pki, Route, json_reply, rpc
 from harness import bundles as b
 from harness.stack import Stack
 
@@ -70,11 +70,7 @@ class ListingUpstream(BackgroundHttpServer):
                         time.sleep(0.01)
                     self.wfile.write(b"0\r\n\r\n")
                     return
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                json_reply(self, body)
 
             def log_message(self, *args: Any) -> None:
                 pass

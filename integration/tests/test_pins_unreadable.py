@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from harness import BackgroundHttpServer, Cluster, Route, rpc
+from harness import BackgroundHttpServer, Cluster, Route, json_reply, rpc
 from harness import bundles as b
 from harness.stack import Listen, Stack
 
@@ -53,11 +53,7 @@ class Upstream(BackgroundHttpServer):
                     outer.calls.append(msg.get("params", {}).get("name", ""))
                     body = json.dumps({"jsonrpc": "2.0", "id": msg.get("id"),
                                        "result": {"content": [{"type": "text", "text": "ok"}]}}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                json_reply(self, body)
 
             def log_message(self, *args: Any) -> None:
                 pass
