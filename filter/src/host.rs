@@ -301,7 +301,8 @@ impl Stream {
             LogLevel::Info
         };
         if abi::log_enabled(level) {
-            abi::log(level, &format!("mcp-access decision {json}"));
+            let prefix = mcp_access_engine::flow::records::LOG_PREFIX;
+            abi::log(level, &format!("{prefix}{json}"));
         }
     }
 

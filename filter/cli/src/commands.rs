@@ -597,7 +597,10 @@ pub(crate) fn replay(a: ReplayArgs) -> Result<u8, String> {
         return Err("no decision records in the logs (decision log lines `mcp-access decision {...}`, or access-log entries with filter_state)".into());
     }
     let mut r = replay::replay(&bundle, topo.as_ref(), &records, &assume);
-    r.unreadable = unreadable;
+    r.unreadable = unreadable
+        .into_iter()
+        .map(|u| format!("{}: {}", u.at, u.why))
+        .collect();
     match a.format {
         Format::Text => print!("{}", replay::to_text(&r)),
         f => print!("{}", serialize(&r, f)?),

@@ -9,6 +9,7 @@ mod gather;
 mod outcome;
 mod pinned;
 mod record;
+pub mod records;
 
 use mcp_access_bundle::gateway_api::canonical_host;
 use mcp_access_bundle::mcp_methods::{self, Revision};
