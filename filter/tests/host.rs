@@ -1116,6 +1116,7 @@ fn grpc_status(vm: &mut Vm, code: u32) {
     let h = vm.host_mut();
     h.call_response_headers = vec![
         (":status".into(), "200".into()),
+        ("content-type".into(), "application/grpc".into()),
         ("grpc-status".into(), code.to_string()),
         ("grpc-message".into(), "no".into()),
     ];

@@ -264,8 +264,9 @@ pub(crate) fn body_read_limit(authorizer: &Authorizer) -> usize {
 /// trailers, and `body` (read up to [`body_read_limit`]). The gRPC status is the trailers'
 /// `grpc-status` (or the headers', for a trailers-only answer); an OK answer must hold exactly
 /// one uncompressed message, the CheckResponse, read as Envoy does ([`interpret`]). Anything
-/// else is malformed: no status, a status that is not a number, no message, more than one,
-/// a compressed one, bytes left over (docs/semantics.md §3.5).
+/// else is malformed: another content type than `application/grpc`, no status, a status that
+/// is not a number, no message, more than one, a compressed one, bytes left over
+/// (docs/semantics.md §3.5).
 pub(crate) fn interpret_http(
     authorizer: &Authorizer,
     status: Option<u16>,
@@ -283,6 +284,11 @@ pub(crate) fn interpret_http(
             .get(..ERROR_BODY_PEEK.min(body.len()))
             .unwrap_or_default();
         return error(crate::callout::error_detail(authorizer, &what, peek));
+    }
+    let content_type = headers.get("content-type").unwrap_or_default();
+    if !content_type.starts_with("application/grpc") {
+        let problem = format!("a gRPC answer of content-type {content_type:?}");
+        return (crate::callout::malformed(&problem), None, None);
     }
     let grpc_status = trailers
         .get("grpc-status")
@@ -878,5 +884,57 @@ mod tests {
         let (o, _, meta) = interpret(&a, Some(0), Some(&bytes));
         assert!(matches!(o, AuthzOutcome::Error { .. }), "{o:?}");
         assert_eq!(meta, None);
+    }
+
+    #[test]
+    fn a_grpc_answer_over_http2_must_hold_exactly_one_message() {
+        let a = authorizer(serde_json::json!({}));
+        let ok = pb::CheckResponse::default().encode_to_vec();
+        let frame = |flag: u8, m: &[u8]| {
+            let mut f = vec![flag];
+            f.extend_from_slice(&(m.len() as u32).to_be_bytes());
+            f.extend_from_slice(m);
+            f
+        };
+        let grpc = Headers::from(vec![("content-type", "application/grpc")]);
+        let status = |code: &str| Headers::from(vec![("grpc-status", code)]);
+        let run = |headers: &Headers, trailers: &Headers, body: &[u8]| {
+            interpret_http(&a, Some(200), headers, trailers, body).0
+        };
+        assert_eq!(
+            run(&grpc, &status("0"), &frame(0, &ok)),
+            AuthzOutcome::Allow { headers: vec![] }
+        );
+        let error = |o: AuthzOutcome, what: &str| match o {
+            AuthzOutcome::Error { detail } => assert!(detail.contains(what), "{detail}"),
+            other => panic!("{what}: {other:?}"),
+        };
+        let two = [frame(0, &ok), frame(0, &ok)].concat();
+        error(run(&grpc, &status("0"), &two), "of 2 messages");
+        error(run(&grpc, &status("0"), &[]), "of 0 messages");
+        error(run(&grpc, &status("0"), &frame(1, &ok)), "compressed");
+        let cut = frame(0, &ok);
+        error(run(&grpc, &status("0"), &cut[..cut.len() - 1]), "cut short");
+        error(run(&grpc, &status("0"), &[0, 0, 0]), "prefix cut short");
+        error(
+            run(&grpc, &Headers::new(), &frame(0, &ok)),
+            "without grpc-status",
+        );
+        error(run(&grpc, &status("zero"), &frame(0, &ok)), "not a number");
+        let html = Headers::from(vec![("content-type", "text/html")]);
+        error(run(&html, &status("0"), &frame(0, &ok)), "content-type");
+        // A trailers-only answer: the status in the headers.
+        let only = Headers::from(vec![
+            ("content-type", "application/grpc"),
+            ("grpc-status", "7"),
+        ]);
+        error(run(&only, &Headers::new(), &[]), "gRPC status 7");
+        // No answer, or Envoy's own 503.
+        let none = interpret_http(&a, None, &grpc, &Headers::new(), &[]).0;
+        error(none, "no response");
+        error(
+            interpret_http(&a, Some(503), &grpc, &Headers::new(), b"x").0,
+            "HTTP status 503",
+        );
     }
 }

@@ -56,3 +56,15 @@ fn an_unreadable_line_is_reported_by_number_and_the_rest_still_read() {
     assert_eq!(bad[0].why, "not UTF-8");
     assert!(bad[1].why.contains("does not parse"), "{bad:?}");
 }
+
+#[test]
+fn envoy_json_logs_and_entries_without_a_decision() {
+    let r = record("echo");
+    let envoy_json =
+        json!({"time": "t", "level": "info", "msg": format!("wasm log: {LOG_PREFIX}{r}")});
+    let undecided = json!({"method": "GET", "filter_state": "-"});
+    let log = format!("{envoy_json}\n{undecided}\n");
+    let (found, bad) = records(log.as_bytes(), "envoy.json");
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(found, [r]);
+}

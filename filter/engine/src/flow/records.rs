@@ -56,22 +56,36 @@ fn record_of(line: &str) -> Result<Option<Value>, String> {
     if line.starts_with('{') {
         if let Ok(v) = serde_json::from_str::<Value>(line) {
             return match v.get("filter_state") {
+                // An access-log entry of a request the filter did not decide.
+                Some(Value::String(s)) if s.is_empty() || s == "-" => Ok(None),
                 Some(Value::String(s)) => serde_json::from_str::<Value>(s)
                     .map(Some)
                     .map_err(|e| format!("its filter_state is not a decision record: {e}")),
                 Some(Value::Object(_)) => Ok(v.get("filter_state").cloned()),
-                // An access-log entry of a request the filter did not see (`-`, null).
                 Some(_) => Ok(None),
                 None if v.get("decision").is_some() => Ok(Some(v)),
-                None => Ok(None),
+                // Envoy's own log in JSON: the message is a string member.
+                None => match v.as_object().and_then(|o| {
+                    o.values()
+                        .filter_map(Value::as_str)
+                        .find(|s| s.contains(LOG_PREFIX))
+                }) {
+                    Some(message) => log_line(message),
+                    None => Ok(None),
+                },
             };
         }
     }
+    log_line(line)
+}
+
+/// The record of a decision log line: after the first [`LOG_PREFIX`], exactly one JSON object.
+fn log_line(line: &str) -> Result<Option<Value>, String> {
     let Some(at) = line.find(LOG_PREFIX) else {
         return Ok(None);
     };
     let json = line.get(at + LOG_PREFIX.len()..).unwrap_or_default();
-    match serde_json::from_str::<Value>(json) {
+    match serde_json::from_str::<Value>(json.trim_end()) {
         Ok(v @ Value::Object(_)) => Ok(Some(v)),
         Ok(_) => Err("the decision record is not a JSON object".into()),
         Err(e) => Err(format!("the decision record does not parse: {e}")),
