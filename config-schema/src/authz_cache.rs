@@ -65,14 +65,19 @@ pub const CONTEXT_HEADERS: &[&str] = &[
     "x-mcp-access-policy",
 ];
 
+/// The header that tells an authorizer its body was cut to `forwardBody.maxSize`.
+pub const PARTIAL_BODY_HEADER: &str = "x-envoy-auth-partial-body";
+
 /// Whether the filter itself writes header `name` of a callout (a pseudo-header, `host`, the
-/// body's length or partial-body flag, a [`CONTEXT_HEADERS`] one): always in a cache key,
-/// never an `ignoredHeaders` entry.
+/// body's length or partial-body flag, a [`CONTEXT_HEADERS`] one): the client's copies are
+/// never forwarded, and it is always in a cache key, never an `ignoredHeaders` entry.
 pub fn is_filter_set(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    n.starts_with(':')
-        || ["host", "content-length", "x-envoy-auth-partial-body"].contains(&n.as_str())
-        || CONTEXT_HEADERS.contains(&n.as_str())
+    let is = |n: &&str| n.eq_ignore_ascii_case(name);
+    name.starts_with(':')
+        || ["host", "content-length", PARTIAL_BODY_HEADER]
+            .iter()
+            .any(is)
+        || CONTEXT_HEADERS.iter().any(is)
 }
 
 /// The headers `a` is sent (an HTTP authorizer: `authorization` and its `allowedHeaders`; a

@@ -16,7 +16,7 @@ fn sextet(c: u8) -> Option<u32> {
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// `input` in padded Base64 (what [`decode`] reads back).
-pub fn encode(input: &[u8]) -> String {
+pub(crate) fn encode(input: &[u8]) -> String {
     let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
     for chunk in input.chunks(3) {
         let [a, b, c] = [0, 1, 2].map(|i| chunk.get(i).copied().unwrap_or(0));
@@ -33,6 +33,28 @@ pub fn encode(input: &[u8]) -> String {
     }
     out
 }
+
+/// The SEP-2243 sentinel carrying `value` in a header (`=?base64?...?=`): any text, as it is.
+pub fn sentinel(value: &str) -> String {
+    format!("{SENTINEL_START}{}{SENTINEL_END}", encode(value.as_bytes()))
+}
+
+/// The text a [`sentinel`] carries; `value` itself when it is no sentinel; None when the
+/// sentinel holds anything but canonical, padded Base64 of UTF-8 text.
+pub(crate) fn from_sentinel(value: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let Some(payload) = value
+        .strip_prefix(SENTINEL_START)
+        .and_then(|rest| rest.strip_suffix(SENTINEL_END))
+    else {
+        return Some(std::borrow::Cow::Borrowed(value));
+    };
+    String::from_utf8(decode(payload.as_bytes())?)
+        .ok()
+        .map(std::borrow::Cow::Owned)
+}
+
+const SENTINEL_START: &str = "=?base64?";
+const SENTINEL_END: &str = "?=";
 
 /// The bytes `input` encodes, or None if it is not canonical padded Base64.
 pub(crate) fn decode(input: &[u8]) -> Option<Vec<u8>> {

@@ -9,7 +9,7 @@ use mcp_access_bundle::{http, Authorizer, Level};
 use crate::policy::{AuthzOutcome, HeaderEdit};
 use crate::request::{Headers, McpOp, Request};
 
-use mcp_access_bundle::authz_cache::CONTEXT_HEADERS;
+use mcp_access_bundle::authz_cache::{is_filter_set, PARTIAL_BODY_HEADER};
 
 /// A request to an authorizer, for `dispatch_http_call`: an HTTP authorizer's, or a gRPC
 /// authorizer's Check call as HTTP/2 carries it ([`crate::ext_authz::callout`]). Header names
@@ -101,7 +101,7 @@ pub(crate) fn build(
         ("content-length".into(), forwarded.len().to_string().into()),
     ]);
     if forwarded.len() < body.len() {
-        headers.push(("x-envoy-auth-partial-body".into(), "true".into()));
+        headers.push((PARTIAL_BODY_HEADER.into(), "true".into()));
     }
     for (name, value) in &req.headers {
         let always = name == "authorization";
@@ -110,11 +110,7 @@ pub(crate) fn build(
                 .allowed_headers
                 .iter()
                 .any(|a| a.eq_ignore_ascii_case(name));
-        let reserved = name.starts_with(':')
-            || name == "host"
-            || name == "content-length"
-            || CONTEXT_HEADERS.contains(&name);
-        if allowed && !reserved {
+        if allowed && !is_filter_set(name) {
             headers.push((name.to_owned().into(), value.to_owned().into()));
         }
     }

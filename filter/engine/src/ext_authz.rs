@@ -32,7 +32,7 @@ pub(crate) const EXT_LEVEL: &str = "mcp_access_level";
 /// key).
 pub(crate) const MCP_ID_FIELD: &str = "id";
 
-const PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
+use mcp_access_bundle::authz_cache::PARTIAL_BODY_HEADER as PARTIAL_BODY;
 
 /// Metadata namespaces of the MCP attributes in `metadata_context`: Envoy's MCP filter's
 /// (what its ext_authz forwards with `metadata_context_namespaces`), and `mcp_proxy`, the name
@@ -217,15 +217,7 @@ pub(crate) fn check_request(
 /// length-prefixed message of it (Envoy's unary gRPC client keeps only the last message a
 /// server sends: a denial then an OK would read as the OK) — see [`interpret_http`].
 pub(crate) fn callout(authorizer: &Authorizer, check: &pb::CheckRequest) -> CalloutRequest {
-    let message = prost::Message::encode_to_vec(check);
-    let mut body = Vec::with_capacity(5 + message.len());
-    body.push(0);
-    body.extend_from_slice(
-        &u32::try_from(message.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
-    body.extend_from_slice(&message);
+    let body = frame(&prost::Message::encode_to_vec(check));
     let authority = authorizer
         .authority
         .clone()
@@ -249,6 +241,19 @@ pub(crate) fn callout(authorizer: &Authorizer, check: &pb::CheckRequest) -> Call
         body,
         timeout_ms: authorizer.timeout_ms,
     }
+}
+
+/// `message` as a gRPC body carries it: uncompressed, behind its big-endian u32 length.
+pub fn frame(message: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(5 + message.len());
+    body.push(0);
+    body.extend_from_slice(
+        &u32::try_from(message.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    body.extend_from_slice(message);
+    body
 }
 
 /// How many bytes of a gRPC answer's body the flow reads: one CheckResponse of at most the

@@ -92,8 +92,7 @@ fn revision_headers(spec: &RequestSpec, headers: &mut Vec<(String, String)>) {
     if let (true, Some(m)) = (stateless, spec.mcp_method.as_deref()) {
         add("mcp-method", m.to_string());
         if let (true, Some(p)) = (mcp_methods::requires_name_header(m), spec.param.as_deref()) {
-            let encoded = mcp_access_engine::base64::encode(p.as_bytes());
-            add("mcp-name", format!("=?base64?{encoded}?="));
+            add("mcp-name", mcp_access_engine::base64::sentinel(p));
         }
     }
 }

@@ -262,14 +262,7 @@ fn is_json_utf8(content_type: &str) -> bool {
 /// A header value with the SEP-2243 Base64 sentinel (`=?base64?...?=`) decoded; None when the
 /// sentinel holds anything but canonical, padded Base64 of UTF-8 text.
 fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
-    let Some(payload) = v
-        .strip_prefix("=?base64?")
-        .and_then(|rest| rest.strip_suffix("?="))
-    else {
-        return Some(std::borrow::Cow::Borrowed(v));
-    };
-    let out = crate::base64::decode(payload.as_bytes())?;
-    String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
+    crate::base64::from_sentinel(v)
 }
 
 /// `limits.maxBodyBytes` as a byte count.

@@ -86,13 +86,7 @@ impl Reply {
                 status: Some(0),
                 message,
             } => {
-                let mut body = vec![0];
-                body.extend_from_slice(
-                    &u32::try_from(message.len())
-                        .unwrap_or(u32::MAX)
-                        .to_be_bytes(),
-                );
-                body.extend_from_slice(&message);
+                let body = crate::ext_authz::frame(&message);
                 let headers = Headers::from(vec![("content-type", "application/grpc")]);
                 let trailers = Headers::from(vec![("grpc-status", "0")]);
                 Some((Some(200), headers, body, trailers))
