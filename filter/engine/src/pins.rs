@@ -256,18 +256,19 @@ impl PinCheck {
     }
 
     /// A listing that cannot be read (`text`, as the server sent it): each pinned tool it
-    /// names (its name as a JSON string anywhere in it) drifted, as its definition could not be
-    /// read (fail closed: calls are refused until a readable listing shows it as pinned).
+    /// names (its name as a JSON string anywhere in it, escapes decoded) drifted, as its
+    /// definition could not be read (fail closed: calls are refused until a readable listing
+    /// shows it as pinned). A string that cannot be decoded may hold any name: then every
+    /// pinned tool drifted.
     pub(crate) fn unreadable(&mut self, text: &[u8]) {
-        let named: Vec<String> = self
-            .pins
-            .tools()
-            .map(|(n, _)| n.to_string())
-            .filter(|n| {
-                let quoted = serde_json::Value::from(n.as_str()).to_string();
-                text.windows(quoted.len()).any(|w| w == quoted.as_bytes())
-            })
-            .collect();
+        let named: Vec<String> = match json_strings(text) {
+            Some(strings) => strings
+                .into_iter()
+                .filter(|s| self.pins.get(s).is_some())
+                .collect(),
+            None => self.pins.tools().map(|(n, _)| n.to_string()).collect(),
+        };
+        self.begin_listing();
         for n in named {
             self.listed(Some(n.as_bytes()), Some(Observed::Unreadable));
         }
@@ -325,6 +326,28 @@ impl PinCheck {
     pub(crate) fn take_events(&mut self) -> Vec<PinEvent> {
         std::mem::take(&mut self.events)
     }
+}
+
+/// The strings of `text` as a JSON reader finds them (from each `"` outside a string to the
+/// next unescaped one), decoded. None when one cannot be decoded (a bad escape, a lone
+/// surrogate, a control, bytes that are not UTF-8, no closing quote).
+fn json_strings(text: &[u8]) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(start) = text.get(i..)?.iter().position(|&b| b == b'"') {
+        let start = i + start;
+        let mut end = start + 1;
+        loop {
+            match text.get(end)? {
+                b'\\' => end += 2,
+                b'"' => break,
+                _ => end += 1,
+            }
+        }
+        out.push(serde_json::from_slice::<String>(text.get(start..=end)?).ok()?);
+        i = end + 1;
+    }
+    Some(out)
 }
 
 /// Why the pins refuse a call of a tool.

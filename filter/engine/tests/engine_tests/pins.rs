@@ -430,6 +430,38 @@ fn an_unreadable_listing_that_names_a_pinned_tool_is_its_drift() {
 }
 
 #[test]
+fn an_unreadable_listing_naming_a_pinned_tool_with_escapes_is_its_drift() {
+    let e = pinned("Deny", any_tool());
+    // `rm` spelled with an escape (a client reads "rm"), its schema unreadable.
+    let huge = RM
+        .replacen(r#""name":"rm""#, r#""name":"r\u006d""#, 1)
+        .replacen(
+            r#""type":"object""#,
+            r#""type":"object","maximum":1e400"#,
+            1,
+        );
+    let store = Rc::new(MemoryDriftStore::default());
+    let mut f = list(&e, &store);
+    let answer = json_answer(&e, &mut f, &listing(&[&huge]));
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert_eq!(call_reason(&e, &store, "rm"), "tool_drifted");
+    // Only the tools it names: echo is not named.
+    assert_eq!(call_reason(&e, &store, "echo"), "allowed");
+    // A string no reader can decode (a lone surrogate, a bad escape, bytes that are not
+    // UTF-8, no closing quote) may hold any name: every pinned tool drifted (fail closed).
+    for bad in [r#""\ud800""#, r#""\x""#, "\"\u{1}\"", r#""rm"#] {
+        let store = Rc::new(MemoryDriftStore::default());
+        let mut f = list(&e, &store);
+        let text = listing(&[NEW]).replacen("new_tool", "new_tool\",\"x\":1e400,\"y\":", 1);
+        let text = text.replacen(r#","y":""#, &format!(r#","y":{bad}"#), 1);
+        let answer = json_answer(&e, &mut f, &text);
+        assert_eq!(answer["error"]["code"], -32603, "{bad}: {answer}");
+        assert_eq!(call_reason(&e, &store, "rm"), "tool_drifted", "{bad}");
+        assert_eq!(call_reason(&e, &store, "echo"), "tool_drifted", "{bad}");
+    }
+}
+
+#[test]
 fn a_drifted_copy_of_a_tool_is_never_cleared_by_a_matching_copy() {
     let e = pinned("Deny", any_tool());
     let store = Rc::new(MemoryDriftStore::default());
@@ -450,4 +482,17 @@ fn a_drifted_copy_of_a_tool_is_never_cleared_by_a_matching_copy() {
         );
         assert_eq!(call_reason(&e, &store, "rm"), "tool_drifted");
     }
+}
+
+#[test]
+fn a_drifted_tool_named_with_escapes_in_a_readable_listing_is_drift() {
+    let e = pinned("Deny", any_tool());
+    let store = Rc::new(MemoryDriftStore::default());
+    let escaped = RM_CHANGED.replacen(r#""name":"rm""#, r#""name":"\u0072m""#, 1);
+    let mut f = list(&e, &store);
+    assert_eq!(
+        json_names(&e, &mut f, &listing(&[ECHO, &escaped])),
+        ["echo"]
+    );
+    assert_eq!(call_reason(&e, &store, "rm"), "tool_drifted");
 }
