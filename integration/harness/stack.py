@@ -75,7 +75,8 @@ class Listen:
     """One listener of a Stack. `tls`: None (plain HTTP), "mtls" (a client certificate required)
     or "tls" (one asked for, not required); `forward_client_cert` sets x-forwarded-client-cert
     upstream. `filter=False`: Envoy alone, no mcp-access. `bundle`: this listener's own bundle (in
-    a VM of its own) instead of the Stack's. `routes`: instead of the Stack's."""
+    a VM of its own) instead of the Stack's. `routes`: instead of the Stack's. `hcm_extra`: merged
+    into its HttpConnectionManager."""
 
     tls: str | None = None
     forward_client_cert: bool = True
@@ -84,6 +85,7 @@ class Listen:
     bundle: BundleOf | None = None
     routes: Sequence[Route] | None = None
     extra_filters: Sequence[Doc] = ()
+    hcm_extra: Doc = field(default_factory=dict)  # merged into the HttpConnectionManager
 
 
 MTLS = {"https": Listen(tls="mtls")}
@@ -151,7 +153,7 @@ class Stack:
             filter_ = Wasm(wasm, configuration=json.dumps(own(ports)), vm_id=vm_id)
         verify = [JwtProvider(jwt.issuer, jwt.jwks_json, audiences=[jwt.audience])] if jwt else []
         return Listener(name, ports[name], spec.routes or routes, tls=tls, jwt=verify, wasm=filter_,
-                        extra_filters=spec.extra_filters, normalize=spec.normalize)
+                        extra_filters=spec.extra_filters, normalize=spec.normalize, hcm_extra=dict(spec.hcm_extra))
 
     # -- where and how requests go -----------------------------------------------------------------
 

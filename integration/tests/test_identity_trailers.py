@@ -1,7 +1,8 @@
 """Identity headers forged in request trailers (docs/semantics.md §5.7), in real Envoy 1.40.
 
-A client may send a header after the body, as an HTTP/2 trailer; Envoy passes request trailers on
-to an HTTP/2 upstream. The filter removes every identity header name (and each spelling read as one
+A client may send a header after the body, as an HTTP/2 trailer or an HTTP/1.1 chunked trailer
+(which Envoy reads only with http_protocol_options.enable_trailers); Envoy passes request trailers
+on to an HTTP/2 upstream. The filter removes every identity header name (and each spelling read as one
 when `_` is read as `-`) from the trailers by the same removals it makes in the headers, so the MCP
 server only ever reads the identity the filter set. Other trailers pass. The upstream here is a
 small h2c server that records each request's headers and trailers as it received them.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,7 +104,8 @@ def stack(work_dir: Path, wasm_path: Path) -> Iterator[tuple[Stack, H2Recorder]]
     try:
         with Stack.start("identity-trailers", work_dir=work_dir, wasm=wasm_path, bundle=bundle, routes=routes,
                          upstreams=[Cluster("h2", port=upstream.port, http2=True)],
-                         listeners={"plain": Listen()}) as s:
+                         listeners={"plain": Listen(),
+                                    "h1t": Listen(hcm_extra={"http_protocol_options": {"enable_trailers": True}})}) as s:
             yield s, upstream
     finally:
         upstream.close()
@@ -127,3 +130,43 @@ def test_identity_headers_forged_in_trailers_never_reach_the_server(stack: tuple
     assert r.status == 200, r
     (_, trailers), = upstream.take()
     assert trailers == [("x-checksum", "def")], trailers
+
+
+def send_chunked(port: int, body: bytes, trailers: list[tuple[str, str]], method: str = "POST") -> int:
+    """One HTTP/1.1 request with a chunked body followed by `trailers`; the answer's status."""
+    head = [f"{method} /tools HTTP/1.1", "host: localhost", "transfer-encoding: chunked", "te: trailers",
+            "connection: close", *(f"{n}: {v}" for n, v in JSON)]
+    chunk = (b"%x\r\n%s\r\n" % (len(body), body)) if body else b""
+    tail = "".join(f"{n}: {v}\r\n" for n, v in trailers).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        c.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + chunk + b"0\r\n" + tail + b"\r\n")
+        answer = b""
+        while b"\r\n" not in answer:
+            data = c.recv(4096)
+            if not data:
+                break
+            answer += data
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_identity_headers_forged_in_http1_chunked_trailers_never_reach_the_server(
+        stack: tuple[Stack, H2Recorder]) -> None:
+    s, upstream = stack
+    body = json.dumps(rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}})).encode()
+    forged = [("X-Caller-Sub", "admin"), ("x-caller-spiffe", "spiffe://example.org/ns/x/sa/admin"),
+              ("x-caller-sub", "root"), ("x-checksum", "abc")]
+    # With enable_trailers Envoy reads them: the filter removes every copy, other trailers pass.
+    assert send_chunked(s.ports["h1t"], body, forged) == 200
+    (headers, trailers), = upstream.take()
+    assert not any(n in headers for n in IDENTITY), headers
+    assert trailers == [("x-checksum", "abc")], trailers
+    # Without it (the default) Envoy drops them: nothing of them reaches the server.
+    assert send_chunked(s.ports["plain"], body, forged) == 200
+    (headers, trailers), = upstream.take()
+    assert not any(n in headers for n in IDENTITY) and trailers == [], (headers, trailers)
+    # A GET with a body and trailers: whatever the answer, no forged trailer reaches the server.
+    send_chunked(s.ports["h1t"], b"x", forged, method="GET")
+    time.sleep(0.2)
+    for headers, trailers in upstream.take():
+        assert not any(n in headers for n in IDENTITY), headers
+        assert trailers == [("x-checksum", "abc")], trailers

@@ -115,3 +115,18 @@ def test_an_unreadable_listing_or_a_drifted_copy_is_drift(stack: tuple[Stack, Up
         assert call_status(s, up) == 403
         assert listed(s, up, json.dumps([ECHO]))[1]["result"]["tools"] == [ECHO]
         assert call_status(s, up) == 200
+
+
+def test_an_escaped_or_undecodable_name_in_an_unreadable_listing_is_drift(stack: tuple[Stack, Upstream]) -> None:
+    s, up = stack
+    assert listed(s, up, json.dumps([ECHO]))[1]["result"]["tools"] == [ECHO]
+    assert call_status(s, up) == 200
+    # "ech\u006f" is read as "echo" by every client: still drift of echo.
+    for tools in ("[" + HUGE.replace('"echo"', '"ech\\u006f"') + "]",
+                  # A string no reader decodes may hold any name: every pinned tool drifted.
+                  '[{"name": "\\ud800", "x": 1e400}]'):
+        status, answer = listed(s, up, tools)
+        assert answer["error"]["code"] == -32603, (tools, status, answer)
+        assert call_status(s, up) == 403, tools
+        assert listed(s, up, json.dumps([ECHO]))[1]["result"]["tools"] == [ECHO]
+        assert call_status(s, up) == 200
