@@ -40,6 +40,8 @@ struct Host {
     config: Vec<u8>,
     request_headers: Vec<(String, String)>,
     request_body: Vec<u8>,
+    /// The request trailers; the filter may remove from them.
+    request_trailers: Vec<(String, String)>,
     properties: BTreeMap<String, Vec<u8>>,
     call_response_headers: Vec<(String, String)>,
     call_response_body: Vec<u8>,
@@ -176,6 +178,7 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
             c.data_mut().pairs_reads.push(a(0));
             let pairs = match a(0) {
                 0 => c.data().request_headers.clone(),
+                1 => c.data().request_trailers.clone(),
                 2 => c.data().response_headers.clone(),
                 6 => c.data().call_response_headers.clone(),
                 7 => c.data().call_response_trailers.clone(),
@@ -186,7 +189,7 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
         "proxy_replace_header_map_value"
         | "proxy_remove_header_map_value"
         | "proxy_add_header_map_value"
-            if a(0) == 0 && c.data().header_edit_status != OK =>
+            if matches!(a(0), 0 | 1) && c.data().header_edit_status != OK =>
         {
             c.data().header_edit_status
         }
@@ -210,6 +213,7 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
                     .data_mut()
                     .header_edits
                     .push(("remove", name, String::new())),
+                1 => c.data_mut().request_trailers.retain(|(n, _)| n != &name),
                 2 => c.data_mut().response_headers.retain(|(n, _)| n != &name),
                 other => panic!("header map {other}"),
             }
@@ -466,6 +470,19 @@ impl Vm {
     fn body(&mut self, ctx: i32) -> i32 {
         let size = self.host().request_body.len() as i32;
         self.call("proxy_on_request_body", &[ctx, size, 1]).unwrap()
+    }
+
+    /// The body of request `ctx` without its end, then `trailers`: what the trailers callback
+    /// returned.
+    fn body_then_trailers(&mut self, ctx: i32, trailers: &[(&str, &str)]) -> i32 {
+        let size = self.host().request_body.len() as i32;
+        self.call("proxy_on_request_body", &[ctx, size, 0]).unwrap();
+        self.host_mut().request_trailers = trailers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        let n = trailers.len() as i32;
+        self.call("proxy_on_request_trailers", &[ctx, n]).unwrap()
     }
 
     /// The response to request `ctx`: its headers, then its body in `chunks`, each ending with
@@ -806,6 +823,39 @@ fn identity_headers_over_the_abi_and_a_failed_edit_refuses_the_request() {
     assert!(vm
         .host()
         .log_has("could not set identity header x-caller-spiffe: request refused"));
+}
+
+#[test]
+fn identity_headers_forged_in_request_trailers_are_removed_over_the_abi() {
+    let mut config = bundle(only_echo(), json!({}));
+    config["backends"][0]["identityHeaders"] = json!([
+        {"name": "x-caller-spiffe", "from": "SPIFFE"},
+        {"name": "x-caller-sub", "from": "JWTSubject"}
+    ]);
+    let Some(mut vm) = configured(&config, "tools-route") else {
+        return;
+    };
+    let forged = [
+        ("x-caller-sub", "admin"),
+        ("x_caller_spiffe", "spiffe://forged"),
+        ("x-checksum", "abc"),
+        ("x-caller-sub", "root"),
+    ];
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body_then_trailers(ctx, &forged), CONTINUE);
+    assert_eq!(vm.decision()["decision"], "allow");
+    assert_eq!(
+        vm.host().request_trailers,
+        [("x-checksum".to_string(), "abc".to_string())]
+    );
+    // The host refuses the removal: the request does not go on with the forged trailers.
+    vm.host_mut().header_edit_status = BAD_ARGUMENT;
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    assert_eq!(vm.body_then_trailers(ctx, &forged), PAUSE);
+    assert_eq!(vm.host().local_responses.last().unwrap().0, 500);
+    assert!(vm
+        .host()
+        .log_has("could not remove trailer x-caller-sub: request refused"));
 }
 
 #[test]
