@@ -14,6 +14,8 @@ pub fn is_header_name(name: &str) -> bool {
 
 /// Whether `value` may be a header value (RFC 9110 §5.5): no control character but HTAB. CR, LF
 /// and NUL would split or end a header; Envoy refuses the other controls too (with a 503).
+/// Leading or trailing space or tab is allowed here (an authorizer's value is applied as given);
+/// a value that must be read exactly as it is is judged by [`field_value_problem`].
 pub fn is_header_value(value: &str) -> bool {
     value.bytes().all(|b| b == b'\t' || !b.is_ascii_control())
 }
