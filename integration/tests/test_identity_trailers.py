@@ -105,7 +105,10 @@ def stack(work_dir: Path, wasm_path: Path) -> Iterator[tuple[Stack, H2Recorder]]
         with Stack.start("identity-trailers", work_dir=work_dir, wasm=wasm_path, bundle=bundle, routes=routes,
                          upstreams=[Cluster("h2", port=upstream.port, http2=True)],
                          listeners={"plain": Listen(),
-                                    "h1t": Listen(hcm_extra={"http_protocol_options": {"enable_trailers": True}})}) as s:
+                                    "h1t": Listen(hcm_extra={"http_protocol_options": {"enable_trailers": True}}),
+                                    # Envoy's normalization off: names with `_` reach the filter.
+                                    "raw": Listen(normalize=False,
+                                                  hcm_extra={"http_protocol_options": {"enable_trailers": True}})}) as s:
             yield s, upstream
     finally:
         upstream.close()
@@ -168,5 +171,21 @@ def test_identity_headers_forged_in_http1_chunked_trailers_never_reach_the_serve
     send_chunked(s.ports["h1t"], b"x", forged, method="GET")
     time.sleep(0.2)
     for headers, trailers in upstream.take():
+        assert not any(n in headers for n in IDENTITY), headers
+        assert trailers == [("x-checksum", "abc")], trailers
+
+
+def test_underscore_spellings_in_trailers_are_removed_by_the_filter(stack: tuple[Stack, H2Recorder]) -> None:
+    s, upstream = stack
+    body = json.dumps(rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}})).encode()
+    forged = [("x_caller_sub", "admin"), ("X_Caller_Spiffe", "spiffe://example.org/ns/x/sa/admin"),
+              ("x-checksum", "abc"), ("x_caller_sub", "root")]
+    # Envoy lets `_` through on this listener: the filter removes every such spelling.
+    assert send_chunked(s.ports["raw"], body, forged) == 200
+    r = send_h2(s.ports["raw"], "/tools", JSON, body, [(n.lower(), v) for n, v in forged])
+    assert r.status == 200, r
+    seen = upstream.take()
+    assert len(seen) == 2, seen
+    for headers, trailers in seen:
         assert not any(n in headers for n in IDENTITY), headers
         assert trailers == [("x-checksum", "abc")], trailers
