@@ -229,6 +229,9 @@ pub struct Topology {
     /// HTTPRoutes (`namespace/name`) with a backendRef of kind XBackend, which platforms that
     /// route only to Services (Envoy Gateway) cannot route.
     pub xbackend_refs: Vec<String>,
+    /// `namespace/name` of each ExternalAuth policy the user wrote (one with an ExternalAuth
+    /// block included), even where an override replaced it: the names `--assume` accepts.
+    pub external_auth_policies: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -459,3 +459,26 @@ fn route_match_headers(topo: &Topology) -> Vec<String> {
         .collect();
     names.into_iter().collect()
 }
+
+/// `namespace/name` (as written) of the accepted ExternalAuth policies among `policies` (the
+/// bundle policies before any block applies) and `blocks`.
+fn external_auth_names(
+    policies: &[bundle::Policy],
+    blocks: &[effective::BlockPolicy],
+) -> Vec<String> {
+    let written = policies
+        .iter()
+        .filter(|p| p.action == bundle::Action::ExternalAuth && p.not_accepted.is_none())
+        .map(|p| {
+            let name = p.name.strip_suffix(".accesspolicy").unwrap_or(&p.name);
+            format!("{}/{name}", p.namespace)
+        });
+    let blocks = blocks
+        .iter()
+        .filter(|b| b.action == bundle::Action::ExternalAuth)
+        .map(|b| b.object.id.to_string());
+    let mut out: Vec<String> = written.chain(blocks).collect();
+    out.sort();
+    out.dedup();
+    out
+}

@@ -141,6 +141,7 @@ impl Ctx<'_> {
             };
             self.report.policies.push(status(p, Some(seniority), conds));
         }
+        self.topo.external_auth_policies = super::external_auth_names(&out, &blocks);
         self.apply_blocks_both(&blocks, &mut out, &mut authorizers);
         self.dry_run_statuses();
         self.identity_headers = identity;

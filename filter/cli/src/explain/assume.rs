@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use mcp_access_bundle::{Action, Bundle};
+use mcp_access_k8s::Topology;
 
 use super::Assumption;
 
@@ -23,9 +24,11 @@ fn names(key: &str, id: &str) -> bool {
 
 /// Every `--assume` key must name an ExternalAuth policy (`namespace/name` or `name`; a
 /// Gateway policy whose block derived it), an authorizer, or be `*`. A key naming a policy
-/// that was not accepted is no error: the note says how it is enforced.
+/// that was not accepted, or an ExternalAuth policy the user wrote that calls nothing here
+/// (an override replaced it), is no error: the note says so.
 pub(super) fn check_assumptions(
     bundle: &Bundle,
+    topo: Option<&Topology>,
     assume: &BTreeMap<String, Assumption>,
 ) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
@@ -66,6 +69,16 @@ pub(super) fn check_assumptions(
                     p.name
                 ));
             }
+            continue;
+        }
+        let written = topo
+            .into_iter()
+            .flat_map(|t| &t.external_auth_policies)
+            .find(|id| names(key, id));
+        if let (true, Some(id)) = (named.is_empty(), written) {
+            notes.push(format!(
+                "--assume {key}: policy {id} calls no authorizer in this configuration (a Gateway policy's overrides replaced it): the assumption changes nothing"
+            ));
             continue;
         }
         if named.is_empty() {

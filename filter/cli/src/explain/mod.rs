@@ -303,7 +303,7 @@ pub fn explain(
         mcp_access_bundle::ValidBundle::new(bundle.clone()).map_err(|e| e.to_string())?,
     )
     .map_err(|e| format!("the bundle does not compile: {e}"))?;
-    let assumptions = assume::check_assumptions(bundle, &spec.assume)?;
+    let assumptions = assume::check_assumptions(bundle, topo, &spec.assume)?;
     let req = request::prepare(bundle, spec)?;
     let Routing {
         route,

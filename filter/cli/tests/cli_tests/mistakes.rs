@@ -795,3 +795,37 @@ fn envoy_refuses_an_https_listener_whose_certificate_was_not_given() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(!text(&out.stdout).contains("port_value: 8443"));
 }
+
+#[test]
+fn explain_assume_takes_the_name_of_a_lower_external_auth_policy_an_override_replaced() {
+    // The Gateway's atomic override replaces the backend's own ExternalAuth policy: the name
+    // the user wrote is still a name --assume accepts, and the note says it calls nothing.
+    let policies = format!(
+        "{}---\n{}",
+        RISK.replace("defaults:", "overrides:"),
+        r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: app-check, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: ExternalAuth
+  externalAuth: {protocol: HTTP, backendRef: {name: risk, port: 9000}, http: {}}
+"#
+    );
+    let d = case("assume-replaced", &policies);
+    for key in ["app-check", "mcp/app-check"] {
+        let out = explain(&d, &format!("{key}=deny"));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let t = text(&out.stdout);
+        assert!(
+            t.contains(&format!(
+                "--assume {key}: policy mcp/app-check calls no authorizer"
+            )) && t.contains("ALLOW"),
+            "{t}"
+        );
+    }
+    // The Gateway policy's own name still answers its calls; an unknown name is still an error.
+    let out = explain(&d, "risk=deny");
+    assert!(text(&out.stdout).contains("DENY 403 at backend (external_auth_denied)"));
+    assert_eq!(explain(&d, "app-chek=deny").status.code(), Some(1));
+}
