@@ -515,6 +515,7 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
             }
         },
         revision: None,
+        time: None,
     };
     let e = explain::explain(&bundle, topo.as_ref(), &spec)?;
     match a.format {

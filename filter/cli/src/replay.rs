@@ -192,6 +192,20 @@ fn spec_of(r: &Value, assume: &BTreeMap<String, Assumption>) -> Result<RequestSp
             "a rule read a credential header, which the record holds only as a keyed digest".into(),
         );
     }
+    // What a CEL condition read beyond the record is not guessed at either.
+    let unrecorded: Vec<&str> = req
+        .get("unrecorded")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if !unrecorded.is_empty() {
+        return Err(format!(
+            "a CEL condition read {}, which the record does not hold",
+            unrecorded.join(", ")
+        ));
+    }
     let listener = text(r, "listener").ok_or("the record names no listener")?;
     let (gateway, listener) = listener
         .rsplit_once('/')
@@ -250,6 +264,7 @@ fn spec_of(r: &Value, assume: &BTreeMap<String, Assumption>) -> Result<RequestSp
         assume,
         jwt_claims,
         revision: field("revision").filter(|r| r != mcp_methods::Revision::UNNAMED.as_str()),
+        time: req.get("time").and_then(Value::as_i64),
         ..RequestSpec::default()
     })
 }

@@ -16,6 +16,8 @@ struct SpecFacts {
     port: u16,
     route: Option<String>,
     cluster: Option<String>,
+    /// The request's arrival (a record's), else now.
+    time: Option<i64>,
 }
 
 impl HostFacts for SpecFacts {
@@ -25,11 +27,15 @@ impl HostFacts for SpecFacts {
             Fact::RouteName => text(&self.route),
             Fact::ClusterName => text(&self.cluster),
             Fact::DestinationPort => Some(i64::from(self.port).to_le_bytes().to_vec()),
-            // Now, as Envoy would report the request's arrival.
-            Fact::RequestTime => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()
-                .and_then(|d| i64::try_from(d.as_nanos()).ok())
+            // The time given, else now, as Envoy would report the request's arrival.
+            Fact::RequestTime => self
+                .time
+                .or_else(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .and_then(|d| i64::try_from(d.as_nanos()).ok())
+                })
                 .map(|n| n.to_le_bytes().to_vec()),
             // The caller is set from --spiffe / --service-account: it stands for a peer
             // certificate with exactly that one URI SAN. Without, no certificate: a caller
@@ -76,6 +82,7 @@ pub(super) fn run_flow(
         port: req.port,
         route,
         cluster,
+        time: spec.time,
     };
     let mut input = HeadersInput::gather(engine, all_headers, req.body.is_none(), &facts);
     if engine.identity.spiffe.source == SpiffeSource::PeerCertificate {

@@ -107,6 +107,9 @@ pub struct RequestSpec {
     /// `MCP-Protocol-Version`, and from 2026-07-28 on the `Mcp-Method` and `Mcp-Name` headers
     /// it requires, are sent unless given.
     pub revision: Option<String>,
+    /// When the request arrived (a decision record's `time`: nanoseconds since the Unix
+    /// epoch), else now: what CEL's `request.time` reads.
+    pub time: Option<i64>,
 }
 
 /// The result: what the filter (and Envoy) did with the request.

@@ -483,5 +483,6 @@ fn spec_of(d: &RequestYaml, r: &RequestYaml) -> Result<RequestSpec, String> {
         assume,
         jwt_claims,
         revision: None,
+        time: None,
     })
 }

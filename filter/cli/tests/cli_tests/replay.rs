@@ -68,3 +68,54 @@ fn envoy_json_logs_and_entries_without_a_decision() {
     assert!(bad.is_empty(), "{bad:?}");
     assert_eq!(found, [r]);
 }
+
+/// Gateway mcp/gw (listener http :8080) routing /mcp to XBackend mcp/tools, where an Allow
+/// policy admits `tools/call` when the CEL `expression` holds.
+fn cel_allowed(expression: &str) -> mcp_access_k8s::Compiled {
+    use crate::common::{gateway, load, route, stream, to_xbackend, xbackend};
+    let infra = stream(&[
+        gateway("mcp", "gw", &[("http", 8080)]),
+        route("mcp", "r", "name: gw", &to_xbackend(Some("/mcp"), "tools")),
+        xbackend("mcp", "tools", "tools", 8000, Some("/mcp")),
+    ]);
+    let policy = format!(
+        "apiVersion: agentic.networking.x-k8s.io/v1alpha1\nkind: XAccessPolicy\nmetadata: {{name: p, namespace: mcp}}\nspec:\n  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]\n  action: Allow\n  rules:\n  - name: when\n    authorization:\n      type: CEL\n      cel: {{expression: {}}}\n",
+        serde_json::to_string(expression).unwrap()
+    );
+    let c = mcp_access_k8s::compile(&load(&infra, &[policy]), &Default::default());
+    mcp_access_bundle::validate(&c.bundle).unwrap();
+    c
+}
+
+/// An allowed `tools/call x` as the filter records it, with `extra` members in `request`.
+fn allowed_call(extra: Value) -> Value {
+    let mut request = json!({"arguments": null, "headers": {}, "host": "gw.example", "jwt": null,
+        "method": "POST", "path": "/mcp", "port": 8080, "revision": "2025-11-25", "route": null});
+    for (k, v) in extra.as_object().unwrap() {
+        request[k] = v.clone();
+    }
+    json!({"decision": "allow", "listener": "mcp/gw/http", "backend": "mcp/tools",
+           "method": "tools/call", "name": "x", "policy": "mcp/p", "rule": "when",
+           "reason": "allowed", "level": "backend", "request": request})
+}
+
+#[test]
+fn replay_decides_at_the_recorded_time() {
+    use mcp_access_cli::replay::replay;
+    let c = cel_allowed("request.time.getFullYear() < 2000");
+    // 1999-09-09: allowed then, under the same manifests allowed again.
+    let r = allowed_call(json!({"time": 936_900_000_000_000_000_i64}));
+    let out = replay(&c.bundle, Some(&c.topology), &[r], &Default::default());
+    assert_eq!((out.replayed, out.flips.len()), (1, 0), "{out:?}");
+}
+
+#[test]
+fn replay_skips_a_record_whose_cel_read_what_it_does_not_hold() {
+    use mcp_access_cli::replay::replay;
+    let c = cel_allowed("request.headers['x-team'] == 'blue'");
+    let r = allowed_call(json!({"unrecorded": ["request.headers"]}));
+    let out = replay(&c.bundle, Some(&c.topology), &[r], &Default::default());
+    assert_eq!((out.replayed, out.flips.len()), (0, 0), "{out:?}");
+    let why = "a CEL condition read request.headers, which the record does not hold";
+    assert_eq!(out.skipped.get(why), Some(&1), "{out:?}");
+}

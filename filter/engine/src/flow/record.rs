@@ -13,19 +13,33 @@ impl RequestFlow {
     pub(super) fn recorded(&self, engine: &Engine) -> Option<String> {
         let req = self.req.as_ref()?;
         let mut out = String::with_capacity(160);
-        let arguments = engine.decision_records.arguments;
-        let revision = self.revision.as_str();
-        let key = &engine.record_key;
-        write_record(
-            &mut out,
-            req,
-            &engine.recorded_headers,
-            arguments,
-            revision,
-            key,
-        );
+        let what = What {
+            headers: &engine.recorded_headers,
+            arguments: engine.decision_records.arguments,
+            revision: self.revision.as_str(),
+            key: &engine.record_key,
+            time: engine.cel_needs().time,
+            unrecorded: &engine.unrecorded,
+        };
+        write_record(&mut out, req, &what);
         Some(out)
     }
+}
+
+/// What a record holds beyond the request's canonical attributes.
+struct What<'a> {
+    /// The headers rules read.
+    headers: &'a [String],
+    /// Whether it holds the arguments.
+    arguments: bool,
+    /// The MCP revision the request was judged under.
+    revision: &'a str,
+    /// The key of credentials' digests.
+    key: &'a [u8; 32],
+    /// Whether it holds the request time (a CEL condition reads it).
+    time: bool,
+    /// The CEL attributes read that it does not hold.
+    unrecorded: &'a [&'static str],
 }
 
 /// The `request` object: `arguments` (JSON, only with `decisionRecords.arguments`),
@@ -33,16 +47,12 @@ impl RequestFlow {
 /// [keyed digests]), `headers` (the other headers the rules' header conditions read: name →
 /// [copies]), `host` (canonical),
 /// `jwt` (`iss`, `sub`, the claims JWT sources read), `method`, `path` (canonical), `port`,
-/// `revision` (the MCP revision the request was judged under), `route`; keys in order, as
+/// `revision` (the MCP revision the request was judged under), `route`, `time` (only where a
+/// CEL condition reads `request.time`: nanoseconds since the Unix epoch), `unrecorded` (only
+/// where CEL conditions read attributes it does not hold: their CEL names); keys in order, as
 /// serde_json writes a map.
-fn write_record(
-    out: &mut String,
-    req: &Request,
-    headers: &[String],
-    arguments: bool,
-    revision: &str,
-    key: &[u8; 32],
-) {
+fn write_record(out: &mut String, req: &Request, what: &What) {
+    let (headers, arguments, key) = (what.headers, what.arguments, what.key);
     out.push_str("{\"arguments\":");
     let recorded = req.params.as_ref().and_then(|p| p.get("arguments"));
     match recorded.filter(|_| arguments) {
@@ -95,9 +105,23 @@ fn write_record(
     out.push_str(",\"port\":");
     push_int(out, i64::from(req.port));
     out.push_str(",\"revision\":");
-    push_str(out, revision);
+    push_str(out, what.revision);
     out.push_str(",\"route\":");
     push_opt_str(out, req.route_name.as_deref());
+    if let Some(t) = req.time.filter(|_| what.time) {
+        out.push_str(",\"time\":");
+        push_int(out, t);
+    }
+    if !what.unrecorded.is_empty() {
+        out.push_str(",\"unrecorded\":[");
+        for (i, name) in what.unrecorded.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            push_str(out, name);
+        }
+        out.push(']');
+    }
     out.push('}');
 }
 
@@ -186,7 +210,8 @@ mod tests {
     use serde_json::{json, Map, Value};
 
     /// The record as a `serde_json::Value` map of the same request.
-    fn as_value_map(req: &Request, headers: &[String], arguments: bool, key: &[u8; 32]) -> String {
+    fn as_value_map(req: &Request, what: &What) -> String {
+        let (headers, arguments, key) = (what.headers, what.arguments, what.key);
         let jwt = req.caller.jwts.first().map(|j| {
             let mut m = Map::new();
             m.insert("iss".into(), j.issuer.clone().into());
@@ -237,6 +262,12 @@ mod tests {
         if !credentials.is_empty() {
             v["credential_headers"] = Value::Object(credentials);
         }
+        if let Some(t) = req.time.filter(|_| what.time) {
+            v["time"] = json!(t);
+        }
+        if !what.unrecorded.is_empty() {
+            v["unrecorded"] = json!(what.unrecorded);
+        }
         v.to_string()
     }
 
@@ -274,6 +305,7 @@ mod tests {
                 ..Caller::default()
             },
             params: Some(json!({"name": "t", "arguments": {"z": "é", "a": [1, {"b": null}]}})),
+            time: Some(1_700_000_000_123_456_789),
             ..Request::default()
         };
         let headers = [
@@ -283,13 +315,29 @@ mod tests {
             "x-team".into(),
         ];
         let key = [7u8; 32];
-        for (req, arguments) in [(&full, true), (&full, false), (&Request::default(), true)] {
+        let what = |arguments, time, unrecorded| What {
+            headers: &headers,
+            arguments,
+            revision: "2026-07-28",
+            key: &key,
+            time,
+            unrecorded,
+        };
+        let cases = [
+            (
+                &full,
+                what(true, true, &["request.headers", "jwt.claims"][..]),
+            ),
+            (&full, what(false, false, &[])),
+            (&Request::default(), what(true, true, &[])),
+        ];
+        for (req, what) in &cases {
             let mut out = String::new();
-            write_record(&mut out, req, &headers, arguments, "2026-07-28", &key);
-            assert_eq!(out, as_value_map(req, &headers, arguments, &key));
+            write_record(&mut out, req, what);
+            assert_eq!(out, as_value_map(req, what));
         }
         let mut out = String::new();
-        write_record(&mut out, &full, &headers, false, "2026-07-28", &key);
+        write_record(&mut out, &full, &what(false, false, &[]));
         assert!(
             !out.contains("secret") && !out.contains("arguments\":{"),
             "{out}"

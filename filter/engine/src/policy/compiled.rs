@@ -695,6 +695,30 @@ impl Method {
     }
 }
 
+/// Of the attributes `reads` (of [`NOT_RECORDED`]), those a decision record does not hold (docs/semantics.md
+/// §3.9): every header (a record holds those header conditions read), the raw `:authority`
+/// and `:path` (it holds their canonical forms), the JWT payload (it holds the claims JWT
+/// sources read) and the params beyond the name or URI and, when recorded, the arguments.
+pub(super) fn unrecorded(reads: &[mcp_access_cel::Attr], arguments: bool) -> Vec<&'static str> {
+    reads
+        .iter()
+        .filter(|a| **a != mcp_access_cel::Attr::McpParams || !arguments)
+        .map(|a| a.name())
+        .collect()
+}
+
+/// The attributes CEL may read that a record does not hold in full ([`unrecorded`]).
+pub(super) const NOT_RECORDED: [mcp_access_cel::Attr; 5] = {
+    use mcp_access_cel::Attr;
+    [
+        Attr::Headers,
+        Attr::Host,
+        Attr::Path,
+        Attr::JwtClaims,
+        Attr::McpParams,
+    ]
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

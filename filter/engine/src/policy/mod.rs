@@ -274,6 +274,9 @@ pub struct Engine {
     /// Headers the rules' header conditions read (lowercase): what a decision record keeps of
     /// the request's headers (a credential's as a keyed digest, [`Engine::record_key`]).
     pub recorded_headers: Vec<String>,
+    /// The CEL attributes the conditions read that a decision record does not hold (by CEL
+    /// name): a replay cannot decide such a record again without guessing.
+    pub(crate) unrecorded: Vec<&'static str>,
     /// The key of the digests decision records hold of credentials (random, never written
     /// anywhere: a record proves which value a rule read without revealing it).
     pub(crate) record_key: [u8; 32],
@@ -406,6 +409,7 @@ impl Engine {
                 h.sort_unstable();
                 h
             },
+            unrecorded: compiled::unrecorded(&compiled.cel_reads, b.decision_records.arguments),
             instance: Instance::new(),
             record_key: random_key(),
             identity_header_names,
@@ -763,6 +767,8 @@ struct CompiledPolicies {
     cel_needs: CelNeeds,
     /// Header names the rules' header conditions read, credentials left out.
     headers: Vec<String>,
+    /// The attributes the CEL conditions read.
+    cel_reads: Vec<mcp_access_cel::Attr>,
 }
 
 /// Compiles each policy of `numbered` ((position in the bundle, policy), most senior first).
@@ -777,6 +783,7 @@ fn compile_policies(
         jwt_claims: Vec::new(),
         cel_needs: CelNeeds::default(),
         headers: Vec::new(),
+        cel_reads: Vec::new(),
     };
     for (position, p) in numbered {
         let id = format!("{}/{}", p.namespace, p.name);
@@ -819,6 +826,11 @@ fn compile_policies(
             needs.params |= c.program.reads_attr(Attr::McpParams);
             needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
             needs.annotations |= c.program.reads_attr(Attr::ToolAnnotations);
+            for a in compiled::NOT_RECORDED {
+                if c.program.reads_attr(a) && !out.cel_reads.contains(&a) {
+                    out.cel_reads.push(a);
+                }
+            }
         }
         for r in rules.iter().flatten() {
             let read = r

@@ -362,16 +362,33 @@ fn tool_arguments_reach_cel_through_the_flow() {
         };
         assert_eq!(flow.on_headers(&e, input), Next::Hold);
         let len = body.len();
-        matches!(
+        let allowed = matches!(
             flow.on_body(&e, len, true, move |_| Some(body.into_bytes())),
             Next::Allow { .. }
-        )
+        );
+        let record = flow.outcome().map(|o| o.to_json()).unwrap_or_default();
+        let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+        (allowed, record)
     };
     let t2026 = Some(1_767_323_045_000_000_000);
-    assert!(run("Paris", t2026));
-    assert!(!run("Oslo", t2026));
+    let (allowed, record) = run("Paris", t2026);
+    assert!(allowed);
+    // The record holds the time CEL read, and says it does not hold the params (arguments
+    // are not recorded here): a replay decides at that time, and does not guess the params.
+    assert_eq!(
+        record["request"]["time"],
+        serde_json::json!(t2026),
+        "{record}"
+    );
+    let unrecorded = &record["request"]["unrecorded"];
+    assert_eq!(
+        unrecorded,
+        &serde_json::json!(["request.mcp.params"]),
+        "{record}"
+    );
+    assert!(!run("Oslo", t2026).0);
     // No request.time from the host: an error, which an Allow rule resolves as "no".
-    assert!(!run("Paris", None));
+    assert!(!run("Paris", None).0);
 }
 
 #[test]
