@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,11 @@ def recorded(cli: Path, work_dir: Path, wasm_path: Path) -> Iterator[Any]:  # no
                 agent.call_tool("add", {"a": 1, "b": 2})
                 with pytest.raises(Denied):
                     agent.call_tool("delete_repo", {"name": "x"})
-            proxy.wait_access_log(8)
+            # Envoy flushes the access log every 50 ms: wait for the last request's entry.
+            deadline = time.monotonic() + 5
+            while not any("delete_repo" in (e.get("filter_state") or "") for e in proxy.access_log_entries()):
+                assert time.monotonic() < deadline, "no access-log entry of the last request"
+                time.sleep(0.05)
             yield base, proxy
 
 
