@@ -192,6 +192,13 @@ fn spec_of(r: &Value, assume: &BTreeMap<String, Assumption>) -> Result<RequestSp
             "a rule read a credential header, which the record holds only as a keyed digest".into(),
         );
     }
+    // Drift is what a listing showed the filter, not in the record: not guessed at either.
+    if r.get("reason").and_then(Value::as_str) == Some("tool_drifted") {
+        return Err(
+            "the tool had drifted from its pin (what a listing showed, which the record does not hold)"
+                .into(),
+        );
+    }
     // What a CEL condition read beyond the record is not guessed at either.
     let unrecorded: Vec<&str> = req
         .get("unrecorded")

@@ -119,3 +119,16 @@ fn replay_skips_a_record_whose_cel_read_what_it_does_not_hold() {
     let why = "a CEL condition read request.headers, which the record does not hold";
     assert_eq!(out.skipped.get(why), Some(&1), "{out:?}");
 }
+
+#[test]
+fn replay_skips_a_denial_for_drift_it_cannot_see() {
+    use mcp_access_cli::replay::replay;
+    let c = cel_allowed("request.mcp.tool_name == 'x'");
+    let mut r = allowed_call(json!({}));
+    r["decision"] = json!("deny");
+    r["reason"] = json!("tool_drifted");
+    let out = replay(&c.bundle, Some(&c.topology), &[r], &Default::default());
+    assert_eq!((out.replayed, out.flips.len()), (0, 0), "{out:?}");
+    assert_eq!(out.skipped.len(), 1, "{out:?}");
+    assert!(out.skipped.keys().all(|k| k.contains("drifted")), "{out:?}");
+}
