@@ -408,6 +408,19 @@ pub struct Policy {
     pub mode: PolicyMode,
 }
 
+impl Policy {
+    /// The `namespace/name` of the policy the user wrote that this one stands for: the
+    /// object its `origin` names where the compiler derived it (a Gateway policy's block, a
+    /// lower policy some of whose rules were replaced), else its own. One name per
+    /// user-written policy in records, counters, `explain` and `who-can`.
+    pub fn written_name(&self) -> String {
+        match self.origin.as_ref().and_then(|o| o.policy.split_once(' ')) {
+            Some((_, id)) => id.to_string(),
+            None => format!("{}/{}", self.namespace, self.name),
+        }
+    }
+}
+
 /// Which decision a policy takes part in: the one the request gets, the dry-run one (the
 /// decision with every dry-run policy enforced), or both.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

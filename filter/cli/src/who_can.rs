@@ -521,7 +521,7 @@ fn describe_source(s: &JwtSource) -> String {
 fn conditions(on_path: &[&Policy], method: &str, param: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
     for p in on_path {
-        let id = format!("{}/{}", p.namespace, p.name);
+        let id = p.written_name();
         let level = p.level.as_str();
         if p.action == Action::ExternalAuth {
             out.push(format!(

@@ -828,4 +828,11 @@ spec:
     let out = explain(&d, "risk=deny");
     assert!(text(&out.stdout).contains("DENY 403 at backend (external_auth_denied)"));
     assert_eq!(explain(&d, "app-chek=deny").status.code(), Some(1));
+    // who-can names the policy the user wrote, never the derived one (risk.mcp.tools).
+    let out = run(&["who-can", "-f", s(&d), "--backend", "tools", "--tool", "x"]);
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("backend mcp/risk: its authorizer decides") && !t.contains("risk.mcp"),
+        "{t}"
+    );
 }
