@@ -199,7 +199,8 @@ fn spec_of(r: &Value, assume: &BTreeMap<String, Assumption>) -> Result<RequestSp
                 .into(),
         );
     }
-    // What a CEL condition read beyond the record is not guessed at either.
+    // What the decision read beyond the record (CEL attributes, a second token) is not
+    // guessed at either.
     let unrecorded: Vec<&str> = req
         .get("unrecorded")
         .and_then(Value::as_array)
@@ -209,7 +210,7 @@ fn spec_of(r: &Value, assume: &BTreeMap<String, Assumption>) -> Result<RequestSp
         .collect();
     if !unrecorded.is_empty() {
         return Err(format!(
-            "a CEL condition read {}, which the record does not hold",
+            "the decision read {}, which the record does not hold",
             unrecorded.join(", ")
         ));
     }

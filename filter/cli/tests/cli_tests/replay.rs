@@ -116,7 +116,7 @@ fn replay_skips_a_record_whose_cel_read_what_it_does_not_hold() {
     let r = allowed_call(json!({"unrecorded": ["request.headers"]}));
     let out = replay(&c.bundle, Some(&c.topology), &[r], &Default::default());
     assert_eq!((out.replayed, out.flips.len()), (0, 0), "{out:?}");
-    let why = "a CEL condition read request.headers, which the record does not hold";
+    let why = "the decision read request.headers, which the record does not hold";
     assert_eq!(out.skipped.get(why), Some(&1), "{out:?}");
 }
 

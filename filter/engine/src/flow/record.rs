@@ -49,8 +49,9 @@ struct What<'a> {
 /// `jwt` (`iss`, `sub`, the claims JWT sources read), `method`, `path` (canonical), `port`,
 /// `revision` (the MCP revision the request was judged under), `route`, `time` (only where a
 /// CEL condition reads `request.time`: nanoseconds since the Unix epoch), `unrecorded` (only
-/// where CEL conditions read attributes it does not hold: their CEL names); keys in order, as
-/// serde_json writes a map.
+/// where the decision read what it does not hold: the CEL names of attributes CEL conditions
+/// read, and `jwts` where more than one token was verified); keys in order, as serde_json
+/// writes a map.
 fn write_record(out: &mut String, req: &Request, what: &What) {
     let (headers, arguments, key) = (what.headers, what.arguments, what.key);
     out.push_str("{\"arguments\":");
@@ -112,9 +113,11 @@ fn write_record(out: &mut String, req: &Request, what: &What) {
         out.push_str(",\"time\":");
         push_int(out, t);
     }
-    if !what.unrecorded.is_empty() {
+    // Rules match any verified token; `jwt` holds the first only.
+    let jwts = (req.caller.jwts.len() > 1).then_some(SECOND_JWT);
+    if !what.unrecorded.is_empty() || jwts.is_some() {
         out.push_str(",\"unrecorded\":[");
-        for (i, name) in what.unrecorded.iter().enumerate() {
+        for (i, name) in what.unrecorded.iter().chain(&jwts).enumerate() {
             if i > 0 {
                 out.push(',');
             }
@@ -124,6 +127,9 @@ fn write_record(out: &mut String, req: &Request, what: &What) {
     }
     out.push('}');
 }
+
+/// What `unrecorded` names when more than one JWT was verified (`jwt` holds the first).
+const SECOND_JWT: &str = "jwts";
 
 /// `{name: [copies], ...}` of the request's copies of `names` (those it has), each copy as
 /// `show` writes it.
@@ -265,8 +271,12 @@ mod tests {
         if let Some(t) = req.time.filter(|_| what.time) {
             v["time"] = json!(t);
         }
-        if !what.unrecorded.is_empty() {
-            v["unrecorded"] = json!(what.unrecorded);
+        let mut unrecorded = what.unrecorded.to_vec();
+        if req.caller.jwts.len() > 1 {
+            unrecorded.push(SECOND_JWT);
+        }
+        if !unrecorded.is_empty() {
+            v["unrecorded"] = json!(unrecorded);
         }
         v.to_string()
     }
@@ -323,7 +333,15 @@ mod tests {
             time,
             unrecorded,
         };
+        // Two verified tokens: `jwt` holds the first, `unrecorded` says so.
+        let mut two = full.clone();
+        two.caller.jwts.push(JwtPrincipal {
+            issuer: "https://other".into(),
+            ..JwtPrincipal::default()
+        });
         let cases = [
+            (&two, what(false, false, &[])),
+            (&two, what(true, true, &["request.time"][..])),
             (
                 &full,
                 what(true, true, &["request.headers", "jwt.claims"][..]),
@@ -336,6 +354,9 @@ mod tests {
             write_record(&mut out, req, what);
             assert_eq!(out, as_value_map(req, what));
         }
+        let mut out = String::new();
+        write_record(&mut out, &two, &what(false, false, &[]));
+        assert!(out.ends_with(r#","unrecorded":["jwts"]}"#), "{out}");
         let mut out = String::new();
         write_record(&mut out, &full, &what(false, false, &[]));
         assert!(
