@@ -282,6 +282,35 @@ pub(crate) enum Node {
     Comp(Box<Comp>),
 }
 
+impl Node {
+    /// Pushes the node's operands onto `out`.
+    fn children<'a>(&'a self, out: &mut Vec<&'a Node>) {
+        match self {
+            Node::Lit(_)
+            | Node::Attr(_)
+            | Node::HasAttr(_)
+            | Node::Local(_)
+            | Node::TakeLocal(_)
+            | Node::StrTest { .. }
+            | Node::StrIn(..) => {}
+            Node::Field(x, _)
+            | Node::HasField(x, _)
+            | Node::Not(x)
+            | Node::Neg(x)
+            | Node::NotStrictlyFalse(x)
+            | Node::Matches { subject: x, .. } => out.push(x),
+            Node::Index(x, y) | Node::And(x, y) | Node::Or(x, y) | Node::Bin(_, x, y) => {
+                out.push(x);
+                out.push(y);
+            }
+            Node::Cond(x, y, z) => out.extend([&**x, &**y, &**z]),
+            Node::List(xs) | Node::Call(_, xs) => out.extend(xs),
+            Node::Map(kvs) => kvs.iter().for_each(|(k, v)| out.extend([k, v])),
+            Node::Comp(c) => out.extend([&c.range, &c.init, &c.cond, &c.step, &c.result]),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Comp {
     pub(crate) range: Node,
@@ -347,6 +376,25 @@ impl Program {
             }
         }
         None
+    }
+
+    /// Every literal the expression compares `request.mcp.tool_name` with (`==`, `!=`, `in` a
+    /// list of literals), anywhere in it: the names the author meant as tool names.
+    pub fn tool_name_literals(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        let mut stack = vec![&self.root];
+        while let Some(n) = stack.pop() {
+            match n {
+                Node::StrTest {
+                    attr: Attr::ToolName,
+                    op: StrOp::Eq | StrOp::Ne,
+                    lit,
+                } => out.push(&**lit),
+                Node::StrIn(Attr::ToolName, set) => out.extend(set.iter().map(|x| &**x)),
+                _ => n.children(&mut stack),
+            }
+        }
+        out
     }
 
     /// Evaluates the condition over `input`: a boolean, or an error (which counts against the

@@ -41,3 +41,30 @@ fn conditions_over_self() {
     // ... and `self` is not a request attribute.
     assert!(Program::compile("self.x == 1", &lim).is_err());
 }
+
+#[test]
+fn tool_name_literals_are_found_anywhere() {
+    let lim = CelLimits::default();
+    let names = |src: &str| -> Vec<String> {
+        let p = Program::compile(src, &lim).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let mut v: Vec<String> = p
+            .tool_name_literals()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names("request.mcp.tool_name == 'a'"), ["a"]);
+    assert_eq!(names("'a' != request.mcp.tool_name"), ["a"]);
+    assert_eq!(
+        names("request.path == '/x' || !(request.mcp.tool_name in ['b', 'c'])"),
+        ["b", "c"]
+    );
+    assert_eq!(
+        names("[1].exists(i, request.mcp.tool_name == 'd') ? true : request.mcp.tool_name == 'e'"),
+        ["d", "e"]
+    );
+    // A prefix test names no tool; other attributes' literals are not tool names.
+    assert!(names("request.mcp.tool_name.startsWith('del') && request.path == '/a'").is_empty());
+}

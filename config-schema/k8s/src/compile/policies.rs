@@ -13,6 +13,7 @@ use crate::types::*;
 use mcp_access_bundle::{self as bundle, Action, Bundle, Level};
 
 pub(super) mod authorizers;
+mod tool_names;
 
 /// The accepted policies counted at each target, oldest first.
 #[derive(Default)]
@@ -113,7 +114,7 @@ impl Ctx<'_> {
                     Ok(true) => Ok(()),
                     _ => identity.record(p, &self.backend_index, route_headers),
                 };
-                let (conds, unresolved) = self.policy(
+                let (conds, unresolved, warnings) = self.policy(
                     p,
                     (seniority, conflict),
                     &mut per_target,
@@ -122,6 +123,7 @@ impl Ctx<'_> {
                     &mut blocks,
                 );
                 self.report.unenforced.extend(unresolved);
+                self.report.warnings.extend(warnings);
                 conds
             } else {
                 let ns = &p.meta.namespace;
@@ -159,7 +161,7 @@ impl Ctx<'_> {
         out: &mut Vec<bundle::Policy>,
         authorizers: &mut Vec<bundle::Authorizer>,
         blocks: &mut Vec<super::effective::BlockPolicy>,
-    ) -> (Vec<TargetStatus>, Vec<String>) {
+    ) -> (Vec<TargetStatus>, Vec<String>, Vec<String>) {
         let level = match p.spec.target_refs().first().map(|r| opt(&r.kind)) {
             Some("Gateway") => Level::Gateway,
             _ => Level::Backend,
@@ -168,6 +170,7 @@ impl Ctx<'_> {
         if let (Ok(()), Err(msg)) = (&content.problem, conflict) {
             content.problem = Err((reason::CONFLICTED, msg));
         }
+        let warnings = self.check_tool_names(p, &mut content);
         let mode = if content.dry_run {
             bundle::PolicyMode::DryRun
         } else {
@@ -235,7 +238,7 @@ impl Ctx<'_> {
                 )
             })
             .collect();
-        (t.conds, unresolved)
+        (t.conds, unresolved, warnings)
     }
 
     /// The policy's name in the bundle: its own, except for an AccessPolicy that shares its

@@ -836,3 +836,109 @@ spec:
         "{t}"
     );
 }
+
+/// A ToolPin of XBackend mcp/tools pinning `delete_repo` and `search` (`unpinned` as given).
+fn tool_pin(unpinned: &str) -> String {
+    let digest = format!("sha256:{}", "0".repeat(64));
+    format!(
+        "apiVersion: mcp-access.io/v1alpha1\nkind: ToolPin\nmetadata: {{name: tools, namespace: mcp}}\nspec:\n  targetRef: {{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}\n  unpinned: {unpinned}\n  tools:\n  - {{name: delete_repo, digest: \"{digest}\"}}\n  - {{name: search, digest: \"{digest}\"}}\n"
+    )
+}
+
+#[test]
+fn a_tool_name_no_closed_tool_pin_pins_is_refused_with_the_pinned_names() {
+    // The Deny meant to close delete_repo names delete-repo: it would close nothing.
+    let d = common::case(
+        "mistakes",
+        "pinned-name",
+        &[
+            ("pin.yaml", &tool_pin("Deny")),
+            (
+                "policy.yaml",
+                r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: no-delete, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: Deny
+  rules:
+  - name: delete
+    authorization:
+      type: Inline
+      mcp: {methods: [{name: tools/call, params: [delete-repo]}]}
+"#,
+            ),
+        ],
+    );
+    let err = refused_everywhere(&d, 3);
+    assert!(
+        err.contains("policy.yaml: document 1: AccessPolicy mcp/no-delete")
+            && err.contains("spec.rules[0].authorization.mcp.methods[0].params[0]: tool `delete-repo` is pinned by no ToolPin of XBackend mcp/tools; did you mean `delete_repo`? (valid: delete_repo, search)")
+            && err.contains("unpinned: Deny"),
+        "{err}"
+    );
+    // The same slip in a Gateway-level Allow's CEL (the Gateway's only backend is pinned).
+    std::fs::write(
+        d.join("policy.yaml"),
+        r#"apiVersion: agentic.networking.x-k8s.io/v1alpha1
+kind: XAccessPolicy
+metadata: {name: readers, namespace: mcp}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  action: Allow
+  rules:
+  - name: search
+    authorization:
+      type: CEL
+      cel: {expression: "request.mcp.method != 'tools/call' || request.mcp.tool_name in ['serch']"}
+"#,
+    )
+    .unwrap();
+    let err = refused_everywhere(&d, 3);
+    assert!(
+        err.contains("spec.rules[0].authorization.cel.expression: tool `serch` is pinned by no ToolPin of XBackend mcp/tools; did you mean `search`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_tool_name_no_open_tool_pin_pins_is_a_warning() {
+    let d = common::case(
+        "mistakes",
+        "pinned-name-open",
+        &[
+            ("pin.yaml", &tool_pin("Allow")),
+            (
+                "policy.yaml",
+                r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: no-delete, namespace: mcp}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]
+  action: Deny
+  rules:
+  - name: delete
+    when: [{predicate: "request.mcp.tool_name == 'delete-repo'"}]
+"#,
+            ),
+        ],
+    );
+    let out = run(&["validate", "-f", s(&d), "--format", "text"]);
+    let err = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning  AccessPolicy mcp/no-delete (")
+            && err.contains("spec.rules[0].when[0].predicate: tool `delete-repo` is pinned by no ToolPin of XBackend mcp/tools; did you mean `delete_repo`?")
+            && err.contains("unpinned: Allow"),
+        "{err}"
+    );
+    // A name it pins, or a backend without a ToolPin, says nothing.
+    std::fs::remove_file(d.join("pin.yaml")).unwrap();
+    let out = run(&["validate", "-f", s(&d), "--format", "text"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        !text(&out.stdout).contains("pinned by no ToolPin"),
+        "{}",
+        text(&out.stdout)
+    );
+}
