@@ -874,9 +874,15 @@ spec:
     assert!(
         err.contains("policy.yaml: document 1: AccessPolicy mcp/no-delete")
             && err.contains("spec.rules[0].authorization.mcp.methods[0].params[0]: tool `delete-repo` is pinned by no ToolPin of XBackend mcp/tools; did you mean `delete_repo`? (valid: delete_repo, search)")
-            && err.contains("unpinned: Deny"),
+            && err.contains("unpinned: Deny")
+            && err.contains("enforced fail-closed: every request to this target is denied"),
         "{err}"
     );
+    // Told to proceed: what it meant to deny is unknown, so its stand-in denies everything.
+    let (bundle, _) = proceed(&d);
+    let standin = &bundle["policies"][0];
+    assert_eq!(standin["action"], "Deny", "{bundle}");
+    assert!(standin.get("rules").is_none(), "{bundle}");
     // The same slip in a Gateway-level Allow's CEL (the Gateway's only backend is pinned).
     std::fs::write(
         d.join("policy.yaml"),

@@ -23,7 +23,8 @@ struct Named {
 
 impl Ctx<'_> {
     /// Makes `content` not accepted for a name no closed ToolPin pins (unless it is not
-    /// accepted already); the warnings for names no open ToolPin pins.
+    /// accepted already), its stand-in then denying all; the warnings for names no open
+    /// ToolPin pins.
     pub(super) fn check_tool_names(
         &self,
         p: &Item<PolicySpec>,
@@ -35,6 +36,9 @@ impl Ctx<'_> {
         let (problem, warnings) = self.unmatchable_tool_names(p, content);
         if let Some(problem) = problem {
             content.problem = Err(problem);
+            // What a Deny or ExternalAuth policy meant to select is unknown: its stand-in
+            // denies everything (an Allow stand-in admits nothing either way).
+            content.deny_all = content.action != bundle::Action::Allow;
         }
         warnings
     }
