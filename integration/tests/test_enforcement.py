@@ -241,6 +241,10 @@ def test_backend_is_envoys_routing_decision(stack: Stack) -> None:
     r = post_jsonrpc(f"https://127.0.0.1:{stack.port}/unlisted", tools_call("echo"),
                      cert=stack.pki.client(ALPHA), ca=stack.pki.ca)
     assert r.status == 403 and decision_of(stack)["reason"] == "unknown_backend"
+    # The client is told which route and cluster lead to no backend (configuration, not policy).
+    data = r.json()["error"]["data"]
+    assert data["reason"] == "unknown_backend" and "cluster" in data["detail"], data
+    assert "XBackend" in data["fix"] and "policy" not in data, data
 
 
 def test_agents_through_the_official_sdk(stack: Stack) -> None:

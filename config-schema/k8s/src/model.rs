@@ -234,6 +234,60 @@ pub struct Topology {
     pub external_auth_policies: Vec<String>,
 }
 
+impl Topology {
+    /// Why no route reaches XBackend `b`, when a route rule forwards to a Service `b` nearly
+    /// describes (its `serviceName` on another port, or a name a typo away on its port): per
+    /// such rule, the route, the rule, what it forwards to and the fix.
+    pub fn near_misses(&self, b: &BackendModel) -> Vec<String> {
+        let Some(service) = b.service_name.as_deref() else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = Vec::new();
+        let entries = self
+            .gateways
+            .iter()
+            .flat_map(|g| &g.listeners)
+            .flat_map(|l| &l.routes);
+        for e in entries {
+            let RouteAction::Forward { clusters, .. } = &e.action else {
+                continue;
+            };
+            let services = clusters
+                .iter()
+                .filter(|w| w.backend.is_none())
+                .filter_map(|w| self.services.iter().find(|s| s.cluster == w.cluster))
+                .filter(|s| s.namespace == b.namespace);
+            for s in services {
+                let xb = format!(
+                    "refer to the XBackend itself (group: agentic.networking.x-k8s.io, kind: XBackend, name: {})",
+                    b.id.name
+                );
+                let why = if s.name == service && s.port != b.port {
+                    format!(
+                        "port {} is not the port XBackend {} gives its Service ({}): set the backendRef's port to {}, or {xb}",
+                        s.port, b.id, b.port, b.port
+                    )
+                } else if s.port == b.port && strsim::jaro_winkler(&s.name, service) > 0.85 {
+                    format!(
+                        "XBackend {} names serviceName {service}: correct whichever name is misspelled, or {xb}",
+                        b.id
+                    )
+                } else {
+                    continue;
+                };
+                let line = format!(
+                    "HTTPRoute {} spec.rules[{}] forwards to Service {}/{} port {}: {why}; until then every request it forwards is denied unknown_backend",
+                    e.route, e.rule, s.namespace, s.name, s.port
+                );
+                if !out.contains(&line) {
+                    out.push(line);
+                }
+            }
+        }
+        out
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayModel {
     pub namespace: String,

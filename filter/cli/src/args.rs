@@ -260,8 +260,9 @@ pub(crate) struct ReportArgs {
         default_value = "yaml"
     )]
     pub(crate) format: Format,
-    /// Also refuse (exit 3) when a Gateway, HTTPRoute or XBackend is not accepted; a policy
-    /// that is not accepted always does, unless --allow-not-accepted.
+    /// Also refuse (exit 3) when a Gateway, HTTPRoute or XBackend is not accepted, and (exit
+    /// 4) when a reference leads nowhere (what `validate` refuses; otherwise a warning); a
+    /// policy that is not accepted always does, unless --allow-not-accepted.
     #[arg(long, conflicts_with = "allow_not_accepted")]
     pub(crate) strict: bool,
     /// Proceed although something is not accepted: report it, exit 0, and write the

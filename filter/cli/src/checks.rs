@@ -54,8 +54,14 @@ pub fn dangling(c: &Compiled) -> Vec<String> {
         .collect();
     for b in &c.topology.backends {
         if !reached.contains(&b.id) {
+            let near = c.topology.near_misses(b);
+            let why = if near.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", near.join("; "))
+            };
             out.push(format!(
-                "XBackend {}: no HTTPRoute attached to a Gateway forwards to it",
+                "XBackend {}: no HTTPRoute attached to a Gateway forwards to it{why}",
                 b.id
             ));
         }

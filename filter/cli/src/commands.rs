@@ -81,12 +81,26 @@ fn writable(
     if envoy_gateway_ports {
         platform::report_eg_ports(&mut c.report, &c.topology);
     }
-    let code = exit_code(&c, report);
+    // What validate refuses as leading nowhere is never compiled silently.
+    let dangling = checks::dangling(&c);
+    c.report.warnings.extend(dangling.iter().cloned());
+    let mut code = exit_code(&c, report);
     let text = render_report(&c, report.format)?;
     if report_to_stdout {
         print!("{text}");
     } else {
         eprint!("{text}");
+    }
+    let level = if report.strict { "error" } else { "warning" };
+    for d in &dangling {
+        eprintln!("{level}: dangling reference: {d}");
+    }
+    if code == 0 && report.strict && !dangling.is_empty() {
+        eprintln!(
+            "mcp-access: {} reference(s) lead nowhere (--strict)",
+            dangling.len()
+        );
+        code = EXIT_DANGLING;
     }
     if code != 0 {
         return Ok(Err(nothing_written(code)));
@@ -711,10 +725,10 @@ fn wasm_path(w: &WasmArg) -> Result<String, String> {
 
 /// Says why nothing was written and passes the exit code on.
 fn nothing_written(code: u8) -> u8 {
-    let why = if code == EXIT_INVALID {
-        "the manifests have errors"
-    } else {
-        "not everything was accepted (--allow-not-accepted to proceed)"
+    let why = match code {
+        EXIT_INVALID => "the manifests have errors",
+        EXIT_DANGLING => "references lead nowhere (without --strict they are warnings)",
+        _ => "not everything was accepted (--allow-not-accepted to proceed)",
     };
     eprintln!("mcp-access: nothing written: {why}");
     code

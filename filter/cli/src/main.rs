@@ -260,28 +260,29 @@ fn exit_code(c: &Compiled, r: &ReportArgs) -> u8 {
 /// Names on stderr each object (`all`) or policy that is not accepted, and each policy
 /// enforced nowhere; 3 when any is not accepted, unless --allow-not-accepted.
 fn not_accepted(c: &Compiled, allow: bool, all: bool) -> u8 {
-    let lists: &[&Vec<mcp_access_k8s::ObjectStatus>] = if all {
-        &[
-            &c.report.policies,
-            &c.report.gateways,
-            &c.report.routes,
-            &c.report.backends,
-            &c.report.pins,
-        ]
-    } else {
-        &[&c.report.policies, &c.report.pins]
-    };
-    let level = if allow { "warning" } else { "error" };
+    // Policies and ToolPins always count; Gateways, routes and XBackends only with `all`
+    // (else each is a warning: what validate refuses is never compiled silently).
+    let lists = [
+        (&c.report.policies, true),
+        (&c.report.pins, true),
+        (&c.report.gateways, all),
+        (&c.report.routes, all),
+        (&c.report.backends, all),
+    ];
     let mut n = 0;
-    for o in lists.iter().flat_map(|l| l.iter()) {
-        for cnd in o.conditions.iter().filter(|x| !x.accepted) {
-            n += 1;
-            eprintln!(
-                "{level}: {}: {} {}/{} -> {}: not accepted: {}: {}",
-                o.source, o.kind, o.namespace, o.name, cnd.target, cnd.reason, cnd.message
-            );
+    for (list, counts) in lists {
+        let level = if allow || !counts { "warning" } else { "error" };
+        for o in list {
+            for cnd in o.conditions.iter().filter(|x| !x.accepted) {
+                n += usize::from(counts);
+                eprintln!(
+                    "{level}: {}: {} {}/{} -> {}: not accepted: {}: {}",
+                    o.source, o.kind, o.namespace, o.name, cnd.target, cnd.reason, cnd.message
+                );
+            }
         }
     }
+    let level = if allow { "warning" } else { "error" };
     for u in &c.report.unenforced {
         eprintln!("{level}: {u}");
     }

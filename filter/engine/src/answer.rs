@@ -343,6 +343,7 @@ pub(crate) fn denial(
         }
         data
     });
+    let data = data.or_else(|| unrouted(d));
     let body = jsonrpc::error(id, settings.json_rpc_code, &settings.message, data);
     match (&d.relay, challenge) {
         (None, None) => json_response(settings.http_status, body),
@@ -364,6 +365,23 @@ pub(crate) fn denial(
             response
         }
     }
+}
+
+/// `error.data` of a request denied before any policy was looked at, because the bundle knows
+/// no listener on its port or no backend behind its route and cluster: which ones, and where
+/// to look. Configuration names only, never policy content, so it is sent without
+/// `exposeDetails` too.
+fn unrouted(d: &Denial) -> Option<Value> {
+    let fix = match d.reason {
+        Reason::UnknownBackend => "no XBackend is behind this route and cluster: the HTTPRoute's backendRef must name an XBackend, or the Service and port an XBackend describes (mcp-access validate names the route)",
+        Reason::UnknownListener => "no Gateway listener of the policy bundle has this port (mcp-access validate lists the listeners)",
+        _ => return None,
+    };
+    Some(json!({
+        "reason": d.reason.as_str(),
+        "detail": d.detail,
+        "fix": fix,
+    }))
 }
 
 /// The answer to an allowed request whose identity headers could not be set (the host could
@@ -493,5 +511,28 @@ mod tests {
             assert_eq!(body["error"]["code"], code);
             assert_eq!(body["error"]["message"], message);
         }
+    }
+
+    #[test]
+    fn an_unrouted_request_is_told_which_route_and_cluster_without_policy_content() {
+        let mut d = Denial::of(None, Reason::UnknownBackend);
+        d.detail = Some("route \"mcp/r/rule-0/match-0\", cluster \"service/mcp/s:8001\"".into());
+        let body = |d: &Denial, expose: bool| {
+            let settings = DenyResponse {
+                expose_details: expose,
+                ..Default::default()
+            };
+            let r = denial(&settings, d, Some("1"), None);
+            serde_json::from_slice::<Value>(&r.body).unwrap()
+        };
+        let data = &body(&d, false)["error"]["data"];
+        assert_eq!(data["reason"], "unknown_backend");
+        assert_eq!(data["detail"], d.detail.clone().unwrap());
+        assert!(data["fix"].as_str().unwrap().contains("XBackend"), "{data}");
+        // A policy's denial says nothing unless the operator exposes details.
+        let mut policy = Denial::of(Some(Level::Backend), Reason::DenyPolicy);
+        policy.policy = Some("mcp/secret".into());
+        assert!(body(&policy, false)["error"].get("data").is_none());
+        assert_eq!(body(&policy, true)["error"]["data"]["policy"], "mcp/secret");
     }
 }

@@ -948,3 +948,83 @@ spec:
         text(&out.stdout)
     );
 }
+
+#[test]
+fn a_route_to_the_service_on_another_port_names_route_rule_ports_and_fix_everywhere() {
+    let route = |service: &str, port: u16| {
+        BASE.replace(
+            "backendRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]",
+            &format!("backendRefs: [{{name: {service}, port: {port}}}]"),
+        )
+    };
+    let d = common::dir("mistakes", "route-port");
+    std::fs::write(d.join("all.yaml"), route("tools-server", 8001)).unwrap();
+    let why = "XBackend mcp/tools: no HTTPRoute attached to a Gateway forwards to it: HTTPRoute mcp/r spec.rules[0] forwards to Service mcp/tools-server port 8001: port 8001 is not the port XBackend mcp/tools gives its Service (8000): set the backendRef's port to 8000, or refer to the XBackend itself (group: agentic.networking.x-k8s.io, kind: XBackend, name: tools)";
+    let out = run(&["validate", "-f", s(&d), "--format", "text"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        text(&out.stderr).contains(&format!("error: dangling reference: {why}")),
+        "{}",
+        text(&out.stderr)
+    );
+    // compile, envoy and manifests say the same as a warning, and refuse it under --strict.
+    let written = PathBuf::from(format!("{}.out", d.display()));
+    let platform = [
+        "--platform",
+        "istio",
+        "--image",
+        "r.example/f:1",
+        "--digest",
+    ];
+    let digest = format!("sha256:{}", "0".repeat(64));
+    for cmd in [
+        vec!["compile", "-f", s(&d)],
+        vec!["envoy", "-f", s(&d), "--wasm-path", "/f.wasm"],
+        [
+            &["manifests", "-f", s(&d)][..],
+            &platform[..],
+            &[digest.as_str()],
+        ]
+        .concat(),
+    ] {
+        let out = run(&[&cmd[..], &["-o", s(&written)]].concat());
+        assert_eq!(out.status.code(), Some(0), "{cmd:?}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains(&format!("warning: dangling reference: {why}")),
+            "{cmd:?}: {}",
+            text(&out.stderr)
+        );
+        std::fs::remove_file(&written)
+            .unwrap_or_else(|_| std::fs::remove_dir_all(&written).unwrap());
+        let out = run(&[&cmd[..], &["--strict", "-o", s(&written)]].concat());
+        assert_eq!(out.status.code(), Some(4), "{cmd:?}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains(&format!("error: dangling reference: {why}")),
+            "{cmd:?}"
+        );
+        assert!(!written.exists(), "{cmd:?} wrote {}", written.display());
+    }
+    // A serviceName a typo away from the Service the route names, on its port.
+    std::fs::write(d.join("all.yaml"), route("tools-servr", 8000)).unwrap();
+    let out = run(&["validate", "-f", s(&d), "--format", "text"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        text(&out.stderr).contains("HTTPRoute mcp/r spec.rules[0] forwards to Service mcp/tools-servr port 8000: XBackend mcp/tools names serviceName tools-server: correct whichever name is misspelled"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A route validate refuses as not accepted is a warning where compile proceeds.
+    let mirror = BASE.replace(
+        "name: tools}]\n",
+        "name: tools}]\n    filters: [{type: RequestMirror, requestMirror: {backendRef: {name: x, port: 1}}}]\n",
+    );
+    std::fs::write(d.join("all.yaml"), mirror).unwrap();
+    let out = run(&["compile", "-f", s(&d), "-o", s(&written)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("warning: ")
+            && text(&out.stderr).contains("HTTPRoute mcp/r -> Gateway mcp/gw: not accepted: Unsupported: spec.rules[0].filters[0]: filter type RequestMirror is not supported"),
+        "{}",
+        text(&out.stderr)
+    );
+}
