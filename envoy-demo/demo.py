@@ -92,7 +92,7 @@ COMPOSE_FLAGS = [
     "--resolve", f"{AUTHORIZER}=authorizer:18081",
     "--jwt-provider", f"{JWT_PROVIDER}=issuer={JWT_ISSUER},jwks=/etc/envoy/pki/jwks.json,audience={JWT_AUDIENCE}",
     "--jwt-required", JWT_LISTENER,
-    "--listen", f"{LISTENER}=10443", "--listen", f"{JWT_LISTENER}=10080", "--bind", "0.0.0.0",
+    "--listen", f"{LISTENER}=10443", "--listen", f"{JWT_LISTENER}=10081", "--bind", "0.0.0.0",
     "--admin-port", "19901", "--admin-address", "0.0.0.0",
     "--access-log", "/dev/stdout",
 ]

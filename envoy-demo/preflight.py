@@ -47,8 +47,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="leave everything running until Ctrl-C, with ready-to-paste commands for the "
                     "MCP Inspector and curl")
     ap.add_argument("--envoy-port", type=int, default=10443, help="Envoy's mTLS MCP listener (default 10443)")
-    ap.add_argument("--jwt-port", type=int, default=10080,
-                    help="Envoy's plain-HTTP MCP listener for bearer JWTs (default 10080)")
+    ap.add_argument("--jwt-port", type=int, default=10081,
+                    help="Envoy's plain-HTTP MCP listener for bearer JWTs (default 10081)")
     ap.add_argument("--admin-port", type=int, default=19901, help="Envoy admin (default 19901)")
     ap.add_argument("--mcp-port", type=int, default=18080, help="the MCP server (default 18080)")
     ap.add_argument("--authz-port", type=int, default=18081, help="the authorizer (default 18081)")

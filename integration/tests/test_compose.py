@@ -63,7 +63,7 @@ def static_config() -> dict[str, Any]:
     return yaml.safe_load(ENVOY_YAML.read_text())
 
 
-MTLS_PORT, JWT_PORT = 10443, 10080
+MTLS_PORT, JWT_PORT = 10443, 10081
 JWT_PROVIDER = ("demo-idp=issuer=https://auth.demo.mcp-access.local,jwks=/etc/envoy/pki/jwks.json,"
                 "audience=mcp-access-demo")
 

@@ -1,8 +1,11 @@
 """The one-command demo (envoy-demo/demo.py) runs green and leaves nothing behind; its Envoy
-configuration and bundle are the mcp-access CLI's rendering of envoy-demo/manifests."""
+configuration and bundle are the mcp-access CLI's rendering of envoy-demo/manifests; on its
+documented default ports, Node clients (the MCP Inspector, the TypeScript SDK) reach it."""
 
 from __future__ import annotations
 
+import fcntl
+import importlib.util
 import json
 import os
 import re
@@ -10,11 +13,17 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from harness import free_ports, port_open
 from test_cli_e2e import cli  # noqa: F401  (a fixture: the mcp-access binary)
+from test_clients import ALPHA_SEES, BETA_ECHO, DENY_BODY, ECHO, inspector, policy_denial, run_sdk
 
 FLAGS = ("--envoy-port", "--jwt-port", "--admin-port", "--mcp-port", "--authz-port")
 
@@ -226,3 +235,96 @@ def test_scripts_demo_checks_ports_before_setting_up_or_building(repo_root: Path
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"port {ports[1]} on 127.0.0.1 is already in use; pick another one with --jwt-port PORT" in proc.stderr
     assert "setting the machine up" not in proc.stdout and "building" not in proc.stdout, proc.stdout
+
+
+def demo_defaults(repo_root: Path) -> dict[str, int]:
+    """The demo's default ports, by flag (envoy-demo/preflight.py's parser, which demo.py uses)."""
+    spec = importlib.util.spec_from_file_location("demo_preflight", repo_root / "envoy-demo" / "preflight.py")
+    assert spec is not None and spec.loader is not None
+    preflight = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(preflight)
+    a = preflight.parse_args([])
+    return {flag: getattr(a, flag[2:].replace("-", "_")) for flag in FLAGS}
+
+
+@contextmanager
+def default_ports(ports: list[int], timeout: float = 600.0) -> Iterator[None]:
+    """The demo's fixed default ports, held by one test at a time on this machine: other test
+    runs (other checkouts) that start the demo on them wait here. Anything else on them fails
+    the test, naming the port (a skip would hide that the quick start was not tested)."""
+    with open(Path(tempfile.gettempdir()) / "mcp-access-demo-default-ports.lock", "w") as lock:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another test held the demo's default ports for {timeout:.0f}s")
+                time.sleep(1)
+        busy = [p for p in ports if port_open(p)]
+        assert busy == [], f"the demo's default ports {busy} are in use on 127.0.0.1 (a demo left running?)"
+        yield
+
+
+def readme_inspector_command(repo_root: Path) -> str:
+    """README's ready-to-paste MCP Inspector command (its continuation lines joined)."""
+    readme = (repo_root / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", readme, flags=re.S)
+    commands = [b.replace("\\\n", " ") for b in blocks if "mcp-inspector --cli" in b]
+    assert len(commands) == 1, blocks
+    return " ".join(commands[0].split())
+
+
+def test_quick_start_demo_on_its_default_ports_serves_the_inspector_and_the_ts_sdk(
+    repo_root: Path, wasm_path: Path, cli: Path
+) -> None:
+    """The demo as README's quick start runs it, on its documented default ports (no port flag),
+    driven with Node clients (the MCP Inspector, the TypeScript SDK) on the bearer-JWT listener
+    README names: Node's fetch refuses the Fetch standard's blocked ports, so this fails if the
+    documented port is one of them."""
+    defaults = demo_defaults(repo_root)
+    command = readme_inspector_command(repo_root)
+    m = re.search(r"--cli (http://127\.0\.0\.1:(\d+)/mcp) ", command)
+    assert m, command
+    url = m.group(1)
+    # README documents the default ports the demo has.
+    assert int(m.group(2)) == defaults["--jwt-port"], (command, defaults)
+    readme = (repo_root / "README.md").read_text()
+    assert f"`--envoy-port` (mTLS, {defaults['--envoy-port']}), `--jwt-port` (bearer JWT, {defaults['--jwt-port']})" \
+        in readme, defaults
+    with default_ports(list(defaults.values())):
+        proc, out = start_kept_demo(repo_root, wasm_path, cli, [])
+        try:
+            assert f"{url}  (plain HTTP, bearer JWT" in out, out
+            kept = re.search(r"Ctrl-C stops it all, and removes (\S+)\n", out)
+            assert kept, out
+            workdir = Path(kept.group(1))
+            token = {a: (workdir / "jwt" / f"{a}.jwt").read_text().strip() for a in ("alpha", "beta")}
+
+            # README's Inspector command, pasted with the demo's folder.
+            pasted = re.sub(r"/tmp/mcp-access-demo-[^/]*/", f"{workdir}/", command)
+            listed = subprocess.run(["bash", "-c", pasted], capture_output=True, text=True, timeout=90,
+                                    cwd=repo_root, env={**os.environ, "NO_COLOR": "1"})
+            assert listed.returncode == 0, (pasted, listed.stdout, listed.stderr)
+            assert sorted(t["name"] for t in json.loads(listed.stdout)["tools"]) == ALPHA_SEES, listed.stdout
+            called = inspector(url, "tools/call", "--tool-name", "echo", "--tool-arg", "text=hello",
+                               token=token["alpha"])
+            assert called.code == 0 and called.json()["content"] == [{"type": "text", "text": "hello"}], called
+            denied = inspector(url, "tools/call", "--tool-name", "echo", "--tool-arg", "text=x", token=token["beta"])
+            assert denied.code == 1 and "Failed to call tool echo: Streamable HTTP error: Error POSTing to " \
+                "endpoint: " in denied.err and DENY_BODY in denied.err, denied
+
+            # The official TypeScript SDK.
+            alpha = run_sdk("typescript", url, "list", ECHO, token=token["alpha"])
+            assert alpha["connect"]["ok"] and alpha["connect"]["server"] == "demo-tools", alpha
+            assert sorted(alpha["list"]["tools"]) == ALPHA_SEES, alpha
+            assert (alpha[ECHO]["ok"], alpha[ECHO]["text"], alpha[ECHO]["is_error"]) == (True, "hello", False), alpha
+            beta = run_sdk("typescript", url, BETA_ECHO, token=token["beta"])
+            assert beta["connect"]["ok"], beta
+            policy_denial("typescript", beta[BETA_ECHO])
+        finally:
+            proc.send_signal(signal.SIGINT)
+            rest, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out + rest
+        assert [p for p in defaults.values() if port_open(p)] == []

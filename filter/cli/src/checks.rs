@@ -1,10 +1,11 @@
 //! Checks of compiled manifests that the API server would not make: references that lead
-//! nowhere, and Gateway Allow policies no agent could connect through.
+//! nowhere, Gateway Allow policies no agent could connect through, and listener ports that
+//! browsers and Node refuse to connect to.
 
 use std::collections::BTreeSet;
 
 use mcp_access_bundle::{Action, BaseProtocol, Bundle, Level, Policy, Rule};
-use mcp_access_k8s::{Compiled, RouteAction};
+use mcp_access_k8s::{Compiled, RouteAction, Topology};
 
 /// Route reasons that name a reference leading nowhere.
 const ROUTE_REF_REASONS: [&str; 4] = [
@@ -120,6 +121,53 @@ pub fn closed_listeners(b: &Bundle) -> Vec<String> {
     out
 }
 
+/// The ports browsers and Node's `fetch` (the MCP Inspector, the TypeScript SDK) refuse to
+/// connect to over HTTP(S), before connecting: the "bad ports" of the Fetch standard's port
+/// blocking, <https://fetch.spec.whatwg.org/#port-blocking> (it lists 0 as well).
+pub const FETCH_BLOCKED_PORTS: &[u16] = &[
+    0, 1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101,
+    102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427,
+    465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990,
+    993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667,
+    6668, 6669, 6679, 6697, 10080,
+];
+
+/// Where the ports of a command's listeners come from, which says how to change one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortSource {
+    /// `mcp-access envoy`: Envoy listens on the port (the Gateway's, `--listen`, `--port-offset`).
+    Envoy,
+    /// `mcp-access manifests`: clients connect to the Gateway's port (its Service).
+    Gateway,
+}
+
+/// A warning per Gateway listener whose port clients connect to is one browsers and Node's
+/// `fetch` refuse ([`FETCH_BLOCKED_PORTS`]): MCP clients on them cannot reach it.
+pub fn blocked_listener_ports(topo: &Topology, source: PortSource) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in &topo.gateways {
+        for l in &g.listeners {
+            if !FETCH_BLOCKED_PORTS.contains(&l.port) {
+                continue;
+            }
+            let fix = match source {
+                PortSource::Envoy => format!("--listen {}/{}=PORT", g.name, l.name),
+                PortSource::Gateway => {
+                    format!(
+                        "the port of the listener in Gateway {}/{}",
+                        g.namespace, g.name
+                    )
+                }
+            };
+            out.push(format!(
+                "Gateway {}/{} listener {}: port {} is on the blocked-port list of the Fetch standard (https://fetch.spec.whatwg.org/#port-blocking): browsers and Node (the MCP Inspector, the TypeScript SDK) refuse to connect to it; pick a port not on the list ({fix})",
+                g.namespace, g.name, l.name, l.port
+            ));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -195,5 +243,63 @@ mod tests {
         let stand_in = r#"{"name": "p.not-accepted", "namespace": "ns", "level": "Gateway", "action": "Allow", "targets": [{"name": "gw"}], "notAccepted": "Unsupported"}"#;
         let b = bundle(&format!("[{stand_in}]"));
         assert_eq!(closed_listeners(&b).len(), 2);
+    }
+
+    fn topology(ports: &[(&str, u16)]) -> Topology {
+        let listener = |(name, port): &(&str, u16)| mcp_access_k8s::ListenerModel {
+            name: name.to_string(),
+            port: *port,
+            protocol: mcp_access_k8s::Protocol::Http,
+            hostname: None,
+            tls: None,
+            routes: Vec::new(),
+        };
+        Topology {
+            gateways: vec![mcp_access_k8s::GatewayModel {
+                namespace: "ns".into(),
+                name: "gw".into(),
+                addresses: Vec::new(),
+                listeners: ports.iter().map(listener).collect(),
+            }],
+            ..Topology::default()
+        }
+    }
+
+    #[test]
+    fn the_blocked_ports_are_the_fetch_standards_list() {
+        assert!(FETCH_BLOCKED_PORTS.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(FETCH_BLOCKED_PORTS.len(), 83);
+        for p in [0, 22, 6697, 10080] {
+            assert!(FETCH_BLOCKED_PORTS.contains(&p), "{p}");
+        }
+        for p in [80, 443, 8080, 10081, 10443] {
+            assert!(!FETCH_BLOCKED_PORTS.contains(&p), "{p}");
+        }
+    }
+
+    #[test]
+    fn one_warning_per_listener_on_a_blocked_port_with_the_fix_of_the_command() {
+        let topo = topology(&[("jwt", 10080), ("mtls", 10443), ("ssh", 22)]);
+        let envoy = blocked_listener_ports(&topo, PortSource::Envoy);
+        assert_eq!(envoy.len(), 2, "{envoy:?}");
+        assert!(
+            envoy[0].starts_with(
+                "Gateway ns/gw listener jwt: port 10080 is on the blocked-port list of the Fetch standard"
+            ) && envoy[0].ends_with("pick a port not on the list (--listen gw/jwt=PORT)"),
+            "{envoy:?}"
+        );
+        assert!(
+            envoy[1].starts_with("Gateway ns/gw listener ssh: port 22 "),
+            "{envoy:?}"
+        );
+        let gateway = blocked_listener_ports(&topo, PortSource::Gateway);
+        assert!(
+            gateway[0].ends_with("(the port of the listener in Gateway ns/gw)"),
+            "{gateway:?}"
+        );
+        assert!(
+            blocked_listener_ports(&topology(&[("a", 80), ("b", 10443)]), PortSource::Envoy)
+                .is_empty()
+        );
     }
 }

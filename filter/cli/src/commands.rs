@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use mcp_access_bundle::Bundle;
+use mcp_access_cli::checks::PortSource;
 use mcp_access_cli::envoy::{self, EnvoyOptions, Notes};
 use mcp_access_cli::explain::{self, RequestSpec};
 use mcp_access_cli::manifests::{self as platform, ListenerNames, ManifestOptions, Platform};
@@ -59,12 +60,30 @@ pub(crate) fn compile(
 ) -> Result<u8, String> {
     let output = output.unwrap_or(Output::Stdout(Format::Json));
     let to_file = matches!(output, Output::File(_));
-    let (c, code) = match writable(input, options(&input.compile)?, report, to_file, false)? {
+    let (c, code) = match writable(
+        input,
+        options(&input.compile)?,
+        report,
+        to_file,
+        Ports::Unchecked,
+    )? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };
     write_out(&output, &serialize(&c.bundle, output.format(Format::Json))?)?;
     Ok(code)
+}
+
+/// What the report of a command that writes says about its listeners' ports.
+#[derive(Clone, Copy)]
+enum Ports {
+    /// Nothing: the bundle alone (`compile`, `publish`) serves no listener.
+    Unchecked,
+    /// `envoy`: warnings for ports clients cannot connect to.
+    Envoy,
+    /// `manifests`: warnings for Gateway ports clients cannot connect to; with Envoy Gateway,
+    /// the report also names the port its Envoy listens on in its pod.
+    Platform { envoy_gateway: bool },
 }
 
 /// Compiles for a command that writes, and prints the report (to standard output when the
@@ -75,11 +94,22 @@ fn writable(
     opts: mcp_access_k8s::Options,
     report: &ReportArgs,
     report_to_stdout: bool,
-    envoy_gateway_ports: bool,
+    ports: Ports,
 ) -> Result<Result<(mcp_access_k8s::Compiled, u8), u8>, String> {
     let (_, mut c) = build(input, opts)?;
-    if envoy_gateway_ports {
-        platform::report_eg_ports(&mut c.report, &c.topology);
+    let source = match ports {
+        Ports::Unchecked => None,
+        Ports::Envoy => Some(PortSource::Envoy),
+        Ports::Platform { envoy_gateway } => {
+            if envoy_gateway {
+                platform::report_eg_ports(&mut c.report, &c.topology);
+            }
+            Some(PortSource::Gateway)
+        }
+    };
+    if let Some(source) = source {
+        let blocked = checks::blocked_listener_ports(&c.topology, source);
+        c.report.warnings.extend(blocked);
     }
     // What validate refuses as leading nowhere is never compiled silently.
     let dangling = checks::dangling(&c);
@@ -115,8 +145,10 @@ pub(crate) fn manifests(
     output: &Output,
     report: &ReportArgs,
 ) -> Result<u8, String> {
-    let eg = matches!(p.platform, PlatformArg::EnvoyGateway);
-    let (c, code) = match writable(input, options(&input.compile)?, report, false, eg)? {
+    let ports = Ports::Platform {
+        envoy_gateway: matches!(p.platform, PlatformArg::EnvoyGateway),
+    };
+    let (c, code) = match writable(input, options(&input.compile)?, report, false, ports)? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };
@@ -171,7 +203,13 @@ pub(crate) fn publish(
     ecds: &Path,
     report: &ReportArgs,
 ) -> Result<u8, String> {
-    let (c, code) = match writable(input, options(&input.compile)?, report, false, false)? {
+    let (c, code) = match writable(
+        input,
+        options(&input.compile)?,
+        report,
+        false,
+        Ports::Unchecked,
+    )? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };
@@ -224,7 +262,7 @@ pub(crate) fn envoy(
     envoy::check_files(files, e.files_where_envoy_runs)?;
     opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
     opts.client_cas = Some(client_cas.keys().cloned().collect());
-    let (c, code) = match writable(input, opts, report, false, false)? {
+    let (c, code) = match writable(input, opts, report, false, Ports::Envoy)? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };

@@ -658,6 +658,116 @@ fn the_envoy_gateway_report_names_the_port_clients_use_and_the_one_envoy_listens
     );
 }
 
+/// The warning `envoy` and `manifests` give a listener whose port browsers and Node refuse.
+const BLOCKED: &str = "is on the blocked-port list of the Fetch standard (https://fetch.spec.whatwg.org/#port-blocking): browsers and Node (the MCP Inspector, the TypeScript SDK) refuse to connect to it; pick a port not on the list";
+
+#[test]
+fn envoy_warns_once_about_a_listener_port_browsers_and_node_refuse() {
+    let d = case("fetch-port-envoy", &allow_at_tools(""));
+    let envoy = |extra: &[&str]| {
+        let args = [&["envoy", "-f", s(&d), "--wasm-path", "/f.wasm"], extra].concat();
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{extra:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("static_resources"),
+            "{extra:?}: the configuration is written"
+        );
+        text(&out.stderr)
+    };
+    let want =
+        format!("Gateway mcp/gw listener http: port 10080 {BLOCKED} (--listen gw/http=PORT)");
+    // A --listen override; --strict refuses what is not accepted, not warnings: written.
+    for extra in [
+        &["--listen", "http=10080", "--listen", "mtls=10443"][..],
+        &[
+            "--listen",
+            "http=10080",
+            "--listen",
+            "mtls=10443",
+            "--strict",
+        ],
+        &[
+            "--listen",
+            "gw/http=10080",
+            "--listen",
+            "mtls=10443",
+            "--format",
+            "text",
+        ],
+    ] {
+        let err = envoy(extra);
+        assert_eq!(err.matches(BLOCKED).count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(&want), "{extra:?}: {err}");
+    }
+    // A Gateway port shifted by --port-offset: 80 + 10000 is 10080.
+    std::fs::write(d.join("base.yaml"), BASE.replace("port: 8080", "port: 80")).unwrap();
+    let err = envoy(&["--port-offset", "10000"]);
+    assert_eq!(err.matches(BLOCKED).count(), 1, "{err}");
+    assert!(err.contains("listener http: port 10080 "), "{err}");
+    // Ports clients can reach: no warning.
+    for extra in [
+        &["--listen", "http=10081", "--listen", "mtls=10443"][..],
+        &["--port-offset", "10001"],
+    ] {
+        let err = envoy(extra);
+        assert!(!err.contains("port-blocking"), "{extra:?}: {err}");
+    }
+}
+
+#[test]
+fn manifests_warn_once_about_a_gateway_port_browsers_and_node_refuse() {
+    let d = case("fetch-port-manifests", &allow_at_tools(""));
+    let manifests = |platform: &str| {
+        let out = run(&[
+            "manifests",
+            "-f",
+            s(&d),
+            "--platform",
+            platform,
+            "--image",
+            "registry.example/mcp-access:1",
+            "--digest",
+            common::DIGEST,
+            "--format",
+            "text",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(!out.stdout.is_empty(), "the objects are written");
+        text(&out.stderr)
+    };
+    std::fs::write(
+        d.join("base.yaml"),
+        BASE.replace("port: 8080", "port: 10080"),
+    )
+    .unwrap();
+    for platform in ["istio", "envoy-gateway"] {
+        let err = manifests(platform);
+        assert_eq!(err.matches(BLOCKED).count(), 1, "{platform}: {err}");
+        assert!(
+            err.contains(&format!("warning  Gateway mcp/gw listener http: port 10080 {BLOCKED} (the port of the listener in Gateway mcp/gw)")),
+            "{platform}: {err}"
+        );
+    }
+    // Clients connect to the Gateway's port: 10443 is fine, and so is 80, although Envoy
+    // Gateway's Envoy listens on 10080 in its pod.
+    for port in ["10443", "80"] {
+        std::fs::write(
+            d.join("base.yaml"),
+            BASE.replace("port: 8080", &format!("port: {port}")),
+        )
+        .unwrap();
+        for platform in ["istio", "envoy-gateway"] {
+            let err = manifests(platform);
+            assert!(!err.contains("port-blocking"), "{port} {platform}: {err}");
+        }
+    }
+}
+
 /// A Gateway whose only listener is HTTPS with certificateRef Secret `gw-cert` (`BASE`'s route
 /// and XBackend follow it in `envoy_in`).
 const HTTPS: &str = r#"apiVersion: gateway.networking.k8s.io/v1
