@@ -55,6 +55,23 @@ def run_demo(repo_root: Path, args: list[str], cli: Path, timeout: float = 180.0
     return proc.returncode, out
 
 
+def readme_sample(repo_root: Path) -> list[str]:
+    """README's sample of what a demo run prints (its first ```text block)."""
+    readme = (repo_root / "README.md").read_text()
+    return readme.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+
+
+def shown_as_in_readme(out: str, ports: dict[int, int]) -> list[str]:
+    """A demo run's output as README shows it: from its banner, on the default ports, with the
+    sample's work dir and filter path (the only parts that differ between runs)."""
+    out = out[out.index("mcp-access demo (work dir "):]
+    for port, default in ports.items():
+        out = re.sub(rf"\b{port}\b", str(default), out)
+    out = re.sub(r"work dir /tmp/mcp-access-demo-\w+|work dir \S+\)", "work dir /tmp/mcp-access-demo-7ev4okne)", out)
+    out = re.sub(r"(?m)^(  filter +)\S+$", r"\1build/mcp_access_filter.wasm", out)
+    return out.splitlines()
+
+
 def processes_mentioning(needles: list[str]) -> list[str]:
     """Command lines of live processes containing any of `needles` (Linux /proc; [] elsewhere)."""
     found = []
@@ -96,6 +113,8 @@ def test_demo_session_succeeds_and_stops_everything(repo_root: Path, wasm_path: 
     assert "MCP server received 0 calls of delete_repo/add/echo-from-beta" in out, out
     assert "wasmcustom.mcp_access.denied.gateway.not_allowed: 2" in out, out  # beta (mTLS, JWT)
     assert re.search(r"all \d+ expectations held", out), out
+    shown = shown_as_in_readme(out, dict(zip(ports, demo_defaults(repo_root).values())))
+    assert readme_sample(repo_root) == shown, "README's sample output is not what the demo prints"
 
     # The demo ran the CLI's compilation of envoy-demo/manifests, on the Envoy port it was given.
     compiled = subprocess.run(
