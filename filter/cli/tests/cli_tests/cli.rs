@@ -504,6 +504,52 @@ fn envoy_puts_jwt_authn_before_the_filter_with_its_jwks() {
 }
 
 #[test]
+fn the_access_log_names_the_envoy_listener_on_every_chain() {
+    let d = tmp("access-log-listener");
+    let gateway = d.join("gateway.yaml");
+    // Two HTTP listeners sharing port 80 (one filter chain), one HTTPS listener of its own.
+    std::fs::write(
+        &gateway,
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: mcp}\n\
+         spec:\n  gatewayClassName: mcp-access\n  listeners:\n\
+         \x20 - {name: a, protocol: HTTP, port: 80, hostname: a.example}\n\
+         \x20 - {name: b, protocol: HTTP, port: 80, hostname: b.example}\n\
+         \x20 - {name: s, protocol: HTTPS, port: 443, tls: {mode: Terminate, certificateRefs: [{name: cert}]}}\n",
+    )
+    .unwrap();
+    let out_path = d.join("envoy.json");
+    let out = run(&[
+        "envoy",
+        "-f",
+        gateway.to_str().unwrap(),
+        "--wasm-path",
+        "/filter.wasm",
+        "--files-where-envoy-runs",
+        "--tls-cert",
+        "cert=/tls/cert.pem,/tls/key.pem",
+        "--bind",
+        "0.0.0.0",
+        "--access-log",
+        "/dev/stdout",
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    let mut seen = Vec::new();
+    for l in cfg["static_resources"]["listeners"].as_array().unwrap() {
+        for chain in l["filter_chains"].as_array().unwrap() {
+            let hcm = &chain["filters"][0]["typed_config"];
+            let format = &hcm["access_log"][0]["typed_config"]["log_format"]["json_format"];
+            assert_eq!(format["listener"], l["name"], "{l:#}");
+            seen.push(format["listener"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(seen, ["0.0.0.0:80", "0.0.0.0:443"]);
+}
+
+#[test]
 fn jwt_required_takes_allow_missing_off_that_listener_only() {
     let d = tmp("jwt-required");
     let gateway = d.join("gateway.yaml");
