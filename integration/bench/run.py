@@ -38,8 +38,8 @@ from harness import EnvoyProcess, envoy_binary, free_port
 
 from bench import bundles, configs, envoy_callgrind, report
 from bench.loadgen import OHA_VERSION, WrkResult, run_oha, run_wrk
+from bench.options import FIXED_RATE, ROOT, parse_args
 
-ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -99,8 +99,7 @@ VARIANTS = [
     Variant("s6_read", "S6", "a Proxy-Wasm module that only reads the 1 MiB body (P5's floor)", "body_reader", "mib", 200),
 ]
 
-# P11: these variants are also measured at a fixed rate (oha, latency from each request's scheduled start).
-FIXED_RATE = 1000
+# P11: these variants are also measured at a fixed rate (FIXED_RATE, bench/options.py).
 FIXED = {"s0", "s1_allow", "s2_allow"}
 
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
@@ -533,38 +532,6 @@ class Saver:
     def done(self) -> None:
         if self.path is not None and self.path.exists():
             self.path.unlink()
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smoke run: 1 round, short runs, quick criterion")
-    ap.add_argument("--rounds", type=int, default=None)
-    ap.add_argument("--duration", type=int, default=None, help="seconds per saturating run")
-    ap.add_argument("--latency-duration", type=int, default=None, help="seconds per one-connection run")
-    ap.add_argument("--connections", type=int, default=16, help="connections of the saturating runs")
-    ap.add_argument("--fixed-duration", type=int, default=None, help=f"seconds per run at {FIXED_RATE} req/s (P11)")
-    ap.add_argument("--fixed-connections", type=int, default=8, help=f"keep-alive connections of the runs at {FIXED_RATE} req/s")
-    ap.add_argument("--remeasure", type=int, default=None,
-                    help="passes re-measuring noisy wall-clock targets (2 more paired rounds each, longer runs)")
-    ap.add_argument("--budget-min", type=float, default=13.0, help="no re-measuring pass starts after this many minutes")
-    ap.add_argument("--envoy-cpu", type=int, default=1)
-    ap.add_argument("--load-cpu", type=int, default=0)
-    ap.add_argument("--wasm", type=Path, default=ROOT / "build" / "mcp_access_filter.wasm")
-    ap.add_argument("--reader-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "body_reader.wasm",
-                    help="P5's floor: the module that only reads the body (integration/bench/body_reader)")
-    ap.add_argument("--raw-wasm", type=Path, default=ROOT / "target" / "wasm32-wasip1" / "wasm-release" / "mcp_access_filter.wasm")
-    ap.add_argument("--out", type=Path, default=None, help="results directory (default integration/bench/results, quick: no write unless given)")
-    ap.add_argument("--only", default="", help="comma-separated variant keys (default: all)")
-    ap.add_argument("--skip-micro", action="store_true", help="no criterion / callgrind of the native benches")
-    ap.add_argument("--skip-criterion", action="store_true", help="callgrind of the native benches, no criterion timing")
-    ap.add_argument("--skip-envoy-callgrind", action="store_true", help="no instruction counts of Envoy under callgrind")
-    ap.add_argument("--callgrind-only", action="store_true",
-                    help="only the instruction counts (no timed rounds): they do not depend on load, so they can be "
-                         "counted while the machine is busy and reused with --callgrind-from")
-    ap.add_argument("--callgrind-from", type=Path, default=None,
-                    help="take the instruction counts from this results file (if it counted the same .wasm)")
-    ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    return ap.parse_args(argv)
 
 
 class Run:

@@ -4,7 +4,7 @@ ToolPin. Then the server changes a tool's description and adds a tool: both disa
 listings, their calls are denied (`tool_drifted`, `tool_not_pinned`), Envoy's stats and log show
 the drift with both digests, `pin --check` fails with a diff; when the server lists the pinned
 definition again, the tool is back. A policy on `readOnlyHint` admits and refuses as reviewed,
-never as the server claims."""
+never as the server claims, and (guarded by `has()`) errs on no tool without the hint."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ spec:
   - name: read-only
     authorization:
       type: CEL
-      cel: {expression: "request.mcp.tool.annotations.readOnlyHint == true"}
+      cel: {expression: "has(request.mcp.tool.annotations.readOnlyHint) && request.mcp.tool.annotations.readOnlyHint == true"}
   - name: admin
     source: {type: JWT, jwt: {issuer: ISSUER, subject: admin}}
 """
@@ -159,6 +159,8 @@ def test_pinned_tools_hold_a_changing_sdk_server_to_what_was_reviewed(cli: Path,
             assert stats.get("wasmcustom.mcp_access.pins.drift", 0) >= 2, stats
             assert stats.get("wasmcustom.mcp_access.denied.backend.tool_drifted") == 1, stats
             assert stats.get("wasmcustom.mcp_access.denied.backend.tool_not_pinned") == 1, stats
+            # The read-only rule met exfiltrate, which has no annotations: guarded by has(), no error.
+            assert stats["wasmcustom.mcp_access.cel.errors"] == 0, stats
             assert text_of(anyone.call_tool("echo", {"text": "still"})) == "still"
 
             # The server lists the pinned definition again: the tool is back, its calls pass.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -30,4 +31,30 @@ def test_scripts_test_names_missing_tools_and_installs_nothing(repo_root: Path, 
     assert "skopeo docker-registry docker-compose not found" in proc.stderr, proc.stderr
     assert "scripts/setup" in proc.stderr, proc.stderr
     assert "cargo" not in proc.stdout, proc.stdout  # nothing was built
+    assert not marker.exists(), marker.read_text()
+
+
+def test_scripts_bench_reads_its_options_before_installing_anything(repo_root: Path, tmp_path: Path) -> None:
+    # `--help` prints the options and a mistyped option fails, both before any tool (wrk, valgrind,
+    # oha, the venv) is installed or anything is built.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "installer-called"
+    (bin_dir / "dirname").symlink_to(shutil.which("dirname") or "/usr/bin/dirname")
+    (bin_dir / "python3").symlink_to(Path(sys.executable).resolve())  # an interpreter, not a shim
+    for installer in ("apt-get", "sudo", "apt", "cargo", "pip", "nproc"):
+        script = bin_dir / installer
+        script.write_text(f"#!/bin/sh\necho {installer} \"$@\" >> {marker}\n")
+        script.chmod(0o755)
+    bash = shutil.which("bash")
+    assert bash
+    env = {**os.environ, "PATH": str(bin_dir)}
+    bench = str(repo_root / "scripts" / "bench")
+    proc = subprocess.run([bash, bench, "--quick", "--help"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("usage: scripts/bench"), proc.stdout
+    assert "--skip-micro" in proc.stdout and "installing" not in proc.stderr, proc.stdout + proc.stderr
+    proc = subprocess.run([bash, bench, "--quik"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "unrecognized arguments: --quik" in proc.stderr, proc.stderr
     assert not marker.exists(), marker.read_text()

@@ -335,7 +335,7 @@ impl Compiler<'_> {
                         return Err(CelError::at(
                             self.src,
                             0,
-                            format!("a map key cannot be a {}", kt.name()),
+                            format!("a map key cannot be {}", crate::a_or_an(kt.name())),
                         ));
                     }
                     let (v, _) = self.node(&me.value)?;
@@ -574,7 +574,7 @@ impl Compiler<'_> {
                 return Err(CelError::at(
                     self.src,
                     scan::find_ident(self.src, "[").unwrap_or(0),
-                    format!("type error: cannot index a {}", other.name()),
+                    format!("type error: cannot index {}", crate::a_or_an(other.name())),
                 ))
             }
         };
@@ -633,7 +633,10 @@ impl Compiler<'_> {
             if !ok {
                 return Err(self.err(
                     name,
-                    format!("type error: `{name}` cannot take a {}", ty.name()),
+                    format!(
+                        "type error: `{name}` cannot take {}",
+                        crate::a_or_an(ty.name())
+                    ),
                 ));
             }
             nodes.push(n);

@@ -17,6 +17,7 @@ mod headers;
 mod limits;
 mod plan;
 mod scan;
+mod text;
 mod time;
 mod value;
 
@@ -26,6 +27,7 @@ pub use attrs::{service_account, shown, variable_names, Attr, Attributes};
 pub use headers::{Headers, Iter as HeaderIter};
 pub use limits::{CelLimits, CEL_LIMIT_MAX};
 pub use plan::Program;
+pub use text::a_or_an;
 pub use value::{Str, Value};
 
 /// An expression that cannot be used, with where in its text the problem is.

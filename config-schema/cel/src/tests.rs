@@ -13,6 +13,8 @@ fn check_names_position_and_problem() {
     assert_eq!(e.line, 1, "{e}");
     let e = check("request.port + 'a' == 1", &l).unwrap_err();
     assert!(e.message.contains("type error"), "{e}");
+    let e = check("request.port[0] == 1", &l).unwrap_err();
+    assert!(e.message.contains("cannot index an int"), "{e}");
     let e = check("request.path", &l).unwrap_err();
     assert!(e.message.contains("must be boolean"), "{e}");
     let e = check("request.path.matches('(')", &l).unwrap_err();

@@ -206,6 +206,10 @@ pub struct EffectiveEntry {
     /// block); absent: enforced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// The policy object whose `defaults` / `overrides` block the rules came from
+    /// (`Kind namespace/name`); None: the policy's own rules.
+    #[serde(skip)]
+    pub block_of: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -214,6 +218,10 @@ pub struct EffectiveRule {
     pub name: String,
     /// The rule as compiled (source, authorization, when).
     pub rule: serde_json::Value,
+    /// The rule as its policy object spells it (without its name), where it has one: a
+    /// stand-in's rules do not. For people (`effective`'s text); JSON and YAML keep `rule`.
+    #[serde(skip)]
+    pub written: Option<serde_json::Value>,
 }
 
 // ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use mcp_access_cel::a_or_an;
 use serde_json::{json, Value};
 
 use crate::compile::reason;
@@ -139,7 +140,7 @@ impl Writer<'_> {
             .into_iter()
             .flatten()
             .map(|k| {
-                let msg = format!("a {k} is accepted on this object");
+                let msg = format!("{} is accepted on this object", a_or_an(k));
                 self.condition(o, &format!("{k}Affected"), true, "Accepted", &msg)
             })
             .collect()

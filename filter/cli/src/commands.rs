@@ -10,6 +10,7 @@ use mcp_access_cli::explain::{self, RequestSpec};
 use mcp_access_cli::manifests::{self as platform, ListenerNames, ManifestOptions, Platform};
 use mcp_access_cli::{checks, jwt, pin};
 use mcp_access_k8s::Manifests;
+use serde_json::Value;
 
 use crate::args::{
     EnvoyArgs, ExplainArgs, Format, Input, ListenerNamesArg, Output, PinArgs, PlatformArg,
@@ -419,7 +420,7 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
                         }
                         Some(rs) => {
                             for r in rs {
-                                out.push_str(&format!("        rule {}: {}\n", r.name, r.rule));
+                                out.push_str(&rule_text(r));
                             }
                         }
                     }
@@ -434,6 +435,72 @@ fn effective_text(views: &[&mcp_access_k8s::EffectivePolicy]) -> String {
         }
     }
     out
+}
+
+/// A rule of `effective`'s text: its name, then its fields one a line as the policy object
+/// spells them (YAML flow style), or as compiled where no object spells it (a stand-in).
+fn rule_text(r: &mcp_access_k8s::EffectiveRule) -> String {
+    let (rule, how) = match &r.written {
+        Some(w) => (w, ""),
+        None => (&r.rule, " (as compiled)"),
+    };
+    let mut out = format!("        rule {}{how}\n", r.name);
+    match rule.as_object() {
+        Some(fields) if !fields.is_empty() => {
+            for (k, v) in ordered(fields) {
+                out.push_str(&format!("          {k}: {}\n", flow_yaml(v)));
+            }
+        }
+        _ => out.push_str("          every request\n"),
+    }
+    out
+}
+
+/// A map's members in the order manifests write them: `type`, `name`, `source`,
+/// `authorization`, then the rest by name.
+fn ordered(m: &serde_json::Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
+    const FIRST: [&str; 4] = ["type", "name", "source", "authorization"];
+    let rank = |k: &str| FIRST.iter().position(|f| *f == k).unwrap_or(FIRST.len());
+    let mut members: Vec<(&String, &Value)> = m.iter().collect();
+    members.sort_by_key(|(k, _)| rank(k));
+    members.into_iter()
+}
+
+/// `v` in YAML flow style: `{type: Inline, mcp: {methods: [{name: tools/call}]}}`. A string
+/// that would read as something else (a number, a boolean, YAML punctuation) is quoted.
+fn flow_yaml(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let members: Vec<String> = ordered(m)
+                .map(|(k, v)| format!("{}: {}", flow_string(k), flow_yaml(v)))
+                .collect();
+            format!("{{{}}}", members.join(", "))
+        }
+        Value::Array(a) => {
+            let items: Vec<String> = a.iter().map(flow_yaml).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::String(s) => flow_string(s),
+        other => other.to_string(),
+    }
+}
+
+fn flow_string(s: &str) -> String {
+    let plain = s
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '/')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'))
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n"
+        );
+    if plain {
+        s.to_string()
+    } else {
+        Value::String(s.to_string()).to_string()
+    }
 }
 
 /// A backend's pinned tools, as `effective` and `explain` show them.

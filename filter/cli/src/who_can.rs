@@ -8,14 +8,16 @@
 //! (the filter's own request flow), authorizers assumed to allow, so the answer is the
 //! engine's. What a canonical request cannot settle is said plainly: an authorizer that is
 //! called, a CEL condition or `when` that is evaluated, and rules with HTTP conditions
-//! (headers, paths, hosts, ports, methods) that concern the call.
+//! (headers, paths, hosts, ports, methods) that concern the call. A SPIFFE caller on a
+//! plain-HTTP listener, where no client certificate arrives, is marked as one that cannot.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use mcp_access_bundle::gateway_api::{service_account_spiffe, DEFAULT_TRUST_DOMAIN};
 use mcp_access_bundle::mcp_methods::Category;
+use mcp_access_bundle::SpiffeSource;
 use mcp_access_bundle::{mcp_methods, Action, Bundle, JwtSource, Level, Policy, Rule, SourceType};
-use mcp_access_k8s::{RouteAction, Topology};
+use mcp_access_k8s::{Protocol, RouteAction, Topology};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
@@ -79,7 +81,14 @@ pub struct CallerAnswer {
     /// What decides at run time: authorizers called, CEL conditions evaluated.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub run_time: Vec<String>,
+    /// Why no request of this caller can arrive on the listener (a SPIFFE ID where no client
+    /// certificate can): `decision` is what the policies would say, were it to arrive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cannot_arrive: Option<String>,
 }
+
+/// Why a SPIFFE caller cannot arrive on a plain-HTTP listener.
+const NO_CLIENT_CERTIFICATE: &str = "a plain-HTTP listener receives no client certificate, so no request on it carries a SPIFFE ID (identity.spiffe.source: PeerCertificate)";
 
 /// Answers `q` for the compiled manifests.
 pub fn who_can(b: &Bundle, topo: &Topology, q: &Question) -> Result<Answer, String> {
@@ -150,6 +159,14 @@ fn answer_at(
         callers: Vec::new(),
         conditions: conditions(&on_path, &q.method, q.param.as_deref()),
     };
+    // The SPIFFE ID comes from the client certificate, which a plain-HTTP listener never gets.
+    let plain_http = topo
+        .gateways
+        .iter()
+        .filter(|g| g.namespace == gw_ns && g.name == gw)
+        .flat_map(|g| g.listeners.iter())
+        .any(|l| l.name == listener && l.protocol == Protocol::Http);
+    let no_spiffe = plain_http && b.identity.spiffe.source == SpiffeSource::PeerCertificate;
     for c in callers {
         let spec = RequestSpec {
             gateway: Some(format!("{gw_ns}/{gw}")),
@@ -164,7 +181,11 @@ fn answer_at(
             ..RequestSpec::default()
         };
         let e = explain::explain(b, Some(topo), &spec)?;
-        out.callers.push(answer_of(&c, &e));
+        let mut answer = answer_of(&c, &e);
+        if no_spiffe && c.spiffe.is_some() {
+            answer.cannot_arrive = Some(NO_CLIENT_CERTIFICATE.into());
+        }
+        out.callers.push(answer);
     }
     Ok(out)
 }
@@ -648,6 +669,7 @@ fn answer_of(c: &Candidate, e: &explain::Explanation) -> CallerAnswer {
             .then(|| format!("at {} ({})", e.level.unwrap_or("none"), e.reason)),
         by,
         run_time,
+        cannot_arrive: None,
     }
 }
 
@@ -668,6 +690,14 @@ pub fn to_text(a: &Answer) -> String {
             None => out.push_str(&format!("listener {}\n", l.listener)),
         }
         for c in &l.callers {
+            if let Some(why) = &c.cannot_arrive {
+                out.push_str(&format!("  NEVER {}", c.caller));
+                if let Some(d) = &c.detail {
+                    out.push_str(&format!("  ({d})"));
+                }
+                out.push_str(&format!("\n        cannot arrive here: {why}\n"));
+                continue;
+            }
             let decision = if c.decision == "allow" {
                 "ALLOW"
             } else {

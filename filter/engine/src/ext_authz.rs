@@ -517,7 +517,7 @@ pub(crate) fn interpret(
             ("error_response", resp.error_response.is_some()),
         ];
         if let Some((field, _)) = disagrees.iter().find(|(_, set)| *set) {
-            let problem = format!("status OK with a {field}");
+            let problem = format!("status OK with {}", mcp_access_cel::a_or_an(field));
             return (crate::callout::malformed(&problem), None, None);
         }
         let edits = match resp.ok_response.as_ref().map(ok_edits).transpose() {

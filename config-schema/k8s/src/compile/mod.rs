@@ -282,7 +282,9 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     let problems = settings::protected_resources(m, &mut bundle.gateways);
     cx.report.invalid.extend(problems);
     let effective = if o.effective_view {
-        cx.effective_view(&bundle)
+        let mut views = cx.effective_view(&bundle);
+        cx.spell_rules_as_written(&mut views);
+        views
     } else {
         Vec::new()
     };

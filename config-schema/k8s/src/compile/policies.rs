@@ -11,6 +11,7 @@ use crate::model::*;
 use crate::refs::{NsName, ObjectName};
 use crate::types::*;
 use mcp_access_bundle::{self as bundle, Action, Bundle, Level};
+use mcp_access_cel::a_or_an;
 
 pub(super) mod authorizers;
 mod tool_names;
@@ -416,7 +417,7 @@ impl Ctx<'_> {
         }
         if group == GATEWAY_GROUP && kind == "HTTPRoute" {
             if p.kind != "AccessPolicy" {
-                return Err(Refusal::unresolved(reason::INVALID, format!("an {} cannot target an HTTPRoute: write the policy as an AccessPolicy (apiVersion mcp-access.io/v1alpha1), whose targetRefs may name HTTPRoutes", p.kind)));
+                return Err(Refusal::unresolved(reason::INVALID, format!("{} cannot target an HTTPRoute: write the policy as an AccessPolicy (apiVersion mcp-access.io/v1alpha1), whose targetRefs may name HTTPRoutes", a_or_an(&p.kind))));
             }
             return self.route_targets(r, policy_ns);
         }
@@ -427,8 +428,12 @@ impl Ctx<'_> {
             &["Gateway", "XBackend"]
         };
         let hint = match kind {
-            "Gateway" | "HTTPRoute" => format!("; for a {kind}, group: {GATEWAY_GROUP}"),
-            "XBackend" => format!("; for an XBackend, group: {}", crate::types::AGENTIC_GROUP),
+            "Gateway" | "HTTPRoute" => format!("; for {}, group: {GATEWAY_GROUP}", a_or_an(kind)),
+            "XBackend" => format!(
+                "; for {}, group: {}",
+                a_or_an(kind),
+                crate::types::AGENTIC_GROUP
+            ),
             _ => super::did_you_mean(kind, kinds),
         };
         let routes = if project {

@@ -496,6 +496,30 @@ fn both_kinds_target_the_same_objects_and_count_together() {
     assert!(st.conditions[0]
         .message
         .contains("named same.accesspolicy in the bundle"));
+    // The Gateway's status names each kind accepted on it, with its article.
+    let statuses = mcp_access_k8s::status_objects(&c.report, &c.topology, "2026-01-04T00:00:00Z");
+    let gateway = statuses.iter().find(|s| s["kind"] == "Gateway").unwrap();
+    let affected: Vec<(&str, &str)> = gateway["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"].as_str().unwrap().ends_with("Affected"))
+        .map(|c| (c["type"].as_str().unwrap(), c["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        affected,
+        [
+            (
+                "XAccessPolicyAffected",
+                "an XAccessPolicy is accepted on this object"
+            ),
+            (
+                "AccessPolicyAffected",
+                "an AccessPolicy is accepted on this object"
+            ),
+        ],
+        "{gateway:#}"
+    );
 }
 
 /// An ExternalAuth AccessPolicy whose authorizer is a Service in another namespace.

@@ -12,14 +12,18 @@ use super::routes::virtual_hosts;
 use super::{jwt_required, EnvoyOptions, BUFFER_LIMIT, T};
 use crate::jwt;
 
-fn access_log(path: &str, name: &str) -> Value {
+/// The access log of one connection manager. `listener` is the Envoy listener's name,
+/// `address:port`, for every filter chain alike (a plain-HTTP chain serves every Gateway
+/// listener of its port); the Gateway listener a request was decided on is the decision's
+/// own `listener` (`namespace/gateway/listener`, in `filter_state`).
+fn access_log(path: &str, listener: &str) -> Value {
     json!([{
         "name": "envoy.access_loggers.file",
         "typed_config": {
             "@type": format!("{T}envoy.extensions.access_loggers.file.v3.FileAccessLog"),
             "path": path,
             "log_format": {"json_format": {
-                "listener": name,
+                "listener": listener,
                 "code": "%RESPONSE_CODE%",
                 "method": "%REQ(:METHOD)%",
                 "path": "%REQ(:PATH)%",
@@ -51,6 +55,8 @@ pub(crate) fn normalization(escaped: EscapedSlashes) -> Value {
 
 struct Chain<'a> {
     name: &'a str,
+    /// The Envoy listener (`address:port`) the chain belongs to.
+    listener: &'a str,
     tls: bool,
     /// `jwt_authn` refuses requests without a token.
     jwt_required: bool,
@@ -102,7 +108,7 @@ fn hcm(
             );
         }
         if let Some(p) = &o.access_log {
-            obj.insert("access_log".into(), access_log(p, name));
+            obj.insert("access_log".into(), access_log(p, c.listener));
         }
         if o.tracing.is_some() {
             obj.insert("tracing".into(), super::tracing::hcm_tracing());
@@ -203,6 +209,7 @@ pub(super) fn listeners(
             }
             let chain = Chain {
                 name: &name,
+                listener: &name,
                 tls: false,
                 jwt_required,
                 protected: metadata.iter().filter_map(|(_, p)| *p).collect(),
@@ -215,6 +222,7 @@ pub(super) fn listeners(
                 let vhosts = virtual_hosts(&[*l], &[(lname, own)], lname, host_rewrites);
                 let c = Chain {
                     name: lname,
+                    listener: &name,
                     tls: true,
                     jwt_required: jwt_required(o, lname, &mut required_used),
                     protected: own.into_iter().collect(),

@@ -1,7 +1,8 @@
 //! `mcp-access pin --check`: the tools a server lists against a ToolPin. Every difference is
 //! drift: a pinned tool whose definition changed (its description as a text diff, the rest of
 //! its definition as a diff of its JSON), a tool that is not pinned, a pinned tool no longer
-//! listed.
+//! listed. A listing read through the gateway is filtered (tools the caller may not list,
+//! drifted tools): when pinned tools are missing, the report says to check without it.
 
 use std::fmt::Write as _;
 
@@ -74,16 +75,28 @@ pub fn check(listing: &Listing, pin: &ToolPinView) -> CheckReport {
             }
         }
     }
+    let mut missing = 0;
     for p in &pin.tools {
         if !listing.tools.iter().any(|t| t.name == p.name) {
             drifted += 1;
-            let _ = writeln!(text, "- {}: pinned but not listed", p.name);
+            missing += 1;
+            let _ = writeln!(
+                text,
+                "- {}: pinned but not listed (gone from the server, or left out of this listing)",
+                p.name
+            );
         }
     }
     let _ = writeln!(
         text,
         "{matched} tool(s) match their pins, {drifted} difference(s)"
     );
+    if missing > 0 {
+        let _ = writeln!(
+            text,
+            "hint: {missing} pinned tool(s) are not in this listing. A listing read through the mcp-access gateway is filtered: it leaves out the tools this credential may not list, and every tool whose definition drifted (a changed tool then shows as missing, not as changed). Check against the server directly (its own URL) or with a credential that may list every tool."
+        );
+    }
     CheckReport { text, drifted }
 }
 

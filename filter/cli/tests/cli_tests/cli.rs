@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{run, text};
+use crate::common::{dir, run, s, text};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mcp-access"))
@@ -504,6 +504,52 @@ fn envoy_puts_jwt_authn_before_the_filter_with_its_jwks() {
 }
 
 #[test]
+fn the_access_log_names_the_envoy_listener_on_every_chain() {
+    let d = tmp("access-log-listener");
+    let gateway = d.join("gateway.yaml");
+    // Two HTTP listeners sharing port 80 (one filter chain), one HTTPS listener of its own.
+    std::fs::write(
+        &gateway,
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: mcp}\n\
+         spec:\n  gatewayClassName: mcp-access\n  listeners:\n\
+         \x20 - {name: a, protocol: HTTP, port: 80, hostname: a.example}\n\
+         \x20 - {name: b, protocol: HTTP, port: 80, hostname: b.example}\n\
+         \x20 - {name: s, protocol: HTTPS, port: 443, tls: {mode: Terminate, certificateRefs: [{name: cert}]}}\n",
+    )
+    .unwrap();
+    let out_path = d.join("envoy.json");
+    let out = run(&[
+        "envoy",
+        "-f",
+        gateway.to_str().unwrap(),
+        "--wasm-path",
+        "/filter.wasm",
+        "--files-where-envoy-runs",
+        "--tls-cert",
+        "cert=/tls/cert.pem,/tls/key.pem",
+        "--bind",
+        "0.0.0.0",
+        "--access-log",
+        "/dev/stdout",
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    let mut seen = Vec::new();
+    for l in cfg["static_resources"]["listeners"].as_array().unwrap() {
+        for chain in l["filter_chains"].as_array().unwrap() {
+            let hcm = &chain["filters"][0]["typed_config"];
+            let format = &hcm["access_log"][0]["typed_config"]["log_format"]["json_format"];
+            assert_eq!(format["listener"], l["name"], "{l:#}");
+            seen.push(format["listener"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(seen, ["0.0.0.0:80", "0.0.0.0:443"]);
+}
+
+#[test]
 fn jwt_required_takes_allow_missing_off_that_listener_only() {
     let d = tmp("jwt-required");
     let gateway = d.join("gateway.yaml");
@@ -622,6 +668,15 @@ fn effective_prints_each_level_step_and_origin() {
         "{t}"
     );
     assert!(!t.contains("team-x"), "{t}");
+    // Each rule under its name, spelled as the policy object (here its defaults block) has it.
+    assert!(
+        t.contains(concat!(
+            "        rule no-write\n",
+            "          authorization: {type: Inline, mcp: {mcpBaseProtocolMethodsOption: MATCH_BASE_PROTOCOL_METHODS, ",
+            "methods: [{name: tools/list}, {name: tools/call, params: [search, read_page]}]}}\n"
+        )),
+        "{t}"
+    );
     // JSON: machine-readable, one entry per (listener, backend).
     let out = run(&["effective", "-f", f.to_str().unwrap(), "--format", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -646,10 +701,59 @@ fn effective_prints_each_level_step_and_origin() {
     let allow = &team_x["levels"][1]["steps"][1];
     assert_eq!(allow["step"], "Allow");
     assert_eq!(allow["policies"][0]["from"], "its own rules");
+    // Rules as compiled into the bundle, as before.
+    assert_eq!(
+        allow["policies"][0]["rules"][0],
+        serde_json::json!({"name": "team-x-agents", "rule": {
+            "authorization": {"mcp": {"baseProtocol": "Match", "methods": [{"name": "tools"}]}},
+            "source": {"type": "ServiceAccount", "serviceAccount": {"name": "team-x-agent"}}}})
+    );
     // Nothing matches: an error naming why.
     let out = run(&["effective", "-f", f.to_str().unwrap(), "--listener", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("no (listener, XBackend) pair matches"));
+}
+
+#[test]
+fn effective_spells_rules_as_written_quoting_what_yaml_would_misread() {
+    let d = dir("effective", "spelled");
+    let policy = d.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        r#"apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {name: reads, namespace: platform}
+spec:
+  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: wiki}]
+  action: Deny
+  rules:
+  - name: writes
+    when: [{predicate: "request.mcp.tool_name.startsWith('write')"}]
+    authorization: {type: Inline, mcp: {methods: [{name: tools/call, params: ["true", "1"]}]}}
+"#,
+    )
+    .unwrap();
+    let f = platform_example();
+    let out = run(&[
+        "effective",
+        "-f",
+        s(&f),
+        "-f",
+        s(&policy),
+        "--backend",
+        "wiki",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains(concat!(
+            "      platform/reads  from its own rules\n",
+            "        rule writes\n",
+            "          authorization: {type: Inline, mcp: {methods: [{name: tools/call, params: [\"true\", \"1\"]}]}}\n",
+            "          when: [{predicate: \"request.mcp.tool_name.startsWith('write')\"}]\n",
+        )),
+        "{t}"
+    );
 }
 
 #[test]

@@ -101,6 +101,74 @@ fn the_demo_tools() {
 }
 
 #[test]
+fn spiffe_callers_are_marked_where_no_client_certificate_can_arrive() {
+    // The demo's mcp-jwt listener is plain HTTP, mcp-mtls HTTPS with client certificates; an
+    // extra Backend-level policy names a ServiceAccount, so both listeners ask about it.
+    let d = crate::common::dir("who-can", "plain-http");
+    let extra = d.join("ops.yaml");
+    std::fs::write(
+        &extra,
+        "apiVersion: mcp-access.io/v1alpha1\nkind: AccessPolicy\nmetadata: {name: ops, namespace: demo}\nspec:\n  targetRefs: [{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}]\n  action: Allow\n  rules:\n  - name: ops\n    source: {type: ServiceAccount, serviceAccount: {namespace: agents, name: ops}}\n",
+    )
+    .unwrap();
+    let demo = repo().join("envoy-demo/manifests");
+    let provider = "demo-idp=issuer=https://auth.demo.mcp-access.local,jwks=https://auth.demo.mcp-access.local/jwks.json";
+    let args = [
+        "who-can",
+        "-f",
+        s(&demo),
+        "-f",
+        s(&extra),
+        "--trust-domain",
+        "example.org",
+        "--jwt-provider",
+        provider,
+        "--backend",
+        "demo/tools",
+        "--tool",
+        "echo",
+    ];
+    let out = run(&[&args[..], &["-o", "json"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let spiffe_on = |listener: &str| -> Vec<Value> {
+        a["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["listener"] == listener)
+            .flat_map(|l| l["callers"].as_array().unwrap().clone())
+            .filter(|c| c["caller"].as_str().unwrap().starts_with("spiffe:"))
+            .collect()
+    };
+    let http = spiffe_on("demo/agents-gateway/mcp-jwt");
+    let https = spiffe_on("demo/agents-gateway/mcp-mtls");
+    assert!(!http.is_empty() && !https.is_empty(), "{a:#}");
+    for c in &http {
+        assert!(
+            c["cannotArrive"]
+                .as_str()
+                .unwrap()
+                .starts_with("a plain-HTTP listener receives no client certificate"),
+            "{c}"
+        );
+    }
+    for c in &https {
+        assert!(c.get("cannotArrive").is_none(), "{c}");
+    }
+    let out = run(&args);
+    let t = text(&out.stdout);
+    let (mtls, jwt) = t
+        .split_once("listener demo/agents-gateway/mcp-jwt")
+        .unwrap();
+    assert!(
+        jwt.contains("  NEVER spiffe:spiffe://example.org/ns/agents/sa/ops  (ServiceAccount agents/ops)\n        cannot arrive here: a plain-HTTP listener receives no client certificate"),
+        "{t}"
+    );
+    assert!(!mtls.contains("NEVER"), "{t}");
+}
+
+#[test]
 fn token_classes_cel_and_http_conditions() {
     let policies = format!(
         r#"apiVersion: mcp-access.io/v1alpha1
@@ -133,6 +201,15 @@ spec:
 "#
     );
     let dir = case("who-can", "classes", &[("p.yaml", &policies)]);
+    // Listener mtls takes client certificates (SPIFFE IDs arrive there); http is plain HTTP.
+    std::fs::write(
+        dir.join("base.yaml"),
+        crate::common::BASE.replace(
+            "{name: mtls, protocol: HTTP, port: 8443}",
+            "{name: mtls, protocol: HTTPS, port: 8443, tls: {mode: Terminate, certificateRefs: [{name: cert}]}}",
+        ),
+    )
+    .unwrap();
     let provider = format!("idp=issuer={ISSUER},jwks={ISSUER}/jwks.json");
     let out = run(&[
         "who-can",
@@ -145,8 +222,13 @@ spec:
         "--tool",
         "echo",
     ]);
-    let t = text(&out.stdout);
+    let all = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let (http, t) = all.split_once("listener mcp/gw/mtls\n").unwrap();
+    assert!(
+        http.contains("  NEVER spiffe:spiffe://cluster.local/ns/agents/sa/dev"),
+        "{all}"
+    );
     let line = |caller: &str| {
         t.lines()
             .find(|l| l.contains(caller))

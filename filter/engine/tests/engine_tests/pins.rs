@@ -303,6 +303,53 @@ fn cel_reads_the_reviewed_annotations_never_the_servers() {
 }
 
 #[test]
+fn a_read_of_an_annotation_guarded_by_has_is_no_error() {
+    // docs/pins.md's rule: the same decisions as the unguarded read, without an error (and a
+    // `mcp_access.cel.errors` count) for each call of a tool with no reviewed readOnlyHint.
+    let guarded = |cel: &str| {
+        json!({"name": "read-only", "level": "Backend", "targets": [{"name": "tools"}],
+            "action": "Allow", "rules": [
+                {"name": "base", "authorization": {"mcp": {"baseProtocol": "Match"}}},
+                {"name": "ro", "authorization": {"cel": cel}}]})
+    };
+    let errors = |e: &Engine, store: &Rc<MemoryDriftStore>, body: &str| {
+        let (flow, _) = send(e, store, body);
+        let o = flow.outcome().unwrap();
+        (o.reason.to_string(), o.cel_errors.0)
+    };
+    let call = |tool: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"{tool}"}}}}"#)
+    };
+    let prompt = r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p"}}"#;
+    let read = "has(request.mcp.tool.annotations.readOnlyHint) && request.mcp.tool.annotations.readOnlyHint == true";
+    for unpinned in ["Deny", "Allow"] {
+        let e = pinned(unpinned, guarded(read));
+        let store = Rc::new(MemoryDriftStore::default());
+        assert_eq!(errors(&e, &store, &call("echo")), ("allowed".into(), 0));
+        // rm's pin reviews no annotation; new_tool has no pin (its annotations are empty).
+        assert_eq!(errors(&e, &store, &call("rm")), ("not_allowed".into(), 0));
+        assert_eq!(
+            errors(&e, &store, &call("new_tool")),
+            ("not_allowed".into(), 0)
+        );
+        let mut f = list(&e, &store);
+        assert_eq!(json_names(&e, &mut f, &listing(&[ECHO, RM, NEW])), ["echo"]);
+        // Not a tool call: the annotations themselves are absent, which even has() of one of
+        // them reads. Still denied (fail closed), and counted.
+        assert_eq!(errors(&e, &store, prompt), ("not_allowed".into(), 1));
+    }
+    // Guarding the map too leaves no error on any request.
+    let e = pinned(
+        "Deny",
+        guarded(&format!("has(request.mcp.tool.annotations) && {read}")),
+    );
+    let store = Rc::new(MemoryDriftStore::default());
+    assert_eq!(errors(&e, &store, &call("echo")), ("allowed".into(), 0));
+    assert_eq!(errors(&e, &store, &call("rm")), ("not_allowed".into(), 0));
+    assert_eq!(errors(&e, &store, prompt), ("not_allowed".into(), 0));
+}
+
+#[test]
 fn annotations_of_a_backend_without_pins_are_absent() {
     let read_only = json!({"name": "read-only", "level": "Backend", "targets": [{"name": "tools"}],
         "action": "Allow", "rules": [{"name": "ro", "authorization": {

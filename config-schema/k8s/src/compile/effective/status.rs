@@ -345,6 +345,50 @@ impl Ctx<'_> {
         }
         out
     }
+
+    /// Gives each rule of `views` its spelling in the policy object it came from: the
+    /// object's `rules` (found by the policy's name in the bundle), or those of its
+    /// `defaults` / `overrides` block (by the object's kind and name); then by rule name.
+    pub(in crate::compile) fn spell_rules_as_written(&self, views: &mut [EffectivePolicy]) {
+        let mut written: HashMap<(String, &str), &serde_json::Value> = HashMap::new();
+        for p in &self.m.policies {
+            let spec = &p.raw_spec;
+            let own = format!("{}/{}", p.meta.namespace, self.bundle_name(p));
+            let object = format!("{} {}", p.kind, p.id());
+            let lists = [
+                (own, spec.get("rules")),
+                (
+                    object.clone(),
+                    spec.get("defaults").and_then(|b| b.get("rules")),
+                ),
+                (object, spec.get("overrides").and_then(|b| b.get("rules"))),
+            ];
+            for (key, list) in lists {
+                for rule in list.and_then(|l| l.as_array()).into_iter().flatten() {
+                    if let Some(name) = rule.get("name").and_then(|n| n.as_str()) {
+                        written.entry((key.clone(), name)).or_insert(rule);
+                    }
+                }
+            }
+        }
+        let entries = views
+            .iter_mut()
+            .flat_map(|v| v.levels.iter_mut())
+            .flat_map(|l| l.steps.iter_mut())
+            .flat_map(|s| s.policies.iter_mut());
+        for e in entries {
+            let key = e.block_of.clone().unwrap_or_else(|| e.policy.clone());
+            for r in e.rules.iter_mut().flatten() {
+                r.written = written.get(&(key.clone(), r.name.as_str())).map(|rule| {
+                    let mut rule = (*rule).clone();
+                    if let Some(o) = rule.as_object_mut() {
+                        o.remove("name");
+                    }
+                    rule
+                });
+            }
+        }
+    }
 }
 
 fn notes_of(fx: &Effects) -> Vec<String> {
@@ -409,6 +453,7 @@ fn level_view(
                                 EffectiveRule {
                                     name: r.name.clone(),
                                     rule: v,
+                                    written: None,
                                 }
                             })
                             .collect()
@@ -416,6 +461,11 @@ fn level_view(
                 },
                 authorizer: p.external_auth.clone(),
                 mode: mode_of(p),
+                block_of: p
+                    .origin
+                    .as_ref()
+                    .filter(|o| o.block.is_some())
+                    .map(|o| o.policy.clone()),
             })
             .collect();
         if a == Action::Allow {
@@ -429,6 +479,7 @@ fn level_view(
                 rules: Some(Vec::new()),
                 authorizer: None,
                 mode: mode_of(p),
+                block_of: None,
             }));
         }
         (!entries.is_empty()).then(|| EffectiveStep {
