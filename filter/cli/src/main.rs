@@ -6,6 +6,7 @@
 
 mod args;
 mod commands;
+mod effective_text;
 
 use std::collections::BTreeMap;
 use std::io::Read;
