@@ -3,9 +3,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::backends::BackendMiss;
 use super::route_targets::{backend_target, Refusal};
 use super::rules::{self, rule_v0, rule_v1, source_v, Problem, RuleCx};
-use super::{agentic_group, cond, opt, reason, seniority_order, status, Ctx, Options};
+use super::{cond, opt, reason, seniority_order, status, Ctx, Options};
 use crate::load::{Item, PolicySpec};
 use crate::model::*;
 use crate::refs::{NsName, ObjectName};
@@ -69,6 +70,8 @@ struct Targets {
     conds: Vec<TargetStatus>,
     accepted: Vec<bundle::PolicyTarget>,
     standin: Vec<bundle::PolicyTarget>,
+    /// Why a target's refusal put a stand-in there (`Reason: message`), the first one.
+    standin_why: Option<String>,
     /// Targets that do not resolve: `Kind namespace/name` and why.
     unresolved: Vec<String>,
 }
@@ -112,7 +115,11 @@ impl Ctx<'_> {
                 // A dry run changes no traffic: its identity headers are sent once enforced.
                 let conflict = match super::dry_run::dry_run_of(p) {
                     Ok(true) => Ok(()),
-                    _ => identity.record(p, &self.backend_index, route_headers),
+                    _ => identity.record(
+                        p,
+                        &|k, ns, name| self.resolve_backend(k, ns, name).is_ok(),
+                        route_headers,
+                    ),
                 };
                 let (conds, unresolved, warnings) = self.policy(
                     p,
@@ -223,7 +230,14 @@ impl Ctx<'_> {
             });
         }
         if !t.standin.is_empty() && !self.o.skip_rejected {
-            out.push(standin(p, &name, (level, seniority), &content, t.standin));
+            let why = t.standin_why.as_deref();
+            out.push(standin(
+                p,
+                &name,
+                (level, seniority),
+                (&content, why),
+                t.standin,
+            ));
         }
         let unresolved = t
             .unresolved
@@ -286,6 +300,8 @@ impl Ctx<'_> {
                                 format!("{msg}{note}"),
                             ));
                             t.standin.extend(targets);
+                            t.standin_why
+                                .get_or_insert(format!("{}: {}", refusal.reason, refusal.message));
                         }
                         None => {
                             t.unresolved
@@ -392,19 +408,43 @@ impl Ctx<'_> {
                 ..whole
             }]);
         }
-        if agentic_group(group) && kind == "XBackend" {
-            if !self
-                .backend_index
-                .contains_key(&NsName::new(policy_ns, name))
-            {
-                let metas = self.m.backends.iter().map(|b| &b.meta);
-                return Err(Refusal::unresolved(
-                    reason::TARGET_NOT_FOUND,
-                    format!(
-                        "no accepted XBackend with this name{}",
-                        super::elsewhere("XBackend", metas, policy_ns, name)
+        if let Some(xbackend) = BackendKind::of(group, kind) {
+            let bm = match self.resolve_backend(xbackend, policy_ns, name) {
+                Ok(bm) => bm,
+                Err(miss @ BackendMiss::OtherKind(_)) => {
+                    return Err(Refusal::unresolved(
+                        reason::TARGET_NOT_FOUND,
+                        format!(
+                            "no accepted XBackend with this name{}",
+                            miss.explain(xbackend)
+                        ),
+                    ))
+                }
+                Err(BackendMiss::NotFound) => {
+                    let metas = self
+                        .m
+                        .backends
+                        .iter()
+                        .filter(|b| b.spec.kind() == xbackend)
+                        .map(|b| &b.meta);
+                    return Err(Refusal::unresolved(
+                        reason::TARGET_NOT_FOUND,
+                        format!(
+                            "no accepted XBackend with this name{}",
+                            super::elsewhere("XBackend", metas, policy_ns, name)
+                        ),
+                    ));
+                }
+            };
+            if !bm.speaks_mcp() {
+                return Err(Refusal {
+                    reason: reason::UNSUPPORTED,
+                    message: format!(
+                        "XBackend {policy_ns}/{name} has protocol {}: mcp-access authorizes MCP only; set spec.protocol: MCP (or leave it unset) if the server speaks MCP",
+                        bm.protocol.as_deref().unwrap_or_default()
                     ),
-                ));
+                    standin: Some((vec![backend_target(&bm.id, None)], "this XBackend")),
+                });
             }
             if r.section_name.is_some() {
                 return Err(Refusal::unresolved(
@@ -426,18 +466,24 @@ impl Ctx<'_> {
         } else {
             &["Gateway", "XBackend"]
         };
+        let xbackends = format!("XBackends ({GATEWAY_X_GROUP} or {AGENTIC_GROUP})");
         let hint = match kind {
             "Gateway" | "HTTPRoute" => format!("; for a {kind}, group: {GATEWAY_GROUP}"),
-            "XBackend" => format!("; for an XBackend, group: {}", crate::types::AGENTIC_GROUP),
+            // The group of the XBackend with this name, if there is one.
+            "XBackend" => match self
+                .backend_index
+                .get(&NsName::new(policy_ns, name))
+                .and_then(|i| self.topo.backends.get(*i))
+            {
+                Some(b) => format!("; for an XBackend, group: {}", b.group()),
+                None => format!("; for an XBackend, group: {GATEWAY_X_GROUP} or {AGENTIC_GROUP}"),
+            },
             _ => super::did_you_mean(kind, kinds),
         };
         let routes = if project {
-            format!(
-                ", XBackends ({}) or HTTPRoutes ({GATEWAY_GROUP})",
-                crate::types::AGENTIC_GROUP
-            )
+            format!(", {xbackends} or HTTPRoutes ({GATEWAY_GROUP})")
         } else {
-            format!(" or XBackends ({})", crate::types::AGENTIC_GROUP)
+            format!(" or {xbackends}")
         };
         Err(Refusal::unresolved(reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways ({GATEWAY_GROUP}){routes}{hint}")))
     }
@@ -780,7 +826,7 @@ fn standin(
     p: &Item<PolicySpec>,
     name: &str,
     (level, seniority): (Level, u64),
-    content: &PolicyContent,
+    (content, refused): (&PolicyContent, Option<&str>),
     targets: Vec<bundle::PolicyTarget>,
 ) -> bundle::Policy {
     let (action, rules) = match (content.action, content.deny_all) {
@@ -792,9 +838,10 @@ fn standin(
         (Action::Deny, Ok(_)) => content.when.clone(),
         _ => Vec::new(),
     };
-    let why = match &content.problem {
-        Err((reason, msg)) => format!("{reason}: {msg}"),
-        Ok(()) => format!(
+    let why = match (&content.problem, refused) {
+        (Err((reason, msg)), _) => format!("{reason}: {msg}"),
+        (Ok(()), Some(refused)) => refused.to_string(),
+        (Ok(()), None) => format!(
             "{}: more senior policies fill a target's limit",
             reason::LIMIT
         ),
