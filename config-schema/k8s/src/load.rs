@@ -154,7 +154,8 @@ pub struct Manifests {
     pub gateways: Vec<Item<GatewaySpec>>,
     pub routes: Vec<Item<HttpRouteSpec>>,
     pub grants: Vec<Item<ReferenceGrantSpec>>,
-    pub backends: Vec<Item<XBackendSpec>>,
+    /// XBackends of either kind (kube-agentic-networking's, Gateway API's).
+    pub backends: Vec<Item<BackendSpec>>,
     pub policies: Vec<Item<PolicySpec>>,
     pub namespaces: Vec<Item<()>>,
     /// `FilterSettings` objects (at most one is used; the compiler refuses more).
@@ -372,9 +373,15 @@ impl Manifests {
                     self.grants.push(it);
                 }
             }
+            "XBackend" if group == GATEWAY_X_GROUP => {
+                if let Some(it) = self.typed(&doc, v, validate::gateway_xbackend) {
+                    self.backends
+                        .push(map_spec(it, |s| BackendSpec::Gateway(Box::new(s))));
+                }
+            }
             "XBackend" => {
                 if let Some(it) = self.typed(&doc, v, validate::xbackend) {
-                    self.backends.push(it);
+                    self.backends.push(map_spec(it, BackendSpec::Agentic));
                 }
             }
             "XAccessPolicy" if version == "v0alpha0" => {
@@ -554,6 +561,7 @@ fn versions(group: &str, kind: &str) -> Option<&'static [&'static str]> {
         (GATEWAY_GROUP, "ReferenceGrant") => &["v1", "v1beta1", "v1alpha2"],
         (GATEWAY_GROUP, "ReferencePolicy") => &["v1alpha2"],
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
+        (GATEWAY_X_GROUP, "XBackend") => &["v1alpha1"],
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
         (MCP_ACCESS_GROUP, "AccessPolicy" | "FilterSettings" | "ToolPin") => &["v1alpha1"],
         ("", "Namespace") => &["v1"],

@@ -427,6 +427,8 @@ pub enum RouteAction {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendModel {
     pub id: NsName,
+    /// Which XBackend kind it was written as.
+    pub kind: crate::types::BackendKind,
     pub cluster: String,
     /// The name `--resolve` maps (`serviceName` or `hostname`).
     pub service_name: Option<String>,
@@ -434,6 +436,24 @@ pub struct BackendModel {
     pub namespace: String,
     pub port: u16,
     pub(crate) path: String,
+    /// Gateway API XBackend's `spec.protocol` (TCP, HTTP, ..., MCP); None: unset, or the
+    /// agentic kind (always MCP).
+    pub protocol: Option<String>,
+    /// Whether Envoy connects with TLS: Gateway API XBackend's `spec.tls.mode` (ServerOnly or
+    /// ClientAndServer); None: the agentic kind (TLS exactly towards a `hostname`).
+    pub tls: Option<bool>,
+}
+
+impl BackendModel {
+    /// Whether its traffic is MCP: the agentic kind, or `protocol` MCP or unset.
+    pub fn speaks_mcp(&self) -> bool {
+        self.protocol.as_deref().is_none_or(|p| p == "MCP")
+    }
+
+    /// The group to write in a reference to it.
+    pub fn group(&self) -> &'static str {
+        self.kind.group()
+    }
 }
 
 /// A plain Service an HTTPRoute forwards to.

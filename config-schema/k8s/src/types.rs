@@ -6,6 +6,7 @@
 //! server does. A field that is accepted but never read is named with a leading `_`.
 
 mod authz_cache;
+mod backend;
 mod pins;
 
 use std::collections::BTreeMap;
@@ -20,10 +21,13 @@ pub use settings::*;
 pub(crate) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 pub(crate) const AGENTIC_GROUP: &str = "agentic.networking.x-k8s.io";
 pub(crate) const PROTOTYPE_GROUP: &str = "agentic.prototype.x-k8s.io";
+/// Gateway API's experimental group: its `XBackend` (v1.6, GEP-4894).
+pub(crate) const GATEWAY_X_GROUP: &str = "gateway.networking.x-k8s.io";
 /// The project's own API group (`AccessPolicy`).
 pub(crate) const MCP_ACCESS_GROUP: &str = "mcp-access.io";
 
 pub(crate) use authz_cache::ExternalAuthCache;
+pub use backend::*;
 pub use pins::{PinView, ToolPinSpec, ToolPinView};
 
 /// An optional string field's value, or `""`.
@@ -411,25 +415,6 @@ pub(crate) struct GrantTo {
     pub(crate) group: Option<String>,
     pub(crate) kind: Option<String>,
     pub(crate) name: Option<String>,
-}
-
-// ---------------------------------------------------------------------------------------
-// kube-agentic-networking
-
-/// `XBackend.spec`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct XBackendSpec {
-    pub(crate) mcp: Option<McpBackend>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct McpBackend {
-    pub(crate) service_name: Option<String>,
-    pub(crate) hostname: Option<String>,
-    pub(crate) port: Option<i64>,
-    pub(crate) path: Option<String>,
 }
 
 /// A policy target (`LocalPolicyTargetReferenceWithSectionName`).

@@ -11,7 +11,7 @@ mod policy;
 mod route;
 mod settings;
 
-pub(crate) use backend::xbackend;
+pub(crate) use backend::{gateway_xbackend, xbackend};
 pub(crate) use gateway::gateway;
 pub(crate) use grants::reference_grant;
 pub(crate) use pins::tool_pin;

@@ -632,6 +632,9 @@ pub(crate) struct PinArgs {
     /// several).
     #[arg(long, required_unless_present = "check")]
     pub(crate) backend: Option<String>,
+    /// The XBackend's API group: Gateway API's or kube-agentic-networking's kind.
+    #[arg(long, default_value = "agentic.networking.x-k8s.io", value_parser = ["gateway.networking.x-k8s.io", "agentic.networking.x-k8s.io"])]
+    pub(crate) backend_group: String,
     /// The ToolPin's namespace (the XBackend's).
     #[arg(short = 'n', long, default_value = "default")]
     pub(crate) namespace: String,

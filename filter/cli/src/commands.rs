@@ -731,6 +731,7 @@ pub(crate) fn pin(a: PinArgs) -> Result<u8, String> {
         name: a.name.clone().unwrap_or_else(|| format!("{backend}-tools")),
         namespace: a.namespace.clone(),
         backend,
+        group: a.backend_group.clone(),
         unpinned: match a.unpinned {
             UnpinnedArg::Deny => mcp_access_bundle::Unpinned::Deny,
             UnpinnedArg::Allow => mcp_access_bundle::Unpinned::Allow,

@@ -2,14 +2,13 @@
 //! bundle's `backends[].identityHeaders`. Two policies that give one XBackend the same header
 //! with different values conflict: the more senior one's stands, the other is not accepted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use mcp_access_bundle::{self as bundle, IdentityField};
 
-use super::agentic_group;
 use crate::load::{Item, PolicySpec};
 use crate::refs::NsName;
-use crate::types::opt;
+use crate::types::{opt, BackendKind};
 use crate::validate::identity_header;
 
 /// The identity headers of each XBackend (`namespace/name`), with the policy that declared
@@ -34,7 +33,7 @@ fn describe(h: &bundle::IdentityHeader) -> String {
 
 impl IdentityHeaders {
     /// Records the identity headers of `p` (policies come most senior first) for the
-    /// XBackends of `backends` it targets, whether or not it is accepted (its headers are
+    /// accepted XBackends it targets (`accepted`: whether a reference resolves), whether or not it is accepted (its headers are
     /// still removed from what clients send). A header another policy already gives one of
     /// them with another value is not recorded: the message says which, for `p`'s status.
     /// A header some route matches on (`route_headers`) is not recorded either: Envoy would
@@ -42,7 +41,7 @@ impl IdentityHeaders {
     pub(super) fn record(
         &mut self,
         p: &Item<PolicySpec>,
-        backends: &HashMap<NsName, usize>,
+        accepted: &dyn Fn(BackendKind, &str, &str) -> bool,
         route_headers: &[String],
     ) -> Result<(), String> {
         let PolicySpec::V1(s) = &p.spec else {
@@ -56,13 +55,13 @@ impl IdentityHeaders {
             .target_refs
             .iter()
             .flatten()
-            .filter(|r| agentic_group(opt(&r.group)) && opt(&r.kind) == "XBackend");
+            .filter_map(|r| Some((BackendKind::of(opt(&r.group), opt(&r.kind))?, r)));
         let mut conflict = Ok(());
-        for r in targets {
-            let id = NsName::new(ns, opt(&r.name));
-            if !backends.contains_key(&id) {
+        for (kind, r) in targets {
+            if !accepted(kind, ns, opt(&r.name)) {
                 continue;
             }
+            let id = NsName::new(ns, opt(&r.name));
             let have = self.by_backend.entry(id.clone()).or_default();
             for (i, h) in headers.iter().enumerate() {
                 let Some(h) = identity_header(h) else {

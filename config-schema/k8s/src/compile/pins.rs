@@ -9,7 +9,7 @@ use mcp_access_bundle::{self as bundle, Unpinned};
 use super::{cond, reason, seniority_order, status, Ctx};
 use crate::load::Item;
 use crate::refs::{NsName, ObjectName};
-use crate::types::{opt, ToolPinSpec};
+use crate::types::{opt, BackendKind, ToolPinSpec};
 
 impl Ctx<'_> {
     pub(super) fn tool_pins(&mut self) {
@@ -20,15 +20,13 @@ impl Ctx<'_> {
                 continue;
             };
             let id = p.id();
-            let name = p
-                .spec
-                .target_ref
-                .as_ref()
-                .map(|t| opt(&t.name))
-                .unwrap_or("");
+            let t = p.spec.target_ref.clone().unwrap_or_default();
+            let name = opt(&t.name);
+            // Validation admits only the XBackend kinds.
+            let kind = BackendKind::of(opt(&t.group), opt(&t.kind)).unwrap_or(BackendKind::Agentic);
             let backend = NsName::new(&p.meta.namespace, name);
             let target = ObjectName::new("XBackend", backend.clone());
-            let c = if !self.backend_index.contains_key(&backend) {
+            let c = if let Err(miss) = self.resolve_backend(kind, &p.meta.namespace, name) {
                 self.report.unenforced.push(format!(
                     "ToolPin {id}: XBackend {backend} is not an accepted XBackend: its tools are not pinned"
                 ));
@@ -36,7 +34,10 @@ impl Ctx<'_> {
                     target,
                     None,
                     reason::TARGET_NOT_FOUND,
-                    format!("no accepted XBackend {backend} in the ToolPin's namespace"),
+                    format!(
+                        "no accepted XBackend {backend} in the ToolPin's namespace{}",
+                        miss.explain(kind)
+                    ),
                 )
             } else if let Some(first) = claimed.get(&backend) {
                 let message = format!(

@@ -3,9 +3,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::backends::BackendMiss;
 use super::route_targets::{backend_target, Refusal};
 use super::rules::{self, rule_v0, rule_v1, source_v, Problem, RuleCx};
-use super::{agentic_group, cond, opt, reason, seniority_order, status, Ctx, Options};
+use super::{cond, opt, reason, seniority_order, status, Ctx, Options};
 use crate::load::{Item, PolicySpec};
 use crate::model::*;
 use crate::refs::{NsName, ObjectName};
@@ -15,6 +16,7 @@ use mcp_access_cel::a_or_an;
 
 pub(super) mod authorizers;
 mod standin;
+mod targets;
 mod tool_names;
 
 use standin::{restricted, standin};
@@ -73,6 +75,8 @@ struct Targets {
     conds: Vec<TargetStatus>,
     accepted: Vec<bundle::PolicyTarget>,
     standin: Vec<bundle::PolicyTarget>,
+    /// Why a target's refusal put a stand-in there (`Reason: message`), the first one.
+    standin_why: Option<String>,
     /// Targets that do not resolve: `Kind namespace/name` and why.
     unresolved: Vec<String>,
 }
@@ -116,7 +120,11 @@ impl Ctx<'_> {
                 // A dry run changes no traffic: its identity headers are sent once enforced.
                 let conflict = match super::dry_run::dry_run_of(p) {
                     Ok(true) => Ok(()),
-                    _ => identity.record(p, &self.backend_index, route_headers),
+                    _ => identity.record(
+                        p,
+                        &|k, ns, name| self.resolve_backend(k, ns, name).is_ok(),
+                        route_headers,
+                    ),
                 };
                 let (conds, unresolved, warnings) = self.policy(
                     p,
@@ -227,7 +235,14 @@ impl Ctx<'_> {
             });
         }
         if !t.standin.is_empty() && !self.o.skip_rejected {
-            out.push(standin(p, &name, (level, seniority), &content, t.standin));
+            let why = t.standin_why.as_deref();
+            out.push(standin(
+                p,
+                &name,
+                (level, seniority),
+                (&content, why),
+                t.standin,
+            ));
         }
         let unresolved = t
             .unresolved
@@ -290,6 +305,8 @@ impl Ctx<'_> {
                                 format!("{msg}{note}"),
                             ));
                             t.standin.extend(targets);
+                            t.standin_why
+                                .get_or_insert(format!("{}: {}", refusal.reason, refusal.message));
                         }
                         None => {
                             t.unresolved
@@ -337,117 +354,6 @@ impl Ctx<'_> {
             }
             _ => "; enforced fail-closed: requests it selects are denied".into(),
         }
-    }
-
-    /// The bundle targets of one targetRef of policy `p`.
-    fn find_target(
-        &self,
-        r: &TargetRef,
-        p: &Item<PolicySpec>,
-    ) -> Result<Vec<bundle::PolicyTarget>, Refusal> {
-        let policy_ns = p.meta.namespace.as_str();
-        let group = opt(&r.group);
-        let kind = opt(&r.kind);
-        let name = opt(&r.name);
-        if group == GATEWAY_GROUP && kind == "Gateway" {
-            let Some(g) = self
-                .topo
-                .gateways
-                .iter()
-                .find(|g| g.namespace == policy_ns && g.name == name)
-            else {
-                let metas = self.m.gateways.iter().map(|g| &g.meta);
-                let why = if self
-                    .m
-                    .gateways
-                    .iter()
-                    .any(|g| g.meta.namespace == policy_ns && g.meta.name == name)
-                {
-                    "the Gateway is not accepted or has no usable listener (see gateways)".into()
-                } else {
-                    format!(
-                        "no such Gateway in the manifests{}",
-                        super::elsewhere("Gateway", metas, policy_ns, name)
-                    )
-                };
-                return Err(Refusal::unresolved(reason::TARGET_NOT_FOUND, why));
-            };
-            let whole = bundle::PolicyTarget {
-                name: name.to_string(),
-                namespace: Some(policy_ns.to_string()),
-                section_name: None,
-                routes: None,
-            };
-            if let Some(s) = &r.section_name {
-                if !g.listeners.iter().any(|l| &l.name == s) {
-                    let names: Vec<&str> = g.listeners.iter().map(|l| l.name.as_str()).collect();
-                    return Err(Refusal {
-                        reason: reason::TARGET_NOT_FOUND,
-                        message: format!(
-                            "sectionName: Gateway {policy_ns}/{name} has no usable listener \"{s}\"{}",
-                            super::did_you_mean(s, &names)
-                        ),
-                        standin: Some((vec![whole], "every listener of this Gateway")),
-                    });
-                }
-            }
-            return Ok(vec![bundle::PolicyTarget {
-                section_name: r.section_name.clone(),
-                ..whole
-            }]);
-        }
-        if agentic_group(group) && kind == "XBackend" {
-            if !self
-                .backend_index
-                .contains_key(&NsName::new(policy_ns, name))
-            {
-                let metas = self.m.backends.iter().map(|b| &b.meta);
-                return Err(Refusal::unresolved(
-                    reason::TARGET_NOT_FOUND,
-                    format!(
-                        "no accepted XBackend with this name{}",
-                        super::elsewhere("XBackend", metas, policy_ns, name)
-                    ),
-                ));
-            }
-            if r.section_name.is_some() {
-                return Err(Refusal::unresolved(
-                    reason::TARGET_NOT_FOUND,
-                    "an XBackend has no sections; remove sectionName",
-                ));
-            }
-            return Ok(vec![backend_target(&NsName::new(policy_ns, name), None)]);
-        }
-        if group == GATEWAY_GROUP && kind == "HTTPRoute" {
-            if p.kind != "AccessPolicy" {
-                return Err(Refusal::unresolved(reason::INVALID, format!("{} cannot target an HTTPRoute: write the policy as an AccessPolicy (apiVersion mcp-access.io/v1alpha1), whose targetRefs may name HTTPRoutes", a_or_an(&p.kind))));
-            }
-            return self.route_targets(r, policy_ns);
-        }
-        let project = p.kind == "AccessPolicy";
-        let kinds: &[&str] = if project {
-            &["Gateway", "XBackend", "HTTPRoute"]
-        } else {
-            &["Gateway", "XBackend"]
-        };
-        let hint = match kind {
-            "Gateway" | "HTTPRoute" => format!("; for {}, group: {GATEWAY_GROUP}", a_or_an(kind)),
-            "XBackend" => format!(
-                "; for {}, group: {}",
-                a_or_an(kind),
-                crate::types::AGENTIC_GROUP
-            ),
-            _ => super::did_you_mean(kind, kinds),
-        };
-        let routes = if project {
-            format!(
-                ", XBackends ({}) or HTTPRoutes ({GATEWAY_GROUP})",
-                crate::types::AGENTIC_GROUP
-            )
-        } else {
-            format!(" or XBackends ({})", crate::types::AGENTIC_GROUP)
-        };
-        Err(Refusal::unresolved(reason::INVALID, format!("target {group}/{kind} is not supported: targets are Gateways ({GATEWAY_GROUP}){routes}{hint}")))
     }
 
     fn policy_content(&self, p: &Item<PolicySpec>) -> PolicyContent {

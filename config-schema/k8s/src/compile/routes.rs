@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::grants::permitted;
-use super::{agentic_group, cond, is_core, opt, reason, seniority_order, status, Ctx};
+use super::{cond, is_core, opt, reason, seniority_order, status, Ctx};
 use crate::check;
 use crate::load::{Item, Manifests};
 use crate::model::*;
@@ -251,7 +251,8 @@ impl Ctx<'_> {
             .unwrap_or_else(|| r.meta.namespace.clone());
         let name = opt(&b.name).to_string();
         let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
-        let to_kind = if agentic_group(group) && kind == "XBackend" {
+        let xbackend = BackendKind::of(group, kind);
+        let to_kind = if xbackend.is_some() {
             "XBackend"
         } else if is_core(group) && kind == "Service" {
             "Service"
@@ -259,7 +260,7 @@ impl Ctx<'_> {
             return Err((
                 "InvalidKind",
                 format!(
-                    "{bat}: backend kind {group}/{kind} is not supported (XBackend or Service)"
+                    "{bat}: backend kind {group}/{kind} is not supported (XBackend of group {GATEWAY_X_GROUP} or {AGENTIC_GROUP}, or Service)"
                 ),
             ));
         };
@@ -271,7 +272,8 @@ impl Ctx<'_> {
         ) {
             return Err((reason::REF_NOT_PERMITTED, format!("{bat}: no ReferenceGrant in namespace {ns} allows HTTPRoutes from {} to refer to {to_kind} {name}", r.meta.namespace)));
         }
-        if to_kind == "Service" {
+        let Some(xbackend) = xbackend else {
+            // A Service.
             let port = u16::try_from(b.port.unwrap_or_default()).unwrap_or_default();
             // The Service an XBackend describes (`spec.mcp.serviceName` and `port`) is that
             // XBackend: platforms that route only to Services (Envoy Gateway) still reach it.
@@ -319,16 +321,18 @@ impl Ctx<'_> {
                 weight,
                 backend: None,
             });
-        }
-        let Some(bm) = self
-            .backend_index
-            .get(&NsName::new(&ns, &name))
-            .and_then(|i| self.topo.backends.get(*i))
-        else {
-            return Err((
-                "BackendNotFound",
-                format!("{bat}: XBackend {ns}/{name} not found"),
-            ));
+        };
+        let bm = match self.resolve_backend(xbackend, &ns, &name) {
+            Ok(bm) => bm,
+            Err(miss) => {
+                return Err((
+                    "BackendNotFound",
+                    format!(
+                        "{bat}: XBackend {ns}/{name} not found{}",
+                        miss.explain(xbackend)
+                    ),
+                ))
+            }
         };
         if let Some(p) = b.port.filter(|p| i64::from(bm.port) != *p) {
             return Err((
@@ -339,15 +343,16 @@ impl Ctx<'_> {
                 ),
             ));
         }
+        let to = WeightedCluster {
+            cluster: bm.cluster.clone(),
+            weight,
+            backend: Some(bm.id.clone()),
+        };
         let id = r.id();
         if !self.topo.xbackend_refs.contains(&id) {
             self.topo.xbackend_refs.push(id);
         }
-        Ok(WeightedCluster {
-            cluster: bm.cluster.clone(),
-            weight,
-            backend: Some(bm.id.clone()),
-        })
+        Ok(to)
     }
 
     /// The entries of one rule, one per match.

@@ -25,6 +25,7 @@ pub struct ToolPinSpec {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct BackendRef {
+    /// `gateway.networking.x-k8s.io` (Gateway API's XBackend) or
     /// `agentic.networking.x-k8s.io`.
     #[schemars(required, length(max = 253), pattern(crate::check::GROUP))]
     pub(crate) group: Option<String>,

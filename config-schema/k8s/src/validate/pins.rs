@@ -19,7 +19,11 @@ pub(crate) fn tool_pin(s: &ToolPinSpec, c: &mut Checker) {
                 c,
             );
             if let Some(g) = &t.group {
-                c.one_of("spec.targetRef.group", g, &[AGENTIC_GROUP, PROTOTYPE_GROUP]);
+                c.one_of(
+                    "spec.targetRef.group",
+                    g,
+                    &[GATEWAY_X_GROUP, AGENTIC_GROUP, PROTOTYPE_GROUP],
+                );
             }
             if let Some(k) = &t.kind {
                 c.one_of("spec.targetRef.kind", k, &["XBackend"]);

@@ -13,6 +13,7 @@ mod access_policy;
 mod compile;
 mod crd;
 mod examples;
+mod gateway_xbackend;
 mod oauth_identity;
 mod pins;
 mod route_targets;

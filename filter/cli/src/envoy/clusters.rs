@@ -106,7 +106,10 @@ pub(super) fn upstream_clusters(
                 (host, b.port)
             }
         };
-        let tls = resolved.and_then(|r| r.tls).unwrap_or(b.hostname.is_some());
+        // Gateway API's XBackend says (`spec.tls.mode`); the agentic kind: TLS to a hostname.
+        let tls = resolved
+            .and_then(|r| r.tls)
+            .unwrap_or(b.tls.unwrap_or(b.hostname.is_some()));
         let sni = if tls {
             Some(b.hostname.clone().unwrap_or_else(|| key.clone()))
         } else {

@@ -15,6 +15,8 @@ pub struct PinTarget {
     pub namespace: String,
     /// The XBackend's name.
     pub backend: String,
+    /// The XBackend's API group.
+    pub group: String,
     pub unpinned: Unpinned,
 }
 
@@ -87,7 +89,7 @@ pub fn toolpin_yaml(listing: &Listing, target: &PinTarget) -> Result<String, Str
     out.push_str(&yaml(&head)?);
     out.push_str("spec:\n");
     let spec = serde_json::json!({
-        "targetRef": {"group": "agentic.networking.x-k8s.io", "kind": "XBackend", "name": target.backend},
+        "targetRef": {"group": target.group, "kind": "XBackend", "name": target.backend},
         "unpinned": target.unpinned,
     });
     for line in yaml(&spec)?.lines() {

@@ -18,6 +18,7 @@ mod explain;
 mod explain_cel;
 mod explain_flow;
 mod fail_closed;
+mod gateway_xbackend;
 mod mistakes;
 mod oauth_identity;
 mod pin;

@@ -13,7 +13,7 @@ pub(super) fn standin(
     p: &Item<PolicySpec>,
     name: &str,
     (level, seniority): (Level, u64),
-    content: &PolicyContent,
+    (content, refused): (&PolicyContent, Option<&str>),
     targets: Vec<bundle::PolicyTarget>,
 ) -> bundle::Policy {
     let (action, rules) = match (content.action, content.deny_all) {
@@ -25,9 +25,10 @@ pub(super) fn standin(
         (Action::Deny, Ok(_)) => content.when.clone(),
         _ => Vec::new(),
     };
-    let why = match &content.problem {
-        Err((reason, msg)) => format!("{reason}: {msg}"),
-        Ok(()) => format!(
+    let why = match (&content.problem, refused) {
+        (Err((reason, msg)), _) => format!("{reason}: {msg}"),
+        (Ok(()), Some(refused)) => refused.to_string(),
+        (Ok(()), None) => format!(
             "{}: more senior policies fill a target's limit",
             reason::LIMIT
         ),
