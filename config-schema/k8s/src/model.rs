@@ -439,9 +439,25 @@ pub struct BackendModel {
     /// Gateway API XBackend's `spec.protocol` (TCP, HTTP, ..., MCP); None: unset, or the
     /// agentic kind (always MCP).
     pub protocol: Option<String>,
-    /// Whether Envoy connects with TLS: Gateway API XBackend's `spec.tls.mode` (ServerOnly or
-    /// ClientAndServer); None: the agentic kind (TLS exactly towards a `hostname`).
-    pub tls: Option<bool>,
+    /// How Envoy connects: Gateway API XBackend's `spec.tls` (`Some(None)`: mode None or no
+    /// `tls`, plaintext); None: the agentic kind (TLS exactly towards a `hostname`).
+    pub tls: Option<Option<BackendTlsModel>>,
+}
+
+/// Gateway API XBackend's `spec.tls` with mode ServerOnly or ClientAndServer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendTlsModel {
+    /// SNI, and the DNS name the certificate must hold when `sans` is empty:
+    /// `validation.hostname`, else the XBackend's hostname.
+    pub sni: String,
+    /// `namespace/name` of each `validation.caCertificateRefs` ConfigMap.
+    pub ca_refs: Vec<String>,
+    /// `validation.wellKnownCACertificates: System`.
+    pub well_known: bool,
+    /// `validation.subjectAltNames`: (`DNS` or `URI`, value).
+    pub sans: Vec<(String, String)>,
+    /// `namespace/name` of the `clientCertificateRef` Secret (mode ClientAndServer).
+    pub client_certificate: Option<String>,
 }
 
 impl BackendModel {

@@ -353,11 +353,12 @@ pub(crate) struct EnvoyArgs {
     /// hostname; `http://` or `https://` before HOST forces plaintext or TLS).
     #[arg(long = "resolve", value_name = "NAME=HOST:PORT")]
     pub(crate) resolve: Vec<String>,
-    /// Certificate of a Gateway certificateRef Secret: SECRET=CERT.pem,KEY.pem.
+    /// Certificate of a Secret a Gateway certificateRef or an XBackend's
+    /// tls.clientCertificateRef names: SECRET=CERT.pem,KEY.pem.
     #[arg(long = "tls-cert", value_name = "SECRET=CERT,KEY")]
     pub(crate) tls_cert: Vec<String>,
-    /// CA for client certificates: REF=CA.pem for a caCertificateRef, or CA.pem for HTTPS
-    /// listeners whose Gateway names none.
+    /// CA of a caCertificateRef: REF=CA.pem (a Gateway's client certificates, or an
+    /// XBackend's tls.validation), or CA.pem for HTTPS listeners whose Gateway names none.
     #[arg(long = "client-ca", value_name = "[REF=]CA.pem")]
     pub(crate) client_ca: Vec<String>,
     /// The --tls-cert, --client-ca and JWKS files are absolute paths where Envoy runs (e.g. in
@@ -373,7 +374,8 @@ pub(crate) struct EnvoyArgs {
     /// Envoy admin address.
     #[arg(long, default_value = "127.0.0.1")]
     pub(crate) admin_address: String,
-    /// Trusted CAs for TLS towards `hostname` XBackends.
+    /// Trusted CAs for TLS towards `hostname` XBackends (and Gateway API XBackends whose
+    /// validation trusts the system's CAs).
     #[arg(long, default_value = "/etc/ssl/certs/ca-certificates.crt")]
     pub(crate) upstream_ca: String,
     /// Write an access log (one JSON line per request, with the filter's decision).

@@ -121,6 +121,24 @@ pub fn closed_listeners(b: &Bundle) -> Vec<String> {
     out
 }
 
+/// Gateway API XBackends (type ExternalHostname) that Envoy reaches without TLS (no
+/// `spec.tls`, or mode None): MCP traffic, credentials included, to a host outside the
+/// cluster in plaintext. A warning; `--strict` refuses it.
+pub fn plaintext_backends(topo: &Topology) -> Vec<String> {
+    topo.backends
+        .iter()
+        .filter(|b| b.tls == Some(None))
+        .map(|b| {
+            format!(
+                "XBackend {}: ExternalHostname {}:{} is reached without TLS (spec.tls is absent or mode None), so requests and their credentials cross the network in plaintext; set spec.tls.mode: ServerOnly with a validation",
+                b.id,
+                b.hostname.as_deref().unwrap_or_default(),
+                b.port
+            )
+        })
+        .collect()
+}
+
 /// The ports browsers and Node's `fetch` (the MCP Inspector, the TypeScript SDK) refuse to
 /// connect to over HTTP(S), before connecting: the "bad ports" of the Fetch standard's port
 /// blocking, <https://fetch.spec.whatwg.org/#port-blocking> (it lists 0 as well).

@@ -33,6 +33,9 @@ pub(crate) fn validate(
     if allow_dangling {
         c.report.warnings.extend(dangling.iter().cloned());
     }
+    c.report
+        .warnings
+        .extend(checks::plaintext_backends(&c.topology));
     print!("{}", render_report(&c, format)?);
     if !c.report.invalid.is_empty() {
         return Ok(EXIT_INVALID);
@@ -125,12 +128,23 @@ fn writable(
     for d in &dangling {
         eprintln!("{level}: dangling reference: {d}");
     }
+    let plaintext = checks::plaintext_backends(&c.topology);
+    for p in &plaintext {
+        eprintln!("{level}: {p}");
+    }
     if code == 0 && report.strict && !dangling.is_empty() {
         eprintln!(
             "mcp-access: {} reference(s) lead nowhere (--strict)",
             dangling.len()
         );
         code = EXIT_DANGLING;
+    }
+    if code == 0 && report.strict && !plaintext.is_empty() {
+        eprintln!(
+            "mcp-access: {} XBackend(s) reached in plaintext (--strict)",
+            plaintext.len()
+        );
+        code = EXIT_NOT_ACCEPTED;
     }
     if code != 0 {
         return Ok(Err(nothing_written(code)));

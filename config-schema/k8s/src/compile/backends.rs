@@ -12,7 +12,10 @@ use crate::check;
 use crate::load::Item;
 use crate::model::*;
 use crate::refs::{NsName, ObjectName};
-use crate::types::{opt, BackendKind, BackendSpec, GatewayXBackendSpec, XBackendSpec};
+use crate::types::{
+    opt, BackendKind, BackendSpec, GatewayBackendTlsSpec, GatewayXBackendSpec, ObjectRef,
+    XBackendSpec,
+};
 
 /// The MCP path of an XBackend that names none: Gateway API's XBackend has no path field, and
 /// the agentic kind's `spec.mcp.path` defaults to it.
@@ -153,7 +156,8 @@ fn gateway_model(b: &Item<BackendSpec>, s: &GatewayXBackendSpec) -> Result<Backe
     let tls = s
         .tls
         .as_ref()
-        .is_some_and(|t| opt(&t.mode) != "None" && t.mode.is_some());
+        .filter(|t| t.mode.is_some() && opt(&t.mode) != "None")
+        .map(|t| tls_model(b, t, &hostname));
     Ok(BackendModel {
         id: b.ns_name(),
         kind: BackendKind::Gateway,
@@ -166,4 +170,34 @@ fn gateway_model(b: &Item<BackendSpec>, s: &GatewayXBackendSpec) -> Result<Backe
         protocol: s.protocol.clone(),
         tls: Some(tls),
     })
+}
+
+/// `spec.tls` of a Gateway API XBackend whose mode asks for TLS.
+fn tls_model(b: &Item<BackendSpec>, t: &GatewayBackendTlsSpec, hostname: &str) -> BackendTlsModel {
+    let ns = &b.meta.namespace;
+    let refname =
+        |r: &ObjectRef| format!("{}/{}", r.namespace.as_deref().unwrap_or(ns), opt(&r.name));
+    let v = t.validation.as_ref();
+    BackendTlsModel {
+        sni: v
+            .and_then(|v| v.hostname.clone())
+            .unwrap_or_else(|| hostname.to_string()),
+        ca_refs: v
+            .and_then(|v| v.ca_certificate_refs.as_ref())
+            .into_iter()
+            .flatten()
+            .map(refname)
+            .collect(),
+        well_known: v.is_some_and(|v| opt(&v.well_known_ca_certificates) == "System"),
+        sans: v
+            .and_then(|v| v.subject_alt_names.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|s| match opt(&s.kind) {
+                "URI" => ("URI".to_string(), opt(&s.uri).to_string()),
+                _ => ("DNS".to_string(), opt(&s.hostname).to_string()),
+            })
+            .collect(),
+        client_certificate: t.client_certificate_ref.as_ref().map(refname),
+    }
 }

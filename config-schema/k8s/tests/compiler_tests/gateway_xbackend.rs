@@ -2,7 +2,7 @@
 //! vendored CRD says, compiled into the same bundle backend as kube-agentic-networking's
 //! XBackend, and taken wherever an XBackend is referred to.
 
-use mcp_access_k8s::{compile, reason, Compiled, Manifests, Options};
+use mcp_access_k8s::{compile, reason, BackendTlsModel, Compiled, Manifests, Options};
 use serde_json::Value;
 
 use crate::common::{backend, gateway, load, policy, status};
@@ -64,8 +64,8 @@ fn an_external_hostname_xbackend_compiles_like_the_agentic_kind() {
     let b = &c.topology.backends[0];
     assert_eq!(b.hostname.as_deref(), Some("tools.example.com"));
     assert_eq!(
-        (b.port, b.tls, b.service_name.as_deref()),
-        (443, Some(false), None)
+        (b.port, b.tls.clone(), b.service_name.as_deref()),
+        (443, Some(None), None)
     );
     assert_eq!(b.group(), GX);
     assert_eq!(backend(&c, "tools").namespace, "mcp");
@@ -91,21 +91,39 @@ fn an_external_hostname_xbackend_compiles_like_the_agentic_kind() {
 }
 
 #[test]
-fn tls_mode_decides_tls() {
+fn tls_mode_decides_tls_and_validation_what_is_checked() {
+    let server_only = BackendTlsModel {
+        sni: "tools.example.com".into(),
+        ca_refs: vec![],
+        well_known: true,
+        sans: vec![],
+        client_certificate: None,
+    };
+    let mutual = BackendTlsModel {
+        sni: "mcp.internal".into(),
+        ca_refs: vec!["mcp/ca".into()],
+        well_known: false,
+        sans: vec![
+            ("DNS".into(), "tools.example.com".into()),
+            ("URI".into(), "spiffe://example.org/tools".into()),
+        ],
+        client_certificate: Some("mcp/client".into()),
+    };
     for (tls, want) in [
-        ("", false),
-        (", tls: {mode: None}", false),
+        ("", None),
+        (", tls: {mode: None}", None),
         (
             ", tls: {mode: ServerOnly, validation: {hostname: tools.example.com, wellKnownCACertificates: System}}",
-            true,
+            Some(server_only),
         ),
         (
-            ", tls: {mode: ClientAndServer, clientCertificateRef: {name: client}, validation: {hostname: tools.example.com, caCertificateRefs: [{group: '', kind: ConfigMap, name: ca}]}}",
-            true,
+            ", tls: {mode: ClientAndServer, clientCertificateRef: {name: client}, validation: {hostname: mcp.internal, caCertificateRefs: [{group: '', kind: ConfigMap, name: ca}], subjectAltNames: [{type: Hostname, hostname: tools.example.com}, {type: URI, uri: 'spiffe://example.org/tools'}]}}",
+            Some(mutual),
         ),
     ] {
         let m = load(&infra(GX, "tools", None), &gxb("tools", &format!("{TOOLS}{tls}")));
         let c = compiled(&m);
+        assert!(c.report.backends[0].accepted(), "{tls}: {:#?}", c.report.backends);
         assert_eq!(c.topology.backends[0].tls, Some(want), "{tls}");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use mcp_access_k8s::Topology;
+use mcp_access_k8s::{BackendModel, BackendTlsModel, Topology};
 use serde_json::{json, Value};
 
 use super::routes::authority;
@@ -60,6 +60,73 @@ pub(super) fn cluster(
     c
 }
 
+/// `namespace/name` as (namespace, name).
+fn named(r: &str) -> (&str, &str) {
+    r.split_once('/').unwrap_or(("", r))
+}
+
+/// The TLS transport socket of a Gateway API XBackend's `spec.tls`: SNI and the names the
+/// certificate must hold from `validation` (its hostname or the XBackend's, or its
+/// subjectAltNames), trusted CAs from its caCertificateRefs (`--client-ca REF=CA.pem`) or the
+/// system's (`wellKnownCACertificates: System`, or no validation: `--upstream-ca`), and with
+/// ClientAndServer the client certificate of its clientCertificateRef (`--tls-cert`).
+fn backend_tls(b: &BackendModel, t: &BackendTlsModel, o: &EnvoyOptions) -> Result<Value, String> {
+    let mut cas = Vec::new();
+    for r in &t.ca_refs {
+        let (ns, name) = named(r);
+        let file = lookup(&o.client_cas, ns, name).ok_or_else(|| {
+            format!("XBackend {}: spec.tls.validation.caCertificateRefs names {r}: pass its CA as --client-ca {r}=CA.pem", b.id)
+        })?;
+        cas.push(file.clone());
+    }
+    let trusted_ca = match cas.as_slice() {
+        [] => json!({"filename": o.upstream_ca}),
+        [one] => json!({"filename": one}),
+        many => {
+            let mut pem = String::new();
+            for f in many {
+                pem.push_str(&std::fs::read_to_string(f).map_err(|e| {
+                    format!("XBackend {}: reading CA file {f}: {e} (several caCertificateRefs are inlined, so their files must be readable here)", b.id)
+                })?);
+                pem.push('\n');
+            }
+            json!({"inline_string": pem})
+        }
+    };
+    let sans: Vec<Value> = if t.sans.is_empty() {
+        vec![json!({"san_type": "DNS", "matcher": {"exact": t.sni}})]
+    } else {
+        t.sans
+            .iter()
+            .map(|(kind, v)| json!({"san_type": kind, "matcher": {"exact": v}}))
+            .collect()
+    };
+    let mut common = json!({"validation_context": {
+        "trusted_ca": trusted_ca,
+        "match_typed_subject_alt_names": sans,
+    }});
+    if let Some(r) = &t.client_certificate {
+        let (ns, name) = named(r);
+        let (cert, key) = lookup(&o.tls_certs, ns, name).ok_or_else(|| {
+            format!("XBackend {}: spec.tls.clientCertificateRef names Secret {r}: pass its certificate as --tls-cert {r}=CERT.pem,KEY.pem", b.id)
+        })?;
+        if let Some(obj) = common.as_object_mut() {
+            obj.insert(
+                "tls_certificates".into(),
+                json!([{"certificate_chain": {"filename": cert}, "private_key": {"filename": key}}]),
+            );
+        }
+    }
+    Ok(json!({
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": format!("{T}envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"),
+            "sni": t.sni,
+            "common_tls_context": common,
+        }
+    }))
+}
+
 /// Makes `cluster` speak HTTP/2 to its endpoints (gRPC authorizers), over TLS or plaintext.
 pub(crate) fn http2_only(cluster: &mut Value) {
     if let Some(obj) = cluster.as_object_mut() {
@@ -79,7 +146,7 @@ pub(super) fn upstream_clusters(
     topo: &Topology,
     o: &EnvoyOptions,
     notes: &mut Notes,
-) -> (Vec<Value>, BTreeMap<String, String>) {
+) -> Result<(Vec<Value>, BTreeMap<String, String>), String> {
     let mut clusters = Vec::new();
     let mut host_rewrites: BTreeMap<String, String> = BTreeMap::new();
     for b in &topo.backends {
@@ -106,20 +173,27 @@ pub(super) fn upstream_clusters(
                 (host, b.port)
             }
         };
-        // Gateway API's XBackend says (`spec.tls.mode`); the agentic kind: TLS to a hostname.
-        let tls = resolved
-            .and_then(|r| r.tls)
-            .unwrap_or(b.tls.unwrap_or(b.hostname.is_some()));
-        let sni = if tls {
-            Some(b.hostname.clone().unwrap_or_else(|| key.clone()))
-        } else {
-            None
-        };
         if let Some(h) = &b.hostname {
             host_rewrites.insert(b.cluster.clone(), h.clone());
         } else if resolved.is_some() {
             host_rewrites.insert(b.cluster.clone(), authority(&host, port));
         }
+        // Gateway API's XBackend says (`spec.tls`), unless --resolve forces plaintext; the
+        // agentic kind: TLS to a hostname, unless --resolve says otherwise.
+        if let (Some(Some(t)), false) = (&b.tls, resolved.and_then(|r| r.tls) == Some(false)) {
+            let mut c = cluster(&b.cluster, &host, port, None, &o.upstream_ca);
+            if let Some(obj) = c.as_object_mut() {
+                obj.insert("transport_socket".into(), backend_tls(b, t, o)?);
+            }
+            clusters.push(c);
+            continue;
+        }
+        let tls = match (resolved.and_then(|r| r.tls), &b.tls) {
+            (Some(forced), _) => forced,
+            (None, Some(t)) => t.is_some(),
+            (None, None) => b.hostname.is_some(),
+        };
+        let sni = tls.then(|| b.hostname.clone().unwrap_or_else(|| key.clone()));
         clusters.push(cluster(
             &b.cluster,
             &host,
@@ -156,7 +230,7 @@ pub(super) fn upstream_clusters(
             clusters.push(c);
         }
     }
-    (clusters, host_rewrites)
+    Ok((clusters, host_rewrites))
 }
 
 /// Where a Service (`namespace`, `name`, `port`) is: its `--resolve` (true), else its cluster DNS

@@ -120,7 +120,7 @@ pub fn render(
     o: &EnvoyOptions,
     notes: &mut Notes,
 ) -> Result<Value, String> {
-    let (mut clusters, host_rewrites) = clusters::upstream_clusters(topo, o, notes);
+    let (mut clusters, host_rewrites) = clusters::upstream_clusters(topo, o, notes)?;
     if let Some(t) = &o.tracing {
         clusters.push(tracing::collector_cluster(t));
     }

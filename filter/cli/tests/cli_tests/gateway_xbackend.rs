@@ -180,3 +180,158 @@ spec:
         .iter()
         .any(|p| p["targets"][0]["name"] == "tools"));
 }
+
+/// A Gateway on plain HTTP, a route to XBackend mcp/tools of Gateway API's kind with `tls`.
+fn external(tls: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: mcp}}
+spec:
+  gatewayClassName: mcp-access
+  listeners: [{{name: http, protocol: HTTP, port: 8080}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r, namespace: mcp}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: tools}}]}}]
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {{name: tools, namespace: mcp}}
+spec:
+  type: ExternalHostname
+  externalHostname: {{hostname: tools.example.com}}
+  port: {{port: 443}}
+{tls}"
+    )
+}
+
+#[test]
+fn envoy_connects_as_spec_tls_says_and_warns_of_plaintext() {
+    let d = dir("gateway-xbackend", "tls");
+    std::fs::write(
+        d.join("ca.pem"),
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("key.pem"),
+        "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let file = d.join("all.yaml");
+    let envoy = |extra: &[&str]| {
+        let args = [
+            &[
+                "envoy",
+                "-f",
+                s(&file),
+                "--wasm-path",
+                "/f.wasm",
+                "-o",
+                "json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        run(&args)
+    };
+    let cluster = |out: &std::process::Output| -> Value {
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["static_resources"]["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "xbackend/mcp/tools")
+            .unwrap()
+            .clone()
+    };
+    // Mutual TLS: SNI from validation.hostname, its SANs, its CA ref's file, the client Secret.
+    std::fs::write(
+        &file,
+        external(
+            "  tls:
+    mode: ClientAndServer
+    clientCertificateRef: {name: client}
+    validation:
+      hostname: mcp.internal
+      caCertificateRefs: [{group: '', kind: ConfigMap, name: tools-ca}]
+      subjectAltNames: [{type: URI, uri: 'spiffe://example.org/tools'}]
+",
+        ),
+    )
+    .unwrap();
+    let out = envoy(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("XBackend mcp/tools: spec.tls.validation.caCertificateRefs names mcp/tools-ca: pass its CA as --client-ca mcp/tools-ca=CA.pem"), "{}", text(&out.stderr));
+    let ca = d.join("ca.pem");
+    let key = d.join("key.pem");
+    let cert_key = format!("mcp/client={},{}", s(&ca), s(&key));
+    let ca_arg = format!("mcp/tools-ca={}", s(&ca));
+    let out = envoy(&["--client-ca", &ca_arg]);
+    assert!(
+        text(&out.stderr)
+            .contains("pass its certificate as --tls-cert mcp/client=CERT.pem,KEY.pem"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = envoy(&["--client-ca", &ca_arg, "--tls-cert", &cert_key]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let tls = &cluster(&out)["transport_socket"]["typed_config"];
+    assert_eq!(tls["sni"], "mcp.internal");
+    let common = &tls["common_tls_context"];
+    assert_eq!(
+        common["validation_context"]["trusted_ca"]["filename"],
+        s(&ca)
+    );
+    assert_eq!(
+        common["validation_context"]["match_typed_subject_alt_names"],
+        serde_json::json!([{"san_type": "URI", "matcher": {"exact": "spiffe://example.org/tools"}}])
+    );
+    assert_eq!(
+        common["tls_certificates"][0]["private_key"]["filename"],
+        s(&key)
+    );
+    // Server only, system CAs: the hostname is the name checked.
+    std::fs::write(&file, external("  tls: {mode: ServerOnly, validation: {hostname: tools.example.com, wellKnownCACertificates: System}}\n")).unwrap();
+    let out = envoy(&["--upstream-ca", "/etc/ssl/certs/ca-certificates.crt"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let tls = &cluster(&out)["transport_socket"]["typed_config"];
+    assert_eq!(
+        tls["common_tls_context"]["validation_context"]["trusted_ca"]["filename"],
+        "/etc/ssl/certs/ca-certificates.crt"
+    );
+    assert_eq!(
+        tls["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"][0]
+            ["matcher"]["exact"],
+        "tools.example.com"
+    );
+    assert!(
+        !text(&out.stderr).contains("plaintext"),
+        "{}",
+        text(&out.stderr)
+    );
+    // No TLS: plaintext, a loud warning; --strict refuses it.
+    std::fs::write(&file, external("")).unwrap();
+    let out = envoy(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(cluster(&out).get("transport_socket").is_none());
+    let warning =
+        "XBackend mcp/tools: ExternalHostname tools.example.com:443 is reached without TLS";
+    assert!(
+        text(&out.stderr).contains(&format!("warning: {warning}")),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = envoy(&["--strict"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("error: {warning}")),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+}
