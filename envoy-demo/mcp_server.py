@@ -169,6 +169,8 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--stateful", action="store_true", help="keep MCP sessions (default: stateless)")
     ap.add_argument("--sse", action="store_true", help="answer with SSE streams instead of JSON bodies")
+    ap.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (and --tls-key)")
+    ap.add_argument("--tls-key", help="the private key of --tls-cert")
     args = ap.parse_args()
 
     admin = ThreadingHTTPServer((args.host, args.admin_port), AdminHandler)
@@ -185,6 +187,7 @@ def main() -> None:
     uvicorn.run(
         RecordingMiddleware(app), host=args.host, port=args.port, log_level="warning",
         access_log=False, timeout_graceful_shutdown=1,
+        ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
     )
 
 

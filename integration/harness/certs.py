@@ -79,6 +79,16 @@ def make_pki(directory: Path | str) -> Pki:
     return Pki(directory=d, ca=ca_pair, server=server, untrusted_ca=bad_pair, _issuers={"ca": ca, "untrusted": bad})
 
 
+def make_server_pki(directory: Path | str, stem: str, dns: Sequence[str]) -> tuple[CertPair, CertPair]:
+    """A CA of its own and a server certificate it signs for `dns` (an upstream's PKI, apart
+    from the one Envoy's listeners use): (ca, server)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    ca_pair, ca = _make_ca(d, f"{stem}-ca", f"{stem} CA")
+    server = _issue(d, f"{stem}-server", ca, cn=dns[0] if dns else stem, dns=dns, client=False)
+    return ca_pair, server
+
+
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", s)
 
