@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 
 
-def test_scripts_test_names_missing_tools_and_installs_nothing(repo_root: Path, tmp_path: Path) -> None:
+def test_scripts_test_sets_up_what_is_missing_before_building(repo_root: Path, tmp_path: Path) -> None:
+    # After the demo's setup (which leaves out the OCI and compose tools), scripts/test runs
+    # scripts/setup for what it lacks before it builds anything; here setup itself stops at
+    # its first check (no cargo on this PATH), so the installers are never reached.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     marker = tmp_path / "installer-called"
-    # Only what scripts/test needs before its check, and installers that record being called.
     for tool in ("dirname",):
         found = shutil.which(tool)
         assert found, tool
@@ -28,9 +30,10 @@ def test_scripts_test_names_missing_tools_and_installs_nothing(repo_root: Path, 
     proc = subprocess.run([bash, str(repo_root / "scripts" / "test")], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": str(bin_dir)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "skopeo docker-registry docker-compose not found" in proc.stderr, proc.stderr
-    assert "scripts/setup" in proc.stderr, proc.stderr
-    assert "cargo" not in proc.stdout, proc.stdout  # nothing was built
+    assert "== skopeo docker-registry docker-compose not found" in proc.stdout, proc.stdout
+    assert "scripts/setup" in proc.stdout, proc.stdout
+    assert "setup: cargo is required" in proc.stderr, proc.stderr
+    assert "cargo fmt" not in proc.stdout, proc.stdout  # nothing was built or checked
     assert not marker.exists(), marker.read_text()
 
 
