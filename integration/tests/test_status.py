@@ -100,3 +100,53 @@ def test_route_policies_report_on_their_routes(cli: Path, crds: Crds, tmp_path: 
     affected = {name: any(c["type"] == "AccessPolicyAffected" for p in r["status"]["parents"] for c in p["conditions"])
                 for name, r in routes.items()}
     assert affected == {"admin": True, "public": False}, affected
+
+
+GATEWAY_API_XBACKEND = """\
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {name: tools, namespace: demo}
+spec:
+  type: ExternalHostname
+  externalHostname: {hostname: tools.demo.example}
+  port: {port: 8080}
+  protocol: MCP
+"""
+
+
+def gateway_api_demo(tmp: Path) -> Path:
+    """The demo's manifests with its XBackend as Gateway API's kind (v1.6) and every reference to
+    it written with that group."""
+    d = tmp / "gateway-api-demo"
+    d.mkdir()
+    agentic = ("apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata:\n  name: tools\n"
+               "  namespace: demo\nspec:\n  mcp:\n    serviceName: tools\n    port: 8080\n    path: /mcp\n")
+    for f in (REPO / DEMO_MANIFESTS).glob("*.yaml"):
+        text = f.read_text()
+        if f.name == "gateway.yaml":
+            assert agentic in text, "the demo's XBackend changed"
+        text = text.replace(agentic, GATEWAY_API_XBACKEND).replace(
+            "group: agentic.networking.x-k8s.io\n", "group: gateway.networking.x-k8s.io\n")
+        (d / f.name).write_text(text)
+    return d
+
+
+def test_gateway_api_xbackend_status_is_valid_for_its_crd(cli: Path, crds: Crds, tmp_path: Path) -> None:
+    """A Gateway API XBackend's status is v1.6's BackendStatus (`parents`: the Gateway that routes
+    to it, the controller, its conditions), valid for the vendored CRD's status schema; policies
+    name it with its own group."""
+    items = statuses(cli, str(gateway_api_demo(tmp_path)))
+    for o in items:
+        assert status_errors(crds, o) == [], (o["kind"], o["metadata"], status_errors(crds, o))
+    (backend,) = [o for o in items if o["kind"] == "XBackend"]
+    assert backend["apiVersion"] == "gateway.networking.x-k8s.io/v1alpha1"
+    (parent,) = backend["status"]["parents"]
+    assert parent["parentRef"] == {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                   "namespace": "demo", "name": "agents-gateway"}
+    assert [c["type"] for c in parent["conditions"]][:2] == ["Accepted", "XAccessPolicyAffected"], parent
+    refs = [a["ancestorRef"] for o in items if o["kind"] == "XAccessPolicy" for a in o["status"]["ancestors"]
+            if a["ancestorRef"]["kind"] == "XBackend"]
+    assert refs and all(r["group"] == "gateway.networking.x-k8s.io" for r in refs), refs
+    # The validator is strict: the agentic kind's shape (`conditions` at the top) is refused here.
+    wrong = {**backend, "status": {"conditions": parent["conditions"]}}
+    assert status_errors(crds, wrong)
