@@ -14,7 +14,7 @@ import pytest
 from jsonschema import Draft4Validator
 
 from test_cli_e2e import cli  # noqa: F401  (the `cli` fixture)
-from test_manifests import CRD_DIR, DEMO_MANIFESTS, REPO, Crds, cel_errors, to_json_schema
+from test_manifests import CRD_DIR, DEMO_MANIFESTS, REPO, Crds, cel_errors, gateway_api_demo, to_json_schema
 
 PROJECT_CRDS = REPO / "config-schema" / "crds"
 
@@ -101,34 +101,6 @@ def test_route_policies_report_on_their_routes(cli: Path, crds: Crds, tmp_path: 
                 for name, r in routes.items()}
     assert affected == {"admin": True, "public": False}, affected
 
-
-GATEWAY_API_XBACKEND = """\
-apiVersion: gateway.networking.x-k8s.io/v1alpha1
-kind: XBackend
-metadata: {name: tools, namespace: demo}
-spec:
-  type: ExternalHostname
-  externalHostname: {hostname: tools.demo.example}
-  port: {port: 8080}
-  protocol: MCP
-"""
-
-
-def gateway_api_demo(tmp: Path) -> Path:
-    """The demo's manifests with its XBackend as Gateway API's kind (v1.6) and every reference to
-    it written with that group."""
-    d = tmp / "gateway-api-demo"
-    d.mkdir()
-    agentic = ("apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata:\n  name: tools\n"
-               "  namespace: demo\nspec:\n  mcp:\n    serviceName: tools\n    port: 8080\n    path: /mcp\n")
-    for f in (REPO / DEMO_MANIFESTS).glob("*.yaml"):
-        text = f.read_text()
-        if f.name == "gateway.yaml":
-            assert agentic in text, "the demo's XBackend changed"
-        text = text.replace(agentic, GATEWAY_API_XBACKEND).replace(
-            "group: agentic.networking.x-k8s.io\n", "group: gateway.networking.x-k8s.io\n")
-        (d / f.name).write_text(text)
-    return d
 
 
 def test_gateway_api_xbackend_status_is_valid_for_its_crd(cli: Path, crds: Crds, tmp_path: Path) -> None:
