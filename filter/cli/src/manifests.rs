@@ -10,6 +10,8 @@
 //! FAIL_CLOSE, the bundle as `pluginConfig`, `envoy.holdHeaders: false` because a WasmPlugin
 //! cannot hold headers) and an `EnvoyFilter` with the connection manager's path and host
 //! normalization; policies on HTTPRoutes are refused (no route name the filter can rely on).
+//! Gateway API XBackends: see [`backends`] (an Envoy Gateway `Backend` and the routes turned
+//! to it; Istio routes to them itself).
 
 use std::collections::{BTreeMap, BTreeSet};
 

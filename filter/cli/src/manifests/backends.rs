@@ -129,6 +129,13 @@ pub fn envoy_gateway(m: &Manifests, topo: &Topology, name: &str) -> Result<Backe
             )?);
         }
     }
+    if out
+        .objects
+        .iter()
+        .any(|o| str_at(o, &["kind"]) == Some("Backend"))
+    {
+        out.notes.push("the Backends need the Backend API enabled in the EnvoyGateway config (extensionApis.enableBackend: true); without it Envoy Gateway does not route to them".into());
+    }
     for (to_ns, from) in grants {
         out.objects
             .push(reference_grant(&format!("{name}-backends"), &to_ns, &from)?);
@@ -204,7 +211,7 @@ fn backend_tls(at: &str, ns: &str, tls: Option<&Value>) -> Result<Option<Value>,
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty())
     {
-        return Err(format!("{at}: spec.tls.validation.subjectAltNames: Envoy Gateway's Backend (the vendored CRD) has no subjectAltNames and would check the certificate against the hostname instead; remove them (the hostname is then checked) or route this backend yourself with a BackendTLSPolicy"));
+        return Err(format!("{at}: spec.tls.validation.subjectAltNames: Envoy Gateway's Backend has no subjectAltNames (its tls checks the SAN against sni) and would check the certificate against the hostname instead; remove them (the hostname is then checked) or route this backend yourself with a BackendTLSPolicy"));
     }
     let mut out = Map::new();
     if let Some(refs) = v

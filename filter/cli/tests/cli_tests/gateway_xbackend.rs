@@ -242,6 +242,7 @@ fn envoy_gateway_renders_a_backend_and_turns_the_routes_to_it() {
     let (ok, items, err) = manifests(&d, "envoy-gateway");
     assert!(ok, "{err}");
     assert!(!err.contains("refers to an XBackend"), "{err}");
+    assert!(err.contains("extensionApis.enableBackend: true"), "{err}");
     let backends = kind(&items, "Backend");
     assert_eq!(backends.len(), 1, "{items:#?}");
     let b = backends[0];
@@ -288,6 +289,7 @@ fn envoy_gateway_renders_a_backend_and_turns_the_routes_to_it() {
         "{err}"
     );
     assert!(kind(&items, "Backend").is_empty() && kind(&items, "HTTPRoute").is_empty());
+    assert!(!err.contains("enableBackend"), "{err}");
 }
 
 #[test]
