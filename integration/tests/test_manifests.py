@@ -590,6 +590,55 @@ def test_envoy_gateway_routes_services_and_warns_about_xbackend_refs(cli: Path, 
     assert proc.returncode == 0 and "refers to an XBackend" not in proc.stderr, proc.stderr
 
 
+def test_envoy_gateway_bundle_for_a_gateway_api_xbackend_is_the_service_routed_one(cli: Path, tmp_path: Path) -> None:
+    """The demo with Gateway API's XBackend, routed through the rendered Backend, gives Envoy Gateway
+    the same bundle as the demo routed to its Service: the backend is known by the rule's cluster
+    either way, so the Envoy run of the service-routed rendering below covers it."""
+    gateway_api = [str(gateway_api_demo(tmp_path)) if a == DEMO_MANIFESTS else a for a in EXAMPLE_ARGS]
+    service = service_routed_demo(tmp_path)
+
+    def bundle(args: list[str], name: str) -> Any:
+        d = tmp_path / name
+        d.mkdir()
+        (eep,) = [o for o in generate(cli, d, *args, platforms=("envoy-gateway",))["envoy-gateway"]
+                  if o["kind"] == "EnvoyExtensionPolicy"]
+        return eep["spec"]["wasm"][0]["config"]
+
+    via_backend = bundle(gateway_api, "via-backend")
+    assert via_backend["backends"][0]["clusterNames"] == ["httproute/demo/tools/rule/0"], via_backend["backends"]
+    assert via_backend == bundle(service, "via-service")
+
+
+def test_envoy_gateway_grants_cross_namespace_routes_with_a_valid_reference_grant(
+    cli: Path, tmp_path: Path, crds: Crds
+) -> None:
+    """A route in `demo` to a Gateway API XBackend in `tools` (allowed by a ReferenceGrant there): the
+    rendered Backend is in `tools` with a ReferenceGrant for it, both valid for their CRDs."""
+    d = gateway_api_demo(tmp_path)
+    gw = d / "gateway.yaml"
+    text = gw.read_text()
+    xbackend_ref = "kind: XBackend\n      name: tools\n"
+    assert xbackend_ref in text
+    text = text.replace("metadata: {name: tools, namespace: demo}", "metadata: {name: tools, namespace: tools}")
+    text = text.replace(xbackend_ref, xbackend_ref + "      namespace: tools\n")
+    text += ("---\napiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\n"
+             "metadata: {name: routes, namespace: tools}\nspec:\n"
+             "  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: demo}]\n"
+             "  to: [{group: gateway.networking.x-k8s.io, kind: XBackend}]\n")
+    gw.write_text(text)
+    policies = d / "policies.yaml"
+    docs = [doc.replace("namespace: demo", "namespace: tools") if "kind: XBackend" in doc else doc
+            for doc in policies.read_text().split("\n---\n")]
+    policies.write_text("\n---\n".join(docs))
+    args = [str(d) if a == DEMO_MANIFESTS else a for a in EXAMPLE_ARGS]
+    objs = generate(cli, tmp_path, *args, platforms=("envoy-gateway",))["envoy-gateway"]
+    (grant,) = [o for o in objs if o["kind"] == "ReferenceGrant"]
+    (backend,) = [o for o in objs if o["kind"] == "Backend"]
+    assert grant["metadata"]["namespace"] == backend["metadata"]["namespace"] == "tools"
+    for obj in objs:
+        assert validate(crds, obj) == [], yaml.safe_dump(obj)
+
+
 def test_envoy_gateway_rendering_enforces_the_demo(
     demo_upstreams: Any, envoy: StartEnvoy, pki: Pki, wasm_path: Path, tmp_path: Path, work_dir: Path, cli: Path
 ) -> None:
