@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mcp_access_k8s::{Item, Manifests, Topology};
+use mcp_access_k8s::{Item, Manifests, RouteAction, Topology};
 use serde_json::{json, Map, Value};
 
 use super::{meta, EG_API, GATEWAY_GROUP};
@@ -31,6 +31,23 @@ pub struct BackendObjects {
 fn is_gateway_xbackend_ref(r: &Value) -> bool {
     r.get("group").and_then(Value::as_str) == Some(GATEWAY_X_GROUP)
         && r.get("kind").and_then(Value::as_str) == Some("XBackend")
+}
+
+/// Whether a rule of HTTPRoute `route` (`namespace/name`) forwards to XBackend `id` in the
+/// compiled topology (its reference resolved and was permitted).
+fn forwards_to(topo: &Topology, route: &str, id: &str) -> bool {
+    topo.gateways
+        .iter()
+        .flat_map(|g| &g.listeners)
+        .flat_map(|l| &l.routes)
+        .filter(|e| e.route == route)
+        .any(|e| match &e.action {
+            RouteAction::Forward { clusters, .. } => clusters
+                .iter()
+                .filter_map(|c| c.backend.as_ref())
+                .any(|b| format!("{}/{}", b.namespace, b.name) == id),
+            _ => false,
+        })
 }
 
 /// Every backendRef of an HTTPRoute spec as written.
@@ -107,9 +124,14 @@ pub fn envoy_gateway(m: &Manifests, topo: &Topology, name: &str) -> Result<Backe
                     o.insert("group".into(), json!(EG_GROUP));
                     o.insert("kind".into(), json!("Backend"));
                 }
-                if to_ns != ns {
+                // A grant only where the compiler let the route reach the XBackend (its
+                // ReferenceGrant permitted it): never one the user did not give.
+                let route_id = format!("{ns}/{}", r.name());
+                if to_ns != ns && forwards_to(topo, &route_id, &id) {
                     let from = grants.entry(to_ns.clone()).or_default();
                     from.entry(ns.to_string()).or_default().insert(name);
+                } else if to_ns != ns {
+                    out.notes.push(format!("HTTPRoute {route_id} refers to XBackend {id}, which it does not reach (no ReferenceGrant permits it, or the route is not attached): no ReferenceGrant is rendered for the Backend"));
                 }
                 wanted.insert(id);
                 turned = true;
@@ -326,4 +348,74 @@ pub fn istio(m: &Manifests, topo: &Topology) -> BackendObjects {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use mcp_access_k8s::{compile, Options};
+
+    use super::*;
+
+    const INFRA: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: demo}
+spec:
+  gatewayClassName: mcp-access
+  listeners: [{name: http, protocol: HTTP, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: demo}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - backendRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: tools, namespace: tools}]
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {name: tools, namespace: tools}
+spec: {type: ExternalHostname, externalHostname: {hostname: tools.example.com}, port: {port: 443}}
+";
+
+    const GRANT: &str = "---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: g, namespace: tools}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: demo}]
+  to: [{group: gateway.networking.x-k8s.io, kind: XBackend}]
+";
+
+    fn rendered(text: &str) -> BackendObjects {
+        let mut m = Manifests::default();
+        m.add_text("t.yaml", text, "default");
+        assert!(m.problems().is_empty(), "{:?}", m.problems());
+        let c = compile(&m, &Options::default());
+        envoy_gateway(&m, &c.topology, "mcp-access").unwrap()
+    }
+
+    fn kinds(b: &BackendObjects) -> Vec<&str> {
+        b.objects
+            .iter()
+            .filter_map(|o| str_at(o, &["kind"]))
+            .collect()
+    }
+
+    #[test]
+    fn a_reference_grant_only_where_the_user_gave_one() {
+        let granted = rendered(&format!("{INFRA}{GRANT}"));
+        assert_eq!(kinds(&granted), ["HTTPRoute", "Backend", "ReferenceGrant"]);
+        // Without the user's grant the route is turned (Envoy Gateway refuses the reference as
+        // the compiler did) but no grant is made up for it.
+        let refused = rendered(INFRA);
+        assert_eq!(kinds(&refused), ["HTTPRoute", "Backend"]);
+        assert!(
+            refused
+                .notes
+                .iter()
+                .any(|n| n.contains("no ReferenceGrant is rendered for the Backend")),
+            "{:?}",
+            refused.notes
+        );
+    }
 }
