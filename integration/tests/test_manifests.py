@@ -74,6 +74,13 @@ CRD_FILES = {
     "EnvoyExtensionPolicy": "envoy-gateway/gateway.envoyproxy.io_envoyextensionpolicies.yaml",
     "EnvoyPatchPolicy": "envoy-gateway/gateway.envoyproxy.io_envoypatchpolicies.yaml",
     "ClientTrafficPolicy": "envoy-gateway/gateway.envoyproxy.io_clienttrafficpolicies.yaml",
+    # For a Gateway API XBackend (ExternalHostname): Envoy Gateway's Backend, the HTTPRoutes
+    # turned to it and a ReferenceGrant for routes of another namespace.
+    "Backend": "envoy-gateway/gateway.envoyproxy.io_backends.yaml",
+    "HTTPRoute": "gateway-api/gateway.networking.k8s.io_httproutes.yaml",
+    "ReferenceGrant": "gateway-api/gateway.networking.k8s.io_referencegrants.yaml",
+    # Not generated: the input kind those are made from, validated as test input.
+    "XBackend": "gateway-api/gateway.networking.x-k8s.io_xbackends.yaml",
     "WasmPlugin": "istio/wasmplugin.yaml",
     "EnvoyFilter": "istio/envoyfilter.yaml",
 }
@@ -397,6 +404,71 @@ def test_envoy_gateway_serves_oauth_metadata_with_valid_objects(cli: Path, tmp_p
     assert route["spec"]["parentRefs"][0]["sectionName"] == "mcp-jwt"
 
 
+GATEWAY_API_XBACKEND = """\
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {name: tools, namespace: demo}
+spec:
+  type: ExternalHostname
+  externalHostname: {hostname: tools.demo.example}
+  port: {port: 8080}
+  protocol: MCP
+"""
+AGENTIC_XBACKEND = ("apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata:\n  name: tools\n"
+                    "  namespace: demo\nspec:\n  mcp:\n    serviceName: tools\n    port: 8080\n    path: /mcp\n")
+
+
+def gateway_api_demo(tmp: Path, tls: str = "", name: str = "gateway-api-demo") -> Path:
+    """The demo's manifests with its XBackend as Gateway API's kind (v1.6; `tls`: the lines of
+    its `spec.tls`) and every reference to it written with that group."""
+    d = tmp / name
+    d.mkdir()
+    xbackend = GATEWAY_API_XBACKEND + (f"  tls:\n{tls}" if tls else "")
+    for f in (REPO / DEMO_MANIFESTS).glob("*.yaml"):
+        text = f.read_text()
+        if f.name == "gateway.yaml":
+            assert AGENTIC_XBACKEND in text, "the demo's XBackend changed"
+        text = text.replace(AGENTIC_XBACKEND, xbackend).replace(
+            "group: agentic.networking.x-k8s.io\n", "group: gateway.networking.x-k8s.io\n")
+        (d / f.name).write_text(text)
+    return d
+
+
+XBACKEND_TLS = {
+    "none": "",
+    "ca-configmap": ("    mode: ServerOnly\n    validation:\n      hostname: tools.demo.example\n"
+                     "      caCertificateRefs: [{group: '', kind: ConfigMap, name: tools-ca}]\n"),
+    "system-mtls": ("    mode: ClientAndServer\n    clientCertificateRef: {name: gw-client}\n"
+                    "    validation: {hostname: tools.demo.example, wellKnownCACertificates: System}\n"),
+}
+
+
+@pytest.mark.parametrize("tls", XBACKEND_TLS)
+def test_gateway_api_xbackend_renders_valid_objects(cli: Path, tmp_path: Path, crds: Crds, tls: str) -> None:
+    """A Gateway API XBackend (valid for its vendored CRD): Envoy Gateway's rendering adds a Backend
+    and the HTTPRoute turned to it, Istio's none; every object of both is valid for its vendored
+    CRD (schema, defaults, CEL), and the validator refuses a Backend the CRD refuses."""
+    d = gateway_api_demo(tmp_path, XBACKEND_TLS[tls])
+    inputs = [o for f in sorted(d.glob("*.yaml")) for o in yaml.safe_load_all(f.read_text()) if o]
+    (xbackend,) = [o for o in inputs if o["kind"] == "XBackend"]
+    assert validate(crds, xbackend) == [], validate(crds, xbackend)
+    args = [str(d) if a == DEMO_MANIFESTS else a for a in EXAMPLE_ARGS]
+    out = generate(cli, tmp_path, *args)
+    for platform, objs in out.items():
+        for obj in objs:
+            assert crds.schema_for(obj) is not None, (platform, obj["kind"])
+            assert validate(crds, obj) == [], (platform, yaml.safe_dump(obj))
+    (backend,) = [o for o in out["envoy-gateway"] if o["kind"] == "Backend"]
+    (route,) = [o for o in out["envoy-gateway"] if o["kind"] == "HTTPRoute"]
+    assert route["spec"]["rules"][0]["backendRefs"] == [
+        {"group": "gateway.envoyproxy.io", "kind": "Backend", "name": "tools"}]
+    assert {o["kind"] for o in out["istio"]} == {"WasmPlugin", "EnvoyFilter"}
+    broken = copy.deepcopy(backend)
+    broken["spec"]["tls"] = {"caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "a"}],
+                             "wellKnownCACertificates": "System"}
+    assert any("must not contain both" in e for e in validate(crds, broken)), validate(crds, broken)
+
+
 def test_generated_objects_carry_the_image_digest_and_bundle(
     generated: dict[str, list[dict[str, Any]]], cli: Path
 ) -> None:
@@ -516,6 +588,55 @@ def test_envoy_gateway_routes_services_and_warns_about_xbackend_refs(cli: Path, 
     assert proc.returncode == 0 and "HTTPRoute demo/tools refers to an XBackend" in proc.stderr, proc.stderr
     proc = run_manifests(cli, *service_routed_demo(tmp_path), "--platform", "envoy-gateway")
     assert proc.returncode == 0 and "refers to an XBackend" not in proc.stderr, proc.stderr
+
+
+def test_envoy_gateway_bundle_for_a_gateway_api_xbackend_is_the_service_routed_one(cli: Path, tmp_path: Path) -> None:
+    """The demo with Gateway API's XBackend, routed through the rendered Backend, gives Envoy Gateway
+    the same bundle as the demo routed to its Service: the backend is known by the rule's cluster
+    either way, so the Envoy run of the service-routed rendering below covers it."""
+    gateway_api = [str(gateway_api_demo(tmp_path)) if a == DEMO_MANIFESTS else a for a in EXAMPLE_ARGS]
+    service = service_routed_demo(tmp_path)
+
+    def bundle(args: list[str], name: str) -> Any:
+        d = tmp_path / name
+        d.mkdir()
+        (eep,) = [o for o in generate(cli, d, *args, platforms=("envoy-gateway",))["envoy-gateway"]
+                  if o["kind"] == "EnvoyExtensionPolicy"]
+        return eep["spec"]["wasm"][0]["config"]
+
+    via_backend = bundle(gateway_api, "via-backend")
+    assert via_backend["backends"][0]["clusterNames"] == ["httproute/demo/tools/rule/0"], via_backend["backends"]
+    assert via_backend == bundle(service, "via-service")
+
+
+def test_envoy_gateway_grants_cross_namespace_routes_with_a_valid_reference_grant(
+    cli: Path, tmp_path: Path, crds: Crds
+) -> None:
+    """A route in `demo` to a Gateway API XBackend in `tools` (allowed by a ReferenceGrant there): the
+    rendered Backend is in `tools` with a ReferenceGrant for it, both valid for their CRDs."""
+    d = gateway_api_demo(tmp_path)
+    gw = d / "gateway.yaml"
+    text = gw.read_text()
+    xbackend_ref = "kind: XBackend\n      name: tools\n"
+    assert xbackend_ref in text
+    text = text.replace("metadata: {name: tools, namespace: demo}", "metadata: {name: tools, namespace: tools}")
+    text = text.replace(xbackend_ref, xbackend_ref + "      namespace: tools\n")
+    text += ("---\napiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\n"
+             "metadata: {name: routes, namespace: tools}\nspec:\n"
+             "  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: demo}]\n"
+             "  to: [{group: gateway.networking.x-k8s.io, kind: XBackend}]\n")
+    gw.write_text(text)
+    policies = d / "policies.yaml"
+    docs = [doc.replace("namespace: demo", "namespace: tools") if "kind: XBackend" in doc else doc
+            for doc in policies.read_text().split("\n---\n")]
+    policies.write_text("\n---\n".join(docs))
+    args = [str(d) if a == DEMO_MANIFESTS else a for a in EXAMPLE_ARGS]
+    objs = generate(cli, tmp_path, *args, platforms=("envoy-gateway",))["envoy-gateway"]
+    (grant,) = [o for o in objs if o["kind"] == "ReferenceGrant"]
+    (backend,) = [o for o in objs if o["kind"] == "Backend"]
+    assert grant["metadata"]["namespace"] == backend["metadata"]["namespace"] == "tools"
+    for obj in objs:
+        assert validate(crds, obj) == [], yaml.safe_dump(obj)
 
 
 def test_envoy_gateway_rendering_enforces_the_demo(

@@ -14,7 +14,7 @@ import pytest
 from jsonschema import Draft4Validator
 
 from test_cli_e2e import cli  # noqa: F401  (the `cli` fixture)
-from test_manifests import CRD_DIR, DEMO_MANIFESTS, REPO, Crds, cel_errors, to_json_schema
+from test_manifests import CRD_DIR, DEMO_MANIFESTS, REPO, Crds, cel_errors, gateway_api_demo, to_json_schema
 
 PROJECT_CRDS = REPO / "config-schema" / "crds"
 
@@ -100,3 +100,25 @@ def test_route_policies_report_on_their_routes(cli: Path, crds: Crds, tmp_path: 
     affected = {name: any(c["type"] == "AccessPolicyAffected" for p in r["status"]["parents"] for c in p["conditions"])
                 for name, r in routes.items()}
     assert affected == {"admin": True, "public": False}, affected
+
+
+
+def test_gateway_api_xbackend_status_is_valid_for_its_crd(cli: Path, crds: Crds, tmp_path: Path) -> None:
+    """A Gateway API XBackend's status is v1.6's BackendStatus (`parents`: the Gateway that routes
+    to it, the controller, its conditions), valid for the vendored CRD's status schema; policies
+    name it with its own group."""
+    items = statuses(cli, str(gateway_api_demo(tmp_path)))
+    for o in items:
+        assert status_errors(crds, o) == [], (o["kind"], o["metadata"], status_errors(crds, o))
+    (backend,) = [o for o in items if o["kind"] == "XBackend"]
+    assert backend["apiVersion"] == "gateway.networking.x-k8s.io/v1alpha1"
+    (parent,) = backend["status"]["parents"]
+    assert parent["parentRef"] == {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                   "namespace": "demo", "name": "agents-gateway"}
+    assert [c["type"] for c in parent["conditions"]][:2] == ["Accepted", "XAccessPolicyAffected"], parent
+    refs = [a["ancestorRef"] for o in items if o["kind"] == "XAccessPolicy" for a in o["status"]["ancestors"]
+            if a["ancestorRef"]["kind"] == "XBackend"]
+    assert refs and all(r["group"] == "gateway.networking.x-k8s.io" for r in refs), refs
+    # The validator is strict: the agentic kind's shape (`conditions` at the top) is refused here.
+    wrong = {**backend, "status": {"conditions": parent["conditions"]}}
+    assert status_errors(crds, wrong)

@@ -66,7 +66,41 @@ pub struct Item<S> {
     pub(crate) raw_spec: Value,
 }
 
+impl Meta {
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.annotations
+    }
+}
+
 impl<S> Item<S> {
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    /// `group/version` as written (`version` for the core group).
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The spec, parsed.
+    pub fn spec(&self) -> &S {
+        &self.spec
+    }
+
+    /// The spec as written.
+    pub fn raw_spec(&self) -> &Value {
+        &self.raw_spec
+    }
+
     /// `namespace/name`.
     pub(crate) fn id(&self) -> String {
         format!("{}/{}", self.meta.namespace, self.meta.name)

@@ -6,7 +6,11 @@
 //!   with its `sectionName`, or the XBackend), conditions `Accepted` and, where defaults and
 //!   overrides meet, `Enforced`.
 //! - Gateways: `Accepted` and one entry per listener (`Accepted`, `ResolvedRefs`, routes
-//!   attached); XBackends and ToolPins: `Accepted`; HTTPRoutes: one parent per parentRef.
+//!   attached); kube-agentic-networking XBackends and ToolPins: `Accepted`; HTTPRoutes: one
+//!   parent per parentRef.
+//! - Gateway API XBackends (v1.6): `parents`, one per Gateway a route of which forwards to it
+//!   (`parentRef`, `controllerName`, `conditions`); one that no Gateway reaches gets one entry
+//!   naming the XBackend itself (as Istio writes it for the mesh), so its `Accepted` is still said.
 //! - Gateways and XBackends a policy of a kind is accepted on carry `<Kind>Affected` (Gateway API
 //!   policy attachment's convention); so does each parent of an HTTPRoute one is accepted on.
 //!
@@ -18,8 +22,9 @@ use mcp_access_cel::a_or_an;
 use serde_json::{json, Value};
 
 use crate::compile::reason;
-use crate::model::{ObjectStatus, Report, TargetStatus, Topology};
+use crate::model::{ObjectStatus, Report, RouteAction, TargetStatus, Topology};
 use crate::refs::{NsName, ObjectName, Target};
+use crate::types::{AGENTIC_GROUP, GATEWAY_GROUP, GATEWAY_X_GROUP};
 
 /// The controller name written on ancestors and route parents.
 pub const CONTROLLER_NAME: &str = "mcp-access.io/compiler";
@@ -32,16 +37,21 @@ pub fn status_objects(report: &Report, topo: &Topology, now: &str) -> Vec<Value>
     let affected = affected(report);
     let mut out = Vec::new();
     for p in &report.policies {
-        out.push(w.policy(p));
+        out.push(w.policy(p, topo));
     }
     for g in &report.gateways {
         out.push(w.gateway(g, topo, affected.get(&key("Gateway", g))));
     }
     for r in &report.routes {
-        out.push(w.route(r, affected.get(&key("HTTPRoute", r))));
+        out.push(w.route(r, topo, affected.get(&key("HTTPRoute", r))));
     }
     for b in &report.backends {
-        out.push(w.backend(b, affected.get(&key("XBackend", b))));
+        let affected = affected.get(&key("XBackend", b));
+        if b.api_version.split('/').next() == Some(GATEWAY_X_GROUP) {
+            out.push(w.gateway_backend(b, topo, affected));
+        } else {
+            out.push(w.backend(b, affected));
+        }
     }
     for p in &report.pins {
         out.push(w.backend(p, None));
@@ -73,20 +83,45 @@ fn affected(report: &Report) -> HashMap<Target, Vec<String>> {
 }
 
 /// The `ancestorRef` / `parentRef` of an object target (`default_kind` and the target's
-/// text as name for a listener, which policies and routes never name).
-fn object_ref(target: &Target, default_kind: &str) -> Value {
+/// text as name for a listener, which policies and routes never name). An XBackend's group is
+/// its kind's, as the topology has it (kube-agentic-networking's when it is not there).
+fn object_ref(target: &Target, default_kind: &str, topo: &Topology) -> Value {
     let (kind, ns, name) = match target {
         Target::Object(o) => (o.kind.as_str(), o.id.namespace.as_str(), o.id.name.clone()),
         Target::Listener(_) => (default_kind, "", target.to_string()),
     };
-    json!({"group": group_of(kind), "kind": kind, "namespace": ns, "name": name})
+    let group = match target {
+        Target::Object(o) if kind == "XBackend" => topo
+            .backends
+            .iter()
+            .find(|b| b.id == o.id)
+            .map_or(AGENTIC_GROUP, |b| b.group()),
+        _ => GATEWAY_GROUP,
+    };
+    json!({"group": group, "kind": kind, "namespace": ns, "name": name})
 }
 
-fn group_of(kind: &str) -> &'static str {
-    match kind {
-        "XBackend" => "agentic.networking.x-k8s.io",
-        _ => "gateway.networking.k8s.io",
-    }
+/// The Gateways (`namespace`, `name`) with a listener whose routes forward to XBackend `id`.
+fn gateways_to(topo: &Topology, id: &NsName) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = topo
+        .gateways
+        .iter()
+        .filter(|g| {
+            g.listeners
+                .iter()
+                .flat_map(|l| &l.routes)
+                .any(|e| match &e.action {
+                    RouteAction::Forward { clusters, .. } => {
+                        clusters.iter().any(|c| c.backend.as_ref() == Some(id))
+                    }
+                    _ => false,
+                })
+        })
+        .map(|g| (g.namespace.clone(), g.name.clone()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 impl Writer<'_> {
@@ -116,12 +151,12 @@ impl Writer<'_> {
         json!({"apiVersion": o.api_version, "kind": o.kind, "metadata": meta, "status": status})
     }
 
-    fn policy(&self, p: &ObjectStatus) -> Value {
+    fn policy(&self, p: &ObjectStatus, topo: &Topology) -> Value {
         let ancestors: Vec<Value> = p
             .conditions
             .iter()
             .map(|c| {
-                let mut r = object_ref(&c.target, "");
+                let mut r = object_ref(&c.target, "", topo);
                 if let (Some(s), Some(m)) = (&c.section_name, r.as_object_mut()) {
                     m.insert("sectionName".into(), json!(s));
                 }
@@ -185,12 +220,12 @@ impl Writer<'_> {
 
     /// An HTTPRoute: one entry per parent, each with `<Kind>Affected` when a policy of that kind
     /// is accepted on the route.
-    fn route(&self, r: &ObjectStatus, affected: Option<&Vec<String>>) -> Value {
+    fn route(&self, r: &ObjectStatus, topo: &Topology, affected: Option<&Vec<String>>) -> Value {
         let parents: Vec<Value> = r
             .conditions
             .iter()
             .map(|c: &TargetStatus| {
-                let mut p = object_ref(&c.target, "Gateway");
+                let mut p = object_ref(&c.target, "Gateway", topo);
                 if let (Some(s), Some(m)) = (&c.section_name, p.as_object_mut()) {
                     m.insert("sectionName".into(), json!(s));
                 }
@@ -221,6 +256,38 @@ impl Writer<'_> {
     }
 
     fn backend(&self, b: &ObjectStatus, affected: Option<&Vec<String>>) -> Value {
+        let conditions = self.backend_conditions(b, affected);
+        Writer::object(b, json!({"conditions": conditions}))
+    }
+
+    /// A Gateway API XBackend (v1.6 `BackendStatus`): its conditions under each Gateway that
+    /// routes to it, or under itself when none does (at most 32 entries, as the CRD allows).
+    fn gateway_backend(
+        &self,
+        b: &ObjectStatus,
+        topo: &Topology,
+        affected: Option<&Vec<String>>,
+    ) -> Value {
+        let conditions = self.backend_conditions(b, affected);
+        let id = NsName::new(&b.namespace, &b.name);
+        let mut refs: Vec<Value> = gateways_to(topo, &id)
+            .into_iter()
+            .map(|(ns, name)| {
+                json!({"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": ns, "name": name})
+            })
+            .collect();
+        if refs.is_empty() {
+            refs.push(json!({"group": GATEWAY_X_GROUP, "kind": "XBackend", "namespace": b.namespace, "name": b.name}));
+        }
+        let parents: Vec<Value> = refs
+            .into_iter()
+            .take(32)
+            .map(|r| json!({"parentRef": r, "controllerName": CONTROLLER_NAME, "conditions": conditions}))
+            .collect();
+        Writer::object(b, json!({"parents": parents}))
+    }
+
+    fn backend_conditions(&self, b: &ObjectStatus, affected: Option<&Vec<String>>) -> Vec<Value> {
         let ok = b.accepted();
         let first = b
             .conditions
@@ -232,7 +299,7 @@ impl Writer<'_> {
             .unwrap_or((reason::ACCEPTED, ""));
         let mut conditions = vec![self.condition(b, "Accepted", ok, reason, msg)];
         conditions.extend(self.affected_conditions(b, affected));
-        Writer::object(b, json!({"conditions": conditions}))
+        conditions
     }
 }
 

@@ -63,7 +63,7 @@ pub(crate) fn compile(
 ) -> Result<u8, String> {
     let output = output.unwrap_or(Output::Stdout(Format::Json));
     let to_file = matches!(output, Output::File(_));
-    let (c, code) = match writable(
+    let (_, c, code) = match writable(
         input,
         options(&input.compile)?,
         report,
@@ -98,8 +98,8 @@ fn writable(
     report: &ReportArgs,
     report_to_stdout: bool,
     ports: Ports,
-) -> Result<Result<(mcp_access_k8s::Compiled, u8), u8>, String> {
-    let (_, mut c) = build(input, opts)?;
+) -> Result<Result<(Manifests, mcp_access_k8s::Compiled, u8), u8>, String> {
+    let (m, mut c) = build(input, opts)?;
     let source = match ports {
         Ports::Unchecked => None,
         Ports::Envoy => Some(PortSource::Envoy),
@@ -149,7 +149,7 @@ fn writable(
     if code != 0 {
         return Ok(Err(nothing_written(code)));
     }
-    Ok(Ok((c, code)))
+    Ok(Ok((m, c, code)))
 }
 
 /// `manifests`: the objects that load the filter into Envoy Gateway or Istio.
@@ -162,7 +162,7 @@ pub(crate) fn manifests(
     let ports = Ports::Platform {
         envoy_gateway: matches!(p.platform, PlatformArg::EnvoyGateway),
     };
-    let (c, code) = match writable(input, options(&input.compile)?, report, false, ports)? {
+    let (m, c, code) = match writable(input, options(&input.compile)?, report, false, ports)? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };
@@ -184,10 +184,9 @@ pub(crate) fn manifests(
     if o.istio_hold_headers && o.platform != Platform::Istio {
         return Err("--istio-hold-headers applies to --platform istio".into());
     }
-    if o.platform == Platform::EnvoyGateway {
-        for r in &c.topology.xbackend_refs {
-            eprintln!("warning: HTTPRoute {r} refers to an XBackend: Envoy Gateway routes only to Service, ServiceImport and its Backend, so it will not route it; refer to the Service the XBackend names (spec.mcp.serviceName and port) instead: mcp-access resolves it to the XBackend");
-        }
+    let backends = platform::backend_objects(&m, &c.topology, &o)?;
+    for n in &backends.notes {
+        eprintln!("warning: {n}");
     }
     if !input.compile.jwt_providers.is_empty() {
         eprintln!("note: --jwt-provider: the bundle reads verified claims under each provider's name; configure the platform's jwt_authn (payload_in_metadata) to match, the generated objects do not");
@@ -205,7 +204,7 @@ pub(crate) fn manifests(
         eprintln!("warning: {}", line.trim_start_matches("# "));
     }
     let json = output.format(Format::Yaml) == Format::Json;
-    let text = platform::render(&c.bundle, &c.topology, &o, json)?;
+    let text = platform::render(&c.bundle, &c.topology, &o, json, &backends.objects)?;
     write_out(output, &text)?;
     Ok(code)
 }
@@ -217,7 +216,7 @@ pub(crate) fn publish(
     ecds: &Path,
     report: &ReportArgs,
 ) -> Result<u8, String> {
-    let (c, code) = match writable(
+    let (_, c, code) = match writable(
         input,
         options(&input.compile)?,
         report,
@@ -276,7 +275,7 @@ pub(crate) fn envoy(
     envoy::check_files(files, e.files_where_envoy_runs)?;
     opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
     opts.client_cas = Some(client_cas.keys().cloned().collect());
-    let (c, code) = match writable(input, opts, report, false, Ports::Envoy)? {
+    let (_, c, code) = match writable(input, opts, report, false, Ports::Envoy)? {
         Ok(ok) => ok,
         Err(refused) => return Ok(refused),
     };

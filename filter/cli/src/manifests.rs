@@ -10,11 +10,17 @@
 //! FAIL_CLOSE, the bundle as `pluginConfig`, `envoy.holdHeaders: false` because a WasmPlugin
 //! cannot hold headers) and an `EnvoyFilter` with the connection manager's path and host
 //! normalization; policies on HTTPRoutes are refused (no route name the filter can rely on).
+//! Gateway API XBackends: see [`backends`] (an Envoy Gateway `Backend` and the routes turned
+//! to it; Istio routes to them itself).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod backends;
+
+pub use backends::BackendObjects;
+
 use mcp_access_bundle::{Bundle, EscapedSlashes};
-use mcp_access_k8s::{Report, RouteAction, Topology};
+use mcp_access_k8s::{Manifests, Report, RouteAction, Topology};
 use serde_json::{json, Value};
 
 const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
@@ -638,18 +644,34 @@ fn header(o: &ManifestOptions) -> String {
     lines.join("\n") + "\n"
 }
 
-/// The objects for `o.platform`: multi-document YAML with a header comment, or (`json`) one
-/// JSON `List` (kubectl's `-o json` shape; the header's notes are then not written).
+/// What the platform makes of Gateway API XBackends (`manifests/backends.rs`): for Envoy
+/// Gateway, its Backends and the HTTPRoutes turned to them; for Istio, nothing to render.
+pub fn backend_objects(
+    m: &Manifests,
+    topo: &Topology,
+    o: &ManifestOptions,
+) -> Result<BackendObjects, String> {
+    match o.platform {
+        Platform::EnvoyGateway => backends::envoy_gateway(m, topo, &o.name),
+        Platform::Istio => Ok(backends::istio(m, topo)),
+    }
+}
+
+/// The objects for `o.platform`, then `extra` ([`backend_objects`]): multi-document YAML with
+/// a header comment, or (`json`) one JSON `List` (kubectl's `-o json` shape; the header's
+/// notes are then not written).
 pub fn render(
     bundle: &Bundle,
     topo: &Topology,
     o: &ManifestOptions,
     json: bool,
+    extra: &[Value],
 ) -> Result<String, String> {
-    let objects = match o.platform {
+    let mut objects = match o.platform {
         Platform::EnvoyGateway => envoy_gateway(bundle, topo, o)?,
         Platform::Istio => istio(bundle, topo, o)?,
     };
+    objects.extend(extra.iter().cloned());
     if json {
         let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
         return serde_json::to_string_pretty(&list)

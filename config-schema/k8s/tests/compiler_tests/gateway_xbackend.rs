@@ -389,3 +389,85 @@ fn an_xaccesspolicy_v0alpha0_refuses_the_gateway_api_kind_as_its_crd_does() {
         "{got:?}"
     );
 }
+
+#[test]
+fn status_is_written_in_the_v1_6_shape_with_each_gateway_as_parent() {
+    // Two Gateways route to `tools`; `spare` is reached by none; the policy targets `tools`.
+    let second = gateway("mcp", "gw2", &[("http", 8081)]);
+    let route2 = "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r2, namespace: mcp}\nspec:\n  parentRefs: [{name: gw2}]\n  rules:\n  - backendRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: tools}]\n";
+    let spare = gxb(
+        "spare",
+        "type: ExternalHostname, externalHostname: {hostname: spare.example.com}, port: {port: 443}",
+    );
+    let m = load(
+        &format!("{}---\n{second}---\n{route2}", infra(GX, "tools", None)),
+        &format!(
+            "{}---\n{spare}---\n{}",
+            gxb("tools", TOOLS),
+            allow_policy(GX, "tools")
+        ),
+    );
+    let c = compiled(&m);
+    let all = mcp_access_k8s::status_objects(&c.report, &c.topology, "2026-01-04T00:00:00Z");
+    let of = |kind: &str, name: &str| -> Value {
+        all.iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    let tools = of("XBackend", "tools");
+    assert_eq!(tools["apiVersion"], "gateway.networking.x-k8s.io/v1alpha1");
+    let status = tools["status"].as_object().unwrap();
+    assert_eq!(status.keys().collect::<Vec<_>>(), ["parents"], "{tools:#}");
+    let parents = status["parents"].as_array().unwrap();
+    let refs: Vec<&Value> = parents.iter().map(|p| &p["parentRef"]).collect();
+    assert_eq!(
+        refs,
+        [
+            &serde_json::json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "mcp", "name": "gw"}),
+            &serde_json::json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "mcp", "name": "gw2"}),
+        ]
+    );
+    for p in parents {
+        assert_eq!(p["controllerName"], mcp_access_k8s::CONTROLLER_NAME);
+        let types: Vec<(&str, &str)> = p["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            types,
+            [("Accepted", "True"), ("XAccessPolicyAffected", "True")]
+        );
+    }
+    // Reached by no Gateway: one entry naming the XBackend itself, so Accepted is still said.
+    let spare = of("XBackend", "spare");
+    let (only,) = match spare["status"]["parents"].as_array().unwrap().as_slice() {
+        [p] => (p,),
+        other => panic!("{other:#?}"),
+    };
+    assert_eq!(
+        only["parentRef"],
+        serde_json::json!({"group": GX, "kind": "XBackend", "namespace": "mcp", "name": "spare"})
+    );
+    assert_eq!(only["conditions"][0]["type"], "Accepted");
+    // The policy's ancestorRef names the XBackend with Gateway API's group, not the agentic one.
+    let p = of("XAccessPolicy", "p");
+    assert_eq!(p["status"]["ancestors"][0]["ancestorRef"]["group"], GX);
+
+    // The agentic kind keeps its shape (conditions) and group.
+    let agentic = load(
+        &infra(AG, "tools", None),
+        &format!(
+            "apiVersion: agentic.networking.x-k8s.io/v0alpha0\nkind: XBackend\nmetadata: {{name: tools, namespace: mcp}}\nspec: {{mcp: {{hostname: tools.example.com, port: 443}}}}\n---\n{}",
+            allow_policy(AG, "tools")
+        ),
+    );
+    let c = compiled(&agentic);
+    let all = mcp_access_k8s::status_objects(&c.report, &c.topology, "2026-01-04T00:00:00Z");
+    let b = all.iter().find(|o| o["kind"] == "XBackend").unwrap();
+    assert!(b["status"]["conditions"].is_array() && b["status"].get("parents").is_none());
+    let p = all.iter().find(|o| o["kind"] == "XAccessPolicy").unwrap();
+    assert_eq!(p["status"]["ancestors"][0]["ancestorRef"]["group"], AG);
+}

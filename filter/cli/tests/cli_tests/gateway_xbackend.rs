@@ -4,9 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{dir, run, s, text};
+
+const GX_GROUP: &str = "gateway.networking.x-k8s.io";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -334,4 +336,248 @@ fn envoy_connects_as_spec_tls_says_and_warns_of_plaintext() {
         text(&out.stderr)
     );
     assert!(out.stdout.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// `manifests`: Envoy Gateway's Backend, Istio's own XBackend support
+
+/// The demo's Gateway API XBackend with `tls` (YAML lines at `spec.tls`'s indent) and port 8443.
+fn with_tls(tls: &str) -> String {
+    let mut x = GATEWAY_API_XBACKEND.replace("port: 8080", "port: 8443");
+    if !tls.is_empty() {
+        x.push_str("  tls:\n");
+        x.push_str(tls);
+    }
+    x
+}
+
+const CA_TLS: &str = "    mode: ServerOnly
+    validation:
+      hostname: tools.demo.example
+      caCertificateRefs: [{group: '', kind: ConfigMap, name: tools-ca}]
+";
+
+fn manifests(d: &Path, platform: &str) -> (bool, Vec<Value>, String) {
+    let out = run(&[
+        &["manifests", "-f", s(d)],
+        ARGS,
+        &[
+            "--platform",
+            platform,
+            "--image",
+            "registry.example.com/mcp-access/filter:0.1.0",
+            "--digest",
+            &format!("sha256:{}", "a".repeat(64)),
+            "-o",
+            "json",
+        ],
+    ]
+    .concat());
+    let items = if out.status.success() {
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        list["items"].as_array().unwrap().clone()
+    } else {
+        Vec::new()
+    };
+    (out.status.success(), items, text(&out.stderr))
+}
+
+fn kind<'a>(items: &'a [Value], k: &str) -> Vec<&'a Value> {
+    items.iter().filter(|o| o["kind"] == k).collect()
+}
+
+/// The bundle in the EnvoyExtensionPolicy.
+fn eg_bundle(items: &[Value]) -> &Value {
+    &kind(items, "EnvoyExtensionPolicy")[0]["spec"]["wasm"][0]["config"]
+}
+
+#[test]
+fn envoy_gateway_renders_a_backend_and_turns_the_routes_to_it() {
+    let d = demo("eg-backend", &with_tls(CA_TLS), GX_GROUP);
+    let (ok, items, err) = manifests(&d, "envoy-gateway");
+    assert!(ok, "{err}");
+    assert!(!err.contains("refers to an XBackend"), "{err}");
+    assert!(err.contains("extensionApis.enableBackend: true"), "{err}");
+    let backends = kind(&items, "Backend");
+    assert_eq!(backends.len(), 1, "{items:#?}");
+    let b = backends[0];
+    assert_eq!(b["apiVersion"], "gateway.envoyproxy.io/v1alpha1");
+    assert_eq!(
+        (&b["metadata"]["name"], &b["metadata"]["namespace"]),
+        (&json!("tools"), &json!("demo"))
+    );
+    assert_eq!(
+        b["spec"],
+        json!({
+            "endpoints": [{"fqdn": {"hostname": "tools.demo.example", "port": 8443}}],
+            "tls": {
+                "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "tools-ca"}],
+                "sni": "tools.demo.example",
+            },
+        })
+    );
+    // The demo's HTTPRoute again, same name and rules, its reference turned to the Backend.
+    let routes = kind(&items, "HTTPRoute");
+    assert_eq!(routes.len(), 1, "{items:#?}");
+    let r = routes[0];
+    assert_eq!(r["metadata"]["name"], "tools");
+    assert_eq!(
+        r["spec"]["rules"][0]["backendRefs"],
+        json!([{"group": "gateway.envoyproxy.io", "kind": "Backend", "name": "tools"}])
+    );
+    assert_eq!(r["spec"]["parentRefs"].as_array().unwrap().len(), 2);
+    // The bundle knows the backend by the rule's cluster, as for a Service.
+    let be = &eg_bundle(&items)["backends"][0];
+    assert_eq!(be["clusterNames"], json!(["httproute/demo/tools/rule/0"]));
+    assert!(kind(&items, "ReferenceGrant").is_empty());
+
+    // The agentic kind is still not routed by Envoy Gateway: the warning stays, nothing added.
+    let agentic = demo(
+        "eg-agentic",
+        AGENTIC_HOSTNAME,
+        "agentic.networking.x-k8s.io",
+    );
+    let (ok, items, err) = manifests(&agentic, "envoy-gateway");
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("HTTPRoute demo/tools refers to an XBackend"),
+        "{err}"
+    );
+    assert!(kind(&items, "Backend").is_empty() && kind(&items, "HTTPRoute").is_empty());
+    assert!(!err.contains("enableBackend"), "{err}");
+}
+
+#[test]
+fn envoy_gateway_backend_tls_follows_spec_tls() {
+    let cases = [
+        ("", None),
+        ("    mode: None\n", None),
+        (
+            "    mode: ServerOnly\n    validation: {hostname: tools.demo.example, wellKnownCACertificates: System}\n",
+            Some(json!({"wellKnownCACertificates": "System", "sni": "tools.demo.example"})),
+        ),
+        (
+            "    mode: ClientAndServer\n    clientCertificateRef: {name: gw-client}\n    validation: {hostname: tools.demo.example, wellKnownCACertificates: System}\n",
+            Some(json!({"wellKnownCACertificates": "System", "sni": "tools.demo.example", "clientCertificateRef": {"name": "gw-client"}})),
+        ),
+    ];
+    for (i, (tls, want)) in cases.into_iter().enumerate() {
+        let d = demo(&format!("eg-tls-{i}"), &with_tls(tls), GX_GROUP);
+        let (ok, items, err) = manifests(&d, "envoy-gateway");
+        assert!(ok, "{tls}: {err}");
+        let b = kind(&items, "Backend")[0];
+        assert_eq!(b["spec"].get("tls"), want.as_ref(), "{tls}");
+    }
+}
+
+#[test]
+fn envoy_gateway_refuses_what_its_backend_cannot_express() {
+    let cases = [
+        (
+            "    mode: ServerOnly\n    validation:\n      hostname: tools.demo.example\n      wellKnownCACertificates: System\n      subjectAltNames: [{type: Hostname, hostname: other.example}]\n",
+            "subjectAltNames",
+        ),
+        (
+            "    mode: ServerOnly\n",
+            "without spec.tls.validation",
+        ),
+        (
+            "    mode: ServerOnly\n    validation: {hostname: tools.demo.example, wellKnownCACertificates: example.com/cas}\n",
+            "knows only System",
+        ),
+        (
+            "    mode: ClientAndServer\n    clientCertificateRef: {name: gw-client, namespace: other}\n    validation: {hostname: tools.demo.example, wellKnownCACertificates: System}\n",
+            "only from the Backend's namespace",
+        ),
+    ];
+    for (i, (tls, why)) in cases.into_iter().enumerate() {
+        let d = demo(&format!("eg-refused-{i}"), &with_tls(tls), GX_GROUP);
+        // The compiler takes it: what is refused is Envoy Gateway's rendering.
+        compile(&d);
+        let (ok, _, err) = manifests(&d, "envoy-gateway");
+        assert!(!ok, "{tls}");
+        assert!(
+            err.contains("XBackend demo/tools") && err.contains(why),
+            "{tls}: {err}"
+        );
+    }
+}
+
+#[test]
+fn envoy_gateway_grants_routes_of_another_namespace_the_backend() {
+    // The XBackend lives in `tools`; the demo's route (namespace demo) refers to it there, as
+    // the ReferenceGrant allows for the XBackend.
+    let x = with_tls(CA_TLS).replace("namespace: demo", "namespace: tools");
+    let d = demo("eg-cross-ns", &x, GX_GROUP);
+    let gw = d.join("gateway.yaml");
+    let t = std::fs::read_to_string(&gw).unwrap().replace(
+        "kind: XBackend\n      name: tools\n",
+        "kind: XBackend\n      name: tools\n      namespace: tools\n",
+    );
+    let grant = "---\napiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {name: routes, namespace: tools}\nspec:\n  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: demo}]\n  to: [{group: gateway.networking.x-k8s.io, kind: XBackend}]\n";
+    std::fs::write(&gw, format!("{t}{grant}")).unwrap();
+    // Policies on the XBackend move with it (a policy targets only its own namespace).
+    let pol = d.join("policies.yaml");
+    let docs: Vec<String> = std::fs::read_to_string(&pol)
+        .unwrap()
+        .split("\n---\n")
+        .map(|doc| {
+            if doc.contains("kind: XBackend") {
+                doc.replace("namespace: demo", "namespace: tools")
+            } else {
+                doc.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(&pol, docs.join("\n---\n")).unwrap();
+    let (ok, items, err) = manifests(&d, "envoy-gateway");
+    assert!(ok, "{err}");
+    let r = kind(&items, "HTTPRoute")[0];
+    assert_eq!(
+        r["spec"]["rules"][0]["backendRefs"][0],
+        json!({"group": "gateway.envoyproxy.io", "kind": "Backend", "name": "tools", "namespace": "tools"})
+    );
+    assert_eq!(kind(&items, "Backend")[0]["metadata"]["namespace"], "tools");
+    let grants = kind(&items, "ReferenceGrant");
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0]["metadata"]["namespace"], "tools");
+    assert_eq!(
+        grants[0]["spec"],
+        json!({
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "demo"}],
+            "to": [{"group": "gateway.envoyproxy.io", "kind": "Backend", "name": "tools"}],
+        })
+    );
+}
+
+#[test]
+fn istio_keeps_the_xbackend_and_says_what_it_does_not_do() {
+    let d = demo("istio", &with_tls(CA_TLS), GX_GROUP);
+    let (ok, items, err) = manifests(&d, "istio");
+    assert!(ok, "{err}");
+    // Nothing of the user's is rendered again: Istio routes to the XBackend itself.
+    assert!(kind(&items, "Backend").is_empty() && kind(&items, "HTTPRoute").is_empty());
+    assert!(err.contains("PILOT_ENABLE_ALPHA_GATEWAY_API=true"), "{err}");
+    assert!(
+        err.contains("tools.demo.example through its service registry"),
+        "{err}"
+    );
+    assert!(!err.contains("ClientAndServer"), "{err}");
+    // Istio's cluster for the hostname.
+    let plugin = kind(&items, "WasmPlugin")[0];
+    assert_eq!(
+        plugin["spec"]["pluginConfig"]["backends"][0]["clusterNames"],
+        json!(["outbound|8443||tools.demo.example"])
+    );
+    let mtls = "    mode: ClientAndServer\n    clientCertificateRef: {name: gw-client}\n    validation:\n      hostname: tools.demo.example\n      caCertificateRefs: [{group: '', kind: Secret, name: a}, {group: '', kind: ConfigMap, name: b}]\n";
+    let d = demo("istio-mtls", &with_tls(mtls), GX_GROUP);
+    let (ok, _, err) = manifests(&d, "istio");
+    assert!(ok, "{err}");
+    for want in [
+        "does not accept spec.tls.mode ClientAndServer",
+        "only the first of spec.tls.validation.caCertificateRefs",
+        "only from a ConfigMap",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
 }
