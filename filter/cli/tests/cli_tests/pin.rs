@@ -527,3 +527,44 @@ fn who_can_and_dry_run_see_the_pins() {
     assert_eq!(e["dryRun"]["decision"], "deny", "{e}");
     assert_eq!(e["dryRun"]["changed"], false, "{e}");
 }
+
+#[test]
+fn a_toolpin_names_the_xbackend_kind_it_is_for() {
+    let d = case("pin", "backend-group", &[]);
+    let saved = d.join("tools.json");
+    std::fs::write(&saved, listing(&[ECHO])).unwrap();
+    for (flag, group) in [
+        (None, "agentic.networking.x-k8s.io"),
+        (
+            Some("gateway.networking.x-k8s.io"),
+            "gateway.networking.x-k8s.io",
+        ),
+    ] {
+        let mut args = vec![
+            "pin",
+            "--from-file",
+            s(&saved),
+            "--backend",
+            "tools",
+            "-n",
+            "mcp",
+        ];
+        if let Some(g) = flag {
+            args.extend(["--backend-group", g]);
+        }
+        let r = run(&args);
+        assert!(r.status.success(), "{}", text(&r.stderr));
+        let yaml = text(&r.stdout);
+        assert!(yaml.contains(&format!("group: {group}")), "{yaml}");
+    }
+    let r = run(&[
+        "pin",
+        "--from-file",
+        s(&saved),
+        "--backend",
+        "tools",
+        "--backend-group",
+        "gateway.networking.k8s.io",
+    ]);
+    assert!(!r.status.success());
+}
