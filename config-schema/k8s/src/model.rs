@@ -450,10 +450,9 @@ pub struct BackendTlsModel {
     /// SNI, and the DNS name the certificate must hold when `sans` is empty:
     /// `validation.hostname`, else the XBackend's hostname.
     pub sni: String,
-    /// `namespace/name` of each `validation.caCertificateRefs` ConfigMap.
+    /// `namespace/name` of each `validation.caCertificateRefs` ConfigMap (none: the system's
+    /// CAs, `wellKnownCACertificates: System`, the only other choice the CRD allows).
     pub ca_refs: Vec<String>,
-    /// `validation.wellKnownCACertificates: System`.
-    pub well_known: bool,
     /// `validation.subjectAltNames`: (`DNS` or `URI`, value).
     pub sans: Vec<(String, String)>,
     /// `namespace/name` of the `clientCertificateRef` Secret (mode ClientAndServer).

@@ -114,9 +114,25 @@ fn writable(
         let blocked = checks::blocked_listener_ports(&c.topology, source);
         c.report.warnings.extend(blocked);
     }
-    // What validate refuses as leading nowhere is never compiled silently.
-    let dangling = checks::dangling(&c);
-    c.report.warnings.extend(dangling.iter().cloned());
+    // What validate refuses or warns of is never compiled silently: a warning, an error
+    // (with its exit code) under --strict. (prefix, findings, what they are, exit code)
+    let findings = [
+        (
+            "dangling reference: ",
+            checks::dangling(&c),
+            "reference(s) lead nowhere",
+            EXIT_DANGLING,
+        ),
+        (
+            "",
+            checks::plaintext_backends(&c.topology),
+            "XBackend(s) reached in plaintext",
+            EXIT_NOT_ACCEPTED,
+        ),
+    ];
+    for (_, found, _, _) in &findings {
+        c.report.warnings.extend(found.iter().cloned());
+    }
     let mut code = exit_code(&c, report);
     let text = render_report(&c, report.format)?;
     if report_to_stdout {
@@ -125,26 +141,14 @@ fn writable(
         eprint!("{text}");
     }
     let level = if report.strict { "error" } else { "warning" };
-    for d in &dangling {
-        eprintln!("{level}: dangling reference: {d}");
-    }
-    let plaintext = checks::plaintext_backends(&c.topology);
-    for p in &plaintext {
-        eprintln!("{level}: {p}");
-    }
-    if code == 0 && report.strict && !dangling.is_empty() {
-        eprintln!(
-            "mcp-access: {} reference(s) lead nowhere (--strict)",
-            dangling.len()
-        );
-        code = EXIT_DANGLING;
-    }
-    if code == 0 && report.strict && !plaintext.is_empty() {
-        eprintln!(
-            "mcp-access: {} XBackend(s) reached in plaintext (--strict)",
-            plaintext.len()
-        );
-        code = EXIT_NOT_ACCEPTED;
+    for (prefix, found, what, refused) in &findings {
+        for f in found {
+            eprintln!("{level}: {prefix}{f}");
+        }
+        if code == 0 && report.strict && !found.is_empty() {
+            eprintln!("mcp-access: {} {what} (--strict)", found.len());
+            code = *refused;
+        }
     }
     if code != 0 {
         return Ok(Err(nothing_written(code)));

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use mcp_access_bundle::authz_cache::PARTIAL_BODY_HEADER as PARTIAL_BODY;
 use mcp_access_bundle::mcp_methods::{self, Category};
 use mcp_access_bundle::{Authorizer, Level};
 
@@ -31,8 +32,6 @@ pub(crate) const EXT_LEVEL: &str = "mcp_access_level";
 /// The JSON-RPC id's field in the MCP metadata (different on every request: never in a cache
 /// key).
 pub(crate) const MCP_ID_FIELD: &str = "id";
-
-use mcp_access_bundle::authz_cache::PARTIAL_BODY_HEADER as PARTIAL_BODY;
 
 /// Metadata namespaces of the MCP attributes in `metadata_context`: Envoy's MCP filter's
 /// (what its ext_authz forwards with `metadata_context_namespaces`), and `mcp_proxy`, the name

@@ -188,7 +188,6 @@ fn tls_model(b: &Item<BackendSpec>, t: &GatewayBackendTlsSpec, hostname: &str) -
             .flatten()
             .map(refname)
             .collect(),
-        well_known: v.is_some_and(|v| opt(&v.well_known_ca_certificates) == "System"),
         sans: v
             .and_then(|v| v.subject_alt_names.as_ref())
             .into_iter()

@@ -95,14 +95,12 @@ fn tls_mode_decides_tls_and_validation_what_is_checked() {
     let server_only = BackendTlsModel {
         sni: "tools.example.com".into(),
         ca_refs: vec![],
-        well_known: true,
         sans: vec![],
         client_certificate: None,
     };
     let mutual = BackendTlsModel {
         sni: "mcp.internal".into(),
         ca_refs: vec!["mcp/ca".into()],
-        well_known: false,
         sans: vec![
             ("DNS".into(), "tools.example.com".into()),
             ("URI".into(), "spiffe://example.org/tools".into()),

@@ -38,7 +38,7 @@ impl RequestFlow {
             }
         }
         if let Some(n) = name {
-            let Some(n) = decode_header_value(n) else {
+            let Some(n) = crate::base64::from_sentinel(n) else {
                 return Some(HeaderProblem::BadBase64);
             };
             if op.param() != Some(n.as_ref()) {
@@ -259,12 +259,6 @@ fn is_json_utf8(content_type: &str) -> bool {
         })
 }
 
-/// A header value with the SEP-2243 Base64 sentinel (`=?base64?...?=`) decoded; None when the
-/// sentinel holds anything but canonical, padded Base64 of UTF-8 text.
-fn decode_header_value(v: &str) -> Option<std::borrow::Cow<'_, str>> {
-    crate::base64::from_sentinel(v)
-}
-
 /// `limits.maxBodyBytes` as a byte count.
 pub(super) fn body_limit(engine: &Engine) -> usize {
     usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX)
@@ -382,7 +376,7 @@ mod tests {
 
     #[test]
     fn base64_sentinel_is_decoded_strictly() {
-        let d = |v| decode_header_value(v).map(|c| c.into_owned());
+        let d = |v| crate::base64::from_sentinel(v).map(|c| c.into_owned());
         assert_eq!(d("get_weather").as_deref(), Some("get_weather"));
         assert_eq!(d("=?base64?ZWNobw==?=").as_deref(), Some("echo"));
         assert_eq!(

@@ -767,7 +767,8 @@ struct CompiledPolicies {
     cel_needs: CelNeeds,
     /// Header names the rules' header conditions read, credentials left out.
     headers: Vec<String>,
-    /// The attributes the CEL conditions read.
+    /// The attributes the CEL conditions read that a record does not hold in full
+    /// ([`compiled::NOT_RECORDED`]).
     cel_reads: Vec<mcp_access_cel::Attr>,
 }
 

@@ -52,39 +52,30 @@ impl Ctx<'_> {
     ) -> (Option<Problem>, Vec<String>) {
         let named = tool_names(p, content);
         let reached = self.reached_backends(p);
-        let pins: Vec<(&NsName, Option<&bundle::ToolPins>)> =
-            reached.iter().map(|b| (b, self.pins.get(b))).collect();
         // A backend without a ToolPin may serve any name.
-        if named.is_empty() || pins.is_empty() || pins.iter().any(|(_, p)| p.is_none()) {
+        let Some(pins) = reached
+            .iter()
+            .map(|b| self.pins.get(b))
+            .collect::<Option<Vec<&bundle::ToolPins>>>()
+        else {
+            return (None, Vec::new());
+        };
+        if named.is_empty() || pins.is_empty() {
             return (None, Vec::new());
         }
-        let pinned =
-            |pins: &bundle::ToolPins, name: &str| pins.tools.iter().any(|t| t.name == name);
-        let closed = pins
+        let closed = pins.iter().all(|p| p.unpinned == bundle::Unpinned::Deny);
+        let known: BTreeSet<&str> = pins
             .iter()
-            .all(|(_, p)| p.is_some_and(|p| p.unpinned == bundle::Unpinned::Deny));
+            .flat_map(|p| p.tools.iter().map(|t| t.name.as_str()))
+            .collect();
+        let known: Vec<&str> = known.into_iter().collect();
+        let backends: Vec<String> = reached.iter().map(NsName::to_string).collect();
         let mut warnings = Vec::new();
-        for n in &named {
-            let pinned_by: Vec<&bundle::ToolPins> = pins
-                .iter()
-                .filter_map(|(_, p)| *p)
-                .filter(|p| pinned(p, &n.name))
-                .collect();
-            if !pinned_by.is_empty() {
-                continue;
-            }
-            let known: BTreeSet<&str> = pins
-                .iter()
-                .filter_map(|(_, p)| *p)
-                .flat_map(|p| p.tools.iter().map(|t| t.name.as_str()))
-                .collect();
-            let known: Vec<&str> = known.into_iter().collect();
-            let backends: Vec<String> = pins.iter().map(|(b, _)| b.to_string()).collect();
-            let hint = super::super::did_you_mean(&n.name, &known);
+        for n in named.iter().filter(|n| !known.contains(&n.name.as_str())) {
             let hint = if known.is_empty() {
                 " (its ToolPin pins no tool)".to_string()
             } else {
-                hint
+                super::super::did_you_mean(&n.name, &known)
             };
             let where_ = format!(
                 "{}: tool `{}` is pinned by no ToolPin of XBackend {}{hint}",
