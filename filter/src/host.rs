@@ -151,7 +151,7 @@ struct Stream {
     /// The filter of a response that may carry a listing (docs/semantics.md §5.4), from the
     /// flow's allow; dropped when the response headers show it carries none. It judges items
     /// as calls made by the flow's request.
-    listing: Option<ListingFilter>,
+    listing: Option<Box<ListingFilter>>,
 }
 
 /// The request's facts, read from Envoy's attributes when the engine asks.

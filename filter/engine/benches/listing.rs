@@ -118,7 +118,7 @@ fn allowed_listing_request(e: &Engine) -> (ListingFilter, RequestFlow) {
     match flow.on_body(e, body.len(), true, move |_| Some(body)) {
         Next::Allow {
             listing: Some(f), ..
-        } => (f, flow),
+        } => (*f, flow),
         other => panic!("{other:?}"),
     }
 }

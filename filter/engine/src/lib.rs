@@ -6,7 +6,7 @@
 //! 0. **Codecs**: bytes in, values out, nothing of the project: `json` (the strict JSON
 //!    reader), `jsonw` (JSON written by hand), `jsonrpc` (error codes and the error object),
 //!    [`wire`], [`canon`], [`canonical_json`] (RFC 8785 and the digests ToolPins pin),
-//!    [`x509`], `base64`, [`pb`] (the protobuf messages, for prost).
+//!    [`x509`], `base64`, [`pb`] (the protobuf messages, for prost), `bytes` (byte searches).
 //! 1. **The request model and the host-fact port**: [`request`] is what a decision reads
 //!    about one request (its caller, MCP operation, and the listener and backend it is judged
 //!    at, resolved once); [`facts`] names what the host knows beyond the headers; `keyhash`
@@ -27,6 +27,7 @@
 pub mod answer;
 pub mod authz_cache;
 pub mod base64;
+mod bytes;
 pub mod callout;
 pub mod canon;
 pub mod canonical_json;

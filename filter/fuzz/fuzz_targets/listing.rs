@@ -112,7 +112,7 @@ fn filters_with_id(engine: &Engine, id: &str) -> Vec<(ListingFilter, RequestFlow
             match a {
                 Next::Allow {
                     listing: Some(f), ..
-                } => (f, flow),
+                } => (*f, flow),
                 a => panic!("{method}: {a:?}"),
             }
         })

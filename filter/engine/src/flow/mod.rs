@@ -41,7 +41,7 @@ pub enum Next {
     Allow {
         add_headers: Vec<HeaderEdit>,
         identity_headers: Vec<HeaderEdit>,
-        listing: Option<ListingFilter>,
+        listing: Option<Box<ListingFilter>>,
     },
     /// Keep holding the request (headers held, body buffered, or callouts in flight).
     Hold,
@@ -742,6 +742,7 @@ impl RequestFlow {
                     Some(r) if engine.listings.filter => {
                         let (id, drift) = (self.id.take(), self.drift.clone());
                         ListingFilter::for_allowed(engine, r, id, self.revision, drift)
+                            .map(Box::new)
                     }
                     _ => None,
                 };

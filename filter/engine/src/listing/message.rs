@@ -2,15 +2,14 @@
 //! id, the spans of the result, its listing arrays and their items), then the message written
 //! again with only the items the caller could use, each judged as a call of that item.
 
-use mcp_access_bundle::mcp_methods::{Listing, LISTINGS};
+use mcp_access_bundle::mcp_methods::LISTINGS;
 use std::borrow::Cow;
 
-use super::sse::find_either;
 use super::{listing_at, Judge, ListingFilter, TOOLS};
+use crate::bytes::find_either;
 use crate::canonical_json::digest_remembered;
 use crate::json::{self, Val};
 use crate::pins::{Observed, PinCheck};
-use crate::request::{McpOp, Request};
 
 /// What one JSON-RPC message of the answer is to the filter.
 pub(super) enum Read<'t> {
@@ -63,7 +62,7 @@ impl ListingFilter {
         answers: bool,
     ) -> Read<'t> {
         let read = self.read_shape(judge, text, answers);
-        if let (Read::Unreadable(_), Some(p)) = (&read, &mut self.pins) {
+        if let (Read::Unreadable(_), Some(p)) = (&read, &mut self.items.pins) {
             p.unreadable(text);
         }
         read
@@ -162,7 +161,7 @@ impl ListingFilter {
         let mut at = 0;
         // The pins judge every listed tool first: a drifted copy of a tool anywhere in the
         // listing holds back every copy of it.
-        let pinned: Vec<bool> = match &mut self.pins {
+        let pinned: Vec<bool> = match &mut self.items.pins {
             Some(p) => {
                 p.begin_listing();
                 let judged: Vec<bool> = m
@@ -201,7 +200,11 @@ impl ListingFilter {
             while let Some((i, item)) = items.next_if(|(_, i)| i.array == index) {
                 // A ToolPin holds tools to their pins; other items are not its concern.
                 let pinned = pinned.get(i).copied().unwrap_or(true);
-                if !pinned || !self.usable(judge, (index, listing), item.key.as_deref()) {
+                if !pinned
+                    || !self
+                        .items
+                        .usable(judge, (index, listing), item.key.as_deref())
+                {
                     continue;
                 }
                 if !first {
@@ -220,52 +223,6 @@ impl ListingFilter {
         }
         out.extend_from_slice(text.get(at..)?);
         Some(out)
-    }
-
-    /// Whether the caller could use the item of `listing` (its [`LISTINGS`] index and entry)
-    /// named `name` (its name or URI, decoded; None: it has none). Resource templates are
-    /// judged as a read of some URI.
-    fn usable(
-        &mut self,
-        judge: Judge<'_>,
-        listing: (u8, &'static Listing),
-        name: Option<&[u8]>,
-    ) -> bool {
-        let (index, listing) = listing;
-        let Some(request) = judge.request else {
-            return false;
-        };
-        let probe = self
-            .probe
-            .get_or_insert_with(|| Box::new(Request::clone(request)));
-        if self.probe_listing != Some(index) {
-            // Each item is judged as a call of that item alone: never with the request's params.
-            probe.as_item_call(
-                listing.judged_as,
-                listing.key,
-                None,
-                judge.engine.cel_needs().params,
-            );
-            self.probe_listing = Some(index);
-        }
-        let McpOp::Call { param, .. } = &mut probe.mcp else {
-            return false;
-        };
-        match (listing.key, name.map(std::str::from_utf8)) {
-            (Some(key), Some(Ok(n))) => {
-                // The probe's string is reused from item to item.
-                let p = param.get_or_insert_with(String::new);
-                p.clear();
-                p.push_str(n);
-                if probe.params.is_some() {
-                    probe.set_item_params(Some(key), Some(n), true);
-                }
-            }
-            // An item without its name or URI cannot be judged, so it is not listed.
-            (Some(_), _) => return false,
-            (None, _) => *param = None,
-        }
-        judge.engine.item_refusal(probe).is_none()
     }
 }
 

@@ -15,6 +15,8 @@
 //! JSON-RPC error, never passed on unfiltered. What a filtering wrote is reused for the same
 //! bytes and a caller judged alike ([`reuse`]).
 
+mod framer;
+mod items;
 mod message;
 pub mod reuse;
 mod sse;
@@ -26,8 +28,10 @@ use crate::pins::{DriftPort, PinCheck, PinEvent};
 use crate::policy::Engine;
 use crate::request::{Headers, McpOp, Request};
 
+use framer::SseFramer;
+use items::ItemJudge;
 use message::Read;
-use sse::PendingEvent;
+use reuse::ReuseState;
 
 /// The JSON-RPC error message of a listing that could not be filtered.
 const UNFILTERABLE: &str = "The server's listing could not be checked for this caller";
@@ -89,11 +93,6 @@ pub struct ListingFilter {
     /// The listing the request asked for; None: the request is not a listing, only what its
     /// stream carries for other requests can be one.
     listing: Option<&'static Listing>,
-    /// A copy of the request allowed, its MCP operation replaced by a call of each item in
-    /// turn (made when the first item is judged).
-    probe: Option<Box<Request>>,
-    /// The listing whose items the probe is set up to judge (its [`LISTINGS`] index).
-    probe_listing: Option<u8>,
     /// The request id (raw JSON) of a JSON-RPC request: a response with this id answers it.
     /// Also the id of the error that replaces what cannot be filtered, when that has none.
     id: Option<String>,
@@ -110,37 +109,12 @@ pub struct ListingFilter {
     mode: Mode,
     /// The error replacing a refused body was sent.
     refused: bool,
-    /// SSE: the event being read (at most `max_bytes`).
-    pending: Option<Box<PendingEvent>>,
-    /// SSE: an event grew past `max_bytes`; its bytes are dropped up to its end.
-    skipping: bool,
-    /// SSE, while skipping: whether the last byte seen ended a line (a blank line ends it).
-    at_line_start: bool,
-    /// SSE: the last byte read was a CR ending a line; a LF right after it is part of it.
-    after_cr: bool,
-    /// SSE: no event has ended yet (a byte order mark may start the stream).
-    stream_start: bool,
-    /// The backend's pinned tools: listed tools are held to them (docs/semantics.md §5).
-    pins: Option<PinCheck>,
-    /// Whether answers may be reused ([`reuse`]), and their key once made.
-    reuse: Reuse,
-    /// SSE: the kept event whose bytes the event being read has been so far.
-    following: Option<reuse::Following>,
-    /// SSE: bytes that differed from a kept event's are being read again; not followed.
-    follow_off: bool,
-    /// Answers (a JSON body, SSE events) written from kept ones since the host last took the
-    /// count ([`ListingFilter::take_reused`]).
-    reused: u32,
-}
-
-/// Whether a filter reuses answers kept by others ([`reuse`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Reuse {
-    /// Never: pinned tools, CEL conditions, or turned off.
-    Off,
-    /// Its key is not made yet.
-    Unset,
-    Key(Box<reuse::Key>),
+    /// SSE: how the stream's bytes are cut into events.
+    framer: SseFramer,
+    /// What judges the items (and holds tools to their pins).
+    items: ItemJudge,
+    /// Reuse of answers kept by others ([`reuse`]).
+    reuse: ReuseState,
 }
 
 impl ListingFilter {
@@ -198,8 +172,6 @@ impl ListingFilter {
         let own_may_list = listing.is_none() && Self::own_may_list(req);
         Some(ListingFilter {
             listing,
-            probe: None,
-            probe_listing: None,
             id,
             own_may_list,
             own_json: own_may_list && req.headers.get("mcp-session-id").is_some(),
@@ -208,19 +180,9 @@ impl ListingFilter {
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
             mode: Mode::Unknown,
             refused: false,
-            pending: None,
-            skipping: false,
-            at_line_start: true,
-            after_cr: false,
-            stream_start: true,
-            following: None,
-            follow_off: false,
-            reused: 0,
-            reuse: match pins {
-                Some(_) => Reuse::Off,
-                None => Reuse::Unset,
-            },
-            pins,
+            framer: SseFramer::default(),
+            reuse: ReuseState::new(pins.is_none()),
+            items: ItemJudge::new(pins),
         })
     }
 
@@ -264,26 +226,18 @@ impl ListingFilter {
     /// Never reuses an answer kept by another filter, nor keeps its own: each is filtered
     /// afresh (differential tests compare both ways).
     pub fn without_reuse(mut self) -> ListingFilter {
-        self.reuse = Reuse::Off;
+        self.reuse.turn_off();
         self
     }
 
     /// The key of reused answers, made when first needed, and the request's id (raw JSON);
     /// None: no reuse.
     fn reuse_key(&mut self, judge: Judge<'_>) -> Option<(&reuse::Key, Option<&str>)> {
-        if matches!(self.reuse, Reuse::Unset) {
-            let settings = reuse::Settings {
-                cache_scope: self.cache_scope,
-            };
-            let key = judge
-                .request
-                .and_then(|req| reuse::Key::new(judge.engine, req, settings));
-            self.reuse = key.map_or(Reuse::Off, |k| Reuse::Key(Box::new(k)));
-        }
-        match &self.reuse {
-            Reuse::Key(k) => Some((k, self.id.as_deref())),
-            _ => None,
-        }
+        let settings = reuse::Settings {
+            cache_scope: self.cache_scope,
+        };
+        let key = self.reuse.key(judge.engine, judge.request, settings)?;
+        Some((key, self.id.as_deref()))
     }
 
     /// Where a filtered message's id is, for keeping it: at its spans (`at`: offsets of the
@@ -302,19 +256,13 @@ impl ListingFilter {
     /// How many answers were written from kept ones since the last call (the host counts
     /// them in `mcp_access.listings.reused`).
     pub fn take_reused(&mut self) -> u32 {
-        std::mem::take(&mut self.reused)
-    }
-
-    fn count_reused(&mut self) {
-        self.reused = self.reused.saturating_add(1);
+        self.reuse.take_count()
     }
 
     /// What the listings read so far said about pinned tools (drift, and its end), for the
     /// host's stats and logs; each event is given once.
     pub fn take_pin_events(&mut self) -> Vec<PinEvent> {
-        self.pins
-            .as_mut()
-            .map_or_else(Vec::new, PinCheck::take_events)
+        self.items.take_pin_events()
     }
 
     /// The response headers arrived (names lowercase, `:status` included): see [`mode_for`].
@@ -352,8 +300,7 @@ impl ListingFilter {
         match self.mode {
             Mode::Pass => BodyAction::Pass,
             Mode::Sse => {
-                self.pending = None;
-                self.following = None;
+                self.end_sse();
                 BodyAction::Pass
             }
             Mode::Unknown | Mode::Refuse { .. } => self.refuse_body(),
@@ -453,7 +400,7 @@ impl ListingFilter {
             (f.remaining(id) == body.len()).then(|| f.written(id))?
         });
         if let Some(out) = reused {
-            self.count_reused();
+            self.reuse.count();
             return out;
         }
         match self.read_message(judge, body, true) {
@@ -627,7 +574,7 @@ mod tests {
             .request()
             .cloned()
             .unwrap_or_else(|| panic!("no request"));
-        (f, req)
+        (*f, req)
     }
 
     /// The Content-Type alone decides a non-listing answer exactly as the whole headers do:

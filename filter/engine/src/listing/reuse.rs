@@ -151,6 +151,74 @@ impl Key {
     }
 }
 
+/// A response's reuse of kept answers: the key once made, the kept event an SSE stream is
+/// following, and how many answers were written from kept ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ReuseState {
+    key: KeyState,
+    /// SSE: the kept event whose bytes the event being read has been so far.
+    pub(super) following: Option<Following>,
+    /// SSE: bytes that differed from a kept event's are being read again; not followed.
+    pub(super) follow_off: bool,
+    /// Answers (a JSON body, SSE events) written from kept ones since the count was taken.
+    reused: u32,
+}
+
+/// Whether answers kept by others are reused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KeyState {
+    /// Never: pinned tools, CEL conditions, or turned off.
+    Off,
+    /// The key is not made yet.
+    Unset,
+    Key(Box<Key>),
+}
+
+impl ReuseState {
+    /// `on`: answers may be reused (their key is made when first needed).
+    pub(super) fn new(on: bool) -> ReuseState {
+        ReuseState {
+            key: if on { KeyState::Unset } else { KeyState::Off },
+            following: None,
+            follow_off: false,
+            reused: 0,
+        }
+    }
+
+    /// Never reuse, nor keep.
+    pub(super) fn turn_off(&mut self) {
+        self.key = KeyState::Off;
+    }
+
+    /// The key of reused answers for items judged as calls made by `req` (None: judged
+    /// without a request), made when first needed; None: no reuse.
+    pub(super) fn key(
+        &mut self,
+        engine: &Engine,
+        req: Option<&Request>,
+        settings: Settings,
+    ) -> Option<&Key> {
+        if matches!(self.key, KeyState::Unset) {
+            let key = req.and_then(|req| Key::new(engine, req, settings));
+            self.key = key.map_or(KeyState::Off, |k| KeyState::Key(Box::new(k)));
+        }
+        match &self.key {
+            KeyState::Key(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// One more answer written from a kept one.
+    pub(super) fn count(&mut self) {
+        self.reused = self.reused.saturating_add(1);
+    }
+
+    /// How many answers were written from kept ones since the last call.
+    pub(super) fn take_count(&mut self) -> u32 {
+        std::mem::take(&mut self.reused)
+    }
+}
+
 /// Bytes read and what a filtering wrote for them.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Kept {

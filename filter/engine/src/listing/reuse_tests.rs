@@ -112,7 +112,7 @@ fn listing_filter_with_id(
     match flow.on_body(e, body.len(), true, move |_| Some(body)) {
         Next::Allow {
             listing: Some(f), ..
-        } => Some((f, flow.request()?.clone())),
+        } => Some((*f, flow.request()?.clone())),
         _ => None,
     }
 }

@@ -1,10 +1,13 @@
-//! SSE streams: events read as their bytes arrive (at most `listings.maxBytes` held), then
-//! written again from their fields, a `message` event's data filtered as a JSON-RPC message.
+//! SSE streams: events framed as their bytes arrive ([`SseFramer`], at most
+//! `listings.maxBytes` held), then written again from their fields, a `message` event's data
+//! filtered as a JSON-RPC message.
 
 use std::borrow::Cow;
 
+use super::framer::{Framed, PendingEvent};
 use super::message::{may_hold_listing, Read};
 use super::{reuse, Judge, ListingFilter};
+use crate::bytes::find_either;
 
 impl ListingFilter {
     /// An SSE event carrying the error.
@@ -24,27 +27,24 @@ impl ListingFilter {
     ) -> Vec<u8> {
         let mut out = Vec::new();
         self.read_sse(judge, chunk, &mut out);
-        // An event not ended by a blank line when the stream ends is not dispatched by
-        // clients; it is dropped.
         if end_of_stream {
-            self.pending = None;
-            self.following = None;
+            self.end_sse();
         }
         out
+    }
+
+    /// The stream ended: an event not ended by a blank line is dropped (clients do not
+    /// dispatch it), and so is a kept event being followed.
+    pub(super) fn end_sse(&mut self) {
+        self.framer.end();
+        self.reuse.following = None;
     }
 
     /// Reads SSE bytes, writing the events they complete to `out`.
     fn read_sse(&mut self, judge: Judge<'_>, chunk: &[u8], out: &mut Vec<u8>) {
         let mut rest = chunk;
-        // The event being read, held in `self` between chunks (boxed: a filter that never
-        // reads a stream stays small).
-        let mut pending = self.pending.take().unwrap_or_default();
         while !rest.is_empty() {
-            if self.skipping {
-                rest = self.skip_event(rest);
-                continue;
-            }
-            if pending.bytes.is_empty() && !self.after_cr {
+            if self.framer.at_event_start() {
                 match self.follow(judge, rest, out) {
                     Followed::Read(n) => {
                         rest = rest.get(n..).unwrap_or_default();
@@ -52,45 +52,21 @@ impl ListingFilter {
                     }
                     Followed::Differs(f) => {
                         // What matched is read as any event's bytes, then the rest.
-                        self.pending = Some(pending);
-                        self.follow_off = true;
+                        self.reuse.follow_off = true;
                         let read = f.read_so_far(self.id.as_deref());
                         self.read_sse(judge, &read, out);
-                        self.follow_off = false;
-                        pending = self.pending.take().unwrap_or_default();
+                        self.reuse.follow_off = false;
                         continue;
                     }
                     Followed::No => {}
                 }
             }
-            // Scanned no further than one byte past what the event may still hold.
-            let room = self.max_bytes.saturating_sub(pending.bytes.len());
-            let window = rest.get(..room.saturating_add(1)).unwrap_or(rest);
-            let (take, done) = match pending.scan(window, &mut self.after_cr) {
-                Some(n) => (n, true),
-                None => (window.len(), false),
-            };
-            let (head, tail) = rest.split_at(take);
-            rest = tail;
-            if head.len() > room {
-                let line_ended = pending.line_start == pending.bytes.len() + head.len();
-                *pending = PendingEvent::default();
-                self.stream_start = false;
-                out.extend_from_slice(&self.sse_error(None));
-                if !done {
-                    self.skipping = true;
-                    self.at_line_start = line_ended;
-                }
-                continue;
-            }
-            pending.bytes.extend_from_slice(head);
-            if done {
-                self.rewrite_event(judge, &pending, out);
-                *pending = PendingEvent::default();
-                self.stream_start = false;
+            match self.framer.step(&mut rest, self.max_bytes) {
+                Framed::Event { event, first } => self.rewrite_event(judge, &event, first, out),
+                Framed::TooLarge => out.extend_from_slice(&self.sse_error(None)),
+                Framed::More => {}
             }
         }
-        self.pending = Some(pending);
     }
 
     /// At an event's start, or while following a kept event: reads as much of `rest` as is
@@ -99,12 +75,12 @@ impl ListingFilter {
     /// what was followed are read again as any event's.
     fn follow(&mut self, judge: Judge<'_>, rest: &[u8], out: &mut Vec<u8>) -> Followed {
         let kind = reuse::Kind::Event {
-            first: self.stream_start,
+            first: self.framer.first(),
         };
         // A kept event just found has the same bytes as `rest` (as far as both go).
-        let (mut f, found) = match self.following.take() {
+        let (mut f, found) = match self.reuse.following.take() {
             Some(f) => (f, false),
-            None if self.follow_off => return Followed::No,
+            None if self.reuse.follow_off => return Followed::No,
             None => {
                 // An event longer than the kept one (a longer id) must still fit.
                 let max = self.max_bytes;
@@ -125,7 +101,7 @@ impl ListingFilter {
             (false, _) => None,
             (true, true) => {
                 f.at += n;
-                self.following = Some(f);
+                self.reuse.following = Some(f);
                 return Followed::Read(n);
             }
             (true, false) => f.written(id),
@@ -134,43 +110,25 @@ impl ListingFilter {
             return Followed::Differs(f);
         };
         out.extend_from_slice(&written);
-        self.count_reused();
-        self.stream_start = false;
+        self.reuse.count();
         // A CR ending the event: a LF right after it is part of that line's end.
-        self.after_cr = f.kept.read.last() == Some(&b'\r');
+        self.framer.passed_event(f.kept.read.last() == Some(&b'\r'));
         Followed::Read(n)
-    }
-
-    /// Drops the bytes of an oversized event up to its end; returns what follows it.
-    fn skip_event<'b>(&mut self, bytes: &'b [u8]) -> &'b [u8] {
-        let mut from = 0;
-        if std::mem::take(&mut self.after_cr) && bytes.first() == Some(&b'\n') {
-            from = 1;
-        }
-        while let Some(at) = find_either(bytes, from, b'\n', b'\r') {
-            let blank = self.at_line_start && at == from;
-            let next = line_end(bytes, at, &mut self.after_cr);
-            self.at_line_start = true;
-            if blank {
-                self.skipping = false;
-                return bytes.get(next..).unwrap_or_default();
-            }
-            from = next;
-        }
-        if from < bytes.len() {
-            self.at_line_start = false;
-        }
-        &[]
     }
 
     /// One complete SSE event, written again to `out` from its fields: comments dropped, a
     /// `message` event's data read as a JSON-RPC message. One that is not UTF-8 or whose
     /// message cannot be read is replaced by the error.
-    fn rewrite_event(&mut self, judge: Judge<'_>, event: &PendingEvent, out: &mut Vec<u8>) {
-        let kind = reuse::Kind::Event {
-            first: self.stream_start,
-        };
-        let Some(fields) = SseEvent::parse(event, self.stream_start) else {
+    /// `first`: the stream's first event.
+    fn rewrite_event(
+        &mut self,
+        judge: Judge<'_>,
+        event: &PendingEvent,
+        first: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let kind = reuse::Kind::Event { first };
+        let Some(fields) = SseEvent::parse(event, first) else {
             return out.extend_from_slice(&self.sse_error(None));
         };
         if fields.is_empty() {
@@ -254,81 +212,6 @@ enum Followed {
     Differs(reuse::Following),
     /// Nothing kept is followed.
     No,
-}
-
-/// The offset after the line end at `at` (a LF, a CR, or a CR and the LF after it); sets
-/// `after_cr` when a CR ends `bytes` (a LF may follow in the next chunk).
-fn line_end(bytes: &[u8], at: usize, after_cr: &mut bool) -> usize {
-    let next = at + 1;
-    if bytes.get(at) != Some(&b'\r') {
-        return next;
-    }
-    match bytes.get(next) {
-        Some(b'\n') => next + 1,
-        Some(_) => next,
-        None => {
-            *after_cr = true;
-            next
-        }
-    }
-}
-
-/// SSE: the event being read, with its lines found as its bytes arrive.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct PendingEvent {
-    pub(super) bytes: Vec<u8>,
-    /// Its complete lines: spans in `bytes` without the line end (CRLF, LF or CR).
-    lines: Vec<(usize, usize)>,
-    /// Start of the line being read.
-    line_start: usize,
-}
-
-impl PendingEvent {
-    /// Reads `rest`, which continues the event (it will be appended to `bytes`), up to the
-    /// blank line that ends the event; returns the length of `rest` up to and including that
-    /// line's end. Lines end with CRLF, LF or CR; `after_cr` carries a CR that ended the
-    /// previous chunk, whose LF may start this one.
-    fn scan(&mut self, rest: &[u8], after_cr: &mut bool) -> Option<usize> {
-        let base = self.bytes.len();
-        let mut from = 0;
-        if std::mem::take(after_cr) && rest.first() == Some(&b'\n') {
-            from = 1;
-            self.line_start = base + 1;
-        }
-        while let Some(at) = find_either(rest, from, b'\n', b'\r') {
-            let p = base + at;
-            let next = line_end(rest, at, after_cr);
-            let blank = p == self.line_start;
-            if !blank {
-                self.lines.push((self.line_start, p));
-            }
-            self.line_start = base + next;
-            if blank {
-                return Some(next);
-            }
-            from = next;
-        }
-        None
-    }
-}
-
-/// The index of the first `a` or `b` in `bytes` at or after `i` (eight bytes at a time).
-pub(super) fn find_either(bytes: &[u8], mut i: usize, a: u8, b: u8) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    while let Some(chunk) = bytes.get(i..).and_then(|s| s.first_chunk::<8>()) {
-        let w = u64::from_le_bytes(*chunk);
-        let (x, y) = (w ^ (ONES * u64::from(a)), w ^ (ONES * u64::from(b)));
-        // A zero byte of x or y is a hit; a borrow only marks bytes above a real hit, so
-        // the lowest marked byte is exact.
-        let hits = (x.wrapping_sub(ONES) & !x | y.wrapping_sub(ONES) & !y) & HIGH;
-        if hits != 0 {
-            return Some(i + (hits.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    let tail = bytes.get(i..)?;
-    tail.iter().position(|&c| c == a || c == b).map(|p| i + p)
 }
 
 /// The fields of one SSE event, borrowed from its bytes.

@@ -215,7 +215,7 @@ impl Filter {
             return None;
         };
         Some(Filter {
-            filter: filter.clone(),
+            filter: ListingFilter::clone(filter),
             request: flow.request()?.clone(),
         })
     }
