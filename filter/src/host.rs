@@ -12,10 +12,11 @@ use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 use mcp_access_engine::callout::CacheUse;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{
-    CalloutAnswer, Dispatched, HeadersInput, Next, Phase, Reports, RequestFlow, Verdict,
-    TRACE_TAG_KEYS,
+    BodyProgress, CalloutAnswer, Dispatched, HeadersInput, Next, Phase, Progress, Reports,
+    RequestFlow, ResponseHeaders, Verdict, TRACE_TAG_KEYS,
 };
-use mcp_access_engine::listing::{BodyAction, HeadersAction, ListingFilter};
+use mcp_access_engine::listing::reuse::ListingStore;
+use mcp_access_engine::listing::BodyAction;
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::stats::{self, Counter};
 
@@ -63,6 +64,8 @@ struct Root {
     /// The shared-data stores every stream of this VM uses (made once, not per request).
     drift: Rc<SharedDrift>,
     answers: Rc<SharedAnswers>,
+    /// Filtered listings kept for reuse: one store per engine (made with it).
+    listings: Rc<ListingStore>,
 }
 
 impl Root {
@@ -74,6 +77,7 @@ impl Root {
             bundle_metrics: HashMap::new(),
             drift: Rc::new(SharedDrift),
             answers: Rc::new(SharedAnswers),
+            listings: Rc::new(ListingStore::default()),
         }
     }
 }
@@ -115,7 +119,7 @@ impl RootContext for Root {
                 let stats = BundleStats::define(&engine, &mut self.bundle_metrics);
                 self.bundle_stats = Some(Rc::new(stats));
                 // Listings filtered for the engine replaced would never be reused.
-                mcp_access_engine::listing::reuse::forget_all();
+                self.listings = Rc::new(ListingStore::default());
                 self.engine = Some(Rc::new(engine));
                 true
             }
@@ -133,8 +137,8 @@ impl RootContext for Root {
             bundle_stats: self.bundle_stats.clone()?,
             flow: RequestFlow::new()
                 .with_drift_store(self.drift.clone())
-                .with_answer_store(self.answers.clone()),
-            listing: None,
+                .with_answer_store(self.answers.clone())
+                .with_listing_store(self.listings.clone()),
         }))
     }
 
@@ -148,10 +152,6 @@ struct Stream {
     stats: Rc<Stats>,
     bundle_stats: Rc<BundleStats>,
     flow: RequestFlow,
-    /// The filter of a response that may carry a listing (docs/semantics.md §5.4), from the
-    /// flow's allow; dropped when the response headers show it carries none. It judges items
-    /// as calls made by the flow's request.
-    listing: Option<Box<ListingFilter>>,
 }
 
 /// The request's facts, read from Envoy's attributes when the engine asks.
@@ -174,12 +174,9 @@ impl HostFacts for Envoy {
 }
 
 impl Stream {
-    fn run(&mut self, mut action: Next, phase: Phase) -> WasmAction {
-        // Answers the cache gave while the headers or the body were handled.
-        let cached = self.flow.take_reports();
-        if !cached.is_empty() {
-            self.report_callouts(cached);
-        }
+    fn run(&mut self, progress: Progress, phase: Phase) -> WasmAction {
+        self.report_callouts(progress.reports);
+        let mut action = progress.next;
         loop {
             match action {
                 Next::Dispatch(calls) => {
@@ -201,7 +198,6 @@ impl Stream {
                 Next::Allow {
                     add_headers,
                     identity_headers,
-                    listing,
                 } => {
                     for edit in &add_headers {
                         if !abi::edit_request_header(edit) {
@@ -227,12 +223,9 @@ impl Stream {
                                 edit.name
                             ),
                         );
-                        self.finished();
-                        let r = mcp_access_engine::answer::identity_headers_failed();
-                        abi::send_response(r.status, &r.headers, &r.body);
-                        return WasmAction::Pause;
+                        action = self.flow.edit_failed().next;
+                        continue;
                     }
-                    self.listing = listing;
                     self.finished();
                     if phase.resumes_on_allow() {
                         abi::resume_request();
@@ -306,6 +299,21 @@ impl Stream {
         }
     }
 
+    /// Carries out what a response body event did: its stats and log lines, and the body
+    /// (`size` bytes held) replaced when the flow says so.
+    fn response_body(&mut self, progress: BodyProgress, size: usize) -> WasmAction {
+        self.report_pins(progress.pin_events);
+        self.stats.add(Counter::ListingsReused, progress.reused);
+        match progress.action {
+            BodyAction::Pass => WasmAction::Continue,
+            BodyAction::Buffer => WasmAction::Pause,
+            BodyAction::Replace(bytes) => {
+                abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, size, &bytes);
+                WasmAction::Continue
+            }
+        }
+    }
+
     /// Stats and log lines of the callouts that ended, as the flow judged them.
     fn report_callouts(&mut self, reports: Reports) {
         for r in reports {
@@ -365,8 +373,7 @@ impl Context for Stream {
         let progress = self
             .flow
             .on_callout_response(&self.engine, token, answer, now);
-        self.report_callouts(progress.reports);
-        self.run(progress.next, Phase::Async);
+        self.run(progress, Phase::Async);
     }
 }
 
@@ -374,9 +381,9 @@ impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
         let headers = abi::header_map(abi::MAP_HTTP_REQUEST_HEADERS).unwrap_or_default();
         let input = HeadersInput::gather(&self.engine, headers, end_of_stream, &Envoy);
-        let action = self.flow.on_headers(&self.engine, input);
+        let progress = self.flow.on_headers(&self.engine, input);
         self.run(
-            action,
+            progress,
             Phase::Headers {
                 body_follows: !end_of_stream,
             },
@@ -387,12 +394,12 @@ impl HttpContext for Stream {
         if self.flow.is_done() {
             return WasmAction::Continue;
         }
-        let action = self
+        let progress = self
             .flow
             .on_body(&self.engine, body_size, end_of_stream, |n| {
                 abi::buffer(abi::BUFFER_HTTP_REQUEST_BODY, n)
             });
-        self.run(action, Phase::Body)
+        self.run(progress, Phase::Body)
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> WasmAction {
@@ -415,18 +422,17 @@ impl HttpContext for Stream {
                     e.name
                 ),
             );
-            let r = mcp_access_engine::answer::identity_headers_failed();
-            abi::send_response(r.status, &r.headers, &r.body);
-            return WasmAction::Pause;
+            let progress = self.flow.edit_failed();
+            return self.run(progress, Phase::Body);
         }
         // Trailers end the body; continuing here without a decision would release the request.
         if self.flow.is_done() {
             return WasmAction::Continue;
         }
-        let action = self.flow.on_trailers(&self.engine, &trailers, |n| {
+        let progress = self.flow.on_trailers(&self.engine, &trailers, |n| {
             abi::buffer(abi::BUFFER_HTTP_REQUEST_BODY, n)
         });
-        self.run(action, Phase::Body)
+        self.run(progress, Phase::Body)
     }
 
     fn on_http_response_headers(
@@ -434,69 +440,46 @@ impl HttpContext for Stream {
         _num_headers: usize,
         _end_of_stream: bool,
     ) -> WasmAction {
-        // Only an allowed request's response is read (a denial is the filter's own answer).
-        let Some(filter) = self.listing.as_mut() else {
-            return WasmAction::Continue;
-        };
         // Most answers carry no listing: their Content-Type alone tells (one host call, not
         // the whole header map).
-        let content_type = abi::header_value(abi::MAP_HTTP_RESPONSE_HEADERS, "content-type");
-        let action = filter.on_response_headers(
-            content_type.as_deref(),
+        let action = self.flow.on_response_headers(
+            || abi::header_value(abi::MAP_HTTP_RESPONSE_HEADERS, "content-type"),
             || abi::header_value(abi::MAP_HTTP_RESPONSE_HEADERS, "content-encoding"),
             || abi::header_map(abi::MAP_HTTP_RESPONSE_HEADERS).unwrap_or_default(),
         );
-        match action {
-            HeadersAction::Keep => self.listing = None,
-            HeadersAction::Rewrite => {
-                abi::remove_response_header("content-length");
-                if let Some(ct) = filter.content_type() {
-                    abi::remove_response_header("content-encoding");
-                    abi::set_response_header("content-type", ct);
-                }
+        if let ResponseHeaders::Rewrite { media_type } = action {
+            abi::remove_response_header("content-length");
+            if let Some(ct) = media_type {
+                abi::remove_response_header("content-encoding");
+                abi::set_response_header("content-type", ct);
             }
         }
         WasmAction::Continue
     }
 
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> WasmAction {
-        let Some(filter) = self.listing.as_mut() else {
+        if !self.flow.reads_response() {
             return WasmAction::Continue;
-        };
+        }
         let mut size = 0;
-        let action = filter.on_trailers(&self.engine, self.flow.request(), || {
+        let progress = self.flow.on_response_trailers(&self.engine, || {
             let body = abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, usize::MAX >> 1);
             size = body.as_ref().map_or(0, Vec::len);
             body
         });
-        let (events, reused) = (filter.take_pin_events(), filter.take_reused());
-        self.report_pins(events);
-        self.stats.add(Counter::ListingsReused, reused);
-        if let BodyAction::Replace(bytes) = action {
-            abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, size, &bytes);
-        }
-        WasmAction::Continue
+        self.response_body(progress, size)
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
-        let Some(filter) = self.listing.as_mut() else {
+        if !self.flow.reads_response() {
             return WasmAction::Continue;
-        };
-        let req = self.flow.request();
-        let action = filter.on_body(&self.engine, req, body_size, end_of_stream, |n| {
-            abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, n)
-        });
-        let (events, reused) = (filter.take_pin_events(), filter.take_reused());
-        self.report_pins(events);
-        self.stats.add(Counter::ListingsReused, reused);
-        match action {
-            BodyAction::Pass => WasmAction::Continue,
-            BodyAction::Buffer => WasmAction::Pause,
-            BodyAction::Replace(bytes) => {
-                abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, body_size, &bytes);
-                WasmAction::Continue
-            }
         }
+        let progress = self
+            .flow
+            .on_response_body(&self.engine, body_size, end_of_stream, |n| {
+                abi::buffer(abi::BUFFER_HTTP_RESPONSE_BODY, n)
+            });
+        self.response_body(progress, body_size)
     }
 }
 

@@ -819,10 +819,19 @@ fn identity_headers_over_the_abi_and_a_failed_edit_refuses_the_request() {
     let (status, body) = vm.host().local_responses.last().unwrap().clone();
     assert_eq!(status, 500);
     let body: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["error"]["code"], -32603);
+    assert_eq!(
+        (&body["error"]["code"], &body["id"]),
+        (&json!(-32603), &json!(1))
+    );
     assert!(vm
         .host()
         .log_has("could not set identity header x-caller-spiffe: request refused"));
+    // The record says what the client got.
+    let d = vm.decision();
+    assert_eq!(
+        (&d["decision"], &d["reason"]),
+        (&json!("deny"), &json!("identity_headers_failed"))
+    );
 }
 
 #[test]

@@ -199,9 +199,11 @@ fn headers_input(len: usize) -> HeadersInput {
 /// returns the final action's kind and the outcome JSON (what the host writes to filter state).
 fn request(engine: &Engine, body: &[u8]) -> (bool, String) {
     let mut flow = RequestFlow::new();
-    let mut action = flow.on_headers(engine, headers_input(body.len()));
+    let mut action = flow.on_headers(engine, headers_input(body.len())).next;
     if action.is_hold() {
-        action = flow.on_body(engine, body.len(), true, |_| Some(body.to_vec()));
+        action = flow
+            .on_body(engine, body.len(), true, |_| Some(body.to_vec()))
+            .next;
     }
     let last = drive(&mut flow, engine, action, |_| Reply::status(200));
     assert!(!last.is_hold(), "flow stalled");
@@ -289,13 +291,19 @@ const OPS: &[(&str, Op)] = &[
     // and decided; the rest of s2_allowed is the decision's JSON (log and filter state).
     ("phase/s2_headers", |f| {
         let mut flow = RequestFlow::new();
-        black_box(flow.on_headers(&f.s2, headers_input(f.small_allow.len())));
+        black_box(
+            flow.on_headers(&f.s2, headers_input(f.small_allow.len()))
+                .next,
+        );
     }),
     ("phase/s2_headers_body", |f| {
         let body = black_box(&f.small_allow);
         let mut flow = RequestFlow::new();
-        black_box(flow.on_headers(&f.s2, headers_input(body.len())));
-        black_box(flow.on_body(&f.s2, body.len(), true, |_| Some(body.to_vec())));
+        black_box(flow.on_headers(&f.s2, headers_input(body.len())).next);
+        black_box(
+            flow.on_body(&f.s2, body.len(), true, |_| Some(body.to_vec()))
+                .next,
+        );
     }),
     ("request/s2_denied", |f| {
         black_box(request(&f.s2, black_box(&f.small_deny)));

@@ -113,12 +113,13 @@ fn allowed_listing_request(e: &Engine) -> (ListingFilter, RequestFlow) {
             jwts: vec![],
         },
     };
-    assert_eq!(flow.on_headers(e, input), Next::Hold);
+    assert_eq!(flow.on_headers(e, input).next, Next::Hold);
     let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
-    match flow.on_body(e, body.len(), true, move |_| Some(body)) {
-        Next::Allow {
-            listing: Some(f), ..
-        } => (*f, flow),
+    match flow.on_body(e, body.len(), true, move |_| Some(body)).next {
+        Next::Allow { .. } => match flow.response_filter() {
+            Some(f) => (f.clone(), flow),
+            None => panic!("no listing filter"),
+        },
         other => panic!("{other:?}"),
     }
 }

@@ -49,6 +49,10 @@ pub(crate) enum Rejection {
     /// An HTTP GET stream or a session DELETE under a revision without them: (HTTP method,
     /// revision).
     HttpMethodNotInRevision(String, &'static str),
+    /// The host could not set the caller's identity headers on an allowed request, or remove
+    /// a client's copy from its trailers (docs/semantics.md §5.7): the upstream would read
+    /// what the client sent.
+    IdentityHeadersFailed,
 }
 
 /// An MCP header the filter compares with the body (SEP-2243).
@@ -129,6 +133,7 @@ pub enum RejectionKind {
     HeaderMismatch,
     UnsupportedRevision,
     MethodNotInRevision,
+    IdentityHeadersFailed,
 }
 
 impl RejectionKind {
@@ -146,6 +151,7 @@ impl RejectionKind {
             RejectionKind::HeaderMismatch => "header_mismatch",
             RejectionKind::UnsupportedRevision => "unsupported_revision",
             RejectionKind::MethodNotInRevision => "method_not_in_revision",
+            RejectionKind::IdentityHeadersFailed => "identity_headers_failed",
         }
     }
 }
@@ -161,7 +167,7 @@ pub enum Why {
 
 impl Why {
     /// Every reason a request is denied or rejected for, in counter order.
-    pub const DENIALS: [Why; 19] = [
+    pub const DENIALS: [Why; 20] = [
         Why::Denied(Reason::UnknownListener),
         Why::Denied(Reason::UnknownBackend),
         Why::Denied(Reason::ExternalAuthDenied),
@@ -181,6 +187,7 @@ impl Why {
         Why::Rejected(RejectionKind::HeaderMismatch),
         Why::Rejected(RejectionKind::UnsupportedRevision),
         Why::Rejected(RejectionKind::MethodNotInRevision),
+        Why::Rejected(RejectionKind::IdentityHeadersFailed),
     ];
 
     /// Stable snake_case name, used in stats and logs (`allowed` for an allowed request).
@@ -216,6 +223,7 @@ impl Rejection {
             Rejection::BodyTooLarge => 413,
             Rejection::MethodNotInRevision(..) => 404,
             Rejection::HttpMethodNotInRevision(..) => 405,
+            Rejection::IdentityHeadersFailed => 500,
             _ => 400,
         }
     }
@@ -230,6 +238,7 @@ impl Rejection {
             Rejection::MethodNotInRevision(..) | Rejection::HttpMethodNotInRevision(..) => {
                 METHOD_NOT_FOUND
             }
+            Rejection::IdentityHeadersFailed => jsonrpc::INTERNAL_ERROR,
             _ => INVALID_REQUEST,
         }
     }
@@ -252,6 +261,7 @@ impl Rejection {
             Rejection::MethodNotInRevision(..) | Rejection::HttpMethodNotInRevision(..) => {
                 RejectionKind::MethodNotInRevision
             }
+            Rejection::IdentityHeadersFailed => RejectionKind::IdentityHeadersFailed,
         }
     }
 
@@ -273,6 +283,9 @@ impl Rejection {
             Rejection::HttpMethodNotInRevision(method, revision) => Cow::Owned(format!(
                 "HTTP {method} is not part of MCP {revision}: every request is a POST"
             )),
+            Rejection::IdentityHeadersFailed => {
+                "The caller's identity could not be passed to the server".into()
+            }
         }
     }
 
@@ -382,16 +395,6 @@ fn unrouted(d: &Denial) -> Option<Value> {
         "detail": d.detail,
         "fix": fix,
     }))
-}
-
-/// The answer to an allowed request whose identity headers could not be set (the host could
-/// not edit the request): it must not reach the upstream with what the client sent.
-pub fn identity_headers_failed() -> LocalResponse {
-    let message = "The caller's identity could not be passed to the server";
-    json_response(
-        500,
-        jsonrpc::error(None, jsonrpc::INTERNAL_ERROR, message, None),
-    )
 }
 
 #[cfg(test)]

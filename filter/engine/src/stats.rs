@@ -202,6 +202,7 @@ mod tests {
                 "header_mismatch",
                 "unsupported_revision",
                 "method_not_in_revision",
+                "identity_headers_failed",
             ]
         );
         for (i, w) in Why::DENIALS.iter().enumerate() {

@@ -70,8 +70,10 @@ fn allowed_call(engine: &Engine, map: &[u8]) -> usize {
         let headers = wire::decode_map(map.to_vec()).expect("header map");
         let input = HeadersInput::gather(engine, headers, false, &Facts);
         let mut flow = RequestFlow::new();
-        assert!(flow.on_headers(engine, input).is_hold());
-        let next = flow.on_body(engine, BODY.len(), true, |_| Some(BODY.to_vec()));
+        assert!(flow.on_headers(engine, input).next.is_hold());
+        let next = flow
+            .on_body(engine, BODY.len(), true, |_| Some(BODY.to_vec()))
+            .next;
         assert!(matches!(next, Next::Allow { .. }), "{next:?}");
         let record = flow.outcome().expect("decided").to_json();
         assert!(record.contains("allow"), "{record}");

@@ -102,8 +102,8 @@ fuzz_target!(|data: &[u8]| {
     let (grpc, fail_open) = (bits & 1 == 1, bits & 2 == 2);
     let e = &engines()[usize::from(bits)];
     let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(e, input()), Next::Hold);
-    let Next::Dispatch(calls) = flow.on_body(e, BODY.len(), true, |_| Some(BODY.to_vec())) else {
+    assert_eq!(flow.on_headers(e, input()).next, Next::Hold);
+    let Next::Dispatch(calls) = flow.on_body(e, BODY.len(), true, |_| Some(BODY.to_vec())).next else {
         panic!("no callout")
     };
     assert_eq!(calls.len(), 1);

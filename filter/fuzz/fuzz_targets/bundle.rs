@@ -53,10 +53,10 @@ fn decide(engine: &Engine, port: u16, method: &str, body: &[u8]) {
                 jwts: vec![],
             },
         },
-    );
+    ).next;
     if !body.is_empty() {
         let owned = body.to_vec();
-        action = flow.on_body(engine, body.len(), true, move |_| Some(owned));
+        action = flow.on_body(engine, body.len(), true, move |_| Some(owned)).next;
     }
     // Every authorizer allows, with one header.
     let action = drive(&mut flow, engine, action, |_| Reply::Http {

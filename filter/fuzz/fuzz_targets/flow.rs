@@ -460,23 +460,23 @@ fuzz_target!(|data: &[u8]| {
                 jwts: input.jwts.clone(),
             },
         },
-    );
+    ).next;
     d.handle(a);
     if !input.eos {
         let body = &input.body;
         let step = body.len() / (input.chunks + 1);
         for i in 1..=input.chunks {
-            let a = d.flow.on_body(engine, step * i, false, |_| None);
+            let a = d.flow.on_body(engine, step * i, false, |_| None).next;
             d.handle(a);
         }
         let a = if input.trailers {
             d.flow.on_trailers(engine, &Headers::new(), |n| {
                 Some(body[..n.min(body.len())].to_vec())
-            })
+            }).next
         } else {
             d.flow.on_body(engine, body.len(), true, |n| {
                 Some(body[..n.min(body.len())].to_vec())
-            })
+            }).next
         };
         d.handle(a);
     }

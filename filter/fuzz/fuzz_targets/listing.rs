@@ -104,15 +104,16 @@ fn filters_with_id(engine: &Engine, id: &str) -> Vec<(ListingFilter, RequestFlow
                 cluster_name: None,
                 caller: Caller::default(),
             };
-            let mut a = flow.on_headers(engine, input);
+            let mut a = flow.on_headers(engine, input).next;
             if !body.is_empty() {
                 let owned = body.to_vec();
-                a = flow.on_body(engine, owned.len(), true, move |_| Some(owned));
+                a = flow.on_body(engine, owned.len(), true, move |_| Some(owned)).next;
             }
             match a {
-                Next::Allow {
-                    listing: Some(f), ..
-                } => (*f, flow),
+                Next::Allow { .. } => match flow.response_filter() {
+                    Some(f) => (f.clone(), flow),
+                    None => panic!("{method}: no listing filter"),
+                },
                 a => panic!("{method}: {a:?}"),
             }
         })

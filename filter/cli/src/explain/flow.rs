@@ -95,10 +95,12 @@ pub(super) fn run_flow(
     }
     let (route, cluster) = (input.route_name.clone(), input.cluster_name.clone());
     let mut flow = RequestFlow::traced();
-    let mut next = flow.on_headers(engine, input);
+    let mut next = flow.on_headers(engine, input).next;
     if let (Next::Hold, Some(b)) = (&next, &req.body) {
         let bytes = b.as_bytes().to_vec();
-        next = flow.on_body(engine, bytes.len(), true, |_| Some(bytes));
+        next = flow
+            .on_body(engine, bytes.len(), true, |_| Some(bytes))
+            .next;
     }
     let mut calls = Vec::new();
     let last = drive(&mut flow, engine, next, |call| {

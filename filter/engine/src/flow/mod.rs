@@ -10,6 +10,9 @@ mod outcome;
 mod pinned;
 mod record;
 pub mod records;
+mod response;
+
+use std::rc::Rc;
 
 use mcp_access_bundle::gateway_api::canonical_host;
 use mcp_access_bundle::mcp_methods::{self, Revision};
@@ -18,6 +21,7 @@ use crate::answer::{self, HeaderProblem, LocalResponse, Rejection, Why};
 use crate::authz_cache;
 use crate::callout::{self, CalloutReport, CalloutRequest};
 use crate::canon::canonical_path;
+use crate::listing::reuse::ListingStore;
 use crate::listing::ListingFilter;
 use crate::mcp::{self, ParseError, ParseLimits};
 use crate::policy::{
@@ -29,19 +33,19 @@ use checks::{body_limit, header_rejection, McpHeaders};
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
 pub use outcome::{Outcome, TRACE_TAG_KEYS};
+pub use response::{BodyProgress, ResponseHeaders};
 
 /// What the host must do next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Next {
     /// Let the request go on after applying `add_headers`, then `identity_headers`, in order.
-    /// An identity header edit that does not take effect must stop the request (answer
-    /// [`answer::identity_headers_failed`]): the upstream would read the client's copy
-    /// (docs/semantics.md §5.7). `listing` filters the response (§5.4): set when the bundle
-    /// filters listings, for the response headers to tell whether the response can carry one.
+    /// An identity header edit that does not take effect must stop the request
+    /// ([`RequestFlow::edit_failed`]): the upstream would read the client's copy
+    /// (docs/semantics.md §5.7). The response is then handed to the flow
+    /// ([`RequestFlow::on_response_headers`]), which filters listings (§5.4).
     Allow {
         add_headers: Vec<HeaderEdit>,
         identity_headers: Vec<HeaderEdit>,
-        listing: Option<Box<ListingFilter>>,
     },
     /// Keep holding the request (headers held, body buffered, or callouts in flight).
     Hold,
@@ -86,8 +90,8 @@ pub struct Dispatched {
     pub at_ns: u64,
 }
 
-/// What a callout event did: what the host does next, and the callouts that ended with it
-/// (for the host's stats and logs).
+/// What a request event did: what the host does next, and the callouts that ended with it
+/// (for the host's stats and logs), answered by an authorizer or by the cache.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Progress {
     pub next: Next,
@@ -218,6 +222,11 @@ pub struct RequestFlow {
     cache_keys: Vec<(usize, crate::authz_cache::CacheKey)>,
     /// The authorizers whose answers came from the cache.
     cached: Vec<String>,
+    /// Where filtered listings are kept for reuse (the host's, one per engine).
+    listings: Option<Rc<ListingStore>>,
+    /// The filter of an allowed request's response (docs/semantics.md §5.4); dropped when the
+    /// response headers show it carries no listing.
+    response: Option<ListingFilter>,
 }
 
 impl Default for RequestFlow {
@@ -247,13 +256,22 @@ impl RequestFlow {
             answers: None,
             cache_keys: Vec::new(),
             cached: Vec::new(),
+            listings: None,
+            response: None,
         }
     }
 
     /// This flow records and reads drift from pinned tools in `store` (without one, drift a
     /// listing shows is left out of it but not remembered).
-    pub fn with_drift_store(mut self, store: std::rc::Rc<dyn crate::pins::DriftStore>) -> Self {
+    pub fn with_drift_store(mut self, store: Rc<dyn crate::pins::DriftStore>) -> Self {
         self.drift = Some(crate::pins::DriftPort(store));
+        self
+    }
+
+    /// This flow reuses filtered listings kept in `store` and keeps its own there (without
+    /// one, every listing is filtered afresh).
+    pub fn with_listing_store(mut self, store: Rc<ListingStore>) -> Self {
+        self.listings = Some(store);
         self
     }
 
@@ -297,7 +315,12 @@ impl RequestFlow {
     }
 
     /// The request headers arrived.
-    pub fn on_headers(&mut self, engine: &Engine, input: HeadersInput) -> Next {
+    pub fn on_headers(&mut self, engine: &Engine, input: HeadersInput) -> Progress {
+        let next = self.headers(engine, input);
+        self.progress(next)
+    }
+
+    fn headers(&mut self, engine: &Engine, input: HeadersInput) -> Next {
         if self.stage != Stage::Start {
             return Next::Hold;
         }
@@ -369,29 +392,34 @@ impl RequestFlow {
         size: usize,
         end_of_stream: bool,
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
-    ) -> Next {
-        if self.stage != Stage::Body {
-            return Next::Hold;
-        }
-        let limit = body_limit(engine);
-        if size > limit {
-            return self.reject(Rejection::BodyTooLarge);
-        }
-        if !end_of_stream {
-            return Next::Hold;
-        }
-        let body = if size == 0 {
-            Vec::new()
-        } else {
-            read(size).unwrap_or_default()
+    ) -> Progress {
+        let next = match () {
+            _ if self.stage != Stage::Body => Next::Hold,
+            _ if size > body_limit(engine) => self.reject(Rejection::BodyTooLarge),
+            _ if !end_of_stream => Next::Hold,
+            _ if size == 0 => self.body_complete(engine, Vec::new()),
+            _ => {
+                let body = read(size).unwrap_or_default();
+                self.body_complete(engine, body)
+            }
         };
-        self.body_complete(engine, body)
+        self.progress(next)
     }
 
     /// Request trailers arrived (names lowercase): the body is complete (`read` gets up to
     /// the given byte count). An MCP header sent as a trailer is refused: it was not compared
     /// with the body, and a server may read trailers as headers.
     pub fn on_trailers(
+        &mut self,
+        engine: &Engine,
+        trailers: &Headers,
+        read: impl FnOnce(usize) -> Option<Vec<u8>>,
+    ) -> Progress {
+        let next = self.trailers(engine, trailers, read);
+        self.progress(next)
+    }
+
+    fn trailers(
         &mut self,
         engine: &Engine,
         trailers: &Headers,
@@ -506,12 +534,6 @@ impl RequestFlow {
         }
         let next = self.step(engine);
         self.progress(next)
-    }
-
-    /// The callouts that ended since the host last took them: those the cache answered while
-    /// the headers or the body were handled (the host takes the others with each [`Progress`]).
-    pub fn take_reports(&mut self) -> Reports {
-        std::mem::take(&mut self.reports)
     }
 
     fn progress(&mut self, next: Next) -> Progress {
@@ -736,18 +758,17 @@ impl RequestFlow {
                 let identity = identity.unwrap_or_default();
                 outcome.identity_omitted = identity.omitted;
                 self.outcome = Some(outcome);
-                // The listing filter takes the id; the request stays here, for the host to
-                // hand to it.
-                let listing = match &self.req {
+                // The response's filter judges items as calls made by the request.
+                self.response = match &self.req {
                     Some(r) if engine.listings.filter => {
-                        let (id, drift) = (self.id.take(), self.drift.clone());
-                        ListingFilter::for_allowed(engine, r, id, self.revision, drift)
-                            .map(Box::new)
+                        let (drift, store) = (self.drift.clone(), self.listings.clone());
+                        let id = self.id.clone();
+                        ListingFilter::for_allowed(engine, r, id, self.revision, drift, store)
                     }
                     _ => None,
                 };
                 let req = self.req.as_ref();
-                if let (Some(f), Some(r)) = (&listing, req) {
+                if let (Some(f), Some(r)) = (&self.response, req) {
                     if f.wants_identity(engine, r) {
                         // An answer read to be filtered: ask the server not to compress it.
                         add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
@@ -756,7 +777,6 @@ impl RequestFlow {
                 Next::Allow {
                     add_headers,
                     identity_headers: identity.edits,
-                    listing,
                 }
             }
             Decision::Deny(d) => {
@@ -850,7 +870,6 @@ impl RequestFlow {
         Next::Allow {
             add_headers: Vec::new(),
             identity_headers: Vec::new(),
-            listing: None,
         }
     }
 
@@ -896,7 +915,9 @@ mod tests {
         let mut rejected = RequestFlow::traced();
         let mut gzip = input();
         gzip.headers.push("content-encoding", "gzip");
-        assert!(matches!(rejected.on_headers(&engine, gzip), Next::Respond(r) if r.status == 415));
+        assert!(
+            matches!(rejected.on_headers(&engine, gzip).next, Next::Respond(r) if r.status == 415)
+        );
         assert!(!rejected.evaluated() && rejected.trace().is_empty());
     }
 

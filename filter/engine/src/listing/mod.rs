@@ -21,6 +21,8 @@ mod message;
 pub mod reuse;
 mod sse;
 
+use std::rc::Rc;
+
 use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
 
 use crate::jsonrpc::{self, INTERNAL_ERROR};
@@ -31,7 +33,7 @@ use crate::request::{Headers, McpOp, Request};
 use framer::SseFramer;
 use items::ItemJudge;
 use message::Read;
-use reuse::ReuseState;
+use reuse::{ListingStore, ReuseState};
 
 /// The JSON-RPC error message of a listing that could not be filtered.
 const UNFILTERABLE: &str = "The server's listing could not be checked for this caller";
@@ -78,6 +80,9 @@ pub enum BodyAction {
     /// Replace what the host holds (the chunk, or the whole buffered body) with this.
     Replace(Vec<u8>),
 }
+
+/// The key of reused answers, their store and the request's id (raw JSON).
+type ReuseKey<'f> = (&'f reuse::Key, &'f reuse::ListingStore, Option<&'f str>);
 
 /// What judges a listing's items: the engine and the request allowed (None: no item is
 /// usable).
@@ -157,6 +162,7 @@ impl ListingFilter {
         id: Option<String>,
         revision: Revision,
         drift: Option<DriftPort>,
+        store: Option<Rc<ListingStore>>,
     ) -> Option<ListingFilter> {
         if !engine.listings.filter {
             return None;
@@ -181,7 +187,8 @@ impl ListingFilter {
             mode: Mode::Unknown,
             refused: false,
             framer: SseFramer::default(),
-            reuse: ReuseState::new(pins.is_none()),
+            // Never with pins: their drift is observed per listing.
+            reuse: ReuseState::new(store.filter(|_| pins.is_none())),
             items: ItemJudge::new(pins),
         })
     }
@@ -232,12 +239,12 @@ impl ListingFilter {
 
     /// The key of reused answers, made when first needed, and the request's id (raw JSON);
     /// None: no reuse.
-    fn reuse_key(&mut self, judge: Judge<'_>) -> Option<(&reuse::Key, Option<&str>)> {
+    fn reuse_key(&mut self, judge: Judge<'_>) -> Option<ReuseKey<'_>> {
         let settings = reuse::Settings {
             cache_scope: self.cache_scope,
         };
-        let key = self.reuse.key(judge.engine, judge.request, settings)?;
-        Some((key, self.id.as_deref()))
+        let (key, store) = self.reuse.key(judge.engine, judge.request, settings)?;
+        Some((key, store, self.id.as_deref()))
     }
 
     /// Where a filtered message's id is, for keeping it: at its spans (`at`: offsets of the
@@ -395,8 +402,8 @@ impl ListingFilter {
     fn filter_body(&mut self, judge: Judge<'_>, body: &[u8]) -> Vec<u8> {
         let lenient = self.mode == Mode::Lenient;
         let kind = reuse::Kind::Body;
-        let reused = self.reuse_key(judge).and_then(|(k, id)| {
-            let f = reuse::kept_from(k, kind, id, body)?;
+        let reused = self.reuse_key(judge).and_then(|(k, store, id)| {
+            let f = store.kept_from(k, kind, id, body)?;
             (f.remaining(id) == body.len()).then(|| f.written(id))?
         });
         if let Some(out) = reused {
@@ -406,8 +413,8 @@ impl ListingFilter {
         match self.read_message(judge, body, true) {
             Read::Filtered(out, spans) => {
                 let id = self.id_at(spans, (0, 0));
-                if let Some((key, _)) = self.reuse_key(judge) {
-                    reuse::keep(key, kind, id, body, &out);
+                if let Some((key, store, _)) = self.reuse_key(judge) {
+                    store.keep(key, kind, id, body, &out);
                 }
                 out
             }
@@ -556,25 +563,22 @@ mod tests {
             route_name: Some("tools".into()),
             ..HeadersInput::default()
         };
-        let mut a = flow.on_headers(e, input);
+        let mut a = flow.on_headers(e, input).next;
         if !get {
             let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
-            a = flow.on_body(e, body.len(), true, move |_| Some(body));
+            a = flow.on_body(e, body.len(), true, move |_| Some(body)).next;
         }
-        let Next::Allow {
-            listing: Some(mut f),
-            ..
-        } = a
-        else {
+        let (Next::Allow { .. }, Some(f)) = (&a, flow.response_filter()) else {
             panic!("no filter: {a:?}")
         };
+        let mut f = f.clone();
         assert_eq!(f.listing.is_some(), !get);
         f.on_headers(&Headers::from(headers(&SSE)));
         let req = flow
             .request()
             .cloned()
             .unwrap_or_else(|| panic!("no request"));
-        (*f, req)
+        (f, req)
     }
 
     /// The Content-Type alone decides a non-listing answer exactly as the whole headers do:

@@ -1,6 +1,6 @@
 //! Reuse of filtered listings (issue 25 P7): a listing rarely changes while callers ask for it
-//! again and again. What a filtering wrote is kept per VM (thread) with the exact bytes it
-//! read and everything else it depends on ([`Key`]); the same bytes read again for a caller
+//! again and again. What a filtering wrote is kept in the engine's [`ListingStore`] (one per
+//! VM and bundle, held by the host) with the exact bytes it read and everything else it depends on ([`Key`]); the same bytes read again for a caller
 //! judged alike get the same answer without being parsed or judged again. Bytes are compared
 //! whole (exact equality, no digest); a byte that differs anywhere is a fresh filtering.
 //!
@@ -15,7 +15,7 @@
 //! backend with pinned tools (their drift is observed per listing), nor with a bundle that
 //! has CEL conditions (one may read any header, the time). Bounded: [`MAX_ENTRIES`] answers and
 //! [`MAX_BYTES`] in all (bytes read and written), the oldest dropped first; a bundle loaded
-//! empties it ([`forget_all`]).
+//! comes with a new, empty store.
 //!
 //! A JSON body is compared whole once read. An SSE event is compared as its bytes arrive: at
 //! an event's start, the bytes are held to a kept event's ([`kept_from`]) and not scanned for
@@ -32,18 +32,17 @@ use crate::keyhash::{claim_field, field, opt_field};
 use crate::policy::Engine;
 use crate::request::{McpOp, Request, Target};
 
-/// At most this many answers are kept per VM.
+/// At most this many answers are kept per store.
 pub const MAX_ENTRIES: usize = 16;
-/// At most this many bytes (read and written) are kept per VM.
+/// At most this many bytes (read and written) are kept per store.
 pub const MAX_BYTES: usize = 4 << 20;
 
 /// Everything beside the bytes read that a filtering's answer depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Key {
-    /// The engine ([`crate::policy::Instance`] serial): a new bundle never reuses an old one's.
-    engine: u64,
     /// SHA-256 of the request as far as judging an item reads it ([`Key::new`]) and of the
-    /// filter's own settings, each field length-prefixed.
+    /// filter's own settings, each field length-prefixed. The engine is the store's: each
+    /// engine has its own [`ListingStore`].
     digest: [u8; 32],
 }
 
@@ -145,7 +144,6 @@ impl Key {
             opt_field(&mut h, None);
         }
         Some(Key {
-            engine: engine.instance.serial,
             digest: h.finalize().into(),
         })
     }
@@ -156,6 +154,8 @@ impl Key {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct ReuseState {
     key: KeyState,
+    /// Where answers are kept (None: no reuse).
+    store: Option<Rc<ListingStore>>,
     /// SSE: the kept event whose bytes the event being read has been so far.
     pub(super) following: Option<Following>,
     /// SSE: bytes that differed from a kept event's are being read again; not followed.
@@ -175,10 +175,14 @@ enum KeyState {
 }
 
 impl ReuseState {
-    /// `on`: answers may be reused (their key is made when first needed).
-    pub(super) fn new(on: bool) -> ReuseState {
+    /// Answers kept in `store` are reused (their key is made when first needed); None: never.
+    pub(super) fn new(store: Option<Rc<ListingStore>>) -> ReuseState {
         ReuseState {
-            key: if on { KeyState::Unset } else { KeyState::Off },
+            key: match store {
+                Some(_) => KeyState::Unset,
+                None => KeyState::Off,
+            },
+            store,
             following: None,
             follow_off: false,
             reused: 0,
@@ -191,19 +195,19 @@ impl ReuseState {
     }
 
     /// The key of reused answers for items judged as calls made by `req` (None: judged
-    /// without a request), made when first needed; None: no reuse.
+    /// without a request), made when first needed, and the store; None: no reuse.
     pub(super) fn key(
         &mut self,
         engine: &Engine,
         req: Option<&Request>,
         settings: Settings,
-    ) -> Option<&Key> {
+    ) -> Option<(&Key, &ListingStore)> {
         if matches!(self.key, KeyState::Unset) {
             let key = req.and_then(|req| Key::new(engine, req, settings));
             self.key = key.map_or(KeyState::Off, |k| KeyState::Key(Box::new(k)));
         }
-        match &self.key {
-            KeyState::Key(k) => Some(k),
+        match (&self.key, &self.store) {
+            (KeyState::Key(k), Some(store)) => Some((k, store)),
             _ => None,
         }
     }
@@ -329,18 +333,36 @@ fn same_at(pieces: [&[u8]; 3], at: usize, bytes: &[u8]) -> bool {
     from == bytes.len()
 }
 
-thread_local! {
-    /// Most recently kept first.
-    static KEPT: RefCell<Vec<Rc<Kept>>> = const { RefCell::new(Vec::new()) };
+/// The answers one engine's filterings kept, most recently kept first: the host makes one
+/// with each engine it loads (what was kept for another bundle is never reused) and hands it
+/// to every stream's flow ([`crate::flow::RequestFlow::with_listing_store`]).
+#[derive(Debug, Default)]
+pub struct ListingStore {
+    kept: RefCell<Vec<Rc<Kept>>>,
 }
 
-/// What was kept under `key` (read as `kind`) whose bytes, as a request of `id` (raw JSON)
-/// reads them, start with `rest` (as much of it as they have). Bytes that start with a LF are
-/// never followed (an SSE event's do when one ending with a CR came before: that LF ended its
-/// line).
-pub(super) fn kept_from(key: &Key, kind: Kind, id: Option<&str>, rest: &[u8]) -> Option<Following> {
-    KEPT.with(|kept| {
-        let kept = kept.try_borrow().ok()?;
+/// Stores are told apart by identity (filters compare equal only with the same store).
+impl PartialEq for ListingStore {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for ListingStore {}
+
+impl ListingStore {
+    /// What was kept under `key` (read as `kind`) whose bytes, as a request of `id` (raw
+    /// JSON) reads them, start with `rest` (as much of it as they have). Bytes that start
+    /// with a LF are never followed (an SSE event's do when one ending with a CR came before:
+    /// that LF ended its line).
+    pub(super) fn kept_from(
+        &self,
+        key: &Key,
+        kind: Kind,
+        id: Option<&str>,
+        rest: &[u8],
+    ) -> Option<Following> {
+        let kept = self.kept.try_borrow().ok()?;
         let e = kept.iter().find(|e| {
             let Some(read) = e.read_as(id).filter(|_| e.kind == kind && e.key == *key) else {
                 return false;
@@ -355,16 +377,14 @@ pub(super) fn kept_from(key: &Key, kind: Kind, id: Option<&str>, rest: &[u8]) ->
             kept: Rc::clone(e),
             at: 0,
         })
-    })
-}
-
-/// Keeps what a filtering wrote for `read` read as `kind` under `key`, its id at `id`.
-pub(super) fn keep(key: &Key, kind: Kind, id: IdAt, read: &[u8], written: &[u8]) {
-    if read.len() + written.len() > MAX_BYTES {
-        return;
     }
-    KEPT.with(|kept| {
-        let Ok(mut kept) = kept.try_borrow_mut() else {
+
+    /// Keeps what a filtering wrote for `read` read as `kind` under `key`, its id at `id`.
+    pub(super) fn keep(&self, key: &Key, kind: Kind, id: IdAt, read: &[u8], written: &[u8]) {
+        if read.len() + written.len() > MAX_BYTES {
+            return;
+        }
+        let Ok(mut kept) = self.kept.try_borrow_mut() else {
             return;
         };
         kept.insert(
@@ -380,26 +400,14 @@ pub(super) fn keep(key: &Key, kind: Kind, id: IdAt, read: &[u8], written: &[u8])
         while kept.len() > MAX_ENTRIES || kept.iter().map(|e| e.size()).sum::<usize>() > MAX_BYTES {
             kept.pop();
         }
-    });
-}
+    }
 
-/// Forgets every kept answer of this thread: the host calls it when it loads a bundle (the
-/// answers kept for the engine it replaces would never be reused).
-pub fn forget_all() {
-    KEPT.with(|kept| {
-        if let Ok(mut kept) = kept.try_borrow_mut() {
-            kept.clear();
-        }
-    });
-}
-
-/// The number of answers and bytes kept by this thread.
-pub fn kept() -> (usize, usize) {
-    KEPT.with(|kept| {
-        kept.try_borrow()
-            .map(|k| (k.len(), k.iter().map(|e| e.size()).sum()))
-            .unwrap_or_default()
-    })
+    /// The number of answers and bytes kept.
+    pub fn kept(&self) -> (usize, usize) {
+        self.kept.try_borrow().map_or((0, 0), |k| {
+            (k.len(), k.iter().map(|e| e.size()).sum::<usize>())
+        })
+    }
 }
 
 /// Whether `a` and `b` are the same bytes, compared eight at a time (a byte-wise `memcmp` is
@@ -457,38 +465,41 @@ mod tests {
 
     #[test]
     fn what_is_kept_stays_within_its_bounds_newest_first() {
-        forget_all();
-        let key = |n: u8| Key {
-            engine: u64::MAX,
-            digest: [n; 32],
-        };
+        let store = ListingStore::default();
+        let key = |n: u8| Key { digest: [n; 32] };
         // Small answers: no more than MAX_ENTRIES, the oldest gone.
         for n in 0..40u8 {
-            keep(&key(n), Kind::Body, IdAt::Exact(None), &[b'{', n], b"{}");
+            store.keep(&key(n), Kind::Body, IdAt::Exact(None), &[b'{', n], b"{}");
         }
-        assert_eq!(kept(), (MAX_ENTRIES, MAX_ENTRIES * 4));
-        assert!(kept_from(&key(39), Kind::Body, None, &[b'{', 39]).is_some());
-        assert!(kept_from(&key(0), Kind::Body, None, &[b'{', 0]).is_none());
+        assert_eq!(store.kept(), (MAX_ENTRIES, MAX_ENTRIES * 4));
+        assert!(store
+            .kept_from(&key(39), Kind::Body, None, &[b'{', 39])
+            .is_some());
+        assert!(store
+            .kept_from(&key(0), Kind::Body, None, &[b'{', 0])
+            .is_none());
         // Another kind, another key, other bytes: not found.
-        assert!(kept_from(&key(39), Kind::Event { first: true }, None, &[b'{', 39]).is_none());
-        assert!(kept_from(&key(38), Kind::Body, None, &[b'{', 39]).is_none());
+        assert!(store
+            .kept_from(&key(39), Kind::Event { first: true }, None, &[b'{', 39])
+            .is_none());
+        assert!(store
+            .kept_from(&key(38), Kind::Body, None, &[b'{', 39])
+            .is_none());
         // Large answers: no more than MAX_BYTES in all; one larger than that is not kept.
         let big = vec![b'x'; MAX_BYTES / 3];
         for n in 0..5u8 {
-            keep(&key(n), Kind::Body, IdAt::Exact(None), &big, b"{}");
+            store.keep(&key(n), Kind::Body, IdAt::Exact(None), &big, b"{}");
         }
-        let (entries, bytes) = kept();
+        let (entries, bytes) = store.kept();
         assert!(entries == 2 && bytes <= MAX_BYTES, "{entries} {bytes}");
-        keep(
+        store.keep(
             &key(9),
             Kind::Body,
             IdAt::Exact(None),
             &vec![b'x'; MAX_BYTES],
             b"{}",
         );
-        assert_eq!(kept().0, 2);
-        forget_all();
-        assert_eq!(kept(), (0, 0));
+        assert_eq!(store.kept().0, 2);
     }
 
     #[test]

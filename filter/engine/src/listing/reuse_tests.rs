@@ -6,7 +6,10 @@
 #[cfg(test)]
 use serde_json::{json, Value};
 
-use super::reuse::{self, MAX_BYTES, MAX_ENTRIES};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use super::reuse::{ListingStore, MAX_BYTES, MAX_ENTRIES};
 use super::{BodyAction, ListingFilter};
 use crate::canonical_json::digest_of;
 use crate::flow::{HeadersInput, Next, RequestFlow};
@@ -16,6 +19,24 @@ use crate::request::Headers;
 use crate::request::{Caller, Request};
 
 const TOOLS: usize = 20;
+
+thread_local! {
+    /// The store the filters of these tests keep answers in, as a host's one per engine.
+    static STORE: RefCell<Rc<ListingStore>> = RefCell::new(Rc::default());
+}
+
+fn store() -> Rc<ListingStore> {
+    STORE.with(|s| Rc::clone(&s.borrow()))
+}
+
+/// A new, empty store, as a host makes with each engine.
+fn forget_all() {
+    STORE.with(|s| *s.borrow_mut() = Rc::default());
+}
+
+fn kept() -> (usize, usize) {
+    store().kept()
+}
 
 fn tool(i: usize) -> Value {
     json!({"name": format!("t{i}"), "description": format!("tool {i}"),
@@ -96,7 +117,7 @@ fn listing_filter_with_id(
     if let Some(tier) = [None, Some("gold"), Some("silver")][rng.below(3)] {
         headers.push(("x-tier".into(), tier.into()));
     }
-    let mut flow = RequestFlow::new();
+    let mut flow = RequestFlow::new().with_listing_store(store());
     let input = HeadersInput {
         headers: headers.into(),
         port: 8443,
@@ -109,10 +130,8 @@ fn listing_filter_with_id(
     };
     flow.on_headers(e, input);
     let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#).into_bytes();
-    match flow.on_body(e, body.len(), true, move |_| Some(body)) {
-        Next::Allow {
-            listing: Some(f), ..
-        } => Some((*f, flow.request()?.clone())),
+    match flow.on_body(e, body.len(), true, move |_| Some(body)).next {
+        Next::Allow { .. } => Some((flow.response_filter()?.clone(), flow.request()?.clone())),
         _ => None,
     }
 }
@@ -229,7 +248,7 @@ fn differential(
 ) -> (u64, u64) {
     let e = engine();
     let mut rng = Rng(seed);
-    reuse::forget_all();
+    forget_all();
     let (mut filtered, mut reused_total) = (0, 0);
     for round in 0..3000 {
         let mut caller = Rng(0x9E37_79B9_7F4A_7C15 ^ (round / per_caller));
@@ -251,7 +270,7 @@ fn differential(
         );
         assert_eq!(reused, fresh);
         filtered += 1;
-        let (entries, bytes) = reuse::kept();
+        let (entries, bytes) = kept();
         assert!(entries <= MAX_ENTRIES && bytes <= MAX_BYTES);
     }
     (filtered, reused_total)
@@ -273,7 +292,7 @@ fn a_reused_answer_is_the_fresh_filtering_of_the_same_bytes() {
 fn pinned_tools_and_an_old_engine_are_never_reused() {
     let mut rng = Rng(7);
     let body = answers(&mut rng).remove(0);
-    reuse::forget_all();
+    forget_all();
     {
         let e = engine();
         let mut reused = 0;
@@ -287,10 +306,10 @@ fn pinned_tools_and_an_old_engine_are_never_reused() {
             }
         }
         assert!(reused > 0);
-        assert!(reuse::kept().0 > 0);
+        assert!(kept().0 > 0);
     }
-    // A new engine: nothing kept for the old one is reused.
-    let kept = reuse::kept().0;
+    // A new engine comes with a new store: nothing kept for the old one is reused.
+    forget_all();
     let e = engine();
     let (mut f, req) = std::iter::repeat_with(|| listing_filter(&e, &mut rng, 0))
         .flatten()
@@ -298,9 +317,9 @@ fn pinned_tools_and_an_old_engine_are_never_reused() {
         .unwrap_or_else(|| panic!("no caller"));
     run(&e, &mut f, &req, None, &body);
     assert_eq!(f.take_reused(), 0);
-    assert_eq!(reuse::kept().0, (kept + 1).min(MAX_ENTRIES));
-    reuse::forget_all();
-    assert_eq!(reuse::kept(), (0, 0));
+    assert_eq!(kept().0, 1);
+    forget_all();
+    assert_eq!(kept(), (0, 0));
 }
 
 /// Request ids as SDK clients and others write them: numbers of different lengths, strings,
@@ -349,7 +368,7 @@ fn a_listing_asked_again_under_another_id_is_reused_as_filtered_afresh() {
 fn the_id_is_replaced_at_its_span_only() {
     let e = engine();
     let mut rng = Rng(3);
-    reuse::forget_all();
+    forget_all();
     // A listing whose tools are named like the ids asked, their text elsewhere too: only
     // the top-level id changes.
     const HEAD: &str = r#"{"jsonrpc":"2.0","id":"#;
@@ -362,7 +381,7 @@ fn the_id_is_replaced_at_its_span_only() {
         .find(|(_, r)| r.route_name.as_deref() == Some("tools") && r.caller.spiffe.is_none())
         .unwrap_or_else(|| panic!("no caller"));
     let first = run(&e, &mut f.clone(), &req, None, &body(r#""t4""#));
-    assert_eq!(reuse::kept().0, 1, "{}", String::from_utf8_lossy(&first.0));
+    assert_eq!(kept().0, 1, "{}", String::from_utf8_lossy(&first.0));
     for id in ["1", "12345", r#""t4""#, r#""x\"y""#] {
         let mut rng = Rng(3);
         let (f, req) = std::iter::repeat_with(|| listing_filter_with_id(&e, &mut rng, 0, id))
@@ -397,7 +416,7 @@ fn an_event_a_longer_id_makes_too_large_is_not_reused() {
     // The first event of the stream (style 0) is exactly `listings.maxBytes` under id 9.
     let max = b"event: message\ndata: \n\n".len() + body("9").len();
     let e = engine_with(Some(max));
-    reuse::forget_all();
+    forget_all();
     // The same caller (on the backend without pins) under either id.
     let filter = |id: &str| {
         (0..)
@@ -415,7 +434,7 @@ fn an_event_a_longer_id_makes_too_large_is_not_reused() {
         Some(&[0, 7]),
         body("9").as_bytes(),
     );
-    assert!(reuse::kept().0 > 0, "{}", String::from_utf8_lossy(&first.0));
+    assert!(kept().0 > 0, "{}", String::from_utf8_lossy(&first.0));
     let (f, req) = filter("10");
     let fresh = run(
         &e,

@@ -84,8 +84,10 @@ impl ListingFilter {
             None => {
                 // An event longer than the kept one (a longer id) must still fit.
                 let max = self.max_bytes;
-                let kept = self.reuse_key(judge).and_then(|(key, id)| {
-                    reuse::kept_from(key, kind, id, rest).filter(|f| f.remaining(id) <= max)
+                let kept = self.reuse_key(judge).and_then(|(key, store, id)| {
+                    store
+                        .kept_from(key, kind, id, rest)
+                        .filter(|f| f.remaining(id) <= max)
                 });
                 match kept {
                     Some(f) => (f, true),
@@ -180,8 +182,8 @@ impl ListingFilter {
                     .flatten();
                 let id = self.id_at(spans.zip(at).map(|(s, _)| s), at.unwrap_or_default());
                 let id = self.checked(id, &event.bytes, written);
-                if let Some((key, _)) = self.reuse_key(judge) {
-                    reuse::keep(key, kind, id, &event.bytes, written);
+                if let Some((key, store, _)) = self.reuse_key(judge) {
+                    store.keep(key, kind, id, &event.bytes, written);
                 }
             }
             Err(id) => out.extend_from_slice(&self.sse_error(id.as_deref())),

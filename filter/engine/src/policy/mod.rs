@@ -280,8 +280,6 @@ pub struct Engine {
     /// The key of the digests decision records hold of credentials (random, never written
     /// anywhere: a record proves which value a rule read without revealing it).
     pub(crate) record_key: [u8; 32],
-    /// This engine, told apart from every other built in the process (reused listings).
-    pub(crate) instance: Instance,
     /// Every identity header name of the bundle, sorted (removed from allowed requests).
     pub(crate) identity_header_names: Vec<String>,
     /// Claims identity headers carry.
@@ -304,22 +302,6 @@ fn random_key() -> [u8; 32] {
         chunk.copy_from_slice(&word.to_le_bytes());
     }
     key
-}
-
-/// One engine among those the process built: a number never given twice.
-#[derive(Debug)]
-pub(crate) struct Instance {
-    pub(crate) serial: u64,
-}
-
-impl Instance {
-    fn new() -> Instance {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        Instance {
-            serial: NEXT.fetch_add(1, Ordering::Relaxed),
-        }
-    }
 }
 
 /// Request attributes gathered only because a CEL condition reads them.
@@ -410,7 +392,6 @@ impl Engine {
                 h
             },
             unrecorded: compiled::unrecorded(&compiled.cel_reads, b.decision_records.arguments),
-            instance: Instance::new(),
             record_key: random_key(),
             identity_header_names,
             identity_claims,

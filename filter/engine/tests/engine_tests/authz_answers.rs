@@ -58,8 +58,11 @@ fn input() -> HeadersInput {
 /// A tools/call whose callout is in flight (token 7).
 fn called(e: &Engine) -> RequestFlow {
     let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(e, input()), Next::Hold);
-    let Next::Dispatch(calls) = flow.on_body(e, BODY.len(), true, |_| Some(BODY.to_vec())) else {
+    assert_eq!(flow.on_headers(e, input()).next, Next::Hold);
+    let Next::Dispatch(calls) = flow
+        .on_body(e, BODY.len(), true, |_| Some(BODY.to_vec()))
+        .next
+    else {
         panic!("expected the callout")
     };
     assert_eq!(calls.len(), 1);

@@ -126,19 +126,19 @@ fn run(
         c.id, c.tool
     );
     let mut flow = RequestFlow::new().with_answer_store(store.clone());
-    assert_eq!(flow.on_headers(e, input), Next::Hold);
-    let next = flow.on_body(e, body.len(), true, |_| Some(body.clone().into_bytes()));
-    let mut calls = 0;
-    let end = drive(&mut flow, e, next, |_| {
-        calls += 1;
-        reply.clone()
-    });
+    assert_eq!(flow.on_headers(e, input).next, Next::Hold);
+    let progress = flow.on_body(e, body.len(), true, |_| Some(body.clone().into_bytes()));
     // What the cache answered is reported for the host's counters (one report per hit).
-    let hits = flow
-        .take_reports()
+    let hits = progress
+        .reports
         .iter()
         .filter(|r| r.cache == Some(CacheUse::Hit) && r.latency_ms.is_none())
         .count();
+    let mut calls = 0;
+    let end = drive(&mut flow, e, progress.next, |_| {
+        calls += 1;
+        reply.clone()
+    });
     let outcome = flow.outcome().unwrap();
     assert_eq!(hits, outcome.authz_cached.len());
     let json: Value = serde_json::from_str(&outcome.to_json()).unwrap();

@@ -119,8 +119,10 @@ fn called(e: &Engine, grpc: bool, store: &Rc<FakeAnswers>, r: &Req) -> bool {
                       "params": {"name": r.tool, "arguments": r.arguments}})
     .to_string();
     let mut flow = RequestFlow::new().with_answer_store(store.clone());
-    assert_eq!(flow.on_headers(e, input), Next::Hold);
-    let next = flow.on_body(e, body.len(), true, |_| Some(body.clone().into_bytes()));
+    assert_eq!(flow.on_headers(e, input).next, Next::Hold);
+    let next = flow
+        .on_body(e, body.len(), true, |_| Some(body.clone().into_bytes()))
+        .next;
     let ok = pb::CheckResponse {
         status: Some(pb::RpcStatus {
             code: 0,

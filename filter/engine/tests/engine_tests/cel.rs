@@ -360,10 +360,11 @@ fn tool_arguments_reach_cel_through_the_flow() {
             cluster_name: None,
             caller: Caller::default(),
         };
-        assert_eq!(flow.on_headers(&e, input), Next::Hold);
+        assert_eq!(flow.on_headers(&e, input).next, Next::Hold);
         let len = body.len();
         let allowed = matches!(
-            flow.on_body(&e, len, true, move |_| Some(body.into_bytes())),
+            flow.on_body(&e, len, true, move |_| Some(body.into_bytes()))
+                .next,
             Next::Allow { .. }
         );
         let record = flow.outcome().map(|o| o.to_json()).unwrap_or_default();

@@ -28,9 +28,11 @@ fn call_body(tool: &str) -> String {
 /// called in order.
 fn through(e: &Engine, body: &str, answers: &HashMap<&str, Reply>) -> (Outcome, Next, Vec<String>) {
     let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(e, post_input(ALPHA, &[])), Next::Hold);
+    assert_eq!(flow.on_headers(e, post_input(ALPHA, &[])).next, Next::Hold);
     let owned = body.as_bytes().to_vec();
-    let a = flow.on_body(e, owned.len(), true, move |_| Some(owned));
+    let a = flow
+        .on_body(e, owned.len(), true, move |_| Some(owned))
+        .next;
     let mut called = Vec::new();
     let next = drive(&mut flow, e, a, |c| {
         let name = c.authorizer(e).unwrap().name.clone();

@@ -39,13 +39,18 @@ fn headers(method: &str, extra: &[(&str, &str)]) -> HeadersInput {
 
 fn post(engine: &Engine, body: &[u8], extra: &[(&str, &str)]) -> (RequestFlow, Next) {
     let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(engine, headers("POST", extra)), Next::Hold);
     assert_eq!(
-        flow.on_body(engine, body.len() / 2, false, |_| None),
+        flow.on_headers(engine, headers("POST", extra)).next,
+        Next::Hold
+    );
+    assert_eq!(
+        flow.on_body(engine, body.len() / 2, false, |_| None).next,
         Next::Hold
     );
     let owned = body.to_vec();
-    let a = flow.on_body(engine, body.len(), true, move |_| Some(owned));
+    let a = flow
+        .on_body(engine, body.len(), true, move |_| Some(owned))
+        .next;
     (flow, a)
 }
 
@@ -154,27 +159,35 @@ fn size_encoding_and_content_type_limits() {
     b["limits"] = json!({"maxBodyBytes": 64});
     let e = engine(&b);
     let mut flow = RequestFlow::new();
-    let a = flow.on_headers(&e, headers("POST", &[("content-length", "65")]));
+    let a = flow
+        .on_headers(&e, headers("POST", &[("content-length", "65")]))
+        .next;
     assert_eq!(respond(a).0, 413);
     // Without content-length (chunked), the running size decides.
     let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(&e, headers("POST", &[])), Next::Hold);
-    assert_eq!(respond(flow.on_body(&e, 65, false, |_| None)).0, 413);
+    assert_eq!(flow.on_headers(&e, headers("POST", &[])).next, Next::Hold);
+    assert_eq!(respond(flow.on_body(&e, 65, false, |_| None).next).0, 413);
 
     let mut flow = RequestFlow::new();
-    let a = flow.on_headers(&e, headers("POST", &[("content-encoding", "gzip")]));
+    let a = flow
+        .on_headers(&e, headers("POST", &[("content-encoding", "gzip")]))
+        .next;
     assert_eq!(respond(a).0, 415);
     let mut flow = RequestFlow::new();
-    let a = flow.on_headers(&e, headers("POST", &[("content-type", "text/plain")]));
+    let a = flow
+        .on_headers(&e, headers("POST", &[("content-type", "text/plain")]))
+        .next;
     assert_eq!(respond(a).0, 415);
     let mut flow = RequestFlow::new();
-    let a = flow.on_headers(
-        &e,
-        headers(
-            "POST",
-            &[("content-type", "application/json; charset=utf-8")],
-        ),
-    );
+    let a = flow
+        .on_headers(
+            &e,
+            headers(
+                "POST",
+                &[("content-type", "application/json; charset=utf-8")],
+            ),
+        )
+        .next;
     assert_eq!(a, Next::Hold);
 }
 
@@ -201,28 +214,37 @@ fn requests_without_body_are_decided_at_headers() {
     // GET stream is asked for uncompressed: the filter reads it (docs/semantics.md §5.4).
     let mut flow = RequestFlow::new();
     assert_eq!(
-        added(&flow.on_headers(&e, headers("GET", &[("accept-encoding", "gzip, br")]))),
+        added(
+            &flow
+                .on_headers(&e, headers("GET", &[("accept-encoding", "gzip, br")]))
+                .next
+        ),
         Some(vec![HeaderEdit::set("accept-encoding", "identity")])
     );
     // A client that asked for no coding (or identity) is left as it is.
     for asked in [&[][..], &[("accept-encoding", " Identity")][..]] {
         let mut flow = RequestFlow::new();
         assert_eq!(
-            added(&flow.on_headers(&e, headers("GET", asked))),
+            added(&flow.on_headers(&e, headers("GET", asked)).next),
             Some(vec![])
         );
     }
     let mut flow = RequestFlow::new();
-    let a = flow.on_headers(&e, headers("DELETE", &[("mcp-session-id", "abc")]));
+    let a = flow
+        .on_headers(&e, headers("DELETE", &[("mcp-session-id", "abc")]))
+        .next;
     assert_eq!(added(&a), Some(vec![]),);
     // DELETE without a session is not MCP: an MCP-only allow-list does not admit it.
     let mut flow = RequestFlow::new();
-    assert_eq!(respond(flow.on_headers(&e, headers("DELETE", &[]))).0, 403);
+    assert_eq!(
+        respond(flow.on_headers(&e, headers("DELETE", &[])).next).0,
+        403
+    );
     // A POST without a body is not a JSON-RPC message.
     let mut flow = RequestFlow::new();
     let mut h = headers("POST", &[]);
     h.end_of_stream = true;
-    assert_eq!(respond(flow.on_headers(&e, h)).0, 400);
+    assert_eq!(respond(flow.on_headers(&e, h).next).0, 400);
 }
 
 fn ext_engine(failure_mode: &str) -> Engine {
@@ -256,7 +278,10 @@ fn callouts_run_gateway_then_backend_and_relay_denials() {
             ],
         ),
     );
-    let Next::Dispatch(calls) = flow.on_body(&e, body.len(), true, |_| Some(body.clone())) else {
+    let Next::Dispatch(calls) = flow
+        .on_body(&e, body.len(), true, |_| Some(body.clone()))
+        .next
+    else {
         panic!("expected the gateway callout")
     };
     assert_eq!(calls.len(), 1);
@@ -399,7 +424,7 @@ fn a_policy_denial_may_answer_200() {
 fn allowed_callout_headers_reach_the_upstream_request() {
     let e = ext_engine("Deny");
     let mut flow2 = RequestFlow::new();
-    let Next::Dispatch(calls) = flow2.on_headers(&e, headers("GET", &[])) else {
+    let Next::Dispatch(calls) = flow2.on_headers(&e, headers("GET", &[])).next else {
         panic!()
     };
     flow2.dispatch(&e, calls[0].call.slot, Ok(1), 0);
@@ -432,7 +457,7 @@ fn an_authorizer_setting_a_header_a_route_matches_on_follows_the_failure_mode() 
         b["envoy"] = json!({"routeMatchHeaders": ["x-user"]});
         let e = engine(&b);
         let mut flow = RequestFlow::new();
-        let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])).next else {
             panic!()
         };
         flow.dispatch(&e, calls[0].call.slot, Ok(1), 0);
@@ -466,7 +491,7 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
         let e = ext_engine(mode);
         // dispatch fails (unknown cluster: BadArgument)
         let mut flow = RequestFlow::new();
-        let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])).next else {
             panic!()
         };
         let a = flow
@@ -486,7 +511,7 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
         // 504 from Envoy (timeout) and no response at all
         for status in [Some(504), Some(503), None] {
             let mut flow = RequestFlow::new();
-            let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+            let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])).next else {
                 panic!()
             };
             flow.dispatch(&e, calls[0].call.slot, Ok(9), 0);
@@ -504,7 +529,7 @@ fn unknown_cluster_timeout_and_5xx_follow_the_failure_mode() {
 fn stray_callout_tokens_are_ignored() {
     let e = ext_engine("Deny");
     let mut flow = RequestFlow::new();
-    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])).next else {
         panic!()
     };
     flow.dispatch(&e, calls[0].call.slot, Ok(5), 0);
@@ -524,10 +549,15 @@ fn trailers_end_the_body_and_the_request_is_decided() {
     let body = call_body("1", "delete_repo");
     let mut flow = RequestFlow::new();
     flow.on_headers(&e, headers("POST", &[]));
-    assert_eq!(flow.on_body(&e, body.len(), false, |_| None), Next::Hold);
-    let a = flow.on_trailers(&e, &Headers::new(), |max| {
-        Some(body[..body.len().min(max)].to_vec())
-    });
+    assert_eq!(
+        flow.on_body(&e, body.len(), false, |_| None).next,
+        Next::Hold
+    );
+    let a = flow
+        .on_trailers(&e, &Headers::new(), |max| {
+            Some(body[..body.len().min(max)].to_vec())
+        })
+        .next;
     assert_eq!(respond(a).0, 403);
     // Oversize bodies ending in trailers are still refused.
     let mut b = bundle(vec![], &[]);
@@ -535,7 +565,9 @@ fn trailers_end_the_body_and_the_request_is_decided() {
     let e = engine(&b);
     let mut flow = RequestFlow::new();
     flow.on_headers(&e, headers("POST", &[]));
-    let a = flow.on_trailers(&e, &Headers::new(), |max| Some(vec![b' '; max]));
+    let a = flow
+        .on_trailers(&e, &Headers::new(), |max| Some(vec![b' '; max]))
+        .next;
     assert_eq!(respond(a).0, 413);
 }
 
@@ -546,7 +578,7 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     let e = engine(&b);
     // A dispatch failure is reported as a failed callout without a latency.
     let mut flow = RequestFlow::new();
-    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])).next else {
         panic!()
     };
     let r = flow
@@ -564,7 +596,7 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
     // Envoy fails a call at once (InternalFailure) to a cluster with no endpoint, e.g. a DNS
     // name that does not resolve: the log says so and names the cluster.
     let mut flow = RequestFlow::new();
-    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])).next else {
         panic!()
     };
     let r = flow
@@ -579,7 +611,7 @@ fn callout_reports_and_body_limits_come_from_the_flow() {
 
     // A denial: the host may read 9 bytes; the latency runs from dispatch to answer.
     let mut flow = RequestFlow::new();
-    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])).next else {
         panic!()
     };
     flow.dispatch(&e, calls[0].call.slot, Ok(4), 1_000_000);
@@ -676,7 +708,7 @@ fn answers_may_arrive_in_any_order() {
     let headed = |v: &str| vec![("x-from".to_string(), v.to_string())];
     for order in [[0usize, 1], [1, 0]] {
         let mut flow = RequestFlow::new();
-        let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])) else {
+        let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])).next else {
             panic!()
         };
         assert_eq!(calls.len(), 2);

@@ -43,13 +43,14 @@ fn send(
             jwts: vec![],
         },
     };
-    let a = flow.on_headers(e, input);
+    let a = flow.on_headers(e, input).next;
     let Some(body) = body else { return a };
     if a != Next::Hold {
         return a;
     }
     let owned = body.as_bytes().to_vec();
     flow.on_body(e, owned.len(), true, move |_| Some(owned))
+        .next
 }
 
 fn post(e: &Engine, extra: &[(&str, &str)], body: &str) -> Next {

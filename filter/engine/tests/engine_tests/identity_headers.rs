@@ -43,10 +43,12 @@ fn call(e: &Engine, tool: &str, jwts: Vec<JwtPrincipal>, extra: &[(&str, &str)])
     let mut input = post_input(ALPHA, extra);
     input.caller.jwts = jwts;
     let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(e, input), Next::Hold);
+    assert_eq!(flow.on_headers(e, input).next, Next::Hold);
     let body =
         format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}"}}}}"#);
-    let a = flow.on_body(e, body.len(), true, move |_| Some(body.into_bytes()));
+    let a = flow
+        .on_body(e, body.len(), true, move |_| Some(body.into_bytes()))
+        .next;
     drive(&mut flow, e, a, |_| Reply::Http {
         status: Some(200),
         headers: Headers::from(vec![("x-caller-sub", "from-the-authorizer")]),
@@ -164,7 +166,7 @@ fn a_denied_request_carries_nothing_and_other_backends_lose_the_copies_too() {
     let mut flow = RequestFlow::new();
     flow.on_headers(&e, input);
     let body = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec();
-    let next = flow.on_body(&e, body.len(), true, move |_| Some(body));
+    let next = flow.on_body(&e, body.len(), true, move |_| Some(body)).next;
     let (_, identity) = edits(&next);
     assert_eq!(removed(&identity), ALL);
     assert_eq!(set(&identity), [("x-team", "7")]);
@@ -178,7 +180,7 @@ fn without_identity_headers_nothing_is_edited() {
     input.end_of_stream = true;
     input.headers.set(":method", "GET");
     input.headers.retain(|n, _| n != "content-type");
-    let (_, identity) = edits(&flow.on_headers(&e, input));
+    let (_, identity) = edits(&flow.on_headers(&e, input).next);
     assert!(identity.is_empty());
 }
 
@@ -189,7 +191,9 @@ fn omitted(e: &Engine, jwts: Vec<JwtPrincipal>) -> (Vec<(String, String)>, Value
     let mut flow = RequestFlow::new();
     flow.on_headers(e, input);
     let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#;
-    let a = flow.on_body(e, body.len(), true, |_| Some(body.to_vec()));
+    let a = flow
+        .on_body(e, body.len(), true, |_| Some(body.to_vec()))
+        .next;
     let next = drive(&mut flow, e, a, |_| Reply::status(200));
     let (_, identity) = edits(&next);
     let set = set(&identity)

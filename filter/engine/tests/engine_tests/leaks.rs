@@ -340,8 +340,11 @@ fn mcp_headers_sent_as_trailers_are_refused() {
     let e = any_tool();
     let post = |trailers: &[(&str, &str)]| {
         let mut flow = RequestFlow::new();
-        assert_eq!(flow.on_headers(&e, post_input(ALPHA, &[])), Next::Hold);
-        assert_eq!(flow.on_body(&e, ECHO.len(), false, |_| None), Next::Hold);
+        assert_eq!(flow.on_headers(&e, post_input(ALPHA, &[])).next, Next::Hold);
+        assert_eq!(
+            flow.on_body(&e, ECHO.len(), false, |_| None).next,
+            Next::Hold
+        );
         let trailers: Vec<(String, String)> = trailers
             .iter()
             .map(|(n, v)| (n.to_string(), v.to_string()))
@@ -349,6 +352,7 @@ fn mcp_headers_sent_as_trailers_are_refused() {
         flow.on_trailers(&e, &Headers::from(&trailers), |_| {
             Some(ECHO.as_bytes().to_vec())
         })
+        .next
     };
     assert!(allowed(&post(&[])));
     assert!(allowed(&post(&[("x-checksum", "abc")])));
@@ -371,12 +375,13 @@ fn a_post_must_say_it_is_json_in_utf8() {
             i.headers.push("content-type", ct);
         }
         let mut flow = RequestFlow::new();
-        match flow.on_headers(&e, i) {
+        match flow.on_headers(&e, i).next {
             Next::Hold => {}
             other => return other,
         }
         let owned = ECHO.as_bytes().to_vec();
         flow.on_body(&e, owned.len(), true, move |_| Some(owned))
+            .next
     };
     assert!(allowed(&with_type(Some("application/json"))));
     assert!(allowed(&with_type(Some("application/json; charset=utf-8"))));

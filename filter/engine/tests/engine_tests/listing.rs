@@ -464,13 +464,13 @@ fn no_filter_when_turned_off_or_not_a_listing_or_denied() {
     let mut b = bundle(vec![inline_tools("t", "Backend", "tools", &["echo"])], &[]);
     b["listings"] = json!({"filter": false});
     let e = engine(&b);
-    let (_, a) = send(
+    let (flow, a) = send(
         &e,
         ALPHA,
         &[],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
     );
-    assert!(matches!(a, Next::Allow { listing: None, .. }));
+    assert!(matches!(a, Next::Allow { .. }) && !flow.reads_response());
 
     let e = engine_for_listings();
     let sent = send(
@@ -736,7 +736,7 @@ fn bodiless(e: &Engine, method: &str, spiffe: &str, extra: &[(&str, &str)]) -> (
     h.headers.set(":method", method);
     h.end_of_stream = true;
     let mut flow = RequestFlow::new();
-    let a = flow.on_headers(e, h);
+    let a = flow.on_headers(e, h).next;
     (flow, a)
 }
 
@@ -1127,7 +1127,7 @@ fn an_unsupported_revision_is_refused_with_the_supported_list() {
         );
         h.headers.set(":method", method);
         h.end_of_stream = true;
-        RequestFlow::new().on_headers(&e, h)
+        RequestFlow::new().on_headers(&e, h).next
     };
     assert_eq!(rejected(get("1999-01-01", "GET")).0, 400);
     // 2026-07-28 has no GET stream and no sessions to DELETE.

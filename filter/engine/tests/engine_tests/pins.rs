@@ -49,9 +49,11 @@ fn any_tool() -> Value {
 fn send(e: &Engine, store: &Rc<MemoryDriftStore>, body: &str) -> (RequestFlow, Next) {
     let s: Rc<dyn DriftStore> = store.clone();
     let mut flow = RequestFlow::new().with_drift_store(s);
-    assert_eq!(flow.on_headers(e, post_input(ALPHA, &[])), Next::Hold);
+    assert_eq!(flow.on_headers(e, post_input(ALPHA, &[])).next, Next::Hold);
     let owned = body.as_bytes().to_vec();
-    let a = flow.on_body(e, owned.len(), true, move |_| Some(owned));
+    let a = flow
+        .on_body(e, owned.len(), true, move |_| Some(owned))
+        .next;
     let a = drive(&mut flow, e, a, |_| Reply::status(200));
     (flow, a)
 }
@@ -233,7 +235,7 @@ fn sse_answers_and_get_streams_are_held_to_the_pins() {
     get.headers.set(":method", "GET");
     get.headers.retain(|n, _| n != "content-type");
     get.end_of_stream = true;
-    let next = flow.on_headers(&e, get);
+    let next = flow.on_headers(&e, get).next;
     let mut g = Filter::of(&flow, &next).unwrap_or_else(|| panic!("no filter on the GET stream"));
     assert_eq!(g.on_headers(&sse), HeadersAction::Rewrite);
     let owned = event(&[RM, NEW]).into_bytes();

@@ -185,10 +185,12 @@ fn call_answered(
     let mut input = post_input(ALPHA, &[]);
     input.caller.jwts = claims.map(|c| token(e, c)).into_iter().collect();
     let mut flow = RequestFlow::traced();
-    assert_eq!(flow.on_headers(e, input), Next::Hold);
+    assert_eq!(flow.on_headers(e, input).next, Next::Hold);
     let body =
         format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"{tool}"}}}}"#);
-    let a = flow.on_body(e, body.len(), true, move |_| Some(body.into_bytes()));
+    let a = flow
+        .on_body(e, body.len(), true, move |_| Some(body.into_bytes()))
+        .next;
     let a = drive(&mut flow, e, a, |_| Reply::status(status));
     (flow, a)
 }
@@ -457,9 +459,11 @@ fn complete_greet(e: &Engine, scope: &str) -> Next {
     let mut input = post_input(ALPHA, &[]);
     input.caller.jwts = vec![token(e, json!({"scope": scope}))];
     let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(e, input), Next::Hold);
+    assert_eq!(flow.on_headers(e, input).next, Next::Hold);
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"greet"},"argument":{"name":"a","value":"b"}}}"#;
-    let a = flow.on_body(e, body.len(), true, move |_| Some(body.as_bytes().to_vec()));
+    let a = flow
+        .on_body(e, body.len(), true, move |_| Some(body.as_bytes().to_vec()))
+        .next;
     drive(&mut flow, e, a, |_| Reply::status(200))
 }
 

@@ -95,7 +95,7 @@ fn every_denial_and_rejection_reason_has_a_counter() {
     let mut seen = Vec::new();
     for (i, (input, body)) in cases.into_iter().enumerate() {
         let mut flow = RequestFlow::new();
-        if flow.on_headers(&e, input) == Next::Hold {
+        if flow.on_headers(&e, input).next == Next::Hold {
             flow.on_body(&e, body.len(), true, move |_| Some(body));
         }
         let o = flow.outcome().expect("decided");
@@ -104,6 +104,21 @@ fn every_denial_and_rejection_reason_has_a_counter() {
         assert!(name.is_some(), "case {i}: no counter for {o:?}");
         seen.push(o.reason);
     }
+    // An allowed call whose identity headers the host could not set: refused, with its id.
+    let mut flow = RequestFlow::new();
+    assert_eq!(flow.on_headers(&e, post(&[])).next, Next::Hold);
+    let body = call("echo").into_bytes();
+    let next = flow.on_body(&e, body.len(), true, move |_| Some(body)).next;
+    assert!(matches!(next, Next::Allow { .. }), "{next:?}");
+    let Next::Respond(r) = flow.edit_failed().next else {
+        panic!("not refused")
+    };
+    let answer: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+    assert_eq!((r.status, &answer["id"]), (500, &json!(1)));
+    assert_eq!(answer["error"]["code"], -32603);
+    let o = flow.outcome().expect("decided");
+    assert!(!o.allowed && denial_counter(o.level, o.reason).is_some());
+    seen.push(o.reason);
     // The authorizer reasons are covered by the flow's callout tests, the pins' by pins.rs.
     let mut missing: Vec<&str> = Why::DENIALS
         .iter()

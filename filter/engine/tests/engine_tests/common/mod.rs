@@ -189,9 +189,14 @@ pub fn post_through(
     body: &str,
 ) -> (RequestFlow, Next) {
     let mut flow = RequestFlow::new();
-    assert_eq!(flow.on_headers(e, post_input(spiffe, extra)), Next::Hold);
+    assert_eq!(
+        flow.on_headers(e, post_input(spiffe, extra)).next,
+        Next::Hold
+    );
     let owned = body.as_bytes().to_vec();
-    let a = flow.on_body(e, owned.len(), true, move |_| Some(owned));
+    let a = flow
+        .on_body(e, owned.len(), true, move |_| Some(owned))
+        .next;
     let a = drive(&mut flow, e, a, |_| Reply::status(200));
     (flow, a)
 }
@@ -207,11 +212,7 @@ pub struct Filter {
 impl Filter {
     /// The filter `flow` made when it allowed with `next`; None: it made none.
     pub fn of(flow: &RequestFlow, next: &Next) -> Option<Filter> {
-        let Next::Allow {
-            listing: Some(filter),
-            ..
-        } = next
-        else {
+        let (Next::Allow { .. }, Some(filter)) = (next, flow.response_filter()) else {
             return None;
         };
         Some(Filter {
