@@ -777,3 +777,19 @@ pub enum MatchType {
     /// Regular expression matching the whole value.
     RegularExpression,
 }
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+fn default_timeout_ms() -> u32 {
+    200
+}
+
+fn default_path_match() -> MatchType {
+    MatchType::PathPrefix
+}
+
+fn default_max_response_body() -> u32 {
+    DEFAULT_MAX_RESPONSE_BODY_BYTES
+}
