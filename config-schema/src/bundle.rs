@@ -252,9 +252,14 @@ pub struct Authorizer {
     /// of them, pseudo-headers included (as Envoy's ext_authz does).
     #[serde(default)]
     pub allowed_headers: Vec<String>,
-    /// Authorizer response headers copied to the upstream request on allow. Empty: all but
-    /// pseudo, hop-by-hop, framing and Host headers. HTTP only (a gRPC authorizer names its
-    /// header edits in the CheckResponse).
+    /// Authorizer response headers an OK answer adds to the upstream request; empty: all but
+    /// `Content-Type`, `Date` and `Server`. Dropped even when named: pseudo-headers,
+    /// `x-envoy-*`, framing and hop-by-hop headers (`Content-Length`, `Transfer-Encoding`,
+    /// `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Upgrade`). An answer
+    /// that would set `Host`, another `Proxy-*`, `Mcp-Method`, `Mcp-Name`,
+    /// `MCP-Protocol-Version`, a header a route matches on, or a malformed header is an error
+    /// (the failure mode applies). HTTP only (a gRPC authorizer names its header edits in the
+    /// CheckResponse).
     #[serde(default)]
     pub allowed_response_headers: Vec<String>,
     /// Forward up to this many body bytes (0: none). GRPC: as `raw_body`.
@@ -776,4 +781,20 @@ pub enum MatchType {
     PathPrefix,
     /// Regular expression matching the whole value.
     RegularExpression,
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+fn default_timeout_ms() -> u32 {
+    200
+}
+
+fn default_path_match() -> MatchType {
+    MatchType::PathPrefix
+}
+
+fn default_max_response_body() -> u32 {
+    DEFAULT_MAX_RESPONSE_BODY_BYTES
 }

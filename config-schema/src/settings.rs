@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::bundle::{CelLimits, MatchType, DEFAULT_MAX_RESPONSE_BODY_BYTES};
+use mcp_access_cel::CelLimits;
 
 /// Response for requests the filter denies itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -151,15 +151,6 @@ pub enum UnknownBackend {
     GatewayOnly,
 }
 
-pub(crate) fn default_namespace() -> String {
-    "default".to_string()
-}
-pub(crate) fn default_timeout_ms() -> u32 {
-    200
-}
-pub(crate) fn default_path_match() -> MatchType {
-    MatchType::PathPrefix
-}
 pub(crate) fn default_deny_status() -> u16 {
     403
 }
@@ -172,9 +163,6 @@ pub(crate) fn default_deny_code() -> i32 {
 }
 pub(crate) fn default_deny_message() -> String {
     "Access denied".to_string()
-}
-pub(crate) fn default_max_response_body() -> u32 {
-    DEFAULT_MAX_RESPONSE_BODY_BYTES
 }
 pub(crate) fn default_max_body() -> u32 {
     1024 * 1024

@@ -1,8 +1,7 @@
 //! What an expression reads: the [`Attr`]ibutes, by their CEL names, and the [`Attributes`]
 //! port through which an evaluation reads them.
 
-use crate::plan::Ty;
-use crate::value::{show, Value};
+use crate::value::{show, Ty, Value};
 use crate::{fail, EvalError};
 
 /// The attributes of what an expression is evaluated against, read as the expression needs

@@ -8,8 +8,8 @@ use cel::common::ast::{
 };
 
 use crate::attrs::{Attr, ATTRS};
-use crate::plan::{str_test, BinOp, Comp, Func, Node, Program, StrOp, Ty, FUNCS};
-use crate::value::{Str, Value};
+use crate::plan::{str_test, BinOp, Comp, Func, Node, Program, StrOp, FUNCS};
+use crate::value::{Str, Ty, Value};
 use crate::{scan, CelError, CelLimits};
 
 /// Longest compiled regular expression (regex-lite's size limit), in bytes.

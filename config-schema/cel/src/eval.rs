@@ -20,26 +20,27 @@ pub(crate) struct Eval<'a, A: ?Sized> {
     steps: u32,
 }
 
-#[inline]
-pub(crate) fn run<'a, A: Attributes + ?Sized>(
-    p: &'a Program,
-    input: &'a A,
-) -> Result<bool, EvalError> {
-    let mut e = Eval {
-        input,
-        locals: if p.locals == 0 {
-            Vec::new()
-        } else {
-            vec![Value::Null; p.locals]
-        },
-        steps: p.max_steps,
-    };
-    match e.bool_of(&p.root) {
-        Err(err) if err.message.starts_with("expected bool, got ") => fail(format!(
-            "the condition is {}, not a boolean",
-            err.message.trim_start_matches("expected bool, got ")
-        )),
-        other => other,
+impl Program {
+    /// Evaluates the condition over `input`: a boolean, or an error (which counts against the
+    /// caller).
+    #[inline]
+    pub fn eval<A: Attributes + ?Sized>(&self, input: &A) -> Result<bool, EvalError> {
+        let mut e = Eval {
+            input,
+            locals: if self.locals == 0 {
+                Vec::new()
+            } else {
+                vec![Value::Null; self.locals]
+            },
+            steps: self.max_steps,
+        };
+        match e.bool_of(&self.root) {
+            Err(err) if err.message.starts_with("expected bool, got ") => fail(format!(
+                "the condition is {}, not a boolean",
+                err.message.trim_start_matches("expected bool, got ")
+            )),
+            other => other,
+        }
     }
 }
 

@@ -1,46 +1,11 @@
 //! The plan an expression compiles to: typed nodes over attributes, built-in functions, and
-//! [`Program`], which evaluates it.
+//! [`Program`] (evaluated by [`crate::eval`]).
 
 use std::sync::Arc;
 
 use crate::attrs::Attr;
-use crate::value::{Str, Value};
-use crate::{Attributes, EvalError};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ty {
-    Bool,
-    Int,
-    Uint,
-    Double,
-    Str,
-    Bytes,
-    List,
-    Map,
-    Time,
-    Duration,
-    Null,
-    Dyn,
-}
-
-impl Ty {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Ty::Bool => "bool",
-            Ty::Int => "int",
-            Ty::Uint => "uint",
-            Ty::Double => "double",
-            Ty::Str => "string",
-            Ty::Bytes => "bytes",
-            Ty::List => "list",
-            Ty::Map => "map",
-            Ty::Time => "timestamp",
-            Ty::Duration => "duration",
-            Ty::Null => "null",
-            Ty::Dyn => "dyn",
-        }
-    }
-}
+use crate::time::TimePart;
+use crate::value::{Str, Ty, Value};
 
 /// Binary operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,20 +73,6 @@ pub(crate) enum Func {
     Duration,
     /// getFullYear, getMonth, ... (UTC).
     TimePart(TimePart),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TimePart {
-    FullYear,
-    Month,
-    DayOfMonth,
-    Date,
-    DayOfWeek,
-    DayOfYear,
-    Hours,
-    Minutes,
-    Seconds,
-    Milliseconds,
 }
 
 /// Function name, whether it is called as a method, the function, argument counts allowed
@@ -395,12 +346,5 @@ impl Program {
             }
         }
         out
-    }
-
-    /// Evaluates the condition over `input`: a boolean, or an error (which counts against the
-    /// caller).
-    #[inline]
-    pub fn eval<A: Attributes + ?Sized>(&self, input: &A) -> Result<bool, EvalError> {
-        crate::eval::run(self, input)
     }
 }

@@ -1,6 +1,19 @@
 //! Timestamps and durations: civil dates (UTC), RFC 3339 and Go-style duration text.
 
-use crate::plan::TimePart;
+/// A part of a timestamp (`getFullYear`, `getMonth`, ...), in UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimePart {
+    FullYear,
+    Month,
+    DayOfMonth,
+    Date,
+    DayOfWeek,
+    DayOfYear,
+    Hours,
+    Minutes,
+    Seconds,
+    Milliseconds,
+}
 
 /// Days since 1970-01-01 of a civil date (proleptic Gregorian).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {

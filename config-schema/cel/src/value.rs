@@ -7,6 +7,42 @@ use std::sync::Arc;
 use crate::time::format_time;
 use crate::{fail, EvalError};
 
+/// The type of a value, as far as the compiler knows it (`Dyn`: not known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ty {
+    Bool,
+    Int,
+    Uint,
+    Double,
+    Str,
+    Bytes,
+    List,
+    Map,
+    Time,
+    Duration,
+    Null,
+    Dyn,
+}
+
+impl Ty {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Ty::Bool => "bool",
+            Ty::Int => "int",
+            Ty::Uint => "uint",
+            Ty::Double => "double",
+            Ty::Str => "string",
+            Ty::Bytes => "bytes",
+            Ty::List => "list",
+            Ty::Map => "map",
+            Ty::Time => "timestamp",
+            Ty::Duration => "duration",
+            Ty::Null => "null",
+            Ty::Dyn => "dyn",
+        }
+    }
+}
+
 /// A string: borrowed (from the attributes or the program) or shared.
 #[derive(Debug, Clone)]
 pub enum Str<'a> {

@@ -11,6 +11,7 @@ use crate::http::is_header_name;
 use crate::names::{is_dns_subdomain, is_hostname, is_spiffe_id, is_trust_domain};
 use crate::{identity_headers, mcp_methods, oauth};
 
+pub mod authz_cache;
 mod policy;
 
 /// A bundle that cannot be used, with the JSON path of the offending field.
@@ -486,10 +487,8 @@ impl Validator {
                 || format!("{at}.maxResponseBodyBytes"),
                 "must be at most 1048576 (1 MiB)",
             );
-            if let Some((field, message)) = a
-                .cache
-                .as_ref()
-                .and_then(|c| crate::authz_cache::problem(a, c))
+            if let Some((field, message)) =
+                a.cache.as_ref().and_then(|c| authz_cache::problem(a, c))
             {
                 self.fail(format!("{at}.cache.{field}"), message);
             }

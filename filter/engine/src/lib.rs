@@ -1,16 +1,19 @@
 //! mcp-access's decision engine: everything the filter decides, with no proxy-wasm in sight.
 //!
-//! The modules form layers; each uses only layers below it (`scripts/engine-layers` checks
-//! that no module reaches one that reaches it back):
+//! The modules form layers; each uses only modules of its own layer or below
+//! (`scripts/engine-layers` prints the exact floors and checks that no module reaches one that
+//! reaches it back):
 //!
 //! 0. **Codecs**: bytes in, values out, nothing of the project: `json` (the strict JSON
 //!    reader), `jsonw` (JSON written by hand), `jsonrpc` (error codes and the error object),
 //!    [`wire`], [`canon`], [`canonical_json`] (RFC 8785 and the digests ToolPins pin),
 //!    [`x509`], `base64`, [`pb`] (the protobuf messages, for prost), `bytes` (byte searches).
-//! 1. **The request model and the host-fact port**: [`request`] is what a decision reads
-//!    about one request (its caller, MCP operation, and the listener and backend it is judged
-//!    at, resolved once); [`facts`] names what the host knows beyond the headers; `keyhash`
-//!    feeds its values to the digests that key the caches.
+//! 1. **The request model, the host-fact port and pins**: [`request`] is what a decision
+//!    reads about one request (its caller, MCP operation, and the listener and backend it is
+//!    judged at, resolved once); [`facts`] names what the host knows beyond the headers;
+//!    `keyhash` feeds its values to the digests that key the caches; [`pins`] holds a
+//!    backend's ToolPins compiled for lookups, the port to the drift store the host shares,
+//!    and the judgement of a listed or called tool against them.
 //! 2. **Readers**: [`mcp`] turns a body into a message and its [`request::McpOp`] (held to
 //!    serde_json by `serde_oracle`, compiled for tests and the fuzz target only: feature
 //!    `serde-oracle`); [`cel_input`] lets the `mcp-access-cel` crate read a request's
@@ -19,8 +22,7 @@
 //!    request into a [`policy::Decision`], asking for authorizer calls on the way.
 //! 4. **Edges**: what crosses the wire: [`answer`] (the client's JSON-RPC errors),
 //!    [`callout`] and [`ext_authz`] (HTTP and gRPC authorizers), [`authz_cache`] (their
-//!    answers reused), [`listing`] (filtering
-//!    listing responses), [`stats`] (the metrics).
+//!    answers reused), [`listing`] (filtering listing responses), [`stats`] (the metrics).
 //! 5. **Flow**: [`flow`] strings these together per request, from the headers to the answer;
 //!    the `mcp-access-filter` crate is the thin proxy-wasm host around it.
 

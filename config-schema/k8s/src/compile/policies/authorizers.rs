@@ -179,10 +179,10 @@ fn cache(
     } else {
         "http.allowedHeaders"
     };
-    match bundle::authz_cache::uncovered_headers(a, &out) {
+    match bundle::validate::authz_cache::uncovered_headers(a, &out) {
         None => Err((reason::INVALID, format!("{at}: the GRPC authorizer is sent every request header ({field} is empty), so no key can hold what its answers depend on: name the headers it reads in {field}"))),
         Some(left) if !left.is_empty() => Err((reason::INVALID, format!("{at}.key: the authorizer is sent {} ({}) but the key does not hold it: add it to {at}.key.headers, or to {at}.key.ignoredHeaders if its answers do not depend on it", left.join(", "), if a.protocol == bundle::AuthorizerProtocol::Grpc { field } else { "always authorization, and http.allowedHeaders" }))),
-        Some(_) => match bundle::authz_cache::problem(a, &out) {
+        Some(_) => match bundle::validate::authz_cache::problem(a, &out) {
             Some((f, m)) => Err((reason::INVALID, format!("{at} (bundle {f}): {m}"))),
             None => Ok(out),
         },
