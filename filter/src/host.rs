@@ -487,9 +487,9 @@ impl HttpContext for Stream {
 mod abi {
     use std::ptr::null_mut;
 
-    use proxy_wasm::types::LogLevel;
+    use proxy_wasm::types::{LogLevel, Status};
 
-    use mcp_access_engine::callout::CalloutRequest;
+    use mcp_access_engine::callout::{CalloutRequest, DispatchError};
     use mcp_access_engine::policy::{HeaderEdit, HeaderOp};
     use mcp_access_engine::request::Headers;
     use mcp_access_engine::wire;
@@ -756,10 +756,10 @@ mod abi {
         }
     }
 
-    /// Dispatches a callout; Err names the host status (an unknown cluster is BadArgument).
+    /// Dispatches a callout; Err: the host status (an unknown cluster is BadArgument).
     /// Goes through the SDK so that its dispatcher routes the response to this stream; the SDK
     /// maps every status Envoy returns for this call (Ok, BadArgument, InternalFailure).
-    pub fn http_call(c: &CalloutRequest) -> Result<u32, String> {
+    pub fn http_call(c: &CalloutRequest) -> Result<u32, DispatchError> {
         let headers: Vec<(&str, &str)> = c
             .headers
             .iter()
@@ -772,7 +772,11 @@ mod abi {
             Vec::new(),
             std::time::Duration::from_millis(u64::from(c.timeout_ms)),
         )
-        .map_err(|s| format!("{s:?}"))
+        .map_err(|s| match s {
+            Status::BadArgument => DispatchError::NoCluster,
+            Status::InternalFailure => DispatchError::NoEndpoint,
+            other => DispatchError::Other(format!("{other:?}")),
+        })
     }
 
     pub fn resume_request() {

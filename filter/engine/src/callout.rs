@@ -22,6 +22,38 @@ pub struct CalloutRequest {
     pub timeout_ms: u32,
 }
 
+/// Why the host could not dispatch a callout: the proxy-wasm status it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DispatchError {
+    /// `BadArgument`: Envoy has no such cluster.
+    NoCluster,
+    /// `InternalFailure`: Envoy failed the call at once (the cluster has no endpoint).
+    NoEndpoint,
+    /// Another status, by its name.
+    Other(String),
+}
+
+impl DispatchError {
+    /// The error of a proxy-wasm status, by its name.
+    pub fn from_status(name: &str) -> DispatchError {
+        match name {
+            "BadArgument" => DispatchError::NoCluster,
+            "InternalFailure" => DispatchError::NoEndpoint,
+            other => DispatchError::Other(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for DispatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DispatchError::NoCluster => "BadArgument",
+            DispatchError::NoEndpoint => "InternalFailure",
+            DispatchError::Other(name) => name,
+        })
+    }
+}
+
 /// Why an authorizer's header cannot be applied to the upstream request or the client's
 /// response (docs/semantics.md §3.5): a header that is never applied, a name that is not a
 /// token, a value holding CR, LF, NUL or another control but HTAB. None: it can. `name` is
@@ -235,19 +267,21 @@ pub(crate) fn timed_out(authorizer: &Authorizer, latency_ms: u64, outcome: &mut 
     }
 }
 
-/// The log detail of a callout Envoy refused to dispatch (`host_status`: the proxy-wasm status).
-/// Envoy 1.40 fails a call at once (InternalFailure) when its cluster has no endpoint to send it
-/// to, as when a STRICT_DNS cluster's name does not resolve.
-pub fn dispatch_failure(authorizer: &Authorizer, host_status: &str) -> String {
+/// The log detail of a callout Envoy refused to dispatch. Envoy 1.40 fails a call at once
+/// (InternalFailure) when its cluster has no endpoint to send it to, as when a STRICT_DNS
+/// cluster's name does not resolve.
+pub fn dispatch_failure(authorizer: &Authorizer, error: &DispatchError) -> String {
     let cluster = &authorizer.cluster;
-    match host_status {
-        "InternalFailure" => format!(
+    match error {
+        DispatchError::NoEndpoint => format!(
             "not reached: Envoy failed the call at once (InternalFailure): cluster {cluster} has no endpoint to send it to: its DNS name does not resolve (check the authorizer's Service name, namespace and the cluster's address) or none of its endpoints is healthy"
         ),
-        "BadArgument" => format!(
+        DispatchError::NoCluster => format!(
             "not reached: Envoy has no cluster {cluster} (BadArgument): define it in Envoy's configuration"
         ),
-        other => format!("not reached: dispatch to cluster {cluster} failed ({other})"),
+        DispatchError::Other(other) => {
+            format!("not reached: dispatch to cluster {cluster} failed ({other})")
+        }
     }
 }
 
@@ -528,14 +562,15 @@ mod tests {
     #[test]
     fn a_dispatch_envoy_refuses_names_the_cluster_and_the_likely_cause() {
         let a = authorizer(8);
-        let d = dispatch_failure(&a, "InternalFailure");
+        let d = dispatch_failure(&a, &DispatchError::from_status("InternalFailure"));
         assert!(
             d.starts_with("not reached: Envoy failed the call at once (InternalFailure): cluster c has no endpoint")
                 && d.contains("its DNS name does not resolve"),
             "{d}"
         );
-        assert!(dispatch_failure(&a, "BadArgument").contains("Envoy has no cluster c"));
-        assert!(dispatch_failure(&a, "Other").contains("cluster c failed (Other)"));
+        let failure = |status| dispatch_failure(&a, &DispatchError::from_status(status));
+        assert!(failure("BadArgument").contains("Envoy has no cluster c"));
+        assert!(failure("Other").contains("cluster c failed (Other)"));
     }
 
     #[test]

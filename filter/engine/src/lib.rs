@@ -21,8 +21,9 @@
 //! 3. **Policy**: [`policy`] compiles a bundle into an [`policy::Engine`] and evaluates a
 //!    request into a [`policy::Decision`], asking for authorizer calls on the way.
 //! 4. **Edges**: what crosses the wire: [`answer`] (the client's JSON-RPC errors),
-//!    [`callout`] and [`ext_authz`] (HTTP and gRPC authorizers), [`authz_cache`] (their
-//!    answers reused), [`listing`] (filtering listing responses), [`stats`] (the metrics).
+//!    [`callout`] and [`ext_authz`] (HTTP and gRPC authorizers), `outgoing` (a call in its
+//!    authorizer's protocol), [`authz_cache`] (their answers reused), [`listing`] (filtering
+//!    listing responses), [`stats`] (the metrics).
 //! 5. **Flow**: [`flow`] strings these together per request, from the headers to the answer;
 //!    the `mcp-access-filter` crate is the thin proxy-wasm host around it.
 
@@ -44,6 +45,7 @@ mod jsonw;
 mod keyhash;
 pub mod listing;
 pub mod mcp;
+mod outgoing;
 pub mod pb;
 pub mod pins;
 pub mod policy;

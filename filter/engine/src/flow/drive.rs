@@ -2,6 +2,7 @@
 //! a host (`explain`, the benchmarks, the fuzz targets, the tests).
 
 use super::{CalloutAnswer, Dispatched, Next, RequestFlow};
+use crate::callout::DispatchError;
 use crate::pb;
 use crate::policy::{AuthzCall, Engine};
 use crate::request::Headers;
@@ -142,7 +143,7 @@ pub fn drive(
         let mut replies = Vec::with_capacity(calls.len());
         let results = calls.iter().map(|c| {
             let result = match answer(&c.call) {
-                Reply::NotDispatched => Err("not dispatched".to_string()),
+                Reply::NotDispatched => Err(DispatchError::Other("not dispatched".into())),
                 reply => {
                     token += 1;
                     replies.push((token, reply));

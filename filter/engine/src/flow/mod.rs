@@ -19,7 +19,7 @@ use mcp_access_bundle::mcp_methods::{self, Revision};
 
 use crate::answer::{self, HeaderProblem, LocalResponse, Rejection, Why};
 use crate::authz_cache;
-use crate::callout::{self, CalloutReport, CalloutRequest};
+use crate::callout::{self, CalloutReport, CalloutRequest, DispatchError};
 use crate::canon::canonical_path;
 use crate::listing::reuse::ListingStore;
 use crate::listing::ListingFilter;
@@ -85,7 +85,7 @@ pub struct Dispatched {
     /// [`AuthzCall::slot`] of the callout.
     pub slot: usize,
     /// The host's token for its answer, or why it could not be dispatched.
-    pub token: Result<u32, String>,
+    pub token: Result<u32, DispatchError>,
     /// When it was dispatched (ns).
     pub at_ns: u64,
 }
@@ -517,10 +517,10 @@ impl RequestFlow {
         for d in results {
             match d.token {
                 Ok(token) => self.tokens.push((token, d.slot, d.at_ns)),
-                Err(host_status) => {
+                Err(error) => {
                     let detail = match self.authorizer_of(engine, d.slot) {
-                        Some(a) => callout::dispatch_failure(a, &host_status),
-                        None => format!("dispatch failed: {host_status}"),
+                        Some(a) => callout::dispatch_failure(a, &error),
+                        None => format!("dispatch failed: {error}"),
                     };
                     let outcome = AuthzOutcome::Error { detail };
                     let name = self.authorizer_name(engine, d.slot);
@@ -701,20 +701,16 @@ impl RequestFlow {
                 );
                 continue;
             };
-            let (request, cache_key) = match a.protocol {
-                mcp_access_bundle::AuthorizerProtocol::Http => {
-                    let request = callout::build(a, req, &self.body, c.level, &p.id);
-                    let k = key(&c, authz_cache::Sent::Http(&request));
-                    (request, k)
-                }
-                mcp_access_bundle::AuthorizerProtocol::Grpc => {
-                    let id = self.id.as_deref();
-                    let check =
-                        crate::ext_authz::check_request(a, req, &self.body, id, c.level, &p.id);
-                    let k = key(&c, authz_cache::Sent::Grpc(&check));
-                    (crate::ext_authz::callout(a, &check), k)
-                }
-            };
+            let outgoing = crate::outgoing::Outgoing::build(
+                a,
+                req,
+                &self.body,
+                self.id.as_deref(),
+                c.level,
+                &p.id,
+            );
+            let cache_key = key(&c, outgoing.sent());
+            let request = outgoing.into_request(a);
             out.push((Callout { call: c, request }, cache_key));
         }
         out

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use mcp_access_engine::callout::DispatchError;
 use mcp_access_engine::flow::{
     drive, CalloutAnswer, Dispatched, HeadersInput, Next, Progress, Reply, RequestFlow,
 };
@@ -314,6 +315,7 @@ impl Host for RequestFlow {
         token: Result<u32, String>,
         at_ns: u64,
     ) -> Progress {
+        let token = token.map_err(|s| DispatchError::from_status(&s));
         self.dispatched(e, [Dispatched { slot, token, at_ns }])
     }
 
