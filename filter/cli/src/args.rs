@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use mcp_access_cli::error::CliError;
 use mcp_access_cli::manifests;
 
 #[derive(Parser)]
@@ -119,7 +120,7 @@ pub(crate) enum Command {
     Pin(Box<PinArgs>),
     /// Run decision tests (PolicyTest documents, docs/policy-tests.md): each case's request
     /// through the filter's request flow, its decision compared with the expected one. Exits
-    /// 5 when a case fails, 1 when a test document cannot run.
+    /// 7 when a case fails, 1 when a test document cannot run.
     Test(TestArgs),
     /// Which callers may call a tool (prompt, resource URI) of an XBackend: per listener that
     /// routes to it, each caller the policies tell apart (SPIFFE IDs and ServiceAccounts,
@@ -317,7 +318,7 @@ pub(crate) struct PlatformArgs {
     pub(crate) istio_hold_headers: bool,
 }
 
-pub(crate) fn dns_label(s: &str) -> Result<String, String> {
+pub(crate) fn dns_label(s: &str) -> Result<String, CliError> {
     let ok = !s.is_empty()
         && s.len() <= 63
         && s.bytes()
@@ -327,9 +328,7 @@ pub(crate) fn dns_label(s: &str) -> Result<String, String> {
     if ok {
         Ok(s.to_string())
     } else {
-        Err(format!(
-            "`{s}` is not a DNS label (lower-case letters, digits, '-')"
-        ))
+        Err(format!("`{s}` is not a DNS label (lower-case letters, digits, '-')").into())
     }
 }
 
@@ -573,16 +572,16 @@ pub(crate) enum Output {
 
 impl Output {
     /// `compile -o`: JSON unless YAML is asked for (a `.yaml`/`.yml` file or `-o yaml`).
-    pub(crate) fn parse_bundle(s: &str) -> Result<Output, String> {
+    pub(crate) fn parse_bundle(s: &str) -> Result<Output, CliError> {
         Output::parse(s, Format::Json)
     }
 
     /// `envoy -o`, `manifests -o`: YAML unless JSON is asked for (a `.json` file or `-o json`).
-    pub(crate) fn parse_config(s: &str) -> Result<Output, String> {
+    pub(crate) fn parse_config(s: &str) -> Result<Output, CliError> {
         Output::parse(s, Format::Yaml)
     }
 
-    fn parse(s: &str, default: Format) -> Result<Output, String> {
+    fn parse(s: &str, default: Format) -> Result<Output, CliError> {
         match s {
             "" => Err("give a format (json, yaml) or a file".into()),
             "-" => Ok(Output::Stdout(default)),

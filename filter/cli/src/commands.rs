@@ -15,9 +15,10 @@ use crate::args::{
     EnvoyArgs, ExplainArgs, Format, Input, ListenerNamesArg, Output, PinArgs, PlatformArg,
     PlatformArgs, ReplayArgs, ReportArgs, TestArgs, UnpinnedArg, WasmArg, WhoCanArgs,
 };
-use crate::{
-    build, exit_code, not_accepted, options, pairs, render_report, serialize, write_out,
-    EXIT_DANGLING, EXIT_DRIFT, EXIT_FLIPS, EXIT_INVALID, EXIT_NOT_ACCEPTED, EXIT_TEST_FAILED,
+use crate::{build, exit_code, not_accepted, options, pairs, render_report, serialize, write_out};
+use mcp_access_cli::error::{
+    CliError, EXIT_DANGLING, EXIT_DRIFT, EXIT_FLIPS, EXIT_INVALID, EXIT_NOT_ACCEPTED,
+    EXIT_TEST_FAILED,
 };
 
 /// `validate`: the report on standard output; exit 1 (invalid), 4 (dangling) or 3 (not
@@ -27,7 +28,7 @@ pub(crate) fn validate(
     format: Format,
     allow_not_accepted: bool,
     allow_dangling: bool,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     let (_, mut c) = build(input, options(&input.compile)?)?;
     let dangling = checks::dangling(&c);
     if allow_dangling {
@@ -60,7 +61,7 @@ pub(crate) fn compile(
     input: &Input,
     output: Option<Output>,
     report: &ReportArgs,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     let output = output.unwrap_or(Output::Stdout(Format::Json));
     let to_file = matches!(output, Output::File(_));
     let (_, c, code) = match writable(
@@ -98,7 +99,7 @@ fn writable(
     report: &ReportArgs,
     report_to_stdout: bool,
     ports: Ports,
-) -> Result<Result<(Manifests, mcp_access_k8s::Compiled, u8), u8>, String> {
+) -> Result<Result<(Manifests, mcp_access_k8s::Compiled, u8), u8>, CliError> {
     let (m, mut c) = build(input, opts)?;
     let source = match ports {
         Ports::Unchecked => None,
@@ -162,7 +163,7 @@ pub(crate) fn manifests(
     p: PlatformArgs,
     output: &Output,
     report: &ReportArgs,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     let ports = Ports::Platform {
         envoy_gateway: matches!(p.platform, PlatformArg::EnvoyGateway),
     };
@@ -219,7 +220,7 @@ pub(crate) fn publish(
     wasm: &WasmArg,
     ecds: &Path,
     report: &ReportArgs,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     let (_, c, code) = match writable(
         input,
         options(&input.compile)?,
@@ -248,7 +249,7 @@ pub(crate) fn envoy(
     bundle_out: Option<PathBuf>,
     ecds: Option<PathBuf>,
     report: &ReportArgs,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     let ecds = ecds.map(|d| ecds_dir(&d)).transpose()?;
     let mut opts = options(&input.compile)?;
     let mut tls_certs: BTreeMap<String, (String, String)> = pairs(&e.tls_cert, "--tls-cert")?
@@ -330,7 +331,7 @@ pub(crate) fn envoy(
 }
 
 /// `status`: what an implementation would write in each object's `status`.
-pub(crate) fn status(input: &Input, format: Format) -> Result<u8, String> {
+pub(crate) fn status(input: &Input, format: Format) -> Result<u8, CliError> {
     let (_, c) = build(input, options(&input.compile)?)?;
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let objects = mcp_access_k8s::status_objects(&c.report, &c.topology, &now);
@@ -362,7 +363,7 @@ pub(crate) fn effective(
     input: &Input,
     [gateway, listener, backend, route]: [Option<String>; 4],
     format: Format,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     let mut o = options(&input.compile)?;
     o.effective_view = true;
     let (_, c) = build(input, o)?;
@@ -401,7 +402,7 @@ pub(crate) fn effective(
 fn bundle_or_compiled(
     bundle: Option<&Path>,
     input: Input,
-) -> Result<(Bundle, Option<mcp_access_k8s::Compiled>), String> {
+) -> Result<(Bundle, Option<mcp_access_k8s::Compiled>), CliError> {
     if let Some(p) = bundle {
         let text = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
         let b = mcp_access_bundle::parse_bundle(&text).map_err(|e| e.to_string())?;
@@ -418,7 +419,7 @@ fn bundle_or_compiled(
 }
 
 /// `explain`: one request through the request flow.
-pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
+pub(crate) fn explain(a: ExplainArgs) -> Result<u8, CliError> {
     let input = Input {
         files: a.files.clone(),
         recursive: a.recursive,
@@ -517,7 +518,7 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, String> {
 }
 
 /// `test`: every case of every test document; the report on standard output.
-pub(crate) fn test(a: TestArgs) -> Result<u8, String> {
+pub(crate) fn test(a: TestArgs) -> Result<u8, CliError> {
     use mcp_access_cli::policy_test;
     let docs = policy_test::load(&a.tests)?;
     let inputs = policy_test::Inputs {
@@ -543,7 +544,7 @@ pub(crate) fn test(a: TestArgs) -> Result<u8, String> {
 }
 
 /// `replay`: recorded decisions decided again under the candidate manifests (or bundle).
-pub(crate) fn replay(a: ReplayArgs) -> Result<u8, String> {
+pub(crate) fn replay(a: ReplayArgs) -> Result<u8, CliError> {
     use mcp_access_cli::replay;
     let input = Input {
         files: a.files.clone(),
@@ -605,7 +606,7 @@ pub(crate) fn replay(a: ReplayArgs) -> Result<u8, String> {
 }
 
 /// `who-can`: the callers that may make one MCP call of an XBackend.
-pub(crate) fn who_can(a: WhoCanArgs) -> Result<u8, String> {
+pub(crate) fn who_can(a: WhoCanArgs) -> Result<u8, CliError> {
     use mcp_access_cli::who_can;
     let (method, param) = match (&a.tool, &a.prompt, &a.uri, &a.mcp_method) {
         (Some(t), _, _, m) => (m.clone().unwrap_or_else(|| "tools/call".into()), Some(t)),
@@ -671,31 +672,31 @@ fn enforced_nowhere(r: &mcp_access_k8s::Report, b: &Bundle, key: &str) -> Option
 }
 
 /// The ECDS directory, created if missing, as the absolute path Envoy watches.
-fn ecds_dir(d: &Path) -> Result<PathBuf, String> {
+fn ecds_dir(d: &Path) -> Result<PathBuf, CliError> {
     std::fs::create_dir_all(d).map_err(|e| format!("--ecds {}: {e}", d.display()))?;
-    std::fs::canonicalize(d).map_err(|e| format!("--ecds {}: {e}", d.display()))
+    Ok(std::fs::canonicalize(d).map_err(|e| format!("--ecds {}: {e}", d.display()))?)
 }
 
 /// The filter path written into the configuration: `--wasm` must be a file and is made
 /// absolute (Envoy resolves relative paths against its own working directory); `--wasm-path`
 /// must be absolute and is written as given.
-fn wasm_path(w: &WasmArg) -> Result<String, String> {
+fn wasm_path(w: &WasmArg) -> Result<String, CliError> {
     match (&w.wasm, &w.wasm_path) {
         (Some(p), _) => {
             if !p.is_file() {
                 return Err(format!(
                     "--wasm {}: no such file (build it with scripts/build, or give --wasm-path for a path that exists only where Envoy runs)",
                     p.display()
-                ));
+                ).into());
             }
             let abs =
                 std::fs::canonicalize(p).map_err(|e| format!("--wasm {}: {e}", p.display()))?;
-            abs.to_str()
-                .map(str::to_string)
-                .ok_or_else(|| format!("--wasm {}: the path is not UTF-8", abs.display()))
+            abs.to_str().map(str::to_string).ok_or_else(|| {
+                CliError::invalid(format!("--wasm {}: the path is not UTF-8", abs.display()))
+            })
         }
         (None, Some(s)) if s.starts_with('/') => Ok(s.clone()),
-        (None, Some(s)) => Err(format!("--wasm-path {s}: give an absolute path")),
+        (None, Some(s)) => Err(format!("--wasm-path {s}: give an absolute path").into()),
         (None, None) => Err("give --wasm FILE or --wasm-path PATH".into()),
     }
 }
@@ -713,7 +714,7 @@ fn nothing_written(code: u8) -> u8 {
 
 /// `pin`: a ToolPin of what the server lists; with --check, the comparison with one (exit 5
 /// on any difference).
-pub(crate) fn pin(a: PinArgs) -> Result<u8, String> {
+pub(crate) fn pin(a: PinArgs) -> Result<u8, CliError> {
     let listing = match (&a.url, &a.from_file) {
         (_, Some(file)) => pin::from_file(file)?,
         (Some(url), None) => pin::from_server(pin_connection(&a, url)?)?,
@@ -737,7 +738,8 @@ pub(crate) fn pin(a: PinArgs) -> Result<u8, String> {
                 wanted
                     .map(|w| format!(" for XBackend {w}"))
                     .unwrap_or_default()
-            ));
+            )
+            .into());
         };
         let report = pin::check(&listing, pin);
         print!("{}", report.text);
@@ -759,9 +761,7 @@ pub(crate) fn pin(a: PinArgs) -> Result<u8, String> {
     let mut m = Manifests::default();
     m.add_text("pin", &yaml, &a.namespace);
     if let Some(p) = m.problems().first() {
-        return Err(format!(
-            "internal error, the ToolPin written is invalid: {p}"
-        ));
+        return Err(format!("internal error, the ToolPin written is invalid: {p}").into());
     }
     match &a.output {
         Some(path) => std::fs::write(path, &yaml)
@@ -777,7 +777,7 @@ pub(crate) fn pin(a: PinArgs) -> Result<u8, String> {
 }
 
 /// How `pin` reaches the server, from its flags.
-fn pin_connection(a: &PinArgs, url: &str) -> Result<pin::Connection, String> {
+fn pin_connection(a: &PinArgs, url: &str) -> Result<pin::Connection, CliError> {
     let mut headers = Vec::new();
     for h in &a.headers {
         let (n, v) = h
@@ -788,7 +788,7 @@ fn pin_connection(a: &PinArgs, url: &str) -> Result<pin::Connection, String> {
             || !n.bytes().all(|b| b.is_ascii_graphic())
             || v.contains(['\r', '\n', '\0'])
         {
-            return Err(format!("--header {h:?}: not a valid header"));
+            return Err(format!("--header {h:?}: not a valid header").into());
         }
         headers.push((n.to_ascii_lowercase(), v.to_string()));
     }
@@ -798,7 +798,7 @@ fn pin_connection(a: &PinArgs, url: &str) -> Result<pin::Connection, String> {
                 .map_err(|e| format!("cannot read {}: {e}", f.display()))?;
             let t = t.trim().to_string();
             if t.is_empty() || t.contains(['\r', '\n', '\0']) {
-                return Err(format!("{}: not a bearer token (one line)", f.display()));
+                return Err(format!("{}: not a bearer token (one line)", f.display()).into());
             }
             Some(t)
         }
@@ -816,10 +816,10 @@ fn pin_connection(a: &PinArgs, url: &str) -> Result<pin::Connection, String> {
 }
 
 /// The ToolPins of a file, validated as the API server would.
-fn toolpins_in(file: &Path) -> Result<Vec<mcp_access_k8s::ToolPinView>, String> {
+fn toolpins_in(file: &Path) -> Result<Vec<mcp_access_k8s::ToolPinView>, CliError> {
     let m = Manifests::load_paths(&[file.to_path_buf()], "default")?;
     if let Some(p) = m.problems().first() {
-        return Err(format!("{p}"));
+        return Err(format!("{p}").into());
     }
     Ok(m.pins.iter().map(|p| p.view()).collect())
 }

@@ -5,6 +5,8 @@
 use mcp_access_bundle as bundle;
 use serde_json::{json, Value};
 
+use crate::error::CliError;
+
 const T: &str = "type.googleapis.com/";
 
 /// Where a provider's keys come from.
@@ -52,7 +54,7 @@ impl JwtProviderSpec {
 }
 
 /// Parses the value of one `--jwt-provider`.
-pub fn parse_provider(s: &str) -> Result<JwtProviderSpec, String> {
+pub fn parse_provider(s: &str) -> Result<JwtProviderSpec, CliError> {
     let err = |m: String| format!("--jwt-provider `{s}`: {m}");
     let (name, rest) = s
         .split_once('=')
@@ -64,7 +66,8 @@ pub fn parse_provider(s: &str) -> Result<JwtProviderSpec, String> {
     if !name_ok {
         return Err(err(format!(
             "provider name `{name}`: use letters, digits, '-', '_' or '.'"
-        )));
+        ))
+        .into());
     }
     let (mut issuer, mut jwks, mut audiences, mut forward) = (None, None, Vec::new(), None);
     for part in rest.split(',') {
@@ -72,7 +75,7 @@ pub fn parse_provider(s: &str) -> Result<JwtProviderSpec, String> {
             .split_once('=')
             .ok_or_else(|| err(format!("`{part}`: expected KEY=VALUE")))?;
         if v.is_empty() {
-            return Err(err(format!("{k}: empty value")));
+            return Err(err(format!("{k}: empty value")).into());
         }
         let dup = match k {
             "issuer" => issuer.replace(v.to_string()).is_some(),
@@ -85,18 +88,19 @@ pub fn parse_provider(s: &str) -> Result<JwtProviderSpec, String> {
                 let b = match v {
                     "true" => true,
                     "false" => false,
-                    _ => return Err(err(format!("forward={v}: expected true or false"))),
+                    _ => return Err(err(format!("forward={v}: expected true or false")).into()),
                 };
                 forward.replace(b).is_some()
             }
             other => {
                 return Err(err(format!(
                     "unknown key `{other}` (issuer, jwks, audience, forward)"
-                )))
+                ))
+                .into())
             }
         };
         if dup {
-            return Err(err(format!("{k} given twice")));
+            return Err(err(format!("{k} given twice")).into());
         }
     }
     let issuer = issuer.ok_or_else(|| err("issuer=ISSUER is required".into()))?;
@@ -114,7 +118,7 @@ pub fn parse_provider(s: &str) -> Result<JwtProviderSpec, String> {
             None => (authority, 443),
         };
         if host.is_empty() {
-            return Err(err(format!("jwks {jwks}: no host")));
+            return Err(err(format!("jwks {jwks}: no host")).into());
         }
         Jwks::Remote {
             uri: jwks.clone(),
@@ -122,9 +126,7 @@ pub fn parse_provider(s: &str) -> Result<JwtProviderSpec, String> {
             port,
         }
     } else if jwks.contains("://") {
-        return Err(err(format!(
-            "jwks {jwks}: give a local file or an https:// URI"
-        )));
+        return Err(err(format!("jwks {jwks}: give a local file or an https:// URI")).into());
     } else {
         Jwks::File(jwks)
     };
@@ -138,18 +140,19 @@ pub fn parse_provider(s: &str) -> Result<JwtProviderSpec, String> {
 }
 
 /// Parses every `--jwt-provider`; names and issuers must be unique.
-pub fn parse_providers(list: &[String]) -> Result<Vec<JwtProviderSpec>, String> {
+pub fn parse_providers(list: &[String]) -> Result<Vec<JwtProviderSpec>, CliError> {
     let mut out: Vec<JwtProviderSpec> = Vec::new();
     for s in list {
         let p = parse_provider(s)?;
         if out.iter().any(|o| o.name == p.name) {
-            return Err(format!("--jwt-provider: provider `{}` given twice", p.name));
+            return Err(format!("--jwt-provider: provider `{}` given twice", p.name).into());
         }
         if out.iter().any(|o| o.issuer == p.issuer) {
             return Err(format!(
                 "--jwt-provider: issuer `{}` given by two providers",
                 p.issuer
-            ));
+            )
+            .into());
         }
         out.push(p);
     }
@@ -268,7 +271,10 @@ mod tests {
             ("idp=issuer=i,issuer=j,jwks=f", "issuer given twice"),
             ("idp=issuer=,jwks=f", "issuer: empty value"),
         ] {
-            let e = parse_provider(s).err().unwrap_or_default();
+            let e = parse_provider(s)
+                .err()
+                .map(|e| e.message)
+                .unwrap_or_default();
             assert!(e.contains(want), "{s}: {e}");
         }
         let two = |a: &str, b: &str| parse_providers(&[a.into(), b.into()]).err();

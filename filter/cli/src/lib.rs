@@ -3,6 +3,7 @@
 
 pub mod checks;
 pub mod envoy;
+pub mod error;
 pub mod explain;
 pub mod jwt;
 pub mod manifests;

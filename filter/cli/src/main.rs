@@ -15,23 +15,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use mcp_access_bundle::UnknownBackend;
+use mcp_access_cli::error::{CliError, EXIT_INVALID, EXIT_NOT_ACCEPTED};
 use mcp_access_cli::{checks, jwt};
 use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 
 use args::{Cli, Command, CompileArgs, Format, Input, Output, ReportArgs, UnknownBackendArg};
-
-/// Exit code: input the API server would reject, or an error.
-const EXIT_INVALID: u8 = 1;
-/// Exit code: something was not accepted (without --allow-not-accepted).
-const EXIT_NOT_ACCEPTED: u8 = 3;
-/// Exit code: `validate` found references that lead nowhere (without --allow-dangling).
-const EXIT_DANGLING: u8 = 4;
-/// Exit code: `pin --check` found tools that differ from their pins.
-const EXIT_DRIFT: u8 = 5;
-/// Exit code: `test` found a case whose decision is not the expected one.
-const EXIT_TEST_FAILED: u8 = 5;
-/// Exit code: `replay` found decisions that flip (without --allow-flips).
-const EXIT_FLIPS: u8 = 6;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -39,12 +27,12 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("mcp-access: {e}");
-            ExitCode::from(EXIT_INVALID)
+            ExitCode::from(e.code)
         }
     }
 }
 
-fn run(cli: Cli) -> Result<u8, String> {
+fn run(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Schema => {
             print!("{}", mcp_access_bundle::json_schema_text());
@@ -113,17 +101,17 @@ fn run(cli: Cli) -> Result<u8, String> {
     }
 }
 
-fn pairs(list: &[String], flag: &str) -> Result<Vec<(String, String)>, String> {
+fn pairs(list: &[String], flag: &str) -> Result<Vec<(String, String)>, CliError> {
     list.iter()
         .map(|s| {
             s.split_once('=')
                 .map(|(k, v)| (k.to_string(), v.to_string()))
-                .ok_or_else(|| format!("{flag} `{s}`: expected KEY=VALUE"))
+                .ok_or_else(|| CliError::invalid(format!("{flag} `{s}`: expected KEY=VALUE")))
         })
         .collect()
 }
 
-fn options(a: &CompileArgs) -> Result<Options, String> {
+fn options(a: &CompileArgs) -> Result<Options, CliError> {
     let mut listen = BTreeMap::new();
     for (k, v) in pairs(&a.listen, "--listen")? {
         let port: u16 = v
@@ -157,7 +145,7 @@ fn options(a: &CompileArgs) -> Result<Options, String> {
 }
 
 /// Reads `-f` inputs (`-` is standard input); names each subdirectory not read.
-fn load(files: &[PathBuf], namespace: &str, recursive: bool) -> Result<Manifests, String> {
+fn load(files: &[PathBuf], namespace: &str, recursive: bool) -> Result<Manifests, CliError> {
     let mut paths = Vec::new();
     let mut m = Manifests::default();
     for f in files {
@@ -183,7 +171,7 @@ fn load(files: &[PathBuf], namespace: &str, recursive: bool) -> Result<Manifests
 
 /// Loads and compiles; prints the invalid input (what the API server would reject, and
 /// settings that conflict) to stderr.
-fn build(input: &Input, opts: Options) -> Result<(Manifests, Compiled), String> {
+fn build(input: &Input, opts: Options) -> Result<(Manifests, Compiled), CliError> {
     let m = load(&input.files, &input.compile.namespace, input.recursive)?;
     let mut c = compile(&m, &opts);
     for p in &c.report.invalid {
@@ -197,7 +185,7 @@ fn build(input: &Input, opts: Options) -> Result<(Manifests, Compiled), String> 
     Ok((m, c))
 }
 
-fn render_report(c: &Compiled, format: Format) -> Result<String, String> {
+fn render_report(c: &Compiled, format: Format) -> Result<String, CliError> {
     match format {
         Format::Json | Format::Yaml => serialize(&c.report, format),
         Format::Text => {
@@ -296,24 +284,21 @@ fn not_accepted(c: &Compiled, allow: bool, all: bool) -> u8 {
 }
 
 /// Writes a command's output where `-o` says.
-fn write_out(out: &Output, text: &str) -> Result<(), String> {
+fn write_out(out: &Output, text: &str) -> Result<(), CliError> {
     match out {
         Output::Stdout(_) => {
             print!("{text}");
             Ok(())
         }
-        Output::File(path) => {
-            std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
-        }
+        Output::File(path) => std::fs::write(path, text)
+            .map_err(|e| CliError::invalid(format!("cannot write {}: {e}", path.display()))),
     }
 }
 
 /// A value as pretty JSON or YAML.
-fn serialize<T: serde::Serialize>(v: &T, format: Format) -> Result<String, String> {
+fn serialize<T: serde::Serialize>(v: &T, format: Format) -> Result<String, CliError> {
     match format {
-        Format::Yaml => serde_norway::to_string(v).map_err(|e| e.to_string()),
-        Format::Json | Format::Text => serde_json::to_string_pretty(v)
-            .map(|s| s + "\n")
-            .map_err(|e| e.to_string()),
+        Format::Yaml => serde_norway::to_string(v).map_err(|e| CliError::invalid(e.to_string())),
+        Format::Json | Format::Text => Ok(serde_json::to_string_pretty(v)? + "\n"),
     }
 }

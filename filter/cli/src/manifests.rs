@@ -23,6 +23,8 @@ use mcp_access_bundle::{Bundle, EscapedSlashes};
 use mcp_access_k8s::{Manifests, Report, RouteAction, Topology};
 use serde_json::{json, Value};
 
+use crate::error::CliError;
+
 const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 const EG_API: &str = "gateway.envoyproxy.io/v1alpha1";
 const ISTIO_API: &str = "extensions.istio.io/v1alpha1";
@@ -65,7 +67,7 @@ pub struct ManifestOptions {
 }
 
 /// `sha256:<64 hex>` (or the bare hex) to the bare hex.
-pub fn parse_digest(s: &str) -> Result<String, String> {
+pub fn parse_digest(s: &str) -> Result<String, CliError> {
     let hex = s.strip_prefix("sha256:").unwrap_or(s);
     if hex.len() == 64
         && hex
@@ -76,17 +78,18 @@ pub fn parse_digest(s: &str) -> Result<String, String> {
     } else {
         Err(format!(
             "`{s}`: expected sha256:<64 hex digits> (the manifest digest scripts/oci-image prints)"
-        ))
+        )
+        .into())
     }
 }
 
 /// `[oci://]REGISTRY/REPOSITORY[:TAG]` to `REGISTRY/REPOSITORY[:TAG]`.
-pub fn parse_image(s: &str) -> Result<String, String> {
+pub fn parse_image(s: &str) -> Result<String, CliError> {
     let r = s.strip_prefix("oci://").unwrap_or(s);
     if r.contains('@') {
         return Err(format!(
             "`{s}`: give the tagged reference (REGISTRY/REPOSITORY:TAG); the digest goes to --digest"
-        ));
+        ).into());
     }
     let re = regex_lite::Regex::new(
         r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$",
@@ -95,7 +98,7 @@ pub fn parse_image(s: &str) -> Result<String, String> {
     if re.is_match(r) {
         Ok(r.to_string())
     } else {
-        Err(format!("`{s}`: expected REGISTRY/REPOSITORY:TAG"))
+        Err(format!("`{s}`: expected REGISTRY/REPOSITORY:TAG").into())
     }
 }
 
@@ -255,7 +258,7 @@ fn eg_bundle(bundle: &Bundle, topo: &Topology) -> Bundle {
 
 /// Istio cannot tell routes apart by a name the filter sees (see docs/deploy.md): a
 /// route-scoped policy is refused rather than applied to every route or to none.
-fn istio_route_scoped(bundle: &Bundle) -> Result<(), String> {
+fn istio_route_scoped(bundle: &Bundle) -> Result<(), CliError> {
     let scoped: Vec<String> = bundle
         .policies
         .iter()
@@ -268,7 +271,7 @@ fn istio_route_scoped(bundle: &Bundle) -> Result<(), String> {
     Err(format!(
         "--platform istio cannot enforce policies narrowed to HTTPRoutes ({}): Istio names Envoy routes after the HTTPRoute rule's `name` (Istio 1.24 and later) or NAMESPACE.ROUTE.INDEX, names that need not be unique across routes, and its clusters are the Services', shared by every route, so the filter cannot tell which route a request took; target the XBackend or the Gateway listener instead, or use --platform envoy-gateway or `mcp-access envoy`",
         scoped.join(", ")
-    ))
+    ).into())
 }
 
 fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str, hold_headers: bool) -> Bundle {
@@ -380,7 +383,7 @@ fn escaped_action(e: EscapedSlashes, reject: &str, decode: &str) -> String {
 /// Gateways by namespace, in bundle order.
 fn by_namespace(
     bundle: &Bundle,
-) -> Result<BTreeMap<&str, Vec<&mcp_access_bundle::Gateway>>, String> {
+) -> Result<BTreeMap<&str, Vec<&mcp_access_bundle::Gateway>>, CliError> {
     let mut out: BTreeMap<&str, Vec<_>> = BTreeMap::new();
     for g in &bundle.gateways {
         out.entry(g.namespace.as_str()).or_default().push(g);
@@ -395,12 +398,12 @@ fn by_namespace(
 
 /// A platform's bundle, checked as the filter will check it. Identity headers need the
 /// headers held: without, a client's copy would reach the MCP server first.
-fn checked(b: Bundle) -> Result<Value, String> {
+fn checked(b: Bundle) -> Result<Value, CliError> {
     if !b.envoy.hold_headers && b.backends.iter().any(|x| !x.identity_headers.is_empty()) {
         return Err("AccessPolicy identityHeaders need the filter to hold request headers, which a WasmPlugin cannot (a client's copy would reach the MCP server before the filter removes it): render with --istio-hold-headers".into());
     }
     mcp_access_bundle::validate(&b).map_err(|e| e.to_string())?;
-    serde_json::to_value(b).map_err(|e| e.to_string())
+    Ok(serde_json::to_value(b)?)
 }
 
 /// Envoy Gateway: per listener with OAuth protected resource metadata, an `HTTPRouteFilter`
@@ -452,7 +455,7 @@ fn envoy_gateway(
     bundle: &Bundle,
     topo: &Topology,
     o: &ManifestOptions,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, CliError> {
     let config = checked(eg_bundle(bundle, topo))?;
     let mut objects = Vec::new();
     for (ns, gws) in by_namespace(bundle)? {
@@ -535,7 +538,7 @@ fn envoy_gateway(
     Ok(objects)
 }
 
-fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Value>, String> {
+fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Value>, CliError> {
     istio_route_scoped(bundle)?;
     let hold = o.istio_hold_headers;
     let config = checked(istio_bundle(bundle, topo, &o.cluster_domain, hold))?;
@@ -650,7 +653,7 @@ pub fn backend_objects(
     m: &Manifests,
     topo: &Topology,
     o: &ManifestOptions,
-) -> Result<BackendObjects, String> {
+) -> Result<BackendObjects, CliError> {
     match o.platform {
         Platform::EnvoyGateway => backends::envoy_gateway(m, topo, &o.name),
         Platform::Istio => Ok(backends::istio(m, topo)),
@@ -666,7 +669,7 @@ pub fn render(
     o: &ManifestOptions,
     json: bool,
     extra: &[Value],
-) -> Result<String, String> {
+) -> Result<String, CliError> {
     let mut objects = match o.platform {
         Platform::EnvoyGateway => envoy_gateway(bundle, topo, o)?,
         Platform::Istio => istio(bundle, topo, o)?,
@@ -674,9 +677,7 @@ pub fn render(
     objects.extend(extra.iter().cloned());
     if json {
         let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-        return serde_json::to_string_pretty(&list)
-            .map(|s| s + "\n")
-            .map_err(|e| e.to_string());
+        return Ok(serde_json::to_string_pretty(&list)? + "\n");
     }
     let mut out = header(o);
     for line in unserved_metadata(bundle, o) {

@@ -11,7 +11,7 @@ use mcp_access_k8s::Topology;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::explain::{self, Assumption, RequestSpec};
+use crate::explain::{Assumption, Explainer, RequestSpec};
 pub use mcp_access_engine::flow::records::{records, Unreadable, LOG_PREFIX};
 
 /// What a replay found.
@@ -65,6 +65,8 @@ pub fn replay(
         ..Replay::default()
     };
     let mut flips: Vec<Flip> = Vec::new();
+    // One engine for every record (a bundle that does not compile: each record's error).
+    let explainer = Explainer::new(bundle, topo);
     for r in records {
         let spec = match spec_of(r, assume) {
             Ok(s) => s,
@@ -73,7 +75,11 @@ pub fn replay(
                 continue;
             }
         };
-        let e = match explain::explain(bundle, topo, &spec) {
+        let e = match explainer
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|x| x.explain(&spec))
+        {
             Ok(e) => e,
             Err(err) => {
                 out.errors.push(format!("{}: {err}", describe(r)));

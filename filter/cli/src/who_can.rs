@@ -21,7 +21,8 @@ use mcp_access_k8s::{Protocol, RouteAction, Topology};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::explain::{self, Assumption, RequestSpec};
+use crate::error::CliError;
+use crate::explain::{self, Assumption, Explainer, RequestSpec};
 
 /// At most this many witness tokens per issuer (beyond: the answer says it is not exhaustive).
 const MAX_TOKENS: usize = 256;
@@ -91,13 +92,14 @@ pub struct CallerAnswer {
 const NO_CLIENT_CERTIFICATE: &str = "a plain-HTTP listener receives no client certificate, so no request on it carries a SPIFFE ID (identity.spiffe.source: PeerCertificate)";
 
 /// Answers `q` for the compiled manifests.
-pub fn who_can(b: &Bundle, topo: &Topology, q: &Question) -> Result<Answer, String> {
+pub fn who_can(b: &Bundle, topo: &Topology, q: &Question) -> Result<Answer, CliError> {
     let backend = b
         .backends
         .iter()
         .find(|x| q.backend == x.name || q.backend == format!("{}/{}", x.namespace, x.name))
         .ok_or_else(|| format!("no XBackend {} in the manifests", q.backend))?;
     let backend_id = format!("{}/{}", backend.namespace, backend.name);
+    let explainer = Explainer::new(b, Some(topo))?;
     let mut answer = Answer {
         backend: backend_id.clone(),
         method: q.method.clone(),
@@ -109,8 +111,8 @@ pub fn who_can(b: &Bundle, topo: &Topology, q: &Question) -> Result<Answer, Stri
         for (route, through) in route_groups(b, topo, (&gw_ns, &gw, &listener), &backend_id) {
             let at = (gw_ns.as_str(), gw.as_str(), listener.as_str());
             let out = answer_at(
-                b,
-                topo,
+                &explainer,
+                (b, topo),
                 q,
                 at,
                 (&backend_id, route, through),
@@ -139,13 +141,13 @@ pub fn who_can(b: &Bundle, topo: &Topology, q: &Question) -> Result<Answer, Stri
 
 /// The answer on one listener, through the Envoy route `route` where routes differ.
 fn answer_at(
-    b: &Bundle,
-    topo: &Topology,
+    explainer: &Explainer,
+    (b, topo): (&Bundle, &Topology),
     q: &Question,
     (gw_ns, gw, listener): (&str, &str, &str),
     (backend_id, route, through): (&str, Option<String>, Option<String>),
     notes: &mut Vec<String>,
-) -> Result<ListenerAnswer, String> {
+) -> Result<ListenerAnswer, CliError> {
     let on_path = path_policies(b, (gw_ns, gw, listener), backend_id, route.as_deref());
     let (callers, complete) = candidates(b, &on_path);
     if !complete {
@@ -180,7 +182,7 @@ fn answer_at(
             assume: BTreeMap::from([("*".to_string(), Assumption::Allow)]),
             ..RequestSpec::default()
         };
-        let e = explain::explain(b, Some(topo), &spec)?;
+        let e = explainer.explain(&spec)?;
         let mut answer = answer_of(&c, &e);
         if no_spiffe && c.spiffe.is_some() {
             answer.cannot_arrive = Some(NO_CLIENT_CERTIFICATE.into());

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::routes::authority;
 use super::{EnvoyOptions, Notes, Resolved, BUFFER_LIMIT, T};
+use crate::error::CliError;
 use crate::jwt::Jwks;
 
 pub(super) fn lookup<'a, V>(map: &'a BTreeMap<String, V>, ns: &str, name: &str) -> Option<&'a V> {
@@ -70,7 +71,7 @@ fn named(r: &str) -> (&str, &str) {
 /// subjectAltNames), trusted CAs from its caCertificateRefs (`--client-ca REF=CA.pem`) or the
 /// system's (`wellKnownCACertificates: System`, or no validation: `--upstream-ca`), and with
 /// ClientAndServer the client certificate of its clientCertificateRef (`--tls-cert`).
-fn backend_tls(b: &BackendModel, t: &BackendTlsModel, o: &EnvoyOptions) -> Result<Value, String> {
+fn backend_tls(b: &BackendModel, t: &BackendTlsModel, o: &EnvoyOptions) -> Result<Value, CliError> {
     let mut cas = Vec::new();
     for r in &t.ca_refs {
         let (ns, name) = named(r);
@@ -140,15 +141,18 @@ pub(crate) fn http2_only(cluster: &mut Value) {
     }
 }
 
-/// The upstream clusters (XBackends, Services, authorizers, remote JWKS) and, per cluster, the
-/// Host its routes send (see [`super::routes::route`]).
+/// Per cluster, the Host its routes send.
+pub(super) type HostRewrites = BTreeMap<String, String>;
+
+/// The upstream clusters (XBackends, Services, authorizers, remote JWKS) and their
+/// [`HostRewrites`] (see [`super::routes::route`]).
 pub(super) fn upstream_clusters(
     topo: &Topology,
     o: &EnvoyOptions,
     notes: &mut Notes,
-) -> Result<(Vec<Value>, BTreeMap<String, String>), String> {
+) -> Result<(Vec<Value>, HostRewrites), CliError> {
     let mut clusters = Vec::new();
-    let mut host_rewrites: BTreeMap<String, String> = BTreeMap::new();
+    let mut host_rewrites = HostRewrites::new();
     for b in &topo.backends {
         let key = b
             .service_name

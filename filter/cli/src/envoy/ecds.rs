@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 
 use super::T;
+use crate::error::CliError;
 
 pub(super) fn wasm_filter(wasm: &str, bundle_json: &str) -> Value {
     json!({
@@ -69,7 +70,7 @@ pub fn ecds_document(wasm: &str, bundle_json: &str) -> Value {
 
 /// Writes `doc` as `dir`/[`ECDS_FILE`] atomically: a temporary file in `dir`, flushed, then
 /// renamed over the old one, so Envoy never reads half a file. Returns the version written.
-pub fn publish_ecds(dir: &std::path::Path, doc: &Value) -> Result<String, String> {
+pub fn publish_ecds(dir: &std::path::Path, doc: &Value) -> Result<String, CliError> {
     use std::io::Write;
     let text = serde_json::to_string(doc).map_err(|e| e.to_string())?;
     let tmp = dir.join(format!(".{ECDS_FILE}.{}.tmp", std::process::id()));

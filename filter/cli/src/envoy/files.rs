@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::error::CliError;
 use crate::jwt::{Jwks, JwtProviderSpec};
 
 /// What a PEM file given to Envoy must hold.
@@ -28,12 +29,12 @@ pub(super) fn absolute(
     what: &str,
     path: &str,
     elsewhere: bool,
-) -> Result<(String, Option<String>), String> {
+) -> Result<(String, Option<String>), CliError> {
     if elsewhere {
         return if std::path::Path::new(path).is_absolute() {
             Ok((path.to_string(), None))
         } else {
-            Err(format!("{what}: {path}: give the absolute path where Envoy runs (--files-where-envoy-runs)"))
+            Err(format!("{what}: {path}: give the absolute path where Envoy runs (--files-where-envoy-runs)").into())
         };
     }
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -49,7 +50,7 @@ pub(super) fn pem_file(
     path: &str,
     kind: Pem,
     elsewhere: bool,
-) -> Result<String, String> {
+) -> Result<String, CliError> {
     let (abs, Some(text)) = absolute(what, path, elsewhere)? else {
         return Ok(path.to_string());
     };
@@ -78,11 +79,11 @@ pub(super) fn pem_file(
     } else {
         ""
     };
-    Err(format!("{what}: {path} holds no {want}{hint}"))
+    Err(format!("{what}: {path} holds no {want}{hint}").into())
 }
 
 /// A local JWKS file for Envoy's `jwt_authn` (see [`absolute`]): JSON with at least one key.
-pub(super) fn jwks_file(what: &str, path: &str, elsewhere: bool) -> Result<String, String> {
+pub(super) fn jwks_file(what: &str, path: &str, elsewhere: bool) -> Result<String, CliError> {
     let (abs, Some(text)) = absolute(what, path, elsewhere)? else {
         return Ok(path.to_string());
     };
@@ -94,7 +95,7 @@ pub(super) fn jwks_file(what: &str, path: &str, elsewhere: bool) -> Result<Strin
         .and_then(Value::as_array)
         .map_or(0, |k| k.iter().filter(|j| j.get("kty").is_some()).count());
     if keys == 0 {
-        return Err(format!("{what}: {path} is no JWKS with a key: expected {{\"keys\": [JWK, ...]}} with at least one JWK (with \"kty\"); Envoy would refuse every token"));
+        return Err(format!("{what}: {path} is no JWKS with a key: expected {{\"keys\": [JWK, ...]}} with at least one JWK (with \"kty\"); Envoy would refuse every token").into());
     }
     Ok(abs)
 }
@@ -112,7 +113,7 @@ pub type EnvoyFiles<'a> = (
 pub fn check_files(
     (tls_certs, client_cas, jwt): EnvoyFiles,
     elsewhere: bool,
-) -> Result<(), String> {
+) -> Result<(), CliError> {
     for (k, (cert, key)) in tls_certs.iter_mut() {
         let what = format!("--tls-cert {k}");
         *cert = pem_file(&what, cert, Pem::Certificate, elsewhere)?;

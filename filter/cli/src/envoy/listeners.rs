@@ -10,6 +10,7 @@ use super::clusters::lookup;
 use super::ecds::{ecds_filter, wasm_filter};
 use super::routes::virtual_hosts;
 use super::{jwt_required, EnvoyOptions, BUFFER_LIMIT, T};
+use crate::error::CliError;
 use crate::jwt;
 
 /// The access log of one connection manager. `listener` is the Envoy listener's name,
@@ -70,7 +71,7 @@ fn hcm(
     o: &EnvoyOptions,
     bundle: &Bundle,
     bundle_json: &str,
-) -> Result<Value, String> {
+) -> Result<Value, CliError> {
     let (name, tls) = (c.name, c.tls);
     let open: Vec<String> = c
         .protected
@@ -168,7 +169,7 @@ pub(super) fn listeners(
     o: &EnvoyOptions,
     bundle: &Bundle,
     host_rewrites: &BTreeMap<String, String>,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, CliError> {
     let bundle_json = serde_json::to_string(bundle).map_err(|e| e.to_string())?;
     let protected = protected_resources(bundle);
     let metadata_of = |id: &str| protected.get(id).copied();
@@ -205,7 +206,7 @@ pub(super) fn listeners(
             if let Some((other, _)) = required.iter().find(|(_, r)| *r != jwt_required) {
                 return Err(format!(
                     "--jwt-required: listener {other} shares port {port} with a listener that requires a token; name every listener on that port, or none"
-                ));
+                ).into());
             }
             let chain = Chain {
                 name: &name,
@@ -263,14 +264,14 @@ pub(super) fn listeners(
         return Err(format!(
             "--jwt-required {unknown}: no such listener (LISTENER, GATEWAY/LISTENER or NAMESPACE/GATEWAY/LISTENER; listeners: {})",
             known.join(", ")
-        ));
+        ).into());
     }
     Ok(listeners)
 }
 
-fn downstream_tls(lname: &str, l: &ListenerModel, o: &EnvoyOptions) -> Result<Value, String> {
+fn downstream_tls(lname: &str, l: &ListenerModel, o: &EnvoyOptions) -> Result<Value, CliError> {
     let Some(tls) = &l.tls else {
-        return Err(format!("listener {lname}: HTTPS without TLS settings"));
+        return Err(format!("listener {lname}: HTTPS without TLS settings").into());
     };
     let mut certs = Vec::new();
     for c in &tls.certificates {
@@ -294,7 +295,7 @@ fn downstream_tls(lname: &str, l: &ListenerModel, o: &EnvoyOptions) -> Result<Va
             files.push(f.clone());
         }
         if files.len() > 1 {
-            return Err(format!("listener {lname}: several client CA references; concatenate them into one --client-ca file"));
+            return Err(format!("listener {lname}: several client CA references; concatenate them into one --client-ca file").into());
         }
         if let (Some(f), Some(obj)) = (files.first(), common.as_object_mut()) {
             obj.insert(

@@ -17,6 +17,7 @@ use mcp_access_bundle::Bundle;
 use mcp_access_k8s::Topology;
 use serde_json::{json, Value};
 
+use crate::error::CliError;
 use crate::jwt::JwtProviderSpec;
 
 pub(crate) use clusters::http2_only;
@@ -39,7 +40,7 @@ pub struct Resolved {
 }
 
 /// Parses `host:port`, `http://host:port` or `https://host:port`.
-pub fn parse_resolve_target(s: &str) -> Result<Resolved, String> {
+pub fn parse_resolve_target(s: &str) -> Result<Resolved, CliError> {
     let (tls, rest) = if let Some(r) = s.strip_prefix("https://") {
         (Some(true), r)
     } else if let Some(r) = s.strip_prefix("http://") {
@@ -58,7 +59,7 @@ pub fn parse_resolve_target(s: &str) -> Result<Resolved, String> {
         .ok_or_else(|| format!("`{s}`: bad port"))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
-        return Err(format!("`{s}`: empty host"));
+        return Err(format!("`{s}`: empty host").into());
     }
     Ok(Resolved {
         host: host.to_string(),
@@ -119,7 +120,7 @@ pub fn render(
     bundle: &Bundle,
     o: &EnvoyOptions,
     notes: &mut Notes,
-) -> Result<Value, String> {
+) -> Result<Value, CliError> {
     let (mut clusters, host_rewrites) = clusters::upstream_clusters(topo, o, notes)?;
     if let Some(t) = &o.tracing {
         clusters.push(tracing::collector_cluster(t));

@@ -6,6 +6,7 @@ use mcp_access_bundle::ProtectedResource;
 use serde_json::{json, Value};
 
 use super::T;
+use crate::error::CliError;
 
 /// The routes that serve `p` at each of its metadata paths, first in a virtual host of
 /// listener `id`: an answer of Envoy's own (no upstream), readable cross-origin.
@@ -63,7 +64,7 @@ pub(super) fn owner(domain: &str, hostnames: &[Option<&str>]) -> Option<usize> {
 pub(super) fn jwt_replies(
     chain: &str,
     resources: &[&ProtectedResource],
-) -> Result<Option<Value>, String> {
+) -> Result<Option<Value>, CliError> {
     let Some(first) = resources.first() else {
         return Ok(None);
     };
@@ -74,7 +75,7 @@ pub(super) fn jwt_replies(
         return Err(format!(
             "listeners on {chain} share one connection manager but name different protected resources ({} and {}): give them their own ports, or one resource",
             first.resource, other.resource
-        ));
+        ).into());
     }
     let challenge = first.challenge();
     let cel = |expression: &str| {

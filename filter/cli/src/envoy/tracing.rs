@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::clusters::cluster;
 use super::T;
+use crate::error::CliError;
 
 /// The tracing collector's cluster.
 pub(super) const CLUSTER: &str = "mcp_access_tracing";
@@ -21,11 +22,12 @@ pub struct Tracing {
 
 impl Tracing {
     /// Parses `zipkin=HOST:PORT`.
-    pub fn parse(s: &str) -> Result<Tracing, String> {
+    pub fn parse(s: &str) -> Result<Tracing, CliError> {
         let Some(addr) = s.strip_prefix("zipkin=") else {
             return Err(format!(
                 "--tracing {s}: expected zipkin=HOST:PORT (the Zipkin tracer is the one rendered)"
-            ));
+            )
+            .into());
         };
         let (host, port) = addr
             .rsplit_once(':')

@@ -6,6 +6,7 @@ use mcp_access_bundle::{Action, Bundle};
 use mcp_access_k8s::Topology;
 
 use super::Assumption;
+use crate::error::CliError;
 
 /// `namespace/name` of the policy the user wrote that a bundle policy was derived from (a
 /// Gateway policy's defaults/overrides block, or a lower policy some of whose rules were
@@ -30,7 +31,7 @@ pub(super) fn check_assumptions(
     bundle: &Bundle,
     topo: Option<&Topology>,
     assume: &BTreeMap<String, Assumption>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, CliError> {
     let mut notes = Vec::new();
     for key in assume.keys() {
         if key == "*" || bundle.authorizers.iter().any(|a| &a.name == key) {
@@ -84,12 +85,14 @@ pub(super) fn check_assumptions(
         if named.is_empty() {
             return Err(format!(
                 "--assume {key}: no policy or authorizer of that name in the bundle"
-            ));
+            )
+            .into());
         }
         if !named.iter().any(|p| p.action == Action::ExternalAuth) {
             return Err(format!(
                 "--assume {key}: that policy calls no authorizer (only ExternalAuth policies do)"
-            ));
+            )
+            .into());
         }
     }
     Ok(notes)

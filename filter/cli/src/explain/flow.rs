@@ -10,6 +10,7 @@ use mcp_access_engine::policy::{Engine, HeaderEdit, HeaderOp, Mode};
 use super::assume::assumption;
 use super::request::Prepared;
 use super::{Assumption, CallView, RequestSpec, TraceView};
+use crate::error::CliError;
 
 /// The host facts of the request: what Envoy would report for it.
 struct SpecFacts {
@@ -67,7 +68,7 @@ pub(super) fn run_flow(
     req: &Prepared,
     route: Option<String>,
     cluster: Option<String>,
-) -> Result<Ran, String> {
+) -> Result<Ran, CliError> {
     let pseudo = [
         (":method", req.method.as_str()),
         (":path", &req.path),

@@ -23,6 +23,8 @@ pub use dry_run::DryRunView;
 use flow::Ran;
 use request::Prepared;
 use route::{RouterAnswer, Routing};
+
+use crate::error::CliError;
 pub use text::to_text;
 
 /// An assumed authorizer outcome.
@@ -54,7 +56,7 @@ impl Assumption {
 
 /// Parses `allow`, `deny`, `deny:401`, `error`. A denial status is 300-499: the filter takes
 /// any other status as an allow (2xx) or an error.
-pub fn parse_assumption(s: &str) -> Result<Assumption, String> {
+pub fn parse_assumption(s: &str) -> Result<Assumption, CliError> {
     match s {
         "allow" => Ok(Assumption::Allow),
         "deny" => Ok(Assumption::Deny(403)),
@@ -66,9 +68,9 @@ pub fn parse_assumption(s: &str) -> Result<Assumption, String> {
                 .filter(|c| (300..=499).contains(c))
                 .map(Assumption::Deny)
                 .ok_or_else(|| {
-                    format!("`{s}`: a denial status is 300-499 (the filter takes 2xx as allow, others as an error)")
+                    CliError::invalid(format!("`{s}`: a denial status is 300-499 (the filter takes 2xx as allow, others as an error)"))
                 }),
-            None => Err(format!("`{s}`: expected allow, deny[:STATUS] or error")),
+            None => Err(format!("`{s}`: expected allow, deny[:STATUS] or error").into()),
         },
     }
 }
@@ -296,28 +298,58 @@ impl From<&LocalResponse> for ResponseView {
     }
 }
 
-/// Runs the request through the filter's request flow.
+/// The filter's engine compiled once for a bundle (and the routes of its manifests): each
+/// request explained runs through it.
+pub struct Explainer<'a> {
+    bundle: &'a Bundle,
+    topo: Option<&'a Topology>,
+    engine: Engine,
+}
+
+impl<'a> Explainer<'a> {
+    /// Compiles the bundle as the filter does.
+    pub fn new(bundle: &'a Bundle, topo: Option<&'a Topology>) -> Result<Self, CliError> {
+        let valid =
+            mcp_access_bundle::ValidBundle::new(bundle.clone()).map_err(|e| e.to_string())?;
+        let engine =
+            Engine::compile(valid).map_err(|e| format!("the bundle does not compile: {e}"))?;
+        Ok(Explainer {
+            bundle,
+            topo,
+            engine,
+        })
+    }
+
+    /// The compiled engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Runs the request through the filter's request flow.
+    pub fn explain(&self, spec: &RequestSpec) -> Result<Explanation, CliError> {
+        let (bundle, engine) = (self.bundle, &self.engine);
+        let assumptions = assume::check_assumptions(bundle, self.topo, &spec.assume)?;
+        let req = request::prepare(bundle, spec)?;
+        let Routing {
+            route,
+            cluster,
+            note,
+            router,
+        } = route::resolve_routing(bundle, self.topo, spec, &req)?;
+        let ran = flow::run_flow(engine, bundle, spec, &req, route, cluster)?;
+        let mut out = explanation(engine, req, &ran, note, assumptions)?;
+        apply_router(&mut out, ran.last, router);
+        Ok(out)
+    }
+}
+
+/// Runs one request through the filter's request flow (the bundle compiled for it alone).
 pub fn explain(
     bundle: &Bundle,
     topo: Option<&Topology>,
     spec: &RequestSpec,
-) -> Result<Explanation, String> {
-    let engine = Engine::compile(
-        mcp_access_bundle::ValidBundle::new(bundle.clone()).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| format!("the bundle does not compile: {e}"))?;
-    let assumptions = assume::check_assumptions(bundle, topo, &spec.assume)?;
-    let req = request::prepare(bundle, spec)?;
-    let Routing {
-        route,
-        cluster,
-        note,
-        router,
-    } = route::resolve_routing(bundle, topo, spec, &req)?;
-    let ran = flow::run_flow(&engine, bundle, spec, &req, route, cluster)?;
-    let mut out = explanation(&engine, req, &ran, note, assumptions)?;
-    apply_router(&mut out, ran.last, router);
-    Ok(out)
+) -> Result<Explanation, CliError> {
+    Explainer::new(bundle, topo)?.explain(spec)
 }
 
 /// The explanation of where the flow ended, before Envoy's router has its say.
@@ -327,7 +359,7 @@ fn explanation(
     ran: &Ran,
     note: Option<String>,
     assumptions: Vec<String>,
-) -> Result<Explanation, String> {
+) -> Result<Explanation, CliError> {
     let flow = &ran.flow;
     let outcome = flow
         .outcome()

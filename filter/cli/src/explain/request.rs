@@ -5,6 +5,7 @@ use mcp_access_bundle::{mcp_methods, Bundle, SpiffeSource};
 
 use super::route::{client_authority, pick_listener};
 use super::RequestSpec;
+use crate::error::CliError;
 
 /// The request: the listener it arrives on and what the client sends.
 pub(super) struct Prepared {
@@ -23,7 +24,7 @@ pub(super) struct Prepared {
 }
 
 /// The request the spec describes, with a client's defaults for what it leaves out.
-pub(super) fn prepare(bundle: &Bundle, spec: &RequestSpec) -> Result<Prepared, String> {
+pub(super) fn prepare(bundle: &Bundle, spec: &RequestSpec) -> Result<Prepared, CliError> {
     let (gateway, listener, port, listener_host) = pick_listener(bundle, spec)?;
     let host = spec
         .host
@@ -99,7 +100,7 @@ fn revision_headers(spec: &RequestSpec, headers: &mut Vec<(String, String)>) {
 
 /// The caller's SPIFFE ID from `--spiffe` or `--service-account`; an error when the bundle
 /// takes the caller from a trusted header instead.
-fn caller_spiffe(bundle: &Bundle, spec: &RequestSpec) -> Result<Option<String>, String> {
+fn caller_spiffe(bundle: &Bundle, spec: &RequestSpec) -> Result<Option<String>, CliError> {
     let spiffe = match (&spec.spiffe, &spec.service_account) {
         (Some(s), _) => Some(s.clone()),
         (None, Some(sa)) => {
@@ -124,7 +125,7 @@ fn caller_spiffe(bundle: &Bundle, spec: &RequestSpec) -> Result<Option<String>, 
             .map_or("", |h| h.name.as_str());
         return Err(format!(
             "the bundle takes the caller from the trusted header {name}: give it with -H instead of --spiffe / --service-account"
-        ));
+        ).into());
     }
     Ok(spiffe)
 }

@@ -10,6 +10,7 @@ use mcp_access_k8s::{PathMatchKind, RouteAction, RouteEntry, Topology};
 
 use super::request::Prepared;
 use super::RequestSpec;
+use crate::error::CliError;
 
 /// The `:authority` a client sends: `host` as given when it has a port, else with the
 /// listener's port unless that is HTTP's or HTTPS's default (as clients write it). CEL's
@@ -34,7 +35,7 @@ pub(super) fn client_authority(host: &str, port: u16) -> String {
 pub(super) fn pick_listener(
     b: &Bundle,
     spec: &RequestSpec,
-) -> Result<(String, String, u16, Option<String>), String> {
+) -> Result<(String, String, u16, Option<String>), CliError> {
     let mut all = Vec::new();
     for g in &b.gateways {
         for l in &g.listeners {
@@ -71,7 +72,7 @@ pub(super) fn pick_listener(
             Err(format!(
                 "say which listener the request arrives on (--gateway, --listener or --port); the bundle has: {}",
                 if names.is_empty() { "none".to_string() } else { names.join(", ") }
-            ))
+            ).into())
         }
     }
 }
@@ -177,7 +178,7 @@ pub(super) fn resolve_routing(
     topo: Option<&Topology>,
     spec: &RequestSpec,
     req: &Prepared,
-) -> Result<Routing, String> {
+) -> Result<Routing, CliError> {
     if let Some(r) = &spec.route {
         return Ok(Routing {
             route: Some(r.clone()),

@@ -17,6 +17,7 @@ use mcp_access_k8s::{Item, Manifests, RouteAction, Topology};
 use serde_json::{json, Map, Value};
 
 use super::{meta, EG_API, GATEWAY_GROUP};
+use crate::error::CliError;
 
 const GATEWAY_X_GROUP: &str = "gateway.networking.x-k8s.io";
 const EG_GROUP: &str = "gateway.envoyproxy.io";
@@ -86,7 +87,11 @@ fn accepted_xbackends<'a, S>(
 /// Envoy Gateway: a `Backend` per Gateway API XBackend an HTTPRoute forwards to, the HTTPRoutes
 /// with their references turned to it, and a `ReferenceGrant` for each namespace whose Backends
 /// routes of other namespaces refer to (as the XBackend's grant allowed).
-pub fn envoy_gateway(m: &Manifests, topo: &Topology, name: &str) -> Result<BackendObjects, String> {
+pub fn envoy_gateway(
+    m: &Manifests,
+    topo: &Topology,
+    name: &str,
+) -> Result<BackendObjects, CliError> {
     let xbackends = accepted_xbackends(&m.backends, topo);
     let mut out = BackendObjects::default();
     for r in &topo.xbackend_refs {
@@ -189,11 +194,11 @@ fn route<S>(r: &Item<S>, spec: Value) -> Value {
 
 /// The `Backend` of XBackend `ns/name` with `spec` (valid for the XBackend CRD: type
 /// ExternalHostname, a hostname that is no IP address, a port).
-fn backend(ns: &str, name: &str, spec: &Value, notes: &mut Vec<String>) -> Result<Value, String> {
+fn backend(ns: &str, name: &str, spec: &Value, notes: &mut Vec<String>) -> Result<Value, CliError> {
     let at = format!("XBackend {ns}/{name}");
     let host = str_at(spec, &["externalHostname", "hostname"]).unwrap_or_default();
     if !host.trim_end_matches('.').contains('.') {
-        return Err(format!("{at}: Envoy Gateway refuses an FQDN endpoint without a dot ({host}: \"should be a domain with at least two segments\"); give the external hostname's full name"));
+        return Err(format!("{at}: Envoy Gateway refuses an FQDN endpoint without a dot ({host}: \"should be a domain with at least two segments\"); give the external hostname's full name").into());
     }
     let port = spec.pointer("/port/port").cloned().unwrap_or(Value::Null);
     let mut s = Map::new();
@@ -220,20 +225,20 @@ fn backend(ns: &str, name: &str, spec: &Value, notes: &mut Vec<String>) -> Resul
 /// the server with `caCertificateRefs` or `wellKnownCACertificates: System` and, with `sni` set
 /// and no SANs, checks the certificate's SAN against it — what BackendTLSPolicy's `hostname`
 /// means; it has no `subjectAltNames`.
-fn backend_tls(at: &str, ns: &str, tls: Option<&Value>) -> Result<Option<Value>, String> {
+fn backend_tls(at: &str, ns: &str, tls: Option<&Value>) -> Result<Option<Value>, CliError> {
     let Some(tls) = tls else { return Ok(None) };
     let mode = str_at(tls, &["mode"]).unwrap_or("None");
     if mode == "None" {
         return Ok(None);
     }
     let Some(v) = tls.get("validation") else {
-        return Err(format!("{at}: spec.tls.mode {mode} without spec.tls.validation: Envoy Gateway's Backend verifies the server only against caCertificateRefs or wellKnownCACertificates; set spec.tls.validation"));
+        return Err(format!("{at}: spec.tls.mode {mode} without spec.tls.validation: Envoy Gateway's Backend verifies the server only against caCertificateRefs or wellKnownCACertificates; set spec.tls.validation").into());
     };
     if v.get("subjectAltNames")
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty())
     {
-        return Err(format!("{at}: spec.tls.validation.subjectAltNames: Envoy Gateway's Backend has no subjectAltNames (its tls checks the SAN against sni) and would check the certificate against the hostname instead; remove them (the hostname is then checked) or route this backend yourself with a BackendTLSPolicy"));
+        return Err(format!("{at}: spec.tls.validation.subjectAltNames: Envoy Gateway's Backend has no subjectAltNames (its tls checks the SAN against sni) and would check the certificate against the hostname instead; remove them (the hostname is then checked) or route this backend yourself with a BackendTLSPolicy").into());
     }
     let mut out = Map::new();
     if let Some(refs) = v
@@ -244,7 +249,7 @@ fn backend_tls(at: &str, ns: &str, tls: Option<&Value>) -> Result<Option<Value>,
     }
     if let Some(w) = str_at(v, &["wellKnownCACertificates"]) {
         if w != "System" {
-            return Err(format!("{at}: spec.tls.validation.wellKnownCACertificates {w}: Envoy Gateway knows only System"));
+            return Err(format!("{at}: spec.tls.validation.wellKnownCACertificates {w}: Envoy Gateway knows only System").into());
         }
         out.insert("wellKnownCACertificates".into(), json!(w));
     }
@@ -254,7 +259,7 @@ fn backend_tls(at: &str, ns: &str, tls: Option<&Value>) -> Result<Option<Value>,
     if let Some(c) = tls.get("clientCertificateRef") {
         let cns = str_at(c, &["namespace"]).unwrap_or(ns);
         if cns != ns {
-            return Err(format!("{at}: spec.tls.clientCertificateRef in namespace {cns}: Envoy Gateway takes a Backend's client certificate only from the Backend's namespace ({ns})"));
+            return Err(format!("{at}: spec.tls.clientCertificateRef in namespace {cns}: Envoy Gateway takes a Backend's client certificate only from the Backend's namespace ({ns})").into());
         }
         out.insert("clientCertificateRef".into(), c.clone());
     }
@@ -267,10 +272,10 @@ fn reference_grant(
     name: &str,
     to_ns: &str,
     from: &BTreeMap<String, BTreeSet<String>>,
-) -> Result<Value, String> {
+) -> Result<Value, CliError> {
     let names: BTreeSet<&String> = from.values().flatten().collect();
     if from.len() > 16 || names.len() > 16 {
-        return Err(format!("more than 16 namespaces or Backends in one ReferenceGrant for namespace {to_ns}: split the routes"));
+        return Err(format!("more than 16 namespaces or Backends in one ReferenceGrant for namespace {to_ns}: split the routes").into());
     }
     let from: Vec<Value> = from
         .keys()

@@ -10,6 +10,8 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use ureq::tls::{ClientCert, PemItem, RootCerts, TlsConfig};
 
+use crate::error::CliError;
+
 /// Largest answer read (one JSON body, or one SSE event).
 const MAX_ANSWER: u64 = 64 * 1024 * 1024;
 
@@ -44,18 +46,18 @@ pub(crate) struct Client {
     initialized: bool,
 }
 
-fn read_pem(path: &PathBuf) -> Result<Vec<PemItem<'static>>, String> {
+fn read_pem(path: &PathBuf) -> Result<Vec<PemItem<'static>>, CliError> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let items: Result<Vec<_>, _> = ureq::tls::parse_pem(&bytes).collect();
     let items = items.map_err(|e| format!("{}: not PEM: {e}", path.display()))?;
     if items.is_empty() {
-        return Err(format!("{}: no PEM item", path.display()));
+        return Err(format!("{}: no PEM item", path.display()).into());
     }
     Ok(items)
 }
 
 /// The certificates of a PEM file (at least one).
-fn certificates(path: &PathBuf) -> Result<Vec<ureq::tls::Certificate<'static>>, String> {
+fn certificates(path: &PathBuf) -> Result<Vec<ureq::tls::Certificate<'static>>, CliError> {
     let certs: Vec<_> = read_pem(path)?
         .into_iter()
         .filter_map(|i| match i {
@@ -64,12 +66,12 @@ fn certificates(path: &PathBuf) -> Result<Vec<ureq::tls::Certificate<'static>>, 
         })
         .collect();
     if certs.is_empty() {
-        return Err(format!("{}: no certificate", path.display()));
+        return Err(format!("{}: no certificate", path.display()).into());
     }
     Ok(certs)
 }
 
-fn tls(c: &Connection) -> Result<TlsConfig, String> {
+fn tls(c: &Connection) -> Result<TlsConfig, CliError> {
     let mut b = TlsConfig::builder();
     if let Some(ca) = &c.ca {
         b = b.root_certs(RootCerts::new_with_certs(&certificates(ca)?));
@@ -96,7 +98,7 @@ struct Answer {
 
 impl Client {
     /// Connects: `initialize` and `notifications/initialized`.
-    pub(crate) fn connect(c: Connection) -> Result<Client, String> {
+    pub(crate) fn connect(c: Connection) -> Result<Client, CliError> {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
@@ -132,7 +134,7 @@ impl Client {
     }
 
     /// Every tool the server lists (all pages), each as the server wrote it.
-    pub(crate) fn list_tools(&mut self) -> Result<Vec<Box<RawValue>>, String> {
+    pub(crate) fn list_tools(&mut self) -> Result<Vec<Box<RawValue>>, CliError> {
         let mut tools = Vec::new();
         let mut cursors = std::collections::HashSet::new();
         let mut cursor: Option<String> = None;
@@ -146,13 +148,13 @@ impl Client {
             tools.extend(page.tools);
             match page.next_cursor {
                 Some(next) if !cursors.insert(next.clone()) => {
-                    return Err(format!("tools/list: the server repeated cursor {next:?}"));
+                    return Err(format!("tools/list: the server repeated cursor {next:?}").into());
                 }
                 Some(next) => cursor = Some(next),
                 None => return Ok(tools),
             }
         }
-        Err(format!("tools/list: more than {MAX_PAGES} pages"))
+        Err(format!("tools/list: more than {MAX_PAGES} pages").into())
     }
 
     /// Ends the session (best effort).
@@ -180,17 +182,17 @@ impl Client {
     }
 
     /// A request; its answer.
-    fn request(&mut self, method: &str, params: Value) -> Result<Answer, String> {
+    fn request(&mut self, method: &str, params: Value) -> Result<Answer, CliError> {
         self.next_id += 1;
         let message =
             json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
         self.send(&message, true)?
-            .ok_or_else(|| format!("{method}: the server sent no answer"))
+            .ok_or_else(|| CliError::invalid(format!("{method}: the server sent no answer")))
     }
 
     /// POSTs a message; with `answered`, reads the answer to it (a JSON body, or the response
     /// with its id on an SSE stream).
-    fn send(&mut self, message: &Value, answered: bool) -> Result<Option<Answer>, String> {
+    fn send(&mut self, message: &Value, answered: bool) -> Result<Option<Answer>, CliError> {
         let method = message["method"].as_str().unwrap_or_default().to_string();
         let req = self
             .with_headers(self.agent.post(&self.c.url))
@@ -216,7 +218,8 @@ impl Client {
                 "{method}: HTTP {status} from {}: {}",
                 self.c.url,
                 text.trim()
-            ));
+            )
+            .into());
         }
         if !answered {
             return Ok(None);
@@ -239,9 +242,9 @@ impl Client {
                 answer_on_stream(body, &message["id"]).map_err(|e| format!("{method}: {e}"))?
             }
             other => {
-                return Err(format!(
-                    "{method}: the server answered with Content-Type {other:?}"
-                ))
+                return Err(
+                    format!("{method}: the server answered with Content-Type {other:?}").into(),
+                )
             }
         };
         Ok(Some(Answer { text, session }))
@@ -249,7 +252,7 @@ impl Client {
 }
 
 /// The data of the first `message` event on an SSE stream that is the response with `id`.
-fn answer_on_stream(body: impl Read, id: &Value) -> Result<String, String> {
+fn answer_on_stream(body: impl Read, id: &Value) -> Result<String, CliError> {
     let mut reader = BufReader::new(body);
     let (mut data, mut event): (Vec<String>, Option<String>) = (Vec::new(), None);
     let mut line = Vec::new();
@@ -294,13 +297,13 @@ fn answer_on_stream(body: impl Read, id: &Value) -> Result<String, String> {
 }
 
 /// The `result` of a JSON-RPC response (an error answer is an error).
-fn result_of(text: &str, method: &str) -> Result<Value, String> {
+fn result_of(text: &str, method: &str) -> Result<Value, CliError> {
     let v: Value =
         serde_json::from_str(text).map_err(|e| format!("{method}: the answer is not JSON: {e}"))?;
     if let Some(e) = v.get("error") {
-        return Err(format!("{method}: the server answered with an error: {e}"));
+        return Err(format!("{method}: the server answered with an error: {e}").into());
     }
     v.get("result")
         .cloned()
-        .ok_or_else(|| format!("{method}: the answer has no result"))
+        .ok_or_else(|| CliError::invalid(format!("{method}: the answer has no result")))
 }

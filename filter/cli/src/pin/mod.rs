@@ -19,6 +19,8 @@ use serde_json::Value;
 
 pub use check::{check, CheckReport};
 use client::Client;
+
+use crate::error::CliError;
 pub use client::Connection;
 pub use write::{toolpin_yaml, PinTarget};
 
@@ -40,7 +42,7 @@ struct ListResult {
 
 impl Page {
     /// A page from a JSON-RPC response to `tools/list`, or from its `result` alone.
-    pub(crate) fn read(text: &str) -> Result<Page, String> {
+    pub(crate) fn read(text: &str) -> Result<Page, CliError> {
         #[derive(Deserialize)]
         struct Response {
             result: Option<ListResult>,
@@ -52,9 +54,7 @@ impl Page {
         } else {
             let r: Response = serde_json::from_str(text).map_err(|e| format!("tools/list: {e}"))?;
             if let Some(e) = r.error {
-                return Err(format!(
-                    "tools/list: the server answered with an error: {e}"
-                ));
+                return Err(format!("tools/list: the server answered with an error: {e}").into());
             }
             r.result
                 .ok_or_else(|| serde::de::Error::custom("no result"))
@@ -78,11 +78,11 @@ pub struct ListedTool {
 }
 
 impl ListedTool {
-    fn read(raw: &RawValue) -> Result<ListedTool, String> {
+    fn read(raw: &RawValue) -> Result<ListedTool, CliError> {
         let text = raw.get();
         let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let Value::Object(value) = value else {
-            return Err(format!("a listed tool is not an object: {text}"));
+            return Err(format!("a listed tool is not an object: {text}").into());
         };
         let name = value
             .get("name")
@@ -118,12 +118,12 @@ pub struct Listing {
 
 /// The tools of every page, in order; a name listed twice is an error (clients would see
 /// either definition).
-fn tools_of(pages: Vec<Vec<Box<RawValue>>>) -> Result<Vec<ListedTool>, String> {
+fn tools_of(pages: Vec<Vec<Box<RawValue>>>) -> Result<Vec<ListedTool>, CliError> {
     let mut out: Vec<ListedTool> = Vec::new();
     for raw in pages.iter().flatten() {
         let t = ListedTool::read(raw)?;
         if out.iter().any(|o| o.name == t.name) {
-            return Err(format!("tool {:?} is listed twice", t.name));
+            return Err(format!("tool {:?} is listed twice", t.name).into());
         }
         out.push(t);
     }
@@ -131,7 +131,7 @@ fn tools_of(pages: Vec<Vec<Box<RawValue>>>) -> Result<Vec<ListedTool>, String> {
 }
 
 /// The tools a live server lists.
-pub fn from_server(c: Connection) -> Result<Listing, String> {
+pub fn from_server(c: Connection) -> Result<Listing, CliError> {
     let url = c.url.clone();
     let mut client = Client::connect(c)?;
     let tools = client.list_tools();
@@ -145,14 +145,13 @@ pub fn from_server(c: Connection) -> Result<Listing, String> {
 
 /// The tools of a saved answer: a JSON-RPC response to `tools/list` (or its result), a JSON
 /// array of them (pages), or an SSE stream of such responses.
-pub fn from_file(path: &PathBuf) -> Result<Listing, String> {
+pub fn from_file(path: &PathBuf) -> Result<Listing, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let at = |e: String| format!("{}: {e}", path.display());
+    let at = |e: &dyn std::fmt::Display| CliError::invalid(format!("{}: {e}", path.display()));
     let trimmed = text.trim_start();
     let messages: Vec<String> = if trimmed.starts_with('[') {
-        let pages: Vec<Box<RawValue>> =
-            serde_json::from_str(&text).map_err(|e| at(e.to_string()))?;
+        let pages: Vec<Box<RawValue>> = serde_json::from_str(&text).map_err(|e| at(&e))?;
         pages.iter().map(|p| p.get().to_string()).collect()
     } else if trimmed.starts_with('{') {
         vec![text.clone()]
@@ -160,18 +159,18 @@ pub fn from_file(path: &PathBuf) -> Result<Listing, String> {
         sse_data(&text)
     };
     if messages.is_empty() {
-        return Err(at("no tools/list answer in it".into()));
+        return Err(at(&"no tools/list answer in it"));
     }
     let mut pages = Vec::new();
     for m in &messages {
         // A stream may carry the server's notifications and requests too.
         let is_note = serde_json::from_str::<Value>(m).is_ok_and(|v| v.get("method").is_some());
         if !is_note {
-            pages.push(Page::read(m).map_err(at)?.tools);
+            pages.push(Page::read(m).map_err(|e| at(&e))?.tools);
         }
     }
     Ok(Listing {
-        tools: tools_of(pages).map_err(at)?,
+        tools: tools_of(pages).map_err(|e| at(&e))?,
         source: path.display().to_string(),
     })
 }

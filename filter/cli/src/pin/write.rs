@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{ListedTool, Listing};
+use crate::error::CliError;
 
 /// The ToolPin object's name and target.
 #[derive(Debug, Clone)]
@@ -66,7 +67,7 @@ fn comment(out: &mut String, indent: &str, text: &str) {
 }
 
 /// The ToolPin pinning every tool of `listing`.
-pub fn toolpin_yaml(listing: &Listing, target: &PinTarget) -> Result<String, String> {
+pub fn toolpin_yaml(listing: &Listing, target: &PinTarget) -> Result<String, CliError> {
     let mut out = String::new();
     comment(
         &mut out,
@@ -132,6 +133,6 @@ pub fn toolpin_yaml(listing: &Listing, target: &PinTarget) -> Result<String, Str
 }
 
 /// A value as YAML.
-fn yaml<T: Serialize>(v: &T) -> Result<String, String> {
-    serde_norway::to_string(v).map_err(|e| e.to_string())
+fn yaml<T: Serialize>(v: &T) -> Result<String, CliError> {
+    serde_norway::to_string(v).map_err(|e| CliError::invalid(e.to_string()))
 }

@@ -11,7 +11,8 @@ use mcp_access_k8s::{compile, Compiled, Manifests, Options};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::explain::{self, Explanation, RequestSpec};
+use crate::error::CliError;
+use crate::explain::{self, Explainer, Explanation, RequestSpec};
 pub use report::{junit_xml, to_text};
 
 /// The `apiVersion` of a test file's documents.
@@ -172,7 +173,7 @@ impl DocResult {
 
 /// Every test document in `paths` (files, or directories whose `.yaml` / `.yml` files are
 /// read, not recursively), in order.
-pub fn load(paths: &[PathBuf]) -> Result<Vec<(PathBuf, TestDoc)>, String> {
+pub fn load(paths: &[PathBuf]) -> Result<Vec<(PathBuf, TestDoc)>, CliError> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -203,7 +204,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(PathBuf, TestDoc)>, String> {
                 return Err(format!(
                     "{at}: not a test: apiVersion {API_VERSION} and kind {KIND} expected, got {} {}",
                     t.api_version, t.kind
-                ));
+                ).into());
             }
             out.push((f.clone(), t));
         }
@@ -237,13 +238,16 @@ pub fn run(docs: &[(PathBuf, TestDoc)], inputs: &Inputs) -> Vec<DocResult> {
                 cases: Vec::new(),
             };
             match compiled(file, &doc.spec, inputs) {
-                Err(e) => result.error = Some(e),
+                Err(e) => result.error = Some(e.message),
                 Ok(c) => {
+                    // One engine for every case (a bundle that does not compile: each case's
+                    // error).
+                    let explainer = Explainer::new(&c.bundle, Some(&c.topology));
                     result.cases = doc
                         .spec
                         .cases
                         .iter()
-                        .map(|case| run_case(&c, &doc.spec.defaults, case))
+                        .map(|case| run_case(explainer.as_ref(), &doc.spec.defaults, case))
                         .collect();
                 }
             }
@@ -254,7 +258,7 @@ pub fn run(docs: &[(PathBuf, TestDoc)], inputs: &Inputs) -> Vec<DocResult> {
 
 /// The manifests of a document compiled with its settings; an error when they have errors
 /// or (without `allow_not_accepted`) a policy is not accepted, as `compile` refuses them.
-fn compiled(file: &Path, spec: &TestSpec, inputs: &Inputs) -> Result<Compiled, String> {
+fn compiled(file: &Path, spec: &TestSpec, inputs: &Inputs) -> Result<Compiled, CliError> {
     let base = file.parent().unwrap_or(Path::new("."));
     let paths: Vec<PathBuf> = if spec.manifests.is_empty() {
         inputs.files.clone()
@@ -267,9 +271,7 @@ fn compiled(file: &Path, spec: &TestSpec, inputs: &Inputs) -> Result<Compiled, S
     let mut o = inputs.options.clone();
     match (&o.trust_domain, &spec.trust_domain) {
         (Some(a), Some(b)) if a != b => {
-            return Err(format!(
-                "spec.trustDomain {b} disagrees with --trust-domain {a}"
-            ))
+            return Err(format!("spec.trustDomain {b} disagrees with --trust-domain {a}").into())
         }
         (None, Some(b)) => o.trust_domain = Some(b.clone()),
         _ => {}
@@ -286,7 +288,7 @@ fn compiled(file: &Path, spec: &TestSpec, inputs: &Inputs) -> Result<Compiled, S
     let c = compile(&m, &o);
     if !c.report.invalid.is_empty() {
         let errors: Vec<String> = c.report.invalid.iter().map(ToString::to_string).collect();
-        return Err(format!("the manifests have errors: {}", errors.join("; ")));
+        return Err(format!("the manifests have errors: {}", errors.join("; ")).into());
     }
     let refused: Vec<String> = c
         .report
@@ -299,19 +301,26 @@ fn compiled(file: &Path, spec: &TestSpec, inputs: &Inputs) -> Result<Compiled, S
         return Err(format!(
             "not accepted: {} (compile refuses them; --allow-not-accepted tests their fail-closed stand-ins)",
             refused.join(", ")
-        ));
+        ).into());
     }
     Ok(c)
 }
 
-fn run_case(c: &Compiled, defaults: &RequestYaml, case: &Case) -> CaseResult {
+fn run_case(
+    explainer: Result<&Explainer, &CliError>,
+    defaults: &RequestYaml,
+    case: &Case,
+) -> CaseResult {
     let mut result = CaseResult {
         name: case.name.clone(),
         failures: Vec::new(),
         explanation: None,
     };
-    let e = spec_of(defaults, &case.request)
-        .and_then(|spec| explain::explain(&c.bundle, Some(&c.topology), &spec));
+    let e = spec_of(defaults, &case.request).and_then(|spec| {
+        explainer
+            .map_err(Clone::clone)
+            .and_then(|x| x.explain(&spec))
+    });
     match e {
         Err(err) => result.failures.push(format!("error: {err}")),
         Ok(e) => {
@@ -406,7 +415,7 @@ fn compare(want: &Expect, got: &Actual, at: &str) -> Vec<String> {
 }
 
 /// The `explain` request of a case: its fields over the defaults.
-fn spec_of(d: &RequestYaml, r: &RequestYaml) -> Result<RequestSpec, String> {
+fn spec_of(d: &RequestYaml, r: &RequestYaml) -> Result<RequestSpec, CliError> {
     let pick = |a: &Option<String>, b: &Option<String>| a.clone().or_else(|| b.clone());
     let mut headers = d.headers.clone();
     headers.extend(r.headers.clone());

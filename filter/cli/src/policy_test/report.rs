@@ -3,6 +3,7 @@
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use super::DocResult;
+use crate::error::CliError;
 
 /// The readable report: per document its cases, `ok` or `FAIL` with what differs and the
 /// decision as `explain` shows it, then the totals.
@@ -43,7 +44,7 @@ pub fn to_text(results: &[DocResult]) -> String {
 /// JUnit XML: a test suite per document (`file: name`), a test case per case; a failed case
 /// has a `failure` (what differs, and the decision as `explain` shows it), a document that
 /// could not run an `error` case.
-pub fn junit_xml(results: &[DocResult]) -> Result<String, String> {
+pub fn junit_xml(results: &[DocResult]) -> Result<String, CliError> {
     let mut report = Report::new("mcp-access test");
     for d in results {
         let suite_name = format!("{}: {}", d.file.display(), d.name);
@@ -75,5 +76,7 @@ pub fn junit_xml(results: &[DocResult]) -> Result<String, String> {
         }
         report.add_test_suite(suite);
     }
-    report.to_string().map_err(|e| format!("JUnit XML: {e}"))
+    report
+        .to_string()
+        .map_err(|e| CliError::invalid(format!("JUnit XML: {e}")))
 }

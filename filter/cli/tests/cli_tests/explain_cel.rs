@@ -193,7 +193,9 @@ fn jwt_claims_are_checked_and_dotted_claims_match() {
         ),
         (json!({"iss": IDP, "sub": 7}), "`sub` must be a string"),
     ] {
-        let err = explain(&b, None, &spec("x", json!({}), Some(claims))).unwrap_err();
+        let err = explain(&b, None, &spec("x", json!({}), Some(claims)))
+            .unwrap_err()
+            .message;
         assert!(err.contains("--jwt-claims") && err.contains(why), "{err}");
     }
 }

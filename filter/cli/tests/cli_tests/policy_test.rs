@@ -1,5 +1,5 @@
 //! `mcp-access test` through the binary: the demo's own tests pass; a case whose decision is
-//! not the expected one fails with what differs (exit 5, JUnit failure); a test document that
+//! not the expected one fails with what differs (exit 7, JUnit failure); a test document that
 //! cannot run is an error (exit 1).
 
 use std::path::PathBuf;
@@ -91,7 +91,7 @@ spec:
         s(&junit),
     ]);
     let report = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(5), "{report}{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(7), "{report}{}", text(&out.stderr));
     assert!(report.contains("  ok    echo is allowed\n"), "{report}");
     assert!(
         report.contains("  ok    add with a small number\n"),
