@@ -10,14 +10,13 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
 use mcp_access_engine::callout::CacheUse;
-use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{
     BodyProgress, CalloutAnswer, Dispatched, HeadersInput, Next, Phase, Progress, Reports,
     RequestFlow, ResponseHeaders, Verdict, TRACE_TAG_KEYS,
 };
-use mcp_access_engine::listing::reuse::ListingStore;
 use mcp_access_engine::listing::BodyAction;
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::ports::{Fact, HostFacts, ListingStore};
 use mcp_access_engine::stats::{self, Counter};
 
 mod answers;

@@ -25,7 +25,8 @@
 //!    authorizer's protocol), [`authz_cache`] (their answers reused), [`listing`] (filtering
 //!    listing responses), [`stats`] (the metrics).
 //! 5. **Flow**: [`flow`] strings these together per request, from the headers to the answer;
-//!    the `mcp-access-filter` crate is the thin proxy-wasm host around it.
+//!    the `mcp-access-filter` crate is the thin proxy-wasm host around it, and [`ports`] lists
+//!    what that host provides.
 
 pub mod answer;
 pub mod authz_cache;
@@ -49,6 +50,7 @@ mod outgoing;
 pub mod pb;
 pub mod pins;
 pub mod policy;
+pub mod ports;
 pub mod request;
 #[cfg(any(test, feature = "serde-oracle"))]
 pub mod serde_oracle;

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use proxy_wasm::types::LogLevel;
 
-use mcp_access_engine::authz_cache::{self, AnswerStore};
+use mcp_access_engine::authz_cache;
+use mcp_access_engine::ports::AnswerStore;
 
 use super::abi;
 

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use proxy_wasm::types::LogLevel;
 
-use mcp_access_engine::pins::{DriftStore, Observed, PinEvent};
+use mcp_access_engine::pins::{Observed, PinEvent};
+use mcp_access_engine::ports::DriftStore;
 use mcp_access_engine::stats::Counter;
 
 use super::{abi, Stream};
