@@ -587,7 +587,7 @@ mod tests {
     }
 
     /// Random JSON text: members in any order, nested objects and arrays, escapes.
-    fn random_text(rng: &mut crate::json::tests::Rng, depth: usize, out: &mut String) {
+    fn random_text(rng: &mut crate::test_util::Rng, depth: usize, out: &mut String) {
         let keys = [
             "a",
             "b",
@@ -646,7 +646,7 @@ mod tests {
 
     #[test]
     fn canonical_forms_agree_with_a_recursive_writer() {
-        let mut rng = crate::json::tests::Rng(0x5EED_CAFE_F00D_0001);
+        let mut rng = crate::test_util::Rng(0x5EED_CAFE_F00D_0001);
         let mut canon = Canonicalizer::new();
         for _ in 0..3000 {
             let mut text = String::new();

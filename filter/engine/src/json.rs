@@ -891,4 +891,4 @@ fn hex4(bytes: &[u8], i: usize) -> Option<u32> {
 
 #[cfg(test)]
 #[path = "json_tests.rs"]
-pub mod tests;
+mod tests;

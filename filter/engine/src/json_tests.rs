@@ -1,6 +1,7 @@
 //! Tests of `json.rs` (kept beside it, out of the module's own file).
 
 use super::*;
+use crate::test_util::{in_string, with_arg, Rng};
 
 /// Hands over every object member and top-level value (strings decoded) and records
 /// what it gets; array elements are read but not handed over.
@@ -73,23 +74,6 @@ fn is_syntax_error(body: &[u8]) -> bool {
 
 fn has_duplicate(body: &[u8]) -> bool {
     read_all(body).is_ok_and(|r| !r.duplicates.is_empty())
-}
-
-/// Wraps a JSON value as the `arguments` of an MCP tools/call.
-pub(crate) fn with_arg(value: &str) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"x":{value}}}}}}}"#
-    )
-}
-
-/// Puts raw bytes inside a string value of an MCP tools/call.
-pub(crate) fn in_string(raw: &[u8]) -> Vec<u8> {
-    let mut body =
-        br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"s":""#
-            .to_vec();
-    body.extend_from_slice(raw);
-    body.extend_from_slice(br#""}}}"#);
-    body
 }
 
 /// The decoded value of a string literal with contents `escaped`.
@@ -546,27 +530,4 @@ fn empty_body_and_bom() {
     body.extend_from_slice(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
     let e = rejected(&body);
     assert!(e.0.contains("byte order mark"));
-}
-
-/// A small xorshift generator for the randomised tests (here and in `mcp`).
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    pub(crate) fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    pub(crate) fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-    pub(crate) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
 }

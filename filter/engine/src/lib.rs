@@ -55,5 +55,7 @@ pub mod request;
 #[cfg(any(test, feature = "serde-oracle"))]
 pub mod serde_oracle;
 pub mod stats;
+#[cfg(test)]
+pub(crate) mod test_util;
 pub mod wire;
 pub mod x509;

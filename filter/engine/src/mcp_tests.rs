@@ -1,7 +1,7 @@
 //! Tests of `mcp.rs` (kept beside it, out of the module's own file).
 
 use super::*;
-use crate::json::tests::{in_string, with_arg, Rng};
+use crate::test_util::{in_string, with_arg, Rng};
 
 fn parse(body: &[u8]) -> Result<McpMessage, ParseFailure> {
     parse_message(body, &ParseLimits::default())

@@ -531,7 +531,7 @@ mod tests {
     use super::message::may_hold_listing;
     use super::*;
     use crate::flow::{HeadersInput, Next, RequestFlow};
-    use crate::json::tests::Rng;
+    use crate::test_util::Rng;
 
     const BUNDLE: &str = r#"{"apiVersion": "mcp-access.io/v1",
       "gateways": [{"name": "gw", "listeners": [{"name": "l", "port": 8443}]}],

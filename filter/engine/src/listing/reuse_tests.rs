@@ -13,10 +13,10 @@ use super::reuse::{ListingStore, MAX_BYTES, MAX_ENTRIES};
 use super::{BodyAction, ListingFilter};
 use crate::canonical_json::digest_of;
 use crate::flow::{HeadersInput, Next, RequestFlow};
-use crate::json::tests::Rng;
 use crate::policy::Engine;
 use crate::request::Headers;
 use crate::request::{Caller, Request};
+use crate::test_util::Rng;
 
 const TOOLS: usize = 20;
 
