@@ -21,9 +21,9 @@ use std::fmt;
 
 use crate::json::{self, into_string, SyntaxError, Val};
 use crate::request::McpOp;
-use mcp_access_bundle::mcp_methods;
 /// Which member of `params` names an item (re-exported: [`CompletionRef`] holds one).
 pub use mcp_access_bundle::mcp_methods::Param;
+use mcp_access_bundle::mcp_methods::{self, Method, MethodSpec, COMPLETION_COMPLETE};
 
 /// Default for [`ParseLimits::max_depth`].
 pub(crate) const DEFAULT_MAX_DEPTH: usize = 64;
@@ -58,8 +58,8 @@ pub enum MessageKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpMessage {
     pub kind: MessageKind,
-    /// JSON-RPC `method` (decoded), None for responses.
-    pub method: Option<String>,
+    /// JSON-RPC `method` (decoded, resolved against the method table), None for responses.
+    pub method: Option<Method>,
     /// The `id` exactly as it appeared in the input (raw JSON text: a string literal with
     /// its quotes and escapes, or a number), to echo back in an error. None when absent.
     pub id: Option<String>,
@@ -90,7 +90,7 @@ impl McpMessage {
         match self.kind {
             MessageKind::Response => McpOp::Reply,
             MessageKind::Request | MessageKind::Notification => McpOp::Call {
-                method: self.method.unwrap_or_default(),
+                method: self.method.unwrap_or(Method::Other(String::new())),
                 param: self.name.or(self.uri),
             },
         }
@@ -101,15 +101,12 @@ impl McpMessage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletionRef {
     /// `prompts/get` or `resources/read`.
-    pub judged_as: &'static str,
+    pub judged_as: &'static MethodSpec,
     /// Which member names it.
     pub key: Param,
     /// The prompt's name or the resource's URI (decoded).
     pub value: String,
 }
-
-/// The method whose `params.ref` names a prompt or resource.
-pub const COMPLETION_COMPLETE: &str = "completion/complete";
 
 /// Why a message was rejected; maps onto the JSON-RPC error codes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,7 +373,8 @@ impl<'a> Parser<'a> {
         if let Some(problem) = malformed_method(&method) {
             return invalid(problem);
         }
-        let completion_ref = match method == COMPLETION_COMPLETE {
+        let method = Method::from(method);
+        let completion_ref = match method.as_str() == COMPLETION_COMPLETE {
             true => Some(self.completion_ref()?),
             false => None,
         };
@@ -388,7 +386,7 @@ impl<'a> Parser<'a> {
 
         let mut name = None;
         let mut uri = None;
-        if let Some(param) = mcp_methods::param_of(&method) {
+        if let Some(param) = method.param() {
             let (slot, value) = match param {
                 Param::Name => (&mut name, self.name),
                 Param::Uri => (&mut uri, self.uri),
@@ -406,13 +404,13 @@ impl<'a> Parser<'a> {
                 "params._meta protocol version must be a string".to_owned(),
             ));
         }
-        let listen = mcp_methods::subscribes_as(&method).is_some();
+        let listen = method.subscribes_as().is_some();
         if listen && self.subscriptions_bad {
             return Err(ParseError::InvalidParams(format!(
                 "{method} requires params.notifications.resourceSubscriptions to be an array of strings"
             )));
         }
-        let initialize = method == mcp_methods::INITIALIZE;
+        let initialize = method.as_str() == mcp_methods::INITIALIZE;
         Ok(McpMessage {
             completion_ref,
             kind,
@@ -440,8 +438,16 @@ impl Parser<'_> {
             return Err(bad("requires \"params.ref\" to be an object"));
         }
         let (judged_as, key, value) = match self.ref_type.as_deref() {
-            Some("ref/prompt") => ("prompts/get", Param::Name, self.ref_name.take()),
-            Some("ref/resource") => ("resources/read", Param::Uri, self.ref_uri.take()),
+            Some("ref/prompt") => (
+                mcp_methods::PROMPTS_GET_SPEC,
+                Param::Name,
+                self.ref_name.take(),
+            ),
+            Some("ref/resource") => (
+                mcp_methods::RESOURCES_READ_SPEC,
+                Param::Uri,
+                self.ref_uri.take(),
+            ),
             _ => {
                 return Err(bad(
                     "requires params.ref.type to be \"ref/prompt\" or \"ref/resource\"",

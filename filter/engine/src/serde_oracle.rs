@@ -22,6 +22,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
+use mcp_access_bundle::mcp_methods::{self, Method};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
@@ -207,7 +208,11 @@ fn expected_params(
     mut m: McpMessage,
     params: Option<&Map<String, Value>>,
 ) -> Result<McpMessage, i32> {
-    let method = m.method.clone().unwrap_or_default();
+    let method = m
+        .method
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
     let member = |key: &str| params?.get(key);
     let text = |key: &str| member(key).and_then(Value::as_str).map(str::to_owned);
     match method.as_str() {
@@ -246,8 +251,8 @@ fn expected_params(
             .ok_or(INVALID_PARAMS)?;
         let field = |k: &str| reference.get(k).and_then(Value::as_str);
         let (judged_as, key, value) = match field("type") {
-            Some("ref/prompt") => ("prompts/get", Param::Name, field("name")),
-            Some("ref/resource") => ("resources/read", Param::Uri, field("uri")),
+            Some("ref/prompt") => (mcp_methods::PROMPTS_GET_SPEC, Param::Name, field("name")),
+            Some("ref/resource") => (mcp_methods::RESOURCES_READ_SPEC, Param::Uri, field("uri")),
             _ => return Err(INVALID_PARAMS),
         };
         m.completion_ref = Some(CompletionRef {
@@ -262,7 +267,7 @@ fn expected_params(
 fn message(kind: MessageKind, method: Option<String>) -> McpMessage {
     McpMessage {
         kind,
-        method,
+        method: method.map(Method::from),
         id: None,
         name: None,
         uri: None,

@@ -342,7 +342,10 @@ impl RequestFlow {
             return self.reject(r);
         }
         if input.end_of_stream {
-            let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
+            let op = McpOp::without_body(
+                &req.method,
+                req.header(mcp_methods::headers::SESSION_ID).is_some(),
+            );
             if let Err(r) = self.judge_versions(None, None) {
                 return self.reject(r);
             }
@@ -775,8 +778,7 @@ impl RequestFlow {
     /// `subscriptions/listen`'s resource URIs as `resources/subscribe`, a
     /// `completion/complete`'s prompt or resource as `prompts/get` / `resources/read`.
     pub(super) fn judge_named_items(&self, engine: &Engine, view: View) -> Option<Decision> {
-        let method = self.req.as_ref()?.mcp.method()?;
-        let subscribes_as = mcp_methods::subscribes_as(method);
+        let subscribes_as = self.req.as_ref()?.mcp.called()?.subscribes_as();
         let subscriptions = self
             .subscriptions
             .iter()
