@@ -70,6 +70,60 @@ pub fn is_header_revision(version: &str) -> bool {
 
 /// The JSON-RPC method whose `params.protocolVersion` names the revision the client asks for.
 pub const INITIALIZE: &str = "initialize";
+/// The MCP headers of the Streamable HTTP transport the filter reads.
+pub mod headers {
+    /// `Mcp-Session-Id`, lowercase.
+    pub const SESSION_ID: &str = "mcp-session-id";
+
+    /// An MCP header the filter compares with the body (SEP-2243).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum McpHeader {
+        Method,
+        Name,
+        ProtocolVersion,
+    }
+
+    impl McpHeader {
+        /// Every one, in the order the filter compares them with the body.
+        pub const ALL: [McpHeader; 3] = [
+            McpHeader::Method,
+            McpHeader::Name,
+            McpHeader::ProtocolVersion,
+        ];
+
+        /// The header's name, lowercase.
+        pub const fn name(self) -> &'static str {
+            match self {
+                McpHeader::Method => "mcp-method",
+                McpHeader::Name => "mcp-name",
+                McpHeader::ProtocolVersion => "mcp-protocol-version",
+            }
+        }
+
+        /// The header as the MCP specification spells it.
+        pub const fn spelled(self) -> &'static str {
+            match self {
+                McpHeader::Method => "Mcp-Method",
+                McpHeader::Name => "Mcp-Name",
+                McpHeader::ProtocolVersion => "MCP-Protocol-Version",
+            }
+        }
+    }
+}
+
+/// The method names the filter itself refers to (every other name is only in [`METHODS`]).
+pub const TOOLS_LIST: &str = "tools/list";
+pub const PROMPTS_LIST: &str = "prompts/list";
+pub const RESOURCES_LIST: &str = "resources/list";
+pub const RESOURCES_TEMPLATES_LIST: &str = "resources/templates/list";
+pub const TOOLS_CALL: &str = "tools/call";
+pub const PROMPTS_GET: &str = "prompts/get";
+pub const RESOURCES_READ: &str = "resources/read";
+pub const RESOURCES_SUBSCRIBE: &str = "resources/subscribe";
+/// The method whose `params.ref` names a prompt or resource.
+pub const COMPLETION_COMPLETE: &str = "completion/complete";
+/// The method whose resource URIs are judged one by one as [`RESOURCES_SUBSCRIBE`].
+pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
 
 /// What a method gives access to; a rule may name the category to cover every method under
 /// its prefix (`tools` covers `tools/...`).
@@ -130,9 +184,9 @@ impl Param {
     }
 }
 
-/// One client-to-server MCP method.
+/// One client-to-server MCP method: a row of [`METHODS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Method {
+pub struct MethodSpec {
     pub(crate) name: &'static str,
     /// None: a rule cannot name the method (only a rule without `mcp` admits it, or the base
     /// protocol when `base`).
@@ -147,13 +201,139 @@ pub struct Method {
     pub(crate) name_header: bool,
     /// The method its resource URIs (`params.notifications.resourceSubscriptions`) are
     /// judged as, one by one.
-    pub(crate) subscribes_as: Option<&'static str>,
+    pub(crate) subscribes_as: Option<&'static MethodSpec>,
+    /// The listing the method is, if it is one.
+    pub(crate) listing: Option<&'static Listing>,
 }
 
-impl Method {
+impl MethodSpec {
+    /// The method's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
     /// Whether revision `r` has the method.
     pub(crate) fn in_revision(&self, r: Revision) -> bool {
         self.revisions & r.bit() != 0
+    }
+}
+
+/// A JSON-RPC method as a request names it, resolved once against [`METHODS`]: one of the
+/// table's, or another name (left to the policies; base protocol under [`BASE_PREFIXES`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Method {
+    Known(&'static MethodSpec),
+    Other(String),
+}
+
+impl Method {
+    /// The method named `name`.
+    pub fn resolve(name: &str) -> Method {
+        match lookup(name) {
+            Some(spec) => Method::Known(spec),
+            None => Method::Other(name.to_owned()),
+        }
+    }
+
+    /// The method's name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Method::Known(spec) => spec.name,
+            Method::Other(name) => name,
+        }
+    }
+
+    /// The table's row, for a method it knows.
+    pub fn spec(&self) -> Option<&'static MethodSpec> {
+        match self {
+            Method::Known(spec) => Some(spec),
+            Method::Other(_) => None,
+        }
+    }
+
+    /// Whether the method is base protocol: it reaches no tool, prompt or resource.
+    pub fn is_base(&self) -> bool {
+        match self {
+            Method::Known(spec) => spec.base || under_base_prefix(spec.name),
+            Method::Other(name) => under_base_prefix(name),
+        }
+    }
+
+    /// The param the method must carry, if any.
+    pub fn param(&self) -> Option<Param> {
+        self.spec().and_then(|m| m.param)
+    }
+
+    /// The category of a method of the table.
+    pub fn category(&self) -> Option<Category> {
+        self.spec().and_then(|m| m.category)
+    }
+
+    /// The category of the item the method's param names (a tool, prompt or resource), for
+    /// the methods that carry one.
+    pub fn item_category(&self) -> Option<Category> {
+        self.spec()
+            .filter(|m| m.param.is_some())
+            .and_then(|m| m.category)
+    }
+
+    /// The method its resource URIs are judged as ([`subscribes_as`]).
+    pub fn subscribes_as(&self) -> Option<&'static MethodSpec> {
+        self.spec().and_then(|m| m.subscribes_as)
+    }
+
+    /// The listing the method is, if it is one.
+    pub fn listing(&self) -> Option<&'static Listing> {
+        self.spec().and_then(|m| m.listing)
+    }
+
+    /// Whether revision `r` lacks the method ([`missing_in`]).
+    pub fn missing_in(&self, r: Revision) -> bool {
+        self.spec().is_some_and(|m| !m.in_revision(r))
+    }
+
+    /// Whether a request of the header revision calling the method must carry `Mcp-Name`.
+    pub fn requires_name_header(&self) -> bool {
+        self.spec().is_some_and(|m| m.name_header)
+    }
+}
+
+impl From<&'static MethodSpec> for Method {
+    fn from(spec: &'static MethodSpec) -> Method {
+        Method::Known(spec)
+    }
+}
+
+impl From<&str> for Method {
+    fn from(name: &str) -> Method {
+        Method::resolve(name)
+    }
+}
+
+impl From<String> for Method {
+    fn from(name: String) -> Method {
+        match lookup(&name) {
+            Some(spec) => Method::Known(spec),
+            None => Method::Other(name),
+        }
+    }
+}
+
+impl PartialEq<str> for Method {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Method {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -180,8 +360,8 @@ const fn method(
     base: bool,
     revisions: u8,
     name_header: bool,
-) -> Method {
-    Method {
+) -> MethodSpec {
+    MethodSpec {
         name,
         category,
         param,
@@ -189,8 +369,77 @@ const fn method(
         revisions,
         name_header,
         subscribes_as: None,
+        listing: None,
     }
 }
+
+/// The rows the filter refers to by themselves (a listing's items are judged as a call of
+/// one; a subscription as `resources/subscribe`).
+mod row {
+    use super::*;
+
+    pub(super) const TOOLS_LIST: MethodSpec = MethodSpec {
+        listing: Some(&TOOLS_LISTING),
+        ..method(super::TOOLS_LIST, Some(Tools), None, true, ALL, false)
+    };
+    pub(super) const PROMPTS_LIST: MethodSpec = MethodSpec {
+        listing: Some(&PROMPTS_LISTING),
+        ..method(super::PROMPTS_LIST, Some(Prompts), None, true, ALL, false)
+    };
+    pub(super) const RESOURCES_LIST: MethodSpec = MethodSpec {
+        listing: Some(&RESOURCES_LISTING),
+        ..method(
+            super::RESOURCES_LIST,
+            Some(Resources),
+            None,
+            true,
+            ALL,
+            false,
+        )
+    };
+    pub(super) const RESOURCES_TEMPLATES_LIST: MethodSpec = MethodSpec {
+        listing: Some(&TEMPLATES_LISTING),
+        ..method(
+            super::RESOURCES_TEMPLATES_LIST,
+            Some(Resources),
+            None,
+            true,
+            ALL,
+            false,
+        )
+    };
+    pub(super) const TOOLS_CALL: MethodSpec =
+        method(super::TOOLS_CALL, Some(Tools), Some(Name), false, ALL, true);
+    pub(super) const PROMPTS_GET: MethodSpec = method(
+        super::PROMPTS_GET,
+        Some(Prompts),
+        Some(Name),
+        false,
+        ALL,
+        true,
+    );
+    pub(super) const RESOURCES_READ: MethodSpec = method(
+        super::RESOURCES_READ,
+        Some(Resources),
+        Some(Uri),
+        false,
+        ALL,
+        true,
+    );
+    pub(super) const RESOURCES_SUBSCRIBE: MethodSpec = method(
+        super::RESOURCES_SUBSCRIBE,
+        Some(Resources),
+        Some(Uri),
+        false,
+        STATEFUL,
+        false,
+    );
+}
+
+/// `prompts/get`'s row.
+pub const PROMPTS_GET_SPEC: &MethodSpec = &row::PROMPTS_GET;
+/// `resources/read`'s row.
+pub const RESOURCES_READ_SPEC: &MethodSpec = &row::RESOURCES_READ;
 
 use Category::{Prompts, Resources, Tools};
 use Param::{Name, Uri};
@@ -200,36 +449,15 @@ use Revision::{V2025_03_26, V2025_11_25, V2026_07_28};
 /// revisions that have them (the revisions' `schema.ts`; 2026-07-28's tasks methods are its
 /// official tasks extension). Notifications and methods not listed here under
 /// [`BASE_PREFIXES`] are base protocol in every revision.
-pub(crate) const METHODS: &[Method] = &[
-    method("tools/list", Some(Tools), None, true, ALL, false),
-    method("prompts/list", Some(Prompts), None, true, ALL, false),
-    method("resources/list", Some(Resources), None, true, ALL, false),
-    method(
-        "resources/templates/list",
-        Some(Resources),
-        None,
-        true,
-        ALL,
-        false,
-    ),
-    method("tools/call", Some(Tools), Some(Name), false, ALL, true),
-    method("prompts/get", Some(Prompts), Some(Name), false, ALL, true),
-    method(
-        "resources/read",
-        Some(Resources),
-        Some(Uri),
-        false,
-        ALL,
-        true,
-    ),
-    method(
-        "resources/subscribe",
-        Some(Resources),
-        Some(Uri),
-        false,
-        STATEFUL,
-        false,
-    ),
+pub(crate) const METHODS: &[MethodSpec] = &[
+    row::TOOLS_LIST,
+    row::PROMPTS_LIST,
+    row::RESOURCES_LIST,
+    row::RESOURCES_TEMPLATES_LIST,
+    row::TOOLS_CALL,
+    row::PROMPTS_GET,
+    row::RESOURCES_READ,
+    row::RESOURCES_SUBSCRIBE,
     method(
         "resources/unsubscribe",
         Some(Resources),
@@ -241,7 +469,7 @@ pub(crate) const METHODS: &[Method] = &[
     method(INITIALIZE, None, None, true, STATEFUL, false),
     method("ping", None, None, true, STATEFUL, false),
     method("logging/setLevel", None, None, true, STATEFUL, false),
-    method("completion/complete", None, None, true, ALL, false),
+    method(COMPLETION_COMPLETE, None, None, true, ALL, false),
     method(
         "notifications/initialized",
         None,
@@ -287,10 +515,10 @@ pub(crate) const METHODS: &[Method] = &[
         V2026_07_28.bit(),
         false,
     ),
-    Method {
-        subscribes_as: Some("resources/subscribe"),
+    MethodSpec {
+        subscribes_as: Some(&row::RESOURCES_SUBSCRIBE),
         ..method(
-            "subscriptions/listen",
+            SUBSCRIPTIONS_LISTEN,
             None,
             None,
             true,
@@ -308,7 +536,7 @@ pub struct Listing {
     /// The member of `result` that holds the items.
     pub items: &'static str,
     /// The method a listed item is judged as, as if it were called.
-    pub judged_as: &'static str,
+    pub judged_as: &'static MethodSpec,
     /// The item's member that names it (its [`Param`] for `judged_as`); None for resource
     /// templates, judged as a read of some URI.
     pub key: Option<Param>,
@@ -317,48 +545,57 @@ pub struct Listing {
 /// The listings, each with how its items are judged (the filter also recognises a listing
 /// answer by its `items` member, docs/semantics.md §5.4).
 pub const LISTINGS: &[Listing] = &[
-    Listing {
-        method: "tools/list",
-        items: "tools",
-        judged_as: "tools/call",
-        key: Some(Param::Name),
-    },
-    Listing {
-        method: "prompts/list",
-        items: "prompts",
-        judged_as: "prompts/get",
-        key: Some(Param::Name),
-    },
-    Listing {
-        method: "resources/list",
-        items: "resources",
-        judged_as: "resources/read",
-        key: Some(Param::Uri),
-    },
-    Listing {
-        method: "resources/templates/list",
-        items: "resourceTemplates",
-        judged_as: "resources/read",
-        key: None,
-    },
+    TOOLS_LISTING,
+    PROMPTS_LISTING,
+    RESOURCES_LISTING,
+    TEMPLATES_LISTING,
 ];
+
+const TOOLS_LISTING: Listing = Listing {
+    method: TOOLS_LIST,
+    items: "tools",
+    judged_as: &row::TOOLS_CALL,
+    key: Some(Param::Name),
+};
+const PROMPTS_LISTING: Listing = Listing {
+    method: PROMPTS_LIST,
+    items: "prompts",
+    judged_as: &row::PROMPTS_GET,
+    key: Some(Param::Name),
+};
+const RESOURCES_LISTING: Listing = Listing {
+    method: RESOURCES_LIST,
+    items: "resources",
+    judged_as: &row::RESOURCES_READ,
+    key: Some(Param::Uri),
+};
+const TEMPLATES_LISTING: Listing = Listing {
+    method: RESOURCES_TEMPLATES_LIST,
+    items: "resourceTemplates",
+    judged_as: &row::RESOURCES_READ,
+    key: None,
+};
 
 /// The listing `method` is, if it is one.
 pub fn listing(method: &str) -> Option<&'static Listing> {
-    LISTINGS.iter().find(|l| l.method == method)
+    lookup(method).and_then(|m| m.listing)
 }
 
 /// Every method under these prefixes is base protocol.
 pub(crate) const BASE_PREFIXES: &[&str] = &["notifications/", "completion/", "logging/"];
 
 /// The table's entry for `name`.
-pub fn lookup(name: &str) -> Option<&'static Method> {
+pub fn lookup(name: &str) -> Option<&'static MethodSpec> {
     METHODS.iter().find(|m| m.name == name)
+}
+
+fn under_base_prefix(method: &str) -> bool {
+    BASE_PREFIXES.iter().any(|p| method.starts_with(p))
 }
 
 /// Whether a JSON-RPC method is base protocol.
 pub fn is_base(method: &str) -> bool {
-    lookup(method).is_some_and(|m| m.base) || BASE_PREFIXES.iter().any(|p| method.starts_with(p))
+    Method::resolve(method).is_base()
 }
 
 /// The param a method must carry, if any.
@@ -389,7 +626,9 @@ pub fn takes_params(name: &str) -> bool {
 /// The method whose resource URIs `method` (`subscriptions/listen`) names one by one, and
 /// as which each is judged (`resources/subscribe`).
 pub fn subscribes_as(method: &str) -> Option<&'static str> {
-    lookup(method).and_then(|m| m.subscribes_as)
+    lookup(method)
+        .and_then(|m| m.subscribes_as)
+        .map(MethodSpec::name)
 }
 
 /// Whether `method` is one the table knows but revision `r` does not have. Methods the
@@ -563,14 +802,42 @@ mod tests {
             assert!(m.base && m.category.is_some(), "{}", l.method);
             assert_eq!(l.key.is_some(), l.items != "resourceTemplates");
             // An item is judged as a method of the same category, by the param it names.
-            assert_eq!(lookup(l.judged_as).and_then(|j| j.category), m.category);
-            assert!(l.key.is_none() || param_of(l.judged_as) == l.key);
+            assert_eq!(lookup(l.judged_as.name), Some(l.judged_as));
+            assert_eq!(l.judged_as.category, m.category);
+            assert!(l.key.is_none() || l.judged_as.param == l.key);
+            assert_eq!(m.listing, Some(l));
         }
         assert_eq!(
-            listing("tools/list").map(|l| l.judged_as),
+            listing("tools/list").map(|l| l.judged_as.name),
             Some("tools/call")
         );
         assert_eq!(listing("tools/call"), None);
+    }
+
+    #[test]
+    fn a_method_is_resolved_once_and_answers_as_its_row() {
+        for m in METHODS {
+            let resolved = Method::resolve(m.name);
+            assert_eq!(resolved, Method::Known(m));
+            assert_eq!(resolved.as_str(), m.name);
+            assert_eq!(resolved.is_base(), is_base(m.name), "{}", m.name);
+            assert_eq!(resolved.param(), m.param);
+            assert_eq!(resolved.listing(), listing(m.name));
+            assert_eq!(Method::from(m.name.to_string()), resolved);
+        }
+        let other = Method::resolve("notifications/x");
+        assert_eq!(other, Method::Other("notifications/x".into()));
+        assert!(other.is_base() && other.spec().is_none() && other.listing().is_none());
+        assert!(!Method::from("x/custom").is_base());
+        assert!(!Method::from("x/custom").missing_in(V2025_11_25));
+        assert_eq!(
+            Method::from(SUBSCRIPTIONS_LISTEN)
+                .subscribes_as()
+                .map(MethodSpec::name),
+            Some(RESOURCES_SUBSCRIBE)
+        );
+        assert_eq!(Method::from(TOOLS_CALL).item_category(), Some(Tools));
+        assert_eq!(Method::from(TOOLS_LIST).item_category(), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use mcp_access_bundle::mcp_methods::headers::McpHeader;
 use mcp_access_bundle::mcp_methods::Revision;
 use mcp_access_bundle::{DenyResponse, Level};
 use serde_json::{json, Value};
@@ -53,34 +54,6 @@ pub(crate) enum Rejection {
     /// a client's copy from its trailers (docs/semantics.md §5.7): the upstream would read
     /// what the client sent.
     IdentityHeadersFailed,
-}
-
-/// An MCP header the filter compares with the body (SEP-2243).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum McpHeader {
-    Method,
-    Name,
-    ProtocolVersion,
-}
-
-impl McpHeader {
-    /// The header's name, lowercase.
-    pub(crate) const fn name(self) -> &'static str {
-        match self {
-            McpHeader::Method => "mcp-method",
-            McpHeader::Name => "mcp-name",
-            McpHeader::ProtocolVersion => "mcp-protocol-version",
-        }
-    }
-
-    /// The header as the MCP specification spells it.
-    const fn spelled(self) -> &'static str {
-        match self {
-            McpHeader::Method => "Mcp-Method",
-            McpHeader::Name => "Mcp-Name",
-            McpHeader::ProtocolVersion => "MCP-Protocol-Version",
-        }
-    }
 }
 
 /// What is wrong with the MCP headers of a request (SEP-2243).
@@ -316,12 +289,19 @@ pub(crate) fn rejection(r: &Rejection, id: Option<&str>) -> LocalResponse {
     json_response(r.status(), body)
 }
 
-/// Headers of an authorizer's denial that describe its own body, which the client does not
-/// get: the JSON-RPC error replaces it.
-fn describes_relayed_body(name: &str) -> bool {
+/// Headers that describe a body: those of an authorizer's denial are not relayed to the
+/// client (the JSON-RPC error replaces the body), nor kept with a denial body over its cap.
+/// `name` is lowercase.
+pub(crate) fn describes_body(name: &str) -> bool {
     matches!(
         name,
-        "content-type" | "content-length" | "content-encoding" | "transfer-encoding" | "etag"
+        "content-type"
+            | "content-length"
+            | "content-encoding"
+            | "content-language"
+            | "content-range"
+            | "transfer-encoding"
+            | "etag"
     )
 }
 
@@ -372,7 +352,7 @@ pub(crate) fn denial(
             response.headers.extend(
                 r.headers
                     .iter()
-                    .filter(|(n, _)| !describes_relayed_body(n))
+                    .filter(|(n, _)| !describes_body(n))
                     .cloned(),
             );
             response

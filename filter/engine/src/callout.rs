@@ -3,7 +3,8 @@
 
 use std::borrow::Cow;
 
-use mcp_access_bundle::mcp_methods::{self, Category};
+use mcp_access_bundle::mcp_methods::headers::McpHeader;
+use mcp_access_bundle::mcp_methods::{Category, Method};
 use mcp_access_bundle::{http, Authorizer, Level};
 
 use crate::policy::{AuthzOutcome, HeaderEdit};
@@ -77,12 +78,12 @@ pub(crate) fn header_problem(name: &str, value: &str) -> Option<String> {
 /// `MCP-Protocol-Version`): changed after the check, the server would read another request
 /// than the one decided. `name` is lowercase.
 pub(crate) fn upstream_edit_problem(name: &str, value: &str) -> Option<String> {
-    match name {
-        "mcp-method" | "mcp-name" | "mcp-protocol-version" => Some(format!(
+    if McpHeader::ALL.iter().any(|h| h.name() == name) {
+        return Some(format!(
             "header {name} was checked against the body and is never changed"
-        )),
-        _ => header_problem(name, value),
+        ));
     }
+    header_problem(name, value)
 }
 
 /// An OK answer that edits a request header some route matches on (`route_headers`, from
@@ -147,15 +148,16 @@ pub(crate) fn build(
         }
     }
     if let McpOp::Call { method, param } = &req.mcp {
-        headers.push(("x-mcp-method".into(), method.clone().into()));
-        let param_header = mcp_methods::lookup(method)
-            .filter(|m| m.param.is_some())
-            .and_then(|m| m.category)
-            .map(|c| match c {
-                Category::Tools => "x-mcp-tool",
-                Category::Prompts => "x-mcp-prompt",
-                Category::Resources => "x-mcp-resource-uri",
-            });
+        let name = match method {
+            Method::Known(spec) => Cow::Borrowed(spec.name()),
+            Method::Other(name) => Cow::Owned(name.clone()),
+        };
+        headers.push(("x-mcp-method".into(), name));
+        let param_header = method.item_category().map(|c| match c {
+            Category::Tools => "x-mcp-tool",
+            Category::Prompts => "x-mcp-prompt",
+            Category::Resources => "x-mcp-resource-uri",
+        });
         if let (Some(h), Some(p)) = (param_header, param) {
             headers.push((h.into(), p.clone().into()));
         }
@@ -285,14 +287,6 @@ pub fn dispatch_failure(authorizer: &Authorizer, error: &DispatchError) -> Strin
     }
 }
 
-/// Headers that describe a body, dropped with a body that is not relayed.
-fn describes_body(name: &str) -> bool {
-    matches!(
-        name,
-        "content-type" | "content-encoding" | "content-language" | "content-range"
-    )
-}
-
 /// What an authorizer's answer means: the one definition of allow, deny and error, that the
 /// decision and the host's stats and logs both follow. `status` is None when no response
 /// arrived; `body` is what the host read (at most [`body_read_limit`] bytes). A denial body over
@@ -357,7 +351,7 @@ pub(crate) fn denial(
         if let Some(problem) = header_problem(&n, &v) {
             return (malformed(&problem), None);
         }
-        if !(over && describes_body(&n)) {
+        if !(over && crate::answer::describes_body(&n)) {
             relayed.push((n, v));
         }
     }

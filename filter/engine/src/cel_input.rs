@@ -1,7 +1,7 @@
 //! A request as CEL reads it: [`mcp_access_cel::Attributes`] for [`Request`] (docs/semantics.md,
 //! "CEL").
 
-use mcp_access_bundle::mcp_methods::{self, Param};
+use mcp_access_bundle::mcp_methods::{Method, Param, TOOLS_CALL};
 use mcp_access_cel::{service_account, Attr, Attributes, Str, Value};
 
 use crate::pins::ToolPins;
@@ -35,10 +35,10 @@ impl Attributes for CelInput<'_> {
             Attr::Route => req.route_name.as_deref(),
             Attr::Backend => self.backend,
             Attr::ToolName => match call(req)? {
-                ("tools/call", p) => p,
+                (m, p) if m == TOOLS_CALL => p,
                 _ => None,
             },
-            Attr::McpMethod => call(req).map(|(m, _)| m),
+            Attr::McpMethod => call(req).map(|(m, _)| m.as_str()),
             Attr::Principal => req.caller.spiffe.as_deref(),
             _ => None,
         }
@@ -51,7 +51,7 @@ impl Attributes for CelInput<'_> {
         let req = self.req;
         let text = |s| Some(Value::Str(Str::Borrowed(s)));
         let param = |want: Param| match call(req)? {
-            (m, Some(p)) if mcp_methods::param_of(m) == Some(want) => text(p),
+            (m, Some(p)) if m.param() == Some(want) => text(p),
             _ => None,
         };
         match a {
@@ -73,7 +73,9 @@ impl Attributes for CelInput<'_> {
                 )
             }
             Attr::ToolAnnotations => match call(req)? {
-                ("tools/call", Some(tool)) => Some(Value::Json(self.pins?.annotations(tool))),
+                (m, Some(tool)) if m == TOOLS_CALL => {
+                    Some(Value::Json(self.pins?.annotations(tool)))
+                }
                 _ => None,
             },
             Attr::SaNamespace | Attr::SaName => {
@@ -95,9 +97,9 @@ impl Attributes for CelInput<'_> {
 }
 
 /// The method and the param (tool name, prompt name, resource URI) of an MCP request.
-fn call(req: &Request) -> Option<(&str, Option<&str>)> {
+fn call(req: &Request) -> Option<(&Method, Option<&str>)> {
     match &req.mcp {
-        McpOp::Call { method, param } => Some((method.as_str(), param.as_deref())),
+        McpOp::Call { method, param } => Some((method, param.as_deref())),
         _ => None,
     }
 }

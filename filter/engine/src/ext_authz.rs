@@ -51,7 +51,7 @@ fn mcp_metadata(req: &Request, id: Option<&str>) -> Option<pb::Metadata> {
     };
     let mut fields = BTreeMap::new();
     fields.insert("jsonrpc".into(), value(pb::Kind::Str("2.0".into())));
-    fields.insert("method".into(), value(pb::Kind::Str(method.clone())));
+    fields.insert("method".into(), value(pb::Kind::Str(method.to_string())));
     fields.insert("is_mcp_request".into(), value(pb::Kind::Bool(true)));
     fields.insert("status".into(), value(pb::Kind::Str("mcp_ok".into())));
     let id = id.and_then(|raw| match serde_json::from_str::<serde_json::Value>(raw) {
@@ -62,12 +62,7 @@ fn mcp_metadata(req: &Request, id: Option<&str>) -> Option<pb::Metadata> {
     if let Some(id) = id {
         fields.insert(MCP_ID_FIELD.into(), value(id));
     }
-    let key = mcp_methods::lookup(method)
-        .and_then(|m| m.param)
-        .map(|p| match p {
-            mcp_methods::Param::Name => "name",
-            mcp_methods::Param::Uri => "uri",
-        });
+    let key = method.param().map(mcp_methods::Param::key);
     if let (Some(k), Some(p)) = (key, param) {
         let mut params = BTreeMap::new();
         params.insert(k.to_string(), value(pb::Kind::Str(p.clone())));
@@ -151,15 +146,12 @@ pub(crate) fn check_request(
     }
     let mut ext = BTreeMap::new();
     if let McpOp::Call { method, param } = &req.mcp {
-        ext.insert(EXT_METHOD.to_string(), method.clone());
-        let key = mcp_methods::lookup(method)
-            .filter(|m| m.param.is_some())
-            .and_then(|m| m.category)
-            .map(|c| match c {
-                Category::Tools => EXT_TOOL,
-                Category::Prompts => EXT_PROMPT,
-                Category::Resources => EXT_RESOURCE_URI,
-            });
+        ext.insert(EXT_METHOD.to_string(), method.to_string());
+        let key = method.item_category().map(|c| match c {
+            Category::Tools => EXT_TOOL,
+            Category::Prompts => EXT_PROMPT,
+            Category::Resources => EXT_RESOURCE_URI,
+        });
         if let (Some(k), Some(p)) = (key, param) {
             ext.insert(k.to_string(), p.clone());
         }

@@ -18,12 +18,13 @@
 //! (missing `jsonrpc`, kind of message, then `InvalidParams`).
 
 use std::fmt;
+use std::ops::Range;
 
 use crate::json::{self, into_string, SyntaxError, Val};
 use crate::request::McpOp;
-use mcp_access_bundle::mcp_methods;
 /// Which member of `params` names an item (re-exported: [`CompletionRef`] holds one).
 pub use mcp_access_bundle::mcp_methods::Param;
+use mcp_access_bundle::mcp_methods::{self, Method, MethodSpec, COMPLETION_COMPLETE};
 
 /// Default for [`ParseLimits::max_depth`].
 pub(crate) const DEFAULT_MAX_DEPTH: usize = 64;
@@ -58,8 +59,8 @@ pub enum MessageKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpMessage {
     pub kind: MessageKind,
-    /// JSON-RPC `method` (decoded), None for responses.
-    pub method: Option<String>,
+    /// JSON-RPC `method` (decoded, resolved against the method table), None for responses.
+    pub method: Option<Method>,
     /// The `id` exactly as it appeared in the input (raw JSON text: a string literal with
     /// its quotes and escapes, or a number), to echo back in an error. None when absent.
     pub id: Option<String>,
@@ -81,35 +82,65 @@ pub struct McpMessage {
     /// (`ref/resource`, by URI) whose arguments it completes, as the method a caller needs
     /// to use it (`prompts/get`, `resources/read`) and that name or URI.
     pub completion_ref: Option<CompletionRef>,
+    /// Where a request's or notification's `params` is in the body (`body[params]`), for
+    /// [`params_value`].
+    pub params: Option<Range<usize>>,
+    /// Where `params.arguments` is, when `params` is an object that has it.
+    pub arguments: Option<Range<usize>>,
 }
 
-impl McpMessage {
-    /// The operation the message performs: a client's response is a reply, anything else
-    /// a call of its method naming its `params.name` or `params.uri`.
-    pub(crate) fn into_op(self) -> McpOp {
-        match self.kind {
-            MessageKind::Response => McpOp::Reply,
-            MessageKind::Request | MessageKind::Notification => McpOp::Call {
-                method: self.method.unwrap_or_default(),
-                param: self.name.or(self.uri),
-            },
-        }
+/// The operation a message performs: a client's response is a reply, anything else a call
+/// of its method naming `param` (its `params.name` or `params.uri`).
+pub(crate) fn op_of(kind: MessageKind, method: Option<Method>, param: Option<String>) -> McpOp {
+    match kind {
+        MessageKind::Response => McpOp::Reply,
+        MessageKind::Request | MessageKind::Notification => McpOp::Call {
+            method: method.unwrap_or(Method::Other(String::new())),
+            param,
+        },
     }
+}
+
+/// What of `params` the request's judges and records read, as serde_json values: all of it
+/// for CEL (`cel`), else only `params.arguments` (as the one member of an object) for
+/// decision records that keep them (`records`); None when neither is wanted or the body has
+/// none. `params` and `arguments` are the spans [`parse_message`] found in `body`, so only
+/// that slice is read again. The body is valid strict JSON with every number a finite
+/// double: serde_json reads it the same way; if it ever could not, the error says so (CEL
+/// must not see `params` emptier than the body is).
+pub(crate) fn params_value(
+    body: &[u8],
+    (params, arguments): (Option<Range<usize>>, Option<Range<usize>>),
+    cel: bool,
+    records: bool,
+) -> Result<Option<serde_json::Value>, ParseError> {
+    let read = |span: Option<Range<usize>>| match span.and_then(|r| body.get(r)) {
+        Some(slice) => serde_json::from_slice(slice)
+            .map(Some)
+            .map_err(|_| ParseError::Parse("params cannot be read as CEL values".to_owned())),
+        None => Ok(None),
+    };
+    if cel {
+        return read(params);
+    }
+    if !records {
+        return Ok(None);
+    }
+    let arguments = read(arguments)?;
+    Ok(arguments
+        .map(|a| serde_json::Value::Object([("arguments".to_owned(), a)].into_iter().collect())))
 }
 
 /// What a `completion/complete` completes for: judged as a call of it (docs/semantics.md §4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletionRef {
     /// `prompts/get` or `resources/read`.
-    pub judged_as: &'static str,
+    pub judged_as: &'static MethodSpec,
     /// Which member names it.
     pub key: Param,
     /// The prompt's name or the resource's URI (decoded).
     pub value: String,
 }
-
-/// The method whose `params.ref` names a prompt or resource.
-pub const COMPLETION_COMPLETE: &str = "completion/complete";
 
 /// Why a message was rejected; maps onto the JSON-RPC error codes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +269,8 @@ enum Slot {
     RefName,
     /// `params.ref.uri`.
     RefUri,
+    /// `params.arguments` (only its span is kept).
+    Arguments,
 }
 
 /// What an object is, as far as the extraction cares.
@@ -274,6 +307,9 @@ struct Parser<'a> {
     method_seen: bool,
     method: Option<String>,
     params: ParamsKind,
+    /// Where the first `params` and `params.arguments` are.
+    params_span: Option<Range<usize>>,
+    arguments_span: Option<Range<usize>>,
     has_result: bool,
     has_error: bool,
     name: Option<String>,
@@ -306,6 +342,8 @@ impl<'a> Parser<'a> {
             method_seen: false,
             method: None,
             params: ParamsKind::Absent,
+            params_span: None,
+            arguments_span: None,
             has_result: false,
             has_error: false,
             name: None,
@@ -368,6 +406,8 @@ impl<'a> Parser<'a> {
                 init_version: None,
                 subscriptions: Vec::new(),
                 completion_ref: None,
+                params: None,
+                arguments: None,
             });
         };
         if responding {
@@ -376,7 +416,8 @@ impl<'a> Parser<'a> {
         if let Some(problem) = malformed_method(&method) {
             return invalid(problem);
         }
-        let completion_ref = match method == COMPLETION_COMPLETE {
+        let method = Method::from(method);
+        let completion_ref = match method.as_str() == COMPLETION_COMPLETE {
             true => Some(self.completion_ref()?),
             false => None,
         };
@@ -388,7 +429,7 @@ impl<'a> Parser<'a> {
 
         let mut name = None;
         let mut uri = None;
-        if let Some(param) = mcp_methods::param_of(&method) {
+        if let Some(param) = method.param() {
             let (slot, value) = match param {
                 Param::Name => (&mut name, self.name),
                 Param::Uri => (&mut uri, self.uri),
@@ -406,13 +447,13 @@ impl<'a> Parser<'a> {
                 "params._meta protocol version must be a string".to_owned(),
             ));
         }
-        let listen = mcp_methods::subscribes_as(&method).is_some();
+        let listen = method.subscribes_as().is_some();
         if listen && self.subscriptions_bad {
             return Err(ParseError::InvalidParams(format!(
                 "{method} requires params.notifications.resourceSubscriptions to be an array of strings"
             )));
         }
-        let initialize = method == mcp_methods::INITIALIZE;
+        let initialize = method.as_str() == mcp_methods::INITIALIZE;
         Ok(McpMessage {
             completion_ref,
             kind,
@@ -427,6 +468,8 @@ impl<'a> Parser<'a> {
             } else {
                 Vec::new()
             },
+            params: self.params_span,
+            arguments: self.arguments_span,
         })
     }
 }
@@ -440,8 +483,16 @@ impl Parser<'_> {
             return Err(bad("requires \"params.ref\" to be an object"));
         }
         let (judged_as, key, value) = match self.ref_type.as_deref() {
-            Some("ref/prompt") => ("prompts/get", Param::Name, self.ref_name.take()),
-            Some("ref/resource") => ("resources/read", Param::Uri, self.ref_uri.take()),
+            Some("ref/prompt") => (
+                mcp_methods::PROMPTS_GET_SPEC,
+                Param::Name,
+                self.ref_name.take(),
+            ),
+            Some("ref/resource") => (
+                mcp_methods::RESOURCES_READ_SPEC,
+                Param::Uri,
+                self.ref_uri.take(),
+            ),
             _ => {
                 return Err(bad(
                     "requires params.ref.type to be \"ref/prompt\" or \"ref/resource\"",
@@ -495,6 +546,7 @@ impl<'a> json::Visitor<'a> for Parser<'a> {
                 b"protocolVersion" => Slot::InitVersion,
                 b"notifications" => Slot::Notifications,
                 b"ref" => Slot::Ref,
+                b"arguments" => Slot::Arguments,
                 _ => Slot::Ignore,
             },
             Role::Ref => match key {
@@ -548,13 +600,25 @@ impl<'a> json::Visitor<'a> for Parser<'a> {
     fn value(&mut self, slot: Slot, val: Val<'a>) -> Result<(), ParseError> {
         self.on_value(slot, val)
     }
+
+    fn closed(&mut self, slot: Slot, start: usize, end: usize) {
+        let span = match slot {
+            Slot::Params => &mut self.params_span,
+            Slot::Arguments => &mut self.arguments_span,
+            _ => return,
+        };
+        // A second one is a duplicate key, already refused.
+        if span.is_none() {
+            *span = Some(start..end);
+        }
+    }
 }
 
 impl<'a> Parser<'a> {
     /// Applies the JSON-RPC rules for the member a value belongs to.
     fn on_value(&mut self, slot: Slot, val: Val<'a>) -> Result<(), ParseError> {
         match slot {
-            Slot::Ignore | Slot::Meta | Slot::Notifications => {}
+            Slot::Ignore | Slot::Meta | Slot::Notifications | Slot::Arguments => {}
             Slot::Root => match val {
                 Val::Object => {}
                 Val::Array => self.reject("batch requests are not supported"),

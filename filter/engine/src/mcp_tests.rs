@@ -49,6 +49,8 @@ fn tools_call_request() {
             init_version: None,
             subscriptions: Vec::new(),
             completion_ref: None,
+            params: Some(55..96),
+            arguments: Some(82..95),
         }
     );
 }
@@ -57,7 +59,10 @@ fn tools_call_request() {
 fn notification_initialized() {
     let m = ok(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     assert_eq!(m.kind, MessageKind::Notification);
-    assert_eq!(m.method.as_deref(), Some("notifications/initialized"));
+    assert_eq!(
+        m.method.as_ref().map(Method::as_str),
+        Some("notifications/initialized")
+    );
     assert_eq!(m.id, None);
 }
 
@@ -280,7 +285,7 @@ fn params_before_method() {
     let m = ok(
         r#"{"params":{"arguments":{"name":"no"},"name":"echo"},"id":1,"method":"tools/call","jsonrpc":"2.0"}"#,
     );
-    assert_eq!(m.method.as_deref(), Some("tools/call"));
+    assert_eq!(m.method.as_ref().map(Method::as_str), Some("tools/call"));
     assert_eq!(m.name.as_deref(), Some("echo"));
     let m = ok(r#"{"params":{"uri":"u"},"method":"resources/read","jsonrpc":"2.0","id":"i"}"#);
     assert_eq!(m.uri.as_deref(), Some("u"));
@@ -294,7 +299,7 @@ fn escaped_names_are_decoded() {
     let m = ok(
         r#"{"jsonrpc":"2.0","id":1,"m\u0065thod":"tools\/call","p\u0061rams":{"name":"a\"b\\c\n\u00e9\ud83d\ude00"}}"#,
     );
-    assert_eq!(m.method.as_deref(), Some("tools/call"));
+    assert_eq!(m.method.as_ref().map(Method::as_str), Some("tools/call"));
     assert_eq!(m.name.as_deref(), Some("a\"b\\c\né😀"));
 }
 
@@ -354,7 +359,7 @@ fn keys_are_case_sensitive() {
     let m = ok(
         r#"{"jsonrpc":"2.0","id":1,"Method":"tools/call","method":"ping","METHOD":"x","params":{"Name":"a","NAME":"b"}}"#,
     );
-    assert_eq!(m.method.as_deref(), Some("ping"));
+    assert_eq!(m.method.as_ref().map(Method::as_str), Some("ping"));
     let m =
         ok(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"a","name":"b"}}"#);
     assert_eq!(m.name.as_deref(), Some("b"));
@@ -993,4 +998,99 @@ fn malformed_method_names_are_invalid_requests() {
         let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
         ok(&body);
     }
+}
+
+// ----- the spans of params and params.arguments -----
+
+/// The text of `body` at `span`.
+fn at(body: &str, span: &Option<std::ops::Range<usize>>) -> Option<String> {
+    span.clone().map(|r| body[r].to_string())
+}
+
+#[test]
+fn params_and_arguments_spans_hold_exactly_their_values() {
+    // Escaped strings (a quote, a brace, a unicode escape) and nested objects inside.
+    let body = r#"{"jsonrpc":"2.0","id":"a\"}","method":"tools/call","params":{"name":"e\u0063ho","arguments":{"t":"}\"{","n":{"m":[1,{"x":"\\"}]}},"_meta":{}} }"#;
+    let m = ok(body);
+    assert_eq!(m.name.as_deref(), Some("echo"));
+    assert_eq!(
+        at(body, &m.params).as_deref(),
+        Some(
+            r#"{"name":"e\u0063ho","arguments":{"t":"}\"{","n":{"m":[1,{"x":"\\"}]}},"_meta":{}}"#
+        )
+    );
+    assert_eq!(
+        at(body, &m.arguments).as_deref(),
+        Some(r#"{"t":"}\"{","n":{"m":[1,{"x":"\\"}]}}"#)
+    );
+    // Only the top-level params and its own arguments count.
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"x/y","params":{"a":{"arguments":1,"params":2}},"z":{"params":3}}"#;
+    let m = ok(body);
+    assert_eq!(
+        at(body, &m.params).as_deref(),
+        Some(r#"{"a":{"arguments":1,"params":2}}"#)
+    );
+    assert_eq!(m.arguments, None);
+    // A scalar argument.
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"x/y","params":{"arguments":  "s" }}"#;
+    assert_eq!(at(body, &ok(body).arguments).as_deref(), Some(r#""s""#));
+}
+
+#[test]
+fn params_absent_or_an_array_has_no_arguments_span() {
+    let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert_eq!((m.params, m.arguments), (None, None));
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"x/y","params":[{"arguments":1}]}"#;
+    let m = ok(body);
+    assert_eq!(at(body, &m.params).as_deref(), Some(r#"[{"arguments":1}]"#));
+    assert_eq!(m.arguments, None);
+    // A response keeps none.
+    let m = ok(r#"{"jsonrpc":"2.0","id":1,"result":{},"params":{"arguments":1}}"#);
+    assert_eq!((m.params, m.arguments), (None, None));
+    // Params that are not an object or array are refused, as before.
+    let e = parse_message(
+        br#"{"jsonrpc":"2.0","id":1,"method":"x/y","params":"s"}"#,
+        &ParseLimits::default(),
+    );
+    assert!(
+        matches!(e, Err((ParseError::InvalidRequest(_), _))),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_duplicate_params_or_arguments_key_is_refused() {
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"x/y","params":{},"params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"x/y","params":{"arguments":1,"arguments":2}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"x/y","params":{"arguments":1,"argu\u006dents":2}}"#,
+    ] {
+        let e = parse_message(body.as_bytes(), &ParseLimits::default());
+        assert!(
+            matches!(e, Err((ParseError::InvalidRequest(_), _))),
+            "{body}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn params_values_are_read_from_their_span_only() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"k":[1,"\u00e9"]}}}"#;
+    let m = ok(body);
+    let spans = || (m.params.clone(), m.arguments.clone());
+    let value = |cel, records| params_value(body.as_bytes(), spans(), cel, records);
+    let params: serde_json::Value = serde_json::json!({"name": "a", "arguments": {"k": [1, "é"]}});
+    assert_eq!(value(true, false), Ok(Some(params.clone())));
+    assert_eq!(value(true, true), Ok(Some(params)));
+    // Records alone keep only the arguments.
+    assert_eq!(
+        value(false, true),
+        Ok(Some(serde_json::json!({"arguments": {"k": [1, "é"]}})))
+    );
+    assert_eq!(value(false, false), Ok(None));
+    let m = ok(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert_eq!(
+        params_value(b"", (m.params, m.arguments), true, true),
+        Ok(None)
+    );
 }

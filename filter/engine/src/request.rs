@@ -1,7 +1,8 @@
 //! What the decision looks at: one request, as the host adapter collected it, with its
 //! listener and backend resolved once ([`Target`]).
 
-use mcp_access_bundle::{mcp_methods, ClaimMatch};
+use mcp_access_bundle::mcp_methods::{self, Method, MethodSpec};
+use mcp_access_bundle::ClaimMatch;
 pub use mcp_access_cel::Headers;
 
 /// A caller as identified by Envoy: mTLS SPIFFE ID and verified JWT claims.
@@ -77,8 +78,8 @@ pub enum McpOp {
     Transport,
     /// A JSON-RPC request or notification.
     Call {
-        /// `method`.
-        method: String,
+        /// `method`, resolved against the method table once, when the body is parsed.
+        method: Method,
         /// The [`mcp_methods::Param`] the method carries: `params.name` (tools/call,
         /// prompts/get) or `params.uri` (resources/read, subscribe, unsubscribe).
         param: Option<String>,
@@ -102,17 +103,22 @@ impl McpOp {
     }
 
     /// Whether this is MCP base protocol traffic (transport, lifecycle, listing tools, ...):
-    /// it carries no access to a tool, prompt or resource ([`mcp_methods::is_base`]).
+    /// it carries no access to a tool, prompt or resource ([`Method::is_base`]).
     pub(crate) fn is_base(&self) -> bool {
         match self {
             McpOp::Transport | McpOp::Reply => true,
-            McpOp::Call { method, .. } => mcp_methods::is_base(method),
+            McpOp::Call { method, .. } => method.is_base(),
             McpOp::NotMcp => false,
         }
     }
 
-    /// The JSON-RPC method, if any.
+    /// The JSON-RPC method's name, if any.
     pub(crate) fn method(&self) -> Option<&str> {
+        self.called().map(Method::as_str)
+    }
+
+    /// The JSON-RPC method, if any.
+    pub(crate) fn called(&self) -> Option<&Method> {
         match self {
             McpOp::Call { method, .. } => Some(method),
             _ => None,
@@ -223,13 +229,13 @@ impl Request {
     /// reads it).
     pub(crate) fn as_item_call(
         &mut self,
-        method: &str,
+        method: &'static MethodSpec,
         key: Option<mcp_methods::Param>,
         value: Option<&str>,
         with_params: bool,
     ) {
         self.mcp = McpOp::Call {
-            method: method.to_string(),
+            method: Method::Known(method),
             param: value.map(str::to_string),
         };
         self.set_item_params(key, value, with_params);

@@ -22,6 +22,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
+use mcp_access_bundle::mcp_methods::{self, Method};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
@@ -57,8 +58,10 @@ pub fn check(body: &[u8], limits: &ParseLimits) -> Option<i32> {
     let want = expected(&value, &shape, limits);
     match (&ours, &want) {
         (Ok(got), Ok(want)) => {
+            check_spans(body, got, &value, &text);
             let mut got_no_id = got.clone();
             got_no_id.id = None;
+            (got_no_id.params, got_no_id.arguments) = (None, None);
             assert_eq!(
                 &got_no_id, want,
                 "extraction differs from serde_json: {text}"
@@ -84,6 +87,31 @@ pub fn check(body: &[u8], limits: &ParseLimits) -> Option<i32> {
         }
         _ => panic!("reader and serde_json disagree: ours {ours:?}, expected {want:?}: {text}"),
     }
+}
+
+/// The spans the reader found for `params` and `params.arguments` hold what serde_json reads
+/// there (`value`: the whole message); a response has none.
+fn check_spans(body: &[u8], got: &McpMessage, value: &Value, text: &str) {
+    let read = |span: &Option<std::ops::Range<usize>>| {
+        span.clone().map(|r| {
+            serde_json::from_slice::<Value>(&body[r])
+                .unwrap_or_else(|e| panic!("span unreadable ({e}): {text}"))
+        })
+    };
+    if got.kind == MessageKind::Response {
+        assert_eq!((&got.params, &got.arguments), (&None, &None), "{text}");
+        return;
+    }
+    let params = value.get("params");
+    assert_eq!(read(&got.params).as_ref(), params, "params span: {text}");
+    let arguments = params
+        .and_then(Value::as_object)
+        .and_then(|p| p.get("arguments"));
+    assert_eq!(
+        read(&got.arguments).as_ref(),
+        arguments,
+        "arguments span: {text}"
+    );
 }
 
 /// What serde_json sees besides the value: duplicate keys (after decoding), nesting depth,
@@ -207,7 +235,11 @@ fn expected_params(
     mut m: McpMessage,
     params: Option<&Map<String, Value>>,
 ) -> Result<McpMessage, i32> {
-    let method = m.method.clone().unwrap_or_default();
+    let method = m
+        .method
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
     let member = |key: &str| params?.get(key);
     let text = |key: &str| member(key).and_then(Value::as_str).map(str::to_owned);
     match method.as_str() {
@@ -246,8 +278,8 @@ fn expected_params(
             .ok_or(INVALID_PARAMS)?;
         let field = |k: &str| reference.get(k).and_then(Value::as_str);
         let (judged_as, key, value) = match field("type") {
-            Some("ref/prompt") => ("prompts/get", Param::Name, field("name")),
-            Some("ref/resource") => ("resources/read", Param::Uri, field("uri")),
+            Some("ref/prompt") => (mcp_methods::PROMPTS_GET_SPEC, Param::Name, field("name")),
+            Some("ref/resource") => (mcp_methods::RESOURCES_READ_SPEC, Param::Uri, field("uri")),
             _ => return Err(INVALID_PARAMS),
         };
         m.completion_ref = Some(CompletionRef {
@@ -262,7 +294,7 @@ fn expected_params(
 fn message(kind: MessageKind, method: Option<String>) -> McpMessage {
     McpMessage {
         kind,
-        method,
+        method: method.map(Method::from),
         id: None,
         name: None,
         uri: None,
@@ -270,6 +302,8 @@ fn message(kind: MessageKind, method: Option<String>) -> McpMessage {
         init_version: None,
         subscriptions: Vec::new(),
         completion_ref: None,
+        params: None,
+        arguments: None,
     }
 }
 

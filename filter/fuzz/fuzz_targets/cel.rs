@@ -113,7 +113,7 @@ fn request(v: &Value) -> Request {
                 param: Some(t.to_string()),
             },
             None => McpOp::Call {
-                method: text(v, "mcpMethod", "initialize"),
+                method: text(v, "mcpMethod", "initialize").into(),
                 param: None,
             },
         },

@@ -11,7 +11,7 @@ mod text;
 
 use std::collections::BTreeMap;
 
-use mcp_access_bundle::{Bundle, Level};
+use mcp_access_bundle::{mcp_methods, Bundle, Level};
 use mcp_access_engine::answer::{LocalResponse, Why};
 use mcp_access_engine::flow::RequestFlow;
 use mcp_access_engine::policy::{Engine, HeaderEdit, Reason};
@@ -411,7 +411,7 @@ fn pin_view(engine: &Engine, flow: &RequestFlow) -> Option<String> {
     else {
         return None;
     };
-    if method != "tools/call" {
+    if method != mcp_methods::TOOLS_CALL {
         return None;
     }
     let pins = engine.backends.get(req.target.backend?)?.pins.as_deref()?;
@@ -446,7 +446,7 @@ fn request_view(req: Prepared, ran: &Ran) -> RequestView {
         }),
         mcp: parsed.and_then(|r| match &r.mcp {
             McpOp::Call { method, param } => Some(McpView::Call {
-                method: method.clone(),
+                method: method.to_string(),
                 param: param.clone(),
             }),
             McpOp::Transport => Some(McpView::Other("transport (SSE stream or session end)")),

@@ -2,10 +2,11 @@
 //! (docs/semantics.md §5.1), the MCP headers against the body (SEP-2243), and the revision
 //! the request is judged under (§4.4).
 
-use mcp_access_bundle::mcp_methods::{self, Revision};
+use mcp_access_bundle::mcp_methods::headers::McpHeader;
+use mcp_access_bundle::mcp_methods::{self, Method, Revision};
 
 use super::RequestFlow;
-use crate::answer::{HeaderProblem, McpHeader, Rejection};
+use crate::answer::{HeaderProblem, Rejection};
 use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
@@ -54,7 +55,7 @@ impl RequestFlow {
             if method.is_none() {
                 return Some(HeaderProblem::Missing(McpHeader::Method));
             }
-            let named = op.method().is_some_and(mcp_methods::requires_name_header);
+            let named = op.called().is_some_and(Method::requires_name_header);
             if named && name.is_none() {
                 return Some(HeaderProblem::Missing(McpHeader::Name));
             }
@@ -100,10 +101,11 @@ impl RequestFlow {
     /// Refuses a method the table knows but the request's revision does not have (methods
     /// the table does not know are left to the policies).
     pub(super) fn judge_method(&self, op: &McpOp) -> Result<(), Rejection> {
-        match op.method() {
-            Some(m) if mcp_methods::missing_in(m, self.revision) => Err(
-                Rejection::MethodNotInRevision(m.to_string(), self.revision.as_str()),
-            ),
+        match op.called() {
+            Some(m) if m.missing_in(self.revision) => Err(Rejection::MethodNotInRevision(
+                m.to_string(),
+                self.revision.as_str(),
+            )),
             _ => Ok(()),
         }
     }
@@ -156,11 +158,7 @@ pub(super) fn header_rejection(
 }
 
 /// The MCP headers, in the order [`RequestFlow::header_mismatch`] reads them.
-const MCP_HEADERS: [McpHeader; 3] = [
-    McpHeader::Method,
-    McpHeader::Name,
-    McpHeader::ProtocolVersion,
-];
+const MCP_HEADERS: [McpHeader; 3] = McpHeader::ALL;
 
 /// Where the MCP headers are among a request's headers, found in one pass when the headers
 /// arrive: for each (in [`MCP_HEADERS`] order) its first copy's index plus one (0: none),

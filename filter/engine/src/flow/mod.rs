@@ -365,7 +365,10 @@ impl RequestFlow {
             return self.reject(r);
         }
         if input.end_of_stream {
-            let op = McpOp::without_body(&req.method, req.header("mcp-session-id").is_some());
+            let op = McpOp::without_body(
+                &req.method,
+                req.header(mcp_methods::headers::SESSION_ID).is_some(),
+            );
             if let Err(r) = self.judge_versions(None, None) {
                 return self.reject(r);
             }
@@ -464,33 +467,36 @@ impl RequestFlow {
                 }
                 self.reject(Rejection::Message(err))
             }
-            Ok(mut msg) => {
-                self.id = msg.id.take();
+            Ok(msg) => {
+                let mcp::McpMessage {
+                    kind,
+                    method,
+                    id,
+                    name,
+                    uri,
+                    protocol_version: body_version,
+                    init_version,
+                    subscriptions,
+                    completion_ref,
+                    params,
+                    arguments,
+                } = msg;
+                self.id = id;
                 self.body = body;
-                let body_version = msg.protocol_version.take();
-                let init_version = msg.init_version.take();
-                let subscriptions = std::mem::take(&mut msg.subscriptions);
-                let completion_ref = msg.completion_ref.take();
-                let op = msg.into_op();
+                let op = mcp::op_of(kind, method, name.or(uri));
                 if let Err(r) =
                     self.judge_versions(body_version.as_deref(), init_version.as_deref())
                 {
                     return self.reject(r);
                 }
-                if engine.cel_needs().params || engine.decision_records.arguments {
-                    // The body is valid strict JSON with every number a finite double:
-                    // serde_json reads it the same way. If it ever could not, CEL must not
-                    // see `params` emptier than the body is: the body is refused.
-                    let Ok(mut message) = serde_json::from_slice::<serde_json::Value>(&self.body)
-                    else {
-                        return self.reject(Rejection::Message(ParseError::Parse(
-                            "params cannot be read as CEL values".to_owned(),
-                        )));
-                    };
-                    let params = message.get_mut("params").map(serde_json::Value::take);
-                    if let Some(req) = self.req.as_mut() {
-                        req.params = params;
+                let (cel, records) = (engine.cel_needs().params, engine.decision_records.arguments);
+                match mcp::params_value(&self.body, (params, arguments), cel, records) {
+                    Ok(params) => {
+                        if let Some(req) = self.req.as_mut() {
+                            req.params = params;
+                        }
                     }
+                    Err(e) => return self.reject(Rejection::Message(e)),
                 }
                 if let Some(problem) = self.header_mismatch(&op, body_version.as_deref()) {
                     return self.reject(Rejection::HeaderMismatch(problem));
@@ -796,8 +802,7 @@ impl RequestFlow {
     /// `subscriptions/listen`'s resource URIs as `resources/subscribe`, a
     /// `completion/complete`'s prompt or resource as `prompts/get` / `resources/read`.
     pub(super) fn judge_named_items(&self, engine: &Engine, view: View) -> Option<Decision> {
-        let method = self.req.as_ref()?.mcp.method()?;
-        let subscribes_as = mcp_methods::subscribes_as(method);
+        let subscribes_as = self.req.as_ref()?.mcp.called()?.subscribes_as();
         let subscriptions = self
             .subscriptions
             .iter()

@@ -2,7 +2,7 @@
 //! ToolPin does not name (with `unpinned: Deny`) or whose listed definition drifted from its
 //! pin is denied, after the policies allowed the call.
 
-use mcp_access_bundle::Level;
+use mcp_access_bundle::{mcp_methods, Level};
 
 use super::RequestFlow;
 use crate::pins::{call_refusal, CallRefusal, DriftPort};
@@ -18,7 +18,7 @@ fn pin_denial(engine: &Engine, req: &Request, drift: Option<&DriftPort>) -> Opti
     else {
         return None;
     };
-    if method != "tools/call" {
+    if method != mcp_methods::TOOLS_CALL {
         return None;
     }
     let backend = engine.backends.get(req.target.backend?)?;

@@ -23,7 +23,8 @@ mod sse;
 
 use std::rc::Rc;
 
-use mcp_access_bundle::mcp_methods::{self, Listing, Revision, LISTINGS};
+use mcp_access_bundle::mcp_methods::headers::SESSION_ID;
+use mcp_access_bundle::mcp_methods::{Listing, Method, Revision, LISTINGS};
 
 use crate::jsonrpc::{self, INTERNAL_ERROR};
 use crate::pins::{DriftPort, PinCheck, PinEvent};
@@ -149,8 +150,7 @@ impl ListingFilter {
     /// Whether `req` is a call of a method of the method table that no listing answers.
     fn own_may_list(req: &Request) -> bool {
         matches!(&req.mcp, McpOp::Call { method, .. }
-            if mcp_methods::listing(method).is_none()
-                && (mcp_methods::lookup(method).is_some() || mcp_methods::is_base(method)))
+            if method.listing().is_none() && (method.spec().is_some() || method.is_base()))
     }
 
     /// The filter of the response to `req`, just allowed, when the bundle filters listings.
@@ -169,7 +169,7 @@ impl ListingFilter {
         }
         let backend = req.target.backend.and_then(|b| engine.backends.get(b));
         let pins = backend.and_then(|b| Some(PinCheck::new(&b.id, b.pins.clone()?, drift)));
-        let listing = req.mcp.method().and_then(mcp_methods::listing);
+        let listing = req.mcp.called().and_then(Method::listing);
         // Only a request's own id tells its answer apart (not a notification's or a reply's).
         let id = match listing {
             Some(_) => id,
@@ -180,7 +180,7 @@ impl ListingFilter {
             listing,
             id,
             own_may_list,
-            own_json: own_may_list && req.headers.get("mcp-session-id").is_some(),
+            own_json: own_may_list && req.headers.get(SESSION_ID).is_some(),
             cache_scope: revision.has_cache_scope(),
             max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
             max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),

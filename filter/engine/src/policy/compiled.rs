@@ -6,7 +6,7 @@ use std::fmt;
 use mcp_access_bundle::gateway_api::{
     full_regex, path_prefix_matches, service_account_spiffe, HostPattern,
 };
-use mcp_access_bundle::mcp_methods::Category;
+use mcp_access_bundle::mcp_methods::{self, Category};
 use mcp_access_bundle::{
     self as bundle, Authorization, BaseProtocol, ClaimMatch, JwtSource, MatchType, McpMatch,
     SourceType,
@@ -507,7 +507,7 @@ impl Rule {
         }
         let named = req
             .mcp
-            .method()
+            .called()
             .is_some_and(|method| m.methods.iter().any(|x| x.name_matches(method, mode)));
         Some(if named {
             Mismatch::Param
@@ -534,7 +534,7 @@ impl Rule {
         if self.authz.as_ref().is_some_and(|a| a.mcp.is_some()) {
             return None;
         }
-        Some(vec![("tools/call", self.cel_tools.as_ref()?)])
+        Some(vec![(mcp_methods::TOOLS_CALL, self.cel_tools.as_ref()?)])
     }
 
     /// Whether this rule can admit base-protocol traffic.
@@ -674,18 +674,18 @@ impl Method {
     /// A category admits the table's methods of that category only (`tools/list ` or
     /// `tools/secret` is not a tools method); a Deny rule or an ExternalAuth selection naming
     /// it matches every method under its prefix as well, against the caller.
-    fn name_matches(&self, method: &str, mode: Mode) -> bool {
+    fn name_matches(&self, method: &mcp_methods::Method, mode: Mode) -> bool {
         match Category::named(&self.name) {
-            Some(category) if mode == Mode::Select => category.prefixes(method),
-            Some(category) => category.covers(method),
-            None => self.name == method,
+            Some(category) if mode == Mode::Select => category.prefixes(method.as_str()),
+            Some(category) => method.category() == Some(category),
+            None => self.name == method.as_str(),
         }
     }
 
     /// A call without its param (only a listing's probe for "some URI", docs/semantics.md
     /// §5.4: requests of a method with a param always carry it) is admitted by a rule that
     /// lists some params, and is not matched by a Deny rule that lists params.
-    fn matches(&self, method: &str, param: Option<&str>, mode: Mode) -> bool {
+    fn matches(&self, method: &mcp_methods::Method, param: Option<&str>, mode: Mode) -> bool {
         self.name_matches(method, mode)
             && match (&self.params, param) {
                 (None, _) => true,
