@@ -14,9 +14,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mcp_access_bundle::gateway_api::{service_account_spiffe, DEFAULT_TRUST_DOMAIN};
-use mcp_access_bundle::mcp_methods::Category;
 use mcp_access_bundle::SpiffeSource;
-use mcp_access_bundle::{mcp_methods, Action, Bundle, JwtSource, Level, Policy, Rule, SourceType};
+use mcp_access_bundle::{Action, Bundle, JwtSource, Level, Policy, SourceType};
+use mcp_access_engine::policy::{Engine, Mode, Policy as CompiledPolicy, View};
+use mcp_access_engine::request::Target;
 use mcp_access_k8s::{Protocol, RouteAction, Topology};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -148,8 +149,14 @@ fn answer_at(
     (backend_id, route, through): (&str, Option<String>, Option<String>),
     notes: &mut Vec<String>,
 ) -> Result<ListenerAnswer, CliError> {
-    let on_path = path_policies(b, (gw_ns, gw, listener), backend_id, route.as_deref());
-    let (callers, complete) = candidates(b, &on_path);
+    let engine = explainer.engine();
+    let target = engine.target_at(
+        &format!("{gw_ns}/{gw}/{listener}"),
+        backend_id,
+        route.as_deref(),
+    );
+    let on_path = path_policies(b, engine, target);
+    let (callers, complete) = candidates(b, engine, &on_path);
     if !complete {
         notes.push(format!(
             "{gw_ns}/{gw}/{listener}: more than {MAX_TOKENS} classes of tokens for one issuer: those listed are not all"
@@ -291,38 +298,19 @@ fn listeners_to(topo: &Topology, backend: &str) -> Vec<(String, String, String)>
     out
 }
 
-/// The enforced policies a request through `listener` (and Envoy route `route`, where
-/// routes differ) to `backend` meets, both levels.
-fn path_policies<'b>(
-    b: &'b Bundle,
-    (gns, g, l): (&str, &str, &str),
-    backend: &str,
-    route: Option<&str>,
-) -> Vec<&'b Policy> {
+/// A policy on the path: as the bundle has it, and as the engine compiled it.
+type OnPath<'a> = (&'a Policy, &'a CompiledPolicy);
+
+/// The enforced policies a request to `target` meets, both levels, in the bundle's order:
+/// those the engine attaches there.
+fn path_policies<'a>(b: &'a Bundle, engine: &'a Engine, target: Target) -> Vec<OnPath<'a>> {
+    let attached = engine.attached(View::Enforced, target);
     b.policies
         .iter()
-        .filter(|p| p.mode.enforced())
-        .filter(|p| match p.level {
-            Level::Gateway => p.targets.iter().any(|t| {
-                t.name == g
-                    && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
-                    && t.section_name.as_deref().is_none_or(|s| s == l)
-            }),
-            Level::Backend => {
-                p.targets.iter().any(|t| {
-                    format!(
-                        "{}/{}",
-                        t.namespace.as_deref().unwrap_or(&p.namespace),
-                        t.name
-                    ) == backend
-                }) && scoped_through(p, backend, route) != Some(false)
-                    && (p.listeners.is_empty()
-                        || p.listeners.iter().any(|t| {
-                            t.name == g
-                                && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
-                                && t.section_name.as_deref() == Some(l)
-                        }))
-            }
+        .filter_map(|p| {
+            let id = format!("{}/{}", p.namespace, p.name);
+            let (_, c) = attached.iter().find(|(_, c)| c.id == id)?;
+            Some((p, *c))
         })
         .collect()
 }
@@ -336,7 +324,7 @@ struct Candidate {
 
 /// The callers the policies tell apart (see the module); false when a token enumeration was
 /// cut short.
-fn candidates(b: &Bundle, on_path: &[&Policy]) -> (Vec<Candidate>, bool) {
+fn candidates(b: &Bundle, engine: &Engine, on_path: &[OnPath]) -> (Vec<Candidate>, bool) {
     let td = b
         .identity
         .trust_domain
@@ -344,7 +332,7 @@ fn candidates(b: &Bundle, on_path: &[&Policy]) -> (Vec<Candidate>, bool) {
         .unwrap_or_else(|| DEFAULT_TRUST_DOMAIN.into());
     let mut spiffe: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut jwts: BTreeMap<String, Vec<JwtSource>> = BTreeMap::new();
-    for p in on_path {
+    for (p, _) in on_path {
         for r in p.rules.iter().flatten() {
             let Some(s) = &r.source else { continue };
             match s.kind {
@@ -384,7 +372,7 @@ fn candidates(b: &Bundle, on_path: &[&Policy]) -> (Vec<Candidate>, bool) {
         .collect();
     let mut complete = true;
     for (issuer, sources) in jwts {
-        let (tokens, all) = token_classes(&issuer, &sources);
+        let (tokens, all) = token_classes(engine, &issuer, &sources);
         complete &= all;
         out.extend(tokens);
     }
@@ -399,7 +387,7 @@ fn candidates(b: &Bundle, on_path: &[&Policy]) -> (Vec<Candidate>, bool) {
 /// A witness token for each class of tokens of `issuer` (which of `sources` it matches):
 /// every subject named or none, and for each claim every combination of the values the
 /// sources accept (and a value none of them names).
-fn token_classes(issuer: &str, sources: &[JwtSource]) -> (Vec<Candidate>, bool) {
+fn token_classes(engine: &Engine, issuer: &str, sources: &[JwtSource]) -> (Vec<Candidate>, bool) {
     let mut subjects: Vec<Option<String>> = vec![None];
     let mut values: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for s in sources {
@@ -454,7 +442,7 @@ fn token_classes(issuer: &str, sources: &[JwtSource]) -> (Vec<Candidate>, bool) 
             let matched: Vec<usize> = sources
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| token_matches(&token, s))
+                .filter(|(_, s)| matches(engine, &token, s))
                 .map(|(i, _)| i)
                 .collect();
             if !matched.is_empty() && seen.insert(matched.clone()) {
@@ -508,24 +496,9 @@ fn insert_claim(token: &mut Map<String, Value>, name: &str, v: Value) {
     }
 }
 
-/// Whether a token's claims match a JWT source (docs/semantics.md §3.7).
-fn token_matches(token: &Value, s: &JwtSource) -> bool {
-    let text = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    token.get("iss").and_then(Value::as_str) == Some(s.issuer.as_str())
-        && s.subject
-            .as_ref()
-            .is_none_or(|sub| token.get("sub").and_then(Value::as_str) == Some(sub.as_str()))
-        && s.claims.iter().all(|c| {
-            let v = c.name.split('.').try_fold(token, |v, k| v.get(k));
-            match v {
-                Some(Value::Array(items)) => items.iter().any(|i| c.values.contains(&text(i))),
-                Some(v) => c.values.contains(&text(v)),
-                None => false,
-            }
-        })
+/// Whether a token matches a JWT source as an Allow rule reads it: the engine's reading.
+fn matches(engine: &Engine, token: &Value, s: &JwtSource) -> bool {
+    engine.token_matches(token, s, Mode::Admit)
 }
 
 fn describe_source(s: &JwtSource) -> String {
@@ -541,9 +514,9 @@ fn describe_source(s: &JwtSource) -> String {
 
 /// The rules on the path that concern the call and have conditions a caller alone does not
 /// settle (HTTP attributes, CEL, `when`), and the ExternalAuth policies that may select it.
-fn conditions(on_path: &[&Policy], method: &str, param: Option<&str>) -> Vec<String> {
+fn conditions(on_path: &[OnPath], method: &str, param: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
-    for p in on_path {
+    for (p, compiled) in on_path {
         let id = p.written_name();
         let level = p.level.as_str();
         if p.action == Action::ExternalAuth {
@@ -557,8 +530,8 @@ fn conditions(on_path: &[&Policy], method: &str, param: Option<&str>) -> Vec<Str
                 p.when.join(" and ")
             ));
         }
-        for r in p.rules.iter().flatten() {
-            if !concerns(r, method, param) {
+        for (i, r) in p.rules.iter().flatten().enumerate() {
+            if !compiled.rule_concerns(i, method, param) {
                 continue;
             }
             let mut what = Vec::new();
@@ -602,25 +575,6 @@ fn action_name(a: Action) -> &'static str {
         Action::Deny => "Deny",
         Action::ExternalAuth => "ExternalAuth",
     }
-}
-
-/// Whether a rule's MCP conditions can match a call of `method` (naming `param`).
-fn concerns(r: &Rule, method: &str, param: Option<&str>) -> bool {
-    let Some(mcp) = r.authorization.as_ref().and_then(|a| a.mcp.as_ref()) else {
-        return true;
-    };
-    mcp.methods.iter().any(|m| {
-        let named = match Category::named(&m.name) {
-            Some(c) => c.prefixes(method),
-            None => m.name == method,
-        };
-        named
-            && match (&m.params, param) {
-                (Some(ps), Some(p)) => ps.iter().any(|x| x == p),
-                _ => true,
-            }
-    }) || (mcp.base_protocol == mcp_access_bundle::BaseProtocol::Match
-        && mcp_methods::is_base(method))
 }
 
 fn answer_of(c: &Candidate, e: &explain::Explanation) -> CallerAnswer {
@@ -728,4 +682,46 @@ pub fn to_text(a: &Answer) -> String {
         out.push_str(&format!("note: {n}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDP: &str = "https://idp.example";
+
+    #[test]
+    fn a_string_scope_claim_holds_its_elements() {
+        let bundle = serde_json::json!({
+            "apiVersion": "mcp-access.io/v1",
+            "identity": {"jwt": {"providers": [{"issuer": IDP, "metadataKey": "idp"}]}},
+            "gateways": [{"name": "gw", "listeners": [{"name": "http", "port": 8080}]}],
+            "backends": [{"name": "tools", "routeNames": ["r"]}],
+            "policies": [{"name": "p", "level": "Backend", "targets": [{"name": "tools"}],
+                "action": "Allow", "seniority": 1, "rules": [{"name": "writers", "source":
+                {"type": "JWT", "jwt": {"issuer": IDP, "claims": [{"name": "scope", "values": ["write"]}]}}}]}]
+        });
+        let b = mcp_access_bundle::parse_bundle(bundle.to_string().as_bytes())
+            .map(|b| b.into_inner())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let explainer = Explainer::new(&b, None).unwrap_or_else(|e| panic!("{e}"));
+        let source = JwtSource {
+            issuer: IDP.into(),
+            subject: None,
+            claims: vec![mcp_access_bundle::ClaimMatch {
+                name: "scope".into(),
+                values: vec!["write".into()],
+            }],
+        };
+        let token = |scope: Value| json!({"iss": IDP, "sub": "u1", "scope": scope});
+        let engine = explainer.engine();
+        assert!(matches(engine, &token(json!("read write")), &source));
+        assert!(matches(engine, &token(json!(["write"])), &source));
+        assert!(!matches(engine, &token(json!("read writer")), &source));
+        assert!(!matches(
+            engine,
+            &json!({"iss": "https://other", "scope": "write"}),
+            &source
+        ));
+    }
 }

@@ -436,14 +436,7 @@ fn request_view(req: Prepared, ran: &Ran) -> RequestView {
         method: req.method,
         authority: req.authority,
         path: req.path,
-        caller: parsed.and_then(|r| {
-            r.caller.spiffe.clone().or_else(|| {
-                r.caller.jwts.first().map(|j| match &j.subject {
-                    Some(sub) => format!("jwt:{}#{sub}", j.issuer),
-                    None => format!("jwt:{}", j.issuer),
-                })
-            })
-        }),
+        caller: parsed.and_then(|r| r.caller.label()),
         mcp: parsed.and_then(|r| match &r.mcp {
             McpOp::Call { method, param } => Some(McpView::Call {
                 method: method.clone(),
