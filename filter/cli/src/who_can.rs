@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::CliError;
-use crate::explain::{self, Assumption, Explainer, RequestSpec};
+use crate::explain::{self, Assumption, At, Explainer, RequestSpec, Verdict};
 
 /// At most this many witness tokens per issuer (beyond: the answer says it is not exhaustive).
 const MAX_TOKENS: usize = 256;
@@ -74,7 +74,7 @@ pub struct CallerAnswer {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// `allow` or `deny`.
-    pub decision: &'static str,
+    pub decision: Verdict,
     /// Deny: the level and reason.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub denied: Option<String>,
@@ -589,10 +589,10 @@ fn answer_of(c: &Candidate, e: &explain::Explanation) -> CallerAnswer {
         .filter(|t| t.outcome == "admitted")
         .map(|t| format!("{} {} rule {}", t.level, s(&t.policy), s(&t.rule)))
         .collect();
-    if e.decision == "deny" && (e.policy.is_some() || e.rule.is_some()) {
+    if e.decision == Verdict::Deny && (e.policy.is_some() || e.rule.is_some()) {
         by.push(format!(
             "{} {} rule {}",
-            e.level.unwrap_or("none"),
+            e.level.unwrap_or(At(None)),
             s(&e.policy),
             s(&e.rule)
         ));
@@ -621,8 +621,8 @@ fn answer_of(c: &Candidate, e: &explain::Explanation) -> CallerAnswer {
         caller,
         detail: c.detail.clone(),
         decision: e.decision,
-        denied: (e.decision == "deny")
-            .then(|| format!("at {} ({})", e.level.unwrap_or("none"), e.reason)),
+        denied: (e.decision == Verdict::Deny)
+            .then(|| format!("at {} ({})", e.level.unwrap_or(At(None)), e.reason)),
         by,
         run_time,
         cannot_arrive: None,
@@ -654,10 +654,9 @@ pub fn to_text(a: &Answer) -> String {
                 out.push_str(&format!("\n        cannot arrive here: {why}\n"));
                 continue;
             }
-            let decision = if c.decision == "allow" {
-                "ALLOW"
-            } else {
-                "DENY "
+            let decision = match c.decision {
+                Verdict::Allow => "ALLOW",
+                Verdict::Deny => "DENY ",
             };
             out.push_str(&format!("  {decision} {}", c.caller));
             if let Some(d) = &c.detail {
