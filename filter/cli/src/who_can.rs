@@ -109,7 +109,8 @@ pub fn who_can(b: &Bundle, topo: &Topology, q: &Question) -> Result<Answer, CliE
         notes: Vec::new(),
     };
     for (gw_ns, gw, listener) in listeners_to(topo, &backend_id) {
-        for (route, through) in route_groups(b, topo, (&gw_ns, &gw, &listener), &backend_id) {
+        let at = (gw_ns.as_str(), gw.as_str(), listener.as_str());
+        for (route, through) in route_groups((b, explainer.engine()), topo, at, &backend_id) {
             let at = (gw_ns.as_str(), gw.as_str(), listener.as_str());
             let out = answer_at(
                 &explainer,
@@ -199,46 +200,34 @@ fn answer_at(
     Ok(out)
 }
 
-/// Whether policy `p` targets `backend` through routes only (route-scoped), and if so
-/// whether through Envoy route `name`.
-fn scoped_through(p: &Policy, backend: &str, name: Option<&str>) -> Option<bool> {
-    let mine: Vec<_> = p
-        .targets
-        .iter()
-        .filter(|t| {
-            format!(
-                "{}/{}",
-                t.namespace.as_deref().unwrap_or(&p.namespace),
-                t.name
-            ) == backend
-        })
-        .collect();
-    if mine.is_empty() || mine.iter().any(|t| t.routes.is_none()) {
-        return None;
-    }
-    Some(name.is_some_and(|n| {
-        mine.iter()
-            .flat_map(|t| t.routes.iter().flatten())
-            .any(|r| r == n)
-    }))
-}
-
-/// The routes on a listener to `backend`, grouped by the route-scoped policies that apply
-/// through them (docs/semantics.md §1.6): (an Envoy route of the group, its HTTPRoute rules).
-/// One group of no route when no policy of the backend is route-scoped.
+/// The routes on a listener to `backend`, grouped by the route-scoped policies the engine
+/// attaches through them (docs/semantics.md §1.6): (an Envoy route of the group, its
+/// HTTPRoute rules). One group of no route when no policy of the backend is route-scoped.
 fn route_groups(
-    b: &Bundle,
+    (b, engine): (&Bundle, &Engine),
     topo: &Topology,
     (gns, g, l): (&str, &str, &str),
     backend: &str,
 ) -> Vec<(Option<String>, Option<String>)> {
-    let level = b.policies.iter().filter(|p| p.level == Level::Backend);
-    if !level
-        .clone()
-        .any(|p| scoped_through(p, backend, None).is_some())
-    {
+    let scoped: Vec<&str> = engine
+        .backends
+        .iter()
+        .filter(|x| x.id == backend)
+        .flat_map(|x| &x.route_scoped)
+        .filter_map(|(pid, _)| engine.policies.get(*pid))
+        .map(|p| p.id.as_str())
+        .collect();
+    if scoped.is_empty() {
         return vec![(None, None)];
     }
+    // Groups are keyed by the bundle's order of its Backend-level policies.
+    let level: Vec<String> = b
+        .policies
+        .iter()
+        .filter(|p| p.level == Level::Backend)
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    let listener = format!("{gns}/{g}/{l}");
     let entries = topo
         .gateways
         .iter()
@@ -253,11 +242,19 @@ fn route_groups(
         });
     let mut groups: BTreeMap<Vec<usize>, (String, BTreeSet<String>)> = BTreeMap::new();
     for r in entries {
-        let key: Vec<usize> = level
-            .clone()
-            .enumerate()
-            .filter(|(_, p)| scoped_through(p, backend, Some(&r.name)) == Some(true))
-            .map(|(i, _)| i)
+        let target = engine.target_at(&listener, backend, Some(&r.name));
+        let through: Vec<&str> = engine
+            .attached(View::Enforced, target)
+            .into_iter()
+            .map(|(_, p)| p.id.as_str())
+            .filter(|id| scoped.contains(id))
+            .collect();
+        let key: Vec<usize> = (0..level.len())
+            .filter(|i| {
+                level
+                    .get(*i)
+                    .is_some_and(|id| through.contains(&id.as_str()))
+            })
             .collect();
         let rule = match &r.rule_name {
             Some(n) => format!("HTTPRoute {} rule {} ({n})", r.route, r.rule),
