@@ -11,6 +11,7 @@ mod crd;
 mod load;
 mod model;
 mod refs;
+mod route_match;
 mod status;
 mod types;
 mod validate;
@@ -22,5 +23,6 @@ pub use crd::{
 pub use load::{Item, Manifests};
 pub use model::*;
 pub use refs::{NsName, ObjectName, Target};
+pub use route_match::RouteProbe;
 pub use status::{status_objects, CONTROLLER_NAME};
 pub use types::{PinView, ToolPinSpec, ToolPinView};

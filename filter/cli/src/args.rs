@@ -198,6 +198,29 @@ pub(crate) struct Input {
     pub(crate) compile: CompileArgs,
 }
 
+/// Manifests a command may do without (`test`, `replay`, `explain`): each command gives `-f`
+/// its own help.
+#[derive(Args)]
+pub(crate) struct ManifestInput {
+    #[arg(short = 'f', long = "filename")]
+    pub(crate) files: Vec<PathBuf>,
+    #[arg(short = 'R', long)]
+    pub(crate) recursive: bool,
+    #[command(flatten)]
+    pub(crate) compile: CompileArgs,
+}
+
+impl ManifestInput {
+    /// As the commands that require manifests take them.
+    pub(crate) fn input(&self) -> Input {
+        Input {
+            files: self.files.clone(),
+            recursive: self.recursive,
+            compile: self.compile.clone(),
+        }
+    }
+}
+
 #[derive(Args, Clone)]
 pub(crate) struct CompileArgs {
     /// Namespace of objects that name none.
@@ -392,18 +415,16 @@ pub(crate) struct EnvoyArgs {
 }
 
 #[derive(Args)]
+#[command(
+    mut_arg("files", |a| a.help("Manifests of test documents that name none (`spec.manifests`)")),
+    mut_arg("recursive", |a| a.help("Read manifest directories recursively"))
+)]
 pub(crate) struct TestArgs {
     /// Test files, or directories of them (their .yaml/.yml files).
     #[arg(required = true, value_name = "TESTS")]
     pub(crate) tests: Vec<PathBuf>,
-    /// Manifests of test documents that name none (`spec.manifests`).
-    #[arg(short = 'f', long = "filename")]
-    pub(crate) files: Vec<PathBuf>,
-    /// Read manifest directories recursively.
-    #[arg(short = 'R', long)]
-    pub(crate) recursive: bool,
     #[command(flatten)]
-    pub(crate) compile: CompileArgs,
+    pub(crate) manifests: ManifestInput,
     /// Test what compile --allow-not-accepted writes (policies not accepted enforced by their
     /// fail-closed stand-ins) instead of failing on them.
     #[arg(long)]
@@ -414,21 +435,19 @@ pub(crate) struct TestArgs {
 }
 
 #[derive(Args)]
+#[command(
+    mut_arg("files", |a| a.help("The candidate manifests").required_unless_present("bundle")),
+    mut_arg("recursive", |a| a.help("Read manifest directories recursively"))
+)]
 pub(crate) struct ReplayArgs {
     /// Logs holding decision records (`-`: standard input).
     #[arg(required = true, value_name = "LOG")]
     pub(crate) logs: Vec<PathBuf>,
-    /// The candidate manifests.
-    #[arg(short = 'f', long = "filename", required_unless_present = "bundle")]
-    pub(crate) files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) manifests: ManifestInput,
     /// Or a candidate bundle.
     #[arg(long, conflicts_with_all = ["files", "jwt_providers"])]
     pub(crate) bundle: Option<PathBuf>,
-    /// Read manifest directories recursively.
-    #[arg(short = 'R', long)]
-    pub(crate) recursive: bool,
-    #[command(flatten)]
-    pub(crate) compile: CompileArgs,
     /// Authorizer answers, as explain's (default: allow; a recorded authorizer denial keeps
     /// its answer).
     #[arg(long = "assume", value_name = "POLICY=OUTCOME")]
@@ -478,18 +497,16 @@ pub(crate) struct WhoCanArgs {
 }
 
 #[derive(Args)]
+#[command(
+    mut_arg("files", |a| a.help("Manifests to compile first (routes then decide the backend from host and path)")),
+    mut_arg("recursive", |a| a.help("Read directories named with -f recursively"))
+)]
 pub(crate) struct ExplainArgs {
     /// A compiled bundle (its JWT providers are those it was compiled with).
     #[arg(long, conflicts_with_all = ["files", "jwt_providers"])]
     pub(crate) bundle: Option<PathBuf>,
-    /// Manifests to compile first (routes then decide the backend from host and path).
-    #[arg(short = 'f', long = "filename")]
-    pub(crate) files: Vec<PathBuf>,
-    /// Read directories named with -f recursively.
-    #[arg(short = 'R', long)]
-    pub(crate) recursive: bool,
     #[command(flatten)]
-    pub(crate) compile: CompileArgs,
+    pub(crate) manifests: ManifestInput,
     /// Gateway (NAME or NAMESPACE/NAME) the request arrives at.
     #[arg(long)]
     pub(crate) gateway: Option<String>,

@@ -420,11 +420,7 @@ fn bundle_or_compiled(
 
 /// `explain`: one request through the request flow.
 pub(crate) fn explain(a: ExplainArgs) -> Result<u8, CliError> {
-    let input = Input {
-        files: a.files.clone(),
-        recursive: a.recursive,
-        compile: a.compile.clone(),
-    };
+    let input = a.manifests.input();
     let (bundle, compiled) = bundle_or_compiled(a.bundle.as_deref(), input)?;
     let (report, topo) = match compiled {
         Some(c) => (Some(c.report), Some(c.topology)),
@@ -522,10 +518,10 @@ pub(crate) fn test(a: TestArgs) -> Result<u8, CliError> {
     use mcp_access_cli::policy_test;
     let docs = policy_test::load(&a.tests)?;
     let inputs = policy_test::Inputs {
-        files: a.files.clone(),
-        namespace: a.compile.namespace.clone(),
-        recursive: a.recursive,
-        options: options(&a.compile)?,
+        files: a.manifests.files.clone(),
+        namespace: a.manifests.compile.namespace.clone(),
+        recursive: a.manifests.recursive,
+        options: options(&a.manifests.compile)?,
         allow_not_accepted: a.allow_not_accepted,
     };
     let results = policy_test::run(&docs, &inputs);
@@ -546,11 +542,7 @@ pub(crate) fn test(a: TestArgs) -> Result<u8, CliError> {
 /// `replay`: recorded decisions decided again under the candidate manifests (or bundle).
 pub(crate) fn replay(a: ReplayArgs) -> Result<u8, CliError> {
     use mcp_access_cli::replay;
-    let input = Input {
-        files: a.files.clone(),
-        recursive: a.recursive,
-        compile: a.compile.clone(),
-    };
+    let input = a.manifests.input();
     let (bundle, compiled) = bundle_or_compiled(a.bundle.as_deref(), input)?;
     // What compile would write: policies not accepted as their fail-closed stand-ins.
     if let Some(c) = &compiled {

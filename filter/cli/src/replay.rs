@@ -11,7 +11,7 @@ use mcp_access_k8s::Topology;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::explain::{Assumption, Explainer, RequestSpec};
+use crate::explain::{Assumption, At, Explainer, RequestSpec, Verdict};
 pub use mcp_access_engine::flow::records::{records, Unreadable, LOG_PREFIX};
 
 /// What a replay found.
@@ -88,7 +88,7 @@ pub fn replay(
         };
         out.replayed += 1;
         let was_allowed = r.get("decision").and_then(Value::as_str) == Some("allow");
-        if was_allowed == (e.decision == "allow") {
+        if was_allowed == (e.decision == Verdict::Allow) {
             continue;
         }
         let flip = Flip {
@@ -99,16 +99,15 @@ pub fn replay(
             call: call_of(r),
             count: 1,
             was: recorded(r),
-            now: if e.decision == "allow" {
-                format!("allow (policy {}, rule {})", s(&e.policy), s(&e.rule))
-            } else {
-                format!(
+            now: match e.decision {
+                Verdict::Allow => format!("allow (policy {}, rule {})", s(&e.policy), s(&e.rule)),
+                Verdict::Deny => format!(
                     "deny at {} ({}): policy {}, rule {}",
-                    e.level.unwrap_or("none"),
+                    e.level.unwrap_or(At(None)),
                     e.reason,
                     s(&e.policy),
                     s(&e.rule)
-                )
+                ),
             },
         };
         match flips.iter_mut().find(|f| {

@@ -14,15 +14,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mcp_access_bundle::gateway_api::{service_account_spiffe, DEFAULT_TRUST_DOMAIN};
-use mcp_access_bundle::mcp_methods::Category;
 use mcp_access_bundle::SpiffeSource;
-use mcp_access_bundle::{mcp_methods, Action, Bundle, JwtSource, Level, Policy, Rule, SourceType};
+use mcp_access_bundle::{Action, Bundle, JwtSource, Level, Policy, SourceType};
+use mcp_access_engine::policy::{Engine, Mode, Policy as CompiledPolicy, View};
+use mcp_access_engine::request::Target;
 use mcp_access_k8s::{Protocol, RouteAction, Topology};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::CliError;
-use crate::explain::{self, Assumption, Explainer, RequestSpec};
+use crate::explain::{self, Assumption, At, Explainer, RequestSpec, Verdict};
 
 /// At most this many witness tokens per issuer (beyond: the answer says it is not exhaustive).
 const MAX_TOKENS: usize = 256;
@@ -73,7 +74,7 @@ pub struct CallerAnswer {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// `allow` or `deny`.
-    pub decision: &'static str,
+    pub decision: Verdict,
     /// Deny: the level and reason.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub denied: Option<String>,
@@ -108,7 +109,8 @@ pub fn who_can(b: &Bundle, topo: &Topology, q: &Question) -> Result<Answer, CliE
         notes: Vec::new(),
     };
     for (gw_ns, gw, listener) in listeners_to(topo, &backend_id) {
-        for (route, through) in route_groups(b, topo, (&gw_ns, &gw, &listener), &backend_id) {
+        let at = (gw_ns.as_str(), gw.as_str(), listener.as_str());
+        for (route, through) in route_groups((b, explainer.engine()), topo, at, &backend_id) {
             let at = (gw_ns.as_str(), gw.as_str(), listener.as_str());
             let out = answer_at(
                 &explainer,
@@ -148,8 +150,14 @@ fn answer_at(
     (backend_id, route, through): (&str, Option<String>, Option<String>),
     notes: &mut Vec<String>,
 ) -> Result<ListenerAnswer, CliError> {
-    let on_path = path_policies(b, (gw_ns, gw, listener), backend_id, route.as_deref());
-    let (callers, complete) = candidates(b, &on_path);
+    let engine = explainer.engine();
+    let target = engine.target_at(
+        &format!("{gw_ns}/{gw}/{listener}"),
+        backend_id,
+        route.as_deref(),
+    );
+    let on_path = path_policies(b, engine, target);
+    let (callers, complete) = candidates(b, engine, &on_path);
     if !complete {
         notes.push(format!(
             "{gw_ns}/{gw}/{listener}: more than {MAX_TOKENS} classes of tokens for one issuer: those listed are not all"
@@ -192,46 +200,34 @@ fn answer_at(
     Ok(out)
 }
 
-/// Whether policy `p` targets `backend` through routes only (route-scoped), and if so
-/// whether through Envoy route `name`.
-fn scoped_through(p: &Policy, backend: &str, name: Option<&str>) -> Option<bool> {
-    let mine: Vec<_> = p
-        .targets
-        .iter()
-        .filter(|t| {
-            format!(
-                "{}/{}",
-                t.namespace.as_deref().unwrap_or(&p.namespace),
-                t.name
-            ) == backend
-        })
-        .collect();
-    if mine.is_empty() || mine.iter().any(|t| t.routes.is_none()) {
-        return None;
-    }
-    Some(name.is_some_and(|n| {
-        mine.iter()
-            .flat_map(|t| t.routes.iter().flatten())
-            .any(|r| r == n)
-    }))
-}
-
-/// The routes on a listener to `backend`, grouped by the route-scoped policies that apply
-/// through them (docs/semantics.md §1.6): (an Envoy route of the group, its HTTPRoute rules).
-/// One group of no route when no policy of the backend is route-scoped.
+/// The routes on a listener to `backend`, grouped by the route-scoped policies the engine
+/// attaches through them (docs/semantics.md §1.6): (an Envoy route of the group, its
+/// HTTPRoute rules). One group of no route when no policy of the backend is route-scoped.
 fn route_groups(
-    b: &Bundle,
+    (b, engine): (&Bundle, &Engine),
     topo: &Topology,
     (gns, g, l): (&str, &str, &str),
     backend: &str,
 ) -> Vec<(Option<String>, Option<String>)> {
-    let level = b.policies.iter().filter(|p| p.level == Level::Backend);
-    if !level
-        .clone()
-        .any(|p| scoped_through(p, backend, None).is_some())
-    {
+    let scoped: Vec<&str> = engine
+        .backends
+        .iter()
+        .filter(|x| x.id == backend)
+        .flat_map(|x| &x.route_scoped)
+        .filter_map(|(pid, _)| engine.policies.get(*pid))
+        .map(|p| p.id.as_str())
+        .collect();
+    if scoped.is_empty() {
         return vec![(None, None)];
     }
+    // Groups are keyed by the bundle's order of its Backend-level policies.
+    let level: Vec<String> = b
+        .policies
+        .iter()
+        .filter(|p| p.level == Level::Backend)
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    let listener = format!("{gns}/{g}/{l}");
     let entries = topo
         .gateways
         .iter()
@@ -246,11 +242,19 @@ fn route_groups(
         });
     let mut groups: BTreeMap<Vec<usize>, (String, BTreeSet<String>)> = BTreeMap::new();
     for r in entries {
-        let key: Vec<usize> = level
-            .clone()
-            .enumerate()
-            .filter(|(_, p)| scoped_through(p, backend, Some(&r.name)) == Some(true))
-            .map(|(i, _)| i)
+        let target = engine.target_at(&listener, backend, Some(&r.name));
+        let through: Vec<&str> = engine
+            .attached(View::Enforced, target)
+            .into_iter()
+            .map(|(_, p)| p.id.as_str())
+            .filter(|id| scoped.contains(id))
+            .collect();
+        let key: Vec<usize> = (0..level.len())
+            .filter(|i| {
+                level
+                    .get(*i)
+                    .is_some_and(|id| through.contains(&id.as_str()))
+            })
             .collect();
         let rule = match &r.rule_name {
             Some(n) => format!("HTTPRoute {} rule {} ({n})", r.route, r.rule),
@@ -291,38 +295,19 @@ fn listeners_to(topo: &Topology, backend: &str) -> Vec<(String, String, String)>
     out
 }
 
-/// The enforced policies a request through `listener` (and Envoy route `route`, where
-/// routes differ) to `backend` meets, both levels.
-fn path_policies<'b>(
-    b: &'b Bundle,
-    (gns, g, l): (&str, &str, &str),
-    backend: &str,
-    route: Option<&str>,
-) -> Vec<&'b Policy> {
+/// A policy on the path: as the bundle has it, and as the engine compiled it.
+type OnPath<'a> = (&'a Policy, &'a CompiledPolicy);
+
+/// The enforced policies a request to `target` meets, both levels, in the bundle's order:
+/// those the engine attaches there.
+fn path_policies<'a>(b: &'a Bundle, engine: &'a Engine, target: Target) -> Vec<OnPath<'a>> {
+    let attached = engine.attached(View::Enforced, target);
     b.policies
         .iter()
-        .filter(|p| p.mode.enforced())
-        .filter(|p| match p.level {
-            Level::Gateway => p.targets.iter().any(|t| {
-                t.name == g
-                    && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
-                    && t.section_name.as_deref().is_none_or(|s| s == l)
-            }),
-            Level::Backend => {
-                p.targets.iter().any(|t| {
-                    format!(
-                        "{}/{}",
-                        t.namespace.as_deref().unwrap_or(&p.namespace),
-                        t.name
-                    ) == backend
-                }) && scoped_through(p, backend, route) != Some(false)
-                    && (p.listeners.is_empty()
-                        || p.listeners.iter().any(|t| {
-                            t.name == g
-                                && t.namespace.as_deref().unwrap_or(&p.namespace) == gns
-                                && t.section_name.as_deref() == Some(l)
-                        }))
-            }
+        .filter_map(|p| {
+            let id = format!("{}/{}", p.namespace, p.name);
+            let (_, c) = attached.iter().find(|(_, c)| c.id == id)?;
+            Some((p, *c))
         })
         .collect()
 }
@@ -336,7 +321,7 @@ struct Candidate {
 
 /// The callers the policies tell apart (see the module); false when a token enumeration was
 /// cut short.
-fn candidates(b: &Bundle, on_path: &[&Policy]) -> (Vec<Candidate>, bool) {
+fn candidates(b: &Bundle, engine: &Engine, on_path: &[OnPath]) -> (Vec<Candidate>, bool) {
     let td = b
         .identity
         .trust_domain
@@ -344,7 +329,7 @@ fn candidates(b: &Bundle, on_path: &[&Policy]) -> (Vec<Candidate>, bool) {
         .unwrap_or_else(|| DEFAULT_TRUST_DOMAIN.into());
     let mut spiffe: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut jwts: BTreeMap<String, Vec<JwtSource>> = BTreeMap::new();
-    for p in on_path {
+    for (p, _) in on_path {
         for r in p.rules.iter().flatten() {
             let Some(s) = &r.source else { continue };
             match s.kind {
@@ -384,7 +369,7 @@ fn candidates(b: &Bundle, on_path: &[&Policy]) -> (Vec<Candidate>, bool) {
         .collect();
     let mut complete = true;
     for (issuer, sources) in jwts {
-        let (tokens, all) = token_classes(&issuer, &sources);
+        let (tokens, all) = token_classes(engine, &issuer, &sources);
         complete &= all;
         out.extend(tokens);
     }
@@ -399,7 +384,7 @@ fn candidates(b: &Bundle, on_path: &[&Policy]) -> (Vec<Candidate>, bool) {
 /// A witness token for each class of tokens of `issuer` (which of `sources` it matches):
 /// every subject named or none, and for each claim every combination of the values the
 /// sources accept (and a value none of them names).
-fn token_classes(issuer: &str, sources: &[JwtSource]) -> (Vec<Candidate>, bool) {
+fn token_classes(engine: &Engine, issuer: &str, sources: &[JwtSource]) -> (Vec<Candidate>, bool) {
     let mut subjects: Vec<Option<String>> = vec![None];
     let mut values: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for s in sources {
@@ -454,7 +439,7 @@ fn token_classes(issuer: &str, sources: &[JwtSource]) -> (Vec<Candidate>, bool) 
             let matched: Vec<usize> = sources
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| token_matches(&token, s))
+                .filter(|(_, s)| matches(engine, &token, s))
                 .map(|(i, _)| i)
                 .collect();
             if !matched.is_empty() && seen.insert(matched.clone()) {
@@ -508,24 +493,9 @@ fn insert_claim(token: &mut Map<String, Value>, name: &str, v: Value) {
     }
 }
 
-/// Whether a token's claims match a JWT source (docs/semantics.md §3.7).
-fn token_matches(token: &Value, s: &JwtSource) -> bool {
-    let text = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    token.get("iss").and_then(Value::as_str) == Some(s.issuer.as_str())
-        && s.subject
-            .as_ref()
-            .is_none_or(|sub| token.get("sub").and_then(Value::as_str) == Some(sub.as_str()))
-        && s.claims.iter().all(|c| {
-            let v = c.name.split('.').try_fold(token, |v, k| v.get(k));
-            match v {
-                Some(Value::Array(items)) => items.iter().any(|i| c.values.contains(&text(i))),
-                Some(v) => c.values.contains(&text(v)),
-                None => false,
-            }
-        })
+/// Whether a token matches a JWT source as an Allow rule reads it: the engine's reading.
+fn matches(engine: &Engine, token: &Value, s: &JwtSource) -> bool {
+    engine.token_matches(token, s, Mode::Admit)
 }
 
 fn describe_source(s: &JwtSource) -> String {
@@ -541,9 +511,9 @@ fn describe_source(s: &JwtSource) -> String {
 
 /// The rules on the path that concern the call and have conditions a caller alone does not
 /// settle (HTTP attributes, CEL, `when`), and the ExternalAuth policies that may select it.
-fn conditions(on_path: &[&Policy], method: &str, param: Option<&str>) -> Vec<String> {
+fn conditions(on_path: &[OnPath], method: &str, param: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
-    for p in on_path {
+    for (p, compiled) in on_path {
         let id = p.written_name();
         let level = p.level.as_str();
         if p.action == Action::ExternalAuth {
@@ -557,8 +527,8 @@ fn conditions(on_path: &[&Policy], method: &str, param: Option<&str>) -> Vec<Str
                 p.when.join(" and ")
             ));
         }
-        for r in p.rules.iter().flatten() {
-            if !concerns(r, method, param) {
+        for (i, r) in p.rules.iter().flatten().enumerate() {
+            if !compiled.rule_concerns(i, method, param) {
                 continue;
             }
             let mut what = Vec::new();
@@ -604,25 +574,6 @@ fn action_name(a: Action) -> &'static str {
     }
 }
 
-/// Whether a rule's MCP conditions can match a call of `method` (naming `param`).
-fn concerns(r: &Rule, method: &str, param: Option<&str>) -> bool {
-    let Some(mcp) = r.authorization.as_ref().and_then(|a| a.mcp.as_ref()) else {
-        return true;
-    };
-    mcp.methods.iter().any(|m| {
-        let named = match Category::named(&m.name) {
-            Some(c) => c.prefixes(method),
-            None => m.name == method,
-        };
-        named
-            && match (&m.params, param) {
-                (Some(ps), Some(p)) => ps.iter().any(|x| x == p),
-                _ => true,
-            }
-    }) || (mcp.base_protocol == mcp_access_bundle::BaseProtocol::Match
-        && mcp_methods::is_base(method))
-}
-
 fn answer_of(c: &Candidate, e: &explain::Explanation) -> CallerAnswer {
     let caller = match (&c.spiffe, &c.jwt) {
         (Some(id), _) => format!("spiffe:{id}"),
@@ -635,10 +586,10 @@ fn answer_of(c: &Candidate, e: &explain::Explanation) -> CallerAnswer {
         .filter(|t| t.outcome == "admitted")
         .map(|t| format!("{} {} rule {}", t.level, s(&t.policy), s(&t.rule)))
         .collect();
-    if e.decision == "deny" && (e.policy.is_some() || e.rule.is_some()) {
+    if e.decision == Verdict::Deny && (e.policy.is_some() || e.rule.is_some()) {
         by.push(format!(
             "{} {} rule {}",
-            e.level.unwrap_or("none"),
+            e.level.unwrap_or(At(None)),
             s(&e.policy),
             s(&e.rule)
         ));
@@ -667,8 +618,8 @@ fn answer_of(c: &Candidate, e: &explain::Explanation) -> CallerAnswer {
         caller,
         detail: c.detail.clone(),
         decision: e.decision,
-        denied: (e.decision == "deny")
-            .then(|| format!("at {} ({})", e.level.unwrap_or("none"), e.reason)),
+        denied: (e.decision == Verdict::Deny)
+            .then(|| format!("at {} ({})", e.level.unwrap_or(At(None)), e.reason)),
         by,
         run_time,
         cannot_arrive: None,
@@ -700,10 +651,9 @@ pub fn to_text(a: &Answer) -> String {
                 out.push_str(&format!("\n        cannot arrive here: {why}\n"));
                 continue;
             }
-            let decision = if c.decision == "allow" {
-                "ALLOW"
-            } else {
-                "DENY "
+            let decision = match c.decision {
+                Verdict::Allow => "ALLOW",
+                Verdict::Deny => "DENY ",
             };
             out.push_str(&format!("  {decision} {}", c.caller));
             if let Some(d) = &c.detail {
@@ -728,4 +678,46 @@ pub fn to_text(a: &Answer) -> String {
         out.push_str(&format!("note: {n}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDP: &str = "https://idp.example";
+
+    #[test]
+    fn a_string_scope_claim_holds_its_elements() {
+        let bundle = serde_json::json!({
+            "apiVersion": "mcp-access.io/v1",
+            "identity": {"jwt": {"providers": [{"issuer": IDP, "metadataKey": "idp"}]}},
+            "gateways": [{"name": "gw", "listeners": [{"name": "http", "port": 8080}]}],
+            "backends": [{"name": "tools", "routeNames": ["r"]}],
+            "policies": [{"name": "p", "level": "Backend", "targets": [{"name": "tools"}],
+                "action": "Allow", "seniority": 1, "rules": [{"name": "writers", "source":
+                {"type": "JWT", "jwt": {"issuer": IDP, "claims": [{"name": "scope", "values": ["write"]}]}}}]}]
+        });
+        let b = mcp_access_bundle::parse_bundle(bundle.to_string().as_bytes())
+            .map(|b| b.into_inner())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let explainer = Explainer::new(&b, None).unwrap_or_else(|e| panic!("{e}"));
+        let source = JwtSource {
+            issuer: IDP.into(),
+            subject: None,
+            claims: vec![mcp_access_bundle::ClaimMatch {
+                name: "scope".into(),
+                values: vec!["write".into()],
+            }],
+        };
+        let token = |scope: Value| json!({"iss": IDP, "sub": "u1", "scope": scope});
+        let engine = explainer.engine();
+        assert!(matches(engine, &token(json!("read write")), &source));
+        assert!(matches(engine, &token(json!(["write"])), &source));
+        assert!(!matches(engine, &token(json!("read writer")), &source));
+        assert!(!matches(
+            engine,
+            &json!({"iss": "https://other", "scope": "write"}),
+            &source
+        ));
+    }
 }

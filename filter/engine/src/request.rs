@@ -23,6 +23,24 @@ impl Caller {
     pub fn anonymous(&self) -> bool {
         !self.credential && self.spiffe.is_none() && self.jwts.is_empty()
     }
+
+    /// How decision records and `explain` name the caller: the SPIFFE ID, else `jwt:` and
+    /// the first verified JWT's [`JwtPrincipal::label`]; None without either.
+    pub fn label(&self) -> Option<String> {
+        self.spiffe
+            .clone()
+            .or_else(|| self.jwts.first().map(|j| format!("jwt:{}", j.label())))
+    }
+}
+
+impl JwtPrincipal {
+    /// `iss#sub`, or `iss` of a token without a subject.
+    pub fn label(&self) -> String {
+        match &self.subject {
+            Some(sub) => format!("{}#{sub}", self.issuer),
+            None => self.issuer.clone(),
+        }
+    }
 }
 
 /// The claims of one verified JWT.

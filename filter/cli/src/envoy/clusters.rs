@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use mcp_access_k8s::{BackendModel, BackendTlsModel, Topology};
 use serde_json::{json, Value};
 
-use super::routes::authority;
 use super::{EnvoyOptions, Notes, Resolved, BUFFER_LIMIT, T};
 use crate::error::CliError;
 use crate::jwt::Jwks;
@@ -18,6 +17,15 @@ pub(super) fn lookup<'a, V>(map: &'a BTreeMap<String, V>, ns: &str, name: &str) 
 
 pub(super) fn is_ip(h: &str) -> bool {
     h.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// `HOST:PORT` as an HTTP authority (an IPv6 address in brackets).
+fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 pub(super) fn duration_ms(ms: u64) -> String {
@@ -145,7 +153,7 @@ pub(crate) fn http2_only(cluster: &mut Value) {
 pub(super) type HostRewrites = BTreeMap<String, String>;
 
 /// The upstream clusters (XBackends, Services, authorizers, remote JWKS) and their
-/// [`HostRewrites`] (see [`super::routes::route`]).
+/// [`HostRewrites`] (the Host each route to a cluster sends).
 pub(super) fn upstream_clusters(
     topo: &Topology,
     o: &EnvoyOptions,

@@ -67,16 +67,6 @@ pub(super) fn rewrite_fields(obj: &mut serde_json::Map<String, Value>, rw: &Path
     }
 }
 
-/// One Envoy route from a route entry.
-/// `HOST:PORT` as an HTTP authority (an IPv6 address in brackets).
-pub(super) fn authority(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
 /// One Envoy route. `hostnames`: per cluster, the Host the upstream is sent (an XBackend's
 /// `hostname`, or the `HOST:PORT` a `--resolve` maps a Service to: an MCP server listening on
 /// loopback checks that Host, as the official SDKs do by default against DNS rebinding).

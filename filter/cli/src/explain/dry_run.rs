@@ -7,19 +7,19 @@ use mcp_access_engine::flow::{Outcome, RequestFlow};
 use mcp_access_engine::policy::{Decision, Engine};
 use serde::Serialize;
 
-use super::TraceView;
+use super::{At, Cause, TraceView, Verdict};
 
 /// The dry-run decision of a request that dry-run policies concern.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DryRunView {
     /// `allow` or `deny`: the decision with the dry-run policies enforced (never enforced).
-    pub decision: &'static str,
+    pub decision: Verdict,
     /// Whether it differs from the decision enforced.
     pub changed: bool,
     /// Deny: the level; allow (changed): the level where it admits what was denied.
-    pub level: Option<&'static str>,
-    pub reason: &'static str,
+    pub level: Option<At>,
+    pub reason: Cause,
     /// The policy and rule that make the difference.
     pub policy: Option<String>,
     pub rule: Option<String>,
@@ -69,7 +69,7 @@ pub(super) fn dry_run_view(
                 let rule = d.rule().map(str::to_string);
                 (
                     false,
-                    Some(Level::name(d.level)),
+                    Some(At(d.level)),
                     Why::Denied(d.reason),
                     d.policy,
                     rule,
@@ -77,10 +77,10 @@ pub(super) fn dry_run_view(
             }
         };
         return Some(DryRunView {
-            decision: if allowed { "allow" } else { "deny" },
+            decision: Verdict::of(allowed),
             changed: false,
             level,
-            reason: reason.as_str(),
+            reason: Cause::Filter(reason),
             policy,
             rule,
             authorizers: Vec::new(),
@@ -89,10 +89,10 @@ pub(super) fn dry_run_view(
         });
     };
     Some(DryRunView {
-        decision: if d.allowed { "allow" } else { "deny" },
+        decision: Verdict::of(d.allowed),
         changed: d.changed,
-        level: d.level.map(|l| l.as_str()),
-        reason: d.reason.map_or(Why::Allowed, Why::Denied).as_str(),
+        level: d.level.map(|l| At(Some(l))),
+        reason: Cause::Filter(d.reason.map_or(Why::Allowed, Why::Denied)),
         policy: d.policy.clone(),
         rule: d.rule.clone(),
         authorizers: d
@@ -118,8 +118,8 @@ pub(super) fn to_text(out: &mut String, d: &DryRunView) {
     };
     out.push_str(&format!(
         "dry run   {} at {} ({}): policy {}, rule {}; {what} (dry-run policies are never enforced)\n",
-        d.decision.to_uppercase(),
-        d.level.unwrap_or("-"),
+        d.decision.as_str().to_uppercase(),
+        d.level.map_or("-", At::as_str),
         d.reason,
         s(&d.policy),
         s(&d.rule),

@@ -3,6 +3,7 @@
 //! authorizer callouts answered from `--assume`, and the response the client gets.
 
 mod assume;
+mod decision;
 mod dry_run;
 mod flow;
 mod request;
@@ -11,7 +12,7 @@ mod text;
 
 use std::collections::BTreeMap;
 
-use mcp_access_bundle::{mcp_methods, Bundle, Level};
+use mcp_access_bundle::{mcp_methods, Bundle};
 use mcp_access_engine::answer::{LocalResponse, Why};
 use mcp_access_engine::flow::RequestFlow;
 use mcp_access_engine::policy::{Engine, HeaderEdit, Reason};
@@ -19,6 +20,7 @@ use mcp_access_engine::request::McpOp;
 use mcp_access_k8s::Topology;
 use serde::Serialize;
 
+pub use decision::{At, Cause, Verdict};
 pub use dry_run::DryRunView;
 use flow::Ran;
 use request::Prepared;
@@ -134,15 +136,15 @@ pub struct Explanation {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cel: Vec<CelView>,
     /// `allow`: the request goes upstream; `deny`: the client gets [`Explanation::response`].
-    pub decision: &'static str,
+    pub decision: Verdict,
     /// Who answered.
     pub stage: Stage,
     /// Deny only: `gateway`, `backend` or `none`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub level: Option<&'static str>,
+    pub level: Option<At>,
     /// `allowed`, the filter's denial or rejection reason, or `no_route` / `route_redirect` /
     /// `route_error` when Envoy answers after the filter let the request on.
-    pub reason: &'static str,
+    pub reason: Cause,
     pub policy: Option<String>,
     /// Where the deciding policy's rules came from (a defaults/overrides block).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -385,10 +387,10 @@ fn explanation(
         calls: ran.calls.clone(),
         trace: flow::trace_views(engine, flow, &outcome),
         cel: cel_views(flow),
-        decision: if outcome.allowed { "allow" } else { "deny" },
+        decision: Verdict::of(outcome.allowed),
         stage,
-        level: (!outcome.allowed).then(|| Level::name(outcome.level)),
-        reason: outcome.reason.as_str(),
+        level: (!outcome.allowed).then_some(At(outcome.level)),
+        reason: Cause::Filter(outcome.reason),
         policy: outcome.policy,
         origin: outcome.origin,
         rule: outcome.rule,
@@ -436,14 +438,7 @@ fn request_view(req: Prepared, ran: &Ran) -> RequestView {
         method: req.method,
         authority: req.authority,
         path: req.path,
-        caller: parsed.and_then(|r| {
-            r.caller.spiffe.clone().or_else(|| {
-                r.caller.jwts.first().map(|j| match &j.subject {
-                    Some(sub) => format!("jwt:{}#{sub}", j.issuer),
-                    None => format!("jwt:{}", j.issuer),
-                })
-            })
-        }),
+        caller: parsed.and_then(|r| r.caller.label()),
         mcp: parsed.and_then(|r| match &r.mcp {
             McpOp::Call { method, param } => Some(McpView::Call {
                 method: method.to_string(),
@@ -491,13 +486,13 @@ fn apply_router(
             // Envoy's router answers after the filter let the request on.
             Some(answer) => {
                 let (status, reason, body) = match answer {
-                    RouterAnswer::NoRoute => (404, "no_route", String::new()),
-                    RouterAnswer::Redirect(s) => (s, "route_redirect", String::new()),
-                    RouterAnswer::Fail(m) => (500, "route_error", m),
+                    RouterAnswer::NoRoute => (404, Cause::NoRoute, String::new()),
+                    RouterAnswer::Redirect(s) => (s, Cause::RouteRedirect, String::new()),
+                    RouterAnswer::Fail(m) => (500, Cause::RouteError, m),
                 };
-                out.decision = "deny";
+                out.decision = Verdict::Deny;
                 out.stage = Stage::Router;
-                out.level = Some(Level::name(None));
+                out.level = Some(At(None));
                 out.reason = reason;
                 out.status = Some(status);
                 out.response = Some(ResponseView {

@@ -1,9 +1,9 @@
-//! The request as a client sends it, prepared from the command line.
+//! The request as a client sends it, prepared from the command line: the listener it
+//! arrives on, its `:authority`, headers and body.
 
 use mcp_access_bundle::gateway_api::{service_account_spiffe, DEFAULT_TRUST_DOMAIN};
 use mcp_access_bundle::{mcp_methods, Bundle, SpiffeSource};
 
-use super::route::{client_authority, pick_listener};
 use super::RequestSpec;
 use crate::error::CliError;
 
@@ -151,4 +151,69 @@ fn body_for(method: &str, param: Option<&str>, arguments: Option<&serde_json::Va
         "{{\"jsonrpc\":\"2.0\",{id}\"method\":{},\"params\":{params}}}",
         text(method)
     )
+}
+
+/// The `:authority` a client sends: `host` as given when it has a port, else with the
+/// listener's port unless that is HTTP's or HTTPS's default (as clients write it). CEL's
+/// `request.host` reads it as received (port included); rules and `request.hostname` read
+/// the canonical host.
+fn client_authority(host: &str, port: u16) -> String {
+    let after_v6 = host
+        .rfind(']')
+        .and_then(|i| host.get(i + 1..))
+        .unwrap_or(host);
+    let has_port = after_v6
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    match (has_port, port) {
+        (true, _) | (false, 80 | 443) => host.to_string(),
+        (false, _) => format!("{host}:{port}"),
+    }
+}
+
+/// The listener the request arrives on: gateway id, listener name, port and hostname; by
+/// port alone (no gateway) when no listener has that port.
+fn pick_listener(
+    b: &Bundle,
+    spec: &RequestSpec,
+) -> Result<(String, String, u16, Option<String>), CliError> {
+    let mut all = Vec::new();
+    for g in &b.gateways {
+        for l in &g.listeners {
+            all.push((
+                format!("{}/{}", g.namespace, g.name),
+                g.name.clone(),
+                l.name.clone(),
+                l.port,
+                l.hostname.clone(),
+            ));
+        }
+    }
+    let chosen: Vec<_> = all
+        .iter()
+        .filter(|(id, name, l, port, _)| {
+            spec.gateway.as_ref().is_none_or(|g| g == id || g == name)
+                && spec.listener.as_ref().is_none_or(|x| x == l)
+                && spec.port.is_none_or(|p| p == *port)
+        })
+        .collect();
+    match chosen.as_slice() {
+        [(id, _, l, port, host)] => Ok((id.clone(), l.clone(), *port, host.clone())),
+        [] if spec.port.is_some() && spec.gateway.is_none() && spec.listener.is_none() => Ok((
+            String::new(),
+            String::new(),
+            spec.port.unwrap_or_default(),
+            None,
+        )),
+        _ => {
+            let names: Vec<String> = all
+                .iter()
+                .map(|(id, _, l, p, _)| format!("{id} listener {l} (port {p})"))
+                .collect();
+            Err(format!(
+                "say which listener the request arrives on (--gateway, --listener or --port); the bundle has: {}",
+                if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            ).into())
+        }
+    }
 }

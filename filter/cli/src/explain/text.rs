@@ -1,6 +1,9 @@
 //! The human-readable form of an [`Explanation`], one function per section.
 
-use super::{Explanation, McpView, Stage};
+use mcp_access_engine::answer::Why;
+use mcp_access_engine::policy::Reason;
+
+use super::{At, Cause, Explanation, McpView, Stage, Verdict};
 
 /// A value, or `-` for none.
 fn s(v: Option<&str>) -> String {
@@ -16,10 +19,9 @@ pub fn to_text(e: &Explanation) -> String {
         out.push_str(&format!("pins      {p}\n"));
     }
     notes(&mut out, e);
-    if e.decision == "allow" {
-        allow(&mut out, e);
-    } else {
-        deny(&mut out, e);
+    match e.decision {
+        Verdict::Allow => allow(&mut out, e),
+        Verdict::Deny => deny(&mut out, e),
     }
     if let Some(d) = &e.dry_run {
         super::dry_run::to_text(&mut out, d);
@@ -127,21 +129,28 @@ fn deny(out: &mut String, e: &Explanation) {
     let who = match e.stage {
         Stage::Transport => "rejected by the filter's transport checks",
         Stage::Resolve => "the filter cannot resolve listener or backend",
-        Stage::Policy if e.reason.starts_with("tool_") => "denied by the XBackend's ToolPin",
+        Stage::Policy
+            if matches!(
+                e.reason,
+                Cause::Filter(Why::Denied(Reason::ToolNotPinned | Reason::ToolDrifted))
+            ) =>
+        {
+            "denied by the XBackend's ToolPin"
+        }
         Stage::Policy => "denied by policy",
         Stage::Router => "answered by Envoy's router",
     };
     out.push_str(&format!(
         "decision  DENY {} at {} ({}): policy {}, rule {}; {who}\n",
         e.status.map_or("-".to_string(), |x| x.to_string()),
-        e.level.unwrap_or("none"),
+        e.level.unwrap_or(At(None)),
         e.reason,
         s(e.policy.as_deref()),
         s(e.rule.as_deref())
     ));
     origin(out, e);
     if let Some(resp) = &e.response {
-        let relayed = if e.reason == "external_auth_denied" {
+        let relayed = if e.reason == Cause::Filter(Why::Denied(Reason::ExternalAuthDenied)) {
             " (with the headers and body the authorizer sends)"
         } else {
             ""

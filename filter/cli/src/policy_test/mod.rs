@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::CliError;
-use crate::explain::{self, Explainer, Explanation, RequestSpec};
+use crate::explain::{self, At, Explainer, Explanation, RequestSpec};
 pub use report::{junit_xml, to_text};
 
 /// The `apiVersion` of a test file's documents.
@@ -347,7 +347,7 @@ struct Actual {
 fn actual(e: &Explanation) -> Actual {
     Actual {
         decision: e.decision.to_string(),
-        level: e.level.unwrap_or("none").to_string(),
+        level: e.level.unwrap_or(At(None)).to_string(),
         reason: e.reason.to_string(),
         policy: e.policy.clone(),
         rule: e.rule.clone(),
@@ -355,7 +355,7 @@ fn actual(e: &Explanation) -> Actual {
         dry_run: e.dry_run.as_ref().map(|d| {
             Box::new(Actual {
                 decision: d.decision.to_string(),
-                level: d.level.unwrap_or("none").to_string(),
+                level: d.level.unwrap_or(At(None)).to_string(),
                 reason: d.reason.to_string(),
                 policy: d.policy.clone(),
                 rule: d.rule.clone(),

@@ -66,7 +66,7 @@ fn each_cel_condition_shows_its_result_and_what_it_read() {
     )
     .unwrap();
     assert_eq!(
-        (e.decision, e.rule.as_deref()),
+        (e.decision.as_str(), e.rule.as_deref()),
         ("allow", Some("groups")),
         "{}",
         to_text(&e)
@@ -118,7 +118,7 @@ fn each_cel_condition_shows_its_result_and_what_it_read() {
     )
     .unwrap();
     assert_eq!(
-        (e.decision, e.reason, e.rule.as_deref()),
+        (e.decision.as_str(), e.reason.as_str(), e.rule.as_deref()),
         ("deny", "deny_policy", Some("no-rm"))
     );
 }
@@ -128,7 +128,10 @@ fn errors_are_shown_and_count_against_the_caller() {
     let b = bundle();
     // No `path` argument: the Deny condition errs, so it holds.
     let e = explain(&b, None, &spec("get-weather", json!({}), Some(staff()))).unwrap();
-    assert_eq!((e.decision, e.reason), ("deny", "deny_policy"));
+    assert_eq!(
+        (e.decision.as_str(), e.reason.as_str()),
+        ("deny", "deny_policy")
+    );
     assert!(
         e.cel[1].result.starts_with("error: no such key: path"),
         "{:?}",
@@ -142,7 +145,7 @@ fn errors_are_shown_and_count_against_the_caller() {
     )
     .unwrap();
     assert_eq!(
-        (e.decision, e.reason),
+        (e.decision.as_str(), e.reason.as_str()),
         ("deny", "not_allowed"),
         "{}",
         to_text(&e)
@@ -166,7 +169,7 @@ fn errors_are_shown_and_count_against_the_caller() {
     s.spiffe = Some(ALPHA.into());
     let e = explain(&b, None, &s).unwrap();
     assert_eq!(
-        (e.decision, e.rule.as_deref()),
+        (e.decision.as_str(), e.rule.as_deref()),
         ("allow", Some("sa")),
         "{}",
         to_text(&e)
@@ -183,7 +186,7 @@ fn jwt_claims_are_checked_and_dotted_claims_match() {
         &spec("get-weather", json!({"path": "/tmp"}), Some(wrong_team)),
     )
     .unwrap();
-    assert_eq!(e.reason, "not_allowed", "{}", to_text(&e));
+    assert_eq!(e.reason.as_str(), "not_allowed", "{}", to_text(&e));
     for (claims, why) in [
         (json!(["x"]), "must be a JSON object"),
         (json!({"sub": "u1"}), "need `iss`"),

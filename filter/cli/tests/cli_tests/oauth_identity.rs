@@ -368,7 +368,7 @@ fn explain_shows_the_challenge_and_the_identity_headers() {
             ..Default::default()
         };
     let e = explained(&b, spec(Some("spiffe://example.org/a"), &[]));
-    assert_eq!(e.decision, "allow");
+    assert_eq!(e.decision.as_str(), "allow");
     let set: Vec<(&str, &str)> = e
         .add_headers
         .iter()
@@ -436,5 +436,5 @@ fn explain_shows_the_insufficient_scope_challenge_and_why() {
     );
     // The scope among others: allowed.
     let e = explained(&b, spec("tools:list tools:read"));
-    assert_eq!(e.decision, "allow");
+    assert_eq!(e.decision.as_str(), "allow");
 }

@@ -410,7 +410,7 @@ fn explain_and_effective_show_the_pins_and_their_reviewed_annotations() {
     };
     let e = explain(&b, None, &spec("echo")).unwrap();
     let t = to_text(&e);
-    assert_eq!(e.decision, "allow", "{t}");
+    assert_eq!(e.decision.as_str(), "allow", "{t}");
     assert!(
         t.contains(&format!(
             "pins      ToolPin default/tools-pins pins \"echo\" ({})",
@@ -425,7 +425,7 @@ fn explain_and_effective_show_the_pins_and_their_reviewed_annotations() {
     // rm is pinned without annotations: reading the hint errs, which counts against the caller.
     let e = explain(&b, None, &spec("rm")).unwrap();
     assert_eq!(
-        (e.decision, e.reason),
+        (e.decision.as_str(), e.reason.as_str()),
         ("deny", "not_allowed"),
         "{}",
         to_text(&e)
@@ -433,13 +433,17 @@ fn explain_and_effective_show_the_pins_and_their_reviewed_annotations() {
     assert!(e.cel[0].result.starts_with("error:"), "{:?}", e.cel);
     // The policies judge first; what they allow, the pins judge then.
     let e = explain(&b, None, &spec("other")).unwrap();
-    assert_eq!(e.reason, "not_allowed");
+    assert_eq!(e.reason.as_str(), "not_allowed");
     let mut open = b.clone();
     open.policies.clear();
     let e = explain(&open, None, &spec("other")).unwrap();
     let t = to_text(&e);
     assert_eq!(
-        (e.decision, e.reason, e.level),
+        (
+            e.decision.as_str(),
+            e.reason.as_str(),
+            e.level.map(|l| l.as_str())
+        ),
         ("deny", "tool_not_pinned", Some("backend")),
         "{t}"
     );

@@ -27,7 +27,7 @@ use crate::mcp::{self, ParseError, ParseLimits};
 use crate::policy::{
     AuthzCall, AuthzOutcome, Decision, Engine, Evaluation, HeaderEdit, Step, View,
 };
-use crate::request::{Headers, McpOp, Request, Target};
+use crate::request::{Headers, JwtPrincipal, McpOp, Request, Target};
 
 use checks::{body_limit, header_rejection, McpHeaders};
 pub use drive::{drive, Reply};
@@ -828,10 +828,7 @@ impl RequestFlow {
         let req = self.req.as_ref();
         let jwt = req
             .and_then(|r| r.caller.jwts.first())
-            .map(|p| match &p.subject {
-                Some(sub) => format!("{}#{sub}", p.issuer),
-                None => p.issuer.clone(),
-            });
+            .map(JwtPrincipal::label);
         Outcome {
             allowed: false,
             level: None,
@@ -844,9 +841,7 @@ impl RequestFlow {
             backend: None,
             mcp_method: req.and_then(|r| r.mcp.method().map(str::to_string)),
             mcp_param: req.and_then(|r| r.mcp.param().map(str::to_string)),
-            caller: req
-                .and_then(|r| r.caller.spiffe.clone())
-                .or_else(|| jwt.as_ref().map(|j| format!("jwt:{j}"))),
+            caller: req.and_then(|r| r.caller.label()),
             jwt,
             cel_errors: (0, 0),
             dry_run: None,

@@ -657,7 +657,7 @@ impl Value {
 }
 
 impl Mcp {
-    fn matches(&self, op: &McpOp, mode: Mode) -> bool {
+    pub(super) fn matches(&self, op: &McpOp, mode: Mode) -> bool {
         // An mcp block admits only what it lists (none: only the base protocol, with Match).
         let listed = match op {
             McpOp::Call { method, param } => self

@@ -1,6 +1,7 @@
 //! Policy evaluation: the bundle compiled once into lookup structures ([`Engine`]), and the
 //! per-request evaluation of docs/semantics.md §3–§4 ([`Evaluation`]).
 
+mod attached;
 mod compiled;
 mod cx;
 mod dry_run;
@@ -19,7 +20,7 @@ use mcp_access_bundle::{
 };
 
 use compiled::{compile_cels, compile_rule};
-pub use compiled::{Cel, Mode};
+pub use compiled::{Cel, Mode, Policy};
 pub use cx::CelRecord;
 pub(crate) use cx::{Applies, CelCx};
 pub use dry_run::{DryRunRecord, Evaluation, View};
