@@ -1,185 +1,20 @@
 //! Per-request evaluation (docs/semantics.md §3): for the Gateway level, then the Backend level:
 //! ExternalAuth, then Deny, then Allow. Authorizer calls are returned to the caller as a
-//! [`Step::Call`]; their outcomes are fed back with [`super::Evaluation::complete`].
+//! [`Step::Call`]; their outcomes are fed back with [`super::Evaluation::complete`]. The
+//! predicates a rule, a policy and a level are judged by live here too, and the judging of
+//! listed items ([`Engine::item_denial`]).
 
 use std::fmt;
 
 use mcp_access_bundle::{FailureMode, Level, UnknownBackend};
 
-use super::{CelCx, Engine, LevelIndex, PolicyId, RuleRef, View};
+use super::compiled::{self, Action, Mode, Through};
+use super::decision::{
+    AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, Reason, Relay, Step, TraceEntry,
+};
+use super::index::View;
+use super::{Applies, CelCx, Engine, LevelIndex, PolicyId, RuleRef, RuleSet};
 use crate::request::{Request, Target};
-
-/// Why a request was denied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// No Gateway listener in the bundle matches the destination port / host.
-    UnknownListener,
-    /// Envoy routed to no backend the bundle knows.
-    UnknownBackend,
-    /// An authorizer said no.
-    ExternalAuthDenied,
-    /// An authorizer failed (unreachable, timeout, 5xx) and its failure mode is Deny.
-    AuthorizerFailed,
-    /// A Deny policy matched.
-    DenyPolicy,
-    /// Allow policies exist at the level and none admits the request.
-    NotAllowed,
-    /// A call of a tool the backend's ToolPin does not name (with `unpinned: Deny`).
-    ToolNotPinned,
-    /// A call of a tool whose listed definition differs from its pin.
-    ToolDrifted,
-}
-
-impl Reason {
-    /// Every reason, in counter order.
-    pub const ALL: [Reason; 8] = [
-        Reason::UnknownListener,
-        Reason::UnknownBackend,
-        Reason::ExternalAuthDenied,
-        Reason::AuthorizerFailed,
-        Reason::DenyPolicy,
-        Reason::NotAllowed,
-        Reason::ToolNotPinned,
-        Reason::ToolDrifted,
-    ];
-
-    /// Stable snake_case name, used in stats and logs.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Reason::UnknownListener => "unknown_listener",
-            Reason::UnknownBackend => "unknown_backend",
-            Reason::ExternalAuthDenied => "external_auth_denied",
-            Reason::AuthorizerFailed => "authorizer_error",
-            Reason::DenyPolicy => "deny_policy",
-            Reason::NotAllowed => "not_allowed",
-            Reason::ToolNotPinned => "tool_not_pinned",
-            Reason::ToolDrifted => "tool_drifted",
-        }
-    }
-}
-
-/// How an allowing authorizer edits one upstream request header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeaderOp {
-    /// Replace every value (add if absent): HTTP authorizers' headers, gRPC `append: false`.
-    Set,
-    /// Add one more value: gRPC `append: true` / `APPEND_IF_EXISTS_OR_ADD`.
-    Append,
-    /// Add only if absent: gRPC `ADD_IF_ABSENT`.
-    AddIfAbsent,
-    /// Replace only if present: gRPC `OVERWRITE_IF_EXISTS`.
-    OverwriteIfExists,
-    /// Remove the header: gRPC `headers_to_remove`.
-    Remove,
-}
-
-/// One upstream header edit, applied in order (authorizers in seniority order).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderEdit {
-    pub op: HeaderOp,
-    pub name: String,
-    pub value: String,
-}
-
-impl HeaderEdit {
-    /// A [`HeaderOp::Set`] edit.
-    pub fn set(name: impl Into<String>, value: impl Into<String>) -> Self {
-        HeaderEdit {
-            op: HeaderOp::Set,
-            name: name.into(),
-            value: value.into(),
-        }
-    }
-}
-
-/// An authorizer's answer, or the failure to get one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AuthzOutcome {
-    /// Allowed; these edits apply to the upstream request.
-    Allow { headers: Vec<HeaderEdit> },
-    /// Denied: relay this response to the client.
-    Deny {
-        status: u16,
-        headers: Vec<(String, String)>,
-        body: Vec<u8>,
-    },
-    /// No usable answer.
-    Error { detail: String },
-}
-
-/// An authorizer call the evaluation asks for: the ExternalAuth policy at a level, and its
-/// authorizer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AuthzCall {
-    /// Pass back to [`super::Evaluation::complete`].
-    pub slot: usize,
-    /// Index into [`Engine::policies`].
-    pub policy: PolicyId,
-    /// Index into the engine's authorizers ([`AuthzCall::authorizer`]).
-    pub authorizer: usize,
-    pub level: Level,
-}
-
-impl AuthzCall {
-    /// `namespace/name` of the policy.
-    pub fn policy_id<'e>(&self, engine: &'e Engine) -> &'e str {
-        engine
-            .policies
-            .get(self.policy)
-            .map_or("", |p| p.id.as_str())
-    }
-
-    /// The authorizer called.
-    pub fn authorizer<'e>(&self, engine: &'e Engine) -> Option<&'e mcp_access_bundle::Authorizer> {
-        engine.authorizers.get(self.authorizer)
-    }
-}
-
-/// An authorizer's denial, relayed to the client as it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Relay {
-    pub status: u16,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) body: Vec<u8>,
-}
-
-/// A denial.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denial {
-    pub level: Option<Level>,
-    pub reason: Reason,
-    /// `namespace/name` of the deciding policy.
-    pub policy: Option<String>,
-    pub(crate) rule: Option<String>,
-    /// The authorizer response to relay (ExternalAuthDenied).
-    pub relay: Option<Relay>,
-    /// Extra detail for logs (never sent unless the operator exposes details).
-    pub(crate) detail: Option<String>,
-    /// For [`Reason::NotAllowed`]: the scope values of the most senior Allow rule of the
-    /// level that the caller's verified JWT would meet with more scopes (the answer is then an
-    /// `insufficient_scope` challenge, docs/semantics.md §5.6).
-    pub scope: Option<Vec<String>>,
-}
-
-impl Denial {
-    /// The deciding rule's name.
-    pub fn rule(&self) -> Option<&str> {
-        self.rule.as_deref()
-    }
-
-    /// A denial for `reason` at `level`, naming no policy.
-    pub(crate) fn of(level: Option<Level>, reason: Reason) -> Denial {
-        Denial {
-            level,
-            reason,
-            policy: None,
-            rule: None,
-            relay: None,
-            detail: None,
-            scope: None,
-        }
-    }
-}
 
 /// What the Deny and Allow steps of one level say about a request.
 pub(crate) enum RulesVerdict {
@@ -209,39 +44,6 @@ pub(crate) fn rules_verdict(
         Some(r) => RulesVerdict::Admitted(Some(r)),
         None => RulesVerdict::NotAdmitted,
     }
-}
-
-/// The final answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Let the request through, adding these headers (in order; later replaces earlier).
-    /// `policy`/`rule`: the last Allow rule that admitted it (Backend level over Gateway).
-    Allow {
-        add_headers: Vec<HeaderEdit>,
-        policy: Option<String>,
-        rule: Option<String>,
-    },
-    Deny(Denial),
-}
-
-/// What to do next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
-    /// Make these calls (in parallel), then [`super::Evaluation::complete`] each and advance again.
-    Call(Vec<AuthzCall>),
-    /// Calls are still outstanding.
-    Waiting,
-    Done(Decision),
-}
-
-/// One line of the decision trace (for `explain` and debug logs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceEntry {
-    pub level: Option<Level>,
-    pub step: &'static str,
-    pub policy: Option<String>,
-    pub rule: Option<String>,
-    pub outcome: String,
 }
 
 /// Where the evaluation of one level stands.
@@ -462,7 +264,6 @@ impl Run {
             else {
                 continue;
             };
-            use super::compiled::{Action, Through};
             let outcome = match b.through(*pid, self.target.route) {
                 Through::Yes => format!("applies: {name} is one of its routes"),
                 Through::No => format!("does not apply: {name} is another route"),
@@ -501,7 +302,7 @@ impl Run {
                 );
                 continue;
             }
-            let super::compiled::Action::ExternalAuth { authorizer } = p.action else {
+            let Action::ExternalAuth { authorizer } = p.action else {
                 continue;
             };
             let call = AuthzCall {
@@ -711,4 +512,167 @@ pub(crate) fn names(engine: &Engine, r: RuleRef) -> (Option<String>, Option<Stri
         engine.policies.get(r.policy).map(|p| p.id.clone()),
         engine.rule(r).map(|x| x.name.clone()),
     )
+}
+
+impl RuleSet {
+    /// The most senior rule that admits `req`.
+    pub(crate) fn first_admitting(
+        &self,
+        engine: &Engine,
+        req: &Request,
+        cx: &mut CelCx,
+    ) -> Option<RuleRef> {
+        self.first_where(req, |r| engine.rule_admits(r, req, self.mode, cx))
+    }
+
+    /// The most senior rule that would admit `req` if the caller's token held more scopes
+    /// ([`compiled::Rule::short_of_scope`]).
+    pub(crate) fn first_short_of_scope(
+        &self,
+        engine: &Engine,
+        req: &Request,
+        cx: &mut CelCx,
+    ) -> Option<RuleRef> {
+        self.first_where(req, |r| {
+            r.rule.is_some()
+                && engine.rule_meets(r, req, self.mode, cx, compiled::Rule::short_of_scope)
+        })
+    }
+}
+
+impl Engine {
+    /// Whether rule `r` admits (Allow) or selects (Deny) `req`, its policy's `when` included:
+    /// a policy `when` that errs makes an Allow policy admit nothing and a Deny policy apply.
+    fn rule_admits(&self, r: RuleRef, req: &Request, mode: Mode, cx: &mut CelCx) -> bool {
+        self.rule_meets(r, req, mode, cx, compiled::Rule::admits)
+    }
+
+    /// Whether `r`'s policy applies and `r` meets `test` (a policy without rules meets
+    /// anything).
+    fn rule_meets(
+        &self,
+        r: RuleRef,
+        req: &Request,
+        mode: Mode,
+        cx: &mut CelCx,
+        test: fn(&compiled::Rule, &Request, Mode, &mut CelCx, &str) -> bool,
+    ) -> bool {
+        let Some(p) = self.policies.get(r.policy) else {
+            return false;
+        };
+        match (cx.applies(r.policy, p, req), mode) {
+            (Applies::No, _) | (Applies::Errored, Mode::Admit) => return false,
+            _ => {}
+        }
+        match r.rule {
+            None => true,
+            Some(_) => self
+                .rule(r)
+                .is_some_and(|rule| test(rule, req, mode, cx, &p.id)),
+        }
+    }
+
+    /// Whether an ExternalAuth policy applies and selects the request (no rules: every
+    /// request).
+    pub(crate) fn selects(&self, pid: PolicyId, req: &Request, cx: &mut CelCx) -> bool {
+        let Some(p) = self.policies.get(pid) else {
+            return false;
+        };
+        if cx.applies(pid, p, req) == Applies::No {
+            return false;
+        }
+        match &p.rules {
+            None => true,
+            Some(rules) => rules.iter().any(|r| r.admits(req, Mode::Select, cx, &p.id)),
+        }
+    }
+
+    /// Whether an Allow policy applies at `index` for `req` (the level is then default-deny).
+    pub(crate) fn allow_applies(&self, index: &LevelIndex, req: &Request, cx: &mut CelCx) -> bool {
+        index.has_allow
+            && (index.allow_always
+                || index.allow_when.iter().any(|pid| {
+                    self.policies
+                        .get(*pid)
+                        .is_some_and(|p| cx.applies(*pid, p, req) != Applies::No)
+                }))
+    }
+
+    /// Judges `probe` (a request whose MCP operation was replaced by one item it names or
+    /// lists) by the Deny and Allow steps of both levels, exactly as a request is judged,
+    /// without ExternalAuth: docs/semantics.md §4.3 (`subscriptions/listen`) and §5.4
+    /// (listings). None: the item passes; else why it would be denied. Rules read the item
+    /// from `probe.mcp` (so would a CEL rule's `request.mcp.*`).
+    pub fn item_denial(&self, probe: &Request) -> Option<Denial> {
+        self.item_denial_in(View::Enforced, probe)
+    }
+
+    /// [`Engine::item_denial`] in the decision of `view`.
+    pub fn item_denial_in(&self, view: View, probe: &Request) -> Option<Denial> {
+        let (level, rule) = self.item_refusal_in(view, probe)?;
+        Some(match rule {
+            Some(r) => {
+                let mut d = Denial::of(Some(level), Reason::DenyPolicy);
+                (d.policy, d.rule) = names(self, r);
+                d
+            }
+            None => Denial {
+                scope: self
+                    .level_index(view, level, probe.target)
+                    .and_then(|index| self.short_of_scope(index, probe))
+                    .map(|(_, scopes)| scopes),
+                ..Denial::of(Some(level), Reason::NotAllowed)
+            },
+        })
+    }
+
+    /// The most senior Allow rule of `index` that would admit `req` if the caller's verified
+    /// token held more scopes, with the scope values it names (docs/semantics.md §5.6). Judged
+    /// apart: its CEL conditions count in no decision's errors.
+    pub(crate) fn short_of_scope(
+        &self,
+        index: &LevelIndex,
+        req: &Request,
+    ) -> Option<(RuleRef, Vec<String>)> {
+        if req.caller.jwts.is_empty() {
+            return None;
+        }
+        let mut cx = self.cel_cx(req.target.backend, false);
+        let r = index.allow.first_short_of_scope(self, req, &mut cx)?;
+        let scopes = self
+            .rule(r)?
+            .source
+            .scopes()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        Some((r, scopes))
+    }
+
+    /// [`Engine::item_denial`], in the probe's [`Target`](crate::request::Target): None when
+    /// the item passes, else the level that refuses it and the Deny rule that matched it
+    /// (None: no Allow rule admitted it).
+    pub(crate) fn item_refusal(&self, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
+        self.item_refusal_in(View::Enforced, probe)
+    }
+
+    fn item_refusal_in(&self, view: View, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
+        let scope = probe.target;
+        for level in [Level::Gateway, Level::Backend] {
+            let index = self.level_index(view, level, scope);
+            let Some(index) = index else {
+                if level == Level::Gateway || self.unknown_backend == UnknownBackend::Deny {
+                    return Some((level, None));
+                }
+                continue;
+            };
+            let mut cx = self.cel_cx(scope.backend, false);
+            match rules_verdict(self, index, probe, &mut cx) {
+                RulesVerdict::Denied(r) => return Some((level, Some(r))),
+                RulesVerdict::NotAdmitted => return Some((level, None)),
+                RulesVerdict::Admitted(_) => {}
+            }
+        }
+        None
+    }
 }

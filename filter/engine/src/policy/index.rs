@@ -1,18 +1,18 @@
 //! The policies attached to each Gateway listener and each Backend, indexed once per bundle:
 //! one [`LevelIndex`] per listener, and per backend one for every combination of a listener
 //! some of its policies are narrowed to and a route some are scoped to (docs/semantics.md
-//! §1.6, §7).
+//! §1.6, §7); and those of the dry-run decision ([`View`], [`DryRunView`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use mcp_access_bundle::{self as bundle, Level, ValidBundle};
+use mcp_access_bundle::{self as bundle, Level, PolicyMode, ValidBundle};
 
 use super::{
     compiled, CompileError, CompileProblem, FastMap, LevelIndex, Mode, PolicyId, RuleRef, RuleSet,
-    View,
 };
 use crate::pins::ToolPins;
+use crate::request::Target;
 use mcp_access_bundle::gateway_api::HostPattern;
 
 /// One index per Gateway listener, of the Gateway-level policies attached to it that take
@@ -345,4 +345,103 @@ impl LevelIndex {
             self.allow_when.push(pid);
         }
     }
+}
+
+/// Which decision: the one the request gets, or the one with dry-run policies enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// The decision enforced: policies of mode `Enforce` and `EnforceOnly`.
+    Enforced,
+    /// The dry-run decision: policies of mode `Enforce` and `DryRun`.
+    DryRun,
+}
+
+impl View {
+    /// Whether a policy of `mode` takes part in this decision.
+    pub(crate) fn includes(self, mode: PolicyMode) -> bool {
+        match self {
+            View::Enforced => mode.enforced(),
+            View::DryRun => mode.in_dry_run(),
+        }
+    }
+}
+
+/// The indexes of the dry-run decision, built only when some policy takes part in one
+/// decision only, and where they differ from the enforced ones.
+#[derive(Debug)]
+pub(crate) struct DryRunView {
+    pub(crate) listeners: Vec<compiled::Listener>,
+    pub(crate) backends: Vec<compiled::Backend>,
+    /// Per listener: whether what is attached differs between the two decisions.
+    listener_differs: Vec<bool>,
+    /// Per backend: likewise, on some listener.
+    backend_differs: Vec<bool>,
+    /// The policies of mode `DryRun`, most senior first: what per-policy counters count.
+    pub(crate) policies: Vec<PolicyId>,
+}
+
+impl DryRunView {
+    /// The dry-run indexes of a bundle, None when every policy takes part in both decisions.
+    pub(super) fn build(
+        b: &ValidBundle,
+        order: &[&bundle::Policy],
+        policies: &[compiled::Policy],
+        enforced: (&[compiled::Listener], &[compiled::Backend]),
+    ) -> Result<Option<DryRunView>, CompileError> {
+        if policies.iter().all(|p| p.mode == PolicyMode::Enforce) {
+            return Ok(None);
+        }
+        let listeners = index_listeners(b, order, policies, View::DryRun);
+        let backends = index_backends(b, order, policies, &listeners, View::DryRun)?.backends;
+        let listener_differs = enforced
+            .0
+            .iter()
+            .zip(&listeners)
+            .map(|(e, d)| !same(&e.index, &d.index))
+            .collect();
+        let backend_differs = enforced
+            .1
+            .iter()
+            .zip(&backends)
+            .map(|(e, d)| {
+                // Both have the same shape (listener narrowing and route slots of every
+                // policy): each scoped index has its counterpart.
+                let keys = e.scoped.iter().chain(&d.scoped).map(|(k, _)| *k);
+                !same(&e.index, &d.index)
+                    || keys
+                        .into_iter()
+                        .any(|(l, r)| !same(e.index_for(l, r), d.index_for(l, r)))
+            })
+            .collect();
+        let dry_policies = policies
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.mode == PolicyMode::DryRun)
+            .map(|(i, _)| i)
+            .collect();
+        Ok(Some(DryRunView {
+            listeners,
+            backends,
+            listener_differs,
+            backend_differs,
+            policies: dry_policies,
+        }))
+    }
+
+    /// Whether a request judged at `target` may get another decision in the dry run.
+    pub(super) fn differs(&self, target: Target) -> bool {
+        let at = |list: &[bool], i: Option<usize>| i.and_then(|i| list.get(i).copied());
+        at(&self.listener_differs, target.listener).unwrap_or(false)
+            || at(&self.backend_differs, target.backend).unwrap_or(false)
+    }
+}
+
+/// Whether two indexes hold the same policies and rules.
+fn same(a: &LevelIndex, b: &LevelIndex) -> bool {
+    a.external_auth == b.external_auth
+        && a.has_allow == b.has_allow
+        && a.allow_always == b.allow_always
+        && a.allow_when == b.allow_when
+        && a.deny.rules() == b.deny.rules()
+        && a.allow.rules() == b.allow.rules()
 }

@@ -2,10 +2,12 @@
 //! per-request evaluation of docs/semantics.md §3–§4 ([`Evaluation`]).
 
 mod attached;
+mod compile;
 mod compiled;
 mod cx;
-mod dry_run;
+mod decision;
 mod eval;
+mod evaluation;
 mod identity_headers;
 mod index;
 mod oauth;
@@ -15,18 +17,18 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use mcp_access_bundle::{
-    self as bundle, Authorizer, Conditions, DenyResponse, EscapedSlashes, IdentitySettings, Level,
-    Limits, Listings, PolicyConditions, UnknownBackend, ValidBundle,
+    self as bundle, Authorizer, DenyResponse, EscapedSlashes, IdentitySettings, Level, Limits,
+    Listings, UnknownBackend,
 };
 
-use compiled::{compile_cels, compile_rule};
 pub use compiled::{Cel, Mode, Policy};
 pub use cx::CelRecord;
 pub(crate) use cx::{Applies, CelCx};
-pub use dry_run::{DryRunRecord, Evaluation, View};
-pub(crate) use eval::TraceEntry;
-pub use eval::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
+pub(crate) use decision::TraceEntry;
+pub use decision::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
+pub use evaluation::{DryRunRecord, Evaluation};
 pub use identity_headers::{IdentityEdits, Omitted};
+pub use index::View;
 pub use oauth::{Challenge, Discovery};
 
 use crate::request::{Request, Target};
@@ -126,12 +128,7 @@ impl RuleSet {
         match rule.keyed_calls().or(cel_keyed) {
             Some(calls) => {
                 for (method, params) in calls {
-                    if !self.keyed.contains_key(method) {
-                        self.keyed.insert(method.to_string(), FastMap::default());
-                    }
-                    let Some(by_param) = self.keyed.get_mut(method) else {
-                        continue;
-                    };
+                    let by_param = self.keyed.entry(method.to_string()).or_default();
                     by_param.reserve(params.len());
                     for p in params {
                         let list = by_param.entry(p.clone()).or_default();
@@ -146,30 +143,6 @@ impl RuleSet {
             }
             None => self.general.push(r),
         }
-    }
-
-    /// The most senior rule that admits `req`.
-    pub(crate) fn first_admitting(
-        &self,
-        engine: &Engine,
-        req: &Request,
-        cx: &mut CelCx,
-    ) -> Option<RuleRef> {
-        self.first_where(req, |r| engine.rule_admits(r, req, self.mode, cx))
-    }
-
-    /// The most senior rule that would admit `req` if the caller's token held more scopes
-    /// ([`compiled::Rule::short_of_scope`]).
-    pub(crate) fn first_short_of_scope(
-        &self,
-        engine: &Engine,
-        req: &Request,
-        cx: &mut CelCx,
-    ) -> Option<RuleRef> {
-        self.first_where(req, |r| {
-            r.rule.is_some()
-                && engine.rule_meets(r, req, self.mode, cx, compiled::Rule::short_of_scope)
-        })
     }
 
     /// The most senior rule that could concern `req` for which `meets` holds.
@@ -242,7 +215,7 @@ pub struct LevelIndex {
 pub struct Engine {
     pub policies: Vec<compiled::Policy>,
     /// The indexes of the dry-run decision, where some policy takes part in one decision only.
-    pub(crate) dry: Option<dry_run::DryRunView>,
+    pub(crate) dry: Option<index::DryRunView>,
     pub(crate) authorizers: Vec<Authorizer>,
     pub listeners: Vec<compiled::Listener>,
     pub backends: Vec<compiled::Backend>,
@@ -294,17 +267,6 @@ pub struct Engine {
     pub generation: [u8; 32],
 }
 
-/// 32 random bytes (the OS's, through std's hasher seeds: `random_get` on WASI).
-fn random_key() -> [u8; 32] {
-    use std::hash::BuildHasher as _;
-    let mut key = [0u8; 32];
-    for (i, chunk) in key.chunks_mut(8).enumerate() {
-        let word = std::hash::RandomState::new().hash_one(i);
-        chunk.copy_from_slice(&word.to_le_bytes());
-    }
-    key
-}
-
 /// Request attributes gathered only because a CEL condition reads them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CelNeeds {
@@ -321,101 +283,9 @@ pub struct CelNeeds {
 }
 
 impl Engine {
-    /// Compiles a validated bundle: its policies (with the CEL conditions validation
-    /// compiled), then the listener and backend indexes. What validation checked is not
-    /// checked again; what the engine could not build from a bundle that skipped it is an
-    /// error, never a panic.
-    pub fn compile(mut b: ValidBundle) -> Result<Engine, CompileError> {
-        let mut conditions = b.take_conditions();
-        let b = &b;
-        // (position in the bundle, policy), most senior first.
-        let mut numbered: Vec<(usize, &bundle::Policy)> = b.policies.iter().enumerate().collect();
-        numbered.sort_by(|(_, x), (_, y)| {
-            (x.seniority, &x.namespace, &x.name).cmp(&(y.seniority, &y.namespace, &y.name))
-        });
-        let order: Vec<&bundle::Policy> = numbered.iter().map(|(_, p)| *p).collect();
-        let compiled = compile_policies(b, &numbered, &mut conditions)?;
-        let policies = compiled.policies;
-        let listeners = index::index_listeners(b, &order, &policies, View::Enforced);
-        let backends = index::index_backends(b, &order, &policies, &listeners, View::Enforced)?;
-        let dry =
-            dry_run::DryRunView::build(b, &order, &policies, (&listeners, &backends.backends))?;
-        let (identity_header_names, identity_claims) = identity_headers::names_and_claims(b);
-        let challenges = listeners.iter().any(|l| l.discovery.is_some());
-        let mut origins = HashMap::new();
-        for p in &policies {
-            if let Some(o) = &p.origin {
-                origins.entry(p.id.clone()).or_insert_with(|| o.clone());
-            }
-        }
-        // Policies the compiler derived (defaults/overrides, rules replaced) answer to the
-        // name of the policy the user wrote.
-        let written: HashMap<String, String> = b
-            .policies
-            .iter()
-            .filter_map(|p| {
-                let (_, user) = p.origin.as_ref()?.policy.split_once(' ')?;
-                Some((format!("{}/{}", p.namespace, p.name), user.to_string()))
-            })
-            .collect();
-        let mut cache_claims: Vec<String> = Vec::new();
-        let caches = b.authorizers.iter().filter_map(|a| a.cache.as_ref());
-        for c in caches.flat_map(|c| &c.key_claims) {
-            if !cache_claims.contains(c) {
-                cache_claims.push(c.clone());
-            }
-        }
-        Ok(Engine {
-            dry,
-            origins,
-            written,
-            policies,
-            authorizers: b.authorizers.clone(),
-            listeners,
-            backends: backends.backends,
-            by_route: backends.by_route,
-            by_cluster: backends.by_cluster,
-            identity: b.identity.clone(),
-            deny_response: b.deny_response.clone(),
-            limits: b.limits.clone(),
-            listings: b.listings.clone(),
-            hold_headers: b.envoy.hold_headers,
-            route_match_headers: b.envoy.route_match_headers.clone(),
-            unknown_backend: b.envoy.unknown_backend,
-            escaped_slashes: b.envoy.escaped_slashes,
-            jwt_claims: compiled.jwt_claims,
-            cache_claims,
-            cel_needs: compiled.cel_needs,
-            decision_records: b.decision_records,
-            recorded_headers: {
-                let mut h = compiled.headers;
-                h.sort_unstable();
-                h
-            },
-            unrecorded: compiled::unrecorded(&compiled.cel_reads, b.decision_records.arguments),
-            record_key: random_key(),
-            identity_header_names,
-            identity_claims,
-            challenges,
-            generation: [0; 32],
-        })
-    }
-
     /// Whether some authorizer's answers are cached.
     pub fn caches_answers(&self) -> bool {
         self.authorizers.iter().any(|a| a.cache.is_some())
-    }
-
-    /// Parses, validates and compiles bundle JSON.
-    pub fn from_json(json: &[u8]) -> Result<Engine, EngineError> {
-        use sha2::Digest as _;
-        let bundle = mcp_access_bundle::parse_bundle(json).map_err(EngineError::Bundle)?;
-        let mut engine = Engine::compile(bundle).map_err(EngineError::Compile)?;
-        if engine.caches_answers() {
-            // What every worker of the Envoy was given: the same bytes, the same digest.
-            engine.generation = sha2::Sha256::digest(json).into();
-        }
-        Ok(engine)
     }
 
     /// The name policy `id` goes by in records, counters and explanations: the `namespace/name`
@@ -483,63 +353,6 @@ impl Engine {
         p.rules.as_ref()?.get(r.rule?)
     }
 
-    /// Whether rule `r` admits (Allow) or selects (Deny) `req`, its policy's `when` included:
-    /// a policy `when` that errs makes an Allow policy admit nothing and a Deny policy apply.
-    fn rule_admits(&self, r: RuleRef, req: &Request, mode: Mode, cx: &mut CelCx) -> bool {
-        self.rule_meets(r, req, mode, cx, compiled::Rule::admits)
-    }
-
-    /// Whether `r`'s policy applies and `r` meets `test` (a policy without rules meets
-    /// anything).
-    fn rule_meets(
-        &self,
-        r: RuleRef,
-        req: &Request,
-        mode: Mode,
-        cx: &mut CelCx,
-        test: fn(&compiled::Rule, &Request, Mode, &mut CelCx, &str) -> bool,
-    ) -> bool {
-        let Some(p) = self.policies.get(r.policy) else {
-            return false;
-        };
-        match (cx.applies(r.policy, p, req), mode) {
-            (Applies::No, _) | (Applies::Errored, Mode::Admit) => return false,
-            _ => {}
-        }
-        match r.rule {
-            None => true,
-            Some(_) => self
-                .rule(r)
-                .is_some_and(|rule| test(rule, req, mode, cx, &p.id)),
-        }
-    }
-
-    /// Whether an ExternalAuth policy applies and selects the request (no rules: every
-    /// request).
-    pub(crate) fn selects(&self, pid: PolicyId, req: &Request, cx: &mut CelCx) -> bool {
-        let Some(p) = self.policies.get(pid) else {
-            return false;
-        };
-        if cx.applies(pid, p, req) == Applies::No {
-            return false;
-        }
-        match &p.rules {
-            None => true,
-            Some(rules) => rules.iter().any(|r| r.admits(req, Mode::Select, cx, &p.id)),
-        }
-    }
-
-    /// Whether an Allow policy applies at `index` for `req` (the level is then default-deny).
-    pub(crate) fn allow_applies(&self, index: &LevelIndex, req: &Request, cx: &mut CelCx) -> bool {
-        index.has_allow
-            && (index.allow_always
-                || index.allow_when.iter().any(|pid| {
-                    self.policies
-                        .get(*pid)
-                        .is_some_and(|p| cx.applies(*pid, p, req) != Applies::No)
-                }))
-    }
-
     /// The verified JWT a caller would have with these claims (a JSON object with `iss`,
     /// `sub` and any other claims), as if `jwt_authn` had verified it (`explain`).
     pub fn jwt_principal(
@@ -578,89 +391,6 @@ impl Engine {
         self.cel_needs
     }
 
-    /// Judges `probe` (a request whose MCP operation was replaced by one item it names or
-    /// lists) by the Deny and Allow steps of both levels, exactly as a request is judged,
-    /// without ExternalAuth: docs/semantics.md §4.3 (`subscriptions/listen`) and §5.4
-    /// (listings). None: the item passes; else why it would be denied. Rules read the item
-    /// from `probe.mcp` (so would a CEL rule's `request.mcp.*`).
-    pub fn item_denial(&self, probe: &Request) -> Option<Denial> {
-        self.item_denial_in(View::Enforced, probe)
-    }
-
-    /// [`Engine::item_denial`] in the decision of `view`.
-    pub fn item_denial_in(&self, view: View, probe: &Request) -> Option<Denial> {
-        let (level, rule) = self.item_refusal_in(view, probe)?;
-        Some(match rule {
-            Some(r) => {
-                let mut d = Denial::of(Some(level), Reason::DenyPolicy);
-                (d.policy, d.rule) = eval::names(self, r);
-                d
-            }
-            None => Denial {
-                scope: self
-                    .level_index(view, level, probe.target)
-                    .and_then(|index| self.short_of_scope(index, probe))
-                    .map(|(_, scopes)| scopes),
-                ..Denial::of(Some(level), Reason::NotAllowed)
-            },
-        })
-    }
-
-    /// The most senior Allow rule of `index` that would admit `req` if the caller's verified
-    /// token held more scopes, with the scope values it names (docs/semantics.md §5.6). Judged
-    /// apart: its CEL conditions count in no decision's errors.
-    pub(crate) fn short_of_scope(
-        &self,
-        index: &LevelIndex,
-        req: &Request,
-    ) -> Option<(RuleRef, Vec<String>)> {
-        if req.caller.jwts.is_empty() {
-            return None;
-        }
-        let mut cx = self.cel_cx(req.target.backend, false);
-        let r = index.allow.first_short_of_scope(self, req, &mut cx)?;
-        let scopes = self
-            .rule(r)?
-            .source
-            .scopes()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        Some((r, scopes))
-    }
-
-    /// [`Engine::item_denial`], in the probe's [`Target`](crate::request::Target): None when
-    /// the item passes, else the level that refuses it and the Deny rule that matched it
-    /// (None: no Allow rule admitted it).
-    pub(crate) fn item_refusal(&self, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
-        self.item_refusal_in(View::Enforced, probe)
-    }
-
-    fn item_refusal_in(&self, view: View, probe: &Request) -> Option<(Level, Option<RuleRef>)> {
-        let scope = probe.target;
-        for level in [Level::Gateway, Level::Backend] {
-            let index = self.level_index(view, level, scope);
-            let Some(index) = index else {
-                if level == Level::Gateway || self.unknown_backend == UnknownBackend::Deny {
-                    return Some((level, None));
-                }
-                continue;
-            };
-            let mut cx = self.cel_cx(scope.backend, false);
-            match eval::rules_verdict(self, index, probe, &mut cx) {
-                eval::RulesVerdict::Denied(r) => return Some((level, Some(r))),
-                eval::RulesVerdict::NotAdmitted => return Some((level, None)),
-                eval::RulesVerdict::Admitted(_) => {}
-            }
-        }
-        None
-    }
-
-    /// Starts evaluating a request.
-    pub fn begin(&self, req: &Request, trace: bool) -> Evaluation {
-        Evaluation::new(self, req, trace)
-    }
-
     /// What is attached at `level` for a request judged at `target`, in the decision of
     /// `view`; None: no listener, or no backend.
     pub(crate) fn level_index(
@@ -694,7 +424,7 @@ pub struct CompileError {
 }
 
 /// What the engine cannot build a policy from. Validation refuses each of these, so a
-/// [`ValidBundle`] has none; the engine refuses rather than guess.
+/// [`ValidBundle`](mcp_access_bundle::ValidBundle) has none; the engine refuses rather than guess.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CompileProblem {
     /// A rule or `when` condition cannot be built (the text names it and why).
@@ -740,124 +470,3 @@ impl fmt::Display for EngineError {
 }
 
 impl std::error::Error for EngineError {}
-
-/// The policies compiled, most senior first, and what their conditions read.
-struct CompiledPolicies {
-    policies: Vec<compiled::Policy>,
-    /// Claim names any JWT rule reads.
-    jwt_claims: Vec<String>,
-    cel_needs: CelNeeds,
-    /// Header names the rules' header conditions read, credentials left out.
-    headers: Vec<String>,
-    /// The attributes the CEL conditions read that a record does not hold in full
-    /// ([`compiled::NOT_RECORDED`]).
-    cel_reads: Vec<mcp_access_cel::Attr>,
-}
-
-/// Compiles each policy of `numbered` ((position in the bundle, policy), most senior first).
-fn compile_policies(
-    b: &ValidBundle,
-    numbered: &[(usize, &bundle::Policy)],
-    conditions: &mut Conditions,
-) -> Result<CompiledPolicies, CompileError> {
-    let td = b.identity.trust_domain.as_deref();
-    let mut out = CompiledPolicies {
-        policies: Vec::with_capacity(numbered.len()),
-        jwt_claims: Vec::new(),
-        cel_needs: CelNeeds::default(),
-        headers: Vec::new(),
-        cel_reads: Vec::new(),
-    };
-    for (position, p) in numbered {
-        let id = format!("{}/{}", p.namespace, p.name);
-        let fail = |problem| CompileError {
-            policy: id.clone(),
-            problem,
-        };
-        // The bundle path of the policy, for errors.
-        let at = format!("policies[{position}]");
-        let PolicyConditions {
-            when: when_programs,
-            rules: rule_programs,
-        } = conditions.take(*position);
-        let mut rule_programs = rule_programs.into_iter();
-        let rules = match &p.rules {
-            None => None,
-            Some(rs) => Some(
-                rs.iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        let at = format!("{at}.rules[{i}]");
-                        let programs = rule_programs.next().unwrap_or_default();
-                        compile_rule(r, &p.namespace, td, &at, programs)
-                            .map_err(|e| fail(CompileProblem::Condition(e)))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
-        };
-        let fields = (0..p.when.len()).map(|i| format!("when[{i}]"));
-        let when = compile_cels(&at, fields, when_programs)
-            .map_err(|e| fail(CompileProblem::Condition(e)))?;
-        let cels = when
-            .iter()
-            .chain(rules.iter().flatten().flat_map(|r| r.cels.iter()));
-        for c in cels {
-            use mcp_access_cel::Attr;
-            let needs = &mut out.cel_needs;
-            needs.any = true;
-            needs.time |= c.program.reads_attr(Attr::Time);
-            needs.params |= c.program.reads_attr(Attr::McpParams);
-            needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
-            needs.annotations |= c.program.reads_attr(Attr::ToolAnnotations);
-            for a in compiled::NOT_RECORDED {
-                if c.program.reads_attr(a) && !out.cel_reads.contains(&a) {
-                    out.cel_reads.push(a);
-                }
-            }
-        }
-        for r in rules.iter().flatten() {
-            let read = r
-                .authz
-                .iter()
-                .flat_map(|a| a.headers.iter().map(|h| &h.name));
-            for h in read {
-                if !out.headers.contains(h) {
-                    out.headers.push(h.clone());
-                }
-            }
-            if let compiled::Source::Jwt { claims, .. } = &r.source {
-                for (c, _) in claims {
-                    if !out.jwt_claims.contains(c) {
-                        out.jwt_claims.push(c.clone());
-                    }
-                }
-            }
-        }
-        let action = match (p.action, &p.external_auth) {
-            (bundle::Action::ExternalAuth, Some(name)) => compiled::Action::ExternalAuth {
-                authorizer: b
-                    .authorizers
-                    .iter()
-                    .position(|a| &a.name == name)
-                    .ok_or_else(|| fail(CompileProblem::NoSuchAuthorizer(name.clone())))?,
-            },
-            (bundle::Action::ExternalAuth, None) => return Err(fail(CompileProblem::NoAuthorizer)),
-            (bundle::Action::Allow, _) => compiled::Action::Allow,
-            (bundle::Action::Deny, _) => compiled::Action::Deny,
-        };
-        // The stand-in of an Allow policy that was not accepted admits nothing.
-        let rules = match (&p.not_accepted, action) {
-            (Some(_), compiled::Action::Allow) => Some(Vec::new()),
-            _ => rules,
-        };
-        out.policies.push(compiled::Policy {
-            id,
-            action,
-            rules,
-            when,
-            origin: p.origin.as_ref().map(ToString::to_string),
-            mode: p.mode,
-        });
-    }
-    Ok(out)
-}

@@ -1,117 +1,18 @@
-//! Dry-run policies (docs/semantics.md §3.8). Beside the decision a request gets, the engine
-//! makes the one it would get with every dry-run policy enforced, and reports where the two
-//! differ. [`Evaluation`] runs both decisions over one set of authorizer calls: a policy both
-//! consult is called once; a dry-run policy's authorizer is called for the dry-run decision
-//! only, and its answers are recorded, never applied.
+//! One request's evaluation ([`Evaluation`]): the enforced decision and, where a dry-run
+//! policy (docs/semantics.md §3.8) is attached, the decision with every dry-run policy
+//! enforced beside it, and where the two differ. Both decisions run over one set of
+//! authorizer calls: a policy both consult is called once; a dry-run policy's authorizer is
+//! called for the dry-run decision only, and its answers are recorded, never applied.
 
-use mcp_access_bundle::{Level, PolicyMode, ValidBundle};
+use mcp_access_bundle::{Level, PolicyMode};
 
 use super::eval::{names, Run};
-use super::index::{index_backends, index_listeners};
+use super::index::View;
 use super::{
-    bundle, compiled, AuthzCall, AuthzOutcome, CelRecord, CompileError, Decision, Engine,
-    LevelIndex, PolicyId, Reason, Step, TraceEntry,
+    AuthzCall, AuthzOutcome, CelRecord, Decision, Engine, LevelIndex, PolicyId, Reason, Step,
+    TraceEntry,
 };
-use crate::request::{Request, Target};
-
-/// Which decision: the one the request gets, or the one with dry-run policies enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    /// The decision enforced: policies of mode `Enforce` and `EnforceOnly`.
-    Enforced,
-    /// The dry-run decision: policies of mode `Enforce` and `DryRun`.
-    DryRun,
-}
-
-impl View {
-    /// Whether a policy of `mode` takes part in this decision.
-    pub(crate) fn includes(self, mode: PolicyMode) -> bool {
-        match self {
-            View::Enforced => mode.enforced(),
-            View::DryRun => mode.in_dry_run(),
-        }
-    }
-}
-
-/// The indexes of the dry-run decision, built only when some policy takes part in one
-/// decision only, and where they differ from the enforced ones.
-#[derive(Debug)]
-pub(crate) struct DryRunView {
-    pub(crate) listeners: Vec<compiled::Listener>,
-    pub(crate) backends: Vec<compiled::Backend>,
-    /// Per listener: whether what is attached differs between the two decisions.
-    listener_differs: Vec<bool>,
-    /// Per backend: likewise, on some listener.
-    backend_differs: Vec<bool>,
-    /// The policies of mode `DryRun`, most senior first: what per-policy counters count.
-    pub(crate) policies: Vec<PolicyId>,
-}
-
-impl DryRunView {
-    /// The dry-run indexes of a bundle, None when every policy takes part in both decisions.
-    pub(super) fn build(
-        b: &ValidBundle,
-        order: &[&bundle::Policy],
-        policies: &[compiled::Policy],
-        enforced: (&[compiled::Listener], &[compiled::Backend]),
-    ) -> Result<Option<DryRunView>, CompileError> {
-        if policies.iter().all(|p| p.mode == PolicyMode::Enforce) {
-            return Ok(None);
-        }
-        let listeners = index_listeners(b, order, policies, View::DryRun);
-        let backends = index_backends(b, order, policies, &listeners, View::DryRun)?.backends;
-        let listener_differs = enforced
-            .0
-            .iter()
-            .zip(&listeners)
-            .map(|(e, d)| !same(&e.index, &d.index))
-            .collect();
-        let backend_differs = enforced
-            .1
-            .iter()
-            .zip(&backends)
-            .map(|(e, d)| {
-                // Both have the same shape (listener narrowing and route slots of every
-                // policy): each scoped index has its counterpart.
-                let keys = e.scoped.iter().chain(&d.scoped).map(|(k, _)| *k);
-                !same(&e.index, &d.index)
-                    || keys
-                        .into_iter()
-                        .any(|(l, r)| !same(e.index_for(l, r), d.index_for(l, r)))
-            })
-            .collect();
-        let dry_policies = policies
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.mode == PolicyMode::DryRun)
-            .map(|(i, _)| i)
-            .collect();
-        Ok(Some(DryRunView {
-            listeners,
-            backends,
-            listener_differs,
-            backend_differs,
-            policies: dry_policies,
-        }))
-    }
-
-    /// Whether a request judged at `target` may get another decision in the dry run.
-    fn differs(&self, target: Target) -> bool {
-        let at = |list: &[bool], i: Option<usize>| i.and_then(|i| list.get(i).copied());
-        at(&self.listener_differs, target.listener).unwrap_or(false)
-            || at(&self.backend_differs, target.backend).unwrap_or(false)
-    }
-}
-
-/// Whether two indexes hold the same policies and rules.
-fn same(a: &LevelIndex, b: &LevelIndex) -> bool {
-    a.external_auth == b.external_auth
-        && a.has_allow == b.has_allow
-        && a.allow_always == b.allow_always
-        && a.allow_when == b.allow_when
-        && a.deny.rules() == b.deny.rules()
-        && a.allow.rules() == b.allow.rules()
-}
+use crate::request::Request;
 
 /// What a dry-run policy changed about one request: the dry-run decision where it differs
 /// from the one enforced, and the answers of authorizers called for it alone.
@@ -478,6 +379,11 @@ fn route(
 }
 
 impl Engine {
+    /// Starts evaluating a request.
+    pub fn begin(&self, req: &Request, trace: bool) -> Evaluation {
+        Evaluation::new(self, req, trace)
+    }
+
     /// The policies of mode `DryRun`, most senior first (indexes into
     /// [`Engine::policies`]): [`DryRunRecord::counter`] is a position in this list.
     pub fn dry_run_policies(&self) -> &[PolicyId] {

@@ -1,0 +1,212 @@
+//! What an evaluation answers: a [`Decision`] (allow, or a [`Denial`] and its [`Reason`]),
+//! the authorizer calls it asks for on the way ([`Step`], [`AuthzCall`], [`AuthzOutcome`]),
+//! and its trace.
+
+use mcp_access_bundle::Level;
+
+use super::{Engine, PolicyId};
+
+/// Why a request was denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// No Gateway listener in the bundle matches the destination port / host.
+    UnknownListener,
+    /// Envoy routed to no backend the bundle knows.
+    UnknownBackend,
+    /// An authorizer said no.
+    ExternalAuthDenied,
+    /// An authorizer failed (unreachable, timeout, 5xx) and its failure mode is Deny.
+    AuthorizerFailed,
+    /// A Deny policy matched.
+    DenyPolicy,
+    /// Allow policies exist at the level and none admits the request.
+    NotAllowed,
+    /// A call of a tool the backend's ToolPin does not name (with `unpinned: Deny`).
+    ToolNotPinned,
+    /// A call of a tool whose listed definition differs from its pin.
+    ToolDrifted,
+}
+
+impl Reason {
+    /// Every reason, in counter order.
+    pub const ALL: [Reason; 8] = [
+        Reason::UnknownListener,
+        Reason::UnknownBackend,
+        Reason::ExternalAuthDenied,
+        Reason::AuthorizerFailed,
+        Reason::DenyPolicy,
+        Reason::NotAllowed,
+        Reason::ToolNotPinned,
+        Reason::ToolDrifted,
+    ];
+
+    /// Stable snake_case name, used in stats and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::UnknownListener => "unknown_listener",
+            Reason::UnknownBackend => "unknown_backend",
+            Reason::ExternalAuthDenied => "external_auth_denied",
+            Reason::AuthorizerFailed => "authorizer_error",
+            Reason::DenyPolicy => "deny_policy",
+            Reason::NotAllowed => "not_allowed",
+            Reason::ToolNotPinned => "tool_not_pinned",
+            Reason::ToolDrifted => "tool_drifted",
+        }
+    }
+}
+
+/// How an allowing authorizer edits one upstream request header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderOp {
+    /// Replace every value (add if absent): HTTP authorizers' headers, gRPC `append: false`.
+    Set,
+    /// Add one more value: gRPC `append: true` / `APPEND_IF_EXISTS_OR_ADD`.
+    Append,
+    /// Add only if absent: gRPC `ADD_IF_ABSENT`.
+    AddIfAbsent,
+    /// Replace only if present: gRPC `OVERWRITE_IF_EXISTS`.
+    OverwriteIfExists,
+    /// Remove the header: gRPC `headers_to_remove`.
+    Remove,
+}
+
+/// One upstream header edit, applied in order (authorizers in seniority order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderEdit {
+    pub op: HeaderOp,
+    pub name: String,
+    pub value: String,
+}
+
+impl HeaderEdit {
+    /// A [`HeaderOp::Set`] edit.
+    pub fn set(name: impl Into<String>, value: impl Into<String>) -> Self {
+        HeaderEdit {
+            op: HeaderOp::Set,
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// An authorizer's answer, or the failure to get one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthzOutcome {
+    /// Allowed; these edits apply to the upstream request.
+    Allow { headers: Vec<HeaderEdit> },
+    /// Denied: relay this response to the client.
+    Deny {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+    /// No usable answer.
+    Error { detail: String },
+}
+
+/// An authorizer call the evaluation asks for: the ExternalAuth policy at a level, and its
+/// authorizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthzCall {
+    /// Pass back to [`super::Evaluation::complete`].
+    pub slot: usize,
+    /// Index into [`Engine::policies`].
+    pub policy: PolicyId,
+    /// Index into the engine's authorizers ([`AuthzCall::authorizer`]).
+    pub authorizer: usize,
+    pub level: Level,
+}
+
+impl AuthzCall {
+    /// `namespace/name` of the policy.
+    pub fn policy_id<'e>(&self, engine: &'e Engine) -> &'e str {
+        engine
+            .policies
+            .get(self.policy)
+            .map_or("", |p| p.id.as_str())
+    }
+
+    /// The authorizer called.
+    pub fn authorizer<'e>(&self, engine: &'e Engine) -> Option<&'e mcp_access_bundle::Authorizer> {
+        engine.authorizers.get(self.authorizer)
+    }
+}
+
+/// An authorizer's denial, relayed to the client as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relay {
+    pub status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+/// A denial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub level: Option<Level>,
+    pub reason: Reason,
+    /// `namespace/name` of the deciding policy.
+    pub policy: Option<String>,
+    pub(crate) rule: Option<String>,
+    /// The authorizer response to relay (ExternalAuthDenied).
+    pub relay: Option<Relay>,
+    /// Extra detail for logs (never sent unless the operator exposes details).
+    pub(crate) detail: Option<String>,
+    /// For [`Reason::NotAllowed`]: the scope values of the most senior Allow rule of the
+    /// level that the caller's verified JWT would meet with more scopes (the answer is then an
+    /// `insufficient_scope` challenge, docs/semantics.md §5.6).
+    pub scope: Option<Vec<String>>,
+}
+
+impl Denial {
+    /// The deciding rule's name.
+    pub fn rule(&self) -> Option<&str> {
+        self.rule.as_deref()
+    }
+
+    /// A denial for `reason` at `level`, naming no policy.
+    pub(crate) fn of(level: Option<Level>, reason: Reason) -> Denial {
+        Denial {
+            level,
+            reason,
+            policy: None,
+            rule: None,
+            relay: None,
+            detail: None,
+            scope: None,
+        }
+    }
+}
+
+/// The final answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Let the request through, adding these headers (in order; later replaces earlier).
+    /// `policy`/`rule`: the last Allow rule that admitted it (Backend level over Gateway).
+    Allow {
+        add_headers: Vec<HeaderEdit>,
+        policy: Option<String>,
+        rule: Option<String>,
+    },
+    Deny(Denial),
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Make these calls (in parallel), then [`super::Evaluation::complete`] each and advance again.
+    Call(Vec<AuthzCall>),
+    /// Calls are still outstanding.
+    Waiting,
+    Done(Decision),
+}
+
+/// One line of the decision trace (for `explain` and debug logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceEntry {
+    pub level: Option<Level>,
+    pub step: &'static str,
+    pub policy: Option<String>,
+    pub rule: Option<String>,
+    pub outcome: String,
+}
