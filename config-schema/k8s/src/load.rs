@@ -15,8 +15,10 @@ use crate::types::*;
 use crate::validate;
 
 mod duplicates;
+mod pins;
 
 use duplicates::{duplicate_in_yaml, flow_duplicate};
+pub use pins::{PinView, ToolPinView};
 
 /// Where an object came from.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -28,7 +28,7 @@ pub(crate) const MCP_ACCESS_GROUP: &str = "mcp-access.io";
 
 pub(crate) use authz_cache::ExternalAuthCache;
 pub use backend::*;
-pub use pins::{PinView, ToolPinSpec, ToolPinView};
+pub use pins::ToolPinSpec;
 
 /// An optional string field's value, or `""`.
 pub(crate) fn opt(s: &Option<String>) -> &str {
