@@ -34,12 +34,22 @@ pub struct Replay {
     pub unreadable: Vec<String>,
 }
 
+/// Which way a decision flips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Change {
+    /// Allowed, now denied.
+    Loses,
+    /// Denied, now allowed.
+    Gains,
+}
+
 /// Identical requests whose decision flips.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Flip {
     /// `loses` (allowed, now denied) or `gains` (denied, now allowed).
-    pub change: &'static str,
+    pub change: Change,
     pub caller: String,
     pub listener: String,
     pub backend: Option<String>,
@@ -92,7 +102,11 @@ pub fn replay(
             continue;
         }
         let flip = Flip {
-            change: if was_allowed { "loses" } else { "gains" },
+            change: if was_allowed {
+                Change::Loses
+            } else {
+                Change::Gains
+            },
             caller: caller_of(r),
             listener: text(r, "listener").unwrap_or_default(),
             backend: text(r, "backend"),
@@ -317,7 +331,10 @@ pub fn to_text(r: &Replay) -> String {
     for f in &r.flips {
         out.push_str(&format!(
             "  {} {}  {}  on {}{}  ({} request{})\n      was {}\n      now {}\n",
-            f.change.to_uppercase(),
+            match f.change {
+                Change::Loses => "LOSES",
+                Change::Gains => "GAINS",
+            },
             f.caller,
             f.call,
             f.listener,
