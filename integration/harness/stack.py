@@ -1,7 +1,7 @@
 """One Envoy with the mcp-access filter in front of upstreams, as a test module runs it: listeners
 on free ports, a bundle built for those ports, routes to upstream clusters, and an access log
 whose entries carry the filter's decisions (its filter state), read back with mark() and
-decisions_since().
+decisions_since() (decisions() for any Envoy; logged_decisions() reads its log's decision lines).
 
     with Stack.start("cel", work_dir=..., wasm=..., bundle=lambda ports: {...}, routes=[...],
                      upstreams=[Cluster("tools", port=server.port)], pki=pki) as stack:
@@ -48,10 +48,10 @@ def mark(envoy: EnvoyProcess, settle: float = 0.15) -> int:
 
 
 def decisions(envoy: EnvoyProcess, since: int = 0, *, count: int = 1, where: Where | None = None,
-              timeout: float = 5.0) -> list[tuple[Doc, Doc]]:
+              until: Callable[[list[Doc]], bool] | None = None, timeout: float = 5.0) -> list[tuple[Doc, Doc]]:
     """(access-log entry, decision) of the entries after the first `since` that carry a decision
-    (and satisfy `where`), once there are `count` of them or `timeout` seconds have passed (then
-    fewer, perhaps none)."""
+    (and satisfy `where`), once there are `count` of them (or, given `until`, once it holds for
+    their decisions) or `timeout` seconds have passed (then what there is, perhaps nothing)."""
     deadline = time.monotonic() + timeout
     while True:
         found = []
@@ -62,9 +62,20 @@ def decisions(envoy: EnvoyProcess, since: int = 0, *, count: int = 1, where: Whe
             decision = json.loads(state)
             if where is None or where(entry, decision):
                 found.append((entry, decision))
-        if len(found) >= count or time.monotonic() > deadline:
+        done = until([d for _, d in found]) if until else len(found) >= count
+        if done or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
+
+
+DECISION_LINE = "mcp-access decision "
+
+
+def logged_decisions(envoy: EnvoyProcess) -> list[tuple[str, Doc]]:
+    """(log line, decision) of each decision line of Envoy's log so far, oldest first: the same
+    record as the access log's filter state, written when the request ends."""
+    return [(line, json.loads(line.split(DECISION_LINE, 1)[1]))
+            for line in envoy.log_text().splitlines() if DECISION_LINE in line]
 
 
 # --- the stack ----------------------------------------------------------------------------------

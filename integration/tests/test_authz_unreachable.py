@@ -49,14 +49,16 @@ def bundle(port: int) -> dict[str, Any]:
 
 
 @dataclass
-class Stack:
+class UnreachableAuthorizers:
+    """Envoy, with authorizers it cannot reach, in front of the MCP server."""
+
     envoy: EnvoyProcess
     port: int
     tools: McpServerProc
 
 
 @pytest.fixture(scope="module")
-def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterator[Stack]:
+def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterator[UnreachableAuthorizers]:
     port, dead = free_port(), free_port()  # nothing listens on `dead`
     listeners = [Listener("mcp", port, [Route("tools-route", "/mcp", "tools")],
                           wasm=Wasm(wasm_path, configuration=json.dumps(bundle(port))))]
@@ -68,10 +70,10 @@ def stack(work_dir: Path, mcp_server: McpServerProc, wasm_path: Path) -> Iterato
     cfg = build_bootstrap(admin_port=free_port(), listeners=listeners, clusters=clusters,
                           access_log_path=work_dir / f"access-unreachable-{port}.log")
     with EnvoyProcess(cfg, workdir=work_dir / "envoy-unreachable", name="envoy-unreachable") as env:
-        yield Stack(env, port, mcp_server)
+        yield UnreachableAuthorizers(env, port, mcp_server)
 
 
-def logged(stack: Stack, prefix: str) -> str:
+def logged(stack: UnreachableAuthorizers, prefix: str) -> str:
     """The log line that begins with `prefix` (waiting for it briefly)."""
     deadline = time.monotonic() + 5
     while True:
@@ -82,7 +84,7 @@ def logged(stack: Stack, prefix: str) -> str:
         time.sleep(0.05)
 
 
-def call(stack: Stack, scenario: str) -> None:
+def call(stack: UnreachableAuthorizers, scenario: str) -> None:
     """A tools/call the authorizer of `scenario` must judge: denied (failure mode Deny)."""
     stats = lambda: int(stack.envoy.stats("mcp_access").get("wasmcustom.mcp_access.callout.errors", 0))
     before = stats()
@@ -95,7 +97,7 @@ def call(stack: Stack, scenario: str) -> None:
 @pytest.mark.parametrize(("scenario", "status"), [
     ("http-refused", "503"), ("grpc-refused", "gRPC status 14 (UNAVAILABLE)")])
 def test_an_authorizer_nothing_listens_for_is_not_reached_with_envoys_reason(
-        stack: Stack, scenario: str, status: str) -> None:
+        stack: UnreachableAuthorizers, scenario: str, status: str) -> None:
     call(stack, scenario)
     cluster = f"refused-{scenario.split('-')[0]}"
     line = logged(stack, f"mcp-access: authorizer {scenario}: ")
@@ -108,7 +110,7 @@ def test_an_authorizer_nothing_listens_for_is_not_reached_with_envoys_reason(
 
 @pytest.mark.parametrize("scenario", ["http-dns", "grpc-dns"])
 def test_an_authorizer_whose_dns_name_does_not_resolve_is_named_with_the_cause(
-        stack: Stack, scenario: str) -> None:
+        stack: UnreachableAuthorizers, scenario: str) -> None:
     call(stack, scenario)
     line = logged(stack, f"mcp-access: authorizer {scenario}: ")
     assert line.startswith(

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from harness import (
     start_mcp_server,
     text_of,
 )
+from harness.stack import decisions
 
 GATEWAY = """\
 apiVersion: gateway.networking.k8s.io/v1
@@ -223,21 +223,10 @@ def run_cli(cli: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(cli), *args], capture_output=True, text=True, timeout=60)
 
 
-def denials(envoy: Any, want: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+def denials(envoy: Any, want: int) -> list[dict[str, Any]]:
     """The filter's decision records (filter state in the access log) of denied requests;
     waits until `want` of them are flushed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = []
-        for e in envoy.access_log_entries():
-            state = e.get("filter_state")
-            if state and state != "-":
-                record = json.loads(state)
-                if record.get("decision") == "deny":
-                    out.append(record)
-        if len(out) >= want or time.monotonic() > deadline:
-            return out
-        time.sleep(0.05)
+    return [d for _, d in decisions(envoy, count=want, where=lambda _, d: d.get("decision") == "deny")]
 
 
 def test_quickstart_manifests_through_real_envoy(cli: Path, wasm_path: Path, work_dir: Path, pki: Any, envoy: Any) -> None:

@@ -21,7 +21,6 @@ enforced, its failures neither.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ import pytest
 
 from harness import Denied, EnvoyProcess, McpAgent, free_port, start_authorizer, start_mcp_server, text_of
 from harness.manifests import AGENTS_TOOLS, BASE_METHODS as BASE
+from harness.stack import decisions, logged_decisions
 from test_cli_e2e import cli, run_cli  # noqa: F401  (the `cli` fixture)
 
 
@@ -93,19 +93,10 @@ class Deployment:
     def counter(self, name: str) -> int:
         return int(self.proxy.stats("mcp_access").get(f"wasmcustom.mcp_access.{name}", 0))
 
-    def records(self, until: Any = None, timeout: float = 5.0) -> list[dict[str, Any]]:
-        """The decision of each request, from the access log's filter state; waits (up to
-        `timeout`) until `until(records)` holds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            out = []
-            for e in self.proxy.access_log_entries():
-                state = e.get("filter_state")
-                if state and state != "-":
-                    out.append(json.loads(state))
-            if until is None or until(out) or time.monotonic() > deadline:
-                return out
-            time.sleep(0.05)
+    def records(self, until: Any = None) -> list[dict[str, Any]]:
+        """The decision of each request, from the access log's filter state; waits (up to 5 s)
+        until `until(records)` holds."""
+        return [r for _, r in decisions(self.proxy, until=until or (lambda _: True))]
 
 
 @pytest.fixture(scope="module")
@@ -185,8 +176,8 @@ def test_decisions_and_counters_say_what_the_dry_run_would_change(deployment: An
     assert d.counter("dry_run.policy.mcp/tools-add.would_allow") == 1
     assert d.counter("dry_run.policy.mcp/tools-add.would_deny") == 0
     # The decision log line of an allowed request the dry run would deny is logged.
-    lines = [l for l in d.proxy.log_text().splitlines() if "mcp-access decision" in l and '"name":"delete_repo"' in l]
-    assert lines and '"dry_run":{' in lines[-1] and '"policy":"mcp/no-delete"' in lines[-1], lines
+    logged = [r for _, r in logged_decisions(d.proxy) if r.get("name") == "delete_repo"]
+    assert logged and logged[-1]["dry_run"]["policy"] == "mcp/no-delete", logged
 
 
 def test_a_failing_dry_run_authorizer_is_not_enforced(deployment: Any) -> None:

@@ -37,7 +37,7 @@ from harness import (
     text_of,
 )
 from harness import bundles as b
-from harness.stack import Stack
+from harness.stack import Stack, logged_decisions
 
 GAMMA = "spiffe://example.org/ns/agents/sa/gamma"
 ROW_TOOLS = ["r1", "r2", "r3", "r4", "r5", "r6"]
@@ -383,7 +383,7 @@ def test_stats_and_logs(stack: Stack) -> None:
     assert stats.get("wasmcustom.mcp_access.callout.dispatch_errors", 0) >= 0
     log = stack.envoy.log_text()
     assert "mcp-access: loaded bundle" in log
-    denial_lines = [l for l in log.splitlines() if "mcp-access decision" in l and '"reason":"not_allowed"' in l]
+    denial_lines = [line for line, d in logged_decisions(stack.envoy) if d.get("reason") == "not_allowed"]
     assert denial_lines and "[info]" in denial_lines[-1]
     assert "BEGIN" not in log and "Bearer ey" not in log, "no secrets in logs"
 

@@ -17,7 +17,7 @@ import pytest
 
 from harness import ALPHA, BETA, BackgroundHttpServer, Cluster, HttpResult, JwtKeys, McpServerProc, Pki, Route, rpc
 from harness import bundles as b
-from harness.stack import Listen, Stack
+from harness.stack import Listen, Stack, logged_decisions
 
 KIB = 1024
 
@@ -139,8 +139,8 @@ def test_a_jwt_caller_is_named_in_the_decision(stack: Stack) -> None:
     assert r.status == 403
     d = stack.decision()
     assert (d["caller"], d["decision"]) == (f"jwt:{stack.jwt.issuer}#u2", "deny"), d
-    line = [l for l in stack.envoy.log_text().splitlines() if "mcp-access decision" in l][-1]
-    assert f'"caller":"jwt:{stack.jwt.issuer}#u2"' in line
+    _, logged = logged_decisions(stack.envoy)[-1]
+    assert logged["caller"] == f"jwt:{stack.jwt.issuer}#u2", logged
 
 
 # --- authorizer answers ---------------------------------------------------------------------

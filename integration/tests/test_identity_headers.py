@@ -10,13 +10,13 @@ streams, whose GET stream carries the headers too.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness import Denied, JwtKeys, McpAgent, post_jsonrpc, rpc, start_mcp_server, text_of
+from harness.stack import logged_decisions
 from test_cli_e2e import cli  # noqa: F401  (the `cli` fixture)
 from test_policy_language import PLAIN_GATEWAY, deploy
 
@@ -109,8 +109,7 @@ def test_the_server_sees_only_the_identity_the_filter_sets(cli: Path, wasm_path:
         assert r.status == (200 if mode == "json" else 400), r
         (seen,) = server.requests()
         assert identity_of(seen) == {"x-caller-iss": jwt_keys.issuer, "x-caller-groups": '["staff"]'}, seen
-        records = [json.loads(ln.split("mcp-access decision ", 1)[1]) for ln in d.envoy.log_text().splitlines()
-                   if "mcp-access decision " in ln]
+        records = [r for _, r in logged_decisions(d.envoy)]
         assert records[-1]["identity_headers_omitted"] == [
             {"name": "x-caller-sub", "reason": "has leading or trailing whitespace"},
             {"name": "x-caller-team", "reason": "has leading or trailing whitespace"},

@@ -16,6 +16,7 @@ from typing import Any
 
 from harness import (ALPHA, Cluster, EnvoyProcess, Listener, Route, Tls, Wasm, build_bootstrap, free_port,
                      start_authorizer, start_mcp_server)
+from harness import bundles as b
 from harness.traffic import ALLOWED_TOOL, FLIP_TOOL, Load, Version, client, judge, send
 from test_cli_e2e import cli, run_cli  # noqa: F401  (the `cli` fixture)
 
@@ -30,22 +31,13 @@ PHASES = [("answers", {"deny_all": False, "delay_ms": 0}, True),
 
 def bundle(plain: int, mtls: int) -> dict[str, Any]:
     """echo and add allowed to everyone; every call of add is first asked of the authorizer."""
-    def policy(name: str, action: str, seniority: int, **kw: Any) -> dict[str, Any]:
-        return {"name": name, "namespace": "mcp", "level": "Gateway", "targets": [{"name": "gw"}],
-                "action": action, "seniority": seniority, **kw}
-    return {
-        "apiVersion": "mcp-access.io/v1",
-        "gateways": [{"name": "gw", "namespace": "mcp",
-                      "listeners": [{"name": "plain", "port": plain}, {"name": "mtls", "port": mtls}]}],
-        "backends": [{"name": "tools", "namespace": "mcp", "routeNames": ["tools"]}],
-        "authorizers": [{"name": "risk", "cluster": "risk", "timeoutMs": TIMEOUT_MS}],
-        "policies": [
-            policy("risk-check", "ExternalAuth", 1, externalAuth="risk", rules=[
-                {"name": "adds", "authorization": {"mcp": {"methods": [{"name": "tools/call", "params": [FLIP_TOOL]}]}}}]),
-            policy("tools", "Allow", 2, rules=[{"name": "two-tools", "authorization": {"mcp": {
-                "methods": [{"name": "tools/call", "params": [ALLOWED_TOOL, FLIP_TOOL]}], "baseProtocol": "Match"}}}]),
-        ],
-    }
+    return b.bundle(
+        gateways=[b.gateway({"plain": plain, "mtls": mtls})], backends=[b.backend("tools", "tools")],
+        authorizers=[b.authorizer("risk", "risk", TIMEOUT_MS)],
+        policies=[b.policy("risk-check", "Gateway", "gw", "ExternalAuth", seniority=1, externalAuth="risk",
+                           rules=[b.rule("adds", b.calls(FLIP_TOOL))]),
+                  b.policy("tools", "Gateway", "gw", "Allow", seniority=2,
+                           rules=[b.rule("two-tools", b.calls(ALLOWED_TOOL, FLIP_TOOL, base=True))])])
 
 
 def rss_kib(pid: int) -> int:

@@ -45,7 +45,9 @@ pub struct RuleRef {
 
 /// A hash map with a fast, unkeyed hash (FxHash's multiply-rotate over 8-byte words). Only for
 /// tables whose keys come from the bundle: a request can look keys up but never insert, so
-/// it cannot make collisions.
+/// it cannot make collisions. Against foldhash 0.2's `FixedState` (callgrind, benches/decide.rs,
+/// 2026-12-04): 28,567 vs 28,811 instructions per s2 request, 28,917 vs 29,037 per s5 one, but
+/// 161.1M vs 78.6M per s5 bundle load.
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 /// A hash set with the same hash, for sets of names from the bundle.
 pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
