@@ -111,7 +111,7 @@ pub mod headers {
     }
 }
 
-/// The method names the filter itself refers to (every other name is only in [`METHODS`]).
+/// The method names the filter itself refers to (every other name is only in `METHODS`).
 pub const TOOLS_LIST: &str = "tools/list";
 pub const PROMPTS_LIST: &str = "prompts/list";
 pub const RESOURCES_LIST: &str = "resources/list";
@@ -184,7 +184,7 @@ impl Param {
     }
 }
 
-/// One client-to-server MCP method: a row of [`METHODS`].
+/// One client-to-server MCP method: a row of `METHODS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MethodSpec {
     pub(crate) name: &'static str,
@@ -218,8 +218,8 @@ impl MethodSpec {
     }
 }
 
-/// A JSON-RPC method as a request names it, resolved once against [`METHODS`]: one of the
-/// table's, or another name (left to the policies; base protocol under [`BASE_PREFIXES`]).
+/// A JSON-RPC method as a request names it, resolved once against `METHODS`: one of the
+/// table's, or another name (left to the policies; base protocol under `BASE_PREFIXES`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Method {
     Known(&'static MethodSpec),

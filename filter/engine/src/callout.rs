@@ -110,13 +110,74 @@ pub(crate) fn malformed(problem: &str) -> AuthzOutcome {
     }
 }
 
-/// Builds the callout for `authorizer` about `req` (body: the buffered client body).
+/// What the filter itself tells an authorizer about a request, whatever the authorizer's
+/// protocol (docs/semantics.md §3.5): one value, rendered as `x-mcp-*` headers for an HTTP
+/// authorizer ([`CalloutAttributes::headers`]) and as `context_extensions` for a gRPC one
+/// ([`crate::ext_authz`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CalloutAttributes<'r> {
+    /// The JSON-RPC method of a call.
+    pub method: Option<&'r Method>,
+    /// What the call names, by its category: a tool, a prompt, a resource URI.
+    pub item: Option<(Category, &'r str)>,
+    /// The caller's SPIFFE ID (told an HTTP authorizer; a gRPC one reads the peer's principal).
+    pub spiffe: Option<&'r str>,
+    /// The level and the policy that call the authorizer.
+    pub level: Level,
+    pub policy: &'r str,
+}
+
+impl<'r> CalloutAttributes<'r> {
+    /// The attributes of `req` for `policy` at `level`.
+    pub(crate) fn of(req: &'r Request, level: Level, policy: &'r str) -> Self {
+        let (method, item) = match &req.mcp {
+            McpOp::Call { method, param } => {
+                (Some(method), method.item_category().zip(param.as_deref()))
+            }
+            _ => (None, None),
+        };
+        CalloutAttributes {
+            method,
+            item,
+            spiffe: req.caller.spiffe.as_deref(),
+            level,
+            policy,
+        }
+    }
+
+    /// As an HTTP authorizer is told them: headers (each a
+    /// [`CONTEXT_HEADERS`](mcp_access_bundle::authz_cache::CONTEXT_HEADERS) one), in order.
+    fn headers(&self) -> impl Iterator<Item = (&'static str, Cow<'static, str>)> + '_ {
+        let method = self.method.map(|m| match m {
+            Method::Known(spec) => ("x-mcp-method", Cow::Borrowed(spec.name())),
+            Method::Other(name) => ("x-mcp-method", Cow::Owned(name.clone())),
+        });
+        let item = self.item.map(|(category, value)| {
+            let name = match category {
+                Category::Tools => "x-mcp-tool",
+                Category::Prompts => "x-mcp-prompt",
+                Category::Resources => "x-mcp-resource-uri",
+            };
+            (name, Cow::Owned(value.to_owned()))
+        });
+        let spiffe = self
+            .spiffe
+            .map(|id| ("x-mcp-source-spiffe", Cow::Owned(id.to_owned())));
+        let policy = Cow::Owned(self.policy.to_owned());
+        method.into_iter().chain(item).chain(spiffe).chain([
+            ("x-mcp-access-level", Cow::Borrowed(self.level.as_str())),
+            ("x-mcp-access-policy", policy),
+        ])
+    }
+}
+
+/// Builds the callout for `authorizer` about `req` (body: the buffered client body), telling
+/// it `attrs`.
 pub(crate) fn build(
     authorizer: &Authorizer,
     req: &Request,
     body: &[u8],
-    level: Level,
-    policy: &str,
+    attrs: &CalloutAttributes<'_>,
 ) -> CalloutRequest {
     let max = usize::try_from(authorizer.forward_body_max_bytes).unwrap_or(usize::MAX);
     let forwarded = body.get(..max.min(body.len())).unwrap_or_default();
@@ -147,26 +208,7 @@ pub(crate) fn build(
             headers.push((name.to_owned().into(), value.to_owned().into()));
         }
     }
-    if let McpOp::Call { method, param } = &req.mcp {
-        let name = match method {
-            Method::Known(spec) => Cow::Borrowed(spec.name()),
-            Method::Other(name) => Cow::Owned(name.clone()),
-        };
-        headers.push(("x-mcp-method".into(), name));
-        let param_header = method.item_category().map(|c| match c {
-            Category::Tools => "x-mcp-tool",
-            Category::Prompts => "x-mcp-prompt",
-            Category::Resources => "x-mcp-resource-uri",
-        });
-        if let (Some(h), Some(p)) = (param_header, param) {
-            headers.push((h.into(), p.clone().into()));
-        }
-    }
-    if let Some(id) = &req.caller.spiffe {
-        headers.push(("x-mcp-source-spiffe".into(), id.clone().into()));
-    }
-    headers.push(("x-mcp-access-level".into(), level.as_str().into()));
-    headers.push(("x-mcp-access-policy".into(), policy.to_string().into()));
+    headers.extend(attrs.headers().map(|(n, v)| (Cow::Borrowed(n), v)));
     CalloutRequest {
         cluster: authorizer.cluster.clone(),
         headers,
@@ -424,6 +466,7 @@ impl CalloutReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mcp_access_bundle::authz_cache::CONTEXT_HEADERS;
 
     #[test]
     fn an_answer_editing_a_header_a_route_matches_on_is_an_error() {
@@ -446,6 +489,44 @@ mod tests {
         let mut e = AuthzOutcome::Error { detail: "x".into() };
         refuse_route_matched(&mut e, &routed);
         assert_eq!(e, AuthzOutcome::Error { detail: "x".into() });
+    }
+
+    #[test]
+    fn attributes_render_as_the_context_headers_in_order() {
+        let mut req = Request {
+            mcp: McpOp::Call {
+                method: "resources/read".into(),
+                param: Some("file:///a".into()),
+            },
+            ..Request::default()
+        };
+        req.caller.spiffe = Some("spiffe://td/x".into());
+        let attrs = CalloutAttributes::of(&req, Level::Backend, "ns/p");
+        let headers: Vec<_> = attrs.headers().collect();
+        let want = [
+            ("x-mcp-method", "resources/read"),
+            ("x-mcp-resource-uri", "file:///a"),
+            ("x-mcp-source-spiffe", "spiffe://td/x"),
+            ("x-mcp-access-level", "backend"),
+            ("x-mcp-access-policy", "ns/p"),
+        ];
+        let got: Vec<_> = headers.iter().map(|(n, v)| (*n, v.as_ref())).collect();
+        assert_eq!(got, want);
+        // Every name it can write is one the filter sets itself (never the client's copy).
+        for category in [Category::Tools, Category::Prompts, Category::Resources] {
+            let attrs = CalloutAttributes {
+                item: Some((category, "x")),
+                ..attrs
+            };
+            for (name, _) in attrs.headers() {
+                assert!(CONTEXT_HEADERS.contains(&name), "{name}");
+            }
+        }
+        // Not a call: only the level and the policy.
+        let none = Request::default();
+        let plain = CalloutAttributes::of(&none, Level::Gateway, "p");
+        let names: Vec<_> = plain.headers().map(|(n, _)| n).collect();
+        assert_eq!(names, ["x-mcp-access-level", "x-mcp-access-policy"]);
     }
 
     fn authorizer(cap: u32) -> Authorizer {

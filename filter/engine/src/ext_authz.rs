@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use mcp_access_bundle::authz_cache::PARTIAL_BODY_HEADER as PARTIAL_BODY;
 use mcp_access_bundle::mcp_methods::{self, Category};
-use mcp_access_bundle::{Authorizer, Level};
+use mcp_access_bundle::Authorizer;
 
-use crate::callout::{CalloutRequest, ERROR_BODY_PEEK};
+use crate::callout::{CalloutAttributes, CalloutRequest, ERROR_BODY_PEEK};
 use crate::pb;
 use crate::policy::{AuthzOutcome, HeaderEdit, HeaderOp};
 use crate::request::{Headers, McpOp, Request};
@@ -95,15 +95,34 @@ fn address(a: Option<&String>) -> Option<pb::Address> {
     })
 }
 
+/// The attributes as a gRPC authorizer is told them: `context_extensions` (no SPIFFE ID: the
+/// source peer's principal holds it).
+fn context_extensions_of(attrs: &CalloutAttributes<'_>) -> BTreeMap<String, String> {
+    let mut ext = BTreeMap::new();
+    if let Some(method) = attrs.method {
+        ext.insert(EXT_METHOD.to_string(), method.to_string());
+    }
+    if let Some((category, value)) = attrs.item {
+        let key = match category {
+            Category::Tools => EXT_TOOL,
+            Category::Prompts => EXT_PROMPT,
+            Category::Resources => EXT_RESOURCE_URI,
+        };
+        ext.insert(key.to_string(), value.to_string());
+    }
+    ext.insert(EXT_LEVEL.to_string(), attrs.level.as_str().to_string());
+    ext.insert(EXT_POLICY.to_string(), attrs.policy.to_string());
+    ext
+}
+
 /// The CheckRequest for `authorizer` about `req` (`body`: the buffered client body, `id`: the
-/// JSON-RPC id as raw JSON text).
+/// JSON-RPC id as raw JSON text), telling it `attrs`.
 pub(crate) fn check_request(
     authorizer: &Authorizer,
     req: &Request,
     body: &[u8],
     id: Option<&str>,
-    level: Level,
-    policy: &str,
+    attrs: &CalloutAttributes<'_>,
 ) -> pb::CheckRequest {
     let peers = &req.peers;
     let mut headers: BTreeMap<String, String> = BTreeMap::new();
@@ -144,20 +163,7 @@ pub(crate) fn check_request(
         };
         headers.insert(PARTIAL_BODY.into(), partial.into());
     }
-    let mut ext = BTreeMap::new();
-    if let McpOp::Call { method, param } = &req.mcp {
-        ext.insert(EXT_METHOD.to_string(), method.to_string());
-        let key = method.item_category().map(|c| match c {
-            Category::Tools => EXT_TOOL,
-            Category::Prompts => EXT_PROMPT,
-            Category::Resources => EXT_RESOURCE_URI,
-        });
-        if let (Some(k), Some(p)) = (key, param) {
-            ext.insert(k.to_string(), p.clone());
-        }
-    }
-    ext.insert(EXT_LEVEL.to_string(), level.as_str().to_string());
-    ext.insert(EXT_POLICY.to_string(), policy.to_string());
+    let ext = context_extensions_of(attrs);
     let header = |n: &str| req.header(n).unwrap_or_default().to_string();
     let time = peers.time_ns.map(|ns| pb::Timestamp {
         seconds: ns.div_euclid(1_000_000_000),
@@ -547,6 +553,7 @@ pub(crate) fn interpret(
 mod tests {
     use super::*;
     use crate::request::Peers;
+    use mcp_access_bundle::Level;
     use prost::Message;
 
     fn authorizer(json: serde_json::Value) -> Authorizer {
@@ -610,8 +617,7 @@ mod tests {
             &request(),
             b"123456",
             Some("7"),
-            Level::Backend,
-            "ns/p",
+            &CalloutAttributes::of(&request(), Level::Backend, "ns/p"),
         ));
         let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
         let attrs = m.attributes.unwrap();
@@ -670,8 +676,7 @@ mod tests {
             &request(),
             b"",
             None,
-            Level::Gateway,
-            "p",
+            &CalloutAttributes::of(&request(), Level::Gateway, "p"),
         ));
         let m = pb::CheckRequest::decode(bytes.as_slice()).unwrap();
         let attrs = m.attributes.unwrap();

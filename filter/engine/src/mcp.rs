@@ -305,7 +305,7 @@ struct Parser<'a> {
     id_ambiguous: bool,
     id: Option<&'a [u8]>,
     method_seen: bool,
-    method: Option<String>,
+    method: Option<Method>,
     params: ParamsKind,
     /// Where the first `params` and `params.arguments` are.
     params_span: Option<Range<usize>>,
@@ -413,10 +413,9 @@ impl<'a> Parser<'a> {
         if responding {
             return invalid("message has both \"method\" and \"result\"/\"error\"");
         }
-        if let Some(problem) = malformed_method(&method) {
+        if let Some(problem) = malformed_method(method.as_str()) {
             return invalid(problem);
         }
-        let method = Method::from(method);
         let completion_ref = match method.as_str() == COMPLETION_COMPLETE {
             true => Some(self.completion_ref()?),
             false => None,
@@ -653,7 +652,12 @@ impl<'a> Parser<'a> {
                         decoded: Some(s), ..
                     } => {
                         if first {
-                            self.method = Some(into_string(s)?);
+                            // Resolved here, once: a known name is not copied.
+                            let known = std::str::from_utf8(&s).ok().and_then(mcp_methods::lookup);
+                            self.method = Some(match known {
+                                Some(spec) => Method::Known(spec),
+                                None => Method::Other(into_string(s)?),
+                            });
                         }
                     }
                     _ => self.reject("\"method\" must be a string"),

@@ -5,7 +5,7 @@
 use mcp_access_bundle::{Authorizer, AuthorizerProtocol, Level};
 
 use crate::authz_cache::Sent;
-use crate::callout::{self, CalloutRequest};
+use crate::callout::{self, CalloutAttributes, CalloutRequest};
 use crate::ext_authz;
 use crate::pb;
 use crate::request::Request;
@@ -29,12 +29,13 @@ impl Outgoing {
         level: Level,
         policy: &str,
     ) -> Outgoing {
+        let attrs = CalloutAttributes::of(req, level, policy);
         match authorizer.protocol {
             AuthorizerProtocol::Http => {
-                Outgoing::Http(callout::build(authorizer, req, body, level, policy))
+                Outgoing::Http(callout::build(authorizer, req, body, &attrs))
             }
             AuthorizerProtocol::Grpc => Outgoing::Grpc(Box::new(ext_authz::check_request(
-                authorizer, req, body, id, level, policy,
+                authorizer, req, body, id, &attrs,
             ))),
         }
     }

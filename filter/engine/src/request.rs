@@ -181,8 +181,9 @@ pub struct Request {
     /// When the request arrived (`request.time`), nanoseconds since the Unix epoch; read only
     /// when a CEL expression needs it.
     pub time: Option<i64>,
-    /// The JSON-RPC `params` (arguments included); kept only when a CEL expression reads
-    /// `request.mcp.params`.
+    /// The JSON-RPC `params` (arguments included), kept when a CEL expression reads
+    /// `request.mcp.params`; else, when decision records keep arguments, only `arguments`
+    /// (`mcp::params_value`).
     pub params: Option<serde_json::Value>,
     /// The listener and backend whose policies judge the request.
     pub target: Target,
