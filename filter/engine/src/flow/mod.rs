@@ -749,13 +749,10 @@ impl RequestFlow {
         match decision {
             Decision::Allow {
                 mut add_headers,
-                policy,
-                rule,
+                by,
             } => {
                 outcome.allowed = true;
-                outcome.origin = engine.origin_of(policy.as_deref());
-                outcome.policy = policy.map(|p| engine.written_name(&p).to_string());
-                outcome.rule = rule;
+                outcome.by = by;
                 let identity = self.req.as_ref().map(|r| engine.identity_edits(r));
                 let identity = identity.unwrap_or_default();
                 outcome.identity_omitted = identity.omitted;
@@ -784,12 +781,13 @@ impl RequestFlow {
             Decision::Deny(d) => {
                 let challenge = self.req.as_ref().and_then(|r| engine.challenge(r, &d));
                 let id = self.id.as_deref();
-                let response = answer::denial(&engine.deny_response, &d, id, challenge.as_ref());
+                let by = d.by.map(|r| (engine.policy_id(r), engine.rule_name(r)));
+                let by = by.unwrap_or_default();
+                let response =
+                    answer::denial(&engine.deny_response, &d, by, id, challenge.as_ref());
                 outcome.level = d.level;
                 outcome.reason = Why::Denied(d.reason);
-                outcome.origin = engine.origin_of(d.policy.as_deref());
-                outcome.policy = d.policy.map(|p| engine.written_name(&p).to_string());
-                outcome.rule = d.rule;
+                outcome.by = d.by;
                 outcome.status = Some(response.status);
                 self.outcome = Some(outcome);
                 Next::Respond(response)
@@ -833,9 +831,7 @@ impl RequestFlow {
             allowed: false,
             level: None,
             reason: Why::Allowed,
-            policy: None,
-            origin: None,
-            rule: None,
+            by: None,
             status: None,
             listener: None,
             backend: None,

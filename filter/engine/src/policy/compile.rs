@@ -30,12 +30,6 @@ impl Engine {
         let dry = DryRunView::build(b, &order, &policies, (&listeners, &backends.backends))?;
         let (identity_header_names, identity_claims) = identity_headers::names_and_claims(b);
         let challenges = listeners.iter().any(|l| l.discovery.is_some());
-        let mut origins = HashMap::new();
-        for p in &policies {
-            if let Some(o) = &p.origin {
-                origins.entry(p.id.clone()).or_insert_with(|| o.clone());
-            }
-        }
         // Policies the compiler derived (defaults/overrides, rules replaced) answer to the
         // name of the policy the user wrote.
         let written: HashMap<String, String> = b
@@ -55,7 +49,6 @@ impl Engine {
         }
         Ok(Engine {
             dry,
-            origins,
             written,
             policies,
             authorizers: b.authorizers.clone(),
@@ -228,6 +221,10 @@ fn compile_policies(
             rules,
             when,
             origin: p.origin.as_ref().map(ToString::to_string),
+            written: p
+                .origin
+                .as_ref()
+                .and_then(|o| Some(o.policy.split_once(' ')?.1.to_string())),
             mode: p.mode,
         });
     }

@@ -21,11 +21,13 @@ use mcp_access_bundle::{
     Listings, UnknownBackend,
 };
 
-pub use compiled::{Cel, Mode, Policy};
-pub use cx::CelRecord;
+pub use compiled::Policy;
 pub(crate) use cx::{Applies, CelCx};
+pub use cx::{Cel, CelRecord, Mode};
 pub(crate) use decision::TraceEntry;
-pub use decision::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
+pub use decision::{
+    AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Named, Reason, Step,
+};
 pub use evaluation::{DryRunRecord, Evaluation};
 pub use identity_headers::{IdentityEdits, Omitted};
 pub use index::View;
@@ -40,7 +42,8 @@ pub(crate) type PolicyId = usize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RuleRef {
     pub policy: PolicyId,
-    pub(crate) rule: Option<usize>,
+    /// Position in the policy's rules.
+    pub rule: Option<usize>,
 }
 
 /// A hash map with a fast, unkeyed hash (FxHash's multiply-rotate over 8-byte words). Only for
@@ -223,8 +226,6 @@ pub struct Engine {
     pub backends: Vec<compiled::Backend>,
     by_route: HashMap<String, usize>,
     by_cluster: HashMap<String, usize>,
-    /// `namespace/name` → origin, for the policies that have one (looked up per decision).
-    origins: HashMap<String, String>,
     /// `namespace/name` of the policy a user wrote, by the id of each policy the compiler
     /// derived from it ([`Engine::written_name`]).
     written: HashMap<String, String>,
@@ -295,11 +296,6 @@ impl Engine {
     /// user-written policy everywhere); else `id` itself.
     pub fn written_name<'a>(&'a self, id: &'a str) -> &'a str {
         self.written.get(id).map_or(id, String::as_str)
-    }
-
-    /// The origin of policy `id` (`namespace/name`), if the compiler derived it.
-    pub fn origin_of(&self, id: Option<&str>) -> Option<String> {
-        self.origins.get(id?).cloned()
     }
 
     /// Where `req` is judged: the listener of its port and host, the backend of its route
