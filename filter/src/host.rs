@@ -189,7 +189,7 @@ impl Stream {
                     action = progress.next;
                 }
                 Next::Hold => {
-                    return match phase.hold(self.engine.hold_headers) {
+                    return match phase.hold(self.engine.settings.hold_headers) {
                         Verdict::Continue => WasmAction::Continue,
                         Verdict::Pause => WasmAction::Pause,
                     };
@@ -246,7 +246,7 @@ impl Stream {
         };
         let json = outcome.to_json(&self.engine);
         abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
-        if self.engine.decision_records.trace_tags {
+        if self.engine.settings.decision_records.trace_tags {
             for (key, value) in TRACE_TAG_KEYS.iter().zip(outcome.trace_tags(&self.engine)) {
                 abi::set_property(&[key], value.as_bytes());
             }

@@ -15,7 +15,7 @@ impl RequestFlow {
         let mut out = String::with_capacity(160);
         let what = What {
             headers: &engine.recorded_headers,
-            arguments: engine.decision_records.arguments,
+            arguments: engine.settings.decision_records.arguments,
             revision: self.revision.as_str(),
             key: &engine.record_key,
             time: engine.cel_needs().time,

@@ -7,7 +7,9 @@ use mcp_access_bundle::{self as bundle, Conditions, PolicyConditions, ValidBundl
 
 use super::compiled::{self, compile_cels, compile_rule};
 use super::index::{self, DryRunView, View};
-use super::{identity_headers, CelNeeds, CompileError, CompileProblem, Engine, EngineError};
+use super::{
+    identity_headers, CelNeeds, CompileError, CompileProblem, Engine, EngineError, Settings,
+};
 
 impl Engine {
     /// Compiles a validated bundle: its policies (with the CEL conditions validation
@@ -56,18 +58,20 @@ impl Engine {
             backends: backends.backends,
             by_route: backends.by_route,
             by_cluster: backends.by_cluster,
-            identity: b.identity.clone(),
-            deny_response: b.deny_response.clone(),
-            limits: b.limits.clone(),
-            listings: b.listings.clone(),
-            hold_headers: b.envoy.hold_headers,
-            route_match_headers: b.envoy.route_match_headers.clone(),
-            unknown_backend: b.envoy.unknown_backend,
-            escaped_slashes: b.envoy.escaped_slashes,
+            settings: Settings {
+                identity: b.identity.clone(),
+                deny_response: b.deny_response.clone(),
+                limits: b.limits.clone(),
+                listings: b.listings.clone(),
+                hold_headers: b.envoy.hold_headers,
+                route_match_headers: b.envoy.route_match_headers.clone(),
+                unknown_backend: b.envoy.unknown_backend,
+                escaped_slashes: b.envoy.escaped_slashes,
+                decision_records: b.decision_records,
+            },
             jwt_claims: compiled.jwt_claims,
             cache_claims,
             cel_needs: compiled.cel_needs,
-            decision_records: b.decision_records,
             recorded_headers: {
                 let mut h = compiled.headers;
                 h.sort_unstable();

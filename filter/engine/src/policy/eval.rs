@@ -95,7 +95,7 @@ impl Run {
         };
         let unknown = if listener.is_none() {
             Some((Reason::UnknownListener, format!("port {}", req.port)))
-        } else if backend.is_none() && engine.unknown_backend == UnknownBackend::Deny {
+        } else if backend.is_none() && engine.settings.unknown_backend == UnknownBackend::Deny {
             Some((
                 Reason::UnknownBackend,
                 format!(
@@ -639,7 +639,8 @@ impl Engine {
         for level in [Level::Gateway, Level::Backend] {
             let index = self.level_index(view, level, scope);
             let Some(index) = index else {
-                if level == Level::Gateway || self.unknown_backend == UnknownBackend::Deny {
+                if level == Level::Gateway || self.settings.unknown_backend == UnknownBackend::Deny
+                {
                     return Some((level, None));
                 }
                 continue;

@@ -215,6 +215,24 @@ pub struct LevelIndex {
     pub(crate) allow_when: Vec<PolicyId>,
 }
 
+/// The settings of the bundle the engine reads, copied as they are.
+#[derive(Debug)]
+pub struct Settings {
+    pub identity: IdentitySettings,
+    pub(crate) deny_response: DenyResponse,
+    pub limits: Limits,
+    /// Per-caller filtering of listing responses.
+    pub(crate) listings: Listings,
+    pub hold_headers: bool,
+    pub(crate) unknown_backend: UnknownBackend,
+    /// How `%2F` / `%5C` in a request path are treated.
+    pub(crate) escaped_slashes: EscapedSlashes,
+    /// Request headers some route matches on: never edited (`envoy.routeMatchHeaders`).
+    pub(crate) route_match_headers: Vec<String>,
+    /// What decision records carry.
+    pub decision_records: bundle::DecisionRecords,
+}
+
 /// The bundle compiled for per-request use.
 #[derive(Debug)]
 pub struct Engine {
@@ -229,25 +247,14 @@ pub struct Engine {
     /// `namespace/name` of the policy a user wrote, by the id of each policy the compiler
     /// derived from it ([`Engine::written_name`]).
     written: HashMap<String, String>,
-    pub identity: IdentitySettings,
-    pub(crate) deny_response: DenyResponse,
-    pub limits: Limits,
-    /// Per-caller filtering of listing responses.
-    pub(crate) listings: Listings,
-    pub hold_headers: bool,
-    pub(crate) unknown_backend: UnknownBackend,
-    /// How `%2F` / `%5C` in a request path are treated.
-    pub(crate) escaped_slashes: EscapedSlashes,
-    /// Request headers some route matches on: never edited (`envoy.routeMatchHeaders`).
-    pub(crate) route_match_headers: Vec<String>,
+    /// The bundle's settings, as it gave them.
+    pub settings: Settings,
     /// Claim names any JWT rule reads.
     pub(crate) jwt_claims: Vec<String>,
     /// Claim names authorizer caches key on.
     pub(crate) cache_claims: Vec<String>,
     /// What the CEL conditions read beyond the usual request attributes.
     pub(crate) cel_needs: CelNeeds,
-    /// What decision records carry.
-    pub decision_records: bundle::DecisionRecords,
     /// Headers the rules' header conditions read (lowercase): what a decision record keeps of
     /// the request's headers (a credential's as a keyed digest, [`Engine::record_key`]).
     pub recorded_headers: Vec<String>,
@@ -357,7 +364,11 @@ impl Engine {
         &self,
         claims: &serde_json::Value,
     ) -> Result<crate::request::JwtPrincipal, String> {
-        crate::identity::principal_from_json(claims, &self.identity.jwt.providers, self.wanted())
+        crate::identity::principal_from_json(
+            claims,
+            &self.settings.identity.jwt.providers,
+            self.wanted(),
+        )
     }
 
     /// What the bundle reads of a verified JWT.
@@ -378,7 +389,12 @@ impl Engine {
                 .filter(|_| self.cel_needs.annotations)
                 .and_then(|b| b.pins.clone());
             let id = backend.map(|b| b.id.as_str());
-            CelCx::new(self.identity.trust_domain.as_deref(), id, pins, trace)
+            CelCx::new(
+                self.settings.identity.trust_domain.as_deref(),
+                id,
+                pins,
+                trace,
+            )
         } else {
             CelCx::default()
         }
