@@ -189,7 +189,7 @@ impl Stream {
                     action = progress.next;
                 }
                 Next::Hold => {
-                    return match phase.hold(self.engine.hold_headers) {
+                    return match phase.hold(self.engine.settings.hold_headers) {
                         Verdict::Continue => WasmAction::Continue,
                         Verdict::Pause => WasmAction::Pause,
                     };
@@ -244,18 +244,14 @@ impl Stream {
         let Some(outcome) = self.flow.outcome() else {
             return;
         };
-        let json = outcome.to_json();
+        let json = outcome.to_json(&self.engine);
         abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
-        if self.engine.decision_records.trace_tags {
-            for (key, value) in TRACE_TAG_KEYS.iter().zip(outcome.trace_tags()) {
+        if self.engine.settings.decision_records.trace_tags {
+            for (key, value) in TRACE_TAG_KEYS.iter().zip(outcome.trace_tags(&self.engine)) {
                 abi::set_property(&[key], value.as_bytes());
             }
         }
-        self.bundle_stats.count(
-            outcome.policy.as_ref(),
-            outcome.rule.as_ref(),
-            outcome.allowed,
-        );
+        self.bundle_stats.count(outcome.by, outcome.allowed);
         for (c, n) in [
             (Counter::CelErrors, outcome.cel_errors.0),
             (Counter::CelStepsExceeded, outcome.cel_errors.1),

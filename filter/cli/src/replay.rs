@@ -6,9 +6,13 @@
 
 use std::collections::BTreeMap;
 
+use mcp_access_bundle::Level;
 use mcp_access_bundle::{mcp_methods, Bundle};
+use mcp_access_engine::answer::Why;
+use mcp_access_engine::flow::records::{DecisionRecord, RequestRecord, Verdict as Recorded};
+use mcp_access_engine::policy::Reason;
 use mcp_access_k8s::Topology;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::explain::{Assumption, At, Explainer, RequestSpec, Verdict};
@@ -78,6 +82,15 @@ pub fn replay(
     // One engine for every record (a bundle that does not compile: each record's error).
     let explainer = Explainer::new(bundle, topo);
     for r in records {
+        let r = match DecisionRecord::deserialize(r) {
+            Ok(r) => r,
+            Err(e) => {
+                let why = format!("the record does not read as a decision record ({e})");
+                *out.skipped.entry(why).or_default() += 1;
+                continue;
+            }
+        };
+        let r = &r;
         let spec = match spec_of(r, assume) {
             Ok(s) => s,
             Err(why) => {
@@ -97,7 +110,7 @@ pub fn replay(
             }
         };
         out.replayed += 1;
-        let was_allowed = r.get("decision").and_then(Value::as_str) == Some("allow");
+        let was_allowed = r.decision == Recorded::Allow;
         if was_allowed == (e.decision == Verdict::Allow) {
             continue;
         }
@@ -108,8 +121,8 @@ pub fn replay(
                 Change::Gains
             },
             caller: caller_of(r),
-            listener: text(r, "listener").unwrap_or_default(),
-            backend: text(r, "backend"),
+            listener: r.listener.clone().unwrap_or_default(),
+            backend: r.backend.clone(),
             call: call_of(r),
             count: 1,
             was: recorded(r),
@@ -142,77 +155,65 @@ fn s(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("-")
 }
 
-fn text(r: &Value, key: &str) -> Option<String> {
-    r.get(key).and_then(Value::as_str).map(str::to_string)
+fn caller_of(r: &DecisionRecord) -> String {
+    r.caller
+        .clone()
+        .unwrap_or_else(|| "an anonymous caller".into())
 }
 
-fn caller_of(r: &Value) -> String {
-    text(r, "caller").unwrap_or_else(|| "an anonymous caller".into())
-}
-
-fn call_of(r: &Value) -> String {
-    let req = r.get("request");
-    match (text(r, "method"), text(r, "name")) {
+fn call_of(r: &DecisionRecord) -> String {
+    let req = r.request.as_ref().and_then(Option::as_ref);
+    match (&r.method, &r.name) {
         (Some(m), Some(n)) => format!("{m} {n}"),
-        (Some(m), None) => m,
+        (Some(m), None) => m.clone(),
         _ => format!(
             "{} {}",
-            req.and_then(|q| q.get("method"))
-                .and_then(Value::as_str)
-                .unwrap_or("?"),
-            req.and_then(|q| q.get("path"))
-                .and_then(Value::as_str)
-                .unwrap_or("?")
+            req.map_or("?", |q| q.method.as_str()),
+            req.map_or("?", |q| q.path.as_str())
         ),
     }
 }
 
-fn recorded(r: &Value) -> String {
-    let get = |k: &str| text(r, k).unwrap_or_else(|| "-".into());
-    if r.get("decision").and_then(Value::as_str) == Some("allow") {
-        format!("allow (policy {}, rule {})", get("policy"), get("rule"))
-    } else {
-        format!(
-            "deny at {} ({}): policy {}, rule {}",
-            get("level"),
-            get("reason"),
-            get("policy"),
-            get("rule")
-        )
+fn recorded(r: &DecisionRecord) -> String {
+    let (policy, rule) = (s(&r.policy), s(&r.rule));
+    match r.decision {
+        Recorded::Allow => format!("allow (policy {policy}, rule {rule})"),
+        Recorded::Deny => format!(
+            "deny at {} ({}): policy {policy}, rule {rule}",
+            Level::name(r.level),
+            r.reason.map_or("-", Why::as_str),
+        ),
     }
 }
 
-fn describe(r: &Value) -> String {
+fn describe(r: &DecisionRecord) -> String {
     format!(
         "{} {} on {}",
         caller_of(r),
         call_of(r),
-        text(r, "listener").unwrap_or_default()
+        r.listener.as_deref().unwrap_or_default()
     )
 }
 
 /// The `explain` request of a record; Err: why it cannot be decided again.
-fn spec_of(r: &Value, assume: &BTreeMap<String, Assumption>) -> Result<RequestSpec, String> {
-    let Some(req) = r.get("request").filter(|q| q.is_object()) else {
-        return Err(match r.get("reason").and_then(Value::as_str) {
-            Some(reason) if r.get("request").is_some() => {
-                format!("decided before any policy ({reason})")
-            }
+fn spec_of(
+    r: &DecisionRecord,
+    assume: &BTreeMap<String, Assumption>,
+) -> Result<RequestSpec, String> {
+    let Some(Some(req)) = &r.request else {
+        return Err(match (r.reason, &r.request) {
+            (Some(reason), Some(None)) => format!("decided before any policy ({reason})"),
             _ => "the record carries no request (a filter that does not record requests)".into(),
         });
     };
     // A credential a rule read is kept only as a keyed digest: never guessed at.
-    if req
-        .get("credential_headers")
-        .and_then(Value::as_object)
-        .is_some_and(|m| !m.is_empty())
-    {
+    if !req.credential_headers.is_empty() {
         return Err(
             "a rule read a credential header, which the record holds only as a keyed digest".into(),
         );
     }
     // Drift is what a listing showed the filter, not in the record: not guessed at either.
-    if r.get("reason").and_then(Value::as_str) == Some("tool_drifted") {
+    if r.reason == Some(Why::Denied(Reason::ToolDrifted)) {
         return Err(
             "the tool had drifted from its pin (what a listing showed, which the record does not hold)"
                 .into(),
@@ -220,78 +221,74 @@ fn spec_of(r: &Value, assume: &BTreeMap<String, Assumption>) -> Result<RequestSp
     }
     // What the decision read beyond the record (CEL attributes, a second token) is not
     // guessed at either.
-    let unrecorded: Vec<&str> = req
-        .get("unrecorded")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    if !unrecorded.is_empty() {
+    if !req.unrecorded.is_empty() {
         return Err(format!(
             "the decision read {}, which the record does not hold",
-            unrecorded.join(", ")
+            req.unrecorded.join(", ")
         ));
     }
-    let listener = text(r, "listener").ok_or("the record names no listener")?;
+    let listener = r
+        .listener
+        .as_deref()
+        .ok_or("the record names no listener")?;
     let (gateway, listener) = listener
         .rsplit_once('/')
         .ok_or("the record's listener is not namespace/gateway/listener")?;
-    let field = |k: &str| req.get(k).and_then(Value::as_str).map(str::to_string);
-    let mut headers = Vec::new();
-    if let Some(Value::Object(h)) = req.get("headers") {
-        for (name, copies) in h {
-            for c in copies.as_array().into_iter().flatten() {
-                if let Some(c) = c.as_str() {
-                    headers.push((name.clone(), c.to_string()));
-                }
-            }
-        }
-    }
-    let caller = text(r, "caller");
-    let spiffe = caller.filter(|c| c.starts_with("spiffe://"));
-    let jwt_claims = match req.get("jwt") {
-        Some(Value::Object(flat)) => Some(nest(flat)),
-        _ => None,
-    };
+    let headers = req
+        .headers
+        .iter()
+        .flat_map(|(name, copies)| copies.iter().map(move |c| (name.clone(), c.clone())))
+        .collect();
+    let spiffe = r.caller.clone().filter(|c| c.starts_with("spiffe://"));
+    let jwt_claims = req.jwt.as_ref().map(nest);
     let mut assume = assume.clone();
     // The authorizer that decided a recorded denial answers as it did.
-    if let (Some(policy), Some(reason)) = (text(r, "policy"), text(r, "reason")) {
-        let status = r.get("status").and_then(Value::as_u64).unwrap_or(403);
-        let answer = match reason.as_str() {
-            "external_auth_denied" => u16::try_from(status)
-                .ok()
+    if let (Some(policy), Some(Why::Denied(reason))) = (&r.policy, r.reason) {
+        let status = r.status.unwrap_or(403);
+        let answer = match reason {
+            Reason::ExternalAuthDenied => Some(status)
                 .filter(|s| (300..=499).contains(s))
                 .map(Assumption::Deny),
-            "authorizer_error" => Some(Assumption::Error),
+            Reason::AuthorizerFailed => Some(Assumption::Error),
             _ => None,
         };
         if let Some(a) = answer {
-            assume.insert(policy, a);
+            assume.insert(policy.clone(), a);
         }
     }
-    let arguments = req.get("arguments").filter(|a| a.is_object()).cloned();
+    let RequestRecord {
+        arguments,
+        host,
+        path,
+        method,
+        route,
+        revision,
+        time,
+        ..
+    } = req;
     Ok(RequestSpec {
         gateway: Some(gateway.to_string()),
         listener: Some(listener.to_string()),
-        host: field("host"),
-        path: field("path"),
-        method: field("method"),
+        host: Some(host.clone()),
+        path: Some(path.clone()),
+        method: Some(method.clone()),
         headers,
-        backend: text(r, "backend"),
-        route: if r.get("backend").is_some_and(Value::is_string) {
+        backend: r.backend.clone(),
+        route: if r.backend.is_some() {
             None
         } else {
-            field("route")
+            route.clone()
         },
         spiffe,
-        mcp_method: text(r, "method"),
-        param: text(r, "name"),
-        arguments,
+        mcp_method: r.method.clone(),
+        param: r.name.clone(),
+        arguments: arguments.clone().filter(Value::is_object),
         assume,
         jwt_claims,
-        revision: field("revision").filter(|r| r != mcp_methods::Revision::UNNAMED.as_str()),
-        time: req.get("time").and_then(Value::as_i64),
+        revision: revision
+            .clone()
+            .filter(|r| r != mcp_methods::Revision::UNNAMED.as_str()),
+        time: *time,
         ..RequestSpec::default()
     })
 }

@@ -208,7 +208,7 @@ fn request(engine: &Engine, body: &[u8]) -> (bool, String) {
     let last = drive(&mut flow, engine, action, |_| Reply::status(200));
     assert!(!last.is_hold(), "flow stalled");
     let allowed = matches!(last, Next::Allow { .. });
-    (allowed, flow.outcome().expect("decided").to_json())
+    (allowed, flow.outcome().expect("decided").to_json(engine))
 }
 
 struct Fixtures {

@@ -311,10 +311,11 @@ pub(crate) fn describes_body(name: &str) -> bool {
 /// listener with OAuth discovery, a token short of a scope, §5.6); an authorizer's keeps the authorizer's status and the
 /// headers it may set. With `exposeDetails`, `error.data` names level, reason, policy and rule,
 /// and for an authorizer its status and body (already capped at its `maxResponseBodyBytes`):
-/// as JSON when it is JSON, else as text.
+/// as JSON when it is JSON, else as text. `by`: the deciding policy's id and rule's name.
 pub(crate) fn denial(
     settings: &DenyResponse,
     d: &Denial,
+    by: (Option<&str>, Option<&str>),
     id: Option<&str>,
     challenge: Option<&Challenge>,
 ) -> LocalResponse {
@@ -322,8 +323,8 @@ pub(crate) fn denial(
         let mut data = json!({
             "level": Level::name(d.level),
             "reason": d.reason.as_str(),
-            "policy": d.policy,
-            "rule": d.rule,
+            "policy": by.0,
+            "rule": by.1,
         });
         if let (Some(r), Some(obj)) = (&d.relay, data.as_object_mut()) {
             obj.insert("authorizerStatus".into(), r.status.into());
@@ -500,22 +501,25 @@ mod tests {
     fn an_unrouted_request_is_told_which_route_and_cluster_without_policy_content() {
         let mut d = Denial::of(None, Reason::UnknownBackend);
         d.detail = Some("route \"mcp/r/rule-0/match-0\", cluster \"service/mcp/s:8001\"".into());
-        let body = |d: &Denial, expose: bool| {
+        let body = |d: &Denial, by, expose: bool| {
             let settings = DenyResponse {
                 expose_details: expose,
                 ..Default::default()
             };
-            let r = denial(&settings, d, Some("1"), None);
+            let r = denial(&settings, d, by, Some("1"), None);
             serde_json::from_slice::<Value>(&r.body).unwrap()
         };
-        let data = &body(&d, false)["error"]["data"];
+        let data = &body(&d, (None, None), false)["error"]["data"];
         assert_eq!(data["reason"], "unknown_backend");
         assert_eq!(data["detail"], d.detail.clone().unwrap());
         assert!(data["fix"].as_str().unwrap().contains("XBackend"), "{data}");
         // A policy's denial says nothing unless the operator exposes details.
-        let mut policy = Denial::of(Some(Level::Backend), Reason::DenyPolicy);
-        policy.policy = Some("mcp/secret".into());
-        assert!(body(&policy, false)["error"].get("data").is_none());
-        assert_eq!(body(&policy, true)["error"]["data"]["policy"], "mcp/secret");
+        let policy = Denial::of(Some(Level::Backend), Reason::DenyPolicy);
+        let by = (Some("mcp/secret"), None);
+        assert!(body(&policy, by, false)["error"].get("data").is_none());
+        assert_eq!(
+            body(&policy, by, true)["error"]["data"]["policy"],
+            "mcp/secret"
+        );
     }
 }

@@ -93,20 +93,34 @@ pub fn dry_run_counter_names(engine: &Engine) -> Vec<String> {
 /// The counters of each enforced policy and of each of its rules, counted for the policy
 /// and rule that decide a request: `mcp_access.policy.<namespace>/<name>.allowed` /
 /// `.denied`, and `mcp_access.policy.<namespace>/<name>.rule.<rule>.allowed` / `.denied`.
-/// Each entry: (policy `namespace/name`, rule (None: the policy's own), [allowed, denied]).
-pub fn policy_counter_names(engine: &Engine) -> Vec<(String, Option<String>, [String; 2])> {
-    let mut out = Vec::new();
-    for p in engine.policies.iter().filter(|p| p.mode.enforced()) {
-        // Decisions name the policy the user wrote (derived policies count there too).
-        let id = engine.written_name(&p.id);
-        let of = |at: String| ["allowed", "denied"].map(|what| format!("{at}.{what}"));
-        out.push((id.to_string(), None, of(format!("mcp_access.policy.{id}"))));
-        for r in p.rules.iter().flatten() {
-            let at = format!("mcp_access.policy.{id}.rule.{}", r.name);
-            out.push((id.to_string(), Some(r.name.clone()), of(at)));
-        }
-    }
-    out
+/// One entry per policy of [`Engine::policies`] (None: not enforced, never deciding), with
+/// the [allowed, denied] names of the policy and of each of its rules in order
+/// ([`crate::policy::RuleRef`] indexes both).
+pub fn policy_counter_names(engine: &Engine) -> Vec<Option<PolicyCounterNames>> {
+    let of = |at: String| ["allowed", "denied"].map(|what| format!("{at}.{what}"));
+    engine
+        .policies
+        .iter()
+        .map(|p| {
+            // Decisions name the policy the user wrote (derived policies count there too).
+            let id = p.name();
+            p.mode.enforced().then(|| PolicyCounterNames {
+                policy: of(format!("mcp_access.policy.{id}")),
+                rules: p
+                    .rules
+                    .iter()
+                    .flatten()
+                    .map(|r| of(format!("mcp_access.policy.{id}.rule.{}", r.name)))
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// The [allowed, denied] counter names of one policy and of each of its rules.
+pub struct PolicyCounterNames {
+    pub policy: [String; 2],
+    pub rules: Vec<[String; 2]>,
 }
 
 /// Index into [`dry_run_counter_names`] of what a dry-run record counts per policy.

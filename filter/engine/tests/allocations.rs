@@ -75,7 +75,7 @@ fn allowed_call(engine: &Engine, map: &[u8]) -> usize {
             .on_body(engine, BODY.len(), true, |_| Some(BODY.to_vec()))
             .next;
         assert!(matches!(next, Next::Allow { .. }), "{next:?}");
-        let record = flow.outcome().expect("decided").to_json();
+        let record = flow.outcome().expect("decided").to_json(engine);
         assert!(record.contains("allow"), "{record}");
     }
     COUNT.with(Cell::get) - before

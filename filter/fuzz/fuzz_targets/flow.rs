@@ -238,7 +238,7 @@ fn check_allowed(input: &Input, engine: &Engine) {
     }
     let text = String::from_utf8_lossy(&input.body);
     let limits = ParseLimits {
-        max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
+        max_depth: usize::try_from(engine.settings.limits.max_json_depth).unwrap_or(64),
     };
     let msg = match parse_message(&input.body, &limits) {
         Ok(m) => m,

@@ -71,7 +71,7 @@ fn written(name: &str, note: &str) -> Value {
     let Some(outcome) = flow.outcome() else {
         panic!("the flow ended without an outcome")
     };
-    let json = outcome.to_json();
+    let json = outcome.to_json(e);
     match serde_json::from_str(&json) {
         Ok(v) => v,
         Err(err) => panic!("the filter wrote a record that does not parse ({err}): {json}"),

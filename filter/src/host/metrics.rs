@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use mcp_access_engine::policy::Engine;
+use mcp_access_engine::policy::{Engine, RuleRef};
 use mcp_access_engine::stats::{self, Counter};
 
 use super::abi;
@@ -51,13 +51,17 @@ pub(super) fn increment(id: Option<u32>) {
 pub(super) struct BundleStats {
     /// Indexed as [`stats::dry_run_counter_names`].
     pub(super) dry_run: Vec<Option<u32>>,
-    /// By deciding policy: its [allowed, denied], and those of each of its rules
-    /// ([`stats::policy_counter_names`]).
-    policies: HashMap<String, PolicyCounters>,
+    /// By deciding policy ([`RuleRef::policy`]): its [allowed, denied], and those of each of
+    /// its rules ([`stats::policy_counter_names`]).
+    policies: Vec<PolicyCounters>,
 }
 
-/// The [allowed, denied] counters of a policy, and of each of its rules by name.
-type PolicyCounters = ([Option<u32>; 2], HashMap<String, [Option<u32>; 2]>);
+/// The [allowed, denied] counters of a policy, and of each of its rules by position.
+#[derive(Default)]
+struct PolicyCounters {
+    policy: [Option<u32>; 2],
+    rules: Vec<[Option<u32>; 2]>,
+}
 
 impl BundleStats {
     pub(super) fn define(engine: &Engine, known: &mut HashMap<String, Option<u32>>) -> BundleStats {
@@ -69,34 +73,35 @@ impl BundleStats {
                 id
             }
         };
-        let mut s = BundleStats {
-            dry_run: stats::dry_run_counter_names(engine)
-                .iter()
-                .map(&mut counter)
-                .collect(),
-            policies: HashMap::new(),
-        };
-        for (policy, rule, [allowed, denied]) in stats::policy_counter_names(engine) {
-            let ids = [counter(&allowed), counter(&denied)];
-            let entry = s.policies.entry(policy).or_default();
-            match rule {
-                None => entry.0 = ids,
-                Some(r) => {
-                    entry.1.insert(r, ids);
-                }
-            }
-        }
-        s
+        let dry_run = stats::dry_run_counter_names(engine)
+            .iter()
+            .map(&mut counter)
+            .collect();
+        let policies = stats::policy_counter_names(engine)
+            .into_iter()
+            .map(|names| match names {
+                None => PolicyCounters::default(),
+                Some(n) => PolicyCounters {
+                    policy: n.policy.each_ref().map(&mut counter),
+                    rules: n
+                        .rules
+                        .iter()
+                        .map(|r| r.each_ref().map(&mut counter))
+                        .collect(),
+                },
+            })
+            .collect();
+        BundleStats { dry_run, policies }
     }
 
     /// Counts a decision for its deciding policy and rule.
-    pub(super) fn count(&self, policy: Option<&String>, rule: Option<&String>, allowed: bool) {
+    pub(super) fn count(&self, by: Option<RuleRef>, allowed: bool) {
         let at = usize::from(!allowed);
-        let Some((ids, rules)) = policy.and_then(|p| self.policies.get(p)) else {
+        let Some((r, ids)) = by.and_then(|r| Some((r, self.policies.get(r.policy)?))) else {
             return;
         };
-        increment(ids.get(at).copied().flatten());
-        let rule = rule.and_then(|r| rules.get(r));
+        increment(ids.policy.get(at).copied().flatten());
+        let rule = r.rule.and_then(|i| ids.rules.get(i));
         increment(rule.and_then(|ids| ids.get(at).copied().flatten()));
     }
 }

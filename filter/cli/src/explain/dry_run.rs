@@ -63,19 +63,15 @@ pub(super) fn dry_run_view(
     let Some(d) = &outcome.dry_run else {
         // The same decision as the one enforced, with its own level, reason, policy and
         // rule (a dry-run policy may deny what an enforced one denies too).
-        let (allowed, level, reason, policy, rule) = match flow.dry_run_decision(engine)? {
-            Decision::Allow { policy, rule, .. } => (true, None, Why::Allowed, policy, rule),
-            Decision::Deny(d) => {
-                let rule = d.rule().map(str::to_string);
-                (
-                    false,
-                    Some(At(d.level)),
-                    Why::Denied(d.reason),
-                    d.policy,
-                    rule,
-                )
-            }
+        let (allowed, level, reason, by) = match flow.dry_run_decision(engine)? {
+            Decision::Allow { by, .. } => (true, None, Why::Allowed, by),
+            Decision::Deny(d) => (false, Some(At(d.level)), Why::Denied(d.reason), d.by),
         };
+        let (policy, rule) = match by {
+            Some(r) => (engine.policy_id(r), engine.rule_name(r)),
+            None => (None, None),
+        };
+        let (policy, rule) = (policy.map(str::to_string), rule.map(str::to_string));
         return Some(DryRunView {
             decision: Verdict::of(allowed),
             changed: false,

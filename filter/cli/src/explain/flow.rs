@@ -86,7 +86,7 @@ pub(super) fn run_flow(
         time: spec.time,
     };
     let mut input = HeadersInput::gather(engine, all_headers, req.body.is_none(), &facts);
-    if engine.identity.spiffe.source == SpiffeSource::PeerCertificate {
+    if engine.settings.identity.spiffe.source == SpiffeSource::PeerCertificate {
         input.caller.spiffe = req.spiffe.clone();
     }
     if let Some(claims) = &spec.jwt_claims {
@@ -192,7 +192,7 @@ pub(super) fn trace_views(
                 if let Some(why) = rule.mismatch(
                     req,
                     Mode::Admit,
-                    engine.identity.trust_domain.as_deref(),
+                    engine.settings.identity.trust_domain.as_deref(),
                     backend,
                 ) {
                     out.push(TraceView {

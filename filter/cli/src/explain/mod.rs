@@ -378,6 +378,7 @@ fn explanation(
         Stage::Policy
     };
     let dry_run = dry_run::dry_run_view(engine, flow, &outcome);
+    let named = engine.named(outcome.by);
     Ok(Explanation {
         request: request_view(req, ran),
         listener: outcome.listener.clone(),
@@ -391,9 +392,9 @@ fn explanation(
         stage,
         level: (!outcome.allowed).then_some(At(outcome.level)),
         reason: Cause::Filter(outcome.reason),
-        policy: outcome.policy,
-        origin: outcome.origin,
-        rule: outcome.rule,
+        policy: named.policy.map(str::to_string),
+        origin: named.origin.map(str::to_string),
+        rule: named.rule.map(str::to_string),
         status: outcome.status,
         response: None,
         add_headers: None,

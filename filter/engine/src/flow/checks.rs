@@ -259,7 +259,7 @@ fn is_json_utf8(content_type: &str) -> bool {
 
 /// `limits.maxBodyBytes` as a byte count.
 pub(super) fn body_limit(engine: &Engine) -> usize {
-    usize::try_from(engine.limits.max_body_bytes).unwrap_or(usize::MAX)
+    usize::try_from(engine.settings.limits.max_body_bytes).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

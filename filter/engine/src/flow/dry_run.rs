@@ -1,6 +1,7 @@
 //! The flow's side of dry-run policies (docs/semantics.md §3.8): the dry-run decision with
 //! the items a request names judged in it too, and what `explain` shows of it.
 
+use super::pinned::PinGate;
 use super::RequestFlow;
 use crate::policy::{Decision, DryRunRecord, Engine, TraceEntry, View};
 
@@ -22,21 +23,30 @@ impl RequestFlow {
     /// level, reason, policy and rule, whether or not it differs from the enforced one (None
     /// when no dry-run policy concerns the request).
     pub fn dry_run_decision(&self, engine: &Engine) -> Option<Decision> {
+        self.dry_run_gated(engine, &PinGate::default())
+    }
+
+    /// [`RequestFlow::dry_run_decision`], the pins read through `pins`.
+    fn dry_run_gated(&self, engine: &Engine, pins: &PinGate) -> Option<Decision> {
         let ev = self.eval.as_ref()?;
         let dry = ev.dry_run_decision()?;
         let judged = match dry {
-            Decision::Allow { .. } => self
-                .judge_named_items(engine, View::DryRun)
-                .or_else(|| self.pin_refusal(engine)),
+            Decision::Allow { .. } => self.gates(engine, View::DryRun, pins),
             Decision::Deny(_) => None,
         };
         Some(judged.unwrap_or_else(|| dry.clone()))
     }
 
-    /// What the dry-run decision says beside the enforced `decision`.
-    pub(super) fn dry_run(&self, engine: &Engine, decision: &Decision) -> Option<DryRunRecord> {
+    /// What the dry-run decision says beside the enforced `decision` (`pins`: as the enforced
+    /// decision's gates read them).
+    pub(super) fn dry_run(
+        &self,
+        engine: &Engine,
+        decision: &Decision,
+        pins: &PinGate,
+    ) -> Option<DryRunRecord> {
         let ev = self.eval.as_ref()?;
-        let dry = self.dry_run_decision(engine)?;
+        let dry = self.dry_run_gated(engine, pins)?;
         let enforced = match decision {
             Decision::Allow { .. } => (true, None),
             Decision::Deny(d) => (false, d.level),

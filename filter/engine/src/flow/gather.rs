@@ -65,9 +65,11 @@ impl HeadersInput {
         } else {
             None
         };
-        let mut caller = identity::caller(&engine.identity, engine.wanted(), &headers, facts);
+        let mut caller =
+            identity::caller(&engine.settings.identity, engine.wanted(), &headers, facts);
         if engine.challenges() && caller.anonymous() {
-            caller.credential = identity::other_credential(&engine.identity, &headers, facts);
+            caller.credential =
+                identity::other_credential(&engine.settings.identity, &headers, facts);
         }
         HeadersInput {
             peers: grpc.then(|| peers(engine, &headers, facts, time)),
@@ -238,8 +240,8 @@ mod tests {
         assert!(Phase::Async.resumes_on_allow());
         assert!(!Phase::Body.resumes_on_allow() && !body.resumes_on_allow());
         // The bundle's envoy.holdHeaders reaches the engine (default: true).
-        assert!(engine(serde_json::json!({})).hold_headers);
+        assert!(engine(serde_json::json!({})).settings.hold_headers);
         let off = engine(serde_json::json!({"envoy": {"holdHeaders": false}}));
-        assert!(!off.hold_headers);
+        assert!(!off.settings.hold_headers);
     }
 }

@@ -33,6 +33,7 @@ use checks::{body_limit, header_rejection, McpHeaders};
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
 pub use outcome::{Outcome, TRACE_TAG_KEYS};
+use pinned::PinGate;
 pub use response::{BodyProgress, ResponseHeaders};
 
 /// What the host must do next.
@@ -332,7 +333,7 @@ impl RequestFlow {
         let authority = take(":authority").or_else(|| take("host"));
         headers.retain(|n, _| !n.starts_with(':'));
         let authority = authority.unwrap_or_default();
-        let (canonical, bad_path) = match canonical_path(&path, engine.escaped_slashes) {
+        let (canonical, bad_path) = match canonical_path(&path, engine.settings.escaped_slashes) {
             Ok(p) => (p, None),
             Err(e) => (String::new(), Some(e)),
         };
@@ -457,7 +458,7 @@ impl RequestFlow {
             return self.decide(engine, McpOp::NotMcp);
         }
         let limits = ParseLimits {
-            max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
+            max_depth: usize::try_from(engine.settings.limits.max_json_depth).unwrap_or(64),
         };
         match mcp::parse_message(&body, &limits) {
             Err((err, id)) => {
@@ -489,7 +490,10 @@ impl RequestFlow {
                 {
                     return self.reject(r);
                 }
-                let (cel, records) = (engine.cel_needs().params, engine.decision_records.arguments);
+                let (cel, records) = (
+                    engine.cel_needs().params,
+                    engine.settings.decision_records.arguments,
+                );
                 match mcp::params_value(&self.body, (params, arguments), cel, records) {
                     Ok(params) => {
                         if let Some(req) = self.req.as_mut() {
@@ -622,7 +626,10 @@ impl RequestFlow {
             Some(a) => {
                 let (mut outcome, note, metadata) = interpret(a);
                 crate::callout::timed_out(a, latency_ms, &mut outcome);
-                crate::callout::refuse_route_matched(&mut outcome, &engine.route_match_headers);
+                crate::callout::refuse_route_matched(
+                    &mut outcome,
+                    &engine.settings.route_match_headers,
+                );
                 (outcome, note, metadata)
             }
             None => {
@@ -737,32 +744,29 @@ impl RequestFlow {
         outcome.cel_errors = self.eval.as_ref().map_or((0, 0), |ev| ev.cel_errors());
         outcome.authorizer_failed = self.eval.as_ref().is_some_and(|e| e.authorizer_failed());
         outcome.authz_cached = std::mem::take(&mut self.cached);
+        let pins = PinGate::default();
         let decision = match decision {
             Decision::Allow { .. } => self
-                .judge_named_items(engine, View::Enforced)
-                .or_else(|| self.pin_refusal(engine))
+                .gates(engine, View::Enforced, &pins)
                 .unwrap_or(decision),
             deny => deny,
         };
-        outcome.dry_run = self.dry_run(engine, &decision);
+        outcome.dry_run = self.dry_run(engine, &decision, &pins);
         outcome.request = self.recorded(engine);
         match decision {
             Decision::Allow {
                 mut add_headers,
-                policy,
-                rule,
+                by,
             } => {
                 outcome.allowed = true;
-                outcome.origin = engine.origin_of(policy.as_deref());
-                outcome.policy = policy.map(|p| engine.written_name(&p).to_string());
-                outcome.rule = rule;
+                outcome.by = by;
                 let identity = self.req.as_ref().map(|r| engine.identity_edits(r));
                 let identity = identity.unwrap_or_default();
                 outcome.identity_omitted = identity.omitted;
                 self.outcome = Some(outcome);
                 // The response's filter judges items as calls made by the request.
                 self.response = match &self.req {
-                    Some(r) if engine.listings.filter => {
+                    Some(r) if engine.settings.listings.filter => {
                         let (drift, store) = (self.drift.clone(), self.listings.clone());
                         let id = self.id.clone();
                         ListingFilter::for_allowed(engine, r, id, self.revision, drift, store)
@@ -784,12 +788,18 @@ impl RequestFlow {
             Decision::Deny(d) => {
                 let challenge = self.req.as_ref().and_then(|r| engine.challenge(r, &d));
                 let id = self.id.as_deref();
-                let response = answer::denial(&engine.deny_response, &d, id, challenge.as_ref());
+                let by = d.by.map(|r| (engine.policy_id(r), engine.rule_name(r)));
+                let by = by.unwrap_or_default();
+                let response = answer::denial(
+                    &engine.settings.deny_response,
+                    &d,
+                    by,
+                    id,
+                    challenge.as_ref(),
+                );
                 outcome.level = d.level;
                 outcome.reason = Why::Denied(d.reason);
-                outcome.origin = engine.origin_of(d.policy.as_deref());
-                outcome.policy = d.policy.map(|p| engine.written_name(&p).to_string());
-                outcome.rule = d.rule;
+                outcome.by = d.by;
                 outcome.status = Some(response.status);
                 self.outcome = Some(outcome);
                 Next::Respond(response)
@@ -801,7 +811,7 @@ impl RequestFlow {
     /// them passes as a call of that item alone (docs/semantics.md §4): a
     /// `subscriptions/listen`'s resource URIs as `resources/subscribe`, a
     /// `completion/complete`'s prompt or resource as `prompts/get` / `resources/read`.
-    pub(super) fn judge_named_items(&self, engine: &Engine, view: View) -> Option<Decision> {
+    fn judge_named_items(&self, engine: &Engine, view: View) -> Option<Decision> {
         let subscribes_as = self.req.as_ref()?.mcp.called()?.subscribes_as();
         let subscriptions = self
             .subscriptions
@@ -833,9 +843,7 @@ impl RequestFlow {
             allowed: false,
             level: None,
             reason: Why::Allowed,
-            policy: None,
-            origin: None,
-            rule: None,
+            by: None,
             status: None,
             listener: None,
             backend: None,

@@ -4,7 +4,7 @@ use mcp_access_bundle::Level;
 
 use crate::answer::Why;
 use crate::jsonw::{push_int, push_opt_str, push_str};
-use crate::policy::{DryRunRecord, Omitted};
+use crate::policy::{DryRunRecord, Engine, Named, Omitted, RuleRef};
 
 /// How the request ended, for stats, logs and filter state.
 ///
@@ -23,11 +23,10 @@ pub struct Outcome {
     /// Why it ended so: its name is the log's `reason` (`allowed`, `not_allowed`,
     /// `invalid_json`, ...).
     pub reason: Why,
-    pub policy: Option<String>,
-    /// Where the deciding policy's rules came from, when the compiler derived them from a
-    /// defaults/overrides block (e.g. `overrides (merge) of AccessPolicy ns/name`).
-    pub origin: Option<String>,
-    pub rule: Option<String>,
+    /// The deciding policy and rule: shown as `policy`, `rule` and `origin` (where the
+    /// compiler derived the policy's rules from a defaults/overrides block, e.g.
+    /// `overrides (merge) of AccessPolicy ns/name`) by [`Engine::named`].
+    pub by: Option<RuleRef>,
     pub status: Option<u16>,
     pub listener: Option<String>,
     pub backend: Option<String>,
@@ -72,22 +71,22 @@ impl Outcome {
     /// `event.action` (`allow` or `deny`) and `event.outcome` (`success`, or `failure` when an
     /// authorizer gave no usable answer, whatever its failure mode made of it). Values in
     /// the order of [`TRACE_TAG_KEYS`].
-    pub fn trace_tags(&self) -> [String; 4] {
+    pub fn trace_tags(&self, engine: &Engine) -> [String; 4] {
         use crate::policy::Reason;
-        let rule = match (&self.rule, self.reason) {
-            (Some(r), _) => r.clone(),
+        let named = engine.named(self.by);
+        let rule = match (named.rule, self.reason) {
+            (Some(r), _) => r.to_string(),
             (None, Why::Denied(Reason::NotAllowed)) => "default-deny".into(),
             (None, Why::Allowed) => "default-allow".into(),
-            (None, Why::Denied(Reason::ExternalAuthDenied | Reason::AuthorizerFailed)) => self
+            (None, Why::Denied(Reason::ExternalAuthDenied | Reason::AuthorizerFailed)) => named
                 .policy
-                .as_deref()
                 .and_then(|p| p.rsplit('/').next())
                 .unwrap_or("external-auth")
                 .to_string(),
             (None, why) => why.as_str().to_string(),
         };
         [
-            self.policy.clone().unwrap_or_default(),
+            named.policy.unwrap_or_default().to_string(),
             rule,
             if self.allowed { "allow" } else { "deny" }.into(),
             if self.authorizer_failed {
@@ -100,7 +99,12 @@ impl Outcome {
     }
 
     /// One JSON object: the filter-state value and the decision log line.
-    pub fn to_json(&self) -> String {
+    pub fn to_json(&self, engine: &Engine) -> String {
+        self.write_json(engine.named(self.by))
+    }
+
+    /// [`Outcome::to_json`], with the deciding policy and rule named.
+    fn write_json(&self, named: Named<'_>) -> String {
         // Written by hand: this runs for every request. Keys in alphabetical order and
         // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
         // document was first built as (a test compares the two).
@@ -138,16 +142,16 @@ impl Outcome {
         out.push_str(",\"name\":");
         push_opt_str(&mut out, self.mcp_param.as_deref());
         out.push_str(",\"origin\":");
-        push_opt_str(&mut out, self.origin.as_deref());
+        push_opt_str(&mut out, named.origin);
         out.push_str(",\"policy\":");
-        push_opt_str(&mut out, self.policy.as_deref());
+        push_opt_str(&mut out, named.policy);
         out.push_str(",\"reason\":");
         push_str(&mut out, self.reason.as_str());
         out.push_str(",\"request\":");
         // Already JSON.
         out.push_str(self.request.as_deref().unwrap_or("null"));
         out.push_str(",\"rule\":");
-        push_opt_str(&mut out, self.rule.as_deref());
+        push_opt_str(&mut out, named.rule);
         out.push_str(",\"status\":");
         match self.status {
             Some(s) => push_int(&mut out, i64::from(s)),
@@ -209,16 +213,17 @@ pub(crate) fn dry_run_json(d: &DryRunRecord) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::records::DecisionRecord;
 
     /// The document as it was first defined (a `serde_json::Value` map).
-    fn as_value_map(o: &Outcome) -> String {
+    fn as_value_map(o: &Outcome, named: Named<'_>) -> String {
         let mut v = serde_json::json!({
             "decision": if o.allowed { "allow" } else { "deny" },
             "level": Level::name(o.level),
             "reason": o.reason.as_str(),
-            "origin": o.origin,
-            "policy": o.policy,
-            "rule": o.rule,
+            "origin": named.origin,
+            "policy": named.policy,
+            "rule": named.rule,
             "status": o.status,
             "listener": o.listener,
             "backend": o.backend,
@@ -259,9 +264,10 @@ mod tests {
             allowed: false,
             level: Some(Level::Backend),
             reason: Why::Denied(crate::policy::Reason::DenyPolicy),
-            policy: Some("ns/p\"q".into()),
-            origin: Some("overrides (merge) of AccessPolicy ns/g".into()),
-            rule: Some("r\u{1}\n\u{e9}\t\u{8}\u{c}\u{1f}\u{7f}\r".into()),
+            by: Some(RuleRef {
+                policy: 0,
+                rule: Some(0),
+            }),
             status: Some(403),
             listener: Some("ns/gw/l".into()),
             backend: Some("ns/b".into()),
@@ -273,7 +279,7 @@ mod tests {
             authorizer_failed: false,
             // As the flow writes it (flow/record.rs tests its writing).
             request: Some(
-                r#"{"arguments":{"a":[1,{"b":null}]},"headers":{},"host":"gw.example","jwt":null,"method":"POST","path":"/mcp","port":8443,"route":null}"#
+                r#"{"arguments":{"a":[1,{"b":null}]},"headers":{},"host":"gw.example","jwt":null,"method":"POST","path":"/mcp","port":8443,"revision":"2025-11-25","route":null}"#
                     .into(),
             ),
             dry_run: Some(DryRunRecord {
@@ -303,9 +309,7 @@ mod tests {
             allowed: true,
             level: None,
             reason: Why::Allowed,
-            policy: None,
-            origin: None,
-            rule: None,
+            by: None,
             status: None,
             listener: None,
             backend: None,
@@ -320,8 +324,17 @@ mod tests {
             authz_cached: Vec::new(),
             identity_omitted: Vec::new(),
         };
-        for o in [full, empty] {
-            assert_eq!(o.to_json(), as_value_map(&o));
+        let named = Named {
+            policy: Some("ns/p\"q"),
+            origin: Some("overrides (merge) of AccessPolicy ns/g"),
+            rule: Some("r\u{1}\n\u{e9}\t\u{8}\u{c}\u{1f}\u{7f}\r"),
+        };
+        for (o, named) in [(full, named), (empty, Named::default())] {
+            let json = o.write_json(named);
+            assert_eq!(json, as_value_map(&o, named));
+            // The record type reads it whole and writes it back byte for byte.
+            let record: DecisionRecord = serde_json::from_str(&json).unwrap();
+            assert_eq!(serde_json::to_string(&record).unwrap(), json);
         }
     }
 }

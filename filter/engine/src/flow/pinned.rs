@@ -1,12 +1,15 @@
-//! A tool call held to its backend's pins (docs/semantics.md §5, "Pinned tools"): a tool the
-//! ToolPin does not name (with `unpinned: Deny`) or whose listed definition drifted from its
-//! pin is denied, after the policies allowed the call.
+//! The gates a request passes after the policies allowed it, in either decision
+//! ([`RequestFlow::gates`]): the items it names (docs/semantics.md §4), then its backend's
+//! pins (§5, "Pinned tools"): a tool the ToolPin does not name (with `unpinned: Deny`) or whose
+//! listed definition drifted from its pin is denied.
+
+use std::cell::OnceCell;
 
 use mcp_access_bundle::{mcp_methods, Level};
 
 use super::RequestFlow;
 use crate::pins::{call_refusal, CallRefusal, DriftPort};
-use crate::policy::{Decision, Denial, Engine, Reason};
+use crate::policy::{Decision, Denial, Engine, Reason, View};
 use crate::request::{McpOp, Request};
 
 /// The denial of `req` (allowed by the policies) by its backend's pins, if any.
@@ -43,11 +46,22 @@ fn pin_denial(engine: &Engine, req: &Request, drift: Option<&DriftPort>) -> Opti
     Some(d)
 }
 
+/// The pins' answer for one request, read once: the same in both decisions (pins are not
+/// policies, dry-run or not), and the drift store (shared data) read once per request.
+#[derive(Default)]
+pub(super) struct PinGate(OnceCell<Option<Denial>>);
+
 impl RequestFlow {
-    /// The pins' denial of this request once the policies allowed it (in either decision:
-    /// pins are not policies, dry-run or not).
-    pub(super) fn pin_refusal(&self, engine: &Engine) -> Option<Decision> {
-        let req = self.req.as_ref()?;
-        pin_denial(engine, req, self.drift.as_ref()).map(Decision::Deny)
+    /// The gates after the policies allowed the request in `view`'s decision: each item it
+    /// names, judged in that decision, then its backend's pins. None: it passes.
+    pub(super) fn gates(&self, engine: &Engine, view: View, pins: &PinGate) -> Option<Decision> {
+        if let Some(d) = self.judge_named_items(engine, view) {
+            return Some(d);
+        }
+        let denial = pins.0.get_or_init(|| {
+            let req = self.req.as_ref()?;
+            pin_denial(engine, req, self.drift.as_ref())
+        });
+        denial.clone().map(Decision::Deny)
     }
 }

@@ -15,7 +15,7 @@ impl RequestFlow {
         let mut out = String::with_capacity(160);
         let what = What {
             headers: &engine.recorded_headers,
-            arguments: engine.decision_records.arguments,
+            arguments: engine.settings.decision_records.arguments,
             revision: self.revision.as_str(),
             key: &engine.record_key,
             time: engine.cel_needs().time,
@@ -353,6 +353,9 @@ mod tests {
             let mut out = String::new();
             write_record(&mut out, req, what);
             assert_eq!(out, as_value_map(req, what));
+            // The record type reads it whole and writes it back byte for byte.
+            let typed: crate::flow::records::RequestRecord = serde_json::from_str(&out).unwrap();
+            assert_eq!(serde_json::to_string(&typed).unwrap(), out);
         }
         let mut out = String::new();
         write_record(&mut out, &two, &what(false, false, &[]));

@@ -91,3 +91,308 @@ fn log_line(line: &str) -> Result<Option<Value>, String> {
         Err(e) => Err(format!("the decision record does not parse: {e}")),
     }
 }
+
+#[cfg(any(test, feature = "records"))]
+pub use typed::{
+    DecisionRecord, DryRunAuthorizer, DryRunRecordJson, OmittedJson, RequestRecord, Verdict,
+};
+
+/// The decision record as a type: what [`super::Outcome::to_json`] writes (tests hold the
+/// writer to it byte for byte) and what `mcp-access replay` reads. Feature `records` (the
+/// filter writes by hand and needs none of this).
+#[cfg(any(test, feature = "records"))]
+mod typed {
+    use std::collections::BTreeMap;
+    use std::str::FromStr;
+
+    use mcp_access_bundle::Level;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::{Map, Value};
+
+    use crate::answer::Why;
+
+    /// One decision record (the filter state `mcp_access.decision`, and the decision log
+    /// line after [`super::LOG_PREFIX`]). Keys in this order; absent values are `null`, but
+    /// `authz_cached` and `identity_headers_omitted` are left out when empty. Every field
+    /// is optional on reading (a record of an older filter lacks some).
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(default)]
+    pub struct DecisionRecord {
+        /// The authorizers whose answers came from their policy's cache.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub authz_cached: Vec<String>,
+        /// `namespace/name` of the backend Envoy routed to.
+        pub backend: Option<String>,
+        /// The SPIFFE ID, else `jwt:<iss>#<sub>` of the verified JWT.
+        pub caller: Option<String>,
+        /// CEL conditions that erred.
+        pub cel_errors: u32,
+        /// `allow` or `deny` (a record without one reads as `deny`).
+        pub decision: Verdict,
+        /// What dry-run policies decided, where one concerns the request.
+        pub dry_run: Option<DryRunRecordJson>,
+        /// Identity headers an allowed request went without, and why.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub identity_headers_omitted: Vec<OmittedJson>,
+        /// `<iss>#<sub>` of the first verified JWT (`<iss>` without a `sub`).
+        pub jwt: Option<String>,
+        /// The level that denied (`gateway`, `backend`; `none`: before or outside them).
+        #[serde(with = "level_or_none")]
+        pub level: Option<Level>,
+        /// `namespace/gateway/listener` the request arrived on.
+        pub listener: Option<String>,
+        /// The MCP method.
+        pub method: Option<String>,
+        /// The tool, prompt or resource it names.
+        pub name: Option<String>,
+        /// Where the deciding policy's rules came from (a defaults/overrides block).
+        pub origin: Option<String>,
+        /// `namespace/name` of the deciding policy (the one the user wrote).
+        pub policy: Option<String>,
+        /// Why it ended so (`allowed`, `deny_policy`, `invalid_json`, ...).
+        #[serde(with = "why")]
+        pub reason: Option<Why>,
+        /// The request's canonical attributes, once policies decided it (`null` before: a
+        /// request refused before any policy; absent: a filter that does not record them).
+        #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+        pub request: Option<Option<RequestRecord>>,
+        /// The deciding rule.
+        pub rule: Option<String>,
+        /// The HTTP status of a denial.
+        pub status: Option<u16>,
+    }
+
+    /// A record's `decision`.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Verdict {
+        Allow,
+        #[default]
+        Deny,
+    }
+
+    /// The record's `dry_run` object (docs/semantics.md §3.8).
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(default)]
+    pub struct DryRunRecordJson {
+        /// Dry-run authorizer calls and their answers.
+        pub authorizers: Vec<DryRunAuthorizer>,
+        /// The dry-run decision.
+        pub decision: Verdict,
+        /// The level it denies at, or where it admits what the enforced decision denied.
+        #[serde(with = "level_or_null")]
+        pub level: Option<Level>,
+        /// Backend-level authorizers it would call, not called (the Gateway level denied).
+        pub not_called: Vec<String>,
+        pub policy: Option<String>,
+        #[serde(with = "why")]
+        pub reason: Option<Why>,
+        pub rule: Option<String>,
+    }
+
+    /// A dry-run authorizer call: its policy, and its answer (`allow`, `deny 403`, `error: ...`).
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(default)]
+    pub struct DryRunAuthorizer {
+        pub answer: String,
+        pub policy: String,
+    }
+
+    /// An identity header left out, and why.
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(default)]
+    pub struct OmittedJson {
+        pub name: String,
+        pub reason: String,
+    }
+
+    /// The record's `request` object (flow/record.rs writes it; docs/semantics.md §3.9).
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(default)]
+    pub struct RequestRecord {
+        /// `params.arguments`, only with `decisionRecords.arguments`.
+        pub arguments: Option<Value>,
+        /// Credential headers a rule reads: name → keyed digests of the copies.
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        pub credential_headers: BTreeMap<String, Vec<String>>,
+        /// The other headers the rules' header conditions read: name → copies.
+        pub headers: BTreeMap<String, Vec<String>>,
+        /// Canonical host.
+        pub host: String,
+        /// `iss`, `sub` and the claims JWT sources read (by dotted name).
+        pub jwt: Option<Map<String, Value>>,
+        /// HTTP method.
+        pub method: String,
+        /// Canonical path.
+        pub path: String,
+        pub port: u16,
+        /// The MCP revision the request was judged under (always written; absent from
+        /// records of filters that predate it).
+        pub revision: Option<String>,
+        /// Envoy's route name.
+        pub route: Option<String>,
+        /// Nanoseconds since the Unix epoch, where a CEL condition reads `request.time`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub time: Option<i64>,
+        /// What the decision read that the record does not hold (CEL attribute names, `jwts`).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub unrecorded: Vec<String>,
+    }
+
+    impl FromStr for Why {
+        type Err = String;
+
+        /// The reason of this name ([`Why::as_str`]).
+        fn from_str(s: &str) -> Result<Why, String> {
+            std::iter::once(Why::Allowed)
+                .chain(Why::DENIALS)
+                .find(|w| w.as_str() == s)
+                .ok_or_else(|| format!("no reason is named {s:?}"))
+        }
+    }
+
+    /// A member that is present (even `null`) reads as `Some`.
+    fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        T::deserialize(d).map(Some)
+    }
+
+    /// A reason by its name.
+    mod why {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(w: &Option<Why>, s: S) -> Result<S::Ok, S::Error> {
+            w.map(Why::as_str).serialize(s)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Why>, D::Error> {
+            let name = Option::<String>::deserialize(d)?;
+            name.map(|n| n.parse().map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
+
+    /// A level by its name, `none` for none ([`Level::name`]).
+    mod level_or_none {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(l: &Option<Level>, s: S) -> Result<S::Ok, S::Error> {
+            Level::name(*l).serialize(s)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Level>, D::Error> {
+            match Option::<String>::deserialize(d)?.as_deref() {
+                None | Some("none") => Ok(None),
+                Some(n) => level(n).map(Some).map_err(serde::de::Error::custom),
+            }
+        }
+    }
+
+    /// A level by its name, or `null`.
+    mod level_or_null {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(l: &Option<Level>, s: S) -> Result<S::Ok, S::Error> {
+            l.map(Level::as_str).serialize(s)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Level>, D::Error> {
+            let name = Option::<String>::deserialize(d)?;
+            name.map(|n| level(&n).map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
+
+    fn level(name: &str) -> Result<Level, String> {
+        [Level::Gateway, Level::Backend]
+            .into_iter()
+            .find(|l| l.as_str() == name)
+            .ok_or_else(|| format!("no level is named {name:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Every key of `v` and of the objects inside it (arrays' items included), with its
+    /// path (`request.headers` is not walked: its keys are header names).
+    fn keys(v: &Value, at: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m)
+                if at != "request.headers"
+                    && at != "request.credential_headers"
+                    && at != "request.jwt" =>
+            {
+                for (k, v) in m {
+                    let path = if at.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{at}.{k}")
+                    };
+                    out.push(path.clone());
+                    keys(v, &path, out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|i| keys(i, at, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn the_readme_names_every_key_of_the_record() {
+        let full: DecisionRecord = serde_json::from_value(json!({
+            "authz_cached": ["a"], "backend": "ns/b", "caller": "spiffe://x", "cel_errors": 1,
+            "decision": "deny", "identity_headers_omitted": [{"name": "x-user", "reason": "r"}],
+            "dry_run": {"authorizers": [{"answer": "allow", "policy": "ns/p"}], "decision": "allow",
+                        "level": "gateway", "not_called": ["ns/q"], "policy": "ns/p",
+                        "reason": "allowed", "rule": "r"},
+            "jwt": "i#s", "level": "backend", "listener": "ns/gw/l", "method": "tools/call",
+            "name": "echo", "origin": "o", "policy": "ns/p", "reason": "deny_policy",
+            "request": {"arguments": {}, "credential_headers": {"authorization": ["d"]},
+                        "headers": {"x": ["1"]}, "host": "h", "jwt": {"iss": "i"},
+                        "method": "POST", "path": "/mcp", "port": 1, "revision": "r",
+                        "route": "rt", "time": 1, "unrecorded": ["jwts"]},
+            "rule": "r", "status": 403
+        }))
+        .unwrap();
+        let mut all = Vec::new();
+        keys(&serde_json::to_value(&full).unwrap(), "", &mut all);
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+                .unwrap();
+        let start = readme
+            .find("The decision is one JSON object with the keys")
+            .unwrap();
+        let end = start + readme[start..].find("Field by field").unwrap();
+        let section = &readme[start..end];
+        for path in &all {
+            let key = path.rsplit('.').next().unwrap();
+            assert!(
+                section.contains(&format!("`{key}`")),
+                "README's decision keys lack `{key}` ({path})"
+            );
+        }
+        // Each nested object's keys are listed beside it.
+        for (object, key) in all.iter().filter_map(|p| p.rsplit_once('.')) {
+            let at = section
+                .find(&format!("`{}`", object.rsplit('.').next().unwrap()))
+                .unwrap();
+            assert!(
+                section[at..].contains(&format!("`{key}`")),
+                "`{key}` of `{object}`"
+            );
+        }
+    }
+
+    #[test]
+    fn reasons_read_back_by_name() {
+        use crate::answer::Why;
+        for w in std::iter::once(Why::Allowed).chain(Why::DENIALS) {
+            assert_eq!(w.as_str().parse::<Why>(), Ok(w));
+        }
+        assert!("nope".parse::<Why>().is_err());
+    }
+}

@@ -137,6 +137,7 @@ impl ListingFilter {
         // Nor when a route matches on it: the edit would route the request again (an
         // encoded answer is then refused).
         let routed_on = engine
+            .settings
             .route_match_headers
             .iter()
             .any(|h| h == "accept-encoding");
@@ -164,7 +165,7 @@ impl ListingFilter {
         drift: Option<DriftPort>,
         store: Option<Rc<ListingStore>>,
     ) -> Option<ListingFilter> {
-        if !engine.listings.filter {
+        if !engine.settings.listings.filter {
             return None;
         }
         let backend = req.target.backend.and_then(|b| engine.backends.get(b));
@@ -182,8 +183,8 @@ impl ListingFilter {
             own_may_list,
             own_json: own_may_list && req.headers.get(SESSION_ID).is_some(),
             cache_scope: revision.has_cache_scope(),
-            max_bytes: usize::try_from(engine.listings.max_bytes).unwrap_or(usize::MAX),
-            max_depth: usize::try_from(engine.limits.max_json_depth).unwrap_or(64),
+            max_bytes: usize::try_from(engine.settings.listings.max_bytes).unwrap_or(usize::MAX),
+            max_depth: usize::try_from(engine.settings.limits.max_json_depth).unwrap_or(64),
             mode: Mode::Unknown,
             refused: false,
             framer: SseFramer::default(),

@@ -7,7 +7,9 @@ use mcp_access_bundle::{self as bundle, Conditions, PolicyConditions, ValidBundl
 
 use super::compiled::{self, compile_cels, compile_rule};
 use super::index::{self, DryRunView, View};
-use super::{identity_headers, CelNeeds, CompileError, CompileProblem, Engine, EngineError};
+use super::{
+    identity_headers, CelNeeds, CompileError, CompileProblem, Engine, EngineError, Settings,
+};
 
 impl Engine {
     /// Compiles a validated bundle: its policies (with the CEL conditions validation
@@ -30,12 +32,6 @@ impl Engine {
         let dry = DryRunView::build(b, &order, &policies, (&listeners, &backends.backends))?;
         let (identity_header_names, identity_claims) = identity_headers::names_and_claims(b);
         let challenges = listeners.iter().any(|l| l.discovery.is_some());
-        let mut origins = HashMap::new();
-        for p in &policies {
-            if let Some(o) = &p.origin {
-                origins.entry(p.id.clone()).or_insert_with(|| o.clone());
-            }
-        }
         // Policies the compiler derived (defaults/overrides, rules replaced) answer to the
         // name of the policy the user wrote.
         let written: HashMap<String, String> = b
@@ -55,7 +51,6 @@ impl Engine {
         }
         Ok(Engine {
             dry,
-            origins,
             written,
             policies,
             authorizers: b.authorizers.clone(),
@@ -63,18 +58,20 @@ impl Engine {
             backends: backends.backends,
             by_route: backends.by_route,
             by_cluster: backends.by_cluster,
-            identity: b.identity.clone(),
-            deny_response: b.deny_response.clone(),
-            limits: b.limits.clone(),
-            listings: b.listings.clone(),
-            hold_headers: b.envoy.hold_headers,
-            route_match_headers: b.envoy.route_match_headers.clone(),
-            unknown_backend: b.envoy.unknown_backend,
-            escaped_slashes: b.envoy.escaped_slashes,
+            settings: Settings {
+                identity: b.identity.clone(),
+                deny_response: b.deny_response.clone(),
+                limits: b.limits.clone(),
+                listings: b.listings.clone(),
+                hold_headers: b.envoy.hold_headers,
+                route_match_headers: b.envoy.route_match_headers.clone(),
+                unknown_backend: b.envoy.unknown_backend,
+                escaped_slashes: b.envoy.escaped_slashes,
+                decision_records: b.decision_records,
+            },
             jwt_claims: compiled.jwt_claims,
             cache_claims,
             cel_needs: compiled.cel_needs,
-            decision_records: b.decision_records,
             recorded_headers: {
                 let mut h = compiled.headers;
                 h.sort_unstable();
@@ -228,6 +225,10 @@ fn compile_policies(
             rules,
             when,
             origin: p.origin.as_ref().map(ToString::to_string),
+            written: p
+                .origin
+                .as_ref()
+                .and_then(|o| Some(o.policy.split_once(' ')?.1.to_string())),
             mode: p.mode,
         });
     }

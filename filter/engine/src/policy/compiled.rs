@@ -12,7 +12,7 @@ use mcp_access_bundle::{
     SourceType,
 };
 
-use super::{CelCx, FastMap, FastSet, LevelIndex, PolicyId};
+use super::{Cel, CelCx, FastMap, FastSet, LevelIndex, Mode, PolicyId};
 use crate::request::{Caller, McpOp, Request};
 use mcp_access_bundle::RuleConditions;
 use mcp_access_cel::Program;
@@ -30,16 +30,20 @@ pub struct Policy {
     pub(crate) when: Vec<Cel>,
     /// The bundle's `origin`, shown: where its rules came from (defaults/overrides).
     pub origin: Option<String>,
+    /// `namespace/name` of the policy the user wrote, for a policy the compiler derived from
+    /// one ([`Policy::name`]).
+    pub(crate) written: Option<String>,
     /// Which decisions it takes part in (dry-run policies: only the dry-run one).
     pub mode: bundle::PolicyMode,
 }
 
-/// A compiled CEL condition with the bundle field it came from (`when[1]`,
-/// `authorization.cel`), for traces.
-#[derive(Debug)]
-pub struct Cel {
-    pub field: String,
-    pub program: Program,
+impl Policy {
+    /// The name the policy goes by in records, counters and explanations: the `namespace/name`
+    /// of the policy the user wrote, for a policy the compiler derived from one (one name per
+    /// user-written policy everywhere); else its own.
+    pub fn name(&self) -> &str {
+        self.written.as_deref().unwrap_or(&self.id)
+    }
 }
 
 /// The CEL conditions of the fields at `at` (`when[0]`, `authorization.cel`), as validation
@@ -256,16 +260,6 @@ pub(crate) struct Header {
 pub(crate) enum Value {
     Exact(String),
     Regex(regex_lite::Regex),
-}
-
-/// Which way a difference between the copies of a repeated header is resolved: always
-/// against the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// An Allow rule: a header condition holds only when every copy matches.
-    Admit,
-    /// A Deny rule or an ExternalAuth selection: a header condition holds when any copy matches.
-    Select,
 }
 
 /// `at`: the rule's bundle path (`policies[2].rules[0]`), where its CEL conditions are found.

@@ -1,11 +1,30 @@
 //! Per-request state of CEL conditions: policy `when` results (each policy's evaluated once),
 //! error counts for stats, and, when traced, every evaluation with what it read.
 
-use super::compiled::{Cel, Mode, Policy};
 use super::PolicyId;
 use crate::cel_input::CelInput;
 use crate::request::Request;
-use mcp_access_cel::EvalError;
+use mcp_access_cel::{EvalError, Program};
+
+/// A compiled CEL condition with the bundle field it came from (`when[1]`,
+/// `authorization.cel`), for traces.
+#[derive(Debug)]
+pub struct Cel {
+    pub field: String,
+    pub program: Program,
+}
+
+/// Which way a doubt is resolved: always against the caller. For a CEL condition that errs
+/// (or is not boolean), and for the copies of a repeated header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// An Allow rule: a condition that errs does not hold; a header condition holds only when
+    /// every copy matches.
+    Admit,
+    /// A Deny rule or an ExternalAuth selection: a condition that errs holds; a header
+    /// condition holds when any copy matches.
+    Select,
+}
 
 /// Whether a policy applies, per its `when` conditions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,9 +131,16 @@ impl CelCx {
         result.map_err(|_| ())
     }
 
-    /// Whether policy `pid` applies, evaluating its `when` once per request.
-    pub(crate) fn applies(&mut self, pid: PolicyId, p: &Policy, req: &Request) -> Applies {
-        if p.when.is_empty() {
+    /// Whether policy `pid` (`namespace/name` `id`) applies, evaluating its `when` once per
+    /// request.
+    pub(crate) fn applies(
+        &mut self,
+        pid: PolicyId,
+        id: &str,
+        when: &[Cel],
+        req: &Request,
+    ) -> Applies {
+        if when.is_empty() {
             return Applies::Yes;
         }
         if let Some(Some(a)) = self.when.get(pid) {
@@ -124,8 +150,8 @@ impl CelCx {
             self.when.resize(pid + 1, None);
         }
         let mut out = Applies::Yes;
-        for c in &p.when {
-            match self.eval(c, req, &p.id, None) {
+        for c in when {
+            match self.eval(c, req, id, None) {
                 Ok(true) => {}
                 Ok(false) => {
                     out = Applies::No;

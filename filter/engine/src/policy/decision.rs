@@ -4,7 +4,7 @@
 
 use mcp_access_bundle::Level;
 
-use super::{Engine, PolicyId};
+use super::{Engine, PolicyId, RuleRef};
 
 /// Why a request was denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,9 +145,8 @@ pub struct Relay {
 pub struct Denial {
     pub level: Option<Level>,
     pub reason: Reason,
-    /// `namespace/name` of the deciding policy.
-    pub policy: Option<String>,
-    pub(crate) rule: Option<String>,
+    /// The deciding policy and rule ([`Engine::named`] renders their names).
+    pub by: Option<RuleRef>,
     /// The authorizer response to relay (ExternalAuthDenied).
     pub relay: Option<Relay>,
     /// Extra detail for logs (never sent unless the operator exposes details).
@@ -159,18 +158,12 @@ pub struct Denial {
 }
 
 impl Denial {
-    /// The deciding rule's name.
-    pub fn rule(&self) -> Option<&str> {
-        self.rule.as_deref()
-    }
-
     /// A denial for `reason` at `level`, naming no policy.
     pub(crate) fn of(level: Option<Level>, reason: Reason) -> Denial {
         Denial {
             level,
             reason,
-            policy: None,
-            rule: None,
+            by: None,
             relay: None,
             detail: None,
             scope: None,
@@ -182,11 +175,10 @@ impl Denial {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Let the request through, adding these headers (in order; later replaces earlier).
-    /// `policy`/`rule`: the last Allow rule that admitted it (Backend level over Gateway).
+    /// `by`: the last Allow rule that admitted it (Backend level over Gateway).
     Allow {
         add_headers: Vec<HeaderEdit>,
-        policy: Option<String>,
-        rule: Option<String>,
+        by: Option<RuleRef>,
     },
     Deny(Denial),
 }
@@ -209,4 +201,41 @@ pub struct TraceEntry {
     pub policy: Option<String>,
     pub rule: Option<String>,
     pub outcome: String,
+}
+
+/// The names a decision is shown by (records, counters, traces' readers): those of the
+/// policy the user wrote and of the deciding rule, and where a derived policy's rules came
+/// from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Named<'e> {
+    /// `namespace/name` of the policy the user wrote ([`super::compiled::Policy::name`]).
+    pub policy: Option<&'e str>,
+    pub rule: Option<&'e str>,
+    /// [`super::compiled::Policy::origin`].
+    pub origin: Option<&'e str>,
+}
+
+impl Engine {
+    /// The names of `by` as records show them.
+    pub fn named(&self, by: Option<RuleRef>) -> Named<'_> {
+        let Some(r) = by else {
+            return Named::default();
+        };
+        let p = self.policies.get(r.policy);
+        Named {
+            policy: p.map(|p| p.name()),
+            rule: self.rule_name(r),
+            origin: p.and_then(|p| p.origin.as_deref()),
+        }
+    }
+
+    /// `namespace/name` of the policy of `r` as compiled (a derived policy's own id).
+    pub fn policy_id(&self, r: RuleRef) -> Option<&str> {
+        self.policies.get(r.policy).map(|p| p.id.as_str())
+    }
+
+    /// The name of rule `r` (None: a policy without rules, or no rule at all).
+    pub fn rule_name(&self, r: RuleRef) -> Option<&str> {
+        self.rule(r).map(|x| x.name.as_str())
+    }
 }

@@ -8,12 +8,12 @@ use std::fmt;
 
 use mcp_access_bundle::{FailureMode, Level, UnknownBackend};
 
-use super::compiled::{self, Action, Mode, Through};
+use super::compiled::{self, Action, Through};
 use super::decision::{
     AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, Reason, Relay, Step, TraceEntry,
 };
 use super::index::View;
-use super::{Applies, CelCx, Engine, LevelIndex, PolicyId, RuleRef, RuleSet};
+use super::{Applies, CelCx, Engine, LevelIndex, Mode, PolicyId, RuleRef, RuleSet};
 use crate::request::{Request, Target};
 
 /// What the Deny and Allow steps of one level say about a request.
@@ -67,7 +67,7 @@ pub(crate) struct Run {
     done: Option<Decision>,
     calls: Vec<(AuthzCall, Option<AuthzOutcome>)>,
     add_headers: Vec<HeaderEdit>,
-    admitted: Option<(Option<String>, Option<String>)>,
+    admitted: Option<RuleRef>,
     /// The Allow rule that admitted the request at the Gateway and at the Backend level.
     admitted_at: [Option<RuleRef>; 2],
     trace: Option<Vec<TraceEntry>>,
@@ -95,7 +95,7 @@ impl Run {
         };
         let unknown = if listener.is_none() {
             Some((Reason::UnknownListener, format!("port {}", req.port)))
-        } else if backend.is_none() && engine.unknown_backend == UnknownBackend::Deny {
+        } else if backend.is_none() && engine.settings.unknown_backend == UnknownBackend::Deny {
             Some((
                 Reason::UnknownBackend,
                 format!(
@@ -110,13 +110,8 @@ impl Run {
         if let Some((reason, detail)) = unknown {
             ev.note(None, "resolve", None, None, format_args!("deny: {detail}"));
             ev.done = Some(Decision::Deny(Denial {
-                level: None,
-                reason,
-                policy: None,
-                rule: None,
-                relay: None,
                 detail: Some(detail),
-                scope: None,
+                ..Denial::of(None, reason)
             }));
         }
         ev
@@ -231,11 +226,9 @@ impl Run {
                 self.phase = LevelPart::ExternalAuth;
             }
             Level::Backend => {
-                let (policy, rule) = self.admitted.take().unwrap_or_default();
                 self.done = Some(Decision::Allow {
                     add_headers: std::mem::take(&mut self.add_headers),
-                    policy,
-                    rule,
+                    by: self.admitted.take(),
                 });
             }
         }
@@ -321,17 +314,15 @@ impl Run {
         let calls = std::mem::take(&mut self.calls);
         let level = Some(self.level);
         for (call, outcome) in calls {
-            let policy = engine.policies.get(call.policy).map(|p| p.id.clone());
+            let policy = engine.policies.get(call.policy).map(|p| p.id.as_str());
+            let by = Some(RuleRef {
+                policy: call.policy,
+                rule: None,
+            });
             let authorizer = engine.authorizers.get(call.authorizer);
             match outcome {
                 Some(AuthzOutcome::Allow { headers }) => {
-                    self.note(
-                        level,
-                        "externalAuth",
-                        policy.as_deref(),
-                        None,
-                        format_args!("allowed"),
-                    );
+                    self.note(level, "externalAuth", policy, None, format_args!("allowed"));
                     self.add_headers.extend(headers);
                 }
                 Some(AuthzOutcome::Deny {
@@ -342,15 +333,14 @@ impl Run {
                     self.note(
                         level,
                         "externalAuth",
-                        policy.as_deref(),
+                        policy,
                         None,
                         format_args!("denied with {status}"),
                     );
                     self.deny(Denial {
                         level,
                         reason: Reason::ExternalAuthDenied,
-                        policy,
-                        rule: None,
+                        by,
                         relay: Some(Relay {
                             status,
                             headers,
@@ -371,7 +361,7 @@ impl Run {
                         self.note(
                             level,
                             "externalAuth",
-                            policy.as_deref(),
+                            policy,
                             None,
                             format_args!("failed open: {detail}"),
                         );
@@ -380,15 +370,14 @@ impl Run {
                     self.note(
                         level,
                         "externalAuth",
-                        policy.as_deref(),
+                        policy,
                         None,
                         format_args!("failed: {detail}"),
                     );
                     self.deny(Denial {
                         level,
                         reason: Reason::AuthorizerFailed,
-                        policy,
-                        rule: None,
+                        by,
                         relay: None,
                         detail: Some(detail),
                         scope: None,
@@ -403,17 +392,9 @@ impl Run {
         let level = Some(self.level);
         match rules_verdict(engine, index, req, &mut self.cel) {
             RulesVerdict::Denied(r) => {
-                let (policy, rule) = names(engine, r);
-                self.note(
-                    level,
-                    "deny",
-                    policy.as_deref(),
-                    rule.as_deref(),
-                    format_args!("matched"),
-                );
+                self.note_rule(engine, level, "deny", r, format_args!("matched"));
                 self.deny(Denial {
-                    policy,
-                    rule,
+                    by: Some(r),
                     ..Denial::of(level, Reason::DenyPolicy)
                 });
             }
@@ -426,18 +407,11 @@ impl Run {
                 self.note(level, "allow", None, None, format_args!("{why}"));
             }
             RulesVerdict::Admitted(Some(r)) => {
-                let (policy, rule) = names(engine, r);
-                self.note(
-                    level,
-                    "allow",
-                    policy.as_deref(),
-                    rule.as_deref(),
-                    format_args!("admitted"),
-                );
+                self.note_rule(engine, level, "allow", r, format_args!("admitted"));
                 if let Some(slot) = self.admitted_at.get_mut(level_slot(self.level)) {
                     *slot = Some(r);
                 }
-                self.admitted = Some((policy, rule));
+                self.admitted = Some(r);
             }
             RulesVerdict::NotAdmitted => {
                 self.note(level, "allow", None, None, format_args!("no rule admits"));
@@ -460,12 +434,11 @@ impl Run {
         req: &Request,
     ) -> Option<Vec<String>> {
         let (r, scopes) = engine.short_of_scope(index, req)?;
-        let (policy, rule) = names(engine, r);
-        self.note(
+        self.note_rule(
+            engine,
             Some(self.level),
             "allow",
-            policy.as_deref(),
-            rule.as_deref(),
+            r,
             format_args!(
                 "would admit with scope {:?}: insufficient_scope",
                 scopes.join(" ")
@@ -476,6 +449,19 @@ impl Run {
 
     fn deny(&mut self, d: Denial) {
         self.done = Some(Decision::Deny(d));
+    }
+
+    /// Records a trace line naming rule `r` (as compiled).
+    fn note_rule(
+        &mut self,
+        engine: &Engine,
+        level: Option<Level>,
+        step: &'static str,
+        r: RuleRef,
+        outcome: fmt::Arguments<'_>,
+    ) {
+        let (policy, rule) = (engine.policy_id(r), engine.rule_name(r));
+        self.note(level, step, policy, rule, outcome);
     }
 
     /// Records a trace line; without a trace nothing is copied or formatted.
@@ -505,13 +491,6 @@ fn level_slot(level: Level) -> usize {
         Level::Gateway => 0,
         Level::Backend => 1,
     }
-}
-
-pub(crate) fn names(engine: &Engine, r: RuleRef) -> (Option<String>, Option<String>) {
-    (
-        engine.policies.get(r.policy).map(|p| p.id.clone()),
-        engine.rule(r).map(|x| x.name.clone()),
-    )
 }
 
 impl RuleSet {
@@ -560,7 +539,7 @@ impl Engine {
         let Some(p) = self.policies.get(r.policy) else {
             return false;
         };
-        match (cx.applies(r.policy, p, req), mode) {
+        match (cx.applies(r.policy, &p.id, &p.when, req), mode) {
             (Applies::No, _) | (Applies::Errored, Mode::Admit) => return false,
             _ => {}
         }
@@ -578,7 +557,7 @@ impl Engine {
         let Some(p) = self.policies.get(pid) else {
             return false;
         };
-        if cx.applies(pid, p, req) == Applies::No {
+        if cx.applies(pid, &p.id, &p.when, req) == Applies::No {
             return false;
         }
         match &p.rules {
@@ -594,7 +573,7 @@ impl Engine {
                 || index.allow_when.iter().any(|pid| {
                     self.policies
                         .get(*pid)
-                        .is_some_and(|p| cx.applies(*pid, p, req) != Applies::No)
+                        .is_some_and(|p| cx.applies(*pid, &p.id, &p.when, req) != Applies::No)
                 }))
     }
 
@@ -611,11 +590,10 @@ impl Engine {
     pub fn item_denial_in(&self, view: View, probe: &Request) -> Option<Denial> {
         let (level, rule) = self.item_refusal_in(view, probe)?;
         Some(match rule {
-            Some(r) => {
-                let mut d = Denial::of(Some(level), Reason::DenyPolicy);
-                (d.policy, d.rule) = names(self, r);
-                d
-            }
+            Some(r) => Denial {
+                by: Some(r),
+                ..Denial::of(Some(level), Reason::DenyPolicy)
+            },
             None => Denial {
                 scope: self
                     .level_index(view, level, probe.target)
@@ -661,7 +639,8 @@ impl Engine {
         for level in [Level::Gateway, Level::Backend] {
             let index = self.level_index(view, level, scope);
             let Some(index) = index else {
-                if level == Level::Gateway || self.unknown_backend == UnknownBackend::Deny {
+                if level == Level::Gateway || self.settings.unknown_backend == UnknownBackend::Deny
+                {
                     return Some((level, None));
                 }
                 continue;

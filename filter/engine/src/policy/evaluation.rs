@@ -6,7 +6,7 @@
 
 use mcp_access_bundle::{Level, PolicyMode};
 
-use super::eval::{names, Run};
+use super::eval::Run;
 use super::index::View;
 use super::{
     AuthzCall, AuthzOutcome, CelRecord, Decision, Engine, LevelIndex, PolicyId, Reason, Step,
@@ -229,10 +229,7 @@ impl Evaluation {
         enforced: (bool, Option<Level>),
     ) -> Option<DryRunRecord> {
         let sh = self.dry.as_deref()?;
-        let policy_name = |pid: PolicyId| {
-            let p = engine.policies.get(pid)?;
-            Some(engine.written_name(&p.id).to_string())
-        };
+        let policy_name = |pid: PolicyId| Some(engine.policies.get(pid)?.name().to_string());
         let authorizers: Vec<(String, String)> = sh
             .calls
             .iter()
@@ -249,32 +246,26 @@ impl Evaluation {
         if !changed && authorizers.is_empty() && not_called.is_empty() {
             return None;
         }
-        let id_of = |name: &Option<String>| {
-            let name = name.as_deref()?;
-            engine.policies.iter().position(|p| p.id == name)
-        };
-        let (level, reason, policy, rule, pid) = match dry {
+        let (level, reason, by, pid) = match dry {
             Decision::Deny(d) => {
                 // No rule denied: the level admits nothing, or a dry-run Allow policy there
                 // made it default-deny.
-                let pid = id_of(&d.policy).or_else(|| match (d.reason, d.level, changed) {
-                    (Reason::NotAllowed, Some(l), true) => {
-                        let index = engine.level_index(View::DryRun, l, sh.run.target());
-                        index.and_then(|ix| dry_run_allow(engine, ix))
-                    }
-                    _ => None,
-                });
-                let policy = d.policy.clone().or_else(|| pid.and_then(policy_name));
-                (d.level, Some(d.reason), policy, d.rule.clone(), pid)
+                let pid =
+                    d.by.map(|r| r.policy)
+                        .or_else(|| match (d.reason, d.level, changed) {
+                            (Reason::NotAllowed, Some(l), true) => {
+                                let index = engine.level_index(View::DryRun, l, sh.run.target());
+                                index.and_then(|ix| dry_run_allow(engine, ix))
+                            }
+                            _ => None,
+                        });
+                (d.level, Some(d.reason), d.by, pid)
             }
-            Decision::Allow { policy, rule, .. } if !changed => {
-                (None, None, policy.clone(), rule.clone(), id_of(policy))
-            }
+            Decision::Allow { by, .. } if !changed => (None, None, *by, by.map(|r| r.policy)),
             Decision::Allow { .. } => {
                 // The admission the enforced decision lacked, at the level it denied at.
                 let r = enforced.1.and_then(|l| sh.run.admitted_at(l));
-                let (policy, rule) = r.map(|r| names(engine, r)).unwrap_or_default();
-                (enforced.1, None, policy, rule, r.map(|r| r.policy))
+                (enforced.1, None, r, r.map(|r| r.policy))
             }
         };
         let counter = pid
@@ -285,8 +276,8 @@ impl Evaluation {
             allowed,
             level,
             reason,
-            policy: policy.map(|p| engine.written_name(&p).to_string()),
-            rule,
+            policy: pid.and_then(policy_name),
+            rule: by.and_then(|r| engine.rule_name(r)).map(str::to_string),
             authorizers,
             not_called,
             counter,

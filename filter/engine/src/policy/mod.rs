@@ -21,11 +21,13 @@ use mcp_access_bundle::{
     Listings, UnknownBackend,
 };
 
-pub use compiled::{Cel, Mode, Policy};
-pub use cx::CelRecord;
+pub use compiled::Policy;
 pub(crate) use cx::{Applies, CelCx};
+pub use cx::{Cel, CelRecord, Mode};
 pub(crate) use decision::TraceEntry;
-pub use decision::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Reason, Step};
+pub use decision::{
+    AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Named, Reason, Step,
+};
 pub use evaluation::{DryRunRecord, Evaluation};
 pub use identity_headers::{IdentityEdits, Omitted};
 pub use index::View;
@@ -40,7 +42,8 @@ pub(crate) type PolicyId = usize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RuleRef {
     pub policy: PolicyId,
-    pub(crate) rule: Option<usize>,
+    /// Position in the policy's rules.
+    pub rule: Option<usize>,
 }
 
 /// A hash map with a fast, unkeyed hash (FxHash's multiply-rotate over 8-byte words). Only for
@@ -212,22 +215,9 @@ pub struct LevelIndex {
     pub(crate) allow_when: Vec<PolicyId>,
 }
 
-/// The bundle compiled for per-request use.
+/// The settings of the bundle the engine reads, copied as they are.
 #[derive(Debug)]
-pub struct Engine {
-    pub policies: Vec<compiled::Policy>,
-    /// The indexes of the dry-run decision, where some policy takes part in one decision only.
-    pub(crate) dry: Option<index::DryRunView>,
-    pub(crate) authorizers: Vec<Authorizer>,
-    pub listeners: Vec<compiled::Listener>,
-    pub backends: Vec<compiled::Backend>,
-    by_route: HashMap<String, usize>,
-    by_cluster: HashMap<String, usize>,
-    /// `namespace/name` → origin, for the policies that have one (looked up per decision).
-    origins: HashMap<String, String>,
-    /// `namespace/name` of the policy a user wrote, by the id of each policy the compiler
-    /// derived from it ([`Engine::written_name`]).
-    written: HashMap<String, String>,
+pub struct Settings {
     pub identity: IdentitySettings,
     pub(crate) deny_response: DenyResponse,
     pub limits: Limits,
@@ -239,14 +229,32 @@ pub struct Engine {
     pub(crate) escaped_slashes: EscapedSlashes,
     /// Request headers some route matches on: never edited (`envoy.routeMatchHeaders`).
     pub(crate) route_match_headers: Vec<String>,
+    /// What decision records carry.
+    pub decision_records: bundle::DecisionRecords,
+}
+
+/// The bundle compiled for per-request use.
+#[derive(Debug)]
+pub struct Engine {
+    pub policies: Vec<compiled::Policy>,
+    /// The indexes of the dry-run decision, where some policy takes part in one decision only.
+    pub(crate) dry: Option<index::DryRunView>,
+    pub(crate) authorizers: Vec<Authorizer>,
+    pub listeners: Vec<compiled::Listener>,
+    pub backends: Vec<compiled::Backend>,
+    by_route: HashMap<String, usize>,
+    by_cluster: HashMap<String, usize>,
+    /// `namespace/name` of the policy a user wrote, by the id of each policy the compiler
+    /// derived from it ([`Engine::written_name`]).
+    written: HashMap<String, String>,
+    /// The bundle's settings, as it gave them.
+    pub settings: Settings,
     /// Claim names any JWT rule reads.
     pub(crate) jwt_claims: Vec<String>,
     /// Claim names authorizer caches key on.
     pub(crate) cache_claims: Vec<String>,
     /// What the CEL conditions read beyond the usual request attributes.
     pub(crate) cel_needs: CelNeeds,
-    /// What decision records carry.
-    pub decision_records: bundle::DecisionRecords,
     /// Headers the rules' header conditions read (lowercase): what a decision record keeps of
     /// the request's headers (a credential's as a keyed digest, [`Engine::record_key`]).
     pub recorded_headers: Vec<String>,
@@ -295,11 +303,6 @@ impl Engine {
     /// user-written policy everywhere); else `id` itself.
     pub fn written_name<'a>(&'a self, id: &'a str) -> &'a str {
         self.written.get(id).map_or(id, String::as_str)
-    }
-
-    /// The origin of policy `id` (`namespace/name`), if the compiler derived it.
-    pub fn origin_of(&self, id: Option<&str>) -> Option<String> {
-        self.origins.get(id?).cloned()
     }
 
     /// Where `req` is judged: the listener of its port and host, the backend of its route
@@ -361,7 +364,11 @@ impl Engine {
         &self,
         claims: &serde_json::Value,
     ) -> Result<crate::request::JwtPrincipal, String> {
-        crate::identity::principal_from_json(claims, &self.identity.jwt.providers, self.wanted())
+        crate::identity::principal_from_json(
+            claims,
+            &self.settings.identity.jwt.providers,
+            self.wanted(),
+        )
     }
 
     /// What the bundle reads of a verified JWT.
@@ -382,7 +389,12 @@ impl Engine {
                 .filter(|_| self.cel_needs.annotations)
                 .and_then(|b| b.pins.clone());
             let id = backend.map(|b| b.id.as_str());
-            CelCx::new(self.identity.trust_domain.as_deref(), id, pins, trace)
+            CelCx::new(
+                self.settings.identity.trust_domain.as_deref(),
+                id,
+                pins,
+                trace,
+            )
         } else {
             CelCx::default()
         }

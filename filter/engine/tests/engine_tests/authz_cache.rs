@@ -141,7 +141,7 @@ fn run(
     });
     let outcome = flow.outcome().unwrap();
     assert_eq!(hits, outcome.authz_cached.len());
-    let json: Value = serde_json::from_str(&outcome.to_json()).unwrap();
+    let json: Value = serde_json::from_str(&outcome.to_json(e)).unwrap();
     if outcome.authz_cached.is_empty() {
         assert!(json.get("authz_cached").is_none());
     } else {

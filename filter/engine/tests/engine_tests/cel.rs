@@ -367,7 +367,7 @@ fn tool_arguments_reach_cel_through_the_flow() {
                 .next,
             Next::Allow { .. }
         );
-        let record = flow.outcome().map(|o| o.to_json()).unwrap_or_default();
+        let record = flow.outcome().map(|o| o.to_json(&e)).unwrap_or_default();
         let record: serde_json::Value = serde_json::from_str(&record).unwrap();
         (allowed, record)
     };

@@ -23,10 +23,42 @@ fn call_body(tool: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}"}}}}"#)
 }
 
+/// An outcome with what its engine names it by: the deciding policy and rule, and its JSON.
+#[derive(Debug)]
+struct Decided {
+    outcome: Outcome,
+    policy: Option<String>,
+    rule: Option<String>,
+    json: String,
+}
+
+impl std::ops::Deref for Decided {
+    type Target = Outcome;
+    fn deref(&self) -> &Outcome {
+        &self.outcome
+    }
+}
+
+impl Decided {
+    fn of(e: &Engine, outcome: Outcome) -> Decided {
+        let named = e.named(outcome.by);
+        Decided {
+            policy: named.policy.map(str::to_string),
+            rule: named.rule.map(str::to_string),
+            json: outcome.to_json(e),
+            outcome,
+        }
+    }
+
+    fn to_json(&self) -> String {
+        self.json.clone()
+    }
+}
+
 /// One POST from ALPHA through the flow, each authorizer answering as `answers` says (by
 /// authorizer name; 200 when unnamed): the outcome, what the flow did, and the authorizers
 /// called in order.
-fn through(e: &Engine, body: &str, answers: &HashMap<&str, Reply>) -> (Outcome, Next, Vec<String>) {
+fn through(e: &Engine, body: &str, answers: &HashMap<&str, Reply>) -> (Decided, Next, Vec<String>) {
     let mut flow = RequestFlow::new();
     assert_eq!(flow.on_headers(e, post_input(ALPHA, &[])).next, Next::Hold);
     let owned = body.as_bytes().to_vec();
@@ -42,7 +74,11 @@ fn through(e: &Engine, body: &str, answers: &HashMap<&str, Reply>) -> (Outcome, 
             .cloned()
             .unwrap_or(Reply::status(200))
     });
-    (flow.outcome().cloned().unwrap(), next, called)
+    (
+        Decided::of(e, flow.outcome().cloned().unwrap()),
+        next,
+        called,
+    )
 }
 
 /// The bundle with each dry-run policy left out (`Enforced`) or enforced (`DryRun`).
@@ -68,7 +104,7 @@ fn as_view(b: &Value, view: View) -> Value {
 }
 
 /// (allowed, level, reason, policy, rule) of an outcome.
-fn summary(o: &Outcome) -> (bool, Option<&'static str>, &'static str, Option<String>) {
+fn summary(o: &Decided) -> (bool, Option<&'static str>, &'static str, Option<String>) {
     (
         o.allowed,
         o.level.map(|l| l.as_str()),
@@ -80,7 +116,7 @@ fn summary(o: &Outcome) -> (bool, Option<&'static str>, &'static str, Option<Str
 /// Checks the defining property on `body`: the enforced decision is the one of the bundle
 /// without its dry-run policies; the dry-run decision is the one with them enforced. Returns
 /// the outcome.
-fn check(b: &Value, body: &str, answers: &HashMap<&str, Reply>) -> Outcome {
+fn check(b: &Value, body: &str, answers: &HashMap<&str, Reply>) -> Decided {
     let (got, _, _) = through(&engine(b), body, answers);
     let (without, _, _) = through(&engine(&as_view(b, View::Enforced)), body, answers);
     let (with, _, _) = through(&engine(&as_view(b, View::DryRun)), body, answers);
@@ -169,7 +205,7 @@ fn a_dry_run_allow_policy_makes_its_level_default_deny_in_the_dry_run_only() {
     let none = HashMap::new();
     let rm = check(&b, &call_body("rm"), &none);
     assert!(rm.allowed);
-    let d = rm.dry_run.unwrap();
+    let d = rm.dry_run.clone().unwrap();
     assert_eq!(
         (d.allowed, d.level.map(|l| l.as_str())),
         (false, Some("gateway"))
@@ -194,7 +230,7 @@ fn a_dry_run_allow_reports_the_admission_no_enforced_rule_gives() {
     let add = check(&b, &call_body("add"), &none);
     assert!(!add.allowed);
     assert_eq!(add.reason_denied(), Some(Reason::NotAllowed));
-    let d = add.dry_run.unwrap();
+    let d = add.dry_run.clone().unwrap();
     assert!(d.changed && d.allowed && d.reason.is_none());
     assert_eq!(d.level.map(|l| l.as_str()), Some("gateway"));
     assert_eq!(d.policy.as_deref(), Some("default/gw-add"));
@@ -228,7 +264,7 @@ fn a_dry_run_authorizer_is_called_and_never_enforced() {
     let dry_denies = HashMap::from([("dry-risk", Reply::status(403))]);
     let out = check(&b, &call_body("echo"), &dry_denies);
     assert!(out.allowed);
-    let d = out.dry_run.unwrap();
+    let d = out.dry_run.clone().unwrap();
     assert_eq!(d.reason, Some(Reason::ExternalAuthDenied));
     assert_eq!(d.policy.as_deref(), Some("default/dry-risk"));
     assert_eq!(
@@ -250,7 +286,7 @@ fn a_dry_run_authorizer_is_called_and_never_enforced() {
     )]);
     let (out, next, _) = through(&engine(&b), &call_body("echo"), &allows);
     assert_eq!(added(&next), Some(Vec::new()));
-    let d = out.dry_run.unwrap();
+    let d = out.dry_run.clone().unwrap();
     assert!(!d.changed && d.allowed && d.counter.is_none());
     assert_eq!(
         d.authorizers,
@@ -260,7 +296,7 @@ fn a_dry_run_authorizer_is_called_and_never_enforced() {
     let fails = HashMap::from([("dry-risk", Reply::status(503))]);
     let out = check(&b, &call_body("echo"), &fails);
     assert!(out.allowed);
-    let d = out.dry_run.unwrap();
+    let d = out.dry_run.clone().unwrap();
     assert_eq!(d.reason, Some(Reason::AuthorizerFailed));
     assert!(d.authorizers[0].1.starts_with("error"), "{d:?}");
 }
@@ -281,7 +317,7 @@ fn an_authorizer_both_decisions_consult_is_called_once() {
     assert!(out.dry_run.is_none(), "both deny: nothing to report");
     let (out, _, called) = through(&engine(&b), &call_body("rm"), &HashMap::new());
     assert_eq!(called, ["risk"]);
-    assert!(out.allowed && out.dry_run.unwrap().changed);
+    assert!(out.allowed && out.dry_run.clone().unwrap().changed);
 }
 
 #[test]
@@ -296,7 +332,7 @@ fn no_backend_authorizer_is_called_after_an_enforced_gateway_denial() {
     );
     let (out, _, called) = through(&engine(&b), &call_body("add"), &HashMap::new());
     assert!(called.is_empty(), "{called:?}");
-    let d = out.dry_run.unwrap();
+    let d = out.dry_run.clone().unwrap();
     assert!(d.changed && d.allowed);
     assert_eq!(d.not_called, ["default/risk"]);
     // Where the Gateway lets the request on, the Backend authorizer is called once.
@@ -322,11 +358,11 @@ fn enforce_only_policies_decide_and_are_left_out_of_the_dry_run() {
     let none = HashMap::new();
     let echo = check(&b, &call_body("echo"), &none);
     assert!(echo.allowed);
-    let d = echo.dry_run.unwrap();
+    let d = echo.dry_run.clone().unwrap();
     assert_eq!(d.reason, Some(Reason::NotAllowed));
     assert_eq!(d.policy.as_deref(), Some("default/override"));
     let add = check(&b, &call_body("add"), &none);
-    assert!(!add.allowed && add.dry_run.unwrap().allowed);
+    assert!(!add.allowed && add.dry_run.clone().unwrap().allowed);
     // EnforceOnly is for Backend-level policies only.
     let bad = bundle(
         vec![with_mode(
@@ -386,7 +422,7 @@ fn items_a_request_names_are_judged_in_the_dry_run_too() {
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"secret"},"argument":{"name":"a","value":"b"}}}"#;
     let out = check(&b, body, &HashMap::new());
     assert!(out.allowed);
-    let d = out.dry_run.unwrap();
+    let d = out.dry_run.clone().unwrap();
     assert!(!d.allowed && d.changed);
     assert_eq!(d.policy.as_deref(), Some("default/no-secret-prompt"));
 }

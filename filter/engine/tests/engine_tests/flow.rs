@@ -688,7 +688,7 @@ fn a_jwt_caller_is_named_in_the_decision() {
         let o = flow.outcome().unwrap();
         assert_eq!(o.caller.as_deref(), Some(caller));
         assert_eq!(o.jwt.as_deref(), Some("https://idp.example#u1"));
-        let v: Value = serde_json::from_str(&o.to_json()).unwrap();
+        let v: Value = serde_json::from_str(&o.to_json(&e)).unwrap();
         assert_eq!(v["caller"], caller);
         assert_eq!(v["jwt"], "https://idp.example#u1");
     }

@@ -200,7 +200,7 @@ fn omitted(e: &Engine, jwts: Vec<JwtPrincipal>) -> (Vec<(String, String)>, Value
         .into_iter()
         .map(|(n, v)| (n.to_string(), v.to_string()))
         .collect();
-    let record: Value = serde_json::from_str(&flow.outcome().unwrap().to_json()).unwrap();
+    let record: Value = serde_json::from_str(&flow.outcome().unwrap().to_json(e)).unwrap();
     (set, record["identity_headers_omitted"].clone())
 }
 

@@ -262,7 +262,7 @@ fn a_metadata_fetch_that_envoy_answers_passes_without_policy() {
             "{method} {path}: {next:?}"
         );
         let o = flow.outcome().unwrap();
-        assert!(o.allowed && o.policy.is_none(), "{o:?}");
+        assert!(o.allowed && o.by.is_none(), "{o:?}");
         assert_eq!(o.listener.as_deref(), Some("default/gw/https"));
     }
     let judged = |method: &str, path: &str, facts: Facts, end: bool| {

@@ -47,9 +47,12 @@ fn decide(e: &Engine, req: &Request) -> Decision {
     run(e, req, &HashMap::from([("risk-check", deny(403))])).0
 }
 
-fn denied_by(d: &Decision) -> Option<(Reason, Option<String>)> {
+fn denied_by(e: &Engine, d: &Decision) -> Option<(Reason, Option<String>)> {
     match d {
-        Decision::Deny(d) => Some((d.reason, d.policy.clone())),
+        Decision::Deny(d) => Some((
+            d.reason,
+            d.by.and_then(|r| e.policy_id(r)).map(str::to_string),
+        )),
         Decision::Allow { .. } => None,
     }
 }
@@ -62,7 +65,7 @@ fn a_route_scoped_deny_policy_applies_only_through_its_routes() {
     )]);
     let denied = Some((Reason::DenyPolicy, Some("default/no-add".to_string())));
     assert_eq!(
-        denied_by(&decide(&e, &via("add", Some("admin"), None, 8443))),
+        denied_by(&e, &decide(&e, &via("add", Some("admin"), None, 8443))),
         denied
     );
     for (route, cluster) in [
@@ -90,7 +93,7 @@ fn a_route_scoped_allow_policy_admits_only_through_its_routes_and_keeps_the_leve
     )));
     let not_allowed = Some((Reason::NotAllowed, None));
     assert_eq!(
-        denied_by(&decide(&e, &via("add", Some("admin"), None, 8443))),
+        denied_by(&e, &decide(&e, &via("add", Some("admin"), None, 8443))),
         not_allowed
     );
     // Through another route the policy does not apply: with no other Allow policy there,
@@ -104,10 +107,10 @@ fn a_route_scoped_allow_policy_admits_only_through_its_routes_and_keeps_the_leve
     // level default-deny.
     for route in [None, Some("unlisted")] {
         assert_eq!(
-            denied_by(&decide(
+            denied_by(
                 &e,
-                &via("echo", route, Some("tools-cluster"), 8443)
-            )),
+                &decide(&e, &via("echo", route, Some("tools-cluster"), 8443))
+            ),
             not_allowed,
             "{route:?}"
         );
@@ -119,7 +122,7 @@ fn a_route_scoped_allow_policy_admits_only_through_its_routes_and_keeps_the_leve
         &["rule-0"],
     )]);
     assert_eq!(
-        denied_by(&decide(&eg, &via("add", None, Some("rule-0"), 8443))),
+        denied_by(&eg, &decide(&eg, &via("add", None, Some("rule-0"), 8443))),
         not_allowed
     );
     assert!(is_allow(&decide(
@@ -136,11 +139,14 @@ fn a_route_scoped_allow_policy_admits_only_through_its_routes_and_keeps_the_leve
         &via("add", Some("public"), None, 8443)
     )));
     assert_eq!(
-        denied_by(&decide(&e, &via("add", Some("admin"), None, 8443))),
+        denied_by(&e, &decide(&e, &via("add", Some("admin"), None, 8443))),
         not_allowed
     );
     assert_eq!(
-        denied_by(&decide(&e, &via("add", None, Some("tools-cluster"), 8443))),
+        denied_by(
+            &e,
+            &decide(&e, &via("add", None, Some("tools-cluster"), 8443))
+        ),
         not_allowed
     );
     // A `when` that does not hold: the policy does not apply, nor keep the level closed.
@@ -165,7 +171,7 @@ fn external_auth_is_called_only_through_its_routes() {
     );
     assert_eq!(calls, vec![vec!["risk-check".to_string()]]);
     assert_eq!(
-        denied_by(&d),
+        denied_by(&e, &d),
         Some((
             Reason::ExternalAuthDenied,
             Some("default/risk-check".to_string())
@@ -189,7 +195,7 @@ fn cluster_names_scope_where_the_platform_makes_one_cluster_per_route_rule() {
         &e,
         &via("add", Some("httproute/x/match/0"), Some("rule-1"), 8443),
     );
-    assert_eq!(denied_by(&d).map(|x| x.0), Some(Reason::DenyPolicy));
+    assert_eq!(denied_by(&e, &d).map(|x| x.0), Some(Reason::DenyPolicy));
     let d = decide(
         &e,
         &via("add", Some("httproute/x/match/0"), Some("rule-0"), 8443),
@@ -207,7 +213,7 @@ fn listeners_and_routes_narrow_together() {
     let e = routed(vec![p]);
     let d = |route: &str, port| decide(&e, &via("add", Some(route), None, port));
     assert_eq!(
-        denied_by(&d("admin", 9443)).map(|x| x.0),
+        denied_by(&e, &d("admin", 9443)).map(|x| x.0),
         Some(Reason::DenyPolicy)
     );
     assert!(is_allow(&d("admin", 8443)));
@@ -221,13 +227,13 @@ fn a_policy_targeting_a_backend_twice_applies_through_the_routes_of_both() {
                           {"name": "tools", "routes": ["tools-cluster"]}]);
     let e = routed(vec![p.clone()]);
     let d = |route, cluster| decide(&e, &via("add", route, cluster, 8443));
-    assert!(denied_by(&d(Some("admin"), None)).is_some());
-    assert!(denied_by(&d(None, Some("tools-cluster"))).is_some());
+    assert!(denied_by(&e, &d(Some("admin"), None)).is_some());
+    assert!(denied_by(&e, &d(None, Some("tools-cluster"))).is_some());
     assert!(is_allow(&d(Some("public"), None)));
     // One of them unscoped: every route.
     p["targets"][1] = json!({"name": "tools"});
     let e = routed(vec![p]);
-    assert!(denied_by(&decide(&e, &via("add", Some("public"), None, 8443))).is_some());
+    assert!(denied_by(&e, &decide(&e, &via("add", Some("public"), None, 8443))).is_some());
 }
 
 #[test]
@@ -339,14 +345,14 @@ fn a_route_scoped_dry_run_policy_is_a_dry_run_through_its_routes_only() {
     // Through admin: enforced allow, the dry run denies by the route's Deny policy.
     let (d, dry) = both(&e, &via("add", Some("admin"), None, 8443));
     assert!(is_allow(&d), "{d:?}");
-    assert_eq!(denied_by(dry.as_ref().unwrap()), denied);
+    assert_eq!(denied_by(&e, dry.as_ref().unwrap()), denied);
     // Through public: the dry-run Allow policy admits add, refuses x (nothing enforced).
     let (d, dry) = both(&e, &via("add", Some("public"), None, 8443));
     assert!(is_allow(&d) && is_allow(dry.as_ref().unwrap()), "{dry:?}");
     let (d, dry) = both(&e, &via("x", Some("public"), None, 8443));
     assert!(is_allow(&d), "{d:?}");
     assert_eq!(
-        denied_by(dry.as_ref().unwrap()),
+        denied_by(&e, dry.as_ref().unwrap()),
         Some((Reason::NotAllowed, None))
     );
     // By the cluster: the Deny policy does not apply; the Allow one keeps the dry run
@@ -354,7 +360,7 @@ fn a_route_scoped_dry_run_policy_is_a_dry_run_through_its_routes_only() {
     let (d, dry) = both(&e, &via("add", None, Some("tools-cluster"), 8443));
     assert!(is_allow(&d), "{d:?}");
     assert_eq!(
-        denied_by(dry.as_ref().unwrap()),
+        denied_by(&e, dry.as_ref().unwrap()),
         Some((Reason::NotAllowed, None))
     );
 }

@@ -269,7 +269,7 @@ fn seed_000_eight_policy_example() {
             Decision::Deny(d) => {
                 assert_eq!(d.reason, Reason::ExternalAuthDenied);
                 assert_eq!(
-                    d.policy.as_deref(),
+                    d.by.and_then(|r| e.policy_id(r)),
                     Some("default/gateway-policy-external-auth-2")
                 );
                 assert_eq!(d.relay.as_ref().map(|r| r.status), Some(401));
@@ -284,7 +284,7 @@ fn seed_000_eight_policy_example() {
         match d {
             Decision::Deny(d) => {
                 assert_eq!(
-                    d.policy.as_deref(),
+                    d.by.and_then(|r| e.policy_id(r)),
                     Some("default/gateway-policy-external-auth-1")
                 )
             }
