@@ -115,9 +115,11 @@ impl RequestFlow {
     /// The host could not make an edit the request needs: set an identity header on the
     /// allowed request, or remove a client's copy of one from its trailers
     /// (docs/semantics.md §5.7). The request is refused with the request's id, and its
-    /// outcome says so, whatever was decided before.
+    /// outcome says so, whatever was decided before; an authorizer's answer still to come is
+    /// ignored.
     pub fn edit_failed(&mut self) -> Progress {
         self.response = None;
+        self.tokens.clear();
         let next: Next = self.reject(Rejection::IdentityHeadersFailed);
         self.progress(next)
     }

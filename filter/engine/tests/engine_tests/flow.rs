@@ -736,3 +736,23 @@ fn answers_may_arrive_in_any_order() {
         );
     }
 }
+
+#[test]
+fn a_failed_edit_refuses_and_an_answer_still_to_come_changes_nothing() {
+    let e = ext_engine("Deny");
+    let mut flow = RequestFlow::new();
+    let Next::Dispatch(calls) = flow.on_headers(&e, headers("GET", &[])).next else {
+        panic!()
+    };
+    flow.dispatch(&e, calls[0].call.slot, Ok(1), 0);
+    let Next::Respond(r) = flow.edit_failed().next else {
+        panic!("not refused")
+    };
+    assert_eq!(r.status, 500);
+    let reason = |f: &RequestFlow| f.outcome().map(|o| (o.allowed, o.reason.as_str()));
+    assert_eq!(reason(&flow), Some((false, "identity_headers_failed")));
+    // The authorizer's allow arrives after: ignored.
+    let late = flow.answer(&e, 1, Some(200), vec![], vec![], 0).next;
+    assert_eq!(late, Next::Hold);
+    assert_eq!(reason(&flow), Some((false, "identity_headers_failed")));
+}
