@@ -94,7 +94,7 @@ pub fn replay(
         let spec = match spec_of(r, assume) {
             Ok(s) => s,
             Err(why) => {
-                *out.skipped.entry(why).or_default() += 1;
+                *out.skipped.entry(why.to_string()).or_default() += 1;
                 continue;
             }
         };
@@ -195,45 +195,75 @@ fn describe(r: &DecisionRecord) -> String {
     )
 }
 
+/// Why a record cannot be decided again (its text is a line of `replay`'s "skipped").
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Unreplayable {
+    /// Refused before any policy looked at it (a rejection): nothing to decide again.
+    BeforePolicy(Why),
+    /// The filter that wrote it does not record requests.
+    NoRequest,
+    /// A rule read a credential header, which the record holds only as a keyed digest.
+    CredentialRead,
+    /// The tool had drifted from its pin: what a listing showed is not in the record.
+    Drifted,
+    /// The decision read these, which the record does not hold.
+    Unrecorded(Vec<String>),
+    NoListener,
+    BadListener,
+}
+
+impl std::fmt::Display for Unreplayable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreplayable::BeforePolicy(reason) => write!(f, "decided before any policy ({reason})"),
+            Unreplayable::NoRequest => f.write_str(
+                "the record carries no request (a filter that does not record requests)",
+            ),
+            Unreplayable::CredentialRead => f.write_str(
+                "a rule read a credential header, which the record holds only as a keyed digest",
+            ),
+            Unreplayable::Drifted => f.write_str(
+                "the tool had drifted from its pin (what a listing showed, which the record does not hold)",
+            ),
+            Unreplayable::Unrecorded(what) => write!(
+                f,
+                "the decision read {}, which the record does not hold",
+                what.join(", ")
+            ),
+            Unreplayable::NoListener => f.write_str("the record names no listener"),
+            Unreplayable::BadListener => {
+                f.write_str("the record's listener is not namespace/gateway/listener")
+            }
+        }
+    }
+}
+
 /// The `explain` request of a record; Err: why it cannot be decided again.
 fn spec_of(
     r: &DecisionRecord,
     assume: &BTreeMap<String, Assumption>,
-) -> Result<RequestSpec, String> {
+) -> Result<RequestSpec, Unreplayable> {
     let Some(Some(req)) = &r.request else {
         return Err(match (r.reason, &r.request) {
-            (Some(reason), Some(None)) => format!("decided before any policy ({reason})"),
-            _ => "the record carries no request (a filter that does not record requests)".into(),
+            (Some(reason), Some(None)) => Unreplayable::BeforePolicy(reason),
+            _ => Unreplayable::NoRequest,
         });
     };
     // A credential a rule read is kept only as a keyed digest: never guessed at.
     if !req.credential_headers.is_empty() {
-        return Err(
-            "a rule read a credential header, which the record holds only as a keyed digest".into(),
-        );
+        return Err(Unreplayable::CredentialRead);
     }
     // Drift is what a listing showed the filter, not in the record: not guessed at either.
     if r.reason == Some(Why::Denied(Reason::ToolDrifted)) {
-        return Err(
-            "the tool had drifted from its pin (what a listing showed, which the record does not hold)"
-                .into(),
-        );
+        return Err(Unreplayable::Drifted);
     }
     // What the decision read beyond the record (CEL attributes, a second token) is not
     // guessed at either.
     if !req.unrecorded.is_empty() {
-        return Err(format!(
-            "the decision read {}, which the record does not hold",
-            req.unrecorded.join(", ")
-        ));
+        return Err(Unreplayable::Unrecorded(req.unrecorded.clone()));
     }
-    let listener = r
-        .listener
-        .as_deref()
-        .ok_or("the record names no listener")?;
-    let (gateway, listener) = listener
-        .rsplit_once('/')
-        .ok_or("the record's listener is not namespace/gateway/listener")?;
+    let listener = r.listener.as_deref().ok_or(Unreplayable::NoListener)?;
+    let (gateway, listener) = listener.rsplit_once('/').ok_or(Unreplayable::BadListener)?;
     let headers = req
         .headers
         .iter()
