@@ -1,7 +1,7 @@
 //! A request as CEL reads it: [`mcp_access_cel::Attributes`] for [`Request`] (docs/semantics.md,
 //! "CEL").
 
-use mcp_access_bundle::mcp_methods::{Method, Param, TOOLS_CALL};
+use mcp_access_bundle::mcp_methods::{Method, Param};
 use mcp_access_cel::{service_account, Attr, Attributes, Str, Value};
 
 use crate::pins::ToolPins;
@@ -34,10 +34,7 @@ impl Attributes for CelInput<'_> {
             Attr::Hostname => Some(self.host),
             Attr::Route => req.route_name.as_deref(),
             Attr::Backend => self.backend,
-            Attr::ToolName => match call(req)? {
-                (m, p) if m == TOOLS_CALL => p,
-                _ => None,
-            },
+            Attr::ToolName => req.mcp.tool_called(),
             Attr::McpMethod => call(req).map(|(m, _)| m.as_str()),
             Attr::Principal => req.caller.spiffe.as_deref(),
             _ => None,
@@ -72,12 +69,10 @@ impl Attributes for CelInput<'_> {
                         .map_or_else(Value::empty_map, Value::Json),
                 )
             }
-            Attr::ToolAnnotations => match call(req)? {
-                (m, Some(tool)) if m == TOOLS_CALL => {
-                    Some(Value::Json(self.pins?.annotations(tool)))
-                }
-                _ => None,
-            },
+            Attr::ToolAnnotations => {
+                let tool = req.mcp.tool_called()?;
+                Some(Value::Json(self.pins?.annotations(tool)))
+            }
             Attr::SaNamespace | Attr::SaName => {
                 let spiffe = req.caller.spiffe.as_deref()?;
                 let (ns, name) = service_account(spiffe, self.trust_domain)?;

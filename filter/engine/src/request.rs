@@ -143,6 +143,18 @@ impl McpOp {
         }
     }
 
+    /// The tool a `tools/call` names (None for any other request).
+    pub fn tool_called(&self) -> Option<&str> {
+        match self {
+            McpOp::Call { method, param }
+                if method == mcp_access_bundle::mcp_methods::TOOLS_CALL =>
+            {
+                param.as_deref()
+            }
+            _ => None,
+        }
+    }
+
     /// The tool / prompt name or resource URI, if any.
     pub(crate) fn param(&self) -> Option<&str> {
         match self {

@@ -12,7 +12,7 @@ mod text;
 
 use std::collections::BTreeMap;
 
-use mcp_access_bundle::{mcp_methods, Bundle};
+use mcp_access_bundle::Bundle;
 use mcp_access_engine::answer::{LocalResponse, Why};
 use mcp_access_engine::flow::RequestFlow;
 use mcp_access_engine::policy::{Engine, HeaderEdit, Reason};
@@ -407,16 +407,7 @@ fn explanation(
 /// a running Envoy (from the listings it reads): `explain` assumes none was seen.
 fn pin_view(engine: &Engine, flow: &RequestFlow) -> Option<String> {
     let req = flow.request()?;
-    let McpOp::Call {
-        method,
-        param: Some(tool),
-    } = &req.mcp
-    else {
-        return None;
-    };
-    if method != mcp_methods::TOOLS_CALL {
-        return None;
-    }
+    let tool = req.mcp.tool_called()?;
     let pins = engine.backends.get(req.target.backend?)?.pins.as_deref()?;
     Some(match pins.get(tool) {
         Some(p) => format!(

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use super::{Callout, RequestFlow};
+use super::{Callout, Deciding, Reports, RequestFlow, Stores};
 use crate::authz_cache::{self, AnswerPort, AnswerStore, CacheKey, Kept};
 use crate::callout::{CacheUse, CalloutReport};
 use crate::policy::{AuthzOutcome, Engine};
@@ -12,21 +12,25 @@ impl RequestFlow {
     /// This flow reuses authorizer answers kept in `store` and keeps new ones there, for the
     /// policies that declare a cache (without one, every call goes to its authorizer).
     pub fn with_answer_store(mut self, store: Rc<dyn AnswerStore>) -> Self {
-        self.answers = Some(AnswerPort(store));
+        self.stores.answers = Some(AnswerPort(store));
         self
     }
+}
 
+impl Deciding {
     /// Completes the callouts whose answers the store keeps (by the key read off each
     /// callout's request); returns the others, and whether any was answered so.
     pub(super) fn answer_from_cache(
         &mut self,
         engine: &Engine,
         callouts: Vec<(Callout, Option<CacheKey>)>,
+        stores: &Stores,
+        reports: &mut Reports,
     ) -> (Vec<Callout>, bool) {
         let mut rest = Vec::with_capacity(callouts.len());
         let mut answered = false;
         for (c, key) in callouts {
-            let (Some(port), Some(key)) = (&self.answers, key) else {
+            let (Some(port), Some(key)) = (&stores.answers, key) else {
                 rest.push(c);
                 continue;
             };
@@ -36,17 +40,15 @@ impl RequestFlow {
                     let mut report = CalloutReport::of(name, None, &kept.outcome, None);
                     report.cache = Some(CacheUse::Hit);
                     let slot = c.call.slot;
-                    let dry_run_only = self.eval.as_ref().is_some_and(|ev| ev.dry_run_only(slot));
+                    let dry_run_only = self.eval.dry_run_only(slot);
                     report.metadata = kept.metadata.filter(|_| !dry_run_only);
-                    self.reports.push(report);
-                    self.cached.push(name.to_string());
-                    if let Some(ev) = &mut self.eval {
-                        ev.complete(slot, kept.outcome);
-                    }
+                    reports.push(report);
+                    self.inflight.cached.push(name.to_string());
+                    self.eval.complete(slot, kept.outcome);
                     answered = true;
                 }
                 None => {
-                    self.cache_keys.push((c.call.slot, key));
+                    self.inflight.cache_keys.push((c.call.slot, key));
                     rest.push(c);
                 }
             }
@@ -62,13 +64,15 @@ impl RequestFlow {
         slot: usize,
         outcome: &AuthzOutcome,
         metadata: Option<&String>,
+        stores: &Stores,
     ) -> bool {
-        let Some(pos) = self.cache_keys.iter().position(|(s, _)| *s == slot) else {
+        let keys = &mut self.inflight.cache_keys;
+        let Some(pos) = keys.iter().position(|(s, _)| *s == slot) else {
             return false;
         };
-        let (_, key) = self.cache_keys.swap_remove(pos);
+        let (_, key) = keys.swap_remove(pos);
         let a = self.authorizer_of(engine, slot);
-        if let (Some(port), Some(a)) = (&self.answers, a) {
+        if let (Some(port), Some(a)) = (&stores.answers, a) {
             if a.cache
                 .as_ref()
                 .is_some_and(|c| authz_cache::keeps(c, outcome))

@@ -5,12 +5,12 @@
 use mcp_access_bundle::mcp_methods::headers::McpHeader;
 use mcp_access_bundle::mcp_methods::{self, Method, Revision};
 
-use super::RequestFlow;
+use super::Started;
 use crate::answer::{HeaderProblem, Rejection};
 use crate::policy::Engine;
 use crate::request::{McpOp, Request};
 
-impl RequestFlow {
+impl Started {
     /// SEP-2243: `Mcp-Method`, `Mcp-Name` (Base64 sentinel decoded) and
     /// `MCP-Protocol-Version` each appear at most once and agree with the body (the last with
     /// `params._meta`'s protocol version); a request of the header revision (2026-07-28 on)
@@ -20,7 +20,7 @@ impl RequestFlow {
         op: &McpOp,
         body_version: Option<&str>,
     ) -> Option<HeaderProblem> {
-        let req = self.req.as_ref()?;
+        let req = &self.req;
         let found = self.mcp_headers;
         if let Some(h) = MCP_HEADERS.into_iter().find(|h| found.repeated(*h)) {
             return Some(HeaderProblem::Repeated(h));
@@ -63,30 +63,27 @@ impl RequestFlow {
         None
     }
 
-    /// Sets the revision the request is judged under (docs/semantics.md §4.4): the one its
+    /// The revision the request is judged under (docs/semantics.md §4.4): the one its
     /// `MCP-Protocol-Version` header or `params._meta` names (first the header), else
     /// 2025-03-26. Every version the request names, the one `initialize` asks for included,
     /// must be a revision the filter accepts. Checked before the headers are compared with
     /// the body, so a client of an unknown revision learns which ones are supported.
     pub(super) fn judge_versions(
-        &mut self,
+        &self,
         body_version: Option<&str>,
         init_version: Option<&str>,
-    ) -> Result<(), Rejection> {
+    ) -> Result<Revision, Rejection> {
         let parse =
             |v: &str| Revision::parse(v).ok_or_else(|| Rejection::UnsupportedRevision(v.into()));
         let version = McpHeader::ProtocolVersion;
-        let header = match &self.req {
-            Some(req) if self.mcp_headers.repeated(version) => {
-                // Every copy must be a revision the filter accepts (the first names it).
-                for v in mcp_header_values(req, version) {
-                    parse(v)?;
-                }
-                self.mcp_headers.first(req, version)
+        let req = &self.req;
+        if self.mcp_headers.repeated(version) {
+            // Every copy must be a revision the filter accepts (the first names it).
+            for v in mcp_header_values(req, version) {
+                parse(v)?;
             }
-            Some(req) => self.mcp_headers.first(req, version),
-            None => None,
-        };
+        }
+        let header = self.mcp_headers.first(req, version);
         let mut named = None;
         for v in header.into_iter().chain(body_version) {
             named = named.or(Some(parse(v)?));
@@ -94,20 +91,19 @@ impl RequestFlow {
         if let Some(v) = init_version {
             parse(v)?;
         }
-        self.revision = named.unwrap_or(Revision::UNNAMED);
-        Ok(())
+        Ok(named.unwrap_or(Revision::UNNAMED))
     }
+}
 
-    /// Refuses a method the table knows but the request's revision does not have (methods
-    /// the table does not know are left to the policies).
-    pub(super) fn judge_method(&self, op: &McpOp) -> Result<(), Rejection> {
-        match op.called() {
-            Some(m) if m.missing_in(self.revision) => Err(Rejection::MethodNotInRevision(
-                m.to_string(),
-                self.revision.as_str(),
-            )),
-            _ => Ok(()),
-        }
+/// Refuses a method the table knows but `revision`, the request's, does not have (methods
+/// the table does not know are left to the policies).
+pub(super) fn judge_method(op: &McpOp, revision: Revision) -> Result<(), Rejection> {
+    match op.called() {
+        Some(m) if m.missing_in(revision) => Err(Rejection::MethodNotInRevision(
+            m.to_string(),
+            revision.as_str(),
+        )),
+        _ => Ok(()),
     }
 }
 

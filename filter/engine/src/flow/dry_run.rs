@@ -1,21 +1,20 @@
 //! The flow's side of dry-run policies (docs/semantics.md §3.8): the dry-run decision with
 //! the items a request names judged in it too, and what `explain` shows of it.
 
-use super::pinned::PinGate;
-use super::RequestFlow;
+use super::gates::{Judged, PinGate};
+use super::{RequestFlow, Stage};
 use crate::policy::{Decision, DryRunRecord, Engine, TraceEntry, View};
 
 impl RequestFlow {
     /// The dry-run decision's trace (traced flows only, where dry-run policies concern the
     /// request).
     pub fn dry_run_trace(&self) -> &[TraceEntry] {
-        self.eval.as_ref().map_or(&[], |ev| ev.dry_run_trace())
+        self.eval().map_or(&[], |ev| ev.dry_run_trace())
     }
 
     /// Whether a dry-run decision was made beside the enforced one.
     pub fn dry_run_evaluated(&self) -> bool {
-        self.eval
-            .as_ref()
+        self.eval()
             .is_some_and(|ev| ev.dry_run_decision().is_some())
     }
 
@@ -23,13 +22,29 @@ impl RequestFlow {
     /// level, reason, policy and rule, whether or not it differs from the enforced one (None
     /// when no dry-run policy concerns the request).
     pub fn dry_run_decision(&self, engine: &Engine) -> Option<Decision> {
-        self.dry_run_gated(engine, &PinGate::default())
+        let judged = match &self.stage {
+            Stage::Deciding(d) => Judged {
+                req: &d.req,
+                named: &d.msg.named,
+                eval: &d.eval,
+                drift: self.stores.drift.as_ref(),
+            },
+            Stage::Done(d) => Judged {
+                req: &d.req,
+                named: &d.msg.named,
+                eval: d.eval.as_ref()?,
+                drift: self.stores.drift.as_ref(),
+            },
+            Stage::Start | Stage::Body(_) => return None,
+        };
+        judged.dry_run_gated(engine, &PinGate::default())
     }
+}
 
+impl Judged<'_> {
     /// [`RequestFlow::dry_run_decision`], the pins read through `pins`.
     fn dry_run_gated(&self, engine: &Engine, pins: &PinGate) -> Option<Decision> {
-        let ev = self.eval.as_ref()?;
-        let dry = ev.dry_run_decision()?;
+        let dry = self.eval.dry_run_decision()?;
         let judged = match dry {
             Decision::Allow { .. } => self.gates(engine, View::DryRun, pins),
             Decision::Deny(_) => None,
@@ -45,12 +60,11 @@ impl RequestFlow {
         decision: &Decision,
         pins: &PinGate,
     ) -> Option<DryRunRecord> {
-        let ev = self.eval.as_ref()?;
         let dry = self.dry_run_gated(engine, pins)?;
         let enforced = match decision {
             Decision::Allow { .. } => (true, None),
             Decision::Deny(d) => (false, d.level),
         };
-        ev.dry_run_record(engine, &dry, enforced)
+        self.eval.dry_run_record(engine, &dry, enforced)
     }
 }

@@ -3,27 +3,25 @@
 //! never a credential. Written as JSON straight from the request (this runs for every
 //! request: nothing is copied first).
 
-use super::RequestFlow;
+use mcp_access_bundle::mcp_methods::Revision;
+
 use crate::jsonw::{push_int, push_opt_str, push_str};
 use crate::policy::Engine;
 use crate::request::{ClaimValue, Request};
 
-impl RequestFlow {
-    /// The record of the request being decided: the decision's `request` object.
-    pub(super) fn recorded(&self, engine: &Engine) -> Option<String> {
-        let req = self.req.as_ref()?;
-        let mut out = String::with_capacity(160);
-        let what = What {
-            headers: &engine.recorded_headers,
-            arguments: engine.settings.decision_records.arguments,
-            revision: self.revision.as_str(),
-            key: &engine.record_key,
-            time: engine.cel_needs().time,
-            unrecorded: &engine.unrecorded,
-        };
-        write_record(&mut out, req, &what);
-        Some(out)
-    }
+/// The record of `req`, decided under `revision`: the decision's `request` object.
+pub(super) fn recorded(engine: &Engine, req: &Request, revision: Revision) -> String {
+    let mut out = String::with_capacity(160);
+    let what = What {
+        headers: &engine.recorded_headers,
+        arguments: engine.settings.decision_records.arguments,
+        revision: revision.as_str(),
+        key: &engine.record_key,
+        time: engine.cel_needs().time,
+        unrecorded: &engine.unrecorded,
+    };
+    write_record(&mut out, req, &what);
+    out
 }
 
 /// What a record holds beyond the request's canonical attributes.

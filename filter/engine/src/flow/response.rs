@@ -2,8 +2,8 @@
 //! filter the flow made when it allowed (docs/semantics.md §5.4); and the one event after a
 //! decision that changes it, an edit of the request the host could not make.
 
-use super::{Next, Progress, RequestFlow};
-use crate::answer::Rejection;
+use super::{Deciding, Done, Message, Next, Progress, RequestFlow, Stage};
+use crate::answer::{self, Rejection};
 use crate::listing::{BodyAction, HeadersAction, ListingFilter};
 use crate::pins::PinEvent;
 use crate::policy::Engine;
@@ -39,15 +39,26 @@ impl BodyProgress {
 }
 
 impl RequestFlow {
+    /// The response's filter and the request it answers, while it reads the response.
+    fn reading(&mut self) -> Option<&mut Done> {
+        match &mut self.stage {
+            Stage::Done(d) if d.response.is_some() => Some(d),
+            _ => None,
+        }
+    }
+
     /// The filter of the response, for tests and benches that drive a copy of it alone.
     pub fn response_filter(&self) -> Option<&ListingFilter> {
-        self.response.as_ref()
+        match &self.stage {
+            Stage::Done(d) => d.response.as_ref(),
+            _ => None,
+        }
     }
 
     /// Whether the response is read at all (an allowed request whose response may carry a
     /// listing): otherwise every response event passes it as it is.
     pub fn reads_response(&self) -> bool {
-        self.response.is_some()
+        self.response_filter().is_some()
     }
 
     /// The response headers arrived: `content_type` reads the `Content-Type` (Envoy holds it
@@ -59,13 +70,16 @@ impl RequestFlow {
         content_encoding: impl FnOnce() -> Option<String>,
         all: impl FnOnce() -> Headers,
     ) -> ResponseHeaders {
-        let Some(filter) = self.response.as_mut() else {
+        let Some(done) = self.reading() else {
+            return ResponseHeaders::Keep;
+        };
+        let Some(filter) = done.response.as_mut() else {
             return ResponseHeaders::Keep;
         };
         let content_type = content_type();
         match filter.on_response_headers(content_type.as_deref(), content_encoding, all) {
             HeadersAction::Keep => {
-                self.response = None;
+                done.response = None;
                 ResponseHeaders::Keep
             }
             HeadersAction::Rewrite => ResponseHeaders::Rewrite {
@@ -83,10 +97,15 @@ impl RequestFlow {
         end_of_stream: bool,
         read: impl FnOnce(usize) -> Option<Vec<u8>>,
     ) -> BodyProgress {
-        let Some(filter) = self.response.as_mut() else {
+        let Some(Done {
+            req,
+            response: Some(filter),
+            ..
+        }) = self.reading()
+        else {
             return BodyProgress::PASS;
         };
-        let action = filter.on_body(engine, self.req.as_ref(), buffered, end_of_stream, read);
+        let action = filter.on_body(engine, Some(req), buffered, end_of_stream, read);
         Self::body_progress(filter, action)
     }
 
@@ -97,10 +116,15 @@ impl RequestFlow {
         engine: &Engine,
         read: impl FnOnce() -> Option<Vec<u8>>,
     ) -> BodyProgress {
-        let Some(filter) = self.response.as_mut() else {
+        let Some(Done {
+            req,
+            response: Some(filter),
+            ..
+        }) = self.reading()
+        else {
             return BodyProgress::PASS;
         };
-        let action = filter.on_trailers(engine, self.req.as_ref(), read);
+        let action = filter.on_trailers(engine, Some(req), read);
         Self::body_progress(filter, action)
     }
 
@@ -115,12 +139,23 @@ impl RequestFlow {
     /// The host could not make an edit the request needs: set an identity header on the
     /// allowed request, or remove a client's copy of one from its trailers
     /// (docs/semantics.md §5.7). The request is refused with the request's id, and its
-    /// outcome says so, whatever was decided before; an authorizer's answer still to come is
-    /// ignored.
+    /// outcome says so, whatever was decided before; an authorizer's answer still to come
+    /// finds no request waiting for it.
     pub fn edit_failed(&mut self) -> Progress {
-        self.response = None;
-        self.tokens.clear();
-        let next: Next = self.reject(Rejection::IdentityHeadersFailed);
+        let r = Rejection::IdentityHeadersFailed;
+        let next = match std::mem::take(&mut self.stage) {
+            Stage::Done(d) => {
+                let Done { req, msg, eval, .. } = *d;
+                self.reject(req, msg, eval, r)
+            }
+            Stage::Deciding(d) => {
+                let Deciding { req, msg, eval, .. } = *d;
+                self.reject(req, msg, Some(eval), r)
+            }
+            Stage::Body(s) => self.reject(s.req, Message::default(), None, r),
+            // No request to refuse: nothing was let through.
+            Stage::Start => Next::Respond(answer::rejection(&r, None)),
+        };
         self.progress(next)
     }
 }
