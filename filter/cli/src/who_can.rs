@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use mcp_access_bundle::gateway_api::{service_account_spiffe, DEFAULT_TRUST_DOMAIN};
 use mcp_access_bundle::SpiffeSource;
 use mcp_access_bundle::{Action, Bundle, JwtSource, Level, Policy, SourceType};
-use mcp_access_engine::policy::{Engine, Mode, Policy as CompiledPolicy, View};
+use mcp_access_engine::policy::{Engine, Mode, Policy as CompiledPolicy, TraceEvent, View};
 use mcp_access_engine::request::Target;
 use mcp_access_k8s::{Protocol, RouteAction, Topology};
 use serde::Serialize;
@@ -583,7 +583,7 @@ fn answer_of(c: &Candidate, e: &explain::Explanation) -> CallerAnswer {
     let mut by: Vec<String> = e
         .trace
         .iter()
-        .filter(|t| t.outcome == "admitted")
+        .filter(|t| t.event == TraceEvent::Admitted)
         .map(|t| format!("{} {} rule {}", t.level, s(&t.policy), s(&t.rule)))
         .collect();
     if e.decision == Verdict::Deny && (e.policy.is_some() || e.rule.is_some()) {

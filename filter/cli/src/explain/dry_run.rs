@@ -54,10 +54,9 @@ pub(super) fn dry_run_view(
         .iter()
         .map(|t| TraceView {
             level: Level::name(t.level),
-            step: t.step,
             policy: t.policy.clone(),
             rule: t.rule.clone(),
-            outcome: t.outcome.clone(),
+            event: t.event.clone(),
         })
         .collect();
     let Some(d) = &outcome.dry_run else {

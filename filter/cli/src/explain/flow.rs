@@ -5,7 +5,7 @@ use mcp_access_bundle::{AuthorizerProtocol, Bundle, Level, SpiffeSource};
 use mcp_access_engine::answer::LocalResponse;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Outcome, Reply, RequestFlow};
-use mcp_access_engine::policy::{Engine, HeaderEdit, HeaderOp, Mode};
+use mcp_access_engine::policy::{Engine, HeaderEdit, HeaderOp, Mode, TraceEvent};
 
 use super::assume::assumption;
 use super::request::Prepared;
@@ -180,8 +180,7 @@ pub(super) fn trace_views(
                 .map(|(b, r)| b.index_for(r.target.listener, r.target.route)),
             None => None,
         };
-        if let (Some(index), Some(req), ("allow", "no rule admits")) =
-            (index, flow.request(), (t.step, t.outcome.as_str()))
+        if let (Some(index), Some(req), TraceEvent::NotAdmitted) = (index, flow.request(), &t.event)
         {
             for r in index.allow.rules() {
                 let Some(rule) = engine.rule(r) else { continue };
@@ -197,26 +196,26 @@ pub(super) fn trace_views(
                 ) {
                     out.push(TraceView {
                         level,
-                        step: "allow",
                         policy: engine
                             .policies
                             .get(r.policy)
                             .map(|p| engine.written_name(&p.id).to_string()),
                         rule: Some(rule.name.clone()),
-                        outcome: format!("not admitted: {why} does not match"),
+                        event: TraceEvent::RuleMismatch {
+                            what: why.to_string(),
+                        },
                     });
                 }
             }
         }
         out.push(TraceView {
             level,
-            step: t.step,
             policy: t
                 .policy
                 .as_deref()
                 .map(|p| engine.written_name(p).to_string()),
             rule: t.rule.clone(),
-            outcome: t.outcome.clone(),
+            event: t.event.clone(),
         });
     }
     out

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use mcp_access_bundle::Bundle;
 use mcp_access_engine::answer::{LocalResponse, Why};
 use mcp_access_engine::flow::RequestFlow;
-use mcp_access_engine::policy::{Engine, HeaderEdit, Reason};
+use mcp_access_engine::policy::{Engine, HeaderEdit, Reason, TraceEvent};
 use mcp_access_engine::request::McpOp;
 use mcp_access_k8s::Topology;
 use serde::Serialize;
@@ -231,14 +231,28 @@ pub struct CallView {
     pub cache: Option<mcp_access_bundle::AuthzCache>,
 }
 
-/// One line of the filter's decision trace.
-#[derive(Debug, Clone, Serialize)]
+/// One line of the filter's decision trace: as JSON, `level`, `step`, `policy`, `rule` and
+/// `outcome` (the event's text).
+#[derive(Debug, Clone)]
 pub struct TraceView {
     pub level: &'static str,
-    pub step: &'static str,
+    /// The policy as the user wrote it.
     pub(crate) policy: Option<String>,
     pub rule: Option<String>,
-    pub outcome: String,
+    pub event: TraceEvent,
+}
+
+impl Serialize for TraceView {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("TraceView", 5)?;
+        st.serialize_field("level", self.level)?;
+        st.serialize_field("step", self.event.step())?;
+        st.serialize_field("policy", &self.policy)?;
+        st.serialize_field("rule", &self.rule)?;
+        st.serialize_field("outcome", &self.event.to_string())?;
+        st.end()
+    }
 }
 
 /// One evaluated CEL condition.

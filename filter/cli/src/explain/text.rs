@@ -202,10 +202,10 @@ fn trace(out: &mut String, title: &str, entries: &[super::TraceView]) {
         .map(|t| {
             [
                 t.level.to_string(),
-                t.step.to_string(),
+                t.event.step().to_string(),
                 s(t.policy.as_deref()),
                 s(t.rule.as_deref()),
-                t.outcome.clone(),
+                t.event.to_string(),
             ]
         })
         .collect();

@@ -259,12 +259,13 @@ fn each_allow_rule_says_why_it_did_not_admit() {
     let b = bundle(policy(&rules), json!({}));
     let e = run(&b, &spec("echo", &[("x-team", "red")]));
     assert_eq!((e.reason.as_str(), e.stage), ("not_allowed", Stage::Policy));
-    let why: Vec<(&str, &str)> = e
+    let why: Vec<(&str, String)> = e
         .trace
         .iter()
-        .filter(|t| t.step == "allow")
-        .map(|t| (t.rule.as_deref().unwrap_or("-"), t.outcome.as_str()))
+        .filter(|t| t.event.step() == "allow")
+        .map(|t| (t.rule.as_deref().unwrap_or("-"), t.event.to_string()))
         .collect();
+    let why: Vec<(&str, &str)> = why.iter().map(|(r, w)| (*r, w.as_str())).collect();
     assert_eq!(
         why,
         [
@@ -284,11 +285,11 @@ fn each_allow_rule_says_why_it_did_not_admit() {
     let b = bundle(policy(&rules), json!({}));
     let e = run(&b, &spec("echo", &[]));
     assert_eq!(e.rule.as_deref(), Some("echo"));
-    let allow: Vec<&str> = e
+    let allow: Vec<String> = e
         .trace
         .iter()
-        .filter(|t| t.step == "allow" && t.level == "gateway")
-        .map(|t| t.outcome.as_str())
+        .filter(|t| t.event.step() == "allow" && t.level == "gateway")
+        .map(|t| t.event.to_string())
         .collect();
     assert_eq!(allow, ["admitted"]);
 }

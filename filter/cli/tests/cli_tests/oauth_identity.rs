@@ -419,7 +419,8 @@ fn explain_shows_the_insufficient_scope_challenge_and_why() {
         "{:?}",
         r.headers
     );
-    let why: Vec<&str> = e.trace.iter().map(|t| t.outcome.as_str()).collect();
+    let why: Vec<String> = e.trace.iter().map(|t| t.event.to_string()).collect();
+    let why: Vec<&str> = why.iter().map(String::as_str).collect();
     assert!(
         why.contains(&"not admitted: token scope does not match"),
         "{why:?}"

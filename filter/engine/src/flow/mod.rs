@@ -1,7 +1,7 @@
 //! One request, start to end, as a pure state machine the host adapter drives:
 //! headers -> (body) -> parse -> evaluate -> (callouts) -> answer -> (response).
 //!
-//! Its [`Stage`]s each hold what the request has there, and each has its file: `start.rs`
+//! Its stages (`Stage`) each hold what the request has there, and each has its file: `start.rs`
 //! (headers checked, body read and parsed), `deciding.rs` (policies evaluated, authorizers
 //! called), `finish.rs` (the decision or refusal, its outcome and answer), `response.rs` (an
 //! allowed request's response read through its listing filter).

@@ -193,16 +193,6 @@ pub enum Step {
     Done(Decision),
 }
 
-/// One line of the decision trace (for `explain` and debug logs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceEntry {
-    pub level: Option<Level>,
-    pub step: &'static str,
-    pub policy: Option<String>,
-    pub rule: Option<String>,
-    pub outcome: String,
-}
-
 /// The names a decision is shown by (records, counters, traces' readers): those of the
 /// policy the user wrote and of the deciding rule, and where a derived policy's rules came
 /// from.

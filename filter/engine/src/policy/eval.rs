@@ -4,15 +4,12 @@
 //! predicates a rule, a policy and a level are judged by live here too, and the judging of
 //! listed items ([`Engine::item_denial`]).
 
-use std::fmt;
-
 use mcp_access_bundle::{FailureMode, Level, UnknownBackend};
 
 use super::compiled::{self, Action, Through};
-use super::decision::{
-    AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, Reason, Relay, Step, TraceEntry,
-};
+use super::decision::{AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, Reason, Relay, Step};
 use super::index::View;
+use super::trace::{RouteUse, TraceEntry, TraceEvent};
 use super::{Applies, CelCx, Engine, LevelIndex, Mode, PolicyId, RuleRef, RuleSet};
 use crate::request::{Request, Target};
 
@@ -108,7 +105,9 @@ impl Run {
             None
         };
         if let Some((reason, detail)) = unknown {
-            ev.note(None, "resolve", None, None, format_args!("deny: {detail}"));
+            ev.note(None, None, None, || TraceEvent::Unresolved {
+                detail: detail.clone(),
+            });
             ev.done = Some(Decision::Deny(Denial {
                 detail: Some(detail),
                 ..Denial::of(None, reason)
@@ -257,19 +256,16 @@ impl Run {
             else {
                 continue;
             };
-            let outcome = match b.through(*pid, self.target.route) {
-                Through::Yes => format!("applies: {name} is one of its routes"),
-                Through::No => format!("does not apply: {name} is another route"),
-                Through::Unsure if p.action == Action::Allow => format!("admits nothing: the request came by cluster {name}, which its routes may use too (its presence keeps this level default-deny)"),
-                Through::Unsure => format!("does not apply: the request came by cluster {name}, not by one of its routes"),
+            let applies = match b.through(*pid, self.target.route) {
+                Through::Yes => RouteUse::Applies,
+                Through::No => RouteUse::OtherRoute,
+                Through::Unsure if p.action == Action::Allow => RouteUse::AdmitsNothing,
+                Through::Unsure => RouteUse::OtherCluster,
             };
-            self.note(
-                Some(Level::Backend),
-                "route",
-                Some(&p.id),
-                None,
-                format_args!("{outcome}"),
-            );
+            let name = name.to_string();
+            self.note(Some(Level::Backend), Some(&p.id), None, || {
+                TraceEvent::Route { name, applies }
+            });
         }
     }
 
@@ -286,13 +282,9 @@ impl Run {
                 continue;
             };
             if !engine.selects(pid, req, &mut self.cel) {
-                self.note(
-                    Some(self.level),
-                    "externalAuth",
-                    Some(&p.id),
-                    None,
-                    format_args!("not selected"),
-                );
+                self.note(Some(self.level), Some(&p.id), None, || {
+                    TraceEvent::AuthorizerNotSelected
+                });
                 continue;
             }
             let Action::ExternalAuth { authorizer } = p.action else {
@@ -322,7 +314,7 @@ impl Run {
             let authorizer = engine.authorizers.get(call.authorizer);
             match outcome {
                 Some(AuthzOutcome::Allow { headers }) => {
-                    self.note(level, "externalAuth", policy, None, format_args!("allowed"));
+                    self.note(level, policy, None, || TraceEvent::AuthorizerAllowed);
                     self.add_headers.extend(headers);
                 }
                 Some(AuthzOutcome::Deny {
@@ -330,13 +322,9 @@ impl Run {
                     headers,
                     body,
                 }) => {
-                    self.note(
-                        level,
-                        "externalAuth",
-                        policy,
-                        None,
-                        format_args!("denied with {status}"),
-                    );
+                    self.note(level, policy, None, || TraceEvent::AuthorizerDenied {
+                        status,
+                    });
                     self.deny(Denial {
                         level,
                         reason: Reason::ExternalAuthDenied,
@@ -358,22 +346,14 @@ impl Run {
                     };
                     let mode = authorizer.map_or(FailureMode::Deny, |a| a.failure_mode);
                     if mode == FailureMode::Allow {
-                        self.note(
-                            level,
-                            "externalAuth",
-                            policy,
-                            None,
-                            format_args!("failed open: {detail}"),
-                        );
+                        self.note(level, policy, None, || TraceEvent::AuthorizerFailedOpen {
+                            detail: detail.clone(),
+                        });
                         continue;
                     }
-                    self.note(
-                        level,
-                        "externalAuth",
-                        policy,
-                        None,
-                        format_args!("failed: {detail}"),
-                    );
+                    self.note(level, policy, None, || TraceEvent::AuthorizerFailed {
+                        detail: detail.clone(),
+                    });
                     self.deny(Denial {
                         level,
                         reason: Reason::AuthorizerFailed,
@@ -392,29 +372,25 @@ impl Run {
         let level = Some(self.level);
         match rules_verdict(engine, index, req, &mut self.cel) {
             RulesVerdict::Denied(r) => {
-                self.note_rule(engine, level, "deny", r, format_args!("matched"));
+                self.note_rule(engine, level, r, || TraceEvent::DenyMatched);
                 self.deny(Denial {
                     by: Some(r),
                     ..Denial::of(level, Reason::DenyPolicy)
                 });
             }
             RulesVerdict::Admitted(None) => {
-                let why = if index.has_allow {
-                    "no Allow policy applies (when)"
-                } else {
-                    "no Allow policy"
-                };
-                self.note(level, "allow", None, None, format_args!("{why}"));
+                let when = index.has_allow;
+                self.note(level, None, None, || TraceEvent::NoAllowPolicy { when });
             }
             RulesVerdict::Admitted(Some(r)) => {
-                self.note_rule(engine, level, "allow", r, format_args!("admitted"));
+                self.note_rule(engine, level, r, || TraceEvent::Admitted);
                 if let Some(slot) = self.admitted_at.get_mut(level_slot(self.level)) {
                     *slot = Some(r);
                 }
                 self.admitted = Some(r);
             }
             RulesVerdict::NotAdmitted => {
-                self.note(level, "allow", None, None, format_args!("no rule admits"));
+                self.note(level, None, None, || TraceEvent::NotAdmitted);
                 let scope = self.short_of_scope(engine, index, req);
                 self.deny(Denial {
                     scope,
@@ -434,16 +410,9 @@ impl Run {
         req: &Request,
     ) -> Option<Vec<String>> {
         let (r, scopes) = engine.short_of_scope(index, req)?;
-        self.note_rule(
-            engine,
-            Some(self.level),
-            "allow",
-            r,
-            format_args!(
-                "would admit with scope {:?}: insufficient_scope",
-                scopes.join(" ")
-            ),
-        );
+        self.note_rule(engine, Some(self.level), r, || TraceEvent::ShortOfScope {
+            scopes: scopes.clone(),
+        });
         Some(scopes)
     }
 
@@ -451,35 +420,32 @@ impl Run {
         self.done = Some(Decision::Deny(d));
     }
 
-    /// Records a trace line naming rule `r` (as compiled).
+    /// Records a trace line naming rule `r`; without a trace nothing is copied or made.
     fn note_rule(
         &mut self,
         engine: &Engine,
         level: Option<Level>,
-        step: &'static str,
         r: RuleRef,
-        outcome: fmt::Arguments<'_>,
+        event: impl FnOnce() -> TraceEvent,
     ) {
         let (policy, rule) = (engine.policy_id(r), engine.rule_name(r));
-        self.note(level, step, policy, rule, outcome);
+        self.note(level, policy, rule, event);
     }
 
-    /// Records a trace line; without a trace nothing is copied or formatted.
+    /// Records a trace line; without a trace nothing is copied or made.
     fn note(
         &mut self,
         level: Option<Level>,
-        step: &'static str,
         policy: Option<&str>,
         rule: Option<&str>,
-        outcome: fmt::Arguments<'_>,
+        event: impl FnOnce() -> TraceEvent,
     ) {
         if let Some(t) = &mut self.trace {
             t.push(TraceEntry {
                 level,
-                step,
                 policy: policy.map(str::to_string),
                 rule: rule.map(str::to_string),
-                outcome: outcome.to_string(),
+                event: event(),
             });
         }
     }

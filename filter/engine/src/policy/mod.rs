@@ -11,6 +11,7 @@ mod evaluation;
 mod identity_headers;
 mod index;
 mod oauth;
+mod trace;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -24,7 +25,6 @@ use mcp_access_bundle::{
 pub use compiled::Policy;
 pub(crate) use cx::{Applies, CelCx};
 pub use cx::{Cel, CelRecord, Mode};
-pub(crate) use decision::TraceEntry;
 pub use decision::{
     AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Named, Reason, Step,
 };
@@ -32,6 +32,7 @@ pub use evaluation::{DryRunRecord, Evaluation};
 pub use identity_headers::{IdentityEdits, Omitted};
 pub use index::View;
 pub use oauth::{Challenge, Discovery};
+pub use trace::{RouteUse, TraceEntry, TraceEvent};
 
 use crate::request::{Request, Target};
 

@@ -269,8 +269,8 @@ fn the_trace_says_whether_each_route_scoped_policy_applies() {
         let _ = ev.advance(&e, &req);
         ev.trace()
             .iter()
-            .filter(|t| t.step == "route")
-            .map(|t| format!("{} {}", t.policy.clone().unwrap_or_default(), t.outcome))
+            .filter(|t| t.step() == "route")
+            .map(|t| format!("{} {}", t.policy.clone().unwrap_or_default(), t.event))
             .collect::<Vec<_>>()
     };
     assert_eq!(
@@ -294,8 +294,8 @@ fn the_trace_says_whether_each_route_scoped_policy_applies() {
     let by_cluster: Vec<String> = ev
         .trace()
         .iter()
-        .filter(|t| t.step == "route")
-        .map(|t| t.outcome.clone())
+        .filter(|t| t.step() == "route")
+        .map(|t| t.event.to_string())
         .collect();
     assert_eq!(
         by_cluster,

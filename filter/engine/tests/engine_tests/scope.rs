@@ -261,7 +261,8 @@ fn a_token_short_of_a_scope_a_rule_names_gets_insufficient_scope() {
     assert!(flow
         .trace()
         .iter()
-        .any(|t| t.rule.as_deref() == Some("readers") && t.outcome.contains("insufficient_scope")));
+        .any(|t| t.rule.as_deref() == Some("readers")
+            && t.event.to_string().contains("insufficient_scope")));
     // The other conditions of the rule hold, the issuer's included: only its scopes fail.
     let (_, next) = call_with(
         &e,

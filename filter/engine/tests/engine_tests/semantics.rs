@@ -620,6 +620,10 @@ fn large_bundle_decides_by_lookup() {
     let Step::Done(_) = ev.advance(&e, &req) else {
         panic!()
     };
-    let admitted = ev.trace().iter().find(|t| t.outcome == "admitted").unwrap();
+    let admitted = ev
+        .trace()
+        .iter()
+        .find(|t| t.event.to_string() == "admitted")
+        .unwrap();
     assert_eq!(admitted.policy.as_deref(), Some("default/p500"));
 }
