@@ -83,22 +83,23 @@ pub(super) fn dry_run_view(
             trace,
         });
     };
+    let n = d.named(engine);
     Some(DryRunView {
         decision: Verdict::of(d.allowed),
         changed: d.changed,
         level: d.level.map(|l| At(Some(l))),
         reason: Cause::Filter(d.reason.map_or(Why::Allowed, Why::Denied)),
-        policy: d.policy.clone(),
-        rule: d.rule.clone(),
-        authorizers: d
+        policy: n.policy.map(str::to_string),
+        rule: n.rule.map(str::to_string),
+        authorizers: n
             .authorizers
             .iter()
             .map(|(policy, answer)| AuthorizerAnswer {
-                policy: policy.clone(),
-                answer: answer.clone(),
+                policy: policy.to_string(),
+                answer: answer.to_string(),
             })
             .collect(),
-        not_called: d.not_called.clone(),
+        not_called: n.not_called.iter().map(|p| p.to_string()).collect(),
         trace,
     })
 }

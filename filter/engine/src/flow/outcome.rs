@@ -4,7 +4,7 @@ use mcp_access_bundle::Level;
 
 use crate::answer::Why;
 use crate::jsonw::{push_int, push_opt_str, push_str};
-use crate::policy::{DryRunRecord, Engine, Named, Omitted, RuleRef};
+use crate::policy::{DryRunNamed, DryRunRecord, Engine, Named, Omitted, RuleRef};
 
 /// How the request ended, for stats, logs and filter state.
 ///
@@ -100,11 +100,12 @@ impl Outcome {
 
     /// One JSON object: the filter-state value and the decision log line.
     pub fn to_json(&self, engine: &Engine) -> String {
-        self.write_json(engine.named(self.by))
+        let dry = self.dry_run.as_ref().map(|d| d.named(engine));
+        self.write_json(engine.named(self.by), dry.as_ref())
     }
 
-    /// [`Outcome::to_json`], with the deciding policy and rule named.
-    fn write_json(&self, named: Named<'_>) -> String {
+    /// [`Outcome::to_json`], with the deciding policy and rule named, and the dry run's.
+    fn write_json(&self, named: Named<'_>, dry: Option<&DryRunNamed<'_>>) -> String {
         // Written by hand: this runs for every request. Keys in alphabetical order and
         // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
         // document was first built as (a test compares the two).
@@ -123,7 +124,7 @@ impl Outcome {
         out.push_str(",\"decision\":");
         push_str(&mut out, if self.allowed { "allow" } else { "deny" });
         out.push_str(",\"dry_run\":");
-        match &self.dry_run {
+        match dry {
             // Rare: written with serde_json (its keys in the same order).
             Some(d) => out.push_str(&dry_run_json(d).to_string()),
             None => out.push_str("null"),
@@ -190,11 +191,12 @@ fn push_omitted(out: &mut String, omitted: &[Omitted]) {
 }
 
 /// The `dry_run` object of a decision.
-pub(crate) fn dry_run_json(d: &DryRunRecord) -> serde_json::Value {
-    let authorizers: Vec<serde_json::Value> = d
+pub(crate) fn dry_run_json(n: &DryRunNamed<'_>) -> serde_json::Value {
+    let d = n.record;
+    let authorizers: Vec<serde_json::Value> = n
         .authorizers
         .iter()
-        .map(|(policy, answer)| serde_json::json!({"policy": policy, "answer": answer}))
+        .map(|(policy, answer)| serde_json::json!({"policy": policy, "answer": answer.to_string()}))
         .collect();
     serde_json::json!({
         "decision": if d.allowed { "allow" } else { "deny" },
@@ -203,10 +205,10 @@ pub(crate) fn dry_run_json(d: &DryRunRecord) -> serde_json::Value {
             Some(r) => Why::Denied(r).as_str(),
             None => Why::Allowed.as_str(),
         },
-        "policy": d.policy,
-        "rule": d.rule,
+        "policy": n.policy,
+        "rule": n.rule,
         "authorizers": authorizers,
-        "not_called": d.not_called,
+        "not_called": n.not_called,
     })
 }
 
@@ -214,9 +216,10 @@ pub(crate) fn dry_run_json(d: &DryRunRecord) -> serde_json::Value {
 mod tests {
     use super::*;
     use crate::flow::records::DecisionRecord;
+    use crate::policy::CallAnswer;
 
     /// The document as it was first defined (a `serde_json::Value` map).
-    fn as_value_map(o: &Outcome, named: Named<'_>) -> String {
+    fn as_value_map(o: &Outcome, named: Named<'_>, dry: Option<&DryRunNamed<'_>>) -> String {
         let mut v = serde_json::json!({
             "decision": if o.allowed { "allow" } else { "deny" },
             "level": Level::name(o.level),
@@ -232,7 +235,7 @@ mod tests {
             "caller": o.caller,
             "jwt": o.jwt,
             "cel_errors": o.cel_errors.0,
-            "dry_run": o.dry_run.as_ref().map(dry_run_json),
+            "dry_run": dry.map(dry_run_json),
             "request": o.request.as_deref().map(|r| {
                 serde_json::from_str::<serde_json::Value>(r).unwrap_or_default()
             }),
@@ -287,10 +290,10 @@ mod tests {
                 allowed: false,
                 level: Some(Level::Gateway),
                 reason: Some(crate::policy::Reason::NotAllowed),
-                policy: Some("ns/dry\"run".into()),
+                policy: Some(0),
                 rule: None,
-                authorizers: vec![("ns/a".into(), "deny 403".into())],
-                not_called: vec!["ns/b".into()],
+                authorizers: vec![(1, CallAnswer::Deny { status: 403 })],
+                not_called: vec![2],
                 counter: Some(0),
             }),
             authz_cached: vec!["ns.a".into(), "ns.b".into()],
@@ -329,9 +332,20 @@ mod tests {
             origin: Some("overrides (merge) of AccessPolicy ns/g"),
             rule: Some("r\u{1}\n\u{e9}\t\u{8}\u{c}\u{1f}\u{7f}\r"),
         };
-        for (o, named) in [(full, named), (empty, Named::default())] {
-            let json = o.write_json(named);
-            assert_eq!(json, as_value_map(&o, named));
+        let answer = CallAnswer::Deny { status: 403 };
+        let dry = full.dry_run.as_ref().map(|record| DryRunNamed {
+            record,
+            policy: Some("ns/dry\"run"),
+            rule: None,
+            authorizers: vec![("ns/a", &answer)],
+            not_called: vec!["ns/b"],
+        });
+        for (o, named, dry) in [
+            (&full, named, dry.as_ref()),
+            (&empty, Named::default(), None),
+        ] {
+            let json = o.write_json(named, dry);
+            assert_eq!(json, as_value_map(o, named, dry));
             // The record type reads it whole and writes it back byte for byte.
             let record: DecisionRecord = serde_json::from_str(&json).unwrap();
             assert_eq!(serde_json::to_string(&record).unwrap(), json);

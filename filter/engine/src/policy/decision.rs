@@ -219,6 +219,11 @@ impl Engine {
         }
     }
 
+    /// `namespace/name` of policy `pid` as the user wrote it ([`super::compiled::Policy::name`]).
+    pub fn policy_name(&self, pid: PolicyId) -> Option<&str> {
+        self.policies.get(pid).map(|p| p.name())
+    }
+
     /// `namespace/name` of the policy of `r` as compiled (a derived policy's own id).
     pub fn policy_id(&self, r: RuleRef) -> Option<&str> {
         self.policies.get(r.policy).map(|p| p.id.as_str())

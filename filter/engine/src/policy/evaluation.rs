@@ -9,8 +9,8 @@ use mcp_access_bundle::{Level, PolicyMode};
 use super::eval::Run;
 use super::index::View;
 use super::{
-    AuthzCall, AuthzOutcome, CelRecord, Decision, Engine, LevelIndex, PolicyId, Reason, Step,
-    TraceEntry,
+    AuthzCall, AuthzOutcome, CelRecord, Decision, Engine, LevelIndex, PolicyId, Reason, RuleRef,
+    Step, TraceEntry,
 };
 use crate::request::Request;
 
@@ -27,17 +27,84 @@ pub struct DryRunRecord {
     pub level: Option<Level>,
     /// Why the dry-run decision denies (None: it allows).
     pub reason: Option<Reason>,
-    /// The policy and rule that make the difference (`namespace/name`).
-    pub policy: Option<String>,
-    pub rule: Option<String>,
-    /// Dry-run authorizer calls: the policy and its answer (`allow`, `deny 403`, `error`).
-    pub authorizers: Vec<(String, String)>,
-    /// Backend-level authorizers the dry-run decision would call, not called because the
-    /// enforced decision denied at the Gateway level (their answers taken as allow).
-    pub not_called: Vec<String>,
+    /// The policy that makes the difference, and its rule (names: [`DryRunRecord::named`]).
+    pub policy: Option<PolicyId>,
+    pub rule: Option<RuleRef>,
+    /// Dry-run authorizer calls: the policy and its answer.
+    pub authorizers: Vec<(PolicyId, CallAnswer)>,
+    /// The policies of Backend-level authorizers the dry-run decision would call, not
+    /// called because the enforced decision denied at the Gateway level (their answers
+    /// taken as allow).
+    pub not_called: Vec<PolicyId>,
     /// For the per-policy counters: the position of the policy in
     /// [`Engine::dry_run_policies`] when it is a dry-run policy and the decision changed.
     pub counter: Option<usize>,
+}
+
+impl DryRunRecord {
+    /// The record with its policies and rule named as records show them (each policy as
+    /// the user wrote it).
+    pub fn named<'a>(&'a self, engine: &'a Engine) -> DryRunNamed<'a> {
+        let name = |p: &PolicyId| engine.policy_name(*p);
+        DryRunNamed {
+            record: self,
+            policy: self.policy.as_ref().and_then(name),
+            rule: self.rule.and_then(|r| engine.rule_name(r)),
+            authorizers: (self.authorizers.iter())
+                .filter_map(|(p, answer)| Some((name(p)?, answer)))
+                .collect(),
+            not_called: self.not_called.iter().filter_map(name).collect(),
+        }
+    }
+}
+
+/// A [`DryRunRecord`] with its names, as records and `explain` show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DryRunNamed<'a> {
+    pub record: &'a DryRunRecord,
+    pub policy: Option<&'a str>,
+    pub rule: Option<&'a str>,
+    pub authorizers: Vec<(&'a str, &'a CallAnswer)>,
+    pub not_called: Vec<&'a str>,
+}
+
+/// An authorizer's answer as a dry-run record shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallAnswer {
+    Allow,
+    Deny {
+        status: u16,
+    },
+    Error {
+        detail: String,
+    },
+    /// None came (the decision did not wait for it).
+    None,
+}
+
+impl CallAnswer {
+    fn of(outcome: Option<&AuthzOutcome>) -> CallAnswer {
+        match outcome {
+            Some(AuthzOutcome::Allow { .. }) => CallAnswer::Allow,
+            Some(AuthzOutcome::Deny { status, .. }) => CallAnswer::Deny { status: *status },
+            Some(AuthzOutcome::Error { detail }) => CallAnswer::Error {
+                detail: detail.clone(),
+            },
+            None => CallAnswer::None,
+        }
+    }
+}
+
+/// `allow`, `deny <status>`, `error: <detail>` or `no answer`.
+impl std::fmt::Display for CallAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallAnswer::Allow => f.write_str("allow"),
+            CallAnswer::Deny { status } => write!(f, "deny {status}"),
+            CallAnswer::Error { detail } => write!(f, "error: {detail}"),
+            CallAnswer::None => f.write_str("no answer"),
+        }
+    }
 }
 
 /// One request's evaluation: the enforced decision and, where a dry-run policy is attached
@@ -229,18 +296,13 @@ impl Evaluation {
         enforced: (bool, Option<Level>),
     ) -> Option<DryRunRecord> {
         let sh = self.dry.as_deref()?;
-        let policy_name = |pid: PolicyId| Some(engine.policies.get(pid)?.name().to_string());
-        let authorizers: Vec<(String, String)> = sh
+        let authorizers: Vec<(PolicyId, CallAnswer)> = sh
             .calls
             .iter()
             .filter(|s| s.main.is_none())
-            .filter_map(|s| Some((policy_name(s.call.policy)?, answer(s.outcome.as_ref()))))
+            .map(|s| (s.call.policy, CallAnswer::of(s.outcome.as_ref())))
             .collect();
-        let not_called: Vec<String> = sh
-            .not_called
-            .iter()
-            .filter_map(|p| policy_name(*p))
-            .collect();
+        let not_called = sh.not_called.clone();
         let allowed = matches!(dry, Decision::Allow { .. });
         let changed = allowed != enforced.0;
         if !changed && authorizers.is_empty() && not_called.is_empty() {
@@ -276,8 +338,8 @@ impl Evaluation {
             allowed,
             level,
             reason,
-            policy: pid.and_then(policy_name),
-            rule: by.and_then(|r| engine.rule_name(r)).map(str::to_string),
+            policy: pid,
+            rule: by,
             authorizers,
             not_called,
             counter,
@@ -301,15 +363,6 @@ fn dry_run_allow(engine: &Engine, index: &LevelIndex) -> Option<PolicyId> {
 }
 
 /// An authorizer's answer as the dry-run record shows it.
-fn answer(outcome: Option<&AuthzOutcome>) -> String {
-    match outcome {
-        Some(AuthzOutcome::Allow { .. }) => "allow".into(),
-        Some(AuthzOutcome::Deny { status, .. }) => format!("deny {status}"),
-        Some(AuthzOutcome::Error { detail }) => format!("error: {detail}"),
-        None => "no answer".into(),
-    }
-}
-
 /// Hands call `c` of one decision (`view`) to the shared calls: joined to a call of the same
 /// policy (answered at once when that one was), or made anew (added to `out`). A Backend-level
 /// call of the dry-run decision is not made when the enforced decision denied at the

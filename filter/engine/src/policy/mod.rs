@@ -28,7 +28,7 @@ pub use cx::{Cel, CelRecord, Mode};
 pub use decision::{
     AuthzCall, AuthzOutcome, Decision, Denial, HeaderEdit, HeaderOp, Named, Reason, Step,
 };
-pub use evaluation::{DryRunRecord, Evaluation};
+pub use evaluation::{CallAnswer, DryRunNamed, DryRunRecord, Evaluation};
 pub use identity_headers::{IdentityEdits, Omitted};
 pub use index::View;
 pub use oauth::{Challenge, Discovery};

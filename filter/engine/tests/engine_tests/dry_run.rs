@@ -8,7 +8,7 @@ use crate::common;
 
 use common::*;
 use mcp_access_engine::flow::{drive, Next, Outcome, Reply, RequestFlow};
-use mcp_access_engine::policy::{Engine, Reason, View};
+use mcp_access_engine::policy::{DryRunRecord, Engine, Reason, View};
 use mcp_access_engine::request::Headers;
 use mcp_access_engine::stats::{self, Counter};
 use serde_json::{json, Value};
@@ -23,13 +23,32 @@ fn call_body(tool: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}"}}}}"#)
 }
 
-/// An outcome with what its engine names it by: the deciding policy and rule, and its JSON.
+/// An outcome with what its engine names it by: the deciding policy and rule, its dry run
+/// named, and its JSON.
 #[derive(Debug)]
 struct Decided {
     outcome: Outcome,
     policy: Option<String>,
     rule: Option<String>,
+    dry_run: Option<DryRunShown>,
     json: String,
+}
+
+/// A dry-run record with its names, as the decision record shows them.
+#[derive(Debug, Clone)]
+struct DryRunShown {
+    record: DryRunRecord,
+    policy: Option<String>,
+    rule: Option<String>,
+    authorizers: Vec<(String, String)>,
+    not_called: Vec<String>,
+}
+
+impl std::ops::Deref for DryRunShown {
+    type Target = DryRunRecord;
+    fn deref(&self) -> &DryRunRecord {
+        &self.record
+    }
 }
 
 impl std::ops::Deref for Decided {
@@ -42,9 +61,22 @@ impl std::ops::Deref for Decided {
 impl Decided {
     fn of(e: &Engine, outcome: Outcome) -> Decided {
         let named = e.named(outcome.by);
+        let dry_run = outcome.dry_run.as_ref().map(|d| {
+            let n = d.named(e);
+            DryRunShown {
+                record: d.clone(),
+                policy: n.policy.map(str::to_string),
+                rule: n.rule.map(str::to_string),
+                authorizers: (n.authorizers.iter())
+                    .map(|(p, a)| (p.to_string(), a.to_string()))
+                    .collect(),
+                not_called: n.not_called.iter().map(|p| p.to_string()).collect(),
+            }
+        });
         Decided {
             policy: named.policy.map(str::to_string),
             rule: named.rule.map(str::to_string),
+            dry_run,
             json: outcome.to_json(e),
             outcome,
         }
