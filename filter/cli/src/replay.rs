@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use mcp_access_bundle::Level;
 use mcp_access_bundle::{mcp_methods, Bundle};
 use mcp_access_engine::answer::Why;
-use mcp_access_engine::flow::records::{DecisionRecord, RequestRecord, Verdict as Recorded};
+use mcp_access_engine::flow::records::{DecisionRecord, RequestRecord};
 use mcp_access_engine::policy::Reason;
 use mcp_access_k8s::Topology;
 use serde::{Deserialize, Serialize};
@@ -110,7 +110,7 @@ pub fn replay(
             }
         };
         out.replayed += 1;
-        let was_allowed = r.decision == Recorded::Allow;
+        let was_allowed = r.decision == Verdict::Allow;
         if was_allowed == (e.decision == Verdict::Allow) {
             continue;
         }
@@ -177,8 +177,8 @@ fn call_of(r: &DecisionRecord) -> String {
 fn recorded(r: &DecisionRecord) -> String {
     let (policy, rule) = (s(&r.policy), s(&r.rule));
     match r.decision {
-        Recorded::Allow => format!("allow (policy {policy}, rule {rule})"),
-        Recorded::Deny => format!(
+        Verdict::Allow => format!("allow (policy {policy}, rule {rule})"),
+        Verdict::Deny => format!(
             "deny at {} ({}): policy {policy}, rule {rule}",
             Level::name(r.level),
             r.reason.map_or("-", Why::as_str),

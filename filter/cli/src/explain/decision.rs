@@ -5,30 +5,8 @@ use mcp_access_bundle::Level;
 use mcp_access_engine::answer::Why;
 use serde::{Serialize, Serializer};
 
-/// Whether the request goes upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Allow,
-    Deny,
-}
-
-impl Verdict {
-    pub fn of(allowed: bool) -> Self {
-        if allowed {
-            Verdict::Allow
-        } else {
-            Verdict::Deny
-        }
-    }
-
-    /// `allow` or `deny`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Allow => "allow",
-            Verdict::Deny => "deny",
-        }
-    }
-}
+/// Whether the request goes upstream: the decision record's own type.
+pub use mcp_access_engine::flow::records::Verdict;
 
 /// The policy level a decision was taken at, or none (the transport checks, resolution,
 /// Envoy's router).
@@ -84,4 +62,4 @@ macro_rules! serialize_as_str {
     )*};
 }
 
-serialize_as_str!(Verdict, At, Cause);
+serialize_as_str!(At, Cause);

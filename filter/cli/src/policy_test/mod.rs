@@ -346,7 +346,7 @@ struct Actual {
 
 fn actual(e: &Explanation) -> Actual {
     Actual {
-        decision: e.decision.to_string(),
+        decision: e.decision.as_str().to_string(),
         level: e.level.unwrap_or(At(None)).to_string(),
         reason: e.reason.to_string(),
         policy: e.policy.clone(),
@@ -354,7 +354,7 @@ fn actual(e: &Explanation) -> Actual {
         status: e.status,
         dry_run: e.dry_run.as_ref().map(|d| {
             Box::new(Actual {
-                decision: d.decision.to_string(),
+                decision: d.decision.as_str().to_string(),
                 level: d.level.unwrap_or(At(None)).to_string(),
                 reason: d.reason.to_string(),
                 policy: d.policy.clone(),

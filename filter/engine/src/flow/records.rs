@@ -171,6 +171,24 @@ mod typed {
         Deny,
     }
 
+    impl Verdict {
+        pub fn of(allowed: bool) -> Self {
+            if allowed {
+                Verdict::Allow
+            } else {
+                Verdict::Deny
+            }
+        }
+
+        /// `allow` or `deny`.
+        pub fn as_str(self) -> &'static str {
+            match self {
+                Verdict::Allow => "allow",
+                Verdict::Deny => "deny",
+            }
+        }
+    }
+
     /// The record's `dry_run` object (docs/semantics.md §3.8).
     #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
     #[serde(default)]
