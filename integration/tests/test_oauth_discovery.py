@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -40,6 +38,7 @@ from harness import (
     start_mcp_server,
     text_of,
 )
+from harness.stack import decisions
 from test_cli_e2e import cli  # noqa: F401  (the `cli` fixture)
 from test_clients import run_sdk
 from test_policy_language import EXAMPLES_INFRA, PLAIN_GATEWAY, deploy
@@ -131,16 +130,6 @@ def oauth_client(url: str) -> OAuthClientProvider:
                                redirect_handler=redirect_handler, callback_handler=callback_handler)
 
 
-def access_log(path: Path, until: Callable[[list[dict[str, Any]]], bool], timeout: float = 5.0) -> list[dict[str, Any]]:
-    """Envoy's access log once `until` holds for its entries (Envoy writes it every second)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-        if until(entries) or time.monotonic() > deadline:
-            return entries
-        time.sleep(0.1)
-
-
 def deploy_oauth(cli: Path, envoy: Any, wasm: Path, base: Path, server: Any, auth: AuthServer,
                  *extra: str, admin: bool = False) -> tuple[Any, str, Path]:
     """The plain listener with metadata for `http://127.0.0.1:<port>/mcp`; jwt_authn verifies the
@@ -200,12 +189,14 @@ def test_the_sdk_client_discovers_the_authorization_server_from_the_401(cli: Pat
             assert (first.status, first.headers.get("www-authenticate")) == (401, challenge)
             assert auth.requests == [("GET", "/.well-known/oauth-authorization-server"), ("POST", "/register"),
                                      ("GET", "/authorize"), ("POST", "/token")]
-            entries = access_log(log, lambda es: any(e["code"] == 403 for e in es))
-            calls = [(e["method"], e["path"], e["code"]) for e in entries]
+            assert d.envoy.access_log_paths == [log]
+            assert decisions(d.envoy, where=lambda e, _: e["code"] == 403), "no denial logged"
+            calls = [(e["method"], e["path"], e["code"]) for e in d.envoy.access_log_entries()]
             # The raw requests above, then the client's: its initialize (401), then the metadata.
             sdk = max(i for i, c in enumerate(calls) if c == ("POST", "/mcp", 401))
             assert calls[sdk + 1] == ("GET", f"{WELL_KNOWN}/mcp", 200), calls
-            fetch = json.loads(entries[sdk + 1]["filter_state"])
+            (entry, fetch), *_ = decisions(d.envoy, since=sdk + 1)
+            assert entry["path"] == f"{WELL_KNOWN}/mcp", entry
             assert (fetch["decision"], fetch["policy"], fetch["listener"]) == ("allow", None, "mcp/gw/http")
             # What reached the MCP server: the calls allowed, with no token (jwt_authn removes it).
             assert server.tool_calls() == ["echo"]
