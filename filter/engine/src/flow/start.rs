@@ -171,7 +171,7 @@ impl RequestFlow {
     }
 
     /// The whole body arrived: parsed and checked against the headers (a POST's), then judged.
-    fn body_complete(&mut self, engine: &Engine, started: Started, body: Vec<u8>) -> Next {
+    fn body_complete(&mut self, engine: &Engine, mut started: Started, body: Vec<u8>) -> Next {
         let mut msg = Message::default();
         if body.len() > body_limit(engine) {
             return self.reject(started.req, msg, None, Rejection::BodyTooLarge);
@@ -221,15 +221,10 @@ impl RequestFlow {
             engine.cel_needs().params,
             engine.settings.decision_records.arguments,
         );
-        let Started {
-            mut req,
-            mcp_headers,
-        } = started;
         match mcp::params_value(&body, (params, arguments), cel, records) {
-            Ok(params) => req.params = params,
-            Err(e) => return self.reject(req, msg, None, Rejection::Message(e)),
+            Ok(params) => started.req.params = params,
+            Err(e) => return self.reject(started.req, msg, None, Rejection::Message(e)),
         }
-        let started = Started { req, mcp_headers };
         if let Some(problem) = started.header_mismatch(&op, body_version.as_deref()) {
             let r = Rejection::HeaderMismatch(problem);
             return self.reject(started.req, msg, None, r);
