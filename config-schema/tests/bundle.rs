@@ -581,3 +581,113 @@ fn cel_conditions_are_compiled_by_validation_and_handed_over() {
     assert!(conditions.take(1).when.is_empty());
     assert!(valid.take_conditions().take(1).when.is_empty());
 }
+
+/// Every node of `v` by its path (as serde_path_to_error writes paths), the document's own
+/// first.
+fn nodes(v: &serde_json::Value, path: String, out: &mut Vec<(String, serde_json::Value)>) {
+    out.push((path.clone(), v.clone()));
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match v {
+        serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| nodes(x, join(k), out)),
+        serde_json::Value::Array(a) => {
+            (a.iter().enumerate()).for_each(|(i, x)| nodes(x, format!("{path}[{i}]"), out))
+        }
+        _ => {}
+    }
+}
+
+/// `v` with the node at `path` replaced by `f`'s answer (None: removed from its object).
+fn edited(
+    v: &serde_json::Value,
+    path: &str,
+    at: &str,
+    f: &dyn Fn(&serde_json::Value) -> Option<serde_json::Value>,
+) -> Option<serde_json::Value> {
+    if at == path {
+        return f(v);
+    }
+    let join = |k: &str| {
+        if at.is_empty() {
+            k.to_string()
+        } else {
+            format!("{at}.{k}")
+        }
+    };
+    Some(match v {
+        serde_json::Value::Object(m) => serde_json::Value::Object(
+            m.iter()
+                .filter_map(|(k, x)| Some((k.clone(), edited(x, path, &join(k), f)?)))
+                .collect(),
+        ),
+        serde_json::Value::Array(a) => serde_json::Value::Array(
+            (a.iter().enumerate())
+                .filter_map(|(i, x)| edited(x, path, &format!("{at}[{i}]"), f))
+                .collect(),
+        ),
+        other => other.clone(),
+    })
+}
+
+#[test]
+fn error_paths_are_those_serde_path_to_error_finds() {
+    let doc = pinned();
+    let mut all = Vec::new();
+    nodes(&doc, String::new(), &mut all);
+    let edits: Vec<(
+        &str,
+        Box<dyn Fn(&serde_json::Value) -> Option<serde_json::Value>>,
+    )> = vec![
+        ("string", Box::new(|_| Some("x\"\\\u{e9}".into()))),
+        ("number", Box::new(|_| Some(7.into()))),
+        ("negative", Box::new(|_| Some((-70000).into()))),
+        ("bool", Box::new(|_| Some(true.into()))),
+        ("null", Box::new(|_| Some(serde_json::Value::Null))),
+        (
+            "array",
+            Box::new(|_| Some(serde_json::json!([1, {"a": []}]))),
+        ),
+        (
+            "object",
+            Box::new(|_| Some(serde_json::json!({"k\"ey": {"x": [1]}}))),
+        ),
+        ("removed", Box::new(|_| None)),
+        (
+            "unknown key",
+            Box::new(|v| {
+                let mut v = v.clone();
+                if let Some(m) = v.as_object_mut() {
+                    m.insert("zz\\top".into(), serde_json::json!([{"a": 1}]));
+                }
+                Some(v)
+            }),
+        ),
+    ];
+    let mut compared = 0;
+    for (path, _) in &all {
+        for (what, f) in &edits {
+            let Some(v) = edited(&doc, path, "", f.as_ref()) else {
+                continue;
+            };
+            for text in [v.to_string(), serde_json::to_string_pretty(&v).unwrap()] {
+                let mut de = serde_json::Deserializer::from_str(&text);
+                let Err(oracle) =
+                    serde_path_to_error::deserialize::<_, mcp_access_bundle::Bundle>(&mut de)
+                else {
+                    continue;
+                };
+                let want = oracle.path().to_string();
+                let want = if want == "." { String::new() } else { want };
+                let got = parse_bundle(text.as_bytes()).expect_err("the oracle refused it");
+                assert_eq!(got.path, want, "{what} at {path}: {}\n{text}", got.message);
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared > 200, "{compared}");
+}

@@ -12,6 +12,7 @@ use crate::names::{is_dns_subdomain, is_hostname, is_spiffe_id, is_trust_domain}
 use crate::{identity_headers, mcp_methods, oauth};
 
 pub mod authz_cache;
+mod json_path;
 mod policy;
 
 /// A bundle that cannot be used, with the JSON path of the offending field.
@@ -110,11 +111,14 @@ impl std::ops::Deref for ValidBundle {
 /// Parses and validates a bundle.
 pub fn parse_bundle(json: &[u8]) -> Result<ValidBundle, BundleError> {
     let mut de = serde_json::Deserializer::from_slice(json);
-    let bundle: Bundle = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
+    let bundle = <Bundle as serde::Deserialize>::deserialize(&mut de).map_err(|e| {
+        let syntax = e.classify() != serde_json::error::Category::Data;
+        let at = json_path::offset_of(json, e.line(), e.column(), syntax);
+        let message = e.to_string();
+        let tag = message.starts_with("unknown variant");
         BundleError {
-            path: if path == "." { String::new() } else { path },
-            message: e.into_inner().to_string(),
+            path: json_path::path_at(json, at, tag),
+            message,
         }
     })?;
     de.end().map_err(|e| BundleError {
