@@ -1,0 +1,226 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` on limitador's counters.
+//!
+//! Each descriptor is matched on its own, bound as `descriptors[0]` (so a Limitador limits file
+//! written for one-descriptor requests applies unchanged): a descriptor with a `limit` override is
+//! counted by that override alone, any other by every limit of the file in the request's domain
+//! whose conditions hold. All counters of the request are then checked and charged in one
+//! limitador call, so a request refused by one counter charges none.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use limitador::counter::Counter;
+use limitador::limit::{Context, Limit, Namespace};
+use limitador::storage::{AsyncCounterStorage, Authorization};
+use tonic::{Request, Response, Status};
+
+use crate::limits;
+
+pub struct Limiter {
+    /// The limits file's limits by namespace (the request's `domain`).
+    limits: HashMap<Namespace, Vec<Arc<Limit>>>,
+    storage: Box<dyn AsyncCounterStorage>,
+}
+
+impl Limiter {
+    pub fn new(limits: Vec<Limit>, storage: Box<dyn AsyncCounterStorage>) -> Self {
+        let mut by_namespace: HashMap<Namespace, Vec<Arc<Limit>>> = HashMap::new();
+        for limit in limits {
+            by_namespace
+                .entry(limit.namespace().clone())
+                .or_default()
+                .push(Arc::new(limit));
+        }
+        Self {
+            limits: by_namespace,
+            storage,
+        }
+    }
+
+    /// The counters one descriptor charges.
+    fn counters(
+        &self,
+        domain: &str,
+        descriptor: &RateLimitDescriptor,
+    ) -> Result<Vec<Counter>, Status> {
+        let entries: HashMap<String, String> = descriptor
+            .entries
+            .iter()
+            .map(|e| (e.key.clone(), e.value.clone()))
+            .collect();
+        let mut ctx = Context::default();
+        ctx.list_binding("descriptors".to_string(), vec![entries]);
+        let overridden;
+        let candidates: &[Arc<Limit>] = match &descriptor.limit {
+            Some(limit) => {
+                let keys: Vec<&str> = descriptor.entries.iter().map(|e| e.key.as_str()).collect();
+                overridden = [Arc::new(
+                    limits::from_override(domain, &keys, limit)
+                        .map_err(Status::invalid_argument)?,
+                )];
+                &overridden
+            }
+            None => self
+                .limits
+                .get(&Namespace::from(domain))
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
+        };
+        let mut counters = Vec::new();
+        for limit in candidates.iter().filter(|l| l.applies(&ctx)) {
+            // A variable that does not resolve (its entry is absent) makes no counter, as in Limitador.
+            if let Some(counter) = Counter::new(Arc::clone(limit), &ctx).map_err(|e| {
+                Status::invalid_argument(format!("limit {:?}: {e}", limit.name().unwrap_or("")))
+            })? {
+                counters.push(counter);
+            }
+        }
+        Ok(counters)
+    }
+
+    pub async fn should_rate_limit(
+        &self,
+        request: RateLimitRequest,
+    ) -> Result<RateLimitResponse, Status> {
+        if request.domain.is_empty() {
+            return Err(Status::invalid_argument("domain is empty"));
+        }
+        let delta = hits(&request)?;
+        let mut counters = Vec::new();
+        let mut owners = Vec::new(); // which descriptor each counter belongs to
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            let found = self.counters(&request.domain, descriptor)?;
+            owners.extend(std::iter::repeat_n(index, found.len()));
+            counters.extend(found);
+        }
+        let limited = if counters.is_empty() {
+            false
+        } else {
+            let answer = self
+                .storage
+                .check_and_update(&mut counters, delta)
+                .await
+                .map_err(|e| {
+                    tracing::error!("counter storage: {e}");
+                    Status::unavailable(format!("counter storage: {e}"))
+                })?;
+            matches!(answer, Authorization::Limited(_))
+        };
+        let statuses = (0..request.descriptors.len())
+            .map(|index| {
+                let mine = counters
+                    .iter()
+                    .zip(&owners)
+                    .filter(|(_, owner)| **owner == index)
+                    .map(|(c, _)| c);
+                status(mine, delta, limited)
+            })
+            .collect();
+        let code = if limited { Code::OverLimit } else { Code::Ok };
+        Ok(RateLimitResponse {
+            overall_code: code as i32,
+            statuses,
+            ..Default::default()
+        })
+    }
+}
+
+/// The request's hits: its `hits_addend` (0 means 1), or the descriptors' own when they all agree.
+fn hits(request: &RateLimitRequest) -> Result<u64, Status> {
+    let default = u64::from(request.hits_addend.max(1));
+    let mut own = request
+        .descriptors
+        .iter()
+        .map(|d| d.hits_addend.map_or(default, |h| h.value));
+    let first = own.next().unwrap_or(default);
+    if own.any(|h| h != first) {
+        return Err(Status::invalid_argument(
+            "descriptors with different hits_addend are not supported",
+        ));
+    }
+    if request.descriptors.iter().any(|d| d.is_negative_hits) {
+        return Err(Status::invalid_argument(
+            "is_negative_hits is not supported",
+        ));
+    }
+    Ok(first)
+}
+
+/// One descriptor's status: its counter that refused (when the request was limited), else its
+/// counter with the least room; remaining counts after this request's charge.
+fn status<'a>(
+    counters: impl Iterator<Item = &'a Counter>,
+    delta: u64,
+    limited: bool,
+) -> DescriptorStatus {
+    let worst = counters
+        .map(|counter| {
+            let before = counter.remaining().unwrap_or(counter.max_value());
+            let after = if limited {
+                before
+            } else {
+                before.saturating_sub(delta)
+            };
+            (before < delta, counter, after)
+        })
+        .min_by_key(|(refused, _, after)| (!refused, *after));
+    let Some((over, counter, remaining)) = worst else {
+        return DescriptorStatus {
+            code: Code::Ok as i32,
+            ..Default::default()
+        };
+    };
+    let seconds = counter.window().as_secs();
+    let unit = match seconds {
+        1 => Unit::Second,
+        60 => Unit::Minute,
+        3_600 => Unit::Hour,
+        86_400 => Unit::Day,
+        604_800 => Unit::Week,
+        _ => Unit::Unknown,
+    };
+    let name = counter.limit().name().map_or_else(
+        || format!("{}/{seconds}s", counter.max_value()),
+        str::to_string,
+    );
+    let reset = counter.expires_in().unwrap_or(Duration::from_secs(seconds));
+    DescriptorStatus {
+        code: if over { Code::OverLimit } else { Code::Ok } as i32,
+        current_limit: Some(RateLimit {
+            name,
+            requests_per_unit: u32::try_from(counter.max_value()).unwrap_or(u32::MAX),
+            unit: unit as i32,
+        }),
+        limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: i64::try_from(reset.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(reset.subsec_nanos()).unwrap_or(0),
+        }),
+        ..Default::default()
+    }
+}
+
+pub struct Service(pub Arc<Limiter>);
+
+#[tonic::async_trait]
+impl RateLimitService for Service {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let request = request.into_inner();
+        let answer = self.0.should_rate_limit(request).await;
+        if let Err(status) = &answer {
+            tracing::warn!("ShouldRateLimit refused: {status}");
+        }
+        answer.map(Response::new)
+    }
+}
