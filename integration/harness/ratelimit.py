@@ -99,19 +99,27 @@ class RateLimitService(_Served):
         descriptors: Sequence[Sequence[tuple[str, str]]],
         hits_addend: int = 0,
         timeout: float = 5.0,
+        override: tuple[int, str] | None = None,
     ) -> Any:
         """One ShouldRateLimit call (grpcio, the Envoy messages of PyPI xds-protos); the
-        RateLimitResponse, or grpc.RpcError as the service answered."""
+        RateLimitResponse, or grpc.RpcError as the service answered. `override` (requests per
+        unit, unit name such as "MINUTE") is set as every descriptor's `limit`."""
         import grpc
         from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
         from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+        from envoy.type.v3 import ratelimit_unit_pb2
+
+        limit = None
+        if override is not None:
+            limit = ratelimit_pb2.RateLimitDescriptor.RateLimitOverride(
+                requests_per_unit=override[0], unit=ratelimit_unit_pb2.RateLimitUnit.Value(override[1]))
 
         request = rls_pb2.RateLimitRequest(
             domain=domain,
             hits_addend=hits_addend,
             descriptors=[
                 ratelimit_pb2.RateLimitDescriptor(
-                    entries=[ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v) for k, v in entries]
+                    entries=[ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v) for k, v in entries], limit=limit
                 )
                 for entries in descriptors
             ],

@@ -124,10 +124,26 @@ def test_a_request_refused_by_one_descriptor_charges_none(service: RateLimitServ
     assert (three.overall_code, three.statuses[0].limit_remaining) == (OK, 0)
 
 
+def test_a_descriptors_own_limit_override_counts_per_entry_values(service: RateLimitService) -> None:
+    who = user()
+    mine = [("generic_key", "override"), ("user", who)]
+    answers = [service.should_rate_limit("other-domain", [mine], override=(2, "MINUTE")) for _ in range(3)]
+    assert [a.overall_code for a in answers] == [OK, OK, OVER]
+    assert (answers[0].statuses[0].current_limit.requests_per_unit, answers[0].statuses[0].current_limit.unit) == (2, MINUTE)
+    # The file's limits are not consulted for it: (limit=tools) with an override of 1 counts 1.
+    tools = [("limit", "tools"), ("user", who)]
+    assert [service.should_rate_limit(DOMAIN, [tools], override=(1, "HOUR")).overall_code for _ in range(2)] == [OK, OVER]
+    assert service.should_rate_limit(DOMAIN, [tools]).statuses[0].limit_remaining == 2  # the file's count is apart
+
+
 def test_malformed_requests_are_errors_not_answers(service: RateLimitService) -> None:
     with pytest.raises(grpc.RpcError) as empty:
         service.should_rate_limit("", [[("limit", "tools"), ("user", user())]])
     assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    for override, entries in (((1, "MONTH"), [("k", "v")]), ((1, "MINUTE"), [("k'] || true || ['", "v")])):
+        with pytest.raises(grpc.RpcError) as refused:
+            service.should_rate_limit(DOMAIN, [entries], override=override)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, override
 
 
 def test_a_limits_file_with_a_typo_is_refused_naming_the_entry(logs: Path, redis: Redis) -> None:
