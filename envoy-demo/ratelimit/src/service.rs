@@ -224,3 +224,86 @@ impl RateLimitService for Service {
         answer.map(Response::new)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+
+    fn counter(max: u64, seconds: u64, remaining: u64, name: &str) -> Counter {
+        let mut limit = Limit::new("d", max, seconds, [], []);
+        if !name.is_empty() {
+            limit.set_name(name.to_string());
+        }
+        let mut c = Counter::new(limit, &Context::default()).unwrap().unwrap();
+        c.set_remaining(remaining);
+        c.set_expires_in(Duration::from_millis(1500));
+        c
+    }
+
+    fn descriptor(hits: Option<u64>) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: "v".into(),
+            }],
+            hits_addend: hits.map(|value| envoy_types::pb::google::protobuf::UInt64Value { value }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn status_names_the_refusing_counter_else_the_tightest() {
+        let (minute, hour) = (counter(5, 60, 4, "m"), counter(50, 3_600, 1, "h"));
+        let ok = status([&minute, &hour].into_iter(), 1, false);
+        assert_eq!((ok.code, ok.limit_remaining), (Code::Ok as i32, 0));
+        let limit = ok.current_limit.unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("h", 50, Unit::Hour as i32)
+        );
+        assert_eq!(
+            ok.duration_until_reset.map(|d| (d.seconds, d.nanos)),
+            Some((1, 500_000_000))
+        );
+        // Limited: the counter without room for 2 hits is named, its remaining not charged.
+        let over = status([&minute, &hour].into_iter(), 2, true);
+        assert_eq!(
+            (over.code, over.limit_remaining),
+            (Code::OverLimit as i32, 1)
+        );
+        let odd = status([&counter(3, 300, 3, "")].into_iter(), 1, false);
+        let limit = odd.current_limit.unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.unit),
+            ("3/300s", Unit::Unknown as i32)
+        );
+        let none = status(std::iter::empty(), 1, false);
+        assert_eq!((none.code, none.current_limit), (Code::Ok as i32, None));
+    }
+
+    #[test]
+    fn hits_are_the_requests_or_the_descriptors_when_they_agree() {
+        let request = |hits_addend, descriptors| RateLimitRequest {
+            domain: "d".into(),
+            descriptors,
+            hits_addend,
+        };
+        assert_eq!(hits(&request(0, vec![descriptor(None)])).ok(), Some(1));
+        assert_eq!(
+            hits(&request(3, vec![descriptor(None), descriptor(Some(3))])).ok(),
+            Some(3)
+        );
+        assert_eq!(hits(&request(0, vec![descriptor(Some(0))])).ok(), Some(0));
+        let mixed = hits(&request(1, vec![descriptor(None), descriptor(Some(2))]));
+        assert_eq!(
+            mixed.map_err(|s| s.code()),
+            Err(tonic::Code::InvalidArgument)
+        );
+        let negative = RateLimitDescriptor {
+            is_negative_hits: true,
+            ..descriptor(None)
+        };
+        assert!(hits(&request(1, vec![negative])).is_err());
+    }
+}
