@@ -1,15 +1,17 @@
 """The RateLimitService of the demo and CI (envoy-demo/ratelimit, docs/ratelimit-service.md) is a
-real one: Envoy's own `envoy.filters.http.ratelimit` filter, with route `rate_limits` actions,
-calls it over gRPC and it counts in a real Redis, so that two Envoys (each through its own
-service instance) share one count, a restarted service keeps the count, and a Redis that is down
-makes it answer UNAVAILABLE, which Envoy's `failure_mode_deny` turns into a refusal.
-"""
+real one: Envoy's own `envoy.filters.http.ratelimit` filter (descriptors from the route's
+`rate_limits` actions) calls it over gRPC and it counts in a real Redis, so that two Envoys (each
+through its own service instance) share one count, a restarted service keeps the count, and a
+Redis that is down makes it answer UNAVAILABLE, which Envoy's `failure_mode_deny` turns into a
+refusal."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,12 @@ from harness.ratelimit import (
     Redis,
     header_actions,
     native_filter,
+    service_binary,
     service_cluster,
     start_ratelimit,
     start_redis,
 )
-from http.server import BaseHTTPRequestHandler
+from harness.procs import REPO_ROOT
 
 OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
 MINUTE = rls_pb2.RateLimitResponse.RateLimit.MINUTE
@@ -151,6 +154,12 @@ def test_a_limits_file_with_a_typo_is_refused_naming_the_entry(logs: Path, redis
     with pytest.raises(RuntimeError) as refused:
         start_ratelimit(logs, typo, redis=redis, name="ratelimit-typo")
     assert 'limit 0: unknown key "max_vaule"' in str(refused.value)
+
+
+def test_the_compose_demos_limits_file_is_accepted() -> None:
+    limits = REPO_ROOT / "envoy-demo" / "ratelimit" / "limits.yaml"
+    out = subprocess.run([service_binary(), "--check", "--limits", limits], capture_output=True, text=True, timeout=30)
+    assert (out.returncode, out.stdout.strip()) == (0, "2 limits: ok"), out.stderr
 
 
 def test_envoys_native_filter_through_the_service(logs: Path, service: RateLimitService,
