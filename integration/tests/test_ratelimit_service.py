@@ -210,3 +210,16 @@ def test_redis_down_is_unavailable_and_recovers(logs: Path, upstream: Background
             assert time.monotonic() < deadline, svc.log_text()[-2000:]
             time.sleep(0.2)
         assert [through(env, who), through(env, who), through(env, who)] == [200, 200, 429]
+
+
+def test_a_changed_max_value_keeps_the_count_a_changed_window_starts_anew(
+        logs: Path, redis: Redis, service: RateLimitService) -> None:
+    who = user()
+    tools = [("limit", "tools"), ("user", who)]
+    assert [service.should_rate_limit(DOMAIN, [tools]).statuses[0].limit_remaining for _ in range(2)] == [2, 1]
+    higher = [{**LIMITS[0], "max_value": 5}]
+    with start_ratelimit(logs, higher, redis=redis, name="ratelimit-higher") as svc:
+        assert svc.should_rate_limit(DOMAIN, [tools]).statuses[0].limit_remaining == 2  # 5 - 3
+    longer = [{**LIMITS[0], "seconds": 120}]
+    with start_ratelimit(logs, longer, redis=redis, name="ratelimit-longer") as svc:
+        assert svc.should_rate_limit(DOMAIN, [tools]).statuses[0].limit_remaining == 2  # 3 - 1
