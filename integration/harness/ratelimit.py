@@ -7,7 +7,7 @@ on Kuadrant's limitador, counting in that Redis), each on a free loopback port.
         rls.should_rate_limit("mcp-access", [[("k", "v")]])   # a ShouldRateLimit call, the answer
 
 `limits` is Limitador's limits-file format (docs/ratelimit-service.md) as a list of dicts, or None
-(then only descriptors carrying a `limit` override are counted). Several services on one Redis
+(then every descriptor must carry its own `limit` override). Several services on one Redis
 share their counts; `restart()` restarts a service or Redis on the same port.
 scripts/setup installs redis-server and builds the service ($MCP_ACCESS_RATELIMIT_BIN overrides it).
 """

@@ -143,6 +143,10 @@ def test_malformed_requests_are_errors_not_answers(service: RateLimitService) ->
     with pytest.raises(grpc.RpcError) as empty:
         service.should_rate_limit("", [[("limit", "tools"), ("user", user())]])
     assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as unknown:  # a misspelt domain would otherwise count nothing
+        service.should_rate_limit("mcp-acess", [[("limit", "tools"), ("user", user())]])
+    assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert unknown.value.details() == 'domain "mcp-acess" has no limits (the limits file names mcp-access)'
     for override, entries in (((1, "MONTH"), [("k", "v")]), ((1, "MINUTE"), [("k'] || true || ['", "v")])):
         with pytest.raises(grpc.RpcError) as refused:
             service.should_rate_limit(DOMAIN, [entries], override=override)

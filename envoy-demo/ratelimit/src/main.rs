@@ -27,8 +27,8 @@ struct Args {
     /// Redis holding the counters.
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis: String,
-    /// Limits in Limitador's limits-file format (YAML). Without it, only descriptors that carry a
-    /// `limit` override are counted.
+    /// Limits in Limitador's limits-file format (YAML). Without it, every descriptor must carry
+    /// its own `limit` override (a request's domain without limits is refused).
     #[arg(long)]
     limits: Option<PathBuf>,
     /// Check the limits file and exit.

@@ -3,7 +3,7 @@
 //! Each descriptor is matched on its own, bound as `descriptors[0]` (so a Limitador limits file
 //! written for one-descriptor requests applies unchanged): a descriptor with a `limit` override is
 //! counted by that override alone, any other by every limit of the file in the request's domain
-//! whose conditions hold. All counters of the request are then checked and charged in one
+//! whose conditions hold (a domain without limits in the file is refused). All counters of the request are then checked and charged in one
 //! limitador call, so a request refused by one counter charges none.
 
 use std::collections::HashMap;
@@ -45,6 +45,16 @@ impl Limiter {
         }
     }
 
+    fn domains(&self) -> String {
+        let mut names: Vec<&str> = self.limits.keys().map(AsRef::as_ref).collect();
+        names.sort_unstable();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    }
+
     /// The counters one descriptor charges.
     fn counters(
         &self,
@@ -68,11 +78,18 @@ impl Limiter {
                 )];
                 &overridden
             }
+            // A domain the file does not name is refused, not answered OK: a misspelt domain
+            // would otherwise count nothing.
             None => self
                 .limits
                 .get(&Namespace::from(domain))
                 .map(Vec::as_slice)
-                .unwrap_or_default(),
+                .ok_or_else(|| {
+                    Status::invalid_argument(format!(
+                        "domain {domain:?} has no limits (the limits file names {})",
+                        self.domains()
+                    ))
+                })?,
         };
         let mut counters = Vec::new();
         for limit in candidates.iter().filter(|l| l.applies(&ctx)) {
