@@ -233,3 +233,15 @@ def test_a_changed_max_value_keeps_the_count_a_changed_window_starts_anew(
     longer = [{**LIMITS[0], "seconds": 120}]
     with start_ratelimit(logs, longer, redis=redis, name="ratelimit-longer") as svc:
         assert svc.should_rate_limit(DOMAIN, [tools]).statuses[0].limit_remaining == 2  # 3 - 1
+
+
+def test_a_condition_that_errs_on_a_callers_value_refuses_that_call_only(logs: Path, redis: Redis) -> None:
+    numeric = [{"namespace": DOMAIN, "name": "n", "max_value": 10, "seconds": 60,
+                "conditions": ["int(descriptors[0].n) > 5"], "variables": []}]
+    with start_ratelimit(logs, numeric, redis=redis, name="ratelimit-numeric") as svc:
+        assert svc.should_rate_limit(DOMAIN, [[("n", "7")]]).overall_code == OK
+        with pytest.raises(grpc.RpcError) as refused:  # limitador panics here; the service answers
+            svc.should_rate_limit(DOMAIN, [[("n", "seven")]])
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details() == 'limit "n": a condition failed on this descriptor'
+        assert svc.should_rate_limit(DOMAIN, [[("n", "7")]]).statuses[0].limit_remaining == 8

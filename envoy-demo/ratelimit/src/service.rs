@@ -3,10 +3,12 @@
 //! Each descriptor is matched on its own, bound as `descriptors[0]` (so a Limitador limits file
 //! written for one-descriptor requests applies unchanged): a descriptor with a `limit` override is
 //! counted by that override alone, any other by every limit of the file in the request's domain
-//! whose conditions hold (a domain without limits in the file is refused). All counters of the request are then checked and charged in one
-//! limitador call, so a request refused by one counter charges none.
+//! whose conditions hold (a domain without limits in the file is refused). All counters of the
+//! request are then checked and charged in one limitador call, so a request refused by one
+//! counter charges none.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,11 +94,23 @@ impl Limiter {
                 })?,
         };
         let mut counters = Vec::new();
-        for limit in candidates.iter().filter(|l| l.applies(&ctx)) {
+        for limit in candidates {
+            let name = limit.name().unwrap_or("");
+            // limitador's `applies` panics when a condition errs (a value CEL cannot convert, a
+            // result that is not a bool): that refuses the call instead of taking the process down.
+            let applies = std::panic::catch_unwind(AssertUnwindSafe(|| limit.applies(&ctx)))
+                .map_err(|_| {
+                    Status::invalid_argument(format!(
+                        "limit {name:?}: a condition failed on this descriptor"
+                    ))
+                })?;
+            if !applies {
+                continue;
+            }
             // A variable that does not resolve (its entry is absent) makes no counter, as in Limitador.
-            if let Some(counter) = Counter::new(Arc::clone(limit), &ctx).map_err(|e| {
-                Status::invalid_argument(format!("limit {:?}: {e}", limit.name().unwrap_or("")))
-            })? {
+            if let Some(counter) = Counter::new(Arc::clone(limit), &ctx)
+                .map_err(|e| Status::invalid_argument(format!("limit {name:?}: {e}")))?
+            {
                 counters.push(counter);
             }
         }
