@@ -10,7 +10,9 @@ Global limit of mcp-access is compared with, issue 38); `cluster()` is Envoy's c
 from __future__ import annotations
 
 import atexit
+import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +25,34 @@ LIMITS = [{"namespace": DOMAIN, "name": LIMIT, "max_value": 10**15, "seconds": 3
            "conditions": [f"descriptors[0].limit == '{LIMIT}'"], "variables": ["descriptors[0].caller"]}]
 
 _running: tuple[Redis, RateLimitService] | None = None
+_logs: Path | None = None
+_lock = threading.Lock()  # Envoys are configured from several threads (run.start_envoys)
 
 
 def service() -> RateLimitService:
-    global _running
-    if _running is None:
-        logs = Path(tempfile.mkdtemp(prefix="bench-ratelimit-"))
-        redis = start_redis(logs)
-        try:
-            _running = (redis, start_ratelimit(logs, LIMITS, redis=redis))
-        except BaseException:
-            redis.stop()
-            raise
-        atexit.register(stop)
-    return _running[1]
+    global _running, _logs
+    with _lock:
+        if _running is None:
+            _logs = logs = Path(tempfile.mkdtemp(prefix="bench-ratelimit-"))
+            redis = start_redis(logs)
+            try:
+                _running = (redis, start_ratelimit(logs, LIMITS, redis=redis))
+            except BaseException:
+                redis.stop()
+                raise
+            atexit.register(stop)
+        return _running[1]
 
 
 def stop() -> None:
-    global _running
+    global _running, _logs
     if _running is not None:
         for p in reversed(_running):
             p.stop()
         _running = None
+    if _logs is not None:
+        shutil.rmtree(_logs, ignore_errors=True)
+        _logs = None
 
 
 def native_filter() -> dict[str, Any]:
