@@ -82,13 +82,19 @@ def user() -> str:
     return f"u-{uuid.uuid4().hex[:8]}"
 
 
-def envoy(logs: Path, name: str, service: RateLimitService, upstream: BackgroundHttpServer) -> EnvoyProcess:
-    """Envoy with its native ratelimit filter: descriptor (limit=tools, user=<x-user>) on /."""
+def envoy(logs: Path, name: str, service: RateLimitService, upstream: BackgroundHttpServer,
+          route_action: bool = False) -> EnvoyProcess:
+    """Envoy with its native ratelimit filter: descriptor (limit=tools, user=<x-user>) on /, from
+    the filter's per-route config, or with `route_action` from the route's own `rate_limits`."""
     port = free_port()
+    actions = header_actions("limit", "tools", "x-user", "user")
+    if route_action:
+        per_route = actions["typed_per_filter_config"]["envoy.filters.http.ratelimit"]
+        actions = {"route": {"cluster": "up", "rate_limits": per_route["rate_limits"]}}
     cfg = build_bootstrap(
         admin_port=free_port(),
         listeners=[Listener(name="l", port=port, extra_filters=[native_filter()], routes=[
-            Route(name="r", prefix="/", cluster="up", extra=header_actions("limit", "tools", "x-user", "user"))])],
+            Route(name="r", prefix="/", cluster="up", extra=actions)])],
         clusters=[Cluster(name="up", port=upstream.port), service_cluster(service)],
     )
     env = EnvoyProcess(cfg, workdir=logs / name, name=name)
@@ -168,7 +174,7 @@ def test_the_compose_demos_limits_file_is_accepted() -> None:
 
 def test_envoys_native_filter_through_the_service(logs: Path, service: RateLimitService,
                                                   upstream: BackgroundHttpServer) -> None:
-    with envoy(logs, "envoy-native", service, upstream) as env:
+    with envoy(logs, "envoy-native", service, upstream, route_action=True) as env:
         who = user()
         assert [through(env, who) for _ in range(3)] == [200, 200, 200]
         refused = get(f"http://127.0.0.1:{env.port}/", headers={"x-user": who})  # type: ignore[attr-defined]
