@@ -122,3 +122,27 @@ ensure_rmcp_client() {
   cargo build -q --locked --manifest-path "$manifest" --target-dir "$target" >&2 || return 1
   [ $((SECONDS - start)) -lt 5 ] || echo "rmcp test client built in $((SECONDS - start)) s" >&2
 }
+
+# The RateLimitService of the demo and the tests (envoy-demo/ratelimit, its own Cargo workspace,
+# built into target/ratelimit; docs/ratelimit-service.md). limitador's Redis storage compiles only
+# with its RocksDB storage, so librocksdb-sys links Debian's librocksdb (ROCKSDB_LIB_DIR) instead of
+# compiling RocksDB from source (~45 min); the service never opens a RocksDB (the linker drops it).
+# Needs Debian's redis-server, librocksdb-dev and libclang-dev (bindgen): scripts/setup.
+RATELIMIT_BIN=$ROOT/target/ratelimit/release/ratelimit-service
+ensure_ratelimit_service() {
+  local start=$SECONDS
+  if [ ! -x "$RATELIMIT_BIN" ]; then
+    echo "building the RateLimitService (envoy-demo/ratelimit; about 10 min the first time)" >&2
+  fi
+  ratelimit_cargo build -q >&2 || return 1
+  [ $((SECONDS - start)) -lt 5 ] || echo "RateLimitService built in $((SECONDS - start)) s" >&2
+}
+
+# `cargo SUBCOMMAND ARGS...` (release, locked) on envoy-demo/ratelimit, linking Debian's librocksdb.
+ratelimit_cargo() {
+  local lib
+  lib=$(dpkg -L librocksdb-dev 2>/dev/null | grep '/librocksdb\.so$' | head -1) || true
+  [ -n "$lib" ] || { echo "librocksdb-dev is not installed: run scripts/setup" >&2; return 1; }
+  ROCKSDB_LIB_DIR=$(dirname "$lib") SNAPPY_LIB_DIR=$(dirname "$lib") cargo "$1" --release --locked \
+    --manifest-path "$ROOT/envoy-demo/ratelimit/Cargo.toml" --target-dir "$ROOT/target/ratelimit" "${@:2}"
+}

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness import Listener, Route, Wasm, build_bootstrap, ext_authz_filter
 
-from . import bundles
+from . import bundles, ratelimit
 
 T = "type.googleapis.com/"
 MCP_FILTER = "envoy.filters.http.mcp"
@@ -40,6 +40,7 @@ class EnvoySpec:
     grpc_authorizers: list[str] = field(default_factory=list)  # internal gRPC ext_authz listeners (fast)
     slow_grpc_authorizers: list[str] = field(default_factory=list)  # internal gRPC ext_authz listeners with a delay
     body_reader: bool = False  # P5's floor: the module that only reads the body (body_reader/)
+    ratelimit: bool = False  # the front route's descriptors and the cluster for bench/ratelimit.py's service
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,6 +204,8 @@ def specs() -> dict[str, EnvoySpec]:
         "ours_list": EnvoySpec("ours_list", bundle={"kind": "list"}),
         "ours_p8": EnvoySpec("ours_p8", bundle={"kind": "p8"}),
         "body_reader": EnvoySpec("body_reader", body_reader=True),
+        "native_ratelimit": EnvoySpec("native_ratelimit", extra_filters=[mcp_filter(), rbac_filter(), ratelimit.native_filter()],
+                                      ratelimit=True),
     }
 
 
@@ -254,7 +257,8 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
         front = Listener(
             name="front" if len(fronts) == 1 else f"front_{spec.name}",
             port=port,
-            routes=[Route(name=bundles.ROUTE, prefix="/", cluster="upstream", timeout=30.0)],
+            routes=[Route(name=bundles.ROUTE, prefix="/", cluster="upstream", timeout=30.0,
+                          extra=ratelimit.route_extra() if spec.ratelimit else {})],
             extra_filters=spec.extra_filters,
         )
         b = bundle_for(spec, port)
@@ -298,6 +302,8 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
     ]
     grpc = {a for spec, _ in fronts for a in [*spec.grpc_authorizers, *spec.slow_grpc_authorizers]}
     cfg["static_resources"]["clusters"] = [_internal_cluster(name, http2=name in grpc) for name in internal]
+    if any(spec.ratelimit for spec, _ in fronts):
+        cfg["static_resources"]["clusters"].append(ratelimit.cluster())
     return cfg
 
 

@@ -96,6 +96,7 @@ VARIANTS = [
     Variant("s6_bare", "S6", "bare Envoy, 1 MiB tools/call", "bare", "mib", 200),
     Variant("s6_native", "S6", "native mcp + rbac, 1 MiB tools/call", "native", "mib", 200),
     Variant("s6_ours", "S6", "mcp-access, 1 MiB tools/call", "ours", "mib", 200),
+    Variant("g_native", "G", "native mcp + rbac + ratelimit (RateLimitService, Redis), allowed call", "native_ratelimit", "allow", 200),
     Variant("s6_read", "S6", "a Proxy-Wasm module that only reads the 1 MiB body (P5's floor)", "body_reader", "mib", 200),
 ]
 

@@ -89,7 +89,7 @@ def envoy_release_under_test() -> str:
 
 def test_compose_file_is_valid_and_publishes_only_loopback() -> None:
     cfg = compose_config()
-    assert set(cfg["services"]) == {"pki", "mcp-server", "authorizer", "envoy"}
+    assert set(cfg["services"]) == {"pki", "mcp-server", "authorizer", "redis", "ratelimit", "envoy"}
     for name, svc in cfg["services"].items():
         for port in svc.get("ports", []):
             host_ip = port["host_ip"] if isinstance(port, dict) else str(port).split(":")[0]
@@ -124,13 +124,14 @@ def test_compose_mounts_and_build_inputs_exist() -> None:
     # Every path the static config refers to is one of the mounts.
     paths = re.findall(r"(/etc/envoy/[\w./-]+)", ENVOY_YAML.read_text())
     assert paths and all(any(p == m or p.startswith(m + "/") for m in mounts) for p in paths), paths
-    # The demo image's build context holds what its Dockerfile copies.
-    build = cfg["services"]["mcp-server"]["build"]
-    dockerfile = Path(build["context"]) / build["dockerfile"]
-    for line in dockerfile.read_text().splitlines():
-        if line.startswith("COPY "):
-            for src in line.split()[1:-1]:
-                assert (Path(build["context"]) / src).exists(), src
+    # The images' build contexts hold what their Dockerfiles copy.
+    for service in ("mcp-server", "ratelimit"):
+        build = cfg["services"][service]["build"]
+        dockerfile = Path(build["context"]) / build["dockerfile"]
+        for line in dockerfile.read_text().splitlines():
+            if line.startswith("COPY ") and "--from" not in line:
+                for src in line.split()[1:-1]:
+                    assert (Path(build["context"]) / src).exists(), src
     # The services run the demo's programs with the names and ports the static config uses.
     assert "18080" in cfg["services"]["mcp-server"]["command"]
     assert "18081" in cfg["services"]["authorizer"]["command"] and "add" in cfg["services"]["authorizer"]["command"]
