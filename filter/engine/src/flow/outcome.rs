@@ -5,6 +5,7 @@ use mcp_access_bundle::Level;
 use crate::answer::Why;
 use crate::jsonw::{push_int, push_opt_str, push_str};
 use crate::policy::{DryRunRecord, Engine, Named, Omitted, RuleRef};
+use crate::receipts::Link;
 
 /// How the request ended, for stats, logs and filter state.
 ///
@@ -100,11 +101,17 @@ impl Outcome {
 
     /// One JSON object: the filter-state value and the decision log line.
     pub fn to_json(&self, engine: &Engine) -> String {
-        self.write_json(engine.named(self.by))
+        self.write_json(engine.named(self.by), None)
+    }
+
+    /// [`Outcome::to_json`] with the record's place in its chain (`chain`, `prev`, `seq`:
+    /// crate::receipts).
+    pub fn to_json_linked(&self, engine: &Engine, link: Link<'_>) -> String {
+        self.write_json(engine.named(self.by), Some(link))
     }
 
     /// [`Outcome::to_json`], with the deciding policy and rule named.
-    fn write_json(&self, named: Named<'_>) -> String {
+    fn write_json(&self, named: Named<'_>, link: Option<Link<'_>>) -> String {
         // Written by hand: this runs for every request. Keys in alphabetical order and
         // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
         // document was first built as (a test compares the two).
@@ -120,6 +127,10 @@ impl Outcome {
         push_opt_str(&mut out, self.caller.as_deref());
         out.push_str(",\"cel_errors\":");
         push_int(&mut out, i64::from(self.cel_errors.0));
+        if let Some(l) = link {
+            out.push_str(",\"chain\":");
+            push_str(&mut out, l.chain);
+        }
         out.push_str(",\"decision\":");
         push_str(&mut out, if self.allowed { "allow" } else { "deny" });
         out.push_str(",\"dry_run\":");
@@ -145,6 +156,10 @@ impl Outcome {
         push_opt_str(&mut out, named.origin);
         out.push_str(",\"policy\":");
         push_opt_str(&mut out, named.policy);
+        if let Some(l) = link {
+            out.push_str(",\"prev\":");
+            push_str(&mut out, l.prev);
+        }
         out.push_str(",\"reason\":");
         push_str(&mut out, self.reason.as_str());
         out.push_str(",\"request\":");
@@ -152,6 +167,10 @@ impl Outcome {
         out.push_str(self.request.as_deref().unwrap_or("null"));
         out.push_str(",\"rule\":");
         push_opt_str(&mut out, named.rule);
+        if let Some(l) = link {
+            out.push_str(",\"seq\":");
+            push_int(&mut out, i64::try_from(l.seq).unwrap_or(i64::MAX));
+        }
         out.push_str(",\"status\":");
         match self.status {
             Some(s) => push_int(&mut out, i64::from(s)),
@@ -216,7 +235,7 @@ mod tests {
     use crate::flow::records::DecisionRecord;
 
     /// The document as it was first defined (a `serde_json::Value` map).
-    fn as_value_map(o: &Outcome, named: Named<'_>) -> String {
+    fn as_value_map(o: &Outcome, named: Named<'_>, link: Option<Link<'_>>) -> String {
         let mut v = serde_json::json!({
             "decision": if o.allowed { "allow" } else { "deny" },
             "level": Level::name(o.level),
@@ -237,6 +256,11 @@ mod tests {
                 serde_json::from_str::<serde_json::Value>(r).unwrap_or_default()
             }),
         });
+        if let (Some(l), Some(m)) = (link, v.as_object_mut()) {
+            m.insert("chain".into(), serde_json::json!(l.chain));
+            m.insert("prev".into(), serde_json::json!(l.prev));
+            m.insert("seq".into(), serde_json::json!(l.seq));
+        }
         if !o.authz_cached.is_empty() {
             if let Some(m) = v.as_object_mut() {
                 m.insert("authz_cached".into(), serde_json::json!(o.authz_cached));
@@ -329,9 +353,19 @@ mod tests {
             origin: Some("overrides (merge) of AccessPolicy ns/g"),
             rule: Some("r\u{1}\n\u{e9}\t\u{8}\u{c}\u{1f}\u{7f}\r"),
         };
-        for (o, named) in [(full, named), (empty, Named::default())] {
-            let json = o.write_json(named);
-            assert_eq!(json, as_value_map(&o, named));
+        let link = Link {
+            chain: "0f1e",
+            seq: 42,
+            prev: "sha256:00ff",
+        };
+        for (o, named, link) in [
+            (full.clone(), named, Some(link)),
+            (full, named, None),
+            (empty.clone(), Named::default(), None),
+            (empty, Named::default(), Some(link)),
+        ] {
+            let json = o.write_json(named, link);
+            assert_eq!(json, as_value_map(&o, named, link));
             // The record type reads it whole and writes it back byte for byte.
             let record: DecisionRecord = serde_json::from_str(&json).unwrap();
             assert_eq!(serde_json::to_string(&record).unwrap(), json);
