@@ -10,6 +10,8 @@ import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
+
 import pytest
 
 from harness import free_port, start_mcp_server
@@ -140,3 +142,78 @@ def test_two_workers_and_a_reload_verify(cli: Path, wasm_path: Path, work_dir: P
     assert json.loads(r.stdout)["records"] == sent, r.stdout + r.stderr
 
 
+
+
+class OtlpReceiver:
+    """A real OTLP/gRPC logs receiver (opentelemetry-proto's LogsService messages, grpcio):
+    keeps every log record it is sent."""
+
+    def __init__(self) -> None:
+        import grpc
+        from concurrent import futures
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as svc
+
+        self.records: list[Any] = []
+
+        def export(request: Any, _context: Any) -> Any:
+            for rl in request.resource_logs:
+                # `scope_logs` (field 2) is `instrumentation_library_logs` in older proto packages.
+                for sl in getattr(rl, "scope_logs", None) or rl.instrumentation_library_logs:
+                    self.records.extend(getattr(sl, "log_records", None) or sl.logs)
+            return svc.ExportLogsServiceResponse()
+
+        handler = grpc.method_handlers_generic_handler("opentelemetry.proto.collector.logs.v1.LogsService", {
+            "Export": grpc.unary_unary_rpc_method_handler(
+                export, request_deserializer=svc.ExportLogsServiceRequest.FromString,
+                response_serializer=svc.ExportLogsServiceResponse.SerializeToString)})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.server.add_generic_rpc_handlers((handler,))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(grace=None)
+
+
+def test_records_reach_an_otlp_collector(cli: Path, wasm_path: Path, work_dir: Path) -> None:  # noqa: F811
+    base = work_dir / "receipts-otlp"
+    manifests = base / "manifests"
+    manifests.mkdir(parents=True, exist_ok=True)
+    (manifests / "gateway.yaml").write_text(GATEWAY)
+    (manifests / "policy.yaml").write_text(VERSION_A)
+    receiver = OtlpReceiver()
+    try:
+        with start_mcp_server(base / "logs", name="receipts-otlp-tools") as server:
+            plain, admin = free_port(), free_port()
+            access_log = base / "access.log"
+            r = subprocess.run([str(cli), "envoy", "-f", str(manifests), "--wasm", str(wasm_path),
+                                "--listen", f"plain={plain}", "--resolve", f"tools-server=127.0.0.1:{server.port}",
+                                "--access-log", str(access_log), "--otlp", f"127.0.0.1:{receiver.port}",
+                                "--bind", "127.0.0.1", "--admin-port", str(admin), "-o", str(base / "envoy.json")],
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            config = json.loads((base / "envoy.json").read_text())
+            url = f"http://127.0.0.1:{plain}/mcp"
+            with EnvoyProcess(config, workdir=base / "envoy", name="otlp-envoy") as proxy:
+                with client("http1") as c:
+                    for i in range(6):
+                        kind = ("allowed", "denied")[i % 2]
+                        s = send(c, url, kind, i, "http1")
+                        assert (s.status, s.code) == expected(kind, True), s
+                entries = proxy.wait_access_log(6, timeout=10)
+                deadline = time.monotonic() + 10
+                while len(receiver.records) < 6:
+                    assert time.monotonic() < deadline, f"{len(receiver.records)} OTLP records"
+                    time.sleep(0.1)
+    finally:
+        receiver.stop()
+    bodies = [r.body.string_value for r in receiver.records]
+    # The body is the record exactly as the access log holds it (the bytes the receipts hash).
+    assert bodies == [e["filter_state"] for e in entries]
+    attrs = {kv.key: kv.value.string_value for kv in receiver.records[1].attributes}
+    assert attrs["mcp_access.listener"] == entries[1]["listener"] and attrs["http.response.status_code"] == "403", attrs
+    assert json.loads(attrs["mcp_access.decision"])["decision"] == "deny"
+    shipped = base / "otlp.jsonl"
+    shipped.write_text("".join(json.dumps({"filter_state": b}) + "\n" for b in bodies))
+    r = verify(cli, str(shipped), "--unsigned")
+    assert r.returncode == 0 and "chains intact" in r.stdout, r.stdout

@@ -411,6 +411,10 @@ pub(crate) struct EnvoyArgs {
     /// the filter's decision as span tags (security_rule.name, event.action, event.outcome...).
     #[arg(long, value_name = "zipkin=HOST:PORT")]
     pub(crate) tracing: Option<String>,
+    /// Also send every decision record to an OpenTelemetry collector over OTLP/gRPC (Envoy's
+    /// `envoy.access_loggers.open_telemetry`): the record is the log body (docs/audit.md).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) otlp: Option<String>,
     /// Require a bearer token on this listener (repeatable; LISTENER, GATEWAY/LISTENER or
     /// NAMESPACE/GATEWAY/LISTENER): jwt_authn answers a request without one 401 with a
     /// `WWW-Authenticate: Bearer` challenge (CORS preflights pass) instead of passing it on.

@@ -309,6 +309,7 @@ pub(crate) fn envoy(
             .as_deref()
             .map(envoy::Tracing::parse)
             .transpose()?,
+        otlp: e.otlp.as_deref().map(envoy::Otlp::parse).transpose()?,
     };
     let mut c = c;
     // Traces read the decision from filter state the filter sets only when told to.
