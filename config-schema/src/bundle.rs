@@ -71,6 +71,50 @@ pub struct DecisionRecords {
     /// Envoy; `mcp-access envoy --tracing` turns it on).
     #[serde(default)]
     pub trace_tags: bool,
+    /// Receipts: each record chained to the one before, the chain checkpointed (docs/audit.md).
+    #[serde(default)]
+    pub receipts: Receipts,
+}
+
+/// Receipts (docs/audit.md): every record carries `chain`, `seq` and `prev`; every
+/// `checkpointRecords` records and `checkpointSeconds` seconds (and when the configuration
+/// changes or the VM stops) the filter logs a checkpoint, signed when the VM has a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Receipts {
+    /// Chain the records (default true).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// A checkpoint after this many records (default 1000).
+    #[serde(default = "default_checkpoint_records")]
+    pub checkpoint_records: u32,
+    /// A checkpoint this many seconds after the last, when records came since (default 10;
+    /// 0: none by time).
+    #[serde(default = "default_checkpoint_seconds")]
+    pub checkpoint_seconds: u32,
+}
+
+impl Default for Receipts {
+    fn default() -> Receipts {
+        Receipts {
+            enabled: true,
+            checkpoint_records: default_checkpoint_records(),
+            checkpoint_seconds: default_checkpoint_seconds(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_checkpoint_records() -> u32 {
+    1000
+}
+
+fn default_checkpoint_seconds() -> u32 {
+    10
 }
 
 impl DecisionRecords {

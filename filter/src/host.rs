@@ -22,10 +22,12 @@ use mcp_access_engine::stats::{self, Counter};
 mod answers;
 mod drift;
 mod metrics;
+mod receipts;
 
 use answers::SharedAnswers;
 use drift::SharedDrift;
 use metrics::{increment, BundleStats, Stats};
+use receipts::Receipts;
 
 /// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
 static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
@@ -65,6 +67,9 @@ struct Root {
     answers: Rc<SharedAnswers>,
     /// Filtered listings kept for reuse: one store per engine (made with it).
     listings: Rc<ListingStore>,
+    /// The chain of the engine's records (made with it), and the VM's signing key.
+    receipts: Option<Rc<Receipts>>,
+    signer: Option<Rc<mcp_access_engine::receipts::Signer>>,
 }
 
 impl Root {
@@ -77,16 +82,41 @@ impl Root {
             drift: Rc::new(SharedDrift),
             answers: Rc::new(SharedAnswers),
             listings: Rc::new(ListingStore::default()),
+            receipts: None,
+            signer: None,
         }
     }
 }
 
-impl Context for Root {}
+impl Context for Root {
+    fn on_done(&mut self) -> bool {
+        // The VM stops: its chain's last records checkpointed.
+        if let Some(r) = &self.receipts {
+            r.checkpoint();
+        }
+        true
+    }
+}
 
 impl RootContext for Root {
     fn on_vm_start(&mut self, _size: usize) -> bool {
         abi::log(LogLevel::Info, concat!("mcp-access: filter ", version!()));
-        true
+        match receipts::signer_from_env() {
+            Ok(signer) => {
+                self.signer = signer;
+                true
+            }
+            Err(e) => {
+                abi::log(LogLevel::Error, &format!("mcp-access: {e}"));
+                false
+            }
+        }
+    }
+
+    fn on_tick(&mut self) {
+        if let Some(r) = &self.receipts {
+            r.checkpoint();
+        }
     }
 
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -119,6 +149,21 @@ impl RootContext for Root {
                 self.bundle_stats = Some(Rc::new(stats));
                 // Listings filtered for the engine replaced would never be reused.
                 self.listings = Rc::new(ListingStore::default());
+                // The configuration changes: the old chain checkpointed, a new one begun.
+                if let Some(r) = self.receipts.take() {
+                    r.checkpoint();
+                }
+                match Receipts::new(&config, &engine, self.signer.clone()) {
+                    Ok(r) => self.receipts = r.map(Rc::new),
+                    Err(e) => {
+                        abi::log(LogLevel::Error, &format!("mcp-access: {e}"));
+                        return false;
+                    }
+                }
+                let seconds = engine.settings.decision_records.receipts.checkpoint_seconds;
+                let period = std::time::Duration::from_secs(u64::from(seconds));
+                // 0: no ticks (and none from an earlier configuration).
+                let _ = proxy_wasm::hostcalls::set_tick_period(period);
                 self.engine = Some(Rc::new(engine));
                 true
             }
@@ -138,6 +183,7 @@ impl RootContext for Root {
                 .with_drift_store(self.drift.clone())
                 .with_answer_store(self.answers.clone())
                 .with_listing_store(self.listings.clone()),
+            receipts: self.receipts.clone(),
         }))
     }
 
@@ -151,6 +197,7 @@ struct Stream {
     stats: Rc<Stats>,
     bundle_stats: Rc<BundleStats>,
     flow: RequestFlow,
+    receipts: Option<Rc<Receipts>>,
 }
 
 /// The request's facts, read from Envoy's attributes when the engine asks.
@@ -244,7 +291,10 @@ impl Stream {
         let Some(outcome) = self.flow.outcome() else {
             return;
         };
-        let json = outcome.to_json(&self.engine);
+        let json = match &self.receipts {
+            Some(r) => r.seal(|link| outcome.to_json_linked(&self.engine, link)),
+            None => outcome.to_json(&self.engine),
+        };
         abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
         if self.engine.settings.decision_records.trace_tags {
             for (key, value) in TRACE_TAG_KEYS.iter().zip(outcome.trace_tags(&self.engine)) {

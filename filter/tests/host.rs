@@ -348,11 +348,13 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
             write(c, a(0), &now.to_le_bytes());
             OK
         }
-        "proxy_set_effective_context" | "proxy_done" => OK,
+        "proxy_set_effective_context" | "proxy_done" | "proxy_set_tick_period_milliseconds" => OK,
         // WASI, as far as Rust's startup and std need it.
         "random_get" => {
-            let zeros = vec![7u8; a(1) as usize];
-            write(c, a(0), &zeros);
+            // Not random, but never the same twice (chain ids differ).
+            static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(7);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            write(c, a(0), &vec![n; a(1) as usize]);
             OK
         }
         "environ_sizes_get" | "args_sizes_get" => {
@@ -723,6 +725,74 @@ fn allowed_and_denied_requests_over_the_abi() {
         (Some("deny"), Some("not_allowed"))
     );
     assert!(vm.host().log_has("mcp-access decision {"));
+}
+
+#[test]
+fn records_are_chained_and_checkpointed_over_the_abi() {
+    let receipts = json!({"traceTags": true, "receipts": {"checkpointRecords": 2}});
+    let config = bundle(only_echo(), json!({"decisionRecords": receipts}));
+    let Some(mut vm) = configured(&config, "tools-route") else {
+        return;
+    };
+    // No key in the environment: said at start, checkpoints unsigned.
+    assert_eq!(vm.host().lines("no MCP_ACCESS_RECEIPT_KEY"), 1);
+    let mut records: Vec<Vec<u8>> = Vec::new();
+    for tool in ["echo", "rm", "echo"] {
+        let (ctx, _) = vm.request(POST, &call(tool));
+        vm.body(ctx);
+        vm.decision();
+        let set = &vm.host().set_properties;
+        let (_, raw) = set
+            .iter()
+            .rfind(|(k, _)| k == "mcp_access.decision")
+            .unwrap();
+        records.push(raw.clone());
+    }
+    let values: Vec<Value> = records
+        .iter()
+        .map(|r| serde_json::from_slice(r).unwrap())
+        .collect();
+    let config_digest = mcp_access_engine::receipts::digest(config.to_string().as_bytes());
+    assert_eq!(values[0]["prev"], config_digest.to_text());
+    for (i, v) in values.iter().enumerate() {
+        assert_eq!(v["seq"], i as u64 + 1);
+        assert_eq!(v["chain"], values[0]["chain"]);
+        assert_eq!(v["chain"].as_str().map(str::len), Some(32));
+    }
+    for pair in records.windows(2) {
+        let digest = mcp_access_engine::receipts::digest(&pair[0]).to_text();
+        let next: Value = serde_json::from_slice(&pair[1]).unwrap();
+        assert_eq!(next["prev"], digest);
+    }
+    // After the second record, a checkpoint of its digest (unsigned: no key).
+    let prefix = mcp_access_engine::receipts::CHECKPOINT_PREFIX;
+    let lines: Vec<&String> = vm
+        .host()
+        .logs
+        .iter()
+        .map(|(_, l)| l)
+        .filter(|l| l.starts_with(prefix))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let c = mcp_access_engine::receipts::Checkpoint::parse(&lines[0][prefix.len()..]).unwrap();
+    assert_eq!(
+        (c.seq, c.chain.as_str()),
+        (2, values[0]["chain"].as_str().unwrap())
+    );
+    assert_eq!(
+        c.head,
+        mcp_access_engine::receipts::digest(&records[1]).to_text()
+    );
+    assert_eq!((c.key, c.sig), (None, None));
+    // A new configuration starts a new chain, after a checkpoint of the old one's last record.
+    assert!(vm.configure());
+    let (ctx, _) = vm.request(POST, &call("echo"));
+    vm.body(ctx);
+    let d = vm.decision();
+    assert_eq!(d["seq"], 1);
+    assert_ne!(d["chain"], values[0]["chain"]);
+    let checkpoints = vm.host().lines(prefix);
+    assert_eq!(checkpoints, 2);
 }
 
 #[test]

@@ -172,6 +172,10 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     ts.append(_target("P8.deny", "100,000-tool bundle / small bundle, Envoy CPU per denied call",
                       r("p8_deny", "s2_deny", "load", "envoy_cpu_us_per_request"), "<=", 1.1, "ratio",
                       "Envoy CPU time per request at saturation, paired per round", wall=True, variants=("s2_deny", "p8_deny")))
+    x, y = _instr(res, "s2_allow"), _instr(res, "s2_allow_norcpt")
+    if x and y:  # P12 (issue 39): receipts' added cost per allowed call
+        ts.append(_target("P12.instructions", "allowed call, receipts on / off, Envoy instructions per request (callgrind)",
+                          [x / y], "<=", 1.05, "ratio", f"{x:,.0f} / {y:,.0f}", wall=False))
     for a, b, name in (("p8_allow", "s2_allow", "P8.instructions"), ("p8_deny", "s2_deny", "P8.deny.instructions")):
         x, y = _instr(res, a), _instr(res, b)
         if x and y:

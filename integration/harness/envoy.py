@@ -470,8 +470,10 @@ class EnvoyProcess:
         name: str = "envoy",
         extra_args: Sequence[str] = (),
         ready_timeout: float = 30.0,
+        concurrency: int = 1,
     ) -> None:
         self.config = _as_dict(config)
+        self.concurrency = concurrency
         self.name = name
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"{name}-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -489,7 +491,7 @@ class EnvoyProcess:
 
     def argv(self) -> list[str]:
         return [
-            envoy_binary(), "-c", str(self.config_path), "--concurrency", "1",
+            envoy_binary(), "-c", str(self.config_path), "--concurrency", str(self.concurrency),
             "--base-id", str(_unique_base_id()), "--disable-hot-restart",
             "-l", "info", "--component-log-level", "wasm:debug",
             "--file-flush-interval-msec", "50",  # access log lines show up promptly

@@ -259,6 +259,11 @@ impl Validator {
             || "limits.maxJsonDepth".into(),
             "must be between 1 and 1024",
         );
+        self.check(
+            b.decision_records.receipts.checkpoint_records >= 1,
+            || "decisionRecords.receipts.checkpointRecords".into(),
+            "must be at least 1",
+        );
     }
 
     fn identity(&mut self, id: &IdentitySettings) {

@@ -132,6 +132,10 @@ pub(crate) enum Command {
     /// and prints the decisions that flip (who loses or gains which call). Exits 6 on a flip
     /// unless --allow-flips.
     Replay(ReplayArgs),
+    /// Check decision records as receipts (docs/audit.md): `verify` rebuilds each chain from
+    /// the logs and checks its checkpoints' signatures; `keygen` makes a signing key pair.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Print the effective policy of each (Gateway listener, XBackend), per route where
     /// HTTPRoute-targeted policies make routes differ: every level and step with its rules
     /// and where they came from (the policy, or the defaults/overrides block and strategy of
@@ -407,6 +411,10 @@ pub(crate) struct EnvoyArgs {
     /// the filter's decision as span tags (security_rule.name, event.action, event.outcome...).
     #[arg(long, value_name = "zipkin=HOST:PORT")]
     pub(crate) tracing: Option<String>,
+    /// Also send every decision record to an OpenTelemetry collector over OTLP/gRPC (Envoy's
+    /// `envoy.access_loggers.open_telemetry`): the record is the log body (docs/audit.md).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) otlp: Option<String>,
     /// Require a bearer token on this listener (repeatable; LISTENER, GATEWAY/LISTENER or
     /// NAMESPACE/GATEWAY/LISTENER): jwt_authn answers a request without one 401 with a
     /// `WWW-Authenticate: Bearer` challenge (CORS preflights pass) instead of passing it on.
@@ -455,6 +463,52 @@ pub(crate) struct ReplayArgs {
     /// Exit 0 even when decisions flip.
     #[arg(long)]
     pub(crate) allow_flips: bool,
+    /// Replay only records `audit verify` verifies with --public-key (docs/audit.md).
+    #[arg(long, requires = "public_key")]
+    pub(crate) verified: bool,
+    /// The public key for --verified.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) public_key: Option<PathBuf>,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "format",
+        value_enum,
+        default_value = "text"
+    )]
+    pub(crate) format: Format,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum AuditCommand {
+    /// Read logs (rotated, out of order, several workers and Envoys interleaved), rebuild
+    /// each chain and report per chain: records, first and last seq, missing seq numbers,
+    /// altered records, bad checkpoints, records after the last checkpoint. Exits 0 when every
+    /// record verifies, 8 when something is missing, altered, unreadable or badly signed,
+    /// 9 when intact but records after the last checkpoint are not signed yet.
+    Verify(AuditVerifyArgs),
+    /// Make an Ed25519 key pair: FILE (the private key, for the VM's
+    /// MCP_ACCESS_RECEIPT_KEY; mode 0600) and FILE.pub (for --public-key).
+    Keygen {
+        /// Where to write the private key (FILE.pub gets the public key).
+        #[arg(value_name = "FILE")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Args)]
+pub(crate) struct AuditVerifyArgs {
+    /// Logs holding decision records and checkpoints (`-`: standard input).
+    #[arg(required = true, value_name = "LOG")]
+    pub(crate) logs: Vec<PathBuf>,
+    /// The public key checkpoints are signed with (Base64 of its 32 bytes, as `audit keygen`
+    /// writes it, or a PEM `PUBLIC KEY`).
+    #[arg(long, value_name = "FILE", required_unless_present = "unsigned")]
+    pub(crate) public_key: Option<PathBuf>,
+    /// Check links, gaps and checkpoint heads only (VMs without a key: forgeries do not show).
+    #[arg(long)]
+    pub(crate) unsigned: bool,
     /// Output format.
     #[arg(
         short = 'o',

@@ -309,6 +309,7 @@ pub(crate) fn envoy(
             .as_deref()
             .map(envoy::Tracing::parse)
             .transpose()?,
+        otlp: e.otlp.as_deref().map(envoy::Otlp::parse).transpose()?,
     };
     let mut c = c;
     // Traces read the decision from filter state the filter sets only when told to.
@@ -556,21 +557,18 @@ pub(crate) fn replay(a: ReplayArgs) -> Result<u8, CliError> {
             explain::parse_assumption(&v).map_err(|e| format!("--assume {e}"))?,
         );
     }
+    let logs = crate::audit_cmd::read_logs(&a.logs)?;
     let (mut records, mut unreadable) = (Vec::new(), Vec::new());
-    for log in &a.logs {
-        let mut bytes = Vec::new();
-        let name = if log.as_os_str() == "-" {
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
-                .map_err(|e| format!("cannot read standard input: {e}"))?;
-            "-".to_string()
-        } else {
-            bytes =
-                std::fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
-            log.display().to_string()
-        };
-        let (found, bad) = replay::records(&bytes, &name);
+    for (name, bytes) in &logs {
+        let (found, bad) = replay::records(bytes, name);
         records.extend(found);
         unreadable.extend(bad);
+    }
+    if let Some(key) = a.public_key.as_deref().filter(|_| a.verified) {
+        let all = records.len();
+        records = crate::audit_cmd::verified_records(&logs, key)?;
+        let left = all - records.len();
+        eprintln!("mcp-access replay: --verified: {left} records left out (not verified)");
     }
     for u in &unreadable {
         eprintln!(

@@ -14,6 +14,10 @@ pub const EXIT_DRIFT: u8 = 5;
 pub const EXIT_FLIPS: u8 = 6;
 /// Exit code: `test` found a case whose decision is not the expected one.
 pub const EXIT_TEST_FAILED: u8 = 7;
+/// Exit code: `audit verify` found records missing, altered or unreadable, or a bad checkpoint.
+pub const EXIT_AUDIT_DAMAGED: u8 = 8;
+/// Exit code: `audit verify` found the chains intact, but records no signed checkpoint covers yet.
+pub const EXIT_AUDIT_UNSIGNED: u8 = 9;
 
 /// An error a command reports on standard error before it exits with `code`.
 #[derive(Debug, Clone, PartialEq, Eq)]

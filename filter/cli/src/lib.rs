@@ -1,6 +1,7 @@
 //! The `mcp-access` command line: compile Kubernetes manifests to a policy bundle and an
 //! Envoy configuration, and explain decisions with the filter's own engine.
 
+pub mod audit;
 pub mod checks;
 pub mod envoy;
 pub mod error;

@@ -5,6 +5,7 @@
 //! (reading, compiling, the report, exit codes, writing) is here.
 
 mod args;
+mod audit_cmd;
 mod commands;
 mod effective_text;
 
@@ -89,6 +90,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Test(a) => commands::test(a),
         Command::WhoCan(a) => commands::who_can(a),
         Command::Replay(a) => commands::replay(a),
+        Command::Audit(a) => audit_cmd::audit(a),
         Command::Status { input, format } => commands::status(&input, format),
         Command::Effective {
             input,

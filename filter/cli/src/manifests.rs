@@ -20,6 +20,7 @@ mod backends;
 pub use backends::BackendObjects;
 
 use mcp_access_bundle::{Bundle, EscapedSlashes};
+use mcp_access_engine::receipts::KEY_ENV;
 use mcp_access_k8s::{Manifests, Report, RouteAction, Topology};
 use serde_json::{json, Value};
 
@@ -327,6 +328,9 @@ fn istio_envoy_filter(ns: &str, refs: &[Value], config: &Value, o: &ManifestOpti
                                         "http_uri": {"uri": format!("oci://{}", o.image), "timeout": "30s"},
                                         "sha256": o.sha256,
                                     }},
+                                    // The receipts' key, from the gateway's environment (a
+                                    // Secret; docs/audit.md), never from this file.
+                                    "environment_variables": {"host_env_keys": [KEY_ENV]},
                                 },
                                 "configuration": {
                                     "@type": "type.googleapis.com/google.protobuf.StringValue",
@@ -470,6 +474,8 @@ fn envoy_gateway(
                 "code": {"type": "Image", "image": {"url": o.image, "sha256": o.sha256}, "pullPolicy": "IfNotPresent"},
                 "config": config,
                 "failOpen": false,
+                // The receipts' key from the gateway's environment (docs/audit.md).
+                "env": {"hostKeys": [KEY_ENV]},
             }]}
         }));
         let filter = format!(
@@ -562,6 +568,8 @@ fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Va
                 "type": "HTTP",
                 "failStrategy": "FAIL_CLOSE",
                 "pluginConfig": config,
+                // The receipts' key from the gateway's environment (docs/audit.md).
+                "vmConfig": {"env": [{"name": KEY_ENV, "valueFrom": "HOST"}]},
             }
             }));
         }

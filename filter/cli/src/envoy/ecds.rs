@@ -1,5 +1,6 @@
 //! The filter itself: inline in the listener, or by extension config discovery from a file.
 
+use mcp_access_engine::receipts::KEY_ENV;
 use serde_json::{json, Value};
 
 use super::T;
@@ -16,7 +17,9 @@ pub(super) fn wasm_filter(wasm: &str, bundle_json: &str) -> Value {
                 "vm_config": {
                     "vm_id": "mcp_access",
                     "runtime": "envoy.wasm.runtime.v8",
-                    "code": {"local": {"filename": wasm}}
+                    "code": {"local": {"filename": wasm}},
+                    // The receipts' signing key, from Envoy's environment only (docs/audit.md).
+                    "environment_variables": {"host_env_keys": [KEY_ENV]}
                 },
                 "configuration": {"@type": format!("{T}google.protobuf.StringValue"), "value": bundle_json},
                 "fail_open": false,

@@ -108,8 +108,15 @@ fn hcm(
                 json!({"uri": true}),
             );
         }
-        if let Some(p) = &o.access_log {
-            obj.insert("access_log".into(), access_log(p, c.listener));
+        let mut logs = o
+            .access_log
+            .as_ref()
+            .map_or(json!([]), |p| access_log(p, c.listener));
+        if let (Some(logs), Some(_)) = (logs.as_array_mut(), &o.otlp) {
+            logs.push(super::otlp::access_logger(c.listener));
+        }
+        if logs.as_array().is_some_and(|l| !l.is_empty()) {
+            obj.insert("access_log".into(), logs);
         }
         if o.tracing.is_some() {
             obj.insert("tracing".into(), super::tracing::hcm_tracing());

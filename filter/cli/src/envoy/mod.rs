@@ -8,6 +8,7 @@ mod ecds;
 mod files;
 mod listeners;
 mod oauth;
+mod otlp;
 mod routes;
 mod tracing;
 
@@ -24,6 +25,7 @@ pub(crate) use clusters::http2_only;
 pub use ecds::{ecds_document, publish_ecds, ECDS_FILE, ECDS_NAME};
 pub use files::{check_files, listeners_without_files, Pem};
 pub(crate) use listeners::normalization;
+pub use otlp::Otlp;
 pub use tracing::Tracing;
 
 pub(super) const T: &str = "type.googleapis.com/";
@@ -95,6 +97,8 @@ pub struct EnvoyOptions {
     pub ecds_dir: Option<String>,
     /// Trace every request, with the filter's decision as span tags.
     pub tracing: Option<Tracing>,
+    /// Send every decision record to an OTLP collector (docs/audit.md).
+    pub otlp: Option<Otlp>,
 }
 
 /// Whether `--jwt-required` names the listener `ns/gw/listener` (`full`); marks the names used.
@@ -124,6 +128,9 @@ pub fn render(
     let (mut clusters, host_rewrites) = clusters::upstream_clusters(topo, o, notes)?;
     if let Some(t) = &o.tracing {
         clusters.push(tracing::collector_cluster(t));
+    }
+    if let Some(c) = &o.otlp {
+        clusters.push(otlp::collector_cluster(c));
     }
     let listeners = listeners::listeners(topo, o, bundle, &host_rewrites)?;
     let mut boot = json!({

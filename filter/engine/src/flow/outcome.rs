@@ -5,6 +5,7 @@ use mcp_access_bundle::Level;
 use crate::answer::Why;
 use crate::jsonw::{push_int, push_opt_str, push_str};
 use crate::policy::{DryRunNamed, DryRunRecord, Engine, Named, Omitted, RuleRef};
+use crate::receipts::Link;
 
 /// How the request ended, for stats, logs and filter state.
 ///
@@ -100,12 +101,32 @@ impl Outcome {
 
     /// One JSON object: the filter-state value and the decision log line.
     pub fn to_json(&self, engine: &Engine) -> String {
-        let dry = self.dry_run.as_ref().map(|d| d.named(engine));
-        self.write_json(engine.named(self.by), dry.as_ref())
+        self.write_json(
+            engine.named(self.by),
+            self.dry_run_named(engine).as_ref(),
+            None,
+        )
     }
 
-    /// [`Outcome::to_json`], with the deciding policy and rule named, and the dry run's.
-    fn write_json(&self, named: Named<'_>, dry: Option<&DryRunNamed<'_>>) -> String {
+    /// [`Outcome::to_json`] with the record's place in its chain (`chain`, `prev`, `seq`:
+    /// crate::receipts).
+    pub fn to_json_linked(&self, engine: &Engine, link: Link<'_>) -> String {
+        let dry = self.dry_run_named(engine);
+        self.write_json(engine.named(self.by), dry.as_ref(), Some(link))
+    }
+
+    fn dry_run_named<'a>(&'a self, engine: &'a Engine) -> Option<DryRunNamed<'a>> {
+        self.dry_run.as_ref().map(|d| d.named(engine))
+    }
+
+    /// [`Outcome::to_json`], with the deciding policy and rule named, the dry run's, and the
+    /// record's link.
+    fn write_json(
+        &self,
+        named: Named<'_>,
+        dry: Option<&DryRunNamed<'_>>,
+        link: Option<Link<'_>>,
+    ) -> String {
         // Written by hand: this runs for every request. Keys in alphabetical order and
         // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
         // document was first built as (a test compares the two).
@@ -121,6 +142,10 @@ impl Outcome {
         push_opt_str(&mut out, self.caller.as_deref());
         out.push_str(",\"cel_errors\":");
         push_int(&mut out, i64::from(self.cel_errors.0));
+        if let Some(l) = link {
+            out.push_str(",\"chain\":");
+            push_str(&mut out, l.chain);
+        }
         out.push_str(",\"decision\":");
         push_str(&mut out, if self.allowed { "allow" } else { "deny" });
         out.push_str(",\"dry_run\":");
@@ -146,6 +171,10 @@ impl Outcome {
         push_opt_str(&mut out, named.origin);
         out.push_str(",\"policy\":");
         push_opt_str(&mut out, named.policy);
+        if let Some(l) = link {
+            out.push_str(",\"prev\":");
+            push_str(&mut out, l.prev);
+        }
         out.push_str(",\"reason\":");
         push_str(&mut out, self.reason.as_str());
         out.push_str(",\"request\":");
@@ -153,6 +182,10 @@ impl Outcome {
         out.push_str(self.request.as_deref().unwrap_or("null"));
         out.push_str(",\"rule\":");
         push_opt_str(&mut out, named.rule);
+        if let Some(l) = link {
+            out.push_str(",\"seq\":");
+            push_int(&mut out, i64::try_from(l.seq).unwrap_or(i64::MAX));
+        }
         out.push_str(",\"status\":");
         match self.status {
             Some(s) => push_int(&mut out, i64::from(s)),
@@ -219,7 +252,12 @@ mod tests {
     use crate::policy::CallAnswer;
 
     /// The document as it was first defined (a `serde_json::Value` map).
-    fn as_value_map(o: &Outcome, named: Named<'_>, dry: Option<&DryRunNamed<'_>>) -> String {
+    fn as_value_map(
+        o: &Outcome,
+        named: Named<'_>,
+        dry: Option<&DryRunNamed<'_>>,
+        link: Option<Link<'_>>,
+    ) -> String {
         let mut v = serde_json::json!({
             "decision": if o.allowed { "allow" } else { "deny" },
             "level": Level::name(o.level),
@@ -240,6 +278,11 @@ mod tests {
                 serde_json::from_str::<serde_json::Value>(r).unwrap_or_default()
             }),
         });
+        if let (Some(l), Some(m)) = (link, v.as_object_mut()) {
+            m.insert("chain".into(), serde_json::json!(l.chain));
+            m.insert("prev".into(), serde_json::json!(l.prev));
+            m.insert("seq".into(), serde_json::json!(l.seq));
+        }
         if !o.authz_cached.is_empty() {
             if let Some(m) = v.as_object_mut() {
                 m.insert("authz_cached".into(), serde_json::json!(o.authz_cached));
@@ -340,12 +383,19 @@ mod tests {
             authorizers: vec![("ns/a", &answer)],
             not_called: vec!["ns/b"],
         });
-        for (o, named, dry) in [
-            (&full, named, dry.as_ref()),
-            (&empty, Named::default(), None),
+        let link = Link {
+            chain: "0f1e",
+            seq: 42,
+            prev: "sha256:00ff",
+        };
+        for (o, named, dry, link) in [
+            (&full, named, dry.as_ref(), Some(link)),
+            (&full, named, dry.as_ref(), None),
+            (&empty, Named::default(), None, None),
+            (&empty, Named::default(), None, Some(link)),
         ] {
-            let json = o.write_json(named, dry);
-            assert_eq!(json, as_value_map(o, named, dry));
+            let json = o.write_json(named, dry, link);
+            assert_eq!(json, as_value_map(o, named, dry, link));
             // The record type reads it whole and writes it back byte for byte.
             let record: DecisionRecord = serde_json::from_str(&json).unwrap();
             assert_eq!(serde_json::to_string(&record).unwrap(), json);

@@ -26,6 +26,30 @@ pub struct Unreadable {
 /// Lines are split on LF (a CR before it dropped); a line that is not UTF-8, or whose record
 /// does not parse, is returned as [`Unreadable`] with its number, and the others are still read.
 pub fn records(log: &[u8], name: &str) -> (Vec<Value>, Vec<Unreadable>) {
+    let (written, mut bad) = written(log, name);
+    let mut out = Vec::with_capacity(written.len());
+    for w in written {
+        match serde_json::from_str::<Value>(&w.text) {
+            Ok(v) => out.push(v),
+            Err(e) => bad.push(Unreadable {
+                at: w.at,
+                why: format!("the decision record does not parse: {e}"),
+            }),
+        }
+    }
+    (out, bad)
+}
+
+/// A decision record as the log holds it: where (`file:line`) and its JSON text, exactly as
+/// written (what a receipt's digest is taken of: crate::receipts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub at: String,
+    pub text: String,
+}
+
+/// The decision records of one log as [`records`] finds them, each as its text.
+pub fn written(log: &[u8], name: &str) -> (Vec<Written>, Vec<Unreadable>) {
     let (mut out, mut bad) = (Vec::new(), Vec::new());
     for (i, raw) in log.split(|b| *b == b'\n').enumerate() {
         let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
@@ -39,7 +63,7 @@ pub fn records(log: &[u8], name: &str) -> (Vec<Value>, Vec<Unreadable>) {
             continue;
         };
         match record_of(line.trim()) {
-            Ok(Some(v)) => out.push(v),
+            Ok(Some(text)) => out.push(Written { at: at(), text }),
             Ok(None) => {}
             Err(why) => bad.push(Unreadable { at: at(), why }),
         }
@@ -51,19 +75,21 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The record of one line: None when the line holds none.
-fn record_of(line: &str) -> Result<Option<Value>, String> {
+/// The record of one line, as text: None when the line holds none.
+fn record_of(line: &str) -> Result<Option<String>, String> {
     if line.starts_with('{') {
         if let Ok(v) = serde_json::from_str::<Value>(line) {
             return match v.get("filter_state") {
                 // An access-log entry of a request the filter did not decide.
                 Some(Value::String(s)) if s.is_empty() || s == "-" => Ok(None),
-                Some(Value::String(s)) => serde_json::from_str::<Value>(s)
-                    .map(Some)
-                    .map_err(|e| format!("its filter_state is not a decision record: {e}")),
-                Some(Value::Object(_)) => Ok(v.get("filter_state").cloned()),
+                Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                    Ok(Value::Object(_)) => Ok(Some(s.clone())),
+                    Ok(_) => Err("its filter_state is not a decision record: not an object".into()),
+                    Err(e) => Err(format!("its filter_state is not a decision record: {e}")),
+                },
+                Some(o @ Value::Object(_)) => Ok(Some(o.to_string())),
                 Some(_) => Ok(None),
-                None if v.get("decision").is_some() => Ok(Some(v)),
+                None if v.get("decision").is_some() => Ok(Some(line.to_string())),
                 // Envoy's own log in JSON: the message is a string member.
                 None => match v.as_object().and_then(|o| {
                     o.values()
@@ -80,13 +106,16 @@ fn record_of(line: &str) -> Result<Option<Value>, String> {
 }
 
 /// The record of a decision log line: after the first [`LOG_PREFIX`], exactly one JSON object.
-fn log_line(line: &str) -> Result<Option<Value>, String> {
+fn log_line(line: &str) -> Result<Option<String>, String> {
     let Some(at) = line.find(LOG_PREFIX) else {
         return Ok(None);
     };
-    let json = line.get(at + LOG_PREFIX.len()..).unwrap_or_default();
-    match serde_json::from_str::<Value>(json.trim_end()) {
-        Ok(v @ Value::Object(_)) => Ok(Some(v)),
+    let json = line
+        .get(at + LOG_PREFIX.len()..)
+        .unwrap_or_default()
+        .trim_end();
+    match serde_json::from_str::<Value>(json) {
+        Ok(Value::Object(_)) => Ok(Some(json.to_string())),
         Ok(_) => Err("the decision record is not a JSON object".into()),
         Err(e) => Err(format!("the decision record does not parse: {e}")),
     }
@@ -127,6 +156,9 @@ mod typed {
         pub caller: Option<String>,
         /// CEL conditions that erred.
         pub cel_errors: u32,
+        /// The record's chain: one per VM and plugin configuration (left out without receipts).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub chain: Option<String>,
         /// `allow` or `deny` (a record without one reads as `deny`).
         pub decision: Verdict,
         /// What dry-run policies decided, where one concerns the request.
@@ -149,6 +181,9 @@ mod typed {
         pub origin: Option<String>,
         /// `namespace/name` of the deciding policy (the one the user wrote).
         pub policy: Option<String>,
+        /// `sha256:<hex>` of the chain's record before it (the configuration's for `seq` 1).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub prev: Option<String>,
         /// Why it ended so (`allowed`, `deny_policy`, `invalid_json`, ...).
         #[serde(with = "why")]
         pub reason: Option<Why>,
@@ -158,6 +193,9 @@ mod typed {
         pub request: Option<Option<RequestRecord>>,
         /// The deciding rule.
         pub rule: Option<String>,
+        /// Its place in the chain: 1, 2, 3 …
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub seq: Option<u64>,
         /// The HTTP status of a denial.
         pub status: Option<u16>,
     }
@@ -373,7 +411,7 @@ mod tests {
                         "headers": {"x": ["1"]}, "host": "h", "jwt": {"iss": "i"},
                         "method": "POST", "path": "/mcp", "port": 1, "revision": "r",
                         "route": "rt", "time": 1, "unrecorded": ["jwts"]},
-            "rule": "r", "status": 403
+            "rule": "r", "status": 403, "chain": "c", "seq": 1, "prev": "sha256:00"
         }))
         .unwrap();
         let mut all = Vec::new();

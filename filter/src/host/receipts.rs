@@ -1,0 +1,102 @@
+//! Receipts in the VM (docs/audit.md): the chain of the loaded configuration, the signing key
+//! from the environment, and the checkpoints logged.
+
+use std::rc::Rc;
+
+use proxy_wasm::types::LogLevel;
+
+use mcp_access_engine::policy::Engine;
+use mcp_access_engine::receipts::{
+    self, hex, Chain, ChainStore, Link, Signer, CHECKPOINT_PREFIX, KEY_ENV,
+};
+
+use super::abi;
+
+/// The chain of one configuration in this VM, and how it is checkpointed.
+pub(super) struct Receipts {
+    chain: ChainStore,
+    /// A checkpoint after this many records.
+    every: u64,
+    signer: Option<Rc<Signer>>,
+}
+
+impl Receipts {
+    /// The chain of `engine`, loaded from the configuration `config` (a new random id), or
+    /// None when its bundle turns receipts off; an error when the VM has no randomness.
+    pub(super) fn new(
+        config: &[u8],
+        engine: &Engine,
+        signer: Option<Rc<Signer>>,
+    ) -> Result<Option<Receipts>, String> {
+        let settings = &engine.settings.decision_records.receipts;
+        if !settings.enabled {
+            return Ok(None);
+        }
+        let mut id = [0u8; 16];
+        getrandom::getrandom(&mut id)
+            .map_err(|e| format!("no randomness for the receipts' chain id: {e}"))?;
+        Ok(Some(Receipts {
+            chain: ChainStore::new(Chain::new(hex(&id), receipts::digest(config))),
+            every: u64::from(settings.checkpoint_records.max(1)),
+            signer,
+        }))
+    }
+
+    /// The next record of the chain, as `write` writes it; a checkpoint after every
+    /// `checkpointRecords` records.
+    pub(super) fn seal(&self, write: impl FnOnce(Link<'_>) -> String) -> String {
+        let record = self.chain.seal(write);
+        if self.chain.with(|c| c.unchecked()) >= self.every {
+            self.checkpoint();
+        }
+        record
+    }
+
+    /// Logs a checkpoint of the chain's head, when records came since the last one.
+    pub(super) fn checkpoint(&self) {
+        let signer = self.signer.as_deref();
+        let Some(c) = self.chain.with(|chain| {
+            (chain.unchecked() > 0).then(|| Signer::checkpoint(signer, chain, abi::now_ns()))
+        }) else {
+            return;
+        };
+        abi::log(
+            LogLevel::Info,
+            &format!("{CHECKPOINT_PREFIX}{}", c.to_json()),
+        );
+    }
+}
+
+/// The signing key of [`KEY_ENV`], None when it is unset (checkpoints then go unsigned, which
+/// is logged); an error naming the variable when it holds no key.
+pub(super) fn signer_from_env() -> Result<Option<Rc<Signer>>, String> {
+    match std::env::var(KEY_ENV) {
+        Ok(text) => match Signer::from_base64(&text) {
+            Ok(s) => {
+                abi::log(
+                    LogLevel::Info,
+                    &format!(
+                        "mcp-access: receipts' checkpoints are signed with key {}",
+                        s.id()
+                    ),
+                );
+                Ok(Some(Rc::new(s)))
+            }
+            Err(e) => Err(format!(
+                "{e}: set it to a key of `mcp-access audit keygen`, or unset it (docs/audit.md)"
+            )),
+        },
+        Err(std::env::VarError::NotPresent) => {
+            abi::log(
+                LogLevel::Warn,
+                &format!(
+                    "mcp-access: no {KEY_ENV}: receipts' checkpoints are unsigned (edits and gaps show, forgeries do not; docs/audit.md)"
+                ),
+            );
+            Ok(None)
+        }
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "{KEY_ENV} is not UTF-8: set it to a key of `mcp-access audit keygen`"
+        )),
+    }
+}
