@@ -269,3 +269,10 @@ fn service_address(
         false,
     )
 }
+
+/// `HOST:PORT` (`[::1]:80` for IPv6) as host and a port other than 0.
+pub(crate) fn host_port(s: &str) -> Option<(String, u16)> {
+    let (h, p) = s.rsplit_once(':')?;
+    let port = p.parse::<u16>().ok().filter(|p| *p != 0)?;
+    (!h.is_empty()).then(|| (h.trim_matches(['[', ']']).to_string(), port))
+}

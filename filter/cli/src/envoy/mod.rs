@@ -8,6 +8,7 @@ mod ecds;
 mod files;
 mod listeners;
 mod oauth;
+mod ratelimit;
 mod routes;
 mod tracing;
 
@@ -24,6 +25,7 @@ pub(crate) use clusters::http2_only;
 pub use ecds::{ecds_document, publish_ecds, ECDS_FILE, ECDS_NAME};
 pub use files::{check_files, listeners_without_files, Pem};
 pub(crate) use listeners::normalization;
+pub use ratelimit::RateLimitAddress;
 pub use tracing::Tracing;
 
 pub(super) const T: &str = "type.googleapis.com/";
@@ -95,6 +97,8 @@ pub struct EnvoyOptions {
     pub ecds_dir: Option<String>,
     /// Trace every request, with the filter's decision as span tags.
     pub tracing: Option<Tracing>,
+    /// The RateLimitService of `Global` rate limits.
+    pub rate_limit_service: Option<RateLimitAddress>,
 }
 
 /// Whether `--jwt-required` names the listener `ns/gw/listener` (`full`); marks the names used.
@@ -124,6 +128,9 @@ pub fn render(
     let (mut clusters, host_rewrites) = clusters::upstream_clusters(topo, o, notes)?;
     if let Some(t) = &o.tracing {
         clusters.push(tracing::collector_cluster(t));
+    }
+    if let Some(r) = &o.rate_limit_service {
+        clusters.push(r.cluster());
     }
     let listeners = listeners::listeners(topo, o, bundle, &host_rewrites)?;
     let mut boot = json!({

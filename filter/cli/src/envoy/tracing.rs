@@ -29,15 +29,9 @@ impl Tracing {
             )
             .into());
         };
-        let (host, port) = addr
-            .rsplit_once(':')
-            .and_then(|(h, p)| Some((h, p.parse::<u16>().ok().filter(|p| *p != 0)?)))
-            .filter(|(h, _)| !h.is_empty())
+        let (host, port) = super::clusters::host_port(addr)
             .ok_or_else(|| format!("--tracing {s}: expected zipkin=HOST:PORT"))?;
-        Ok(Tracing {
-            host: host.trim_matches(['[', ']']).to_string(),
-            port,
-        })
+        Ok(Tracing { host, port })
     }
 }
 

@@ -18,6 +18,16 @@ impl Engine {
     /// error, never a panic.
     pub fn compile(mut b: ValidBundle) -> Result<Engine, CompileError> {
         let mut conditions = b.take_conditions();
+        // Refused, never ignored: an uncounted limit would let every request through.
+        if let Some(l) = b.rate_limits.first() {
+            return Err(CompileError {
+                policy: format!("{}/{}", l.namespace, l.policy),
+                problem: CompileProblem::RateLimit(format!(
+                    "{}: this filter build does not count rate limits",
+                    l.id()
+                )),
+            });
+        }
         let b = &b;
         // (position in the bundle, policy), most senior first.
         let mut numbered: Vec<(usize, &bundle::Policy)> = b.policies.iter().enumerate().collect();

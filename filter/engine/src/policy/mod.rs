@@ -449,6 +449,8 @@ pub enum CompileProblem {
     NoAuthorizer,
     /// A ToolPin's pins do not compile.
     Pins(String),
+    /// A rate limit this filter cannot count.
+    RateLimit(String),
 }
 
 impl fmt::Display for CompileError {
@@ -459,6 +461,7 @@ impl fmt::Display for CompileError {
             CompileProblem::NoSuchAuthorizer(name) => write!(f, "no authorizer named {name}"),
             CompileProblem::NoAuthorizer => f.write_str("ExternalAuth needs an authorizer"),
             CompileProblem::Pins(e) => write!(f, "pins: {e}"),
+            CompileProblem::RateLimit(e) => write!(f, "rate limit: {e}"),
         }
     }
 }
