@@ -20,10 +20,12 @@ use mcp_access_engine::ports::{Fact, HostFacts, ListingStore};
 use mcp_access_engine::stats::{self, Counter};
 
 mod answers;
+mod counters;
 mod drift;
 mod metrics;
 
 use answers::SharedAnswers;
+use counters::SharedCounters;
 use drift::SharedDrift;
 use metrics::{increment, BundleStats, Stats};
 
@@ -63,6 +65,7 @@ struct Root {
     /// The shared-data stores every stream of this VM uses (made once, not per request).
     drift: Rc<SharedDrift>,
     answers: Rc<SharedAnswers>,
+    counters: Rc<SharedCounters>,
     /// Filtered listings kept for reuse: one store per engine (made with it).
     listings: Rc<ListingStore>,
 }
@@ -76,6 +79,7 @@ impl Root {
             bundle_metrics: HashMap::new(),
             drift: Rc::new(SharedDrift),
             answers: Rc::new(SharedAnswers),
+            counters: Rc::new(SharedCounters),
             listings: Rc::new(ListingStore::default()),
         }
     }
@@ -137,6 +141,7 @@ impl RootContext for Root {
             flow: RequestFlow::new()
                 .with_drift_store(self.drift.clone())
                 .with_answer_store(self.answers.clone())
+                .with_counter_store(self.counters.clone())
                 .with_listing_store(self.listings.clone()),
         }))
     }

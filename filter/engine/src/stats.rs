@@ -205,6 +205,7 @@ mod tests {
                 "not_allowed",
                 "tool_not_pinned",
                 "tool_drifted",
+                "rate_limited",
                 "invalid_path",
                 "unsupported_encoding",
                 "invalid_json",

@@ -6,6 +6,7 @@ mod checks;
 mod drive;
 mod dry_run;
 mod gather;
+mod limits;
 mod outcome;
 mod pinned;
 mod record;
@@ -32,6 +33,7 @@ use crate::request::{Headers, JwtPrincipal, McpOp, Request, Target};
 use checks::{body_limit, header_rejection, McpHeaders};
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
+pub use limits::RATE_LIMITED_CODE;
 pub use outcome::{Outcome, TRACE_TAG_KEYS};
 use pinned::PinGate;
 pub use response::{BodyProgress, ResponseHeaders};
@@ -228,6 +230,8 @@ pub struct RequestFlow {
     /// The filter of an allowed request's response (docs/semantics.md §5.4); dropped when the
     /// response headers show it carries no listing.
     response: Option<ListingFilter>,
+    /// Where Local rate limits count (the host's, shared by its workers).
+    counters: Option<limits::CounterPort>,
 }
 
 impl Default for RequestFlow {
@@ -259,6 +263,7 @@ impl RequestFlow {
             cached: Vec::new(),
             listings: None,
             response: None,
+            counters: None,
         }
     }
 
@@ -758,6 +763,10 @@ impl RequestFlow {
                 mut add_headers,
                 by,
             } => {
+                if let Some(refusal) = self.charge_limits(engine, &mut outcome) {
+                    self.outcome = Some(outcome);
+                    return Next::Respond(refusal);
+                }
                 outcome.allowed = true;
                 outcome.by = by;
                 let identity = self.req.as_ref().map(|r| engine.identity_edits(r));
@@ -857,6 +866,7 @@ impl RequestFlow {
             request: None,
             authz_cached: Vec::new(),
             identity_omitted: Vec::new(),
+            limits: Default::default(),
         }
     }
 

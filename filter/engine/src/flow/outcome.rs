@@ -51,6 +51,8 @@ pub struct Outcome {
     /// The identity headers of the backend an allowed request went without, and why
     /// (docs/semantics.md §5.7).
     pub identity_omitted: Vec<Omitted>,
+    /// The rate limits charged, and the one that refused (docs/semantics.md §8).
+    pub limits: crate::ratelimit::LimitsRecord,
 }
 
 /// The filter-state keys of [`Outcome::trace_tags`] (each readable as
@@ -304,6 +306,7 @@ mod tests {
                     reason: "no verified JWT",
                 },
             ],
+            limits: Default::default(),
         };
         let empty = Outcome {
             allowed: true,
@@ -323,6 +326,7 @@ mod tests {
             request: None,
             authz_cached: Vec::new(),
             identity_omitted: Vec::new(),
+            limits: Default::default(),
         };
         let named = Named {
             policy: Some("ns/p\"q"),

@@ -18,12 +18,17 @@ impl Engine {
     /// error, never a panic.
     pub fn compile(mut b: ValidBundle) -> Result<Engine, CompileError> {
         let mut conditions = b.take_conditions();
+        let limit_conditions = b.take_limit_conditions();
         // Refused, never ignored: an uncounted limit would let every request through.
-        if let Some(l) = b.rate_limits.first() {
+        if let Some(l) = b
+            .rate_limits
+            .iter()
+            .find(|l| l.mode == bundle::RateLimitMode::Global)
+        {
             return Err(CompileError {
                 policy: format!("{}/{}", l.namespace, l.policy),
                 problem: CompileProblem::RateLimit(format!(
-                    "{}: this filter build does not count rate limits",
+                    "{}: this filter build does not ask a RateLimitService (mode Global)",
                     l.id()
                 )),
             });
@@ -59,7 +64,18 @@ impl Engine {
                 cache_claims.push(c.clone());
             }
         }
+        let rate_limits = {
+            let ls: Vec<&str> = listeners.iter().map(|l| l.id.as_str()).collect();
+            let bs: Vec<&str> = backends.backends.iter().map(|x| x.id.as_str()).collect();
+            crate::ratelimit::RateLimits::compile(b, limit_conditions, &ls, &bs).map_err(
+                |(policy, e)| CompileError {
+                    policy,
+                    problem: CompileProblem::RateLimit(e),
+                },
+            )?
+        };
         Ok(Engine {
+            rate_limits,
             dry,
             written,
             policies,

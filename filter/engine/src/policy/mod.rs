@@ -237,6 +237,8 @@ pub struct Settings {
 #[derive(Debug)]
 pub struct Engine {
     pub policies: Vec<compiled::Policy>,
+    /// The bundle's rate limits (docs/semantics.md §8).
+    pub rate_limits: crate::ratelimit::RateLimits,
     /// The indexes of the dry-run decision, where some policy takes part in one decision only.
     pub(crate) dry: Option<index::DryRunView>,
     pub(crate) authorizers: Vec<Authorizer>,
