@@ -137,6 +137,9 @@ impl Outcome {
         push_opt_str(&mut out, self.jwt.as_deref());
         out.push_str(",\"level\":");
         push_str(&mut out, Level::name(self.level));
+        if !self.limits.charged.is_empty() {
+            crate::ratelimit::push_limits(&mut out, &self.limits);
+        }
         out.push_str(",\"listener\":");
         push_opt_str(&mut out, self.listener.as_deref());
         out.push_str(",\"method\":");
@@ -244,6 +247,15 @@ mod tests {
                 m.insert("authz_cached".into(), serde_json::json!(o.authz_cached));
             }
         }
+        if !o.limits.charged.is_empty() {
+            if let Some(m) = v.as_object_mut() {
+                let l = &o.limits;
+                m.insert(
+                    "limits".into(),
+                    serde_json::json!({"charged": l.charged, "refused": l.refused}),
+                );
+            }
+        }
         if !o.identity_omitted.is_empty() {
             let omitted: Vec<_> = o
                 .identity_omitted
@@ -306,7 +318,11 @@ mod tests {
                     reason: "no verified JWT",
                 },
             ],
-            limits: Default::default(),
+            limits: crate::ratelimit::LimitsRecord {
+                charged: vec!["ns/q/a".into(), "ns/q/b\"".into()],
+                refused: Some("ns/q/b\"".into()),
+                evicted: 0,
+            },
         };
         let empty = Outcome {
             allowed: true,

@@ -74,6 +74,8 @@ impl Engine {
                 },
             )?
         };
+        let mut cel_needs = compiled.cel_needs;
+        rate_limits.programs().for_each(|p| cel_needs.read_by(p));
         Ok(Engine {
             rate_limits,
             dry,
@@ -97,7 +99,7 @@ impl Engine {
             },
             jwt_claims: compiled.jwt_claims,
             cache_claims,
-            cel_needs: compiled.cel_needs,
+            cel_needs,
             recorded_headers: {
                 let mut h = compiled.headers;
                 h.sort_unstable();
@@ -197,13 +199,7 @@ fn compile_policies(
             .iter()
             .chain(rules.iter().flatten().flat_map(|r| r.cels.iter()));
         for c in cels {
-            use mcp_access_cel::Attr;
-            let needs = &mut out.cel_needs;
-            needs.any = true;
-            needs.time |= c.program.reads_attr(Attr::Time);
-            needs.params |= c.program.reads_attr(Attr::McpParams);
-            needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
-            needs.annotations |= c.program.reads_attr(Attr::ToolAnnotations);
+            out.cel_needs.read_by(&c.program);
             for a in compiled::NOT_RECORDED {
                 if c.program.reads_attr(a) && !out.cel_reads.contains(&a) {
                     out.cel_reads.push(a);

@@ -294,6 +294,18 @@ pub struct CelNeeds {
     pub any: bool,
 }
 
+impl CelNeeds {
+    /// Adds what `p` reads.
+    pub(crate) fn read_by(&mut self, p: &mcp_access_cel::Program) {
+        use mcp_access_cel::Attr;
+        self.any = true;
+        self.time |= p.reads_attr(Attr::Time);
+        self.params |= p.reads_attr(Attr::McpParams);
+        self.jwt_payload |= p.reads_attr(Attr::JwtClaims);
+        self.annotations |= p.reads_attr(Attr::ToolAnnotations);
+    }
+}
+
 impl Engine {
     /// Whether some authorizer's answers are cached.
     pub fn caches_answers(&self) -> bool {

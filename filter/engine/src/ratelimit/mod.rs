@@ -15,6 +15,7 @@ use mcp_access_cel::{Counter, Program};
 use sha2::{Digest as _, Sha256};
 
 use crate::cel_input::CelInput;
+use crate::jsonw::push_str;
 use crate::keyhash;
 
 /// What charging an allowed request's limits did.
@@ -136,17 +137,33 @@ impl RateLimits {
         Ok(RateLimits(out))
     }
 
+    /// Every CEL program of the limits (counters and predicates): what they read must be
+    /// gathered.
+    pub fn programs(&self) -> impl Iterator<Item = &Program> {
+        self.0
+            .iter()
+            .flat_map(|l| l.counters.iter().map(Counter::program).chain(l.when.iter()))
+    }
+
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    /// The limits a request at `at` is charged (their targets and `when` hold; a `when` that
-    /// errs holds: a limit is never escaped by an error), each with its bucket.
+    /// The limits a request at `at` is charged, each with its bucket: those whose targets
+    /// it meets and whose `when` predicates all hold; without predicates, on `tools/call`
+    /// only. A predicate that errs holds on a `tools/call` (an error never lets a tool call
+    /// escape its limit) and not on other requests.
     pub fn select(&self, at: Where<'_>, input: &CelInput<'_>) -> Vec<Selected> {
+        let call = input.req.mcp.method() == Some("tools/call");
         let mut out = Vec::new();
         for (i, l) in self.0.iter().enumerate() {
-            if !l.targets(at) || !l.when.iter().all(|w| w.eval(input).unwrap_or(true)) {
+            let selects = if l.when.is_empty() {
+                call
+            } else {
+                l.when.iter().all(|w| w.eval(input).unwrap_or(call))
+            };
+            if !selects || !l.targets(at) {
                 continue;
             }
             let values: Option<Vec<String>> = l
@@ -206,4 +223,23 @@ impl Limit {
         }
         h.finalize().into()
     }
+}
+
+/// `,"limits":{"charged":[...],"refused":...}` of a decision record (written only when some
+/// limit was charged). Out of line: kept out of the decisions without limits.
+#[inline(never)]
+pub fn push_limits(out: &mut String, l: &LimitsRecord) {
+    out.push_str(",\"limits\":{\"charged\":[");
+    for (i, id) in l.charged.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_str(out, id);
+    }
+    out.push_str("],\"refused\":");
+    match &l.refused {
+        Some(r) => push_str(out, r),
+        None => out.push_str("null"),
+    }
+    out.push('}');
 }

@@ -212,3 +212,37 @@ fn a_refusal_has_its_denial_counter() {
         Some("mcp_access.denied.backend.rate_limited")
     );
 }
+
+#[test]
+fn without_predicates_only_tool_calls_count_and_errors_charge_only_calls() {
+    // A ping: no limit without predicates counts it, and a predicate erring on it (no
+    // arguments) selects nothing. A tools/call whose predicate errs is charged.
+    let e = limits(json!([
+        limit("calls", 1, json!([]), json!([])),
+        limit(
+            "args",
+            1,
+            json!([]),
+            json!(["request.mcp.params.arguments.missing == 1"])
+        ),
+    ]));
+    let s = store();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    for _ in 0..3 {
+        let mut flow = RequestFlow::new().with_counter_store(s.clone());
+        flow.on_headers(&e, post_input(ALPHA, &[]));
+        let body = ping.as_bytes().to_vec();
+        let a = flow.on_body(&e, body.len(), true, move |_| Some(body)).next;
+        let next = drive(&mut flow, &e, a, |_| Reply::status(200));
+        assert!(
+            matches!(next, Next::Allow { .. }),
+            "a ping is not counted: {next:?}"
+        );
+        assert!(flow.outcome().unwrap().limits.charged.is_empty());
+    }
+    let (flow, _) = post(&e, &s, ALPHA, "echo");
+    assert_eq!(
+        flow.outcome().unwrap().limits.charged,
+        ["mcp/quotas/calls", "mcp/quotas/args"]
+    );
+}
