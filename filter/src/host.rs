@@ -257,6 +257,7 @@ impl Stream {
             }
         }
         self.bundle_stats.count(outcome.by, outcome.allowed);
+        self.bundle_stats.count_limits(&outcome.limits);
         for (c, n) in [
             (Counter::CelErrors, outcome.cel_errors.0),
             (Counter::CelStepsExceeded, outcome.cel_errors.1),

@@ -93,6 +93,9 @@ def test_two_workers_share_the_count_and_the_sdk_reports_the_refusal(stack: Stac
             assert h["ratelimit-policy"] == '"mcp/quotas/echo-per-caller";q=3;w=3600'
             assert h["ratelimit"].startswith('"mcp/quotas/echo-per-caller";r=0;t=')
     assert stack.counter("denied.backend.rate_limited") >= LIMIT + 1
+    # Per-limit counters: each caller's LIMIT calls charged, the rest refused.
+    assert stack.counter("ratelimit.mcp/quotas/echo-per-caller.charged") == 2 * LIMIT
+    assert stack.counter("ratelimit.mcp/quotas/echo-per-caller.refused") == LIMIT + 1
 
 
 def test_denied_and_malformed_requests_consume_nothing_and_escapes_count(stack: Stack) -> None:

@@ -75,6 +75,22 @@ impl Counter {
     }
 }
 
+/// The counters of each rate limit, by [`crate::ratelimit::Limit::id`]:
+/// `mcp_access.ratelimit.<namespace>/<policy>/<limit>.charged` (requests it let through and
+/// counted) and `.refused` (requests it refused).
+pub fn limit_counter_names(engine: &Engine) -> Vec<(String, [String; 2])> {
+    engine
+        .rate_limits
+        .0
+        .iter()
+        .map(|l| {
+            let names =
+                ["charged", "refused"].map(|what| format!("mcp_access.ratelimit.{}.{what}", l.id));
+            (l.id.clone(), names)
+        })
+        .collect()
+}
+
 /// The counters of one dry-run policy: `mcp_access.dry_run.policy.<namespace>/<name>.would_deny`
 /// and `.would_allow`, for each of [`Engine::dry_run_policies`] in order (see
 /// [`dry_run_counter`]).

@@ -246,3 +246,19 @@ fn without_predicates_only_tool_calls_count_and_errors_charge_only_calls() {
         ["mcp/quotas/calls", "mcp/quotas/args"]
     );
 }
+
+#[test]
+fn each_limit_has_charged_and_refused_counters() {
+    use mcp_access_engine::stats::limit_counter_names;
+    let e = limits(json!([limit("calls", 1, json!([]), json!([]))]));
+    assert_eq!(
+        limit_counter_names(&e),
+        [(
+            "mcp/quotas/calls".to_string(),
+            [
+                "mcp_access.ratelimit.mcp/quotas/calls.charged".to_string(),
+                "mcp_access.ratelimit.mcp/quotas/calls.refused".to_string()
+            ]
+        )]
+    );
+}
