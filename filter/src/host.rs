@@ -261,6 +261,7 @@ impl Stream {
         for (c, n) in [
             (Counter::CelErrors, outcome.cel_errors.0),
             (Counter::CelStepsExceeded, outcome.cel_errors.1),
+            (Counter::RateLimitEvicted, outcome.limits.evicted),
         ] {
             if let (Some(id), true) = (self.stats.counters.get(c.index()).copied().flatten(), n > 0)
             {

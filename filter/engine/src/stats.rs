@@ -33,11 +33,13 @@ pub enum Counter {
     /// Listing answers (a JSON body, an SSE event) written from a filtering kept for the same
     /// upstream bytes and a caller judged alike, not filtered afresh (`listing::reuse`).
     ListingsReused,
+    /// Local rate-limit buckets evicted to make room (docs/semantics.md §8.5).
+    RateLimitEvicted,
 }
 
 impl Counter {
     /// Every counter, in index order.
-    pub const ALL: [Counter; 12] = [
+    pub const ALL: [Counter; 13] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CalloutErrors,
@@ -50,6 +52,7 @@ impl Counter {
         Counter::AuthzCacheHits,
         Counter::AuthzCacheMisses,
         Counter::ListingsReused,
+        Counter::RateLimitEvicted,
     ];
 
     /// Position in [`Counter::ALL`].
@@ -71,6 +74,7 @@ impl Counter {
             Counter::AuthzCacheHits => "mcp_access.authz_cache.hits",
             Counter::AuthzCacheMisses => "mcp_access.authz_cache.misses",
             Counter::ListingsReused => "mcp_access.listings.reused",
+            Counter::RateLimitEvicted => "mcp_access.ratelimit.evicted",
         }
     }
 }
@@ -258,6 +262,7 @@ mod tests {
                 "mcp_access.authz_cache.hits",
                 "mcp_access.authz_cache.misses",
                 "mcp_access.listings.reused",
+                "mcp_access.ratelimit.evicted",
             ]
         );
     }
