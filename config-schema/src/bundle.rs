@@ -49,6 +49,12 @@ pub struct Bundle {
     /// How the filter fits into the Envoy it runs in.
     #[serde(default)]
     pub envoy: EnvoySettings,
+    /// Rate limits, charged on allowed requests (docs/semantics.md §8).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<RateLimit>,
+    /// The RateLimitService `Global` rate limits ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit_service: Option<crate::RateLimitService>,
     /// What the decision records (decision log lines, filter state) carry.
     #[serde(default, skip_serializing_if = "DecisionRecords::is_default")]
     pub decision_records: DecisionRecords,
@@ -841,4 +847,52 @@ fn default_path_match() -> MatchType {
 
 fn default_max_response_body() -> u32 {
     DEFAULT_MAX_RESPONSE_BODY_BYTES
+}
+
+/// One limit of a `RateLimitPolicy`, charged on requests the access decision allowed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RateLimit {
+    /// The policy's namespace.
+    pub namespace: String,
+    /// The policy's name.
+    pub policy: String,
+    /// The limit's name in the policy; `namespace/policy/name` names it in answers, records
+    /// and counters.
+    pub name: String,
+    /// Gateway (the targets are listeners) or Backend.
+    pub level: Level,
+    /// Where the limit is charged.
+    pub targets: Vec<PolicyTarget>,
+    /// Backend level only: the Gateway listeners on whose requests the limit is charged;
+    /// empty: every listener (set by the compiler for a Gateway's defaults/overrides).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<PolicyTarget>,
+    /// `Local` (default): this Envoy's counters; `Global`: the bundle's `rateLimitService`.
+    #[serde(default)]
+    pub mode: crate::RateLimitMode,
+    /// `Global` only: what an unreachable limiter or a malformed answer means (`Deny`
+    /// default).
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+    /// At least one; a request passes while every rate has room.
+    pub rates: Vec<crate::Rate>,
+    /// CEL expressions whose values name the bucket (none: one bucket for every request).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters: Vec<String>,
+    /// CEL predicates, all of which must hold for the limit to be charged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<String>,
+    /// Where the limit came from when the compiler derived it from a defaults/overrides
+    /// block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+impl RateLimit {
+    /// `namespace/policy/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}/{}", self.namespace, self.policy, self.name)
+    }
 }

@@ -10,6 +10,7 @@ pub mod mcp_methods;
 pub mod names;
 pub mod oauth;
 mod pins;
+mod ratelimit;
 mod settings;
 pub mod validate;
 
@@ -18,9 +19,11 @@ pub use bundle::*;
 pub use identity_headers::{IdentityField, IdentityHeader};
 pub use oauth::ProtectedResource;
 pub use pins::*;
+pub use ratelimit::*;
 pub use settings::*;
 pub use validate::{
-    parse_bundle, validate, BundleError, Conditions, PolicyConditions, RuleConditions, ValidBundle,
+    parse_bundle, validate, BundleError, Conditions, LimitConditions, PolicyConditions,
+    RuleConditions, ValidBundle,
 };
 
 /// The bundle's JSON Schema, generated from the Rust types.

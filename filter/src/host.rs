@@ -20,11 +20,13 @@ use mcp_access_engine::ports::{Fact, HostFacts, ListingStore};
 use mcp_access_engine::stats::{self, Counter};
 
 mod answers;
+mod counters;
 mod drift;
 mod metrics;
 mod receipts;
 
 use answers::SharedAnswers;
+use counters::SharedCounters;
 use drift::SharedDrift;
 use metrics::{increment, BundleStats, Stats};
 use receipts::Receipts;
@@ -65,6 +67,7 @@ struct Root {
     /// The shared-data stores every stream of this VM uses (made once, not per request).
     drift: Rc<SharedDrift>,
     answers: Rc<SharedAnswers>,
+    counters: Rc<SharedCounters>,
     /// Filtered listings kept for reuse: one store per engine (made with it).
     listings: Rc<ListingStore>,
     /// The chain of the engine's records (made with it), and the VM's signing key.
@@ -81,6 +84,7 @@ impl Root {
             bundle_metrics: HashMap::new(),
             drift: Rc::new(SharedDrift),
             answers: Rc::new(SharedAnswers),
+            counters: Rc::new(SharedCounters),
             listings: Rc::new(ListingStore::default()),
             receipts: None,
             signer: None,
@@ -182,6 +186,7 @@ impl RootContext for Root {
             flow: RequestFlow::new()
                 .with_drift_store(self.drift.clone())
                 .with_answer_store(self.answers.clone())
+                .with_counter_store(self.counters.clone())
                 .with_listing_store(self.listings.clone()),
             receipts: self.receipts.clone(),
         }))
@@ -302,9 +307,11 @@ impl Stream {
             }
         }
         self.bundle_stats.count(outcome.by, outcome.allowed);
+        self.bundle_stats.count_limits(&outcome.limits);
         for (c, n) in [
             (Counter::CelErrors, outcome.cel_errors.0),
             (Counter::CelStepsExceeded, outcome.cel_errors.1),
+            (Counter::RateLimitEvicted, outcome.limits.evicted),
         ] {
             if let (Some(id), true) = (self.stats.counters.get(c.index()).copied().flatten(), n > 0)
             {

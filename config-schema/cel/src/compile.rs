@@ -27,6 +27,23 @@ impl Program {
         limits: &CelLimits,
         over_self: bool,
     ) -> Result<Program, CelError> {
+        Program::compile_typed(src, limits, over_self, |ty| {
+            (!matches!(ty, Ty::Bool | Ty::Dyn)).then(|| {
+                format!(
+                    "a condition must be boolean, this expression is {}",
+                    ty.name()
+                )
+            })
+        })
+    }
+
+    /// Compiles `src`; `wrong(ty)` says why an expression of static type `ty` is refused.
+    pub(crate) fn compile_typed(
+        src: &str,
+        limits: &CelLimits,
+        over_self: bool,
+        wrong: impl FnOnce(Ty) -> Option<String>,
+    ) -> Result<Program, CelError> {
         scan::precheck(src, limits)?;
         let depth = u16::try_from(limits.max_depth.saturating_add(8)).unwrap_or(u16::MAX);
         let ast = cel::parser::PrattParser::new()
@@ -52,15 +69,8 @@ impl Program {
         let compiled = bounded.and_then(|()| c.node(&ast));
         dismantle(ast);
         let (root, ty) = compiled?;
-        if !matches!(ty, Ty::Bool | Ty::Dyn) {
-            return Err(CelError::at(
-                src,
-                0,
-                format!(
-                    "a condition must be boolean, this expression is {}",
-                    ty.name()
-                ),
-            ));
+        if let Some(why) = wrong(ty) {
+            return Err(CelError::at(src, 0, why));
         }
         let mut reads = c.reads;
         reads.sort();
@@ -231,7 +241,10 @@ impl Compiler<'_> {
         if known.is_empty() {
             self.err(
                 last,
-                format!("unknown variable `{name}` (variables: docs/semantics.md, \"CEL\")"),
+                format!(
+                    "unknown variable `{name}`{} (variables: docs/semantics.md, \"CEL\")",
+                    suggestion(&parts)
+                ),
             )
         } else {
             self.err(
@@ -845,5 +858,25 @@ fn literal(l: &LiteralValue) -> Compiled {
         ),
         LiteralValue::Bytes(b) => (Node::Lit(Value::Bytes(Arc::from(b.inner()))), Ty::Bytes),
         LiteralValue::Null => (Node::Lit(Value::Null), Ty::Null),
+    }
+}
+
+/// `; did you mean `x`?` for a variable name `parts` that is close to a known one (its
+/// leading segments compared with each variable's), else nothing.
+fn suggestion(parts: &[&str]) -> String {
+    let best = ATTRS
+        .iter()
+        .filter_map(|(known, _)| {
+            let n = known.split('.').count();
+            let head = parts.get(..n)?.join(".");
+            let rest = parts.get(n..).unwrap_or_default();
+            Some((strsim::jaro_winkler(&head, known), known, rest))
+        })
+        .filter(|(score, _, _)| *score > 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((_, known, [])) => format!("; did you mean `{known}`?"),
+        Some((_, known, rest)) => format!("; did you mean `{known}.{}`?", rest.join(".")),
+        None => String::new(),
     }
 }

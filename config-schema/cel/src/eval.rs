@@ -25,15 +25,7 @@ impl Program {
     /// caller).
     #[inline]
     pub fn eval<A: Attributes + ?Sized>(&self, input: &A) -> Result<bool, EvalError> {
-        let mut e = Eval {
-            input,
-            locals: if self.locals == 0 {
-                Vec::new()
-            } else {
-                vec![Value::Null; self.locals]
-            },
-            steps: self.max_steps,
-        };
+        let mut e = Eval::new(input, self);
         match e.bool_of(&self.root) {
             Err(err) if err.message.starts_with("expected bool, got ") => fail(format!(
                 "the condition is {}, not a boolean",
@@ -45,6 +37,24 @@ impl Program {
 }
 
 impl<'a, A: Attributes + ?Sized> Eval<'a, A> {
+    /// An evaluation of `p` over `input`, with `p`'s step budget.
+    pub(crate) fn new(input: &'a A, p: &Program) -> Eval<'a, A> {
+        Eval {
+            input,
+            locals: if p.locals == 0 {
+                Vec::new()
+            } else {
+                vec![Value::Null; p.locals]
+            },
+            steps: p.max_steps,
+        }
+    }
+
+    /// The value of `n`.
+    pub(crate) fn value(&mut self, n: &'a Node) -> Result<Value<'a>, EvalError> {
+        self.eval(n)
+    }
+
     pub(crate) fn tick(&mut self, n: usize) -> Result<(), EvalError> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         match self.steps.checked_sub(n) {

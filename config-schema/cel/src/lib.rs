@@ -11,6 +11,7 @@
 
 mod attrs;
 mod compile;
+mod counter;
 mod eval;
 mod funcs;
 mod headers;
@@ -24,6 +25,7 @@ mod value;
 use std::fmt;
 
 pub use attrs::{service_account, shown, variable_names, Attr, Attributes};
+pub use counter::Counter;
 pub use headers::{Headers, Iter as HeaderIter};
 pub use limits::{CelLimits, CEL_LIMIT_MAX};
 pub use plan::Program;

@@ -70,3 +70,41 @@ fn tool_name_literals_are_found_anywhere() {
     // A prefix test names no tool; other attributes' literals are not tool names.
     assert!(names("request.mcp.tool_name.startsWith('del') && request.path == '/a'").is_empty());
 }
+
+#[test]
+fn counters_are_scalars_and_null_is_no_value() {
+    use crate::Counter;
+    let limits = CelLimits::default();
+    assert!(Counter::compile("[1]", &limits)
+        .unwrap_err()
+        .message
+        .contains("string, number or bool"));
+    let e = Counter::compile("jwt.claim.sub", &limits).unwrap_err();
+    assert!(e.message.contains("did you mean `jwt.claims.sub`?"), "{e}");
+    let e = check("request.mcp.tool_nam == 'x'", &limits).unwrap_err();
+    assert!(
+        e.message.contains("did you mean `request.mcp.tool_name`?"),
+        "{e}"
+    );
+    let c = Counter::compile("'a' + 'b'", &limits).unwrap();
+    assert_eq!(c.source(), "'a' + 'b'");
+    struct Claims(serde_json::Value);
+    impl Attributes for Claims {
+        fn attr(&self, a: Attr) -> Option<Value<'_>> {
+            (a == Attr::JwtClaims).then_some(Value::Json(&self.0))
+        }
+    }
+    let none = Claims(serde_json::json!({"sub": null, "n": 7, "l": [1]}));
+    assert_eq!(c.eval(&none).unwrap().as_deref(), Some("ab"));
+    let sub = Counter::compile("jwt.claims.sub", &limits).unwrap();
+    assert_eq!(sub.eval(&none).unwrap(), None);
+    let n = Counter::compile("jwt.claims.n", &limits).unwrap();
+    assert_eq!(n.eval(&none).unwrap().as_deref(), Some("7"));
+    assert!(Counter::compile("{'a': 1}", &limits).is_err());
+    let l = Counter::compile("jwt.claims.l", &limits).unwrap();
+    assert!(l.eval(&none).is_err(), "a list is no counter value");
+    assert!(Counter::compile("jwt.claims.gone", &limits)
+        .unwrap()
+        .eval(&none)
+        .is_err());
+}

@@ -18,11 +18,12 @@ mod validate;
 
 pub use compile::{compile, precedence, reason, Compiled, Options};
 pub use crd::{
-    crd, crd_yaml, filter_settings_crd, filter_settings_crd_yaml, tool_pin_crd, tool_pin_crd_yaml,
+    crd, crd_yaml, filter_settings_crd, filter_settings_crd_yaml, rate_limit_policy_crd,
+    rate_limit_policy_crd_yaml, tool_pin_crd, tool_pin_crd_yaml,
 };
 pub use load::{Item, Manifests, PinView, ToolPinView};
 pub use model::*;
 pub use refs::{NsName, ObjectName, Target};
 pub use route_match::RouteProbe;
 pub use status::{status_objects, CONTROLLER_NAME};
-pub use types::ToolPinSpec;
+pub use types::{RateLimitPolicySpec, ToolPinSpec};

@@ -198,6 +198,8 @@ pub struct Manifests {
     pub settings: Vec<Item<FilterSettingsSpec>>,
     /// `ToolPin` objects (at most one per XBackend).
     pub pins: Vec<Item<ToolPinSpec>>,
+    /// `RateLimitPolicy` objects.
+    pub rate_limits: Vec<Item<RateLimitPolicySpec>>,
     pub skipped: Vec<Skipped>,
     pub rejected: Vec<Rejected>,
     /// Documents that are not objects at all (syntax errors, missing apiVersion/kind).
@@ -239,6 +241,7 @@ impl Manifests {
         self.namespaces.extend(more.namespaces);
         self.settings.extend(more.settings);
         self.pins.extend(more.pins);
+        self.rate_limits.extend(more.rate_limits);
         self.skipped.extend(more.skipped);
         self.rejected.extend(more.rejected);
         self.unreadable.extend(more.unreadable);
@@ -448,6 +451,11 @@ impl Manifests {
                     self.pins.push(it);
                 }
             }
+            "RateLimitPolicy" => {
+                if let Some(it) = self.typed(&doc, v, validate::rate_limit_policy) {
+                    self.rate_limits.push(it);
+                }
+            }
             _ => self.namespace(doc.origin, v),
         }
     }
@@ -599,7 +607,9 @@ fn versions(group: &str, kind: &str) -> Option<&'static [&'static str]> {
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XBackend") => &["v0alpha0"],
         (GATEWAY_X_GROUP, "XBackend") => &["v1alpha1"],
         (AGENTIC_GROUP | PROTOTYPE_GROUP, "XAccessPolicy") => &["v0alpha0", "v1alpha1"],
-        (MCP_ACCESS_GROUP, "AccessPolicy" | "FilterSettings" | "ToolPin") => &["v1alpha1"],
+        (MCP_ACCESS_GROUP, "AccessPolicy" | "FilterSettings" | "ToolPin" | "RateLimitPolicy") => {
+            &["v1alpha1"]
+        }
         ("", "Namespace") => &["v1"],
         (GATEWAY_GROUP | AGENTIC_GROUP | PROTOTYPE_GROUP | MCP_ACCESS_GROUP, _) => &[],
         _ => return None,

@@ -111,6 +111,9 @@ pub struct Report {
     /// ToolPins.
     #[serde(rename = "toolPins", skip_serializing_if = "Vec::is_empty")]
     pub pins: Vec<ObjectStatus>,
+    /// RateLimitPolicies, most senior first.
+    #[serde(rename = "rateLimitPolicies", skip_serializing_if = "Vec::is_empty")]
+    pub rate_limit_policies: Vec<ObjectStatus>,
     /// Objects (or documents) the API server would reject.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub invalid: Vec<InvalidObject>,
@@ -136,6 +139,7 @@ impl Report {
                 &self.routes,
                 &self.backends,
                 &self.pins,
+                &self.rate_limit_policies,
             ]
             .iter()
             .all(|l| l.iter().all(ObjectStatus::accepted))

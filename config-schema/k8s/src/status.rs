@@ -2,7 +2,7 @@
 //! objects of `apiVersion`, `kind`, `metadata` and `status` only, as `kubectl apply
 //! --server-side --subresource=status` takes them.
 //!
-//! - Policies (both kinds): Gateway API `PolicyStatus`, one ancestor per target (the Gateway,
+//! - Policies (both kinds, and RateLimitPolicies): Gateway API `PolicyStatus`, one ancestor per target (the Gateway,
 //!   with its `sectionName`, or the XBackend), conditions `Accepted` and, where defaults and
 //!   overrides meet, `Enforced`.
 //! - Gateways: `Accepted` and one entry per listener (`Accepted`, `ResolvedRefs`, routes
@@ -36,7 +36,7 @@ pub fn status_objects(report: &Report, topo: &Topology, now: &str) -> Vec<Value>
     let w = Writer { now };
     let affected = affected(report);
     let mut out = Vec::new();
-    for p in &report.policies {
+    for p in report.policies.iter().chain(&report.rate_limit_policies) {
         out.push(w.policy(p, topo));
     }
     for g in &report.gateways {
@@ -71,7 +71,7 @@ fn key(kind: &str, o: &ObjectStatus) -> Target {
 /// Per target, the policy kinds accepted on it.
 fn affected(report: &Report) -> HashMap<Target, Vec<String>> {
     let mut out: HashMap<Target, Vec<String>> = HashMap::new();
-    for p in &report.policies {
+    for p in report.policies.iter().chain(&report.rate_limit_policies) {
         for c in p.conditions.iter().filter(|c| c.accepted) {
             let kinds = out.entry(c.target.clone()).or_default();
             if !kinds.contains(&p.kind) {

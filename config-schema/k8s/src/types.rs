@@ -8,6 +8,7 @@
 mod authz_cache;
 mod backend;
 mod pins;
+mod ratelimit;
 
 use std::collections::BTreeMap;
 
@@ -29,6 +30,8 @@ pub(crate) const MCP_ACCESS_GROUP: &str = "mcp-access.io";
 pub(crate) use authz_cache::ExternalAuthCache;
 pub use backend::*;
 pub use pins::ToolPinSpec;
+pub use ratelimit::RateLimitPolicySpec;
+pub(crate) use ratelimit::{window_seconds, LimitSpec, WINDOW};
 
 /// An optional string field's value, or `""`.
 pub(crate) fn opt(s: &Option<String>) -> &str {

@@ -8,6 +8,7 @@ mod gateway;
 mod grants;
 mod pins;
 mod policy;
+mod ratelimit;
 mod route;
 mod settings;
 
@@ -16,6 +17,7 @@ pub(crate) use gateway::gateway;
 pub(crate) use grants::reference_grant;
 pub(crate) use pins::tool_pin;
 pub(crate) use policy::{access_policy, identity_header, policy_v0, policy_v1};
+pub(crate) use ratelimit::rate_limit_policy;
 pub(crate) use route::http_route;
 pub(crate) use settings::{filter_settings, protected_resource};
 

@@ -14,6 +14,9 @@ use crate::{identity_headers, mcp_methods, oauth};
 pub mod authz_cache;
 mod json_path;
 mod policy;
+mod ratelimit;
+
+pub use ratelimit::LimitConditions;
 
 /// A bundle that cannot be used, with the JSON path of the offending field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +51,7 @@ impl std::error::Error for BundleError {}
 pub struct ValidBundle {
     bundle: Bundle,
     conditions: Conditions,
+    limit_conditions: Vec<LimitConditions>,
 }
 
 /// The CEL conditions of a valid bundle, compiled, per policy in bundle order.
@@ -82,10 +86,11 @@ impl Conditions {
 impl ValidBundle {
     /// Validates `b`.
     pub fn new(b: Bundle) -> Result<ValidBundle, BundleError> {
-        let conditions = Validator::run(&b)?;
+        let v = Validator::run(&b)?;
         Ok(ValidBundle {
             bundle: b,
-            conditions,
+            conditions: v.conditions,
+            limit_conditions: v.limit_conditions,
         })
     }
 
@@ -97,6 +102,11 @@ impl ValidBundle {
     /// Its compiled CEL conditions (taken once: later calls find none).
     pub fn take_conditions(&mut self) -> Conditions {
         std::mem::take(&mut self.conditions)
+    }
+
+    /// The compiled CEL of its rate limits, in bundle order (taken once).
+    pub fn take_limit_conditions(&mut self) -> Vec<LimitConditions> {
+        std::mem::take(&mut self.limit_conditions)
     }
 }
 
@@ -133,6 +143,12 @@ pub fn validate(b: &Bundle) -> Result<(), BundleError> {
     Validator::run(b).map(|_| ())
 }
 
+/// What validating a bundle compiled.
+struct Compiled {
+    conditions: Conditions,
+    limit_conditions: Vec<LimitConditions>,
+}
+
 #[derive(Default)]
 struct Validator {
     first: Option<BundleError>,
@@ -140,6 +156,8 @@ struct Validator {
     cel_limits: Option<CelLimits>,
     /// The CEL conditions compiled, one entry per policy validated.
     conditions: Conditions,
+    /// The rate limits' CEL compiled, one entry per rate limit validated.
+    limit_conditions: Vec<LimitConditions>,
 }
 
 const HTTP_METHODS: &[&str] = &[
@@ -148,12 +166,15 @@ const HTTP_METHODS: &[&str] = &[
 
 impl Validator {
     /// Validates `b`; its compiled CEL conditions, or the first problem.
-    fn run(b: &Bundle) -> Result<Conditions, BundleError> {
+    fn run(b: &Bundle) -> Result<Compiled, BundleError> {
         let mut v = Validator::default();
         v.bundle(b);
         match v.first {
             Some(e) => Err(e),
-            None => Ok(v.conditions),
+            None => Ok(Compiled {
+                conditions: v.conditions,
+                limit_conditions: v.limit_conditions,
+            }),
         }
     }
 
@@ -230,6 +251,7 @@ impl Validator {
         for (i, p) in b.policies.iter().enumerate() {
             self.policy(b, &backends, &format!("policies[{i}]"), p);
         }
+        self.rate_limits(b, &backends);
         let mut seen = HashSet::new();
         for (i, p) in b.policies.iter().enumerate() {
             self.check(

@@ -21,7 +21,7 @@ impl Validator {
             || format!("{at}.targets"),
             "a policy needs at least one target",
         );
-        self.policy_targets(b, backends, at, p);
+        self.policy_targets(b, backends, at, (p.level, &p.namespace, &p.targets));
         match (p.action, &p.external_auth) {
             (Action::ExternalAuth, None) => self.fail(
                 format!("{at}.externalAuth"),
@@ -81,18 +81,19 @@ impl Validator {
         self.conditions.0.push(PolicyConditions { when, rules });
     }
 
-    /// A policy's targets: gateways (and listeners) or backends of the bundle.
+    /// A policy's (or a rate limit's) targets at `level`, `namespace` their default:
+    /// gateways (and listeners) or backends of the bundle.
     pub(super) fn policy_targets(
         &mut self,
         b: &Bundle,
         backends: &HashSet<(&str, &str)>,
         at: &str,
-        p: &Policy,
+        (level, namespace, targets): (Level, &str, &[PolicyTarget]),
     ) {
-        for (i, t) in p.targets.iter().enumerate() {
+        for (i, t) in targets.iter().enumerate() {
             let tat = format!("{at}.targets[{i}]");
-            let ns = t.namespace.as_deref().unwrap_or(&p.namespace);
-            match p.level {
+            let ns = t.namespace.as_deref().unwrap_or(namespace);
+            match level {
                 Level::Gateway => {
                     let gw = b
                         .gateways
@@ -172,10 +173,20 @@ impl Validator {
 
     /// The listeners a Backend-level policy is narrowed to.
     pub(super) fn policy_listeners(&mut self, b: &Bundle, at: &str, p: &Policy) {
-        for (i, l) in p.listeners.iter().enumerate() {
+        self.listeners(b, at, (p.level, &p.namespace, &p.listeners));
+    }
+
+    /// The listeners a Backend-level policy or rate limit is narrowed to.
+    pub(super) fn listeners(
+        &mut self,
+        b: &Bundle,
+        at: &str,
+        (level, namespace, listeners): (Level, &str, &[PolicyTarget]),
+    ) {
+        for (i, l) in listeners.iter().enumerate() {
             let lat = format!("{at}.listeners[{i}]");
             self.check(
-                p.level == Level::Backend,
+                level == Level::Backend,
                 || lat.clone(),
                 "only a Backend-level policy is narrowed to listeners",
             );
@@ -184,7 +195,7 @@ impl Validator {
                 || format!("{lat}.routes"),
                 "a listener has no routes: narrow the policy's targets instead",
             );
-            let ns = l.namespace.as_deref().unwrap_or(&p.namespace);
+            let ns = l.namespace.as_deref().unwrap_or(namespace);
             let found = b.gateways.iter().any(|g| {
                 g.name == l.name
                     && g.namespace == ns

@@ -420,6 +420,11 @@ pub(crate) struct EnvoyArgs {
     /// `WWW-Authenticate: Bearer` challenge (CORS preflights pass) instead of passing it on.
     #[arg(long = "jwt-required", value_name = "LISTENER")]
     pub(crate) jwt_required: Vec<String>,
+    /// The RateLimitService (`envoy.service.ratelimit.v3`, gRPC; e.g. Limitador or
+    /// envoyproxy/ratelimit) that RateLimitPolicies of mode Global ask; without it such a
+    /// policy is not accepted.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) rate_limit_service: Option<String>,
 }
 
 #[derive(Args)]

@@ -278,6 +278,14 @@ pub(crate) fn envoy(
     let mut jwt = jwt::parse_providers(&input.compile.jwt_providers)?;
     let files = (&mut tls_certs, &mut client_cas, &mut jwt[..]);
     envoy::check_files(files, e.files_where_envoy_runs)?;
+    let rate_limit_service = e
+        .rate_limit_service
+        .as_deref()
+        .map(envoy::RateLimitAddress::parse)
+        .transpose()?;
+    opts.rate_limit_service = rate_limit_service
+        .as_ref()
+        .map(|_| envoy::RateLimitAddress::service());
     opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
     opts.client_cas = Some(client_cas.keys().cloned().collect());
     let (_, c, code) = match writable(input, opts, report, false, Ports::Envoy)? {
@@ -310,6 +318,7 @@ pub(crate) fn envoy(
             .map(envoy::Tracing::parse)
             .transpose()?,
         otlp: e.otlp.as_deref().map(envoy::Otlp::parse).transpose()?,
+        rate_limit_service,
     };
     let mut c = c;
     // Traces read the decision from filter state the filter sets only when told to.

@@ -41,10 +41,11 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Crd => {
             print!(
-                "{}---\n{}---\n{}",
+                "{}---\n{}---\n{}---\n{}",
                 mcp_access_k8s::crd_yaml(),
                 mcp_access_k8s::filter_settings_crd_yaml(),
-                mcp_access_k8s::tool_pin_crd_yaml()
+                mcp_access_k8s::tool_pin_crd_yaml(),
+                mcp_access_k8s::rate_limit_policy_crd_yaml()
             );
             Ok(0)
         }
@@ -143,6 +144,7 @@ fn options(a: &CompileArgs) -> Result<Options, CliError> {
             .map(jwt::JwtProviderSpec::bundle_provider)
             .collect(),
         effective_view: false,
+        rate_limit_service: None,
     })
 }
 
@@ -198,6 +200,7 @@ fn render_report(c: &Compiled, format: Format) -> Result<String, CliError> {
                 ("route", &c.report.routes),
                 ("backend", &c.report.backends),
                 ("toolpin", &c.report.pins),
+                ("limit", &c.report.rate_limit_policies),
             ] {
                 for o in list.iter() {
                     for cnd in &o.conditions {
@@ -256,6 +259,7 @@ fn not_accepted(c: &Compiled, allow: bool, all: bool) -> u8 {
     let lists = [
         (&c.report.policies, true),
         (&c.report.pins, true),
+        (&c.report.rate_limit_policies, true),
         (&c.report.gateways, all),
         (&c.report.routes, all),
         (&c.report.backends, all),

@@ -140,7 +140,7 @@ pub enum Why {
 
 impl Why {
     /// Every reason a request is denied or rejected for, in counter order.
-    pub const DENIALS: [Why; 20] = [
+    pub const DENIALS: [Why; 21] = [
         Why::Denied(Reason::UnknownListener),
         Why::Denied(Reason::UnknownBackend),
         Why::Denied(Reason::ExternalAuthDenied),
@@ -149,6 +149,7 @@ impl Why {
         Why::Denied(Reason::NotAllowed),
         Why::Denied(Reason::ToolNotPinned),
         Why::Denied(Reason::ToolDrifted),
+        Why::Denied(Reason::RateLimited),
         Why::Rejected(RejectionKind::InvalidPath),
         Why::Rejected(RejectionKind::UnsupportedEncoding),
         Why::Rejected(RejectionKind::InvalidJson),

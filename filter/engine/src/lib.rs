@@ -51,6 +51,7 @@ pub mod pb;
 pub mod pins;
 pub mod policy;
 pub mod ports;
+pub mod ratelimit;
 pub mod receipts;
 pub mod request;
 #[cfg(any(test, feature = "serde-oracle"))]

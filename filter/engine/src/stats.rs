@@ -33,11 +33,13 @@ pub enum Counter {
     /// Listing answers (a JSON body, an SSE event) written from a filtering kept for the same
     /// upstream bytes and a caller judged alike, not filtered afresh (`listing::reuse`).
     ListingsReused,
+    /// Local rate-limit buckets evicted to make room (docs/semantics.md §8.5).
+    RateLimitEvicted,
 }
 
 impl Counter {
     /// Every counter, in index order.
-    pub const ALL: [Counter; 12] = [
+    pub const ALL: [Counter; 13] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CalloutErrors,
@@ -50,6 +52,7 @@ impl Counter {
         Counter::AuthzCacheHits,
         Counter::AuthzCacheMisses,
         Counter::ListingsReused,
+        Counter::RateLimitEvicted,
     ];
 
     /// Position in [`Counter::ALL`].
@@ -71,8 +74,25 @@ impl Counter {
             Counter::AuthzCacheHits => "mcp_access.authz_cache.hits",
             Counter::AuthzCacheMisses => "mcp_access.authz_cache.misses",
             Counter::ListingsReused => "mcp_access.listings.reused",
+            Counter::RateLimitEvicted => "mcp_access.ratelimit.evicted",
         }
     }
+}
+
+/// The counters of each rate limit, by [`crate::ratelimit::Limit::id`]:
+/// `mcp_access.ratelimit.<namespace>/<policy>/<limit>.charged` (requests it let through and
+/// counted) and `.refused` (requests it refused).
+pub fn limit_counter_names(engine: &Engine) -> Vec<(String, [String; 2])> {
+    engine
+        .rate_limits
+        .0
+        .iter()
+        .map(|l| {
+            let names =
+                ["charged", "refused"].map(|what| format!("mcp_access.ratelimit.{}.{what}", l.id));
+            (l.id.clone(), names)
+        })
+        .collect()
 }
 
 /// The counters of one dry-run policy: `mcp_access.dry_run.policy.<namespace>/<name>.would_deny`
@@ -205,6 +225,7 @@ mod tests {
                 "not_allowed",
                 "tool_not_pinned",
                 "tool_drifted",
+                "rate_limited",
                 "invalid_path",
                 "unsupported_encoding",
                 "invalid_json",
@@ -241,6 +262,7 @@ mod tests {
                 "mcp_access.authz_cache.hits",
                 "mcp_access.authz_cache.misses",
                 "mcp_access.listings.reused",
+                "mcp_access.ratelimit.evicted",
             ]
         );
     }

@@ -54,6 +54,8 @@ pub(super) struct BundleStats {
     /// By deciding policy ([`RuleRef::policy`]): its [allowed, denied], and those of each of
     /// its rules ([`stats::policy_counter_names`]).
     policies: Vec<PolicyCounters>,
+    /// By rate limit id: its [charged, refused] ([`stats::limit_counter_names`]).
+    limits: HashMap<String, [Option<u32>; 2]>,
 }
 
 /// The [allowed, denied] counters of a policy, and of each of its rules by position.
@@ -91,7 +93,28 @@ impl BundleStats {
                 },
             })
             .collect();
-        BundleStats { dry_run, policies }
+        let limits = stats::limit_counter_names(engine)
+            .into_iter()
+            .map(|(id, names)| (id, names.each_ref().map(&mut counter)))
+            .collect();
+        BundleStats {
+            dry_run,
+            policies,
+            limits,
+        }
+    }
+
+    /// Counts the rate limits of a decision: each charged (when none refused), or the one
+    /// that refused.
+    pub(super) fn count_limits(&self, l: &mcp_access_engine::ratelimit::LimitsRecord) {
+        match &l.refused {
+            Some(r) => increment(self.limits.get(r).and_then(|ids| ids[1])),
+            None => {
+                for id in &l.charged {
+                    increment(self.limits.get(id).and_then(|ids| ids[0]));
+                }
+            }
+        }
     }
 
     /// Counts a decision for its deciding policy and rule.

@@ -57,7 +57,7 @@ pub(crate) struct BlockPolicy {
 }
 
 /// A listener: `(gateway namespace, gateway name, listener name)`.
-type ListenerKey = (String, String, String);
+pub(super) type ListenerKey = (String, String, String);
 
 /// One effective Backend-level policy of a (listener, backend) pair, by reference: a lower
 /// policy (index into that backend's lower policies) without the rules of some names, or a
@@ -797,15 +797,7 @@ impl Groups {
         let Some(mut p) = scope.materialize(u, (bns, bname), routes) else {
             return;
         };
-        p.listeners = only
-            .iter()
-            .map(|(ns, g, l)| bundle::PolicyTarget {
-                name: g.clone(),
-                namespace: Some(ns.clone()),
-                section_name: Some(l.clone()),
-                routes: None,
-            })
-            .collect();
+        p.listeners = listener_targets(&only);
         self.index.insert(key.clone(), self.list.len());
         self.list.push((key, p));
     }
@@ -837,4 +829,19 @@ impl Groups {
         }
         added
     }
+}
+
+/// Listeners as bundle targets (Gateway and sectionName).
+pub(super) fn listener_targets<'a>(
+    listeners: impl IntoIterator<Item = &'a ListenerKey>,
+) -> Vec<bundle::PolicyTarget> {
+    listeners
+        .into_iter()
+        .map(|(ns, g, l)| bundle::PolicyTarget {
+            name: g.clone(),
+            namespace: Some(ns.clone()),
+            section_name: Some(l.clone()),
+            routes: None,
+        })
+        .collect()
 }

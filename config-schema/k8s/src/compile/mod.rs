@@ -15,6 +15,7 @@ mod grants;
 mod identity;
 mod pins;
 mod policies;
+mod ratelimits;
 mod route_targets;
 mod routes;
 mod rules;
@@ -76,6 +77,9 @@ pub struct Options {
     pub jwt_providers: Vec<bundle::JwtProvider>,
     /// Also build [`Compiled::effective`] (`mcp-access effective`).
     pub effective_view: bool,
+    /// The RateLimitService `Global` RateLimitPolicies ask (None: such a policy is not
+    /// accepted).
+    pub rate_limit_service: Option<bundle::RateLimitService>,
 }
 
 impl Default for Options {
@@ -94,6 +98,7 @@ impl Default for Options {
             client_cas: None,
             jwt_providers: Vec::new(),
             effective_view: false,
+            rate_limit_service: None,
         }
     }
 }
@@ -260,7 +265,9 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
     cx.note_backends_behind_listeners();
     // Known once the routes are: identity headers may not be among them.
     let route_headers = route_match_headers(&cx.topo);
-    let (policies, authorizers) = cx.policies(&route_headers);
+    let (mut policies, authorizers) = cx.policies(&route_headers);
+    let (rate_limits, standins) = cx.rate_limits();
+    policies.extend(standins);
     cx.topo.authorizers = authorizer_models(&authorizers, &cx.authorizer_services.borrow());
     cx.report_rejected();
     let mut bundle = Bundle {
@@ -274,6 +281,12 @@ pub fn compile(m: &Manifests, o: &Options) -> Compiled {
         listings: Default::default(),
         limits: Default::default(),
         envoy: Default::default(),
+        rate_limit_service: o.rate_limit_service.clone().filter(|_| {
+            rate_limits
+                .iter()
+                .any(|l| l.mode == bundle::RateLimitMode::Global)
+        }),
+        rate_limits,
         decision_records: Default::default(),
     };
     cx.settings.apply(&mut bundle);
@@ -364,6 +377,7 @@ impl Ctx<'_> {
                 "HTTPRoute" => &mut self.report.routes,
                 "XBackend" => &mut self.report.backends,
                 "ToolPin" => &mut self.report.pins,
+                "RateLimitPolicy" => &mut self.report.rate_limit_policies,
                 _ => continue,
             };
             let message: Vec<String> = r

@@ -642,6 +642,8 @@ impl Ctx<'_> {
             listings: Default::default(),
             limits: self.settings.limits.clone(),
             envoy: Default::default(),
+            rate_limits: Vec::new(),
+            rate_limit_service: None,
             decision_records: Default::default(),
         }
     }

@@ -10,7 +10,7 @@ use crate::types::*;
 use mcp_access_bundle::names::{HOSTNAME_PATTERN, SPIFFE_ID_PATTERN};
 use mcp_access_bundle::{mcp_methods, ClaimMatch};
 
-fn target_refs(refs: &Option<Vec<TargetRef>>, v0: bool, c: &mut Checker) {
+pub(super) fn target_refs(refs: &Option<Vec<TargetRef>>, v0: bool, c: &mut Checker) {
     let at = "spec.targetRefs";
     let refs = required_list(at, refs, (1, 10), c);
     for (i, r) in refs.iter().enumerate() {

@@ -21,6 +21,8 @@ pub(crate) fn filter_settings(s: &FilterSettingsSpec, c: &mut Checker) {
         limits: s.limits.clone().unwrap_or_default(),
         listings: s.listings.clone().unwrap_or_default(),
         envoy: Default::default(),
+        rate_limits: Vec::new(),
+        rate_limit_service: None,
         decision_records: Default::default(),
     };
     if let Some(id) = &s.identity {

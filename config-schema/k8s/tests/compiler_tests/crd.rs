@@ -20,6 +20,10 @@ fn crd_files_are_current() {
             "mcp-access.io_toolpins.yaml",
             mcp_access_k8s::tool_pin_crd_yaml(),
         ),
+        (
+            "mcp-access.io_ratelimitpolicies.yaml",
+            mcp_access_k8s::rate_limit_policy_crd_yaml(),
+        ),
     ] {
         let path = format!("{DIR}{file}");
         if std::env::var_os("UPDATE_CRD").is_some() {
@@ -238,4 +242,26 @@ fn crd_method_names_are_the_bundles() {
             );
         }
     }
+}
+
+#[test]
+fn rate_limit_policy_crd_is_structural_and_namespaced() {
+    let crd = mcp_access_k8s::rate_limit_policy_crd();
+    assert_eq!(crd["metadata"]["name"], "ratelimitpolicies.mcp-access.io");
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    let v = &crd["spec"]["versions"][0];
+    let root = &v["schema"]["openAPIV3Schema"];
+    assert_structural(root, "openAPIV3Schema");
+    let spec = &root["properties"]["spec"];
+    assert_eq!(spec["required"], serde_json::json!(["targetRefs"]));
+    let limit = &spec["properties"]["limits"]["additionalProperties"];
+    assert_structural(limit, "limits.*");
+    let rate = &limit["properties"]["rates"]["items"]["properties"];
+    assert_eq!(rate["limit"]["maximum"], serde_json::json!(2147483648i64));
+    assert!(rate["window"]["pattern"].is_string());
+    assert_eq!(
+        spec["properties"]["mode"]["enum"],
+        serde_json::json!(["Local", "Global"])
+    );
+    assert!(spec["x-kubernetes-validations"].as_array().unwrap().len() >= 3);
 }

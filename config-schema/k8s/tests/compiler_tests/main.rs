@@ -16,4 +16,5 @@ mod examples;
 mod gateway_xbackend;
 mod oauth_identity;
 mod pins;
+mod ratelimit;
 mod route_targets;

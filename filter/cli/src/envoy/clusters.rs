@@ -269,3 +269,11 @@ fn service_address(
         false,
     )
 }
+
+/// `HOST:PORT` (`[::1]:80` for IPv6) as host and a port other than 0.
+pub(crate) fn host_port(s: &str) -> Option<(String, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
+    let host = host.trim_matches(['[', ']']);
+    (!host.is_empty()).then(|| (host.to_string(), port))
+}

@@ -9,6 +9,7 @@ mod files;
 mod listeners;
 mod oauth;
 mod otlp;
+mod ratelimit;
 mod routes;
 mod tracing;
 
@@ -26,6 +27,7 @@ pub use ecds::{ecds_document, publish_ecds, ECDS_FILE, ECDS_NAME};
 pub use files::{check_files, listeners_without_files, Pem};
 pub(crate) use listeners::normalization;
 pub use otlp::Otlp;
+pub use ratelimit::RateLimitAddress;
 pub use tracing::Tracing;
 
 pub(super) const T: &str = "type.googleapis.com/";
@@ -99,6 +101,8 @@ pub struct EnvoyOptions {
     pub tracing: Option<Tracing>,
     /// Send every decision record to an OTLP collector (docs/audit.md).
     pub otlp: Option<Otlp>,
+    /// The RateLimitService of `Global` rate limits.
+    pub rate_limit_service: Option<RateLimitAddress>,
 }
 
 /// Whether `--jwt-required` names the listener `ns/gw/listener` (`full`); marks the names used.
@@ -131,6 +135,9 @@ pub fn render(
     }
     if let Some(c) = &o.otlp {
         clusters.push(otlp::collector_cluster(c));
+    }
+    if let Some(r) = &o.rate_limit_service {
+        clusters.push(r.cluster());
     }
     let listeners = listeners::listeners(topo, o, bundle, &host_rewrites)?;
     let mut boot = json!({

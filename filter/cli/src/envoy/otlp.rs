@@ -23,18 +23,10 @@ pub struct Otlp {
 impl Otlp {
     /// Parses `HOST:PORT`.
     pub fn parse(s: &str) -> Result<Otlp, CliError> {
-        let (host, port) = host_port(s)
+        let (host, port) = super::clusters::host_port(s)
             .ok_or_else(|| format!("--otlp {s}: expected HOST:PORT (an OTLP/gRPC collector)"))?;
         Ok(Otlp { host, port })
     }
-}
-
-/// `HOST:PORT` (an IPv6 host in brackets) as the host and a port other than 0.
-pub(super) fn host_port(s: &str) -> Option<(String, u16)> {
-    let (host, port) = s.rsplit_once(':')?;
-    let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
-    let host = host.trim_matches(['[', ']']);
-    (!host.is_empty()).then(|| (host.to_string(), port))
 }
 
 const RECORD: &str = "%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%";

@@ -29,7 +29,7 @@ impl Tracing {
             )
             .into());
         };
-        let (host, port) = super::otlp::host_port(addr)
+        let (host, port) = super::clusters::host_port(addr)
             .ok_or_else(|| format!("--tracing {s}: expected zipkin=HOST:PORT"))?;
         Ok(Tracing { host, port })
     }

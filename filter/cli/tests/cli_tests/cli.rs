@@ -364,10 +364,11 @@ fn crd_prints_the_checked_in_crds() {
         .unwrap()
     };
     let all = format!(
-        "{}---\n{}---\n{}",
+        "{}---\n{}---\n{}---\n{}",
         file("mcp-access.io_accesspolicies.yaml"),
         file("mcp-access.io_filtersettings.yaml"),
-        file("mcp-access.io_toolpins.yaml")
+        file("mcp-access.io_toolpins.yaml"),
+        file("mcp-access.io_ratelimitpolicies.yaml")
     );
     assert_eq!(text(&out.stdout), all);
 }

@@ -2,6 +2,7 @@
 //! through unjudged (OAuth metadata), or refused by a check; its [`Outcome`] and answer.
 
 use super::gates::{Judged, PinGate};
+use super::limits::charge_limits;
 use super::record::recorded;
 use super::{Deciding, Done, Message, Next, Outcome, RequestFlow, Stage};
 use crate::answer::{self, Rejection, Why};
@@ -46,6 +47,12 @@ impl RequestFlow {
                 mut add_headers,
                 by,
             } => {
+                let counters = self.stores.counters.as_ref();
+                let id = msg.id.as_deref();
+                if let Some(refusal) = charge_limits(engine, &req, counters, id, &mut outcome) {
+                    self.end(req, msg, Some(eval), outcome, None);
+                    return Next::Respond(refusal);
+                }
                 outcome.allowed = true;
                 outcome.by = by;
                 let identity = engine.identity_edits(&req);
@@ -161,5 +168,6 @@ fn base_outcome(req: &Request) -> Outcome {
         request: None,
         authz_cached: Vec::new(),
         identity_omitted: Vec::new(),
+        limits: Default::default(),
     }
 }

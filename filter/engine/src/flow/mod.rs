@@ -14,6 +14,7 @@ mod dry_run;
 mod finish;
 mod gates;
 mod gather;
+mod limits;
 mod outcome;
 mod record;
 pub mod records;
@@ -37,6 +38,7 @@ use crate::request::{Headers, Request};
 use checks::McpHeaders;
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
+pub use limits::RATE_LIMITED_CODE;
 pub use outcome::{Outcome, TRACE_TAG_KEYS};
 pub use reports::Reports;
 pub use response::{BodyProgress, ResponseHeaders};
@@ -235,6 +237,8 @@ struct Stores {
     answers: Option<crate::authz_cache::AnswerPort>,
     /// Where filtered listings are kept for reuse (the host's, one per engine).
     listings: Option<Rc<ListingStore>>,
+    /// Where Local rate limits count (the host's, shared by its workers).
+    counters: Option<limits::CounterPort>,
 }
 
 /// Per-request state.

@@ -52,6 +52,8 @@ pub struct Outcome {
     /// The identity headers of the backend an allowed request went without, and why
     /// (docs/semantics.md §5.7).
     pub identity_omitted: Vec<Omitted>,
+    /// The rate limits charged, and the one that refused (docs/semantics.md §8).
+    pub limits: crate::ratelimit::LimitsRecord,
 }
 
 /// The filter-state keys of [`Outcome::trace_tags`] (each readable as
@@ -161,6 +163,9 @@ impl Outcome {
         push_opt_str(&mut out, self.jwt.as_deref());
         out.push_str(",\"level\":");
         push_str(&mut out, Level::name(self.level));
+        if !self.limits.charged.is_empty() {
+            crate::ratelimit::push_limits(&mut out, &self.limits);
+        }
         out.push_str(",\"listener\":");
         push_opt_str(&mut out, self.listener.as_deref());
         out.push_str(",\"method\":");
@@ -288,6 +293,15 @@ mod tests {
                 m.insert("authz_cached".into(), serde_json::json!(o.authz_cached));
             }
         }
+        if !o.limits.charged.is_empty() {
+            if let Some(m) = v.as_object_mut() {
+                let l = &o.limits;
+                m.insert(
+                    "limits".into(),
+                    serde_json::json!({"charged": l.charged, "refused": l.refused}),
+                );
+            }
+        }
         if !o.identity_omitted.is_empty() {
             let omitted: Vec<_> = o
                 .identity_omitted
@@ -350,6 +364,11 @@ mod tests {
                     reason: "no verified JWT",
                 },
             ],
+            limits: crate::ratelimit::LimitsRecord {
+                charged: vec!["ns/q/a".into(), "ns/q/b\"".into()],
+                refused: Some("ns/q/b\"".into()),
+                evicted: 0,
+            },
         };
         let empty = Outcome {
             allowed: true,
@@ -369,6 +388,7 @@ mod tests {
             request: None,
             authz_cached: Vec::new(),
             identity_omitted: Vec::new(),
+            limits: Default::default(),
         };
         let named = Named {
             policy: Some("ns/p\"q"),

@@ -123,7 +123,8 @@ fn log_line(line: &str) -> Result<Option<String>, String> {
 
 #[cfg(any(test, feature = "records"))]
 pub use typed::{
-    DecisionRecord, DryRunAuthorizer, DryRunRecordJson, OmittedJson, RequestRecord, Verdict,
+    DecisionRecord, DryRunAuthorizer, DryRunRecordJson, LimitsJson, OmittedJson, RequestRecord,
+    Verdict,
 };
 
 /// The decision record as a type: what [`super::Outcome::to_json`] writes (tests hold the
@@ -171,6 +172,10 @@ mod typed {
         /// The level that denied (`gateway`, `backend`; `none`: before or outside them).
         #[serde(with = "level_or_none")]
         pub level: Option<Level>,
+        /// The rate limits an allowed request was charged, and the one that refused it
+        /// (absent: no limit selected it).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub limits: Option<LimitsJson>,
         /// `namespace/gateway/listener` the request arrived on.
         pub listener: Option<String>,
         /// The MCP method.
@@ -198,6 +203,16 @@ mod typed {
         pub seq: Option<u64>,
         /// The HTTP status of a denial.
         pub status: Option<u16>,
+    }
+
+    /// The record's `limits` object (docs/semantics.md §8).
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(default)]
+    pub struct LimitsJson {
+        /// `namespace/policy/limit` of each limit charged.
+        pub charged: Vec<String>,
+        /// The limit without room, if one refused.
+        pub refused: Option<String>,
     }
 
     /// A record's `decision`.
@@ -405,7 +420,8 @@ mod tests {
             "dry_run": {"authorizers": [{"answer": "allow", "policy": "ns/p"}], "decision": "allow",
                         "level": "gateway", "not_called": ["ns/q"], "policy": "ns/p",
                         "reason": "allowed", "rule": "r"},
-            "jwt": "i#s", "level": "backend", "listener": "ns/gw/l", "method": "tools/call",
+            "jwt": "i#s", "level": "backend", "limits": {"charged": ["ns/q/l"], "refused": "ns/q/l"},
+            "listener": "ns/gw/l", "method": "tools/call",
             "name": "echo", "origin": "o", "policy": "ns/p", "reason": "deny_policy",
             "request": {"arguments": {}, "credential_headers": {"authorization": ["d"]},
                         "headers": {"x": ["1"]}, "host": "h", "jwt": {"iss": "i"},

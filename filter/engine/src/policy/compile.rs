@@ -18,6 +18,21 @@ impl Engine {
     /// error, never a panic.
     pub fn compile(mut b: ValidBundle) -> Result<Engine, CompileError> {
         let mut conditions = b.take_conditions();
+        let limit_conditions = b.take_limit_conditions();
+        // Refused, never ignored: an uncounted limit would let every request through.
+        if let Some(l) = b
+            .rate_limits
+            .iter()
+            .find(|l| l.mode == bundle::RateLimitMode::Global)
+        {
+            return Err(CompileError {
+                policy: format!("{}/{}", l.namespace, l.policy),
+                problem: CompileProblem::RateLimit(format!(
+                    "{}: this filter build does not ask a RateLimitService (mode Global)",
+                    l.id()
+                )),
+            });
+        }
         let b = &b;
         // (position in the bundle, policy), most senior first.
         let mut numbered: Vec<(usize, &bundle::Policy)> = b.policies.iter().enumerate().collect();
@@ -49,7 +64,20 @@ impl Engine {
                 cache_claims.push(c.clone());
             }
         }
+        let rate_limits = {
+            let ls: Vec<&str> = listeners.iter().map(|l| l.id.as_str()).collect();
+            let bs: Vec<&str> = backends.backends.iter().map(|x| x.id.as_str()).collect();
+            crate::ratelimit::RateLimits::compile(b, limit_conditions, &ls, &bs).map_err(
+                |(policy, e)| CompileError {
+                    policy,
+                    problem: CompileProblem::RateLimit(e),
+                },
+            )?
+        };
+        let mut cel_needs = compiled.cel_needs;
+        rate_limits.programs().for_each(|p| cel_needs.read_by(p));
         Ok(Engine {
+            rate_limits,
             dry,
             written,
             policies,
@@ -71,7 +99,7 @@ impl Engine {
             },
             jwt_claims: compiled.jwt_claims,
             cache_claims,
-            cel_needs: compiled.cel_needs,
+            cel_needs,
             recorded_headers: {
                 let mut h = compiled.headers;
                 h.sort_unstable();
@@ -171,13 +199,7 @@ fn compile_policies(
             .iter()
             .chain(rules.iter().flatten().flat_map(|r| r.cels.iter()));
         for c in cels {
-            use mcp_access_cel::Attr;
-            let needs = &mut out.cel_needs;
-            needs.any = true;
-            needs.time |= c.program.reads_attr(Attr::Time);
-            needs.params |= c.program.reads_attr(Attr::McpParams);
-            needs.jwt_payload |= c.program.reads_attr(Attr::JwtClaims);
-            needs.annotations |= c.program.reads_attr(Attr::ToolAnnotations);
+            out.cel_needs.read_by(&c.program);
             for a in compiled::NOT_RECORDED {
                 if c.program.reads_attr(a) && !out.cel_reads.contains(&a) {
                     out.cel_reads.push(a);

@@ -25,11 +25,13 @@ pub enum Reason {
     ToolNotPinned,
     /// A call of a tool whose listed definition differs from its pin.
     ToolDrifted,
+    /// Allowed by the policies, refused by a rate limit without room (docs/semantics.md §8).
+    RateLimited,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::UnknownListener,
         Reason::UnknownBackend,
         Reason::ExternalAuthDenied,
@@ -38,6 +40,7 @@ impl Reason {
         Reason::NotAllowed,
         Reason::ToolNotPinned,
         Reason::ToolDrifted,
+        Reason::RateLimited,
     ];
 
     /// Stable snake_case name, used in stats and logs.
@@ -51,6 +54,7 @@ impl Reason {
             Reason::NotAllowed => "not_allowed",
             Reason::ToolNotPinned => "tool_not_pinned",
             Reason::ToolDrifted => "tool_drifted",
+            Reason::RateLimited => "rate_limited",
         }
     }
 }

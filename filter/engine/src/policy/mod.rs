@@ -238,6 +238,8 @@ pub struct Settings {
 #[derive(Debug)]
 pub struct Engine {
     pub policies: Vec<compiled::Policy>,
+    /// The bundle's rate limits (docs/semantics.md §8).
+    pub rate_limits: crate::ratelimit::RateLimits,
     /// The indexes of the dry-run decision, where some policy takes part in one decision only.
     pub(crate) dry: Option<index::DryRunView>,
     pub(crate) authorizers: Vec<Authorizer>,
@@ -291,6 +293,18 @@ pub struct CelNeeds {
     pub annotations: bool,
     /// Any CEL condition at all.
     pub any: bool,
+}
+
+impl CelNeeds {
+    /// Adds what `p` reads.
+    pub(crate) fn read_by(&mut self, p: &mcp_access_cel::Program) {
+        use mcp_access_cel::Attr;
+        self.any = true;
+        self.time |= p.reads_attr(Attr::Time);
+        self.params |= p.reads_attr(Attr::McpParams);
+        self.jwt_payload |= p.reads_attr(Attr::JwtClaims);
+        self.annotations |= p.reads_attr(Attr::ToolAnnotations);
+    }
 }
 
 impl Engine {
@@ -450,6 +464,8 @@ pub enum CompileProblem {
     NoAuthorizer,
     /// A ToolPin's pins do not compile.
     Pins(String),
+    /// A rate limit this filter cannot count.
+    RateLimit(String),
 }
 
 impl fmt::Display for CompileError {
@@ -460,6 +476,7 @@ impl fmt::Display for CompileError {
             CompileProblem::NoSuchAuthorizer(name) => write!(f, "no authorizer named {name}"),
             CompileProblem::NoAuthorizer => f.write_str("ExternalAuth needs an authorizer"),
             CompileProblem::Pins(e) => write!(f, "pins: {e}"),
+            CompileProblem::RateLimit(e) => write!(f, "rate limit: {e}"),
         }
     }
 }

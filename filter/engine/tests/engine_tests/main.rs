@@ -22,6 +22,7 @@ mod leaks;
 mod listing;
 mod oauth;
 mod pins;
+mod ratelimit;
 mod routes;
 mod scope;
 mod semantics;

@@ -119,7 +119,8 @@ fn every_denial_and_rejection_reason_has_a_counter() {
     let o = flow.outcome().expect("decided");
     assert!(!o.allowed && denial_counter(o.level, o.reason).is_some());
     seen.push(o.reason);
-    // The authorizer reasons are covered by the flow's callout tests, the pins' by pins.rs.
+    // The authorizer reasons are covered by the flow's callout tests, the pins' by pins.rs,
+    // rate limits' by ratelimit.rs.
     let mut missing: Vec<&str> = Why::DENIALS
         .iter()
         .filter(|r| !seen.contains(r))
@@ -131,6 +132,7 @@ fn every_denial_and_rejection_reason_has_a_counter() {
         [
             "authorizer_error",
             "external_auth_denied",
+            "rate_limited",
             "tool_drifted",
             "tool_not_pinned"
         ]

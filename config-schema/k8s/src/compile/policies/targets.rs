@@ -10,10 +10,21 @@ impl Ctx<'_> {
         r: &TargetRef,
         p: &Item<PolicySpec>,
     ) -> Result<Vec<bundle::PolicyTarget>, Refusal> {
-        let policy_ns = p.meta.namespace.as_str();
+        self.find_target_of(r, &p.kind, &p.meta.namespace)
+    }
+
+    /// The bundle targets of one targetRef of a policy of kind `policy_kind` in `policy_ns`.
+    pub(in crate::compile) fn find_target_of(
+        &self,
+        r: &TargetRef,
+        policy_kind: &str,
+        policy_ns: &str,
+    ) -> Result<Vec<bundle::PolicyTarget>, Refusal> {
         let group = opt(&r.group);
         let kind = opt(&r.kind);
         let name = opt(&r.name);
+        // The project's kinds may target HTTPRoutes.
+        let project = matches!(policy_kind, "AccessPolicy" | "RateLimitPolicy");
         if group == GATEWAY_GROUP && kind == "Gateway" {
             return self.gateway_target(r, policy_ns);
         }
@@ -21,12 +32,11 @@ impl Ctx<'_> {
             return self.xbackend_target(r, xbackend, policy_ns);
         }
         if group == GATEWAY_GROUP && kind == "HTTPRoute" {
-            if p.kind != "AccessPolicy" {
-                return Err(Refusal::unresolved(reason::INVALID, format!("{} cannot target an HTTPRoute: write the policy as an AccessPolicy (apiVersion mcp-access.io/v1alpha1), whose targetRefs may name HTTPRoutes", a_or_an(&p.kind))));
+            if !project {
+                return Err(Refusal::unresolved(reason::INVALID, format!("{} cannot target an HTTPRoute: write the policy as an AccessPolicy (apiVersion mcp-access.io/v1alpha1), whose targetRefs may name HTTPRoutes", a_or_an(policy_kind))));
             }
             return self.route_targets(r, policy_ns);
         }
-        let project = p.kind == "AccessPolicy";
         let kinds: &[&str] = if project {
             &["Gateway", "XBackend", "HTTPRoute"]
         } else {
