@@ -108,7 +108,7 @@ FIXED = {"s0", "s1_allow", "s2_allow"}
 COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_allow_norcpt", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours", "s6_native",
             "s6_read"],
            ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse",
-            "p8_allow", "p8_deny"]]
+            "p8_allow", "p8_deny", "p10_native", "p10_ours"]]
 FEW = {"p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"}  # 244 KB answers: 60 requests, not 300
 MIB = {"s6_bare", "s6_ours", "s6_native", "s6_read"}  # 1 MiB requests: 30 (about two minutes more under callgrind)
 QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)
@@ -499,9 +499,14 @@ def compile_bench(workdir: Path, runs: int) -> dict[str, Any]:
         secs.append(round(ru2.ru_utime - ru.ru_utime + ru2.ru_stime - ru.ru_stime, 4))
         if p.returncode != 0:
             return {"error": f"{' '.join(argv)} failed: {p.stderr[-1000:]}"}
+    instructions = None
+    if shutil.which("valgrind"):  # deterministic beside the CPU time, which a loaded machine moves 2x
+        p = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv], capture_output=True, text=True)
+        m = re.search(r"Collected : (\d+)", p.stderr)
+        instructions = int(m[1]) if p.returncode == 0 and m else None
     bundle = json.loads(out.read_text())
     origins = sum(1 for x in bundle.get("policies", []) if x.get("origin"))
-    return {"seconds": secs, "wall_seconds": wall, "manifest_bytes": src.stat().st_size, "bundle_bytes": out.stat().st_size,
+    return {"seconds": secs, "wall_seconds": wall, "instructions": instructions, "manifest_bytes": src.stat().st_size, "bundle_bytes": out.stat().st_size,
             "policies": len(bundle.get("policies", [])), "policies_from_blocks": origins,
             "backends": len(bundle.get("backends", [])),
             "what": f"{do.BLOCKS} Gateway defaults/overrides blocks, {do.BACKENDS} XBackends with their own policies, 2 listeners; "

@@ -3,15 +3,17 @@
 //! worker reuses the same answers).
 //!
 //! The store holds `maxEntries` slots per policy, `<policy>/<n>`: an answer goes to slot
-//! `hash(key) % maxEntries` and replaces whatever was there (a colliding key, an expired or
-//! an older bundle's record). A slot's record names the SHA-256 of its whole key (the bundle's
-//! digest included), when it was written and when it expires, and the answer (at most
-//! [`MAX_RECORD_BYTES`]; a larger answer is not kept); a read that finds another key, an expired
-//! record (or one written after the clock's now: the clock went back) or one it cannot decode is
-//! a miss. So the store never holds more than `maxEntries`
+//! `hash(key) % maxEntries` (foldhash seeded with the engine's generation, which callers cannot
+//! know) and replaces whatever was there (a colliding key, an expired or an older bundle's
+//! record). A slot's record holds its whole key (the engine's generation included), when it was
+//! written and when it expires, and the answer (at most [`MAX_RECORD_BYTES`] in all; a larger
+//! record is not kept); a read that finds another key (compared byte for byte, so a hash
+//! collision is a miss), an expired record (or one written after the clock's now: the clock went
+//! back) or one it cannot decode is a miss. So the store never holds more than `maxEntries`
 //! records per policy (per policy name: Envoy's shared data cannot delete keys), and a new
 //! bundle never reads an old one's answers.
 
+use std::hash::{BuildHasher as _, Hasher as _};
 use std::rc::Rc;
 
 use mcp_access_bundle::{Authorizer, AuthzCache};
@@ -46,11 +48,11 @@ impl std::fmt::Debug for AnswerPort {
 /// Shared data key prefix of the slots: `mcp_access.authz_cache/<policy>/<n>`.
 pub const SLOT_PREFIX: &str = "mcp_access.authz_cache/";
 
-/// One call's place in the cache: its slot and its key's digest.
+/// One call's place in the cache: its slot and its whole key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheKey {
     pub slot: String,
-    pub digest: [u8; 32],
+    pub key: Vec<u8>,
 }
 
 /// What an authorizer is sent, as its cache key reads it: the HTTP request of a callout, or
@@ -89,30 +91,30 @@ pub fn key_of(
     let a = call.authorizer(engine)?;
     let cache = a.cache.as_ref()?;
     let policy = call.policy_id(engine);
-    let mut h = Sha256::new();
-    h.update(engine.generation);
+    let mut h: Vec<u8> = Vec::with_capacity(512);
+    h.extend_from_slice(&engine.generation);
     field(&mut h, policy.as_bytes());
     field(&mut h, call.level.as_str().as_bytes());
     field(&mut h, a.name.as_bytes());
     field(&mut h, a.cluster.as_bytes());
     match sent {
         Sent::Http(r) => {
-            h.update([1]);
+            h.extend_from_slice(&[1]);
             for (name, value) in r.headers.iter().filter(|(n, _)| !removable(cache, n)) {
-                h.update([1]);
+                h.extend_from_slice(&[1]);
                 field(&mut h, name.as_bytes());
                 field(&mut h, value.as_bytes());
             }
-            h.update([0]);
+            h.extend_from_slice(&[0]);
             field(&mut h, &r.body);
         }
         Sent::Grpc(m) => {
-            h.update([2]);
+            h.extend_from_slice(&[2]);
             field(&mut h, &canonical_check_request(m, cache));
         }
     }
-    h.update(
-        u64::try_from(caller.jwts.len())
+    h.extend_from_slice(
+        &u64::try_from(caller.jwts.len())
             .unwrap_or(u64::MAX)
             .to_le_bytes(),
     );
@@ -128,14 +130,21 @@ pub fn key_of(
             opt_field(&mut h, json);
         }
     }
-    let digest: [u8; 32] = h.finalize().into();
-    let mut n = [0u8; 8];
-    n.copy_from_slice(digest.get(..8)?);
-    let slot = u64::from_le_bytes(n) % u64::from(cache.max_entries.max(1));
+    let slot = slot_hash(&engine.generation, &h) % u64::from(cache.max_entries.max(1));
     Some(CacheKey {
         slot: format!("{SLOT_PREFIX}{policy}/{slot}"),
-        digest,
+        key: h,
     })
+}
+
+/// The slot hash of `key`: foldhash (a fraction of SHA-256's cost in Wasm) seeded with the
+/// generation, so that callers cannot aim keys at one slot. Not trusted for identity: a hit
+/// compares the whole key.
+fn slot_hash(generation: &[u8; 32], key: &[u8]) -> u64 {
+    let seed = u64::from_le_bytes(generation.first_chunk::<8>().copied().unwrap_or_default());
+    let mut h = foldhash::quality::FixedState::with_seed(seed).build_hasher();
+    h.write(key);
+    h.finish()
 }
 
 /// `m` as the key reads it, serialized: without the headers `cache` declares irrelevant and
@@ -220,11 +229,10 @@ pub struct Kept {
 /// The answer `store` keeps for `key`, unexpired.
 pub fn lookup(store: &dyn AnswerStore, key: &CacheKey) -> Option<Kept> {
     let record = store.get(&key.slot)?;
-    let (digest, rest) = record.split_at_checked(32)?;
-    if digest != key.digest {
+    let mut r = Reader(&record);
+    if r.bytes()? != key.key.as_slice() {
         return None;
     }
-    let mut r = Reader(rest);
     let (written, expiry) = (r.u64()?, r.u64()?);
     // Envoy's clock is the wall clock: one that went back to before the answer was kept does
     // not stretch its life.
@@ -240,19 +248,19 @@ pub fn store(store: &dyn AnswerStore, a: &Authorizer, key: &CacheKey, kept: &Kep
     let Some(cache) = &a.cache else { return };
     let now = store.now_ns();
     let expiry = now.saturating_add(u64::from(cache.ttl_ms).saturating_mul(1_000_000));
-    let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(&key.digest);
+    let mut out = Vec::with_capacity(key.key.len() + 64);
+    put(&mut out, &key.key);
     out.extend_from_slice(&now.to_le_bytes());
     out.extend_from_slice(&expiry.to_le_bytes());
     encode(&mut out, kept);
-    // Bounded: a larger answer (a long denial body, many header edits) is not kept.
+    // Bounded: a larger record (a long key or denial body, many header edits) is not kept.
     if out.len() <= MAX_RECORD_BYTES {
         store.set(&key.slot, &out);
     }
 }
 
-/// The largest record kept: a policy's cache holds at most `maxEntries` × this.
-pub const MAX_RECORD_BYTES: usize = 4096;
+/// The largest record kept (key and answer): a policy's cache holds at most `maxEntries` × this.
+pub const MAX_RECORD_BYTES: usize = 8192;
 
 fn put(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());

@@ -42,10 +42,24 @@ impl HeadersInput {
         end_of_stream: bool,
         facts: &dyn HostFacts,
     ) -> HeadersInput {
-        let port = facts
-            .read(Fact::DestinationPort)
-            .and_then(|b| crate::wire::decode_i64(&b))
-            .and_then(|p| u16::try_from(p).ok())
+        let grpc = engine
+            .authorizers
+            .iter()
+            .any(|a| a.protocol == AuthorizerProtocol::Grpc);
+        // gRPC authorizers are told `destination.address` (`ip:port`): its port spares a read
+        // (`destination.port` only when the address has none).
+        let destination = grpc
+            .then(|| text(facts, Fact::DestinationAddress))
+            .flatten();
+        let port = destination
+            .as_deref()
+            .and_then(address_port)
+            .or_else(|| {
+                facts
+                    .read(Fact::DestinationPort)
+                    .and_then(|b| crate::wire::decode_i64(&b))
+                    .and_then(|p| u16::try_from(p).ok())
+            })
             .unwrap_or(0);
         let route_name = text(facts, Fact::RouteName);
         let cluster_name = if engine.backend_for(route_name.as_deref(), None).is_some() {
@@ -53,10 +67,6 @@ impl HeadersInput {
         } else {
             text(facts, Fact::ClusterName)
         };
-        let grpc = engine
-            .authorizers
-            .iter()
-            .any(|a| a.protocol == AuthorizerProtocol::Grpc);
         // One read of the request time serves both CEL and gRPC authorizers.
         let time = if grpc || engine.cel_needs().time {
             facts
@@ -72,7 +82,7 @@ impl HeadersInput {
                 identity::other_credential(&engine.settings.identity, &headers, facts);
         }
         HeadersInput {
-            peers: grpc.then(|| peers(engine, &headers, facts, time)),
+            peers: grpc.then(|| peers(engine, &headers, facts, time, destination)),
             caller,
             headers,
             end_of_stream,
@@ -86,7 +96,13 @@ impl HeadersInput {
 
 /// What gRPC authorizers are told about the connection, as Envoy's ext_authz tells it (the
 /// scheme from the `:scheme` pseudo-header): a principal is the certificate's first URI SAN, else its first DNS SAN, else its subject.
-fn peers(engine: &Engine, headers: &Headers, facts: &dyn HostFacts, time_ns: Option<i64>) -> Peers {
+fn peers(
+    engine: &Engine,
+    headers: &Headers,
+    facts: &dyn HostFacts,
+    time_ns: Option<i64>,
+    destination_address: Option<String>,
+) -> Peers {
     // Certificates exist only on a TLS connection: one read spares six on plaintext.
     let tls = text(facts, Fact::TlsVersion).is_some();
     let principal = |uri, dns, subject| {
@@ -108,12 +124,17 @@ fn peers(engine: &Engine, headers: &Headers, facts: &dyn HostFacts, time_ns: Opt
         source_address: text(facts, Fact::SourceAddress),
         source_principal: principal(Fact::PeerUriSan, Fact::PeerDnsSan, Fact::PeerSubject),
         source_certificate: certificate,
-        destination_address: text(facts, Fact::DestinationAddress),
+        destination_address,
         destination_principal: principal(Fact::LocalUriSan, Fact::LocalDnsSan, Fact::LocalSubject),
         time_ns,
         protocol: text(facts, Fact::RequestProtocol),
         scheme: headers.get(":scheme").map(str::to_owned),
     }
+}
+
+/// The port of an `ip:port` (`[v6]:port`) address; None for one without (a pipe's path).
+fn address_port(address: &str) -> Option<u16> {
+    address.rsplit_once(':')?.1.parse().ok()
 }
 
 /// A PEM as Envoy's `urlEncodedPemEncodedPeerCertificate` gives it (already-encoded text is kept).
@@ -191,6 +212,41 @@ mod tests {
             .with(Fact::ClusterName, "");
         let input = HeadersInput::gather(&e, Headers::new(), true, &bad);
         assert_eq!((input.route_name, input.cluster_name), (None, None));
+    }
+
+    #[test]
+    fn with_a_grpc_authorizer_the_port_comes_from_the_destination_address() {
+        let e = engine(serde_json::json!({"authorizers": [
+            {"name": "a", "cluster": "c", "protocol": "GRPC"}]}));
+        for (address, port, read) in [
+            ("10.0.0.1:8443", 8443, false),
+            ("[::1]:8443", 8443, false),
+            // No port in the address: `destination.port` as without a gRPC authorizer.
+            ("/tmp/pipe", 9999, true),
+            ("10.0.0.1:70000", 9999, true),
+        ] {
+            let f = FakeFacts::default()
+                .with(Fact::DestinationAddress, address)
+                .with(Fact::DestinationPort, 9999i64.to_le_bytes());
+            let input = HeadersInput::gather(&e, Headers::new(), true, &f);
+            assert_eq!(input.port, port, "{address}");
+            assert_eq!(f.reads().contains(&Fact::DestinationPort), read);
+            assert_eq!(
+                input.peers.and_then(|p| p.destination_address).as_deref(),
+                Some(address)
+            );
+        }
+        // No address: `destination.port`; neither: port 0, which no listener has.
+        let f = FakeFacts::default().with(Fact::DestinationPort, 8443i64.to_le_bytes());
+        assert_eq!(
+            HeadersInput::gather(&e, Headers::new(), true, &f).port,
+            8443
+        );
+        let none = FakeFacts::default();
+        assert_eq!(
+            HeadersInput::gather(&e, Headers::new(), true, &none).port,
+            0
+        );
     }
 
     #[test]

@@ -244,11 +244,12 @@ fn denials_are_reused_only_when_the_cache_says_so() {
     assert_eq!((calls, cached), (0, vec!["a".to_string()]));
     // The same status, headers and body relayed.
     assert_eq!(second, first);
-    // A denial too large to keep (its record over MAX_RECORD_BYTES) is asked for each time.
+    // A denial too large to keep (within the authorizer's 8 KiB body cap, but with its key over
+    // MAX_RECORD_BYTES) is asked for each time.
     let big = Reply::Http {
         status: Some(403),
         headers: Headers::new(),
-        body: vec![b'x'; 5000],
+        body: vec![b'x'; 8100],
     };
     for _ in 0..2 {
         assert_eq!(run(&denials, &store, &Call::tool("big"), &big).0, 1);
@@ -359,9 +360,10 @@ fn a_slot_holds_one_answer_and_a_record_that_does_not_read_is_a_miss() {
         record[..record.len() - 1].to_vec(),
         record[..40].to_vec(),
         {
-            // The answer's kind (after the key's digest, written and expiry times).
+            // The answer's kind (after the key, written and expiry times).
             let mut r = record.clone();
-            r[48] = 9;
+            let key_len = u32::from_le_bytes(record[..4].try_into().unwrap()) as usize;
+            r[4 + key_len + 16] = 9;
             r
         },
         Vec::new(),
@@ -369,6 +371,30 @@ fn a_slot_holds_one_answer_and_a_record_that_does_not_read_is_a_miss() {
         store.slots.borrow_mut().insert(slots[0].clone(), damaged);
         assert_eq!(run(&e, &store, &Call::tool("a"), &denied()).0, 1);
     }
+}
+
+#[test]
+fn a_key_sharing_a_slot_never_takes_its_answer() {
+    // One slot: every key collides on it, as two keys whose slot hashes were equal would. The
+    // whole key is compared on a hit, so b's lookup finds a's record and refuses it.
+    let e = cached_engine(
+        "HTTP",
+        http_cache(json!({"maxEntries": 1, "denials": true})),
+        json!({}),
+    );
+    let store = Rc::new(FakeAnswers::default());
+    assert_eq!(run(&e, &store, &Call::tool("a"), &denied()).0, 1);
+    let (calls, answer, cached) = run(&e, &store, &Call::tool("b"), &ok_with(&[]));
+    assert_eq!((calls, cached), (1, Vec::<String>::new()));
+    assert_ne!(answer, run(&e, &store, &Call::tool("a"), &denied()).1);
+    // A record whose key differs from b's in its last byte only is refused too.
+    let slot = format!("{SLOT_PREFIX}default/ext/0");
+    assert_eq!(run(&e, &store, &Call::tool("b"), &ok_with(&[])).0, 1);
+    let mut record = store.slots.borrow()[&slot].clone();
+    let key_len = u32::from_le_bytes(record[..4].try_into().unwrap()) as usize;
+    record[4 + key_len - 1] ^= 1;
+    store.slots.borrow_mut().insert(slot, record);
+    assert_eq!(run(&e, &store, &Call::tool("b"), &ok_with(&[])).0, 1);
 }
 
 #[test]
