@@ -93,7 +93,7 @@ impl fmt::Display for HeaderProblem {
 }
 
 /// The reason a rejection is counted and logged under (in counter order).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray)]
 pub enum RejectionKind {
     InvalidPath,
     UnsupportedEncoding,
@@ -140,29 +140,7 @@ pub enum Why {
 
 impl Why {
     /// Every reason a request is denied or rejected for, in counter order.
-    pub const DENIALS: [Why; 21] = [
-        Why::Denied(Reason::UnknownListener),
-        Why::Denied(Reason::UnknownBackend),
-        Why::Denied(Reason::ExternalAuthDenied),
-        Why::Denied(Reason::AuthorizerFailed),
-        Why::Denied(Reason::DenyPolicy),
-        Why::Denied(Reason::NotAllowed),
-        Why::Denied(Reason::ToolNotPinned),
-        Why::Denied(Reason::ToolDrifted),
-        Why::Denied(Reason::RateLimited),
-        Why::Rejected(RejectionKind::InvalidPath),
-        Why::Rejected(RejectionKind::UnsupportedEncoding),
-        Why::Rejected(RejectionKind::InvalidJson),
-        Why::Rejected(RejectionKind::UnsupportedMediaType),
-        Why::Rejected(RejectionKind::InvalidContentLength),
-        Why::Rejected(RejectionKind::BodyTooLarge),
-        Why::Rejected(RejectionKind::InvalidRequest),
-        Why::Rejected(RejectionKind::InvalidParams),
-        Why::Rejected(RejectionKind::HeaderMismatch),
-        Why::Rejected(RejectionKind::UnsupportedRevision),
-        Why::Rejected(RejectionKind::MethodNotInRevision),
-        Why::Rejected(RejectionKind::IdentityHeadersFailed),
-    ];
+    pub const DENIALS: [Why; DENIAL_COUNT] = denials();
 
     /// Stable snake_case name, used in stats and logs (`allowed` for an allowed request).
     pub const fn as_str(self) -> &'static str {
@@ -377,6 +355,28 @@ fn unrouted(d: &Denial) -> Option<Value> {
         "detail": d.detail,
         "fix": fix,
     }))
+}
+
+/// How many ways a request can end other than allowed.
+const DENIAL_COUNT: usize = Reason::ALL.len() + REJECTIONS.len();
+
+const REJECTIONS: &[RejectionKind] = <RejectionKind as strum::VariantArray>::VARIANTS;
+
+/// [`Why::DENIALS`], from the two enums' own lists: every reason, then every rejection.
+#[allow(clippy::indexing_slicing)] // evaluated by the compiler: an index out of range fails the build
+const fn denials() -> [Why; DENIAL_COUNT] {
+    let mut out = [Why::Allowed; DENIAL_COUNT];
+    let mut i = 0;
+    while i < Reason::ALL.len() {
+        out[i] = Why::Denied(Reason::ALL[i]);
+        i += 1;
+    }
+    let mut k = 0;
+    while k < REJECTIONS.len() {
+        out[i + k] = Why::Rejected(REJECTIONS[k]);
+        k += 1;
+    }
+    out
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use mcp_access_bundle::Level;
 use super::{Engine, PolicyId, RuleRef};
 
 /// Why a request was denied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray)]
 pub enum Reason {
     /// No Gateway listener in the bundle matches the destination port / host.
     UnknownListener,
@@ -30,18 +30,8 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Every reason, in counter order.
-    pub const ALL: [Reason; 9] = [
-        Reason::UnknownListener,
-        Reason::UnknownBackend,
-        Reason::ExternalAuthDenied,
-        Reason::AuthorizerFailed,
-        Reason::DenyPolicy,
-        Reason::NotAllowed,
-        Reason::ToolNotPinned,
-        Reason::ToolDrifted,
-        Reason::RateLimited,
-    ];
+    /// Every reason, in counter order (the order of declaration).
+    pub const ALL: &'static [Reason] = <Reason as strum::VariantArray>::VARIANTS;
 
     /// Stable snake_case name, used in stats and logs.
     pub const fn as_str(self) -> &'static str {
