@@ -17,7 +17,7 @@ import pytest
 from harness import free_port, start_mcp_server
 from harness.envoy import EnvoyProcess
 from harness.manifests import gateway, http_listener, tools_topology
-from harness.traffic import client, expected, send
+from harness.traffic import ACCEPT, ALLOWED_TOOL, client, expected, send
 from test_cli_e2e import cli  # noqa: F401  (the mcp-access binary fixture)
 from test_ecds import VERSION_A, VERSION_B
 
@@ -29,6 +29,7 @@ kind: FilterSettings
 metadata: {name: settings}
 spec:
   decisionRecords:
+    arguments: true
     receipts: {checkpointRecords: 7, checkpointSeconds: 1}
 """
 
@@ -80,6 +81,16 @@ def test_two_workers_and_a_reload_verify(cli: Path, wasm_path: Path, work_dir: P
                     sent += 1
 
             burst(30, True)
+            # Records that are not canonical JSON as written (a fraction serde_json writes as
+            # `1.0`, names JCS sorts by UTF-16): their digests are of their canonical form.
+            for i, args in enumerate(({"text": "x", "n": 1.0, "m": 1e21},
+                                      {"text": "x", "\U0001f600": 1, "\ue000": 2})):
+                body = json.dumps({"jsonrpc": "2.0", "id": 500 + i, "method": "tools/call",
+                                   "params": {"name": ALLOWED_TOOL, "arguments": args}}, ensure_ascii=False)
+                with client("http1") as c:
+                    c.post(url, content=body.encode(), headers={"content-type": "application/json",
+                                                               "accept": ACCEPT})
+                sent += 1
             # The configuration changes mid-run: each VM checkpoints its chain and starts a new one.
             policy.write_text(VERSION_B)
             r = subprocess.run([str(cli), "publish", *common, "--ecds", str(ecds_dir)],
@@ -109,6 +120,8 @@ def test_two_workers_and_a_reload_verify(cli: Path, wasm_path: Path, work_dir: P
     chains = report["chains"]
     assert sum(c["records"] for c in chains) == sent
     assert all(c["gaps"] == [] and c["altered"] == [] and c["unsignedTail"] is None for c in chains), chains
+    # The records that were not canonical as written are among those verified.
+    assert '\\"n\\":1.0' in access_log.read_text()
     # Two workers, each with a chain before and after the reload.
     assert len(chains) >= 3, chains
     assert all(c["firstSeq"] == 1 for c in chains)

@@ -434,6 +434,49 @@ pub fn digest_of(text: &[u8], max_depth: usize) -> Result<Digest, CanonError> {
     canonicalize(text, max_depth).map(|c| Digest::of(&c))
 }
 
+/// Whether serde_json writes `v` as its RFC 8785 canonical text, so a writer may take the
+/// digest of that text as it is: every number an integer JCS writes alike (|n| ≤ 2^53), every
+/// member name one whose UTF-8 order is its UTF-16 order ([`name_sorts_alike`]). serde_json
+/// escapes strings as JCS does and, without `preserve_order`, sorts members by their UTF-8
+/// bytes. False is always safe (the text is then canonicalized).
+pub fn serde_text_is_canonical(v: &serde_json::Value) -> bool {
+    use serde_json::Value as J;
+    match v {
+        J::Null | J::Bool(_) | J::String(_) => true,
+        J::Number(n) => n
+            .as_i64()
+            .map(i64::unsigned_abs)
+            .or_else(|| n.as_u64())
+            .is_some_and(|n| n <= SAFE_INTEGER),
+        J::Array(items) => items.iter().all(serde_text_is_canonical),
+        J::Object(m) => m
+            .iter()
+            .all(|(k, v)| name_sorts_alike(k) && serde_text_is_canonical(v)),
+    }
+}
+
+/// Whether `text` is a JSON scalar written as JCS writes it: `true`, `false`, `null` or an
+/// integer of at most 15 digits without a leading zero.
+pub fn scalar_is_canonical(text: &str) -> bool {
+    if matches!(text, "true" | "false" | "null" | "0") {
+        return true;
+    }
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    (1..=15).contains(&digits.len())
+        && !digits.starts_with('0')
+        && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether member name `name` sorts among any others by its UTF-8 bytes as JCS sorts by
+/// UTF-16 code units: the orders differ only between U+E000..U+FFFF and characters past
+/// U+FFFF, whose UTF-8 lead bytes are 0xEE and above.
+pub fn name_sorts_alike(name: &str) -> bool {
+    !name.bytes().any(|b| b >= 0xEE)
+}
+
+/// 2^53: the integers a double holds exactly.
+const SAFE_INTEGER: u64 = 1 << 53;
+
 /// [`digest_of`], remembered on this thread by `text` itself: a listing rarely changes while
 /// callers ask for it again and again, and canonicalizing and SHA-256 are what digesting a
 /// tool costs. The same text always gives the same digest, so a remembered one is the one
@@ -732,5 +775,62 @@ mod tests {
             assert!(!r.digests.contains_key(&big[..]));
             assert_eq!(r.bytes, r.digests.keys().map(|k| k.len()).sum::<usize>());
         });
+    }
+
+    #[test]
+    fn serde_text_said_canonical_is_canonical() {
+        let canonical = [
+            r#"{"a":1,"b":[true,null,"x\u0001\"y"],"c":{"d":-9007199254740992}}"#,
+            r#"{"é":"ü","z":"\u2028"}"#,
+            "9007199254740992",
+        ];
+        let not = [
+            "1.5",
+            "1e21",
+            "100.0",
+            "9007199254740993",
+            "-9007199254740993",
+            r#"{"\ue000":1,"\ud83d\ude00":2}"#,
+            r#"[{"a":0.1}]"#,
+        ];
+        for text in canonical.iter().chain(&not) {
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            let written = v.to_string();
+            let is = canon(&written) == written;
+            assert_eq!(
+                serde_text_is_canonical(&v),
+                canonical.contains(text),
+                "{text}"
+            );
+            // Never claimed when it is not so.
+            assert!(is || !serde_text_is_canonical(&v), "{text}");
+        }
+        // Names past U+FFFF sort before U+E000.. in UTF-16, after in UTF-8.
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{"\ue000":1,"\ud83d\ude00":2}"#).unwrap();
+        assert_ne!(canon(&v.to_string()), v.to_string());
+    }
+
+    #[test]
+    fn scalars_said_canonical_are_canonical() {
+        for (text, is) in [
+            ("true", true),
+            ("null", true),
+            ("0", true),
+            ("-12", true),
+            ("123456789012345", true),
+            ("1234567890123456", false),
+            ("-0", false),
+            ("01", false),
+            ("1.0", false),
+            ("1e3", false),
+            ("", false),
+            ("-", false),
+        ] {
+            assert_eq!(scalar_is_canonical(text), is, "{text}");
+            if is {
+                assert_eq!(canon(text), text);
+            }
+        }
     }
 }

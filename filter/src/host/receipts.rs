@@ -7,7 +7,7 @@ use proxy_wasm::types::LogLevel;
 
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::receipts::{
-    self, hex, Chain, ChainStore, Link, Signer, CHECKPOINT_PREFIX, KEY_ENV,
+    self, hex, Chain, ChainStore, Link, Signer, Unsealed, CHECKPOINT_PREFIX, KEY_ENV,
 };
 
 use super::abi;
@@ -44,7 +44,7 @@ impl Receipts {
 
     /// The next record of the chain, as `write` writes it; a checkpoint after every
     /// `checkpointRecords` records.
-    pub(super) fn seal(&self, write: impl FnOnce(Link<'_>) -> String) -> String {
+    pub(super) fn seal(&self, write: impl FnOnce(Link<'_>) -> Unsealed) -> String {
         let record = self.chain.seal(write);
         if self.chain.with(|c| c.unchecked()) >= self.every {
             self.checkpoint();

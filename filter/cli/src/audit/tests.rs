@@ -2,7 +2,7 @@
 
 use mcp_access_engine::canonical_json::Digest;
 use mcp_access_engine::flow::records::LOG_PREFIX;
-use mcp_access_engine::receipts::{Chain, Link, Signer, Verifier, CHECKPOINT_PREFIX};
+use mcp_access_engine::receipts::{Chain, Link, Signer, Unsealed, Verifier, CHECKPOINT_PREFIX};
 
 use super::*;
 
@@ -22,7 +22,11 @@ fn log(id: &str, n: u64, every: u64, signer: Option<&Signer>) -> Vec<String> {
     let mut lines = Vec::new();
     for i in 1..=n {
         let decision = if i % 3 == 0 { "deny" } else { "allow" };
-        let r = chain.seal(|l| record(l, decision));
+        // Canonical as written: sealed as the filter seals it, digested without a second pass.
+        let r = chain.seal(|l| Unsealed {
+            text: record(l, decision),
+            canonical: true,
+        });
         lines.push(format!("[info] wasm log: {LOG_PREFIX}{r}"));
         if i % every == 0 {
             let c = Signer::checkpoint(signer, &mut chain, 1_000 + i);

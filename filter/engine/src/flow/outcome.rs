@@ -3,9 +3,10 @@
 use mcp_access_bundle::Level;
 
 use crate::answer::Why;
+use crate::canonical_json::serde_text_is_canonical;
 use crate::jsonw::{push_int, push_opt_str, push_str};
 use crate::policy::{DryRunNamed, DryRunRecord, Engine, Named, Omitted, RuleRef};
-use crate::receipts::Link;
+use crate::receipts::{Link, Unsealed};
 
 /// How the request ended, for stats, logs and filter state.
 ///
@@ -46,7 +47,7 @@ pub struct Outcome {
     /// of it: the check itself failed (`event.outcome: failure`).
     pub authorizer_failed: bool,
     /// The request's canonical attributes as JSON (flow/record.rs), once policies decided it.
-    pub request: Option<String>,
+    pub request: Option<super::record::RecordedRequest>,
     /// The authorizers whose answers came from their policy's cache (docs/semantics.md §3.10).
     pub authz_cached: Vec<String>,
     /// The identity headers of the backend an allowed request went without, and why
@@ -108,11 +109,12 @@ impl Outcome {
             self.dry_run_named(engine).as_ref(),
             None,
         )
+        .text
     }
 
     /// [`Outcome::to_json`] with the record's place in its chain (`chain`, `prev`, `seq`:
-    /// crate::receipts).
-    pub fn to_json_linked(&self, engine: &Engine, link: Link<'_>) -> String {
+    /// crate::receipts), and whether it is canonical JSON as written.
+    pub fn to_json_linked(&self, engine: &Engine, link: Link<'_>) -> Unsealed {
         let dry = self.dry_run_named(engine);
         self.write_json(engine.named(self.by), dry.as_ref(), Some(link))
     }
@@ -122,17 +124,21 @@ impl Outcome {
     }
 
     /// [`Outcome::to_json`], with the deciding policy and rule named, the dry run's, and the
-    /// record's link.
+    /// record's link; whether it is canonical JSON as written: its own keys are in order and
+    /// its values strings or small integers, so it is unless `request` or `dry_run` hold what
+    /// JCS writes otherwise.
     fn write_json(
         &self,
         named: Named<'_>,
         dry: Option<&DryRunNamed<'_>>,
         link: Option<Link<'_>>,
-    ) -> String {
-        // Written by hand: this runs for every request. Keys in alphabetical order and
+    ) -> Unsealed {
+        // Unsealed by hand: this runs for every request. Keys in alphabetical order and
         // serde_json's escaping, so the bytes are those of the `serde_json::Value` map the
         // document was first built as (a test compares the two).
-        let mut out = String::with_capacity(320 + self.request.as_ref().map_or(0, String::len));
+        let request = self.request.as_ref();
+        let mut canonical = request.is_none_or(|r| r.canonical);
+        let mut out = String::with_capacity(320 + request.map_or(0, |r| r.json.len()));
         out.push('{');
         if !self.authz_cached.is_empty() {
             // Only when some answer was reused (most decisions have none).
@@ -153,7 +159,11 @@ impl Outcome {
         out.push_str(",\"dry_run\":");
         match dry {
             // Rare: written with serde_json (its keys in the same order).
-            Some(d) => out.push_str(&dry_run_json(d).to_string()),
+            Some(d) => {
+                let v = dry_run_json(d);
+                canonical &= serde_text_is_canonical(&v);
+                out.push_str(&v.to_string());
+            }
             None => out.push_str("null"),
         }
         if !self.identity_omitted.is_empty() {
@@ -184,12 +194,13 @@ impl Outcome {
         push_str(&mut out, self.reason.as_str());
         out.push_str(",\"request\":");
         // Already JSON.
-        out.push_str(self.request.as_deref().unwrap_or("null"));
+        out.push_str(request.map_or("null", |r| &r.json));
         out.push_str(",\"rule\":");
         push_opt_str(&mut out, named.rule);
         if let Some(l) = link {
             out.push_str(",\"seq\":");
             push_int(&mut out, i64::try_from(l.seq).unwrap_or(i64::MAX));
+            canonical &= l.seq <= 1 << 53;
         }
         out.push_str(",\"status\":");
         match self.status {
@@ -197,7 +208,10 @@ impl Outcome {
             None => out.push_str("null"),
         }
         out.push('}');
-        out
+        Unsealed {
+            text: out,
+            canonical,
+        }
     }
 }
 
@@ -279,8 +293,8 @@ mod tests {
             "jwt": o.jwt,
             "cel_errors": o.cel_errors.0,
             "dry_run": dry.map(dry_run_json),
-            "request": o.request.as_deref().map(|r| {
-                serde_json::from_str::<serde_json::Value>(r).unwrap_or_default()
+            "request": o.request.as_ref().map(|r| {
+                serde_json::from_str::<serde_json::Value>(&r.json).unwrap_or_default()
             }),
         });
         if let (Some(l), Some(m)) = (link, v.as_object_mut()) {
@@ -338,10 +352,11 @@ mod tests {
             cel_errors: (3, 1),
             authorizer_failed: false,
             // As the flow writes it (flow/record.rs tests its writing).
-            request: Some(
-                r#"{"arguments":{"a":[1,{"b":null}]},"headers":{},"host":"gw.example","jwt":null,"method":"POST","path":"/mcp","port":8443,"revision":"2025-11-25","route":null}"#
+            request: Some(super::super::record::RecordedRequest {
+                json: r#"{"arguments":{"a":[1,{"b":null}]},"headers":{},"host":"gw.example","jwt":null,"method":"POST","path":"/mcp","port":8443,"revision":"2025-11-25","route":null}"#
                     .into(),
-            ),
+                canonical: true,
+            }),
             dry_run: Some(DryRunRecord {
                 changed: true,
                 allowed: false,
@@ -408,14 +423,26 @@ mod tests {
             seq: 42,
             prev: "sha256:00ff",
         };
+        // A request JCS writes otherwise (a fraction): the record is not canonical as written.
+        let mut fraction = full.clone();
+        fraction.request = Some(super::super::record::RecordedRequest {
+            json: r#"{"arguments":{"a":1.0},"headers":{},"host":"gw.example","jwt":null,"method":"POST","path":"/mcp","port":8443,"revision":"2025-11-25","route":null}"#.into(),
+            canonical: false,
+        });
         for (o, named, dry, link) in [
             (&full, named, dry.as_ref(), Some(link)),
             (&full, named, dry.as_ref(), None),
             (&empty, Named::default(), None, None),
             (&empty, Named::default(), None, Some(link)),
+            (&fraction, named, dry.as_ref(), Some(link)),
         ] {
-            let json = o.write_json(named, dry, link);
+            let written = o.write_json(named, dry, link);
+            let json = written.text;
             assert_eq!(json, as_value_map(o, named, dry, link));
+            // Canonical as written exactly when the request is (the rest of it always is).
+            let canonical = crate::canonical_json::canonicalize(json.as_bytes(), 64).unwrap();
+            assert_eq!(written.canonical, canonical == json.as_bytes());
+            assert_eq!(written.canonical, !std::ptr::eq(o, &fraction));
             // The record type reads it whole and writes it back byte for byte.
             let record: DecisionRecord = serde_json::from_str(&json).unwrap();
             assert_eq!(serde_json::to_string(&record).unwrap(), json);

@@ -5,12 +5,13 @@
 
 use mcp_access_bundle::mcp_methods::Revision;
 
+use crate::canonical_json::{name_sorts_alike, scalar_is_canonical, serde_text_is_canonical};
 use crate::jsonw::{push_int, push_opt_str, push_str};
 use crate::policy::Engine;
 use crate::request::{ClaimValue, Request};
 
 /// The record of `req`, decided under `revision`: the decision's `request` object.
-pub(super) fn recorded(engine: &Engine, req: &Request, revision: Revision) -> String {
+pub(super) fn recorded(engine: &Engine, req: &Request, revision: Revision) -> RecordedRequest {
     let mut out = String::with_capacity(160);
     let what = What {
         headers: &engine.recorded_headers,
@@ -20,8 +21,22 @@ pub(super) fn recorded(engine: &Engine, req: &Request, revision: Revision) -> St
         time: engine.cel_needs().time,
         unrecorded: &engine.unrecorded,
     };
-    write_record(&mut out, req, &what);
-    out
+    // Header names are member names too.
+    let names = what.headers.iter().all(|h| name_sorts_alike(h));
+    let canonical = write_record(&mut out, req, &what) && names;
+    RecordedRequest {
+        json: out,
+        canonical,
+    }
+}
+
+/// A record's `request` object as JSON, and whether that is its RFC 8785 canonical form
+/// (crate::receipts::Unsealed): it is unless it holds a number JCS writes otherwise (a
+/// fraction, an integer past 2^53 such as `time`) or a name JCS sorts otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    pub json: String,
+    pub canonical: bool,
 }
 
 /// What a record holds beyond the request's canonical attributes.
@@ -49,13 +64,17 @@ struct What<'a> {
 /// CEL condition reads `request.time`: nanoseconds since the Unix epoch), `unrecorded` (only
 /// where the decision read what it does not hold: the CEL names of attributes CEL conditions
 /// read, and `jwts` where more than one token was verified); keys in order, as serde_json
-/// writes a map.
-fn write_record(out: &mut String, req: &Request, what: &What) {
+/// writes a map. Whether what it wrote is canonical JSON ([`RecordedRequest`]).
+fn write_record(out: &mut String, req: &Request, what: &What) -> bool {
     let (headers, arguments, key) = (what.headers, what.arguments, what.key);
+    let mut canonical = true;
     out.push_str("{\"arguments\":");
     let recorded = req.params.as_ref().and_then(|p| p.get("arguments"));
     match recorded.filter(|_| arguments) {
-        Some(a) => out.push_str(&a.to_string()),
+        Some(a) => {
+            canonical = serde_text_is_canonical(a);
+            out.push_str(&a.to_string());
+        }
         None => out.push_str("null"),
     }
     let credential = |h: &&String| mcp_access_bundle::http::is_credential(h);
@@ -92,6 +111,7 @@ fn write_record(out: &mut String, req: &Request, what: &What) {
                 }
                 push_str(out, k);
                 out.push(':');
+                canonical &= name_sorts_alike(k) && v.canonical();
                 v.write(out);
             }
             out.push('}');
@@ -110,6 +130,8 @@ fn write_record(out: &mut String, req: &Request, what: &What) {
     if let Some(t) = req.time.filter(|_| what.time) {
         out.push_str(",\"time\":");
         push_int(out, t);
+        // Nanoseconds since the epoch: past 2^53, which JCS writes as a double.
+        canonical &= t.unsigned_abs() <= 1 << 53;
     }
     // Rules match any verified token; `jwt` holds the first only.
     let jwts = (req.caller.jwts.len() > 1).then_some(SECOND_JWT);
@@ -124,6 +146,7 @@ fn write_record(out: &mut String, req: &Request, what: &What) {
         out.push(']');
     }
     out.push('}');
+    canonical
 }
 
 /// What `unrecorded` names when more than one JWT was verified (`jwt` holds the first).
@@ -187,6 +210,14 @@ enum Field<'a> {
 }
 
 impl Field<'_> {
+    /// Whether [`Field::write`] writes it as JCS does.
+    fn canonical(&self) -> bool {
+        match self {
+            Field::Claim(ClaimValue::Other(json)) => scalar_is_canonical(json),
+            _ => true,
+        }
+    }
+
     fn write(&self, out: &mut String) {
         match self {
             Field::Text(s) => push_str(out, s),
@@ -349,8 +380,12 @@ mod tests {
         ];
         for (req, what) in &cases {
             let mut out = String::new();
-            write_record(&mut out, req, what);
+            let canonical = write_record(&mut out, req, what);
             assert_eq!(out, as_value_map(req, what));
+            // Said canonical exactly when it is: here, unless it holds `time` (past 2^53).
+            let jcs = crate::canonical_json::canonicalize(out.as_bytes(), 64).unwrap();
+            assert_eq!(canonical, jcs == out.as_bytes(), "{out}");
+            assert_eq!(canonical, !(what.time && req.time.is_some()), "{out}");
             // The record type reads it whole and writes it back byte for byte.
             let typed: crate::flow::records::RequestRecord = serde_json::from_str(&out).unwrap();
             assert_eq!(serde_json::to_string(&typed).unwrap(), out);
@@ -371,5 +406,62 @@ mod tests {
         assert_eq!(d, &json!(keyed_digest(&key, "x-api-key", "k-secret-1")));
         assert_ne!(d, &json!(keyed_digest(&[8; 32], "x-api-key", "k-secret-1")));
         assert!(v["headers"].get("x-api-key").is_none());
+    }
+
+    #[test]
+    fn a_record_is_said_canonical_only_when_it_is() {
+        let headers = ["x-team".to_string()];
+        let what = What {
+            headers: &headers,
+            arguments: true,
+            revision: "2026-07-28",
+            key: &[7; 32],
+            time: false,
+            unrecorded: &[],
+        };
+        let claim = |v: &str| Caller {
+            jwts: vec![JwtPrincipal {
+                issuer: "https://idp".into(),
+                claims: vec![("n".into(), ClaimValue::Other(v.into()))],
+                ..JwtPrincipal::default()
+            }],
+            ..Caller::default()
+        };
+        let cases = [
+            (json!({"arguments": {"a": 1}}), Caller::default(), true),
+            (json!({"arguments": {"a": 1.0}}), Caller::default(), false),
+            (
+                json!({"arguments": {"a": 1u64 << 60}}),
+                Caller::default(),
+                false,
+            ),
+            (
+                json!({"arguments": {"\u{e000}": 1, "\u{1f600}": 2}}),
+                Caller::default(),
+                false,
+            ),
+            (
+                json!({"arguments": {"é": "\u{1}"}}),
+                Caller::default(),
+                true,
+            ),
+            (json!({}), claim("7"), true),
+            (json!({}), claim("1.5"), false),
+            (json!({}), claim("true"), true),
+        ];
+        for (params, caller, expected) in cases {
+            let req = Request {
+                params: Some(params),
+                caller,
+                headers: Headers::from(vec![("x-team", "blue")]),
+                ..Request::default()
+            };
+            let mut out = String::new();
+            let canonical = write_record(&mut out, &req, &what);
+            let jcs = crate::canonical_json::canonicalize(out.as_bytes(), 64).unwrap();
+            assert_eq!(canonical, expected, "{out}");
+            // Never said when it is not (false is safe: a fraction JCS writes alike too).
+            assert!(!canonical || jcs == out.as_bytes(), "{out}");
+        }
     }
 }

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 
 use crate::canonical_json::Digest;
 
-use super::digest;
+use super::Unsealed;
 
 /// What a record carries of its chain: the record's `chain`, `seq` and `prev`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,16 +50,16 @@ impl Chain {
     }
 
     /// The next record, as `write` writes it with its link; the chain moves on to it.
-    pub fn seal(&mut self, write: impl FnOnce(Link<'_>) -> String) -> String {
+    pub fn seal(&mut self, write: impl FnOnce(Link<'_>) -> Unsealed) -> String {
         let seq = self.seq.saturating_add(1);
         let record = write(Link {
             chain: &self.id,
             seq,
             prev: &self.head,
         });
-        self.head = digest(record.as_bytes()).to_text();
+        self.head = record.digest().to_text();
         self.seq = seq;
-        record
+        record.text
     }
 
     /// Records written since the last checkpoint.
@@ -84,7 +84,7 @@ impl ChainStore {
     }
 
     /// [`Chain::seal`] on the store's chain.
-    pub fn seal(&self, write: impl FnOnce(Link<'_>) -> String) -> String {
+    pub fn seal(&self, write: impl FnOnce(Link<'_>) -> Unsealed) -> String {
         self.0.borrow_mut().seal(write)
     }
 
@@ -97,12 +97,16 @@ impl ChainStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::receipts::digest;
 
-    fn record(link: Link<'_>) -> String {
-        format!(
-            r#"{{"chain":"{}","prev":"{}","seq":{}}}"#,
-            link.chain, link.prev, link.seq
-        )
+    fn record(link: Link<'_>) -> Unsealed {
+        Unsealed {
+            text: format!(
+                r#"{{"chain":"{}", "prev":"{}","seq":{}}}"#,
+                link.chain, link.prev, link.seq
+            ),
+            canonical: false,
+        }
     }
 
     #[test]
@@ -112,11 +116,11 @@ mod tests {
         let first = chain.seal(record);
         assert_eq!(
             first,
-            format!(r#"{{"chain":"c1","prev":"{}","seq":1}}"#, config.to_text())
+            format!(r#"{{"chain":"c1", "prev":"{}","seq":1}}"#, config.to_text())
         );
         let second = chain.seal(record);
         let expected = format!(
-            r#"{{"chain":"c1","prev":"{}","seq":2}}"#,
+            r#"{{"chain":"c1", "prev":"{}","seq":2}}"#,
             digest(first.as_bytes()).to_text()
         );
         assert_eq!(second, expected);

@@ -220,7 +220,10 @@ mod tests {
         let signer = Signer::from_base64(SEED).unwrap();
         let verifier = Verifier::from_base64(&signer.public_base64()).unwrap();
         let mut chain = Chain::new("c".into(), Digest::of(b"{}"));
-        chain.seal(|l| format!("{{\"seq\":{}}}", l.seq));
+        chain.seal(|l| crate::receipts::Unsealed {
+            text: format!("{{\"seq\":{}}}", l.seq),
+            canonical: true,
+        });
         let c = Signer::checkpoint(Some(&signer), &mut chain, 7);
         assert_eq!(chain.unchecked(), 0);
         let line = c.to_json();

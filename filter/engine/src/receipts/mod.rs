@@ -27,6 +27,26 @@ pub fn digest(text: &[u8]) -> Digest {
     }
 }
 
+/// A record as its writer wrote it, before the chain seals it: the text, and whether the writer knows the text to be
+/// its RFC 8785 canonical form already (then the digest is taken of the text as it is: the
+/// digest [`digest`] gives, without canonicalizing it again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsealed {
+    pub text: String,
+    pub canonical: bool,
+}
+
+impl Unsealed {
+    /// The record's digest ([`digest`]).
+    pub fn digest(&self) -> Digest {
+        if self.canonical {
+            Digest::of(self.text.as_bytes())
+        } else {
+            digest(self.text.as_bytes())
+        }
+    }
+}
+
 /// 32 bytes in lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -55,6 +75,19 @@ mod tests {
         assert_ne!(a, digest(r#"{"a":"é","b":101}"#.as_bytes()));
         // Not JSON: the text itself.
         assert_eq!(digest(b"{"), Digest::of(b"{"));
+    }
+
+    #[test]
+    fn a_canonical_record_is_digested_as_written() {
+        let w = |text: &str, canonical| Unsealed {
+            text: text.into(),
+            canonical,
+        };
+        let a = w(r#"{"a":[1,"\u001f"],"b":null}"#, true);
+        assert_eq!(a.digest(), digest(a.text.as_bytes()));
+        assert_eq!(a.digest(), w(&a.text, false).digest());
+        let spaced = w(r#"{"b":null, "a":[1,"\u001f"]}"#, false);
+        assert_eq!(spaced.digest(), a.digest());
     }
 
     #[test]
