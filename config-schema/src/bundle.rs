@@ -99,6 +99,10 @@ pub struct Receipts {
     /// 0: none by time).
     #[serde(default = "default_checkpoint_seconds")]
     pub checkpoint_seconds: u32,
+    /// A VM without a signing key refuses the configuration (default false: its checkpoints
+    /// go unsigned, its log and its `mcp_access.receipts.signed` gauge say so).
+    #[serde(default)]
+    pub require_key: bool,
 }
 
 impl Default for Receipts {
@@ -107,6 +111,7 @@ impl Default for Receipts {
             enabled: true,
             checkpoint_records: default_checkpoint_records(),
             checkpoint_seconds: default_checkpoint_seconds(),
+            require_key: false,
         }
     }
 }

@@ -164,6 +164,10 @@ impl RootContext for Root {
                         return false;
                     }
                 }
+                let signed = self.receipts.as_ref().is_some_and(|r| r.signed());
+                if let Some(id) = self.stats.as_ref().and_then(|s| s.receipts_signed) {
+                    abi::record_metric(id, u64::from(signed));
+                }
                 let seconds = engine.settings.decision_records.receipts.checkpoint_seconds;
                 let period = std::time::Duration::from_secs(u64::from(seconds));
                 // 0: no ticks (and none from an earlier configuration).
@@ -556,6 +560,7 @@ mod abi {
     pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
     const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
     pub const METRIC_COUNTER: u32 = 0;
+    pub const METRIC_GAUGE: u32 = 1;
     pub const METRIC_HISTOGRAM: u32 = 2;
     const STREAM_REQUEST: u32 = 0;
     const OK: u32 = 0;

@@ -302,12 +302,12 @@ fn host_call(c: &mut Caller<'_, Host>, name: &str, p: &[Val]) -> Result<i32, was
             OK
         }
         "proxy_increment_metric" | "proxy_record_metric" => {
+            let set = name == "proxy_record_metric";
             let name = c.data().metrics[a(0) as usize].1.clone();
             let by = l(&p[1]);
-            let histogram = c.data().metrics[a(0) as usize].0 == 2;
             let v = c.data_mut().metric_values.entry(name).or_default();
-            // A histogram keeps its last value.
-            *v = if histogram { by } else { *v + by };
+            // A gauge is set, a histogram keeps its last value; a counter adds.
+            *v = if set { by } else { *v + by };
             OK
         }
         "proxy_get_shared_data" => {
@@ -619,6 +619,7 @@ fn metrics_are_defined_once_at_load_and_the_version_is_logged() {
         (0, "mcp_access.denied.gateway.not_allowed"),
         (0, "mcp_access.denied.none.invalid_json"),
         (2, "mcp_access.callout.latency_ms"),
+        (1, "mcp_access.receipts.signed"),
     ] {
         assert!(
             defined.contains(&(kind, name.to_string())),
@@ -734,8 +735,9 @@ fn records_are_chained_and_checkpointed_over_the_abi() {
     let Some(mut vm) = configured(&config, "tools-route") else {
         return;
     };
-    // No key in the environment: said at start, checkpoints unsigned.
+    // No key in the environment: said at start and by the gauge, checkpoints unsigned.
     assert_eq!(vm.host().lines("no MCP_ACCESS_RECEIPT_KEY"), 1);
+    assert_eq!(vm.host().metric_values["mcp_access.receipts.signed"], 0);
     let mut records: Vec<Vec<u8>> = Vec::new();
     for tool in ["echo", "rm", "echo"] {
         let (ctx, _) = vm.request(POST, &call(tool));
@@ -793,6 +795,20 @@ fn records_are_chained_and_checkpointed_over_the_abi() {
     assert_ne!(d["chain"], values[0]["chain"]);
     let checkpoints = vm.host().lines(prefix);
     assert_eq!(checkpoints, 2);
+}
+
+#[test]
+fn a_bundle_that_requires_a_key_is_refused_by_a_vm_without_one() {
+    let receipts = json!({"receipts": {"requireKey": true}});
+    let Some(mut vm) = vm(
+        &bundle(only_echo(), json!({"decisionRecords": receipts})),
+        "r",
+    ) else {
+        return;
+    };
+    assert!(!vm.configure());
+    let refused = "decisionRecords.receipts.requireKey is set and Envoy's environment has no MCP_ACCESS_RECEIPT_KEY";
+    assert!(vm.host().log_has(refused), "{:?}", vm.host().logs);
 }
 
 #[test]

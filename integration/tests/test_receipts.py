@@ -106,6 +106,8 @@ def test_two_workers_and_a_reload_verify(cli: Path, wasm_path: Path, work_dir: P
                 assert time.monotonic() < deadline, "version B not applied"
                 time.sleep(0.05)
             burst(30, False)
+            # Each worker's gauge says its checkpoints are signed.
+            assert proxy.stats("mcp_access.receipts").get("wasmcustom.mcp_access.receipts.signed") == 1
             time.sleep(2.5)  # a tick checkpoints each chain's last records (checkpointSeconds 1)
             proxy.wait_access_log(sent, timeout=10)
         finally:

@@ -14,7 +14,12 @@ pub(super) struct Stats {
     /// Indexed as [`stats::denial_counter_names`].
     pub(super) denied: Vec<Option<u32>>,
     pub(super) latency: Option<u32>,
+    /// A gauge: 1 when this VM signs its receipts' checkpoints ([`RECEIPTS_SIGNED`]).
+    pub(super) receipts_signed: Option<u32>,
 }
+
+/// 1 when this VM signs its checkpoints, 0 when it has no key or writes no chain.
+pub(super) const RECEIPTS_SIGNED: &str = "mcp_access.receipts.signed";
 
 impl Stats {
     pub(super) fn define() -> Stats {
@@ -25,6 +30,7 @@ impl Stats {
                 .map(|n| abi::define_metric(abi::METRIC_COUNTER, n))
                 .collect(),
             latency: abi::define_metric(abi::METRIC_HISTOGRAM, stats::CALLOUT_LATENCY_MS),
+            receipts_signed: abi::define_metric(abi::METRIC_GAUGE, RECEIPTS_SIGNED),
         }
     }
 

@@ -22,7 +22,8 @@ pub(super) struct Receipts {
 
 impl Receipts {
     /// The chain of `engine`, loaded from the configuration `config` (a new random id), or
-    /// None when its bundle turns receipts off; an error when the VM has no randomness.
+    /// None when its bundle turns receipts off; an error when the VM has no randomness, or no
+    /// key and the bundle requires one.
     pub(super) fn new(
         config: &[u8],
         engine: &Engine,
@@ -31,6 +32,11 @@ impl Receipts {
         let settings = &engine.settings.decision_records.receipts;
         if !settings.enabled {
             return Ok(None);
+        }
+        if settings.require_key && signer.is_none() {
+            return Err(format!(
+                "decisionRecords.receipts.requireKey is set and Envoy's environment has no {KEY_ENV}: give the VM a key of `mcp-access audit keygen` (docs/audit.md)"
+            ));
         }
         let mut id = [0u8; 16];
         getrandom::getrandom(&mut id)
@@ -50,6 +56,11 @@ impl Receipts {
             self.checkpoint();
         }
         record
+    }
+
+    /// Whether its checkpoints are signed.
+    pub(super) fn signed(&self) -> bool {
+        self.signer.is_some()
     }
 
     /// Logs a checkpoint of the chain's head, when records came since the last one.
