@@ -153,25 +153,15 @@ impl RootContext for Root {
                 self.bundle_stats = Some(Rc::new(stats));
                 // Listings filtered for the engine replaced would never be reused.
                 self.listings = Rc::new(ListingStore::default());
-                // The configuration changes: the old chain checkpointed, a new one begun.
-                if let Some(r) = self.receipts.take() {
-                    r.checkpoint();
-                }
-                match Receipts::new(&config, &engine, self.signer.clone()) {
-                    Ok(r) => self.receipts = r.map(Rc::new),
+                let gauge = self.stats.as_ref().and_then(|s| s.receipts_signed);
+                let old = self.receipts.take();
+                match Receipts::reloaded(old, &config, &engine, self.signer.clone(), gauge) {
+                    Ok(r) => self.receipts = r,
                     Err(e) => {
                         abi::log(LogLevel::Error, &format!("mcp-access: {e}"));
                         return false;
                     }
                 }
-                let signed = self.receipts.as_ref().is_some_and(|r| r.signed());
-                if let Some(id) = self.stats.as_ref().and_then(|s| s.receipts_signed) {
-                    abi::record_metric(id, u64::from(signed));
-                }
-                let seconds = engine.settings.decision_records.receipts.checkpoint_seconds;
-                let period = std::time::Duration::from_secs(u64::from(seconds));
-                // 0: no ticks (and none from an earlier configuration).
-                let _ = proxy_wasm::hostcalls::set_tick_period(period);
                 self.engine = Some(Rc::new(engine));
                 true
             }

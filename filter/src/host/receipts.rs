@@ -48,6 +48,31 @@ impl Receipts {
         }))
     }
 
+    /// The chain of a configuration just loaded ([`Receipts::new`]), the `old` one's last
+    /// records checkpointed first; the checkpoint ticks set, and gauge `gauge`
+    /// (`mcp_access.receipts.signed`) to 1 when the new chain's checkpoints are signed.
+    pub(super) fn reloaded(
+        old: Option<Rc<Receipts>>,
+        config: &[u8],
+        engine: &Engine,
+        signer: Option<Rc<Signer>>,
+        gauge: Option<u32>,
+    ) -> Result<Option<Rc<Receipts>>, String> {
+        if let Some(r) = old {
+            r.checkpoint();
+        }
+        let new = Receipts::new(config, engine, signer)?;
+        if let Some(id) = gauge {
+            let signed = new.as_ref().is_some_and(|r| r.signer.is_some());
+            abi::record_metric(id, u64::from(signed));
+        }
+        let seconds = engine.settings.decision_records.receipts.checkpoint_seconds;
+        // 0: no ticks (and none from an earlier configuration).
+        let period = std::time::Duration::from_secs(u64::from(seconds));
+        let _ = proxy_wasm::hostcalls::set_tick_period(period);
+        Ok(new.map(Rc::new))
+    }
+
     /// The next record of the chain, as `write` writes it; a checkpoint after every
     /// `checkpointRecords` records.
     pub(super) fn seal(&self, write: impl FnOnce(Link<'_>) -> Unsealed) -> String {
@@ -56,11 +81,6 @@ impl Receipts {
             self.checkpoint();
         }
         record
-    }
-
-    /// Whether its checkpoints are signed.
-    pub(super) fn signed(&self) -> bool {
-        self.signer.is_some()
     }
 
     /// Logs a checkpoint of the chain's head, when records came since the last one.
