@@ -66,6 +66,15 @@ def test_two_workers_and_a_reload_verify(cli: Path, wasm_path: Path, work_dir: P
         rendered = (base / "envoy.json").read_text() + (ecds_dir / "mcp_access.ecds.json").read_text()
         assert '"host_env_keys"' in rendered and key.read_text().strip() not in rendered
         config = json.loads((base / "envoy.json").read_text())
+
+        def compiled(name: str) -> Path:
+            """The bundle the filter runs with, as `mcp-access compile` writes it."""
+            r = subprocess.run([str(cli), "compile", "-f", str(manifests), "--listen", f"plain={plain}",
+                                "-o", str(base / name)], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return base / name
+
+        bundle_a = compiled("bundle-a.json")
         url = f"http://127.0.0.1:{plain}/mcp"
         proxy = EnvoyProcess(config, workdir=base / "envoy", name="receipts-envoy", concurrency=2).start()
         try:
@@ -93,6 +102,7 @@ def test_two_workers_and_a_reload_verify(cli: Path, wasm_path: Path, work_dir: P
                 sent += 1
             # The configuration changes mid-run: each VM checkpoints its chain and starts a new one.
             policy.write_text(VERSION_B)
+            bundle_b = compiled("bundle-b.json")
             r = subprocess.run([str(cli), "publish", *common, "--ecds", str(ecds_dir)],
                                capture_output=True, text=True, timeout=60)
             assert r.returncode == 0, r.stderr
@@ -116,10 +126,16 @@ def test_two_workers_and_a_reload_verify(cli: Path, wasm_path: Path, work_dir: P
     envoy_log = proxy.log_path
     log_text = envoy_log.read_text()
     assert "checkpoints are signed with key" in log_text
-    r = verify(cli, str(access_log), str(envoy_log), "--public-key", f"{key}.pub", "-o", "json")
+    r = verify(cli, str(access_log), str(envoy_log), "--public-key", f"{key}.pub", "-o", "json",
+               "--bundle", str(bundle_a), "--bundle", str(bundle_b))
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads(r.stdout)
     chains = report["chains"]
+    # Each chain names the bundle it began with: both versions ran.
+    files = {c["configuration"]["file"] for c in chains}
+    assert files == {str(bundle_a), str(bundle_b)}, chains
+    r = verify(cli, str(access_log), "--public-key", f"{key}.pub", "--bundle", str(bundle_a))
+    assert r.returncode == 8 and "UNKNOWN CONFIGURATION" in r.stdout, r.stdout
     assert sum(c["records"] for c in chains) == sent
     assert all(c["gaps"] == [] and c["altered"] == [] and c["unsignedTail"] is None for c in chains), chains
     # The records that were not canonical as written are among those verified.

@@ -514,6 +514,11 @@ pub(crate) struct AuditVerifyArgs {
     /// Check links, gaps and checkpoint heads only (VMs without a key: forgeries do not show).
     #[arg(long)]
     pub(crate) unsigned: bool,
+    /// A bundle the filter ran with (repeatable; `mcp-access compile`'s output, the plugin
+    /// configuration): each chain's seq 1 names its configuration's digest, which must be one
+    /// of these.
+    #[arg(long = "bundle", value_name = "FILE")]
+    pub(crate) bundles: Vec<PathBuf>,
     /// Output format.
     #[arg(
         short = 'o',

@@ -57,7 +57,10 @@ fn verify(a: &AuditVerifyArgs) -> Result<u8, CliError> {
         _ => None,
     };
     let logs = read_logs(&a.logs)?;
-    let r = report(&logs, key.as_ref());
+    let mut r = report(&logs, key.as_ref());
+    if !a.bundles.is_empty() {
+        r.name_configurations(&read_logs(&a.bundles)?);
+    }
     match a.format {
         Format::Text => print!("{}", audit::to_text(&r)),
         f => print!("{}", crate::serialize(&r, f)?),

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use mcp_access_engine::receipts::{Checkpoint, Verifier};
 
-use super::{ChainReport, Finding, Read};
+use super::{ChainReport, Configuration, Finding, Read};
 
 /// Checks one chain: its records by seq (each distinct copy), and its checkpoints.
 pub(super) fn verify_chain(
@@ -45,6 +45,13 @@ pub(super) fn verify_chain(
     });
     let accepted = accept_copies(records, &heads, &mut r.altered);
     check_links(&accepted, &mut r.altered);
+    r.configuration = accepted.get(&1).and_then(|rec| {
+        Some(Configuration {
+            digest: rec.prev.clone()?,
+            at: rec.at.clone(),
+            file: None,
+        })
+    });
     for (at, c) in checkpoints {
         if !anchors.iter().any(|a| std::ptr::eq(*a, c)) {
             continue;

@@ -32,6 +32,9 @@ pub struct Report {
     pub unreadable: Vec<String>,
     /// Whether signatures were checked (a public key was given).
     pub signatures_checked: bool,
+    /// Whether each chain's configuration was looked for among given bundles
+    /// ([`Report::name_configurations`]).
+    pub configurations_checked: bool,
 }
 
 /// One chain, rebuilt.
@@ -60,6 +63,17 @@ pub struct ChainReport {
     pub verified_digests: BTreeSet<String>,
     /// Records after the last valid checkpoint (none vouches for them yet).
     pub unsigned_tail: Option<(u64, u64)>,
+    /// The configuration the chain began with: seq 1's `prev` (None without seq 1).
+    pub configuration: Option<Configuration>,
+}
+
+/// A chain's configuration: its digest, the record that names it, and the bundle file that
+/// has that digest (None when none given has it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Configuration {
+    pub digest: String,
+    pub at: String,
+    pub file: Option<String>,
 }
 
 /// A finding: where (`file:line`), the seq it concerns, and what.
@@ -79,6 +93,33 @@ impl Report {
             || self.chains.iter().any(|c| {
                 !c.gaps.is_empty() || !c.altered.is_empty() || !c.bad_checkpoints.is_empty()
             })
+            || self.chains.iter().any(|c| self.unknown_configuration(c))
+    }
+
+    /// Whether bundles were given and none is `c`'s configuration.
+    pub fn unknown_configuration(&self, c: &ChainReport) -> bool {
+        self.configurations_checked && c.configuration.as_ref().is_some_and(|k| k.file.is_none())
+    }
+
+    /// Names each chain's configuration by the bundle (`(file, bytes)`: the plugin
+    /// configuration, as `mcp-access compile` writes it) whose digest it is; a chain that
+    /// began with none of them makes the report damaged.
+    pub fn name_configurations(&mut self, bundles: &[(String, Vec<u8>)]) {
+        let digests: Vec<(String, &String)> = bundles
+            .iter()
+            .map(|(file, bytes)| (digest(bytes).to_text(), file))
+            .collect();
+        for k in self
+            .chains
+            .iter_mut()
+            .filter_map(|c| c.configuration.as_mut())
+        {
+            k.file = digests
+                .iter()
+                .find(|(d, _)| *d == k.digest)
+                .map(|(_, f)| f.to_string());
+        }
+        self.configurations_checked = true;
     }
 
     /// Whether some chain has records no valid checkpoint vouches for.

@@ -265,6 +265,37 @@ fn a_record_moved_between_chains_shows_in_both() {
 }
 
 #[test]
+fn each_chain_begins_with_a_given_bundle_or_the_report_says_not() {
+    let (s, v) = keys();
+    let lines = log("a", 4, 2, Some(&s));
+    let mut r = run(&[("access.log", &lines)], Some(&v));
+    let digest = Digest::of(b"{\"config\":1}").to_text();
+    assert_eq!(
+        one(&r).configuration.as_ref().map(|k| k.digest.as_str()),
+        Some(digest.as_str())
+    );
+    assert!(!r.damaged(), "{}", to_text(&r));
+    // The same bundle in other whitespace: its canonical bytes are the same.
+    let same = ("b.json".to_string(), b"{ \"config\" : 1 }\n".to_vec());
+    let other = ("c.json".to_string(), b"{\"config\":2}".to_vec());
+    r.name_configurations(&[other.clone(), same]);
+    assert!(!r.damaged(), "{}", to_text(&r));
+    assert!(to_text(&r).contains(&format!("configuration {digest} (b.json)")));
+    r.name_configurations(&[other]);
+    assert!(r.damaged());
+    let text = to_text(&r);
+    assert!(
+        text.contains("UNKNOWN CONFIGURATION") && text.contains("access.log:1"),
+        "{text}"
+    );
+    // Without seq 1 there is nothing to name: the gap says what is missing.
+    let mut r = run(&[("access.log", &lines[1..])], Some(&v));
+    r.name_configurations(&[]);
+    assert!(one(&r).configuration.is_none());
+    assert!(r.damaged() && !r.unknown_configuration(one(&r)));
+}
+
+#[test]
 fn records_without_a_chain_fail() {
     let lines = vec![format!("{LOG_PREFIX}{{\"decision\":\"allow\"}}")];
     let r = run(&[("e", &lines)], None);

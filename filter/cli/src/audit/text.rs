@@ -18,12 +18,32 @@ fn seqs(ranges: &[(u64, u64)]) -> String {
         .join(", ")
 }
 
-fn chain(out: &mut String, c: &ChainReport, signed: bool) {
+fn chain(out: &mut String, c: &ChainReport, r: &Report) {
+    let signed = r.signatures_checked;
     let _ = writeln!(
         out,
         "chain {}: {} records, seq {}-{}, {} checkpoints",
         c.chain, c.records, c.first_seq, c.last_seq, c.checkpoints
     );
+    match &c.configuration {
+        Some(k) if r.unknown_configuration(c) => {
+            let _ = writeln!(
+                out,
+                "  UNKNOWN CONFIGURATION {} (seq 1 at {}): no --bundle given has this digest",
+                k.digest, k.at
+            );
+        }
+        Some(k) => {
+            let file = k.file.as_deref().map(|f| format!(" ({f})"));
+            let _ = writeln!(
+                out,
+                "  configuration {}{}",
+                k.digest,
+                file.unwrap_or_default()
+            );
+        }
+        None => {}
+    }
     if !c.gaps.is_empty() {
         let _ = writeln!(out, "  MISSING seq {}", seqs(&c.gaps));
     }
@@ -58,7 +78,7 @@ fn chain(out: &mut String, c: &ChainReport, signed: bool) {
 pub fn to_text(r: &Report) -> String {
     let mut out = String::new();
     for c in &r.chains {
-        chain(&mut out, c, r.signatures_checked);
+        chain(&mut out, c, r);
     }
     if !r.unchained.is_empty() {
         let _ = writeln!(
@@ -72,7 +92,7 @@ pub fn to_text(r: &Report) -> String {
         let _ = writeln!(out, "UNREADABLE {u}");
     }
     let verdict = if r.damaged() {
-        "NOT VERIFIED: records are missing, altered or unreadable, or a checkpoint is bad"
+        "NOT VERIFIED: records are missing, altered or unreadable, a checkpoint is bad, or a chain began with no given bundle"
     } else if !r.signatures_checked {
         "chains intact (signatures not checked: no --public-key)"
     } else if r.unsigned() {
