@@ -126,7 +126,7 @@ impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
         let started = abi::now_ns();
         let config = abi::plugin_configuration().unwrap_or_default();
-        match Engine::from_json(&config) {
+        match self.counters.prepared_for(Engine::from_json(&config)) {
             Ok(mut engine) => {
                 if engine.caches_answers() {
                     engine.generation = answers::generation(&engine.generation);

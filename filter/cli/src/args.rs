@@ -625,8 +625,9 @@ pub(crate) struct ExplainArgs {
     pub(crate) arguments: Option<String>,
     /// Authorizer outcome to assume: POLICY=allow|deny[:STATUS]|error (POLICY: an ExternalAuth
     /// policy's NAMESPACE/NAME or NAME, the authorizer name, or `*`; STATUS 300-499). Unlisted
-    /// authorizers are assumed to allow; a key naming none is an error.
-    #[arg(long = "assume", value_name = "POLICY=OUTCOME")]
+    /// authorizers are assumed to allow; a key naming none is an error. A rate limit's bucket:
+    /// NAMESPACE/POLICY/LIMIT=over|under (over: no room, the request is refused; default under).
+    #[arg(long = "assume", value_name = "KEY=OUTCOME")]
     pub(crate) assume: Vec<String>,
     /// The caller's verified JWT claims, a JSON object with `iss` (an issuer of the bundle's
     /// JWT providers), `sub` and any other claims, as if Envoy's jwt_authn had verified them.

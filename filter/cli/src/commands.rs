@@ -436,8 +436,13 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, CliError> {
         Some(c) => (Some(c.report), Some(c.topology)),
         None => (None, None),
     };
-    let mut assume = BTreeMap::new();
+    let (mut assume, mut limits) = (BTreeMap::new(), BTreeMap::new());
     for (k, v) in pairs(&a.assume, "--assume")? {
+        let assumed = explain::parse_assumed(&v).map_err(|e| format!("--assume {e}"))?;
+        if let explain::Assumed::Limit(l) = assumed {
+            limits.insert(k, l);
+            continue;
+        }
         if let Some(note) = report
             .as_ref()
             .and_then(|r| enforced_nowhere(r, &bundle, &k))
@@ -445,10 +450,9 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, CliError> {
             eprintln!("note: {note}");
             continue;
         }
-        assume.insert(
-            k,
-            explain::parse_assumption(&v).map_err(|e| format!("--assume {e}"))?,
-        );
+        if let explain::Assumed::Authorizer(x) = assumed {
+            assume.insert(k, x);
+        }
     }
     let headers = a
         .headers
@@ -501,6 +505,7 @@ pub(crate) fn explain(a: ExplainArgs) -> Result<u8, CliError> {
         },
         body: a.body,
         assume,
+        limits,
         jwt_claims: match &a.jwt_claims {
             None => None,
             Some(text) => {

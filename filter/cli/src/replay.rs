@@ -15,7 +15,7 @@ use mcp_access_k8s::Topology;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::explain::{Assumption, At, Explainer, RequestSpec, Verdict};
+use crate::explain::{Assumption, At, Explainer, LimitAssumption, RequestSpec, Verdict};
 pub use mcp_access_engine::flow::records::{records, Unreadable, LOG_PREFIX};
 
 /// What a replay found.
@@ -92,7 +92,17 @@ pub fn replay(
         };
         let r = &r;
         let spec = match spec_of(r, assume) {
-            Ok(s) => s,
+            Ok(mut s) => {
+                // A rate limit that refused the request had no room then; the same limit
+                // (unchanged or not) is assumed to have none now.
+                let refused = r.limits.as_ref().and_then(|l| l.refused.clone());
+                if let Some(id) =
+                    refused.filter(|id| bundle.rate_limits.iter().any(|l| &l.id() == id))
+                {
+                    s.limits.insert(id, LimitAssumption::Over);
+                }
+                s
+            }
             Err(why) => {
                 *out.skipped.entry(why.to_string()).or_default() += 1;
                 continue;

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use proxy_wasm::types::LogLevel;
 
-use mcp_access_engine::ratelimit::store::{CounterStore, StoreError};
+use mcp_access_engine::policy::{Engine, EngineError};
+use mcp_access_engine::ratelimit::store::{self, CounterStore, StoreError};
 
 use super::abi;
 
@@ -16,6 +17,42 @@ static FAILURE_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// The Local limiter's store in Envoy's shared data.
 pub(super) struct SharedCounters;
+
+impl SharedCounters {
+    /// A configuration's engine once the store its Local limits count in is prepared
+    /// ([`store::prepare`]; first done by the configuration's canary on Envoy's main thread);
+    /// why the configuration is refused, else.
+    pub(super) fn prepared_for(
+        &self,
+        engine: Result<Engine, EngineError>,
+    ) -> Result<Engine, String> {
+        let engine = engine.map_err(|e| e.to_string())?;
+        if !engine.rate_limits.has_local() {
+            return Ok(engine);
+        }
+        let started = abi::now_ns();
+        match store::prepare(self) {
+            Ok(0) => {}
+            Ok(created) => {
+                let micros = abi::now_ns().saturating_sub(started) / 1_000;
+                abi::log(
+                    LogLevel::Info,
+                    &format!(
+                        "mcp-access: rate limit store: {created} slots created in {}.{:03} ms",
+                        micros / 1_000,
+                        micros % 1_000
+                    ),
+                );
+            }
+            Err(e) => {
+                return Err(format!(
+                    "rate limit store not prepared ({e:?}): Envoy's shared data failed"
+                ))
+            }
+        }
+        Ok(engine)
+    }
+}
 
 fn failed(what: &str, status: u32) -> StoreError {
     if !FAILURE_LOGGED.swap(true, Ordering::Relaxed) {

@@ -1,11 +1,14 @@
 //! The filter's request flow, driven as the host adapter drives it, with authorizer callouts
 //! answered from `--assume`.
 
+use std::rc::Rc;
+
 use mcp_access_bundle::{AuthorizerProtocol, Bundle, Level, SpiffeSource};
 use mcp_access_engine::answer::LocalResponse;
 use mcp_access_engine::facts::{Fact, HostFacts};
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Outcome, Reply, RequestFlow};
 use mcp_access_engine::policy::{Engine, HeaderEdit, HeaderOp, Mode, TraceEvent};
+use mcp_access_engine::ratelimit::store::CounterStore;
 
 use super::assume::assumption;
 use super::request::Prepared;
@@ -60,14 +63,15 @@ pub(super) struct Ran {
     pub(super) cluster: Option<String>,
 }
 
-/// Runs the request through the flow: headers, then the body, then each callout.
+/// Runs the request through the flow: headers, then the body, then each callout; Local rate
+/// limits charged in `counters` (none: a request a limit selects is refused).
 pub(super) fn run_flow(
     engine: &Engine,
     bundle: &Bundle,
     spec: &RequestSpec,
     req: &Prepared,
-    route: Option<String>,
-    cluster: Option<String>,
+    (route, cluster): (Option<String>, Option<String>),
+    counters: Option<Rc<dyn CounterStore>>,
 ) -> Result<Ran, CliError> {
     let pseudo = [
         (":method", req.method.as_str()),
@@ -96,6 +100,9 @@ pub(super) fn run_flow(
     }
     let (route, cluster) = (input.route_name.clone(), input.cluster_name.clone());
     let mut flow = RequestFlow::traced();
+    if let Some(store) = counters {
+        flow = flow.with_counter_store(store);
+    }
     let mut next = flow.on_headers(engine, input).next;
     if let (Next::Hold, Some(b)) = (&next, &req.body) {
         let bytes = b.as_bytes().to_vec();

@@ -6,15 +6,17 @@ mod assume;
 mod decision;
 mod dry_run;
 mod flow;
+mod limits;
 mod request;
 mod route;
 mod text;
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use mcp_access_bundle::Bundle;
 use mcp_access_engine::answer::{LocalResponse, Why};
-use mcp_access_engine::flow::RequestFlow;
+use mcp_access_engine::flow::{selected_limits, RequestFlow};
 use mcp_access_engine::policy::{Engine, HeaderEdit, Reason, TraceEvent};
 use mcp_access_engine::request::McpOp;
 use mcp_access_k8s::Topology;
@@ -23,6 +25,7 @@ use serde::Serialize;
 pub use decision::{At, Cause, Verdict};
 pub use dry_run::DryRunView;
 use flow::Ran;
+pub use limits::{LimitAssumption, LimitView};
 use request::Prepared;
 use route::{RouterAnswer, Routing};
 
@@ -77,6 +80,27 @@ pub fn parse_assumption(s: &str) -> Result<Assumption, CliError> {
     }
 }
 
+/// An `--assume` value: an authorizer's answer, or what a rate limit's bucket holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Assumed {
+    Authorizer(Assumption),
+    Limit(LimitAssumption),
+}
+
+/// Parses an `--assume` value: `over`/`under` (a rate limit, keyed `namespace/policy/limit`),
+/// else an authorizer's answer ([`parse_assumption`]).
+pub fn parse_assumed(s: &str) -> Result<Assumed, CliError> {
+    match LimitAssumption::parse(s) {
+        Some(l) => Ok(Assumed::Limit(l)),
+        None => parse_assumption(s).map(Assumed::Authorizer).map_err(|e| {
+            CliError::invalid(format!(
+                "{} (or over, under for a rate limit NAMESPACE/POLICY/LIMIT)",
+                e.message
+            ))
+        }),
+    }
+}
+
 /// The request to explain, as given on the command line.
 #[derive(Debug, Clone, Default)]
 pub struct RequestSpec {
@@ -104,6 +128,8 @@ pub struct RequestSpec {
     pub body: Option<String>,
     /// Authorizer outcomes by policy (`ns/name` or `name`), authorizer name, or `*`.
     pub assume: BTreeMap<String, Assumption>,
+    /// What the buckets of rate limits (`namespace/policy/limit`) hold (default: room).
+    pub limits: BTreeMap<String, LimitAssumption>,
     /// The caller's verified JWT claims (a JSON object with `iss`, `sub`, ...), as if Envoy's
     /// `jwt_authn` had verified that token.
     pub jwt_claims: Option<serde_json::Value>,
@@ -127,10 +153,14 @@ pub struct Explanation {
     pub(crate) backend: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
-    /// What `--assume` keys naming policies that were not accepted amount to.
+    /// What `--assume` keys naming policies that were not accepted, or limits that do not
+    /// charge the request, amount to.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub assumptions: Vec<String>,
     pub calls: Vec<CallView>,
+    /// The rate limits the request is charged once the policies allow it, with their keys.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<LimitView>,
     pub trace: Vec<TraceView>,
     /// Each CEL condition evaluated: its result or error, and the variables it read.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -344,7 +374,12 @@ impl<'a> Explainer<'a> {
     /// Runs the request through the filter's request flow.
     pub fn explain(&self, spec: &RequestSpec) -> Result<Explanation, CliError> {
         let (bundle, engine) = (self.bundle, &self.engine);
-        let assumptions = assume::check_assumptions(bundle, self.topo, &spec.assume)?;
+        let mut assumptions = assume::check_assumptions(bundle, self.topo, &spec.assume)?;
+        limits::check(engine, &spec.limits)?;
+        // One arrival time for every run: CEL's `request.time`, the rate limits' windows.
+        let mut spec = spec.clone();
+        let time = *spec.time.get_or_insert_with(now_ns);
+        let spec = &spec;
         let req = request::prepare(bundle, spec)?;
         let Routing {
             route,
@@ -352,11 +387,38 @@ impl<'a> Explainer<'a> {
             note,
             router,
         } = route::resolve_routing(bundle, self.topo, spec, &req)?;
-        let ran = flow::run_flow(engine, bundle, spec, &req, route, cluster)?;
+        let at = (route, cluster);
+        let mut ran = flow::run_flow(engine, bundle, spec, &req, at.clone(), None)?;
+        // Charged limits (refused without a store): run again with their buckets as assumed.
+        let charged = ran
+            .flow
+            .outcome()
+            .is_some_and(|o| !o.limits.charged.is_empty());
+        let selected = match ran.flow.request() {
+            Some(r) if charged => selected_limits(engine, r),
+            _ => Vec::new(),
+        };
+        let (limit_views, notes) = limits::views(engine, bundle, &selected, &spec.limits);
+        assumptions.extend(notes);
+        if !selected.is_empty() {
+            let now = u64::try_from(time).unwrap_or(0);
+            let store = limits::assumed_store(engine, &selected, &spec.limits, now);
+            ran = flow::run_flow(engine, bundle, spec, &req, at, Some(Rc::new(store)))?;
+        }
         let mut out = explanation(engine, req, &ran, note, assumptions)?;
+        out.limits = limit_views;
         apply_router(&mut out, ran.last, router);
         Ok(out)
     }
+}
+
+/// Now, in nanoseconds since the Unix epoch.
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_nanos()).ok())
+        .unwrap_or(0)
 }
 
 /// Runs one request through the filter's request flow (the bundle compiled for it alone).
@@ -400,6 +462,7 @@ fn explanation(
         note,
         assumptions,
         calls: ran.calls.clone(),
+        limits: Vec::new(),
         trace: flow::trace_views(engine, flow, &outcome),
         cel: cel_views(flow),
         decision: Verdict::of(outcome.allowed),

@@ -3,7 +3,49 @@
 use mcp_access_engine::answer::Why;
 use mcp_access_engine::policy::Reason;
 
+use super::limits::KeyView;
 use super::{At, Cause, Explanation, McpView, Stage, Verdict};
+
+/// The rate limits charged: each one's rates, key, bucket, and what it is assumed to hold.
+fn limits(out: &mut String, e: &Explanation) {
+    for l in &e.limits {
+        let rates: Vec<String> = l
+            .rates
+            .iter()
+            .map(|r| format!("{} per {} s", r.limit, r.window_seconds))
+            .collect();
+        out.push_str(&format!(
+            "limit     {} ({:?}; {}): assumed {}{}\n",
+            l.limit,
+            l.mode,
+            rates.join(", "),
+            if l.assumed == "over" {
+                "over (no room)"
+            } else {
+                "under (room)"
+            },
+            if l.given { "" } else { " (no --assume given)" }
+        ));
+        match &l.key {
+            KeyView::Values(v) => {
+                for (c, v) in l.counters.iter().zip(v) {
+                    out.push_str(&format!("          key {c} = {v:?}\n"));
+                }
+                if l.counters.is_empty() {
+                    out.push_str("          key (no counters: one bucket for every request)\n");
+                }
+            }
+            KeyView::Unidentified(_) => out.push_str(&format!(
+                "          key unidentified: a counter ({}) errs or has no value; the limit's one shared bucket\n",
+                l.counters.join(", ")
+            )),
+        }
+        out.push_str(&format!(
+            "          bucket {} (slot {}), definition {}\n",
+            l.bucket, l.slot, l.digest
+        ));
+    }
+}
 
 /// A value, or `-` for none.
 fn s(v: Option<&str>) -> String {
@@ -19,6 +61,7 @@ pub fn to_text(e: &Explanation) -> String {
         out.push_str(&format!("pins      {p}\n"));
     }
     notes(&mut out, e);
+    limits(&mut out, e);
     match e.decision {
         Verdict::Allow => allow(&mut out, e),
         Verdict::Deny => deny(&mut out, e),
@@ -136,6 +179,9 @@ fn deny(out: &mut String, e: &Explanation) {
             ) =>
         {
             "denied by the XBackend's ToolPin"
+        }
+        Stage::Policy if e.reason == Cause::Filter(Why::Denied(Reason::RateLimited)) => {
+            "refused by a rate limit (none of the request's limits is charged)"
         }
         Stage::Policy => "denied by policy",
         Stage::Router => "answered by Envoy's router",

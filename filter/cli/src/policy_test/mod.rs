@@ -88,7 +88,8 @@ pub struct RequestYaml {
     /// The body as sent, instead of `mcp`.
     pub body: Option<String>,
     /// Authorizer answers, as `explain --assume`: POLICY (or authorizer, or `*`) ->
-    /// `allow`, `deny`, `deny:STATUS` or `error`.
+    /// `allow`, `deny`, `deny:STATUS` or `error`; a rate limit (`namespace/policy/limit`) ->
+    /// `over` (no room: refused) or `under`.
     #[serde(default)]
     pub assume: BTreeMap<String, String>,
 }
@@ -421,10 +422,12 @@ fn spec_of(d: &RequestYaml, r: &RequestYaml) -> Result<RequestSpec, CliError> {
     headers.extend(r.headers.clone());
     let mut assume_text = d.assume.clone();
     assume_text.extend(r.assume.clone());
-    let mut assume = BTreeMap::new();
+    let (mut assume, mut limits) = (BTreeMap::new(), BTreeMap::new());
     for (k, v) in assume_text {
-        let a = explain::parse_assumption(&v).map_err(|e| format!("assume {k}: {e}"))?;
-        assume.insert(k, a);
+        match explain::parse_assumed(&v).map_err(|e| format!("assume {k}: {e}"))? {
+            explain::Assumed::Authorizer(a) => assume.insert(k, a).map(drop),
+            explain::Assumed::Limit(l) => limits.insert(k, l).map(drop),
+        };
     }
     let caller = r.caller.as_ref().or(d.caller.as_ref());
     let mcp = r.mcp.as_ref().or(d.mcp.as_ref());
@@ -490,6 +493,7 @@ fn spec_of(d: &RequestYaml, r: &RequestYaml) -> Result<RequestSpec, CliError> {
         arguments,
         body,
         assume,
+        limits,
         jwt_claims,
         revision: None,
         time: None,

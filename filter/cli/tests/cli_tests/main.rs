@@ -17,6 +17,7 @@ mod dry_run;
 mod explain;
 mod explain_cel;
 mod explain_flow;
+mod explain_limits;
 mod fail_closed;
 mod gateway_xbackend;
 mod mistakes;

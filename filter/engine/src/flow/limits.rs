@@ -10,7 +10,7 @@ use crate::cel_input::CelInput;
 use crate::jsonrpc;
 use crate::policy::{Engine, Reason};
 use crate::ratelimit::store::{charge_all, Charge, Charged, CounterStore, StoreError};
-use crate::ratelimit::{LimitsRecord, Where};
+use crate::ratelimit::{LimitsRecord, Selected, Where};
 use crate::request::Request;
 
 /// The JSON-RPC code of a rate-limited request: ToolHive's, outside the ranges JSON-RPC
@@ -71,22 +71,7 @@ pub(super) fn charge(
     if engine.rate_limits.is_empty() {
         return (record, None);
     }
-    let backend = req.target.backend.and_then(|b| engine.backends.get(b));
-    let input = CelInput {
-        req,
-        host: &req.host,
-        backend: backend.map(|b| b.id.as_str()),
-        trust_domain: engine.settings.identity.trust_domain.as_deref(),
-        pins: backend.and_then(|b| b.pins.as_deref()),
-    };
-    let at = Where {
-        listener: req.target.listener,
-        backend: req.target.backend,
-        recognised: engine
-            .recognise(req.route_name.as_deref(), req.cluster_name.as_deref())
-            .map(|(_, name)| name),
-    };
-    let selected = engine.rate_limits.select(at, &input);
+    let selected = selected(engine, req);
     let limits: Vec<_> = selected
         .iter()
         .filter_map(|s| engine.rate_limits.0.get(s.limit))
@@ -127,6 +112,27 @@ pub(super) fn charge(
             refused(record, &name, None, (1, why), id)
         }
     }
+}
+
+/// The limits `req` is charged, each with its bucket: what the filter charges and `explain`
+/// shows.
+pub fn selected(engine: &Engine, req: &Request) -> Vec<Selected> {
+    let backend = req.target.backend.and_then(|b| engine.backends.get(b));
+    let input = CelInput {
+        req,
+        host: &req.host,
+        backend: backend.map(|b| b.id.as_str()),
+        trust_domain: engine.settings.identity.trust_domain.as_deref(),
+        pins: backend.and_then(|b| b.pins.as_deref()),
+    };
+    let at = Where {
+        listener: req.target.listener,
+        backend: req.target.backend,
+        recognised: engine
+            .recognise(req.route_name.as_deref(), req.cluster_name.as_deref())
+            .map(|(_, name)| name),
+    };
+    engine.rate_limits.select(at, &input)
 }
 
 /// The 429 of a request limit `name` refused: `Retry-After`, the IETF `RateLimit-Policy` and

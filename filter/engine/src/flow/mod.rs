@@ -38,7 +38,7 @@ use crate::request::{Headers, Request};
 use checks::McpHeaders;
 pub use drive::{drive, Reply};
 pub use gather::HeadersInput;
-pub use limits::RATE_LIMITED_CODE;
+pub use limits::{selected as selected_limits, RATE_LIMITED_CODE};
 pub use outcome::{Outcome, TRACE_TAG_KEYS};
 pub use reports::Reports;
 pub use response::{BodyProgress, ResponseHeaders};

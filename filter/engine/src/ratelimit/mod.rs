@@ -150,6 +150,11 @@ impl RateLimits {
         self.0.is_empty()
     }
 
+    /// Whether some limit counts in this Envoy (its store must be prepared).
+    pub fn has_local(&self) -> bool {
+        self.0.iter().any(|l| l.mode == RateLimitMode::Local)
+    }
+
     /// The limits a request at `at` is charged, each with its bucket: those whose targets
     /// it meets and whose `when` predicates all hold; without predicates, on `tools/call`
     /// only. A predicate that errs holds on a `tools/call` (an error never lets a tool call

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use mcp_access_engine::flow::{drive, Next, Reply, RequestFlow, RATE_LIMITED_CODE};
 use mcp_access_engine::policy::Engine;
-use mcp_access_engine::ratelimit::store::MemoryCounterStore;
+use mcp_access_engine::ratelimit::store::{prepare, MemoryCounterStore};
 use serde_json::{json, Value};
 
 use crate::common::{bundle, engine, inline_tools, post_input, ALPHA, BETA};
@@ -48,9 +48,11 @@ fn post(
     (flow, a)
 }
 
+/// A store as the filter prepares it when its configuration is loaded.
 fn store() -> Rc<MemoryCounterStore> {
     let s = MemoryCounterStore::default();
     s.now_ns.set(120 * 1_000_000_000);
+    prepare(&s).unwrap();
     Rc::new(s)
 }
 
