@@ -1,4 +1,4 @@
-//! `Global` rate limits in the flow (docs/semantics.md §8.5): after the Local limits of an
+//! `Global` rate limits in the flow (docs/semantics.md §8.6): after the Local limits of an
 //! allowed request were charged, one RateLimitService call asks about its Global ones
 //! ([`Next::CallLimiter`]); the request waits in its own stage ([`Limiting`]) for the answer.
 //! OK lets it through; `OVER_LIMIT` refuses it and takes its Local charges back; no usable

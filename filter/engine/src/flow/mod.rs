@@ -62,7 +62,7 @@ pub enum Next {
     Dispatch(Vec<Callout>),
     /// Answer the client with this; the request never goes upstream.
     Respond(LocalResponse),
-    /// Make this RateLimitService call (`Global` limits, docs/semantics.md §8.5), report it
+    /// Make this RateLimitService call (`Global` limits, docs/semantics.md §8.6), report it
     /// with [`RequestFlow::limiter_dispatched`]; its answer comes to
     /// [`RequestFlow::on_callout_response`] as an authorizer's does.
     CallLimiter(CalloutRequest),

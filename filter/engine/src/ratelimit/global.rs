@@ -1,4 +1,4 @@
-//! `Global` limits (docs/semantics.md §8.5): the RateLimitService call Envoy's own ratelimit
+//! `Global` limits (docs/semantics.md §8.6): the RateLimitService call Envoy's own ratelimit
 //! filter makes (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`), one
 //! descriptor per limit charged, and what its answer means. The messages are declared for
 //! `prost` by hand with the field numbers of `envoy/service/ratelimit/v3/rls.proto` and

@@ -1,4 +1,4 @@
-//! Global rate limits through the flow (docs/semantics.md §8.5): one RateLimitService call
+//! Global rate limits through the flow (docs/semantics.md §8.6): one RateLimitService call
 //! after the access decision and the Local limits, its answer deciding; Local charges taken
 //! back when it refuses or fails closed; the failure modes; answers that come late or are not
 //! the one awaited change nothing.
