@@ -9,10 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
 
-use mcp_access_engine::callout::CacheUse;
 use mcp_access_engine::flow::{
-    BodyProgress, CalloutAnswer, Dispatched, HeadersInput, Next, Phase, Progress, Reports,
-    RequestFlow, ResponseHeaders, Verdict, TRACE_TAG_KEYS,
+    BodyProgress, CalloutAnswer, Dispatched, HeadersInput, Next, Phase, Progress, RequestFlow,
+    ResponseHeaders, Verdict, TRACE_TAG_KEYS,
 };
 use mcp_access_engine::listing::BodyAction;
 use mcp_access_engine::policy::Engine;
@@ -20,6 +19,7 @@ use mcp_access_engine::ports::{Fact, HostFacts, ListingStore};
 use mcp_access_engine::stats::{self, Counter};
 
 mod answers;
+mod callouts;
 mod counters;
 mod drift;
 mod metrics;
@@ -234,6 +234,14 @@ impl Stream {
                     self.report_callouts(progress.reports);
                     action = progress.next;
                 }
+                Next::CallLimiter(call) => {
+                    // Sent as an authorizer's gRPC call is; its answer comes the same way.
+                    let token = abi::http_call(&call);
+                    let progress = self
+                        .flow
+                        .limiter_dispatched(&self.engine, token, abi::now_ns());
+                    action = progress.next;
+                }
                 Next::Hold => {
                     return match phase.hold(self.engine.settings.hold_headers) {
                         Verdict::Continue => WasmAction::Continue,
@@ -356,37 +364,6 @@ impl Stream {
             BodyAction::Replace(bytes) => {
                 abi::set_buffer(abi::BUFFER_HTTP_RESPONSE_BODY, size, &bytes);
                 WasmAction::Continue
-            }
-        }
-    }
-
-    /// Stats and log lines of the callouts that ended, as the flow judged them.
-    fn report_callouts(&mut self, reports: Reports) {
-        for r in reports {
-            match r.cache {
-                Some(CacheUse::Hit) => self.stats.inc(Counter::AuthzCacheHits),
-                Some(CacheUse::Miss) => self.stats.inc(Counter::AuthzCacheMisses),
-                None => {}
-            }
-            match (r.latency_ms, self.stats.latency) {
-                // An answer from the cache: no call was made.
-                _ if r.cache == Some(CacheUse::Hit) => {}
-                (Some(ms), Some(id)) => abi::record_metric(id, ms),
-                (Some(_), None) => {}
-                (None, _) => self.stats.inc(Counter::CalloutDispatchErrors),
-            }
-            if r.failed {
-                self.stats.inc(Counter::CalloutErrors);
-            }
-            if let Some(json) = &r.metadata {
-                let key = format!("{AUTHZ_METADATA_KEY}.{}", r.authorizer);
-                abi::set_property(&[&key], json.as_bytes());
-            }
-            if let Some(detail) = &r.detail {
-                abi::log(
-                    LogLevel::Warn,
-                    &format!("mcp-access: authorizer {}: {detail}", r.authorizer),
-                );
             }
         }
     }

@@ -62,6 +62,18 @@ def s2(port: int) -> dict[str, Any]:
     return doc
 
 
+def global_limit(port: int, limit: str, cluster: str, timeout_ms: int) -> dict[str, Any]:
+    """G: the S2 policy plus one Global rate limit `limit` (namespace/policy/name) on every
+    tools/call at the Gateway, per `request.host`, asked of the RateLimitService on `cluster`."""
+    namespace, policy, name = limit.split("/")
+    doc = s2(port)
+    doc["rateLimits"] = [{"namespace": namespace, "policy": policy, "name": name, "level": "Gateway", "mode": "Global",
+                          "targets": [{"name": GATEWAY, "namespace": NAMESPACE}],
+                          "rates": [{"limit": 2**31, "windowSeconds": 3600}], "counters": ["request.host"], "when": []}]
+    doc["rateLimitService"] = {"cluster": cluster, "timeoutMs": timeout_ms}
+    return doc
+
+
 def authorizer(name: str, cluster: str, timeout_ms: int = 1000, protocol: str = "HTTP") -> dict[str, Any]:
     if protocol == "GRPC":
         return b.authorizer(name, cluster, timeout_ms, protocol="GRPC")

@@ -207,6 +207,7 @@ def specs() -> dict[str, EnvoySpec]:
         "body_reader": EnvoySpec("body_reader", body_reader=True),
         "native_ratelimit": EnvoySpec("native_ratelimit", extra_filters=[mcp_filter(), rbac_filter(), ratelimit.native_filter()],
                                       ratelimit=True),
+        "ours_ratelimit": EnvoySpec("ours_ratelimit", bundle={"kind": "global"}, ratelimit=True),
     }
 
 
@@ -222,6 +223,8 @@ def bundle_for(spec: EnvoySpec, port: int) -> dict[str, Any] | None:
         return bundles.p8(port)
     if kind == "list":
         return bundles.listing_bundle(port)
+    if kind == "global":
+        return bundles.global_limit(port, ratelimit.LIMIT, ratelimit.CLUSTER, ratelimit.TIMEOUT_MS)
     if kind == "grpc":
         return bundles.with_authorizers(port, spec.bundle["gateway"], [], protocol="GRPC")
     return bundles.with_authorizers(port, spec.bundle["gateway"], spec.bundle["backend"], cache=spec.bundle.get("cache", False))
@@ -259,7 +262,7 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
             name="front" if len(fronts) == 1 else f"front_{spec.name}",
             port=port,
             routes=[Route(name=bundles.ROUTE, prefix="/", cluster="upstream", timeout=30.0,
-                          extra=ratelimit.route_extra() if spec.ratelimit else {})],
+                          extra=ratelimit.route_extra() if spec.ratelimit and spec.bundle is None else {})],
             extra_filters=spec.extra_filters,
         )
         b = bundle_for(spec, port)

@@ -4,7 +4,8 @@ benchmark exits. Its one limit is too high to refuse, so every measured request 
 charged: the cost measured is the call and the count.
 
 `native_filter()` and `route_extra()` make Envoy's own ratelimit filter call it (the reference a
-Global limit of mcp-access is compared with, issue 38); `cluster()` is Envoy's cluster for it.
+Global limit of mcp-access is compared with, issue 38); `bundles.global_limit` makes mcp-access
+call it; `cluster()` is Envoy's cluster for it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,15 @@ from harness.ratelimit import native_filter as _native_filter
 
 CLUSTER = "ratelimit"
 LIMIT = "mcp/bench/calls"
+# The native filter's descriptor (limit, caller) and mcp-access's (mcp_access.limit, its bucket
+# key: the limit's definition and the counter value, `request.host`): one count per caller each.
 LIMITS = [{"namespace": DOMAIN, "name": LIMIT, "max_value": 10**15, "seconds": 3600,
-           "conditions": [f"descriptors[0].limit == '{LIMIT}'"], "variables": ["descriptors[0].caller"]}]
+           "conditions": [f"descriptors[0].limit == '{LIMIT}'"], "variables": ["descriptors[0].caller"]},
+          {"namespace": DOMAIN, "name": LIMIT, "max_value": 10**15, "seconds": 3600,
+           "conditions": [f"descriptors[0]['mcp_access.limit'] == '{LIMIT}'"],
+           "variables": ["descriptors[0]['mcp_access.key']"]}]
+# The native filter's timeout (harness.ratelimit.native_filter), for mcp-access's limit too.
+TIMEOUT_MS = 2000
 
 _running: tuple[Redis, RateLimitService] | None = None
 _logs: Path | None = None

@@ -148,6 +148,10 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             goal = 1.0 if name.startswith("P3") else round(1 / 0.95, 3)
             ts.append(_target(name, f"{a} / {b}, Envoy instructions per request (callgrind)", [x / y], "<=", goal, "ratio",
                               f"{x:,.0f} / {y:,.0f}; at equal IPC, <= {goal} is the throughput target", wall=False))
+    x, y = _instr(res, "g_ours"), _instr(res, "g_native")
+    if x and y:  # issue 38: a Global limit against Envoy's own ratelimit filter calling the same service
+        ts.append(_target("G.instructions", "g_ours / g_native, Envoy instructions per request (callgrind)", [x / y], "<=", 1.0,
+                          "ratio", f"{x:,.0f} / {y:,.0f}; both charge one count in the same RateLimitService", wall=False))
     x, y = _instr(res, "p10_native"), _instr(res, "p10_ours")
     if x and y:
         ts.append(_target("P10.instructions", "p10_native / p10_ours, Envoy instructions per request (callgrind)", [x / y], ">=", 3.0,

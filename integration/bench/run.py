@@ -98,6 +98,8 @@ VARIANTS = [
     Variant("s6_native", "S6", "native mcp + rbac, 1 MiB tools/call", "native", "mib", 200),
     Variant("s6_ours", "S6", "mcp-access, 1 MiB tools/call", "ours", "mib", 200),
     Variant("g_native", "G", "native mcp + rbac + ratelimit (RateLimitService, Redis), allowed call", "native_ratelimit", "allow", 200),
+    Variant("g_ours", "G", "mcp-access, one Global rate limit (the same RateLimitService), allowed call", "ours_ratelimit",
+            "allow", 200),
     Variant("s6_read", "S6", "a Proxy-Wasm module that only reads the 1 MiB body (P5's floor)", "body_reader", "mib", 200),
 ]
 
@@ -108,7 +110,7 @@ FIXED = {"s0", "s1_allow", "s2_allow"}
 COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_allow_norcpt", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours", "s6_native",
             "s6_read"],
            ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse",
-            "p8_allow", "p8_deny", "p10_native", "p10_ours"]]
+            "p8_allow", "p8_deny", "p10_native", "p10_ours", "g_native", "g_ours"]]
 FEW = {"p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse"}  # 244 KB answers: 60 requests, not 300
 MIB = {"s6_bare", "s6_ours", "s6_native", "s6_read"}  # 1 MiB requests: 30 (about two minutes more under callgrind)
 QUICK_COUNTED: list[list[str]] = []  # --quick counts no Envoy (a minute or two under valgrind)

@@ -269,6 +269,19 @@ pub(crate) struct CompileArgs {
         value_name = "NAME=issuer=ISSUER,jwks=FILE|URI[,audience=AUD][,forward=BOOL]"
     )]
     pub(crate) jwt_providers: Vec<String>,
+    /// The RateLimitService (`envoy.service.ratelimit.v3`, gRPC over HTTP/2; e.g. Limitador
+    /// or envoyproxy/ratelimit) that RateLimitPolicies of mode Global ask (docs/semantics.md
+    /// §8.6); without it such a policy is not accepted. `envoy` and `manifests` render its
+    /// cluster.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) rate_limit_service: Option<String>,
+    /// The domain of the RateLimitService's descriptors.
+    #[arg(long, value_name = "DOMAIN", default_value = mcp_access_bundle::DEFAULT_RLS_DOMAIN, requires = "rate_limit_service")]
+    pub(crate) rate_limit_domain: String,
+    /// How long a request waits for the RateLimitService's answer (1..60000 ms); none in
+    /// time follows the policies' failureMode.
+    #[arg(long, value_name = "MS", default_value_t = mcp_access_bundle::DEFAULT_RLS_TIMEOUT_MS, requires = "rate_limit_service")]
+    pub(crate) rate_limit_timeout_ms: u32,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -420,11 +433,6 @@ pub(crate) struct EnvoyArgs {
     /// `WWW-Authenticate: Bearer` challenge (CORS preflights pass) instead of passing it on.
     #[arg(long = "jwt-required", value_name = "LISTENER")]
     pub(crate) jwt_required: Vec<String>,
-    /// The RateLimitService (`envoy.service.ratelimit.v3`, gRPC; e.g. Limitador or
-    /// envoyproxy/ratelimit) that RateLimitPolicies of mode Global ask; without it such a
-    /// policy is not accepted.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub(crate) rate_limit_service: Option<String>,
 }
 
 #[derive(Args)]

@@ -185,6 +185,12 @@ pub(crate) fn manifests(
         },
         cluster_domain: p.cluster_domain,
         istio_hold_headers: p.istio_hold_headers,
+        rate_limit_service: input
+            .compile
+            .rate_limit_service
+            .as_deref()
+            .map(envoy::RateLimitAddress::parse)
+            .transpose()?,
     };
     if o.istio_hold_headers && o.platform != Platform::Istio {
         return Err("--istio-hold-headers applies to --platform istio".into());
@@ -278,14 +284,12 @@ pub(crate) fn envoy(
     let mut jwt = jwt::parse_providers(&input.compile.jwt_providers)?;
     let files = (&mut tls_certs, &mut client_cas, &mut jwt[..]);
     envoy::check_files(files, e.files_where_envoy_runs)?;
-    let rate_limit_service = e
+    let rate_limit_service = input
+        .compile
         .rate_limit_service
         .as_deref()
         .map(envoy::RateLimitAddress::parse)
         .transpose()?;
-    opts.rate_limit_service = rate_limit_service
-        .as_ref()
-        .map(|_| envoy::RateLimitAddress::service());
     opts.tls_secrets = Some(tls_certs.keys().cloned().collect());
     opts.client_cas = Some(client_cas.keys().cloned().collect());
     let (_, c, code) = match writable(input, opts, report, false, Ports::Envoy)? {

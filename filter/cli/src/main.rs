@@ -144,7 +144,13 @@ fn options(a: &CompileArgs) -> Result<Options, CliError> {
             .map(jwt::JwtProviderSpec::bundle_provider)
             .collect(),
         effective_view: false,
-        rate_limit_service: None,
+        rate_limit_service: match &a.rate_limit_service {
+            Some(r) => Some(
+                mcp_access_cli::envoy::RateLimitAddress::parse(r)?
+                    .service(&a.rate_limit_domain, a.rate_limit_timeout_ms),
+            ),
+            None => None,
+        },
     })
 }
 

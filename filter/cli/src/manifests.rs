@@ -65,6 +65,9 @@ pub struct ManifestOptions {
     /// which istio-agent serves from the OCI image) so that it holds request headers, instead
     /// of a WasmPlugin, which cannot.
     pub istio_hold_headers: bool,
+    /// The RateLimitService of `Global` limits (`--rate-limit-service`): a cluster in the
+    /// EnvoyPatchPolicy (Envoy Gateway), its Service's outbound cluster (Istio).
+    pub rate_limit_service: Option<crate::envoy::RateLimitAddress>,
 }
 
 /// `sha256:<64 hex>` (or the bare hex) to the bare hex.
@@ -275,7 +278,12 @@ fn istio_route_scoped(bundle: &Bundle) -> Result<(), CliError> {
     ).into())
 }
 
-fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str, hold_headers: bool) -> Bundle {
+fn istio_bundle(
+    bundle: &Bundle,
+    topo: &Topology,
+    (domain, hold_headers): (&str, bool),
+    rls: Option<&crate::envoy::RateLimitAddress>,
+) -> Bundle {
     let mut b = bundle.clone();
     for a in &mut b.authorizers {
         if let Some(m) = topo.authorizers.iter().find(|m| m.cluster == a.cluster) {
@@ -297,6 +305,9 @@ fn istio_bundle(bundle: &Bundle, topo: &Topology, domain: &str, hold_headers: bo
     }
     // A WasmPlugin cannot set allow_on_headers_stop_iteration; the EnvoyFilter rendering can.
     b.envoy.hold_headers = hold_headers;
+    if let (Some(s), Some(a)) = (&mut b.rate_limit_service, rls) {
+        s.cluster = istio_cluster(&a.host, a.port);
+    }
     b
 }
 
@@ -494,6 +505,13 @@ fn envoy_gateway(
                     }));
                 }
             }
+            if let (Some(s), Some(a)) = (&bundle.rate_limit_service, &o.rate_limit_service) {
+                patches.push(json!({
+                    "type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                    "name": s.cluster,
+                    "operation": {"op": "add", "path": "", "value": a.cluster()},
+                }));
+            }
             let mut seen = BTreeSet::new();
             for l in &g.listeners {
                 let name = match o.listener_names {
@@ -547,7 +565,8 @@ fn envoy_gateway(
 fn istio(bundle: &Bundle, topo: &Topology, o: &ManifestOptions) -> Result<Vec<Value>, CliError> {
     istio_route_scoped(bundle)?;
     let hold = o.istio_hold_headers;
-    let config = checked(istio_bundle(bundle, topo, &o.cluster_domain, hold))?;
+    let rls = o.rate_limit_service.as_ref();
+    let config = checked(istio_bundle(bundle, topo, (&o.cluster_domain, hold), rls))?;
     let mut objects = Vec::new();
     for (ns, gws) in by_namespace(bundle)? {
         let refs: Vec<Value> = gws.iter().map(|g| gateway_ref(&g.name)).collect();

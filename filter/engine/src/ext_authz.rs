@@ -214,29 +214,41 @@ pub(crate) fn check_request(
 /// length-prefixed message of it (Envoy's unary gRPC client keeps only the last message a
 /// server sends: a denial then an OK would read as the OK) — see [`interpret_http`].
 pub(crate) fn callout(authorizer: &Authorizer, check: &pb::CheckRequest) -> CalloutRequest {
-    let body = frame(&prost::Message::encode_to_vec(check));
     let authority = authorizer
         .authority
         .clone()
         .unwrap_or_else(|| authorizer.cluster.clone());
+    let path = concat!("/", "envoy.service.auth.v3.Authorization", "/Check");
+    grpc_callout(
+        &authorizer.cluster,
+        authority,
+        path,
+        authorizer.timeout_ms,
+        check,
+    )
+}
+
+/// A unary gRPC call of `path` carrying `message` to `cluster`, as HTTP/2 frames it (made as
+/// an HTTP callout, read back by [`unary`]).
+pub(crate) fn grpc_callout(
+    cluster: &str,
+    authority: String,
+    path: &'static str,
+    timeout_ms: u32,
+    message: &impl prost::Message,
+) -> CalloutRequest {
     CalloutRequest {
-        cluster: authorizer.cluster.clone(),
+        cluster: cluster.to_string(),
         headers: vec![
             (":method".into(), "POST".into()),
-            (
-                ":path".into(),
-                concat!("/", "envoy.service.auth.v3.Authorization", "/Check").into(),
-            ),
+            (":path".into(), path.into()),
             (":authority".into(), authority.into()),
             ("content-type".into(), "application/grpc".into()),
             ("te".into(), "trailers".into()),
-            (
-                "grpc-timeout".into(),
-                format!("{}m", authorizer.timeout_ms).into(),
-            ),
+            ("grpc-timeout".into(), format!("{timeout_ms}m").into()),
         ],
-        body,
-        timeout_ms: authorizer.timeout_ms,
+        body: frame(&message.encode_to_vec()),
+        timeout_ms,
     }
 }
 
@@ -262,13 +274,81 @@ pub(crate) fn body_read_limit(authorizer: &Authorizer) -> usize {
         .saturating_add(6)
 }
 
-/// The answer to a [`callout`]: the HTTP `status` (None: none came), the response headers and
-/// trailers, and `body` (read up to [`body_read_limit`]). The gRPC status is the trailers'
+/// A unary gRPC answer as HTTP/2 carried it, read (any gRPC callout: authorizers, the
+/// RateLimitService).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unary<'b> {
+    /// No response came (timeout, reset, unreachable).
+    NoAnswer,
+    /// An HTTP status other than 200, with the first bytes of its body.
+    Http(u16, &'b [u8]),
+    /// A gRPC status other than OK, with its `grpc-message`.
+    Status(u32, String),
+    /// OK with a body of at least the read limit: the message was not read.
+    TooLong,
+    /// OK with exactly one uncompressed message.
+    Message(&'b [u8]),
+    /// Anything else (the problem, for the log).
+    Malformed(String),
+}
+
+/// Reads a unary gRPC answer: the HTTP `status` (None: none came), the response headers and
+/// trailers, and `body` (read up to `read_limit`). The gRPC status is the trailers'
 /// `grpc-status` (or the headers', for a trailers-only answer); an OK answer must hold exactly
-/// one uncompressed message, the CheckResponse, read as Envoy does ([`interpret`]). Anything
-/// else is malformed: another content type than `application/grpc`, no status, a status that
-/// is not a number, no message, more than one, a compressed one, bytes left over
-/// (docs/semantics.md §3.5).
+/// one uncompressed message. Anything else is malformed: another content type than
+/// `application/grpc`, no status, a status that is not a number, no message, more than one, a
+/// compressed one, bytes left over (docs/semantics.md §3.5).
+pub(crate) fn unary<'b>(
+    status: Option<u16>,
+    headers: &Headers,
+    trailers: &Headers,
+    body: &'b [u8],
+    read_limit: usize,
+) -> Unary<'b> {
+    let Some(status) = status else {
+        return Unary::NoAnswer;
+    };
+    if status != 200 {
+        let peek = body
+            .get(..ERROR_BODY_PEEK.min(body.len()))
+            .unwrap_or_default();
+        return Unary::Http(status, peek);
+    }
+    let content_type = headers.get("content-type").unwrap_or_default();
+    if !content_type.starts_with("application/grpc") {
+        return Unary::Malformed(format!("a gRPC answer of content-type {content_type:?}"));
+    }
+    let grpc_status = trailers
+        .get("grpc-status")
+        .or_else(|| headers.get("grpc-status"));
+    let Some(code) = grpc_status else {
+        return Unary::Malformed("a gRPC answer without grpc-status".into());
+    };
+    let Ok(code) = code.trim().parse::<u32>() else {
+        return Unary::Malformed(format!("grpc-status {code:?} is not a number"));
+    };
+    if code != 0 {
+        let message = trailers
+            .get("grpc-message")
+            .or_else(|| headers.get("grpc-message"))
+            .unwrap_or_default();
+        return Unary::Status(code, message.to_string());
+    }
+    if body.len() >= read_limit {
+        return Unary::TooLong;
+    }
+    match messages(body).as_deref() {
+        Ok([one]) => Unary::Message(one),
+        Ok(all) => Unary::Malformed(format!(
+            "a gRPC answer of {} messages (a unary answer has one)",
+            all.len()
+        )),
+        Err(problem) => Unary::Malformed((*problem).to_string()),
+    }
+}
+
+/// The answer to a [`callout`], read by [`unary`] up to [`body_read_limit`]; the CheckResponse
+/// is read as Envoy does ([`interpret`]).
 pub(crate) fn interpret_http(
     authorizer: &Authorizer,
     status: Option<u16>,
@@ -276,57 +356,19 @@ pub(crate) fn interpret_http(
     trailers: &Headers,
     body: &[u8],
 ) -> (AuthzOutcome, Option<String>, Option<String>) {
-    let error = |detail: String| (AuthzOutcome::Error { detail }, None, None);
-    let Some(status) = status else {
-        return interpret(authorizer, None, None);
-    };
-    if status != 200 {
-        let what = format!("HTTP status {status} to a gRPC call");
-        let peek = body
-            .get(..ERROR_BODY_PEEK.min(body.len()))
-            .unwrap_or_default();
-        return error(crate::callout::error_detail(authorizer, &what, peek));
-    }
-    let content_type = headers.get("content-type").unwrap_or_default();
-    if !content_type.starts_with("application/grpc") {
-        let problem = format!("a gRPC answer of content-type {content_type:?}");
-        return (crate::callout::malformed(&problem), None, None);
-    }
-    let grpc_status = trailers
-        .get("grpc-status")
-        .or_else(|| headers.get("grpc-status"));
-    let Some(code) = grpc_status else {
-        return (
-            crate::callout::malformed("a gRPC answer without grpc-status"),
-            None,
-            None,
-        );
-    };
-    let Ok(code) = code.trim().parse::<u32>() else {
-        let problem = format!("grpc-status {code:?} is not a number");
-        return (crate::callout::malformed(&problem), None, None);
-    };
-    if code != 0 {
-        let message = trailers
-            .get("grpc-message")
-            .or_else(|| headers.get("grpc-message"))
-            .unwrap_or_default();
-        return interpret(authorizer, Some(code), Some(message.as_bytes()));
-    }
-    if body.len() >= body_read_limit(authorizer) {
-        // Unread, it could be a denial: [`interpret`] denies it.
-        return interpret(authorizer, Some(0), None);
-    }
-    match messages(body).as_deref() {
-        Ok([one]) => interpret(authorizer, Some(0), Some(one)),
-        Ok(all) => {
-            let problem = format!(
-                "a gRPC answer of {} messages (a unary answer has one)",
-                all.len()
-            );
-            (crate::callout::malformed(&problem), None, None)
+    let limit = body_read_limit(authorizer);
+    match unary(status, headers, trailers, body, limit) {
+        Unary::NoAnswer => interpret(authorizer, None, None),
+        Unary::Http(status, peek) => {
+            let what = format!("HTTP status {status} to a gRPC call");
+            let detail = crate::callout::error_detail(authorizer, &what, peek);
+            (AuthzOutcome::Error { detail }, None, None)
         }
-        Err(problem) => (crate::callout::malformed(problem), None, None),
+        Unary::Status(code, message) => interpret(authorizer, Some(code), Some(message.as_bytes())),
+        // Unread, it could be a denial: [`interpret`] denies it.
+        Unary::TooLong => interpret(authorizer, Some(0), None),
+        Unary::Message(one) => interpret(authorizer, Some(0), Some(one)),
+        Unary::Malformed(problem) => (crate::callout::malformed(&problem), None, None),
     }
 }
 
@@ -368,7 +410,7 @@ pub fn context_extensions(check_request: &[u8]) -> BTreeMap<String, String> {
 }
 
 /// gRPC status names, for logs.
-fn grpc_status_name(code: u32) -> &'static str {
+pub(crate) fn grpc_status_name(code: u32) -> &'static str {
     const NAMES: [&str; 17] = [
         "OK",
         "CANCELLED",

@@ -392,7 +392,7 @@ impl Driver<'_> {
                 self.terminal += 1;
                 check_respond(&self.flow, &r.body, &self.input.body);
             }
-            Next::Dispatch(_) => panic!("drive returned a dispatch"),
+            Next::Dispatch(_) | Next::CallLimiter(_) => panic!("drive returned a dispatch"),
         }
     }
 }

@@ -1,14 +1,14 @@
 //! The RateLimitService `Global` rate limits ask (`mcp-access envoy --rate-limit-service
 //! HOST:PORT`): its cluster (HTTP/2, gRPC) and the bundle's `rateLimitService`.
 
-use mcp_access_bundle::{RateLimitService, DEFAULT_RLS_DOMAIN, DEFAULT_RLS_TIMEOUT_MS};
+use mcp_access_bundle::RateLimitService;
 use serde_json::Value;
 
 use super::clusters::{cluster, http2_only};
 use crate::error::CliError;
 
 /// The RateLimitService's cluster.
-pub(crate) const CLUSTER: &str = "mcp_access_ratelimit";
+pub const CLUSTER: &str = "mcp_access_ratelimit";
 
 /// Where the RateLimitService listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,17 +25,18 @@ impl RateLimitAddress {
         Ok(RateLimitAddress { host, port })
     }
 
-    /// The bundle's `rateLimitService` for it.
-    pub fn service() -> RateLimitService {
+    /// The bundle's `rateLimitService` for it: its cluster ([`CLUSTER`]), the descriptors'
+    /// `domain`, the answer's timeout.
+    pub fn service(&self, domain: &str, timeout_ms: u32) -> RateLimitService {
         RateLimitService {
             cluster: CLUSTER.to_string(),
-            timeout_ms: DEFAULT_RLS_TIMEOUT_MS,
-            domain: DEFAULT_RLS_DOMAIN.to_string(),
+            timeout_ms,
+            domain: domain.to_string(),
         }
     }
 
     /// Its cluster (HTTP/2: gRPC).
-    pub(super) fn cluster(&self) -> Value {
+    pub fn cluster(&self) -> Value {
         let mut c = cluster(CLUSTER, &self.host, self.port, None, "");
         http2_only(&mut c);
         c

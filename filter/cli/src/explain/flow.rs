@@ -150,7 +150,7 @@ pub(super) fn run_flow(
             )
             .collect()),
         Next::Respond(r) => Err(r),
-        Next::Hold | Next::Dispatch(_) => {
+        Next::Hold | Next::Dispatch(_) | Next::CallLimiter(_) => {
             return Err("internal: the request flow waits for nothing".into())
         }
     };

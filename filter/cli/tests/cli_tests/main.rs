@@ -25,6 +25,7 @@ mod oauth_identity;
 mod pin;
 mod policy_language;
 mod policy_test;
+mod ratelimit_global;
 mod replay;
 mod routes;
 mod settings;

@@ -99,6 +99,11 @@ impl RequestFlow {
             trailers,
             read,
         } = answer;
+        if matches!(self.stage, Stage::Limiting(_)) {
+            let body = status.and_then(|_| read(super::limiter::READ_LIMIT));
+            let answer = (status, headers, &trailers(), &body.unwrap_or_default()[..]);
+            return self.on_limiter_response(engine, token, answer, now_ns);
+        }
         let interpret = |a: &mcp_access_bundle::Authorizer| {
             let grpc = a.protocol == mcp_access_bundle::AuthorizerProtocol::Grpc;
             let limit = match (grpc, status) {

@@ -2,7 +2,7 @@
 //! a host (`explain`, the benchmarks, the fuzz targets, the tests).
 
 use super::{CalloutAnswer, Dispatched, Next, RequestFlow};
-use crate::callout::DispatchError;
+use crate::callout::{CalloutRequest, DispatchError};
 use crate::pb;
 use crate::policy::{AuthzCall, Engine};
 use crate::request::Headers;
@@ -126,19 +126,44 @@ impl Reply {
 }
 
 /// Drives `flow` from `next`, what its last event returned, until it allows or answers:
-/// each callout is answered at once by `answer`, and the answers arrive in dispatch order.
-/// Returns the final [`Next::Allow`] or [`Next::Respond`] ([`Next::Hold`] only if the flow
-/// stalls, which it must not); [`RequestFlow::outcome`] then says how the request ended.
+/// each callout is answered at once by `answer`, and the answers arrive in dispatch order; a
+/// RateLimitService call is not dispatched (the limits' failure mode decides: see
+/// [`drive_with_limiter`]). Returns the final [`Next::Allow`] or [`Next::Respond`]
+/// ([`Next::Hold`] only if the flow stalls, which it must not); [`RequestFlow::outcome`] then
+/// says how the request ended.
 pub fn drive(
+    flow: &mut RequestFlow,
+    engine: &Engine,
+    next: Next,
+    answer: impl FnMut(&AuthzCall) -> Reply,
+) -> Next {
+    drive_with_limiter(flow, engine, next, answer, |_| Reply::NotDispatched)
+}
+
+/// [`drive`], with `limiter` answering the RateLimitService call (given the call made).
+pub fn drive_with_limiter(
     flow: &mut RequestFlow,
     engine: &Engine,
     mut next: Next,
     mut answer: impl FnMut(&AuthzCall) -> Reply,
+    mut limiter: impl FnMut(&CalloutRequest) -> Reply,
 ) -> Next {
     let mut token = 0u32;
     loop {
-        let Next::Dispatch(calls) = next else {
-            return next;
+        let calls = match next {
+            Next::Dispatch(calls) => calls,
+            Next::CallLimiter(call) => {
+                token += 1;
+                let reply = limiter(&call);
+                let dispatched = match reply {
+                    Reply::NotDispatched => Err(DispatchError::Other("not dispatched".into())),
+                    _ => Ok(token),
+                };
+                next = flow.limiter_dispatched(engine, dispatched, 0).next;
+                next = deliver(flow, engine, token, reply).unwrap_or(next);
+                continue;
+            }
+            other => return other,
         };
         let mut replies = Vec::with_capacity(calls.len());
         let results = calls.iter().map(|c| {
@@ -158,21 +183,23 @@ pub fn drive(
         });
         next = flow.dispatched(engine, results).next;
         for (token, reply) in replies {
-            let Some((status, headers, body, trailers)) = reply.wire() else {
-                continue;
-            };
-            let answer = CalloutAnswer {
-                status,
-                headers: &headers,
-                trailers: || trailers,
-                read: read(&body),
-            };
-            let progress = flow.on_callout_response(engine, token, answer, 0);
-            if !progress.next.is_hold() {
-                next = progress.next;
-            }
+            next = deliver(flow, engine, token, reply).unwrap_or(next);
         }
     }
+}
+
+/// Hands `reply` to the flow as the answer to callout `token`: what the flow does next,
+/// unless it holds.
+fn deliver(flow: &mut RequestFlow, engine: &Engine, token: u32, reply: Reply) -> Option<Next> {
+    let (status, headers, body, trailers) = reply.wire()?;
+    let answer = CalloutAnswer {
+        status,
+        headers: &headers,
+        trailers: || trailers,
+        read: read(&body),
+    };
+    let progress = flow.on_callout_response(engine, token, answer, 0);
+    (!progress.next.is_hold()).then_some(progress.next)
 }
 
 /// A host's read of a buffer holding `bytes`: at most the given count.

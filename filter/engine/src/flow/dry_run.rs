@@ -29,6 +29,15 @@ impl RequestFlow {
                 eval: &d.eval,
                 drift: self.stores.drift.as_ref(),
             },
+            Stage::Limiting(l) => {
+                let a = l.allowed();
+                Judged {
+                    req: &a.req,
+                    named: &a.msg.named,
+                    eval: &a.eval,
+                    drift: self.stores.drift.as_ref(),
+                }
+            }
             Stage::Done(d) => Judged {
                 req: &d.req,
                 named: &d.msg.named,

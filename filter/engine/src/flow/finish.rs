@@ -2,12 +2,12 @@
 //! through unjudged (OAuth metadata), or refused by a check; its [`Outcome`] and answer.
 
 use super::gates::{Judged, PinGate};
-use super::limits::charge_limits;
+use super::limits::{charge_limits, Limited};
 use super::record::recorded;
 use super::{Deciding, Done, Message, Next, Outcome, RequestFlow, Stage};
 use crate::answer::{self, Rejection, Why};
 use crate::listing::ListingFilter;
-use crate::policy::{Decision, Engine, Evaluation, HeaderEdit, View};
+use crate::policy::{Decision, Engine, Evaluation, HeaderEdit, RuleRef, View};
 use crate::request::{JwtPrincipal, Request};
 
 impl RequestFlow {
@@ -42,59 +42,86 @@ impl RequestFlow {
         };
         outcome.dry_run = judged.dry_run(engine, &decision, &pins);
         outcome.request = Some(recorded(engine, &req, msg.revision));
-        let (next, response) = match decision {
-            Decision::Allow {
-                mut add_headers,
-                by,
-            } => {
+        let d = match decision {
+            Decision::Allow { add_headers, by } => {
                 let counters = self.stores.counters.as_ref();
                 let id = msg.id.as_deref();
-                if let Some(refusal) = charge_limits(engine, &req, counters, id, &mut outcome) {
-                    self.end(req, msg, Some(eval), outcome, None);
-                    return Next::Respond(refusal);
-                }
-                outcome.allowed = true;
-                outcome.by = by;
-                let identity = engine.identity_edits(&req);
-                outcome.identity_omitted = identity.omitted;
-                // The response's filter judges items as calls made by the request.
-                let (drift, store) = (self.stores.drift.clone(), self.stores.listings.clone());
-                let id = msg.id.clone();
-                let response =
-                    ListingFilter::for_allowed(engine, &req, id, msg.revision, drift, store);
-                if response
-                    .as_ref()
-                    .is_some_and(|f| f.wants_identity(engine, &req))
-                {
-                    // An answer read to be filtered: ask the server not to compress it.
-                    add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
-                }
-                let next = Next::Allow {
+                let limited = charge_limits(engine, &req, counters, id, &mut outcome);
+                let allowed = Allowed {
+                    req,
+                    msg,
+                    eval,
+                    outcome,
                     add_headers,
-                    identity_headers: identity.edits,
-                };
-                (next, response)
-            }
-            Decision::Deny(d) => {
-                let challenge = engine.challenge(&req, &d);
-                let by = d.by.map(|r| (engine.policy_id(r), engine.rule_name(r)));
-                let by = by.unwrap_or_default();
-                let response = answer::denial(
-                    &engine.settings.deny_response,
-                    &d,
                     by,
-                    msg.id.as_deref(),
-                    challenge.as_ref(),
-                );
-                outcome.level = d.level;
-                outcome.reason = Why::Denied(d.reason);
-                outcome.by = d.by;
-                outcome.status = Some(response.status);
-                (Next::Respond(response), None)
+                };
+                return match limited {
+                    Limited::Passed => self.allow(engine, allowed),
+                    Limited::Refused(refusal) => {
+                        let Allowed {
+                            req,
+                            msg,
+                            eval,
+                            outcome,
+                            ..
+                        } = allowed;
+                        self.end(req, msg, Some(eval), outcome, None);
+                        Next::Respond(refusal)
+                    }
+                    Limited::Ask(asking) => self.ask_limiter(engine, allowed, asking),
+                };
             }
+            Decision::Deny(d) => d,
         };
+        let challenge = engine.challenge(&req, &d);
+        let by = d.by.map(|r| (engine.policy_id(r), engine.rule_name(r)));
+        let by = by.unwrap_or_default();
+        let response = answer::denial(
+            &engine.settings.deny_response,
+            &d,
+            by,
+            msg.id.as_deref(),
+            challenge.as_ref(),
+        );
+        outcome.level = d.level;
+        outcome.reason = Why::Denied(d.reason);
+        outcome.by = d.by;
+        outcome.status = Some(response.status);
+        self.end(req, msg, Some(eval), outcome, None);
+        Next::Respond(response)
+    }
+
+    /// An allowed request whose limits had room goes on: its identity headers, the filter of
+    /// its response.
+    pub(super) fn allow(&mut self, engine: &Engine, a: Allowed) -> Next {
+        let Allowed {
+            req,
+            msg,
+            eval,
+            mut outcome,
+            mut add_headers,
+            by,
+        } = a;
+        outcome.allowed = true;
+        outcome.by = by;
+        let identity = engine.identity_edits(&req);
+        outcome.identity_omitted = identity.omitted;
+        // The response's filter judges items as calls made by the request.
+        let (drift, store) = (self.stores.drift.clone(), self.stores.listings.clone());
+        let id = msg.id.clone();
+        let response = ListingFilter::for_allowed(engine, &req, id, msg.revision, drift, store);
+        if response
+            .as_ref()
+            .is_some_and(|f| f.wants_identity(engine, &req))
+        {
+            // An answer read to be filtered: ask the server not to compress it.
+            add_headers.push(HeaderEdit::set("accept-encoding", "identity"));
+        }
         self.end(req, msg, Some(eval), outcome, response);
-        next
+        Next::Allow {
+            add_headers,
+            identity_headers: identity.edits,
+        }
     }
 
     /// A fetch of the listener's OAuth metadata that Envoy answers itself (docs/semantics.md
@@ -130,7 +157,7 @@ impl RequestFlow {
         Next::Respond(response)
     }
 
-    fn end(
+    pub(super) fn end(
         &mut self,
         req: Request,
         msg: Message,
@@ -146,6 +173,17 @@ impl RequestFlow {
             response,
         }));
     }
+}
+
+/// A request the policies and gates allowed, before its limits are charged.
+#[derive(Debug)]
+pub(super) struct Allowed {
+    pub(super) req: Request,
+    pub(super) msg: Message,
+    pub(super) eval: Evaluation,
+    pub(super) outcome: Outcome,
+    pub(super) add_headers: Vec<HeaderEdit>,
+    pub(super) by: Option<RuleRef>,
 }
 
 /// The outcome of `req` before anything is decided: who asked what.

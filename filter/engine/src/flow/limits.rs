@@ -10,8 +10,9 @@ use crate::cel_input::CelInput;
 use crate::jsonrpc;
 use crate::policy::{Engine, Reason};
 use crate::ratelimit::store::{charge_all, Charge, Charged, CounterStore, StoreError};
-use crate::ratelimit::{LimitsRecord, Selected, Where};
+use crate::ratelimit::{Limit, LimitsRecord, Selected, Where};
 use crate::request::Request;
+use mcp_access_bundle::RateLimitMode;
 
 /// The JSON-RPC code of a rate-limited request: ToolHive's, outside the ranges JSON-RPC
 /// (-32768..-32000) and MCP reserve.
@@ -36,82 +37,148 @@ impl super::RequestFlow {
     }
 }
 
-/// Charges the limits of `req`, which the policies allowed (`outcome` records them): the
-/// 429 to answer instead when one has no room.
+/// What charging an allowed request's limits came to.
+pub(super) enum Limited {
+    /// Every limit had room (or none selects the request).
+    Passed,
+    /// Refused with this 429 (nothing charged).
+    Refused(LocalResponse),
+    /// Its Local limits were charged; its Global ones are to be asked.
+    Ask(Pending),
+}
+
+/// A request's Global limits to ask about, and its Local charges to take back if refused.
+#[derive(Debug)]
+pub(super) struct Pending {
+    /// The Global limits, in descriptor order, with their buckets.
+    pub(super) global: Vec<Selected>,
+    /// The Local buckets charged: (limit index, bucket key).
+    pub(super) local: Vec<(usize, [u8; 32])>,
+    /// When they were charged (s since the epoch).
+    pub(super) charged_at: u64,
+}
+
+/// Charges the limits of `req`, which the policies allowed (`outcome` records them).
 pub(super) fn charge_limits(
     engine: &Engine,
     req: &Request,
     store: Option<&CounterPort>,
     id: Option<&str>,
     outcome: &mut super::Outcome,
-) -> Option<LocalResponse> {
-    let (record, response) = charge(engine, req, store, id);
-    let level = record
+) -> Limited {
+    match charge(engine, req, store, id) {
+        Charging::Done(record, None) => {
+            outcome.limits = record;
+            Limited::Passed
+        }
+        Charging::Done(record, Some(response)) => {
+            Limited::Refused(refuse(engine, outcome, record, response))
+        }
+        Charging::Ask(record, asking) => {
+            outcome.limits = record;
+            Limited::Ask(asking)
+        }
+    }
+}
+
+/// `outcome` of a request its limits refused with `response`, recorded in `record`.
+pub(super) fn refuse(
+    engine: &Engine,
+    outcome: &mut super::Outcome,
+    record: LimitsRecord,
+    response: LocalResponse,
+) -> LocalResponse {
+    outcome.level = record
         .refused
         .as_ref()
         .and_then(|r| engine.rate_limits.0.iter().find(|l| &l.id == r))
         .map(|l| l.level());
     outcome.limits = record;
-    let response = response?;
     outcome.reason = Why::Denied(Reason::RateLimited);
-    outcome.level = level;
     outcome.status = Some(response.status);
-    Some(response)
+    response
 }
 
-/// Charges `req`'s limits in `store`: the record, and the 429 to answer if one refused. No
-/// store (or one that fails) refuses a request some limit selects: a limit is never skipped.
+/// What [`charge`] did.
+pub(super) enum Charging {
+    /// Decided: the record, and the 429 to answer if a limit refused.
+    Done(LimitsRecord, Option<LocalResponse>),
+    /// The Local limits were charged; the Global ones are to be asked.
+    Ask(LimitsRecord, Pending),
+}
+
+/// Charges `req`'s Local limits in `store` and makes the RateLimitService call of its Global
+/// ones (docs/semantics.md §8.4). No store (or one that fails) refuses a request some Local
+/// limit selects: a limit is never skipped. A Local refusal asks no Global limit.
 pub(super) fn charge(
     engine: &Engine,
     req: &Request,
     store: Option<&CounterPort>,
     id: Option<&str>,
-) -> (LimitsRecord, Option<LocalResponse>) {
+) -> Charging {
     let mut record = LimitsRecord::default();
     if engine.rate_limits.is_empty() {
-        return (record, None);
+        return Charging::Done(record, None);
     }
-    let selected = selected(engine, req);
-    let limits: Vec<_> = selected
-        .iter()
-        .filter_map(|s| engine.rate_limits.0.get(s.limit))
+    let selected: Vec<(&Limit, Selected)> = selected(engine, req)
+        .into_iter()
+        .filter_map(|s| Some((engine.rate_limits.0.get(s.limit)?, s)))
         .collect();
-    record.charged = limits.iter().map(|l| l.id.clone()).collect();
-    if limits.is_empty() {
-        return (record, None);
+    record.charged = selected.iter().map(|(l, _)| l.id.clone()).collect();
+    let (global, local): (Vec<_>, Vec<_>) = selected
+        .iter()
+        .partition(|(l, _)| l.mode == RateLimitMode::Global);
+    let mut charged_at = 0;
+    if !local.is_empty() {
+        let charges: Vec<Charge<'_>> = local
+            .iter()
+            .map(|(l, s)| Charge {
+                key: s.key,
+                rates: &l.rates,
+            })
+            .collect();
+        let Some(store) = store else {
+            let first = local.first().map(|(l, _)| l.id.clone()).unwrap_or_default();
+            let why = (1, "rate_limiter_unavailable");
+            let (r, resp) = refused(record, &first, None, why, id);
+            return Charging::Done(r, Some(resp));
+        };
+        match charge_all(store.0.as_ref(), &charges) {
+            Charged::Allowed { evicted, at, .. } => {
+                record.evicted = evicted;
+                charged_at = at;
+            }
+            Charged::Refused { index, full } => {
+                let l = local.get(index).map(|(l, _)| *l);
+                let name = l.map(|l| l.id.clone()).unwrap_or_default();
+                let rate = l.and_then(|l| l.rates.get(full.rate)).copied();
+                let (r, resp) =
+                    refused(record, &name, rate, (full.retry_after, "rate_limited"), id);
+                return Charging::Done(r, Some(resp));
+            }
+            Charged::Failed { index, error } => {
+                let name = local
+                    .get(index)
+                    .map(|(l, _)| l.id.clone())
+                    .unwrap_or_default();
+                let why = match error {
+                    StoreError::Conflict => "rate_limiter_contended",
+                    StoreError::Failed(_) => "rate_limiter_unavailable",
+                };
+                let (r, resp) = refused(record, &name, None, (1, why), id);
+                return Charging::Done(r, Some(resp));
+            }
+        }
     }
-    let charges: Vec<Charge<'_>> = selected
-        .iter()
-        .zip(&limits)
-        .map(|(s, l)| Charge {
-            key: s.key,
-            rates: &l.rates,
-        })
-        .collect();
-    let Some(store) = store else {
-        let first = limits.first().map(|l| l.id.clone()).unwrap_or_default();
-        return refused(record, &first, None, (1, "rate_limiter_unavailable"), id);
+    if global.is_empty() {
+        return Charging::Done(record, None);
+    }
+    let pending = Pending {
+        global: global.iter().map(|(_, s)| s.clone()).collect(),
+        local: local.iter().map(|(_, s)| (s.limit, s.key)).collect(),
+        charged_at,
     };
-    match charge_all(store.0.as_ref(), &charges) {
-        Charged::Allowed { evicted, .. } => {
-            record.evicted = evicted;
-            (record, None)
-        }
-        Charged::Refused { index, full } => {
-            let l = limits.get(index);
-            let name = l.map(|l| l.id.clone()).unwrap_or_default();
-            let rate = l.and_then(|l| l.rates.get(full.rate)).copied();
-            refused(record, &name, rate, (full.retry_after, "rate_limited"), id)
-        }
-        Charged::Failed { index, error } => {
-            let name = limits.get(index).map(|l| l.id.clone()).unwrap_or_default();
-            let why = match error {
-                StoreError::Conflict => "rate_limiter_contended",
-                StoreError::Failed(_) => "rate_limiter_unavailable",
-            };
-            refused(record, &name, None, (1, why), id)
-        }
-    }
+    Charging::Ask(record, pending)
 }
 
 /// The limits `req` is charged, each with its bucket: what the filter charges and `explain`
@@ -138,13 +205,13 @@ pub fn selected(engine: &Engine, req: &Request) -> Vec<Selected> {
 /// The 429 of a request limit `name` refused: `Retry-After`, the IETF `RateLimit-Policy` and
 /// `RateLimit` headers of the rate without room, and a JSON-RPC error whose `data` names the
 /// limit.
-fn refused(
+pub(super) fn refused(
     mut record: LimitsRecord,
     name: &str,
     rate: Option<mcp_access_bundle::Rate>,
     (retry_after, reason): (u64, &str),
     id: Option<&str>,
-) -> (LimitsRecord, Option<LocalResponse>) {
+) -> (LimitsRecord, LocalResponse) {
     record.refused = Some(name.to_string());
     let data = json!({"reason": reason, "limit": name, "retryAfter": retry_after});
     let body = jsonrpc::error(id, RATE_LIMITED_CODE, "Rate limit exceeded", Some(data));
@@ -167,5 +234,5 @@ fn refused(
         headers,
         body,
     };
-    (record, Some(response))
+    (record, response)
 }

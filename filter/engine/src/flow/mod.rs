@@ -14,6 +14,7 @@ mod dry_run;
 mod finish;
 mod gates;
 mod gather;
+mod limiter;
 mod limits;
 mod outcome;
 mod record;
@@ -36,7 +37,7 @@ use crate::policy::{AuthzCall, Evaluation, HeaderEdit};
 use crate::request::{Headers, Request};
 
 use checks::McpHeaders;
-pub use drive::{drive, Reply};
+pub use drive::{drive, drive_with_limiter, Reply};
 pub use gather::HeadersInput;
 pub use limits::{selected as selected_limits, RATE_LIMITED_CODE};
 pub use outcome::{Outcome, TRACE_TAG_KEYS};
@@ -61,6 +62,10 @@ pub enum Next {
     Dispatch(Vec<Callout>),
     /// Answer the client with this; the request never goes upstream.
     Respond(LocalResponse),
+    /// Make this RateLimitService call (`Global` limits, docs/semantics.md §8.6), report it
+    /// with [`RequestFlow::limiter_dispatched`]; its answer comes to
+    /// [`RequestFlow::on_callout_response`] as an authorizer's does.
+    CallLimiter(CalloutRequest),
 }
 
 impl Next {
@@ -151,6 +156,8 @@ enum Stage {
     Body(Box<Started>),
     /// The policies are being evaluated; callouts may be in flight.
     Deciding(Box<Deciding>),
+    /// Allowed, waiting for the RateLimitService (`limiter.rs`).
+    Limiting(Box<limiter::Limiting>),
     /// Decided, or refused before a decision.
     Done(Box<Done>),
 }
@@ -284,6 +291,7 @@ impl RequestFlow {
     fn eval(&self) -> Option<&Evaluation> {
         match &self.stage {
             Stage::Deciding(d) => Some(&d.eval),
+            Stage::Limiting(l) => Some(&l.allowed().eval),
             Stage::Done(d) => d.eval.as_ref(),
             Stage::Start | Stage::Body(_) => None,
         }
@@ -311,6 +319,7 @@ impl RequestFlow {
             Stage::Start => None,
             Stage::Body(s) => Some(&s.req),
             Stage::Deciding(d) => Some(&d.req),
+            Stage::Limiting(l) => Some(&l.allowed().req),
             Stage::Done(d) => Some(&d.req),
         }
     }

@@ -382,7 +382,7 @@ mod tests {
             limits: crate::ratelimit::LimitsRecord {
                 charged: vec!["ns/q/a".into(), "ns/q/b\"".into()],
                 refused: Some("ns/q/b\"".into()),
-                evicted: 0,
+                ..Default::default()
             },
         };
         let empty = Outcome {

@@ -213,6 +213,9 @@ mod typed {
         pub charged: Vec<String>,
         /// The limit without room, if one refused.
         pub refused: Option<String>,
+        /// Why the RateLimitService gave no usable answer, if it did not.
+        #[serde(rename = "limiterFailed", skip_serializing_if = "Option::is_none")]
+        pub limiter_failed: Option<String>,
     }
 
     /// A record's `decision`.
@@ -420,7 +423,7 @@ mod tests {
             "dry_run": {"authorizers": [{"answer": "allow", "policy": "ns/p"}], "decision": "allow",
                         "level": "gateway", "not_called": ["ns/q"], "policy": "ns/p",
                         "reason": "allowed", "rule": "r"},
-            "jwt": "i#s", "level": "backend", "limits": {"charged": ["ns/q/l"], "refused": "ns/q/l"},
+            "jwt": "i#s", "level": "backend", "limits": {"charged": ["ns/q/l"], "refused": "ns/q/l", "limiterFailed": "x"},
             "listener": "ns/gw/l", "method": "tools/call",
             "name": "echo", "origin": "o", "policy": "ns/p", "reason": "deny_policy",
             "request": {"arguments": {}, "credential_headers": {"authorization": ["d"]},

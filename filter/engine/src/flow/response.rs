@@ -152,6 +152,10 @@ impl RequestFlow {
                 let Deciding { req, msg, eval, .. } = *d;
                 self.reject(req, msg, Some(eval), r)
             }
+            Stage::Limiting(l) => {
+                let a = l.into_allowed();
+                self.reject(a.req, a.msg, Some(a.eval), r)
+            }
             Stage::Body(s) => self.reject(s.req, Message::default(), None, r),
             // No request to refuse: nothing was let through.
             Stage::Start => Next::Respond(answer::rejection(&r, None)),

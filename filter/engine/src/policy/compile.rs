@@ -19,20 +19,6 @@ impl Engine {
     pub fn compile(mut b: ValidBundle) -> Result<Engine, CompileError> {
         let mut conditions = b.take_conditions();
         let limit_conditions = b.take_limit_conditions();
-        // Refused, never ignored: an uncounted limit would let every request through.
-        if let Some(l) = b
-            .rate_limits
-            .iter()
-            .find(|l| l.mode == bundle::RateLimitMode::Global)
-        {
-            return Err(CompileError {
-                policy: format!("{}/{}", l.namespace, l.policy),
-                problem: CompileProblem::RateLimit(format!(
-                    "{}: this filter build does not ask a RateLimitService (mode Global)",
-                    l.id()
-                )),
-            });
-        }
         let b = &b;
         // (position in the bundle, policy), most senior first.
         let mut numbered: Vec<(usize, &bundle::Policy)> = b.policies.iter().enumerate().collect();
@@ -96,6 +82,7 @@ impl Engine {
                 unknown_backend: b.envoy.unknown_backend,
                 escaped_slashes: b.envoy.escaped_slashes,
                 decision_records: b.decision_records,
+                rate_limit_service: b.rate_limit_service.clone(),
             },
             jwt_claims: compiled.jwt_claims,
             cache_claims,

@@ -232,6 +232,8 @@ pub struct Settings {
     pub(crate) route_match_headers: Vec<String>,
     /// What decision records carry.
     pub decision_records: bundle::DecisionRecords,
+    /// The RateLimitService `Global` limits ask (validation requires it when one is Global).
+    pub rate_limit_service: Option<bundle::RateLimitService>,
 }
 
 /// The bundle compiled for per-request use.

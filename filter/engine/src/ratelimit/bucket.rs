@@ -77,16 +77,22 @@ impl Counts {
         }
     }
 
-    /// These counts with `hits` requests taken back (a charge undone), never below 0.
-    pub fn refund(&self, rates: &[Rate], now: u64, hits: u64) -> Counts {
-        let cur = self.current(rates, now);
-        Counts {
-            windows: cur
-                .windows
-                .into_iter()
-                .map(|(e, n)| (e, n.saturating_sub(hits)))
-                .collect(),
-        }
+    /// These counts with `hits` requests charged at `at` (s) taken back, never below 0: only
+    /// from the windows `at` was in (a window that has moved on since keeps its count).
+    pub fn refund(&self, rates: &[Rate], at: u64, hits: u64) -> Counts {
+        let windows = self
+            .windows
+            .iter()
+            .zip(rates)
+            .map(|(&(end, n), r)| {
+                if end == window_end(at, r.window_seconds) {
+                    (end, n.saturating_sub(hits))
+                } else {
+                    (end, n)
+                }
+            })
+            .collect();
+        Counts { windows }
     }
 
     /// Whether every window has ended by `now` or counts nothing (the bucket holds nothing).
@@ -237,9 +243,9 @@ mod tests {
         assert!(c.charge(&huge, 5, 1).is_err(), "u64::MAX + 1 does not wrap");
         assert_eq!(c.refund(&huge, 5, 2).windows, [(6, u64::MAX - 2)]);
         assert_eq!(
-            c.refund(&huge, 6, 2).windows,
-            [(7, 0)],
-            "an ended window refunds nothing"
+            c.refund(&huge, 4, 2).windows,
+            [(6, u64::MAX)],
+            "a charge of an earlier window is not taken from its successor"
         );
         // The last second of time does not overflow the window's end.
         let c = Counts { windows: vec![] };

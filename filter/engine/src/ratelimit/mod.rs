@@ -8,6 +8,7 @@
 //! limit's one "unidentified" bucket, never in none.
 
 pub mod bucket;
+pub mod global;
 pub mod store;
 
 use mcp_access_bundle::{self as bundle, FailureMode, LimitConditions, Rate, RateLimitMode};
@@ -28,6 +29,9 @@ pub struct LimitsRecord {
     pub refused: Option<String>,
     /// Buckets evicted to make room (the Local store's bound).
     pub evicted: u32,
+    /// Why the RateLimitService gave no usable answer, when it did not (its limits' failure
+    /// mode decided).
+    pub limiter_failed: Option<String>,
 }
 
 /// One limit, compiled.
@@ -245,6 +249,10 @@ pub fn push_limits(out: &mut String, l: &LimitsRecord) {
     match &l.refused {
         Some(r) => push_str(out, r),
         None => out.push_str("null"),
+    }
+    if let Some(why) = &l.limiter_failed {
+        out.push_str(",\"limiterFailed\":");
+        push_str(out, why);
     }
     out.push('}');
 }

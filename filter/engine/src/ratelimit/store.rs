@@ -67,6 +67,8 @@ pub enum Charged {
     Allowed {
         remaining: Vec<(u64, u64)>,
         evicted: u32,
+        /// When (s since the epoch): what [`refund_all`] takes back.
+        at: u64,
     },
     /// Charge `index` had no room: nothing was charged.
     Refused { index: usize, full: Full },
@@ -153,10 +155,7 @@ pub fn charge_all(store: &dyn CounterStore, charges: &[Charge<'_>]) -> Charged {
                 remaining.push(counts.remaining(c.rates, now));
             }
             Err(e) => {
-                for d in done {
-                    // Best effort: a refund that fails leaves a bucket one request fuller.
-                    let _ = update(store, d, now, |counts| Ok(counts.refund(d.rates, now, 1)));
-                }
+                refund_all(store, done, now);
                 return match e {
                     Refusal::Full(full) => Charged::Refused { index: i, full },
                     Refusal::Store(error) => Charged::Failed { index: i, error },
@@ -164,7 +163,23 @@ pub fn charge_all(store: &dyn CounterStore, charges: &[Charge<'_>]) -> Charged {
             }
         }
     }
-    Charged::Allowed { remaining, evicted }
+    Charged::Allowed {
+        remaining,
+        evicted,
+        at: now,
+    }
+}
+
+/// Takes back the request [`charge_all`] charged `charges` at `at` (s). Best effort: a
+/// refund that fails leaves a bucket one request fuller; a window that has ended since keeps
+/// the count of its successor.
+pub fn refund_all(store: &dyn CounterStore, charges: &[Charge<'_>], at: u64) {
+    let now = store.now_ns() / 1_000_000_000;
+    for c in charges {
+        let _ = update(store, c, now.max(at), |counts| {
+            Ok(counts.refund(c.rates, at, 1))
+        });
+    }
 }
 
 enum Refusal {

@@ -23,6 +23,7 @@ mod listing;
 mod oauth;
 mod pins;
 mod ratelimit;
+mod ratelimit_global;
 mod routes;
 mod scope;
 mod semantics;

@@ -189,17 +189,6 @@ fn without_a_store_a_selected_request_is_refused() {
 }
 
 #[test]
-fn global_limits_are_refused_by_this_build() {
-    let mut l = limit("calls", 5, json!([]), json!([]));
-    l["mode"] = json!("Global");
-    let mut b = bundle(vec![], &[]);
-    b["rateLimits"] = json!([l]);
-    b["rateLimitService"] = json!({"cluster": "rls"});
-    let e = Engine::from_json(b.to_string().as_bytes());
-    assert!(e.unwrap_err().to_string().contains("RateLimitService"));
-}
-
-#[test]
 fn a_refusal_has_its_denial_counter() {
     use mcp_access_engine::stats::{denial_counter, denial_counter_names};
     let e = limits(json!([limit("calls", 1, json!([]), json!([]))]));

@@ -139,6 +139,14 @@ pub fn run(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `mcp-access manifests -f FILES --platform PLATFORM` with the test image, and `extra`.
+pub fn manifests_of(files: &str, platform: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["manifests", "-f", files, "--platform", platform];
+    args.extend(["--image", IMAGE, "--digest", DIGEST]);
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
