@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, ContextType, LogLevel};
@@ -15,24 +14,23 @@ use mcp_access_engine::flow::{
 };
 use mcp_access_engine::listing::BodyAction;
 use mcp_access_engine::policy::Engine;
-use mcp_access_engine::ports::{Fact, HostFacts, ListingStore};
+use mcp_access_engine::ports::ListingStore;
 use mcp_access_engine::stats::{self, Counter};
 
 mod answers;
 mod callouts;
 mod counters;
 mod drift;
+mod facts;
 mod metrics;
 mod receipts;
 
 use answers::SharedAnswers;
 use counters::SharedCounters;
 use drift::SharedDrift;
+use facts::Envoy;
 use metrics::{increment, BundleStats, Stats};
 use receipts::Receipts;
-
-/// Whether the missing `connection.peer_certificate` property has been logged (once per VM).
-static NO_PEER_CERTIFICATE_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// Filter state key (`%FILTER_STATE(wasm.mcp_access.decision:PLAIN)%` in access logs).
 pub const FILTER_STATE_KEY: &str = "mcp_access.decision";
@@ -197,25 +195,6 @@ struct Stream {
     bundle_stats: Rc<BundleStats>,
     flow: RequestFlow,
     receipts: Option<Rc<Receipts>>,
-}
-
-/// The request's facts, read from Envoy's attributes when the engine asks.
-struct Envoy;
-
-impl HostFacts for Envoy {
-    fn read(&self, fact: Fact) -> Option<Vec<u8>> {
-        let value = abi::property(fact.path());
-        if fact == Fact::PeerCertificate
-            && value.is_none()
-            && !NO_PEER_CERTIFICATE_LOGGED.swap(true, Ordering::Relaxed)
-        {
-            abi::log(
-                LogLevel::Warn,
-                "mcp-access: Envoy gives no connection.peer_certificate: certificates cannot identify callers",
-            );
-        }
-        value
-    }
 }
 
 impl Stream {

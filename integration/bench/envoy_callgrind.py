@@ -60,7 +60,7 @@ def real_envoy_binary() -> str:
 
 def _live(admin: int) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/ready", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/ready", timeout=30) as r:  # a loaded valgrind answers slowly
             return r.read().strip() == b"LIVE"
     except Exception:
         return False
@@ -70,7 +70,7 @@ def _dumped(out: Path, dump: int) -> tuple[int, int]:
     """(main thread, every other thread) instructions of dump number `dump`: with
     --separate-threads one file per thread, `<out>.<dump>-<thread>`, thread 01 being main."""
     totals: dict[int, int] = {}
-    for _ in range(100):
+    for _ in range(3000):  # up to 10 minutes: a loaded machine writes the dump slowly
         totals = {}
         for f in out.parent.glob(f"{out.name}.{dump}-*"):
             m = re.search(r"^(?:summary|totals): (\d+)", f.read_text(), re.M)
@@ -85,7 +85,7 @@ def _dumped(out: Path, dump: int) -> tuple[int, int]:
 
 
 def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: int = 400, warmup: int = 200,
-               connections: int = 4, ready_timeout: float = 600.0, log=print, keep: bool = False,
+               connections: int = 4, ready_timeout: float = 3600.0, log=print, keep: bool = False,
                reader: Path | None = None) -> dict[str, dict[str, Any]]:
     specs = configs.specs()
     names = sorted({v.envoy for v in variants})
@@ -108,13 +108,17 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     results: dict[str, dict[str, Any]] = {}
     try:
-        deadline = time.monotonic() + ready_timeout
+        started = time.monotonic()
         while not _live(admin):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Envoy under callgrind did not start; see {workdir / 'envoy.log'}")
+            if proc.poll() is not None:
+                raise RuntimeError(f"Envoy under callgrind exited at start; see {workdir / 'envoy.log'}")
+            if time.monotonic() > started + ready_timeout:
+                raise RuntimeError(f"Envoy under callgrind not ready after {ready_timeout:.0f} s "
+                                   f"(--callgrind-start-timeout); see {workdir / 'envoy.log'}")
             time.sleep(1)
+        log(f"  Envoy under callgrind ({', '.join(names)}) ready after {time.monotonic() - started:.0f} s")
         req = urllib.request.Request(f"http://127.0.0.1:{admin}/logging?wasm=warning", data=b"", method="POST")
-        urllib.request.urlopen(req, timeout=10).read()
+        urllib.request.urlopen(req, timeout=120).read()
         for i, v in enumerate(variants):
             n, n_warm = (v.requests, max(1, v.requests // 3)) if v.requests else (requests, warmup)
             body_path = workdir / f"body-{v.key}.json"
@@ -122,11 +126,11 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
             h2load = ["h2load", "--h1", "-c", str(connections), "-d", str(body_path),
                       "-H", "content-type: application/json", "-H", "accept: application/json, text/event-stream",
                       f"http://127.0.0.1:{ports[v.envoy]}{v.path}"]
-            subprocess.run(h2load[:1] + ["-n", str(n_warm)] + h2load[1:], capture_output=True, check=True, timeout=900)
-            subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True, timeout=120)
+            subprocess.run(h2load[:1] + ["-n", str(n_warm)] + h2load[1:], capture_output=True, check=True, timeout=1800)
+            subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True, timeout=600)
             run = subprocess.run(h2load[:1] + ["-n", str(n)] + h2load[1:], capture_output=True, text=True,
-                                 check=True, timeout=900)
-            subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True, timeout=120)
+                                 check=True, timeout=1800)
+            subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True, timeout=600)
             main, workers = _dumped(out, i + 1)
             m = re.search(r"status codes: (\d+) 2xx, \d+ 3xx, (\d+) 4xx, (\d+) 5xx", run.stdout)
             codes = {"2xx": int(m[1]), "4xx": int(m[2]), "5xx": int(m[3])} if m else {}

@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--callgrind-only", action="store_true",
                     help="only the instruction counts (no timed rounds): they do not depend on load, so they can be "
                          "counted while the machine is busy and reused with --callgrind-from")
+    ap.add_argument("--callgrind-start-timeout", type=float, default=3600.0,
+                    help="seconds an Envoy under callgrind may take to become ready (its V8 compiles the module and "
+                         "loads every bundle about 50x slower than natively; more on a busy machine): counts do not depend on it")
     ap.add_argument("--callgrind-from", type=Path, default=None,
                     help="take the instruction counts from this results file (if it counted the same .wasm)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")

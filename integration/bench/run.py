@@ -787,7 +787,7 @@ class Run:
             [envoy_callgrind.Counted(v.key, v.envoy, BODIES[v.body], v.path,
                                      60 if v.key in FEW else 30 if v.key in MIB else 0) for v in todo], self.wasm,
             self.workdir / "callgrind" / todo[0].key, requests=300, warmup=100, log=lambda m: print(m, flush=True),
-            reader=self.reader, keep=self.args.keep)
+            reader=self.reader, keep=self.args.keep, ready_timeout=self.args.callgrind_start_timeout)
         out = {}
         for v in todo:
             c = counted[v.key]
