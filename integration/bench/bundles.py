@@ -74,6 +74,16 @@ def global_limit(port: int, limit: str, cluster: str, timeout_ms: int) -> dict[s
     return doc
 
 
+def s2_limited(port: int) -> dict[str, Any]:
+    """S2 with one Local rate limit charged on every allowed call (keyed by the tool name; a
+    limit never reached)."""
+    doc = s2(port)
+    doc["rateLimits"] = [{"namespace": NAMESPACE, "policy": "quotas", "name": "calls", "level": "Backend",
+                          "targets": [{"name": "tools"}], "rates": [{"limit": 2**31, "windowSeconds": 60}],
+                          "counters": ["request.mcp.tool_name"], "when": []}]
+    return doc
+
+
 def authorizer(name: str, cluster: str, timeout_ms: int = 1000, protocol: str = "HTTP") -> dict[str, Any]:
     if protocol == "GRPC":
         return b.authorizer(name, cluster, timeout_ms, protocol="GRPC")

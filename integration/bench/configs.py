@@ -165,6 +165,7 @@ def specs() -> dict[str, EnvoySpec]:
         "native": EnvoySpec("native", extra_filters=[mcp_filter(), rbac_filter()]),
         "ours": EnvoySpec("ours", bundle={"kind": "s2"}),
         "ours_norcpt": EnvoySpec("ours_norcpt", bundle={"kind": "s2", "receipts": False}),  # P12 (docs/audit.md)
+        "ours_limited": EnvoySpec("ours_limited", bundle={"kind": "s2_limited"}),  # L1: one Local rate limit charged
         "native_authz": EnvoySpec(
             "native_authz", extra_filters=[mcp_filter(), native_ext_authz("authz0"), rbac_filter()], authorizers=["authz0"]
         ),
@@ -217,6 +218,8 @@ def bundle_for(spec: EnvoySpec, port: int) -> dict[str, Any] | None:
     kind = spec.bundle["kind"]
     if kind == "s2":
         return {**bundles.s2(port), **({} if spec.bundle.get("receipts", True) else {"decisionRecords": {"receipts": {"enabled": False}}})}
+    if kind == "s2_limited":
+        return bundles.s2_limited(port)
     if kind == "s5":
         return bundles.s5(port)
     if kind == "p8":

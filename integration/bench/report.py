@@ -186,6 +186,10 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     if x and y:  # P12 (issue 39): receipts' added cost per allowed call
         ts.append(_target("P12.instructions", "allowed call, receipts on / off, Envoy instructions per request (callgrind)",
                           [x / y], "<=", 1.05, "ratio", f"{x:,.0f} / {y:,.0f}", wall=False))
+    x, y = _instr(res, "s2_allow_rl"), _instr(res, "s2_allow")
+    if x and y:  # L1 (issue 38): one Local rate limit's added cost per allowed call
+        ts.append(_target("L1.instructions", "allowed call, one Local rate limit charged / none, Envoy instructions per request (callgrind)",
+                          [x / y], "<=", 1.10, "ratio", f"{x:,.0f} / {y:,.0f}", wall=False))
     for a, b, name in (("p8_allow", "s2_allow", "P8.instructions"), ("p8_deny", "s2_deny", "P8.deny.instructions")):
         x, y = _instr(res, a), _instr(res, b)
         if x and y:

@@ -67,6 +67,7 @@ VARIANTS = [
     Variant("s2_allow", "S2", "mcp-access, allowed call", "ours", "allow", 200),
     Variant("s2_deny", "S2", "mcp-access, denied call", "ours", "deny", 403),
     Variant("s2_allow_norcpt", "S2", "mcp-access, allowed call, receipts off (P12)", "ours_norcpt", "allow", 200),
+    Variant("s2_allow_rl", "S2", "mcp-access, allowed call, one Local rate limit charged (L1)", "ours_limited", "allow", 200),
     Variant("s3_native", "S3", "native mcp + ext_authz + rbac, one authorizer", "native_authz", "allow", 200),
     Variant("s3_ours", "S3", "mcp-access, one authorizer callout", "ours_authz", "allow", 200),
     Variant("s4_ours", "S4", "mcp-access, 2 Gateway + 1 Backend authorizers", "ours_authz3", "allow", 200),
@@ -107,7 +108,7 @@ VARIANTS = [
 FIXED = {"s0", "s1_allow", "s2_allow"}
 
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
-COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_allow_norcpt", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours", "s6_native",
+COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_allow_norcpt", "s2_allow_rl", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours", "s6_native",
             "s6_read"],
            ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse",
             "p8_allow", "p8_deny", "p10_native", "p10_ours", "g_native", "g_ours"]]
@@ -321,6 +322,7 @@ CALLGRIND_OPS = [
     ("parse/tools_call", 100, 600),
     ("parse/tools_call_1mib", 1, 4),
     ("request/s2_allowed", 100, 600),
+    ("request/s2_allowed_limited", 100, 600),  # L1: one Local rate limit charged
     ("phase/s2_headers", 100, 600),
     ("phase/s2_headers_body", 100, 600),
     ("request/s2_denied", 100, 600),

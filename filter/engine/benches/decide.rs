@@ -9,12 +9,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
+use std::rc::Rc;
 use std::time::Duration;
 
 use criterion::Criterion;
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::ratelimit::store::{prepare, MemoryCounterStore};
 use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 
@@ -60,6 +62,19 @@ fn tools_backend() -> Value {
 /// S2: the inline tool policy.
 fn s2() -> Value {
     base(vec![tools_backend()], vec![], vec![inline_policy()])
+}
+
+/// L1: S2 with one Local rate limit charged on every allowed call (integration/bench's
+/// `s2_limited`: keyed by the tool name, a limit never reached).
+fn s2_limited() -> Value {
+    let mut b = s2();
+    let limits = json!([{"namespace": NS, "policy": "quotas", "name": "calls", "level": "Backend",
+        "targets": [{"name": "tools"}], "rates": [{"limit": 2_147_483_648u64, "windowSeconds": 60}],
+        "counters": ["request.mcp.tool_name"], "when": []}]);
+    b.as_object_mut()
+        .expect("an object")
+        .insert("rateLimits".into(), limits);
+    b
 }
 
 /// S4: S2 plus two Gateway-level and one Backend-level authorizer.
@@ -198,7 +213,11 @@ fn headers_input(len: usize) -> HeadersInput {
 /// One request through the flow as the host drives it, callouts answered 200 at once;
 /// returns the final action's kind and the outcome JSON (what the host writes to filter state).
 fn request(engine: &Engine, body: &[u8]) -> (bool, String) {
-    let mut flow = RequestFlow::new();
+    request_in(engine, body, RequestFlow::new())
+}
+
+/// [`request`] through `flow` (e.g. one with a counter store).
+fn request_in(engine: &Engine, body: &[u8], mut flow: RequestFlow) -> (bool, String) {
     let mut action = flow.on_headers(engine, headers_input(body.len())).next;
     if action.is_hold() {
         action = flow
@@ -227,6 +246,9 @@ struct Fixtures {
     s2: Engine,
     s4: Engine,
     s5: Engine,
+    s2_limited: Engine,
+    /// The Local limiter's store, prepared as the filter prepares Envoy's shared data.
+    counters: Rc<MemoryCounterStore>,
 }
 
 impl Fixtures {
@@ -255,6 +277,13 @@ impl Fixtures {
             cel10_unindexed: Engine::from_json(ten_rules(Ten::CelUnindexed).to_string().as_bytes())
                 .unwrap(),
             inline10: Engine::from_json(ten_rules(Ten::Inline).to_string().as_bytes()).unwrap(),
+            s2_limited: Engine::from_json(s2_limited().to_string().as_bytes()).unwrap(),
+            counters: {
+                let store = MemoryCounterStore::default();
+                store.now_ns.set(60_000_000_000);
+                prepare(&store).unwrap();
+                Rc::new(store)
+            },
         };
         assert!(request(&f.cel10, &f.ten_call).0);
         assert!(request(&f.cel10_unindexed, &f.ten_call).0);
@@ -271,7 +300,17 @@ impl Fixtures {
             assert!(!request(&f.s5, &f.s5_deny).0);
         }
         assert!(request(&f.s2, &f.mib).0);
+        assert!(f
+            .limited(&f.small_allow)
+            .1
+            .contains("\"limits\":{\"charged\":[\"bench/quotas/calls\"]"));
         f
+    }
+
+    /// An S2 request charged the one Local limit of `s2_limited`.
+    fn limited(&self, body: &[u8]) -> (bool, String) {
+        let flow = RequestFlow::new().with_counter_store(self.counters.clone());
+        request_in(&self.s2_limited, body, flow)
     }
 }
 
@@ -304,6 +343,11 @@ const OPS: &[(&str, Op)] = &[
             flow.on_body(&f.s2, body.len(), true, |_| Some(body.to_vec()))
                 .next,
         );
+    }),
+    // L1: the same call charged one Local rate limit (the store in memory, as a Wasm VM's
+    // shared data would hold it).
+    ("request/s2_allowed_limited", |f| {
+        black_box(f.limited(black_box(&f.small_allow)));
     }),
     ("request/s2_denied", |f| {
         black_box(request(&f.s2, black_box(&f.small_deny)));
