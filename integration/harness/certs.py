@@ -45,6 +45,7 @@ class Pki:
     untrusted_ca: CertPair
     _issuers: dict[str, _Issuer] = field(default_factory=dict, repr=False)
     _clients: dict[tuple[object, ...], CertPair] = field(default_factory=dict, repr=False)
+    _stems: set[str] = field(default_factory=set, repr=False)
 
     def client(
         self,
@@ -63,6 +64,11 @@ class Pki:
             issuer = self._issuers["untrusted" if untrusted else "ca"]
             stem = name or _slug("-".join(i.rsplit("/", 1)[-1] for i in ids) or "client")
             stem += ("-untrusted" if untrusted else "") + ("-expired" if expired else "")
+            # Distinct arguments, distinct files (`.../beta` and `//.../beta` share a last part).
+            base, n = stem, 2
+            while stem in self._stems:
+                stem, n = f"{base}-{n}", n + 1
+            self._stems.add(stem)
             self._clients[key] = _issue(
                 self.directory, stem, issuer, cn=stem, uris=ids, dns=dns_names, client=True, expired=expired
             )
