@@ -116,6 +116,24 @@ pub struct EnvoySettings {
     /// fills it from the HTTPRoutes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub route_match_headers: Vec<String>,
+    /// The one Envoy listener this copy of the bundle is attached to, written by `mcp-access
+    /// envoy` into each filter chain's copy: the filter then neither asks Envoy for the port
+    /// of each request nor, on a listener without TLS, for a peer certificate. Absent (a copy
+    /// shared by listeners of different ports: ECDS, Envoy Gateway, Istio): both are read per
+    /// request. A wrong value misjudges requests, as a wrong Envoy configuration would.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<ServedListener>,
+}
+
+/// The Envoy listener a copy of the bundle serves ([`EnvoySettings::listener`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServedListener {
+    /// The port its requests arrive on: a port of `gateways[].listeners[]`.
+    pub port: u16,
+    /// Whether Envoy terminates TLS on it (false: no request has a peer certificate).
+    pub tls: bool,
 }
 
 impl Default for EnvoySettings {
@@ -125,6 +143,7 @@ impl Default for EnvoySettings {
             unknown_backend: UnknownBackend::default(),
             escaped_slashes: EscapedSlashes::default(),
             route_match_headers: Vec::new(),
+            listener: None,
         }
     }
 }

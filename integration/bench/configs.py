@@ -166,6 +166,7 @@ def specs() -> dict[str, EnvoySpec]:
         "ours": EnvoySpec("ours", bundle={"kind": "s2"}),
         "ours_norcpt": EnvoySpec("ours_norcpt", bundle={"kind": "s2", "receipts": False}),  # P12 (docs/audit.md)
         "ours_limited": EnvoySpec("ours_limited", bundle={"kind": "s2_limited"}),  # L1: one Local rate limit charged
+        "ours_shared": EnvoySpec("ours_shared", bundle={"kind": "s2", "shared": True}),
         "native_authz": EnvoySpec(
             "native_authz", extra_filters=[mcp_filter(), native_ext_authz("authz0"), rbac_filter()], authorizers=["authz0"]
         ),
@@ -212,12 +213,23 @@ def specs() -> dict[str, EnvoySpec]:
     }
 
 
-def bundle_for(spec: EnvoySpec, port: int) -> dict[str, Any] | None:
+def bundle_for(spec: EnvoySpec, port: int, shared: bool = False) -> dict[str, Any] | None:
+    """The bundle of `spec`'s front listener on `port`: as `mcp-access envoy` renders a filter
+    chain's copy, naming the listener it serves (`envoy.listener`, plain HTTP here), unless the
+    spec or `shared` says it is one copy for listeners of different ports (ECDS, Envoy Gateway,
+    Istio)."""
     if spec.bundle is None:
         return None
-    kind = spec.bundle["kind"]
+    b = _bundle(spec.bundle, port)
+    if shared or spec.bundle.get("shared"):
+        return b
+    return {**b, "envoy": {**b.get("envoy", {}), "listener": {"port": port, "tls": False}}}
+
+
+def _bundle(spec: dict[str, Any], port: int) -> dict[str, Any]:
+    kind = spec["kind"]
     if kind == "s2":
-        return {**bundles.s2(port), **({} if spec.bundle.get("receipts", True) else {"decisionRecords": {"receipts": {"enabled": False}}})}
+        return {**bundles.s2(port), **({} if spec.get("receipts", True) else {"decisionRecords": {"receipts": {"enabled": False}}})}
     if kind == "s2_limited":
         return bundles.s2_limited(port)
     if kind == "s5":
@@ -229,8 +241,8 @@ def bundle_for(spec: EnvoySpec, port: int) -> dict[str, Any] | None:
     if kind == "global":
         return bundles.global_limit(port, ratelimit.LIMIT, ratelimit.CLUSTER, ratelimit.TIMEOUT_MS)
     if kind == "grpc":
-        return bundles.with_authorizers(port, spec.bundle["gateway"], [], protocol="GRPC")
-    return bundles.with_authorizers(port, spec.bundle["gateway"], spec.bundle["backend"], cache=spec.bundle.get("cache", False))
+        return bundles.with_authorizers(port, spec["gateway"], [], protocol="GRPC")
+    return bundles.with_authorizers(port, spec["gateway"], spec["backend"], cache=spec.get("cache", False))
 
 
 def _internal(name: str, routes: list[Route], filters: list[dict[str, Any]] = ()) -> Listener:
@@ -244,7 +256,7 @@ def bootstrap(spec: EnvoySpec, *, port: int, admin_port: int, wasm_path: Path | 
 
 
 def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm_path: Path | None,
-                   reader_path: Path | None = None) -> dict[str, Any]:
+                   reader_path: Path | None = None, shared: bool = False) -> dict[str, Any]:
     """One Envoy with a front listener per (configuration, port) (`front` alone, else
     `front_<name>`), sharing the internal upstream and authorizers; filters with different
     bundles share one Wasm VM (same vm_id and code), each with its own root context. The
@@ -268,7 +280,7 @@ def bootstrap_many(fronts: list[tuple[EnvoySpec, int]], *, admin_port: int, wasm
                           extra=ratelimit.route_extra() if spec.ratelimit and spec.bundle is None else {})],
             extra_filters=spec.extra_filters,
         )
-        b = bundle_for(spec, port)
+        b = bundle_for(spec, port, shared=shared)
         if b is not None:
             if wasm_path is None:
                 raise ValueError(f"{spec.name} needs the filter")

@@ -86,7 +86,7 @@ def _dumped(out: Path, dump: int) -> tuple[int, int]:
 
 def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: int = 400, warmup: int = 200,
                connections: int = 4, ready_timeout: float = 3600.0, log=print, keep: bool = False,
-               reader: Path | None = None) -> dict[str, dict[str, Any]]:
+               reader: Path | None = None, shared: bool = False) -> dict[str, dict[str, Any]]:
     specs = configs.specs()
     names = sorted({v.envoy for v in variants})
     ports = {n: free_port() for n in names}
@@ -94,7 +94,7 @@ def count_many(variants: list[Counted], wasm: Path, workdir: Path, *, requests: 
     workdir.mkdir(parents=True, exist_ok=True)
     cfg_path = workdir / "envoy.json"
     cfg_path.write_text(json.dumps(configs.bootstrap_many([(specs[n], ports[n]) for n in names], admin_port=admin,
-                                                          wasm_path=wasm, reader_path=reader)))
+                                                          wasm_path=wasm, reader_path=reader, shared=shared)))
     out = workdir / "callgrind.out"
     for f in workdir.glob("callgrind.out*"):
         f.unlink()

@@ -66,6 +66,8 @@ VARIANTS = [
     Variant("s1_deny", "S1", "native mcp + rbac, denied call", "native", "deny", 403),
     Variant("s2_allow", "S2", "mcp-access, allowed call", "ours", "allow", 200),
     Variant("s2_deny", "S2", "mcp-access, denied call", "ours", "deny", 403),
+    Variant("s2_allow_shared", "S2", "mcp-access, allowed call, one configuration for listeners of different ports "
+            "(ECDS, Envoy Gateway, Istio): the port and certificate read per request", "ours_shared", "allow", 200),
     Variant("s2_allow_norcpt", "S2", "mcp-access, allowed call, receipts off (P12)", "ours_norcpt", "allow", 200),
     Variant("s2_allow_rl", "S2", "mcp-access, allowed call, one Local rate limit charged (L1)", "ours_limited", "allow", 200),
     Variant("s3_native", "S3", "native mcp + ext_authz + rbac, one authorizer", "native_authz", "allow", 200),
@@ -108,7 +110,7 @@ VARIANTS = [
 FIXED = {"s0", "s1_allow", "s2_allow"}
 
 # Variants also counted under callgrind (instructions per request), in two Envoys (one per CPU).
-COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_allow_norcpt", "s2_allow_rl", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours", "s6_native",
+COUNTED = [["s0", "s1_allow", "s1_deny", "s2_allow", "s2_allow_shared", "s2_allow_norcpt", "s2_allow_rl", "s2_deny", "s7_native", "s7_ours", "s6_bare", "s6_ours", "s6_native",
             "s6_read"],
            ["s3_native", "s3_ours", "s4_ours", "s5_allow", "s5_deny", "p7_bare_json", "p7_ours_json", "p7_bare_sse", "p7_ours_sse",
             "p8_allow", "p8_deny", "p10_native", "p10_ours", "g_native", "g_ours"]]

@@ -159,7 +159,11 @@ def test_static_config_is_the_demo_configuration(cli: Path, tmp_path: Path) -> N
     escaped = bundle.get("envoy", {}).get("escapedSlashes", "Reject")
     for port in (MTLS_PORT, JWT_PORT):
         config = wasm_filter(cfg, port)
-        assert json.loads(config["configuration"]["value"]) == bundle
+        # Each chain's copy names the listener it serves (the filter then reads neither the port
+        # nor, without TLS, a certificate); otherwise it is the compiled bundle.
+        served = json.loads(config["configuration"]["value"])
+        assert served["envoy"].pop("listener") == {"port": port, "tls": port == MTLS_PORT}
+        assert served == bundle
         assert config["allow_on_headers_stop_iteration"] is True and config["fail_open"] is False
         listener = listener_on(cfg, port)
         assert listener["name"] == f"0.0.0.0:{port}"
@@ -180,7 +184,7 @@ def localized(tmp: Path, wasm_path: Path, pki: Pki, jwks_json: str, *, ports: di
               admin_port: int | None = None, upstreams: dict[str, int] | None = None) -> Path:
     """envoy.yaml with container paths mapped to local files (the JWKS written beside the
     certificates), and optionally listener ports, admin port and service names mapped to local ones
-    (the embedded bundle's listener ports follow the listeners)."""
+    (the embedded bundle's listener ports, and the one each copy serves, follow the listeners)."""
     (tmp / "jwks.json").write_text(jwks_json)
     text = ENVOY_YAML.read_text()
     text = text.replace("/etc/envoy/mcp_access_filter.wasm", str(wasm_path))
@@ -198,6 +202,9 @@ def localized(tmp: Path, wasm_path: Path, pki: Pki, jwks_json: str, *, ports: di
                 for l in gw["listeners"]:
                     if l["port"] == old:
                         l["port"] = new
+            served = bundle.get("envoy", {}).get("listener")
+            if served and served["port"] == old:
+                served["port"] = new
             config["configuration"]["value"] = json.dumps(bundle)
     if admin_port is not None:
         cfg["admin"]["address"]["socket_address"].update(address="127.0.0.1", port_value=admin_port)

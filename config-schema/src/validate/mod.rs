@@ -242,6 +242,13 @@ impl Validator {
                 "a header name, lowercase",
             );
         }
+        if let Some(l) = b.envoy.listener {
+            self.check(
+                b.gateways.iter().flat_map(|g| &g.listeners).any(|x| x.port == l.port),
+                || "envoy.listener.port".to_string(),
+                format!("{} is the port of no listener in gateways[].listeners[] (leave envoy.listener out to read the port from Envoy)", l.port),
+            );
+        }
         self.authorizers(&b.authorizers);
         let backends: HashSet<(&str, &str)> = b
             .backends

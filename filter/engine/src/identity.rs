@@ -26,12 +26,13 @@ pub(crate) struct Wanted<'a> {
 /// copies of it: ambiguous, no identity) or the peer certificate, whose URI SANs are counted
 /// and checked against Envoy's first URI SAN. JWT principals (with what `wanted` names) come
 /// from metadata, read only when providers are configured. `credential` is left false: see
-/// [`other_credential`].
+/// [`other_credential`]. `tls` false: the listener has no TLS, so no peer certificate is read.
 pub(crate) fn caller(
     id: &IdentitySettings,
     wanted: Wanted<'_>,
     headers: &Headers,
     facts: &dyn HostFacts,
+    tls: bool,
 ) -> Caller {
     let spiffe = match (id.spiffe.source, &id.spiffe.header) {
         (SpiffeSource::TrustedHeader, Some(h)) => {
@@ -44,6 +45,7 @@ pub(crate) fn caller(
         }
         // Not a valid bundle: no source to trust.
         (SpiffeSource::TrustedHeader, None) => None,
+        (SpiffeSource::PeerCertificate, _) if !tls => None,
         (SpiffeSource::PeerCertificate, _) => facts
             .read(Fact::PeerUriSan)
             .and_then(|san| spiffe_from_peer(&san, facts.read(Fact::PeerCertificate).as_deref())),
@@ -66,11 +68,12 @@ pub(crate) fn caller(
 /// Whether the request carries a credential that [`caller`] did not turn into an identity
 /// (docs/semantics.md §5.6): an `Authorization` header (any scheme), the trusted identity
 /// header, or a client certificate (`connection.mtls`; when Envoy does not say, one is
-/// assumed, so the caller is not taken for anonymous).
+/// assumed, so the caller is not taken for anonymous; none on a listener without TLS).
 pub(crate) fn other_credential(
     id: &IdentitySettings,
     headers: &Headers,
     facts: &dyn HostFacts,
+    tls: bool,
 ) -> bool {
     let trusted = id
         .spiffe
@@ -80,9 +83,10 @@ pub(crate) fn other_credential(
     headers
         .iter()
         .any(|(n, _)| n == "authorization" || Some(n) == trusted.as_deref())
-        || facts
-            .read(Fact::Mtls)
-            .is_none_or(|b| b.iter().any(|x| *x != 0))
+        || (tls
+            && facts
+                .read(Fact::Mtls)
+                .is_none_or(|b| b.iter().any(|x| *x != 0)))
 }
 
 /// The SPIFFE ID of the peer certificate: its only URI SAN (an X.509-SVID has exactly one).
@@ -355,6 +359,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             Wanted::default(),
             &Headers::from(h(&[("x-spiffe", "spiffe://x/y")])),
             &facts,
+            true,
         );
         assert_eq!(c.spiffe.as_deref(), Some(ALPHA));
         assert!(c.jwts.is_empty());
@@ -371,14 +376,14 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             FakeFacts::default().with(Fact::PeerUriSan, ALPHA),
         ] {
             assert_eq!(
-                caller(&id, Wanted::default(), &Headers::new(), &facts).spiffe,
+                caller(&id, Wanted::default(), &Headers::new(), &facts, true).spiffe,
                 None
             );
         }
         // No URI SAN: the certificate is not read at all.
         let none = FakeFacts::default().with(Fact::PeerCertificate, ONE_URI);
         assert_eq!(
-            caller(&id, Wanted::default(), &Headers::new(), &none).spiffe,
+            caller(&id, Wanted::default(), &Headers::new(), &none, true).spiffe,
             None
         );
         assert_eq!(none.reads(), [Fact::PeerUriSan]);
@@ -394,7 +399,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             .with(Fact::PeerCertificate, ONE_URI);
         let one = h(&[("x-client-spiffe", ALPHA), ("other", "x")]);
         assert_eq!(
-            caller(&id, Wanted::default(), &Headers::from(&one), &facts)
+            caller(&id, Wanted::default(), &Headers::from(&one), &facts, true)
                 .spiffe
                 .as_deref(),
             Some(ALPHA)
@@ -402,18 +407,18 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         assert!(facts.reads().is_empty());
         let two = h(&[("x-client-spiffe", ALPHA), ("x-client-spiffe", ALPHA)]);
         assert_eq!(
-            caller(&id, Wanted::default(), &Headers::from(&two), &facts).spiffe,
+            caller(&id, Wanted::default(), &Headers::from(&two), &facts, true).spiffe,
             None
         );
         assert_eq!(
-            caller(&id, Wanted::default(), &Headers::new(), &facts).spiffe,
+            caller(&id, Wanted::default(), &Headers::new(), &facts, true).spiffe,
             None
         );
         assert!(facts.reads().is_empty());
         // TrustedHeader without a header (a bundle validation refuses): no identity.
         let bare = settings(serde_json::json!({"spiffe": {"source": "TrustedHeader"}}));
         assert_eq!(
-            caller(&bare, Wanted::default(), &Headers::from(&one), &facts).spiffe,
+            caller(&bare, Wanted::default(), &Headers::from(&one), &facts, true).spiffe,
             None
         );
     }
@@ -455,7 +460,7 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
             claims: &team,
             ..Wanted::default()
         };
-        let c = caller(&id, wanted, &Headers::new(), &facts);
+        let c = caller(&id, wanted, &Headers::new(), &facts, true);
         assert_eq!(c.spiffe, None);
         assert_eq!(c.jwts.len(), 1);
         assert_eq!(c.jwts[0].subject.as_deref(), Some("agent-7"));
@@ -465,9 +470,11 @@ s1GQxvjJAiAmi19RJPY1ctmFICw41mMJO/MAZgywqv4iSdcHEXUvBQ==
         );
         assert_eq!(facts.reads(), [Fact::PeerUriSan, Fact::Metadata]);
         let empty = FakeFacts::default();
-        assert!(caller(&id, Wanted::default(), &Headers::new(), &empty)
-            .jwts
-            .is_empty());
+        assert!(
+            caller(&id, Wanted::default(), &Headers::new(), &empty, true)
+                .jwts
+                .is_empty()
+        );
     }
 
     #[test]

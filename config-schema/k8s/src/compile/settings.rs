@@ -120,6 +120,8 @@ impl Resolver {
                 escaped_slashes: env.escaped_slashes.unwrap_or_default(),
                 // From the HTTPRoutes, once the topology is known (compile).
                 route_match_headers: Vec::new(),
+                // Per filter chain, by the renderer that knows the chain (`mcp-access envoy`).
+                listener: None,
             },
             decision_records: spec.decision_records.unwrap_or_default(),
             authz_timeout_ms,

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mcp_access_bundle::{Bundle, EscapedSlashes, ProtectedResource};
+use mcp_access_bundle::{Bundle, EscapedSlashes, ProtectedResource, ServedListener};
 use mcp_access_k8s::{ListenerModel, Protocol, Topology};
 use serde_json::{json, Value};
 
@@ -70,7 +70,7 @@ fn hcm(
     vhosts: Vec<Value>,
     o: &EnvoyOptions,
     bundle: &Bundle,
-    bundle_json: &str,
+    port: u16,
 ) -> Result<Value, CliError> {
     let (name, tls) = (c.name, c.tls);
     let open: Vec<String> = c
@@ -82,8 +82,9 @@ fn hcm(
         .into_iter()
         .collect();
     filters.push(match &o.ecds_dir {
+        // One configuration every listener shares: the filter reads each request's port.
         Some(dir) => ecds_filter(dir),
-        None => wasm_filter(&o.wasm, bundle_json),
+        None => wasm_filter(&o.wasm, &served_bundle(bundle, port, tls)?),
     });
     filters.push(json!({"name": "envoy.filters.http.router", "typed_config": {"@type": format!("{T}envoy.extensions.filters.http.router.v3.Router")}}));
     let mut h = json!({
@@ -128,6 +129,14 @@ fn hcm(
         }
     }
     Ok(json!([{"name": "envoy.filters.network.http_connection_manager", "typed_config": h}]))
+}
+
+/// The bundle of one filter chain: with the listener it serves (`envoy.listener`), so that the
+/// filter neither asks Envoy for each request's port nor, without TLS, for a certificate.
+fn served_bundle(bundle: &Bundle, port: u16, tls: bool) -> Result<String, CliError> {
+    let mut b = bundle.clone();
+    b.envoy.listener = Some(ServedListener { port, tls });
+    Ok(serde_json::to_string(&b).map_err(|e| e.to_string())?)
 }
 
 /// `namespace/gateway/listener` -> its protected resource metadata.
@@ -177,7 +186,6 @@ pub(super) fn listeners(
     bundle: &Bundle,
     host_rewrites: &BTreeMap<String, String>,
 ) -> Result<Vec<Value>, CliError> {
-    let bundle_json = serde_json::to_string(bundle).map_err(|e| e.to_string())?;
     let protected = protected_resources(bundle);
     let metadata_of = |id: &str| protected.get(id).copied();
     let groups = by_address(topo, o);
@@ -222,7 +230,7 @@ pub(super) fn listeners(
                 jwt_required,
                 protected: metadata.iter().filter_map(|(_, p)| *p).collect(),
             };
-            vec![json!({"filters": hcm(&chain, vhosts, o, bundle, &bundle_json)?})]
+            vec![json!({"filters": hcm(&chain, vhosts, o, bundle, port)?})]
         } else {
             let mut chains = Vec::new();
             for (lname, l) in &ls {
@@ -236,7 +244,7 @@ pub(super) fn listeners(
                     protected: own.into_iter().collect(),
                 };
                 let mut chain = json!({
-                    "filters": hcm(&c, vhosts, o, bundle, &bundle_json)?,
+                    "filters": hcm(&c, vhosts, o, bundle, port)?,
                     "transport_socket": downstream_tls(lname, l, o)?,
                 });
                 if let (Some(h), Some(obj)) = (&l.hostname, chain.as_object_mut()) {

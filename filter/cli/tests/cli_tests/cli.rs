@@ -504,11 +504,10 @@ fn envoy_puts_jwt_authn_before_the_filter_with_its_jwks() {
     assert_eq!(endpoint["address"]["socket_address"]["port_value"], 443);
 }
 
-#[test]
-fn the_access_log_names_the_envoy_listener_on_every_chain() {
-    let d = tmp("access-log-listener");
+/// A Gateway in `d` with two HTTP listeners sharing port 80 (one filter chain) and one HTTPS
+/// listener of its own (certificate `cert`).
+fn two_ports_three_listeners(d: &std::path::Path) -> std::path::PathBuf {
     let gateway = d.join("gateway.yaml");
-    // Two HTTP listeners sharing port 80 (one filter chain), one HTTPS listener of its own.
     std::fs::write(
         &gateway,
         "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: mcp}\n\
@@ -518,8 +517,16 @@ fn the_access_log_names_the_envoy_listener_on_every_chain() {
          \x20 - {name: s, protocol: HTTPS, port: 443, tls: {mode: Terminate, certificateRefs: [{name: cert}]}}\n",
     )
     .unwrap();
-    let out_path = d.join("envoy.json");
-    let out = run(&[
+    gateway
+}
+
+/// `mcp-access envoy` of `gateway` into `out`, certificate `cert` given, with `extra` arguments.
+fn envoy_with_cert(
+    gateway: &std::path::Path,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Output {
+    let mut args = vec![
         "envoy",
         "-f",
         gateway.to_str().unwrap(),
@@ -528,13 +535,23 @@ fn the_access_log_names_the_envoy_listener_on_every_chain() {
         "--files-where-envoy-runs",
         "--tls-cert",
         "cert=/tls/cert.pem,/tls/key.pem",
-        "--bind",
-        "0.0.0.0",
-        "--access-log",
-        "/dev/stdout",
         "-o",
-        out_path.to_str().unwrap(),
-    ]);
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+#[test]
+fn the_access_log_names_the_envoy_listener_on_every_chain() {
+    let d = tmp("access-log-listener");
+    let gateway = two_ports_three_listeners(&d);
+    let out_path = d.join("envoy.json");
+    let out = envoy_with_cert(
+        &gateway,
+        &out_path,
+        &["--bind", "0.0.0.0", "--access-log", "/dev/stdout"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
@@ -551,36 +568,60 @@ fn the_access_log_names_the_envoy_listener_on_every_chain() {
 }
 
 #[test]
+fn each_chain_s_bundle_names_its_listener_and_an_ecds_one_none() {
+    let d = tmp("served-listener");
+    let gateway = two_ports_three_listeners(&d);
+    let render = |extra: &[&str]| {
+        let out_path = d.join("envoy.json");
+        let out = envoy_with_cert(&gateway, &out_path, extra);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+        let mut served = Vec::new();
+        for l in cfg["static_resources"]["listeners"].as_array().unwrap() {
+            for chain in l["filter_chains"].as_array().unwrap() {
+                let filters = &chain["filters"][0]["typed_config"]["http_filters"];
+                let wasm =
+                    &filters.as_array().unwrap().iter().find(|f| {
+                        f["name"] == "envoy.filters.http.wasm" || f["name"] == "mcp_access"
+                    });
+                let config = &wasm.unwrap()["typed_config"]["config"]["configuration"]["value"];
+                served.push(config.as_str().map(|b| {
+                    let b: serde_json::Value = serde_json::from_str(b).unwrap();
+                    b["envoy"]["listener"].clone()
+                }));
+            }
+        }
+        served
+    };
+    let json = |v: serde_json::Value| Some(v);
+    assert_eq!(
+        render(&[]),
+        [
+            json(serde_json::json!({"port": 80, "tls": false})),
+            json(serde_json::json!({"port": 443, "tls": true}))
+        ]
+    );
+    // One ECDS resource serves every listener: no bundle inline, none names a listener.
+    let ecds = d.join("ecds");
+    std::fs::create_dir_all(&ecds).unwrap();
+    assert_eq!(render(&["--ecds", ecds.to_str().unwrap()]), [None, None]);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ecds.join("mcp_access.ecds.json")).unwrap())
+            .unwrap();
+    let bundle = doc["resources"][0]["typed_config"]["config"]["configuration"]["value"]
+        .as_str()
+        .unwrap();
+    let bundle: serde_json::Value = serde_json::from_str(bundle).unwrap();
+    assert!(bundle["envoy"].get("listener").is_none(), "{bundle:#}");
+}
+
+#[test]
 fn jwt_required_takes_allow_missing_off_that_listener_only() {
     let d = tmp("jwt-required");
-    let gateway = d.join("gateway.yaml");
-    // Two HTTP listeners sharing port 80 (one filter chain), one HTTPS listener of its own.
-    std::fs::write(
-        &gateway,
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: mcp}\n\
-         spec:\n  gatewayClassName: mcp-access\n  listeners:\n\
-         \x20 - {name: a, protocol: HTTP, port: 80, hostname: a.example}\n\
-         \x20 - {name: b, protocol: HTTP, port: 80, hostname: b.example}\n\
-         \x20 - {name: s, protocol: HTTPS, port: 443, tls: {mode: Terminate, certificateRefs: [{name: cert}]}}\n",
-    )
-    .unwrap();
+    let gateway = two_ports_three_listeners(&d);
     let out_path = d.join("envoy.json");
-    let render = |extra: &[&str]| {
-        let mut args = vec![
-            "envoy",
-            "-f",
-            gateway.to_str().unwrap(),
-            "--wasm-path",
-            "/filter.wasm",
-            "--files-where-envoy-runs",
-            "--tls-cert",
-            "cert=/tls/cert.pem,/tls/key.pem",
-            "-o",
-            out_path.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        run(&args)
-    };
+    let render = |extra: &[&str]| envoy_with_cert(&gateway, &out_path, extra);
     let idp = "idp=issuer=https://idp.example.com,jwks=/jwks.json";
     let out = render(&["--jwt-provider", idp, "--jwt-required", "mcp/gw/s"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -46,14 +46,18 @@ impl HeadersInput {
             .authorizers
             .iter()
             .any(|a| a.protocol == AuthorizerProtocol::Grpc);
+        // The listener this copy of the bundle serves, when the renderer wrote it: its port is
+        // every request's, and without TLS no request has a peer certificate.
+        let served = engine.settings.served_listener;
+        let tls = served.is_none_or(|l| l.tls);
         // gRPC authorizers are told `destination.address` (`ip:port`): its port spares a read
         // (`destination.port` only when the address has none).
         let destination = grpc
             .then(|| text(facts, Fact::DestinationAddress))
             .flatten();
-        let port = destination
-            .as_deref()
-            .and_then(address_port)
+        let port = served
+            .map(|l| l.port)
+            .or_else(|| destination.as_deref().and_then(address_port))
             .or_else(|| {
                 facts
                     .read(Fact::DestinationPort)
@@ -80,14 +84,19 @@ impl HeadersInput {
             (true, Some(t)) => Some(t),
             (true, None) => facts.clock_ns().or_else(request_time),
         };
-        let mut caller =
-            identity::caller(&engine.settings.identity, engine.wanted(), &headers, facts);
+        let mut caller = identity::caller(
+            &engine.settings.identity,
+            engine.wanted(),
+            &headers,
+            facts,
+            tls,
+        );
         if engine.challenges() && caller.anonymous() {
             caller.credential =
-                identity::other_credential(&engine.settings.identity, &headers, facts);
+                identity::other_credential(&engine.settings.identity, &headers, facts, tls);
         }
         HeadersInput {
-            peers: grpc.then(|| peers(engine, &headers, facts, grpc_time, destination)),
+            peers: grpc.then(|| peers(engine, &headers, facts, tls, grpc_time, destination)),
             caller,
             headers,
             end_of_stream,
@@ -105,11 +114,13 @@ fn peers(
     engine: &Engine,
     headers: &Headers,
     facts: &dyn HostFacts,
+    tls: bool,
     time_ns: Option<i64>,
     destination_address: Option<String>,
 ) -> Peers {
-    // Certificates exist only on a TLS connection: one read spares six on plaintext.
-    let tls = text(facts, Fact::TlsVersion).is_some();
+    // Certificates exist only on a TLS connection: one read spares six on plaintext (none on
+    // a listener known to have no TLS).
+    let tls = tls && text(facts, Fact::TlsVersion).is_some();
     let principal = |uri, dns, subject| {
         if !tls {
             return None;
@@ -320,6 +331,50 @@ mod tests {
                 .filter(|r| **r == Fact::RequestTime)
                 .count(),
             1
+        );
+    }
+
+    #[test]
+    fn a_served_listener_spares_the_port_and_on_plain_http_the_certificate() {
+        let facts = || {
+            FakeFacts::default()
+                .with(Fact::DestinationPort, 9999i64.to_le_bytes())
+                .with(Fact::PeerUriSan, "spiffe://example.org/a")
+                .with(Fact::Mtls, [1u8])
+                .with(Fact::TlsVersion, "TLSv1.3")
+        };
+        let grpc = serde_json::json!([{"name": "a", "cluster": "c", "protocol": "GRPC"}]);
+        for tls in [false, true] {
+            let served = serde_json::json!({"listener": {"port": 8443, "tls": tls}});
+            let e = engine(serde_json::json!({"envoy": served, "authorizers": grpc}));
+            let f = facts();
+            let input = HeadersInput::gather(&e, Headers::new(), true, &f);
+            assert_eq!(input.port, 8443);
+            let reads = f.reads();
+            assert!(!reads.contains(&Fact::DestinationPort));
+            for fact in [Fact::PeerUriSan, Fact::TlsVersion] {
+                assert_eq!(reads.contains(&fact), tls, "{fact:?} tls {tls}");
+            }
+        }
+        // Absent: the port is Envoy's, the certificate read.
+        let e = engine(serde_json::json!({}));
+        let f = facts();
+        assert_eq!(
+            HeadersInput::gather(&e, Headers::new(), true, &f).port,
+            9999
+        );
+        assert!(f.reads().contains(&Fact::PeerUriSan));
+        // A port no listener has is refused at load, naming the field.
+        let b = serde_json::json!({"apiVersion": "mcp-access.io/v1",
+            "gateways": [{"name": "gw", "listeners": [{"name": "https", "port": 8443}]}],
+            "envoy": {"listener": {"port": 8080, "tls": false}}});
+        let err = Engine::from_json(b.to_string().as_bytes())
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("envoy.listener.port")),
+            "{err:?}"
         );
     }
 

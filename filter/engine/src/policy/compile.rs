@@ -81,6 +81,7 @@ impl Engine {
                 route_match_headers: b.envoy.route_match_headers.clone(),
                 unknown_backend: b.envoy.unknown_backend,
                 escaped_slashes: b.envoy.escaped_slashes,
+                served_listener: b.envoy.listener,
                 decision_records: b.decision_records,
                 rate_limit_service: b.rate_limit_service.clone(),
             },

@@ -230,6 +230,8 @@ pub struct Settings {
     pub(crate) escaped_slashes: EscapedSlashes,
     /// Request headers some route matches on: never edited (`envoy.routeMatchHeaders`).
     pub(crate) route_match_headers: Vec<String>,
+    /// The one listener this copy of the bundle serves (`envoy.listener`), if the renderer knew.
+    pub(crate) served_listener: Option<bundle::ServedListener>,
     /// What decision records carry.
     pub decision_records: bundle::DecisionRecords,
     /// The RateLimitService `Global` limits ask (validation requires it when one is Global).

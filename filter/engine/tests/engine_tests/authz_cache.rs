@@ -529,3 +529,43 @@ fn a_bundle_whose_cache_would_omit_what_the_authorizer_is_sent_is_refused() {
         assert!(err.contains(path) && err.contains(says), "{cache}: {err}");
     }
 }
+
+/// `callers` distinct callers, each asking once: the store never holds more than `maxEntries`
+/// records (docs/semantics.md §3.10), whatever the number of callers. Returns (slots, bytes).
+fn fill_with_distinct_callers(callers: u32) -> (usize, usize) {
+    let e = cached_engine("HTTP", http_cache(json!({"maxEntries": 256})), json!({}));
+    let store = Rc::new(FakeAnswers::default());
+    for i in 0..callers {
+        let caller = format!("spiffe://example.org/ns/agents/sa/caller-{i}");
+        let c = Call {
+            caller: &caller,
+            ..Call::tool("echo")
+        };
+        assert_eq!(
+            run(&e, &store, &c, &ok_with(&[])).0,
+            1,
+            "a new caller is asked"
+        );
+    }
+    let slots = store.slots.borrow();
+    assert!(slots.len() <= 256, "{} slots", slots.len());
+    let bytes: usize = slots.iter().map(|(k, v)| k.len() + v.len()).sum();
+    assert!(slots.values().all(|v| v.len() <= 8192));
+    (slots.len(), bytes)
+}
+
+#[test]
+fn distinct_callers_never_take_more_than_max_entries_slots() {
+    let (slots, bytes) = fill_with_distinct_callers(5_000);
+    assert_eq!(slots, 256, "5,000 callers fill every slot");
+    assert!(bytes <= 256 * 8192);
+}
+
+/// The scale goal: a million distinct callers, the same bound (run in release:
+/// `cargo test --release -p mcp-access-engine --test engine_tests -- --ignored million`).
+#[test]
+#[ignore = "a million requests: about a minute in release"]
+fn a_million_distinct_callers_stay_within_max_entries() {
+    let (slots, bytes) = fill_with_distinct_callers(1_000_000);
+    println!("1,000,000 distinct callers: {slots} slots, {bytes} bytes kept");
+}
