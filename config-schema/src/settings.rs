@@ -176,3 +176,74 @@ pub(crate) fn default_max_depth() -> u32 {
 pub(crate) fn default_true() -> bool {
     true
 }
+
+/// What each decision record carries besides the decision: the request's canonical
+/// attributes, so that `mcp-access replay` can decide it again (docs/semantics.md §3.9).
+/// Never credentials: no `Authorization`, `Cookie` or `Proxy-Authorization` header, no token.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DecisionRecords {
+    /// Also record a tool call's `params.arguments` (default false: arguments may hold
+    /// anything the agent sends).
+    #[serde(default)]
+    pub arguments: bool,
+    /// Also set the decision's trace tags (filter state `mcp_access.security_rule.ruleset.name`,
+    /// `.security_rule.name`, `.event.action`, `.event.outcome`) for Envoy's tracer to read
+    /// (default false: four more filter-state objects per request, ~21,000 instructions in
+    /// Envoy; `mcp-access envoy --tracing` turns it on).
+    #[serde(default)]
+    pub trace_tags: bool,
+    /// Also set each record as a `google.protobuf.Struct` (filter state `mcp_access.record`)
+    /// for access loggers to read field by field, e.g.
+    /// `%CEL(filter_state['wasm.mcp_access.record'].policy)%` (default false: one more
+    /// filter-state object per request; `mcp-access envoy --otlp` turns it on; docs/audit.md).
+    #[serde(default)]
+    pub structured: bool,
+    /// Receipts: each record chained to the one before, the chain checkpointed (docs/audit.md).
+    #[serde(default)]
+    pub receipts: Receipts,
+}
+
+/// Receipts (docs/audit.md): every record carries `chain`, `seq` and `prev`; every
+/// `checkpointRecords` records and `checkpointSeconds` seconds (and when the configuration
+/// changes or the VM stops) the filter logs a checkpoint, signed when the VM has a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Receipts {
+    /// Chain the records (default true).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// A checkpoint after this many records (default 1000).
+    #[serde(default = "default_checkpoint_records")]
+    pub checkpoint_records: u32,
+    /// A checkpoint this many seconds after the last, when records came since (default 10;
+    /// 0: none by time).
+    #[serde(default = "default_checkpoint_seconds")]
+    pub checkpoint_seconds: u32,
+}
+
+impl Default for Receipts {
+    fn default() -> Receipts {
+        Receipts {
+            enabled: true,
+            checkpoint_records: default_checkpoint_records(),
+            checkpoint_seconds: default_checkpoint_seconds(),
+        }
+    }
+}
+
+fn default_checkpoint_records() -> u32 {
+    1000
+}
+
+fn default_checkpoint_seconds() -> u32 {
+    10
+}
+
+impl DecisionRecords {
+    pub(crate) fn is_default(&self) -> bool {
+        *self == DecisionRecords::default()
+    }
+}
