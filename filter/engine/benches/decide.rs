@@ -15,6 +15,7 @@ use criterion::Criterion;
 use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::receipts::structured::record_struct;
 use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 
@@ -304,6 +305,12 @@ const OPS: &[(&str, Op)] = &[
             flow.on_body(&f.s2, body.len(), true, |_| Some(body.to_vec()))
                 .next,
         );
+    }),
+    // request/s2_allowed with the record also as a Struct (decisionRecords.structured,
+    // `envoy --otlp`): the difference is what per-field OTLP attributes cost the filter.
+    ("request/s2_allowed_structured", |f| {
+        let (allowed, record) = request(&f.s2, black_box(&f.small_allow));
+        black_box((allowed, record_struct(&record).unwrap().len()));
     }),
     ("request/s2_denied", |f| {
         black_box(request(&f.s2, black_box(&f.small_deny)));
