@@ -213,6 +213,12 @@ pub struct DecisionRecords {
     /// Envoy; `mcp-access envoy --tracing` turns it on).
     #[serde(default)]
     pub trace_tags: bool,
+    /// Also set each record as a `google.protobuf.Struct` (filter state `mcp_access.record`)
+    /// for access loggers to read field by field, e.g.
+    /// `%CEL(filter_state['wasm.mcp_access.record'].policy)%` (default false: one more
+    /// filter-state object per request; `mcp-access envoy --otlp` turns it on; docs/audit.md).
+    #[serde(default)]
+    pub structured: bool,
     /// Receipts: each record chained to the one before, the chain checkpointed (docs/audit.md).
     #[serde(default)]
     pub receipts: Receipts,

@@ -281,7 +281,7 @@ impl Stream {
             Some(r) => r.seal(|link| outcome.to_json_linked(&self.engine, link)),
             None => outcome.to_json(&self.engine),
         };
-        abi::set_property(&[FILTER_STATE_KEY], json.as_bytes());
+        receipts::publish(&self.engine, &json);
         if self.engine.settings.decision_records.trace_tags {
             for (key, value) in TRACE_TAG_KEYS.iter().zip(outcome.trace_tags(&self.engine)) {
                 abi::set_property(&[key], value.as_bytes());

@@ -241,9 +241,37 @@ def test_records_reach_an_otlp_collector(cli: Path, wasm_path: Path, work_dir: P
     bodies = [r.body.string_value for r in receiver.records]
     # The body is the record exactly as the access log holds it (the bytes the receipts hash).
     assert bodies == [e["filter_state"] for e in entries]
-    attrs = {kv.key: kv.value.string_value for kv in receiver.records[1].attributes}
-    assert attrs["mcp_access.listener"] == entries[1]["listener"] and attrs["http.response.status_code"] == "403", attrs
-    assert json.loads(attrs["mcp_access.decision"])["decision"] == "deny"
+    # Each field of each record is an attribute of its own (the record's objects split one level:
+    # `mcp_access.request.host`), read by Envoy's CEL formatter from the record as a Struct.
+    # Envoy's OTLP formatter writes every attribute as a string: numbers in their JSON text,
+    # arrays and deeper objects as JSON, `-` for a field the record leaves null or out.
+    for shipped_record, entry in zip(receiver.records, entries):
+        record = json.loads(entry["filter_state"])
+        kinds = {kv.value.WhichOneof("value") for kv in shipped_record.attributes}
+        assert kinds == {"string_value"}, kinds
+        attrs = {kv.key: kv.value.string_value for kv in shipped_record.attributes}
+        assert len(attrs) == len(shipped_record.attributes), "a key repeats"
+        assert attrs["mcp_access.envoy_listener"] == entry["listener"], attrs
+        fields = {k.removeprefix("mcp_access."): v for k, v in attrs.items()
+                  if k.startswith("mcp_access.") and k != "mcp_access.envoy_listener"}
+        assert {"decision", "policy", "chain", "seq", "prev", "request.host", "request.headers"} <= fields.keys()
+        for name, text in fields.items():
+            top, _, inner = name.partition(".")
+            value = record.get(top)
+            if inner:
+                value = value.get(inner) if isinstance(value, dict) else None
+            if value is None:
+                assert text == "-", (name, text, record)
+            elif isinstance(value, bool):
+                assert text == str(value).lower(), (name, text)
+            elif isinstance(value, str):
+                assert text == value, (name, text)
+            else:
+                assert json.loads(text) == value, (name, text, value)
+        assert fields["decision"] == record["decision"] and fields["seq"] == str(record["seq"])
+    denied = {kv.key: kv.value.string_value for kv in receiver.records[1].attributes}
+    assert denied["mcp_access.decision"] == "deny" and denied["http.response.status_code"] == "403", denied
+    assert denied["mcp_access.request.port"] == str(json.loads(bodies[1])["request"]["port"]), denied
     shipped = base / "otlp.jsonl"
     shipped.write_text("".join(json.dumps({"filter_state": b}) + "\n" for b in bodies))
     r = verify(cli, str(shipped), "--unsigned")

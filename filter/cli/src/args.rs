@@ -425,7 +425,8 @@ pub(crate) struct EnvoyArgs {
     #[arg(long, value_name = "zipkin=HOST:PORT")]
     pub(crate) tracing: Option<String>,
     /// Also send every decision record to an OpenTelemetry collector over OTLP/gRPC (Envoy's
-    /// `envoy.access_loggers.open_telemetry`): the record is the log body (docs/audit.md).
+    /// `envoy.access_loggers.open_telemetry`): the record is the log body, each of its fields an
+    /// attribute `mcp_access.<field>` (sets the bundle's decisionRecords.structured; docs/audit.md).
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) otlp: Option<String>,
     /// Require a bearer token on this listener (repeatable; LISTENER, GATEWAY/LISTENER or

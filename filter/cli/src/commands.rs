@@ -327,6 +327,8 @@ pub(crate) fn envoy(
     let mut c = c;
     // Traces read the decision from filter state the filter sets only when told to.
     c.bundle.decision_records.trace_tags |= eo.tracing.is_some();
+    // OTLP attributes read the record field by field from its Struct (docs/audit.md).
+    c.bundle.decision_records.structured |= eo.otlp.is_some();
     let mut notes = Notes::default();
     let config = envoy::render(&c.topology, &c.bundle, &eo, &mut notes)?;
     if let Some(dir) = &ecds {

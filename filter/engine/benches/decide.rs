@@ -17,6 +17,7 @@ use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::ratelimit::store::{prepare, MemoryCounterStore};
+use mcp_access_engine::receipts::structured::record_struct;
 use mcp_access_engine::request::Caller;
 use serde_json::{json, Value};
 
@@ -348,6 +349,12 @@ const OPS: &[(&str, Op)] = &[
     // shared data would hold it).
     ("request/s2_allowed_limited", |f| {
         black_box(f.limited(black_box(&f.small_allow)));
+    }),
+    // request/s2_allowed with the record also as a Struct (decisionRecords.structured,
+    // `envoy --otlp`): the difference is what per-field OTLP attributes cost the filter.
+    ("request/s2_allowed_structured", |f| {
+        let (allowed, record) = request(&f.s2, black_box(&f.small_allow));
+        black_box((allowed, record_struct(&record).unwrap().len()));
     }),
     ("request/s2_denied", |f| {
         black_box(request(&f.s2, black_box(&f.small_deny)));

@@ -7,10 +7,10 @@ use proxy_wasm::types::LogLevel;
 
 use mcp_access_engine::policy::Engine;
 use mcp_access_engine::receipts::{
-    self, hex, Chain, ChainStore, Link, Signer, Unsealed, CHECKPOINT_PREFIX, KEY_ENV,
+    self, hex, structured, Chain, ChainStore, Link, Signer, Unsealed, CHECKPOINT_PREFIX, KEY_ENV,
 };
 
-use super::abi;
+use super::{abi, FILTER_STATE_KEY};
 
 /// The chain of one configuration in this VM, and how it is checkpointed.
 pub(super) struct Receipts {
@@ -22,13 +22,17 @@ pub(super) struct Receipts {
 
 impl Receipts {
     /// The chain of `engine`, loaded from the configuration `config` (a new random id), or
-    /// None when its bundle turns receipts off; an error when the VM has no randomness, or no
-    /// key and the bundle requires one.
+    /// None when its bundle turns receipts off; an error when the VM has no randomness, no
+    /// key and the bundle requires one, or when the bundle wants structured records and the
+    /// host cannot declare their Struct.
     pub(super) fn new(
         config: &[u8],
         engine: &Engine,
         signer: Option<Rc<Signer>>,
     ) -> Result<Option<Receipts>, String> {
+        if engine.settings.decision_records.structured {
+            declare_record_struct()?;
+        }
         let settings = &engine.settings.decision_records.receipts;
         if !settings.enabled {
             return Ok(None);
@@ -129,5 +133,69 @@ pub(super) fn signer_from_env() -> Result<Option<Rc<Signer>>, String> {
         Err(std::env::VarError::NotUnicode(_)) => Err(format!(
             "{KEY_ENV} is not UTF-8: set it to a key of `mcp-access audit keygen`"
         )),
+    }
+}
+
+/// Filter state key of the record as a `google.protobuf.Struct`, where the bundle's
+/// `decisionRecords.structured` asks for it (`%CEL(filter_state['wasm.mcp_access.record'].policy)%`).
+pub(super) const RECORD_STRUCT_KEY: &str = "mcp_access.record";
+
+/// Declares [`RECORD_STRUCT_KEY`] a `google.protobuf.Struct` for this configuration's streams
+/// (Envoy's foreign function `declare_property`, on the root context: once per plugin
+/// configuration). An error when the host refuses it (not Envoy, or an Envoy without it).
+pub(super) fn declare_record_struct() -> Result<(), String> {
+    extern "C" {
+        fn proxy_call_foreign_function(
+            name: *const u8,
+            name_size: usize,
+            args: *const u8,
+            args_size: usize,
+            results: *mut *mut u8,
+            results_size: *mut usize,
+        ) -> u32;
+    }
+    const OK: u32 = 0;
+    const BAD_ARGUMENT: u32 = 2;
+    let args = structured::declare_property(RECORD_STRUCT_KEY);
+    let name = "declare_property";
+    let (mut data, mut size) = (std::ptr::null_mut(), 0usize);
+    let status = unsafe {
+        proxy_call_foreign_function(
+            name.as_ptr(),
+            name.len(),
+            args.as_ptr(),
+            args.len(),
+            &mut data,
+            &mut size,
+        )
+    };
+    if !data.is_null() {
+        // Host memory from this module's allocator (declare_property returns nothing).
+        drop(unsafe { Vec::from_raw_parts(data, size, size) });
+    }
+    match status {
+        OK => Ok(()),
+        // This root context declared it already: Envoy keeps the first declaration.
+        BAD_ARGUMENT => Ok(()),
+        s => Err(format!(
+            "decisionRecords.structured: the host refused to declare filter state {RECORD_STRUCT_KEY} (declare_property status {s}); Envoy provides it: run the filter in Envoy or set structured to false"
+        )),
+    }
+}
+
+/// Sets the stream's record: filter state [`FILTER_STATE_KEY`], and [`RECORD_STRUCT_KEY`] as
+/// a Struct where the bundle asks for it (an error log when the record is not one: never a
+/// record the filter wrote).
+pub(super) fn publish(engine: &Engine, record: &str) {
+    abi::set_property(&[FILTER_STATE_KEY], record.as_bytes());
+    if !engine.settings.decision_records.structured {
+        return;
+    }
+    match structured::record_struct(record) {
+        Ok(bytes) => abi::set_property(&[RECORD_STRUCT_KEY], &bytes),
+        Err(e) => abi::log(
+            LogLevel::Error,
+            &format!("mcp-access: the decision record as a Struct: {e}"),
+        ),
     }
 }

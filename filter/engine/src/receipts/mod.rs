@@ -7,6 +7,7 @@
 
 pub mod chain;
 pub mod checkpoint;
+pub mod structured;
 
 use crate::canonical_json::{canonicalize, Digest};
 
