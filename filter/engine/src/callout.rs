@@ -280,24 +280,29 @@ pub(crate) fn error_detail(authorizer: &Authorizer, what: &str, text: &[u8]) -> 
 }
 
 /// Envoy's answer (body or gRPC message) when it ends a call at the timeout.
-const ENVOY_TIMEOUT: &str = "upstream request timeout";
+pub(crate) const ENVOY_TIMEOUT: &str = "upstream request timeout";
 
-/// An error answer that came when the authorizer's timeout had run out is Envoy ending the call,
-/// not the authorizer answering (Envoy 1.40 ends a timed-out HTTP call with its own 504 and a
-/// gRPC call with UNAVAILABLE): the detail says so, with what Envoy answered. Envoy arms its timer
+/// Whether an error answer that came `latency_ms` after a call of timeout `timeout_ms` is Envoy
+/// ending the call, not the callee answering (Envoy 1.40 ends a timed-out HTTP call with its
+/// own 504 and a gRPC call with UNAVAILABLE, in [`ENVOY_TIMEOUT`]'s words). Envoy arms its timer
 /// from the event loop's cached time, so it can fire before the filter's clock shows the whole
 /// timeout, by as long as the loop ran before the call was sent (long on a loaded machine): an
 /// answer in Envoy's timeout words counts from three quarters of the timeout, any other error
 /// answer only within a few milliseconds of it.
-pub(crate) fn timed_out(authorizer: &Authorizer, latency_ms: u64, outcome: &mut AuthzOutcome) {
+pub(crate) fn ended_at_timeout(timeout_ms: u64, latency_ms: u64, in_envoy_words: bool) -> bool {
     const TIMER_SLACK_MS: u64 = 5;
+    latency_ms.saturating_add(TIMER_SLACK_MS) >= timeout_ms
+        || (in_envoy_words && latency_ms.saturating_mul(4) >= timeout_ms.saturating_mul(3))
+}
+
+/// An authorizer's error answer that [`ended_at_timeout`]: the detail says so, with what Envoy
+/// answered.
+pub(crate) fn timed_out(authorizer: &Authorizer, latency_ms: u64, outcome: &mut AuthzOutcome) {
     if let AuthzOutcome::Error { detail } = outcome {
         let timeout = u64::from(authorizer.timeout_ms);
         let envoy_words = format!(" ({ENVOY_TIMEOUT})");
         let in_envoy_words = detail.ends_with(&envoy_words);
-        let late = latency_ms.saturating_add(TIMER_SLACK_MS) >= timeout
-            || (in_envoy_words && latency_ms.saturating_mul(4) >= timeout.saturating_mul(3));
-        if late {
+        if ended_at_timeout(timeout, latency_ms, in_envoy_words) {
             let answered = detail
                 .strip_prefix("authorizer answered ")
                 .map(|what| what.strip_suffix(&envoy_words).unwrap_or(what))

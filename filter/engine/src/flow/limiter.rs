@@ -137,8 +137,12 @@ impl RequestFlow {
         let timeout = engine.settings.rate_limit_service.as_ref();
         let timeout = timeout.map_or(0, |s| u64::from(s.timeout_ms));
         if let Verdict::Failed(why) = &mut verdict {
-            // Envoy ends a call at its timeout (its timer may run a few ms early).
-            if now_ns.saturating_sub(at) / 1_000_000 + 5 >= timeout {
+            // Envoy ended the call at its timeout: judged as for authorizers.
+            let latency = now_ns.saturating_sub(at) / 1_000_000;
+            let words = why
+                .trim_end_matches(')')
+                .ends_with(crate::callout::ENVOY_TIMEOUT);
+            if crate::callout::ended_at_timeout(timeout, latency, words) {
                 *why = format!("timed out: no answer within {timeout} ms ({why})");
             }
         }

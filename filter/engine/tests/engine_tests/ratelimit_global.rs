@@ -348,4 +348,37 @@ fn only_the_awaited_answer_counts_and_a_late_one_changes_nothing() {
     assert!(failed
         .unwrap()
         .starts_with("timed out: no answer within 200 ms"));
+    // Envoy's timer can fire early on a loaded machine (armed from the loop's cached time): its
+    // own UNAVAILABLE "upstream request timeout" counts from three quarters of the timeout, as
+    // for authorizers; the same words at half of it, or another error, are not a timeout.
+    let ended = |text: &str| {
+        let mut trailers = Headers::new();
+        trailers.push("grpc-status", "14");
+        trailers.push("grpc-message", text);
+        let mut headers = Headers::new();
+        headers.push("content-type", "application/grpc");
+        Reply::Raw {
+            status: Some(200),
+            headers,
+            body: Vec::new(),
+            trailers,
+        }
+    };
+    for (text, ms, timed_out) in [
+        ("upstream request timeout", 150, true),
+        ("upstream request timeout", 100, false),
+        ("no healthy upstream", 150, false),
+    ] {
+        let (mut flow, _) = begin(&e, &store(), "echo");
+        flow.limiter_dispatched(&e, Ok(1), 0);
+        deliver(&mut flow, &e, 1, ended(text), ms * 1_000_000);
+        let failed = flow
+            .outcome()
+            .unwrap()
+            .limits
+            .limiter_failed
+            .clone()
+            .unwrap();
+        assert_eq!(failed.starts_with("timed out"), timed_out, "{failed}");
+    }
 }
