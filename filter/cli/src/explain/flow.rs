@@ -5,9 +5,13 @@ use std::rc::Rc;
 
 use mcp_access_bundle::{AuthorizerProtocol, Bundle, Level, SpiffeSource};
 use mcp_access_engine::answer::LocalResponse;
+use mcp_access_engine::callout::CalloutRequest;
 use mcp_access_engine::facts::{Fact, HostFacts};
-use mcp_access_engine::flow::{drive, HeadersInput, Next, Outcome, Reply, RequestFlow};
+use mcp_access_engine::flow::{
+    drive_with_limiter, HeadersInput, Next, Outcome, Reply, RequestFlow,
+};
 use mcp_access_engine::policy::{Engine, HeaderEdit, HeaderOp, Mode, TraceEvent};
+use mcp_access_engine::ratelimit::global;
 use mcp_access_engine::ratelimit::store::CounterStore;
 
 use super::assume::assumption;
@@ -111,30 +115,45 @@ pub(super) fn run_flow(
             .next;
     }
     let mut calls = Vec::new();
-    let last = drive(&mut flow, engine, next, |call| {
-        let policy = call.policy_id(engine).to_string();
-        let authorizer = call.authorizer(engine);
-        let (name, cluster) = authorizer.map_or(("", ""), |a| (&a.name, &a.cluster));
-        let found = assumption(bundle, &spec.assume, &policy, name);
-        // Shown by the name of the policy the user wrote.
-        let policy = engine.written_name(&policy).to_string();
-        let assumed = found.cloned().unwrap_or(Assumption::Allow);
-        calls.push(CallView {
-            level: call.level.as_str().to_string(),
-            policy,
-            authorizer: name.to_string(),
-            cluster: cluster.to_string(),
-            assumed: assumed.as_text(),
-            given: found.is_some(),
-            dry_run: engine
-                .policies
-                .get(call.policy)
-                .is_some_and(|p| p.mode == mcp_access_bundle::PolicyMode::DryRun),
-            cache: authorizer.and_then(|a| a.cache.clone()),
-        });
-        let grpc = authorizer.is_some_and(|a| a.protocol == AuthorizerProtocol::Grpc);
-        Reply::verdict(assumed.status(), grpc)
-    });
+    // The RateLimitService answers as `--assume` says: OVER_LIMIT for the limits assumed over.
+    let over = |limit: &str| spec.limits.get(limit) == Some(&super::LimitAssumption::Over);
+    let limiter = |call: &CalloutRequest| match global::assumed_answer(&call.body, over) {
+        Some(message) => Reply::Grpc {
+            status: Some(0),
+            message,
+        },
+        None => Reply::NotDispatched,
+    };
+    let last = drive_with_limiter(
+        &mut flow,
+        engine,
+        next,
+        |call| {
+            let policy = call.policy_id(engine).to_string();
+            let authorizer = call.authorizer(engine);
+            let (name, cluster) = authorizer.map_or(("", ""), |a| (&a.name, &a.cluster));
+            let found = assumption(bundle, &spec.assume, &policy, name);
+            // Shown by the name of the policy the user wrote.
+            let policy = engine.written_name(&policy).to_string();
+            let assumed = found.cloned().unwrap_or(Assumption::Allow);
+            calls.push(CallView {
+                level: call.level.as_str().to_string(),
+                policy,
+                authorizer: name.to_string(),
+                cluster: cluster.to_string(),
+                assumed: assumed.as_text(),
+                given: found.is_some(),
+                dry_run: engine
+                    .policies
+                    .get(call.policy)
+                    .is_some_and(|p| p.mode == mcp_access_bundle::PolicyMode::DryRun),
+                cache: authorizer.and_then(|a| a.cache.clone()),
+            });
+            let grpc = authorizer.is_some_and(|a| a.protocol == AuthorizerProtocol::Grpc);
+            Reply::verdict(assumed.status(), grpc)
+        },
+        limiter,
+    );
     let last = match last {
         // The identity headers the upstream gets (the removals of the client's copies aside).
         Next::Allow {

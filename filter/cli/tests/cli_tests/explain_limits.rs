@@ -345,3 +345,29 @@ fn replay_keeps_a_rate_limit_refusal_while_the_limit_exists() {
     );
     assert_eq!((out.replayed, out.flips.len()), (1, 1), "{out:?}");
 }
+
+#[test]
+fn a_global_limit_is_answered_as_assumed() {
+    let mut v = serde_json::to_value(bundle()).unwrap();
+    v["rateLimits"][0]["mode"] = "Global".into();
+    v["rateLimitService"] = json!({"cluster": "ratelimit", "timeoutMs": 100});
+    let b: Bundle = mcp_access_bundle::parse_bundle(v.to_string().as_bytes())
+        .unwrap()
+        .into_inner();
+    let global = "default/quotas/per-caller";
+    // The limiter is assumed to have room: allowed, nothing failed.
+    let e = explain(&b, None, &call("echo", &[])).unwrap();
+    assert_eq!(e.decision, Verdict::Allow, "{}", to_text(&e));
+    // Assumed over: the limiter's OVER_LIMIT, the 429 naming the Global limit.
+    let e = explain(&b, None, &call("echo", &[(global, LimitAssumption::Over)])).unwrap();
+    assert_eq!(e.decision, Verdict::Deny, "{}", to_text(&e));
+    assert_eq!(e.reason.to_string(), "rate_limited");
+    assert_eq!(e.status, Some(429));
+    let body: Value = serde_json::from_str(&e.response.unwrap().body).unwrap();
+    assert_eq!(body["error"]["data"]["limit"], global);
+    // The Local limit assumed over instead: refused before the limiter is asked.
+    let local = "default/quotas/per-subject";
+    let e = explain(&b, None, &call("echo", &[(local, LimitAssumption::Over)])).unwrap();
+    let body: Value = serde_json::from_str(&e.response.unwrap().body).unwrap();
+    assert_eq!(body["error"]["data"]["limit"], local);
+}

@@ -153,6 +153,37 @@ pub enum Verdict {
     Failed(String),
 }
 
+/// The answer a RateLimitService would give to the framed request `call_body` if the limits
+/// `over` says are over had no room and the others had: OVER_LIMIT for those descriptors (by
+/// their `mcp_access.limit` entry), OK for the rest (the message, unframed). None: not a
+/// request of this filter's. What `explain --assume` answers the call with.
+pub fn assumed_answer(call_body: &[u8], over: impl Fn(&str) -> bool) -> Option<Vec<u8>> {
+    let message = call_body.get(5..)?;
+    let req = <pb::RateLimitRequest as prost::Message>::decode(message).ok()?;
+    let statuses: Vec<pb::DescriptorStatus> = req
+        .descriptors
+        .iter()
+        .map(|d| {
+            let limit = d.entries.iter().find(|e| e.key == ENTRY_LIMIT);
+            let is_over = limit.is_some_and(|e| over(&e.value));
+            pb::DescriptorStatus {
+                code: if is_over { pb::OVER_LIMIT } else { pb::OK },
+                ..pb::DescriptorStatus::default()
+            }
+        })
+        .collect();
+    let overall_code = if statuses.iter().any(|s| s.code == pb::OVER_LIMIT) {
+        pb::OVER_LIMIT
+    } else {
+        pb::OK
+    };
+    let resp = pb::RateLimitResponse {
+        overall_code,
+        statuses,
+    };
+    Some(prost::Message::encode_to_vec(&resp))
+}
+
 /// What a RateLimitResponse (`bytes`) to a request of `descriptors` descriptors says:
 /// `OVER_LIMIT`, overall or on any descriptor, refuses; OK needs one OK status per
 /// descriptor; anything else, or bytes that do not decode, is a failure.
