@@ -90,13 +90,15 @@ class Collector:
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def tagged(self, want: int, timeout: float = 15.0) -> list[dict[str, str]]:
-        """The tags of the spans that carry a decision, once `want` arrived (Envoy flushes its
-        buffer every few seconds)."""
+    def tagged(self, want: int, method: str, timeout: float = 15.0) -> list[dict[str, str]]:
+        """The tags of the spans that carry a decision of `method`, once `want` arrived (Envoy
+        flushes its buffer every few seconds; the session's other requests have spans too)."""
         deadline = time.monotonic() + timeout
+        of_method = f'"method":"{method}"'
         while True:
             with self.lock:
-                tags = [s.get("tags", {}) for s in self.spans if "event.action" in s.get("tags", {})]
+                tags = [t for t in (s.get("tags", {}) for s in self.spans)
+                        if "event.action" in t and of_method in t.get("mcp_access.decision", "")]
             if len(tags) >= want or time.monotonic() > deadline:
                 return tags
             time.sleep(0.2)
@@ -142,8 +144,7 @@ def test_spans_carry_the_decision(deployment: Any) -> None:
             assert text_of(agent.call_tool("echo", {"text": "slow"})) == "slow"
         finally:
             risk.configure(delay_ms=0)
-    tags = collector.tagged(want=4)
-    calls = [t for t in tags if '"method":"tools/call"' in t.get("mcp_access.decision", "")]
+    calls = collector.tagged(want=4, method="tools/call")
     by_tool = [(json.loads(t["mcp_access.decision"])["name"], t) for t in calls]
     assert [name for name, _ in by_tool] == ["echo", "add", "get_weather", "echo"], calls
     (_, echo), (_, add), (_, weather), (_, slow) = by_tool
