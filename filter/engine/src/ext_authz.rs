@@ -374,7 +374,7 @@ pub(crate) fn interpret_http(
 
 /// The length-prefixed messages of a gRPC body (each: a compression flag byte, a big-endian
 /// u32 length, the message).
-fn messages(mut body: &[u8]) -> Result<Vec<&[u8]>, &'static str> {
+pub(crate) fn messages(mut body: &[u8]) -> Result<Vec<&[u8]>, &'static str> {
     let mut out = Vec::new();
     while !body.is_empty() {
         let Some((&flag, rest)) = body.split_first() else {

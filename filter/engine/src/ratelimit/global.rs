@@ -156,9 +156,12 @@ pub enum Verdict {
 /// The answer a RateLimitService would give to the framed request `call_body` if the limits
 /// `over` says are over had no room and the others had: OVER_LIMIT for those descriptors (by
 /// their `mcp_access.limit` entry), OK for the rest (the message, unframed). None: not a
-/// request of this filter's. What `explain --assume` answers the call with.
+/// request of this filter's (not one gRPC message of a RateLimitRequest). What `explain
+/// --assume` answers the call with.
 pub fn assumed_answer(call_body: &[u8], over: impl Fn(&str) -> bool) -> Option<Vec<u8>> {
-    let message = call_body.get(5..)?;
+    let [message] = crate::ext_authz::messages(call_body).ok()?[..] else {
+        return None;
+    };
     let req = <pb::RateLimitRequest as prost::Message>::decode(message).ok()?;
     let statuses: Vec<pb::DescriptorStatus> = req
         .descriptors
