@@ -247,22 +247,9 @@ pub(crate) fn grpc_callout(
             ("te".into(), "trailers".into()),
             ("grpc-timeout".into(), format!("{timeout_ms}m").into()),
         ],
-        body: frame(&message.encode_to_vec()),
+        body: pb::frame(&message.encode_to_vec()),
         timeout_ms,
     }
-}
-
-/// `message` as a gRPC body carries it: uncompressed, behind its big-endian u32 length.
-pub fn frame(message: &[u8]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(5 + message.len());
-    body.push(0);
-    body.extend_from_slice(
-        &u32::try_from(message.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
-    body.extend_from_slice(message);
-    body
 }
 
 /// How many bytes of a gRPC answer's body the flow reads: one CheckResponse of at most the
@@ -337,7 +324,7 @@ pub(crate) fn unary<'b>(
     if body.len() >= read_limit {
         return Unary::TooLong;
     }
-    match messages(body).as_deref() {
+    match pb::messages(body).as_deref() {
         Ok([one]) => Unary::Message(one),
         Ok(all) => Unary::Malformed(format!(
             "a gRPC answer of {} messages (a unary answer has one)",
@@ -370,34 +357,6 @@ pub(crate) fn interpret_http(
         Unary::Message(one) => interpret(authorizer, Some(0), Some(one)),
         Unary::Malformed(problem) => (crate::callout::malformed(&problem), None, None),
     }
-}
-
-/// The length-prefixed messages of a gRPC body (each: a compression flag byte, a big-endian
-/// u32 length, the message).
-pub(crate) fn messages(mut body: &[u8]) -> Result<Vec<&[u8]>, &'static str> {
-    let mut out = Vec::new();
-    while !body.is_empty() {
-        let Some((&flag, rest)) = body.split_first() else {
-            break;
-        };
-        let Some((len, rest)) = rest.split_at_checked(4) else {
-            return Err("a gRPC message prefix cut short");
-        };
-        let len = u32::from_be_bytes(
-            len.try_into()
-                .map_err(|_| "a gRPC message prefix cut short")?,
-        );
-        if flag != 0 {
-            return Err("a compressed gRPC message (none was asked for)");
-        }
-        let len = usize::try_from(len).map_err(|_| "a gRPC message too long")?;
-        let Some((message, rest)) = rest.split_at_checked(len) else {
-            return Err("a gRPC message cut short");
-        };
-        out.push(message);
-        body = rest;
-    }
-    Ok(out)
 }
 
 /// The `context_extensions` of a serialized CheckRequest (empty if it does not decode).

@@ -9,8 +9,11 @@
 //! Decoding is prost's: malformed bytes are an error, never a panic, and nesting is bounded
 //! by prost's recursion limit (`RECURSION_LIMIT`, 100 nested messages, each map entry
 //! counting: a Struct in filter metadata holds Structs 32 deep), so a hostile message cannot
-//! exhaust the stack. A map (Struct fields,
-//! filter metadata) keeps the last entry of a repeated key, as protobuf's own parsers do.
+//! exhaust the stack. A map (Struct fields, filter metadata) keeps the last entry of a
+//! repeated key, as protobuf's own parsers do.
+//!
+//! [`frame`] and [`messages`] are gRPC's length-prefixed framing of these messages, shared by
+//! the authorizers' and the RateLimitService's calls.
 
 use std::collections::BTreeMap;
 
@@ -309,6 +312,47 @@ impl Struct {
 /// `n` as an integer when it is one that an f64 holds exactly (JSON `3`, not `3.5`).
 fn integral(n: f64) -> Option<i64> {
     (n.fract() == 0.0 && n.abs() < 9.0e15).then_some(n as i64)
+}
+
+/// `message` as a gRPC body carries it: uncompressed, behind its big-endian u32 length.
+pub fn frame(message: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(5 + message.len());
+    body.push(0);
+    body.extend_from_slice(
+        &u32::try_from(message.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    body.extend_from_slice(message);
+    body
+}
+
+/// The length-prefixed messages of a gRPC body (each: a compression flag byte, a big-endian
+/// u32 length, the message).
+pub fn messages(mut body: &[u8]) -> Result<Vec<&[u8]>, &'static str> {
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let Some((&flag, rest)) = body.split_first() else {
+            break;
+        };
+        let Some((len, rest)) = rest.split_at_checked(4) else {
+            return Err("a gRPC message prefix cut short");
+        };
+        let len = u32::from_be_bytes(
+            len.try_into()
+                .map_err(|_| "a gRPC message prefix cut short")?,
+        );
+        if flag != 0 {
+            return Err("a compressed gRPC message (none was asked for)");
+        }
+        let len = usize::try_from(len).map_err(|_| "a gRPC message too long")?;
+        let Some((message, rest)) = rest.split_at_checked(len) else {
+            return Err("a gRPC message cut short");
+        };
+        out.push(message);
+        body = rest;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -87,7 +87,7 @@ impl Reply {
                 status: Some(0),
                 message,
             } => {
-                let body = crate::ext_authz::frame(&message);
+                let body = crate::pb::frame(&message);
                 let headers = Headers::from(vec![("content-type", "application/grpc")]);
                 let trailers = Headers::from(vec![("grpc-status", "0")]);
                 Some((Some(200), headers, body, trailers))

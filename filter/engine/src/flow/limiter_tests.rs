@@ -56,7 +56,7 @@ fn answers_as_they_arrive() {
             ..Default::default()
         }],
     };
-    let framed = ext_authz::frame(&ok.encode_to_vec());
+    let framed = crate::pb::frame(&ok.encode_to_vec());
     assert_eq!(grpc(&framed, "0", 1), Verdict::Ok);
     // The same message twice, garbage without a frame, an empty body.
     let twice = [framed.clone(), framed.clone()].concat();
@@ -64,7 +64,7 @@ fn answers_as_they_arrive() {
     assert!(failed(grpc(b"garbage!", "0", 1)).starts_with("malformed answer"));
     assert!(failed(grpc(b"", "0", 1)).contains("0 messages"));
     // Garbage inside a frame.
-    let garbage = ext_authz::frame(&[0xff; 4]);
+    let garbage = crate::pb::frame(&[0xff; 4]);
     assert!(failed(grpc(&garbage, "0", 1)).starts_with("malformed RateLimitResponse"));
     // A gRPC error (trailers-only or in the trailers), no status at all.
     assert_eq!(failed(grpc(b"", "14", 1)), "gRPC status 14 (UNAVAILABLE): ");

@@ -159,7 +159,7 @@ pub enum Verdict {
 /// request of this filter's (not one gRPC message of a RateLimitRequest). What `explain
 /// --assume` answers the call with.
 pub fn assumed_answer(call_body: &[u8], over: impl Fn(&str) -> bool) -> Option<Vec<u8>> {
-    let [message] = crate::ext_authz::messages(call_body).ok()?[..] else {
+    let [message] = crate::pb::messages(call_body).ok()?[..] else {
         return None;
     };
     let req = <pb::RateLimitRequest as prost::Message>::decode(message).ok()?;
