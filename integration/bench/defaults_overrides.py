@@ -24,7 +24,9 @@ BACKENDS = 1000
 BLOCKS = 100
 
 
-def manifests() -> str:
+def manifests(per_backend: int = 1, blocks: int = BLOCKS) -> str:
+    """The manifests: `per_backend` AccessPolicies on each XBackend (the scale run: 10), `blocks`
+    Gateway blocks (their atomic overrides replace the backends' own policies)."""
     docs = [
         """apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -36,6 +38,7 @@ spec:
   - {name: alt, protocol: HTTP, port: 8081}"""
     ]
     for i in range(BACKENDS):
+        unset = f"  unset: [d{i % blocks}-r0]" if blocks else ""
         docs.append(
             f"""apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -61,12 +64,23 @@ metadata: {{name: own{i}, namespace: bench, creationTimestamp: "2026-02-01T00:00
 spec:
   targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: b{i}}}]
   action: Allow
-  unset: [d{i % BLOCKS}-r0]
+{unset}
   rules:
   - {{name: r0, authorization: {{type: Inline, mcp: {{methods: [{{name: tools/call, params: [t{i}]}}]}}}}}}
   - {{name: shared, authorization: {{type: Inline, mcp: {{methods: [{{name: tools/list}}]}}}}}}"""
         )
-    for k in range(BLOCKS):
+        for j in range(1, per_backend):
+            docs.append(
+                f"""apiVersion: mcp-access.io/v1alpha1
+kind: AccessPolicy
+metadata: {{name: own{i}-{j}, namespace: bench, creationTimestamp: "2026-02-01T00:00:{j:02d}Z"}}
+spec:
+  targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: b{i}}}]
+  action: Allow
+  rules:
+  - {{name: r{j}, authorization: {{type: Inline, mcp: {{methods: [{{name: tools/call, params: [t{i}-{j}]}}]}}}}}}"""
+            )
+    for k in range(blocks):
         block = "defaults" if k % 2 == 0 else "overrides"
         strategy = "merge" if k % 4 < 2 else "atomic"
         section = ", sectionName: alt" if k % 10 == 9 else ""
@@ -101,13 +115,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", default="target/release/mcp-access")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--blocks", type=int, default=BLOCKS, help="Gateway defaults/overrides blocks")
+    ap.add_argument("--per-backend", type=int, default=1, help="AccessPolicies per XBackend (10: 10,000 policies)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "bench.yaml"
-        src.write_text(manifests())
+        src.write_text(manifests(args.per_backend, args.blocks))
         out = Path(d) / "bundle.json"
         cmd = command(args.cli, src, out)
-        times, cpu = [], []
+        times, cpu, rss = [], [], 0
         for _ in range(args.runs):
             r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
@@ -115,13 +131,14 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
             r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+            rss = max(rss, r1.ru_maxrss)
             if p.returncode != 0:
                 raise SystemExit(f"compile failed ({p.returncode}): {p.stderr[-2000:]}")
         size = out.stat().st_size
-        print(f"{BLOCKS} Gateway blocks x {BACKENDS} XBackends (2 listeners, {BACKENDS} backend policies): "
+        print(f"{args.blocks} Gateway blocks x {BACKENDS} XBackends (2 listeners, {BACKENDS * args.per_backend} backend policies): "
               f"wall median {statistics.median(times):.3f} s (min {min(times):.3f} s), "
               f"CPU median {statistics.median(cpu):.3f} s (min {min(cpu):.3f} s) over {args.runs} runs; "
-              f"manifests {src.stat().st_size} bytes, bundle {size} bytes")
+              f"manifests {src.stat().st_size} bytes, bundle {size} bytes, peak RSS {rss} KiB")
 
 
 if __name__ == "__main__":

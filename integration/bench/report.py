@@ -206,6 +206,13 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         instr = f"; {comp['instructions']:,} instructions (callgrind, one run)" if comp.get("instructions") else ""
         ts.append(_target("P8.compile", "compile effective policies: 100 Gateway defaults/overrides blocks x 1,000 backends", comp["seconds"], "<=", 1.0,
                           "s", comp.get("what", "") + instr, wall=True))
+    scale = res.get("compile_scale", {})
+    if scale.get("seconds"):
+        what = f"{scale['policies']:,} bundle policies, {scale['bundle_bytes']:,}-byte bundle; {scale.get('what', '')}"
+        ts.append(_target("P8.scale", "compile 10,000 AccessPolicies (10 on each of 1,000 XBackends)", scale["seconds"], "<=",
+                          5.0, "s", what, wall=True))
+        ts.append(_target("P8.scale.memory", "compile 10,000 AccessPolicies, peak RSS of the command",
+                          [k / 1024 for k in scale.get("peak_rss_kib", [])], "<=", 256, "MiB", what, wall=False))
     size = res.get("wasm", {}).get("bytes_after_wasm_opt")
     if size:
         ts.append(_target("P9", ".wasm size after wasm-opt (CEL and gRPC in)", [size / MIB], "<=", 1, "MiB", f"{size:,} bytes",
