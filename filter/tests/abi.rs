@@ -119,10 +119,13 @@ const REQUIRED_EXPORTS: &[Signature] = &[
     ("proxy_on_request_body", &[I, I, I], &[I]),
     ("proxy_on_request_trailers", &[I, I], &[I]),
     ("proxy_on_http_call_response", &[I, I, I, I, I], &[]),
-    ("proxy_on_log", &[I], &[]),
     ("proxy_on_done", &[I], &[I]),
     ("proxy_on_delete", &[I], &[]),
 ];
+
+/// Callbacks the filter must not export: Envoy calls an exported callback whether or not the
+/// filter has work for it, and these it has none for (scripts/build removes the Rust SDK's).
+const UNWANTED_EXPORTS: &[&str] = &["proxy_on_log"];
 
 /// What an import or export is, with function signatures resolved.
 #[derive(Debug, Clone, PartialEq)]
@@ -278,6 +281,13 @@ fn abi_problems(bytes: &[u8]) -> Vec<String> {
                 show(&expected(sig))
             )),
             Some(_) => {}
+        }
+    }
+    for name in UNWANTED_EXPORTS {
+        if abi.exports.contains_key(*name) {
+            problems.push(format!(
+                "exports {name}, which Envoy calls once per request for nothing"
+            ));
         }
     }
     let versions: Vec<&String> = abi
@@ -479,6 +489,14 @@ fn checker_rejects_missing_or_mistyped_exports() {
             "{missing}"
         );
     }
+    let problems = abi_problems(&fixture(
+        r#"(func (export "proxy_on_log") (param i32))"#,
+        None,
+    ));
+    assert_eq!(
+        problems,
+        vec!["exports proxy_on_log, which Envoy calls once per request for nothing".to_string()]
+    );
     let problems = abi_problems(&fixture(
         r#"(func (export "proxy_abi_version_0_1_0"))"#,
         None,
