@@ -110,6 +110,9 @@ def _target(tid: str, name: str, values: list[float], op: str, limit: float, uni
     return t
 
 
+P1_INSTRUCTIONS = 0.9  # issue 40: P1 <= 0.90 by instructions (0.8 needs proxy-wasm-cpp-host's fix)
+
+
 def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 14's targets P1-P9 (and the two regression guards G1, G2), each with its values
     (per round for wall-clock ratios), their spread around the median and the noisy flag."""
@@ -124,8 +127,14 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     i0, i1, i2 = _instr(res, "s0"), _instr(res, "s1_allow"), _instr(res, "s2_allow")
     if i0 and i1 and i2 and i1 > i0:
         ts.append(_target("P1.instructions", "the same, Envoy instructions per request (callgrind)",
-                          [(i2 - i0) / (i1 - i0)], "<=", 0.8, "ratio",
+                          [(i2 - i0) / (i1 - i0)], "<=", P1_INSTRUCTIONS, "ratio",
                           f"S0 {i0:,.0f}, S1 {i1:,.0f}, S2 {i2:,.0f} instructions per request", wall=False))
+        i3 = _instr(res, "s2_allow_norcpt")  # the authorization alone; receipts' share is P12's
+        if i3:
+            ts.append(_target("P1.instructions.receipts_off", "the same with decision-record receipts off",
+                              [(i3 - i0) / (i1 - i0)], "<=", P1_INSTRUCTIONS, "ratio",
+                              f"S0 {i0:,.0f}, S1 {i1:,.0f}, S2 without receipts {i3:,.0f} instructions per request",
+                              wall=False))
     ts += [
         _target("P2", "S2 p99 / S1 p99 at one connection, allowed call", r("s2_allow", "s1_allow", *p99), "<=", 1.2, "ratio",
                 "wrk, one connection, paired per round", wall=True, variants=("s1_allow", "s2_allow")),
@@ -145,7 +154,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     for a, b, name in (("s3_ours", "s3_native", "P3.instructions"), ("s7_ours", "s7_native", "P4.instructions")):
         x, y = _instr(res, a), _instr(res, b)
         if x and y:
-            goal = 1.0 if name.startswith("P3") else round(1 / 0.95, 3)
+            goal = 1.03 if name.startswith("P3") else 1.06  # issue 40's instruction goals
             ts.append(_target(name, f"{a} / {b}, Envoy instructions per request (callgrind)", [x / y], "<=", goal, "ratio",
                               f"{x:,.0f} / {y:,.0f}; at equal IPC, <= {goal} is the throughput target", wall=False))
     x, y = _instr(res, "g_ours"), _instr(res, "g_native")
