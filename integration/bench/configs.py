@@ -183,6 +183,9 @@ def specs() -> dict[str, EnvoySpec]:
         # P10: the authorizer's answers cached (docs/semantics.md §3.10), the same call repeated.
         "ours_slow_cached": EnvoySpec("ours_slow_cached", bundle={"kind": "authz", "gateway": ["slow0"], "backend": [], "cache": True},
                                       slow_authorizers=["slow0"]),
+        # bench/cache_scale.py: the same cache in front of a quick authorizer, each request a new caller.
+        "ours_authz_cached": EnvoySpec("ours_authz_cached", bundle={"kind": "authz", "gateway": ["authz0"], "backend": [], "cache": True},
+                                       authorizers=["authz0"]),
         "ours_slow_gw2": EnvoySpec(
             "ours_slow_gw2",
             bundle={"kind": "authz", "gateway": ["slow0", "slow1"], "backend": []},
