@@ -299,6 +299,9 @@ impl Stream {
                 abi::increment_metric(id, i64::from(n));
             }
         }
+        if let Some(c) = stats::limiter_failed_counter(&outcome.limits) {
+            self.stats.inc(c);
+        }
         // What a dry-run policy changed is logged as a denial is (docs/semantics.md §3.8).
         let mut dry_run_changed = false;
         if let Some(d) = &outcome.dry_run {

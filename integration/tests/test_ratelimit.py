@@ -9,6 +9,7 @@ changed one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import subprocess
@@ -297,7 +298,7 @@ def test_many_distinct_subjects_evict_counted_and_none_gets_unlimited(jwt_stack:
 
 # -- a configuration reload in the middle of a window ---------------------------------------------
 
-def quotas(add_limit: int) -> str:
+def quotas(add_limit: int, mode: str = "Local") -> str:
     """RateLimitPolicy mcp/quotas: `kept` (echo, 3 a day) and `changed` (add, `add_limit` a day)."""
     return f"""\
 apiVersion: mcp-access.io/v1alpha1
@@ -305,6 +306,7 @@ kind: RateLimitPolicy
 metadata: {{name: quotas, namespace: mcp}}
 spec:
   targetRefs: [{{group: agentic.networking.x-k8s.io, kind: XBackend, name: tools}}]
+  mode: {mode}
   limits:
     kept:
       rates: [{{limit: 3, window: 1d}}]
@@ -315,57 +317,78 @@ spec:
 """
 
 
-def test_a_reload_keeps_an_unchanged_limits_count_and_restarts_a_changed_one(cli: Path, wasm_path: Path,  # noqa: F811
-                                                                            work_dir: Path) -> None:
+class Reloading:
+    """An Envoy (two workers) made by `mcp-access envoy --ecds` from manifests allowing echo and
+    add and the RateLimitPolicy `quotas`; `publish` changes the policy without a restart."""
+
+    def __init__(self, cli: Path, manifests: Path, ecds_dir: Path, common: list[str], url: str,
+                 proxy: EnvoyProcess) -> None:
+        self.cli, self.manifests, self.ecds_dir, self.common = cli, manifests, ecds_dir, common
+        self.url, self.proxy = url, proxy
+
+    def statuses(self, tool: str, n: int) -> list[int]:
+        from harness.client import post_jsonrpc
+        body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"%s","arguments":{"a":1,"b":2,"text":"x"}}}' % tool
+        return [post_jsonrpc(self.url, body).status for _ in range(n)]
+
+    def reloads(self) -> int:
+        stats = self.proxy.stats("extension_config_discovery.http_filter.mcp_access")
+        return int(next((v for k, v in stats.items() if k.endswith("update_success")), 0))
+
+    def publish(self, quotas_yaml: str) -> None:
+        """Publishes `quotas_yaml` and waits until Envoy applied it."""
+        before = self.reloads()
+        (self.manifests / "quotas.yaml").write_text(quotas_yaml)
+        r = subprocess.run([str(self.cli), "publish", *self.common, "--ecds", str(self.ecds_dir)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        deadline = time.monotonic() + 15
+        while self.reloads() <= before:
+            assert time.monotonic() < deadline, "the new configuration was not applied"
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def reloading(cli: Path, wasm_path: Path, base: Path, quotas_yaml: str,
+              extra: tuple[str, ...] = ()) -> Iterator[Reloading]:
+    """A [`Reloading`] Envoy in `base`; `extra`: more `envoy`/`publish` arguments."""
     from harness import free_port, start_mcp_server
-    from harness.client import post_jsonrpc
     from harness.manifests import gateway, http_listener, tools_topology
     from test_ecds import policy
 
-    base = work_dir / "ratelimit-reload"
     manifests, ecds_dir = base / "manifests", base / "ecds"
     manifests.mkdir(parents=True, exist_ok=True)
     (manifests / "gateway.yaml").write_text(tools_topology(gateway(http_listener("plain", 80)), "{name: gw}"))
     (manifests / "policy.yaml").write_text(policy(["echo", "add"]))
-    (manifests / "quotas.yaml").write_text(quotas(2))
-    with start_mcp_server(base / "logs", name="ratelimit-reload-tools") as server:
+    (manifests / "quotas.yaml").write_text(quotas_yaml)
+    with start_mcp_server(base / "logs", name=f"{base.name}-tools") as server:
         plain, admin = free_port(), free_port()
-        common = ["-f", str(manifests), "--wasm", str(wasm_path), "--listen", f"plain={plain}"]
+        common = ["-f", str(manifests), "--wasm", str(wasm_path), "--listen", f"plain={plain}", *extra]
         r = subprocess.run([str(cli), "envoy", *common, "--ecds", str(ecds_dir),
                             "--resolve", f"tools-server=127.0.0.1:{server.port}",
                             "--bind", "127.0.0.1", "--admin-port", str(admin), "-o", str(base / "envoy.json")],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-        url = f"http://127.0.0.1:{plain}/mcp"
         proxy = EnvoyProcess(json.loads((base / "envoy.json").read_text()), workdir=base / "envoy",
-                             name="ratelimit-reload-envoy", concurrency=2).start()
+                             name=f"{base.name}-envoy", concurrency=2).start()
         try:
-            def statuses(tool: str, n: int) -> list[int]:
-                body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"%s","arguments":{"a":1,"b":2,"text":"x"}}}' % tool
-                return [post_jsonrpc(url, body).status for _ in range(n)]
-
-            def reloads() -> int:
-                stats = proxy.stats("extension_config_discovery.http_filter.mcp_access")
-                return int(next((v for k, v in stats.items() if k.endswith("update_success")), 0))
-
-            assert statuses("echo", 2) == [200, 200]
-            assert statuses("add", 2) == [200, 200]
-            assert statuses("add", 1) == [429]
-            # `changed` allows 4 from now on; `kept` is the same limit.
-            before = reloads()
-            (manifests / "quotas.yaml").write_text(quotas(4))
-            r = subprocess.run([str(cli), "publish", *common, "--ecds", str(ecds_dir)],
-                               capture_output=True, text=True, timeout=60)
-            assert r.returncode == 0, r.stderr
-            deadline = time.monotonic() + 15
-            while reloads() <= before:
-                assert time.monotonic() < deadline, "the new configuration was not applied"
-                time.sleep(0.05)
-            # kept: its two calls still count (one left); changed: starts again at zero.
-            assert statuses("echo", 2) == [200, 429]
-            assert statuses("add", 5) == [200, 200, 200, 200, 429]
+            yield Reloading(cli, manifests, ecds_dir, common, f"http://127.0.0.1:{plain}/mcp", proxy)
         finally:
             proxy.stop()
+
+
+def test_a_reload_keeps_an_unchanged_limits_count_and_restarts_a_changed_one(cli: Path, wasm_path: Path,  # noqa: F811
+                                                                            work_dir: Path) -> None:
+    with reloading(cli, wasm_path, work_dir / "ratelimit-reload", quotas(2)) as rig:
+        assert rig.statuses("echo", 2) == [200, 200]
+        assert rig.statuses("add", 2) == [200, 200]
+        assert rig.statuses("add", 1) == [429]
+        # `changed` allows 4 from now on; `kept` is the same limit.
+        rig.publish(quotas(4))
+        # kept: its two calls still count (one left); changed: starts again at zero.
+        assert rig.statuses("echo", 2) == [200, 429]
+        assert rig.statuses("add", 5) == [200, 200, 200, 200, 429]
+        proxy = rig.proxy
     log = proxy.log_path.read_text()
     # The slots were created once (the first configuration's canary); reloads and workers found them.
     created = [line for line in log.splitlines() if "rate limit store: 25000 slots created in" in line]

@@ -2,8 +2,10 @@
 limitador counting in a real Redis; docs/semantics.md §8.6): the filter asks it once per allowed
 request, two Envoys share one count, the official Python and TypeScript SDKs surface the 429, a
 denied request consumes nothing, and a limiter that is down, answers garbage or hangs follows the
-limit's failureMode (Deny refuses, Allow lets through; both recorded). What the limiter saw is
-read in the limiter (its Redis keys and its conditions), not in our own log."""
+limit's failureMode (Deny refuses, Allow lets through; both recorded and counted), and a
+configuration reload keeps an unchanged limit's count in the limiter while a changed one gets a
+new key. What the limiter saw is read in the limiter (its Redis keys and its conditions), not in
+our own log."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from harness import ALPHA, BETA, Cluster, Denied, McpServerProc, Pki, Route, fre
 from harness import bundles as b
 from harness.ratelimit import DOMAIN, RateLimitService, Redis, start_ratelimit, start_redis
 from harness.stack import Listen, Stack
-from test_ratelimit import CLIENTS, run_client
+from test_cli_e2e import cli  # noqa: F401  (the mcp-access binary fixture)
+from test_ratelimit import CLIENTS, quotas, reloading, run_client
 
 LIMIT = 3
 POLICY = "mcp/quotas"
@@ -276,12 +279,42 @@ def test_a_limiter_that_fails_follows_the_failure_mode_and_is_recorded(
             assert d["limits"]["refused"] == ECHO and d["limits"]["limiterFailed"], d
             if limiter == "hangs":
                 assert d["limits"]["limiterFailed"].startswith("timed out"), d
+            assert (s.counter("ratelimit.limiter_failed.refused"), s.counter("ratelimit.limiter_failed.allowed")) == (1, 0)
             r = s.post(call("get_weather", city="Lisbon"), who=ALPHA, tag=True)
             assert r.status == 200, r.text
             d = s.decision()
             assert d["decision"] == "allow" and d["limits"]["refused"] is None and d["limits"]["limiterFailed"], d
+            assert (s.counter("ratelimit.limiter_failed.refused"), s.counter("ratelimit.limiter_failed.allowed")) == (1, 1)
         if server is not None:
             assert server.accepted > 0, "the limiter was never called"
     finally:
         if server is not None:
             server.close()
+
+
+# -- a configuration reload in the middle of a window ---------------------------------------------
+
+def test_a_reload_keeps_an_unchanged_global_limits_count_and_gives_a_changed_one_new_buckets(
+        cli: Path, wasm_path: Path, work_dir: Path, redis: Redis) -> None:  # noqa: F811
+    """The limiter counts by `mcp_access.key`: a limit whose definition is unchanged keeps its
+    key across a reload, so the limiter's count goes on; a changed one (here its rate in the
+    bundle) has a new key, so the limiter counts it from zero, under the limiter's own limit (the
+    limiter holds the rates: the bundle's new rate only names a refusal's rate)."""
+    base = work_dir / "global-reload"
+    key = "descriptors[0]['mcp_access.key']"
+    limits = [{"namespace": DOMAIN, "name": f"mcp/quotas/{name}", "max_value": n, "seconds": 86400,
+               "conditions": [f"descriptors[0]['mcp_access.limit'] == 'mcp/quotas/{name}'"], "variables": [key]}
+              for name, n in [("kept", 3), ("changed", 2)]]
+    with start_ratelimit(base / "rls", limits, redis=redis, name="rls-reload") as rls:
+        service = ("--rate-limit-service", f"127.0.0.1:{rls.port}", "--rate-limit-domain", DOMAIN)
+        with reloading(cli, wasm_path, base, quotas(2, mode="Global"), service) as rig:
+            assert rig.statuses("echo", 2) == [200, 200]
+            assert rig.statuses("add", 3) == [200, 200, 429]
+            keys_before = set(redis_keys(redis))
+            rig.publish(quotas(4, mode="Global"))
+            # kept: the same key, the limiter's count goes on (one left); changed: a new key,
+            # counted from zero up to the limiter's 2.
+            assert rig.statuses("echo", 2) == [200, 429]
+            assert rig.statuses("add", 3) == [200, 200, 429]
+            new_keys = set(redis_keys(redis)) - keys_before
+            assert len(new_keys) == 1 and "changed" in next(iter(new_keys)), (new_keys, keys_before)

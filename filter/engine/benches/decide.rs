@@ -13,9 +13,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use criterion::Criterion;
-use mcp_access_engine::flow::{drive, HeadersInput, Next, Reply, RequestFlow};
+use mcp_access_engine::callout::CalloutRequest;
+use mcp_access_engine::flow::{drive, drive_with_limiter, HeadersInput, Next, Reply, RequestFlow};
 use mcp_access_engine::mcp::{parse_message, ParseLimits};
+use mcp_access_engine::pb::frame;
 use mcp_access_engine::policy::Engine;
+use mcp_access_engine::ratelimit::global::assumed_answer;
 use mcp_access_engine::ratelimit::store::{prepare, MemoryCounterStore};
 use mcp_access_engine::receipts::structured::record_struct;
 use mcp_access_engine::request::Caller;
@@ -75,6 +78,23 @@ fn s2_limited() -> Value {
     b.as_object_mut()
         .expect("an object")
         .insert("rateLimits".into(), limits);
+    b
+}
+
+/// G: S2 with one Global rate limit keyed by `request.host`, asked of a RateLimitService
+/// (integration/bench/bundles.py `global_limit`).
+fn s2_global() -> Value {
+    let mut b = s2();
+    let limits = json!([{"namespace": NS, "policy": "quotas", "name": "calls", "level": "Backend",
+        "mode": "Global", "targets": [{"name": "tools"}],
+        "rates": [{"limit": 2_147_483_648u64, "windowSeconds": 3600}],
+        "counters": ["request.host"], "when": []}]);
+    let o = b.as_object_mut().expect("an object");
+    o.insert("rateLimits".into(), limits);
+    o.insert(
+        "rateLimitService".into(),
+        json!({"cluster": "ratelimit", "timeoutMs": 2000, "domain": "mcp-access"}),
+    );
     b
 }
 
@@ -248,6 +268,7 @@ struct Fixtures {
     s4: Engine,
     s5: Engine,
     s2_limited: Engine,
+    s2_global: Engine,
     /// The Local limiter's store, prepared as the filter prepares Envoy's shared data.
     counters: Rc<MemoryCounterStore>,
 }
@@ -279,6 +300,7 @@ impl Fixtures {
                 .unwrap(),
             inline10: Engine::from_json(ten_rules(Ten::Inline).to_string().as_bytes()).unwrap(),
             s2_limited: Engine::from_json(s2_limited().to_string().as_bytes()).unwrap(),
+            s2_global: Engine::from_json(s2_global().to_string().as_bytes()).unwrap(),
             counters: {
                 let store = MemoryCounterStore::default();
                 store.now_ns.set(60_000_000_000);
@@ -305,6 +327,8 @@ impl Fixtures {
             .limited(&f.small_allow)
             .1
             .contains("\"limits\":{\"charged\":[\"bench/quotas/calls\"]"));
+        let (allowed, record) = f.global(&f.small_allow);
+        assert!(allowed && !record.contains("limiterFailed"), "{record}");
         f
     }
 
@@ -312,6 +336,33 @@ impl Fixtures {
     fn limited(&self, body: &[u8]) -> (bool, String) {
         let flow = RequestFlow::new().with_counter_store(self.counters.clone());
         request_in(&self.s2_limited, body, flow)
+    }
+}
+
+impl Fixtures {
+    /// An S2 request charged the one Global limit of `s2_global`, the limiter answering OK
+    /// as a gRPC server does (the message framed, `grpc-status: 0` in the trailers).
+    fn global(&self, body: &[u8]) -> (bool, String) {
+        let engine = &self.s2_global;
+        let mut flow = RequestFlow::new();
+        let mut action = flow.on_headers(engine, headers_input(body.len())).next;
+        if action.is_hold() {
+            action = flow
+                .on_body(engine, body.len(), true, |_| Some(body.to_vec()))
+                .next;
+        }
+        let ok = |call: &CalloutRequest| {
+            let message = assumed_answer(&call.body, |_| false).unwrap_or_default();
+            Reply::Raw {
+                status: Some(200),
+                headers: [("content-type", "application/grpc")].into_iter().collect(),
+                body: frame(&message),
+                trailers: [("grpc-status", "0")].into_iter().collect(),
+            }
+        };
+        let last = drive_with_limiter(&mut flow, engine, action, |_| Reply::status(200), ok);
+        let allowed = matches!(last, Next::Allow { .. });
+        (allowed, flow.outcome().expect("decided").to_json(engine))
     }
 }
 
@@ -349,6 +400,11 @@ const OPS: &[(&str, Op)] = &[
     // shared data would hold it).
     ("request/s2_allowed_limited", |f| {
         black_box(f.limited(black_box(&f.small_allow)));
+    }),
+    // G: the same call charged one Global rate limit (the RateLimitService's call made and
+    // its OK answer read, as the host hands it over).
+    ("request/s2_allowed_global", |f| {
+        black_box(f.global(black_box(&f.small_allow)));
     }),
     // request/s2_allowed with the record also as a Struct (decisionRecords.structured,
     // `envoy --otlp`): the difference is what per-field OTLP attributes cost the filter.

@@ -247,7 +247,7 @@ pub(crate) fn grpc_callout(
             ("te".into(), "trailers".into()),
             ("grpc-timeout".into(), format!("{timeout_ms}m").into()),
         ],
-        body: pb::frame(&message.encode_to_vec()),
+        body: pb::framed(message),
         timeout_ms,
     }
 }

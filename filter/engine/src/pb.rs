@@ -327,6 +327,16 @@ pub fn frame(message: &[u8]) -> Vec<u8> {
     body
 }
 
+/// `message` encoded as a gRPC body carries it ([`frame`]), straight into one buffer.
+pub fn framed(message: &impl prost::Message) -> Vec<u8> {
+    let len = message.encoded_len();
+    let mut body = Vec::with_capacity(5 + len);
+    body.push(0);
+    body.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+    // A Vec grows as needed: encoding into one cannot run out of room.
+    message.encode(&mut body).map(|()| body).unwrap_or_default()
+}
+
 /// The length-prefixed messages of a gRPC body (each: a compression flag byte, a big-endian
 /// u32 length, the message).
 pub fn messages(mut body: &[u8]) -> Result<Vec<&[u8]>, &'static str> {

@@ -35,11 +35,16 @@ pub enum Counter {
     ListingsReused,
     /// Local rate-limit buckets evicted to make room (docs/semantics.md §8.5).
     RateLimitEvicted,
+    /// Requests the RateLimitService gave no usable answer for that a `failureMode: Deny`
+    /// limit refused (docs/semantics.md §8.6).
+    LimiterFailedRefused,
+    /// Of those requests, the ones every limit's `failureMode: Allow` let through.
+    LimiterFailedAllowed,
 }
 
 impl Counter {
     /// Every counter, in index order.
-    pub const ALL: [Counter; 13] = [
+    pub const ALL: [Counter; 15] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::CalloutErrors,
@@ -53,6 +58,8 @@ impl Counter {
         Counter::AuthzCacheMisses,
         Counter::ListingsReused,
         Counter::RateLimitEvicted,
+        Counter::LimiterFailedRefused,
+        Counter::LimiterFailedAllowed,
     ];
 
     /// Position in [`Counter::ALL`].
@@ -75,8 +82,21 @@ impl Counter {
             Counter::AuthzCacheMisses => "mcp_access.authz_cache.misses",
             Counter::ListingsReused => "mcp_access.listings.reused",
             Counter::RateLimitEvicted => "mcp_access.ratelimit.evicted",
+            Counter::LimiterFailedRefused => "mcp_access.ratelimit.limiter_failed.refused",
+            Counter::LimiterFailedAllowed => "mcp_access.ratelimit.limiter_failed.allowed",
         }
     }
+}
+
+/// The counter of a request whose RateLimitService call gave no usable answer (None: it
+/// gave one, or none was made): refused by a `failureMode: Deny` limit, or let through.
+pub fn limiter_failed_counter(l: &crate::ratelimit::LimitsRecord) -> Option<Counter> {
+    l.limiter_failed.as_ref()?;
+    Some(if l.refused.is_some() {
+        Counter::LimiterFailedRefused
+    } else {
+        Counter::LimiterFailedAllowed
+    })
 }
 
 /// The counters of each rate limit, by [`crate::ratelimit::Limit::id`]:
@@ -191,6 +211,32 @@ mod tests {
     use crate::policy::Reason;
 
     #[test]
+    fn a_limiter_failure_counts_by_what_the_failure_mode_did() {
+        use crate::ratelimit::LimitsRecord;
+        let failed = |refused: Option<&str>| LimitsRecord {
+            charged: vec!["ns/p/l".into()],
+            refused: refused.map(str::to_string),
+            limiter_failed: Some("no answer".into()),
+            ..LimitsRecord::default()
+        };
+        assert_eq!(
+            limiter_failed_counter(&failed(Some("ns/p/l"))),
+            Some(Counter::LimiterFailedRefused)
+        );
+        assert_eq!(
+            limiter_failed_counter(&failed(None)),
+            Some(Counter::LimiterFailedAllowed)
+        );
+        // An answer (OVER_LIMIT refusing, or OK) is no failure.
+        let answered = LimitsRecord {
+            limiter_failed: None,
+            ..failed(Some("ns/p/l"))
+        };
+        assert_eq!(limiter_failed_counter(&answered), None);
+        assert_eq!(limiter_failed_counter(&LimitsRecord::default()), None);
+    }
+
+    #[test]
     fn names_are_unique_and_indexes_find_them() {
         let names = denial_counter_names();
         assert_eq!(names.len(), LEVELS.len() * Why::DENIALS.len());
@@ -263,6 +309,8 @@ mod tests {
                 "mcp_access.authz_cache.misses",
                 "mcp_access.listings.reused",
                 "mcp_access.ratelimit.evicted",
+                "mcp_access.ratelimit.limiter_failed.refused",
+                "mcp_access.ratelimit.limiter_failed.allowed",
             ]
         );
     }

@@ -164,13 +164,12 @@ impl RequestFlow {
             asking,
             ..
         } = *l;
-        let id = allowed.msg.id.clone();
-        let id = id.as_deref();
+        let record = std::mem::take(&mut allowed.outcome.limits);
+        let id = allowed.msg.id.as_deref();
         let limit = |i: usize| {
             let s = asking.global.get(i)?;
             engine.rate_limits.0.get(s.limit)
         };
-        let record = std::mem::take(&mut allowed.outcome.limits);
         let (record, response) = match verdict {
             Verdict::Ok => {
                 allowed.outcome.limits = record;

@@ -126,7 +126,7 @@ pub(super) fn charge(
         .collect();
     record.charged = selected.iter().map(|(l, _)| l.id.clone()).collect();
     let (global, local): (Vec<_>, Vec<_>) = selected
-        .iter()
+        .into_iter()
         .partition(|(l, _)| l.mode == RateLimitMode::Global);
     let mut charged_at = 0;
     if !local.is_empty() {
@@ -174,7 +174,7 @@ pub(super) fn charge(
         return Charging::Done(record, None);
     }
     let pending = Pending {
-        global: global.iter().map(|(_, s)| s.clone()).collect(),
+        global: global.into_iter().map(|(_, s)| s).collect(),
         local: local.iter().map(|(_, s)| (s.limit, s.key)).collect(),
         charged_at,
     };

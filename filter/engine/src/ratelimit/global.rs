@@ -105,23 +105,17 @@ pub fn descriptor(limit: &Limit, selected: &Selected) -> pb::RateLimitDescriptor
         .id
         .rsplit_once('/')
         .map_or(limit.id.as_str(), |(p, _)| p);
-    let mut entries = vec![
+    let counters = selected.values.as_ref().map_or(0, Vec::len);
+    let mut entries = Vec::with_capacity(3 + counters);
+    entries.extend([
         entry(ENTRY_POLICY.into(), policy.to_string()),
         entry(ENTRY_LIMIT.into(), limit.id.clone()),
-        entry(ENTRY_KEY.into(), hex(&selected.key)),
-    ];
+        entry(ENTRY_KEY.into(), crate::receipts::hex(&selected.key)),
+    ]);
     for (i, v) in selected.values.iter().flatten().enumerate() {
         entries.push(entry(format!("{ENTRY_COUNTER}.{i}"), v.clone()));
     }
     pb::RateLimitDescriptor { entries }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 /// The ShouldRateLimit request charging `charged` (limit, bucket) one request each, in the

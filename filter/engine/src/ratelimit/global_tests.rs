@@ -2,6 +2,7 @@ use mcp_access_bundle::{FailureMode, RateLimitMode};
 use prost::Message as _;
 
 use super::*;
+use crate::receipts::hex;
 
 fn limit(id: &str, rates: Vec<Rate>) -> Limit {
     Limit {
