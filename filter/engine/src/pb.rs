@@ -316,25 +316,24 @@ fn integral(n: f64) -> Option<i64> {
 
 /// `message` as a gRPC body carries it: uncompressed, behind its big-endian u32 length.
 pub fn frame(message: &[u8]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(5 + message.len());
-    body.push(0);
-    body.extend_from_slice(
-        &u32::try_from(message.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
+    let mut body = prefixed(message.len());
     body.extend_from_slice(message);
     body
 }
 
 /// `message` encoded as a gRPC body carries it ([`frame`]), straight into one buffer.
 pub fn framed(message: &impl prost::Message) -> Vec<u8> {
-    let len = message.encoded_len();
+    let mut body = prefixed(message.encoded_len());
+    // A Vec grows as needed: encoding into one cannot run out of room.
+    message.encode(&mut body).map(|()| body).unwrap_or_default()
+}
+
+/// A buffer holding the prefix of a `len`-byte gRPC message (no compression), room for the rest.
+fn prefixed(len: usize) -> Vec<u8> {
     let mut body = Vec::with_capacity(5 + len);
     body.push(0);
     body.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
-    // A Vec grows as needed: encoding into one cannot run out of room.
-    message.encode(&mut body).map(|()| body).unwrap_or_default()
+    body
 }
 
 /// The length-prefixed messages of a gRPC body (each: a compression flag byte, a big-endian
@@ -398,6 +397,26 @@ mod tests {
             ),
             ("nested", Kind::Struct(obj(vec![("x", Kind::Null(0))]))),
         ])
+    }
+
+    #[test]
+    fn framing_round_trips() {
+        let m = CheckRequest::default();
+        let ext = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        let m2 = CheckRequest {
+            attributes: Some(AttributeContext {
+                context_extensions: ext,
+                ..AttributeContext::default()
+            }),
+        };
+        for msg in [m, m2] {
+            let bytes = msg.encode_to_vec();
+            assert_eq!(framed(&msg), frame(&bytes));
+            assert_eq!(messages(&frame(&bytes)).unwrap(), vec![&bytes[..]]);
+        }
+        assert!(messages(&[1, 0, 0, 0, 0]).is_err(), "compressed");
+        assert!(messages(&[0, 0, 0, 0, 2, 7]).is_err(), "cut short");
+        assert!(messages(&[0, 0, 0]).is_err(), "prefix cut short");
     }
 
     #[test]
