@@ -30,7 +30,7 @@ def test_scripts_test_sets_up_what_is_missing_before_building(repo_root: Path, t
     proc = subprocess.run([bash, str(repo_root / "scripts" / "test")], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": str(bin_dir)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "== skopeo docker-registry docker-compose redis-server not found" in proc.stdout, proc.stdout
+    assert "skopeo docker-registry docker-compose redis-server not found (the image" in proc.stdout, proc.stdout
     assert "scripts/setup" in proc.stdout, proc.stdout
     assert "setup: cargo is required" in proc.stderr, proc.stderr
     assert "cargo fmt" not in proc.stdout, proc.stdout  # nothing was built or checked
