@@ -123,9 +123,23 @@ const REQUIRED_EXPORTS: &[Signature] = &[
     ("proxy_on_delete", &[I], &[]),
 ];
 
-/// Callbacks the filter must not export: Envoy calls an exported callback whether or not the
-/// filter has work for it, and these it has none for (scripts/build removes the Rust SDK's).
-const UNWANTED_EXPORTS: &[&str] = &["proxy_on_log"];
+/// Callbacks the filter must not export (scripts/build removes the Rust SDK's): Envoy calls
+/// `proxy_on_log` once per request whether or not the filter has work for it, and it has none;
+/// the others answer only what the filter never starts, registers or is (gRPC calls, shared
+/// queues, a network filter's connections), and would keep their code in the module.
+const UNWANTED_EXPORTS: &[&str] = &[
+    "proxy_on_log",
+    "proxy_on_grpc_receive_initial_metadata",
+    "proxy_on_grpc_receive",
+    "proxy_on_grpc_receive_trailing_metadata",
+    "proxy_on_grpc_close",
+    "proxy_on_queue_ready",
+    "proxy_on_new_connection",
+    "proxy_on_downstream_data",
+    "proxy_on_upstream_data",
+    "proxy_on_downstream_connection_close",
+    "proxy_on_upstream_connection_close",
+];
 
 /// What an import or export is, with function signatures resolved.
 #[derive(Debug, Clone, PartialEq)]
@@ -286,7 +300,7 @@ fn abi_problems(bytes: &[u8]) -> Vec<String> {
     for name in UNWANTED_EXPORTS {
         if abi.exports.contains_key(*name) {
             problems.push(format!(
-                "exports {name}, which Envoy calls once per request for nothing"
+                "exports {name}, a callback the filter has no work for"
             ));
         }
     }
@@ -495,7 +509,7 @@ fn checker_rejects_missing_or_mistyped_exports() {
     ));
     assert_eq!(
         problems,
-        vec!["exports proxy_on_log, which Envoy calls once per request for nothing".to_string()]
+        vec!["exports proxy_on_log, a callback the filter has no work for".to_string()]
     );
     let problems = abi_problems(&fixture(
         r#"(func (export "proxy_abi_version_0_1_0"))"#,

@@ -54,11 +54,15 @@ fn mcp_metadata(req: &Request, id: Option<&str>) -> Option<pb::Metadata> {
     fields.insert("method".into(), value(pb::Kind::Str(method.to_string())));
     fields.insert("is_mcp_request".into(), value(pb::Kind::Bool(true)));
     fields.insert("status".into(), value(pb::Kind::Str("mcp_ok".into())));
-    let id = id.and_then(|raw| match serde_json::from_str::<serde_json::Value>(raw) {
-        Ok(serde_json::Value::Number(n)) => n.as_f64().map(pb::Kind::Number),
-        Ok(serde_json::Value::String(s)) => Some(pb::Kind::Str(s)),
-        _ => None,
-    });
+    // from_slice, as the bundle is read: serde_json's parser is compiled once per input type,
+    // and a `from_str` here added 6 KB to the `.wasm`.
+    let id = id.and_then(
+        |raw| match serde_json::from_slice::<serde_json::Value>(raw.as_bytes()) {
+            Ok(serde_json::Value::Number(n)) => n.as_f64().map(pb::Kind::Number),
+            Ok(serde_json::Value::String(s)) => Some(pb::Kind::Str(s)),
+            _ => None,
+        },
+    );
     if let Some(id) = id {
         fields.insert(MCP_ID_FIELD.into(), value(id));
     }

@@ -7,7 +7,8 @@
 //! 0. **Codecs**: bytes in, values out, nothing of the project: `json` (the strict JSON
 //!    reader), `jsonw` (JSON written by hand), `jsonrpc` (error codes and the error object),
 //!    [`wire`], [`canon`], [`canonical_json`] (RFC 8785 and the digests ToolPins pin),
-//!    [`x509`], `base64`, [`pb`] (the protobuf messages, for prost), `bytes` (byte searches).
+//!    [`x509`], `base64`, [`pb`] (the protobuf messages, for prost), `bytes` (byte searches),
+//!    `order` (one sort for load-time lists).
 //! 1. **The request model, the host-fact port and pins**: [`request`] is what a decision
 //!    reads about one request (its caller, MCP operation, and the listener and backend it is
 //!    judged at, resolved once); [`facts`] names what the host knows beyond the headers;
@@ -46,6 +47,7 @@ mod jsonw;
 mod keyhash;
 pub mod listing;
 pub mod mcp;
+mod order;
 mod outgoing;
 pub mod pb;
 pub mod pins;

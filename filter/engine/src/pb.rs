@@ -289,23 +289,23 @@ impl Value {
 impl Struct {
     /// The Struct protobuf's JSON mapping makes of a JSON object (numbers become doubles), as
     /// Envoy's `jwt_authn` does with a payload.
+    /// Both maps are built by inserting, not collected: `collect` into a map sorts first,
+    /// and each sort brings its own copy of the sort code into the `.wasm` (src/order.rs).
     pub(crate) fn from_json(obj: &serde_json::Map<String, serde_json::Value>) -> Struct {
-        Struct {
-            fields: obj
-                .iter()
-                .map(|(k, v)| (k.clone(), Value::from_json(v)))
-                .collect(),
+        let mut fields = BTreeMap::new();
+        for (k, v) in obj {
+            fields.insert(k.clone(), Value::from_json(v));
         }
+        Struct { fields }
     }
 
     /// As a JSON object (see [`Value::to_json`]).
     pub(crate) fn to_json(&self) -> serde_json::Value {
-        serde_json::Value::Object(
-            self.fields
-                .iter()
-                .map(|(k, v)| (k.clone(), v.to_json()))
-                .collect(),
-        )
+        let mut map = serde_json::Map::new();
+        for (k, v) in &self.fields {
+            map.insert(k.clone(), v.to_json());
+        }
+        serde_json::Value::Object(map)
     }
 }
 

@@ -51,7 +51,7 @@ impl ToolPins {
                 },
             ));
         }
-        tools.sort_by(|a, b| a.0.cmp(&b.0));
+        crate::order::sort_by(&mut tools, |a, b| a.0.cmp(&b.0));
         if let Some([a, _]) = tools.windows(2).find(|w| matches!(w, [a, b] if a.0 == b.0)) {
             return Err(format!("tool {:?} is pinned twice", a.0));
         }

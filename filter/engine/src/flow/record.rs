@@ -103,7 +103,7 @@ fn write_record(out: &mut String, req: &Request, what: &What) -> bool {
                     fields.push((name.as_str(), Field::Claim(v)));
                 }
             }
-            fields.sort_by(|a, b| a.0.cmp(b.0));
+            crate::order::sort_by(&mut fields, |a, b| a.0.cmp(b.0));
             out.push('{');
             for (i, (k, v)) in fields.into_iter().enumerate() {
                 if i > 0 {

@@ -22,7 +22,7 @@ impl Engine {
         let b = &b;
         // (position in the bundle, policy), most senior first.
         let mut numbered: Vec<(usize, &bundle::Policy)> = b.policies.iter().enumerate().collect();
-        numbered.sort_by(|(_, x), (_, y)| {
+        crate::order::sort_by(&mut numbered, |(_, x), (_, y)| {
             (x.seniority, &x.namespace, &x.name).cmp(&(y.seniority, &y.namespace, &y.name))
         });
         let order: Vec<&bundle::Policy> = numbered.iter().map(|(_, p)| *p).collect();
@@ -90,7 +90,7 @@ impl Engine {
             cel_needs,
             recorded_headers: {
                 let mut h = compiled.headers;
-                h.sort_unstable();
+                crate::order::sort(&mut h);
                 h
             },
             unrecorded: compiled::unrecorded(&compiled.cel_reads, b.decision_records.arguments),

@@ -11,7 +11,7 @@ use crate::request::{Caller, Request};
 pub(crate) fn names_and_claims(b: &ValidBundle) -> (Vec<String>, Vec<String>) {
     let all = b.backends.iter().flat_map(|be| be.identity_headers.iter());
     let mut names: Vec<String> = all.clone().map(|h| h.name.clone()).collect();
-    names.sort();
+    crate::order::sort(&mut names);
     names.dedup();
     let mut claims: Vec<String> = Vec::new();
     for c in all.filter_map(|h| h.claim.as_ref()) {

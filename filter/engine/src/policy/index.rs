@@ -177,7 +177,7 @@ fn backend(
         .iter()
         .flat_map(|a| a.listeners.iter().flatten().copied())
         .collect();
-    narrowed.sort_unstable();
+    crate::order::sort(&mut narrowed);
     narrowed.dedup();
     let (route_slots, mut slots) = route_slots(attached);
     let other_slots = attached.iter().any(|a| a.routes.is_some()).then(|| {
@@ -259,7 +259,7 @@ fn route_slots(attached: &[Attached]) -> (FastMap<String, usize>, Vec<Vec<Policy
     let mut slots: Vec<Vec<PolicyId>> = Vec::new();
     let mut names = FastMap::default();
     for (name, mut pids) in by_name {
-        pids.sort_unstable();
+        crate::order::sort(&mut pids);
         let slot = match slots.iter().position(|s| *s == pids) {
             Some(i) => i,
             None => {

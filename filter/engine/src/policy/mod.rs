@@ -195,7 +195,7 @@ impl RuleSet {
             .chain(self.base.iter())
             .copied()
             .collect();
-        all.sort();
+        crate::order::sort(&mut all);
         all.dedup();
         all
     }
