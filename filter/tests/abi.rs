@@ -123,23 +123,14 @@ const REQUIRED_EXPORTS: &[Signature] = &[
     ("proxy_on_delete", &[I], &[]),
 ];
 
-/// Callbacks the filter must not export (scripts/build removes the Rust SDK's): Envoy calls
-/// `proxy_on_log` once per request whether or not the filter has work for it, and it has none;
-/// the others answer only what the filter never starts, registers or is (gRPC calls, shared
-/// queues, a network filter's connections), and would keep their code in the module.
-const UNWANTED_EXPORTS: &[&str] = &[
-    "proxy_on_log",
-    "proxy_on_grpc_receive_initial_metadata",
-    "proxy_on_grpc_receive",
-    "proxy_on_grpc_receive_trailing_metadata",
-    "proxy_on_grpc_close",
-    "proxy_on_queue_ready",
-    "proxy_on_new_connection",
-    "proxy_on_downstream_data",
-    "proxy_on_upstream_data",
-    "proxy_on_downstream_connection_close",
-    "proxy_on_upstream_connection_close",
-];
+/// Callbacks the filter must not export (scripts/build removes them): Envoy calls an exported
+/// callback whether or not the filter has work for it.
+fn unwanted_exports() -> impl Iterator<Item = &'static str> {
+    include_str!("../unused-callbacks.txt")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
 
 /// What an import or export is, with function signatures resolved.
 #[derive(Debug, Clone, PartialEq)]
@@ -297,8 +288,8 @@ fn abi_problems(bytes: &[u8]) -> Vec<String> {
             Some(_) => {}
         }
     }
-    for name in UNWANTED_EXPORTS {
-        if abi.exports.contains_key(*name) {
+    for name in unwanted_exports() {
+        if abi.exports.contains_key(name) {
             problems.push(format!(
                 "exports {name}, a callback the filter has no work for"
             ));
@@ -502,6 +493,11 @@ fn checker_rejects_missing_or_mistyped_exports() {
             vec![format!("does not export {missing}")],
             "{missing}"
         );
+    }
+    let unwanted: Vec<&str> = unwanted_exports().collect();
+    assert!(unwanted.contains(&"proxy_on_log"), "{unwanted:?}");
+    for (name, _, _) in REQUIRED_EXPORTS {
+        assert!(!unwanted.contains(name), "{name} is required and unwanted");
     }
     let problems = abi_problems(&fixture(
         r#"(func (export "proxy_on_log") (param i32))"#,
