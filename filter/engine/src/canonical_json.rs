@@ -55,12 +55,19 @@ impl Digest {
     /// `sha256:` and 64 lowercase hex digits: how ToolPins write it.
     pub fn to_text(self) -> String {
         let mut out = String::with_capacity(7 + 64);
-        out.push_str("sha256:");
-        for b in self.0 {
-            out.push(char::from(hex_digit(b >> 4)));
-            out.push(char::from(hex_digit(b)));
-        }
+        self.push_text(&mut out);
         out
+    }
+
+    /// Appends [`Digest::to_text`] to `out`: the digits in a buffer first, then one copy (a
+    /// record's chain writes one per request).
+    pub fn push_text(self, out: &mut String) {
+        let mut digits = [0u8; 64];
+        for (pair, b) in digits.chunks_exact_mut(2).zip(self.0) {
+            pair.copy_from_slice(&[hex_digit(b >> 4), hex_digit(b)]);
+        }
+        out.push_str("sha256:");
+        out.push_str(std::str::from_utf8(&digits).unwrap_or_default());
     }
 
     /// Reads `sha256:<64 lowercase hex digits>`.

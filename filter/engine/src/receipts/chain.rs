@@ -57,7 +57,9 @@ impl Chain {
             seq,
             prev: &self.head,
         });
-        self.head = record.digest().to_text();
+        // The old head's buffer is reused: no allocation per record.
+        self.head.clear();
+        record.digest().push_text(&mut self.head);
         self.seq = seq;
         record.text
     }
