@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ end
 """
 
 
+STALL_S = 60  # no request counted by the cache for this long: the run failed
 HITS, MISSES = "wasmcustom.mcp_access.authz_cache.hits", "wasmcustom.mcp_access.authz_cache.misses"
 
 
@@ -77,19 +79,24 @@ def main(argv: list[str] | None = None) -> int:
                                 f"http://127.0.0.1:{port}/mcp"], env={**os.environ, "BENCH_BODY": str(body)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         samples: list[dict[str, int | float]] = []
-        start, seen = time.monotonic(), 0
+        start, seen, moved = time.monotonic(), 0, time.monotonic()
         while seen < args.callers and wrk.poll() is None:
             c = counters(env)
+            if c.get(HITS, 0) + c.get(MISSES, 0) > seen:
+                moved = time.monotonic()
+            elif time.monotonic() - moved > STALL_S:
+                break  # requests no longer reach the cache: wrk's output below says why
             seen = c.get(HITS, 0) + c.get(MISSES, 0)
             s = {"t": round(time.monotonic() - start, 1), "rss_kib": rss_kib(pid), **c}
             samples.append(s)
             print(f"{s['t']:7.0f} s  Envoy RSS {s['rss_kib']:,} KiB  {c}", flush=True)
             time.sleep(args.sample_s if args.callers - seen > 20_000 else 0.2)
-        wrk.terminate()
+        wrk.send_signal(signal.SIGINT)  # wrk then prints its summary (non-2xx answers among it)
         out, err = wrk.communicate()
         final = {"seconds": round(time.monotonic() - start, 1), "rss_kib": rss_kib(pid), **counters(env)}
-    if seen < args.callers:
-        print(f"wrk ended early ({wrk.returncode}): {out[-2000:]} {err[-2000:]}", file=sys.stderr)
+    if seen < args.callers or "Non-2xx" in out or "Requests/sec" not in out:
+        print(f"stopped at {seen:,} of {args.callers:,} (wrk {wrk.returncode}), or answers other than 200: "
+              f"{out[-2000:]} {err[-2000:]}", file=sys.stderr)
         return 1
     rss = [int(s["rss_kib"]) for s in samples]
     result = {"callers": args.callers, "final": final,
