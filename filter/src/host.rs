@@ -90,13 +90,17 @@ impl Root {
     }
 }
 
-impl Context for Root {
-    fn on_done(&mut self) -> bool {
-        // The VM stops: its chain's last records checkpointed.
+impl Context for Root {}
+
+/// The root context ends (its plugin configuration is replaced or the VM stops: Envoy calls
+/// `proxy_on_delete`, and the SDK drops it): its chain's last records checkpointed. Here
+/// rather than in `on_done`, so that the module need not export `proxy_on_done`, which Envoy
+/// would call into the VM for every stream too (filter/unused-callbacks.txt).
+impl Drop for Root {
+    fn drop(&mut self) {
         if let Some(r) = &self.receipts {
             r.checkpoint();
         }
-        true
     }
 }
 

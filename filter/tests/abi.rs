@@ -119,7 +119,6 @@ const REQUIRED_EXPORTS: &[Signature] = &[
     ("proxy_on_request_body", &[I, I, I], &[I]),
     ("proxy_on_request_trailers", &[I, I], &[I]),
     ("proxy_on_http_call_response", &[I, I, I, I, I], &[]),
-    ("proxy_on_done", &[I], &[I]),
     ("proxy_on_delete", &[I], &[]),
 ];
 

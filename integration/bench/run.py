@@ -476,6 +476,24 @@ def aggregate(v: Variant, rs: list[dict[str, Any]], check: dict[str, Any] | None
     return agg
 
 
+# Issue 40's hour-long scale runs are separate tools (bench.cache_scale, bench.sse_soak): each
+# writes its result file; the report shows what the newest of each measured, with its date.
+SCALE_RUNS = {"cache": "cache-scale.json", "sse": "sse-soak.json"}
+
+
+def scale_runs(results: Path) -> dict[str, Any]:
+    """The summaries (samples left out) of the scale runs' result files that exist."""
+    runs: dict[str, Any] = {}
+    for key, name in SCALE_RUNS.items():
+        try:
+            data = json.loads((results / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            runs[key] = {k: v for k, v in data.items() if k != "samples"} | {"file": f"bench/results/{name}"}
+    return runs
+
+
 # P8's compile target: the effective policies of 100 Gateway-level defaults/overrides blocks over
 # 1,000 XBackends (integration/bench/defaults_overrides.py builds the manifests); and the scale
 # run: 10,000 AccessPolicies, ten on each of the 1,000 XBackends, no blocks.
@@ -628,6 +646,7 @@ class Run:
         self.result["compile_scale"] = compile_bench(self.workdir, 1 if self.args.quick else 3, per_backend=10, blocks=0)
         if "error" in self.result["compile_scale"]:
             self.problems.append("compile_scale: " + self.result["compile_scale"]["error"])
+        self.result["scale_runs"] = scale_runs(RESULTS)
         self.save()
         return exe
 

@@ -63,3 +63,20 @@ def test_the_table_says_re_measured_only_when_a_pass_ran() -> None:
     assert "no time left to re-measure noisy ratios" in report.table_block(res)
     next(iter(res["variants"].values()))["rounds"][0]["remeasured"] = True
     assert "noisy ratios re-measured" in report.table_block(res)
+
+
+def test_every_row_kind_sorts_and_scale_runs_need_their_full_size() -> None:
+    res = _results()
+    counts = {"g_ours": 700_000, "g_native": 650_000, "s2_allow_rl": 520_000}
+    res.setdefault("envoy_instructions", {}).update(counts)
+    res["scale_runs"] = {
+        "cache": {"callers": 1_000_000, "rss_first_kib": 1000, "rss_max_kib": 1400, "file": "f", "date": "d"},
+        "sse": {"minutes": 30.0, "slope_kib_per_hour_second_half": 0.0, "file": "g", "date": "d"},
+    }
+    rows = {t["id"]: t for t in report.targets(res)}
+    ids = list(rows)
+    assert ids.index("P9") < ids.index("G.instructions") < ids.index("G1") < ids.index("S.cache"), ids
+    assert rows["S.cache"]["met"] and abs(rows["S.cache"]["measured"] - 400 / 1024) < 1e-3
+    assert not rows["S.sse"]["met"], "a 30-minute stream is not the hour the goal asks for"
+    res["scale_runs"]["cache"]["callers"] = 999_999
+    assert not {t["id"]: t for t in report.targets(res)}["S.cache"]["met"]
