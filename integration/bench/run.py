@@ -2,7 +2,7 @@
 native MCP chain, on one machine, in one run.
 
     scripts/bench            # full run (~20 minutes), writes integration/bench/results/latest.{json,md}, chart.svg, README table
-    scripts/bench --quick    # ~2 minute smoke run (prints the tables; writes only with --out DIR)
+    scripts/bench --quick    # ~5 minute smoke run once built (prints the tables; writes only with --out DIR)
 
 Envoy runs with one worker (`--concurrency 1`) pinned to one core; wrk runs pinned to the other.
 Every configuration gets its own Envoy (started once). Each round runs every variant once, in an
