@@ -795,6 +795,19 @@ fn records_are_chained_and_checkpointed_over_the_abi() {
     assert_ne!(d["chain"], values[0]["chain"]);
     let checkpoints = vm.host().lines(prefix);
     assert_eq!(checkpoints, 2);
+    // The VM stops: Envoy deletes the root context (the module exports no proxy_on_done, so
+    // that is the only call), and the new chain's last record is checkpointed as it goes.
+    vm.call("proxy_on_delete", &[ROOT]);
+    let last = vm
+        .host()
+        .logs
+        .iter()
+        .map(|(_, l)| l)
+        .filter(|l| l.starts_with(prefix))
+        .collect::<Vec<_>>();
+    assert_eq!(last.len(), 3, "{last:?}");
+    let c = mcp_access_engine::receipts::Checkpoint::parse(&last[2][prefix.len()..]).unwrap();
+    assert_eq!((c.seq, c.chain.as_str()), (1, d["chain"].as_str().unwrap()));
 }
 
 #[test]
@@ -1566,7 +1579,7 @@ fn the_modules_string_scanner_decides_as_the_native_reader() {
                     assert_eq!(status, Some(403), "{shown}: {:?}", msg.name);
                 }
             }
-            vm.call("proxy_on_done", &[ctx]);
+            // As Envoy ends a stream: the module exports no proxy_on_done.
             vm.call("proxy_on_delete", &[ctx]);
             checked += 1;
         }

@@ -110,8 +110,9 @@ def _target(tid: str, name: str, values: list[float], op: str, limit: float, uni
     return t
 
 
-# The authorizer cache's bound at the scale run's default of 1,024 slots: each slot holds at most
-# one record of at most 8 KiB (docs/performance.md, Scale).
+# The authorizer cache's bound in bench.cache_scale's policy, which keeps the default slot count
+# (DEFAULT_CACHE_ENTRIES, 1,024): a slot holds one record of at most MAX_RECORD_BYTES, 8 KiB
+# (filter/engine/src/authz_cache.rs; docs/performance.md, Scale).
 CACHE_BOUND_MIB = 1024 * 8 / 1024
 # A stream "at constant memory": Envoy's RSS over the second half grows less than this per hour.
 SSE_SLOPE_KIB_H = 64
