@@ -132,7 +132,7 @@ RATELIMIT_BIN=$ROOT/target/ratelimit/release/ratelimit-service
 ensure_ratelimit_service() {
   local start=$SECONDS
   if [ ! -x "$RATELIMIT_BIN" ]; then
-    echo "building the RateLimitService (envoy-demo/ratelimit; about 10 min the first time)" >&2
+    echo "building the RateLimitService (envoy-demo/ratelimit; 3 to 10 min the first time, docs/ratelimit-service.md)" >&2
   fi
   ratelimit_cargo build -q >&2 || return 1
   [ $((SECONDS - start)) -lt 5 ] || echo "RateLimitService built in $((SECONDS - start)) s" >&2
