@@ -91,6 +91,16 @@ impl Host {
         self.logs.iter().filter(|(_, l)| l.contains(text)).count()
     }
 
+    /// The checkpoints logged so far, in order.
+    fn checkpoints(&self) -> Vec<mcp_access_engine::receipts::Checkpoint> {
+        let prefix = mcp_access_engine::receipts::CHECKPOINT_PREFIX;
+        self.logs
+            .iter()
+            .filter_map(|(_, l)| l.strip_prefix(prefix))
+            .map(|c| mcp_access_engine::receipts::Checkpoint::parse(c).unwrap())
+            .collect()
+    }
+
     fn counter(&self, name: &str) -> i64 {
         self.metric_values.get(name).copied().unwrap_or(0)
     }
@@ -767,16 +777,9 @@ fn records_are_chained_and_checkpointed_over_the_abi() {
         assert_eq!(next["prev"], digest);
     }
     // After the second record, a checkpoint of its digest (unsigned: no key).
-    let prefix = mcp_access_engine::receipts::CHECKPOINT_PREFIX;
-    let lines: Vec<&String> = vm
-        .host()
-        .logs
-        .iter()
-        .map(|(_, l)| l)
-        .filter(|l| l.starts_with(prefix))
-        .collect();
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    let c = mcp_access_engine::receipts::Checkpoint::parse(&lines[0][prefix.len()..]).unwrap();
+    let checkpoints = vm.host().checkpoints();
+    assert_eq!(checkpoints.len(), 1, "{:?}", vm.host().logs);
+    let c = &checkpoints[0];
     assert_eq!(
         (c.seq, c.chain.as_str()),
         (2, values[0]["chain"].as_str().unwrap())
@@ -785,7 +788,7 @@ fn records_are_chained_and_checkpointed_over_the_abi() {
         c.head,
         mcp_access_engine::receipts::digest(&records[1]).to_text()
     );
-    assert_eq!((c.key, c.sig), (None, None));
+    assert_eq!((&c.key, &c.sig), (&None, &None));
     // A new configuration starts a new chain, after a checkpoint of the old one's last record.
     assert!(vm.configure());
     let (ctx, _) = vm.request(POST, &call("echo"));
@@ -793,20 +796,13 @@ fn records_are_chained_and_checkpointed_over_the_abi() {
     let d = vm.decision();
     assert_eq!(d["seq"], 1);
     assert_ne!(d["chain"], values[0]["chain"]);
-    let checkpoints = vm.host().lines(prefix);
-    assert_eq!(checkpoints, 2);
+    assert_eq!(vm.host().checkpoints().len(), 2);
     // The VM stops: Envoy deletes the root context (the module exports no proxy_on_done, so
     // that is the only call), and the new chain's last record is checkpointed as it goes.
     vm.call("proxy_on_delete", &[ROOT]);
-    let last = vm
-        .host()
-        .logs
-        .iter()
-        .map(|(_, l)| l)
-        .filter(|l| l.starts_with(prefix))
-        .collect::<Vec<_>>();
-    assert_eq!(last.len(), 3, "{last:?}");
-    let c = mcp_access_engine::receipts::Checkpoint::parse(&last[2][prefix.len()..]).unwrap();
+    let checkpoints = vm.host().checkpoints();
+    assert_eq!(checkpoints.len(), 3, "{:?}", vm.host().logs);
+    let c = &checkpoints[2];
     assert_eq!((c.seq, c.chain.as_str()), (1, d["chain"].as_str().unwrap()));
 }
 
