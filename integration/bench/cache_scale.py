@@ -13,7 +13,6 @@ Printed, and written as JSON with `--json`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -27,7 +26,7 @@ from harness import EnvoyProcess, free_port
 from bench import configs
 from bench.options import ROOT
 from bench.run import BODIES
-from bench.sse_soak import rss_kib
+from bench.sse_soak import rss_kib, write_result
 
 SPEC = "ours_authz_cached"
 
@@ -104,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
               "rss_last_kib": final["rss_kib"], "samples": samples}
     print(f"{args.callers:,} callers: Envoy RSS {result['rss_first_kib']:,} -> {final['rss_kib']:,} KiB "
           f"(max {result['rss_max_kib']:,}); counters {final}")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.json, result, args.wasm)
     return 0
 
 

@@ -13,6 +13,7 @@ half of the run (the first half warms up allocator arenas and V8), in KiB per ho
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import socket
 import sys
@@ -80,6 +81,16 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def write_result(path: Path | None, result: dict[str, Any], wasm: Path) -> None:
+    """Writes a scale run's result as JSON with what the bench report names it by (run.py
+    scale_runs): the day it ran (UTC) and the module it measured."""
+    if path is None:
+        return
+    digest = hashlib.sha256(wasm.read_bytes()).hexdigest()[:16]
+    stamped = {**result, "date": time.strftime("%Y-%m-%d", time.gmtime()), "module": f"{wasm.name}, sha256 {digest}"}
+    path.write_text(json.dumps(stamped, indent=1) + "\n")
+
+
 def slope_kib_per_hour(samples: list[tuple[float, int]]) -> float:
     half = samples[len(samples) // 2:]
     n = len(half)
@@ -135,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
               "samples": samples}
     print(f"RSS {result['rss_first_kib']:,} -> {result['rss_last_kib']:,} KiB (max {result['rss_max_kib']:,}); "
           f"slope over the second half {slope:+.1f} KiB/hour; {received[0]:,} bytes streamed")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.json, result, args.wasm)
     return 0
 
 
