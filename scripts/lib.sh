@@ -6,6 +6,9 @@ VENV=${MCP_ACCESS_VENV:-$ROOT/.venv}
 TOOLS=${MCP_ACCESS_TOOLS:-$ROOT/.tools}
 BINARYEN_VERSION=132.0.0
 
+# A step's heading, with the seconds since the calling script began, so a log shows where time goes.
+step() { echo "== [$SECONDS s] $*"; }
+
 ensure_rust_target() {
   if ! rustup target list --installed | grep -qx wasm32-wasip1; then
     rustup target add wasm32-wasip1 >&2
